@@ -1,0 +1,634 @@
+//! The content hash: SHA-256 over a canonical encoding of a value, streamed from its `Serialize`
+//! impl with no intermediate document.
+//!
+//! The encoding is specified in `docs/SPEC.md` with golden vectors. Each value is a tag byte and
+//! a payload:
+//!
+//! | value | encoding |
+//! |---|---|
+//! | `None`, `()`, unit struct | `0x00` |
+//! | `bool` | `0x01`, then `0x00` or `0x01` |
+//! | integer that fits `i128` | `0x02`, then 16 bytes big-endian two's complement |
+//! | unsigned integer above `i128::MAX` | `0x03`, then 16 bytes big-endian |
+//! | float (`f32` widened to `f64`) | `0x04`, then the 8 bytes of the IEEE 754 bits, big-endian; every NaN is `0x7ff8000000000000` and `-0.0` is `0.0` |
+//! | text (`str`, `char`) | `0x05`, then the byte length as u64 big-endian, then UTF-8 |
+//! | bytes | `0x06`, then the length as u64 big-endian, then the bytes |
+//! | sequence, tuple, tuple struct | `0x07`, the items, `0x08` |
+//! | map | `0x09`, the entries (key then value) sorted by the bytes of the key's encoding, `0x0a` |
+//! | struct | `0x0b`, for each field in the order serde writes them: the name as text, then the value; `0x0c` |
+//! | unit variant | `0x0d`, then the variant name as text |
+//! | newtype, tuple or struct variant | `0x0e`, the variant name as text, then the value, sequence or struct |
+//!
+//! `Some(v)` and newtype structs encode as `v`. Integers of every width encode alike, so widening
+//! a field from `i32` to `i64` keeps the hashes. Map entries are sorted, so a `HashMap` hashes the
+//! same in every insertion order and on every run. Struct fields keep serde's order: reordering
+//! the fields of a type changes its hashes, and the next ingest rewrites each document once.
+//!
+//! A document's content hash is the hash of its top-level value with the volatile fields and the
+//! hash field left out.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::ser::{self, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::model::Model;
+
+/// A SHA-256 content hash, stored as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentHash([u8; 32]);
+
+impl ContentHash {
+    /// The hash from its 32 bytes.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        ContentHash(bytes)
+    }
+
+    /// The 32 bytes of the hash.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The stored form: 64 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentHash({self})")
+    }
+}
+
+/// The text is not 64 hex digits.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a content hash is 64 hex digits")]
+pub struct ContentHashParseError;
+
+impl FromStr for ContentHash {
+    type Err = ContentHashParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.len() != 64 || !text.is_ascii() {
+            return Err(ContentHashParseError);
+        }
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks(2)) {
+            let digits = std::str::from_utf8(pair).map_err(|_| ContentHashParseError)?;
+            *byte = u8::from_str_radix(digits, 16).map_err(|_| ContentHashParseError)?;
+        }
+        Ok(ContentHash(bytes))
+    }
+}
+
+impl Serialize for ContentHash {
+    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// The content hash of a document of `model`: its hashed fields only.
+pub fn content_hash<T: Serialize + ?Sized>(value: &T, model: &Model) -> Result<ContentHash, String> {
+    let mut sink = HashSink::new();
+    value.serialize(Encoder { sink: &mut sink, top_level: Some(model) })?;
+    Ok(sink.finish())
+}
+
+/// The canonical bytes that [`content_hash`] feeds to SHA-256, for checking and benchmarking.
+pub fn canonical_document_bytes<T: Serialize + ?Sized>(
+    value: &T,
+    model: &Model,
+) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    value.serialize(Encoder { sink: &mut bytes, top_level: Some(model) })?;
+    Ok(bytes)
+}
+
+/// The canonical encoding of any value, every field included.
+pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    value.serialize(Encoder { sink: &mut bytes, top_level: None })?;
+    Ok(bytes)
+}
+
+/// SHA-256 over the canonical encoding of any value, every field included.
+pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, String> {
+    let mut sink = HashSink::new();
+    value.serialize(Encoder { sink: &mut sink, top_level: None })?;
+    Ok(sink.finish())
+}
+
+const NULL: u8 = 0x00;
+const BOOL: u8 = 0x01;
+const INTEGER: u8 = 0x02;
+const LARGE_UNSIGNED: u8 = 0x03;
+const FLOAT: u8 = 0x04;
+const TEXT: u8 = 0x05;
+const BYTES: u8 = 0x06;
+const SEQ_START: u8 = 0x07;
+const SEQ_END: u8 = 0x08;
+const MAP_START: u8 = 0x09;
+const MAP_END: u8 = 0x0a;
+const STRUCT_START: u8 = 0x0b;
+const STRUCT_END: u8 = 0x0c;
+const UNIT_VARIANT: u8 = 0x0d;
+const VARIANT: u8 = 0x0e;
+
+/// The bits every NaN hashes as.
+const CANONICAL_NAN: u64 = 0x7ff8_0000_0000_0000;
+
+/// Where canonical bytes go: a hasher, or a buffer while map entries wait to be sorted.
+trait Sink {
+    fn write(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// SHA-256 behind a buffer: the encoding makes many writes of a few bytes, and batching them
+/// keeps the hasher's per-call cost off the profile.
+struct HashSink {
+    hasher: Sha256,
+    buffer: [u8; HashSink::CAPACITY],
+    len: usize,
+}
+
+impl HashSink {
+    const CAPACITY: usize = 512;
+
+    fn new() -> Self {
+        HashSink { hasher: Sha256::new(), buffer: [0; Self::CAPACITY], len: 0 }
+    }
+
+    fn finish(mut self) -> ContentHash {
+        self.hasher.update(&self.buffer[..self.len]);
+        ContentHash(self.hasher.finalize().into())
+    }
+}
+
+impl Sink for HashSink {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() <= Self::CAPACITY {
+            self.buffer[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        self.hasher.update(&self.buffer[..self.len]);
+        self.len = 0;
+        if bytes.len() >= Self::CAPACITY {
+            self.hasher.update(bytes);
+        } else {
+            self.buffer[..bytes.len()].copy_from_slice(bytes);
+            self.len = bytes.len();
+        }
+    }
+}
+
+/// An error raised by a value's own `Serialize` impl.
+#[derive(Debug)]
+struct EncodeError(String);
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+impl ser::Error for EncodeError {
+    fn custom<M: fmt::Display>(message: M) -> Self {
+        EncodeError(message.to_string())
+    }
+}
+
+impl From<EncodeError> for String {
+    fn from(error: EncodeError) -> String {
+        error.0
+    }
+}
+
+/// The canonical serializer. `top_level` is set for the document itself, whose volatile fields
+/// and hash field are left out; nested values have it unset.
+struct Encoder<'s, S: Sink> {
+    sink: &'s mut S,
+    top_level: Option<&'s Model>,
+}
+
+impl<S: Sink> Encoder<'_, S> {
+    fn text(&mut self, text: &str) {
+        write_text(self.sink, TEXT, text.as_bytes());
+    }
+
+    fn integer(self, value: i128) -> Result<(), EncodeError> {
+        self.sink.write(&[INTEGER]);
+        self.sink.write(&value.to_be_bytes());
+        Ok(())
+    }
+}
+
+fn write_text<S: Sink>(sink: &mut S, tag: u8, bytes: &[u8]) {
+    sink.write(&[tag]);
+    sink.write(&(bytes.len() as u64).to_be_bytes());
+    sink.write(bytes);
+}
+
+fn nested<S: Sink>(sink: &mut S) -> Encoder<'_, S> {
+    Encoder { sink, top_level: None }
+}
+
+impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    type SerializeSeq = Sequence<'s, S>;
+    type SerializeTuple = Sequence<'s, S>;
+    type SerializeTupleStruct = Sequence<'s, S>;
+    type SerializeTupleVariant = Sequence<'s, S>;
+    type SerializeMap = Map<'s, S>;
+    type SerializeStruct = Struct<'s, S>;
+    type SerializeStructVariant = Struct<'s, S>;
+
+    fn serialize_bool(self, value: bool) -> Result<(), EncodeError> {
+        self.sink.write(&[BOOL, u8::from(value)]);
+        Ok(())
+    }
+
+    fn serialize_i8(self, value: i8) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_i16(self, value: i16) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_i32(self, value: i32) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_i64(self, value: i64) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_i128(self, value: i128) -> Result<(), EncodeError> {
+        self.integer(value)
+    }
+
+    fn serialize_u8(self, value: u8) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_u16(self, value: u16) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_u32(self, value: u32) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_u64(self, value: u64) -> Result<(), EncodeError> {
+        self.integer(value.into())
+    }
+
+    fn serialize_u128(self, value: u128) -> Result<(), EncodeError> {
+        match i128::try_from(value) {
+            Ok(fits) => self.integer(fits),
+            Err(_) => {
+                self.sink.write(&[LARGE_UNSIGNED]);
+                self.sink.write(&value.to_be_bytes());
+                Ok(())
+            }
+        }
+    }
+
+    fn serialize_f32(self, value: f32) -> Result<(), EncodeError> {
+        self.serialize_f64(value.into())
+    }
+
+    fn serialize_f64(self, value: f64) -> Result<(), EncodeError> {
+        let bits = if value.is_nan() {
+            CANONICAL_NAN
+        } else if value == 0.0 {
+            0
+        } else {
+            value.to_bits()
+        };
+        self.sink.write(&[FLOAT]);
+        self.sink.write(&bits.to_be_bytes());
+        Ok(())
+    }
+
+    fn serialize_char(mut self, value: char) -> Result<(), EncodeError> {
+        self.text(value.encode_utf8(&mut [0u8; 4]));
+        Ok(())
+    }
+
+    fn serialize_str(mut self, value: &str) -> Result<(), EncodeError> {
+        self.text(value);
+        Ok(())
+    }
+
+    fn serialize_bytes(self, value: &[u8]) -> Result<(), EncodeError> {
+        write_text(self.sink, BYTES, value);
+        Ok(())
+    }
+
+    fn serialize_none(self) -> Result<(), EncodeError> {
+        self.serialize_unit()
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+
+    fn serialize_unit(self) -> Result<(), EncodeError> {
+        self.sink.write(&[NULL]);
+        Ok(())
+    }
+
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
+        self.serialize_unit()
+    }
+
+    fn serialize_unit_variant(
+        mut self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), EncodeError> {
+        self.sink.write(&[UNIT_VARIANT]);
+        self.text(variant);
+        Ok(())
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        mut self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.sink.write(&[VARIANT]);
+        self.text(variant);
+        value.serialize(nested(self.sink))
+    }
+
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Sequence<'s, S>, EncodeError> {
+        self.sink.write(&[SEQ_START]);
+        Ok(Sequence { sink: self.sink })
+    }
+
+    fn serialize_tuple(self, len: usize) -> Result<Sequence<'s, S>, EncodeError> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Sequence<'s, S>, EncodeError> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_variant(
+        mut self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Sequence<'s, S>, EncodeError> {
+        self.sink.write(&[VARIANT]);
+        self.text(variant);
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_map(self, _len: Option<usize>) -> Result<Map<'s, S>, EncodeError> {
+        Ok(Map {
+            sink: self.sink,
+            top_level: self.top_level,
+            buffer: Vec::new(),
+            entries: Vec::new(),
+        })
+    }
+
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Struct<'s, S>, EncodeError> {
+        self.sink.write(&[STRUCT_START]);
+        Ok(Struct { sink: self.sink, top_level: self.top_level })
+    }
+
+    fn serialize_struct_variant(
+        mut self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Struct<'s, S>, EncodeError> {
+        self.sink.write(&[VARIANT]);
+        self.text(variant);
+        self.sink.write(&[STRUCT_START]);
+        Ok(Struct { sink: self.sink, top_level: None })
+    }
+}
+
+/// Items written in order, between the sequence tags.
+struct Sequence<'s, S: Sink> {
+    sink: &'s mut S,
+}
+
+impl<S: Sink> Sequence<'_, S> {
+    fn item<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(nested(self.sink))
+    }
+
+    fn close(self) -> Result<(), EncodeError> {
+        self.sink.write(&[SEQ_END]);
+        Ok(())
+    }
+}
+
+impl<S: Sink> ser::SerializeSeq for Sequence<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        self.item(value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+impl<S: Sink> ser::SerializeTuple for Sequence<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        self.item(value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+impl<S: Sink> ser::SerializeTupleStruct for Sequence<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        self.item(value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+impl<S: Sink> ser::SerializeTupleVariant for Sequence<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        self.item(value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+/// Struct fields, written as they come: their order is fixed by the type.
+struct Struct<'s, S: Sink> {
+    sink: &'s mut S,
+    top_level: Option<&'s Model>,
+}
+
+impl<S: Sink> Struct<'_, S> {
+    fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), EncodeError> {
+        if self.top_level.is_some_and(|model| !model.is_hashed(name)) {
+            return Ok(());
+        }
+        write_text(self.sink, TEXT, name.as_bytes());
+        value.serialize(nested(self.sink))
+    }
+
+    fn close(self) -> Result<(), EncodeError> {
+        self.sink.write(&[STRUCT_END]);
+        Ok(())
+    }
+}
+
+impl<S: Sink> ser::SerializeStruct for Struct<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.field(name, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+impl<S: Sink> ser::SerializeStructVariant for Struct<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.field(name, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.close()
+    }
+}
+
+/// One buffered map entry: where its key and value lie in the buffer.
+struct Entry {
+    key_start: usize,
+    value_start: usize,
+    end: usize,
+}
+
+/// Map entries, buffered until the map ends so they can be written sorted by key.
+struct Map<'s, S: Sink> {
+    sink: &'s mut S,
+    top_level: Option<&'s Model>,
+    buffer: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+impl<S: Sink> Map<'_, S> {
+    /// The key of an entry as text, if it is text.
+    fn text_key(&self, entry: &Entry) -> Option<&str> {
+        let key = &self.buffer[entry.key_start..entry.value_start];
+        let (&tag, rest) = key.split_first()?;
+        let text = rest.get(8..).filter(|_| tag == TEXT)?;
+        std::str::from_utf8(text).ok()
+    }
+}
+
+impl<S: Sink> ser::SerializeMap for Map<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
+        let key_start = self.buffer.len();
+        key.serialize(nested(&mut self.buffer))?;
+        let value_start = self.buffer.len();
+        self.entries.push(Entry { key_start, value_start, end: value_start });
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(nested(&mut self.buffer))?;
+        let end = self.buffer.len();
+        match self.entries.last_mut() {
+            Some(entry) => entry.end = end,
+            None => return Err(ser::Error::custom("map value without a key")),
+        }
+        Ok(())
+    }
+
+    fn end(mut self) -> Result<(), EncodeError> {
+        let buffer = &self.buffer;
+        self.entries.sort_by(|a, b| {
+            buffer[a.key_start..a.value_start].cmp(&buffer[b.key_start..b.value_start])
+        });
+        self.sink.write(&[MAP_START]);
+        for entry in &self.entries {
+            let excluded = match (self.top_level, self.text_key(entry)) {
+                (Some(model), Some(key)) => !model.is_hashed(key),
+                _ => false,
+            };
+            if !excluded {
+                self.sink.write(&self.buffer[entry.key_start..entry.end]);
+            }
+        }
+        self.sink.write(&[MAP_END]);
+        Ok(())
+    }
+}

@@ -1,0 +1,535 @@
+//! Deterministic ids: a ULID whose time part is a timestamp of the document and whose 80 random
+//! bits are the first 10 bytes of a SHA-256 over the document's key values.
+//!
+//! The byte layouts are specified in `docs/SPEC.md`, with test vectors that a script in another
+//! language recomputes. In short:
+//!
+//! - [`IdScheme::V1`] hashes, for each key in declaration order, a type tag and a length-prefixed
+//!   value: `0x01 ‖ u64-be(len) ‖ utf8` for text, `0x02 ‖ i128-be` for integers that fit an
+//!   `i128`, `0x03 ‖ u128-be` for larger unsigned integers, `0x04 ‖ 0x00|0x01` for booleans. Every
+//!   key is self-delimiting, so two different key tuples never share an encoding.
+//! - [`IdScheme::Joined`] hashes the keys' text joined by `:`, byte-identical to the reference
+//!   helper `sha256(slug + ":" + lang)`. A key containing `:` would make two tuples collide, so it
+//!   is refused.
+//!
+//! Both schemes refuse an empty text key: it is almost always a missing value, and would give
+//! every such document the same id.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, TimestampProblem};
+use crate::model::{DocumentRef, Model, NaturalKey};
+
+/// The largest millisecond count a ULID's 48-bit time part holds (year 10889).
+pub const MAX_TIMESTAMP_MS: u64 = (1 << 48) - 1;
+
+/// The separator of [`IdScheme::Joined`].
+pub const JOINED_SEPARATOR: char = ':';
+
+/// A document id: a ULID, displayed as its 26-character Crockford base32 form and stored as the
+/// `_id` string.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Id(ulid::Ulid);
+
+impl Id {
+    /// Builds an id from its two parts: milliseconds since the Unix epoch (at most
+    /// [`MAX_TIMESTAMP_MS`]) and the 80-bit hash part, as 10 bytes.
+    pub fn from_parts(timestamp_ms: u64, hash_part: [u8; 10]) -> Result<Self, TimestampProblem> {
+        if timestamp_ms > MAX_TIMESTAMP_MS {
+            return Err(TimestampProblem::AfterUlidRange);
+        }
+        let mut random = [0u8; 16];
+        random[6..].copy_from_slice(&hash_part);
+        Ok(Id(ulid::Ulid::from_parts(timestamp_ms, u128::from_be_bytes(random))))
+    }
+
+    /// Milliseconds since the Unix epoch held in the id's time part.
+    pub fn timestamp_ms(&self) -> u64 {
+        self.0.timestamp_ms()
+    }
+
+    /// The 80-bit part derived from the key values.
+    pub fn hash_part(&self) -> [u8; 10] {
+        let bytes = self.0.to_bytes();
+        let mut part = [0u8; 10];
+        part.copy_from_slice(&bytes[6..]);
+        part
+    }
+
+    /// The 16 bytes of the ULID, big-endian.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        self.0.to_bytes()
+    }
+
+    /// The id as a [`ulid::Ulid`].
+    pub fn to_ulid(&self) -> ulid::Ulid {
+        self.0
+    }
+}
+
+impl From<ulid::Ulid> for Id {
+    fn from(ulid: ulid::Ulid) -> Self {
+        Id(ulid)
+    }
+}
+
+impl From<Id> for ulid::Ulid {
+    fn from(id: Id) -> Self {
+        id.0
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buffer = [0u8; ulid::ULID_LEN];
+        f.write_str(self.0.array_to_str(&mut buffer))
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Id({self})")
+    }
+}
+
+impl FromStr for Id {
+    type Err = ulid::DecodeError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ulid::Ulid::from_string(text).map(Id)
+    }
+}
+
+impl serde::Serialize for Id {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut buffer = [0u8; ulid::ULID_LEN];
+        serializer.serialize_str(self.0.array_to_str(&mut buffer))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+        impl serde::de::Visitor<'_> for IdVisitor {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a 26-character ULID string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Id, E> {
+                text.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(IdVisitor)
+    }
+}
+
+/// How the 80 bits after the timestamp are derived from the key values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum IdScheme {
+    /// SHA-256 over a typed, length-prefixed encoding of the keys: injective, the default.
+    #[default]
+    V1,
+    /// SHA-256 over the keys' text joined by `:`: compatible with the reference helper, for
+    /// collections whose ids were made by it. A key containing `:` is refused.
+    Joined,
+}
+
+impl IdScheme {
+    /// The name used in `#[idem(id_scheme = "…")]`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            IdScheme::V1 => "v1",
+            IdScheme::Joined => "joined",
+        }
+    }
+}
+
+/// A key value in a form every backend and error message can show.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KeyValue {
+    /// A text key.
+    Text(String),
+    /// An integer key.
+    Integer(i128),
+    /// An unsigned integer key above `i128::MAX`.
+    LargeUnsigned(u128),
+    /// A boolean key.
+    Bool(bool),
+}
+
+impl fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyValue::Text(text) => write!(f, "{text:?}"),
+            KeyValue::Integer(value) => write!(f, "{value}"),
+            KeyValue::LargeUnsigned(value) => write!(f, "{value}"),
+            KeyValue::Bool(value) => write!(f, "{value}"),
+        }
+    }
+}
+
+/// A key value borrowed for encoding: what [`IdKey`] types reduce to.
+#[derive(Clone, Copy, Debug)]
+pub enum KeyPart<'a> {
+    /// Text, hashed as its UTF-8 bytes.
+    Text(&'a str),
+    /// One character, hashed exactly as the one-character text.
+    Char(char),
+    /// A signed or unsigned integer that fits an `i128`.
+    Integer(i128),
+    /// An unsigned integer above `i128::MAX`.
+    LargeUnsigned(u128),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl KeyPart<'_> {
+    fn to_key_value(self) -> KeyValue {
+        match self {
+            KeyPart::Text(text) => KeyValue::Text(text.to_owned()),
+            KeyPart::Char(c) => KeyValue::Text(c.to_string()),
+            KeyPart::Integer(value) => KeyValue::Integer(value),
+            KeyPart::LargeUnsigned(value) => KeyValue::LargeUnsigned(value),
+            KeyPart::Bool(value) => KeyValue::Bool(value),
+        }
+    }
+}
+
+/// A type whose values can identify a document: it has one unambiguous byte encoding.
+///
+/// Implemented for text (`str`, `String`, `char`, `Box<str>`, `Cow<str>`, `Rc<str>`, `Arc<str>`),
+/// integers of every width, and `bool`. Floats are not keys: `0.1 + 0.2` and `0.3` differ, NaN
+/// has many encodings, and `-0.0 == 0.0`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[idem(key)]` field: it has no stable byte encoding for the id",
+    label = "not an id key type",
+    note = "key fields must be text (`String`, `&str`, `char`), an integer or `bool`; floats are never keys",
+    note = "if this is a newtype, implement `idem_core::IdKey` for it by returning its inner value's `KeyPart`"
+)]
+pub trait IdKey {
+    /// The value to encode.
+    fn key_part(&self) -> KeyPart<'_>;
+}
+
+impl<T: IdKey + ?Sized> IdKey for &T {
+    fn key_part(&self) -> KeyPart<'_> {
+        (**self).key_part()
+    }
+}
+
+macro_rules! text_keys {
+    ($($ty:ty),*) => {$(
+        impl IdKey for $ty {
+            fn key_part(&self) -> KeyPart<'_> {
+                KeyPart::Text(self.as_ref())
+            }
+        }
+    )*};
+}
+text_keys!(str, String, Box<str>, std::rc::Rc<str>, std::sync::Arc<str>, std::borrow::Cow<'_, str>);
+
+macro_rules! integer_keys {
+    ($($ty:ty),*) => {$(
+        impl IdKey for $ty {
+            fn key_part(&self) -> KeyPart<'_> {
+                KeyPart::Integer(i128::from(*self))
+            }
+        }
+    )*};
+}
+integer_keys!(i8, i16, i32, i64, i128, u8, u16, u32, u64);
+
+impl IdKey for isize {
+    fn key_part(&self) -> KeyPart<'_> {
+        KeyPart::Integer(*self as i128)
+    }
+}
+
+impl IdKey for usize {
+    fn key_part(&self) -> KeyPart<'_> {
+        KeyPart::Integer(*self as i128)
+    }
+}
+
+impl IdKey for u128 {
+    fn key_part(&self) -> KeyPart<'_> {
+        match i128::try_from(*self) {
+            Ok(value) => KeyPart::Integer(value),
+            Err(_) => KeyPart::LargeUnsigned(*self),
+        }
+    }
+}
+
+impl IdKey for bool {
+    fn key_part(&self) -> KeyPart<'_> {
+        KeyPart::Bool(*self)
+    }
+}
+
+impl IdKey for char {
+    fn key_part(&self) -> KeyPart<'_> {
+        KeyPart::Char(*self)
+    }
+}
+
+/// A type that can give an id its time part: milliseconds since the Unix epoch.
+///
+/// Implemented for `i64` and `u64` (milliseconds), `std::time::SystemTime`, `bson::DateTime`
+/// (feature `mongodb`), `chrono::DateTime<Tz>` (feature `chrono`) and `time::OffsetDateTime`
+/// (feature `time`). Sub-millisecond precision is truncated for the id.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[idem(timestamp)]` field: it is not a supported time type",
+    label = "not a timestamp type",
+    note = "use `i64`/`u64` unix milliseconds, `std::time::SystemTime`, `bson::DateTime`, `chrono::DateTime<Tz>` (feature `chrono`) or `time::OffsetDateTime` (feature `time`)"
+)]
+pub trait IdTimestamp {
+    /// Milliseconds since the Unix epoch, or why this value has none that fits a ULID.
+    fn unix_millis(&self) -> Result<u64, TimestampProblem>;
+
+    /// The value as shown in error messages.
+    fn describe(&self) -> String;
+}
+
+impl<T: IdTimestamp + ?Sized> IdTimestamp for &T {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        (**self).unix_millis()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+/// Checks a signed millisecond count against the ULID range.
+pub(crate) fn millis_in_range(millis: i128) -> Result<u64, TimestampProblem> {
+    if millis < 0 {
+        Err(TimestampProblem::BeforeUnixEpoch)
+    } else if millis > MAX_TIMESTAMP_MS as i128 {
+        Err(TimestampProblem::AfterUlidRange)
+    } else {
+        Ok(millis as u64)
+    }
+}
+
+impl IdTimestamp for i64 {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        millis_in_range(i128::from(*self))
+    }
+    fn describe(&self) -> String {
+        format!("{self} ms")
+    }
+}
+
+impl IdTimestamp for u64 {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        millis_in_range(i128::from(*self))
+    }
+    fn describe(&self) -> String {
+        format!("{self} ms")
+    }
+}
+
+impl IdTimestamp for SystemTime {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        match self.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(elapsed) => millis_in_range(elapsed.as_millis() as i128),
+            Err(_) => Err(TimestampProblem::BeforeUnixEpoch),
+        }
+    }
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+#[cfg(feature = "mongodb")]
+impl IdTimestamp for mongodb::bson::DateTime {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        millis_in_range(i128::from(self.timestamp_millis()))
+    }
+    fn describe(&self) -> String {
+        format!("{self} ({} ms)", self.timestamp_millis())
+    }
+}
+
+#[cfg(feature = "chrono")]
+impl<Tz: chrono::TimeZone> IdTimestamp for chrono::DateTime<Tz> {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        millis_in_range(i128::from(self.timestamp_millis()))
+    }
+    fn describe(&self) -> String {
+        self.to_utc().to_rfc3339()
+    }
+}
+
+#[cfg(feature = "time")]
+impl IdTimestamp for time::OffsetDateTime {
+    fn unix_millis(&self) -> Result<u64, TimestampProblem> {
+        // Floor division keeps sub-millisecond instants before the epoch negative.
+        millis_in_range(self.unix_timestamp_nanos().div_euclid(1_000_000))
+    }
+    fn describe(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Derives an id from key values in declaration order and an optional timestamp.
+///
+/// This is what the generated `T::derive_id` calls. It allocates nothing unless it fails: the
+/// key encoding streams into the hasher.
+pub fn derive_id(
+    model: &Model,
+    keys: &[&dyn IdKey],
+    timestamp: Option<&dyn IdTimestamp>,
+) -> Result<Id, Error> {
+    let hash_part = match model.id_scheme() {
+        IdScheme::V1 => hash_part_v1(model, keys)?,
+        IdScheme::Joined => hash_part_joined(model, keys)?,
+    };
+    let (timestamp_ms, field) = match (timestamp, model.timestamp_field()) {
+        (Some(timestamp), Some(field)) => (timestamp.unix_millis(), field.name()),
+        _ => (Ok(0), ""),
+    };
+    timestamp_ms
+        .and_then(|millis| Id::from_parts(millis, hash_part))
+        .map_err(|problem| Error::TimestampOutOfRange {
+            document: DocumentRef::new(model, natural_key(model, keys)),
+            field,
+            value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
+            problem,
+        })
+}
+
+/// The natural key of a document from its key values in declaration order.
+pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
+    NaturalKey::new(
+        model
+            .key_fields()
+            .zip(keys)
+            .map(|(field, key)| (field.name(), key.key_part().to_key_value()))
+            .collect(),
+    )
+}
+
+fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
+    Error::EmptyKey {
+        document: DocumentRef::new(model, natural_key(model, keys)),
+        field: key_name(model, index),
+    }
+}
+
+fn key_name(model: &Model, index: usize) -> &'static str {
+    model.key_fields().nth(index).map_or("", |field| field.name())
+}
+
+fn first_ten(digest: &[u8]) -> [u8; 10] {
+    let mut part = [0u8; 10];
+    part.copy_from_slice(&digest[..10]);
+    part
+}
+
+/// Appends the `v1` encoding of one key to `out`: the bytes that feed SHA-256.
+pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
+    let mut utf8 = [0u8; 4];
+    match part {
+        KeyPart::Char(c) => encode_key_v1(KeyPart::Text(c.encode_utf8(&mut utf8)), out),
+        KeyPart::Text(text) => {
+            out(&[0x01]);
+            out(&(text.len() as u64).to_be_bytes());
+            out(text.as_bytes());
+        }
+        KeyPart::Integer(value) => {
+            out(&[0x02]);
+            out(&value.to_be_bytes());
+        }
+        KeyPart::LargeUnsigned(value) => {
+            out(&[0x03]);
+            out(&value.to_be_bytes());
+        }
+        KeyPart::Bool(value) => out(&[0x04, u8::from(value)]),
+    }
+}
+
+fn hash_part_v1(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Error> {
+    let mut hasher = Sha256::new();
+    for (index, key) in keys.iter().enumerate() {
+        let part = key.key_part();
+        if matches!(part, KeyPart::Text("")) {
+            return Err(refuse_empty(model, keys, index));
+        }
+        encode_key_v1(part, |bytes| hasher.update(bytes));
+    }
+    Ok(first_ten(&hasher.finalize()))
+}
+
+fn hash_part_joined(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Error> {
+    let mut hasher = Sha256::new();
+    for (index, key) in keys.iter().enumerate() {
+        if index > 0 {
+            hasher.update([JOINED_SEPARATOR as u8]);
+        }
+        let mut digits = DigitBuffer::default();
+        let mut utf8 = [0u8; 4];
+        let text = match key.key_part() {
+            KeyPart::Text(text) => text,
+            KeyPart::Char(c) => c.encode_utf8(&mut utf8),
+            KeyPart::Integer(value) => digits.format(value),
+            KeyPart::LargeUnsigned(value) => digits.format(value),
+            KeyPart::Bool(value) => {
+                if value {
+                    "true"
+                } else {
+                    "false"
+                }
+            }
+        };
+        if text.is_empty() {
+            return Err(refuse_empty(model, keys, index));
+        }
+        if text.contains(JOINED_SEPARATOR) {
+            return Err(Error::AmbiguousKey {
+                document: DocumentRef::new(model, natural_key(model, keys)),
+                field: key_name(model, index),
+                value: text.to_owned(),
+            });
+        }
+        hasher.update(text.as_bytes());
+    }
+    Ok(first_ten(&hasher.finalize()))
+}
+
+/// Formats an integer on the stack, so the joined scheme allocates nothing either.
+struct DigitBuffer {
+    bytes: [u8; 40],
+    len: usize,
+}
+
+impl Default for DigitBuffer {
+    fn default() -> Self {
+        DigitBuffer { bytes: [0; 40], len: 0 }
+    }
+}
+
+impl DigitBuffer {
+    fn format(&mut self, value: impl fmt::Display) -> &str {
+        use fmt::Write;
+        self.len = 0;
+        // 40 bytes hold every i128 and u128 in decimal, so this write cannot fail.
+        let _ = write!(self, "{value}");
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Write for DigitBuffer {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        let end = self.len + text.len();
+        self.bytes
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(text.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! Idempotent database writes by construction.
+//!
+//! Put `#[derive(Idempotent)]` on a domain struct, mark the fields that identify a document and
+//! the fields that may never change, and every write of it converges under retries, replays and
+//! races: the id is derived from the document, unchanged content is not written, and a write that
+//! would orphan a document is refused before anything is stored.
+//!
+//! ```
+//! use idem_core::Idempotent;
+//!
+//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, Idempotent)]
+//! #[idem(collection = "posts")]
+//! #[serde(rename_all = "camelCase")]
+//! struct Post {
+//!     #[idem(key)]
+//!     slug: String,
+//!     #[idem(key)]
+//!     lang: String,
+//!     #[idem(timestamp)]
+//!     published_at: i64,
+//!     title: String,
+//!     body: String,
+//!     #[idem(volatile)]
+//!     fetched_at: i64,
+//!     #[idem(frozen)]
+//!     author_id: String,
+//! }
+//!
+//! let post = Post {
+//!     slug: "hello-world".into(),
+//!     lang: "en".into(),
+//!     published_at: 1_700_000_000_000,
+//!     title: "Hello".into(),
+//!     body: "First post.".into(),
+//!     fetched_at: 1_700_000_100_000,
+//!     author_id: "ada".into(),
+//! };
+//!
+//! // The id is a pure function of the key fields and the timestamp…
+//! let id = post.id()?;
+//! assert_eq!(id, Post::derive_id(&"hello-world".to_string(), &"en".to_string(), &1_700_000_000_000)?);
+//! assert_eq!(id.timestamp_ms(), 1_700_000_000_000);
+//!
+//! // …and the content hash ignores volatile fields.
+//! let refetched = Post { fetched_at: 1_800_000_000_000, ..post.clone() };
+//! assert_eq!(post.content_hash()?, refetched.content_hash()?);
+//! # Ok::<(), idem_core::Error>(())
+//! ```
+//!
+//! Writing it to MongoDB (see [`mongo`]):
+//!
+//! ```no_run
+//! # use idem_core::Idempotent;
+//! # #[derive(serde::Serialize, Idempotent)]
+//! # #[idem(collection = "posts")]
+//! # struct Post { #[idem(key)] slug: String }
+//! # async fn run(post: Post) -> Result<(), Box<dyn std::error::Error>> {
+//! let client = mongodb::Client::with_uri_str("mongodb://localhost:27017/?retryWrites=false").await?;
+//! let store = idem_core::mongo::Store::new(client.database("blog"));
+//! Post::ensure_indexes(&store).await?;
+//! let outcome = post.upsert(&store).await?; // Inserted, then Unchanged on every retry
+//! # Ok(()) }
+//! ```
+//!
+//! # Attributes
+//!
+//! On the struct:
+//!
+//! | attribute | default | what it does |
+//! |---|---|---|
+//! | `collection = "…"` | the type name in snake_case | the collection written to |
+//! | `id_scheme = "v1"` or `"joined"` | `"v1"` | how key values become the id's 80-bit part ([`IdScheme`]) |
+//! | `hash_field = "…"` | `"sourceHash"` | the stored field holding the content hash |
+//! | `crate = "…"` | `::idem_core` | the path to this crate, if it is renamed or re-exported |
+//!
+//! On a field:
+//!
+//! | attribute | what it does |
+//! |---|---|
+//! | `key` | identifies the document: feeds the id's hash part and the unique natural-key index; frozen. At least one. The type must implement [`IdKey`]. |
+//! | `timestamp` | gives the id its time part; frozen. At most one. The type must implement [`IdTimestamp`]. Without it the time part is zero. |
+//! | `frozen` | may never change once written: a write that changes it is refused with [`Error::FrozenFieldChanged`]. |
+//! | `volatile` | stored, but not part of the content hash: a change to it alone writes nothing. |
+//!
+//! Stored field names are the names serde writes: `#[serde(rename)]`, `#[serde(rename_all)]`
+//! and `#[serde(skip)]` are honoured.
+//!
+//! # What the derive generates
+//!
+//! For a type `Post` with keys `slug`, `lang` and timestamp `published_at`:
+//!
+//! - `impl idem_core::Idempotent for Post`: the [`Model`] (collection, scheme, field roles),
+//!   `id()`, `natural_key()`, `content_hash()`;
+//! - `Post::derive_id(&slug, &lang, &published_at) -> Result<Id, Error>`: the id from raw values,
+//!   keys in declaration order then the timestamp, without building a `Post`;
+//! - `post.id()`, `post.content_hash()`, `post.upsert(&store)` and
+//!   `Post::ensure_indexes(&store)` as inherent methods, so no trait import is needed.
+//!
+//! # The immutability rule
+//!
+//! A field that feeds the id (a key, the timestamp) can never change: a new value derives a new
+//! id, and writing it would leave the old document behind under the old id. idem refuses such a
+//! write, and any write that changes a `frozen` field, with [`Error::FrozenFieldChanged`]; nothing
+//! is written and the stored document is intact. To really move a document, delete the old one
+//! and write the new one as two deliberate steps.
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod hash;
+pub mod id;
+pub mod model;
+#[cfg(feature = "mongodb")]
+pub mod mongo;
+pub mod outcome;
+
+pub use error::{Error, TimestampProblem};
+pub use hash::ContentHash;
+pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue};
+pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, Role};
+pub use outcome::Outcome;
+
+/// The derive: see the crate docs for its attributes and what it generates.
+#[cfg(feature = "derive")]
+pub use idem_derive::Idempotent;
+
+#[cfg(feature = "mongodb")]
+pub use mongodb;
+
+/// What generated code calls. Not public API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::id::{derive_id, natural_key};
+    pub use core::future::Future;
+    pub use core::marker::Send;
+    pub use core::option::Option::{None, Some};
+    pub use core::result::Result;
+    pub use serde::Serialize;
+}

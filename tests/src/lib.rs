@@ -1,0 +1,1 @@
+//! Shared helpers of the integration tests: the server they run against, and command counting.
