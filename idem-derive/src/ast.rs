@@ -1,0 +1,110 @@
+//! The model of the input: a struct with named fields, each with its idem role and the name
+//! serde stores it under. Keeps references to the syn nodes so errors can point at them.
+
+use syn::{Data, DeriveInput, Fields, Generics, Ident, Type, Visibility};
+
+use crate::attr;
+use crate::case::snake_case;
+use crate::ctxt::Ctxt;
+
+pub struct Input<'a> {
+    pub ident: &'a Ident,
+    pub vis: &'a Visibility,
+    pub generics: &'a Generics,
+    pub attrs: attr::Container,
+    pub fields: Vec<Field<'a>>,
+}
+
+pub struct Field<'a> {
+    pub ident: &'a Ident,
+    pub ty: &'a Type,
+    pub attrs: attr::Field,
+    /// The name serde writes, after `rename` and `rename_all`.
+    pub stored_name: String,
+}
+
+impl<'a> Input<'a> {
+    /// The model of `input`, or `None` (with the error recorded) if it is not a struct with
+    /// named fields.
+    pub fn from_syn(cx: &Ctxt, input: &'a DeriveInput) -> Option<Self> {
+        let attrs = attr::Container::from_ast(cx, &input.attrs);
+        let named = match &input.data {
+            Data::Struct(data) => match &data.fields {
+                Fields::Named(named) => named,
+                Fields::Unnamed(unnamed) => {
+                    cx.error_spanned_by(
+                        unnamed,
+                        "`Idempotent` needs a struct with named fields: a tuple struct has no field names to store",
+                    );
+                    return None;
+                }
+                Fields::Unit => {
+                    cx.error_spanned_by(
+                        &input.ident,
+                        "`Idempotent` needs a struct with named fields: a unit struct has no key to identify a document",
+                    );
+                    return None;
+                }
+            },
+            Data::Enum(data) => {
+                cx.error_spanned_by(
+                    data.enum_token,
+                    "`Idempotent` cannot be derived for an enum: a document type is a struct with named fields",
+                );
+                return None;
+            }
+            Data::Union(data) => {
+                cx.error_spanned_by(
+                    data.union_token,
+                    "`Idempotent` cannot be derived for a union: a document type is a struct with named fields",
+                );
+                return None;
+            }
+        };
+        let fields = named
+            .named
+            .iter()
+            .filter_map(|field| {
+                let ident = field.ident.as_ref()?;
+                let field_attrs = attr::Field::from_ast(cx, &field.attrs);
+                let stored_name = stored_name(ident, &field_attrs, &attrs);
+                Some(Field { ident, ty: &field.ty, attrs: field_attrs, stored_name })
+            })
+            .collect();
+        Some(Input { ident: &input.ident, vis: &input.vis, generics: &input.generics, attrs, fields })
+    }
+
+    pub fn collection(&self) -> String {
+        self.attrs.collection.get().cloned().unwrap_or_else(|| snake_case(&self.ident.to_string()))
+    }
+
+    pub fn hash_field(&self) -> &str {
+        self.attrs.hash_field.get().map_or(crate::symbol::DEFAULT_HASH_FIELD, String::as_str)
+    }
+
+    pub fn key_fields(&self) -> impl Iterator<Item = &Field<'a>> {
+        self.fields.iter().filter(|field| field.attrs.key.is_set())
+    }
+
+    pub fn timestamp_field(&self) -> Option<&Field<'a>> {
+        self.fields.iter().find(|field| field.attrs.timestamp.is_set())
+    }
+}
+
+impl Field<'_> {
+    /// The field's name in Rust, without `r#`.
+    pub fn name(&self) -> String {
+        let name = self.ident.to_string();
+        name.strip_prefix("r#").map_or(name.clone(), str::to_owned)
+    }
+}
+
+fn stored_name(ident: &Ident, field: &attr::Field, container: &attr::Container) -> String {
+    let name = ident.to_string();
+    let name = name.strip_prefix("r#").unwrap_or(&name);
+    match (&field.rename, container.rename_all) {
+        (Some(rename), _) => rename.clone(),
+        (None, Some(rule)) => rule.apply_to_field(name),
+        (None, None) => name.to_owned(),
+    }
+}

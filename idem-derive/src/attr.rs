@@ -1,0 +1,307 @@
+//! Reads `#[idem(…)]` and the `#[serde(…)]` attributes that change what is stored.
+//!
+//! Every value is recorded with the span of the tokens that set it, so a later rule can point at
+//! the attribute it objects to. A repeated attribute is reported on its second occurrence.
+
+use proc_macro2::Span;
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{Attribute, Expr, ExprLit, Lit, LitStr};
+
+use crate::case::RenameRule;
+use crate::ctxt::Ctxt;
+use crate::symbol::*;
+
+/// One attribute value and where it was written.
+pub struct Attr<T> {
+    name: Symbol,
+    value: Option<(T, Span)>,
+}
+
+impl<T> Attr<T> {
+    fn none(name: Symbol) -> Self {
+        Attr { name, value: None }
+    }
+
+    fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
+        if self.value.is_some() {
+            cx.syn_error(syn::Error::new(span, format!("duplicate `#[idem({})]` attribute", self.name)));
+        } else {
+            self.value = Some((value, span));
+        }
+    }
+
+    pub fn get(&self) -> Option<&T> {
+        self.value.as_ref().map(|(value, _)| value)
+    }
+
+    pub fn span(&self) -> Option<Span> {
+        self.value.as_ref().map(|(_, span)| *span)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.value.is_some()
+    }
+}
+
+/// The id schemes, as the derive names them.
+#[derive(Copy, Clone)]
+pub enum IdScheme {
+    V1,
+    Joined,
+}
+
+/// Attributes on the struct.
+pub struct Container {
+    pub collection: Attr<String>,
+    pub crate_path: Attr<syn::Path>,
+    pub id_scheme: Attr<IdScheme>,
+    pub hash_field: Attr<String>,
+    /// serde's `rename_all` (its serialize half).
+    pub rename_all: Option<RenameRule>,
+}
+
+impl Container {
+    pub fn from_ast(cx: &Ctxt, attrs: &[Attribute]) -> Self {
+        let mut container = Container {
+            collection: Attr::none(COLLECTION),
+            crate_path: Attr::none(CRATE),
+            id_scheme: Attr::none(ID_SCHEME),
+            hash_field: Attr::none(HASH_FIELD),
+            rename_all: None,
+        };
+        for attr in attrs {
+            if attr.path() == IDEM {
+                parse_each(cx, attr, |meta| container.read_idem(cx, meta));
+            } else if attr.path() == SERDE {
+                read_serde(attr, |meta| {
+                    if meta.path == RENAME_ALL {
+                        if let Some(rule) = serialize_name(meta)?.and_then(|name| RenameRule::from_name(&name)) {
+                            container.rename_all = Some(rule);
+                        }
+                        return Ok(());
+                    }
+                    skip_meta(meta)
+                });
+            }
+        }
+        container
+    }
+
+    fn read_idem(&mut self, cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<()> {
+        let span = meta.path.span();
+        if meta.path == COLLECTION {
+            if let Some(name) = string_value(cx, meta, COLLECTION, "collection = \"posts\"")? {
+                self.collection.set(cx, span, name.value());
+            }
+        } else if meta.path == CRATE {
+            if let Some(path) = string_value(cx, meta, CRATE, "crate = \"::idem_core\"")? {
+                match path.parse::<syn::Path>() {
+                    Ok(path) => self.crate_path.set(cx, span, path),
+                    Err(_) => cx.error_spanned_by(&path, "`crate` expects a path, like `crate = \"::idem_core\"`"),
+                }
+            }
+        } else if meta.path == ID_SCHEME {
+            if let Some(scheme) = string_value(cx, meta, ID_SCHEME, "id_scheme = \"v1\"")? {
+                match scheme.value().as_str() {
+                    SCHEME_V1 => self.id_scheme.set(cx, span, IdScheme::V1),
+                    SCHEME_JOINED => self.id_scheme.set(cx, span, IdScheme::Joined),
+                    other => cx.error_spanned_by(
+                        &scheme,
+                        format!("unknown `id_scheme` {other:?}: expected \"{SCHEME_V1}\" or \"{SCHEME_JOINED}\""),
+                    ),
+                }
+            }
+        } else if meta.path == HASH_FIELD {
+            if let Some(name) = string_value(cx, meta, HASH_FIELD, "hash_field = \"sourceHash\"")? {
+                self.hash_field.set(cx, span, name.value());
+            }
+        } else if FIELD_ATTRIBUTES.iter().any(|word| meta.path == *word) {
+            cx.error_spanned_by(
+                &meta.path,
+                format!("`{}` is a field attribute: put `#[idem({})]` on a field", path_name(meta), path_name(meta)),
+            );
+            skip_meta(meta)?;
+        } else {
+            unknown(cx, meta, CONTAINER_ATTRIBUTES, "container")?;
+        }
+        Ok(())
+    }
+}
+
+/// Attributes on one field.
+pub struct Field {
+    pub key: Attr<()>,
+    pub timestamp: Attr<()>,
+    pub frozen: Attr<()>,
+    pub volatile: Attr<()>,
+    /// serde's `rename` (its serialize half).
+    pub rename: Option<String>,
+    /// `#[serde(skip)]` or `#[serde(skip_serializing)]`: the field is never stored.
+    pub skipped: Option<Span>,
+    /// `#[serde(flatten)]`: the field's own fields are stored in its place.
+    pub flattened: Option<Span>,
+}
+
+impl Field {
+    pub fn from_ast(cx: &Ctxt, attrs: &[Attribute]) -> Self {
+        let mut field = Field {
+            key: Attr::none(KEY),
+            timestamp: Attr::none(TIMESTAMP),
+            frozen: Attr::none(FROZEN),
+            volatile: Attr::none(VOLATILE),
+            rename: None,
+            skipped: None,
+            flattened: None,
+        };
+        for attr in attrs {
+            if attr.path() == IDEM {
+                parse_each(cx, attr, |meta| field.read_idem(cx, meta));
+            } else if attr.path() == SERDE {
+                read_serde(attr, |meta| field.read_serde(meta));
+            }
+        }
+        field
+    }
+
+    fn read_idem(&mut self, cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<()> {
+        let flag = if meta.path == KEY {
+            &mut self.key
+        } else if meta.path == TIMESTAMP {
+            &mut self.timestamp
+        } else if meta.path == FROZEN {
+            &mut self.frozen
+        } else if meta.path == VOLATILE {
+            &mut self.volatile
+        } else if CONTAINER_ATTRIBUTES.iter().any(|word| meta.path == *word) {
+            cx.error_spanned_by(
+                &meta.path,
+                format!("`{}` is a container attribute: put it in `#[idem(…)]` on the struct", path_name(meta)),
+            );
+            return skip_meta(meta);
+        } else {
+            return unknown(cx, meta, FIELD_ATTRIBUTES, "field");
+        };
+        if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
+            cx.error_spanned_by(&meta.path, format!("`{}` takes no value: write `#[idem({})]`", flag.name, flag.name));
+            skip_meta(meta)?;
+        }
+        flag.set(cx, meta.path.span(), ());
+        Ok(())
+    }
+
+    fn read_serde(&mut self, meta: &ParseNestedMeta) -> syn::Result<()> {
+        if meta.path == RENAME {
+            if let Some(name) = serialize_name(meta)? {
+                self.rename = Some(name);
+            }
+        } else if meta.path == SKIP || meta.path == SKIP_SERIALIZING {
+            self.skipped = Some(meta.path.span());
+        } else if meta.path == FLATTEN {
+            self.flattened = Some(meta.path.span());
+        } else {
+            skip_meta(meta)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `read` on each item of `#[idem(…)]`, recording a syntax error instead of stopping.
+fn parse_each(cx: &Ctxt, attr: &Attribute, mut read: impl FnMut(&ParseNestedMeta) -> syn::Result<()>) {
+    if let Err(error) = attr.parse_nested_meta(|meta| read(&meta)) {
+        cx.syn_error(error);
+    }
+}
+
+/// Reads `#[serde(…)]` leniently: serde reports its own syntax errors, so ours would be noise.
+fn read_serde(attr: &Attribute, mut read: impl FnMut(&ParseNestedMeta) -> syn::Result<()>) {
+    let _ = attr.parse_nested_meta(|meta| read(&meta));
+}
+
+/// The string value of `name = "…"`, or an error if the value is not a string literal.
+fn string_value(cx: &Ctxt, meta: &ParseNestedMeta, name: Symbol, example: &str) -> syn::Result<Option<LitStr>> {
+    if !meta.input.peek(syn::Token![=]) {
+        cx.error_spanned_by(&meta.path, format!("`{name}` expects a string literal, like `{example}`"));
+        skip_meta(meta)?;
+        return Ok(None);
+    }
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Lit(ExprLit { lit: Lit::Str(text), .. }) => Ok(Some(text)),
+        other => {
+            cx.error_spanned_by(other, format!("`{name}` expects a string literal, like `{example}`"));
+            Ok(None)
+        }
+    }
+}
+
+/// serde's `name = "…"` or `name(serialize = "…", deserialize = "…")`: the name serde writes.
+fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<String>> {
+    if meta.input.peek(syn::Token![=]) {
+        return Ok(literal_text(&meta.value()?.parse::<Expr>()?));
+    }
+    let mut name = None;
+    if meta.input.peek(syn::token::Paren) {
+        meta.parse_nested_meta(|inner| {
+            if inner.path == SERIALIZE {
+                name = literal_text(&inner.value()?.parse::<Expr>()?);
+                Ok(())
+            } else {
+                skip_meta(&inner)
+            }
+        })?;
+    }
+    Ok(name)
+}
+
+fn literal_text(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Lit(ExprLit { lit: Lit::Str(text), .. }) => Some(text.value()),
+        _ => None,
+    }
+}
+
+/// Consumes the value of an attribute we do not read: `= expr` or `(…)`.
+fn skip_meta(meta: &ParseNestedMeta) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.parse_nested_meta(|inner| skip_meta(&inner))?;
+    }
+    Ok(())
+}
+
+fn path_name(meta: &ParseNestedMeta) -> String {
+    meta.path.get_ident().map_or_else(|| "?".to_owned(), ToString::to_string)
+}
+
+/// Reports an unknown attribute, suggesting the closest known one.
+fn unknown(cx: &Ctxt, meta: &ParseNestedMeta, known: &[Symbol], place: &str) -> syn::Result<()> {
+    let name = path_name(meta);
+    let suggestion = known
+        .iter()
+        .map(|word| (edit_distance(&name, word.0), word))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance);
+    let expected = known.iter().map(|word| format!("`{word}`")).collect::<Vec<_>>().join(", ");
+    let message = match suggestion {
+        Some((_, word)) => format!("unknown {place} attribute `{name}`; did you mean `{word}`?"),
+        None => format!("unknown {place} attribute `{name}`; expected one of {expected}"),
+    };
+    cx.error_spanned_by(&meta.path, message);
+    skip_meta(meta)
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}

@@ -1,0 +1,219 @@
+//! Writes the generated code: the `Idempotent` impl (backend-neutral metadata and accessors) and
+//! the inherent conveniences, inside `const _: () = { … }` with one alias to the runtime.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::spanned::Spanned;
+use syn::{DeriveInput, WhereClause};
+
+use crate::ast::{Field, Input};
+use crate::attr::IdScheme;
+use crate::ctxt::Ctxt;
+use crate::{check, fallback};
+
+pub fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let model = crate::ast::Input::from_syn(&cx, input);
+    if let Some(model) = &model {
+        check::check(&cx, model);
+    }
+    let runtime = model.as_ref().and_then(|model| model.attrs.crate_path.get().cloned());
+    match (cx.check(), model) {
+        (Ok(()), Some(model)) => expand(&model),
+        (Err(errors), _) => {
+            let mut output = errors.to_compile_error();
+            output.extend(fallback::stub(input, runtime));
+            output
+        }
+        // `from_syn` records an error whenever it returns `None`.
+        (Ok(()), None) => TokenStream::new(),
+    }
+}
+
+/// The path to the runtime crate: `::idem_core`, or the `crate = "…"` override.
+pub fn runtime_path(path: Option<syn::Path>) -> TokenStream {
+    match path {
+        Some(path) => quote!(#path),
+        None => quote!(::idem_core),
+    }
+}
+
+fn expand(input: &Input) -> TokenStream {
+    let ident = input.ident;
+    let vis = input.vis;
+    let runtime = runtime_path(input.attrs.crate_path.get().cloned());
+    let (impl_generics, ty_generics, _) = input.generics.split_for_impl();
+    let where_clause = bounded_where_clause(input);
+
+    let collection = input.collection();
+    let hash_field = input.hash_field();
+    let scheme = match input.attrs.id_scheme.get() {
+        Some(IdScheme::Joined) => quote!(Joined),
+        Some(IdScheme::V1) | None => quote!(V1),
+    };
+    let fields = input.fields.iter().filter_map(field_spec);
+
+    let key_idents: Vec<_> = input.key_fields().map(|field| field.ident).collect();
+    let key_types = input.key_fields().map(|field| field.ty);
+    // The parameters of `derive_id` are named after the fields they take.
+    let key_params = &key_idents;
+    let (timestamp_self, timestamp_param) = match input.timestamp_field() {
+        Some(field) => {
+            let ident = field.ident;
+            let ty = field.ty;
+            (
+                quote!(__idem::__private::Some(&self.#ident)),
+                Some((quote!(#ident: &#ty,), quote!(__idem::__private::Some(#ident)))),
+            )
+        }
+        None => (quote!(__idem::__private::None), None),
+    };
+    let timestamp_arg = timestamp_param.as_ref().map(|(arg, _)| arg);
+    let timestamp_value = timestamp_param.as_ref().map_or(quote!(__idem::__private::None), |(_, value)| value.clone());
+
+    let derive_id_doc = derive_id_doc(input);
+    let type_name = ident.to_string();
+    let id_doc = format!("The deterministic id of this `{type_name}`: see [`{type_name}::derive_id`].");
+    let hash_doc = format!(
+        "The content hash of this `{type_name}`: every stored field except the volatile ones and `{hash_field}`."
+    );
+    let upsert_doc = format!(
+        "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate."
+    );
+    let index_doc = format!("Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent.");
+
+    quote! {
+        const _: () = {
+            use #runtime as __idem;
+
+            #[automatically_derived]
+            impl #impl_generics __idem::Idempotent for #ident #ty_generics #where_clause {
+                const MODEL: __idem::Model = __idem::Model::new(
+                    #collection,
+                    __idem::IdScheme::#scheme,
+                    #hash_field,
+                    &[#(#fields),*],
+                );
+
+                fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
+                    __idem::__private::derive_id(
+                        &<Self as __idem::Idempotent>::MODEL,
+                        &[#(&self.#key_idents),*],
+                        #timestamp_self,
+                    )
+                }
+
+                fn natural_key(&self) -> __idem::NaturalKey {
+                    __idem::__private::natural_key(
+                        &<Self as __idem::Idempotent>::MODEL,
+                        &[#(&self.#key_idents),*],
+                    )
+                }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #ident #ty_generics #where_clause {
+                #[doc = #derive_id_doc]
+                #vis fn derive_id(
+                    #(#key_params: &#key_types,)*
+                    #timestamp_arg
+                ) -> __idem::__private::Result<__idem::Id, __idem::Error> {
+                    __idem::__private::derive_id(
+                        &<Self as __idem::Idempotent>::MODEL,
+                        &[#(#key_params),*],
+                        #timestamp_value,
+                    )
+                }
+
+                #[doc = #id_doc]
+                #vis fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
+                    <Self as __idem::Idempotent>::id(self)
+                }
+
+                #[doc = #hash_doc]
+                #vis fn content_hash(&self) -> __idem::__private::Result<__idem::ContentHash, __idem::Error>
+                where
+                    Self: __idem::__private::Serialize,
+                {
+                    <Self as __idem::Idempotent>::content_hash(self)
+                }
+
+                #[doc = #upsert_doc]
+                #vis fn upsert<'__a, __B: __idem::Backend>(
+                    &'__a self,
+                    store: &'__a __B,
+                ) -> impl __idem::__private::Future<
+                    Output = __idem::__private::Result<__idem::Outcome, __idem::Error>,
+                > + __idem::__private::Send + '__a
+                where
+                    Self: __idem::__private::Serialize + ::core::marker::Sync,
+                {
+                    __idem::Backend::upsert(store, self)
+                }
+
+                #[doc = #index_doc]
+                #vis fn ensure_indexes<__B: __idem::Backend>(
+                    store: &__B,
+                ) -> impl __idem::__private::Future<
+                    Output = __idem::__private::Result<(), __idem::Error>,
+                > + __idem::__private::Send + '_ {
+                    __idem::Backend::ensure_indexes::<Self>(store)
+                }
+            }
+        };
+    }
+}
+
+/// `Field::new("name", "storedName", Role::…)` for a field with a role.
+fn field_spec(field: &Field) -> Option<TokenStream> {
+    let attrs = &field.attrs;
+    let role = if attrs.key.is_set() {
+        quote!(Key)
+    } else if attrs.timestamp.is_set() {
+        quote!(Timestamp)
+    } else if attrs.frozen.is_set() {
+        quote!(Frozen)
+    } else if attrs.volatile.is_set() {
+        quote!(Volatile)
+    } else {
+        return None;
+    };
+    let name = field.name();
+    let stored_name = &field.stored_name;
+    Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#role)))
+}
+
+/// The input's where clause plus the type requirements of the key and timestamp fields, each
+/// spanned on the field's type so the compiler's message points there.
+fn bounded_where_clause(input: &Input) -> WhereClause {
+    let mut where_clause = input
+        .generics
+        .where_clause
+        .clone()
+        .unwrap_or_else(|| WhereClause { where_token: Default::default(), predicates: Default::default() });
+    for field in input.key_fields() {
+        let ty = field.ty;
+        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdKey));
+    }
+    if let Some(field) = input.timestamp_field() {
+        let ty = field.ty;
+        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdTimestamp));
+    }
+    where_clause
+}
+
+fn derive_id_doc(input: &Input) -> String {
+    let keys: Vec<String> = input.key_fields().map(|field| format!("`{}`", field.name())).collect();
+    let time = match input.timestamp_field() {
+        Some(field) => format!("its time part from `{}`", field.name()),
+        None => "a zero time part (no timestamp field)".to_owned(),
+    };
+    format!(
+        "Derives the id of a `{}` from raw values, without building one: the hash part from {} \
+         in this order, {}.",
+        input.ident,
+        keys.join(", "),
+        time
+    )
+}
+
