@@ -99,9 +99,15 @@ impl Serialize for ContentHash {
 }
 
 /// The content hash of a document of `model`: its hashed fields only.
-pub fn content_hash<T: Serialize + ?Sized>(value: &T, model: &Model) -> Result<ContentHash, String> {
+pub fn content_hash<T: Serialize + ?Sized>(
+    value: &T,
+    model: &Model,
+) -> Result<ContentHash, String> {
     let mut sink = HashSink::new();
-    value.serialize(Encoder { sink: &mut sink, top_level: Some(model) })?;
+    value.serialize(Encoder {
+        sink: &mut sink,
+        top_level: Some(model),
+    })?;
     Ok(sink.finish())
 }
 
@@ -111,21 +117,30 @@ pub fn canonical_document_bytes<T: Serialize + ?Sized>(
     model: &Model,
 ) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
-    value.serialize(Encoder { sink: &mut bytes, top_level: Some(model) })?;
+    value.serialize(Encoder {
+        sink: &mut bytes,
+        top_level: Some(model),
+    })?;
     Ok(bytes)
 }
 
 /// The canonical encoding of any value, every field included.
 pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
-    value.serialize(Encoder { sink: &mut bytes, top_level: None })?;
+    value.serialize(Encoder {
+        sink: &mut bytes,
+        top_level: None,
+    })?;
     Ok(bytes)
 }
 
 /// SHA-256 over the canonical encoding of any value, every field included.
 pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, String> {
     let mut sink = HashSink::new();
-    value.serialize(Encoder { sink: &mut sink, top_level: None })?;
+    value.serialize(Encoder {
+        sink: &mut sink,
+        top_level: None,
+    })?;
     Ok(sink.finish())
 }
 
@@ -171,7 +186,11 @@ impl HashSink {
     const CAPACITY: usize = 512;
 
     fn new() -> Self {
-        HashSink { hasher: Sha256::new(), buffer: [0; Self::CAPACITY], len: 0 }
+        HashSink {
+            hasher: Sha256::new(),
+            buffer: [0; Self::CAPACITY],
+            len: 0,
+        }
     }
 
     fn finish(mut self) -> ContentHash {
@@ -248,7 +267,10 @@ fn write_text<S: Sink>(sink: &mut S, tag: u8, bytes: &[u8]) {
 }
 
 fn nested<S: Sink>(sink: &mut S) -> Encoder<'_, S> {
-    Encoder { sink, top_level: None }
+    Encoder {
+        sink,
+        top_level: None,
+    }
 }
 
 impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
@@ -438,7 +460,10 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         _len: usize,
     ) -> Result<Struct<'s, S>, EncodeError> {
         self.sink.write(&[STRUCT_START]);
-        Ok(Struct { sink: self.sink, top_level: self.top_level })
+        Ok(Struct {
+            sink: self.sink,
+            top_level: self.top_level,
+        })
     }
 
     fn serialize_struct_variant(
@@ -451,7 +476,10 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         self.sink.write(&[VARIANT]);
         self.text(variant);
         self.sink.write(&[STRUCT_START]);
-        Ok(Struct { sink: self.sink, top_level: None })
+        Ok(Struct {
+            sink: self.sink,
+            top_level: None,
+        })
     }
 }
 
@@ -599,7 +627,11 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
         let key_start = self.buffer.len();
         key.serialize(nested(&mut self.buffer))?;
         let value_start = self.buffer.len();
-        self.entries.push(Entry { key_start, value_start, end: value_start });
+        self.entries.push(Entry {
+            key_start,
+            value_start,
+            end: value_start,
+        });
         Ok(())
     }
 

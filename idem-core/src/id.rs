@@ -44,7 +44,10 @@ impl Id {
         }
         let mut random = [0u8; 16];
         random[6..].copy_from_slice(&hash_part);
-        Ok(Id(ulid::Ulid::from_parts(timestamp_ms, u128::from_be_bytes(random))))
+        Ok(Id(ulid::Ulid::from_parts(
+            timestamp_ms,
+            u128::from_be_bytes(random),
+        )))
     }
 
     /// Milliseconds since the Unix epoch held in the id's time part.
@@ -230,7 +233,14 @@ macro_rules! text_keys {
         }
     )*};
 }
-text_keys!(str, String, Box<str>, std::rc::Rc<str>, std::sync::Arc<str>, std::borrow::Cow<'_, str>);
+text_keys!(
+    str,
+    String,
+    Box<str>,
+    std::rc::Rc<str>,
+    std::sync::Arc<str>,
+    std::borrow::Cow<'_, str>
+);
 
 macro_rules! integer_keys {
     ($($ty:ty),*) => {$(
@@ -421,7 +431,10 @@ fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
 }
 
 fn key_name(model: &Model, index: usize) -> &'static str {
-    model.key_fields().nth(index).map_or("", |field| field.name())
+    model
+        .key_fields()
+        .nth(index)
+        .map_or("", |field| field.name())
 }
 
 fn first_ten(digest: &[u8]) -> [u8; 10] {
@@ -508,7 +521,10 @@ struct DigitBuffer {
 
 impl Default for DigitBuffer {
     fn default() -> Self {
-        DigitBuffer { bytes: [0; 40], len: 0 }
+        DigitBuffer {
+            bytes: [0; 40],
+            len: 0,
+        }
     }
 }
 

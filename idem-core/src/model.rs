@@ -26,8 +26,10 @@ pub trait Idempotent {
     where
         Self: serde::Serialize,
     {
-        crate::hash::content_hash(self, &Self::MODEL)
-            .map_err(|message| Error::Serialize { document: self.document_ref(), message })
+        crate::hash::content_hash(self, &Self::MODEL).map_err(|message| Error::Serialize {
+            document: self.document_ref(),
+            message,
+        })
     }
 
     /// The collection and natural key, as errors name the document.
@@ -68,7 +70,11 @@ pub struct Field {
 impl Field {
     /// A field: its Rust name, the name serde stores it under, and its role.
     pub const fn new(name: &'static str, stored_name: &'static str, role: Role) -> Self {
-        Field { name, stored_name, role }
+        Field {
+            name,
+            stored_name,
+            role,
+        }
     }
 
     /// The field's name in the Rust type.
@@ -104,7 +110,12 @@ impl Model {
         hash_field: &'static str,
         fields: &'static [Field],
     ) -> Self {
-        Model { collection, id_scheme, hash_field, fields }
+        Model {
+            collection,
+            id_scheme,
+            hash_field,
+            fields,
+        }
     }
 
     /// The collection (or table) name.
@@ -194,7 +205,10 @@ pub struct DocumentRef {
 impl DocumentRef {
     /// The document of `model` with this natural key.
     pub fn new(model: &Model, natural_key: NaturalKey) -> Self {
-        DocumentRef { collection: model.collection(), natural_key }
+        DocumentRef {
+            collection: model.collection(),
+            natural_key,
+        }
     }
 
     /// The collection of `model` as a whole.

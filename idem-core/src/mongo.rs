@@ -64,7 +64,10 @@ pub struct Store {
 impl Store {
     /// A store writing to `database`.
     pub fn new(database: Database) -> Self {
-        Store { database, indexed_collections: Arc::default() }
+        Store {
+            database,
+            indexed_collections: Arc::default(),
+        }
     }
 
     /// The database written to.
@@ -112,10 +115,17 @@ impl Store {
                         return Ok(outcome);
                     }
                 }
-                Err(source) => return Err(Error::Mongo { document: write.document.clone(), source }),
+                Err(source) => {
+                    return Err(Error::Mongo {
+                        document: write.document.clone(),
+                        source,
+                    })
+                }
             }
         }
-        Err(Error::Contention { document: write.document })
+        Err(Error::Contention {
+            document: write.document,
+        })
     }
 
     /// Reads what stopped a guarded write: `Unchanged`, a refusal, or `None` if the document
@@ -127,20 +137,26 @@ impl Store {
     ) -> Result<Option<Outcome>, Error> {
         let mut by_id = None;
         let mut by_natural_key = None;
-        let filter = doc! { "$or": [ { "_id": write.id_text.as_str() }, write.natural_key_filter() ] };
+        let filter =
+            doc! { "$or": [ { "_id": write.id_text.as_str() }, write.natural_key_filter() ] };
         let mut cursor = collection
             .find(filter)
             .limit(2)
             .await
-            .map_err(|source| Error::Mongo { document: write.document.clone(), source })?;
-        while cursor
-            .advance()
-            .await
-            .map_err(|source| Error::Mongo { document: write.document.clone(), source })?
-        {
+            .map_err(|source| Error::Mongo {
+                document: write.document.clone(),
+                source,
+            })?;
+        while cursor.advance().await.map_err(|source| Error::Mongo {
+            document: write.document.clone(),
+            source,
+        })? {
             let stored: Document = cursor
                 .deserialize_current()
-                .map_err(|source| Error::Mongo { document: write.document.clone(), source })?;
+                .map_err(|source| Error::Mongo {
+                    document: write.document.clone(),
+                    source,
+                })?;
             if stored.get_str("_id").ok() == Some(write.id_text.as_str()) {
                 by_id = Some(stored);
             } else {
@@ -168,10 +184,15 @@ impl Store {
             .raw_collection(model)
             .list_index_names()
             .await
-            .map_err(|source| Error::Mongo { document: DocumentRef::collection(model), source });
+            .map_err(|source| Error::Mongo {
+                document: DocumentRef::collection(model),
+                source,
+            });
         // A collection that does not exist yet has no indexes; listing them fails on some
         // servers and returns nothing on others.
-        let present = names.map(|names| names.iter().any(|name| name == NATURAL_KEY_INDEX)).unwrap_or(false);
+        let present = names
+            .map(|names| names.iter().any(|name| name == NATURAL_KEY_INDEX))
+            .unwrap_or(false);
         if present {
             self.remember_indexed(model);
             return Ok(());
@@ -186,23 +207,37 @@ impl Store {
             .collect();
         let index = IndexModel::builder()
             .keys(keys)
-            .options(IndexOptions::builder().name(NATURAL_KEY_INDEX.to_owned()).unique(true).build())
+            .options(
+                IndexOptions::builder()
+                    .name(NATURAL_KEY_INDEX.to_owned())
+                    .unique(true)
+                    .build(),
+            )
             .build();
         self.raw_collection(model)
             .create_index(index)
             .await
-            .map_err(|source| Error::Mongo { document: DocumentRef::collection(model), source })?;
+            .map_err(|source| Error::Mongo {
+                document: DocumentRef::collection(model),
+                source,
+            })?;
         self.remember_indexed(model);
         Ok(())
     }
 
     fn is_indexed(&self, model: &Model) -> bool {
-        let indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        let indexed = self
+            .indexed_collections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         indexed.contains(model.collection())
     }
 
     fn remember_indexed(&self, model: &Model) {
-        let mut indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut indexed = self
+            .indexed_collections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         indexed.insert(model.collection());
     }
 
@@ -245,9 +280,14 @@ impl PreparedWrite {
         let id_text = id.to_string();
         let hash = doc.content_hash()?.to_hex();
         let document = doc.document_ref();
-        let mut body = bson::to_document(doc)
-            .map_err(|error| Error::Serialize { document: document.clone(), message: error.to_string() })?;
-        if let Some(missing) = model.frozen_fields().find(|field| !body.contains_key(field.stored_name())) {
+        let mut body = bson::to_document(doc).map_err(|error| Error::Serialize {
+            document: document.clone(),
+            message: error.to_string(),
+        })?;
+        if let Some(missing) = model
+            .frozen_fields()
+            .find(|field| !body.contains_key(field.stored_name()))
+        {
             return Err(Error::FieldNotSerialized {
                 document,
                 field: missing.name(),
@@ -255,7 +295,14 @@ impl PreparedWrite {
             });
         }
         body.insert(model.hash_field(), hash.clone());
-        Ok(PreparedWrite { model, document, id, id_text, hash, body })
+        Ok(PreparedWrite {
+            model,
+            document,
+            id,
+            id_text,
+            hash,
+            body,
+        })
     }
 
     fn value(&self, field: &Field) -> &Bson {
@@ -268,7 +315,12 @@ impl PreparedWrite {
     fn natural_key_filter(&self) -> Document {
         self.model
             .key_fields()
-            .map(|field| (field.stored_name().to_owned(), Bson::Document(doc! { "$eq": self.value(field).clone() })))
+            .map(|field| {
+                (
+                    field.stored_name().to_owned(),
+                    Bson::Document(doc! { "$eq": self.value(field).clone() }),
+                )
+            })
             .collect()
     }
 
@@ -301,7 +353,8 @@ impl PreparedWrite {
         self.model.frozen_fields().find_map(|field| {
             let stored_value = stored.get(field.stored_name())?;
             let incoming = self.value(field);
-            (!bson_equal(stored_value, incoming)).then(|| self.refusal(stored, field.name(), Some(stored_value), incoming))
+            (!bson_equal(stored_value, incoming))
+                .then(|| self.refusal(stored, field.name(), Some(stored_value), incoming))
         })
     }
 
@@ -317,10 +370,21 @@ impl PreparedWrite {
             }
         }
         let stored_id = stored.get("_id");
-        self.refusal(stored, "_id", stored_id, &Bson::String(self.id_text.clone()))
+        self.refusal(
+            stored,
+            "_id",
+            stored_id,
+            &Bson::String(self.id_text.clone()),
+        )
     }
 
-    fn refusal(&self, stored: &Document, field: &'static str, stored_value: Option<&Bson>, incoming: &Bson) -> Error {
+    fn refusal(
+        &self,
+        stored: &Document,
+        field: &'static str,
+        stored_value: Option<&Bson>,
+        incoming: &Bson,
+    ) -> Error {
         // A stored `_id` that is not a ULID was not written by idem; name the incoming id then.
         let stored_id = stored.get_str("_id").ok().and_then(|id| id.parse().ok());
         Error::FrozenFieldChanged {
@@ -352,9 +416,14 @@ fn bson_equal(a: &Bson, b: &Bson) -> bool {
     match (a, b) {
         (Bson::Int64(x), Bson::Int64(y)) => x == y,
         (Bson::Document(x), Bson::Document(y)) => {
-            x.len() == y.len() && x.iter().zip(y.iter()).all(|((kx, vx), (ky, vy))| kx == ky && bson_equal(vx, vy))
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|((kx, vx), (ky, vy))| kx == ky && bson_equal(vx, vy))
         }
-        (Bson::Array(x), Bson::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| bson_equal(vx, vy)),
+        (Bson::Array(x), Bson::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| bson_equal(vx, vy))
+        }
         _ => match (number(a), number(b)) {
             (Some(x), Some(y)) => x == y,
             _ => a == b,
@@ -365,7 +434,9 @@ fn bson_equal(a: &Bson, b: &Bson) -> bool {
 fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
     match error.kind.as_ref() {
-        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.code == DUPLICATE_KEY,
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => {
+            write_error.code == DUPLICATE_KEY
+        }
         ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
         _ => false,
     }

@@ -68,18 +68,36 @@ impl<'a> Input<'a> {
                 let ident = field.ident.as_ref()?;
                 let field_attrs = attr::Field::from_ast(cx, &field.attrs);
                 let stored_name = stored_name(ident, &field_attrs, &attrs);
-                Some(Field { ident, ty: &field.ty, attrs: field_attrs, stored_name })
+                Some(Field {
+                    ident,
+                    ty: &field.ty,
+                    attrs: field_attrs,
+                    stored_name,
+                })
             })
             .collect();
-        Some(Input { ident: &input.ident, vis: &input.vis, generics: &input.generics, attrs, fields })
+        Some(Input {
+            ident: &input.ident,
+            vis: &input.vis,
+            generics: &input.generics,
+            attrs,
+            fields,
+        })
     }
 
     pub fn collection(&self) -> String {
-        self.attrs.collection.get().cloned().unwrap_or_else(|| snake_case(&self.ident.to_string()))
+        self.attrs
+            .collection
+            .get()
+            .cloned()
+            .unwrap_or_else(|| snake_case(&self.ident.to_string()))
     }
 
     pub fn hash_field(&self) -> &str {
-        self.attrs.hash_field.get().map_or(crate::symbol::DEFAULT_HASH_FIELD, String::as_str)
+        self.attrs
+            .hash_field
+            .get()
+            .map_or(crate::symbol::DEFAULT_HASH_FIELD, String::as_str)
     }
 
     pub fn key_fields(&self) -> impl Iterator<Item = &Field<'a>> {
@@ -87,7 +105,9 @@ impl<'a> Input<'a> {
     }
 
     pub fn timestamp_field(&self) -> Option<&Field<'a>> {
-        self.fields.iter().find(|field| field.attrs.timestamp.is_set())
+        self.fields
+            .iter()
+            .find(|field| field.attrs.timestamp.is_set())
     }
 }
 

@@ -25,7 +25,10 @@ impl<T> Attr<T> {
 
     fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
         if self.value.is_some() {
-            cx.syn_error(syn::Error::new(span, format!("duplicate `#[idem({})]` attribute", self.name)));
+            cx.syn_error(syn::Error::new(
+                span,
+                format!("duplicate `#[idem({})]` attribute", self.name),
+            ));
         } else {
             self.value = Some((value, span));
         }
@@ -76,7 +79,9 @@ impl Container {
             } else if attr.path() == SERDE {
                 read_serde(attr, |meta| {
                     if meta.path == RENAME_ALL {
-                        if let Some(rule) = serialize_name(meta)?.and_then(|name| RenameRule::from_name(&name)) {
+                        if let Some(rule) =
+                            serialize_name(meta)?.and_then(|name| RenameRule::from_name(&name))
+                        {
                             container.rename_all = Some(rule);
                         }
                         return Ok(());
@@ -98,7 +103,10 @@ impl Container {
             if let Some(path) = string_value(cx, meta, CRATE, "crate = \"::idem_core\"")? {
                 match path.parse::<syn::Path>() {
                     Ok(path) => self.crate_path.set(cx, span, path),
-                    Err(_) => cx.error_spanned_by(&path, "`crate` expects a path, like `crate = \"::idem_core\"`"),
+                    Err(_) => cx.error_spanned_by(
+                        &path,
+                        "`crate` expects a path, like `crate = \"::idem_core\"`",
+                    ),
                 }
             }
         } else if meta.path == ID_SCHEME {
@@ -119,7 +127,11 @@ impl Container {
         } else if FIELD_ATTRIBUTES.iter().any(|word| meta.path == *word) {
             cx.error_spanned_by(
                 &meta.path,
-                format!("`{}` is a field attribute: put `#[idem({})]` on a field", path_name(meta), path_name(meta)),
+                format!(
+                    "`{}` is a field attribute: put `#[idem({})]` on a field",
+                    path_name(meta),
+                    path_name(meta)
+                ),
             );
             skip_meta(meta)?;
         } else {
@@ -176,14 +188,23 @@ impl Field {
         } else if CONTAINER_ATTRIBUTES.iter().any(|word| meta.path == *word) {
             cx.error_spanned_by(
                 &meta.path,
-                format!("`{}` is a container attribute: put it in `#[idem(…)]` on the struct", path_name(meta)),
+                format!(
+                    "`{}` is a container attribute: put it in `#[idem(…)]` on the struct",
+                    path_name(meta)
+                ),
             );
             return skip_meta(meta);
         } else {
             return unknown(cx, meta, FIELD_ATTRIBUTES, "field");
         };
         if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
-            cx.error_spanned_by(&meta.path, format!("`{}` takes no value: write `#[idem({})]`", flag.name, flag.name));
+            cx.error_spanned_by(
+                &meta.path,
+                format!(
+                    "`{}` takes no value: write `#[idem({})]`",
+                    flag.name, flag.name
+                ),
+            );
             skip_meta(meta)?;
         }
         flag.set(cx, meta.path.span(), ());
@@ -207,7 +228,11 @@ impl Field {
 }
 
 /// Runs `read` on each item of `#[idem(…)]`, recording a syntax error instead of stopping.
-fn parse_each(cx: &Ctxt, attr: &Attribute, mut read: impl FnMut(&ParseNestedMeta) -> syn::Result<()>) {
+fn parse_each(
+    cx: &Ctxt,
+    attr: &Attribute,
+    mut read: impl FnMut(&ParseNestedMeta) -> syn::Result<()>,
+) {
     if let Err(error) = attr.parse_nested_meta(|meta| read(&meta)) {
         cx.syn_error(error);
     }
@@ -219,16 +244,30 @@ fn read_serde(attr: &Attribute, mut read: impl FnMut(&ParseNestedMeta) -> syn::R
 }
 
 /// The string value of `name = "…"`, or an error if the value is not a string literal.
-fn string_value(cx: &Ctxt, meta: &ParseNestedMeta, name: Symbol, example: &str) -> syn::Result<Option<LitStr>> {
+fn string_value(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta,
+    name: Symbol,
+    example: &str,
+) -> syn::Result<Option<LitStr>> {
     if !meta.input.peek(syn::Token![=]) {
-        cx.error_spanned_by(&meta.path, format!("`{name}` expects a string literal, like `{example}`"));
+        cx.error_spanned_by(
+            &meta.path,
+            format!("`{name}` expects a string literal, like `{example}`"),
+        );
         skip_meta(meta)?;
         return Ok(None);
     }
     match meta.value()?.parse::<Expr>()? {
-        Expr::Lit(ExprLit { lit: Lit::Str(text), .. }) => Ok(Some(text)),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(text),
+            ..
+        }) => Ok(Some(text)),
         other => {
-            cx.error_spanned_by(other, format!("`{name}` expects a string literal, like `{example}`"));
+            cx.error_spanned_by(
+                other,
+                format!("`{name}` expects a string literal, like `{example}`"),
+            );
             Ok(None)
         }
     }
@@ -255,7 +294,10 @@ fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<String>> {
 
 fn literal_text(expr: &Expr) -> Option<String> {
     match expr {
-        Expr::Lit(ExprLit { lit: Lit::Str(text), .. }) => Some(text.value()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(text),
+            ..
+        }) => Some(text.value()),
         _ => None,
     }
 }
@@ -271,7 +313,9 @@ fn skip_meta(meta: &ParseNestedMeta) -> syn::Result<()> {
 }
 
 fn path_name(meta: &ParseNestedMeta) -> String {
-    meta.path.get_ident().map_or_else(|| "?".to_owned(), ToString::to_string)
+    meta.path
+        .get_ident()
+        .map_or_else(|| "?".to_owned(), ToString::to_string)
 }
 
 /// Reports an unknown attribute, suggesting the closest known one.
@@ -282,7 +326,11 @@ fn unknown(cx: &Ctxt, meta: &ParseNestedMeta, known: &[Symbol], place: &str) -> 
         .map(|word| (edit_distance(&name, word.0), word))
         .filter(|(distance, _)| *distance <= 2)
         .min_by_key(|(distance, _)| *distance);
-    let expected = known.iter().map(|word| format!("`{word}`")).collect::<Vec<_>>().join(", ");
+    let expected = known
+        .iter()
+        .map(|word| format!("`{word}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let message = match suggestion {
         Some((_, word)) => format!("unknown {place} attribute `{name}`; did you mean `{word}`?"),
         None => format!("unknown {place} attribute `{name}`; expected one of {expected}"),

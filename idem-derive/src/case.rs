@@ -26,7 +26,10 @@ pub const RULES: &[(&str, RenameRule)] = &[
 
 impl RenameRule {
     pub fn from_name(name: &str) -> Option<Self> {
-        RULES.iter().find(|(rule_name, _)| *rule_name == name).map(|(_, rule)| *rule)
+        RULES
+            .iter()
+            .find(|(rule_name, _)| *rule_name == name)
+            .map(|(_, rule)| *rule)
     }
 
     /// The stored name of a field written in snake_case, exactly as serde computes it.

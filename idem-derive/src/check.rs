@@ -31,8 +31,13 @@ fn check_has_key(cx: &Ctxt, input: &Input) {
 
 // At most one field is `timestamp`: the id has one time part.
 fn check_single_timestamp(cx: &Ctxt, input: &Input) {
-    let mut timestamps = input.fields.iter().filter(|field| field.attrs.timestamp.is_set());
-    let Some(first) = timestamps.next() else { return };
+    let mut timestamps = input
+        .fields
+        .iter()
+        .filter(|field| field.attrs.timestamp.is_set());
+    let Some(first) = timestamps.next() else {
+        return;
+    };
     for extra in timestamps {
         error_at(
             cx,
@@ -73,8 +78,16 @@ fn check_role_conflicts(cx: &Ctxt, field: &Field) {
     ];
     for (conflict, first, second, why) in conflicts {
         if conflict {
-            let span = if second == "volatile" { attrs.volatile.span() } else { attrs.timestamp.span() };
-            error_at(cx, span, format!("`{first}` and `{second}` cannot be combined on one field: {why}"));
+            let span = if second == "volatile" {
+                attrs.volatile.span()
+            } else {
+                attrs.timestamp.span()
+            };
+            error_at(
+                cx,
+                span,
+                format!("`{first}` and `{second}` cannot be combined on one field: {why}"),
+            );
         }
     }
 }
@@ -83,10 +96,20 @@ fn check_role_conflicts(cx: &Ctxt, field: &Field) {
 fn check_role_is_stored(cx: &Ctxt, field: &Field) {
     let Some(role) = role_name(field) else { return };
     if let Some(span) = field.attrs.skipped {
-        error_at(cx, Some(span), format!("a `{role}` field must be stored: remove `#[serde(skip)]` or the `{role}` role"));
+        error_at(
+            cx,
+            Some(span),
+            format!(
+                "a `{role}` field must be stored: remove `#[serde(skip)]` or the `{role}` role"
+            ),
+        );
     }
     if let Some(span) = field.attrs.flattened {
-        error_at(cx, Some(span), format!("a `{role}` field cannot be `#[serde(flatten)]`: idem reads it back by name"));
+        error_at(
+            cx,
+            Some(span),
+            format!("a `{role}` field cannot be `#[serde(flatten)]`: idem reads it back by name"),
+        );
     }
 }
 
@@ -138,11 +161,19 @@ fn check_hash_field_name(cx: &Ctxt, input: &Input) {
 
 fn role_name(field: &Field) -> Option<&'static str> {
     let attrs = &field.attrs;
-    [(attrs.key.is_set(), "key"), (attrs.timestamp.is_set(), "timestamp"), (attrs.frozen.is_set(), "frozen"), (attrs.volatile.is_set(), "volatile")]
-        .into_iter()
-        .find_map(|(set, name)| set.then_some(name))
+    [
+        (attrs.key.is_set(), "key"),
+        (attrs.timestamp.is_set(), "timestamp"),
+        (attrs.frozen.is_set(), "frozen"),
+        (attrs.volatile.is_set(), "volatile"),
+    ]
+    .into_iter()
+    .find_map(|(set, name)| set.then_some(name))
 }
 
 fn error_at(cx: &Ctxt, span: Option<Span>, message: impl std::fmt::Display) {
-    cx.syn_error(syn::Error::new(span.unwrap_or_else(Span::call_site), message));
+    cx.syn_error(syn::Error::new(
+        span.unwrap_or_else(Span::call_site),
+        message,
+    ));
 }

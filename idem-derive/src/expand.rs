@@ -17,7 +17,9 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     if let Some(model) = &model {
         check::check(&cx, model);
     }
-    let runtime = model.as_ref().and_then(|model| model.attrs.crate_path.get().cloned());
+    let runtime = model
+        .as_ref()
+        .and_then(|model| model.attrs.crate_path.get().cloned());
     match (cx.check(), model) {
         (Ok(()), Some(model)) => expand(&model),
         (Err(errors), _) => {
@@ -63,24 +65,32 @@ fn expand(input: &Input) -> TokenStream {
             let ty = field.ty;
             (
                 quote!(__idem::__private::Some(&self.#ident)),
-                Some((quote!(#ident: &#ty,), quote!(__idem::__private::Some(#ident)))),
+                Some((
+                    quote!(#ident: &#ty,),
+                    quote!(__idem::__private::Some(#ident)),
+                )),
             )
         }
         None => (quote!(__idem::__private::None), None),
     };
     let timestamp_arg = timestamp_param.as_ref().map(|(arg, _)| arg);
-    let timestamp_value = timestamp_param.as_ref().map_or(quote!(__idem::__private::None), |(_, value)| value.clone());
+    let timestamp_value = timestamp_param
+        .as_ref()
+        .map_or(quote!(__idem::__private::None), |(_, value)| value.clone());
 
     let derive_id_doc = derive_id_doc(input);
     let type_name = ident.to_string();
-    let id_doc = format!("The deterministic id of this `{type_name}`: see [`{type_name}::derive_id`].");
+    let id_doc =
+        format!("The deterministic id of this `{type_name}`: see [`{type_name}::derive_id`].");
     let hash_doc = format!(
         "The content hash of this `{type_name}`: every stored field except the volatile ones and `{hash_field}`."
     );
     let upsert_doc = format!(
         "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate."
     );
-    let index_doc = format!("Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent.");
+    let index_doc = format!(
+        "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
+    );
 
     quote! {
         const _: () = {
@@ -190,20 +200,30 @@ fn bounded_where_clause(input: &Input) -> WhereClause {
         .generics
         .where_clause
         .clone()
-        .unwrap_or_else(|| WhereClause { where_token: Default::default(), predicates: Default::default() });
+        .unwrap_or_else(|| WhereClause {
+            where_token: Default::default(),
+            predicates: Default::default(),
+        });
     for field in input.key_fields() {
         let ty = field.ty;
-        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdKey));
+        where_clause
+            .predicates
+            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdKey));
     }
     if let Some(field) = input.timestamp_field() {
         let ty = field.ty;
-        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdTimestamp));
+        where_clause
+            .predicates
+            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdTimestamp));
     }
     where_clause
 }
 
 fn derive_id_doc(input: &Input) -> String {
-    let keys: Vec<String> = input.key_fields().map(|field| format!("`{}`", field.name())).collect();
+    let keys: Vec<String> = input
+        .key_fields()
+        .map(|field| format!("`{}`", field.name()))
+        .collect();
     let time = match input.timestamp_field() {
         Some(field) => format!("its time part from `{}`", field.name()),
         None => "a zero time part (no timestamp field)".to_owned(),
@@ -216,4 +236,3 @@ fn derive_id_doc(input: &Input) -> String {
         time
     )
 }
-

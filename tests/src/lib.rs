@@ -1,1 +1,154 @@
-//! Shared helpers of the integration tests: the server they run against, and command counting.
+//! Shared helpers of the integration tests: the server they run against, a database per test,
+//! and exact counts of the commands a test sends, from the driver's command monitoring.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mongodb::bson::{doc, Document};
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use mongodb::{Client, Database};
+
+/// The server under test: `MONGODB_URI`, which `scripts/test` sets after starting one.
+///
+/// A missing server fails the test instead of skipping it: a skipped server test proves nothing.
+pub fn server_uri() -> String {
+    std::env::var("MONGODB_URI").unwrap_or_else(|_| {
+        panic!(
+            "MONGODB_URI is not set: run `scripts/test`, which starts a test server, \
+             or point MONGODB_URI at a MongoDB-compatible server (with retryWrites=false)"
+        )
+    })
+}
+
+/// What a client sent: each command's name, and how many documents the server said each write
+/// command inserted or modified.
+#[derive(Clone, Default)]
+pub struct CommandLog(Arc<Mutex<Commands>>);
+
+/// The commands recorded since the last [`CommandLog::take`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Commands {
+    /// Command names in the order they were sent: one per round trip.
+    pub names: Vec<String>,
+    /// Documents inserted, upserted, modified or deleted, from the servers' replies.
+    pub documents_written: u64,
+}
+
+impl Commands {
+    /// How many round trips (commands) were made.
+    pub fn round_trips(&self) -> usize {
+        self.names.len()
+    }
+}
+
+impl CommandLog {
+    fn with<R>(&self, f: impl FnOnce(&mut Commands) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn observe(&self, event: CommandEvent) {
+        match event {
+            CommandEvent::Started(started) => self.with(|log| log.names.push(started.command_name)),
+            CommandEvent::Succeeded(succeeded) => {
+                let written = documents_written(&succeeded.command_name, &succeeded.reply);
+                self.with(|log| log.documents_written += written);
+            }
+            _ => {}
+        }
+    }
+
+    /// Everything recorded since the last `take`, and forget it.
+    pub fn take(&self) -> Commands {
+        self.with(std::mem::take)
+    }
+}
+
+/// The documents a write command's reply says it wrote.
+fn documents_written(command: &str, reply: &Document) -> u64 {
+    let count = |field: &str| match reply.get(field) {
+        Some(mongodb::bson::Bson::Int32(n)) => *n as u64,
+        Some(mongodb::bson::Bson::Int64(n)) => *n as u64,
+        _ => 0,
+    };
+    match command {
+        "insert" | "delete" => count("n"),
+        "update" => {
+            count("nModified")
+                + reply
+                    .get_array("upserted")
+                    .map_or(0, |upserted| upserted.len() as u64)
+        }
+        _ => 0,
+    }
+}
+
+/// A client of the server under test, recording every command it starts.
+pub async fn monitored_client() -> (Client, CommandLog) {
+    let mut options = ClientOptions::parse(server_uri())
+        .await
+        .expect("MONGODB_URI parses");
+    let log = CommandLog::default();
+    let recorder = log.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event: CommandEvent| {
+        recorder.observe(event)
+    }));
+    options.retry_writes = Some(false);
+    (
+        Client::with_options(options).expect("client options are valid"),
+        log,
+    )
+}
+
+/// A fresh, empty database for one test, named after it, on a monitored client.
+pub async fn fresh_database(test: &str) -> (Database, CommandLog) {
+    let (client, log) = monitored_client().await;
+    let name = format!("idem_{}_{}", test, std::process::id());
+    let database = client.database(&name);
+    database.drop().await.expect("dropping the test database");
+    let _ = log.take();
+    (database, log)
+}
+
+/// Every document of `collection`, raw, sorted by `_id`.
+pub async fn stored_documents(database: &Database, collection: &str) -> Vec<Document> {
+    let mut cursor = database
+        .collection::<Document>(collection)
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .expect("reading back");
+    let mut documents = Vec::new();
+    while cursor.advance().await.expect("reading back") {
+        documents.push(cursor.deserialize_current().expect("a document"));
+    }
+    documents
+}
+
+/// Arms the server's `failCommand` fail point: the next `times` commands named in `commands`
+/// are applied, then answered with a write-concern error, as if the acknowledgement were lost.
+pub async fn lose_next_acknowledgements(client: &Client, commands: &[&str], times: i32) {
+    client
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": times },
+            "data": {
+                "failCommands": commands,
+                "writeConcernError": { "code": 91, "errmsg": "acknowledgement lost (injected)" },
+            },
+        })
+        .await
+        .expect(
+            "the server accepts the failCommand fail point (start it with --enable-test-commands)",
+        );
+}
+
+/// Disarms the `failCommand` fail point.
+pub async fn clear_fail_point(client: &Client) {
+    client
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .expect("turning the fail point off");
+}

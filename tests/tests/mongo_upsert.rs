@@ -1,0 +1,405 @@
+//! `Store::upsert` against a real server: outcomes, round trips, guards, races, lost
+//! acknowledgements, and the stored form.
+
+use std::sync::Arc;
+
+use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::{clear_fail_point, fresh_database, lose_next_acknowledgements, stored_documents};
+use mongodb::bson::{doc, Document};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+}
+
+fn post() -> Post {
+    Post {
+        slug: "hello-world".into(),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000,
+        title: "Hello".into(),
+        body: "First post.".into(),
+        fetched_at: 1_700_000_100_000,
+        author_id: "ada".into(),
+    }
+}
+
+async fn indexed_store(test: &str) -> (Store, idem_tests::CommandLog) {
+    let (database, log) = fresh_database(test).await;
+    let store = Store::new(database);
+    store
+        .ensure_indexes::<Post>()
+        .await
+        .expect("creating the natural-key index");
+    let _ = log.take();
+    (store, log)
+}
+
+#[tokio::test]
+async fn first_write_inserts_in_one_round_trip() {
+    let (store, log) = indexed_store("insert_one_round_trip").await;
+    assert_eq!(post().upsert(&store).await.unwrap(), Outcome::Inserted);
+    let commands = log.take();
+    assert_eq!(commands.names, ["update"]);
+    assert_eq!(commands.documents_written, 1);
+}
+
+#[tokio::test]
+async fn changed_content_updates_in_one_round_trip() {
+    let (store, log) = indexed_store("update_one_round_trip").await;
+    store.upsert(&post()).await.unwrap();
+    let _ = log.take();
+    let edited = Post {
+        body: "First post, edited.".into(),
+        ..post()
+    };
+    assert_eq!(store.upsert(&edited).await.unwrap(), Outcome::Updated);
+    let commands = log.take();
+    assert_eq!(commands.names, ["update"]);
+    assert_eq!(commands.documents_written, 1);
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].get_str("body").unwrap(), "First post, edited.");
+    assert_eq!(
+        stored[0].get_str("sourceHash").unwrap(),
+        edited.content_hash().unwrap().to_hex()
+    );
+}
+
+#[tokio::test]
+async fn unchanged_content_writes_nothing_in_two_round_trips() {
+    let (store, log) = indexed_store("unchanged").await;
+    store.upsert(&post()).await.unwrap();
+    let before = stored_documents(store.database(), "posts").await;
+    let _ = log.take();
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Unchanged);
+    let commands = log.take();
+    assert_eq!(commands.round_trips(), 2, "{commands:?}");
+    assert_eq!(commands.documents_written, 0, "{commands:?}");
+    assert_eq!(stored_documents(store.database(), "posts").await, before);
+}
+
+#[tokio::test]
+async fn a_volatile_change_alone_writes_nothing() {
+    let (store, log) = indexed_store("volatile").await;
+    store.upsert(&post()).await.unwrap();
+    let before = stored_documents(store.database(), "posts").await;
+    let _ = log.take();
+    let refetched = Post {
+        fetched_at: 1_800_000_000_000,
+        ..post()
+    };
+    assert_eq!(store.upsert(&refetched).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored_documents(store.database(), "posts").await, before);
+}
+
+#[tokio::test]
+async fn a_changed_frozen_field_is_refused_and_the_stored_document_is_intact() {
+    let (store, log) = indexed_store("frozen").await;
+    store.upsert(&post()).await.unwrap();
+    let before = stored_documents(store.database(), "posts").await;
+    let _ = log.take();
+    let reassigned = Post {
+        author_id: "bob".into(),
+        body: "Rewritten.".into(),
+        ..post()
+    };
+    let error = store.upsert(&reassigned).await.unwrap_err();
+    match &error {
+        Error::FrozenFieldChanged {
+            document,
+            stored_id,
+            field,
+            stored,
+            incoming,
+        } => {
+            assert_eq!(document.collection, "posts");
+            assert_eq!(
+                document.natural_key.to_string(),
+                r#"{slug: "hello-world", lang: "en"}"#
+            );
+            assert_eq!(*stored_id, post().id().unwrap());
+            assert_eq!(*field, "author_id");
+            assert_eq!(stored, r#""ada""#);
+            assert_eq!(incoming, r#""bob""#);
+        }
+        other => panic!("expected FrozenFieldChanged, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains("author_id") && message.contains("hello-world"),
+        "{message}"
+    );
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored_documents(store.database(), "posts").await, before);
+}
+
+#[tokio::test]
+async fn a_changed_timestamp_is_refused_because_it_would_orphan_the_document() {
+    let (store, log) = indexed_store("orphan").await;
+    store.upsert(&post()).await.unwrap();
+    let before = stored_documents(store.database(), "posts").await;
+    let _ = log.take();
+    let moved = Post {
+        published_at: 1_700_000_000_001,
+        ..post()
+    };
+    assert_ne!(moved.id().unwrap(), post().id().unwrap());
+    match store.upsert(&moved).await.unwrap_err() {
+        Error::FrozenFieldChanged {
+            stored_id,
+            field,
+            stored,
+            incoming,
+            ..
+        } => {
+            assert_eq!(stored_id, post().id().unwrap());
+            assert_eq!(field, "published_at");
+            assert_eq!(stored, "1700000000000");
+            assert_eq!(incoming, "1700000000001");
+        }
+        other => panic!("expected FrozenFieldChanged, got {other:?}"),
+    }
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored_documents(store.database(), "posts").await, before);
+}
+
+#[tokio::test]
+async fn stored_field_names_follow_serde() {
+    let (store, _log) = indexed_store("serde_names").await;
+    store.upsert(&post()).await.unwrap();
+    let stored = stored_documents(store.database(), "posts").await;
+    let names: Vec<&str> = stored[0].keys().map(String::as_str).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        [
+            "_id",
+            "authorId",
+            "body",
+            "fetchedAt",
+            "lang",
+            "publishedAt",
+            "slug",
+            "sourceHash",
+            "title"
+        ]
+    );
+    assert_eq!(
+        stored[0].get_str("_id").unwrap(),
+        post().id().unwrap().to_string()
+    );
+    assert_eq!(stored[0].get_i64("publishedAt").unwrap(), 1_700_000_000_000);
+    assert_eq!(
+        stored[0].get_str("sourceHash").unwrap(),
+        post().content_hash().unwrap().to_hex()
+    );
+    // The stored document reads back as the type, through the driver's own collection.
+    let read: Post = store
+        .collection::<Post>()
+        .find_one(doc! {})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, post());
+}
+
+#[tokio::test]
+async fn ensure_indexes_creates_one_named_unique_index_and_is_idempotent() {
+    let (store, _log) = indexed_store("indexes").await;
+    store.ensure_indexes::<Post>().await.unwrap();
+    Post::ensure_indexes(&store).await.unwrap();
+    let mut cursor = store
+        .database()
+        .collection::<Document>("posts")
+        .list_indexes()
+        .await
+        .unwrap();
+    let mut natural_key_indexes = Vec::new();
+    while cursor.advance().await.unwrap() {
+        let index = cursor.deserialize_current().unwrap();
+        if index
+            .options
+            .as_ref()
+            .and_then(|options| options.name.as_deref())
+            == Some(NATURAL_KEY_INDEX)
+        {
+            natural_key_indexes.push(index);
+        }
+    }
+    assert_eq!(natural_key_indexes.len(), 1);
+    let index = &natural_key_indexes[0];
+    assert_eq!(index.keys, doc! { "slug": 1, "lang": 1 });
+    assert_eq!(index.options.as_ref().unwrap().unique, Some(true));
+}
+
+#[tokio::test]
+async fn the_first_write_creates_a_missing_natural_key_index() {
+    let (database, _log) = fresh_database("lazy_index").await;
+    let store = Store::new(database);
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Inserted);
+    let names = store
+        .database()
+        .collection::<Document>("posts")
+        .list_index_names()
+        .await
+        .unwrap();
+    assert!(
+        names.iter().any(|name| name == NATURAL_KEY_INDEX),
+        "{names:?}"
+    );
+    // So a second store, racing with another timestamp, cannot fork the natural key.
+    let other = Store::new(store.database().clone());
+    let moved = Post {
+        published_at: 1_600_000_000_000,
+        ..post()
+    };
+    assert!(matches!(
+        other.upsert(&moved).await,
+        Err(Error::FrozenFieldChanged { .. })
+    ));
+    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_racing_identical_upserts_insert_exactly_once() {
+    let (store, _log) = indexed_store("race_identical").await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.upsert(&post()).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap().expect("every racing upsert succeeds"));
+    }
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|outcome| **outcome == Outcome::Inserted)
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(outcomes
+        .iter()
+        .all(|outcome| matches!(outcome, Outcome::Inserted | Outcome::Unchanged)));
+    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_upserts_with_different_timestamps_never_fork() {
+    let (store, _log) = indexed_store("race_fork").await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..16)
+        .map(|attempt| {
+            let store = Arc::clone(&store);
+            let candidate = Post {
+                published_at: 1_700_000_000_000 + attempt,
+                ..post()
+            };
+            tokio::spawn(async move { store.upsert(&candidate).await })
+        })
+        .collect();
+    let mut inserted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(Outcome::Inserted) => inserted += 1,
+            Err(Error::FrozenFieldChanged {
+                field: "published_at",
+                ..
+            }) => {}
+            other => panic!("expected Inserted or a refusal naming published_at, got {other:?}"),
+        }
+    }
+    assert_eq!(inserted, 1);
+    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_edits_of_one_document_converge_on_one_of_them() {
+    let (store, _log) = indexed_store("race_edits").await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..16)
+        .map(|edit| {
+            let store = Arc::clone(&store);
+            let candidate = Post {
+                body: format!("edit {edit}"),
+                ..post()
+            };
+            tokio::spawn(async move { store.upsert(&candidate).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap().expect("every racing edit succeeds"));
+    }
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|outcome| **outcome == Outcome::Inserted)
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(stored.len(), 1);
+    let body = stored[0].get_str("body").unwrap();
+    let winner = Post {
+        body: body.to_owned(),
+        ..post()
+    };
+    assert_eq!(
+        stored[0].get_str("sourceHash").unwrap(),
+        winner.content_hash().unwrap().to_hex()
+    );
+}
+
+#[tokio::test]
+async fn a_lost_acknowledgement_then_a_retry_converges_on_one_document() {
+    let (store, log) = indexed_store("lost_ack").await;
+    let client = store.database().client().clone();
+    lose_next_acknowledgements(&client, &["update"], 1).await;
+    let first = store.upsert(&post()).await;
+    clear_fail_point(&client).await;
+    let error = first.expect_err("the acknowledgement was lost");
+    let driver_error = error.as_mongo().expect("a driver error, kept whole");
+    assert!(
+        matches!(
+            driver_error.kind.as_ref(),
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(_))
+        ),
+        "{driver_error:?}"
+    );
+    // The write landed before its acknowledgement was lost…
+    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
+    let _ = log.take();
+    // …so the retry finds it and writes nothing.
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(log.take().documents_written, 0);
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].get_str("_id").unwrap(),
+        post().id().unwrap().to_string()
+    );
+}
