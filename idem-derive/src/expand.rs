@@ -162,11 +162,14 @@ fn expand(input: &Input) -> TokenStream {
                 }
 
                 #[doc = #index_doc]
-                #vis fn ensure_indexes<__B: __idem::Backend>(
-                    store: &__B,
+                #vis fn ensure_indexes<'__a, __B: __idem::Backend>(
+                    store: &'__a __B,
                 ) -> impl __idem::__private::Future<
                     Output = __idem::__private::Result<(), __idem::Error>,
-                > + __idem::__private::Send + '_ {
+                > + __idem::__private::Send + '__a
+                where
+                    Self: '__a,
+                {
                     __idem::Backend::ensure_indexes::<Self>(store)
                 }
             }

@@ -1,0 +1,102 @@
+//! The store with every timestamp type and with generic documents: what the derive accepts, the
+//! server stores and reads back.
+
+use std::time::{Duration, SystemTime};
+
+use idem_core::mongo::Store;
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::{fresh_database, stored_documents};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "deploys")]
+struct Deploy {
+    #[idem(key)]
+    service: String,
+    #[idem(timestamp)]
+    at: SystemTime,
+    version: String,
+}
+
+#[tokio::test]
+async fn a_sub_millisecond_change_keeps_the_id_but_is_still_refused() {
+    let (database, log) = fresh_database("sub_millisecond").await;
+    let store = Store::new(database);
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_000) + Duration::from_micros(250);
+    let deploy = Deploy { service: "api".into(), at, version: "1.0".into() };
+    assert_eq!(store.upsert(&deploy).await.unwrap(), Outcome::Inserted);
+    let before = stored_documents(store.database(), "deploys").await;
+    let _ = log.take();
+    let nudged = Deploy { at: at + Duration::from_micros(1), ..deploy.clone() };
+    assert_eq!(nudged.id().unwrap(), deploy.id().unwrap(), "the id truncates to the millisecond");
+    match store.upsert(&nudged).await.unwrap_err() {
+        Error::FrozenFieldChanged { field, .. } => assert_eq!(field, "at"),
+        other => panic!("expected FrozenFieldChanged, got {other:?}"),
+    }
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored_documents(store.database(), "deploys").await, before);
+}
+
+macro_rules! timestamp_type_round_trip {
+    ($test:ident, $ty:ty, $value:expr) => {
+        #[tokio::test]
+        async fn $test() {
+            #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+            #[idem(collection = "events")]
+            struct Event {
+                #[idem(key)]
+                name: String,
+                #[idem(timestamp)]
+                at: $ty,
+            }
+            let (database, _log) = fresh_database(stringify!($test)).await;
+            let store = Store::new(database);
+            let event = Event { name: "launch".into(), at: $value };
+            assert_eq!(event.upsert(&store).await.unwrap(), Outcome::Inserted);
+            assert_eq!(event.upsert(&store).await.unwrap(), Outcome::Unchanged);
+            let read = store.collection::<Event>().find_one(Default::default()).await.unwrap();
+            assert_eq!(read, Some(event.clone()));
+            assert_eq!(event.id().unwrap().timestamp_ms(), 1_700_000_000_123);
+        }
+    };
+}
+
+timestamp_type_round_trip!(unix_millis_i64, i64, 1_700_000_000_123);
+timestamp_type_round_trip!(unix_millis_u64, u64, 1_700_000_000_123);
+timestamp_type_round_trip!(
+    bson_date_time,
+    idem_core::mongodb::bson::DateTime,
+    idem_core::mongodb::bson::DateTime::from_millis(1_700_000_000_123)
+);
+timestamp_type_round_trip!(
+    chrono_date_time,
+    chrono::DateTime<chrono::Utc>,
+    chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap()
+);
+timestamp_type_round_trip!(
+    time_offset_date_time,
+    time::OffsetDateTime,
+    time::OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_000_000).unwrap()
+);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "envelopes")]
+struct Envelope<K, P> {
+    #[idem(key)]
+    key: K,
+    payload: P,
+}
+
+#[tokio::test]
+async fn generic_documents_upsert_like_any_other() {
+    let (database, _log) = fresh_database("generic").await;
+    let store = Store::new(database);
+    let first = Envelope { key: 42u64, payload: vec!["a".to_string()] };
+    assert_eq!(first.upsert(&store).await.unwrap(), Outcome::Inserted);
+    let second = Envelope { payload: vec!["a".to_string(), "b".to_string()], ..first.clone() };
+    assert_eq!(second.upsert(&store).await.unwrap(), Outcome::Updated);
+    assert_eq!(second.upsert(&store).await.unwrap(), Outcome::Unchanged);
+    let stored = stored_documents(store.database(), "envelopes").await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].get_str("_id").unwrap(), first.id().unwrap().to_string());
+}
