@@ -137,3 +137,8 @@ pub mod __private {
     pub use core::result::Result;
     pub use serde::Serialize;
 }
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
