@@ -80,7 +80,7 @@ impl FromStr for ContentHash {
     type Err = ContentHashParseError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if text.len() != 64 || !text.is_ascii() {
+        if text.len() != 64 || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
             return Err(ContentHashParseError);
         }
         let mut bytes = [0u8; 32];

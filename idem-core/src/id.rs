@@ -196,7 +196,10 @@ impl KeyPart<'_> {
             KeyPart::Text(text) => KeyValue::Text(text.to_owned()),
             KeyPart::Char(c) => KeyValue::Text(c.to_string()),
             KeyPart::Integer(value) => KeyValue::Integer(value),
-            KeyPart::LargeUnsigned(value) => KeyValue::LargeUnsigned(value),
+            KeyPart::LargeUnsigned(value) => match i128::try_from(value) {
+                Ok(fits) => KeyValue::Integer(fits),
+                Err(_) => KeyValue::LargeUnsigned(value),
+            },
             KeyPart::Bool(value) => KeyValue::Bool(value),
         }
     }
@@ -398,6 +401,11 @@ pub fn derive_id(
         IdScheme::V1 => hash_part_v1(model, keys)?,
         IdScheme::Joined => hash_part_joined(model, keys)?,
     };
+    debug_assert_eq!(
+        timestamp.is_some(),
+        model.timestamp_field().is_some(),
+        "a timestamp is passed exactly when the model has a timestamp field"
+    );
     let (timestamp_ms, field) = match (timestamp, model.timestamp_field()) {
         (Some(timestamp), Some(field)) => (timestamp.unix_millis(), field.name()),
         _ => (Ok(0), ""),
@@ -457,10 +465,15 @@ pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
             out(&[0x02]);
             out(&value.to_be_bytes());
         }
-        KeyPart::LargeUnsigned(value) => {
-            out(&[0x03]);
-            out(&value.to_be_bytes());
-        }
+        // A hand-written `IdKey` may return a small value as `LargeUnsigned`; it hashes as the
+        // integer it is, like every built-in impl.
+        KeyPart::LargeUnsigned(value) => match i128::try_from(value) {
+            Ok(fits) => encode_key_v1(KeyPart::Integer(fits), out),
+            Err(_) => {
+                out(&[0x03]);
+                out(&value.to_be_bytes());
+            }
+        },
         KeyPart::Bool(value) => out(&[0x04, u8::from(value)]),
     }
 }
