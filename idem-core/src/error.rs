@@ -121,6 +121,94 @@ pub enum Error {
         document: DocumentRef,
     },
 
+    /// An event's idempotency key was used before with another payload: a retry must send the
+    /// same request. Nothing was written.
+    #[error(
+        "{document}: idempotency key `{field}` was first used for another payload (stored as \
+         {stored_id}); nothing was written"
+    )]
+    IdempotencyKeyReused {
+        /// The event refused.
+        document: DocumentRef,
+        /// The idempotency-key field.
+        field: &'static str,
+        /// The id of the event first recorded under this key.
+        stored_id: Id,
+    },
+
+    /// No document is stored under this id.
+    #[error("{document}: no such document")]
+    NotFound {
+        /// The document looked for.
+        document: DocumentRef,
+    },
+
+    /// `delete` needs the tombstone field set to the marker to store.
+    #[error("{document}: tombstone field `{field}` is None; set it to the deletion marker to store")]
+    TombstoneNotSet {
+        /// The document.
+        document: DocumentRef,
+        /// The tombstone field.
+        field: &'static str,
+    },
+
+    /// `delete` was called for a type without a `#[idem(tombstone)]` field.
+    #[error("{document}: the type has no `#[idem(tombstone)]` field to mark deletions with")]
+    NoTombstoneField {
+        /// The document.
+        document: DocumentRef,
+    },
+
+    /// A push named a field that is not a `#[idem(push_by = "…")]` list of the type.
+    #[error("{document}: `{field}` is not a `#[idem(push_by = \"…\")]` field")]
+    NotAPushedField {
+        /// The document.
+        document: DocumentRef,
+        /// The field named.
+        field: &'static str,
+    },
+
+    /// An item pushed to a unique list lacks the field that tells items apart.
+    #[error("{document}: the item pushed to `{field}` has no `{item_key}` field to tell it apart")]
+    ItemWithoutKey {
+        /// The document pushed to.
+        document: DocumentRef,
+        /// The pushed list.
+        field: &'static str,
+        /// The stored name of the item key.
+        item_key: &'static str,
+    },
+
+    /// The stored document would exceed the server's size limit; refused before sending.
+    #[error("{document}: the stored document would be {size} bytes, over the server's limit of {limit}")]
+    DocumentTooLarge {
+        /// The document refused.
+        document: DocumentRef,
+        /// Its BSON size in bytes.
+        size: usize,
+        /// The server's `maxBsonObjectSize`.
+        limit: usize,
+    },
+
+    /// Event types (with an `idempotency_key` and no `key`) get a random id at their first write:
+    /// there is none to derive. `Store::record` returns it.
+    #[error("{document}: an event's id is assigned by its first write, not derived")]
+    NoDerivedId {
+        /// The event.
+        document: DocumentRef,
+    },
+
+    /// The server refused one write of a batch with an error of its own.
+    #[error("{document}: the server refused the write: {message} (code {code})")]
+    WriteRefused {
+        /// The document refused.
+        document: DocumentRef,
+        /// The server's error code.
+        code: i32,
+        /// The server's message.
+        message: String,
+    },
+
     /// The MongoDB driver failed; its error is kept whole, with its kind, code and labels.
     #[cfg(feature = "mongodb")]
     #[error("{document}: MongoDB: {source}")]
@@ -142,7 +230,16 @@ impl Error {
             | Error::FrozenFieldChanged { document, .. }
             | Error::FieldNotSerialized { document, .. }
             | Error::Serialize { document, .. }
-            | Error::Contention { document } => document,
+            | Error::Contention { document }
+            | Error::IdempotencyKeyReused { document, .. }
+            | Error::NotFound { document }
+            | Error::NoTombstoneField { document }
+            | Error::NotAPushedField { document, .. }
+            | Error::TombstoneNotSet { document, .. }
+            | Error::ItemWithoutKey { document, .. }
+            | Error::DocumentTooLarge { document, .. }
+            | Error::NoDerivedId { document }
+            | Error::WriteRefused { document, .. } => document,
             #[cfg(feature = "mongodb")]
             Error::Mongo { document, .. } => document,
         }

@@ -424,7 +424,7 @@ pub fn derive_id(
 pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
     NaturalKey::new(
         model
-            .key_fields()
+            .natural_key_fields()
             .zip(keys)
             .map(|(field, key)| (field.name(), key.key_part().to_key_value()))
             .collect(),

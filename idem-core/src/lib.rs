@@ -117,8 +117,8 @@ pub mod outcome;
 pub use error::{Error, TimestampProblem};
 pub use hash::ContentHash;
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue};
-pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, Role};
-pub use outcome::Outcome;
+pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
+pub use outcome::{Applied, Outcome, Pushed};
 
 /// The derive: see the crate docs for its attributes and what it generates.
 #[cfg(feature = "derive")]

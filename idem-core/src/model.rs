@@ -7,7 +7,7 @@ use std::future::Future;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::id::{Id, IdScheme, KeyValue};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Pushed};
 
 /// A type whose writes are idempotent by construction. Derive it with `#[derive(Idempotent)]`.
 pub trait Idempotent {
@@ -36,6 +36,13 @@ pub trait Idempotent {
     fn document_ref(&self) -> DocumentRef {
         DocumentRef::new(&Self::MODEL, self.natural_key())
     }
+
+    /// A deterministic operation id for an effect of this document, for
+    /// [`apply_once`](crate::mongo::Store::apply_once): the same document and purpose always give
+    /// the same op id, so the effect applies once however often the document is written.
+    fn op_id(&self, purpose: &str) -> Result<OpId, Error> {
+        Ok(OpId::new(format!("{}:{purpose}", self.id()?)))
+    }
 }
 
 /// What a field does for idem.
@@ -50,6 +57,15 @@ pub enum Role {
     Frozen,
     /// Stored but not part of the content hash: changing it alone writes nothing.
     Volatile,
+    /// Orders replays: a write replaces the stored document only if this is strictly newer.
+    Version,
+    /// The deletion marker: written only by `delete`, never by an upsert, never cleared.
+    Tombstone,
+    /// A list owned by its push route: upserts neither write nor hash it; they start it empty.
+    Pushed,
+    /// Identifies a request of a type with no natural key (an event): the id is random, fixed by
+    /// the first write, and a retry with the same key finds it.
+    IdempotencyKey,
 }
 
 impl Role {
@@ -65,16 +81,24 @@ pub struct Field {
     name: &'static str,
     stored_name: &'static str,
     role: Role,
+    item_key: &'static str,
 }
 
 impl Field {
     /// A field: its Rust name, the name serde stores it under, and its role.
     pub const fn new(name: &'static str, stored_name: &'static str, role: Role) -> Self {
-        Field {
-            name,
-            stored_name,
-            role,
-        }
+        Field { name, stored_name, role, item_key: "" }
+    }
+
+    /// A [`Role::Pushed`] list whose items are told apart by their field `item_key` (its stored
+    /// name).
+    pub const fn pushed(name: &'static str, stored_name: &'static str, item_key: &'static str) -> Self {
+        Field { name, stored_name, role: Role::Pushed, item_key }
+    }
+
+    /// For a pushed list, the stored name of the field that identifies an item.
+    pub const fn item_key(&self) -> &'static str {
+        self.item_key
     }
 
     /// The field's name in the Rust type.
@@ -143,6 +167,11 @@ impl Model {
         self.with_role(Role::Key)
     }
 
+    /// The fields a unique index covers: the key fields, or an event type's idempotency key.
+    pub fn natural_key_fields(&self) -> impl Iterator<Item = &'static Field> {
+        self.fields.iter().filter(|field| matches!(field.role, Role::Key | Role::IdempotencyKey))
+    }
+
     /// The timestamp field, if any.
     pub fn timestamp_field(&self) -> Option<&'static Field> {
         self.with_role(Role::Timestamp).next()
@@ -153,12 +182,42 @@ impl Model {
         self.fields.iter().filter(|field| field.role.is_frozen())
     }
 
-    /// Whether the stored field `stored_name` is part of the content hash.
+    /// Whether the stored field `stored_name` is part of the content hash: every upserted field
+    /// except the volatile ones and the hash field itself.
     pub fn is_hashed(&self, stored_name: &str) -> bool {
         stored_name != self.hash_field
-            && !self
-                .with_role(Role::Volatile)
-                .any(|field| field.stored_name == stored_name)
+            && !self.fields.iter().any(|field| {
+                field.stored_name == stored_name
+                    && matches!(field.role, Role::Volatile | Role::Tombstone | Role::Pushed)
+            })
+    }
+
+    /// The version field, if any.
+    pub fn version_field(&self) -> Option<&'static Field> {
+        self.with_role(Role::Version).next()
+    }
+
+    /// The tombstone field, if any.
+    pub fn tombstone_field(&self) -> Option<&'static Field> {
+        self.with_role(Role::Tombstone).next()
+    }
+
+    /// The idempotency-key field of an event type, if any.
+    pub fn idempotency_key_field(&self) -> Option<&'static Field> {
+        self.with_role(Role::IdempotencyKey).next()
+    }
+
+    /// The lists owned by their push routes.
+    pub fn pushed_fields(&self) -> impl Iterator<Item = &'static Field> {
+        self.with_role(Role::Pushed)
+    }
+
+    /// Whether an upsert writes the stored field `stored_name`: all but the tombstone and the
+    /// pushed lists, which have their own routes.
+    pub fn is_upserted(&self, stored_name: &str) -> bool {
+        !self.fields.iter().any(|field| {
+            field.stored_name == stored_name && matches!(field.role, Role::Tombstone | Role::Pushed)
+        })
     }
 
     fn with_role(&self, role: Role) -> impl Iterator<Item = &'static Field> {
@@ -198,17 +257,21 @@ impl fmt::Display for NaturalKey {
 pub struct DocumentRef {
     /// The collection.
     pub collection: &'static str,
-    /// The natural key; empty for errors about a whole collection.
+    /// The natural key; empty for errors about a whole collection or a document known by id.
     pub natural_key: NaturalKey,
+    /// The id, when the call named the document by id.
+    pub id: Option<Id>,
 }
 
 impl DocumentRef {
     /// The document of `model` with this natural key.
     pub fn new(model: &Model, natural_key: NaturalKey) -> Self {
-        DocumentRef {
-            collection: model.collection(),
-            natural_key,
-        }
+        DocumentRef { collection: model.collection(), natural_key, id: None }
+    }
+
+    /// The document of `model` stored under `id`.
+    pub fn by_id(model: &Model, id: Id) -> Self {
+        DocumentRef { id: Some(id), ..DocumentRef::collection(model) }
     }
 
     /// The collection of `model` as a whole.
@@ -219,11 +282,47 @@ impl DocumentRef {
 
 impl fmt::Display for DocumentRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.natural_key.0.is_empty() {
-            write!(f, "collection `{}`", self.collection)
-        } else {
-            write!(f, "`{}` {}", self.collection, self.natural_key)
+        match (&self.id, self.natural_key.0.is_empty()) {
+            (Some(id), true) => write!(f, "`{}` document {id}", self.collection),
+            (None, true) => write!(f, "collection `{}`", self.collection),
+            (_, false) => write!(f, "`{}` {}", self.collection, self.natural_key),
         }
+    }
+}
+
+/// The id of one operation applied by [`apply_once`](crate::mongo::Store::apply_once): the same
+/// op id is applied to a document at most once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(String);
+
+impl OpId {
+    /// An op id from any text that identifies the operation (a request id, a ULID, or
+    /// [`Idempotent::op_id`] of a triggering document).
+    pub fn new(text: impl Into<String>) -> Self {
+        OpId(text.into())
+    }
+
+    /// The op id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for OpId {
+    fn from(text: &str) -> Self {
+        OpId::new(text)
+    }
+}
+
+impl From<String> for OpId {
+    fn from(text: String) -> Self {
+        OpId(text)
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
@@ -239,4 +338,11 @@ pub trait Backend: Sync {
     fn ensure_indexes<T>(&self) -> impl Future<Output = Result<(), Error>> + Send
     where
         T: Idempotent;
+
+    /// Appends `item` to the pushed list `field` (its Rust name) of the document `id`, unless an
+    /// item with the same key is there already.
+    fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> impl Future<Output = Result<Pushed, Error>> + Send
+    where
+        T: Idempotent,
+        I: serde::Serialize + Sync;
 }

@@ -16,6 +16,11 @@ pub enum Outcome {
     Updated,
     /// The stored document already had this content; nothing was written.
     Unchanged,
+    /// The stored document has a newer version (or the same version with other content); this
+    /// replay was not written.
+    Stale,
+    /// The stored document is marked deleted; it was not resurrected.
+    Deleted,
 }
 
 impl Outcome {
@@ -25,6 +30,8 @@ impl Outcome {
             Outcome::Inserted => "Inserted",
             Outcome::Updated => "Updated",
             Outcome::Unchanged => "Unchanged",
+            Outcome::Stale => "Stale",
+            Outcome::Deleted => "Deleted",
         }
     }
 }
@@ -33,4 +40,32 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+impl Outcome {
+    /// Whether this write stored something.
+    pub const fn wrote(self) -> bool {
+        matches!(self, Outcome::Inserted | Outcome::Updated)
+    }
+}
+
+/// What a unique push did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Pushed {
+    /// No item with this key was in the list; this call appended it.
+    Appended,
+    /// An item with this key was in the list already; nothing was written.
+    AlreadyPresent,
+}
+
+/// What an operation applied once did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Applied {
+    /// The op id was new to the document; this call applied the update and recorded the op id,
+    /// in one atomic write.
+    Applied,
+    /// The document had recorded this op id; nothing was written.
+    AlreadyApplied,
 }

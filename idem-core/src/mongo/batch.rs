@@ -1,0 +1,329 @@
+//! Batch upserts: one read and at most one write per chunk, outcomes per document.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt;
+
+use mongodb::bson::{doc, Bson, Document};
+use serde::Serialize;
+
+use super::compare::version_order;
+use super::write::{PreparedWrite, Verdict};
+use super::{collect, mongo_error, Store, DUPLICATE_KEY};
+use crate::error::Error;
+use crate::model::{DocumentRef, Idempotent, Model};
+use crate::outcome::Outcome;
+
+/// What one `upsert_many` did: an outcome or error per input document, in input order.
+#[derive(Debug)]
+pub struct BatchReport {
+    outcomes: Vec<Result<Outcome, Error>>,
+    collapsed: usize,
+}
+
+impl BatchReport {
+    /// The outcome (or refusal) of each input document, in input order.
+    pub fn outcomes(&self) -> &[Result<Outcome, Error>] {
+        &self.outcomes
+    }
+
+    /// The outcomes, owned.
+    pub fn into_outcomes(self) -> Vec<Result<Outcome, Error>> {
+        self.outcomes
+    }
+
+    /// How many input documents had `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes.iter().filter(|result| matches!(result, Ok(o) if *o == outcome)).count()
+    }
+
+    /// How many input documents were refused.
+    pub fn refused(&self) -> usize {
+        self.outcomes.iter().filter(|result| result.is_err()).count()
+    }
+
+    /// How many input documents shared an id with a later or newer one in the same batch and
+    /// were collapsed into it before sending. Each reports `Unchanged` if its content is the
+    /// one written, `Stale` otherwise.
+    pub fn collapsed(&self) -> usize {
+        self.collapsed
+    }
+}
+
+impl fmt::Display for BatchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let outcomes = [
+            Outcome::Inserted,
+            Outcome::Updated,
+            Outcome::Unchanged,
+            Outcome::Stale,
+            Outcome::Deleted,
+        ];
+        for outcome in outcomes {
+            write!(f, "{} {}, ", self.count(outcome), outcome.name().to_lowercase())?;
+        }
+        write!(f, "{} refused ({} collapsed in the batch)", self.refused(), self.collapsed)
+    }
+}
+
+/// The server's limits on one write command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServerLimits {
+    max_write_batch: usize,
+    max_command_bytes: usize,
+}
+
+/// Room left in a command for its own fields and each statement's filter.
+const COMMAND_OVERHEAD: usize = 64 * 1024;
+const STATEMENT_OVERHEAD: usize = 1024;
+
+impl Store {
+    /// Upserts a batch, converging like [`upsert`](Store::upsert) for each document.
+    ///
+    /// Documents with the same id are collapsed before sending: the newest version wins, or
+    /// else the last occurrence. The rest is chunked by the server's limits; per chunk, one read
+    /// of the stored hashes, versions and markers, and one write command carrying only the
+    /// documents that need it. Re-ingesting unchanged documents writes nothing. A refused
+    /// document does not stop the others. Races with concurrent writers are classified per
+    /// document, with the same guarded write as a single upsert.
+    ///
+    /// Errors that concern one document are in the report; the call itself fails only when the
+    /// server cannot be reached or does not confirm a write, and retrying it is then safe.
+    pub async fn upsert_many<T>(&self, docs: &[T]) -> Result<BatchReport, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let model = &T::MODEL;
+        if model.idempotency_key_field().is_some() {
+            let mut outcomes = Vec::with_capacity(docs.len());
+            for doc in docs {
+                outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
+            }
+            return Ok(BatchReport { outcomes, collapsed: 0 });
+        }
+        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
+        let mut writes = Vec::with_capacity(docs.len());
+        for doc in docs {
+            match PreparedWrite::new(doc) {
+                Ok(write) => {
+                    writes.push(Some(write));
+                    outcomes.push(None);
+                }
+                Err(error) => {
+                    writes.push(None);
+                    outcomes.push(Some(Err(error)));
+                }
+            }
+        }
+        let (winners, collapsed) = collapse_duplicates(&writes, &mut outcomes);
+        if !winners.is_empty() {
+            self.verify_indexes(model).await?;
+            let limits = self.server_limits(model).await?;
+            for chunk in chunks(&writes, &winners, limits) {
+                self.write_chunk(model, &writes, &chunk, &mut outcomes).await?;
+            }
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .zip(&writes)
+            .map(|(outcome, write)| {
+                outcome.unwrap_or_else(|| {
+                    let document = write.as_ref().map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
+                    Err(Error::Contention { document })
+                })
+            })
+            .collect();
+        Ok(BatchReport { outcomes, collapsed })
+    }
+
+    /// One read, then one write of what needs it, then a classification of each race.
+    async fn write_chunk(
+        &self,
+        model: &'static Model,
+        writes: &[Option<PreparedWrite>],
+        chunk: &[usize],
+        outcomes: &mut [Option<Result<Outcome, Error>>],
+    ) -> Result<(), Error> {
+        let collection = self.raw_collection(model);
+        let whole = DocumentRef::collection(model);
+        let prepared = |index: usize| writes[index].as_ref();
+        let ids: Vec<&str> = chunk.iter().filter_map(|&i| prepared(i)).map(|w| w.id_text.as_str()).collect();
+        let Some(first) = chunk.first().and_then(|&i| prepared(i)) else {
+            return Ok(());
+        };
+        let find = collection
+            .find(doc! { "_id": { "$in": ids } })
+            .projection(first.judged_fields())
+            .batch_size(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+        let stored: HashMap<String, Document> = collect(find, &whole)
+            .await?
+            .into_iter()
+            .filter_map(|stored| Some((stored.get_str("_id").ok()?.to_owned(), stored)))
+            .collect();
+
+        let mut to_write = Vec::new();
+        for &index in chunk {
+            let Some(write) = prepared(index) else { continue };
+            match stored.get(&write.id_text).map(|stored| write.judge(stored)) {
+                None | Some(Verdict::Replace) => to_write.push(index),
+                Some(Verdict::Settled(outcome)) => outcomes[index] = Some(Ok(outcome)),
+                Some(Verdict::Refused(refusal)) => outcomes[index] = Some(Err(refusal)),
+            }
+        }
+        if to_write.is_empty() {
+            return Ok(());
+        }
+
+        let statements: Vec<Document> = to_write
+            .iter()
+            .filter_map(|&index| prepared(index))
+            .map(|write| doc! { "q": write.guarded_filter(), "u": write.update(), "upsert": true, "multi": false })
+            .collect();
+        let command = doc! { "update": model.collection(), "updates": statements, "ordered": false };
+        let reply = self.database.run_command(command).await.map_err(|source| mongo_error(&whole, source))?;
+        if let Ok(concern) = reply.get_document("writeConcernError") {
+            return Err(refused_by_server(&whole, concern, "the write was not confirmed; retrying the batch is safe"));
+        }
+        let upserted = statement_indexes(&reply, "upserted");
+        let errors: HashMap<usize, &Document> = reply
+            .get_array("writeErrors")
+            .map(|errors| {
+                errors
+                    .iter()
+                    .filter_map(Bson::as_document)
+                    .filter_map(|error| Some((statement_index(error)?, error)))
+                    .collect()
+            })
+            .unwrap_or_default();
+
+        let mut conflicts = Vec::new();
+        for (statement, &index) in to_write.iter().enumerate() {
+            let Some(write) = prepared(index) else { continue };
+            outcomes[index] = match errors.get(&statement) {
+                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
+                    conflicts.push(index);
+                    None
+                }
+                Some(error) => Some(Err(refused_by_server(&write.document, error, ""))),
+                None if upserted.contains(&statement) => Some(Ok(Outcome::Inserted)),
+                None => Some(Ok(Outcome::Updated)),
+            };
+        }
+        for index in conflicts {
+            let Some(write) = prepared(index) else { continue };
+            let outcome = match self.classify_conflict(&collection, write).await {
+                Ok(Some(outcome)) => Ok(outcome),
+                Ok(None) => self.settle(write).await,
+                Err(error) => Err(error),
+            };
+            outcomes[index] = Some(outcome);
+        }
+        Ok(())
+    }
+
+    /// The server's batch and size limits, asked once per store.
+    async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
+        if let Some(limits) = *self.limits.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            return Ok(limits);
+        }
+        let hello = self
+            .database
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|source| mongo_error(&DocumentRef::collection(model), source))?;
+        let number = |field: &str, default: usize| match hello.get(field) {
+            Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(default),
+            Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(default),
+            Some(Bson::Double(n)) => *n as usize,
+            _ => default,
+        };
+        let limits = ServerLimits {
+            max_write_batch: number("maxWriteBatchSize", 100_000).max(1),
+            max_command_bytes: number("maxBsonObjectSize", super::write::MAX_DOCUMENT_BYTES),
+        };
+        *self.limits.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
+        Ok(limits)
+    }
+}
+
+/// Keeps one write per id: the newest version, or else the last occurrence. The others get
+/// `Unchanged` (same content as the winner) or `Stale`. Returns the winners in input order and
+/// how many were collapsed.
+fn collapse_duplicates(
+    writes: &[Option<PreparedWrite>],
+    outcomes: &mut [Option<Result<Outcome, Error>>],
+) -> (Vec<usize>, usize) {
+    let mut winner_of: HashMap<&str, usize> = HashMap::new();
+    for (index, write) in writes.iter().enumerate() {
+        let Some(write) = write else { continue };
+        let replaces_winner = match winner_of.get(write.id_text.as_str()).and_then(|&w| writes[w].as_ref()) {
+            None => true,
+            Some(winner) => match (write.version(), winner.version()) {
+                (Some(incoming), Some(current)) => version_order(incoming, current) != Some(Ordering::Less),
+                _ => true,
+            },
+        };
+        if replaces_winner {
+            winner_of.insert(write.id_text.as_str(), index);
+        }
+    }
+    let mut winners = Vec::new();
+    let mut collapsed = 0;
+    for (index, write) in writes.iter().enumerate() {
+        let Some(write) = write else { continue };
+        let winner = winner_of[write.id_text.as_str()];
+        if winner == index {
+            winners.push(index);
+            continue;
+        }
+        collapsed += 1;
+        let same_content = writes[winner].as_ref().is_some_and(|winner| winner.hash == write.hash);
+        outcomes[index] = Some(Ok(if same_content { Outcome::Unchanged } else { Outcome::Stale }));
+    }
+    (winners, collapsed)
+}
+
+/// Splits the winners into chunks that fit one write command.
+fn chunks(writes: &[Option<PreparedWrite>], winners: &[usize], limits: ServerLimits) -> Vec<Vec<usize>> {
+    let budget = limits.max_command_bytes.saturating_sub(COMMAND_OVERHEAD).max(1);
+    let mut chunks = Vec::new();
+    let mut current = Vec::new();
+    let mut bytes = 0;
+    for &index in winners {
+        let size = writes[index].as_ref().map_or(0, |write| write.size) + STATEMENT_OVERHEAD;
+        if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget) {
+            chunks.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        current.push(index);
+        bytes += size;
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+fn statement_index(entry: &Document) -> Option<usize> {
+    match entry.get("index")? {
+        Bson::Int32(n) => usize::try_from(*n).ok(),
+        Bson::Int64(n) => usize::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
+    reply
+        .get_array(field)
+        .map(|entries| entries.iter().filter_map(Bson::as_document).filter_map(statement_index).collect())
+        .unwrap_or_default()
+}
+
+fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
+    let message = error.get_str("errmsg").unwrap_or("no message");
+    Error::WriteRefused {
+        document: document.clone(),
+        code: error.get_i32("code").unwrap_or(0),
+        message: if note.is_empty() { message.to_owned() } else { format!("{message}; {note}") },
+    }
+}

@@ -1,0 +1,50 @@
+//! Comparing and showing stored values as a MongoDB filter would see them.
+
+use std::cmp::Ordering;
+
+use mongodb::bson::Bson;
+
+/// A value as error messages show it: relaxed extended JSON.
+pub(crate) fn show(value: &Bson) -> String {
+    value.clone().into_relaxed_extjson().to_string()
+}
+
+/// Numbers compare by value across int32, int64 and double, so a document written by another
+/// tool with narrower integers is not a change.
+fn number(value: &Bson) -> Option<f64> {
+    match value {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// Equality as a MongoDB filter sees it.
+pub(crate) fn bson_equal(a: &Bson, b: &Bson) -> bool {
+    match (a, b) {
+        (Bson::Int64(x), Bson::Int64(y)) => x == y,
+        (Bson::Document(x), Bson::Document(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y.iter()).all(|((kx, vx), (ky, vy))| kx == ky && bson_equal(vx, vy))
+        }
+        (Bson::Array(x), Bson::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| bson_equal(vx, vy))
+        }
+        _ => match (number(a), number(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        },
+    }
+}
+
+/// The order of two versions: numbers by value, dates by instant, text by bytes; `None` for
+/// values that do not compare (a version changed type).
+pub(crate) fn version_order(a: &Bson, b: &Bson) -> Option<Ordering> {
+    match (a, b) {
+        (Bson::Int64(x), Bson::Int64(y)) => Some(x.cmp(y)),
+        (Bson::DateTime(x), Bson::DateTime(y)) => Some(x.cmp(y)),
+        (Bson::String(x), Bson::String(y)) => Some(x.cmp(y)),
+        _ => number(a)?.partial_cmp(&number(b)?),
+    }
+}

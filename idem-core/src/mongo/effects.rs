@@ -1,0 +1,192 @@
+//! The primitives that keep side effects exact when acknowledgements are lost: derived sets,
+//! unique pushes and operations applied once.
+
+use std::collections::HashSet;
+
+use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::error::ErrorKind;
+use serde::Serialize;
+
+use super::write::PreparedWrite;
+use super::{mongo_error, Store, APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS};
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{DocumentRef, Idempotent, OpId, Role};
+use crate::outcome::{Applied, Pushed};
+
+impl Store {
+    /// Inserts the members of a derived set (the awards a rule says a user has earned) and
+    /// returns exactly the members this call inserted, in input order.
+    ///
+    /// Call it with the full set every time: members already stored are skipped by the unique
+    /// `_id`, in the same round trip. Callers racing with overlapping sets each get a disjoint
+    /// share, so an effect run for each returned member (a notification) runs once. This holds
+    /// when the rule is pure (the same inputs derive the same members, with the same ids) and
+    /// monotonic (a member once earned stays earned).
+    ///
+    /// If the acknowledgement is lost, the call fails; the retry finds the members stored and
+    /// returns none of them. Effects that must survive that are [`apply_once`](Store::apply_once)
+    /// operations keyed by the member's id.
+    pub async fn insert_new<T>(&self, members: &[T]) -> Result<Vec<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        let model = &T::MODEL;
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        for member in members {
+            let write = PreparedWrite::new(member)?;
+            if seen.insert(write.id) {
+                candidates.push((member, write));
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.verify_indexes(model).await?;
+        let documents: Vec<Document> = candidates
+            .iter()
+            .map(|(_, write)| {
+                let mut stored = doc! { "_id": write.id_text.as_str() };
+                stored.extend(write.body.clone());
+                for field in model.pushed_fields() {
+                    stored.insert(field.stored_name(), Bson::Array(Vec::new()));
+                }
+                stored
+            })
+            .collect();
+        let whole = DocumentRef::collection(model);
+        let existing: HashSet<usize> =
+            match self.raw_collection(model).insert_many(documents).ordered(false).await {
+                Ok(_) => HashSet::new(),
+                Err(error) => match error.kind.as_ref() {
+                    ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
+                        let write_errors = failure.write_errors.as_deref().unwrap_or_default();
+                        if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
+                            return Err(mongo_error(&whole, error));
+                        }
+                        write_errors.iter().map(|e| e.index).collect()
+                    }
+                    _ => return Err(mongo_error(&whole, error)),
+                },
+            };
+        Ok(candidates
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !existing.contains(index))
+            .map(|(_, (member, _))| member.clone())
+            .collect())
+    }
+
+    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
+    /// the document stored under `id`, unless an item with the same key is there already. One
+    /// round trip when it appends, guarded by `$not: {$elemMatch}` so a retried push never
+    /// appends twice.
+    pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let Some(list) = model.fields().iter().find(|f| f.name() == field && f.role() == Role::Pushed) else {
+            return Err(Error::NotAPushedField { document, field });
+        };
+        let item = match bson::to_bson(item) {
+            Ok(Bson::Document(item)) => item,
+            Ok(_) => return Err(Error::ItemWithoutKey { document, field, item_key: list.item_key() }),
+            Err(error) => return Err(Error::Serialize { document, message: error.to_string() }),
+        };
+        let Some(item_key) = item.get(list.item_key()).cloned() else {
+            return Err(Error::ItemWithoutKey { document, field, item_key: list.item_key() });
+        };
+        let collection = self.raw_collection(model);
+        let id_text = id.to_string();
+        let filter = doc! {
+            "_id": id_text.as_str(),
+            list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
+        };
+        let update = doc! { "$push": { list.stored_name(): item } };
+        for _ in 0..MAX_ATTEMPTS {
+            let result = collection
+                .update_one(filter.clone(), update.clone())
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            if result.matched_count > 0 {
+                return Ok(Pushed::Appended);
+            }
+            let present = doc! { "_id": id_text.as_str(), format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key.clone() } };
+            if collection.find_one(present).await.map_err(|source| mongo_error(&document, source))?.is_some() {
+                return Ok(Pushed::AlreadyPresent);
+            }
+            let exists = collection
+                .find_one(doc! { "_id": id_text.as_str() })
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            if exists.is_none() {
+                return Err(Error::NotFound { document });
+            }
+        }
+        Err(Error::Contention { document })
+    }
+
+    /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
+    /// under `id` only if `op` has not been applied to it, recording `op` in the same atomic
+    /// update. Returns `Applied`, or `AlreadyApplied` (nothing written).
+    ///
+    /// An operation that spans documents (credit one account, debit another) uses the same op id
+    /// on each step; after a failure between steps, retrying the whole operation applies each
+    /// step exactly once. Derive op ids from the triggering document
+    /// ([`Idempotent::op_id`](crate::Idempotent::op_id)) so effects converge however often that
+    /// document is replayed. A document remembers its latest [`with_op_window`](Store::with_op_window)
+    /// op ids in the field [`APPLIED_OPS_FIELD`].
+    pub async fn apply_once<T>(&self, id: Id, op: &OpId, update: Document) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let collection = self.raw_collection(model);
+        let id_text = id.to_string();
+        let filter = doc! { "_id": id_text.as_str(), APPLIED_OPS_FIELD: { "$ne": op.as_str() } };
+        let update = with_recorded_op(update, op, self.op_window);
+        for _ in 0..MAX_ATTEMPTS {
+            let result = collection
+                .update_one(filter.clone(), update.clone())
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            if result.matched_count > 0 {
+                return Ok(Applied::Applied);
+            }
+            let stored = collection
+                .find_one(doc! { "_id": id_text.as_str() })
+                .projection(doc! { APPLIED_OPS_FIELD: 1 })
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            let Some(stored) = stored else {
+                return Err(Error::NotFound { document });
+            };
+            let applied = stored
+                .get_array(APPLIED_OPS_FIELD)
+                .is_ok_and(|ops| ops.iter().any(|recorded| recorded.as_str() == Some(op.as_str())));
+            if applied {
+                return Ok(Applied::AlreadyApplied);
+            }
+        }
+        Err(Error::Contention { document })
+    }
+}
+
+/// Adds to `update` the push of `op` onto the applied-ops list, keeping the latest `window`.
+fn with_recorded_op(mut update: Document, op: &OpId, window: usize) -> Document {
+    let record = doc! { "$each": [op.as_str()], "$slice": -(i64::try_from(window).unwrap_or(i64::MAX)) };
+    match update.get_mut("$push") {
+        Some(Bson::Document(pushes)) => {
+            pushes.insert(APPLIED_OPS_FIELD, record);
+        }
+        _ => {
+            update.insert("$push", doc! { APPLIED_OPS_FIELD: record });
+        }
+    }
+    update
+}

@@ -1,0 +1,392 @@
+//! The MongoDB store: converging upserts guarded against orphaning writes, batch upserts, and the
+//! primitives that keep side effects exact.
+//!
+//! ```no_run
+//! # use idem_core::Idempotent;
+//! # #[derive(serde::Serialize, Idempotent)]
+//! # struct Post { #[idem(key)] slug: String }
+//! # async fn run(client: mongodb::Client, post: Post) -> Result<(), idem_core::Error> {
+//! let store = idem_core::mongo::Store::new(client.database("blog"));
+//! store.ensure_indexes::<Post>().await?;
+//! let outcome = store.upsert(&post).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How an upsert converges
+//!
+//! One `update` command, keyed by the derived `_id` with the natural-key fields beside it, sets
+//! the document only if it may replace the stored one (another content hash, or with
+//! `#[idem(version)]` a strictly newer version; no frozen field changed; not deleted), and inserts
+//! it if no document has that `_id`. The server's answer classifies the write:
+//!
+//! - a match: `Updated`; an insert: `Inserted` (one round trip either way);
+//! - a duplicate-key error: a document with this `_id` or this natural key is stored but did not
+//!   match. One read of it tells `Unchanged`, `Stale` or `Deleted` from a refusal
+//!   ([`Error::FrozenFieldChanged`]: a frozen field differs, or the natural key is stored under
+//!   another id because a field feeding the id changed). Nothing was written either way.
+//!
+//! No read precedes a write, so there is no window in which a concurrent writer's update can be
+//! lost; the unique index on the natural key makes a fork (two documents for one natural key)
+//! impossible even under racing writers. The store checks that index once per collection before
+//! its first write, and creates it if it is missing.
+//!
+//! Retries are safe: `retryWrites=false` loses nothing. If an acknowledgement is lost, calling
+//! `upsert` again finds the document written and answers `Unchanged`.
+
+mod batch;
+mod compare;
+mod effects;
+mod events;
+mod write;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::IndexOptions;
+use mongodb::{Collection, Database, IndexModel};
+use serde::Serialize;
+
+pub use batch::BatchReport;
+pub use events::Recorded;
+
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{Backend, DocumentRef, Idempotent, Model};
+use crate::outcome::{Outcome, Pushed};
+use write::{is_tombstoned, PreparedWrite, Verdict};
+
+/// The name of the unique index on a collection's natural key (or an event type's idempotency
+/// key).
+pub const NATURAL_KEY_INDEX: &str = "idem_natural_key";
+
+/// The stored field where [`Store::apply_once`] records the op ids applied to a document.
+pub const APPLIED_OPS_FIELD: &str = "idemAppliedOps";
+
+/// How many op ids a document remembers by default; see [`Store::with_op_window`].
+pub const DEFAULT_OP_WINDOW: usize = 1000;
+
+/// MongoDB's error code for a duplicate key.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// How often a write starts over when concurrent writers change the document between its write
+/// and its read. Each attempt is safe; contention this long is reported, not hidden.
+const MAX_ATTEMPTS: usize = 8;
+
+/// A MongoDB database that idem writes to. Cheap to clone; clones share the index checks.
+#[derive(Clone, Debug)]
+pub struct Store {
+    database: Database,
+    indexed_collections: Arc<Mutex<HashSet<&'static str>>>,
+    op_window: usize,
+    limits: Arc<Mutex<Option<batch::ServerLimits>>>,
+}
+
+impl Store {
+    /// A store writing to `database`.
+    pub fn new(database: Database) -> Self {
+        Store {
+            database,
+            indexed_collections: Arc::default(),
+            op_window: DEFAULT_OP_WINDOW,
+            limits: Arc::default(),
+        }
+    }
+
+    /// Sets how many op ids [`apply_once`](Store::apply_once) remembers per document (at least
+    /// one). An operation retried after `window` newer operations were applied to the same
+    /// document is no longer recognised and would apply again: choose a window larger than the
+    /// operations a document receives while a client may still retry.
+    pub fn with_op_window(mut self, window: usize) -> Self {
+        self.op_window = window.max(1);
+        self
+    }
+
+    /// The database written to.
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+
+    /// The driver's collection of `T`, for reads and anything idem does not do.
+    pub fn collection<T: Idempotent + Send + Sync>(&self) -> Collection<T> {
+        self.database.collection(T::MODEL.collection())
+    }
+
+    /// Creates the unique index on `T`'s natural key (named [`NATURAL_KEY_INDEX`]). Idempotent:
+    /// calling it again changes nothing.
+    pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
+        self.create_natural_key_index(&T::MODEL).await
+    }
+
+    /// Writes `doc` under its derived id, converging under retries, replays and races.
+    ///
+    /// Returns `Inserted` or `Updated` after one round trip; `Unchanged`, `Stale` or `Deleted`
+    /// (nothing written) after two. Refuses with [`Error::FrozenFieldChanged`] a write that would
+    /// change a frozen field or store the natural key under a second id; nothing is written then.
+    /// An event type (with an `idempotency_key`) is written as by [`record`](Store::record).
+    pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        if T::MODEL.idempotency_key_field().is_some() {
+            return self.record(doc).await.map(|recorded| recorded.outcome);
+        }
+        let write = PreparedWrite::new(doc)?;
+        self.verify_indexes(&T::MODEL).await?;
+        self.settle(&write).await
+    }
+
+    /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
+    /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
+    /// its creation does not bring it back. Returns `Deleted`, or `Unchanged` if it already was.
+    pub async fn delete<T>(&self, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let write = PreparedWrite::new(doc)?;
+        let tombstone = tombstone_field(&T::MODEL, &write.document)?;
+        let Some(marker) = write.tombstone.clone() else {
+            return Err(Error::TombstoneNotSet { document: write.document, field: tombstone.name() });
+        };
+        self.verify_indexes(&T::MODEL).await?;
+        let collection = self.raw_collection(write.model);
+        let mut filter = doc! { "_id": write.id_text.as_str() };
+        filter.extend(write.natural_key_filter());
+        filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
+        let mut update = write.update();
+        let body = update.remove("$set").unwrap_or(Bson::Document(Document::new()));
+        let mut on_insert = update.get_document("$setOnInsert").cloned().unwrap_or_default();
+        if let Bson::Document(body) = body {
+            on_insert.extend(body);
+        }
+        let update = doc! { "$set": { tombstone.stored_name(): marker }, "$setOnInsert": on_insert };
+        for _ in 0..MAX_ATTEMPTS {
+            match collection.update_one(filter.clone(), update.clone()).upsert(true).await {
+                Ok(result) if result.upserted_id.is_some() || result.matched_count > 0 => {
+                    return Ok(Outcome::Deleted)
+                }
+                Ok(_) => continue,
+                Err(error) if is_duplicate_key(&error) => {
+                    let (by_id, by_natural_key) = self.read_conflict(&collection, &write).await?;
+                    match (by_id, by_natural_key) {
+                        (Some(stored), _) if is_tombstoned(write.model, &stored) => {
+                            return Ok(Outcome::Unchanged)
+                        }
+                        (None, Some(stored)) => return Err(write.id_change(&stored)),
+                        _ => continue,
+                    }
+                }
+                Err(source) => return Err(mongo_error(&write.document, source)),
+            }
+        }
+        Err(Error::Contention { document: write.document })
+    }
+
+    /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
+    /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
+    /// [`Error::NotFound`] if no document has that id.
+    pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Outcome, Error>
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let tombstone = tombstone_field(model, &document)?;
+        let marker = mongodb::bson::to_bson(marker)
+            .map_err(|error| Error::Serialize { document: document.clone(), message: error.to_string() })?;
+        let collection = self.raw_collection(model);
+        let id_text = id.to_string();
+        let filter = doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
+        let update = doc! { "$set": { tombstone.stored_name(): marker } };
+        for _ in 0..MAX_ATTEMPTS {
+            let result = collection
+                .update_one(filter.clone(), update.clone())
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            if result.matched_count > 0 {
+                return Ok(Outcome::Deleted);
+            }
+            let stored = collection
+                .find_one(doc! { "_id": id_text.as_str() })
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            match stored {
+                None => return Err(Error::NotFound { document }),
+                Some(stored) if is_tombstoned(model, &stored) => return Ok(Outcome::Unchanged),
+                Some(_) => continue,
+            }
+        }
+        Err(Error::Contention { document })
+    }
+
+    /// Sends the guarded upsert until the server's answer settles it.
+    async fn settle(&self, write: &PreparedWrite) -> Result<Outcome, Error> {
+        let collection = self.raw_collection(write.model);
+        for _ in 0..MAX_ATTEMPTS {
+            let result = collection
+                .update_one(write.guarded_filter(), write.update())
+                .upsert(true)
+                .await;
+            match result {
+                Ok(result) if result.upserted_id.is_some() => return Ok(Outcome::Inserted),
+                Ok(result) if result.matched_count > 0 => return Ok(Outcome::Updated),
+                // An upsert either matches or inserts; anything else is a server quirk, and
+                // trying again is safe.
+                Ok(_) => continue,
+                Err(error) if is_duplicate_key(&error) => {
+                    if let Some(outcome) = self.classify_conflict(&collection, write).await? {
+                        return Ok(outcome);
+                    }
+                }
+                Err(source) => return Err(mongo_error(&write.document, source)),
+            }
+        }
+        Err(Error::Contention { document: write.document.clone() })
+    }
+
+    /// Reads what stopped a guarded write: `Unchanged`, `Stale`, `Deleted`, a refusal, or
+    /// `None` if the document changed meanwhile and the write should be tried again.
+    async fn classify_conflict(
+        &self,
+        collection: &Collection<Document>,
+        write: &PreparedWrite,
+    ) -> Result<Option<Outcome>, Error> {
+        match self.read_conflict(collection, write).await? {
+            (Some(stored), _) => match write.judge(&stored) {
+                Verdict::Replace => Ok(None),
+                Verdict::Settled(outcome) => Ok(Some(outcome)),
+                Verdict::Refused(refusal) => Err(refusal),
+            },
+            (None, Some(stored)) => Err(write.id_change(&stored)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The stored documents that can block `write`: the one under its id, and one holding its
+    /// natural key under another id.
+    async fn read_conflict(
+        &self,
+        collection: &Collection<Document>,
+        write: &PreparedWrite,
+    ) -> Result<(Option<Document>, Option<Document>), Error> {
+        let filter = doc! { "$or": [ { "_id": write.id_text.as_str() }, write.natural_key_filter() ] };
+        let stored = collect(collection.find(filter).limit(2), &write.document).await?;
+        let (by_id, by_natural_key): (Vec<_>, Vec<_>) = stored
+            .into_iter()
+            .partition(|stored| stored.get_str("_id").ok() == Some(write.id_text.as_str()));
+        Ok((by_id.into_iter().next(), by_natural_key.into_iter().next()))
+    }
+
+    async fn verify_indexes(&self, model: &Model) -> Result<(), Error> {
+        if self.is_indexed(model) {
+            return Ok(());
+        }
+        // A collection that does not exist yet has no indexes; listing them fails on some
+        // servers and returns nothing on others.
+        let present = self
+            .raw_collection(model)
+            .list_index_names()
+            .await
+            .is_ok_and(|names| names.iter().any(|name| name == NATURAL_KEY_INDEX));
+        if present {
+            self.remember_indexed(model);
+            return Ok(());
+        }
+        self.create_natural_key_index(model).await
+    }
+
+    async fn create_natural_key_index(&self, model: &Model) -> Result<(), Error> {
+        let keys: Document = model
+            .natural_key_fields()
+            .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
+            .collect();
+        let options = IndexOptions::builder()
+            .name(NATURAL_KEY_INDEX.to_owned())
+            .unique(true)
+            .build();
+        let index = IndexModel::builder().keys(keys).options(options).build();
+        self.raw_collection(model)
+            .create_index(index)
+            .await
+            .map_err(|source| mongo_error(&DocumentRef::collection(model), source))?;
+        self.remember_indexed(model);
+        Ok(())
+    }
+
+    fn is_indexed(&self, model: &Model) -> bool {
+        let indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        indexed.contains(model.collection())
+    }
+
+    fn remember_indexed(&self, model: &Model) {
+        let mut indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        indexed.insert(model.collection());
+    }
+
+    fn raw_collection(&self, model: &Model) -> Collection<Document> {
+        self.database.collection(model.collection())
+    }
+}
+
+impl Backend for Store {
+    fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Store::upsert(self, doc)
+    }
+
+    fn ensure_indexes<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    where
+        T: Idempotent,
+    {
+        Store::ensure_indexes::<T>(self)
+    }
+
+    fn push<T, I>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        Store::push::<T, I>(self, id, field, item)
+    }
+}
+
+/// The tombstone field of `model`, or the error for a type without one.
+fn tombstone_field(model: &Model, document: &DocumentRef) -> Result<&'static crate::model::Field, Error> {
+    model
+        .tombstone_field()
+        .ok_or_else(|| Error::NoTombstoneField { document: document.clone() })
+}
+
+/// Every document a find returns, in one batch where the server allows.
+async fn collect(
+    find: mongodb::action::Find<'_, Document>,
+    document: &DocumentRef,
+) -> Result<Vec<Document>, Error> {
+    let mut cursor = find.await.map_err(|source| mongo_error(document, source))?;
+    let mut stored = Vec::new();
+    while cursor.advance().await.map_err(|source| mongo_error(document, source))? {
+        stored.push(cursor.deserialize_current().map_err(|source| mongo_error(document, source))?);
+    }
+    Ok(stored)
+}
+
+fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
+    Error::Mongo { document: document.clone(), source }
+}
+
+fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.code == DUPLICATE_KEY,
+        ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}

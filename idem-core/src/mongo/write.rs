@@ -1,0 +1,247 @@
+//! One document ready to write, and the judgement of a stored document against it. The single
+//! upsert, the batch upsert and `delete` all build their commands and read their verdicts here.
+
+use std::cmp::Ordering;
+
+use mongodb::bson::{self, doc, Bson, Document};
+use serde::Serialize;
+
+use super::compare::{bson_equal, show, version_order};
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{DocumentRef, Field, Idempotent, Model, Role};
+use crate::outcome::Outcome;
+
+/// MongoDB's limit on one stored document (`maxBsonObjectSize` on every server).
+pub(crate) const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// One document ready to write: id, hash and stored form, computed before any round trip.
+pub(crate) struct PreparedWrite {
+    pub model: &'static Model,
+    pub document: DocumentRef,
+    pub id: Id,
+    pub id_text: String,
+    pub hash: String,
+    /// The fields an upsert sets: every stored field but `_id`, the tombstone and the pushed
+    /// lists, plus the content hash.
+    pub body: Document,
+    /// The tombstone value the document carries, if set.
+    pub tombstone: Option<Bson>,
+    /// The BSON size of the stored document.
+    pub size: usize,
+}
+
+/// What a stored document means for an incoming write.
+pub(crate) enum Verdict {
+    /// The guarded update replaces it (or, if nothing is stored, inserts).
+    Replace,
+    /// Nothing to write: `Unchanged`, `Stale` or `Deleted`.
+    Settled(Outcome),
+    /// The write would change a frozen field.
+    Refused(Error),
+}
+
+impl PreparedWrite {
+    /// Prepares `doc` under its derived id.
+    pub fn new<T: Idempotent + Serialize>(doc: &T) -> Result<Self, Error> {
+        PreparedWrite::with_id(doc, doc.id()?)
+    }
+
+    /// Prepares `doc` under `id` (an event's id is not derived).
+    pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
+        let model: &'static Model = &T::MODEL;
+        let hash = doc.content_hash()?.to_hex();
+        let document = doc.document_ref();
+        let mut body = bson::to_document(doc).map_err(|error| Error::Serialize {
+            document: document.clone(),
+            message: error.to_string(),
+        })?;
+        let must_be_stored = model.fields().iter().filter(|field| {
+            field.role().is_frozen() || matches!(field.role(), Role::Version | Role::IdempotencyKey)
+        });
+        for field in must_be_stored {
+            if !body.contains_key(field.stored_name()) {
+                return Err(Error::FieldNotSerialized {
+                    document,
+                    field: field.name(),
+                    stored_name: field.stored_name(),
+                });
+            }
+        }
+        let tombstone = model
+            .tombstone_field()
+            .and_then(|field| body.get(field.stored_name()))
+            .filter(|marker| !matches!(marker, Bson::Null))
+            .cloned();
+        for field in model.fields().iter().filter(|field| !model.is_upserted(field.stored_name())) {
+            body.remove(field.stored_name());
+        }
+        body.insert(model.hash_field(), hash.clone());
+        let size = bson::to_vec(&body).map_or(usize::MAX, |bytes| bytes.len()) + 40;
+        if size > MAX_DOCUMENT_BYTES {
+            return Err(Error::DocumentTooLarge { document, size, limit: MAX_DOCUMENT_BYTES });
+        }
+        Ok(PreparedWrite { model, document, id, id_text: id.to_string(), hash, body, tombstone, size })
+    }
+
+    fn value(&self, field: &Field) -> &Bson {
+        // `with_id` checked that every frozen, version and key field is in the body.
+        self.body.get(field.stored_name()).unwrap_or(&Bson::Null)
+    }
+
+    /// The incoming version, if the type has one.
+    pub fn version(&self) -> Option<&Bson> {
+        self.model.version_field().map(|field| self.value(field))
+    }
+
+    /// `{k1: {$eq: v1}, …}` over the natural-key fields. `$eq` keeps a value that looks like an
+    /// operator document from being read as one.
+    pub fn natural_key_filter(&self) -> Document {
+        self.model
+            .natural_key_fields()
+            .map(|field| {
+                let value = self.value(field).clone();
+                (field.stored_name().to_owned(), Bson::Document(doc! { "$eq": value }))
+            })
+            .collect()
+    }
+
+    /// Matches the stored document only if this write may replace it: same id and natural key,
+    /// not deleted, every frozen field equal or never written, and either an older version or
+    /// (without versions) another content hash.
+    pub fn guarded_filter(&self) -> Document {
+        let mut filter = doc! { "_id": self.id_text.as_str() };
+        filter.extend(self.natural_key_filter());
+        if let Some(tombstone) = self.model.tombstone_field() {
+            filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
+        }
+        let mut conditions: Vec<Bson> = self
+            .model
+            .frozen_fields()
+            .filter(|field| field.role() != Role::Key)
+            .map(|field| absent_or(field.stored_name(), doc! { "$eq": self.value(field).clone() }))
+            .collect();
+        match self.model.version_field() {
+            Some(field) => {
+                conditions.push(absent_or(field.stored_name(), doc! { "$lt": self.value(field).clone() }))
+            }
+            None => {
+                filter.insert(self.model.hash_field(), doc! { "$ne": self.hash.as_str() });
+            }
+        }
+        if !conditions.is_empty() {
+            filter.insert("$and", conditions);
+        }
+        filter
+    }
+
+    /// Sets the upserted fields; a new document also gets its pushed lists, empty.
+    pub fn update(&self) -> Document {
+        let mut update = doc! { "$set": self.body.clone() };
+        let empty_lists: Document = self
+            .model
+            .pushed_fields()
+            .map(|field| (field.stored_name().to_owned(), Bson::Array(Vec::new())))
+            .collect();
+        if !empty_lists.is_empty() {
+            update.insert("$setOnInsert", empty_lists);
+        }
+        update
+    }
+
+    /// What the stored document under this id means for this write.
+    pub fn judge(&self, stored: &Document) -> Verdict {
+        if is_tombstoned(self.model, stored) {
+            return Verdict::Settled(Outcome::Deleted);
+        }
+        if let Some(refusal) = self.frozen_change(stored) {
+            return Verdict::Refused(refusal);
+        }
+        let same_content = stored.get_str(self.model.hash_field()).ok() == Some(self.hash.as_str());
+        let (Some(field), Some(incoming)) = (self.model.version_field(), self.version()) else {
+            return if same_content { Verdict::Settled(Outcome::Unchanged) } else { Verdict::Replace };
+        };
+        let Some(stored_version) = stored.get(field.stored_name()) else {
+            return Verdict::Replace;
+        };
+        match version_order(stored_version, incoming) {
+            Some(Ordering::Less) => Verdict::Replace,
+            Some(Ordering::Equal) if same_content => Verdict::Settled(Outcome::Unchanged),
+            // Same version with other content, a newer stored version, or versions of types
+            // that do not compare: the stored document stands.
+            _ => Verdict::Settled(Outcome::Stale),
+        }
+    }
+
+    /// The refusal for a stored document under this id whose frozen field differs, if any. A
+    /// field never written is not a change.
+    fn frozen_change(&self, stored: &Document) -> Option<Error> {
+        self.model.frozen_fields().find_map(|field| {
+            let stored_value = stored.get(field.stored_name())?;
+            let incoming = self.value(field);
+            (!bson_equal(stored_value, incoming))
+                .then(|| self.refusal(stored, field.name(), Some(stored_value), incoming))
+        })
+    }
+
+    /// The refusal for the natural key stored under another id: the field feeding the id that
+    /// differs (the timestamp, or `_id` itself if the id was derived another way).
+    pub fn id_change(&self, stored: &Document) -> Error {
+        let feeding = self.model.key_fields().chain(self.model.timestamp_field());
+        for field in feeding {
+            let stored_value = stored.get(field.stored_name());
+            let incoming = self.value(field);
+            if !stored_value.is_some_and(|value| bson_equal(value, incoming)) {
+                return self.refusal(stored, field.name(), stored_value, incoming);
+            }
+        }
+        let stored_id = stored.get("_id");
+        self.refusal(stored, "_id", stored_id, &Bson::String(self.id_text.clone()))
+    }
+
+    fn refusal(
+        &self,
+        stored: &Document,
+        field: &'static str,
+        stored_value: Option<&Bson>,
+        incoming: &Bson,
+    ) -> Error {
+        Error::FrozenFieldChanged {
+            document: self.document.clone(),
+            stored_id: stored_id(stored).unwrap_or(self.id),
+            field,
+            stored: stored_value.map_or_else(|| "(missing)".to_owned(), show),
+            incoming: show(incoming),
+        }
+    }
+
+    /// The fields a judgement reads, for a projection.
+    pub fn judged_fields(&self) -> Document {
+        let mut projection = doc! { "_id": 1, self.model.hash_field(): 1 };
+        let judged = self.model.fields().iter().filter(|field| {
+            field.role().is_frozen() || matches!(field.role(), Role::Version | Role::Tombstone)
+        });
+        for field in judged {
+            projection.insert(field.stored_name(), 1);
+        }
+        projection
+    }
+}
+
+/// `{$or: [{name: condition}, {name: {$exists: false}}]}`: a field never written passes.
+fn absent_or(name: &str, condition: Document) -> Bson {
+    Bson::Document(doc! { "$or": [ { name: condition }, { name: { "$exists": false } } ] })
+}
+
+/// The id of a stored document, if idem wrote it (a ULID string).
+pub(crate) fn stored_id(stored: &Document) -> Option<Id> {
+    stored.get_str("_id").ok().and_then(|id| id.parse().ok())
+}
+
+/// Whether a stored document carries a deletion marker.
+pub(crate) fn is_tombstoned(model: &Model, stored: &Document) -> bool {
+    model
+        .tombstone_field()
+        .and_then(|field| stored.get(field.stored_name()))
+        .is_some_and(|marker| !matches!(marker, Bson::Null))
+}
