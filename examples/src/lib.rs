@@ -1,1 +1,2 @@
-
+//! Runnable examples of idem; the code is in the package's `[[example]]` targets (for example
+//! `blog_ingest.rs`) and their sample data under `data/`. This library is empty.

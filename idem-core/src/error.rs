@@ -37,7 +37,7 @@ pub enum Error {
     #[error("{document}: timestamp field `{field}` = {value} cannot be an id: {problem}")]
     TimestampOutOfRange {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The timestamp field.
         field: &'static str,
         /// The value, as shown.
@@ -54,7 +54,7 @@ pub enum Error {
     )]
     AmbiguousKey {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The key field.
         field: &'static str,
         /// Its value.
@@ -66,7 +66,7 @@ pub enum Error {
     #[error("{document}: key field `{field}` is empty; a key must identify the document")]
     EmptyKey {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The key field.
         field: &'static str,
     },
@@ -80,7 +80,7 @@ pub enum Error {
     )]
     FrozenFieldChanged {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The id the document is stored under.
         stored_id: Id,
         /// The field that differs (`_id` if only the id itself differs).
@@ -97,7 +97,7 @@ pub enum Error {
     #[error("{document}: field `{field}` is not written by serde under the name {stored_name:?}")]
     FieldNotSerialized {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The field.
         field: &'static str,
         /// The name idem expected serde to write.
@@ -108,7 +108,7 @@ pub enum Error {
     #[error("{document}: could not serialize the document: {message}")]
     Serialize {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// What the serializer said.
         message: String,
     },
@@ -118,7 +118,7 @@ pub enum Error {
     #[error("{document}: concurrent writes kept changing the document; retrying is safe")]
     Contention {
         /// The document.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
     },
 
     /// An event's idempotency key was used before with another payload: a retry must send the
@@ -129,7 +129,7 @@ pub enum Error {
     )]
     IdempotencyKeyReused {
         /// The event refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The idempotency-key field.
         field: &'static str,
         /// The id of the event first recorded under this key.
@@ -140,14 +140,14 @@ pub enum Error {
     #[error("{document}: no such document")]
     NotFound {
         /// The document looked for.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
     },
 
     /// `delete` needs the tombstone field set to the marker to store.
     #[error("{document}: tombstone field `{field}` is None; set it to the deletion marker to store")]
     TombstoneNotSet {
         /// The document.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The tombstone field.
         field: &'static str,
     },
@@ -156,14 +156,14 @@ pub enum Error {
     #[error("{document}: the type has no `#[idem(tombstone)]` field to mark deletions with")]
     NoTombstoneField {
         /// The document.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
     },
 
     /// A push named a field that is not a `#[idem(push_by = "…")]` list of the type.
     #[error("{document}: `{field}` is not a `#[idem(push_by = \"…\")]` field")]
     NotAPushedField {
         /// The document.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The field named.
         field: &'static str,
     },
@@ -172,7 +172,7 @@ pub enum Error {
     #[error("{document}: the item pushed to `{field}` has no `{item_key}` field to tell it apart")]
     ItemWithoutKey {
         /// The document pushed to.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The pushed list.
         field: &'static str,
         /// The stored name of the item key.
@@ -183,7 +183,7 @@ pub enum Error {
     #[error("{document}: the stored document would be {size} bytes, over the server's limit of {limit}")]
     DocumentTooLarge {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// Its BSON size in bytes.
         size: usize,
         /// The server's `maxBsonObjectSize`.
@@ -195,14 +195,14 @@ pub enum Error {
     #[error("{document}: an event's id is assigned by its first write, not derived")]
     NoDerivedId {
         /// The event.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
     },
 
     /// The server refused one write of a batch with an error of its own.
     #[error("{document}: the server refused the write: {message} (code {code})")]
     WriteRefused {
         /// The document refused.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The server's error code.
         code: i32,
         /// The server's message.
@@ -214,7 +214,7 @@ pub enum Error {
     #[error("{document}: MongoDB: {source}")]
     Mongo {
         /// The document being written, or the collection alone for collection-wide calls.
-        document: DocumentRef,
+        document: Box<DocumentRef>,
         /// The driver's error.
         source: mongodb::error::Error,
     },
@@ -242,6 +242,27 @@ impl Error {
             | Error::WriteRefused { document, .. } => document,
             #[cfg(feature = "mongodb")]
             Error::Mongo { document, .. } => document,
+        }
+    }
+
+    /// Whether the write was refused because of the document itself (a frozen field changed, a
+    /// key or timestamp out of range, an oversized document, a reused idempotency key…).
+    /// Nothing was written, and sending the same document again gives the same refusal.
+    pub fn is_refusal(&self) -> bool {
+        !self.is_retryable()
+    }
+
+    /// Whether the same call may succeed if made again: the server could not be reached or did
+    /// not confirm the write, or concurrent writers kept changing the document. Every idem write
+    /// is safe to retry.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Contention { .. } => true,
+            #[cfg(feature = "mongodb")]
+            Error::Mongo { source, .. } => crate::mongo::is_transient(source),
+            #[cfg(feature = "mongodb")]
+            Error::WriteRefused { code, .. } => crate::mongo::is_transient_code(*code),
+            _ => false,
         }
     }
 

@@ -413,7 +413,7 @@ pub fn derive_id(
     timestamp_ms
         .and_then(|millis| Id::from_parts(millis, hash_part))
         .map_err(|problem| Error::TimestampOutOfRange {
-            document: DocumentRef::new(model, natural_key(model, keys)),
+            document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
             field,
             value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
             problem,
@@ -433,7 +433,7 @@ pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
 
 fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
     Error::EmptyKey {
-        document: DocumentRef::new(model, natural_key(model, keys)),
+        document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
         field: key_name(model, index),
     }
 }
@@ -516,7 +516,7 @@ fn hash_part_joined(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Erro
         }
         if text.contains(JOINED_SEPARATOR) {
             return Err(Error::AmbiguousKey {
-                document: DocumentRef::new(model, natural_key(model, keys)),
+                document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
                 field: key_name(model, index),
                 value: text.to_owned(),
             });

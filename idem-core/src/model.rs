@@ -27,7 +27,7 @@ pub trait Idempotent {
         Self: serde::Serialize,
     {
         crate::hash::content_hash(self, &Self::MODEL).map_err(|message| Error::Serialize {
-            document: self.document_ref(),
+            document: Box::new(self.document_ref()),
             message,
         })
     }

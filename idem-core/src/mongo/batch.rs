@@ -129,7 +129,7 @@ impl Store {
             .map(|(outcome, write)| {
                 outcome.unwrap_or_else(|| {
                     let document = write.as_ref().map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
-                    Err(Error::Contention { document })
+                    Err(Error::Contention { document: Box::new(document) })
                 })
             })
             .collect();
@@ -322,7 +322,7 @@ fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
 fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
     let message = error.get_str("errmsg").unwrap_or("no message");
     Error::WriteRefused {
-        document: document.clone(),
+        document: Box::new(document.clone()),
         code: error.get_i32("code").unwrap_or(0),
         message: if note.is_empty() { message.to_owned() } else { format!("{message}; {note}") },
     }

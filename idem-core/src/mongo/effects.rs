@@ -90,15 +90,15 @@ impl Store {
         let model = &T::MODEL;
         let document = DocumentRef::by_id(model, id);
         let Some(list) = model.fields().iter().find(|f| f.name() == field && f.role() == Role::Pushed) else {
-            return Err(Error::NotAPushedField { document, field });
+            return Err(Error::NotAPushedField { document: Box::new(document), field });
         };
         let item = match bson::to_bson(item) {
             Ok(Bson::Document(item)) => item,
-            Ok(_) => return Err(Error::ItemWithoutKey { document, field, item_key: list.item_key() }),
-            Err(error) => return Err(Error::Serialize { document, message: error.to_string() }),
+            Ok(_) => return Err(Error::ItemWithoutKey { document: Box::new(document), field, item_key: list.item_key() }),
+            Err(error) => return Err(Error::Serialize { document: Box::new(document), message: error.to_string() }),
         };
         let Some(item_key) = item.get(list.item_key()).cloned() else {
-            return Err(Error::ItemWithoutKey { document, field, item_key: list.item_key() });
+            return Err(Error::ItemWithoutKey { document: Box::new(document), field, item_key: list.item_key() });
         };
         let collection = self.raw_collection(model);
         let id_text = id.to_string();
@@ -124,10 +124,10 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             if exists.is_none() {
-                return Err(Error::NotFound { document });
+                return Err(Error::NotFound { document: Box::new(document) });
             }
         }
-        Err(Error::Contention { document })
+        Err(Error::Contention { document: Box::new(document) })
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
@@ -164,7 +164,7 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             let Some(stored) = stored else {
-                return Err(Error::NotFound { document });
+                return Err(Error::NotFound { document: Box::new(document) });
             };
             let applied = stored
                 .get_array(APPLIED_OPS_FIELD)
@@ -173,7 +173,7 @@ impl Store {
                 return Ok(Applied::AlreadyApplied);
             }
         }
-        Err(Error::Contention { document })
+        Err(Error::Contention { document: Box::new(document) })
     }
 }
 

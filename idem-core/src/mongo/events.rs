@@ -31,7 +31,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let model = &T::MODEL;
-        let key_field = model.idempotency_key_field().ok_or_else(|| Error::NoDerivedId { document: event.document_ref() })?;
+        let key_field = model.idempotency_key_field().ok_or_else(|| Error::NoDerivedId { document: Box::new(event.document_ref()) })?;
         self.verify_indexes(model).await?;
         let collection = self.raw_collection(model);
         for _ in 0..MAX_ATTEMPTS {
@@ -52,7 +52,7 @@ impl Store {
                         return Ok(Recorded { id: first_id, outcome: Outcome::Unchanged });
                     }
                     return Err(Error::IdempotencyKeyReused {
-                        document: write.document,
+                        document: Box::new(write.document),
                         field: key_field.name(),
                         stored_id: first_id,
                     });
@@ -62,6 +62,6 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: event.document_ref() })
+        Err(Error::Contention { document: Box::new(event.document_ref()) })
     }
 }

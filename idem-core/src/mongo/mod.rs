@@ -146,7 +146,7 @@ impl Store {
         let write = PreparedWrite::new(doc)?;
         let tombstone = tombstone_field(&T::MODEL, &write.document)?;
         let Some(marker) = write.tombstone.clone() else {
-            return Err(Error::TombstoneNotSet { document: write.document, field: tombstone.name() });
+            return Err(Error::TombstoneNotSet { document: Box::new(write.document), field: tombstone.name() });
         };
         self.verify_indexes(&T::MODEL).await?;
         let collection = self.raw_collection(write.model);
@@ -179,7 +179,7 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: write.document })
+        Err(Error::Contention { document: Box::new(write.document) })
     }
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
@@ -194,7 +194,7 @@ impl Store {
         let document = DocumentRef::by_id(model, id);
         let tombstone = tombstone_field(model, &document)?;
         let marker = mongodb::bson::to_bson(marker)
-            .map_err(|error| Error::Serialize { document: document.clone(), message: error.to_string() })?;
+            .map_err(|error| Error::Serialize { document: Box::new(document.clone()), message: error.to_string() })?;
         let collection = self.raw_collection(model);
         let id_text = id.to_string();
         let filter = doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
@@ -212,12 +212,12 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             match stored {
-                None => return Err(Error::NotFound { document }),
+                None => return Err(Error::NotFound { document: Box::new(document) }),
                 Some(stored) if is_tombstoned(model, &stored) => return Ok(Outcome::Unchanged),
                 Some(_) => continue,
             }
         }
-        Err(Error::Contention { document })
+        Err(Error::Contention { document: Box::new(document) })
     }
 
     /// Sends the guarded upsert until the server's answer settles it.
@@ -242,7 +242,7 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: write.document.clone() })
+        Err(Error::Contention { document: Box::new(write.document.clone()) })
     }
 
     /// Reads what stopped a guarded write: `Unchanged`, `Stale`, `Deleted`, a refusal, or
@@ -362,7 +362,7 @@ impl Backend for Store {
 fn tombstone_field(model: &Model, document: &DocumentRef) -> Result<&'static crate::model::Field, Error> {
     model
         .tombstone_field()
-        .ok_or_else(|| Error::NoTombstoneField { document: document.clone() })
+        .ok_or_else(|| Error::NoTombstoneField { document: Box::new(document.clone()) })
 }
 
 /// Every document a find returns, in one batch where the server allows.
@@ -379,7 +379,7 @@ async fn collect(
 }
 
 fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
-    Error::Mongo { document: document.clone(), source }
+    Error::Mongo { document: Box::new(document.clone()), source }
 }
 
 fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
@@ -389,4 +389,31 @@ fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
         ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
         _ => false,
     }
+}
+
+/// Server error codes after which the same write may succeed: the network, an election, a
+/// shutdown, or an unconfirmed write concern.
+const TRANSIENT_CODES: &[i32] = &[
+    6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+];
+
+/// Whether a driver error leaves the write worth retrying, decided from its kind, labels and
+/// codes, never its message.
+pub(crate) fn is_transient(error: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    if error.contains_label("RetryableWriteError") || error.contains_label("TransientTransactionError") {
+        return true;
+    }
+    match error.kind.as_ref() {
+        ErrorKind::Io(_) | ErrorKind::ServerSelection { .. } | ErrorKind::ConnectionPoolCleared { .. } => true,
+        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => true,
+        ErrorKind::Command(command) => is_transient_code(command.code),
+        ErrorKind::InsertMany(failure) => failure.write_concern_error.is_some(),
+        _ => false,
+    }
+}
+
+/// Whether a server error code leaves the write worth retrying.
+pub(crate) fn is_transient_code(code: i32) -> bool {
+    TRANSIENT_CODES.contains(&code)
 }

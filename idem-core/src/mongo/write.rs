@@ -53,7 +53,7 @@ impl PreparedWrite {
         let hash = doc.content_hash()?.to_hex();
         let document = doc.document_ref();
         let mut body = bson::to_document(doc).map_err(|error| Error::Serialize {
-            document: document.clone(),
+            document: Box::new(document.clone()),
             message: error.to_string(),
         })?;
         let must_be_stored = model.fields().iter().filter(|field| {
@@ -62,7 +62,7 @@ impl PreparedWrite {
         for field in must_be_stored {
             if !body.contains_key(field.stored_name()) {
                 return Err(Error::FieldNotSerialized {
-                    document,
+                    document: Box::new(document),
                     field: field.name(),
                     stored_name: field.stored_name(),
                 });
@@ -79,7 +79,7 @@ impl PreparedWrite {
         body.insert(model.hash_field(), hash.clone());
         let size = bson::to_vec(&body).map_or(usize::MAX, |bytes| bytes.len()) + 40;
         if size > MAX_DOCUMENT_BYTES {
-            return Err(Error::DocumentTooLarge { document, size, limit: MAX_DOCUMENT_BYTES });
+            return Err(Error::DocumentTooLarge { document: Box::new(document), size, limit: MAX_DOCUMENT_BYTES });
         }
         Ok(PreparedWrite { model, document, id, id_text: id.to_string(), hash, body, tombstone, size })
     }
@@ -207,7 +207,7 @@ impl PreparedWrite {
         incoming: &Bson,
     ) -> Error {
         Error::FrozenFieldChanged {
-            document: self.document.clone(),
+            document: Box::new(self.document.clone()),
             stored_id: stored_id(stored).unwrap_or(self.id),
             field,
             stored: stored_value.map_or_else(|| "(missing)".to_owned(), show),

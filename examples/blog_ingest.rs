@@ -1,0 +1,484 @@
+//! Ingesting a folder of blog posts into MongoDB, idempotently.
+//!
+//! Shows the whole idem workflow on the `Post` type of the design document: a struct deriving
+//! `Idempotent` (keys `slug` + `lang`, id timestamp `published_at`, volatile `fetched_at`, frozen
+//! `author_id`), `Store::ensure_indexes`, and one `Store::upsert` per post. Run it as often as you
+//! like: the first run inserts every post, a re-run writes nothing (`Unchanged`), an edited post
+//! is `Updated`, and an edit that would change a frozen field — the author, or the publication
+//! time, which feeds the id — is refused with `FrozenFieldChanged` and leaves the stored post
+//! intact. The documents actually written are counted from the driver's command monitoring, so
+//! "nothing written" is the server's word, not idem's.
+//!
+//! Each post is a JSON file in the data folder (`*.json`, read in file-name order):
+//!
+//! ```json
+//! { "slug": "hello-world", "lang": "en", "publishedAt": 1704704400000,
+//!   "title": "Hello", "authorId": "author-ada", "body": "First post." }
+//! ```
+//!
+//! `publishedAt` is in milliseconds since the Unix epoch. The bundled sample data is in
+//! `examples/data/posts/`.
+//!
+//! Run it against any MongoDB-compatible server (`scripts/demo-blog` runs the full story):
+//!
+//! ```text
+//! eval "$(scripts/test-server start)"
+//! cargo run -p idem-examples --example blog_ingest -- [--data DIR] [--database NAME]
+//! cargo run -p idem-examples --example blog_ingest -- --show SLUG LANG [--database NAME]
+//! cargo run -p idem-examples --example blog_ingest -- --drop [--database NAME]
+//! scripts/test-server stop
+//! ```
+//!
+//! `MONGODB_URI` names the server (use `retryWrites=false` where the server has no retryable
+//! writes; idem does not need them). `--database` defaults to `idem_blog_demo`. `--show` prints
+//! the stored document of one post, raw, as relaxed extended JSON; `--drop` drops the database.
+//!
+//! Exit status: 0 when every post was written or unchanged; 1 when a post was refused or a write
+//! failed (each refusal is printed in full); 2 on a usage, data or connection problem.
+
+// `#[derive(Idempotent)]` generates `Post::derive_id(slug: &String, lang: &String, …)`, which
+// clippy's `ptr_arg` flags in this crate (it would want `&str`). Remove once the derive allows it.
+#![allow(clippy::ptr_arg)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idem_core::mongo::Store;
+use idem_core::{Error, Id, Idempotent, Outcome};
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use mongodb::Client;
+use serde::{Deserialize, Serialize};
+
+/// A blog post as stored: exactly the design document's example.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+}
+
+/// A post as it is written in a data file: everything but `fetched_at`, which ingestion sets.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PostFile {
+    slug: String,
+    lang: String,
+    published_at: i64,
+    title: String,
+    author_id: String,
+    body: String,
+}
+
+impl PostFile {
+    fn into_post(self, fetched_at: i64) -> Post {
+        Post {
+            slug: self.slug,
+            lang: self.lang,
+            published_at: self.published_at,
+            title: self.title,
+            body: self.body,
+            fetched_at,
+            author_id: self.author_id,
+        }
+    }
+}
+
+const DEFAULT_DATABASE: &str = "idem_blog_demo";
+const USAGE: &str = "\
+usage: blog_ingest [--data DIR] [--database NAME]
+       blog_ingest --show SLUG LANG [--database NAME]
+       blog_ingest --drop [--database NAME]
+
+Upserts every post (*.json) of DIR (default: the bundled examples/data/posts) into the `posts`
+collection of database NAME (default: idem_blog_demo) on the server named by MONGODB_URI, and
+prints one row per post with its outcome. --show prints one stored post, raw; --drop drops
+the database.";
+
+/// What the command line asks for.
+enum Mode {
+    Ingest { data: PathBuf },
+    Show { slug: String, lang: String },
+    Drop,
+}
+
+struct Args {
+    mode: Mode,
+    database: String,
+}
+
+/// A problem that stops the run before or outside the per-post report: exit status 2.
+struct Fatal(String);
+
+impl<E: std::fmt::Display> From<E> for Fatal {
+    fn from(error: E) -> Self {
+        Fatal(error.to_string())
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(code) => code,
+        Err(Fatal(message)) => {
+            eprintln!("blog_ingest: error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<ExitCode, Fatal> {
+    let args = match parse_args(std::env::args().skip(1))? {
+        Some(args) => args,
+        None => {
+            println!("{USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let uri = std::env::var("MONGODB_URI").map_err(|_| {
+        Fatal(
+            "MONGODB_URI is not set: point it at a MongoDB-compatible server, for example \
+             `eval \"$(scripts/test-server start)\"`"
+                .to_owned(),
+        )
+    })?;
+    let (client, monitor) = monitored_client(&uri).await?;
+    let store = Store::new(client.database(&args.database));
+    match args.mode {
+        Mode::Ingest { data } => ingest(&store, &monitor, &data).await,
+        Mode::Show { slug, lang } => show(&store, &slug, &lang).await,
+        Mode::Drop => {
+            store.database().drop().await?;
+            println!("dropped database {}", args.database);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `None` for `--help`.
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
+    let mut data = None;
+    let mut show = None;
+    let mut drop = false;
+    let mut database = None;
+    let usage = |message: &str| Fatal(format!("{message}\n\n{USAGE}"));
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| usage(&format!("{name} needs a value")))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--drop" => drop = true,
+            "--data" => data = Some(PathBuf::from(value("--data")?)),
+            "--database" => database = Some(value("--database")?),
+            "--show" => {
+                let slug = value("--show")?;
+                let lang = value("--show")?;
+                show = Some((slug, lang));
+            }
+            other => return Err(usage(&format!("unexpected argument {other:?}"))),
+        }
+    }
+    let mode = match (show, drop, data) {
+        (Some(_), true, _) | (Some(_), _, Some(_)) | (_, true, Some(_)) => {
+            return Err(usage("--data, --show and --drop exclude each other"))
+        }
+        (Some((slug, lang)), false, None) => Mode::Show { slug, lang },
+        (None, true, None) => Mode::Drop,
+        (None, false, data) => Mode::Ingest {
+            data: data.unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("data")
+                    .join("posts")
+            }),
+        },
+    };
+    Ok(Some(Args {
+        mode,
+        database: database.unwrap_or_else(|| DEFAULT_DATABASE.to_owned()),
+    }))
+}
+
+/// Upserts every post of `data` and prints the report. Exit status 1 if any post was not stored.
+async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCode, Fatal> {
+    // One clock reading per run: `fetched_at` is volatile, so it never makes a post "changed".
+    let fetched_at = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let fetched_at = i64::try_from(fetched_at)?;
+    let posts: Vec<Post> = read_posts(data)?
+        .into_iter()
+        .map(|file| file.into_post(fetched_at))
+        .collect();
+    println!("{} posts from {}", posts.len(), data.display());
+
+    store
+        .ensure_indexes::<Post>()
+        .await
+        .map_err(|error| Fatal(format!("creating the indexes: {error}")))?;
+
+    let mut rows = Vec::with_capacity(posts.len());
+    for post in &posts {
+        let id = post
+            .id()
+            .map_or_else(|_| "-".to_owned(), |id| id.to_string());
+        let result = store.upsert(post).await;
+        rows.push((post, id, result));
+    }
+    let commands = monitor.take();
+
+    // The table.
+    let slug_width = rows
+        .iter()
+        .map(|(post, ..)| post.slug.len())
+        .chain(["slug".len()])
+        .max()
+        .unwrap_or(0);
+    println!();
+    println!("{:<slug_width$}  lang  {:<26}  outcome", "slug", "id");
+    println!("{:-<slug_width$}  ----  {:-<26}  ---------", "", "");
+    let mut totals = Totals::default();
+    let mut problems = Vec::new();
+    for (post, id, result) in &rows {
+        let shown = match result {
+            Ok(outcome) => {
+                totals.count(*outcome);
+                outcome.to_string()
+            }
+            Err(error) => {
+                let failed = is_failure(error);
+                if failed {
+                    totals.failed += 1;
+                } else {
+                    totals.refused += 1;
+                }
+                problems.push((failed, error));
+                summary(error)
+            }
+        };
+        println!(
+            "{:<slug_width$}  {:<4}  {:<26}  {shown}",
+            post.slug, post.lang, id
+        );
+    }
+
+    println!();
+    for (failed, error) in &problems {
+        let what = if *failed { "failed" } else { "refused" };
+        println!("{what}: {error}");
+    }
+    if !problems.is_empty() {
+        println!();
+    }
+    println!(
+        "totals: {} ({} posts); documents written: {}",
+        totals.describe(),
+        posts.len(),
+        commands.documents_written,
+    );
+    println!("commands sent: {}", commands.describe());
+    let stored = store
+        .collection::<Post>()
+        .count_documents(doc! {})
+        .await
+        .map_err(|error| Fatal(format!("counting the stored posts: {error}")))?;
+    println!(
+        "collection `{}` holds {stored} documents",
+        Post::MODEL.collection()
+    );
+
+    if problems.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "blog_ingest: {} post(s) refused, {} failed; see above",
+            totals.refused, totals.failed
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Prints the stored document of one post, raw, as relaxed extended JSON.
+async fn show(store: &Store, slug: &str, lang: &str) -> Result<ExitCode, Fatal> {
+    // The natural key, under the names serde stores (the same filter the unique index covers).
+    let filter = doc! { "slug": slug, "lang": lang };
+    let collection = store
+        .database()
+        .collection::<Document>(Post::MODEL.collection());
+    let Some(stored) = collection.find_one(filter).await? else {
+        println!("no stored post with slug {slug:?} and lang {lang:?}");
+        return Ok(ExitCode::FAILURE);
+    };
+    let json = Bson::Document(stored.clone()).into_relaxed_extjson();
+    println!("{}", serde_json::to_string_pretty(&json)?);
+    // The id's time part is the publication time: recompute it from what is stored.
+    if let Some(id) = stored
+        .get_str("_id")
+        .ok()
+        .and_then(|id| id.parse::<Id>().ok())
+    {
+        println!("_id time part: {} ms", id.timestamp_ms());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads every `*.json` file of `dir`, in file-name order.
+fn read_posts(dir: &Path) -> Result<Vec<PostFile>, Fatal> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|error| Fatal(format!("reading {}: {error}", dir.display())))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "json") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    if paths.is_empty() {
+        return Err(Fatal(format!("no *.json posts in {}", dir.display())));
+    }
+    paths
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| Fatal(format!("reading {}: {error}", path.display())))?;
+            serde_json::from_str(&text)
+                .map_err(|error| Fatal(format!("{} is not a post: {error}", path.display())))
+        })
+        .collect()
+}
+
+/// A driver or server failure rather than a refusal by idem: the write may be retried.
+fn is_failure(error: &Error) -> bool {
+    error.as_mongo().is_some() || matches!(error, Error::Contention { .. })
+}
+
+/// The table cell for an error; the full text is printed below the table.
+fn summary(error: &Error) -> String {
+    match error {
+        Error::FrozenFieldChanged { field, .. } => format!("REFUSED: `{field}` may not change"),
+        Error::Mongo { .. } | Error::Contention { .. } => "FAILED (see below)".to_owned(),
+        _ => "REFUSED (see below)".to_owned(),
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    inserted: usize,
+    updated: usize,
+    unchanged: usize,
+    /// Outcomes a `Post` upsert does not produce (`Outcome` is non-exhaustive), by name.
+    other: BTreeMap<&'static str, usize>,
+    refused: usize,
+    failed: usize,
+}
+
+impl Totals {
+    fn count(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Inserted => self.inserted += 1,
+            Outcome::Updated => self.updated += 1,
+            Outcome::Unchanged => self.unchanged += 1,
+            other => *self.other.entry(other.name()).or_default() += 1,
+        }
+    }
+
+    /// `24 Inserted, 0 Updated, 0 Unchanged, 0 refused, 0 failed`, with any other outcome
+    /// after `Unchanged`.
+    fn describe(&self) -> String {
+        let mut parts = vec![
+            format!("{} Inserted", self.inserted),
+            format!("{} Updated", self.updated),
+            format!("{} Unchanged", self.unchanged),
+        ];
+        parts.extend(self.other.iter().map(|(name, n)| format!("{n} {name}")));
+        parts.push(format!("{} refused", self.refused));
+        parts.push(format!("{} failed", self.failed));
+        parts.join(", ")
+    }
+}
+
+/// What the client sent and what the server said it wrote, from command monitoring.
+#[derive(Clone, Default)]
+struct Monitor(Arc<Mutex<Commands>>);
+
+#[derive(Default)]
+struct Commands {
+    /// Commands started, by name.
+    sent: BTreeMap<String, u64>,
+    /// Documents upserted or modified, as the `update` commands' replies report.
+    documents_written: u64,
+}
+
+impl Commands {
+    fn describe(&self) -> String {
+        if self.sent.is_empty() {
+            return "none".to_owned();
+        }
+        let total: u64 = self.sent.values().sum();
+        let each: Vec<String> = self
+            .sent
+            .iter()
+            .map(|(name, count)| format!("{count} {name}"))
+            .collect();
+        format!("{total} ({})", each.join(", "))
+    }
+}
+
+impl Monitor {
+    fn observe(&self, event: CommandEvent) {
+        let mut commands = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            CommandEvent::Started(started) => {
+                *commands.sent.entry(started.command_name).or_default() += 1;
+            }
+            CommandEvent::Succeeded(succeeded) if succeeded.command_name == "update" => {
+                let reply = &succeeded.reply;
+                let modified = match reply.get("nModified") {
+                    Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
+                    Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
+                    _ => 0,
+                };
+                let upserted = reply.get_array("upserted").map_or(0, Vec::len) as u64;
+                commands.documents_written += modified + upserted;
+            }
+            _ => {}
+        }
+    }
+
+    /// Everything recorded so far; starts over.
+    fn take(&self) -> Commands {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A client of `uri` whose commands `Monitor` records.
+async fn monitored_client(uri: &str) -> Result<(Client, Monitor), Fatal> {
+    let mut options = ClientOptions::parse(uri)
+        .await
+        .map_err(|error| Fatal(format!("MONGODB_URI: {error}")))?;
+    // Fail fast when no server answers, unless the URI says otherwise.
+    options
+        .server_selection_timeout
+        .get_or_insert(Duration::from_secs(10));
+    let monitor = Monitor::default();
+    let recorder = monitor.clone();
+    options.command_event_handler =
+        Some(EventHandler::callback(move |event| recorder.observe(event)));
+    Ok((Client::with_options(options)?, monitor))
+}
