@@ -123,7 +123,7 @@ fn stored_name(ident: &Ident, field: &attr::Field, container: &attr::Container) 
     let name = ident.to_string();
     let name = name.strip_prefix("r#").unwrap_or(&name);
     match (&field.rename, container.rename_all) {
-        (Some(rename), _) => rename.clone(),
+        (Some(rename), _) => rename.value(),
         (None, Some(rule)) => rule.apply_to_field(name),
         (None, None) => name.to_owned(),
     }

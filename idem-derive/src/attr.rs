@@ -79,8 +79,8 @@ impl Container {
             } else if attr.path() == SERDE {
                 read_serde(attr, |meta| {
                     if meta.path == RENAME_ALL {
-                        if let Some(rule) =
-                            serialize_name(meta)?.and_then(|name| RenameRule::from_name(&name))
+                        if let Some(rule) = serialize_name(meta)?
+                            .and_then(|name| RenameRule::from_name(&name.value()))
                         {
                             container.rename_all = Some(rule);
                         }
@@ -147,12 +147,16 @@ pub struct Field {
     pub timestamp: Attr<()>,
     pub frozen: Attr<()>,
     pub volatile: Attr<()>,
-    /// serde's `rename` (its serialize half).
-    pub rename: Option<String>,
-    /// `#[serde(skip)]` or `#[serde(skip_serializing)]`: the field is never stored.
-    pub skipped: Option<Span>,
+    /// serde's `rename` (its serialize half), as written, so an error can point at it.
+    pub rename: Option<LitStr>,
+    /// `#[serde(skip)]` or `#[serde(skip_serializing)]`, whichever was written: the field is
+    /// never stored.
+    pub skipped: Option<(Symbol, Span)>,
     /// `#[serde(flatten)]`: the field's own fields are stored in its place.
     pub flattened: Option<Span>,
+    /// Some `#[idem(…)]` item on the field was not understood (an unknown word, bad syntax), so
+    /// the field may lack a role its author meant to give it.
+    pub misread: bool,
 }
 
 impl Field {
@@ -165,10 +169,11 @@ impl Field {
             rename: None,
             skipped: None,
             flattened: None,
+            misread: false,
         };
         for attr in attrs {
             if attr.path() == IDEM {
-                parse_each(cx, attr, |meta| field.read_idem(cx, meta));
+                field.misread |= !parse_each(cx, attr, |meta| field.read_idem(cx, meta));
             } else if attr.path() == SERDE {
                 read_serde(attr, |meta| field.read_serde(meta));
             }
@@ -195,6 +200,7 @@ impl Field {
             );
             return skip_meta(meta);
         } else {
+            self.misread = true;
             return unknown(cx, meta, FIELD_ATTRIBUTES, "field");
         };
         if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
@@ -216,8 +222,10 @@ impl Field {
             if let Some(name) = serialize_name(meta)? {
                 self.rename = Some(name);
             }
-        } else if meta.path == SKIP || meta.path == SKIP_SERIALIZING {
-            self.skipped = Some(meta.path.span());
+        } else if meta.path == SKIP {
+            self.skipped = Some((SKIP, meta.path.span()));
+        } else if meta.path == SKIP_SERIALIZING {
+            self.skipped = Some((SKIP_SERIALIZING, meta.path.span()));
         } else if meta.path == FLATTEN {
             self.flattened = Some(meta.path.span());
         } else {
@@ -228,13 +236,18 @@ impl Field {
 }
 
 /// Runs `read` on each item of `#[idem(…)]`, recording a syntax error instead of stopping.
+/// Returns whether the whole attribute was read.
 fn parse_each(
     cx: &Ctxt,
     attr: &Attribute,
     mut read: impl FnMut(&ParseNestedMeta) -> syn::Result<()>,
-) {
-    if let Err(error) = attr.parse_nested_meta(|meta| read(&meta)) {
-        cx.syn_error(error);
+) -> bool {
+    match attr.parse_nested_meta(|meta| read(&meta)) {
+        Ok(()) => true,
+        Err(error) => {
+            cx.syn_error(error);
+            false
+        }
     }
 }
 
@@ -274,15 +287,15 @@ fn string_value(
 }
 
 /// serde's `name = "…"` or `name(serialize = "…", deserialize = "…")`: the name serde writes.
-fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<String>> {
+fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<LitStr>> {
     if meta.input.peek(syn::Token![=]) {
-        return Ok(literal_text(&meta.value()?.parse::<Expr>()?));
+        return Ok(string_literal(meta.value()?.parse::<Expr>()?));
     }
     let mut name = None;
     if meta.input.peek(syn::token::Paren) {
         meta.parse_nested_meta(|inner| {
             if inner.path == SERIALIZE {
-                name = literal_text(&inner.value()?.parse::<Expr>()?);
+                name = string_literal(inner.value()?.parse::<Expr>()?);
                 Ok(())
             } else {
                 skip_meta(&inner)
@@ -292,12 +305,12 @@ fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<String>> {
     Ok(name)
 }
 
-fn literal_text(expr: &Expr) -> Option<String> {
+fn string_literal(expr: Expr) -> Option<LitStr> {
     match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Str(text),
             ..
-        }) => Some(text.value()),
+        }) => Some(text),
         _ => None,
     }
 }

@@ -1,6 +1,7 @@
 //! The rules between attributes and fields. One function per rule, the rule stated above it.
 
 use proc_macro2::Span;
+use syn::LitStr;
 
 use crate::ast::{Field, Input};
 use crate::ctxt::Ctxt;
@@ -19,9 +20,11 @@ pub fn check(cx: &Ctxt, input: &Input) {
 }
 
 // At least one field is `key`: without one there is nothing to identify a document by, and every
-// document would get the same id.
+// document would get the same id. Not reported while a field's `#[idem(…)]` was misread: the
+// misread item (`kye`) is most likely the missing key, and one error says so.
 fn check_has_key(cx: &Ctxt, input: &Input) {
-    if input.key_fields().next().is_none() {
+    let misread = input.fields.iter().any(|field| field.attrs.misread);
+    if !misread && input.key_fields().next().is_none() {
         cx.error_spanned_by(
             input.ident,
             "`Idempotent` needs at least one `#[idem(key)]` field: the fields that identify a document",
@@ -95,12 +98,12 @@ fn check_role_conflicts(cx: &Ctxt, field: &Field) {
 // A field with a role must be stored under its own name: idem reads it back to guard writes.
 fn check_role_is_stored(cx: &Ctxt, field: &Field) {
     let Some(role) = role_name(field) else { return };
-    if let Some(span) = field.attrs.skipped {
+    if let Some((skip, span)) = field.attrs.skipped {
         error_at(
             cx,
             Some(span),
             format!(
-                "a `{role}` field must be stored: remove `#[serde(skip)]` or the `{role}` role"
+                "a `{role}` field must be stored: remove `#[serde({skip})]` or the `{role}` role"
             ),
         );
     }
@@ -114,22 +117,34 @@ fn check_role_is_stored(cx: &Ctxt, field: &Field) {
 }
 
 // `_id` is the derived id, and the hash field holds the content hash: a field stored under
-// either name would be overwritten by idem.
+// either name would be overwritten by idem. The error points at the `rename` that chose the
+// name, or at the field when its own name (or `rename_all`) did.
 fn check_reserved_names(cx: &Ctxt, input: &Input, field: &Field) {
     if field.attrs.skipped.is_some() {
         return;
     }
-    if field.stored_name == ID_FIELD {
-        cx.error_spanned_by(
-            field.ident,
-            "`_id` is derived by idem from the key fields: remove this field, or store it under another name",
-        );
-    } else if field.stored_name == input.hash_field() {
-        cx.error_spanned_by(
-            field.ident,
+    let span = field
+        .attrs
+        .rename
+        .as_ref()
+        .map_or_else(|| field.ident.span(), LitStr::span);
+    let stored = &field.stored_name;
+    if stored == ID_FIELD {
+        error_at(
+            cx,
+            Some(span),
             format!(
-                "`{}` holds the content hash: store this field under another name, or set `#[idem(hash_field = \"…\")]`",
-                field.stored_name
+                "this field is stored as `{stored}`, the id idem derives from the key fields: \
+                 store it under another name, or remove it"
+            ),
+        );
+    } else if stored == input.hash_field() {
+        error_at(
+            cx,
+            Some(span),
+            format!(
+                "this field is stored as `{stored}`, where idem writes the content hash: store it \
+                 under another name, or move the hash with `#[idem(hash_field = \"…\")]`"
             ),
         );
     }

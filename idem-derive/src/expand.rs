@@ -4,7 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::spanned::Spanned;
-use syn::{DeriveInput, WhereClause};
+use syn::{DeriveInput, Generics, WhereClause};
 
 use crate::ast::{Field, Input};
 use crate::attr::IdScheme;
@@ -91,6 +91,7 @@ fn expand(input: &Input) -> TokenStream {
     let index_doc = format!(
         "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
     );
+    let captures = future_captures(input.generics);
 
     quote! {
         const _: () = {
@@ -124,6 +125,9 @@ fn expand(input: &Input) -> TokenStream {
             #[automatically_derived]
             impl #impl_generics #ident #ty_generics #where_clause {
                 #[doc = #derive_id_doc]
+                // The parameters are the key fields' types as written (`&String` for a `String`),
+                // one per key.
+                #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
                 #vis fn derive_id(
                     #(#key_params: &#key_types,)*
                     #timestamp_arg
@@ -154,7 +158,7 @@ fn expand(input: &Input) -> TokenStream {
                     store: &'__a __B,
                 ) -> impl __idem::__private::Future<
                     Output = __idem::__private::Result<__idem::Outcome, __idem::Error>,
-                > + __idem::__private::Send + '__a
+                > + __idem::__private::Send + '__a + #captures
                 where
                     Self: __idem::__private::Serialize + ::core::marker::Sync,
                 {
@@ -166,7 +170,7 @@ fn expand(input: &Input) -> TokenStream {
                     store: &'__a __B,
                 ) -> impl __idem::__private::Future<
                     Output = __idem::__private::Result<(), __idem::Error>,
-                > + __idem::__private::Send + '__a
+                > + __idem::__private::Send + '__a + #captures
                 where
                     Self: '__a,
                 {
@@ -175,6 +179,17 @@ fn expand(input: &Input) -> TokenStream {
             }
         };
     }
+}
+
+/// The `use<…>` bound of the futures `upsert` and `ensure_indexes` return: the store's borrow
+/// `'__a`, every parameter of the type (the future holds `Self`), and the backend `__B`. Spelled
+/// out because in an edition 2021 crate `impl Trait` captures no lifetime it does not name, so a
+/// type with a lifetime parameter would not compile.
+fn future_captures(generics: &Generics) -> TokenStream {
+    let lifetimes = generics.lifetimes().map(|param| &param.lifetime);
+    let types = generics.type_params().map(|param| &param.ident);
+    let consts = generics.const_params().map(|param| &param.ident);
+    quote!(use<'__a, #(#lifetimes,)* #(#types,)* #(#consts,)* __B>)
 }
 
 /// `Field::new("name", "storedName", Role::…)` for a field with a role.

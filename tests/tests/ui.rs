@@ -1,0 +1,20 @@
+//! Compile-time tests of `#[derive(Idempotent)]`: each mistake a user can make is a case under
+//! `ui/<category>/`, with the exact error it must produce in its `.stderr`; the cases under
+//! `ui/pass/` must compile and run. Regenerate the `.stderr` files after a deliberate
+//! message change with `TRYBUILD=overwrite cargo test -p idem-tests --test ui`, then read them.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    // The input is not a struct with named fields.
+    t.compile_fail("ui/structure/*.rs");
+    // Roles (`key`, `timestamp`, `frozen`, `volatile`) that are missing, repeated or conflicting.
+    t.compile_fail("ui/roles/*.rs");
+    // `#[idem(…)]` attributes that are unknown, repeated, misplaced or badly valued.
+    t.compile_fail("ui/attributes/*.rs");
+    // Key and timestamp fields whose types cannot play their role.
+    t.compile_fail("ui/types/*.rs");
+    // Fields stored under a name idem writes itself.
+    t.compile_fail("ui/names/*.rs");
+    t.pass("ui/pass/*.rs");
+}

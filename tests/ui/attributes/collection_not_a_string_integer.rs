@@ -1,0 +1,10 @@
+use idem_core::Idempotent;
+
+#[derive(serde::Serialize, Idempotent)]
+#[idem(collection = 1)]
+struct Post {
+    #[idem(key)]
+    slug: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use idem_core::Idempotent;
+
+#[derive(serde::Serialize, Idempotent)]
+struct Post {
+    #[idem(key)]
+    #[idem(key)]
+    slug: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use idem_core::Idempotent;
+
+#[derive(serde::Serialize, Idempotent)]
+struct Post {
+    _id: String,
+    #[idem(key)]
+    slug: String,
+}
+
+fn main() {}
