@@ -36,10 +36,6 @@
 //! Exit status: 0 when every post was written or unchanged; 1 when a post was refused or a write
 //! failed (each refusal is printed in full); 2 on a usage, data or connection problem.
 
-// `#[derive(Idempotent)]` generates `Post::derive_id(slug: &String, lang: &String, …)`, which
-// clippy's `ptr_arg` flags in this crate (it would want `&str`). Remove once the derive allows it.
-#![allow(clippy::ptr_arg)]
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -144,7 +144,9 @@ pub enum Error {
     },
 
     /// `delete` needs the tombstone field set to the marker to store.
-    #[error("{document}: tombstone field `{field}` is None; set it to the deletion marker to store")]
+    #[error(
+        "{document}: tombstone field `{field}` is None; set it to the deletion marker to store"
+    )]
     TombstoneNotSet {
         /// The document.
         document: Box<DocumentRef>,
@@ -180,7 +182,9 @@ pub enum Error {
     },
 
     /// The stored document would exceed the server's size limit; refused before sending.
-    #[error("{document}: the stored document would be {size} bytes, over the server's limit of {limit}")]
+    #[error(
+        "{document}: the stored document would be {size} bytes, over the server's limit of {limit}"
+    )]
     DocumentTooLarge {
         /// The document refused.
         document: Box<DocumentRef>,

@@ -38,7 +38,7 @@
 //!
 //! // The id is a pure function of the key fields and the timestamp…
 //! let id = post.id()?;
-//! assert_eq!(id, Post::derive_id(&"hello-world".to_string(), &"en".to_string(), &1_700_000_000_000)?);
+//! assert_eq!(id, Post::derive_id("hello-world", "en", &1_700_000_000_000)?);
 //! assert_eq!(id.timestamp_ms(), 1_700_000_000_000);
 //!
 //! // …and the content hash ignores volatile fields.
@@ -92,7 +92,9 @@
 //! - `impl idem_core::Idempotent for Post`: the [`Model`] (collection, scheme, field roles),
 //!   `id()`, `natural_key()`, `content_hash()`;
 //! - `Post::derive_id(&slug, &lang, &published_at) -> Result<Id, Error>`: the id from raw values,
-//!   keys in declaration order then the timestamp, without building a `Post`;
+//!   keys in declaration order then the timestamp, without building a `Post`. A key argument is
+//!   any [`IdKey`] value or reference (`Post::derive_id("hello", "en", &ts)` gives the same id
+//!   as the `String` fields would); the timestamp is a reference to the field's type;
 //! - `post.id()`, `post.content_hash()`, `post.upsert(&store)` and
 //!   `Post::ensure_indexes(&store)` as inherent methods, so no trait import is needed.
 //!

@@ -87,13 +87,27 @@ pub struct Field {
 impl Field {
     /// A field: its Rust name, the name serde stores it under, and its role.
     pub const fn new(name: &'static str, stored_name: &'static str, role: Role) -> Self {
-        Field { name, stored_name, role, item_key: "" }
+        Field {
+            name,
+            stored_name,
+            role,
+            item_key: "",
+        }
     }
 
     /// A [`Role::Pushed`] list whose items are told apart by their field `item_key` (its stored
     /// name).
-    pub const fn pushed(name: &'static str, stored_name: &'static str, item_key: &'static str) -> Self {
-        Field { name, stored_name, role: Role::Pushed, item_key }
+    pub const fn pushed(
+        name: &'static str,
+        stored_name: &'static str,
+        item_key: &'static str,
+    ) -> Self {
+        Field {
+            name,
+            stored_name,
+            role: Role::Pushed,
+            item_key,
+        }
     }
 
     /// For a pushed list, the stored name of the field that identifies an item.
@@ -169,7 +183,9 @@ impl Model {
 
     /// The fields a unique index covers: the key fields, or an event type's idempotency key.
     pub fn natural_key_fields(&self) -> impl Iterator<Item = &'static Field> {
-        self.fields.iter().filter(|field| matches!(field.role, Role::Key | Role::IdempotencyKey))
+        self.fields
+            .iter()
+            .filter(|field| matches!(field.role, Role::Key | Role::IdempotencyKey))
     }
 
     /// The timestamp field, if any.
@@ -266,12 +282,19 @@ pub struct DocumentRef {
 impl DocumentRef {
     /// The document of `model` with this natural key.
     pub fn new(model: &Model, natural_key: NaturalKey) -> Self {
-        DocumentRef { collection: model.collection(), natural_key, id: None }
+        DocumentRef {
+            collection: model.collection(),
+            natural_key,
+            id: None,
+        }
     }
 
     /// The document of `model` stored under `id`.
     pub fn by_id(model: &Model, id: Id) -> Self {
-        DocumentRef { id: Some(id), ..DocumentRef::collection(model) }
+        DocumentRef {
+            id: Some(id),
+            ..DocumentRef::collection(model)
+        }
     }
 
     /// The collection of `model` as a whole.
@@ -341,7 +364,12 @@ pub trait Backend: Sync {
 
     /// Appends `item` to the pushed list `field` (its Rust name) of the document `id`, unless an
     /// item with the same key is there already.
-    fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> impl Future<Output = Result<Pushed, Error>> + Send
+    fn push<T, I>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> impl Future<Output = Result<Pushed, Error>> + Send
     where
         T: Idempotent,
         I: serde::Serialize + Sync;

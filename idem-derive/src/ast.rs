@@ -104,6 +104,29 @@ impl<'a> Input<'a> {
         self.fields.iter().filter(|field| field.attrs.key.is_set())
     }
 
+    /// The event type's idempotency key, if this is an event type.
+    pub fn idempotency_key_field(&self) -> Option<&Field<'a>> {
+        self.fields
+            .iter()
+            .find(|field| field.attrs.idempotency_key.is_set())
+    }
+
+    /// The fields that name a document in errors and the unique index: the keys, or an event
+    /// type's idempotency key.
+    pub fn natural_key_fields(&self) -> impl Iterator<Item = &Field<'a>> {
+        self.fields
+            .iter()
+            .filter(|field| field.attrs.key.is_set() || field.attrs.idempotency_key.is_set())
+    }
+
+    /// The lists owned by their push routes, with the type of their items.
+    pub fn pushed_fields(&self) -> impl Iterator<Item = (&Field<'a>, &'a Type)> {
+        self.fields.iter().filter_map(|field| {
+            field.attrs.push_by.get()?;
+            Some((field, field.item_type()?))
+        })
+    }
+
     pub fn timestamp_field(&self) -> Option<&Field<'a>> {
         self.fields
             .iter()
@@ -111,7 +134,46 @@ impl<'a> Input<'a> {
     }
 }
 
-impl Field<'_> {
+impl<'a> Field<'a> {
+    /// `T` in a field of type `Vec<T>` (or `Option<T>`), read from the type as written.
+    pub fn item_type(&self) -> Option<&'a Type> {
+        let Type::Path(path) = self.ty else {
+            return None;
+        };
+        let last = path.path.segments.last()?;
+        let syn::PathArguments::AngleBracketed(arguments) = &last.arguments else {
+            return None;
+        };
+        match arguments.args.first()? {
+            syn::GenericArgument::Type(item) if arguments.args.len() == 1 => Some(item),
+            _ => None,
+        }
+    }
+
+    /// Whether the field's type is written `Name<…>`, the last segment of its path.
+    pub fn type_is(&self, name: &str) -> bool {
+        matches!(self.ty, Type::Path(path) if path.path.segments.last().is_some_and(|last| last.ident == name))
+    }
+
+    /// The roles given to the field, in the order of the attribute reference, with the span of
+    /// each.
+    pub fn roles(&self) -> Vec<(&'static str, proc_macro2::Span)> {
+        let attrs = &self.attrs;
+        [
+            ("key", attrs.key.span()),
+            ("timestamp", attrs.timestamp.span()),
+            ("frozen", attrs.frozen.span()),
+            ("volatile", attrs.volatile.span()),
+            ("version", attrs.version.span()),
+            ("tombstone", attrs.tombstone.span()),
+            ("push_by", attrs.push_by.span()),
+            ("idempotency_key", attrs.idempotency_key.span()),
+        ]
+        .into_iter()
+        .filter_map(|(role, span)| Some((role, span?)))
+        .collect()
+    }
+
     /// The field's name in Rust, without `r#`.
     pub fn name(&self) -> String {
         let name = self.ident.to_string();

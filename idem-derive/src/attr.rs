@@ -147,6 +147,11 @@ pub struct Field {
     pub timestamp: Attr<()>,
     pub frozen: Attr<()>,
     pub volatile: Attr<()>,
+    pub version: Attr<()>,
+    pub tombstone: Attr<()>,
+    pub idempotency_key: Attr<()>,
+    /// `push_by = "…"`: the stored name of the field that tells the list's items apart.
+    pub push_by: Attr<LitStr>,
     /// serde's `rename` (its serialize half), as written, so an error can point at it.
     pub rename: Option<LitStr>,
     /// `#[serde(skip)]` or `#[serde(skip_serializing)]`, whichever was written: the field is
@@ -166,6 +171,10 @@ impl Field {
             timestamp: Attr::none(TIMESTAMP),
             frozen: Attr::none(FROZEN),
             volatile: Attr::none(VOLATILE),
+            version: Attr::none(VERSION),
+            tombstone: Attr::none(TOMBSTONE),
+            idempotency_key: Attr::none(IDEMPOTENCY_KEY),
+            push_by: Attr::none(PUSH_BY),
             rename: None,
             skipped: None,
             flattened: None,
@@ -190,6 +199,18 @@ impl Field {
             &mut self.frozen
         } else if meta.path == VOLATILE {
             &mut self.volatile
+        } else if meta.path == VERSION {
+            &mut self.version
+        } else if meta.path == TOMBSTONE {
+            &mut self.tombstone
+        } else if meta.path == IDEMPOTENCY_KEY {
+            &mut self.idempotency_key
+        } else if meta.path == PUSH_BY {
+            let example = "push_by = \"comment_id\"";
+            if let Some(item_key) = string_value(cx, meta, PUSH_BY, example)? {
+                self.push_by.set(cx, meta.path.span(), item_key);
+            }
+            return Ok(());
         } else if CONTAINER_ATTRIBUTES.iter().any(|word| meta.path == *word) {
             cx.error_spanned_by(
                 &meta.path,

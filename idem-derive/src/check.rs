@@ -9,9 +9,20 @@ use crate::symbol::ID_FIELD;
 
 pub fn check(cx: &Ctxt, input: &Input) {
     check_has_key(cx, input);
+    check_key_or_idempotency_key(cx, input);
     check_single_timestamp(cx, input);
+    check_at_most_one(cx, input, "version", |field| field.attrs.version.is_set());
+    check_at_most_one(cx, input, "tombstone", |field| {
+        field.attrs.tombstone.is_set()
+    });
+    check_at_most_one(cx, input, "idempotency_key", |field| {
+        field.attrs.idempotency_key.is_set()
+    });
+    check_event_has_no_derived_id_parts(cx, input);
     for field in &input.fields {
         check_role_conflicts(cx, field);
+        check_one_role_of_the_replay_kind(cx, field);
+        check_role_types(cx, field);
         check_role_is_stored(cx, field);
         check_reserved_names(cx, input, field);
     }
@@ -24,10 +35,108 @@ pub fn check(cx: &Ctxt, input: &Input) {
 // misread item (`kye`) is most likely the missing key, and one error says so.
 fn check_has_key(cx: &Ctxt, input: &Input) {
     let misread = input.fields.iter().any(|field| field.attrs.misread);
-    if !misread && input.key_fields().next().is_none() {
+    if !misread && input.natural_key_fields().next().is_none() {
         cx.error_spanned_by(
             input.ident,
-            "`Idempotent` needs at least one `#[idem(key)]` field: the fields that identify a document",
+            "`Idempotent` needs at least one `#[idem(key)]` field: the fields that identify a document \
+             (or, for an event type with no natural key, one `#[idem(idempotency_key)]` field)",
+        );
+    }
+}
+
+// A type is identified either by its key fields (its id is derived from them) or, as an event
+// type, by an idempotency key (its id is random): never both.
+fn check_key_or_idempotency_key(cx: &Ctxt, input: &Input) {
+    let Some(event_key) = input.idempotency_key_field() else {
+        return;
+    };
+    if input.key_fields().next().is_some() {
+        error_at(
+            cx,
+            event_key.attrs.idempotency_key.span(),
+            "`idempotency_key` is for event types with no natural key, and this type has `key` \
+             fields: keep the `key` fields (the id is derived from them) or the idempotency key",
+        );
+    }
+}
+
+// At most one field has each of `version`, `tombstone` and `idempotency_key`: a document has one
+// version, one deletion marker, one request key.
+fn check_at_most_one(cx: &Ctxt, input: &Input, role: &str, has: impl Fn(&Field) -> bool) {
+    let mut fields = input.fields.iter().filter(|field| has(field));
+    let Some(first) = fields.next() else { return };
+    for extra in fields {
+        let span = extra
+            .roles()
+            .into_iter()
+            .find(|(name, _)| *name == role)
+            .map(|(_, span)| span);
+        error_at(
+            cx,
+            span,
+            format!(
+                "only one field can be `#[idem({role})]`: `{}` already is",
+                first.name()
+            ),
+        );
+    }
+}
+
+// An event's id is random, fixed by its first write: a timestamp or a version, which order
+// derived ids and replays, have nothing to act on.
+fn check_event_has_no_derived_id_parts(cx: &Ctxt, input: &Input) {
+    if input.idempotency_key_field().is_none() || input.key_fields().next().is_some() {
+        return;
+    }
+    for field in &input.fields {
+        for (role, span) in field.roles() {
+            if role == "timestamp" || role == "version" {
+                error_at(
+                    cx,
+                    Some(span),
+                    format!(
+                        "`{role}` has no use on an event type (one with an `idempotency_key`): its id \
+                         is random, fixed by its first write, and a retry is recognised by its key"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+// `version`, `tombstone`, `push_by` and `idempotency_key` each give a field its whole behaviour,
+// so none shares a field with another role.
+fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
+    const EXCLUSIVE: &[&str] = &["version", "tombstone", "push_by", "idempotency_key"];
+    let roles = field.roles();
+    for (role, span) in &roles {
+        if !EXCLUSIVE.contains(role) {
+            continue;
+        }
+        if let Some((other, _)) = roles.iter().find(|(other, _)| other != role) {
+            error_at(
+                cx,
+                Some(*span),
+                format!("`{role}` cannot be combined with `{other}` on one field: a `{role}` field has one role"),
+            );
+            return;
+        }
+    }
+}
+
+// A tombstone is `None` until the document is deleted, so its type is `Option<…>`; a pushed
+// list is a `Vec<…>` of items.
+fn check_role_types(cx: &Ctxt, field: &Field) {
+    if field.attrs.tombstone.is_set() && !field.type_is("Option") {
+        cx.error_spanned_by(
+            field.ty,
+            "a `tombstone` field is `None` until the document is deleted: give it a type `Option<…>`",
+        );
+    }
+    if field.attrs.push_by.is_set() && !(field.type_is("Vec") && field.item_type().is_some()) {
+        cx.error_spanned_by(
+            field.ty,
+            "a `push_by` field is a list of items: give it a type `Vec<…>`",
         );
     }
 }
@@ -175,15 +284,7 @@ fn check_hash_field_name(cx: &Ctxt, input: &Input) {
 }
 
 fn role_name(field: &Field) -> Option<&'static str> {
-    let attrs = &field.attrs;
-    [
-        (attrs.key.is_set(), "key"),
-        (attrs.timestamp.is_set(), "timestamp"),
-        (attrs.frozen.is_set(), "frozen"),
-        (attrs.volatile.is_set(), "volatile"),
-    ]
-    .into_iter()
-    .find_map(|(set, name)| set.then_some(name))
+    field.roles().first().map(|(role, _)| *role)
 }
 
 fn error_at(cx: &Ctxt, span: Option<Span>, message: impl std::fmt::Display) {

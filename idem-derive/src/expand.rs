@@ -56,13 +56,17 @@ fn expand(input: &Input) -> TokenStream {
     let fields = input.fields.iter().filter_map(field_spec);
 
     let key_idents: Vec<_> = input.key_fields().map(|field| field.ident).collect();
-    let key_types = input.key_fields().map(|field| field.ty);
+    let natural_key_idents: Vec<_> = input
+        .natural_key_fields()
+        .map(|field| field.ident)
+        .collect();
     // The parameters of `derive_id` are named after the fields they take.
     let key_params = &key_idents;
     let (timestamp_self, timestamp_param) = match input.timestamp_field() {
         Some(field) => {
             let ident = field.ident;
             let ty = field.ty;
+            // Typed as the field, so a literal (`&1_700_000_000_000`) infers the field's type.
             (
                 quote!(__idem::__private::Some(&self.#ident)),
                 Some((
@@ -92,6 +96,48 @@ fn expand(input: &Input) -> TokenStream {
         "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
     );
     let captures = future_captures(input.generics);
+    let is_event = input.idempotency_key_field().is_some();
+    let trait_id_body = if is_event {
+        quote! {
+            __idem::__private::Result::Err(__idem::Error::NoDerivedId {
+                document: ::std::boxed::Box::new(<Self as __idem::Idempotent>::document_ref(self)),
+            })
+        }
+    } else {
+        quote! {
+            __idem::__private::derive_id(
+                &<Self as __idem::Idempotent>::MODEL,
+                &[#(&self.#key_idents),*],
+                #timestamp_self,
+            )
+        }
+    };
+    // An event's id is random, fixed by its first write: there is nothing to derive.
+    let derived_id_methods = (!is_event).then(|| {
+        quote! {
+            #[doc = #derive_id_doc]
+            #[allow(clippy::too_many_arguments)]
+            #vis fn derive_id(
+                #(#key_params: impl __idem::IdKey,)*
+                #timestamp_arg
+            ) -> __idem::__private::Result<__idem::Id, __idem::Error> {
+                __idem::__private::derive_id(
+                    &<Self as __idem::Idempotent>::MODEL,
+                    &[#(&#key_params),*],
+                    #timestamp_value,
+                )
+            }
+
+            #[doc = #id_doc]
+            #vis fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
+                <Self as __idem::Idempotent>::id(self)
+            }
+        }
+    });
+    let push_methods: Vec<TokenStream> = input
+        .pushed_fields()
+        .map(|(field, item)| push_method(input, field, item, &captures))
+        .collect();
 
     quote! {
         const _: () = {
@@ -107,42 +153,20 @@ fn expand(input: &Input) -> TokenStream {
                 );
 
                 fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
-                    __idem::__private::derive_id(
-                        &<Self as __idem::Idempotent>::MODEL,
-                        &[#(&self.#key_idents),*],
-                        #timestamp_self,
-                    )
+                    #trait_id_body
                 }
 
                 fn natural_key(&self) -> __idem::NaturalKey {
                     __idem::__private::natural_key(
                         &<Self as __idem::Idempotent>::MODEL,
-                        &[#(&self.#key_idents),*],
+                        &[#(&self.#natural_key_idents),*],
                     )
                 }
             }
 
             #[automatically_derived]
             impl #impl_generics #ident #ty_generics #where_clause {
-                #[doc = #derive_id_doc]
-                // The parameters are the key fields' types as written (`&String` for a `String`),
-                // one per key.
-                #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
-                #vis fn derive_id(
-                    #(#key_params: &#key_types,)*
-                    #timestamp_arg
-                ) -> __idem::__private::Result<__idem::Id, __idem::Error> {
-                    __idem::__private::derive_id(
-                        &<Self as __idem::Idempotent>::MODEL,
-                        &[#(#key_params),*],
-                        #timestamp_value,
-                    )
-                }
-
-                #[doc = #id_doc]
-                #vis fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
-                    <Self as __idem::Idempotent>::id(self)
-                }
+                #derived_id_methods
 
                 #[doc = #hash_doc]
                 #vis fn content_hash(&self) -> __idem::__private::Result<__idem::ContentHash, __idem::Error>
@@ -176,6 +200,8 @@ fn expand(input: &Input) -> TokenStream {
                 {
                     __idem::Backend::ensure_indexes::<Self>(store)
                 }
+
+                #(#push_methods)*
             }
         };
     }
@@ -192,9 +218,52 @@ fn future_captures(generics: &Generics) -> TokenStream {
     quote!(use<'__a, #(#lifetimes,)* #(#types,)* #(#consts,)* __B>)
 }
 
+/// `push_<field>(&self, store, &item)`: the unique push of one item to a `push_by` list.
+fn push_method(
+    input: &Input,
+    field: &Field,
+    item: &syn::Type,
+    captures: &TokenStream,
+) -> TokenStream {
+    let vis = input.vis;
+    let name = field.name();
+    let method = syn::Ident::new(&format!("push_{name}"), field.ident.span());
+    let item_key = field
+        .attrs
+        .push_by
+        .get()
+        .map(syn::LitStr::value)
+        .unwrap_or_default();
+    let doc = format!(
+        "Appends `item` to `{name}` unless an item with the same `{item_key}` is there already, in one \
+         round trip: `Appended` or `AlreadyPresent`. A retried push never appends twice."
+    );
+    quote! {
+        #[doc = #doc]
+        #vis fn #method<'__a, __B: __idem::Backend>(
+            &'__a self,
+            store: &'__a __B,
+            item: &'__a #item,
+        ) -> impl __idem::__private::Future<
+            Output = __idem::__private::Result<__idem::Pushed, __idem::Error>,
+        > + __idem::__private::Send + '__a + #captures
+        where
+            #item: __idem::__private::Serialize + ::core::marker::Sync,
+        {
+            let __id = <Self as __idem::Idempotent>::id(self);
+            async move { __idem::Backend::push::<Self, #item>(store, __id?, #name, item).await }
+        }
+    }
+}
+
 /// `Field::new("name", "storedName", Role::…)` for a field with a role.
 fn field_spec(field: &Field) -> Option<TokenStream> {
     let attrs = &field.attrs;
+    let name = field.name();
+    let stored_name = &field.stored_name;
+    if let Some(item_key) = attrs.push_by.get() {
+        return Some(quote!(__idem::Field::pushed(#name, #stored_name, #item_key)));
+    }
     let role = if attrs.key.is_set() {
         quote!(Key)
     } else if attrs.timestamp.is_set() {
@@ -203,11 +272,15 @@ fn field_spec(field: &Field) -> Option<TokenStream> {
         quote!(Frozen)
     } else if attrs.volatile.is_set() {
         quote!(Volatile)
+    } else if attrs.version.is_set() {
+        quote!(Version)
+    } else if attrs.tombstone.is_set() {
+        quote!(Tombstone)
+    } else if attrs.idempotency_key.is_set() {
+        quote!(IdempotencyKey)
     } else {
         return None;
     };
-    let name = field.name();
-    let stored_name = &field.stored_name;
     Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#role)))
 }
 
@@ -222,7 +295,7 @@ fn bounded_where_clause(input: &Input) -> WhereClause {
             where_token: Default::default(),
             predicates: Default::default(),
         });
-    for field in input.key_fields() {
+    for field in input.natural_key_fields() {
         let ty = field.ty;
         where_clause
             .predicates

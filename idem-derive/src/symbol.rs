@@ -23,7 +23,21 @@ pub const FROZEN: Symbol = Symbol("frozen");
 pub const VOLATILE: Symbol = Symbol("volatile");
 
 pub const CONTAINER_ATTRIBUTES: &[Symbol] = &[COLLECTION, CRATE, ID_SCHEME, HASH_FIELD];
-pub const FIELD_ATTRIBUTES: &[Symbol] = &[KEY, TIMESTAMP, FROZEN, VOLATILE];
+pub const VERSION: Symbol = Symbol("version");
+pub const TOMBSTONE: Symbol = Symbol("tombstone");
+pub const PUSH_BY: Symbol = Symbol("push_by");
+pub const IDEMPOTENCY_KEY: Symbol = Symbol("idempotency_key");
+
+pub const FIELD_ATTRIBUTES: &[Symbol] = &[
+    KEY,
+    TIMESTAMP,
+    FROZEN,
+    VOLATILE,
+    VERSION,
+    TOMBSTONE,
+    PUSH_BY,
+    IDEMPOTENCY_KEY,
+];
 
 // The serde attributes that change what is stored.
 pub const RENAME: Symbol = Symbol("rename");

@@ -23,7 +23,10 @@ fn article(tags: &[(&str, u32)]) -> Article {
     Article {
         slug: "a".into(),
         title: "Title".into(),
-        tags: tags.iter().map(|(tag, count)| (tag.to_string(), *count)).collect(),
+        tags: tags
+            .iter()
+            .map(|(tag, count)| (tag.to_string(), *count))
+            .collect(),
         score: 1.5,
         fetched_at: 1,
     }
@@ -32,16 +35,31 @@ fn article(tags: &[(&str, u32)]) -> Article {
 #[test]
 fn the_same_content_always_hashes_the_same() {
     let tags = [("rust", 3), ("db", 1)];
-    assert_eq!(article(&tags).content_hash().unwrap(), article(&tags).content_hash().unwrap());
+    assert_eq!(
+        article(&tags).content_hash().unwrap(),
+        article(&tags).content_hash().unwrap()
+    );
 }
 
 #[test]
 fn volatile_fields_are_not_hashed_and_other_fields_are() {
     let base = article(&[]);
-    let refetched = Article { fetched_at: 99, ..base.clone() };
-    let retitled = Article { title: "Other".into(), ..base.clone() };
-    assert_eq!(base.content_hash().unwrap(), refetched.content_hash().unwrap());
-    assert_ne!(base.content_hash().unwrap(), retitled.content_hash().unwrap());
+    let refetched = Article {
+        fetched_at: 99,
+        ..base.clone()
+    };
+    let retitled = Article {
+        title: "Other".into(),
+        ..base.clone()
+    };
+    assert_eq!(
+        base.content_hash().unwrap(),
+        refetched.content_hash().unwrap()
+    );
+    assert_ne!(
+        base.content_hash().unwrap(),
+        retitled.content_hash().unwrap()
+    );
 }
 
 #[test]
@@ -56,28 +74,61 @@ fn map_entries_hash_the_same_in_any_insertion_order() {
         second.insert(tag.clone(), *count);
     }
     let ordered: BTreeMap<String, u32> = forward.iter().cloned().collect();
-    let a = Article { tags: first, ..article(&[]) };
-    let b = Article { tags: second, ..article(&[]) };
+    let a = Article {
+        tags: first,
+        ..article(&[])
+    };
+    let b = Article {
+        tags: second,
+        ..article(&[])
+    };
     assert_eq!(a.content_hash().unwrap(), b.content_hash().unwrap());
     // A HashMap and a BTreeMap with the same entries are the same content.
-    assert_eq!(hash::hash_value(&a.tags).unwrap(), hash::hash_value(&ordered).unwrap());
+    assert_eq!(
+        hash::hash_value(&a.tags).unwrap(),
+        hash::hash_value(&ordered).unwrap()
+    );
 }
 
 #[test]
 fn negative_zero_and_every_nan_hash_canonically() {
-    let zero = Article { score: 0.0, ..article(&[]) };
-    let negative_zero = Article { score: -0.0, ..article(&[]) };
-    assert_eq!(zero.content_hash().unwrap(), negative_zero.content_hash().unwrap());
-    let nan = Article { score: f64::NAN, ..article(&[]) };
-    let other_nan = Article { score: f64::from_bits(0x7ff0_0000_0000_0001), ..article(&[]) };
-    assert_eq!(nan.content_hash().unwrap(), other_nan.content_hash().unwrap());
+    let zero = Article {
+        score: 0.0,
+        ..article(&[])
+    };
+    let negative_zero = Article {
+        score: -0.0,
+        ..article(&[])
+    };
+    assert_eq!(
+        zero.content_hash().unwrap(),
+        negative_zero.content_hash().unwrap()
+    );
+    let nan = Article {
+        score: f64::NAN,
+        ..article(&[])
+    };
+    let other_nan = Article {
+        score: f64::from_bits(0x7ff0_0000_0000_0001),
+        ..article(&[])
+    };
+    assert_eq!(
+        nan.content_hash().unwrap(),
+        other_nan.content_hash().unwrap()
+    );
     assert_ne!(nan.content_hash().unwrap(), zero.content_hash().unwrap());
 }
 
 #[test]
 fn integer_widths_do_not_change_the_hash() {
-    assert_eq!(hash::hash_value(&7u8).unwrap(), hash::hash_value(&7i64).unwrap());
-    assert_ne!(hash::hash_value(&7i64).unwrap(), hash::hash_value(&7.0f64).unwrap());
+    assert_eq!(
+        hash::hash_value(&7u8).unwrap(),
+        hash::hash_value(&7i64).unwrap()
+    );
+    assert_ne!(
+        hash::hash_value(&7i64).unwrap(),
+        hash::hash_value(&7.0f64).unwrap()
+    );
 }
 
 #[test]

@@ -39,7 +39,12 @@ struct Counter {
 }
 
 fn post(slug: &str, lang: &str, published_at: i64) -> Post {
-    Post { slug: slug.into(), lang: lang.into(), published_at, body: "…".into() }
+    Post {
+        slug: slug.into(),
+        lang: lang.into(),
+        published_at,
+        body: "…".into(),
+    }
 }
 
 /// The reference helper, written out: a ULID with the timestamp in ms and the first 10 bytes of
@@ -56,6 +61,11 @@ fn the_same_input_always_gives_the_same_id() {
     let a = post("hello", "en", 1_700_000_000_000).id().unwrap();
     let b = Post::derive_id(&"hello".to_string(), &"en".to_string(), &1_700_000_000_000).unwrap();
     assert_eq!(a, b);
+    // Any key value of the same text gives the same id: borrowed, owned or as `&str`.
+    assert_eq!(
+        a,
+        Post::derive_id("hello", "en", &1_700_000_000_000).unwrap()
+    );
     assert_eq!(a.to_string().len(), 26);
     assert_eq!(a.timestamp_ms(), 1_700_000_000_000);
 }
@@ -65,9 +75,15 @@ fn every_key_and_its_order_matter() {
     let base = post("hello", "en", 1).id().unwrap();
     assert_ne!(base, post("hello", "fr", 1).id().unwrap());
     assert_ne!(base, post("hellp", "en", 1).id().unwrap());
-    assert_ne!(post("a", "b", 1).id().unwrap(), post("b", "a", 1).id().unwrap());
+    assert_ne!(
+        post("a", "b", 1).id().unwrap(),
+        post("b", "a", 1).id().unwrap()
+    );
     // v1 is injective where joining is not: ("a:b", "c") and ("a", "b:c") differ.
-    assert_ne!(post("a:b", "c", 1).id().unwrap(), post("a", "b:c", 1).id().unwrap());
+    assert_ne!(
+        post("a:b", "c", 1).id().unwrap(),
+        post("a", "b:c", 1).id().unwrap()
+    );
 }
 
 #[test]
@@ -80,9 +96,17 @@ fn ids_sort_by_timestamp() {
 
 #[test]
 fn joined_ids_are_byte_identical_to_the_reference_helper() {
-    for (slug, lang, ms) in [("hello-world", "en", 1_700_000_000_000u64), ("été", "fr", 0), ("x", "de", (1 << 48) - 1)] {
+    for (slug, lang, ms) in [
+        ("hello-world", "en", 1_700_000_000_000u64),
+        ("été", "fr", 0),
+        ("x", "de", (1 << 48) - 1),
+    ] {
         let id = LegacyPost::derive_id(&slug.to_string(), &lang.to_string(), &(ms as i64)).unwrap();
-        assert_eq!(id.to_string(), reference_post_id(slug, lang, ms), "{slug}/{lang}/{ms}");
+        assert_eq!(
+            id.to_string(),
+            reference_post_id(slug, lang, ms),
+            "{slug}/{lang}/{ms}"
+        );
     }
 }
 
@@ -90,7 +114,11 @@ fn joined_ids_are_byte_identical_to_the_reference_helper() {
 fn joined_refuses_a_key_containing_the_separator() {
     let error = LegacyPost::derive_id(&"a:b".to_string(), &"en".to_string(), &1).unwrap_err();
     match &error {
-        Error::AmbiguousKey { document, field, value } => {
+        Error::AmbiguousKey {
+            document,
+            field,
+            value,
+        } => {
             assert_eq!(document.collection, "posts");
             assert_eq!(*field, "slug");
             assert_eq!(value, "a:b");
@@ -106,24 +134,50 @@ fn empty_text_keys_are_refused_under_both_schemes() {
         Post::derive_id(&"hello".to_string(), &String::new(), &1).unwrap_err(),
         LegacyPost::derive_id(&String::new(), &"en".to_string(), &1).unwrap_err(),
     ] {
-        assert!(matches!(error, Error::EmptyKey { field: "lang" | "slug", .. }), "{error:?}");
+        assert!(
+            matches!(
+                error,
+                Error::EmptyKey {
+                    field: "lang" | "slug",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
     }
 }
 
 #[test]
 fn timestamps_outside_the_ulid_range_are_refused_never_clamped() {
-    let cases = [(-1i64, TimestampProblem::BeforeUnixEpoch), (1 << 48, TimestampProblem::AfterUlidRange)];
+    let cases = [
+        (-1i64, TimestampProblem::BeforeUnixEpoch),
+        (1 << 48, TimestampProblem::AfterUlidRange),
+    ];
     for (millis, expected) in cases {
         match post("hello", "en", millis).id().unwrap_err() {
-            Error::TimestampOutOfRange { document, field, problem, .. } => {
-                assert_eq!(document.natural_key.to_string(), r#"{slug: "hello", lang: "en"}"#);
+            Error::TimestampOutOfRange {
+                document,
+                field,
+                problem,
+                ..
+            } => {
+                assert_eq!(
+                    document.natural_key.to_string(),
+                    r#"{slug: "hello", lang: "en"}"#
+                );
                 assert_eq!(field, "published_at");
                 assert_eq!(problem, expected);
             }
             other => panic!("expected TimestampOutOfRange, got {other:?}"),
         }
     }
-    assert_eq!(post("hello", "en", (1 << 48) - 1).id().unwrap().timestamp_ms(), (1 << 48) - 1);
+    assert_eq!(
+        post("hello", "en", (1 << 48) - 1)
+            .id()
+            .unwrap()
+            .timestamp_ms(),
+        (1 << 48) - 1
+    );
     assert_eq!(post("hello", "en", 0).id().unwrap().timestamp_ms(), 0);
 }
 
@@ -131,7 +185,15 @@ fn timestamps_outside_the_ulid_range_are_refused_never_clamped() {
 fn without_a_timestamp_the_id_is_a_pure_function_of_the_key() {
     let id = Counter::derive_id(&"clicks".to_string(), &7).unwrap();
     assert_eq!(id.timestamp_ms(), 0);
-    assert_eq!(id, Counter { name: "clicks".into(), shard: 7 }.id().unwrap());
+    assert_eq!(
+        id,
+        Counter {
+            name: "clicks".into(),
+            shard: 7
+        }
+        .id()
+        .unwrap()
+    );
     assert_ne!(id, Counter::derive_id(&"clicks".to_string(), &8).unwrap());
 }
 
@@ -170,13 +232,34 @@ struct BsonEvent {
 #[test]
 fn every_timestamp_type_gives_the_same_time_part_and_truncates_below_a_millisecond() {
     let millis = 1_700_000_000_123u64;
-    let instant = SystemTime::UNIX_EPOCH + Duration::from_millis(millis) + Duration::from_nanos(999_999);
+    let instant =
+        SystemTime::UNIX_EPOCH + Duration::from_millis(millis) + Duration::from_nanos(999_999);
     let name = || "deploy".to_string();
     let ids: Vec<Id> = vec![
-        SystemEvent { name: name(), at: instant }.id().unwrap(),
-        ChronoEvent { name: name(), at: chrono::DateTime::<chrono::Utc>::from(instant) }.id().unwrap(),
-        TimeEvent { name: name(), at: time::OffsetDateTime::from(instant) }.id().unwrap(),
-        BsonEvent { name: name(), at: idem_core::mongodb::bson::DateTime::from_system_time(instant) }.id().unwrap(),
+        SystemEvent {
+            name: name(),
+            at: instant,
+        }
+        .id()
+        .unwrap(),
+        ChronoEvent {
+            name: name(),
+            at: chrono::DateTime::<chrono::Utc>::from(instant),
+        }
+        .id()
+        .unwrap(),
+        TimeEvent {
+            name: name(),
+            at: time::OffsetDateTime::from(instant),
+        }
+        .id()
+        .unwrap(),
+        BsonEvent {
+            name: name(),
+            at: idem_core::mongodb::bson::DateTime::from_system_time(instant),
+        }
+        .id()
+        .unwrap(),
     ];
     for id in &ids {
         assert_eq!(id.timestamp_ms(), millis);
@@ -188,13 +271,35 @@ fn every_timestamp_type_gives_the_same_time_part_and_truncates_below_a_milliseco
 fn time_types_before_the_epoch_are_refused() {
     let before = SystemTime::UNIX_EPOCH - Duration::from_nanos(1);
     let errors = [
-        SystemEvent { name: "x".into(), at: before }.id().unwrap_err(),
-        ChronoEvent { name: "x".into(), at: chrono::DateTime::<chrono::Utc>::from(before) }.id().unwrap_err(),
-        TimeEvent { name: "x".into(), at: time::OffsetDateTime::from(before) }.id().unwrap_err(),
+        SystemEvent {
+            name: "x".into(),
+            at: before,
+        }
+        .id()
+        .unwrap_err(),
+        ChronoEvent {
+            name: "x".into(),
+            at: chrono::DateTime::<chrono::Utc>::from(before),
+        }
+        .id()
+        .unwrap_err(),
+        TimeEvent {
+            name: "x".into(),
+            at: time::OffsetDateTime::from(before),
+        }
+        .id()
+        .unwrap_err(),
     ];
     for error in errors {
         assert!(
-            matches!(error, Error::TimestampOutOfRange { problem: TimestampProblem::BeforeUnixEpoch, field: "at", .. }),
+            matches!(
+                error,
+                Error::TimestampOutOfRange {
+                    problem: TimestampProblem::BeforeUnixEpoch,
+                    field: "at",
+                    ..
+                }
+            ),
             "{error:?}"
         );
     }
@@ -215,8 +320,20 @@ fn the_model_names_collection_scheme_and_roles() {
     let model = <Post as Idempotent>::MODEL;
     assert_eq!(model.collection(), "posts");
     assert_eq!(model.id_scheme(), idem_core::IdScheme::V1);
-    assert_eq!(model.key_fields().map(|field| field.name()).collect::<Vec<_>>(), ["slug", "lang"]);
-    assert_eq!(model.timestamp_field().map(|field| field.name()), Some("published_at"));
-    assert_eq!(<LegacyPost as Idempotent>::MODEL.id_scheme(), idem_core::IdScheme::Joined);
+    assert_eq!(
+        model
+            .key_fields()
+            .map(|field| field.name())
+            .collect::<Vec<_>>(),
+        ["slug", "lang"]
+    );
+    assert_eq!(
+        model.timestamp_field().map(|field| field.name()),
+        Some("published_at")
+    );
+    assert_eq!(
+        <LegacyPost as Idempotent>::MODEL.id_scheme(),
+        idem_core::IdScheme::Joined
+    );
     assert_eq!(<Counter as Idempotent>::MODEL.collection(), "counter");
 }

@@ -22,13 +22,26 @@ struct Deploy {
 async fn a_sub_millisecond_change_keeps_the_id_but_is_still_refused() {
     let (database, log) = fresh_database("sub_millisecond").await;
     let store = Store::new(database);
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_000) + Duration::from_micros(250);
-    let deploy = Deploy { service: "api".into(), at, version: "1.0".into() };
+    let at = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(1_700_000_000_000)
+        + Duration::from_micros(250);
+    let deploy = Deploy {
+        service: "api".into(),
+        at,
+        version: "1.0".into(),
+    };
     assert_eq!(store.upsert(&deploy).await.unwrap(), Outcome::Inserted);
     let before = stored_documents(store.database(), "deploys").await;
     let _ = log.take();
-    let nudged = Deploy { at: at + Duration::from_micros(1), ..deploy.clone() };
-    assert_eq!(nudged.id().unwrap(), deploy.id().unwrap(), "the id truncates to the millisecond");
+    let nudged = Deploy {
+        at: at + Duration::from_micros(1),
+        ..deploy.clone()
+    };
+    assert_eq!(
+        nudged.id().unwrap(),
+        deploy.id().unwrap(),
+        "the id truncates to the millisecond"
+    );
     match store.upsert(&nudged).await.unwrap_err() {
         Error::FrozenFieldChanged { field, .. } => assert_eq!(field, "at"),
         other => panic!("expected FrozenFieldChanged, got {other:?}"),
@@ -51,10 +64,17 @@ macro_rules! timestamp_type_round_trip {
             }
             let (database, _log) = fresh_database(stringify!($test)).await;
             let store = Store::new(database);
-            let event = Event { name: "launch".into(), at: $value };
+            let event = Event {
+                name: "launch".into(),
+                at: $value,
+            };
             assert_eq!(event.upsert(&store).await.unwrap(), Outcome::Inserted);
             assert_eq!(event.upsert(&store).await.unwrap(), Outcome::Unchanged);
-            let read = store.collection::<Event>().find_one(Default::default()).await.unwrap();
+            let read = store
+                .collection::<Event>()
+                .find_one(Default::default())
+                .await
+                .unwrap();
             assert_eq!(read, Some(event.clone()));
             assert_eq!(event.id().unwrap().timestamp_ms(), 1_700_000_000_123);
         }
@@ -91,12 +111,21 @@ struct Envelope<K, P> {
 async fn generic_documents_upsert_like_any_other() {
     let (database, _log) = fresh_database("generic").await;
     let store = Store::new(database);
-    let first = Envelope { key: 42u64, payload: vec!["a".to_string()] };
+    let first = Envelope {
+        key: 42u64,
+        payload: vec!["a".to_string()],
+    };
     assert_eq!(first.upsert(&store).await.unwrap(), Outcome::Inserted);
-    let second = Envelope { payload: vec!["a".to_string(), "b".to_string()], ..first.clone() };
+    let second = Envelope {
+        payload: vec!["a".to_string(), "b".to_string()],
+        ..first.clone()
+    };
     assert_eq!(second.upsert(&store).await.unwrap(), Outcome::Updated);
     assert_eq!(second.upsert(&store).await.unwrap(), Outcome::Unchanged);
     let stored = stored_documents(store.database(), "envelopes").await;
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].get_str("_id").unwrap(), first.id().unwrap().to_string());
+    assert_eq!(
+        stored[0].get_str("_id").unwrap(),
+        first.id().unwrap().to_string()
+    );
 }

@@ -34,12 +34,18 @@ impl BatchReport {
 
     /// How many input documents had `outcome`.
     pub fn count(&self, outcome: Outcome) -> usize {
-        self.outcomes.iter().filter(|result| matches!(result, Ok(o) if *o == outcome)).count()
+        self.outcomes
+            .iter()
+            .filter(|result| matches!(result, Ok(o) if *o == outcome))
+            .count()
     }
 
     /// How many input documents were refused.
     pub fn refused(&self) -> usize {
-        self.outcomes.iter().filter(|result| result.is_err()).count()
+        self.outcomes
+            .iter()
+            .filter(|result| result.is_err())
+            .count()
     }
 
     /// How many input documents shared an id with a later or newer one in the same batch and
@@ -60,9 +66,19 @@ impl fmt::Display for BatchReport {
             Outcome::Deleted,
         ];
         for outcome in outcomes {
-            write!(f, "{} {}, ", self.count(outcome), outcome.name().to_lowercase())?;
+            write!(
+                f,
+                "{} {}, ",
+                self.count(outcome),
+                outcome.name().to_lowercase()
+            )?;
         }
-        write!(f, "{} refused ({} collapsed in the batch)", self.refused(), self.collapsed)
+        write!(
+            f,
+            "{} refused ({} collapsed in the batch)",
+            self.refused(),
+            self.collapsed
+        )
     }
 }
 
@@ -99,7 +115,10 @@ impl Store {
             for doc in docs {
                 outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
             }
-            return Ok(BatchReport { outcomes, collapsed: 0 });
+            return Ok(BatchReport {
+                outcomes,
+                collapsed: 0,
+            });
         }
         let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
         let mut writes = Vec::with_capacity(docs.len());
@@ -120,7 +139,8 @@ impl Store {
             self.verify_indexes(model).await?;
             let limits = self.server_limits(model).await?;
             for chunk in chunks(&writes, &winners, limits) {
-                self.write_chunk(model, &writes, &chunk, &mut outcomes).await?;
+                self.write_chunk(model, &writes, &chunk, &mut outcomes)
+                    .await?;
             }
         }
         let outcomes = outcomes
@@ -128,12 +148,19 @@ impl Store {
             .zip(&writes)
             .map(|(outcome, write)| {
                 outcome.unwrap_or_else(|| {
-                    let document = write.as_ref().map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
-                    Err(Error::Contention { document: Box::new(document) })
+                    let document = write
+                        .as_ref()
+                        .map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
+                    Err(Error::Contention {
+                        document: Box::new(document),
+                    })
                 })
             })
             .collect();
-        Ok(BatchReport { outcomes, collapsed })
+        Ok(BatchReport {
+            outcomes,
+            collapsed,
+        })
     }
 
     /// One read, then one write of what needs it, then a classification of each race.
@@ -147,14 +174,21 @@ impl Store {
         let collection = self.raw_collection(model);
         let whole = DocumentRef::collection(model);
         let prepared = |index: usize| writes[index].as_ref();
-        let ids: Vec<&str> = chunk.iter().filter_map(|&i| prepared(i)).map(|w| w.id_text.as_str()).collect();
+        let ids: Vec<&str> = chunk
+            .iter()
+            .filter_map(|&i| prepared(i))
+            .map(|w| w.id_text.as_str())
+            .collect();
         let Some(first) = chunk.first().and_then(|&i| prepared(i)) else {
             return Ok(());
         };
         let find = collection
             .find(doc! { "_id": { "$in": ids } })
             .projection(first.judged_fields())
-            .batch_size(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+            // One more than can match, with the matches as the limit, so the server answers in
+            // one batch and closes the cursor instead of leaving a `getMore` to find the end.
+            .limit(i64::try_from(chunk.len()).unwrap_or(i64::MAX))
+            .batch_size(u32::try_from(chunk.len() + 1).unwrap_or(u32::MAX));
         let stored: HashMap<String, Document> = collect(find, &whole)
             .await?
             .into_iter()
@@ -163,7 +197,9 @@ impl Store {
 
         let mut to_write = Vec::new();
         for &index in chunk {
-            let Some(write) = prepared(index) else { continue };
+            let Some(write) = prepared(index) else {
+                continue;
+            };
             match stored.get(&write.id_text).map(|stored| write.judge(stored)) {
                 None | Some(Verdict::Replace) => to_write.push(index),
                 Some(Verdict::Settled(outcome)) => outcomes[index] = Some(Ok(outcome)),
@@ -179,10 +215,19 @@ impl Store {
             .filter_map(|&index| prepared(index))
             .map(|write| doc! { "q": write.guarded_filter(), "u": write.update(), "upsert": true, "multi": false })
             .collect();
-        let command = doc! { "update": model.collection(), "updates": statements, "ordered": false };
-        let reply = self.database.run_command(command).await.map_err(|source| mongo_error(&whole, source))?;
+        let command =
+            doc! { "update": model.collection(), "updates": statements, "ordered": false };
+        let reply = self
+            .database
+            .run_command(command)
+            .await
+            .map_err(|source| mongo_error(&whole, source))?;
         if let Ok(concern) = reply.get_document("writeConcernError") {
-            return Err(refused_by_server(&whole, concern, "the write was not confirmed; retrying the batch is safe"));
+            return Err(refused_by_server(
+                &whole,
+                concern,
+                "the write was not confirmed; retrying the batch is safe",
+            ));
         }
         let upserted = statement_indexes(&reply, "upserted");
         let errors: HashMap<usize, &Document> = reply
@@ -198,7 +243,9 @@ impl Store {
 
         let mut conflicts = Vec::new();
         for (statement, &index) in to_write.iter().enumerate() {
-            let Some(write) = prepared(index) else { continue };
+            let Some(write) = prepared(index) else {
+                continue;
+            };
             outcomes[index] = match errors.get(&statement) {
                 Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
                     conflicts.push(index);
@@ -210,7 +257,9 @@ impl Store {
             };
         }
         for index in conflicts {
-            let Some(write) = prepared(index) else { continue };
+            let Some(write) = prepared(index) else {
+                continue;
+            };
             let outcome = match self.classify_conflict(&collection, write).await {
                 Ok(Some(outcome)) => Ok(outcome),
                 Ok(None) => self.settle(write).await,
@@ -223,7 +272,11 @@ impl Store {
 
     /// The server's batch and size limits, asked once per store.
     async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
-        if let Some(limits) = *self.limits.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        if let Some(limits) = *self
+            .limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
             return Ok(limits);
         }
         let hello = self
@@ -241,7 +294,10 @@ impl Store {
             max_write_batch: number("maxWriteBatchSize", 100_000).max(1),
             max_command_bytes: number("maxBsonObjectSize", super::write::MAX_DOCUMENT_BYTES),
         };
-        *self.limits.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
+        *self
+            .limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
         Ok(limits)
     }
 }
@@ -256,10 +312,15 @@ fn collapse_duplicates(
     let mut winner_of: HashMap<&str, usize> = HashMap::new();
     for (index, write) in writes.iter().enumerate() {
         let Some(write) = write else { continue };
-        let replaces_winner = match winner_of.get(write.id_text.as_str()).and_then(|&w| writes[w].as_ref()) {
+        let replaces_winner = match winner_of
+            .get(write.id_text.as_str())
+            .and_then(|&w| writes[w].as_ref())
+        {
             None => true,
             Some(winner) => match (write.version(), winner.version()) {
-                (Some(incoming), Some(current)) => version_order(incoming, current) != Some(Ordering::Less),
+                (Some(incoming), Some(current)) => {
+                    version_order(incoming, current) != Some(Ordering::Less)
+                }
                 _ => true,
             },
         };
@@ -277,21 +338,35 @@ fn collapse_duplicates(
             continue;
         }
         collapsed += 1;
-        let same_content = writes[winner].as_ref().is_some_and(|winner| winner.hash == write.hash);
-        outcomes[index] = Some(Ok(if same_content { Outcome::Unchanged } else { Outcome::Stale }));
+        let same_content = writes[winner]
+            .as_ref()
+            .is_some_and(|winner| winner.hash == write.hash);
+        outcomes[index] = Some(Ok(if same_content {
+            Outcome::Unchanged
+        } else {
+            Outcome::Stale
+        }));
     }
     (winners, collapsed)
 }
 
 /// Splits the winners into chunks that fit one write command.
-fn chunks(writes: &[Option<PreparedWrite>], winners: &[usize], limits: ServerLimits) -> Vec<Vec<usize>> {
-    let budget = limits.max_command_bytes.saturating_sub(COMMAND_OVERHEAD).max(1);
+fn chunks(
+    writes: &[Option<PreparedWrite>],
+    winners: &[usize],
+    limits: ServerLimits,
+) -> Vec<Vec<usize>> {
+    let budget = limits
+        .max_command_bytes
+        .saturating_sub(COMMAND_OVERHEAD)
+        .max(1);
     let mut chunks = Vec::new();
     let mut current = Vec::new();
     let mut bytes = 0;
     for &index in winners {
         let size = writes[index].as_ref().map_or(0, |write| write.size) + STATEMENT_OVERHEAD;
-        if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget) {
+        if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget)
+        {
             chunks.push(std::mem::take(&mut current));
             bytes = 0;
         }
@@ -315,7 +390,13 @@ fn statement_index(entry: &Document) -> Option<usize> {
 fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
     reply
         .get_array(field)
-        .map(|entries| entries.iter().filter_map(Bson::as_document).filter_map(statement_index).collect())
+        .map(|entries| {
+            entries
+                .iter()
+                .filter_map(Bson::as_document)
+                .filter_map(statement_index)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -324,6 +405,10 @@ fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Er
     Error::WriteRefused {
         document: Box::new(document.clone()),
         code: error.get_i32("code").unwrap_or(0),
-        message: if note.is_empty() { message.to_owned() } else { format!("{message}; {note}") },
+        message: if note.is_empty() {
+            message.to_owned()
+        } else {
+            format!("{message}; {note}")
+        },
     }
 }

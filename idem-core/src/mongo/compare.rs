@@ -26,7 +26,9 @@ pub(crate) fn bson_equal(a: &Bson, b: &Bson) -> bool {
         (Bson::Int64(x), Bson::Int64(y)) => x == y,
         (Bson::Document(x), Bson::Document(y)) => {
             x.len() == y.len()
-                && x.iter().zip(y.iter()).all(|((kx, vx), (ky, vy))| kx == ky && bson_equal(vx, vy))
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|((kx, vx), (ky, vy))| kx == ky && bson_equal(vx, vy))
         }
         (Bson::Array(x), Bson::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| bson_equal(vx, vy))

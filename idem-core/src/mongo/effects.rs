@@ -56,20 +56,24 @@ impl Store {
             })
             .collect();
         let whole = DocumentRef::collection(model);
-        let existing: HashSet<usize> =
-            match self.raw_collection(model).insert_many(documents).ordered(false).await {
-                Ok(_) => HashSet::new(),
-                Err(error) => match error.kind.as_ref() {
-                    ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
-                        let write_errors = failure.write_errors.as_deref().unwrap_or_default();
-                        if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
-                            return Err(mongo_error(&whole, error));
-                        }
-                        write_errors.iter().map(|e| e.index).collect()
+        let existing: HashSet<usize> = match self
+            .raw_collection(model)
+            .insert_many(documents)
+            .ordered(false)
+            .await
+        {
+            Ok(_) => HashSet::new(),
+            Err(error) => match error.kind.as_ref() {
+                ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
+                    let write_errors = failure.write_errors.as_deref().unwrap_or_default();
+                    if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
+                        return Err(mongo_error(&whole, error));
                     }
-                    _ => return Err(mongo_error(&whole, error)),
-                },
-            };
+                    write_errors.iter().map(|e| e.index).collect()
+                }
+                _ => return Err(mongo_error(&whole, error)),
+            },
+        };
         Ok(candidates
             .into_iter()
             .enumerate()
@@ -89,16 +93,38 @@ impl Store {
     {
         let model = &T::MODEL;
         let document = DocumentRef::by_id(model, id);
-        let Some(list) = model.fields().iter().find(|f| f.name() == field && f.role() == Role::Pushed) else {
-            return Err(Error::NotAPushedField { document: Box::new(document), field });
+        let Some(list) = model
+            .fields()
+            .iter()
+            .find(|f| f.name() == field && f.role() == Role::Pushed)
+        else {
+            return Err(Error::NotAPushedField {
+                document: Box::new(document),
+                field,
+            });
         };
         let item = match bson::to_bson(item) {
             Ok(Bson::Document(item)) => item,
-            Ok(_) => return Err(Error::ItemWithoutKey { document: Box::new(document), field, item_key: list.item_key() }),
-            Err(error) => return Err(Error::Serialize { document: Box::new(document), message: error.to_string() }),
+            Ok(_) => {
+                return Err(Error::ItemWithoutKey {
+                    document: Box::new(document),
+                    field,
+                    item_key: list.item_key(),
+                })
+            }
+            Err(error) => {
+                return Err(Error::Serialize {
+                    document: Box::new(document),
+                    message: error.to_string(),
+                })
+            }
         };
         let Some(item_key) = item.get(list.item_key()).cloned() else {
-            return Err(Error::ItemWithoutKey { document: Box::new(document), field, item_key: list.item_key() });
+            return Err(Error::ItemWithoutKey {
+                document: Box::new(document),
+                field,
+                item_key: list.item_key(),
+            });
         };
         let collection = self.raw_collection(model);
         let id_text = id.to_string();
@@ -116,7 +142,12 @@ impl Store {
                 return Ok(Pushed::Appended);
             }
             let present = doc! { "_id": id_text.as_str(), format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key.clone() } };
-            if collection.find_one(present).await.map_err(|source| mongo_error(&document, source))?.is_some() {
+            if collection
+                .find_one(present)
+                .await
+                .map_err(|source| mongo_error(&document, source))?
+                .is_some()
+            {
                 return Ok(Pushed::AlreadyPresent);
             }
             let exists = collection
@@ -124,10 +155,14 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             if exists.is_none() {
-                return Err(Error::NotFound { document: Box::new(document) });
+                return Err(Error::NotFound {
+                    document: Box::new(document),
+                });
             }
         }
-        Err(Error::Contention { document: Box::new(document) })
+        Err(Error::Contention {
+            document: Box::new(document),
+        })
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
@@ -164,22 +199,28 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             let Some(stored) = stored else {
-                return Err(Error::NotFound { document: Box::new(document) });
+                return Err(Error::NotFound {
+                    document: Box::new(document),
+                });
             };
-            let applied = stored
-                .get_array(APPLIED_OPS_FIELD)
-                .is_ok_and(|ops| ops.iter().any(|recorded| recorded.as_str() == Some(op.as_str())));
+            let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
+                ops.iter()
+                    .any(|recorded| recorded.as_str() == Some(op.as_str()))
+            });
             if applied {
                 return Ok(Applied::AlreadyApplied);
             }
         }
-        Err(Error::Contention { document: Box::new(document) })
+        Err(Error::Contention {
+            document: Box::new(document),
+        })
     }
 }
 
 /// Adds to `update` the push of `op` onto the applied-ops list, keeping the latest `window`.
 fn with_recorded_op(mut update: Document, op: &OpId, window: usize) -> Document {
-    let record = doc! { "$each": [op.as_str()], "$slice": -(i64::try_from(window).unwrap_or(i64::MAX)) };
+    let record =
+        doc! { "$each": [op.as_str()], "$slice": -(i64::try_from(window).unwrap_or(i64::MAX)) };
     match update.get_mut("$push") {
         Some(Bson::Document(pushes)) => {
             pushes.insert(APPLIED_OPS_FIELD, record);

@@ -31,25 +31,46 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let model = &T::MODEL;
-        let key_field = model.idempotency_key_field().ok_or_else(|| Error::NoDerivedId { document: Box::new(event.document_ref()) })?;
+        let key_field = model
+            .idempotency_key_field()
+            .ok_or_else(|| Error::NoDerivedId {
+                document: Box::new(event.document_ref()),
+            })?;
         self.verify_indexes(model).await?;
         let collection = self.raw_collection(model);
         for _ in 0..MAX_ATTEMPTS {
             let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
             let mut on_insert = doc! { "_id": write.id_text.as_str() };
-            on_insert.extend(write.update().remove("$setOnInsert").and_then(|lists| lists.as_document().cloned()).unwrap_or_default());
+            on_insert.extend(
+                write
+                    .update()
+                    .remove("$setOnInsert")
+                    .and_then(|lists| lists.as_document().cloned())
+                    .unwrap_or_default(),
+            );
             on_insert.extend(write.body.clone());
             let before = collection
-                .find_one_and_update(write.natural_key_filter(), doc! { "$setOnInsert": on_insert })
+                .find_one_and_update(
+                    write.natural_key_filter(),
+                    doc! { "$setOnInsert": on_insert },
+                )
                 .upsert(true)
                 .return_document(ReturnDocument::Before)
                 .await;
             match before {
-                Ok(None) => return Ok(Recorded { id: write.id, outcome: Outcome::Inserted }),
+                Ok(None) => {
+                    return Ok(Recorded {
+                        id: write.id,
+                        outcome: Outcome::Inserted,
+                    })
+                }
                 Ok(Some(stored)) => {
                     let first_id = stored_id(&stored).unwrap_or(write.id);
                     if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
-                        return Ok(Recorded { id: first_id, outcome: Outcome::Unchanged });
+                        return Ok(Recorded {
+                            id: first_id,
+                            outcome: Outcome::Unchanged,
+                        });
                     }
                     return Err(Error::IdempotencyKeyReused {
                         document: Box::new(write.document),
@@ -62,6 +83,8 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: Box::new(event.document_ref()) })
+        Err(Error::Contention {
+            document: Box::new(event.document_ref()),
+        })
     }
 }

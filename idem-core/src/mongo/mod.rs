@@ -146,7 +146,10 @@ impl Store {
         let write = PreparedWrite::new(doc)?;
         let tombstone = tombstone_field(&T::MODEL, &write.document)?;
         let Some(marker) = write.tombstone.clone() else {
-            return Err(Error::TombstoneNotSet { document: Box::new(write.document), field: tombstone.name() });
+            return Err(Error::TombstoneNotSet {
+                document: Box::new(write.document),
+                field: tombstone.name(),
+            });
         };
         self.verify_indexes(&T::MODEL).await?;
         let collection = self.raw_collection(write.model);
@@ -154,14 +157,24 @@ impl Store {
         filter.extend(write.natural_key_filter());
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
         let mut update = write.update();
-        let body = update.remove("$set").unwrap_or(Bson::Document(Document::new()));
-        let mut on_insert = update.get_document("$setOnInsert").cloned().unwrap_or_default();
+        let body = update
+            .remove("$set")
+            .unwrap_or(Bson::Document(Document::new()));
+        let mut on_insert = update
+            .get_document("$setOnInsert")
+            .cloned()
+            .unwrap_or_default();
         if let Bson::Document(body) = body {
             on_insert.extend(body);
         }
-        let update = doc! { "$set": { tombstone.stored_name(): marker }, "$setOnInsert": on_insert };
+        let update =
+            doc! { "$set": { tombstone.stored_name(): marker }, "$setOnInsert": on_insert };
         for _ in 0..MAX_ATTEMPTS {
-            match collection.update_one(filter.clone(), update.clone()).upsert(true).await {
+            match collection
+                .update_one(filter.clone(), update.clone())
+                .upsert(true)
+                .await
+            {
                 Ok(result) if result.upserted_id.is_some() || result.matched_count > 0 => {
                     return Ok(Outcome::Deleted)
                 }
@@ -179,7 +192,9 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: Box::new(write.document) })
+        Err(Error::Contention {
+            document: Box::new(write.document),
+        })
     }
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
@@ -193,11 +208,14 @@ impl Store {
         let model = &T::MODEL;
         let document = DocumentRef::by_id(model, id);
         let tombstone = tombstone_field(model, &document)?;
-        let marker = mongodb::bson::to_bson(marker)
-            .map_err(|error| Error::Serialize { document: Box::new(document.clone()), message: error.to_string() })?;
+        let marker = mongodb::bson::to_bson(marker).map_err(|error| Error::Serialize {
+            document: Box::new(document.clone()),
+            message: error.to_string(),
+        })?;
         let collection = self.raw_collection(model);
         let id_text = id.to_string();
-        let filter = doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
+        let filter =
+            doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
         let update = doc! { "$set": { tombstone.stored_name(): marker } };
         for _ in 0..MAX_ATTEMPTS {
             let result = collection
@@ -212,12 +230,18 @@ impl Store {
                 .await
                 .map_err(|source| mongo_error(&document, source))?;
             match stored {
-                None => return Err(Error::NotFound { document: Box::new(document) }),
+                None => {
+                    return Err(Error::NotFound {
+                        document: Box::new(document),
+                    })
+                }
                 Some(stored) if is_tombstoned(model, &stored) => return Ok(Outcome::Unchanged),
                 Some(_) => continue,
             }
         }
-        Err(Error::Contention { document: Box::new(document) })
+        Err(Error::Contention {
+            document: Box::new(document),
+        })
     }
 
     /// Sends the guarded upsert until the server's answer settles it.
@@ -242,7 +266,9 @@ impl Store {
                 Err(source) => return Err(mongo_error(&write.document, source)),
             }
         }
-        Err(Error::Contention { document: Box::new(write.document.clone()) })
+        Err(Error::Contention {
+            document: Box::new(write.document.clone()),
+        })
     }
 
     /// Reads what stopped a guarded write: `Unchanged`, `Stale`, `Deleted`, a refusal, or
@@ -270,7 +296,8 @@ impl Store {
         collection: &Collection<Document>,
         write: &PreparedWrite,
     ) -> Result<(Option<Document>, Option<Document>), Error> {
-        let filter = doc! { "$or": [ { "_id": write.id_text.as_str() }, write.natural_key_filter() ] };
+        let filter =
+            doc! { "$or": [ { "_id": write.id_text.as_str() }, write.natural_key_filter() ] };
         let stored = collect(collection.find(filter).limit(2), &write.document).await?;
         let (by_id, by_natural_key): (Vec<_>, Vec<_>) = stored
             .into_iter()
@@ -315,12 +342,18 @@ impl Store {
     }
 
     fn is_indexed(&self, model: &Model) -> bool {
-        let indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        let indexed = self
+            .indexed_collections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         indexed.contains(model.collection())
     }
 
     fn remember_indexed(&self, model: &Model) {
-        let mut indexed = self.indexed_collections.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut indexed = self
+            .indexed_collections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         indexed.insert(model.collection());
     }
 
@@ -359,10 +392,15 @@ impl Backend for Store {
 }
 
 /// The tombstone field of `model`, or the error for a type without one.
-fn tombstone_field(model: &Model, document: &DocumentRef) -> Result<&'static crate::model::Field, Error> {
+fn tombstone_field(
+    model: &Model,
+    document: &DocumentRef,
+) -> Result<&'static crate::model::Field, Error> {
     model
         .tombstone_field()
-        .ok_or_else(|| Error::NoTombstoneField { document: Box::new(document.clone()) })
+        .ok_or_else(|| Error::NoTombstoneField {
+            document: Box::new(document.clone()),
+        })
 }
 
 /// Every document a find returns, in one batch where the server allows.
@@ -372,20 +410,33 @@ async fn collect(
 ) -> Result<Vec<Document>, Error> {
     let mut cursor = find.await.map_err(|source| mongo_error(document, source))?;
     let mut stored = Vec::new();
-    while cursor.advance().await.map_err(|source| mongo_error(document, source))? {
-        stored.push(cursor.deserialize_current().map_err(|source| mongo_error(document, source))?);
+    while cursor
+        .advance()
+        .await
+        .map_err(|source| mongo_error(document, source))?
+    {
+        stored.push(
+            cursor
+                .deserialize_current()
+                .map_err(|source| mongo_error(document, source))?,
+        );
     }
     Ok(stored)
 }
 
 fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
-    Error::Mongo { document: Box::new(document.clone()), source }
+    Error::Mongo {
+        document: Box::new(document.clone()),
+        source,
+    }
 }
 
 fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
     match error.kind.as_ref() {
-        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.code == DUPLICATE_KEY,
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => {
+            write_error.code == DUPLICATE_KEY
+        }
         ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
         _ => false,
     }
@@ -401,11 +452,15 @@ const TRANSIENT_CODES: &[i32] = &[
 /// codes, never its message.
 pub(crate) fn is_transient(error: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
-    if error.contains_label("RetryableWriteError") || error.contains_label("TransientTransactionError") {
+    if error.contains_label("RetryableWriteError")
+        || error.contains_label("TransientTransactionError")
+    {
         return true;
     }
     match error.kind.as_ref() {
-        ErrorKind::Io(_) | ErrorKind::ServerSelection { .. } | ErrorKind::ConnectionPoolCleared { .. } => true,
+        ErrorKind::Io(_)
+        | ErrorKind::ServerSelection { .. }
+        | ErrorKind::ConnectionPoolCleared { .. } => true,
         ErrorKind::Write(WriteFailure::WriteConcernError(_)) => true,
         ErrorKind::Command(command) => is_transient_code(command.code),
         ErrorKind::InsertMany(failure) => failure.write_concern_error.is_some(),

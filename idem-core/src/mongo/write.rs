@@ -73,15 +73,32 @@ impl PreparedWrite {
             .and_then(|field| body.get(field.stored_name()))
             .filter(|marker| !matches!(marker, Bson::Null))
             .cloned();
-        for field in model.fields().iter().filter(|field| !model.is_upserted(field.stored_name())) {
+        for field in model
+            .fields()
+            .iter()
+            .filter(|field| !model.is_upserted(field.stored_name()))
+        {
             body.remove(field.stored_name());
         }
         body.insert(model.hash_field(), hash.clone());
         let size = bson::to_vec(&body).map_or(usize::MAX, |bytes| bytes.len()) + 40;
         if size > MAX_DOCUMENT_BYTES {
-            return Err(Error::DocumentTooLarge { document: Box::new(document), size, limit: MAX_DOCUMENT_BYTES });
+            return Err(Error::DocumentTooLarge {
+                document: Box::new(document),
+                size,
+                limit: MAX_DOCUMENT_BYTES,
+            });
         }
-        Ok(PreparedWrite { model, document, id, id_text: id.to_string(), hash, body, tombstone, size })
+        Ok(PreparedWrite {
+            model,
+            document,
+            id,
+            id_text: id.to_string(),
+            hash,
+            body,
+            tombstone,
+            size,
+        })
     }
 
     fn value(&self, field: &Field) -> &Bson {
@@ -101,7 +118,10 @@ impl PreparedWrite {
             .natural_key_fields()
             .map(|field| {
                 let value = self.value(field).clone();
-                (field.stored_name().to_owned(), Bson::Document(doc! { "$eq": value }))
+                (
+                    field.stored_name().to_owned(),
+                    Bson::Document(doc! { "$eq": value }),
+                )
             })
             .collect()
     }
@@ -119,12 +139,18 @@ impl PreparedWrite {
             .model
             .frozen_fields()
             .filter(|field| field.role() != Role::Key)
-            .map(|field| absent_or(field.stored_name(), doc! { "$eq": self.value(field).clone() }))
+            .map(|field| {
+                absent_or(
+                    field.stored_name(),
+                    doc! { "$eq": self.value(field).clone() },
+                )
+            })
             .collect();
         match self.model.version_field() {
-            Some(field) => {
-                conditions.push(absent_or(field.stored_name(), doc! { "$lt": self.value(field).clone() }))
-            }
+            Some(field) => conditions.push(absent_or(
+                field.stored_name(),
+                doc! { "$lt": self.value(field).clone() },
+            )),
             None => {
                 filter.insert(self.model.hash_field(), doc! { "$ne": self.hash.as_str() });
             }
@@ -159,7 +185,11 @@ impl PreparedWrite {
         }
         let same_content = stored.get_str(self.model.hash_field()).ok() == Some(self.hash.as_str());
         let (Some(field), Some(incoming)) = (self.model.version_field(), self.version()) else {
-            return if same_content { Verdict::Settled(Outcome::Unchanged) } else { Verdict::Replace };
+            return if same_content {
+                Verdict::Settled(Outcome::Unchanged)
+            } else {
+                Verdict::Replace
+            };
         };
         let Some(stored_version) = stored.get(field.stored_name()) else {
             return Verdict::Replace;
@@ -196,7 +226,12 @@ impl PreparedWrite {
             }
         }
         let stored_id = stored.get("_id");
-        self.refusal(stored, "_id", stored_id, &Bson::String(self.id_text.clone()))
+        self.refusal(
+            stored,
+            "_id",
+            stored_id,
+            &Bson::String(self.id_text.clone()),
+        )
     }
 
     fn refusal(

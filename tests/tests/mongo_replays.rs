@@ -1,0 +1,412 @@
+//! Replays against a real server: the stale guard, deletion markers, and batch upserts, alone
+//! and under concurrency.
+
+use std::sync::Arc;
+
+use idem_core::mongo::Store;
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::{fresh_database, stored_documents, CommandLog};
+use mongodb::bson::doc;
+use serde::{Deserialize, Serialize};
+
+/// An entry of an offline-first journal: edited on devices, replayed in batches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "entries")]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    #[idem(key)]
+    user_id: String,
+    #[idem(key)]
+    entry_id: String,
+    #[idem(timestamp)]
+    created_at: i64,
+    #[idem(version)]
+    revision: i64,
+    text: String,
+    #[idem(tombstone)]
+    deleted_at: Option<i64>,
+}
+
+fn entry(entry_id: &str, revision: i64, text: &str) -> Entry {
+    Entry {
+        user_id: "u1".into(),
+        entry_id: entry_id.into(),
+        created_at: 1_700_000_000_000,
+        revision,
+        text: text.into(),
+        deleted_at: None,
+    }
+}
+
+async fn store(test: &str) -> (Store, CommandLog) {
+    let (database, log) = fresh_database(test).await;
+    let store = Store::new(database);
+    store.ensure_indexes::<Entry>().await.unwrap();
+    let _ = log.take();
+    (store, log)
+}
+
+async fn stored(store: &Store) -> Vec<mongodb::bson::Document> {
+    stored_documents(store.database(), "entries").await
+}
+
+#[tokio::test]
+async fn only_a_strictly_newer_version_replaces_the_stored_document() {
+    let (store, log) = store("versions").await;
+    assert_eq!(
+        store.upsert(&entry("e1", 2, "second")).await.unwrap(),
+        Outcome::Inserted
+    );
+    let _ = log.take();
+    let before = stored(&store).await;
+
+    // An offline client pushes its older copy: refused as stale, nothing written.
+    assert_eq!(
+        store.upsert(&entry("e1", 1, "first")).await.unwrap(),
+        Outcome::Stale
+    );
+    // The same version with the same content is a plain retry.
+    assert_eq!(
+        store.upsert(&entry("e1", 2, "second")).await.unwrap(),
+        Outcome::Unchanged
+    );
+    // The same version with other content: two devices edited the same revision; the stored
+    // one stands, and the client must rebase onto it.
+    assert_eq!(
+        store.upsert(&entry("e1", 2, "conflicting")).await.unwrap(),
+        Outcome::Stale
+    );
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored(&store).await, before);
+
+    assert_eq!(
+        store.upsert(&entry("e1", 3, "third")).await.unwrap(),
+        Outcome::Updated
+    );
+    let after = stored(&store).await;
+    assert_eq!(after[0].get_i64("revision").unwrap(), 3);
+    assert_eq!(after[0].get_str("text").unwrap(), "third");
+}
+
+#[tokio::test]
+async fn a_deleted_document_is_never_resurrected_and_keeps_its_first_marker() {
+    let (store, log) = store("tombstones").await;
+    store.upsert(&entry("e1", 1, "hello")).await.unwrap();
+    let deleted = Entry {
+        deleted_at: Some(1_700_000_500_000),
+        ..entry("e1", 1, "hello")
+    };
+    assert_eq!(store.delete(&deleted).await.unwrap(), Outcome::Deleted);
+    let again = Entry {
+        deleted_at: Some(1_700_000_900_000),
+        ..deleted.clone()
+    };
+    assert_eq!(store.delete(&again).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(
+        stored(&store).await[0].get_i64("deletedAt").unwrap(),
+        1_700_000_500_000
+    );
+    let before = stored(&store).await;
+    let _ = log.take();
+
+    // Replays of the entry, even newer ones, do not bring it back.
+    assert_eq!(
+        store.upsert(&entry("e1", 1, "hello")).await.unwrap(),
+        Outcome::Deleted
+    );
+    assert_eq!(
+        store
+            .upsert(&entry("e1", 5, "edited offline"))
+            .await
+            .unwrap(),
+        Outcome::Deleted
+    );
+    assert_eq!(log.take().documents_written, 0);
+    assert_eq!(stored(&store).await, before);
+}
+
+#[tokio::test]
+async fn upserts_never_write_the_tombstone_and_deleting_needs_a_marker() {
+    let (store, _log) = store("tombstone_route").await;
+    let marked = Entry {
+        deleted_at: Some(1),
+        ..entry("e1", 1, "hello")
+    };
+    assert_eq!(store.upsert(&marked).await.unwrap(), Outcome::Inserted);
+    let unmarked = |document: &mongodb::bson::Document| {
+        matches!(
+            document.get("deletedAt"),
+            None | Some(mongodb::bson::Bson::Null)
+        )
+    };
+    assert!(
+        unmarked(&stored(&store).await[0]),
+        "only the delete route writes the marker"
+    );
+
+    match store.delete(&entry("e1", 1, "hello")).await.unwrap_err() {
+        Error::TombstoneNotSet { field, .. } => assert_eq!(field, "deleted_at"),
+        other => panic!("expected TombstoneNotSet, got {other:?}"),
+    }
+    assert!(unmarked(&stored(&store).await[0]));
+}
+
+#[tokio::test]
+async fn deleting_before_the_creation_arrives_stores_it_deleted() {
+    let (store, _log) = store("delete_first").await;
+    let deleted = Entry {
+        deleted_at: Some(7),
+        ..entry("e9", 1, "never seen")
+    };
+    assert_eq!(store.delete(&deleted).await.unwrap(), Outcome::Deleted);
+    assert_eq!(
+        store.upsert(&entry("e9", 1, "never seen")).await.unwrap(),
+        Outcome::Deleted
+    );
+    let documents = stored(&store).await;
+    assert_eq!(documents.len(), 1);
+    assert_eq!(documents[0].get_i64("deletedAt").unwrap(), 7);
+}
+
+#[tokio::test]
+async fn delete_by_id_marks_once_and_names_a_missing_document() {
+    let (store, _log) = store("delete_by_id").await;
+    let stored_entry = entry("e1", 1, "hello");
+    store.upsert(&stored_entry).await.unwrap();
+    let id = stored_entry.id().unwrap();
+    assert_eq!(
+        store.delete_by_id::<Entry, _>(id, &11i64).await.unwrap(),
+        Outcome::Deleted
+    );
+    assert_eq!(
+        store.delete_by_id::<Entry, _>(id, &12i64).await.unwrap(),
+        Outcome::Unchanged
+    );
+    assert_eq!(stored(&store).await[0].get_i64("deletedAt").unwrap(), 11);
+    let missing = entry("nope", 1, "").id().unwrap();
+    assert!(matches!(
+        store.delete_by_id::<Entry, _>(missing, &1i64).await,
+        Err(Error::NotFound { document }) if document.id == Some(missing)
+    ));
+}
+
+#[tokio::test]
+async fn a_batch_collapses_duplicates_newest_version_first() {
+    let (store, _log) = store("batch_collapse").await;
+    let batch = vec![
+        entry("a", 3, "a3"),
+        entry("b", 1, "b1"),
+        entry("a", 2, "a2"), // older than a3: collapsed, Stale
+        entry("b", 1, "b1"), // identical duplicate: collapsed, Unchanged
+        entry("c", 1, "c1"),
+        entry("c", 1, "c1'"), // same version: the last occurrence wins
+    ];
+    let report = store.upsert_many(&batch).await.unwrap();
+    let outcomes: Vec<Outcome> = report
+        .outcomes()
+        .iter()
+        .map(|o| *o.as_ref().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Inserted,
+            Outcome::Unchanged,
+            Outcome::Stale,
+            Outcome::Inserted,
+            Outcome::Stale,
+            Outcome::Inserted
+        ]
+    );
+    assert_eq!(report.collapsed(), 3);
+    let texts: Vec<String> = stored(&store)
+        .await
+        .iter()
+        .map(|d| d.get_str("text").unwrap().to_owned())
+        .collect();
+    let mut texts = texts;
+    texts.sort();
+    assert_eq!(texts, ["a3", "b1", "c1'"]);
+}
+
+#[tokio::test]
+async fn re_ingesting_an_unchanged_batch_reads_once_and_writes_nothing() {
+    let (store, log) = store("batch_unchanged").await;
+    let batch: Vec<Entry> = (0..500)
+        .map(|i| entry(&format!("e{i}"), 1, "same"))
+        .collect();
+    let first = store.upsert_many(&batch).await.unwrap();
+    assert_eq!(first.count(Outcome::Inserted), 500);
+    let commands = log.take();
+    assert_eq!(
+        commands.names,
+        ["hello", "find", "update"],
+        "one read and one write for the chunk"
+    );
+    assert_eq!(commands.documents_written, 500);
+
+    let second = store.upsert_many(&batch).await.unwrap();
+    assert_eq!(second.count(Outcome::Unchanged), 500);
+    let commands = log.take();
+    assert_eq!(commands.names, ["find"]);
+    assert_eq!(commands.documents_written, 0);
+}
+
+#[tokio::test]
+async fn a_batch_writes_exactly_the_changed_documents() {
+    let (store, log) = store("batch_changed").await;
+    let batch: Vec<Entry> = (0..300).map(|i| entry(&format!("e{i}"), 1, "v1")).collect();
+    store.upsert_many(&batch).await.unwrap();
+    let _ = log.take();
+    let edited: Vec<Entry> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            if i % 10 == 0 {
+                Entry {
+                    revision: 2,
+                    text: "v2".into(),
+                    ..e.clone()
+                }
+            } else {
+                e.clone()
+            }
+        })
+        .collect();
+    let report = store.upsert_many(&edited).await.unwrap();
+    assert_eq!(report.count(Outcome::Updated), 30);
+    assert_eq!(report.count(Outcome::Unchanged), 270);
+    let commands = log.take();
+    assert_eq!(commands.names, ["find", "update"]);
+    assert_eq!(commands.documents_written, 30);
+}
+
+#[tokio::test]
+async fn a_refused_document_does_not_stop_the_rest_of_its_batch() {
+    let (store, _log) = store("batch_refusal").await;
+    store.upsert(&entry("moved", 1, "x")).await.unwrap();
+    let moved = Entry {
+        created_at: 1_600_000_000_000,
+        ..entry("moved", 2, "x")
+    };
+    let batch = vec![
+        entry("a", 1, "a"),
+        moved,
+        entry("b", 1, "b"),
+        Entry {
+            entry_id: String::new(),
+            ..entry("", 1, "")
+        },
+    ];
+    let report = store.upsert_many(&batch).await.unwrap();
+    let outcomes = report.outcomes();
+    assert!(matches!(outcomes[0], Ok(Outcome::Inserted)));
+    assert!(
+        matches!(
+            &outcomes[1],
+            Err(Error::FrozenFieldChanged {
+                field: "created_at",
+                ..
+            })
+        ),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(matches!(outcomes[2], Ok(Outcome::Inserted)));
+    assert!(
+        matches!(
+            &outcomes[3],
+            Err(Error::EmptyKey {
+                field: "entry_id",
+                ..
+            })
+        ),
+        "{:?}",
+        outcomes[3]
+    );
+    assert_eq!(report.refused(), 2);
+    assert_eq!(stored(&store).await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_batch_is_chunked_by_the_servers_write_batch_limit() {
+    let (store, log) = store("batch_chunks").await;
+    let hello = store
+        .database()
+        .run_command(doc! { "hello": 1 })
+        .await
+        .unwrap();
+    let limit = hello
+        .get_i32("maxWriteBatchSize")
+        .map(|n| n as usize)
+        .unwrap_or(100_000);
+    let _ = log.take();
+    // Enough documents for two chunks would be slow at the default limit of 100,000; what is
+    // checked here is that one chunk holds up to the limit, so 1,000 documents take one read
+    // and one write whatever the limit above 1,000.
+    assert!(limit >= 1_000, "maxWriteBatchSize {limit}");
+    let batch: Vec<Entry> = (0..1_000)
+        .map(|i| entry(&format!("e{i}"), 1, "x"))
+        .collect();
+    let report = store.upsert_many(&batch).await.unwrap();
+    assert_eq!(report.count(Outcome::Inserted), 1_000);
+    assert_eq!(log.take().names, ["hello", "find", "update"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_clients_replaying_overlapping_batches_converge_on_the_newest_versions() {
+    let (store, _log) = store("batch_race").await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..8)
+        .map(|client| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                // Every client replays the same 50 entries at its own revision, so the newest
+                // revision (7) must win everywhere, whatever the interleaving.
+                let batch: Vec<Entry> = (0..50)
+                    .map(|i| entry(&format!("e{i}"), client, &format!("rev {client}")))
+                    .collect();
+                store.upsert_many(&batch).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let report = task.await.unwrap().expect("every batch call succeeds");
+        assert_eq!(report.refused(), 0, "{report}");
+    }
+    let documents = stored(&store).await;
+    assert_eq!(documents.len(), 50);
+    for document in documents {
+        assert_eq!(document.get_i64("revision").unwrap(), 7, "{document}");
+        assert_eq!(document.get_str("text").unwrap(), "rev 7");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_stale_and_fresh_single_upserts_never_lose_the_newest() {
+    let (store, _log) = store("version_race").await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..16)
+        .map(|revision| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                store
+                    .upsert(&entry("e1", revision, &format!("r{revision}")))
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let outcome = task.await.unwrap().expect("every upsert succeeds");
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Inserted | Outcome::Updated | Outcome::Stale
+            ),
+            "{outcome:?}"
+        );
+    }
+    let documents = stored(&store).await;
+    assert_eq!(documents.len(), 1);
+    assert_eq!(documents[0].get_i64("revision").unwrap(), 15);
+}
