@@ -30,7 +30,7 @@ impl fmt::Display for TimestampProblem {
 }
 
 /// Everything that can go wrong in idem.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The timestamp field cannot be an id's time part; it is never wrapped or clamped.
@@ -213,6 +213,18 @@ pub enum Error {
         message: String,
     },
 
+    /// The server applied a batch but did not confirm it (a write-concern error): the writes may
+    /// or may not have landed. Retrying the same call is safe and converges.
+    #[error("{document}: the server did not confirm the write ({message}, code {code}); retrying is safe")]
+    NotConfirmed {
+        /// The collection written to.
+        document: Box<DocumentRef>,
+        /// The server's error code.
+        code: i32,
+        /// The server's message.
+        message: String,
+    },
+
     /// The MongoDB driver failed; its error is kept whole, with its kind, code and labels.
     #[cfg(feature = "mongodb")]
     #[error("{document}: MongoDB: {source}")]
@@ -243,7 +255,8 @@ impl Error {
             | Error::ItemWithoutKey { document, .. }
             | Error::DocumentTooLarge { document, .. }
             | Error::NoDerivedId { document }
-            | Error::WriteRefused { document, .. } => document,
+            | Error::WriteRefused { document, .. }
+            | Error::NotConfirmed { document, .. } => document,
             #[cfg(feature = "mongodb")]
             Error::Mongo { document, .. } => document,
         }
@@ -261,7 +274,7 @@ impl Error {
     /// is safe to retry.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Contention { .. } => true,
+            Error::Contention { .. } | Error::NotConfirmed { .. } => true,
             #[cfg(feature = "mongodb")]
             Error::Mongo { source, .. } => crate::mongo::is_transient(source),
             #[cfg(feature = "mongodb")]

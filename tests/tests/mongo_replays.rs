@@ -410,3 +410,62 @@ async fn racing_stale_and_fresh_single_upserts_never_lose_the_newest() {
     assert_eq!(documents.len(), 1);
     assert_eq!(documents[0].get_i64("revision").unwrap(), 15);
 }
+
+#[tokio::test]
+async fn collapsed_copies_share_the_fate_of_the_copy_that_was_sent() {
+    let (store, _log) = store("batch_collapse_fate").await;
+    store.upsert(&entry("gone", 1, "x")).await.unwrap();
+    store
+        .delete(&Entry {
+            deleted_at: Some(1),
+            ..entry("gone", 1, "x")
+        })
+        .await
+        .unwrap();
+    store.upsert(&entry("moved", 1, "x")).await.unwrap();
+    let moved = Entry {
+        created_at: 1,
+        ..entry("moved", 2, "y")
+    };
+    let batch = vec![
+        entry("gone", 1, "x"),
+        entry("gone", 1, "x"),
+        moved.clone(),
+        moved,
+    ];
+    let report = store.upsert_many(&batch).await.unwrap();
+    let outcomes = report.outcomes();
+    assert!(
+        matches!(outcomes[0], Ok(Outcome::Deleted)),
+        "{:?}",
+        outcomes[0]
+    );
+    assert!(
+        matches!(outcomes[1], Ok(Outcome::Deleted)),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(
+        matches!(
+            &outcomes[2],
+            Err(Error::FrozenFieldChanged {
+                field: "created_at",
+                ..
+            })
+        ),
+        "{:?}",
+        outcomes[2]
+    );
+    assert!(
+        matches!(
+            &outcomes[3],
+            Err(Error::FrozenFieldChanged {
+                field: "created_at",
+                ..
+            })
+        ),
+        "{:?}",
+        outcomes[3]
+    );
+    assert_eq!(report.collapsed(), 2);
+}

@@ -49,8 +49,9 @@ impl BatchReport {
     }
 
     /// How many input documents shared an id with a later or newer one in the same batch and
-    /// were collapsed into it before sending. Each reports `Unchanged` if its content is the
-    /// one written, `Stale` otherwise.
+    /// were collapsed into it before sending. Each reports `Unchanged` if its content is what
+    /// the winner stored (or found stored), `Stale` if it differs, and the winner's `Stale`,
+    /// `Deleted` or refusal otherwise.
     pub fn collapsed(&self) -> usize {
         self.collapsed
     }
@@ -134,7 +135,7 @@ impl Store {
                 }
             }
         }
-        let (winners, collapsed) = collapse_duplicates(&writes, &mut outcomes);
+        let (winners, collapsed) = collapse_duplicates(&writes);
         if !winners.is_empty() {
             self.verify_indexes(model).await?;
             let limits = self.server_limits(model).await?;
@@ -142,6 +143,15 @@ impl Store {
                 self.write_chunk(model, &writes, &chunk, &mut outcomes)
                     .await?;
             }
+        }
+        for &(copy, winner) in &collapsed {
+            let same_content = match (&writes[copy], &writes[winner]) {
+                (Some(copy), Some(winner)) => copy.hash == winner.hash,
+                _ => false,
+            };
+            outcomes[copy] = outcomes[winner]
+                .as_ref()
+                .map(|winner| collapsed_outcome(winner, same_content));
         }
         let outcomes = outcomes
             .into_iter()
@@ -159,7 +169,7 @@ impl Store {
             .collect();
         Ok(BatchReport {
             outcomes,
-            collapsed,
+            collapsed: collapsed.len(),
         })
     }
 
@@ -223,11 +233,11 @@ impl Store {
             .await
             .map_err(|source| mongo_error(&whole, source))?;
         if let Ok(concern) = reply.get_document("writeConcernError") {
-            return Err(refused_by_server(
-                &whole,
-                concern,
-                "the write was not confirmed; retrying the batch is safe",
-            ));
+            return Err(Error::NotConfirmed {
+                document: Box::new(whole),
+                code: concern.get_i32("code").unwrap_or(0),
+                message: concern.get_str("errmsg").unwrap_or("no message").to_owned(),
+            });
         }
         let upserted = statement_indexes(&reply, "upserted");
         let errors: HashMap<usize, &Document> = reply
@@ -302,13 +312,9 @@ impl Store {
     }
 }
 
-/// Keeps one write per id: the newest version, or else the last occurrence. The others get
-/// `Unchanged` (same content as the winner) or `Stale`. Returns the winners in input order and
-/// how many were collapsed.
-fn collapse_duplicates(
-    writes: &[Option<PreparedWrite>],
-    outcomes: &mut [Option<Result<Outcome, Error>>],
-) -> (Vec<usize>, usize) {
+/// Keeps one write per id: the newest version, or else the last occurrence. Returns the winners
+/// in input order, and each collapsed copy with its winner.
+fn collapse_duplicates(writes: &[Option<PreparedWrite>]) -> (Vec<usize>, Vec<(usize, usize)>) {
     let mut winner_of: HashMap<&str, usize> = HashMap::new();
     for (index, write) in writes.iter().enumerate() {
         let Some(write) = write else { continue };
@@ -329,25 +335,34 @@ fn collapse_duplicates(
         }
     }
     let mut winners = Vec::new();
-    let mut collapsed = 0;
+    let mut collapsed = Vec::new();
     for (index, write) in writes.iter().enumerate() {
         let Some(write) = write else { continue };
         let winner = winner_of[write.id_text.as_str()];
         if winner == index {
             winners.push(index);
-            continue;
-        }
-        collapsed += 1;
-        let same_content = writes[winner]
-            .as_ref()
-            .is_some_and(|winner| winner.hash == write.hash);
-        outcomes[index] = Some(Ok(if same_content {
-            Outcome::Unchanged
         } else {
-            Outcome::Stale
-        }));
+            collapsed.push((index, winner));
+        }
     }
     (winners, collapsed)
+}
+
+/// The outcome of a collapsed copy, once its winner's is known: a copy of what was stored (or
+/// already was) is `Unchanged`, another content `Stale`; a winner that was `Stale`, `Deleted` or
+/// refused passes that on, since the copy would have met the same stored document.
+fn collapsed_outcome(
+    winner: &Result<Outcome, Error>,
+    same_content: bool,
+) -> Result<Outcome, Error> {
+    match winner {
+        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) if same_content => {
+            Ok(Outcome::Unchanged)
+        }
+        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) => Ok(Outcome::Stale),
+        Ok(other) => Ok(*other),
+        Err(refusal) => Err(refusal.clone()),
+    }
 }
 
 /// Splits the winners into chunks that fit one write command.
