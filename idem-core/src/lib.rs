@@ -81,6 +81,10 @@
 //! | `timestamp` | gives the id its time part; frozen. At most one. The type must implement [`IdTimestamp`]. Without it the time part is zero. |
 //! | `frozen` | may never change once written: a write that changes it is refused with [`Error::FrozenFieldChanged`]. |
 //! | `volatile` | stored, but not part of the content hash: a change to it alone writes nothing. |
+//! | `version` | orders replays: a write replaces the stored document only if this is strictly newer; an older one is [`Outcome::Stale`]. At most one. |
+//! | `tombstone` | an `Option<…>` deletion marker written only by [`mongo::Store::delete`]; upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
+//! | `push_by = "…"` | on a `Vec<Item>`: a list owned by its push route, its items told apart by the named (stored) item field. Upserts neither write nor hash it; `doc.push_<field>(&store, &item)` appends once. |
+//! | `idempotency_key` | instead of `key`, for an event type with no natural key: the id is random, fixed by the first write ([`mongo::Store::record`]); a retry with the same key finds it. |
 //!
 //! Stored field names are the names serde writes: `#[serde(rename)]`, `#[serde(rename_all)]`
 //! and `#[serde(skip)]` are honoured.
@@ -96,7 +100,11 @@
 //!   any [`IdKey`] value or reference (`Post::derive_id("hello", "en", &ts)` gives the same id
 //!   as the `String` fields would); the timestamp is a reference to the field's type;
 //! - `post.id()`, `post.content_hash()`, `post.upsert(&store)` and
-//!   `Post::ensure_indexes(&store)` as inherent methods, so no trait import is needed.
+//!   `Post::ensure_indexes(&store)` as inherent methods, so no trait import is needed;
+//! - for each `push_by` list `comments`, `post.push_comments(&store, &item)`.
+//!
+//! An event type (with `idempotency_key`) gets no `derive_id` or inherent `id()`: its id is
+//! assigned by its first write.
 //!
 //! # The immutability rule
 //!

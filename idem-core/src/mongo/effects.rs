@@ -172,7 +172,7 @@ impl Store {
     /// An operation that spans documents (credit one account, debit another) uses the same op id
     /// on each step; after a failure between steps, retrying the whole operation applies each
     /// step exactly once. Derive op ids from the triggering document
-    /// ([`Idempotent::op_id`](crate::Idempotent::op_id)) so effects converge however often that
+    /// ([`Idempotent::op_id`]) so effects converge however often that
     /// document is replayed. A document remembers its latest [`with_op_window`](Store::with_op_window)
     /// op ids in the field [`APPLIED_OPS_FIELD`].
     pub async fn apply_once<T>(&self, id: Id, op: &OpId, update: Document) -> Result<Applied, Error>
