@@ -169,6 +169,7 @@ trait Sink {
 }
 
 impl Sink for Vec<u8> {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
     }
@@ -183,8 +184,9 @@ struct HashSink {
 }
 
 impl HashSink {
-    const CAPACITY: usize = 512;
+    const CAPACITY: usize = 256;
 
+    #[inline]
     fn new() -> Self {
         HashSink {
             hasher: Sha256::new(),
@@ -193,19 +195,31 @@ impl HashSink {
         }
     }
 
-    fn finish(mut self) -> ContentHash {
+    #[inline]
+    fn finish(&mut self) -> ContentHash {
         self.hasher.update(&self.buffer[..self.len]);
-        ContentHash(self.hasher.finalize().into())
+        ContentHash(self.hasher.finalize_reset().into())
     }
 }
 
 impl Sink for HashSink {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        if self.len + bytes.len() <= Self::CAPACITY {
-            self.buffer[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-            return;
+        let end = self.len + bytes.len();
+        if end <= Self::CAPACITY {
+            self.buffer[self.len..end].copy_from_slice(bytes);
+            self.len = end;
+        } else {
+            self.spill(bytes);
         }
+    }
+}
+
+impl HashSink {
+    /// The buffer is full: hash it, then hash or buffer `bytes`.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, bytes: &[u8]) {
         self.hasher.update(&self.buffer[..self.len]);
         self.len = 0;
         if bytes.len() >= Self::CAPACITY {
@@ -445,12 +459,14 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         self.serialize_seq(Some(len))
     }
 
-    fn serialize_map(self, _len: Option<usize>) -> Result<Map<'s, S>, EncodeError> {
+    fn serialize_map(self, len: Option<usize>) -> Result<Map<'s, S>, EncodeError> {
+        // The hint is the exact entry count for std maps; capped, since any impl can give one.
+        let entries = len.unwrap_or(0).min(1024);
         Ok(Map {
             sink: self.sink,
             top_level: self.top_level,
             buffer: Vec::new(),
-            entries: Vec::new(),
+            entries: Vec::with_capacity(entries),
         })
     }
 
@@ -647,8 +663,12 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
 
     fn end(mut self) -> Result<(), EncodeError> {
         let buffer = &self.buffer;
-        self.entries.sort_by(|a, b| {
-            buffer[a.key_start..a.value_start].cmp(&buffer[b.key_start..b.value_start])
+        // Unstable sort needs no scratch buffer; ties (two keys encoding alike) keep their
+        // order through `key_start`, exactly as the stable sort did.
+        self.entries.sort_unstable_by(|a, b| {
+            buffer[a.key_start..a.value_start]
+                .cmp(&buffer[b.key_start..b.value_start])
+                .then(a.key_start.cmp(&b.key_start))
         });
         self.sink.write(&[MAP_START]);
         for entry in &self.entries {

@@ -69,6 +69,11 @@ pub enum Role {
 }
 
 impl Role {
+    /// Whether a field of this role is left out of the content hash.
+    const fn is_unhashed(self) -> bool {
+        matches!(self, Role::Volatile | Role::Tombstone | Role::Pushed)
+    }
+
     /// Whether a stored value of this field may never change.
     pub const fn is_frozen(self) -> bool {
         matches!(self, Role::Key | Role::Timestamp | Role::Frozen)
@@ -138,6 +143,9 @@ pub struct Model {
     id_scheme: IdScheme,
     hash_field: &'static str,
     fields: &'static [Field],
+    /// Bit `n % 64` is set for the length `n` of every stored name `is_hashed` refuses: most
+    /// fields are accepted on one test, without comparing names.
+    unhashed_lengths: u64,
 }
 
 impl Model {
@@ -148,11 +156,20 @@ impl Model {
         hash_field: &'static str,
         fields: &'static [Field],
     ) -> Self {
+        let mut unhashed_lengths = 1 << (hash_field.len() % 64);
+        let mut index = 0;
+        while index < fields.len() {
+            if fields[index].role.is_unhashed() {
+                unhashed_lengths |= 1 << (fields[index].stored_name.len() % 64);
+            }
+            index += 1;
+        }
         Model {
             collection,
             id_scheme,
             hash_field,
             fields,
+            unhashed_lengths,
         }
     }
 
@@ -200,12 +217,16 @@ impl Model {
 
     /// Whether the stored field `stored_name` is part of the content hash: every upserted field
     /// except the volatile ones and the hash field itself.
+    #[inline]
     pub fn is_hashed(&self, stored_name: &str) -> bool {
+        if self.unhashed_lengths & (1 << (stored_name.len() % 64)) == 0 {
+            return true;
+        }
         stored_name != self.hash_field
-            && !self.fields.iter().any(|field| {
-                field.stored_name == stored_name
-                    && matches!(field.role, Role::Volatile | Role::Tombstone | Role::Pushed)
-            })
+            && !self
+                .fields
+                .iter()
+                .any(|field| field.stored_name == stored_name && field.role.is_unhashed())
     }
 
     /// The version field, if any.

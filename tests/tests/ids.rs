@@ -59,7 +59,7 @@ fn reference_post_id(slug: &str, lang: &str, published_at_ms: u64) -> String {
 #[test]
 fn the_same_input_always_gives_the_same_id() {
     let a = post("hello", "en", 1_700_000_000_000).id().unwrap();
-    let b = Post::derive_id(&"hello".to_string(), &"en".to_string(), &1_700_000_000_000).unwrap();
+    let b = Post::derive_id("hello".to_string(), "en".to_string(), &1_700_000_000_000).unwrap();
     assert_eq!(a, b);
     // Any key value of the same text gives the same id: borrowed, owned or as `&str`.
     assert_eq!(
@@ -101,7 +101,7 @@ fn joined_ids_are_byte_identical_to_the_reference_helper() {
         ("été", "fr", 0),
         ("x", "de", (1 << 48) - 1),
     ] {
-        let id = LegacyPost::derive_id(&slug.to_string(), &lang.to_string(), &(ms as i64)).unwrap();
+        let id = LegacyPost::derive_id(slug.to_string(), lang.to_string(), &(ms as i64)).unwrap();
         assert_eq!(
             id.to_string(),
             reference_post_id(slug, lang, ms),
@@ -112,7 +112,7 @@ fn joined_ids_are_byte_identical_to_the_reference_helper() {
 
 #[test]
 fn joined_refuses_a_key_containing_the_separator() {
-    let error = LegacyPost::derive_id(&"a:b".to_string(), &"en".to_string(), &1).unwrap_err();
+    let error = LegacyPost::derive_id("a:b".to_string(), "en".to_string(), &1).unwrap_err();
     match &error {
         Error::AmbiguousKey {
             document,
@@ -131,8 +131,8 @@ fn joined_refuses_a_key_containing_the_separator() {
 #[test]
 fn empty_text_keys_are_refused_under_both_schemes() {
     for error in [
-        Post::derive_id(&"hello".to_string(), &String::new(), &1).unwrap_err(),
-        LegacyPost::derive_id(&String::new(), &"en".to_string(), &1).unwrap_err(),
+        Post::derive_id("hello".to_string(), String::new(), &1).unwrap_err(),
+        LegacyPost::derive_id(String::new(), "en".to_string(), &1).unwrap_err(),
     ] {
         assert!(
             matches!(
@@ -183,7 +183,7 @@ fn timestamps_outside_the_ulid_range_are_refused_never_clamped() {
 
 #[test]
 fn without_a_timestamp_the_id_is_a_pure_function_of_the_key() {
-    let id = Counter::derive_id(&"clicks".to_string(), &7).unwrap();
+    let id = Counter::derive_id("clicks".to_string(), 7).unwrap();
     assert_eq!(id.timestamp_ms(), 0);
     assert_eq!(
         id,
@@ -194,7 +194,7 @@ fn without_a_timestamp_the_id_is_a_pure_function_of_the_key() {
         .id()
         .unwrap()
     );
-    assert_ne!(id, Counter::derive_id(&"clicks".to_string(), &8).unwrap());
+    assert_ne!(id, Counter::derive_id("clicks".to_string(), 8).unwrap());
 }
 
 #[derive(Serialize, Idempotent)]

@@ -1,0 +1,122 @@
+//! `post.content_hash()` against SHA-256 over the bytes it hashes, and against hashing BSON.
+//!
+//! For each document size (200 B, 2 KiB and 64 KiB of canonical bytes, the body sized to fit),
+//! every figure is read as a ratio to `baseline_sha256_canonical`, measured in the same run: raw
+//! SHA-256 over the document's canonical bytes, computed once outside the loop. What
+//! `content_hash` adds on top is walking the `Serialize` impl and encoding as it goes.
+//!
+//! The BSON rows hash what a hand-rolled helper would: the document serialized to BSON. The
+//! throughput of every row is the canonical size, so the GB/s figures compare per document.
+//!
+//! `scripts/bench-ratios` runs this and prints the table.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use idem_core::hash::canonical_document_bytes;
+use idem_core::mongodb::bson;
+use idem_core::Idempotent;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The design's `Post`.
+#[derive(Clone, Serialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+}
+
+/// A post whose canonical encoding is exactly `size` bytes.
+fn post_of_size(size: usize) -> Post {
+    let mut post = Post {
+        slug: "hello-world".into(),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000,
+        title: "Hello, world".into(),
+        body: String::new(),
+        fetched_at: 1_700_000_100_000,
+        author_id: "ada".into(),
+    };
+    let overhead = canonical(&post).len();
+    let filler = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. ";
+    post.body = filler.chars().cycle().take(size - overhead).collect();
+    assert_eq!(canonical(&post).len(), size);
+    post
+}
+
+fn canonical(post: &Post) -> Vec<u8> {
+    canonical_document_bytes(post, &Post::MODEL).expect("a Post always serializes")
+}
+
+fn bson_sha256(post: &Post) -> [u8; 32] {
+    let bytes = bson::to_vec(post).expect("a Post is a BSON document");
+    Sha256::digest(&bytes).into()
+}
+
+fn bson_document_sha256(post: &Post) -> [u8; 32] {
+    let document = bson::to_document(post).expect("a Post is a BSON document");
+    let mut bytes = Vec::new();
+    document
+        .to_writer(&mut bytes)
+        .expect("writing to a Vec cannot fail");
+    Sha256::digest(&bytes).into()
+}
+
+fn content_hash(c: &mut Criterion) {
+    let mut group = c.benchmark_group("content_hash");
+    for (label, size) in [("200B", 200), ("2KiB", 2 << 10), ("64KiB", 64 << 10)] {
+        let post = post_of_size(size);
+        let bytes = canonical(&post);
+        // The baseline hashes exactly what `content_hash` hashes.
+        let expected: [u8; 32] = Sha256::digest(&bytes).into();
+        assert_eq!(post.content_hash().expect("hashable").as_bytes(), &expected);
+
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("baseline_sha256_canonical", label),
+            &bytes,
+            |b, bytes| b.iter(|| Sha256::digest(black_box(bytes.as_slice()))),
+        );
+        group.bench_with_input(BenchmarkId::new("content_hash", label), &post, |b, post| {
+            b.iter(|| black_box(post).content_hash().ok())
+        });
+        group.bench_with_input(
+            BenchmarkId::new("bson_to_vec_sha256", label),
+            &post,
+            |b, post| b.iter(|| bson_sha256(black_box(post))),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("bson_to_document_sha256", label),
+            &post,
+            |b, post| b.iter(|| bson_document_sha256(black_box(post))),
+        );
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = content_hash
+}
+criterion_main!(benches);
