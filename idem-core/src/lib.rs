@@ -125,7 +125,7 @@ pub mod mongo;
 pub mod outcome;
 
 pub use error::{Error, TimestampProblem};
-pub use hash::ContentHash;
+pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
 pub use outcome::{Applied, Outcome, Pushed};

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::error::Error;
-use crate::hash::ContentHash;
+use crate::hash::{ContentHash, HashAlgorithm};
 use crate::id::{Id, IdScheme, KeyValue};
 use crate::outcome::{Outcome, Pushed};
 
@@ -143,6 +143,7 @@ pub struct Model {
     id_scheme: IdScheme,
     hash_field: &'static str,
     fields: &'static [Field],
+    hash_algorithm: HashAlgorithm,
     /// Bit `n % 64` is set for the length `n` of every stored name `is_hashed` refuses: most
     /// fields are accepted on one test, without comparing names.
     unhashed_lengths: u64,
@@ -169,8 +170,20 @@ impl Model {
             id_scheme,
             hash_field,
             fields,
+            hash_algorithm: HashAlgorithm::Sha256,
             unhashed_lengths,
         }
+    }
+
+    /// The same model hashing with `algorithm` (`#[idem(hash_algorithm = "…")]`).
+    pub const fn with_hash_algorithm(mut self, algorithm: HashAlgorithm) -> Self {
+        self.hash_algorithm = algorithm;
+        self
+    }
+
+    /// The content-hash function.
+    pub const fn hash_algorithm(&self) -> HashAlgorithm {
+        self.hash_algorithm
     }
 
     /// The collection (or table) name.

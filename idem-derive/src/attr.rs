@@ -60,6 +60,8 @@ pub struct Container {
     pub crate_path: Attr<syn::Path>,
     pub id_scheme: Attr<IdScheme>,
     pub hash_field: Attr<String>,
+    /// `hash_algorithm = "blake3"`, kept as written so a missing feature is reported on it.
+    pub hash_algorithm: Attr<LitStr>,
     /// serde's `rename_all` (its serialize half).
     pub rename_all: Option<RenameRule>,
 }
@@ -71,6 +73,7 @@ impl Container {
             crate_path: Attr::none(CRATE),
             id_scheme: Attr::none(ID_SCHEME),
             hash_field: Attr::none(HASH_FIELD),
+            hash_algorithm: Attr::none(HASH_ALGORITHM),
             rename_all: None,
         };
         for attr in attrs {
@@ -117,6 +120,19 @@ impl Container {
                     other => cx.error_spanned_by(
                         &scheme,
                         format!("unknown `id_scheme` {other:?}: expected \"{SCHEME_V1}\" or \"{SCHEME_JOINED}\""),
+                    ),
+                }
+            }
+        } else if meta.path == HASH_ALGORITHM {
+            let example = "hash_algorithm = \"blake3\"";
+            if let Some(algorithm) = string_value(cx, meta, HASH_ALGORITHM, example)? {
+                match algorithm.value().as_str() {
+                    HASH_SHA256 | HASH_BLAKE3 => self.hash_algorithm.set(cx, span, algorithm),
+                    other => cx.error_spanned_by(
+                        &algorithm,
+                        format!(
+                            "unknown `hash_algorithm` {other:?}: expected \"{HASH_SHA256}\" or \"{HASH_BLAKE3}\""
+                        ),
                     ),
                 }
             }

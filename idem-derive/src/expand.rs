@@ -96,6 +96,13 @@ fn expand(input: &Input) -> TokenStream {
         "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
     );
     let captures = future_captures(input.generics);
+    // Spanned on the attribute's value: without idem-core's `blake3` feature the variant does not
+    // exist, and the compiler's error points at what asked for it.
+    let hash_algorithm = input.attrs.hash_algorithm.get().and_then(|algorithm| {
+        (algorithm.value() == crate::symbol::HASH_BLAKE3).then(|| {
+            quote::quote_spanned!(algorithm.span()=> .with_hash_algorithm(__idem::HashAlgorithm::Blake3))
+        })
+    });
     let is_event = input.idempotency_key_field().is_some();
     let trait_id_body = if is_event {
         quote! {
@@ -150,7 +157,7 @@ fn expand(input: &Input) -> TokenStream {
                     __idem::IdScheme::#scheme,
                     #hash_field,
                     &[#(#fields),*],
-                );
+                )#hash_algorithm;
 
                 fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
                     #trait_id_body

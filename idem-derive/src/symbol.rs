@@ -22,7 +22,13 @@ pub const TIMESTAMP: Symbol = Symbol("timestamp");
 pub const FROZEN: Symbol = Symbol("frozen");
 pub const VOLATILE: Symbol = Symbol("volatile");
 
-pub const CONTAINER_ATTRIBUTES: &[Symbol] = &[COLLECTION, CRATE, ID_SCHEME, HASH_FIELD];
+pub const HASH_ALGORITHM: Symbol = Symbol("hash_algorithm");
+pub const CONTAINER_ATTRIBUTES: &[Symbol] =
+    &[COLLECTION, CRATE, ID_SCHEME, HASH_FIELD, HASH_ALGORITHM];
+
+// The content-hash algorithms `hash_algorithm` accepts.
+pub const HASH_SHA256: &str = "sha256";
+pub const HASH_BLAKE3: &str = "blake3";
 pub const VERSION: Symbol = Symbol("version");
 pub const TOMBSTONE: Symbol = Symbol("tombstone");
 pub const PUSH_BY: Symbol = Symbol("push_by");

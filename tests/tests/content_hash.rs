@@ -143,3 +143,40 @@ fn the_hash_is_sha256_over_the_canonical_bytes_with_volatile_fields_left_out() {
     assert!(!stored_names_in_bytes.contains("fetchedAt"));
     assert_eq!(value.content_hash().unwrap().to_hex().len(), 64);
 }
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "articles", hash_algorithm = "blake3")]
+#[serde(rename_all = "camelCase")]
+struct LargeArticle {
+    #[idem(key)]
+    slug: String,
+    title: String,
+    tags: HashMap<String, u32>,
+    score: f64,
+    #[idem(volatile)]
+    fetched_at: i64,
+}
+
+#[test]
+fn blake3_is_recorded_in_the_stored_hash_so_algorithms_never_compare_equal() {
+    let sha = article(&[("rust", 3)]);
+    let large = LargeArticle {
+        slug: sha.slug.clone(),
+        title: sha.title.clone(),
+        tags: sha.tags.clone(),
+        score: sha.score,
+        fetched_at: sha.fetched_at,
+    };
+    let hash = large.content_hash().unwrap();
+    assert_eq!(hash.algorithm(), idem_core::HashAlgorithm::Blake3);
+    // The same canonical bytes as the SHA-256 type, through BLAKE3.
+    let bytes = hash::canonical_document_bytes(&sha, &Article::MODEL).unwrap();
+    assert_eq!(hash.as_bytes(), blake3::hash(&bytes).as_bytes());
+    let stored = hash.to_hex();
+    assert!(
+        stored.starts_with("blake3:") && stored.len() == 7 + 64,
+        "{stored}"
+    );
+    assert_ne!(stored, sha.content_hash().unwrap().to_hex());
+    assert_eq!(stored.parse::<idem_core::ContentHash>().unwrap(), hash);
+}

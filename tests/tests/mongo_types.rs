@@ -129,3 +129,48 @@ async fn generic_documents_upsert_like_any_other() {
         first.id().unwrap().to_string()
     );
 }
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "notes")]
+struct Note {
+    #[idem(key)]
+    id: String,
+    body: String,
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "notes", hash_algorithm = "blake3")]
+struct NoteWithBlake3 {
+    #[idem(key)]
+    id: String,
+    body: String,
+}
+
+#[tokio::test]
+async fn switching_the_hash_algorithm_rewrites_each_document_once() {
+    let (database, log) = fresh_database("hash_algorithm_switch").await;
+    let store = Store::new(database);
+    let note = Note {
+        id: "n1".into(),
+        body: "text".into(),
+    };
+    assert_eq!(store.upsert(&note).await.unwrap(), Outcome::Inserted);
+    let switched = NoteWithBlake3 {
+        id: note.id.clone(),
+        body: note.body.clone(),
+    };
+    assert_eq!(
+        switched.id().unwrap(),
+        note.id().unwrap(),
+        "the id does not depend on the hash"
+    );
+    let _ = log.take();
+    // The stored SHA-256 hash never equals a BLAKE3 one: one rewrite, never a wrong Unchanged.
+    assert_eq!(store.upsert(&switched).await.unwrap(), Outcome::Updated);
+    assert_eq!(store.upsert(&switched).await.unwrap(), Outcome::Unchanged);
+    let stored = stored_documents(store.database(), "notes").await;
+    assert!(stored[0]
+        .get_str("sourceHash")
+        .unwrap()
+        .starts_with("blake3:"));
+}
