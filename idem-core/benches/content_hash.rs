@@ -75,6 +75,58 @@ fn bson_document_sha256(post: &Post) -> [u8; 32] {
     Sha256::digest(&bytes).into()
 }
 
+/// The same post, hashed with the opt-in BLAKE3 (`#[idem(hash_algorithm = "blake3")]`).
+#[cfg(feature = "blake3")]
+#[derive(Clone, Serialize, Idempotent)]
+#[idem(collection = "posts", hash_algorithm = "blake3")]
+#[serde(rename_all = "camelCase")]
+struct Blake3Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+}
+
+#[cfg(feature = "blake3")]
+fn blake3_rows(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: &str,
+    post: &Post,
+    bytes: &[u8],
+) {
+    let post = Blake3Post {
+        slug: post.slug.clone(),
+        lang: post.lang.clone(),
+        published_at: post.published_at,
+        title: post.title.clone(),
+        body: post.body.clone(),
+        fetched_at: post.fetched_at,
+        author_id: post.author_id.clone(),
+    };
+    assert_eq!(
+        post.content_hash().expect("hashable").as_bytes(),
+        blake3::hash(bytes).as_bytes()
+    );
+    group.bench_with_input(
+        BenchmarkId::new("raw_blake3_canonical", label),
+        bytes,
+        |b, bytes| b.iter(|| blake3::hash(black_box(bytes))),
+    );
+    group.bench_with_input(
+        BenchmarkId::new("content_hash_blake3", label),
+        &post,
+        |b, post| b.iter(|| black_box(post).content_hash().ok()),
+    );
+}
+
 fn content_hash(c: &mut Criterion) {
     let mut group = c.benchmark_group("content_hash");
     for (label, size) in [("200B", 200), ("2KiB", 2 << 10), ("64KiB", 64 << 10)] {
@@ -103,6 +155,8 @@ fn content_hash(c: &mut Criterion) {
             &post,
             |b, post| b.iter(|| bson_document_sha256(black_box(post))),
         );
+        #[cfg(feature = "blake3")]
+        blake3_rows(&mut group, label, &post, &bytes);
     }
     group.finish();
 }
