@@ -73,7 +73,10 @@ pub struct ContentHash {
 impl ContentHash {
     /// A SHA-256 hash from its 32 bytes.
     pub const fn from_bytes(bytes: [u8; 32]) -> Self {
-        ContentHash { algorithm: HashAlgorithm::Sha256, bytes }
+        ContentHash {
+            algorithm: HashAlgorithm::Sha256,
+            bytes,
+        }
     }
 
     /// A hash of `algorithm` from its 32 bytes.

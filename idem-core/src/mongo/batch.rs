@@ -137,7 +137,8 @@ impl Store {
         }
         let (winners, collapsed) = collapse_duplicates(&writes);
         if !winners.is_empty() {
-            self.verify_indexes(model).await?;
+            self.verify_indexes(model, &DocumentRef::collection(model))
+                .await?;
             let limits = self.server_limits(model).await?;
             for chunk in chunks(&writes, &winners, limits) {
                 self.write_chunk(model, &writes, &chunk, &mut outcomes)

@@ -34,7 +34,8 @@ pub(crate) fn bson_equal(a: &Bson, b: &Bson) -> bool {
             x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| bson_equal(vx, vy))
         }
         _ => match (number(a), number(b)) {
-            (Some(x), Some(y)) => x == y,
+            // A filter's `$eq` matches NaN with NaN, so a stored NaN is not a change.
+            (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
             _ => a == b,
         },
     }

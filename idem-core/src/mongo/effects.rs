@@ -43,7 +43,8 @@ impl Store {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        self.verify_indexes(model).await?;
+        self.verify_indexes(model, &DocumentRef::collection(model))
+            .await?;
         let documents: Vec<Document> = candidates
             .iter()
             .map(|(_, write)| {

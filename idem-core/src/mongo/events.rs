@@ -36,7 +36,7 @@ impl Store {
             .ok_or_else(|| Error::NoDerivedId {
                 document: Box::new(event.document_ref()),
             })?;
-        self.verify_indexes(model).await?;
+        self.verify_indexes(model, &event.document_ref()).await?;
         let collection = self.raw_collection(model);
         for _ in 0..MAX_ATTEMPTS {
             let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;

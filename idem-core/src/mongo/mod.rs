@@ -115,7 +115,8 @@ impl Store {
     /// Creates the unique index on `T`'s natural key (named [`NATURAL_KEY_INDEX`]). Idempotent:
     /// calling it again changes nothing.
     pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
-        self.create_natural_key_index(&T::MODEL).await
+        self.create_natural_key_index(&T::MODEL, &DocumentRef::collection(&T::MODEL))
+            .await
     }
 
     /// Writes `doc` under its derived id, converging under retries, replays and races.
@@ -132,7 +133,7 @@ impl Store {
             return self.record(doc).await.map(|recorded| recorded.outcome);
         }
         let write = PreparedWrite::new(doc)?;
-        self.verify_indexes(&T::MODEL).await?;
+        self.verify_indexes(&T::MODEL, &write.document).await?;
         self.settle(&write).await
     }
 
@@ -151,7 +152,7 @@ impl Store {
                 field: tombstone.name(),
             });
         };
-        self.verify_indexes(&T::MODEL).await?;
+        self.verify_indexes(&T::MODEL, &write.document).await?;
         let collection = self.raw_collection(write.model);
         let mut filter = doc! { "_id": write.id_text.as_str() };
         filter.extend(write.natural_key_filter());
@@ -305,7 +306,9 @@ impl Store {
         Ok((by_id.into_iter().next(), by_natural_key.into_iter().next()))
     }
 
-    async fn verify_indexes(&self, model: &Model) -> Result<(), Error> {
+    /// Makes sure the natural-key index exists before a write; an error names `document`, the
+    /// document whose write needed the check.
+    async fn verify_indexes(&self, model: &Model, document: &DocumentRef) -> Result<(), Error> {
         if self.is_indexed(model) {
             return Ok(());
         }
@@ -320,10 +323,14 @@ impl Store {
             self.remember_indexed(model);
             return Ok(());
         }
-        self.create_natural_key_index(model).await
+        self.create_natural_key_index(model, document).await
     }
 
-    async fn create_natural_key_index(&self, model: &Model) -> Result<(), Error> {
+    async fn create_natural_key_index(
+        &self,
+        model: &Model,
+        document: &DocumentRef,
+    ) -> Result<(), Error> {
         let keys: Document = model
             .natural_key_fields()
             .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
@@ -336,7 +343,7 @@ impl Store {
         self.raw_collection(model)
             .create_index(index)
             .await
-            .map_err(|source| mongo_error(&DocumentRef::collection(model), source))?;
+            .map_err(|source| mongo_error(document, source))?;
         self.remember_indexed(model);
         Ok(())
     }
