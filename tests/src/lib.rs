@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests: the server they run against, a database per test,
 //! and exact counts of the commands a test sends, from the driver's command monitoring.
 
+
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mongodb::bson::{doc, Document};
@@ -85,9 +86,15 @@ fn documents_written(command: &str, reply: &Document) -> u64 {
 
 /// A client of the server under test, recording every command it starts.
 pub async fn monitored_client() -> (Client, CommandLog) {
+    monitored_client_named(None).await
+}
+
+/// A monitored client announcing `app_name`, so fail points can target it alone.
+async fn monitored_client_named(app_name: Option<String>) -> (Client, CommandLog) {
     let mut options = ClientOptions::parse(server_uri())
         .await
         .expect("MONGODB_URI parses");
+    options.app_name = app_name;
     let log = CommandLog::default();
     let recorder = log.clone();
     options.command_event_handler = Some(EventHandler::callback(move |event: CommandEvent| {
@@ -100,10 +107,11 @@ pub async fn monitored_client() -> (Client, CommandLog) {
     )
 }
 
-/// A fresh, empty database for one test, named after it, on a monitored client.
+/// A fresh, empty database for one test, named after it, on a monitored client whose app name
+/// is the database's name (see [`lose_next_acknowledgements`]).
 pub async fn fresh_database(test: &str) -> (Database, CommandLog) {
-    let (client, log) = monitored_client().await;
     let name = format!("idem_{}_{}", test, std::process::id());
+    let (client, log) = monitored_client_named(Some(name.clone())).await;
     let database = client.database(&name);
     database.drop().await.expect("dropping the test database");
     let _ = log.take();
@@ -125,16 +133,20 @@ pub async fn stored_documents(database: &Database, collection: &str) -> Vec<Docu
     documents
 }
 
-/// Arms the server's `failCommand` fail point: the next `times` commands named in `commands`
-/// are applied, then answered with a write-concern error, as if the acknowledgement were lost.
-pub async fn lose_next_acknowledgements(client: &Client, commands: &[&str], times: i32) {
-    client
+/// Arms the server's `failCommand` fail point for the client of `database` (from
+/// [`fresh_database`]) alone, so tests running beside it are untouched: its next `times`
+/// commands named in `commands` are applied, then answered with a write-concern error, as if
+/// the acknowledgement were lost.
+pub async fn lose_next_acknowledgements(database: &Database, commands: &[&str], times: i32) {
+    database
+        .client()
         .database("admin")
         .run_command(doc! {
             "configureFailPoint": "failCommand",
             "mode": { "times": times },
             "data": {
                 "failCommands": commands,
+                "appName": database.name(),
                 "writeConcernError": { "code": 91, "errmsg": "acknowledgement lost (injected)" },
             },
         })

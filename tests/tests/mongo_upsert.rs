@@ -378,7 +378,7 @@ async fn racing_edits_of_one_document_converge_on_one_of_them() {
 async fn a_lost_acknowledgement_then_a_retry_converges_on_one_document() {
     let (store, log) = indexed_store("lost_ack").await;
     let client = store.database().client().clone();
-    lose_next_acknowledgements(&client, &["update"], 1).await;
+    lose_next_acknowledgements(store.database(), &["update"], 1).await;
     let first = store.upsert(&post()).await;
     clear_fail_point(&client).await;
     let error = first.expect_err("the acknowledgement was lost");

@@ -135,28 +135,23 @@ impl PreparedWrite {
         if let Some(tombstone) = self.model.tombstone_field() {
             filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
         }
-        let mut conditions: Vec<Bson> = self
-            .model
-            .frozen_fields()
-            .filter(|field| field.role() != Role::Key)
-            .map(|field| {
-                absent_or(
-                    field.stored_name(),
-                    doc! { "$eq": self.value(field).clone() },
-                )
-            })
-            .collect();
+        // Every condition is on its own top-level field, never under `$and`/`$or`, so a server
+        // finds the document by `_id` and checks the rest on it. `$in: [v, null]` matches the
+        // value, or a field never written (missing or null).
+        for field in self.model.frozen_fields().filter(|field| field.role() != Role::Key) {
+            let unchanged = doc! { "$in": [self.value(field).clone(), Bson::Null] };
+            filter.insert(field.stored_name(), unchanged);
+        }
         match self.model.version_field() {
-            Some(field) => conditions.push(absent_or(
-                field.stored_name(),
-                doc! { "$lt": self.value(field).clone() },
-            )),
+            // Older, never written, or of another type: only a stored version at least as new
+            // blocks the write.
+            Some(field) => {
+                let older = doc! { "$not": { "$gte": self.value(field).clone() } };
+                filter.insert(field.stored_name(), older);
+            }
             None => {
                 filter.insert(self.model.hash_field(), doc! { "$ne": self.hash.as_str() });
             }
-        }
-        if !conditions.is_empty() {
-            filter.insert("$and", conditions);
         }
         filter
     }
@@ -191,15 +186,14 @@ impl PreparedWrite {
                 Verdict::Replace
             };
         };
-        let Some(stored_version) = stored.get(field.stored_name()) else {
-            return Verdict::Replace;
-        };
-        match version_order(stored_version, incoming) {
-            Some(Ordering::Less) => Verdict::Replace,
+        let stored_version = stored.get(field.stored_name()).filter(|version| !is_null(version));
+        match stored_version.and_then(|stored| version_order(stored, incoming)) {
+            // Never written, older, or of another type: the guarded filter replaces it.
+            None | Some(Ordering::Less) => Verdict::Replace,
             Some(Ordering::Equal) if same_content => Verdict::Settled(Outcome::Unchanged),
-            // Same version with other content, a newer stored version, or versions of types
-            // that do not compare: the stored document stands.
-            _ => Verdict::Settled(Outcome::Stale),
+            // Same version with other content, or a newer stored version: the stored document
+            // stands.
+            Some(_) => Verdict::Settled(Outcome::Stale),
         }
     }
 
@@ -208,6 +202,9 @@ impl PreparedWrite {
     fn frozen_change(&self, stored: &Document) -> Option<Error> {
         self.model.frozen_fields().find_map(|field| {
             let stored_value = stored.get(field.stored_name())?;
+            if is_null(stored_value) && field.role() != Role::Key {
+                return None;
+            }
             let incoming = self.value(field);
             (!bson_equal(stored_value, incoming))
                 .then(|| self.refusal(stored, field.name(), Some(stored_value), incoming))
@@ -263,9 +260,9 @@ impl PreparedWrite {
     }
 }
 
-/// `{$or: [{name: condition}, {name: {$exists: false}}]}`: a field never written passes.
-fn absent_or(name: &str, condition: Document) -> Bson {
-    Bson::Document(doc! { "$or": [ { name: condition }, { name: { "$exists": false } } ] })
+/// A stored null is a field never written, as an `Option` left `None`.
+fn is_null(value: &Bson) -> bool {
+    matches!(value, Bson::Null)
 }
 
 /// The id of a stored document, if idem wrote it (a ULID string).
