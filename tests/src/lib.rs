@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: the server they run against, a database per test,
 //! and exact counts of the commands a test sends, from the driver's command monitoring.
 
+pub mod chaos;
+pub mod proxy;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
