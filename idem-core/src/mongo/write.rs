@@ -138,7 +138,11 @@ impl PreparedWrite {
         // Every condition is on its own top-level field, never under `$and`/`$or`, so a server
         // finds the document by `_id` and checks the rest on it. `$in: [v, null]` matches the
         // value, or a field never written (missing or null).
-        for field in self.model.frozen_fields().filter(|field| field.role() != Role::Key) {
+        for field in self
+            .model
+            .frozen_fields()
+            .filter(|field| field.role() != Role::Key)
+        {
             let unchanged = doc! { "$in": [self.value(field).clone(), Bson::Null] };
             filter.insert(field.stored_name(), unchanged);
         }
@@ -186,7 +190,9 @@ impl PreparedWrite {
                 Verdict::Replace
             };
         };
-        let stored_version = stored.get(field.stored_name()).filter(|version| !is_null(version));
+        let stored_version = stored
+            .get(field.stored_name())
+            .filter(|version| !is_null(version));
         match stored_version.and_then(|stored| version_order(stored, incoming)) {
             // Never written, older, or of another type: the guarded filter replaces it.
             None | Some(Ordering::Less) => Verdict::Replace,
