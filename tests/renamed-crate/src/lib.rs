@@ -88,7 +88,7 @@ mod tests {
             key: 7_u32,
             payload: vec!["a"],
         };
-        assert_eq!(envelope.id()?, Envelope::<u32, Vec<&str>>::derive_id(&7)?);
+        assert_eq!(envelope.id()?, Envelope::<u32, Vec<&str>>::derive_id(7)?);
         Ok(())
     }
 
