@@ -41,7 +41,7 @@
 //! runs some scenarios (`--only 2,3`). The databases are named `idem_bench_<pid>_…` and dropped
 //! when done.
 //!
-//! The defaults are the sizes. On SecantusDB (`scripts/test-server`) idem's guarded
+//! The defaults are the full target sizes. On SecantusDB (`scripts/test-server`) idem's guarded
 //! filters and its batch read cost time that grows with the collection and the batch (see the
 //! README's Performance section), so a run with them takes far longer than the 15 minutes the
 //! whole suite aims at; `scripts/bench` passes smaller sizes.
