@@ -50,7 +50,9 @@ impl Ctxt {
 
 impl Drop for Ctxt {
     fn drop(&mut self) {
-        // A bug in the derive, not a user mistake: the errors would otherwise be lost.
+        // Only a bug in the derive itself reaches this (every path calls `check`), never a
+        // user mistake; panicking is the one way a proc macro can say so instead of silently
+        // dropping the errors it gathered.
         if !std::thread::panicking() && self.errors.borrow().is_some() {
             panic!("idem-derive: Ctxt dropped without check()");
         }

@@ -15,6 +15,8 @@ pub fn stub(input: &DeriveInput, runtime: Option<syn::Path>) -> TokenStream {
         const _: () = {
             use #runtime as __idem;
 
+            // These bodies never run: the stub is emitted only beside the derive's compile
+            // errors, so the crate never builds with it.
             #[automatically_derived]
             impl #impl_generics __idem::Idempotent for #ident #ty_generics #where_clause {
                 const MODEL: __idem::Model = __idem::Model::new("", __idem::IdScheme::V1, "", &[]);

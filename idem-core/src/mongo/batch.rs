@@ -339,7 +339,10 @@ fn collapse_duplicates(writes: &[Option<PreparedWrite>]) -> (Vec<usize>, Vec<(us
     let mut collapsed = Vec::new();
     for (index, write) in writes.iter().enumerate() {
         let Some(write) = write else { continue };
-        let winner = winner_of[write.id_text.as_str()];
+        // The first loop recorded a winner for every id it saw, this one included.
+        let Some(&winner) = winner_of.get(write.id_text.as_str()) else {
+            continue;
+        };
         if winner == index {
             winners.push(index);
         } else {

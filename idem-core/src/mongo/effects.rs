@@ -47,14 +47,7 @@ impl Store {
             .await?;
         let documents: Vec<Document> = candidates
             .iter()
-            .map(|(_, write)| {
-                let mut stored = doc! { "_id": write.id_text.as_str() };
-                stored.extend(write.body.clone());
-                for field in model.pushed_fields() {
-                    stored.insert(field.stored_name(), Bson::Array(Vec::new()));
-                }
-                stored
-            })
+            .map(|(_, write)| write.inserted_document())
             .collect();
         let whole = DocumentRef::collection(model);
         let existing: HashSet<usize> = match self

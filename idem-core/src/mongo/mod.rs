@@ -157,19 +157,10 @@ impl Store {
         let mut filter = doc! { "_id": write.id_text.as_str() };
         filter.extend(write.natural_key_filter());
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
-        let mut update = write.update();
-        let body = update
-            .remove("$set")
-            .unwrap_or(Bson::Document(Document::new()));
-        let mut on_insert = update
-            .get_document("$setOnInsert")
-            .cloned()
-            .unwrap_or_default();
-        if let Bson::Document(body) = body {
-            on_insert.extend(body);
-        }
-        let update =
-            doc! { "$set": { tombstone.stored_name(): marker }, "$setOnInsert": on_insert };
+        let update = doc! {
+            "$set": { tombstone.stored_name(): marker },
+            "$setOnInsert": write.inserted_document(),
+        };
         for _ in 0..MAX_ATTEMPTS {
             match collection
                 .update_one(filter.clone(), update.clone())

@@ -163,15 +163,28 @@ impl PreparedWrite {
     /// Sets the upserted fields; a new document also gets its pushed lists, empty.
     pub fn update(&self) -> Document {
         let mut update = doc! { "$set": self.body.clone() };
-        let empty_lists: Document = self
-            .model
-            .pushed_fields()
-            .map(|field| (field.stored_name().to_owned(), Bson::Array(Vec::new())))
-            .collect();
+        let empty_lists = self.empty_lists();
         if !empty_lists.is_empty() {
             update.insert("$setOnInsert", empty_lists);
         }
         update
+    }
+
+    /// The whole document as a first write stores it: `_id`, the upserted fields, and the
+    /// pushed lists, empty. What `insert_new`, `record` and `delete` insert.
+    pub fn inserted_document(&self) -> Document {
+        let mut document = doc! { "_id": self.id_text.as_str() };
+        document.extend(self.body.clone());
+        document.extend(self.empty_lists());
+        document
+    }
+
+    /// Each pushed list, empty: a new document starts them so.
+    fn empty_lists(&self) -> Document {
+        self.model
+            .pushed_fields()
+            .map(|field| (field.stored_name().to_owned(), Bson::Array(Vec::new())))
+            .collect()
     }
 
     /// What the stored document under this id means for this write.
