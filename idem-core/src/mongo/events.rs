@@ -38,50 +38,42 @@ impl Store {
             })?;
         self.verify_indexes(model, &event.document_ref()).await?;
         let collection = self.raw_collection(model);
+        let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
+        let on_insert = doc! { "$setOnInsert": write.inserted_document() };
         for _ in 0..MAX_ATTEMPTS {
-            let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
-            let mut on_insert = doc! { "_id": write.id_text.as_str() };
-            on_insert.extend(
-                write
-                    .update()
-                    .remove("$setOnInsert")
-                    .and_then(|lists| lists.as_document().cloned())
-                    .unwrap_or_default(),
-            );
-            on_insert.extend(write.body.clone());
-            let before = collection
-                .find_one_and_update(
-                    write.natural_key_filter(),
-                    doc! { "$setOnInsert": on_insert },
-                )
+            // The after-image says who stored the key: this call if it carries this call's id.
+            // A before-image would not: a server that retries a racing upsert internally as an
+            // update returns none, as if this call had inserted.
+            let after = collection
+                .find_one_and_update(write.natural_key_filter(), on_insert.clone())
                 .upsert(true)
-                .return_document(ReturnDocument::Before)
+                .return_document(ReturnDocument::After)
                 .await;
-            match before {
-                Ok(None) => {
-                    return Ok(Recorded {
-                        id: write.id,
-                        outcome: Outcome::Inserted,
-                    })
-                }
-                Ok(Some(stored)) => {
-                    let first_id = stored_id(&stored).unwrap_or(write.id);
-                    if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
-                        return Ok(Recorded {
-                            id: first_id,
-                            outcome: Outcome::Unchanged,
-                        });
-                    }
-                    return Err(Error::IdempotencyKeyReused {
-                        document: Box::new(write.document),
-                        field: key_field.name(),
-                        stored_id: first_id,
-                    });
-                }
+            let stored = match after {
+                Ok(Some(stored)) => stored,
                 // A racing first write of the same key won; the next attempt finds it.
+                Ok(None) => continue,
                 Err(error) if is_duplicate_key(&error) => continue,
                 Err(source) => return Err(mongo_error(&write.document, source)),
+            };
+            let first_id = stored_id(&stored).unwrap_or(write.id);
+            if first_id == write.id {
+                return Ok(Recorded {
+                    id: write.id,
+                    outcome: Outcome::Inserted,
+                });
             }
+            if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
+                return Ok(Recorded {
+                    id: first_id,
+                    outcome: Outcome::Unchanged,
+                });
+            }
+            return Err(Error::IdempotencyKeyReused {
+                document: Box::new(write.document),
+                field: key_field.name(),
+                stored_id: first_id,
+            });
         }
         Err(Error::Contention {
             document: Box::new(event.document_ref()),
