@@ -180,3 +180,72 @@ fn blake3_is_recorded_in_the_stored_hash_so_algorithms_never_compare_equal() {
     assert_ne!(stored, sha.content_hash().unwrap().to_hex());
     assert_eq!(stored.parse::<idem_core::ContentHash>().unwrap(), hash);
 }
+
+/// Fields of every length, so that each kind of write (a tag, a length, a name, a value, an
+/// integer) lands on and across every edge of the hasher's buffer at some point.
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "spans")]
+struct Spans {
+    #[idem(key)]
+    id: String,
+    before: String,
+    count: i64,
+    body: String,
+    after: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "spans", hash_algorithm = "blake3")]
+struct Blake3Spans {
+    #[idem(key)]
+    id: String,
+    before: String,
+    count: i64,
+    body: String,
+    after: u32,
+}
+
+#[test]
+fn the_streamed_hash_equals_the_hash_of_the_whole_encoding_at_every_length() {
+    use sha2::{Digest, Sha256};
+    // Every length up to a few SHA-256 buffers, then around each edge of the 16 KiB BLAKE3
+    // buffer and past a 64 KiB document.
+    let lengths = (0..1100)
+        .chain((16 << 10) - 300..(16 << 10) + 300)
+        .chain([(32 << 10) + 7, (64 << 10) + 1000]);
+    for length in lengths {
+        let before = "b".repeat(length % 23);
+        let body: String = "Lorem ipsum dolor sit amet. "
+            .chars()
+            .cycle()
+            .take(length)
+            .collect();
+        let sha = Spans {
+            id: "edge".into(),
+            before: before.clone(),
+            count: length as i64,
+            body: body.clone(),
+            after: 7,
+        };
+        let bytes = hash::canonical_document_bytes(&sha, &Spans::MODEL).unwrap();
+        let expected: [u8; 32] = Sha256::digest(&bytes).into();
+        assert_eq!(
+            sha.content_hash().unwrap().as_bytes(),
+            &expected,
+            "{length}"
+        );
+
+        let large = Blake3Spans {
+            id: sha.id,
+            before,
+            count: sha.count,
+            body,
+            after: sha.after,
+        };
+        assert_eq!(
+            large.content_hash().unwrap().as_bytes(),
+            blake3::hash(&bytes).as_bytes(),
+            "{length}"
+        );
+    }
+}
