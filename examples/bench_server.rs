@@ -1117,7 +1117,8 @@ impl Bench {
         let medians = report.add_scenario(&scenario, &variants, &samples, 0)?;
 
         let (reference, idem) = (&samples[0][0].counts, &samples[2][0].counts);
-        let chunks = count.div_ceil(self.max_batch) as u64;
+        let chunk = self.max_batch.min(idem_core::mongo::DEFAULT_BATCH_CHUNK);
+        let chunks = count.div_ceil(chunk) as u64;
         report.target(
             true,
             idem.written == changed as u64,
@@ -1131,8 +1132,7 @@ impl Bench {
             true,
             idem.count("find") == chunks,
             format!(
-                "{label} idem reads once per chunk of up to maxWriteBatchSize ({} = {chunks} chunk(s))",
-                self.max_batch
+                "{label} idem reads once per chunk of {chunk} documents ({chunks} chunk(s))"
             ),
             format!("{} find", idem.count("find")),
         );

@@ -232,21 +232,21 @@ async fn a_batch_collapses_duplicates_newest_version_first() {
 #[tokio::test]
 async fn re_ingesting_an_unchanged_batch_reads_once_and_writes_nothing() {
     let (store, log) = store("batch_unchanged").await;
-    let batch: Vec<Entry> = (0..500)
+    let batch: Vec<Entry> = (0..idem_core::mongo::DEFAULT_BATCH_CHUNK)
         .map(|i| entry(&format!("e{i}"), 1, "same"))
         .collect();
     let first = store.upsert_many(&batch).await.unwrap();
-    assert_eq!(first.count(Outcome::Inserted), 500);
+    assert_eq!(first.count(Outcome::Inserted), 250);
     let commands = log.take();
     assert_eq!(
         commands.names,
         ["hello", "find", "update"],
         "one read and one write for the chunk"
     );
-    assert_eq!(commands.documents_written, 500);
+    assert_eq!(commands.documents_written, 250);
 
     let second = store.upsert_many(&batch).await.unwrap();
-    assert_eq!(second.count(Outcome::Unchanged), 500);
+    assert_eq!(second.count(Outcome::Unchanged), 250);
     let commands = log.take();
     assert_eq!(commands.names, ["find"]);
     assert_eq!(commands.documents_written, 0);
@@ -255,7 +255,8 @@ async fn re_ingesting_an_unchanged_batch_reads_once_and_writes_nothing() {
 #[tokio::test]
 async fn a_batch_writes_exactly_the_changed_documents() {
     let (store, log) = store("batch_changed").await;
-    let batch: Vec<Entry> = (0..300).map(|i| entry(&format!("e{i}"), 1, "v1")).collect();
+    // One chunk of documents.
+    let batch: Vec<Entry> = (0..250).map(|i| entry(&format!("e{i}"), 1, "v1")).collect();
     store.upsert_many(&batch).await.unwrap();
     let _ = log.take();
     let edited: Vec<Entry> = batch
@@ -274,11 +275,11 @@ async fn a_batch_writes_exactly_the_changed_documents() {
         })
         .collect();
     let report = store.upsert_many(&edited).await.unwrap();
-    assert_eq!(report.count(Outcome::Updated), 30);
-    assert_eq!(report.count(Outcome::Unchanged), 270);
+    assert_eq!(report.count(Outcome::Updated), 25);
+    assert_eq!(report.count(Outcome::Unchanged), 225);
     let commands = log.take();
     assert_eq!(commands.names, ["find", "update"]);
-    assert_eq!(commands.documents_written, 30);
+    assert_eq!(commands.documents_written, 25);
 }
 
 #[tokio::test]
@@ -329,7 +330,7 @@ async fn a_refused_document_does_not_stop_the_rest_of_its_batch() {
 }
 
 #[tokio::test]
-async fn a_batch_is_chunked_by_the_servers_write_batch_limit() {
+async fn a_batch_is_read_and_written_once_per_chunk() {
     let (store, log) = store("batch_chunks").await;
     let hello = store
         .database()
@@ -340,17 +341,67 @@ async fn a_batch_is_chunked_by_the_servers_write_batch_limit() {
         .get_i32("maxWriteBatchSize")
         .map(|n| n as usize)
         .unwrap_or(100_000);
-    let _ = log.take();
-    // Enough documents for two chunks would be slow at the default limit of 100,000; what is
-    // checked here is that one chunk holds up to the limit, so 1,000 documents take one read
-    // and one write whatever the limit above 1,000.
     assert!(limit >= 1_000, "maxWriteBatchSize {limit}");
+    let _ = log.take();
     let batch: Vec<Entry> = (0..1_000)
         .map(|i| entry(&format!("e{i}"), 1, "x"))
         .collect();
+
+    // The default chunk is 250 documents: four reads, four writes.
+    assert_eq!(idem_core::mongo::DEFAULT_BATCH_CHUNK, 250);
     let report = store.upsert_many(&batch).await.unwrap();
     assert_eq!(report.count(Outcome::Inserted), 1_000);
-    assert_eq!(log.take().names, ["hello", "find", "update"]);
+    let mut expected = vec!["hello"];
+    expected.extend(["find", "update"].repeat(4));
+    assert_eq!(log.take().names, expected);
+
+    // A chunk of 1,000: one read, and no write since nothing changed.
+    let wide = store.clone().with_batch_chunk(1_000);
+    let report = wide.upsert_many(&batch).await.unwrap();
+    assert_eq!(report.count(Outcome::Unchanged), 1_000);
+    assert_eq!(log.take().names, ["find"]);
+
+    // The changed half of a chunk of 1,000 goes in one write.
+    let edited: Vec<Entry> = (0..1_000)
+        .map(|i| match i % 2 {
+            0 => entry(&format!("e{i}"), 2, "y"),
+            _ => entry(&format!("e{i}"), 1, "x"),
+        })
+        .collect();
+    let report = wide.upsert_many(&edited).await.unwrap();
+    assert_eq!(report.count(Outcome::Updated), 500);
+    let commands = log.take();
+    assert_eq!(commands.names, ["find", "update"]);
+    assert_eq!(commands.documents_written, 500);
+
+    // A chunk size of 0 means 1: e0 and e2 move to revision 3, e1 is as stored.
+    let narrow = store.clone().with_batch_chunk(0);
+    let three = [
+        entry("e0", 3, "z"),
+        entry("e1", 1, "x"),
+        entry("e2", 3, "z"),
+    ];
+    let report = narrow.upsert_many(&three).await.unwrap();
+    assert_eq!(report.count(Outcome::Updated), 2);
+    assert_eq!(
+        log.take().names,
+        ["find", "update", "find", "find", "update"]
+    );
+}
+
+#[tokio::test]
+async fn writes_that_exceed_one_command_are_split_by_size_after_one_read() {
+    let (store, log) = store("batch_split").await;
+    // 40 entries of 512 KiB: 20 MiB, more than the 16 MiB a command may carry.
+    let big = "z".repeat(512 * 1024);
+    let batch: Vec<Entry> = (0..40).map(|i| entry(&format!("e{i}"), 1, &big)).collect();
+    let _ = log.take();
+    let report = store.upsert_many(&batch).await.unwrap();
+    assert_eq!(report.count(Outcome::Inserted), 40);
+    let commands = log.take();
+    assert_eq!(commands.names, ["hello", "find", "update", "update"]);
+    assert_eq!(commands.documents_written, 40);
+    assert_eq!(stored(&store).await.len(), 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -176,7 +176,10 @@ async fn a_changed_timestamp_is_refused_because_it_would_orphan_the_document() {
         }
         other => panic!("expected FrozenFieldChanged, got {other:?}"),
     }
-    assert_eq!(log.take().documents_written, 0);
+    let commands = log.take();
+    assert_eq!(commands.documents_written, 0, "{commands:?}");
+    // The refused update, the read by `_id` that finds nothing, the read by natural key.
+    assert_eq!(commands.round_trips(), 3, "{commands:?}");
     assert_eq!(stored_documents(store.database(), "posts").await, before);
 }
 

@@ -1,4 +1,5 @@
-//! Batch upserts: one read and at most one write per chunk, outcomes per document.
+//! Batch upserts: one read and, unless the writes exceed a command, at most one write per
+//! chunk; outcomes per document.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -98,9 +99,11 @@ impl Store {
     /// Upserts a batch, converging like [`upsert`](Store::upsert) for each document.
     ///
     /// Documents with the same id are collapsed before sending: the newest version wins, or
-    /// else the last occurrence. The rest is chunked by the server's limits; per chunk, one read
-    /// of the stored hashes, versions and markers, and one write command carrying only the
-    /// documents that need it. Re-ingesting unchanged documents writes nothing. A refused
+    /// else the last occurrence. The rest goes in chunks of
+    /// [`with_batch_chunk`](Store::with_batch_chunk) documents (250 by default); per chunk, one
+    /// read of the stored hashes, versions and markers, and one write command carrying only the
+    /// documents that need it (two or more if they exceed the server's command size).
+    /// Re-ingesting unchanged documents writes nothing. A refused
     /// document does not stop the others. Races with concurrent writers are classified per
     /// document, with the same guarded write as a single upsert.
     ///
@@ -140,8 +143,8 @@ impl Store {
             self.verify_indexes(model, &DocumentRef::collection(model))
                 .await?;
             let limits = self.server_limits(model).await?;
-            for chunk in chunks(&writes, &winners, limits) {
-                self.write_chunk(model, &writes, &chunk, &mut outcomes)
+            for chunk in winners.chunks(limits.max_write_batch.min(self.batch_chunk)) {
+                self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
                     .await?;
             }
         }
@@ -174,12 +177,14 @@ impl Store {
         })
     }
 
-    /// One read, then one write of what needs it, then a classification of each race.
+    /// One read, then one write of what needs it (more if it exceeds the server's command
+    /// size), then a classification of each race.
     async fn write_chunk(
         &self,
         model: &'static Model,
         writes: &[Option<PreparedWrite>],
         chunk: &[usize],
+        limits: ServerLimits,
         outcomes: &mut [Option<Result<Outcome, Error>>],
     ) -> Result<(), Error> {
         let collection = self.raw_collection(model);
@@ -217,10 +222,24 @@ impl Store {
                 Some(Verdict::Refused(refusal)) => outcomes[index] = Some(Err(refusal)),
             }
         }
-        if to_write.is_empty() {
-            return Ok(());
+        for command in write_commands(writes, &to_write, limits) {
+            self.send_updates(model, writes, &command, outcomes).await?;
         }
+        Ok(())
+    }
 
+    /// One `update` command carrying the guarded upsert of each of `to_write`, then a
+    /// classification of each race it lost.
+    async fn send_updates(
+        &self,
+        model: &'static Model,
+        writes: &[Option<PreparedWrite>],
+        to_write: &[usize],
+        outcomes: &mut [Option<Result<Outcome, Error>>],
+    ) -> Result<(), Error> {
+        let collection = self.raw_collection(model);
+        let whole = DocumentRef::collection(model);
+        let prepared = |index: usize| writes[index].as_ref();
         let statements: Vec<Document> = to_write
             .iter()
             .filter_map(|&index| prepared(index))
@@ -369,10 +388,11 @@ fn collapsed_outcome(
     }
 }
 
-/// Splits the winners into chunks that fit one write command.
-fn chunks(
+/// Splits the documents to write into commands the server accepts: within its batch limit and
+/// its command size.
+fn write_commands(
     writes: &[Option<PreparedWrite>],
-    winners: &[usize],
+    to_write: &[usize],
     limits: ServerLimits,
 ) -> Vec<Vec<usize>> {
     let budget = limits
@@ -382,7 +402,7 @@ fn chunks(
     let mut chunks = Vec::new();
     let mut current = Vec::new();
     let mut bytes = 0;
-    for &index in winners {
+    for &index in to_write {
         let size = writes[index].as_ref().map_or(0, |write| write.size) + STATEMENT_OVERHEAD;
         if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget)
         {
