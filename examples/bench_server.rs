@@ -857,12 +857,8 @@ impl Bench {
     fn prepare_cost(&self, report: &mut Report, posts: &[Post], per_write_wall: Duration) {
         const ROUNDS: usize = 15;
         let n = u32::try_from(posts.len()).unwrap_or(1);
-        let documents: Vec<Document> = posts
-            .iter()
-            .filter_map(|post| bson::to_document(post).ok())
-            .collect();
         type Op<'a> = (&'static str, Box<dyn Fn(usize) + 'a>);
-        let ops: [Op; 5] = [
+        let ops: [Op; 4] = [
             (
                 "bson::to_document (both)",
                 Box::new(|i| {
@@ -890,12 +886,6 @@ impl Bench {
                         post.content_hash().ok(),
                         bson::to_document(post).ok(),
                     ));
-                }),
-            ),
-            (
-                "bson::to_vec(&document) (idem's size pass)",
-                Box::new(|i| {
-                    black_box(bson::to_vec(black_box(&documents[i])).ok());
                 }),
             ),
         ];
@@ -1131,9 +1121,7 @@ impl Bench {
         report.target(
             true,
             idem.count("find") == chunks,
-            format!(
-                "{label} idem reads once per chunk of {chunk} documents ({chunks} chunk(s))"
-            ),
+            format!("{label} idem reads once per chunk of {chunk} documents ({chunks} chunk(s))"),
             format!("{} find", idem.count("find")),
         );
         if !with_changes {
