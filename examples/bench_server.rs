@@ -49,8 +49,6 @@
 //! Exit status: 0 when every exact target is met; 1 when one is missed; 2 on a usage or server
 //! problem.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -59,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::mongo::Store;
 use idem_core::{Idempotent, Outcome};
+use idem_tests::allocations::{allocations_in, CountingAllocator};
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::error::ErrorKind;
 use mongodb::event::command::CommandEvent;
@@ -237,60 +236,8 @@ impl Monitor {
 // ------------------------------------------------------------------------------------------------
 // Counting allocations of the local CPU measurements
 
-/// The system allocator, counting the allocations of the current thread while asked to.
-struct CountingAllocator;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    let _ = COUNTING.try_with(|counting| {
-        if counting.get() {
-            ALLOCATIONS.with(|count| count.set(count.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; counting touches only thread-locals
-// that never allocate.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: `ptr` was allocated by `System` with `layout`, as the caller guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as for `realloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// The allocations `f` makes on this thread.
-fn allocations_in(f: impl FnOnce()) -> u64 {
-    ALLOCATIONS.with(|count| count.set(0));
-    COUNTING.with(|counting| counting.set(true));
-    f();
-    COUNTING.with(|counting| counting.set(false));
-    ALLOCATIONS.with(Cell::get)
-}
 
 // ------------------------------------------------------------------------------------------------
 // Results
@@ -900,7 +847,10 @@ impl Bench {
                 times[index].push((started.elapsed() / n).as_secs_f64());
             }
         }
-        let allocations: Vec<u64> = ops.iter().map(|(_, op)| allocations_in(|| op(0))).collect();
+        let allocations: Vec<usize> = ops
+            .iter()
+            .map(|(_, op)| allocations_in(|| op(0)).1)
+            .collect();
         let medians: Vec<Duration> = times
             .iter()
             .map(|t| Duration::from_secs_f64(median(t)))
@@ -952,7 +902,7 @@ impl Bench {
         scenario: String,
         name: &'static str,
         per_write: Duration,
-        allocations: u64,
+        allocations: usize,
         ratio: Option<(f64, Vec<f64>)>,
     ) {
         report.rows.push(Row {

@@ -11,33 +11,16 @@
 //! `scripts/bench-ratios` runs this and prints the table.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use idem_core::hash::canonical_document_bytes;
 use idem_core::mongodb::bson;
 use idem_core::Idempotent;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-/// The design's `Post`.
-#[derive(Clone, Serialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-    #[idem(frozen)]
-    author_id: String,
-}
+mod fixtures;
+
+use fixtures::{config, Post};
 
 /// A post whose canonical encoding is exactly `size` bytes.
 fn post_of_size(size: usize) -> Post {
@@ -77,7 +60,7 @@ fn bson_document_sha256(post: &Post) -> [u8; 32] {
 
 /// The same post, hashed with the opt-in BLAKE3 (`#[idem(hash_algorithm = "blake3")]`).
 #[cfg(feature = "blake3")]
-#[derive(Clone, Serialize, Idempotent)]
+#[derive(Clone, serde::Serialize, Idempotent)]
 #[idem(collection = "posts", hash_algorithm = "blake3")]
 #[serde(rename_all = "camelCase")]
 struct Blake3Post {
@@ -159,13 +142,6 @@ fn content_hash(c: &mut Criterion) {
         blake3_rows(&mut group, label, &post, &bytes);
     }
     group.finish();
-}
-
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30)
 }
 
 criterion_group! {

@@ -8,7 +8,6 @@
 //! `scripts/bench-ratios` runs this and prints the table.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use idem_core::id::{encode_key_v1, KeyPart};
@@ -16,25 +15,9 @@ use idem_core::Idempotent;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-/// The design's `Post`, with the default `v1` scheme.
-#[derive(Serialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // only `derive_id` is benchmarked; the fields exist for the derive
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-    #[idem(frozen)]
-    author_id: String,
-}
+mod fixtures;
+
+use fixtures::{config, Post};
 
 /// The same document with the reference helper's `slug:lang` scheme.
 #[derive(Serialize, Idempotent)]
@@ -99,13 +82,6 @@ fn derive_id(c: &mut Criterion) {
     // A random ULID, for scale: what an id costs when it is not derived.
     group.bench_function("ulid_generate", |b| b.iter(ulid::Ulid::generate));
     group.finish();
-}
-
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30)
 }
 
 criterion_group! {

@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests: the server they run against, a database per test,
 //! and exact counts of the commands a test sends, from the driver's command monitoring.
 
+pub mod allocations;
 pub mod chaos;
 pub mod proxy;
 

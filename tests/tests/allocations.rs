@@ -7,73 +7,17 @@
 //!
 //! The test harness runs tests on several threads and allocates on them (and on this one, around
 //! each test), so the allocator counts only on the current thread and only inside
-//! [`allocations_in`].
+//! `allocations_in`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 
 use idem_core::Idempotent;
+use idem_tests::allocations::{allocations_in, CountingAllocator};
 use serde::Serialize;
 
-/// The system allocator, counting the allocations of the thread that asked for counting.
-struct Counting;
-
-thread_local! {
-    // `const` thread-locals without a destructor never allocate on first access, so the
-    // allocator can read them without recursing into itself.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    // `try_with`: the thread may be tearing its locals down; such allocations are not ours.
-    let _ = COUNTING.try_with(|counting| {
-        if counting.get() {
-            ALLOCATIONS.with(|count| count.set(count.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; counting touches only thread-locals
-// that do not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: `ptr` was allocated by this allocator, that is by `System`, with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator, that is by `System`, with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Runs `f` and returns its result with the allocations it made on this thread.
-fn allocations_in<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    ALLOCATIONS.with(|count| count.set(0));
-    COUNTING.with(|counting| counting.set(true));
-    let result = f();
-    COUNTING.with(|counting| counting.set(false));
-    (result, ALLOCATIONS.with(Cell::get))
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// The error as text, so the counted closures return a small `Result`. Formatting allocates,
 /// but only on the error path, which these tests never take.
