@@ -860,7 +860,13 @@ async fn lose_acknowledgements(
             "data": {
                 "failCommands": ["update"],
                 "appName": app_name,
-                "writeConcernError": { "code": 91, "errmsg": "acknowledgement lost (injected)" },
+                // WriteConcernFailed, as when a real write concern times out: unlike a
+                // shutdown code, it leaves the server selectable, so the retry goes at once.
+                "writeConcernError": {
+                    "code": 64,
+                    "codeName": "WriteConcernFailed",
+                    "errmsg": "acknowledgement lost (injected)",
+                },
             },
         })
         .await

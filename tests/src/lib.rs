@@ -150,7 +150,13 @@ pub async fn lose_next_acknowledgements(database: &Database, commands: &[&str], 
             "data": {
                 "failCommands": commands,
                 "appName": database.name(),
-                "writeConcernError": { "code": 91, "errmsg": "acknowledgement lost (injected)" },
+                // WriteConcernFailed, as when a real write concern times out: unlike a
+                // shutdown code, it leaves the server selectable, so the retry goes at once.
+                "writeConcernError": {
+                    "code": 64,
+                    "codeName": "WriteConcernFailed",
+                    "errmsg": "acknowledgement lost (injected)",
+                },
             },
         })
         .await
