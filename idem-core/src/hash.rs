@@ -174,7 +174,8 @@ fn hash_with<H: Hasher32, const BATCH: usize, T: Serialize + ?Sized>(
     Ok(sink.finish())
 }
 
-/// The canonical bytes that [`content_hash`] feeds to SHA-256, for checking and benchmarking.
+/// The canonical bytes that [`content_hash`] feeds to the model's hash function, for checking
+/// and benchmarking.
 pub fn canonical_document_bytes<T: Serialize + ?Sized>(
     value: &T,
     model: &Model,

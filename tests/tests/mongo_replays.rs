@@ -404,6 +404,38 @@ async fn writes_that_exceed_one_command_are_split_by_size_after_one_read() {
     assert_eq!(stored(&store).await.len(), 40);
 }
 
+/// A document whose frozen field the guarded filter repeats: its statement is twice its size.
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "sealed")]
+struct Sealed {
+    #[idem(key)]
+    name: String,
+    #[idem(frozen)]
+    seal: String,
+    body: String,
+}
+
+#[tokio::test]
+async fn commands_are_split_by_the_size_of_their_statements_not_of_their_documents() {
+    let (database, log) = fresh_database("batch_statement_size").await;
+    let store = Store::new(database);
+    store.ensure_indexes::<Sealed>().await.unwrap();
+    // 12 documents of 1.1 MiB (13.2 MiB, one command by their size) whose statements carry the
+    // 1 MiB seal twice, in the filter and in the update: 25 MiB, two commands.
+    let seal = "s".repeat(1 << 20);
+    let batch: Vec<Sealed> = (0..12)
+        .map(|i| Sealed {
+            name: format!("n{i}"),
+            seal: seal.clone(),
+            body: "b".repeat(100 << 10),
+        })
+        .collect();
+    let _ = log.take();
+    let report = store.upsert_many(&batch).await.unwrap();
+    assert_eq!(report.count(Outcome::Inserted), 12, "{report}");
+    assert_eq!(log.take().names, ["hello", "find", "update", "update"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_clients_replaying_overlapping_batches_converge_on_the_newest_versions() {
     let (store, _log) = store("batch_race").await;

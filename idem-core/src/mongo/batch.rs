@@ -9,7 +9,7 @@ use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
 use super::compare::version_order;
-use super::write::{PreparedWrite, Verdict};
+use super::write::{bson_size, PreparedWrite, Verdict};
 use super::{collect, mongo_error, Store, DUPLICATE_KEY};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent, Model};
@@ -91,9 +91,12 @@ pub(crate) struct ServerLimits {
     max_command_bytes: usize,
 }
 
-/// Room left in a command for its own fields and each statement's filter.
+/// Room left in a command for its own fields (`update`, `ordered`, the session and cluster
+/// time the driver adds).
 const COMMAND_OVERHEAD: usize = 64 * 1024;
-const STATEMENT_OVERHEAD: usize = 1024;
+/// What a statement costs in the `updates` array beyond its own size: a type byte and its index
+/// as a C string.
+const ARRAY_ELEMENT_OVERHEAD: usize = 8;
 
 impl Store {
     /// Upserts a batch, converging like [`upsert`](Store::upsert) for each document.
@@ -222,29 +225,29 @@ impl Store {
                 Some(Verdict::Refused(refusal)) => outcomes[index] = Some(Err(refusal)),
             }
         }
-        for command in write_commands(writes, &to_write, limits) {
-            self.send_updates(model, writes, &command, outcomes).await?;
+        let statements = to_write
+            .into_iter()
+            .filter_map(|index| Some((index, upsert_statement(prepared(index)?))))
+            .collect();
+        for command in write_commands(statements, limits) {
+            self.send_updates(model, writes, command, outcomes).await?;
         }
         Ok(())
     }
 
-    /// One `update` command carrying the guarded upsert of each of `to_write`, then a
-    /// classification of each race it lost.
+    /// One `update` command carrying `statements` (each the guarded upsert of the write at its
+    /// index), then a classification of each race it lost.
     async fn send_updates(
         &self,
         model: &'static Model,
         writes: &[Option<PreparedWrite>],
-        to_write: &[usize],
+        statements: Vec<(usize, Document)>,
         outcomes: &mut [Option<Result<Outcome, Error>>],
     ) -> Result<(), Error> {
         let collection = self.raw_collection(model);
         let whole = DocumentRef::collection(model);
         let prepared = |index: usize| writes[index].as_ref();
-        let statements: Vec<Document> = to_write
-            .iter()
-            .filter_map(|&index| prepared(index))
-            .map(|write| doc! { "q": write.guarded_filter(), "u": write.update(), "upsert": true, "multi": false })
-            .collect();
+        let (to_write, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
         let command =
             doc! { "update": model.collection(), "updates": statements, "ordered": false };
         let reply = self
@@ -388,34 +391,38 @@ fn collapsed_outcome(
     }
 }
 
-/// Splits the documents to write into commands the server accepts: within its batch limit and
-/// its command size.
+/// The guarded upsert of `write`, as one statement of an `update` command.
+fn upsert_statement(write: &PreparedWrite) -> Document {
+    doc! { "q": write.guarded_filter(), "u": write.update(), "upsert": true, "multi": false }
+}
+
+/// Splits the statements into commands the server accepts: within its batch limit and its
+/// command size, each statement measured as it will be sent.
 fn write_commands(
-    writes: &[Option<PreparedWrite>],
-    to_write: &[usize],
+    statements: Vec<(usize, Document)>,
     limits: ServerLimits,
-) -> Vec<Vec<usize>> {
+) -> Vec<Vec<(usize, Document)>> {
     let budget = limits
         .max_command_bytes
         .saturating_sub(COMMAND_OVERHEAD)
         .max(1);
-    let mut chunks = Vec::new();
+    let mut commands = Vec::new();
     let mut current = Vec::new();
     let mut bytes = 0;
-    for &index in to_write {
-        let size = writes[index].as_ref().map_or(0, |write| write.size) + STATEMENT_OVERHEAD;
+    for (index, statement) in statements {
+        let size = bson_size(&statement) + ARRAY_ELEMENT_OVERHEAD;
         if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget)
         {
-            chunks.push(std::mem::take(&mut current));
+            commands.push(std::mem::take(&mut current));
             bytes = 0;
         }
-        current.push(index);
+        current.push((index, statement));
         bytes += size;
     }
     if !current.is_empty() {
-        chunks.push(current);
+        commands.push(current);
     }
-    chunks
+    commands
 }
 
 fn statement_index(entry: &Document) -> Option<usize> {

@@ -111,7 +111,7 @@ impl Store {
 
     /// Sets how many documents [`upsert_many`](Store::upsert_many) handles per chunk (at least
     /// one, at most the server's `maxWriteBatchSize`): one read of their stored state, then one
-    /// write of those that need it. Larger chunks take fewer round trips, which matters on a
+    /// write command for those that need it (more if they exceed the server's command size). Larger chunks take fewer round trips, which matters on a
     /// link with high latency; smaller ones bound each reply and each command. The default,
     /// [`DEFAULT_BATCH_CHUNK`], is where re-ingesting 10,000 documents was fastest against the
     /// test server, which checks each stored document against the whole `$in` list of a read
@@ -321,7 +321,13 @@ impl Store {
             .find_one(write.natural_key_filter())
             .await
             .map_err(|source| mongo_error(&write.document, source))?;
-        Ok((None, by_natural_key))
+        // A writer racing between the two reads may have stored this very document since.
+        match by_natural_key {
+            Some(stored) if stored.get_str("_id").ok() == Some(write.id_text.as_str()) => {
+                Ok((Some(stored), None))
+            }
+            by_natural_key => Ok((None, by_natural_key)),
+        }
     }
 
     /// Makes sure the natural-key index exists before a write; an error names `document`, the

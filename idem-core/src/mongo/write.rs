@@ -27,8 +27,6 @@ pub(crate) struct PreparedWrite {
     pub body: Document,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
-    /// The BSON size of the stored document.
-    pub size: usize,
 }
 
 /// What a stored document means for an incoming write.
@@ -98,7 +96,6 @@ impl PreparedWrite {
             hash,
             body,
             tombstone,
-            size,
         })
     }
 
