@@ -404,6 +404,58 @@ async fn writes_that_exceed_one_command_are_split_by_size_after_one_read() {
     assert_eq!(stored(&store).await.len(), 40);
 }
 
+#[tokio::test]
+async fn a_conflict_in_the_second_write_command_is_told_to_its_own_document() {
+    let (store, log) = store("batch_split_conflict").await;
+    // e35 is stored; the batch brings it with another timestamp, so under another id. Its write
+    // hits the natural-key index and must be refused by name, not mistaken for a neighbour.
+    store.upsert(&entry("e35", 1, "x")).await.unwrap();
+    let big = "y".repeat(512 * 1024);
+    let mut batch: Vec<Entry> = (0..40).map(|i| entry(&format!("e{i}"), 1, &big)).collect();
+    batch[35] = Entry {
+        created_at: 1_600_000_000_000,
+        ..entry("e35", 2, &big)
+    };
+    let _ = log.take();
+    let report = store.upsert_many(&batch).await.unwrap();
+    let outcomes = report.outcomes();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        if index == 35 {
+            assert!(
+                matches!(
+                    outcome,
+                    Err(Error::FrozenFieldChanged {
+                        field: "created_at",
+                        ..
+                    })
+                ),
+                "{outcome:?}"
+            );
+        } else {
+            assert!(
+                matches!(outcome, Ok(Outcome::Inserted)),
+                "{index}: {outcome:?}"
+            );
+        }
+    }
+    // One read; two commands, since 40 statements of 512 KiB exceed 16 MiB, the first holding
+    // about 30; then the reads that tell the refusal: nothing under its id, the natural key
+    // under another.
+    let commands = log.take();
+    assert_eq!(
+        commands.names,
+        ["hello", "find", "update", "update", "find", "find"],
+        "{commands:?}"
+    );
+    assert_eq!(commands.documents_written, 39);
+    let stored_e35 = stored(&store)
+        .await
+        .into_iter()
+        .find(|document| document.get_str("entryId") == Ok("e35"))
+        .unwrap();
+    assert_eq!(stored_e35.get_str("text").unwrap(), "x");
+}
+
 /// A document whose frozen field the guarded filter repeats: its statement is twice its size.
 #[derive(Debug, Clone, Serialize, Idempotent)]
 #[idem(collection = "sealed")]
