@@ -336,9 +336,9 @@ impl Sink for Vec<u8> {
 }
 
 /// The hasher behind a buffer of `BATCH` bytes. The encoding makes many writes of a few bytes;
-/// batching them keeps the hasher's per-call cost off the profile. The hasher is always given
-/// whole buffers, so it never copies into its own, and the whole blocks of a long value are
-/// hashed where they lie.
+/// batching them keeps the hasher's per-call cost off the profile. The hasher is given whole
+/// buffers until the last, so it never copies into its own, and the whole batches of a long
+/// value are hashed where they lie.
 struct HashSink<H, const BATCH: usize> {
     hasher: H,
     buffer: [u8; BATCH],
