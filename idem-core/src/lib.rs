@@ -141,6 +141,7 @@ pub use mongodb;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::id::{derive_id, natural_key};
+    pub use crate::model::{PushWith, UpsertWith};
     pub use core::future::Future;
     pub use core::marker::Send;
     pub use core::option::Option::{None, Some};

@@ -408,3 +408,56 @@ pub trait Backend: Sync {
         T: Idempotent,
         I: serde::Serialize + Sync;
 }
+
+/// How the generated `upsert` reaches a backend. The requirements on the document are bounds on
+/// the backend (`B: UpsertWith<Self>`) instead of `Self: Sync` on the method: a bound naming only
+/// the concrete type would be checked where the derive expands, so a document type that is not
+/// `Sync` could not derive at all; this way only a call to its `upsert` is refused.
+#[doc(hidden)]
+pub trait UpsertWith<T: ?Sized> {
+    /// [`Backend::upsert`].
+    fn upsert_document<'a>(
+        &'a self,
+        doc: &'a T,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send + 'a;
+}
+
+impl<B: Backend, T: Idempotent + serde::Serialize + Sync> UpsertWith<T> for B {
+    fn upsert_document<'a>(
+        &'a self,
+        doc: &'a T,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send + 'a {
+        Backend::upsert(self, doc)
+    }
+}
+
+/// How the generated `push_<field>` reaches a backend; a bound on the backend for the reason
+/// given at [`UpsertWith`].
+#[doc(hidden)]
+pub trait PushWith<T: ?Sized, I: ?Sized> {
+    /// [`Backend::push`] to the document `doc`.
+    fn push_item<'a>(
+        &'a self,
+        doc: &'a T,
+        field: &'static str,
+        item: &'a I,
+    ) -> impl Future<Output = Result<Pushed, Error>> + Send + 'a;
+}
+
+impl<B, T, I> PushWith<T, I> for B
+where
+    B: Backend,
+    T: Idempotent,
+    I: serde::Serialize + Sync,
+{
+    fn push_item<'a>(
+        &'a self,
+        doc: &'a T,
+        field: &'static str,
+        item: &'a I,
+    ) -> impl Future<Output = Result<Pushed, Error>> + Send + 'a {
+        // The id is derived before the future, which then holds no reference to `doc`.
+        let id = doc.id();
+        async move { Backend::push::<T, I>(self, id?, field, item).await }
+    }
+}

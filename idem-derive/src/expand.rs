@@ -191,9 +191,9 @@ fn expand(input: &Input) -> TokenStream {
                     Output = __idem::__private::Result<__idem::Outcome, __idem::Error>,
                 > + __idem::__private::Send + '__a + #captures
                 where
-                    Self: __idem::__private::Serialize + ::core::marker::Sync,
+                    __B: __idem::__private::UpsertWith<Self>,
                 {
-                    __idem::Backend::upsert(store, self)
+                    __idem::__private::UpsertWith::upsert_document(store, self)
                 }
 
                 #[doc = #index_doc]
@@ -255,10 +255,9 @@ fn push_method(
             Output = __idem::__private::Result<__idem::Pushed, __idem::Error>,
         > + __idem::__private::Send + '__a + #captures
         where
-            #item: __idem::__private::Serialize + ::core::marker::Sync,
+            __B: __idem::__private::PushWith<Self, #item>,
         {
-            let __id = <Self as __idem::Idempotent>::id(self);
-            async move { __idem::Backend::push::<Self, #item>(store, __id?, #name, item).await }
+            __idem::__private::PushWith::push_item(store, self, #name, item)
         }
     }
 }
