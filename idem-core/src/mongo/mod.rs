@@ -111,12 +111,13 @@ impl Store {
 
     /// Sets how many documents [`upsert_many`](Store::upsert_many) handles per chunk (at least
     /// one, at most the server's `maxWriteBatchSize`): one read of their stored state, then one
-    /// write command for those that need it (more if they exceed the server's command size). Larger chunks take fewer round trips, which matters on a
-    /// link with high latency; smaller ones bound each reply and each command. The default,
-    /// [`DEFAULT_BATCH_CHUNK`], keeps the test server fast: it checks each stored document
-    /// against the whole `$in` list of a read, so its cost grows with the square of the chunk
-    /// (re-ingesting 10,000 documents took 5.9 s in chunks of 1,000, 1.8 s in chunks of 250).
-    /// MongoDB looks the ids up in its index.
+    /// write command for those that need it (more if they exceed the server's command size).
+    ///
+    /// Larger chunks take fewer round trips, which matters on a link with high latency; smaller
+    /// ones bound each reply and each command. The default, [`DEFAULT_BATCH_CHUNK`], keeps the
+    /// test server fast: it checks each stored document against the whole `$in` list of a read,
+    /// so its cost grows with the square of the chunk (re-ingesting 10,000 documents took 5.9 s
+    /// in chunks of 1,000, 1.8 s in chunks of 250). MongoDB looks the ids up in its index.
     pub fn with_batch_chunk(mut self, documents: usize) -> Self {
         self.batch_chunk = documents.max(1);
         self
