@@ -90,7 +90,8 @@ fn expand(input: &Input) -> TokenStream {
         "The content hash of this `{type_name}`: every stored field except the volatile ones and `{hash_field}`."
     );
     let upsert_doc = format!(
-        "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate."
+        "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate. \
+         Callable when `{type_name}` is `Sync`: the write borrows it across awaits."
     );
     let index_doc = format!(
         "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
