@@ -116,6 +116,7 @@
 
 #![warn(missing_docs)]
 
+mod backend_calls;
 pub mod error;
 pub mod hash;
 pub mod id;
@@ -140,8 +141,8 @@ pub use mongodb;
 /// What generated code calls. Not public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::backend_calls::{PushWith, UpsertWith};
     pub use crate::id::{derive_id, natural_key};
-    pub use crate::model::{PushWith, UpsertWith};
     pub use core::future::Future;
     pub use core::marker::Send;
     pub use core::option::Option::{None, Some};

@@ -215,7 +215,7 @@ fn expand(input: &Input) -> TokenStream {
     }
 }
 
-/// The `use<…>` bound of the futures `upsert` and `ensure_indexes` return: the store's borrow
+/// The `use<…>` bound of the futures `upsert`, `ensure_indexes` and `push_<field>` return: the store's borrow
 /// `'__a`, every parameter of the type (the future holds `Self`), and the backend `__B`. Spelled
 /// out because in an edition 2021 crate `impl Trait` captures no lifetime it does not name, so a
 /// type with a lifetime parameter would not compile.
@@ -244,7 +244,8 @@ fn push_method(
         .unwrap_or_default();
     let doc = format!(
         "Appends `item` to `{name}` unless an item with the same `{item_key}` is there already, in one \
-         round trip: `Appended` or `AlreadyPresent`. A retried push never appends twice."
+         round trip: `Appended` or `AlreadyPresent`. A retried push never appends twice. Callable \
+         when the item type is `Sync`: the push borrows it across awaits."
     );
     quote! {
         #[doc = #doc]

@@ -12,7 +12,7 @@ fn ui() {
     t.compile_fail("ui/roles/*.rs");
     // `#[idem(…)]` attributes that are unknown, repeated, misplaced or badly valued.
     t.compile_fail("ui/attributes/*.rs");
-    // Key and timestamp fields whose types cannot play their role.
+    // Fields whose types cannot play their role, and documents whose type a method cannot take.
     t.compile_fail("ui/types/*.rs");
     // Fields stored under a name idem writes itself.
     t.compile_fail("ui/names/*.rs");

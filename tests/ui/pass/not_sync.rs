@@ -1,9 +1,12 @@
-// A document type that is not `Sync` (a `Cell` field) derives: its id and content hash work, and
-// its `upsert` is refused only where it is called (see ui/types/upsert_not_sync.rs).
+// A document type that is not `Sync` (a `Cell` field) derives: its id and content hash work, a
+// push of a `Sync` item to it gives a `Send` future, and only its `upsert` is refused, where it
+// is called (see ui/types/upsert_not_sync.rs).
 
 use std::cell::Cell;
+use std::future::Future;
 
-use idem_core::Idempotent;
+use idem_core::mongo::Store;
+use idem_core::{Error, Idempotent, Pushed};
 
 #[derive(serde::Serialize, Idempotent)]
 #[idem(collection = "counters")]
@@ -11,12 +14,29 @@ struct Counter {
     #[idem(key)]
     name: String,
     views: Cell<u32>,
+    #[idem(push_by = "id")]
+    visitors: Vec<Visitor>,
+}
+
+#[derive(serde::Serialize)]
+struct Visitor {
+    id: String,
+}
+
+#[allow(dead_code)] // compiled, not run: it needs a server
+fn add_visitor<'a>(
+    store: &'a Store,
+    counter: &'a Counter,
+    visitor: &'a Visitor,
+) -> impl Future<Output = Result<Pushed, Error>> + Send + 'a {
+    counter.push_visitors(store, visitor)
 }
 
 fn main() {
     let counter = Counter {
         name: "home".into(),
         views: Cell::new(1),
+        visitors: Vec::new(),
     };
     let before = counter.content_hash().unwrap();
     counter.views.set(2);
