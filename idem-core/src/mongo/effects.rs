@@ -8,7 +8,7 @@ use mongodb::error::ErrorKind;
 use serde::Serialize;
 
 use super::write::PreparedWrite;
-use super::{mongo_error, Store, APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS};
+use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD, DUPLICATE_KEY};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{DocumentRef, Idempotent, OpId, Role};
@@ -127,36 +127,36 @@ impl Store {
             list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
         };
         let update = doc! { "$push": { list.stored_name(): item } };
-        for _ in 0..MAX_ATTEMPTS {
-            let result = collection
-                .update_one(filter.clone(), update.clone())
+        let present = doc! {
+            "_id": id_text.as_str(),
+            format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key },
+        };
+        let (collection, document, id_text, present) =
+            (&collection, &document, id_text.as_str(), &present);
+        let explain = move || async move {
+            let found = collection
+                .find_one(present.clone())
                 .await
-                .map_err(|source| mongo_error(&document, source))?;
-            if result.matched_count > 0 {
-                return Ok(Pushed::Appended);
+                .map_err(|source| mongo_error(document, source))?;
+            if found.is_some() {
+                return Ok(Some(Pushed::AlreadyPresent));
             }
-            let present = doc! { "_id": id_text.as_str(), format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key.clone() } };
-            if collection
-                .find_one(present)
-                .await
-                .map_err(|source| mongo_error(&document, source))?
-                .is_some()
-            {
-                return Ok(Pushed::AlreadyPresent);
+            match find_by_id(collection, document, id_text).await? {
+                None => Err(Error::NotFound {
+                    document: Box::new(document.clone()),
+                }),
+                Some(_) => Ok(None),
             }
-            let exists = collection
-                .find_one(doc! { "_id": id_text.as_str() })
-                .await
-                .map_err(|source| mongo_error(&document, source))?;
-            if exists.is_none() {
-                return Err(Error::NotFound {
-                    document: Box::new(document),
-                });
-            }
-        }
-        Err(Error::Contention {
-            document: Box::new(document),
-        })
+        };
+        update_or_explain(
+            collection,
+            document,
+            &filter,
+            &update,
+            Pushed::Appended,
+            explain,
+        )
+        .await
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
@@ -179,35 +179,35 @@ impl Store {
         let id_text = id.to_string();
         let filter = doc! { "_id": id_text.as_str(), APPLIED_OPS_FIELD: { "$ne": op.as_str() } };
         let update = with_recorded_op(update, op, self.op_window);
-        for _ in 0..MAX_ATTEMPTS {
-            let result = collection
-                .update_one(filter.clone(), update.clone())
-                .await
-                .map_err(|source| mongo_error(&document, source))?;
-            if result.matched_count > 0 {
-                return Ok(Applied::Applied);
-            }
+        let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+        let explain = move || async move {
             let stored = collection
-                .find_one(doc! { "_id": id_text.as_str() })
+                .find_one(doc! { "_id": id_text })
                 .projection(doc! { APPLIED_OPS_FIELD: 1 })
                 .await
-                .map_err(|source| mongo_error(&document, source))?;
+                .map_err(|source| mongo_error(document, source))?;
             let Some(stored) = stored else {
                 return Err(Error::NotFound {
-                    document: Box::new(document),
+                    document: Box::new(document.clone()),
                 });
             };
             let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
                 ops.iter()
                     .any(|recorded| recorded.as_str() == Some(op.as_str()))
             });
-            if applied {
-                return Ok(Applied::AlreadyApplied);
-            }
-        }
-        Err(Error::Contention {
-            document: Box::new(document),
-        })
+            // Not applied, yet the guarded update matched nothing: the document changed in
+            // between; the update goes again.
+            Ok(applied.then_some(Applied::AlreadyApplied))
+        };
+        update_or_explain(
+            collection,
+            document,
+            &filter,
+            &update,
+            Applied::Applied,
+            explain,
+        )
+        .await
     }
 }
 

@@ -231,31 +231,25 @@ impl Store {
         let filter =
             doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
         let update = doc! { "$set": { tombstone.stored_name(): marker } };
-        for _ in 0..MAX_ATTEMPTS {
-            let result = collection
-                .update_one(filter.clone(), update.clone())
-                .await
-                .map_err(|source| mongo_error(&document, source))?;
-            if result.matched_count > 0 {
-                return Ok(Outcome::Deleted);
+        let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+        let explain = move || async move {
+            match find_by_id(collection, document, id_text).await? {
+                None => Err(Error::NotFound {
+                    document: Box::new(document.clone()),
+                }),
+                Some(stored) if is_tombstoned(model, &stored) => Ok(Some(Outcome::Unchanged)),
+                Some(_) => Ok(None),
             }
-            let stored = collection
-                .find_one(doc! { "_id": id_text.as_str() })
-                .await
-                .map_err(|source| mongo_error(&document, source))?;
-            match stored {
-                None => {
-                    return Err(Error::NotFound {
-                        document: Box::new(document),
-                    })
-                }
-                Some(stored) if is_tombstoned(model, &stored) => return Ok(Outcome::Unchanged),
-                Some(_) => continue,
-            }
-        }
-        Err(Error::Contention {
-            document: Box::new(document),
-        })
+        };
+        update_or_explain(
+            collection,
+            document,
+            &filter,
+            &update,
+            Outcome::Deleted,
+            explain,
+        )
+        .await
     }
 
     /// Sends the guarded upsert until the server's answer settles it.
@@ -312,10 +306,7 @@ impl Store {
         collection: &Collection<Document>,
         write: &PreparedWrite,
     ) -> Result<(Option<Document>, Option<Document>), Error> {
-        let by_id = collection
-            .find_one(doc! { "_id": write.id_text.as_str() })
-            .await
-            .map_err(|source| mongo_error(&write.document, source))?;
+        let by_id = find_by_id(collection, &write.document, &write.id_text).await?;
         if by_id.is_some() {
             return Ok((by_id, None));
         }
@@ -434,6 +425,50 @@ fn tombstone_field(
         .ok_or_else(|| Error::NoTombstoneField {
             document: Box::new(document.clone()),
         })
+}
+
+/// Sends `update` to the document `filter` selects by its `_id` until it matches, which answers
+/// `matched`. When it matches nothing, `explain` reads what is stored: `Some(answer)` ends the
+/// call; `None` means the document changed between the write and the read, and the update goes
+/// again. Contention is reported after [`MAX_ATTEMPTS`].
+async fn update_or_explain<R, Explained>(
+    collection: &Collection<Document>,
+    document: &DocumentRef,
+    filter: &Document,
+    update: &Document,
+    matched: R,
+    mut explain: impl FnMut() -> Explained,
+) -> Result<R, Error>
+where
+    Explained: std::future::Future<Output = Result<Option<R>, Error>>,
+{
+    for _ in 0..MAX_ATTEMPTS {
+        let result = collection
+            .update_one(filter.clone(), update.clone())
+            .await
+            .map_err(|source| mongo_error(document, source))?;
+        if result.matched_count > 0 {
+            return Ok(matched);
+        }
+        if let Some(answer) = explain().await? {
+            return Ok(answer);
+        }
+    }
+    Err(Error::Contention {
+        document: Box::new(document.clone()),
+    })
+}
+
+/// The document stored under `id_text`; an error names `document`.
+async fn find_by_id(
+    collection: &Collection<Document>,
+    document: &DocumentRef,
+    id_text: &str,
+) -> Result<Option<Document>, Error> {
+    collection
+        .find_one(doc! { "_id": id_text })
+        .await
+        .map_err(|source| mongo_error(document, source))
 }
 
 /// Every document a find returns, in one batch where the server allows.
