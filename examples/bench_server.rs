@@ -58,6 +58,8 @@ use std::time::{Duration, Instant};
 use idem_core::mongo::Store;
 use idem_core::{Idempotent, Outcome};
 use idem_tests::allocations::{allocations_in, CountingAllocator};
+// The design's blog post; the posts built here are about 2 KiB as BSON.
+use idem_tests::fixtures::Post;
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::error::ErrorKind;
 use mongodb::event::command::CommandEvent;
@@ -68,25 +70,6 @@ use serde::{Deserialize, Serialize};
 
 // ------------------------------------------------------------------------------------------------
 // The documents
-
-/// A blog post as stored: the design document's example, about 2 KiB as BSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-    #[idem(frozen)]
-    author_id: String,
-}
 
 /// A badge a user earned: a member of a derived set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]

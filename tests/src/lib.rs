@@ -3,6 +3,7 @@
 
 pub mod allocations;
 pub mod chaos;
+pub mod fixtures;
 pub mod proxy;
 
 use std::sync::{Arc, Mutex, PoisonError};

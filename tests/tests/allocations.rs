@@ -14,6 +14,7 @@ use std::hint::black_box;
 
 use idem_core::Idempotent;
 use idem_tests::allocations::{allocations_in, CountingAllocator};
+use idem_tests::fixtures::Post;
 use serde::Serialize;
 
 #[global_allocator]
@@ -23,25 +24,6 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 /// but only on the error path, which these tests never take.
 fn text<T>(result: Result<T, idem_core::Error>) -> Result<T, String> {
     result.map_err(|error| error.to_string())
-}
-
-/// The design's `Post`: text keys, an `i64` timestamp, plain fields, one volatile.
-#[derive(Debug, Clone, Serialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-    #[idem(frozen)]
-    author_id: String,
 }
 
 /// The same keys under the reference helper's scheme.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, KeyValue, Outcome, TimestampProblem};
+use idem_tests::fixtures::{entry, Account, Entry, Payment};
 use idem_tests::{fresh_database, stored_documents, CommandLog};
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::event::command::CommandEvent;
@@ -93,35 +94,6 @@ struct Meeting {
     title: String,
 }
 
-/// An offline-first journal entry: versioned, deletable.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "entries")]
-#[serde(rename_all = "camelCase")]
-struct Entry {
-    #[idem(key)]
-    user_id: String,
-    #[idem(key)]
-    entry_id: String,
-    #[idem(timestamp)]
-    created_at: i64,
-    #[idem(version)]
-    revision: i64,
-    text: String,
-    #[idem(tombstone)]
-    deleted_at: Option<i64>,
-}
-
-fn entry(entry_id: &str, revision: i64, text: &str) -> Entry {
-    Entry {
-        user_id: "u1".into(),
-        entry_id: entry_id.into(),
-        created_at: 1_700_000_000_000,
-        revision,
-        text: text.into(),
-        deleted_at: None,
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Comment {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,21 +109,6 @@ struct Thread {
     title: String,
     #[idem(push_by = "comment_id")]
     comments: Vec<Comment>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "payments")]
-struct Payment {
-    #[idem(idempotency_key)]
-    request_key: String,
-    amount_cents: i64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "accounts")]
-struct Account {
-    #[idem(key)]
-    owner: String,
 }
 
 // ---------------------------------------------------------------------------------------------

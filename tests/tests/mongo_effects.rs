@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use idem_core::mongo::{Store, APPLIED_OPS_FIELD};
 use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
+use idem_tests::fixtures::{Account, Payment};
 use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::doc;
 use serde::{Deserialize, Serialize};
@@ -44,23 +45,6 @@ struct Thread {
     title: String,
     #[idem(push_by = "comment_id")]
     comments: Vec<Comment>,
-}
-
-/// An account whose balance only ever moves through `apply_once`.
-#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "accounts")]
-struct Account {
-    #[idem(key)]
-    owner: String,
-}
-
-/// A payment request: no natural key, made idempotent by the key the client sends.
-#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "payments")]
-struct Payment {
-    #[idem(idempotency_key)]
-    request_key: String,
-    amount_cents: i64,
 }
 
 #[tokio::test]

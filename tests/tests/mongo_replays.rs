@@ -5,38 +5,10 @@ use std::sync::Arc;
 
 use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::fixtures::{entry, Entry};
 use idem_tests::{fresh_database, stored_documents, CommandLog};
 use mongodb::bson::doc;
-use serde::{Deserialize, Serialize};
-
-/// An entry of an offline-first journal: edited on devices, replayed in batches.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "entries")]
-#[serde(rename_all = "camelCase")]
-struct Entry {
-    #[idem(key)]
-    user_id: String,
-    #[idem(key)]
-    entry_id: String,
-    #[idem(timestamp)]
-    created_at: i64,
-    #[idem(version)]
-    revision: i64,
-    text: String,
-    #[idem(tombstone)]
-    deleted_at: Option<i64>,
-}
-
-fn entry(entry_id: &str, revision: i64, text: &str) -> Entry {
-    Entry {
-        user_id: "u1".into(),
-        entry_id: entry_id.into(),
-        created_at: 1_700_000_000_000,
-        revision,
-        text: text.into(),
-        deleted_at: None,
-    }
-}
+use serde::Serialize;
 
 async fn store(test: &str) -> (Store, CommandLog) {
     let (database, log) = fresh_database(test).await;

@@ -4,28 +4,10 @@
 use std::sync::Arc;
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, Outcome};
+use idem_tests::fixtures::Post;
 use idem_tests::{clear_fail_point, fresh_database, lose_next_acknowledgements, stored_documents};
 use mongodb::bson::{doc, Document};
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-    #[idem(frozen)]
-    author_id: String,
-}
 
 fn post() -> Post {
     Post {

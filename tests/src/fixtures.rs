@@ -1,0 +1,72 @@
+//! The document types several test files and the server benchmark share.
+
+use idem_core::Idempotent;
+use serde::{Deserialize, Serialize};
+
+/// The design's blog post: two text keys, an `i64` timestamp, plain fields, one volatile, one
+/// frozen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+pub struct Post {
+    #[idem(key)]
+    pub slug: String,
+    #[idem(key)]
+    pub lang: String,
+    #[idem(timestamp)]
+    pub published_at: i64,
+    pub title: String,
+    pub body: String,
+    #[idem(volatile)]
+    pub fetched_at: i64,
+    #[idem(frozen)]
+    pub author_id: String,
+}
+
+/// An entry of an offline-first journal: edited on devices, replayed in batches; versioned and
+/// deletable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "entries")]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    #[idem(key)]
+    pub user_id: String,
+    #[idem(key)]
+    pub entry_id: String,
+    #[idem(timestamp)]
+    pub created_at: i64,
+    #[idem(version)]
+    pub revision: i64,
+    pub text: String,
+    #[idem(tombstone)]
+    pub deleted_at: Option<i64>,
+}
+
+/// Entry `entry_id` of user u1 at `revision`, created at one fixed time, not deleted.
+pub fn entry(entry_id: &str, revision: i64, text: &str) -> Entry {
+    Entry {
+        user_id: "u1".into(),
+        entry_id: entry_id.into(),
+        created_at: 1_700_000_000_000,
+        revision,
+        text: text.into(),
+        deleted_at: None,
+    }
+}
+
+/// An account whose balance only ever moves through `apply_once`.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "accounts")]
+pub struct Account {
+    #[idem(key)]
+    pub owner: String,
+}
+
+/// A payment request: no natural key, made idempotent by the key the client sends.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "payments")]
+pub struct Payment {
+    #[idem(idempotency_key)]
+    pub request_key: String,
+    pub amount_cents: i64,
+}
