@@ -725,29 +725,16 @@ impl Bench {
                 // The same unique natural-key index for both, built before timing.
                 store.ensure_indexes::<Post>().await?;
                 let collection = database.collection::<Document>(Post::MODEL.collection());
-                let ((), counts, wall) = match variant {
-                    0 => {
-                        self.timed(async {
-                            for (post, id) in posts.iter().zip(&ids) {
-                                hand_written_upsert(&collection, post, id, None).await?;
-                            }
-                            Ok(())
-                        })
-                        .await?
-                    }
-                    _ => {
-                        self.timed(async {
-                            for post in &posts {
-                                let outcome = store.upsert(post).await?;
-                                if outcome != Outcome::Inserted {
-                                    return Err(fatal(format!("a new post was {outcome}")));
-                                }
-                            }
-                            Ok(())
-                        })
-                        .await?
-                    }
-                };
+                let (counts, wall) = self
+                    .time_single_upserts(
+                        variant,
+                        &collection,
+                        &store,
+                        &posts,
+                        &ids,
+                        Outcome::Inserted,
+                    )
+                    .await?;
                 samples[variant].push(Sample {
                     counts,
                     wall,
@@ -780,6 +767,43 @@ impl Bench {
         let per_write_wall = medians[0] / u32::try_from(count).unwrap_or(1);
         self.prepare_cost(report, &posts, per_write_wall);
         Ok(())
+    }
+
+    /// Times one variant of the single-upsert scenarios over `posts`: the hand-written upsert
+    /// (variant 0), or idem's, which must answer `expected` for every post.
+    async fn time_single_upserts(
+        &self,
+        variant: usize,
+        collection: &Collection<Document>,
+        store: &Store,
+        posts: &[Post],
+        ids: &[String],
+        expected: Outcome,
+    ) -> Result<(Counts, Duration), Fatal> {
+        let ((), counts, wall) = match variant {
+            0 => {
+                self.timed(async {
+                    for (post, id) in posts.iter().zip(ids) {
+                        hand_written_upsert(collection, post, id, None).await?;
+                    }
+                    Ok(())
+                })
+                .await?
+            }
+            _ => {
+                self.timed(async {
+                    for post in posts {
+                        let outcome = store.upsert(post).await?;
+                        if outcome != expected {
+                            return Err(fatal(format!("a post expected {expected} was {outcome}")));
+                        }
+                    }
+                    Ok(())
+                })
+                .await?
+            }
+        };
+        Ok((counts, wall))
     }
 
     /// Times `post.id()`, `post.content_hash()` and `bson::to_document(post)` over the posts,
@@ -918,29 +942,16 @@ impl Bench {
             self.progress(&scenario, round);
             for variant in order(variants.len(), round) {
                 let posts = refetched(&originals, fetch_time(round, variant), false);
-                let ((), counts, wall) = match variant {
-                    0 => {
-                        self.timed(async {
-                            for (post, id) in posts.iter().zip(&ids) {
-                                hand_written_upsert(&collection, post, id, None).await?;
-                            }
-                            Ok(())
-                        })
-                        .await?
-                    }
-                    _ => {
-                        self.timed(async {
-                            for post in &posts {
-                                let outcome = store.upsert(post).await?;
-                                if outcome != Outcome::Unchanged {
-                                    return Err(fatal(format!("an unchanged post was {outcome}")));
-                                }
-                            }
-                            Ok(())
-                        })
-                        .await?
-                    }
-                };
+                let (counts, wall) = self
+                    .time_single_upserts(
+                        variant,
+                        &collection,
+                        &store,
+                        &posts,
+                        &ids,
+                        Outcome::Unchanged,
+                    )
+                    .await?;
                 samples[variant].push(Sample {
                     counts,
                     wall,
