@@ -88,14 +88,16 @@ struct Award {
     badge: String,
 }
 
-/// A user's points account. Its stored `points` field is not part of the type: it moves only
-/// through `Store::apply_once`, never through an upsert.
+/// A user's points account. Its `points` move only through `Store::apply_once`: an upsert
+/// writes them when it creates the account and never again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "accounts")]
 #[serde(rename_all = "camelCase")]
 struct Account {
     #[idem(key)]
     user_id: String,
+    #[idem(effect)]
+    points: i64,
 }
 
 /// Points credited per entry, once per entry however often it is pushed.
@@ -182,6 +184,7 @@ async fn sync(store: &Store, batch: &[Entry]) -> Result<SyncReply, Error> {
         .iter()
         .map(|user| Account {
             user_id: (*user).to_owned(),
+            points: 0,
         })
         .collect();
     store.insert_new(&accounts).await?;

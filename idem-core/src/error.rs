@@ -81,8 +81,9 @@ pub enum Error {
     FrozenFieldChanged {
         /// The document refused.
         document: Box<DocumentRef>,
-        /// The id the document is stored under.
-        stored_id: Id,
+        /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
+        /// tool wrote).
+        stored_id: String,
         /// The field that differs (`_id` if only the id itself differs).
         field: &'static str,
         /// The stored value, as shown.
@@ -194,6 +195,60 @@ pub enum Error {
         limit: usize,
     },
 
+    /// The document writes a stored name that idem writes itself (`_id`, the hash field, or a
+    /// reserved `idem…` field), for example through a `#[serde(flatten)]` map. Nothing was
+    /// written.
+    #[error(
+        "{document}: the document writes a field named {stored_name:?}, which idem writes itself; \
+         rename the entry; nothing was written"
+    )]
+    ReservedName {
+        /// The document refused.
+        document: Box<DocumentRef>,
+        /// The stored name.
+        stored_name: String,
+    },
+
+    /// The write collides with another stored document on a unique index that is not idem's
+    /// natural-key index (a unique `email`, or an index left by an older key set). Retrying gives
+    /// the same answer. Nothing was written.
+    #[error(
+        "{document}: another stored document has the same value in unique index `{index}`; \
+         nothing was written"
+    )]
+    UniqueIndexConflict {
+        /// The document refused.
+        document: Box<DocumentRef>,
+        /// The index, as the server named it.
+        index: String,
+    },
+
+    /// The key is already stored, under an `_id` that idem did not assign (a document another tool
+    /// wrote). Nothing was written.
+    #[error(
+        "{document}: the key is already stored under _id {stored_id}, which idem did not assign; \
+         nothing was written"
+    )]
+    ForeignId {
+        /// The document refused.
+        document: Box<DocumentRef>,
+        /// The stored `_id`, as text.
+        stored_id: String,
+    },
+
+    /// `apply_once` was given an update that touches a field it does not own: only
+    /// `#[idem(effect)]` fields are changed by operations. Nothing was written.
+    #[error(
+        "{document}: the update touches `{path}`, which is not an `#[idem(effect)]` field of the \
+         type; operations change only effect fields; nothing was written"
+    )]
+    NotAnEffectField {
+        /// The document the update was for.
+        document: Box<DocumentRef>,
+        /// The path in the update.
+        path: String,
+    },
+
     /// Event types (with an `idempotency_key` and no `key`) get a random id at their first write:
     /// there is none to derive. `Store::record` returns it.
     #[error("{document}: an event's id is assigned by its first write, not derived")]
@@ -255,6 +310,10 @@ impl Error {
             | Error::ItemWithoutKey { document, .. }
             | Error::DocumentTooLarge { document, .. }
             | Error::NoDerivedId { document }
+            | Error::ReservedName { document, .. }
+            | Error::UniqueIndexConflict { document, .. }
+            | Error::ForeignId { document, .. }
+            | Error::NotAnEffectField { document, .. }
             | Error::WriteRefused { document, .. }
             | Error::NotConfirmed { document, .. } => document,
             #[cfg(feature = "mongodb")]

@@ -289,6 +289,28 @@ impl IdKey for char {
     }
 }
 
+/// A key type that every backend can store and read back: a [`IdKey`] whose values all fit a
+/// stored integer or text. `u64`, `usize`, `u128` and `i128` derive ids but are not stored keys:
+/// their values above `i64::MAX` fit no BSON or PostgreSQL integer.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a stored `#[idem(key)]` field: not every value of it can be stored",
+    label = "not a storable key type",
+    note = "MongoDB and PostgreSQL store integers up to 64 signed bits: use `i64` (or a narrower integer), or keep the number as a `String`"
+)]
+pub trait StoredKey: IdKey {}
+
+impl<T: StoredKey + ?Sized> StoredKey for &T {}
+
+macro_rules! stored_keys {
+    ($($ty:ty),*) => {$( impl StoredKey for $ty {} )*};
+}
+
+stored_keys!(str, String, i8, i16, i32, i64, isize, u8, u16, u32, bool, char);
+impl StoredKey for std::borrow::Cow<'_, str> {}
+impl StoredKey for Box<str> {}
+impl StoredKey for std::sync::Arc<str> {}
+impl StoredKey for std::rc::Rc<str> {}
+
 /// A type that can give an id its time part: milliseconds since the Unix epoch.
 ///
 /// Implemented for `i64` and `u64` (milliseconds), `std::time::SystemTime`, `bson::DateTime`

@@ -77,14 +77,15 @@
 //!
 //! | attribute | what it does |
 //! |---|---|
-//! | `key` | identifies the document: feeds the id's hash part and the unique natural-key index; frozen. At least one. The type must implement [`IdKey`]. |
+//! | `key` | identifies the document: feeds the id's hash part and the unique natural-key index; frozen. At least one. The type must implement [`IdKey`] and [`StoredKey`]. |
 //! | `timestamp` | gives the id its time part; frozen. At most one. The type must implement [`IdTimestamp`]. Without it the time part is zero. |
 //! | `frozen` | may never change once written: a write that changes it is refused with [`Error::FrozenFieldChanged`]. |
 //! | `volatile` | stored, but not part of the content hash: a change to it alone writes nothing. |
-//! | `version` | orders replays: a write replaces the stored document only if this is strictly newer; an older one is [`Outcome::Stale`]. At most one. |
+//! | `version` | orders replays: a write replaces the stored document only if this is strictly newer; an older one is [`Outcome::Stale`]. At most one. The type must implement [`OrderedVersion`]. |
 //! | `tombstone` | an `Option<…>` deletion marker written only by [`mongo::Store::delete`]; upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
 //! | `push_by = "…"` | on a `Vec<Item>`: a list owned by its push route, its items told apart by the named (stored) item field. Upserts neither write nor hash it; `doc.push_<field>(&store, &item)` appends once. |
 //! | `idempotency_key` | instead of `key`, for an event type with no natural key: the id is random, fixed by the first write ([`mongo::Store::record`]); a retry with the same key finds it. |
+//! | `effect` | a field only [`mongo::Store::apply_once`] changes: an upsert writes it when it inserts the document and never again; not part of the content hash. |
 //!
 //! Stored field names are the names serde writes: `#[serde(rename)]`, `#[serde(rename_all)]`
 //! and `#[serde(skip)]` are honoured.
@@ -117,6 +118,7 @@
 #![warn(missing_docs)]
 
 mod backend_calls;
+pub mod batch;
 pub mod error;
 pub mod hash;
 pub mod id;
@@ -124,12 +126,15 @@ pub mod model;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;
+pub mod verdict;
+pub mod version;
 
 pub use error::{Error, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
-pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue};
+pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
 pub use outcome::{Applied, Outcome, Pushed};
+pub use version::{OrderedVersion, VersionKey};
 
 /// The derive: see the crate docs for its attributes and what it generates.
 #[cfg(feature = "derive")]
@@ -145,7 +150,7 @@ pub mod __private {
     pub use crate::id::{derive_id, natural_key};
     pub use core::future::Future;
     pub use core::marker::Send;
-    pub use core::option::Option::{None, Some};
+    pub use core::option::Option::{self, None, Some};
     pub use core::result::Result;
     pub use serde::Serialize;
 }

@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::hash::{ContentHash, HashAlgorithm};
 use crate::id::{Id, IdScheme, KeyValue};
 use crate::outcome::{Outcome, Pushed};
+use crate::version::VersionKey;
 
 /// A type whose writes are idempotent by construction. Derive it with `#[derive(Idempotent)]`.
 pub trait Idempotent {
@@ -40,10 +41,55 @@ pub trait Idempotent {
     /// A deterministic operation id for an effect of this document, for
     /// [`apply_once`](crate::mongo::Store::apply_once): the same document and purpose always give
     /// the same op id, so the effect applies once however often the document is written.
+    ///
+    /// An event type's op id comes from its idempotency key, since its id is assigned by its
+    /// first write.
     fn op_id(&self, purpose: &str) -> Result<OpId, Error> {
+        if Self::MODEL.idempotency_key_field().is_some() {
+            let key = self.natural_key();
+            return match key.parts() {
+                [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::EmptyKey {
+                    document: Box::new(self.document_ref()),
+                    field,
+                }),
+                [(_, KeyValue::Text(text))] => Ok(OpId::new(format!(
+                    "{}:{text}:{purpose}",
+                    Self::MODEL.collection()
+                ))),
+                [(_, value)] => Ok(OpId::new(format!(
+                    "{}:{value}:{purpose}",
+                    Self::MODEL.collection()
+                ))),
+                _ => Err(Error::NoDerivedId {
+                    document: Box::new(self.document_ref()),
+                }),
+            };
+        }
         Ok(OpId::new(format!("{}:{purpose}", self.id()?)))
     }
+
+    /// The order key of the document's `#[idem(version)]` field, if it has one.
+    fn version_key(&self) -> Option<VersionKey> {
+        None
+    }
 }
+
+/// The stored id of every document.
+pub const ID_FIELD: &str = "_id";
+
+/// Where a stored document keeps the digests of its timestamp and frozen fields: the canonical
+/// form that guards compare, so an unchanged map in another order or an array holding nulls
+/// compares as the value it is.
+pub const FROZEN_DIGESTS_FIELD: &str = "idemFrozen";
+
+/// Where a stored document keeps its version's order key ([`crate::VersionKey`]).
+pub const VERSION_KEY_FIELD: &str = "idemVersion";
+
+/// Where `apply_once` records the op ids applied to a document.
+pub const APPLIED_OPS_FIELD: &str = "idemAppliedOps";
+
+/// The stored names idem writes besides `_id` and the hash field.
+pub const RESERVED_FIELDS: &[&str] = &[FROZEN_DIGESTS_FIELD, VERSION_KEY_FIELD, APPLIED_OPS_FIELD];
 
 /// What a field does for idem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,12 +112,24 @@ pub enum Role {
     /// Identifies a request of a type with no natural key (an event): the id is random, fixed by
     /// the first write, and a retry with the same key finds it.
     IdempotencyKey,
+    /// Owned by `apply_once`: an upsert writes it when it inserts the document and never again,
+    /// so a replayed upsert cannot undo an operation; not part of the content hash.
+    Effect,
 }
 
 impl Role {
     /// Whether a field of this role is left out of the content hash.
     const fn is_unhashed(self) -> bool {
-        matches!(self, Role::Volatile | Role::Tombstone | Role::Pushed)
+        matches!(
+            self,
+            Role::Volatile | Role::Tombstone | Role::Pushed | Role::Effect
+        )
+    }
+
+    /// Whether another route than the upsert owns the stored field after the insert: the
+    /// tombstone (`delete`), a pushed list (its push) and an effect field (`apply_once`).
+    pub const fn is_owned_elsewhere(self) -> bool {
+        matches!(self, Role::Tombstone | Role::Pushed | Role::Effect)
     }
 
     /// Whether a stored value of this field may never change.
@@ -262,12 +320,34 @@ impl Model {
         self.with_role(Role::Pushed)
     }
 
-    /// Whether an upsert writes the stored field `stored_name`: all but the tombstone and the
-    /// pushed lists, which have their own routes.
+    /// Whether an upsert writes the stored field `stored_name`: all but the fields other routes
+    /// own (the tombstone, pushed lists, effect fields).
     pub fn is_upserted(&self, stored_name: &str) -> bool {
-        !self.fields.iter().any(|field| {
-            field.stored_name == stored_name && matches!(field.role, Role::Tombstone | Role::Pushed)
-        })
+        !self
+            .fields
+            .iter()
+            .any(|field| field.stored_name == stored_name && field.role.is_owned_elsewhere())
+    }
+
+    /// The fields only `apply_once` changes.
+    pub fn effect_fields(&self) -> impl Iterator<Item = &'static Field> {
+        self.with_role(Role::Effect)
+    }
+
+    /// The fields whose stored value is guarded by a digest: the timestamp and the frozen
+    /// fields. Keys are guarded by the id and the natural-key match themselves.
+    pub fn digested_fields(&self) -> impl Iterator<Item = &'static Field> {
+        self.fields
+            .iter()
+            .filter(|field| matches!(field.role, Role::Timestamp | Role::Frozen))
+    }
+
+    /// Whether `stored_name` is a name idem writes itself, which no document may store: `_id`,
+    /// the hash field, and the fields of [`RESERVED_FIELDS`].
+    pub fn is_reserved(&self, stored_name: &str) -> bool {
+        stored_name == ID_FIELD
+            || stored_name == self.hash_field
+            || RESERVED_FIELDS.contains(&stored_name)
     }
 
     fn with_role(&self, role: Role) -> impl Iterator<Item = &'static Field> {

@@ -3,7 +3,7 @@
 
 use syn::{Data, DeriveInput, Fields, Generics, Ident, Type, Visibility};
 
-use crate::attr;
+use crate::attr::{self, Role};
 use crate::case::snake_case;
 use crate::ctxt::Ctxt;
 
@@ -101,14 +101,16 @@ impl<'a> Input<'a> {
     }
 
     pub fn key_fields(&self) -> impl Iterator<Item = &Field<'a>> {
-        self.fields.iter().filter(|field| field.attrs.key.is_set())
+        self.fields
+            .iter()
+            .filter(|field| field.attrs.has(Role::Key))
     }
 
     /// The event type's idempotency key, if this is an event type.
     pub fn idempotency_key_field(&self) -> Option<&Field<'a>> {
         self.fields
             .iter()
-            .find(|field| field.attrs.idempotency_key.is_set())
+            .find(|field| field.attrs.has(Role::IdempotencyKey))
     }
 
     /// The fields that name a document in errors and the unique index: the keys, or an event
@@ -116,21 +118,26 @@ impl<'a> Input<'a> {
     pub fn natural_key_fields(&self) -> impl Iterator<Item = &Field<'a>> {
         self.fields
             .iter()
-            .filter(|field| field.attrs.key.is_set() || field.attrs.idempotency_key.is_set())
+            .filter(|field| field.attrs.has(Role::Key) || field.attrs.has(Role::IdempotencyKey))
     }
 
     /// The lists owned by their push routes, with the type of their items.
     pub fn pushed_fields(&self) -> impl Iterator<Item = (&Field<'a>, &'a Type)> {
         self.fields.iter().filter_map(|field| {
-            field.attrs.push_by.get()?;
+            field.attrs.push_by.as_ref()?;
             Some((field, field.item_type()?))
         })
+    }
+
+    /// The version field, if any.
+    pub fn version_field(&self) -> Option<&Field<'a>> {
+        self.fields.iter().find(|field| field.has(Role::Version))
     }
 
     pub fn timestamp_field(&self) -> Option<&Field<'a>> {
         self.fields
             .iter()
-            .find(|field| field.attrs.timestamp.is_set())
+            .find(|field| field.attrs.has(Role::Timestamp))
     }
 }
 
@@ -155,23 +162,18 @@ impl<'a> Field<'a> {
         matches!(self.ty, Type::Path(path) if path.path.segments.last().is_some_and(|last| last.ident == name))
     }
 
-    /// The roles given to the field, in the order of the attribute reference, with the span of
-    /// each.
+    /// The roles given to the field, by attribute name, with the span of each.
     pub fn roles(&self) -> Vec<(&'static str, proc_macro2::Span)> {
-        let attrs = &self.attrs;
-        [
-            ("key", attrs.key.span()),
-            ("timestamp", attrs.timestamp.span()),
-            ("frozen", attrs.frozen.span()),
-            ("volatile", attrs.volatile.span()),
-            ("version", attrs.version.span()),
-            ("tombstone", attrs.tombstone.span()),
-            ("push_by", attrs.push_by.span()),
-            ("idempotency_key", attrs.idempotency_key.span()),
-        ]
-        .into_iter()
-        .filter_map(|(role, span)| Some((role, span?)))
-        .collect()
+        self.attrs
+            .roles()
+            .iter()
+            .map(|(role, span)| (role.name(), *span))
+            .collect()
+    }
+
+    /// Whether the field has `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.attrs.has(role)
     }
 
     /// The field's name in Rust, without `r#`.

@@ -41,9 +41,73 @@ impl<T> Attr<T> {
     pub fn span(&self) -> Option<Span> {
         self.value.as_ref().map(|(_, span)| *span)
     }
+}
 
-    pub fn is_set(&self) -> bool {
-        self.value.is_some()
+/// What a field does for idem: one variant per field attribute, the one list every stage reads.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Role {
+    Key,
+    Timestamp,
+    Frozen,
+    Volatile,
+    Version,
+    Tombstone,
+    PushBy,
+    IdempotencyKey,
+    Effect,
+}
+
+impl Role {
+    pub const ALL: [Role; 9] = [
+        Role::Key,
+        Role::Timestamp,
+        Role::Frozen,
+        Role::Volatile,
+        Role::Version,
+        Role::Tombstone,
+        Role::PushBy,
+        Role::IdempotencyKey,
+        Role::Effect,
+    ];
+
+    /// The attribute that gives the role.
+    pub const fn symbol(self) -> Symbol {
+        match self {
+            Role::Key => KEY,
+            Role::Timestamp => TIMESTAMP,
+            Role::Frozen => FROZEN,
+            Role::Volatile => VOLATILE,
+            Role::Version => VERSION,
+            Role::Tombstone => TOMBSTONE,
+            Role::PushBy => PUSH_BY,
+            Role::IdempotencyKey => IDEMPOTENCY_KEY,
+            Role::Effect => EFFECT,
+        }
+    }
+
+    /// The attribute's name, as messages quote it.
+    pub const fn name(self) -> &'static str {
+        self.symbol().0
+    }
+
+    /// The runtime's `Role` variant for it.
+    pub const fn runtime_variant(self) -> &'static str {
+        match self {
+            Role::Key => "Key",
+            Role::Timestamp => "Timestamp",
+            Role::Frozen => "Frozen",
+            Role::Volatile => "Volatile",
+            Role::Version => "Version",
+            Role::Tombstone => "Tombstone",
+            Role::PushBy => "Pushed",
+            Role::IdempotencyKey => "IdempotencyKey",
+            Role::Effect => "Effect",
+        }
+    }
+
+    /// The field attributes, for suggestions.
+    pub fn symbols() -> Vec<Symbol> {
+        Role::ALL.iter().map(|role| role.symbol()).collect()
     }
 }
 
@@ -140,7 +204,7 @@ impl Container {
             if let Some(name) = string_value(cx, meta, HASH_FIELD, "hash_field = \"sourceHash\"")? {
                 self.hash_field.set(cx, span, name.value());
             }
-        } else if FIELD_ATTRIBUTES.iter().any(|word| meta.path == *word) {
+        } else if Role::ALL.iter().any(|role| meta.path == role.symbol()) {
             cx.error_spanned_by(
                 &meta.path,
                 format!(
@@ -159,15 +223,10 @@ impl Container {
 
 /// Attributes on one field.
 pub struct Field {
-    pub key: Attr<()>,
-    pub timestamp: Attr<()>,
-    pub frozen: Attr<()>,
-    pub volatile: Attr<()>,
-    pub version: Attr<()>,
-    pub tombstone: Attr<()>,
-    pub idempotency_key: Attr<()>,
+    /// The roles given, each with the span of its attribute, in the order written.
+    roles: Vec<(Role, Span)>,
     /// `push_by = "…"`: the stored name of the field that tells the list's items apart.
-    pub push_by: Attr<LitStr>,
+    pub push_by: Option<LitStr>,
     /// serde's `rename` (its serialize half), as written, so an error can point at it.
     pub rename: Option<LitStr>,
     /// `#[serde(skip)]` or `#[serde(skip_serializing)]`, whichever was written: the field is
@@ -175,6 +234,8 @@ pub struct Field {
     pub skipped: Option<(Symbol, Span)>,
     /// `#[serde(flatten)]`: the field's own fields are stored in its place.
     pub flattened: Option<Span>,
+    /// `#[serde(skip_serializing_if = "…")]`: the field may be left out of what is stored.
+    pub skipped_if: Option<Span>,
     /// Some `#[idem(…)]` item on the field was not understood (an unknown word, bad syntax), so
     /// the field may lack a role its author meant to give it.
     pub misread: bool,
@@ -183,17 +244,12 @@ pub struct Field {
 impl Field {
     pub fn from_ast(cx: &Ctxt, attrs: &[Attribute]) -> Self {
         let mut field = Field {
-            key: Attr::none(KEY),
-            timestamp: Attr::none(TIMESTAMP),
-            frozen: Attr::none(FROZEN),
-            volatile: Attr::none(VOLATILE),
-            version: Attr::none(VERSION),
-            tombstone: Attr::none(TOMBSTONE),
-            idempotency_key: Attr::none(IDEMPOTENCY_KEY),
-            push_by: Attr::none(PUSH_BY),
+            roles: Vec::new(),
+            push_by: None,
             rename: None,
             skipped: None,
             flattened: None,
+            skipped_if: None,
             misread: false,
         };
         for attr in attrs {
@@ -206,51 +262,77 @@ impl Field {
         field
     }
 
+    /// Whether the field has `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.iter().any(|(given, _)| *given == role)
+    }
+
+    /// Where `role` was given, if it was.
+    pub fn span_of(&self, role: Role) -> Option<Span> {
+        self.roles
+            .iter()
+            .find(|(given, _)| *given == role)
+            .map(|(_, span)| *span)
+    }
+
+    /// The roles given, in the order written.
+    pub fn roles(&self) -> &[(Role, Span)] {
+        &self.roles
+    }
+
+    /// Records `role`, reporting a repeat on its second occurrence.
+    fn give(&mut self, cx: &Ctxt, role: Role, span: Span) {
+        if self.has(role) {
+            cx.syn_error(syn::Error::new(
+                span,
+                format!("duplicate `#[idem({})]` attribute", role.name()),
+            ));
+        } else {
+            self.roles.push((role, span));
+        }
+    }
+
     fn read_idem(&mut self, cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<()> {
-        let flag = if meta.path == KEY {
-            &mut self.key
-        } else if meta.path == TIMESTAMP {
-            &mut self.timestamp
-        } else if meta.path == FROZEN {
-            &mut self.frozen
-        } else if meta.path == VOLATILE {
-            &mut self.volatile
-        } else if meta.path == VERSION {
-            &mut self.version
-        } else if meta.path == TOMBSTONE {
-            &mut self.tombstone
-        } else if meta.path == IDEMPOTENCY_KEY {
-            &mut self.idempotency_key
-        } else if meta.path == PUSH_BY {
+        let span = meta.path.span();
+        let Some(role) = Role::ALL
+            .into_iter()
+            .find(|role| meta.path == role.symbol())
+        else {
+            if CONTAINER_ATTRIBUTES.iter().any(|word| meta.path == *word) {
+                cx.error_spanned_by(
+                    &meta.path,
+                    format!(
+                        "`{}` is a container attribute: put it in `#[idem(…)]` on the struct",
+                        path_name(meta)
+                    ),
+                );
+                return skip_meta(meta);
+            }
+            self.misread = true;
+            return unknown(cx, meta, &Role::symbols(), "field");
+        };
+        if role == Role::PushBy {
             let example = "push_by = \"comment_id\"";
             if let Some(item_key) = string_value(cx, meta, PUSH_BY, example)? {
-                self.push_by.set(cx, meta.path.span(), item_key);
+                if !self.has(Role::PushBy) {
+                    self.push_by = Some(item_key);
+                }
+                self.give(cx, role, span);
             }
             return Ok(());
-        } else if CONTAINER_ATTRIBUTES.iter().any(|word| meta.path == *word) {
-            cx.error_spanned_by(
-                &meta.path,
-                format!(
-                    "`{}` is a container attribute: put it in `#[idem(…)]` on the struct",
-                    path_name(meta)
-                ),
-            );
-            return skip_meta(meta);
-        } else {
-            self.misread = true;
-            return unknown(cx, meta, FIELD_ATTRIBUTES, "field");
-        };
+        }
         if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
             cx.error_spanned_by(
                 &meta.path,
                 format!(
                     "`{}` takes no value: write `#[idem({})]`",
-                    flag.name, flag.name
+                    role.name(),
+                    role.name()
                 ),
             );
             skip_meta(meta)?;
         }
-        flag.set(cx, meta.path.span(), ());
+        self.give(cx, role, span);
         Ok(())
     }
 
@@ -265,6 +347,9 @@ impl Field {
             self.skipped = Some((SKIP_SERIALIZING, meta.path.span()));
         } else if meta.path == FLATTEN {
             self.flattened = Some(meta.path.span());
+        } else if meta.path == SKIP_SERIALIZING_IF {
+            self.skipped_if = Some(meta.path.span());
+            skip_meta(meta)?;
         } else {
             skip_meta(meta)?;
         }

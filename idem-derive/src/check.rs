@@ -4,6 +4,7 @@ use proc_macro2::Span;
 use syn::LitStr;
 
 use crate::ast::{Field, Input};
+use crate::attr::Role;
 use crate::ctxt::Ctxt;
 use crate::symbol::ID_FIELD;
 
@@ -11,12 +12,10 @@ pub fn check(cx: &Ctxt, input: &Input) {
     check_has_key(cx, input);
     check_key_or_idempotency_key(cx, input);
     check_single_timestamp(cx, input);
-    check_at_most_one(cx, input, "version", |field| field.attrs.version.is_set());
-    check_at_most_one(cx, input, "tombstone", |field| {
-        field.attrs.tombstone.is_set()
-    });
+    check_at_most_one(cx, input, "version", |field| field.has(Role::Version));
+    check_at_most_one(cx, input, "tombstone", |field| field.has(Role::Tombstone));
     check_at_most_one(cx, input, "idempotency_key", |field| {
-        field.attrs.idempotency_key.is_set()
+        field.has(Role::IdempotencyKey)
     });
     check_event_has_no_derived_id_parts(cx, input);
     for field in &input.fields {
@@ -24,7 +23,9 @@ pub fn check(cx: &Ctxt, input: &Input) {
         check_one_role_of_the_replay_kind(cx, field);
         check_role_types(cx, field);
         check_role_is_stored(cx, field);
+        check_role_always_stored(cx, field);
         check_reserved_names(cx, input, field);
+        check_role_field_name(cx, field);
     }
     check_collection_name(cx, input);
     check_hash_field_name(cx, input);
@@ -53,7 +54,7 @@ fn check_key_or_idempotency_key(cx: &Ctxt, input: &Input) {
     if input.key_fields().next().is_some() {
         error_at(
             cx,
-            event_key.attrs.idempotency_key.span(),
+            event_key.attrs.span_of(Role::IdempotencyKey),
             "`idempotency_key` is for event types with no natural key, and this type has `key` \
              fields: keep the `key` fields (the id is derived from them) or the idempotency key",
         );
@@ -104,10 +105,16 @@ fn check_event_has_no_derived_id_parts(cx: &Ctxt, input: &Input) {
     }
 }
 
-// `version`, `tombstone`, `push_by` and `idempotency_key` each give a field its whole behaviour,
+// `version`, `tombstone`, `push_by`, `idempotency_key` and `effect` each give a field its whole behaviour,
 // so none shares a field with another role.
 fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
-    const EXCLUSIVE: &[&str] = &["version", "tombstone", "push_by", "idempotency_key"];
+    const EXCLUSIVE: &[&str] = &[
+        "version",
+        "tombstone",
+        "push_by",
+        "idempotency_key",
+        "effect",
+    ];
     let roles = field.roles();
     for (role, span) in &roles {
         if !EXCLUSIVE.contains(role) {
@@ -127,13 +134,13 @@ fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
 // A tombstone is `None` until the document is deleted, so its type is `Option<…>`; a pushed
 // list is a `Vec<…>` of items.
 fn check_role_types(cx: &Ctxt, field: &Field) {
-    if field.attrs.tombstone.is_set() && !field.type_is("Option") {
+    if field.has(Role::Tombstone) && !field.type_is("Option") {
         cx.error_spanned_by(
             field.ty,
             "a `tombstone` field is `None` until the document is deleted: give it a type `Option<…>`",
         );
     }
-    if field.attrs.push_by.is_set() && !(field.type_is("Vec") && field.item_type().is_some()) {
+    if field.has(Role::PushBy) && !(field.type_is("Vec") && field.item_type().is_some()) {
         cx.error_spanned_by(
             field.ty,
             "a `push_by` field is a list of items: give it a type `Vec<…>`",
@@ -146,14 +153,14 @@ fn check_single_timestamp(cx: &Ctxt, input: &Input) {
     let mut timestamps = input
         .fields
         .iter()
-        .filter(|field| field.attrs.timestamp.is_set());
+        .filter(|field| field.has(Role::Timestamp));
     let Some(first) = timestamps.next() else {
         return;
     };
     for extra in timestamps {
         error_at(
             cx,
-            extra.attrs.timestamp.span(),
+            extra.attrs.span_of(Role::Timestamp),
             format!(
                 "only one field can be `#[idem(timestamp)]`: `{}` already gives the id its time part",
                 first.name()
@@ -168,21 +175,21 @@ fn check_single_timestamp(cx: &Ctxt, input: &Input) {
 fn check_role_conflicts(cx: &Ctxt, field: &Field) {
     let attrs = &field.attrs;
     let conflicts = [
-        (attrs.key.is_set() && attrs.volatile.is_set(), "key", "volatile", "a key identifies the document, so it is never volatile"),
+        (attrs.has(Role::Key) && attrs.has(Role::Volatile), "key", "volatile", "a key identifies the document, so it is never volatile"),
         (
-            attrs.timestamp.is_set() && attrs.volatile.is_set(),
+            attrs.has(Role::Timestamp) && attrs.has(Role::Volatile),
             "timestamp",
             "volatile",
             "the timestamp feeds the id, so it is never volatile",
         ),
         (
-            attrs.frozen.is_set() && attrs.volatile.is_set(),
+            attrs.has(Role::Frozen) && attrs.has(Role::Volatile),
             "frozen",
             "volatile",
             "a frozen field is compared on every write, a volatile one is ignored",
         ),
         (
-            attrs.key.is_set() && attrs.timestamp.is_set(),
+            attrs.has(Role::Key) && attrs.has(Role::Timestamp),
             "key",
             "timestamp",
             "the timestamp gives the id its time part, the keys its hash part; mark the field one or the other",
@@ -191,9 +198,9 @@ fn check_role_conflicts(cx: &Ctxt, field: &Field) {
     for (conflict, first, second, why) in conflicts {
         if conflict {
             let span = if second == "volatile" {
-                attrs.volatile.span()
+                attrs.span_of(Role::Volatile)
             } else {
-                attrs.timestamp.span()
+                attrs.span_of(Role::Timestamp)
             };
             error_at(
                 cx,
@@ -247,6 +254,15 @@ fn check_reserved_names(cx: &Ctxt, input: &Input, field: &Field) {
                  store it under another name, or remove it"
             ),
         );
+    } else if crate::symbol::RESERVED_FIELDS.contains(&stored.as_str()) {
+        error_at(
+            cx,
+            Some(span),
+            format!(
+                "this field is stored as `{stored}`, a name idem writes itself: store it under \
+                 another name"
+            ),
+        );
     } else if stored == input.hash_field() {
         error_at(
             cx,
@@ -271,7 +287,8 @@ fn check_collection_name(cx: &Ctxt, input: &Input) {
     }
 }
 
-// The hash field is a plain top-level field name: not empty, no leading `$`, no `.`.
+// The hash field is a plain top-level field name: not empty, no leading `$`, no `.`, and not a
+// name idem writes for something else (`_id`, the reserved `idem…` fields).
 fn check_hash_field_name(cx: &Ctxt, input: &Input) {
     let name = input.hash_field();
     if name.is_empty() || name.starts_with('$') || name.contains('.') {
@@ -279,6 +296,61 @@ fn check_hash_field_name(cx: &Ctxt, input: &Input) {
             cx,
             input.attrs.hash_field.span(),
             "`hash_field` must be a non-empty top-level field name, without a leading `$` or a `.`",
+        );
+    } else if name == ID_FIELD || crate::symbol::RESERVED_FIELDS.contains(&name) {
+        error_at(
+            cx,
+            input.attrs.hash_field.span(),
+            format!(
+                "`hash_field` cannot be `{name}`: idem stores the id or its own bookkeeping there; \
+                 choose another name"
+            ),
+        );
+    }
+}
+
+// A role field's stored name is a plain top-level name: idem's guards read it back by a path,
+// where a `.` would descend into a subdocument and a leading `$` would read as an operator.
+fn check_role_field_name(cx: &Ctxt, field: &Field) {
+    let Some(role) = role_name(field) else { return };
+    let stored = &field.stored_name;
+    if stored.contains('.') || stored.starts_with('$') {
+        let span = field
+            .attrs
+            .rename
+            .as_ref()
+            .map_or_else(|| field.ident.span(), LitStr::span);
+        error_at(
+            cx,
+            Some(span),
+            format!(
+                "a `{role}` field is stored as `{stored}`: a name with a `.` or a leading `$` \
+                 cannot be read back by idem's guards; rename it"
+            ),
+        );
+    }
+}
+
+// A key, timestamp, version or idempotency key is always written: the id, the guards and the
+// replay order read it, so serde may not leave it out.
+fn check_role_always_stored(cx: &Ctxt, field: &Field) {
+    let Some(span) = field.attrs.skipped_if else {
+        return;
+    };
+    let always = [
+        Role::Key,
+        Role::Timestamp,
+        Role::Version,
+        Role::IdempotencyKey,
+    ];
+    if let Some(role) = always.into_iter().find(|role| field.has(*role)) {
+        let role = role.name();
+        error_at(
+            cx,
+            Some(span),
+            format!(
+                "a `{role}` field is always stored: remove `skip_serializing_if` or the `{role}` role"
+            ),
         );
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Display;
 
 use quote::ToTokens;
 
-#[derive(Default)]
+/// No `Default`: every `Ctxt` starts collecting, so none can drop errors unchecked.
 pub struct Ctxt {
     // `None` once checked: the derive must never drop errors on the floor.
     errors: RefCell<Option<Vec<syn::Error>>>,

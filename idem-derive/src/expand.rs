@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{DeriveInput, Generics, WhereClause};
 
 use crate::ast::{Field, Input};
-use crate::attr::IdScheme;
+use crate::attr::{IdScheme, Role};
 use crate::ctxt::Ctxt;
 use crate::{check, fallback};
 
@@ -142,6 +142,14 @@ fn expand(input: &Input) -> TokenStream {
             }
         }
     });
+    let version_key = input.version_field().map(|field| {
+        let ident = field.ident;
+        quote! {
+            fn version_key(&self) -> __idem::__private::Option<__idem::VersionKey> {
+                __idem::__private::Some(__idem::OrderedVersion::version_key(&self.#ident))
+            }
+        }
+    });
     let push_methods: Vec<TokenStream> = input
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
@@ -163,6 +171,8 @@ fn expand(input: &Input) -> TokenStream {
                 fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
                     #trait_id_body
                 }
+
+                #version_key
 
                 fn natural_key(&self) -> __idem::NaturalKey {
                     __idem::__private::natural_key(
@@ -239,7 +249,7 @@ fn push_method(
     let item_key = field
         .attrs
         .push_by
-        .get()
+        .as_ref()
         .map(syn::LitStr::value)
         .unwrap_or_default();
     let doc = format!(
@@ -266,30 +276,16 @@ fn push_method(
 
 /// `Field::new("name", "storedName", Role::…)` for a field with a role.
 fn field_spec(field: &Field) -> Option<TokenStream> {
-    let attrs = &field.attrs;
     let name = field.name();
     let stored_name = &field.stored_name;
-    if let Some(item_key) = attrs.push_by.get() {
+    if let Some(item_key) = &field.attrs.push_by {
         return Some(quote!(__idem::Field::pushed(#name, #stored_name, #item_key)));
     }
-    let role = if attrs.key.is_set() {
-        quote!(Key)
-    } else if attrs.timestamp.is_set() {
-        quote!(Timestamp)
-    } else if attrs.frozen.is_set() {
-        quote!(Frozen)
-    } else if attrs.volatile.is_set() {
-        quote!(Volatile)
-    } else if attrs.version.is_set() {
-        quote!(Version)
-    } else if attrs.tombstone.is_set() {
-        quote!(Tombstone)
-    } else if attrs.idempotency_key.is_set() {
-        quote!(IdempotencyKey)
-    } else {
-        return None;
-    };
-    Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#role)))
+    // `check` allows one role per field but for `frozen` beside a key or a timestamp, which are
+    // frozen anyway: the first in `Role::ALL` is the one that says most.
+    let role = Role::ALL.into_iter().find(|role| field.has(*role))?;
+    let variant = syn::Ident::new(role.runtime_variant(), proc_macro2::Span::call_site());
+    Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#variant)))
 }
 
 /// The input's where clause plus the type requirements of the key and timestamp fields, each
@@ -308,6 +304,15 @@ fn bounded_where_clause(input: &Input) -> WhereClause {
         where_clause
             .predicates
             .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdKey));
+        where_clause
+            .predicates
+            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::StoredKey));
+    }
+    if let Some(field) = input.version_field() {
+        let ty = field.ty;
+        where_clause
+            .predicates
+            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::OrderedVersion));
     }
     if let Some(field) = input.timestamp_field() {
         let ty = field.ty;

@@ -33,17 +33,7 @@ pub const VERSION: Symbol = Symbol("version");
 pub const TOMBSTONE: Symbol = Symbol("tombstone");
 pub const PUSH_BY: Symbol = Symbol("push_by");
 pub const IDEMPOTENCY_KEY: Symbol = Symbol("idempotency_key");
-
-pub const FIELD_ATTRIBUTES: &[Symbol] = &[
-    KEY,
-    TIMESTAMP,
-    FROZEN,
-    VOLATILE,
-    VERSION,
-    TOMBSTONE,
-    PUSH_BY,
-    IDEMPOTENCY_KEY,
-];
+pub const EFFECT: Symbol = Symbol("effect");
 
 // The serde attributes that change what is stored.
 pub const RENAME: Symbol = Symbol("rename");
@@ -51,6 +41,7 @@ pub const RENAME_ALL: Symbol = Symbol("rename_all");
 pub const SERIALIZE: Symbol = Symbol("serialize");
 pub const SKIP: Symbol = Symbol("skip");
 pub const SKIP_SERIALIZING: Symbol = Symbol("skip_serializing");
+pub const SKIP_SERIALIZING_IF: Symbol = Symbol("skip_serializing_if");
 pub const FLATTEN: Symbol = Symbol("flatten");
 
 // The id schemes `id_scheme` accepts.
@@ -61,6 +52,10 @@ pub const SCHEME_JOINED: &str = "joined";
 pub const ID_FIELD: &str = "_id";
 
 pub const DEFAULT_HASH_FIELD: &str = "sourceHash";
+
+/// The stored names idem writes itself besides `_id` and the hash field (the runtime's
+/// `RESERVED_FIELDS`).
+pub const RESERVED_FIELDS: &[&str] = &["idemFrozen", "idemVersion", "idemAppliedOps"];
 
 impl PartialEq<Symbol> for Ident {
     fn eq(&self, word: &Symbol) -> bool {

@@ -60,6 +60,17 @@ pub fn entry(entry_id: &str, revision: i64, text: &str) -> Entry {
 pub struct Account {
     #[idem(key)]
     pub owner: String,
+    /// Written by the first upsert only; then owned by `apply_once`.
+    #[idem(effect)]
+    pub balance: i64,
+}
+
+/// An account of `owner` with nothing credited yet.
+pub fn account(owner: &str) -> Account {
+    Account {
+        owner: owner.into(),
+        balance: 0,
+    }
 }
 
 /// A payment request: no natural key, made idempotent by the key the client sends.

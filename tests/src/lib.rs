@@ -69,7 +69,10 @@ impl CommandLog {
     }
 }
 
-/// The documents a write command's reply says it wrote.
+/// The documents a write command's reply says it wrote. A `findAndModify` reply tells an insert
+/// (`lastErrorObject.upserted`) but not whether a conditional replacement changed the document
+/// it matched, so only its inserts are counted: tests of a single upsert that writes nothing
+/// compare the stored bytes before and after as well.
 fn documents_written(command: &str, reply: &Document) -> u64 {
     let count = |field: &str| match reply.get(field) {
         Some(mongodb::bson::Bson::Int32(n)) => *n as u64,
@@ -78,6 +81,9 @@ fn documents_written(command: &str, reply: &Document) -> u64 {
     };
     match command {
         "insert" | "delete" => count("n"),
+        "findAndModify" => reply
+            .get_document("lastErrorObject")
+            .map_or(0, |status| u64::from(status.contains_key("upserted"))),
         "update" => {
             count("nModified")
                 + reply

@@ -38,7 +38,8 @@ struct JoinedPost {
     published_at: i64,
 }
 
-/// Keys of every kind, so each `KeyPart` is encoded: text, char, integers, a large unsigned, bool.
+/// Keys of every stored kind: text, char, integers, bool. `derive_id` takes any `IdKey` for a
+/// key, so the tests below pass a `u128` for `serial` to encode a large unsigned too.
 #[derive(Debug, Clone, Serialize, Idempotent)]
 #[idem(collection = "readings")]
 struct Reading {
@@ -51,7 +52,7 @@ struct Reading {
     #[idem(key)]
     offset: i64,
     #[idem(key)]
-    serial: u128,
+    serial: i64,
     #[idem(key)]
     calibrated: bool,
 }
@@ -69,7 +70,7 @@ struct JoinedReading {
     #[idem(key)]
     offset: i64,
     #[idem(key)]
-    serial: u128,
+    serial: i64,
     #[idem(key)]
     calibrated: bool,
 }

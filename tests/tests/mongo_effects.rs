@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use idem_core::mongo::{Store, APPLIED_OPS_FIELD};
 use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
-use idem_tests::fixtures::{Account, Payment};
+use idem_tests::fixtures::{account, Account, Payment};
 use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::doc;
 use serde::{Deserialize, Serialize};
@@ -231,12 +231,7 @@ async fn pushing_to_a_missing_document_is_an_error() {
 }
 
 async fn balance(store: &Store, owner: &str) -> i64 {
-    let id = Account {
-        owner: owner.into(),
-    }
-    .id()
-    .unwrap()
-    .to_string();
+    let id = account(owner).id().unwrap().to_string();
     let account = store
         .database()
         .collection::<mongodb::bson::Document>("accounts")
@@ -249,9 +244,7 @@ async fn balance(store: &Store, owner: &str) -> i64 {
 async fn an_operation_applies_once_however_often_it_is_retried() {
     let (database, _log) = fresh_database("apply_once").await;
     let store = Store::new(database);
-    let ada = Account {
-        owner: "ada".into(),
-    };
+    let ada = account("ada");
     store.upsert(&ada).await.unwrap();
     let op = OpId::from("payment-1:credit");
     let credit = doc! { "$inc": { "balance": 500i64 } };
@@ -282,14 +275,7 @@ async fn an_operation_applies_once_however_often_it_is_retried() {
 async fn a_transfer_retried_after_a_failure_between_its_steps_moves_the_money_once() {
     let (database, _log) = fresh_database("transfer").await;
     let store = Store::new(database);
-    let (ada, bob) = (
-        Account {
-            owner: "ada".into(),
-        },
-        Account {
-            owner: "bob".into(),
-        },
-    );
+    let (ada, bob) = (account("ada"), account("bob"));
     store.upsert(&ada).await.unwrap();
     store.upsert(&bob).await.unwrap();
     let transfer = OpId::from("transfer-42");
@@ -323,9 +309,7 @@ async fn a_transfer_retried_after_a_failure_between_its_steps_moves_the_money_on
 async fn eight_racing_applications_of_one_operation_apply_it_once() {
     let (database, _log) = fresh_database("apply_once_race").await;
     let store = Arc::new(Store::new(database));
-    let ada = Account {
-        owner: "ada".into(),
-    };
+    let ada = account("ada");
     store.upsert(&ada).await.unwrap();
     let tasks: Vec<_> = (0..8)
         .map(|_| {
@@ -356,9 +340,7 @@ async fn eight_racing_applications_of_one_operation_apply_it_once() {
 async fn a_document_remembers_only_its_latest_op_window() {
     let (database, _log) = fresh_database("op_window").await;
     let store = Store::new(database).with_op_window(3);
-    let ada = Account {
-        owner: "ada".into(),
-    };
+    let ada = account("ada");
     store.upsert(&ada).await.unwrap();
     let id = ada.id().unwrap();
     for n in 0..5 {
@@ -388,18 +370,12 @@ async fn a_document_remembers_only_its_latest_op_window() {
 
 #[tokio::test]
 async fn op_ids_derive_from_the_triggering_document() {
-    let ada = Account {
-        owner: "ada".into(),
-    };
+    let ada = account("ada");
     assert_eq!(ada.op_id("points").unwrap(), ada.op_id("points").unwrap());
     assert_ne!(ada.op_id("points").unwrap(), ada.op_id("streak").unwrap());
     assert_ne!(
         ada.op_id("points").unwrap(),
-        Account {
-            owner: "bob".into()
-        }
-        .op_id("points")
-        .unwrap()
+        account("bob").op_id("points").unwrap()
     );
 }
 

@@ -112,7 +112,7 @@ async fn generic_documents_upsert_like_any_other() {
     let (database, _log) = fresh_database("generic").await;
     let store = Store::new(database);
     let first = Envelope {
-        key: 42u64,
+        key: 42i64,
         payload: vec!["a".to_string()],
     };
     assert_eq!(first.upsert(&store).await.unwrap(), Outcome::Inserted);

@@ -1,16 +1,15 @@
 //! Batch upserts: one read and, unless the writes exceed a command, at most one write per
 //! chunk; outcomes per document.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
 
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
-use super::compare::version_order;
-use super::write::{bson_size, PreparedWrite, Verdict};
+use super::write::{bson_size, PreparedWrite, Reading};
 use super::{collect, mongo_error, Store, DUPLICATE_KEY};
+use crate::batch::{copy_outcome, plan_batch};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent, Model};
 use crate::outcome::Outcome;
@@ -101,8 +100,10 @@ const ARRAY_ELEMENT_OVERHEAD: usize = 8;
 impl Store {
     /// Upserts a batch, converging like [`upsert`](Store::upsert) for each document.
     ///
-    /// Documents with the same id are collapsed before sending: the newest version wins, or
-    /// else the last occurrence. The rest goes in chunks of
+    /// Each document gets the outcome that upserting the documents one by one, in input order,
+    /// would give it ([`crate::batch`]): a document with the same id and content as the previous
+    /// one with that id is not sent, and the other documents sharing an id go in later rounds.
+    /// Each round goes in chunks of
     /// [`with_batch_chunk`](Store::with_batch_chunk) documents (250 by default); per chunk, one
     /// read of the stored hashes, versions and markers, and one write command carrying only the
     /// documents that need it (two or more if they exceed the server's command size).
@@ -141,24 +142,24 @@ impl Store {
                 }
             }
         }
-        let (winners, collapsed) = collapse_duplicates(&writes);
-        if !winners.is_empty() {
+        let plan = plan_batch(writes.iter().map(|write| {
+            write
+                .as_ref()
+                .map(|w| (w.id_text.as_str(), w.hash.as_str()))
+        }));
+        if !plan.rounds.is_empty() {
             self.verify_indexes(model, &DocumentRef::collection(model))
                 .await?;
             let limits = self.server_limits(model).await?;
-            for chunk in winners.chunks(limits.max_write_batch.min(self.batch_chunk)) {
-                self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
-                    .await?;
+            for round in &plan.rounds {
+                for chunk in round.chunks(limits.max_write_batch.min(self.batch_chunk)) {
+                    self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
+                        .await?;
+                }
             }
         }
-        for &(copy, winner) in &collapsed {
-            let same_content = match (&writes[copy], &writes[winner]) {
-                (Some(copy), Some(winner)) => copy.hash == winner.hash,
-                _ => false,
-            };
-            outcomes[copy] = outcomes[winner]
-                .as_ref()
-                .map(|winner| collapsed_outcome(winner, same_content));
+        for &(copy, original) in &plan.copies {
+            outcomes[copy] = outcomes[original].as_ref().map(copy_outcome);
         }
         let outcomes = outcomes
             .into_iter()
@@ -176,7 +177,7 @@ impl Store {
             .collect();
         Ok(BatchReport {
             outcomes,
-            collapsed: collapsed.len(),
+            collapsed: plan.copies.len(),
         })
     }
 
@@ -219,11 +220,20 @@ impl Store {
             let Some(write) = prepared(index) else {
                 continue;
             };
-            match stored.get(&write.id_text).map(|stored| write.judge(stored)) {
-                None | Some(Verdict::Replace) => to_write.push(index),
-                Some(Verdict::Settled(outcome)) => outcomes[index] = Some(Ok(outcome)),
-                Some(Verdict::Refused(refusal)) => outcomes[index] = Some(Err(refusal)),
+            let Some(stored) = stored.get(&write.id_text) else {
+                to_write.push(index);
+                continue;
+            };
+            if write.server_may_replace(stored) {
+                to_write.push(index);
+                continue;
             }
+            outcomes[index] = match write.read(stored) {
+                Reading::Settled(outcome) => Some(Ok(outcome)),
+                Reading::Refused(refusal) => Some(Err(refusal)),
+                // Stored without digests: the single upsert's second, pinned step writes it.
+                Reading::Replace => Some(self.settle(write).await),
+            };
         }
         let statements = to_write
             .into_iter()
@@ -281,7 +291,7 @@ impl Store {
             };
             outcomes[index] = match errors.get(&statement) {
                 Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
-                    conflicts.push(index);
+                    conflicts.push((index, statement));
                     None
                 }
                 Some(error) => Some(Err(refused_by_server(&write.document, error, ""))),
@@ -289,11 +299,15 @@ impl Store {
                 None => Some(Ok(Outcome::Updated)),
             };
         }
-        for index in conflicts {
+        for (index, statement) in conflicts {
             let Some(write) = prepared(index) else {
                 continue;
             };
-            let outcome = match self.classify_conflict(&collection, write).await {
+            let message = errors
+                .get(&statement)
+                .and_then(|error| error.get_str("errmsg").ok())
+                .unwrap_or_default();
+            let outcome = match self.classify_conflict(&collection, write, message).await {
                 Ok(Some(outcome)) => Ok(outcome),
                 Ok(None) => self.settle(write).await,
                 Err(error) => Err(error),
@@ -335,65 +349,15 @@ impl Store {
     }
 }
 
-/// Keeps one write per id: the newest version, or else the last occurrence. Returns the winners
-/// in input order, and each collapsed copy with its winner.
-fn collapse_duplicates(writes: &[Option<PreparedWrite>]) -> (Vec<usize>, Vec<(usize, usize)>) {
-    let mut winner_of: HashMap<&str, usize> = HashMap::new();
-    for (index, write) in writes.iter().enumerate() {
-        let Some(write) = write else { continue };
-        let replaces_winner = match winner_of
-            .get(write.id_text.as_str())
-            .and_then(|&w| writes[w].as_ref())
-        {
-            None => true,
-            Some(winner) => match (write.version(), winner.version()) {
-                (Some(incoming), Some(current)) => {
-                    version_order(incoming, current) != Some(Ordering::Less)
-                }
-                _ => true,
-            },
-        };
-        if replaces_winner {
-            winner_of.insert(write.id_text.as_str(), index);
-        }
-    }
-    let mut winners = Vec::new();
-    let mut collapsed = Vec::new();
-    for (index, write) in writes.iter().enumerate() {
-        let Some(write) = write else { continue };
-        // The first loop recorded a winner for every id it saw, this one included.
-        let Some(&winner) = winner_of.get(write.id_text.as_str()) else {
-            continue;
-        };
-        if winner == index {
-            winners.push(index);
-        } else {
-            collapsed.push((index, winner));
-        }
-    }
-    (winners, collapsed)
-}
-
-/// The outcome of a collapsed copy, once its winner's is known: a copy of what was stored (or
-/// already was) is `Unchanged`, another content `Stale`; a winner that was `Stale`, `Deleted` or
-/// refused passes that on, since the copy would have met the same stored document.
-fn collapsed_outcome(
-    winner: &Result<Outcome, Error>,
-    same_content: bool,
-) -> Result<Outcome, Error> {
-    match winner {
-        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) if same_content => {
-            Ok(Outcome::Unchanged)
-        }
-        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) => Ok(Outcome::Stale),
-        Ok(other) => Ok(*other),
-        Err(refusal) => Err(refusal.clone()),
-    }
-}
-
-/// The guarded upsert of `write`, as one statement of an `update` command.
+/// The guarded upsert of `write`, as one statement of an `update` command: the guard in the
+/// query, so a statement that matches has replaced the document.
 fn upsert_statement(write: &PreparedWrite) -> Document {
-    doc! { "q": write.guarded_filter(), "u": write.update(), "upsert": true, "multi": false }
+    doc! {
+        "q": write.guarded_query(),
+        "u": write.replacement_pipeline(),
+        "upsert": true,
+        "multi": false,
+    }
 }
 
 /// Splits the statements into commands the server accepts: within its batch limit and its

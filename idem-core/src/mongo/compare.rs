@@ -1,7 +1,5 @@
 //! Comparing and showing stored values as a MongoDB filter would see them.
 
-use std::cmp::Ordering;
-
 use mongodb::bson::Bson;
 
 /// A value as error messages show it: relaxed extended JSON.
@@ -38,16 +36,5 @@ pub(crate) fn bson_equal(a: &Bson, b: &Bson) -> bool {
             (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
             _ => a == b,
         },
-    }
-}
-
-/// The order of two versions: numbers by value, dates by instant, text by bytes; `None` for
-/// values that do not compare (a version changed type).
-pub(crate) fn version_order(a: &Bson, b: &Bson) -> Option<Ordering> {
-    match (a, b) {
-        (Bson::Int64(x), Bson::Int64(y)) => Some(x.cmp(y)),
-        (Bson::DateTime(x), Bson::DateTime(y)) => Some(x.cmp(y)),
-        (Bson::String(x), Bson::String(y)) => Some(x.cmp(y)),
-        _ => number(a)?.partial_cmp(&number(b)?),
     }
 }

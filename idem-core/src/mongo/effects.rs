@@ -5,13 +5,17 @@ use std::collections::HashSet;
 
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::error::ErrorKind;
+use mongodb::Collection;
 use serde::Serialize;
 
 use super::write::PreparedWrite;
-use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD, DUPLICATE_KEY};
+use super::{
+    collect, find_by_id, index_in_message, mongo_error, update_or_explain, Store,
+    APPLIED_OPS_FIELD, DUPLICATE_KEY,
+};
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{DocumentRef, Idempotent, OpId, Role};
+use crate::model::{DocumentRef, Idempotent, Model, OpId, Role};
 use crate::outcome::{Applied, Pushed};
 
 impl Store {
@@ -23,6 +27,10 @@ impl Store {
     /// share, so an effect run for each returned member (a notification) runs once. This holds
     /// when the rule is pure (the same inputs derive the same members, with the same ids) and
     /// monotonic (a member once earned stays earned).
+    ///
+    /// A member whose natural key is stored under another id (its timestamp moved) is refused
+    /// with [`Error::FrozenFieldChanged`], as `upsert` refuses it; the members without conflict
+    /// are stored by then, and a retry without the refused member finds them.
     ///
     /// If the acknowledgement is lost, the call fails; the retry finds the members stored and
     /// returns none of them. Effects that must survive that are [`apply_once`](Store::apply_once)
@@ -50,30 +58,82 @@ impl Store {
             .map(|(_, write)| write.inserted_document())
             .collect();
         let whole = DocumentRef::collection(model);
-        let existing: HashSet<usize> = match self
-            .raw_collection(model)
-            .insert_many(documents)
-            .ordered(false)
-            .await
-        {
-            Ok(_) => HashSet::new(),
-            Err(error) => match error.kind.as_ref() {
-                ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
-                    let write_errors = failure.write_errors.as_deref().unwrap_or_default();
-                    if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
-                        return Err(mongo_error(&whole, error));
+        let collection = self.raw_collection(model);
+        let collided: Vec<(usize, String)> =
+            match collection.insert_many(documents).ordered(false).await {
+                Ok(_) => Vec::new(),
+                Err(error) => match error.kind.as_ref() {
+                    ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
+                        let write_errors = failure.write_errors.as_deref().unwrap_or_default();
+                        if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
+                            return Err(mongo_error(&whole, error));
+                        }
+                        write_errors
+                            .iter()
+                            .map(|e| (e.index, e.message.clone()))
+                            .collect()
                     }
-                    write_errors.iter().map(|e| e.index).collect()
-                }
-                _ => return Err(mongo_error(&whole, error)),
-            },
-        };
+                    _ => return Err(mongo_error(&whole, error)),
+                },
+            };
+        let existing = self
+            .already_stored(&collection, &candidates, &collided)
+            .await?;
         Ok(candidates
             .into_iter()
             .enumerate()
             .filter(|(index, _)| !existing.contains(index))
             .map(|(_, (member, _))| member.clone())
             .collect())
+    }
+
+    /// Of the members whose insert collided (`collided`, indexes into `candidates`), those stored
+    /// under their own id. A member whose natural key is stored under another id (a field feeding
+    /// the id changed) is refused as `upsert` refuses it; one that collided on another unique
+    /// index is refused naming it.
+    async fn already_stored<T>(
+        &self,
+        collection: &Collection<Document>,
+        candidates: &[(&T, PreparedWrite)],
+        collided: &[(usize, String)],
+    ) -> Result<HashSet<usize>, Error> {
+        if collided.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids: Vec<&str> = collided
+            .iter()
+            .map(|(index, _)| candidates[*index].1.id_text.as_str())
+            .collect();
+        let whole = DocumentRef::collection(candidates[0].1.model);
+        let find = collection
+            .find(doc! { "_id": { "$in": ids } })
+            .projection(doc! { "_id": 1 });
+        let stored_ids: HashSet<String> = collect(find, &whole)
+            .await?
+            .iter()
+            .filter_map(|stored| Some(stored.get_str("_id").ok()?.to_owned()))
+            .collect();
+        let mut existing = HashSet::new();
+        for (index, message) in collided {
+            let (index, write) = (*index, &candidates[*index].1);
+            if stored_ids.contains(&write.id_text) {
+                existing.insert(index);
+                continue;
+            }
+            return Err(match self.read_conflict(collection, write).await? {
+                (_, Some(stored)) => write.id_change(&stored),
+                // Stored under its id since the read: a racing writer inserted it.
+                (Some(_), None) => {
+                    existing.insert(index);
+                    continue;
+                }
+                (None, None) => Error::UniqueIndexConflict {
+                    document: Box::new(write.document.clone()),
+                    index: index_in_message(message),
+                },
+            });
+        }
+        Ok(existing)
     }
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
@@ -163,6 +223,11 @@ impl Store {
     /// under `id` only if `op` has not been applied to it, recording `op` in the same atomic
     /// update. Returns `Applied`, or `AlreadyApplied` (nothing written).
     ///
+    /// The update may touch only `#[idem(effect)]` fields (by their stored names, or paths inside
+    /// them): upserts never overwrite those, so a replayed upsert cannot undo an operation. Any
+    /// other path, a field the type does not have included, is refused with
+    /// [`Error::NotAnEffectField`] before anything is sent.
+    ///
     /// An operation that spans documents (credit one account, debit another) uses the same op id
     /// on each step; after a failure between steps, retrying the whole operation applies each
     /// step exactly once. Derive op ids from the triggering document
@@ -175,6 +240,12 @@ impl Store {
     {
         let model = &T::MODEL;
         let document = DocumentRef::by_id(model, id);
+        if let Some(path) = unowned_path(model, &update) {
+            return Err(Error::NotAnEffectField {
+                document: Box::new(document),
+                path,
+            });
+        }
         let collection = self.raw_collection(model);
         let id_text = id.to_string();
         let filter = doc! { "_id": id_text.as_str(), APPLIED_OPS_FIELD: { "$ne": op.as_str() } };
@@ -209,6 +280,30 @@ impl Store {
         )
         .await
     }
+}
+
+/// The first path in `update` that is not inside an effect field of `model`: every key of an
+/// update operator names a path whose first segment must be an effect field. A key that is not
+/// an operator (a replacement document) is itself such a path.
+fn unowned_path(model: &Model, update: &Document) -> Option<String> {
+    let owns = |path: &str| {
+        let field = path.split('.').next().unwrap_or(path);
+        model
+            .effect_fields()
+            .any(|effect| effect.stored_name() == field)
+    };
+    for (operator, paths) in update {
+        if !operator.starts_with('$') {
+            return Some(operator.clone());
+        }
+        let Bson::Document(paths) = paths else {
+            return Some(operator.clone());
+        };
+        if let Some(path) = paths.keys().find(|path| !owns(path)) {
+            return Some(path.clone());
+        }
+    }
+    None
 }
 
 /// Adds to `update` the push of `op` onto the applied-ops list, keeping the latest `window`.

@@ -5,10 +5,10 @@ use mongodb::bson::doc;
 use mongodb::options::ReturnDocument;
 use serde::Serialize;
 
-use super::write::{stored_id, PreparedWrite};
+use super::write::{stored_id, stored_id_text, PreparedWrite};
 use super::{is_duplicate_key, mongo_error, Store, MAX_ATTEMPTS};
 use crate::error::Error;
-use crate::id::Id;
+use crate::id::{Id, KeyValue};
 use crate::model::Idempotent;
 use crate::outcome::Outcome;
 
@@ -26,6 +26,10 @@ impl Store {
     /// key stores it under a fresh random ULID; a retry with the same key and the same payload
     /// returns that first id with `Unchanged`; the same key with another payload is
     /// [`Error::IdempotencyKeyReused`]. Nothing is written but the first time. One round trip.
+    ///
+    /// An empty key is refused ([`Error::EmptyKey`]): requests that lost their key would all
+    /// fold into the first one. A key already stored by another tool, under an `_id` idem did
+    /// not assign, is [`Error::ForeignId`].
     pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -36,6 +40,14 @@ impl Store {
             .ok_or_else(|| Error::NoDerivedId {
                 document: Box::new(event.document_ref()),
             })?;
+        if let [(field, KeyValue::Text(key))] = event.natural_key().parts() {
+            if key.is_empty() {
+                return Err(Error::EmptyKey {
+                    document: Box::new(event.document_ref()),
+                    field,
+                });
+            }
+        }
         self.verify_indexes(model, &event.document_ref()).await?;
         let collection = self.raw_collection(model);
         let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
@@ -56,7 +68,12 @@ impl Store {
                 Err(error) if is_duplicate_key(&error) => continue,
                 Err(source) => return Err(mongo_error(&write.document, source)),
             };
-            let first_id = stored_id(&stored).unwrap_or(write.id);
+            let Some(first_id) = stored_id(&stored) else {
+                return Err(Error::ForeignId {
+                    document: Box::new(write.document),
+                    stored_id: stored_id_text(&stored).unwrap_or_default(),
+                });
+            };
             if first_id == write.id {
                 return Ok(Recorded {
                     id: write.id,

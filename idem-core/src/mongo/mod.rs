@@ -14,17 +14,17 @@
 //!
 //! # How an upsert converges
 //!
-//! One `update` command, keyed by the derived `_id` with the natural-key fields beside it, sets
-//! the document only if it may replace the stored one (another content hash, or with
-//! `#[idem(version)]` a strictly newer version; no frozen field changed; not deleted), and inserts
-//! it if no document has that `_id`. The server's answer classifies the write:
+//! One `findAndModify` command, keyed by the derived `_id` with the natural-key fields beside
+//! it, replaces the stored document with an update pipeline only if a guard on the stored document
+//! allows it (not deleted; no frozen field changed; a strictly newer version, or without versions
+//! another content hash), inserts it if no document has that `_id`, and returns the document as
+//! it was. That image classifies the write in the same round trip: none is `Inserted`; one the
+//! guard let through is `Updated`; any other is `Unchanged`, `Stale`, `Deleted` or a refusal
+//! ([`Error::FrozenFieldChanged`]), judged by [`crate::verdict`], the rule the guard states.
 //!
-//! - a match: `Updated`; an insert: `Inserted` (one round trip either way);
-//! - a duplicate-key error: a document with this `_id` or this natural key is stored but did not
-//!   match. One read of the document under the `_id` tells `Unchanged`, `Stale` or `Deleted` from
-//!   a refusal ([`Error::FrozenFieldChanged`]: a frozen field differs). When no document has the
-//!   `_id`, a second read finds the natural key stored under another id, because a field feeding
-//!   the id changed: also a refusal. Nothing was written either way.
+//! A duplicate-key error means the natural key is stored under another id, because a field
+//! feeding the id changed (a refusal, after a read by `_id` and one by natural key), or another
+//! unique index collides ([`Error::UniqueIndexConflict`]). Nothing was written either way.
 //!
 //! No read precedes a write, so there is no window in which a concurrent writer's update can be
 //! lost; the unique index on the natural key makes a fork (two documents for one natural key)
@@ -44,7 +44,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::IndexOptions;
+use mongodb::options::{IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
 use serde::Serialize;
 
@@ -55,14 +55,13 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model};
 use crate::outcome::{Outcome, Pushed};
-use write::{is_tombstoned, PreparedWrite, Verdict};
+use write::{is_tombstoned, PreparedWrite, Reading};
 
 /// The name of the unique index on a collection's natural key (or an event type's idempotency
 /// key).
 pub const NATURAL_KEY_INDEX: &str = "idem_natural_key";
 
-/// The stored field where [`Store::apply_once`] records the op ids applied to a document.
-pub const APPLIED_OPS_FIELD: &str = "idemAppliedOps";
+pub use crate::model::APPLIED_OPS_FIELD;
 
 /// How many op ids a document remembers by default; see [`Store::with_op_window`].
 pub const DEFAULT_OP_WINDOW: usize = 1000;
@@ -142,9 +141,10 @@ impl Store {
 
     /// Writes `doc` under its derived id, converging under retries, replays and races.
     ///
-    /// Returns `Inserted` or `Updated` after one round trip; `Unchanged`, `Stale` or `Deleted`
-    /// (nothing written) after two; a refusal after two, or three when a field feeding the id
-    /// changed. Refuses with [`Error::FrozenFieldChanged`] a write that would
+    /// Every outcome takes one round trip, and so does the refusal of a changed frozen field;
+    /// the refusal of a changed field feeding the id takes three (the write, then a read by
+    /// `_id` and one by natural key). A document another tool stored without digests takes a
+    /// second, pinned write. Refuses with [`Error::FrozenFieldChanged`] a write that would
     /// change a frozen field or store the natural key under a second id; nothing is written then.
     /// An event type (with an `idempotency_key`) is written as by [`record`](Store::record).
     pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
@@ -176,8 +176,7 @@ impl Store {
         };
         self.verify_indexes(&T::MODEL, &write.document).await?;
         let collection = self.raw_collection(write.model);
-        let mut filter = doc! { "_id": write.id_text.as_str() };
-        filter.extend(write.natural_key_filter());
+        let mut filter = write.query();
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
         let update = doc! {
             "$set": { tombstone.stored_name(): marker },
@@ -199,8 +198,20 @@ impl Store {
                         (Some(stored), _) if is_tombstoned(write.model, &stored) => {
                             return Ok(Outcome::Unchanged)
                         }
+                        // Stored meanwhile, or under this id with another natural key.
+                        (Some(stored), _) => match write.read(&stored) {
+                            Reading::Refused(refusal) if !write.shares_natural_key(&stored) => {
+                                return Err(refusal)
+                            }
+                            _ => continue,
+                        },
                         (None, Some(stored)) => return Err(write.id_change(&stored)),
-                        _ => continue,
+                        (None, None) => {
+                            return Err(Error::UniqueIndexConflict {
+                                document: Box::new(write.document),
+                                index: index_in_message(duplicate_key_message(&error)),
+                            })
+                        }
                     }
                 }
                 Err(source) => return Err(mongo_error(&write.document, source)),
@@ -252,26 +263,30 @@ impl Store {
         .await
     }
 
-    /// Sends the guarded upsert until the server's answer settles it.
+    /// Sends the conditional replacement until the server's answer settles it. The server
+    /// returns the document as it was before the command; the guard's decision on it is the
+    /// outcome, so every outcome but a conflict takes one round trip.
     async fn settle(&self, write: &PreparedWrite) -> Result<Outcome, Error> {
         let collection = self.raw_collection(write.model);
         for _ in 0..MAX_ATTEMPTS {
-            let result = collection
-                .update_one(write.guarded_filter(), write.update())
+            let before = collection
+                .find_one_and_update(write.query(), write.conditional_replacement())
                 .upsert(true)
+                .return_document(ReturnDocument::Before)
+                .projection(write.judged_fields())
                 .await;
-            match result {
-                Ok(result) if result.upserted_id.is_some() => return Ok(Outcome::Inserted),
-                Ok(result) if result.matched_count > 0 => return Ok(Outcome::Updated),
-                // An upsert either matches or inserts; anything else is a server quirk, and
-                // trying again is safe.
-                Ok(_) => continue,
+            let settled = match before {
+                Ok(None) => Some(Outcome::Inserted),
+                Ok(Some(stored)) if write.server_may_replace(&stored) => Some(Outcome::Updated),
+                Ok(Some(stored)) => self.settle_unreplaced(&collection, write, &stored).await?,
                 Err(error) if is_duplicate_key(&error) => {
-                    if let Some(outcome) = self.classify_conflict(&collection, write).await? {
-                        return Ok(outcome);
-                    }
+                    let message = duplicate_key_message(&error);
+                    self.classify_conflict(&collection, write, message).await?
                 }
                 Err(source) => return Err(mongo_error(&write.document, source)),
+            };
+            if let Some(outcome) = settled {
+                return Ok(outcome);
             }
         }
         Err(Error::Contention {
@@ -279,21 +294,50 @@ impl Store {
         })
     }
 
-    /// Reads what stopped a guarded write: `Unchanged`, `Stale`, `Deleted`, a refusal, or
-    /// `None` if the document changed meanwhile and the write should be tried again.
+    /// The outcome for a stored document the guard did not let the write replace: `Unchanged`,
+    /// `Stale`, `Deleted` or a refusal. A document stored without digests, which the guard
+    /// cannot compare, is compared here and, if the write may replace it, written in a second
+    /// step pinned to what was read. `None`: it changed meanwhile, and the write goes again.
+    async fn settle_unreplaced(
+        &self,
+        collection: &Collection<Document>,
+        write: &PreparedWrite,
+        stored: &Document,
+    ) -> Result<Option<Outcome>, Error> {
+        match write.read(stored) {
+            Reading::Settled(outcome) => Ok(Some(outcome)),
+            Reading::Refused(refusal) => Err(refusal),
+            Reading::Replace => {
+                let replaced = collection
+                    .update_one(write.pinned_query(stored), write.replacement_pipeline())
+                    .await
+                    .map_err(|source| mongo_error(&write.document, source))?;
+                Ok((replaced.matched_count > 0).then_some(Outcome::Updated))
+            }
+        }
+    }
+
+    /// Reads what made a write collide with a unique index: the document under its id (stored
+    /// meanwhile by a racing writer, or holding another natural key), the natural key stored
+    /// under another id (a field feeding the id changed: a refusal), or else another unique
+    /// index, named in the refusal. `None`: the write should go again.
     async fn classify_conflict(
         &self,
         collection: &Collection<Document>,
         write: &PreparedWrite,
+        duplicate_message: &str,
     ) -> Result<Option<Outcome>, Error> {
         match self.read_conflict(collection, write).await? {
-            (Some(stored), _) => match write.judge(&stored) {
-                Verdict::Replace => Ok(None),
-                Verdict::Settled(outcome) => Ok(Some(outcome)),
-                Verdict::Refused(refusal) => Err(refusal),
+            (Some(stored), _) => match write.read(&stored) {
+                Reading::Replace => Ok(None),
+                Reading::Settled(outcome) => Ok(Some(outcome)),
+                Reading::Refused(refusal) => Err(refusal),
             },
             (None, Some(stored)) => Err(write.id_change(&stored)),
-            (None, None) => Ok(None),
+            (None, None) => Err(Error::UniqueIndexConflict {
+                document: Box::new(write.document.clone()),
+                index: index_in_message(duplicate_message),
+            }),
         }
     }
 
@@ -497,6 +541,25 @@ fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
         document: Box::new(document.clone()),
         source,
     }
+}
+
+/// The server's message of a duplicate-key error. Read only to name the index in a refusal:
+/// what the refusal is was decided by reading the stored documents, not from this text.
+fn duplicate_key_message(error: &mongodb::error::Error) -> &str {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.message.as_str(),
+        ErrorKind::Command(command_error) => command_error.message.as_str(),
+        _ => "",
+    }
+}
+
+/// `NAME` in a server's "… index: NAME dup key: …", or "(unnamed)".
+fn index_in_message(message: &str) -> String {
+    message
+        .split_once("index: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map_or_else(|| "(unnamed)".to_owned(), str::to_owned)
 }
 
 fn is_duplicate_key(error: &mongodb::error::Error) -> bool {

@@ -1,16 +1,27 @@
-//! One document ready to write, and the judgement of a stored document against it. The single
-//! upsert, the batch upsert and `delete` all build their commands and read their verdicts here.
+//! One document ready to write: its stored form, the server-side guard that decides whether it
+//! replaces the stored document, and the reduction of a stored document to what
+//! [`verdict`](crate::verdict) judges. The single upsert, the batch upsert, `delete`,
+//! `insert_new` and `record` all build their commands here.
+//!
+//! The guard is an aggregation expression over the stored document, in the same terms as
+//! [`Stored::judge`]: not deleted; each guarded field never written or holding the incoming
+//! digest (a document without digests only where none of those fields is written); and a
+//! strictly newer version order key, or without versions another content hash.
+//! [`PreparedWrite::stored`] reads a stored document the same way, so the image the server
+//! returns says exactly what the guard decided.
 
-use std::cmp::Ordering;
-
-use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
-use super::compare::{bson_equal, show, version_order};
+use super::compare::{bson_equal, show};
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Idempotent, Model, Role};
+use crate::model::{
+    DocumentRef, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
+    VERSION_KEY_FIELD,
+};
 use crate::outcome::Outcome;
+use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
 
 /// MongoDB's limit on one stored document (`maxBsonObjectSize` on every server).
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
@@ -22,20 +33,26 @@ pub(crate) struct PreparedWrite {
     pub id: Id,
     pub id_text: String,
     pub hash: String,
-    /// The fields an upsert sets: every stored field but `_id`, the tombstone and the pushed
-    /// lists, plus the content hash.
+    /// The version's order key, for a type with versions.
+    pub version_key: Option<String>,
+    /// The fields an upsert writes: what serde wrote less the fields other routes own, plus the
+    /// content hash, the guarded fields' digests and the version's order key. No `_id`.
     pub body: Document,
+    /// The incoming values of the effect fields: written when the document is inserted only.
+    effects: Document,
+    /// Each guarded field with the digest of its incoming value (`None`: null or not written).
+    digests: Vec<(&'static Field, Option<String>)>,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
 }
 
-/// What a stored document means for an incoming write.
-pub(crate) enum Verdict {
-    /// The guarded update replaces it (or, if nothing is stored, inserts).
+/// What a stored document means for this write, with the refusal spelled out.
+pub(crate) enum Reading {
+    /// The write replaces it.
     Replace,
     /// Nothing to write: `Unchanged`, `Stale` or `Deleted`.
     Settled(Outcome),
-    /// The write would change a frozen field.
+    /// The write would change a guarded field.
     Refused(Error),
 }
 
@@ -48,15 +65,25 @@ impl PreparedWrite {
     /// Prepares `doc` under `id` (an event's id is not derived).
     pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
-        let hash = doc.content_hash()?.to_hex();
         let document = doc.document_ref();
-        let mut body = bson::to_document(doc).map_err(|error| Error::Serialize {
+        let serialize_error = |message: String| Error::Serialize {
             document: Box::new(document.clone()),
-            message: error.to_string(),
-        })?;
-        let must_be_stored = model.fields().iter().filter(|field| {
-            field.role().is_frozen() || matches!(field.role(), Role::Version | Role::IdempotencyKey)
-        });
+            message,
+        };
+        let hash = doc.content_hash()?.to_hex();
+        let mut body =
+            bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
+        if let Some(reserved) = body.keys().find(|name| model.is_reserved(name)) {
+            return Err(Error::ReservedName {
+                document: Box::new(document),
+                stored_name: reserved.clone(),
+            });
+        }
+        // Keys feed the id and find the document; an absent guarded field is one never written.
+        let must_be_stored = model
+            .fields()
+            .iter()
+            .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
         for field in must_be_stored {
             if !body.contains_key(field.stored_name()) {
                 return Err(Error::FieldNotSerialized {
@@ -69,44 +96,78 @@ impl PreparedWrite {
         let tombstone = model
             .tombstone_field()
             .and_then(|field| body.get(field.stored_name()))
-            .filter(|marker| !matches!(marker, Bson::Null))
+            .filter(|marker| !is_null(marker))
             .cloned();
-        for field in model
-            .fields()
-            .iter()
-            .filter(|field| !model.is_upserted(field.stored_name()))
-        {
-            body.remove(field.stored_name());
+        let mut effects = Document::new();
+        for field in model.fields() {
+            let value = body.remove(field.stored_name());
+            match (field.role(), value) {
+                (Role::Effect, Some(initial)) => {
+                    effects.insert(field.stored_name(), initial);
+                }
+                (role, Some(value)) if !role.is_owned_elsewhere() => {
+                    body.insert(field.stored_name(), value);
+                }
+                _ => {}
+            }
         }
+        let digests = model
+            .digested_fields()
+            .map(|field| {
+                let digest = body
+                    .get(field.stored_name())
+                    .map(digest_of)
+                    .transpose()
+                    .map_err(&serialize_error)?
+                    .flatten();
+                Ok((field, digest))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
         body.insert(model.hash_field(), hash.clone());
-        // With room for the `_id` the upsert adds.
-        let size = bson_size(&body) + 40;
-        if size > MAX_DOCUMENT_BYTES {
-            return Err(Error::DocumentTooLarge {
-                document: Box::new(document),
-                size,
-                limit: MAX_DOCUMENT_BYTES,
-            });
+        if !digests.is_empty() {
+            let stored_digests: Document = digests
+                .iter()
+                .filter_map(|(field, digest)| {
+                    Some((
+                        field.stored_name().to_owned(),
+                        Bson::String(digest.clone()?),
+                    ))
+                })
+                .collect();
+            body.insert(FROZEN_DIGESTS_FIELD, stored_digests);
         }
-        Ok(PreparedWrite {
+        let version_key = model
+            .version_field()
+            .and(doc.version_key())
+            .map(|key| key.to_stored());
+        if let Some(key) = &version_key {
+            body.insert(VERSION_KEY_FIELD, key.as_str());
+        }
+        let write = PreparedWrite {
             model,
             document,
             id,
             id_text: id.to_string(),
             hash,
+            version_key,
             body,
+            effects,
+            digests,
             tombstone,
-        })
+        };
+        let size = bson_size(&write.inserted_document());
+        if size > MAX_DOCUMENT_BYTES {
+            return Err(Error::DocumentTooLarge {
+                document: Box::new(write.document),
+                size,
+                limit: MAX_DOCUMENT_BYTES,
+            });
+        }
+        Ok(write)
     }
 
     fn value(&self, field: &Field) -> &Bson {
-        // `with_id` checked that every frozen, version and key field is in the body.
         self.body.get(field.stored_name()).unwrap_or(&Bson::Null)
-    }
-
-    /// The incoming version, if the type has one.
-    pub fn version(&self) -> Option<&Bson> {
-        self.model.version_field().map(|field| self.value(field))
     }
 
     /// `{k1: {$eq: v1}, …}` over the natural-key fields. `$eq` keeps a value that looks like an
@@ -124,131 +185,255 @@ impl PreparedWrite {
             .collect()
     }
 
-    /// Matches the stored document only if this write may replace it: same id and natural key,
-    /// not deleted, every frozen field equal or never written, and either an older version or
-    /// (without versions) another content hash.
-    pub fn guarded_filter(&self) -> Document {
-        let mut filter = doc! { "_id": self.id_text.as_str() };
-        filter.extend(self.natural_key_filter());
+    /// The document by `_id`, with the natural-key fields beside it so a collection sharded on
+    /// the natural key routes the write to one shard.
+    pub fn query(&self) -> Document {
+        let mut query = doc! { ID_FIELD: self.id_text.as_str() };
+        query.extend(self.natural_key_filter());
+        query
+    }
+
+    /// The query of a batch statement: it matches only a stored document the guard lets this
+    /// write replace.
+    pub fn guarded_query(&self) -> Document {
+        let mut query = self.query();
+        query.insert("$expr", self.guard());
+        query
+    }
+
+    /// The single upsert's update: replace the stored document if the guard allows, else leave
+    /// it as it is, in one command that returns the stored document as it was.
+    pub fn conditional_replacement(&self) -> Vec<Document> {
+        let root = Bson::String("$$ROOT".to_owned());
+        vec![doc! { "$replaceWith": { "$cond": [self.guard(), self.replacement(), root] } }]
+    }
+
+    /// A batch statement's update: the replacement, its guard being in the query.
+    pub fn replacement_pipeline(&self) -> Vec<Document> {
+        vec![doc! { "$replaceWith": self.replacement() }]
+    }
+
+    /// The document a write leaves: the incoming fields, then the fields other routes own as
+    /// stored (a new document starts its pushed lists empty and its effect fields at their
+    /// incoming values). A field serde did not write is gone afterwards.
+    fn replacement(&self) -> Bson {
+        let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
+        incoming.extend(self.body.clone());
+        let mut owned = Document::new();
+        for field in self.model.fields() {
+            let stored = field_path(field.stored_name());
+            let kept = match field.role() {
+                Role::Pushed => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
+                Role::Effect => match self.effects.get(field.stored_name()) {
+                    Some(initial) => bson!({ "$cond": [
+                        { "$eq": [{ "$type": stored.clone() }, "missing"] },
+                        { "$literal": initial.clone() },
+                        stored,
+                    ] }),
+                    None => stored,
+                },
+                Role::Tombstone => stored,
+                _ => continue,
+            };
+            owned.insert(field.stored_name(), kept);
+        }
+        owned.insert(APPLIED_OPS_FIELD, field_path(APPLIED_OPS_FIELD));
+        bson!({ "$mergeObjects": [{ "$literal": incoming }, owned] })
+    }
+
+    /// The server-side guard: whether this write may replace the stored document (`$$ROOT`).
+    /// [`PreparedWrite::stored`] and [`Stored::server_may_replace`] state the same rule.
+    fn guard(&self) -> Bson {
+        let mut conditions: Vec<Bson> = Vec::new();
         if let Some(tombstone) = self.model.tombstone_field() {
-            filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
+            conditions.push(is_unwritten(field_path(tombstone.stored_name())));
         }
-        // Every condition is on its own top-level field, never under `$and`/`$or`, so a server
-        // finds the document by `_id` and checks the rest on it. `$in: [v, null]` matches the
-        // value, or a field never written (missing or null).
-        for field in self
-            .model
-            .frozen_fields()
-            .filter(|field| field.role() != Role::Key)
-        {
-            let unchanged = doc! { "$in": [self.value(field).clone(), Bson::Null] };
-            filter.insert(field.stored_name(), unchanged);
+        if !self.digests.is_empty() {
+            let digested = self
+                .digests
+                .iter()
+                .map(|(field, digest)| {
+                    let stored =
+                        field_path(&format!("{FROZEN_DIGESTS_FIELD}.{}", field.stored_name()));
+                    match digest {
+                        Some(digest) => bson!({ "$or": [
+                            is_unwritten(stored.clone()),
+                            { "$eq": [stored, digest.as_str()] },
+                        ] }),
+                        None => is_unwritten(stored),
+                    }
+                })
+                .collect::<Vec<_>>();
+            let unwritten = self
+                .digests
+                .iter()
+                .map(|(field, _)| is_unwritten(field_path(field.stored_name())))
+                .collect::<Vec<_>>();
+            conditions.push(bson!({ "$cond": [
+                { "$eq": [{ "$type": field_path(FROZEN_DIGESTS_FIELD) }, "object"] },
+                { "$and": digested },
+                { "$and": unwritten },
+            ] }));
         }
-        match self.model.version_field() {
-            // Older, never written, or of another type: only a stored version at least as new
-            // blocks the write.
-            Some(field) => {
-                let older = doc! { "$not": { "$gte": self.value(field).clone() } };
-                filter.insert(field.stored_name(), older);
+        match &self.version_key {
+            Some(key) => {
+                let stored = field_path(VERSION_KEY_FIELD);
+                conditions.push(bson!({ "$or": [
+                    is_unwritten(stored.clone()),
+                    { "$lt": [stored, key.as_str()] },
+                ] }));
             }
             None => {
-                filter.insert(self.model.hash_field(), doc! { "$ne": self.hash.as_str() });
+                let stored = bson!({ "$ifNull": [field_path(self.model.hash_field()), null] });
+                conditions.push(bson!({ "$ne": [stored, self.hash.as_str()] }));
             }
         }
-        filter
+        bson!({ "$and": conditions })
     }
 
-    /// Sets the upserted fields; a new document also gets its pushed lists, empty.
-    pub fn update(&self) -> Document {
-        let mut update = doc! { "$set": self.body.clone() };
-        let empty_lists = self.empty_lists();
-        if !empty_lists.is_empty() {
-            update.insert("$setOnInsert", empty_lists);
+    /// A stored document reduced to what the judgement reads, compared as the guard compares.
+    pub fn stored<'s>(&self, stored: &'s Document) -> Stored<'s> {
+        let tombstoned = self
+            .model
+            .tombstone_field()
+            .and_then(|field| stored.get(field.stored_name()))
+            .is_some_and(|marker| !is_null(marker));
+        let stored_digests = stored.get_document(FROZEN_DIGESTS_FIELD).ok();
+        let guarded = self
+            .digests
+            .iter()
+            .map(|(field, incoming)| {
+                let state = match stored_digests {
+                    Some(digests) => match digests.get(field.stored_name()) {
+                        None | Some(Bson::Null) => Guarded::Unwritten,
+                        Some(Bson::String(digest)) if Some(digest) == incoming.as_ref() => {
+                            Guarded::Same
+                        }
+                        Some(_) => Guarded::Changed,
+                    },
+                    None => match stored.get(field.stored_name()) {
+                        None | Some(Bson::Null) => Guarded::Unwritten,
+                        Some(value) => Guarded::Foreign {
+                            same: digest_of(value).ok().flatten() == *incoming,
+                        },
+                    },
+                };
+                (*field, state)
+            })
+            .collect();
+        let version = self
+            .version_key
+            .as_ref()
+            .map(|_| match stored.get(VERSION_KEY_FIELD) {
+                None | Some(Bson::Null) => StoredVersion::Absent,
+                Some(Bson::String(key)) => StoredVersion::Key(key),
+                // The server orders other types by BSON type: numbers and symbols before text.
+                Some(
+                    Bson::Int32(_)
+                    | Bson::Int64(_)
+                    | Bson::Double(_)
+                    | Bson::Decimal128(_)
+                    | Bson::MinKey
+                    | Bson::Undefined,
+                ) => StoredVersion::BeforeKeys,
+                Some(_) => StoredVersion::AfterKeys,
+            });
+        Stored {
+            tombstoned,
+            guarded,
+            version,
+            hash: stored.get_str(self.model.hash_field()).ok(),
         }
-        update
     }
 
-    /// The whole document as a first write stores it: `_id`, the upserted fields, and the
-    /// pushed lists, empty. What `insert_new`, `record` and `delete` insert.
-    pub fn inserted_document(&self) -> Document {
-        let mut document = doc! { "_id": self.id_text.as_str() };
-        document.extend(self.body.clone());
-        document.extend(self.empty_lists());
-        document
+    /// Whether the guard lets this write replace `stored`: what the server decided, read from
+    /// the image it returned.
+    pub fn server_may_replace(&self, stored: &Document) -> bool {
+        self.stored(stored)
+            .server_may_replace(&self.hash, self.version_key.as_deref())
     }
 
-    /// Each pushed list, empty: a new document starts them so.
-    fn empty_lists(&self) -> Document {
-        self.model
-            .pushed_fields()
-            .map(|field| (field.stored_name().to_owned(), Bson::Array(Vec::new())))
-            .collect()
-    }
-
-    /// What the stored document under this id means for this write.
-    pub fn judge(&self, stored: &Document) -> Verdict {
-        if is_tombstoned(self.model, stored) {
-            return Verdict::Settled(Outcome::Deleted);
+    /// What `stored`, the document under this write's id, means for it. A document whose
+    /// natural key differs from the incoming one (possible only for a document idem did not
+    /// write) is a refusal on the first key that differs.
+    pub fn read(&self, stored: &Document) -> Reading {
+        if let Some(field) = self.other_natural_key(stored) {
+            return Reading::Refused(self.refusal(stored, field));
         }
-        if let Some(refusal) = self.frozen_change(stored) {
-            return Verdict::Refused(refusal);
-        }
-        let same_content = stored.get_str(self.model.hash_field()).ok() == Some(self.hash.as_str());
-        let (Some(field), Some(incoming)) = (self.model.version_field(), self.version()) else {
-            return if same_content {
-                Verdict::Settled(Outcome::Unchanged)
-            } else {
-                Verdict::Replace
-            };
-        };
-        let stored_version = stored
-            .get(field.stored_name())
-            .filter(|version| !is_null(version));
-        match stored_version.and_then(|stored| version_order(stored, incoming)) {
-            // Never written, older, or of another type: the guarded filter replaces it.
-            None | Some(Ordering::Less) => Verdict::Replace,
-            Some(Ordering::Equal) if same_content => Verdict::Settled(Outcome::Unchanged),
-            // Same version with other content, or a newer stored version: the stored document
-            // stands.
-            Some(_) => Verdict::Settled(Outcome::Stale),
+        match self
+            .stored(stored)
+            .judge(&self.hash, self.version_key.as_deref())
+        {
+            Verdict::Replace => Reading::Replace,
+            Verdict::Settled(outcome) => Reading::Settled(outcome),
+            Verdict::Refused(field) => Reading::Refused(self.refusal(stored, field)),
         }
     }
 
-    /// The refusal for a stored document under this id whose frozen field differs, if any. A
-    /// field never written is not a change.
-    fn frozen_change(&self, stored: &Document) -> Option<Error> {
-        self.model.frozen_fields().find_map(|field| {
-            let stored_value = stored.get(field.stored_name())?;
-            if is_null(stored_value) && field.role() != Role::Key {
-                return None;
-            }
-            let incoming = self.value(field);
-            (!bson_equal(stored_value, incoming))
-                .then(|| self.refusal(stored, field.name(), Some(stored_value), incoming))
+    /// Whether `stored` holds this write's natural key.
+    pub fn shares_natural_key(&self, stored: &Document) -> bool {
+        self.other_natural_key(stored).is_none()
+    }
+
+    /// The first natural-key field whose stored value differs from the incoming one.
+    fn other_natural_key(&self, stored: &Document) -> Option<&'static Field> {
+        self.model.natural_key_fields().find(|field| {
+            !stored
+                .get(field.stored_name())
+                .is_some_and(|value| bson_equal(value, self.value(field)))
         })
+    }
+
+    /// The filter of the second step that writes over a document stored without digests: it
+    /// matches only while the document is as it was read, so nothing written in between is
+    /// lost.
+    pub fn pinned_query(&self, stored: &Document) -> Document {
+        let mut query = self.query();
+        query.insert(FROZEN_DIGESTS_FIELD, doc! { "$exists": false });
+        let pinned = self
+            .model
+            .tombstone_field()
+            .into_iter()
+            .chain(self.digests.iter().map(|(field, _)| *field))
+            .map(Field::stored_name)
+            .chain([self.model.hash_field(), VERSION_KEY_FIELD]);
+        for name in pinned {
+            let value = stored.get(name).cloned().unwrap_or(Bson::Null);
+            query.insert(name, doc! { "$eq": value });
+        }
+        query
     }
 
     /// The refusal for the natural key stored under another id: the field feeding the id that
     /// differs (the timestamp, or `_id` itself if the id was derived another way).
     pub fn id_change(&self, stored: &Document) -> Error {
-        let feeding = self.model.key_fields().chain(self.model.timestamp_field());
-        for field in feeding {
-            let stored_value = stored.get(field.stored_name());
+        let changed = self.model.timestamp_field().filter(|field| {
             let incoming = self.value(field);
-            if !stored_value.is_some_and(|value| bson_equal(value, incoming)) {
-                return self.refusal(stored, field.name(), stored_value, incoming);
-            }
+            stored
+                .get(field.stored_name())
+                .is_none_or(|value| digest_of(value).ok() != digest_of(incoming).ok())
+        });
+        match changed {
+            Some(field) => self.refusal(stored, field),
+            None => self.refusal_of(
+                stored,
+                ID_FIELD,
+                stored.get(ID_FIELD),
+                &Bson::String(self.id_text.clone()),
+            ),
         }
-        let stored_id = stored.get("_id");
-        self.refusal(
+    }
+
+    fn refusal(&self, stored: &Document, field: &Field) -> Error {
+        self.refusal_of(
             stored,
-            "_id",
-            stored_id,
-            &Bson::String(self.id_text.clone()),
+            field.name(),
+            stored.get(field.stored_name()),
+            self.value(field),
         )
     }
 
-    fn refusal(
+    fn refusal_of(
         &self,
         stored: &Document,
         field: &'static str,
@@ -257,18 +442,39 @@ impl PreparedWrite {
     ) -> Error {
         Error::FrozenFieldChanged {
             document: Box::new(self.document.clone()),
-            stored_id: stored_id(stored).unwrap_or(self.id),
+            stored_id: stored_id_text(stored).unwrap_or_else(|| self.id_text.clone()),
             field,
             stored: stored_value.map_or_else(|| "(missing)".to_owned(), show),
             incoming: show(incoming),
         }
     }
 
-    /// The fields a judgement reads, for a projection.
+    /// The whole document as a first write stores it: `_id`, the upserted fields, the effect
+    /// fields' initial values and the pushed lists, empty. What `insert_new`, `record` and
+    /// `delete` insert, and what the size limit is checked on.
+    pub fn inserted_document(&self) -> Document {
+        let mut document = doc! { ID_FIELD: self.id_text.as_str() };
+        document.extend(self.body.clone());
+        document.extend(self.effects.clone());
+        for field in self.model.pushed_fields() {
+            document.insert(field.stored_name(), Bson::Array(Vec::new()));
+        }
+        document
+    }
+
+    /// The fields a reading needs, for a projection.
     pub fn judged_fields(&self) -> Document {
-        let mut projection = doc! { "_id": 1, self.model.hash_field(): 1 };
+        let mut projection = doc! {
+            ID_FIELD: 1,
+            self.model.hash_field(): 1,
+            FROZEN_DIGESTS_FIELD: 1,
+            VERSION_KEY_FIELD: 1,
+        };
         let judged = self.model.fields().iter().filter(|field| {
-            field.role().is_frozen() || matches!(field.role(), Role::Version | Role::Tombstone)
+            matches!(
+                field.role(),
+                Role::Key | Role::IdempotencyKey | Role::Timestamp | Role::Frozen | Role::Tombstone
+            )
         });
         for field in judged {
             projection.insert(field.stored_name(), 1);
@@ -277,14 +483,43 @@ impl PreparedWrite {
     }
 }
 
+/// `$name`: the stored field in an aggregation expression. Names with a `.` or a leading `$`
+/// are refused for role fields by the derive, so the path is the field.
+fn field_path(name: &str) -> Bson {
+    Bson::String(format!("${name}"))
+}
+
+/// Missing or null: never written, as an `Option` left `None`.
+fn is_unwritten(path: Bson) -> Bson {
+    bson!({ "$eq": [{ "$ifNull": [path, null] }, null] })
+}
+
 /// A stored null is a field never written, as an `Option` left `None`.
 fn is_null(value: &Bson) -> bool {
     matches!(value, Bson::Null)
 }
 
+/// The digest of a stored value in the canonical encoding of the content hash, where documents
+/// compare whatever their field order; `None` for null, a field never written.
+pub(crate) fn digest_of(value: &Bson) -> Result<Option<String>, String> {
+    if is_null(value) {
+        return Ok(None);
+    }
+    crate::hash::hash_value(value).map(|hash| Some(hash.to_hex()))
+}
+
+/// The `_id` of a stored document as text, whoever wrote it.
+pub(crate) fn stored_id_text(stored: &Document) -> Option<String> {
+    match stored.get(ID_FIELD)? {
+        Bson::String(id) => Some(id.clone()),
+        Bson::ObjectId(id) => Some(id.to_hex()),
+        other => Some(show(other)),
+    }
+}
+
 /// The id of a stored document, if idem wrote it (a ULID string).
 pub(crate) fn stored_id(stored: &Document) -> Option<Id> {
-    stored.get_str("_id").ok().and_then(|id| id.parse().ok())
+    stored.get_str(ID_FIELD).ok().and_then(|id| id.parse().ok())
 }
 
 /// Whether a stored document carries a deletion marker.
@@ -292,7 +527,7 @@ pub(crate) fn is_tombstoned(model: &Model, stored: &Document) -> bool {
     model
         .tombstone_field()
         .and_then(|field| stored.get(field.stored_name()))
-        .is_some_and(|marker| !matches!(marker, Bson::Null))
+        .is_some_and(|marker| !is_null(marker))
 }
 
 /// The size of `document` encoded as BSON, computed from the document without encoding it.

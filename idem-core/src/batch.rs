@@ -1,0 +1,81 @@
+//! The rule that makes a batch agree with single writes: `upsert_many(docs)` gives each document
+//! the outcome that upserting the documents one by one, in input order, would give, and leaves
+//! the same stored state. Backend-neutral.
+//!
+//! A batch is sent in rounds: round `n` holds the `n`-th distinct content written to each id, so
+//! no round touches an id twice (a multi-row statement may not) and the rounds replay the input
+//! order. A document whose content hash equals that of the previous document with its id is not
+//! sent at all: written one by one it would meet what that document left, so its outcome follows
+//! from that document's ([`copy_outcome`]).
+
+use std::collections::HashMap;
+
+use crate::error::Error;
+use crate::outcome::Outcome;
+
+/// How a batch is sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchPlan {
+    /// Input indexes per round, in input order within each round.
+    pub rounds: Vec<Vec<usize>>,
+    /// Each document not sent, with the earlier document (same id, same content) whose outcome
+    /// decides its own, in input order.
+    pub copies: Vec<(usize, usize)>,
+}
+
+/// Plans a batch from each input's id and content hash (`None` for an input refused before
+/// sending).
+pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<(&'a str, &'a str)>>) -> BatchPlan {
+    let mut plan = BatchPlan::default();
+    // Per id: the last document with that id, its content hash, and how many rounds it has used.
+    let mut last: HashMap<&str, (usize, &str, usize)> = HashMap::new();
+    for (index, input) in inputs.into_iter().enumerate() {
+        let Some((id, hash)) = input else { continue };
+        let round = match last.get(id) {
+            Some(&(previous, previous_hash, _)) if previous_hash == hash => {
+                plan.copies.push((index, previous));
+                continue;
+            }
+            Some(&(_, _, rounds_used)) => rounds_used,
+            None => 0,
+        };
+        if plan.rounds.len() == round {
+            plan.rounds.push(Vec::new());
+        }
+        plan.rounds[round].push(index);
+        last.insert(id, (index, hash, round + 1));
+    }
+    plan
+}
+
+/// The outcome of a document not sent, from that of the earlier document with the same id and
+/// content: after it was written or found written, the same content is `Unchanged`; `Stale`,
+/// `Deleted` and refusals repeat, since the same content meets the same stored document.
+pub fn copy_outcome(original: &Result<Outcome, Error>) -> Result<Outcome, Error> {
+    match original {
+        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) => Ok(Outcome::Unchanged),
+        Ok(other) => Ok(*other),
+        Err(error) => Err(error.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_distinct_content_of_an_id_goes_in_its_own_round_in_input_order() {
+        let inputs = [
+            Some(("a", "1")),
+            Some(("b", "1")),
+            Some(("a", "2")),
+            None,
+            Some(("a", "2")),
+            Some(("a", "1")),
+            Some(("b", "1")),
+        ];
+        let plan = plan_batch(inputs);
+        assert_eq!(plan.rounds, vec![vec![0, 1], vec![2], vec![5]]);
+        assert_eq!(plan.copies, vec![(4, 2), (6, 1)]);
+    }
+}

@@ -1,0 +1,184 @@
+//! The judgement of a stored document against an incoming write, in terms every backend shares.
+//!
+//! A backend reads what is stored under the write's id and reduces it to a [`Stored`]: whether it
+//! carries a deletion marker, how each guarded field compares, its version's order key and its
+//! content hash. [`Stored::judge`] then says what the write does. A backend's server-side guard must
+//! agree with [`Stored::server_may_replace`] exactly: the single upsert reads its outcome from the
+//! image the server returns, so a guard that disagreed would report a write that did not happen.
+
+use std::cmp::Ordering;
+
+use crate::model::Field;
+use crate::outcome::Outcome;
+
+/// How a stored guarded field (the timestamp or a frozen field) compares with the incoming one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guarded {
+    /// Never written (absent or null): the write may set it.
+    Unwritten,
+    /// The same canonical value.
+    Same,
+    /// Another value: the write is refused.
+    Changed,
+    /// A value stored without idem's digests (by another tool, or before digests existed), which
+    /// a server guard cannot compare exactly; `same` is the exact comparison made here. The
+    /// server guard stops at such a document, and the backend writes it in a second step pinned
+    /// to what it read.
+    Foreign {
+        /// Whether the stored value equals the incoming one.
+        same: bool,
+    },
+}
+
+/// A stored version's order key, as far as it can be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredVersion<'a> {
+    /// No order key stored: never versioned, so any version replaces it.
+    Absent,
+    /// An order key ([`crate::VersionKey`] text).
+    Key(&'a str),
+    /// Something else stored in the order key's place, which sorts before every key.
+    BeforeKeys,
+    /// Something else, which sorts after every key.
+    AfterKeys,
+}
+
+/// What a backend read of the stored document, reduced to what the judgement needs.
+#[derive(Clone, Debug)]
+pub struct Stored<'a> {
+    /// The deletion marker is set.
+    pub tombstoned: bool,
+    /// Each guarded field with its comparison, in the model's order.
+    pub guarded: Vec<(&'static Field, Guarded)>,
+    /// The stored version's order key; `None` for a type without versions.
+    pub version: Option<StoredVersion<'a>>,
+    /// The stored content hash, if any.
+    pub hash: Option<&'a str>,
+}
+
+/// What a stored document means for an incoming write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The write replaces it.
+    Replace,
+    /// Nothing to write: `Unchanged`, `Stale` or `Deleted`.
+    Settled(Outcome),
+    /// The write would change this guarded field.
+    Refused(&'static Field),
+}
+
+impl Stored<'_> {
+    /// The verdict for an incoming write with this content hash and version order key. The
+    /// rules, in order: a deleted document stays deleted; a changed guarded field refuses the
+    /// write; with versions, only a strictly newer version replaces (the same version with the
+    /// same content is `Unchanged`, anything else `Stale`); without, the same content is
+    /// `Unchanged` and other content replaces.
+    pub fn judge(&self, incoming_hash: &str, incoming_version: Option<&str>) -> Verdict {
+        if self.tombstoned {
+            return Verdict::Settled(Outcome::Deleted);
+        }
+        let changed = self.guarded.iter().find(|(_, state)| {
+            matches!(state, Guarded::Changed | Guarded::Foreign { same: false })
+        });
+        if let Some((field, _)) = changed {
+            return Verdict::Refused(field);
+        }
+        let same_content = self.hash == Some(incoming_hash);
+        let (Some(stored), Some(incoming)) = (self.version, incoming_version) else {
+            return if same_content {
+                Verdict::Settled(Outcome::Unchanged)
+            } else {
+                Verdict::Replace
+            };
+        };
+        let order = match stored {
+            StoredVersion::Absent => return Verdict::Replace,
+            StoredVersion::Key(key) => key.cmp(incoming),
+            StoredVersion::BeforeKeys => Ordering::Less,
+            StoredVersion::AfterKeys => Ordering::Greater,
+        };
+        match order {
+            Ordering::Less => Verdict::Replace,
+            Ordering::Equal if same_content => Verdict::Settled(Outcome::Unchanged),
+            _ => Verdict::Settled(Outcome::Stale),
+        }
+    }
+
+    /// Whether a server-side guard lets the write replace this document: the verdict is
+    /// `Replace` and no guarded field needs the comparison only this side can make.
+    pub fn server_may_replace(&self, incoming_hash: &str, incoming_version: Option<&str>) -> bool {
+        self.judge(incoming_hash, incoming_version) == Verdict::Replace && !self.has_foreign()
+    }
+
+    /// Whether a guarded field is stored without idem's digests.
+    pub fn has_foreign(&self) -> bool {
+        self.guarded
+            .iter()
+            .any(|(_, state)| matches!(state, Guarded::Foreign { .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Role;
+
+    static AUTHOR: Field = Field::new("author", "author", Role::Frozen);
+
+    fn stored<'a>(
+        guarded: Guarded,
+        version: Option<StoredVersion<'a>>,
+        hash: &'a str,
+    ) -> Stored<'a> {
+        Stored {
+            tombstoned: false,
+            guarded: vec![(&AUTHOR, guarded)],
+            version,
+            hash: Some(hash),
+        }
+    }
+
+    #[test]
+    fn a_changed_guarded_field_refuses_before_anything_else_is_read() {
+        let changed = stored(Guarded::Changed, None, "h");
+        assert_eq!(changed.judge("h", None), Verdict::Refused(&AUTHOR));
+        let foreign = stored(Guarded::Foreign { same: false }, None, "h");
+        assert_eq!(foreign.judge("other", None), Verdict::Refused(&AUTHOR));
+    }
+
+    #[test]
+    fn versions_replace_only_when_strictly_newer() {
+        let at_5 = stored(Guarded::Same, Some(StoredVersion::Key("05")), "h");
+        assert_eq!(at_5.judge("x", Some("06")), Verdict::Replace);
+        assert_eq!(
+            at_5.judge("h", Some("05")),
+            Verdict::Settled(Outcome::Unchanged)
+        );
+        assert_eq!(
+            at_5.judge("x", Some("05")),
+            Verdict::Settled(Outcome::Stale)
+        );
+        assert_eq!(
+            at_5.judge("h", Some("04")),
+            Verdict::Settled(Outcome::Stale)
+        );
+        let unversioned = stored(Guarded::Same, Some(StoredVersion::Absent), "h");
+        assert_eq!(unversioned.judge("h", Some("01")), Verdict::Replace);
+    }
+
+    #[test]
+    fn a_foreign_document_is_replaced_here_but_never_by_the_server_guard() {
+        let foreign = stored(Guarded::Foreign { same: true }, None, "old");
+        assert_eq!(foreign.judge("new", None), Verdict::Replace);
+        assert!(!foreign.server_may_replace("new", None));
+        let ours = stored(Guarded::Unwritten, None, "old");
+        assert!(ours.server_may_replace("new", None));
+    }
+
+    #[test]
+    fn a_deleted_document_stays_deleted() {
+        let mut deleted = stored(Guarded::Changed, None, "h");
+        deleted.tombstoned = true;
+        assert_eq!(deleted.judge("x", None), Verdict::Settled(Outcome::Deleted));
+    }
+}

@@ -1,0 +1,1023 @@
+//! idem's promises, checked against a model over many serde shapes, on the real server at
+//! `MONGODB_URI`.
+//!
+//! For each shape family (optional, omitted, flattened, renamed and nested fields; a frozen
+//! map, a frozen list with nulls, frozen optional values; a version of every ordered type, with a
+//! tombstone), proptest generates sequences of upserts, replays of documents sent before, deletes
+//! and batches with duplicates, over three keys so that the calls keep meeting the same
+//! documents. A model written here from the README's rules, on the typed values and without
+//! idem's hashing or comparisons, predicts each call's outcome and every stored document; the test
+//! checks both against what idem answers and what the server then holds.
+//!
+//! Each family checks two properties: single calls, then the same with `upsert_many`, whose
+//! outcomes must be those of upserting its documents one by one, in order. Kept apart, a batch
+//! bug cannot hide a single-write one. 24 sequences per property by default; a longer run:
+//!
+//! ```sh
+//! IDEM_MODEL_CASES=1000 cargo test -p idem-tests --test model_promises --all-features
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::{self, Debug};
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use idem_core::mongo::Store;
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::{fresh_database, stored_documents};
+use mongodb::bson::{self, Bson, Document};
+use mongodb::Database;
+use proptest::collection::{btree_map, hash_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use proptest::sample::{select, Index};
+use proptest::strategy::Union;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde::{Deserialize, Serialize};
+use tokio::runtime::Runtime;
+
+/// Sequences per property unless `IDEM_MODEL_CASES` says otherwise: the whole file then runs in
+/// seconds.
+const DEFAULT_CASES: u32 = 24;
+/// The longest sequence of calls: long enough for insert, edit, delete and replays of one key.
+const MAX_CALLS: usize = 12;
+/// How far back a replay reaches among the documents sent.
+const REPLAY_DEPTH: usize = 4;
+/// Every server round trip makes a shrink step slow: enough steps to reach a short sequence.
+const MAX_SHRINK_ITERS: u32 = 256;
+/// The stored field of the content hash (the default `hash_field`), which the model ignores.
+const HASH_FIELD: &str = "sourceHash";
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+/// A document type under test, and what the model needs to know of it, read from its typed
+/// values: its key, which of its fields may not change, its content and its version.
+trait Shape: Idempotent + Serialize + Clone + Debug + Send + Sync + 'static {
+    /// The natural key, as the model files documents.
+    type Key: Ord + Clone + Debug;
+    /// The stored name of the key field, to file the stored documents the same way.
+    const KEY_FIELD: &'static str;
+    /// The stored name of the tombstone, for a shape with one.
+    const TOMBSTONE_FIELD: Option<&'static str> = None;
+
+    /// A document from small pools of values, so that sequences repeat content, versions and
+    /// frozen values often.
+    fn documents() -> BoxedStrategy<Self>;
+
+    /// Documents with their tombstone set, to delete; `None` for a shape without a tombstone.
+    fn deletions() -> Option<BoxedStrategy<Self>> {
+        None
+    }
+
+    fn key(&self) -> Self::Key;
+
+    /// The deletion marker this document carries.
+    fn tombstone(&self) -> Option<i64> {
+        None
+    }
+
+    /// The fields feeding the id, other than the key, whose value differs from `stored`'s: a
+    /// document stored under another id for the same key.
+    fn changed_id_fields(&self, _stored: &Self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// The frozen fields whose stored value was written and differs from this one's.
+    fn changed_frozen_fields(&self, _stored: &Self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Whether the two documents have the same content: equal but for volatile fields and the
+    /// tombstone.
+    fn same_content(&self, other: &Self) -> bool;
+
+    /// How this document's version orders against `stored`'s; `None` for an unversioned shape.
+    fn version_order(&self, _stored: &Self) -> Option<Ordering> {
+        None
+    }
+}
+
+/// `name` if a frozen value differs from the stored one.
+fn differs<T: PartialEq>(name: &'static str, stored: &T, incoming: &T) -> Option<&'static str> {
+    (stored != incoming).then_some(name)
+}
+
+/// `name` if a frozen optional value was written (a `None` is stored absent or null: never
+/// written, so it may still be set) and differs from the stored one.
+fn written_and_differs<T: PartialEq>(
+    name: &'static str,
+    stored: &Option<T>,
+    incoming: &Option<T>,
+) -> Option<&'static str> {
+    (stored.is_some() && stored != incoming).then_some(name)
+}
+
+/// What the model predicts for one document of a call.
+#[derive(Debug, PartialEq)]
+enum Expected {
+    Outcome(Outcome),
+    /// `Error::FrozenFieldChanged`, naming one of these fields (all of which changed).
+    Refused(Vec<&'static str>),
+}
+
+impl Expected {
+    fn agrees_with(&self, observed: &Result<Outcome, Error>) -> bool {
+        match (self, observed) {
+            (Expected::Outcome(expected), Ok(outcome)) => expected == outcome,
+            (Expected::Refused(fields), Err(Error::FrozenFieldChanged { field, .. })) => {
+                fields.contains(field)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Expected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expected::Outcome(outcome) => f.write_str(outcome.name()),
+            Expected::Refused(fields) => write!(f, "FrozenFieldChanged on one of {fields:?}"),
+        }
+    }
+}
+
+/// An answer of idem, as the failure message shows it.
+fn describe(observed: &Result<Outcome, Error>) -> String {
+    match observed {
+        Ok(outcome) => outcome.name().to_owned(),
+        Err(Error::FrozenFieldChanged { field, .. }) => format!("FrozenFieldChanged on {field:?}"),
+        Err(error) => format!("the error {error:?}"),
+    }
+}
+
+/// What the model knows of one stored document.
+struct Stored<S> {
+    /// The document the last write stored.
+    doc: S,
+    /// The marker the first delete stored.
+    deleted: Option<i64>,
+}
+
+/// The model: the stored document of each natural key, changed by the rules of the README.
+struct ModelStore<S: Shape> {
+    stored: BTreeMap<S::Key, Stored<S>>,
+}
+
+impl<S: Shape> ModelStore<S> {
+    fn new() -> Self {
+        ModelStore {
+            stored: BTreeMap::new(),
+        }
+    }
+
+    fn upsert(&mut self, doc: &S) -> Expected {
+        let Some(stored) = self.stored.get_mut(&doc.key()) else {
+            let inserted = Stored {
+                doc: doc.clone(),
+                deleted: None,
+            };
+            self.stored.insert(doc.key(), inserted);
+            return Expected::Outcome(Outcome::Inserted);
+        };
+        // Another id for a stored key would fork the document: refused even when it is deleted,
+        // since the write is not to the deleted document.
+        let moved = doc.changed_id_fields(&stored.doc);
+        if !moved.is_empty() {
+            return Expected::Refused(moved);
+        }
+        // A deleted document is never resurrected, whatever the write carries.
+        if stored.deleted.is_some() {
+            return Expected::Outcome(Outcome::Deleted);
+        }
+        let frozen = doc.changed_frozen_fields(&stored.doc);
+        if !frozen.is_empty() {
+            return Expected::Refused(frozen);
+        }
+        let same_content = doc.same_content(&stored.doc);
+        let outcome = match doc.version_order(&stored.doc) {
+            None if same_content => Outcome::Unchanged,
+            None | Some(Ordering::Greater) => Outcome::Updated,
+            Some(Ordering::Equal) if same_content => Outcome::Unchanged,
+            // An older version, or the same version with other content: the stored one stands.
+            Some(_) => Outcome::Stale,
+        };
+        if outcome == Outcome::Updated {
+            stored.doc = doc.clone();
+        }
+        Expected::Outcome(outcome)
+    }
+
+    fn delete(&mut self, doc: &S) -> Expected {
+        let marker = doc.tombstone().expect("a deletion carries its marker");
+        let Some(stored) = self.stored.get_mut(&doc.key()) else {
+            // Deleted before its creation arrived: stored deleted, so the creation stays away.
+            let deleted = Stored {
+                doc: doc.clone(),
+                deleted: Some(marker),
+            };
+            self.stored.insert(doc.key(), deleted);
+            return Expected::Outcome(Outcome::Deleted);
+        };
+        let moved = doc.changed_id_fields(&stored.doc);
+        if !moved.is_empty() {
+            return Expected::Refused(moved);
+        }
+        if stored.deleted.is_some() {
+            // The first marker stays.
+            return Expected::Outcome(Outcome::Unchanged);
+        }
+        // The delete route writes the tombstone alone: the content stays as last written.
+        stored.deleted = Some(marker);
+        Expected::Outcome(Outcome::Deleted)
+    }
+
+    /// Every stored document as the model predicts it, by key: what serde writes for the last
+    /// document written, with the tombstone as the delete route set it.
+    fn expected_documents(&self) -> BTreeMap<String, Document> {
+        self.stored
+            .values()
+            .map(|stored| {
+                let written = bson::to_document(&stored.doc).expect("the document serializes");
+                let mut expected = comparable::<S>(written);
+                if let (Some(field), Some(marker)) = (S::TOMBSTONE_FIELD, stored.deleted) {
+                    expected.insert(field, marker);
+                }
+                (key_text::<S>(&expected), expected)
+            })
+            .collect()
+    }
+}
+
+/// A document without what the model does not predict: `_id` and the content hash (idem's own),
+/// any `idem…` bookkeeping field, and a null tombstone, which means "not deleted" as an absent
+/// one does.
+fn comparable<S: Shape>(document: Document) -> Document {
+    document
+        .into_iter()
+        .filter(|(name, value)| {
+            let null_tombstone =
+                S::TOMBSTONE_FIELD == Some(name.as_str()) && matches!(value, Bson::Null);
+            name != "_id" && name != HASH_FIELD && !name.starts_with("idem") && !null_tombstone
+        })
+        .collect()
+}
+
+/// The stored key of a document, as text, to match stored documents with the model's.
+fn key_text<S: Shape>(document: &Document) -> String {
+    document
+        .get(S::KEY_FIELD)
+        .map_or_else(|| "(no key)".to_owned(), Bson::to_string)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generated calls
+
+/// One call to the store.
+#[derive(Clone, Debug)]
+enum Op<S> {
+    Upsert(S),
+    /// An upsert of the document sent this many documents before the last one (the first one
+    /// if fewer were sent), as a client replaying what it sent. Counted back from the end, so
+    /// that shrinking away an earlier call keeps the replay on the same document.
+    Replay(usize),
+    /// `upsert_many`, with duplicates of a key.
+    UpsertMany(Vec<S>),
+    /// A delete of the document, whose tombstone is set.
+    Delete(S),
+}
+
+/// Which calls a property's sequences make.
+#[derive(Clone, Copy, Debug)]
+enum Calls {
+    /// `upsert` and `delete`.
+    Single,
+    /// `upsert`, `delete` and `upsert_many`.
+    WithBatches,
+}
+
+fn sequences<S: Shape>(calls: Calls) -> BoxedStrategy<Vec<Op<S>>> {
+    let mut ops = vec![
+        (5, S::documents().prop_map(Op::Upsert).boxed()),
+        (2, (0..REPLAY_DEPTH).prop_map(Op::Replay).boxed()),
+    ];
+    if let Some(deletions) = S::deletions() {
+        ops.push((1, deletions.prop_map(Op::Delete).boxed()));
+    }
+    if let Calls::WithBatches = calls {
+        ops.push((2, batches::<S>().prop_map(Op::UpsertMany).boxed()));
+    }
+    vec(Union::new_weighted(ops), 1..=MAX_CALLS).boxed()
+}
+
+/// One to four documents, plus up to two exact copies of them placed anywhere: with three keys,
+/// a batch holds duplicates of a key with the same and with other content.
+fn batches<S: Shape>() -> impl Strategy<Value = Vec<S>> {
+    let copies = vec((any::<Index>(), any::<Index>()), 0..=2);
+    (vec(S::documents(), 1..=4), copies).prop_map(|(mut docs, copies)| {
+        for (original, place) in copies {
+            let copy = original.get(&docs).clone();
+            docs.insert(place.index(docs.len() + 1), copy);
+        }
+        docs
+    })
+}
+
+/// The key pool: three keys, so that a dozen calls meet each document several times.
+const KEYS: [&str; 3] = ["k1", "k2", "k3"];
+/// 2023-11-14T22:13:20Z: every generated time is a step from it.
+const BASE_MS: i64 = 1_700_000_000_000;
+/// How far a moved timestamp is from its key's own: another id, and for chrono a time with a
+/// fraction of a second.
+const MOVED_MS: i64 = 1_500;
+
+/// A key of the pool and the document's timestamp in unix ms: usually its key's own, sometimes
+/// moved, which changes a field feeding the id.
+fn key_and_timestamp() -> impl Strategy<Value = (String, i64)> {
+    let moved = prop_oneof![5 => Just(0), 1 => Just(MOVED_MS)];
+    (0..KEYS.len(), moved)
+        .prop_map(|(key, moved)| (KEYS[key].to_owned(), BASE_MS + 1_000 * key as i64 + moved))
+}
+
+/// An integer key of the pool.
+fn number_key() -> impl Strategy<Value = i64> {
+    1..=3i64
+}
+
+/// A text from `pool`.
+fn text(pool: &'static [&'static str]) -> impl Strategy<Value = String> {
+    select(pool).prop_map(str::to_owned)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a sequence against the server
+
+async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<(), TestCaseError> {
+    let collection = S::MODEL.collection();
+    database
+        .collection::<Document>(collection)
+        .drop()
+        .await
+        .map_err(|error| TestCaseError::fail(format!("dropping {collection}: {error}")))?;
+    // A new store: the last one remembers the dropped collection's index as made.
+    let store = Store::new(database.clone());
+    let mut model = ModelStore::<S>::new();
+    let mut sent: Vec<S> = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        match op {
+            Op::Upsert(doc) => {
+                upsert_one(&store, &mut model, doc, step).await?;
+                sent.push(doc.clone());
+            }
+            Op::Replay(back) if !sent.is_empty() => {
+                let doc = sent[sent.len().saturating_sub(back + 1)].clone();
+                upsert_one(&store, &mut model, &doc, step).await?;
+            }
+            // Nothing sent yet: nothing to replay.
+            Op::Replay(_) => {}
+            Op::Delete(doc) => {
+                let expected = model.delete(doc);
+                let before = stored_state::<S>(&store).await;
+                let observed = store.delete(doc).await;
+                let wrote = expected == Expected::Outcome(Outcome::Deleted);
+                check::<S>(step, "delete", &expected, &observed, wrote, &before, &store).await?;
+            }
+            Op::UpsertMany(docs) => {
+                // The batch must answer as the same upserts one by one, in order.
+                let expected: Vec<Expected> = docs.iter().map(|doc| model.upsert(doc)).collect();
+                let report = store.upsert_many(docs).await.map_err(|error| {
+                    TestCaseError::fail(format!("step {step}: upsert_many failed: {error:?}"))
+                })?;
+                let outcomes = report.outcomes();
+                if outcomes.len() != docs.len() {
+                    return Err(TestCaseError::fail(format!(
+                        "step {step}: {} outcomes for a batch of {}",
+                        outcomes.len(),
+                        docs.len()
+                    )));
+                }
+                for (position, (expected, observed)) in expected.iter().zip(outcomes).enumerate() {
+                    if !expected.agrees_with(observed) {
+                        return Err(TestCaseError::fail(format!(
+                            "step {step}, document {position} of the batch: the model expects \
+                             {expected}, idem answered {}",
+                            describe(observed)
+                        )));
+                    }
+                }
+                sent.extend(docs.iter().cloned());
+            }
+        }
+    }
+    compare_stored(database, &model).await
+}
+
+async fn upsert_one<S: Shape>(
+    store: &Store,
+    model: &mut ModelStore<S>,
+    doc: &S,
+    step: usize,
+) -> Result<(), TestCaseError> {
+    let expected = model.upsert(doc);
+    let before = stored_state::<S>(store).await;
+    let observed = store.upsert(doc).await;
+    let wrote = matches!(
+        expected,
+        Expected::Outcome(Outcome::Inserted | Outcome::Updated)
+    );
+    check::<S>(step, "upsert", &expected, &observed, wrote, &before, store).await
+}
+
+/// The whole collection as stored, in `_id` order.
+async fn stored_state<S: Shape>(store: &Store) -> Vec<bson::Document> {
+    let mut stored = stored_documents(store.database(), S::MODEL.collection()).await;
+    stored.sort_by(|a, b| format!("{:?}", a.get("_id")).cmp(&format!("{:?}", b.get("_id"))));
+    stored
+}
+
+/// Fails unless a single call answered what the model expects and changed the stored documents
+/// exactly when it should (`Unchanged`, `Stale`, `Deleted` on an upsert and refusals leave every
+/// stored byte as it was). A single upsert's reply does not say whether it replaced a document,
+/// so the stored documents before and after are compared instead.
+async fn check<S: Shape>(
+    step: usize,
+    call: &str,
+    expected: &Expected,
+    observed: &Result<Outcome, Error>,
+    wrote: bool,
+    before: &[bson::Document],
+    store: &Store,
+) -> Result<(), TestCaseError> {
+    if !expected.agrees_with(observed) {
+        return Err(TestCaseError::fail(format!(
+            "step {step} ({call}): the model expects {expected}, idem answered {}",
+            describe(observed)
+        )));
+    }
+    let changed = stored_state::<S>(store).await != before;
+    if changed != wrote {
+        return Err(TestCaseError::fail(format!(
+            "step {step} ({call}): {expected}, yet the stored documents {}",
+            if changed {
+                "changed"
+            } else {
+                "stayed as they were"
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// Fails unless the server holds exactly the model's documents: one per key, each what serde
+/// wrote for the last document written (a field serde omitted is absent), with its tombstone.
+async fn compare_stored<S: Shape>(
+    database: &Database,
+    model: &ModelStore<S>,
+) -> Result<(), TestCaseError> {
+    let documents = stored_documents(database, S::MODEL.collection()).await;
+    let count = documents.len();
+    let stored: BTreeMap<String, Document> = documents
+        .into_iter()
+        .map(|document| {
+            let document = comparable::<S>(document);
+            (key_text::<S>(&document), document)
+        })
+        .collect();
+    // Documents compare as maps, in any field order, as the promises compare values.
+    let expected = model.expected_documents();
+    if count != expected.len() {
+        return Err(TestCaseError::fail(format!(
+            "{count} documents stored for {} keys: {stored:#?}",
+            expected.len()
+        )));
+    }
+    let mismatches: Vec<String> = expected
+        .iter()
+        .filter(|&(key, document)| stored.get(key) != Some(document))
+        .map(|(key, document)| {
+            let found = stored
+                .get(key)
+                .map_or_else(|| "nothing".to_owned(), Document::to_string);
+            format!("key {key}: stored {found}\n  the model expects {document}")
+        })
+        .collect();
+    if mismatches.is_empty() {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!(
+            "after the sequence, {}",
+            mismatches.join("\n")
+        )))
+    }
+}
+
+/// Checks both properties of a shape on a database of its own, and fails with every minimal
+/// counterexample found.
+fn check_family<S: Shape>(name: &str) {
+    let cases = std::env::var("IDEM_MODEL_CASES").map_or(DEFAULT_CASES, |cases| {
+        cases.parse().expect("IDEM_MODEL_CASES is a number")
+    });
+    let config = Config {
+        cases,
+        max_shrink_iters: MAX_SHRINK_ITERS,
+        // Counterexamples are printed; no regression file is written beside this one.
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let runtime = Runtime::new().expect("a tokio runtime");
+    let (database, _log) = runtime.block_on(fresh_database(name));
+    let failures: Vec<String> = [Calls::Single, Calls::WithBatches]
+        .into_iter()
+        .filter_map(|calls| {
+            let mut runner = TestRunner::new(config.clone());
+            runner
+                .run(&sequences::<S>(calls), |ops| {
+                    runtime.block_on(run_sequence(&database, &ops))
+                })
+                .err()
+                .map(|failure| format!("{calls:?} calls: {failure}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shapes
+
+/// Optional fields serde omits, a null one, a nested struct, a flattened map of extra fields,
+/// renamed fields and a volatile one, without a version: a write must replace every field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "profiles")]
+#[serde(rename_all = "camelCase")]
+struct Profile {
+    #[idem(key)]
+    handle: String,
+    #[idem(timestamp)]
+    joined_at: i64,
+    display_name: String,
+    #[serde(rename = "about", skip_serializing_if = "Option::is_none")]
+    bio: Option<String>,
+    /// Stored as null when `None`.
+    nickname: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    address: Option<Address>,
+    #[serde(flatten)]
+    counters: BTreeMap<String, i64>,
+    #[idem(volatile)]
+    seen_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Address {
+    city: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    postal_code: Option<String>,
+    #[serde(flatten)]
+    lines: HashMap<String, String>,
+}
+
+impl Shape for Profile {
+    type Key = String;
+    const KEY_FIELD: &'static str = "handle";
+
+    fn documents() -> BoxedStrategy<Self> {
+        let address = (
+            text(&["Paris", "Oslo"]),
+            option::of(text(&["75001", "0150"])),
+            hash_map(text(&["line1", "line2"]), text(&["a", "b"]), 0..=2),
+        )
+            .prop_map(|(city, postal_code, lines)| Address {
+                city,
+                postal_code,
+                lines,
+            });
+        (
+            key_and_timestamp(),
+            text(&["Ada", "Ada L."]),
+            option::of(text(&["poet", "engineer"])),
+            option::of(text(&["Al", "Bo"])),
+            option::of(address),
+            btree_map(text(&["x1", "x2"]), 0..2i64, 0..=2),
+            0..2i64,
+        )
+            .prop_map(
+                |((handle, joined_at), display_name, bio, nickname, address, counters, seen_at)| {
+                    Profile {
+                        handle,
+                        joined_at,
+                        display_name,
+                        bio,
+                        nickname,
+                        address,
+                        counters,
+                        seen_at,
+                    }
+                },
+            )
+            .boxed()
+    }
+
+    fn key(&self) -> String {
+        self.handle.clone()
+    }
+
+    fn changed_id_fields(&self, stored: &Self) -> Vec<&'static str> {
+        differs("joined_at", &stored.joined_at, &self.joined_at)
+            .into_iter()
+            .collect()
+    }
+
+    fn same_content(&self, other: &Self) -> bool {
+        Profile {
+            seen_at: other.seen_at,
+            ..self.clone()
+        } == *other
+    }
+}
+
+/// A frozen `HashMap`: equal maps iterate, and so serialize, in different orders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "listings")]
+struct Listing {
+    #[idem(key)]
+    #[serde(rename = "ref")]
+    listing_id: i64,
+    title: String,
+    #[idem(frozen)]
+    labels: HashMap<String, i64>,
+    #[idem(volatile)]
+    fetched_at: i64,
+}
+
+/// A `HashMap` of `entries` that iterates, and so serializes, in their order: fresh maps are
+/// built until one's random hasher puts them so. The order is then part of the generated value,
+/// and a failure repeats while it is shrunk.
+fn hash_map_in_order(entries: &[(&str, i64)]) -> HashMap<String, i64> {
+    loop {
+        let map: HashMap<String, i64> = entries
+            .iter()
+            .map(|&(name, value)| (name.to_owned(), value))
+            .collect();
+        let names = entries.iter().map(|&(name, _)| name);
+        if map.keys().map(String::as_str).eq(names) {
+            return map;
+        }
+    }
+}
+
+impl Shape for Listing {
+    type Key = i64;
+    const KEY_FIELD: &'static str = "ref";
+
+    fn documents() -> BoxedStrategy<Self> {
+        // Mostly the same entries; sometimes a value changed, an entry dropped, or none; in
+        // any order.
+        let labels = prop_oneof![
+            6 => Just(vec![("a", 1), ("b", 2), ("c", 3)]),
+            1 => Just(vec![("a", 1), ("b", 2), ("c", 4)]),
+            1 => Just(vec![("a", 1), ("b", 2)]),
+            1 => Just(vec![]),
+        ]
+        .prop_shuffle()
+        .prop_map(|entries| hash_map_in_order(&entries));
+        (number_key(), text(&["flat", "house"]), labels, 0..2i64)
+            .prop_map(|(listing_id, title, labels, fetched_at)| Listing {
+                listing_id,
+                title,
+                labels,
+                fetched_at,
+            })
+            .boxed()
+    }
+
+    fn key(&self) -> i64 {
+        self.listing_id
+    }
+
+    fn changed_frozen_fields(&self, stored: &Self) -> Vec<&'static str> {
+        differs("labels", &stored.labels, &self.labels)
+            .into_iter()
+            .collect()
+    }
+
+    fn same_content(&self, other: &Self) -> bool {
+        Listing {
+            fetched_at: other.fetched_at,
+            ..self.clone()
+        } == *other
+    }
+}
+
+/// A frozen list whose elements may be null, and a frozen optional value stored as null when
+/// `None` (never written, so it may be set later).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "ballots")]
+struct Ballot {
+    #[idem(key)]
+    voter: String,
+    #[idem(timestamp)]
+    cast_at: i64,
+    #[idem(frozen)]
+    choices: Vec<Option<String>>,
+    #[idem(frozen)]
+    reviewer: Option<String>,
+    comment: String,
+}
+
+impl Shape for Ballot {
+    type Key = String;
+    const KEY_FIELD: &'static str = "voter";
+
+    fn documents() -> BoxedStrategy<Self> {
+        let choices = prop_oneof![
+            5 => Just(&[Some("a"), None][..]),
+            1 => Just(&[Some("b"), None][..]),
+            1 => Just(&[Some("a"), Some("b")][..]),
+            1 => Just(&[None][..]),
+        ]
+        .prop_map(|choices: &[Option<&str>]| {
+            choices
+                .iter()
+                .map(|choice| choice.map(str::to_owned))
+                .collect::<Vec<_>>()
+        });
+        (
+            key_and_timestamp(),
+            choices,
+            option::weighted(0.3, text(&["r1", "r2"])),
+            text(&["yes", "no"]),
+        )
+            .prop_map(|((voter, cast_at), choices, reviewer, comment)| Ballot {
+                voter,
+                cast_at,
+                choices,
+                reviewer,
+                comment,
+            })
+            .boxed()
+    }
+
+    fn key(&self) -> String {
+        self.voter.clone()
+    }
+
+    fn changed_id_fields(&self, stored: &Self) -> Vec<&'static str> {
+        differs("cast_at", &stored.cast_at, &self.cast_at)
+            .into_iter()
+            .collect()
+    }
+
+    fn changed_frozen_fields(&self, stored: &Self) -> Vec<&'static str> {
+        [
+            differs("choices", &stored.choices, &self.choices),
+            written_and_differs("reviewer", &stored.reviewer, &self.reviewer),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    fn same_content(&self, other: &Self) -> bool {
+        self == other
+    }
+}
+
+/// A frozen optional value serde omits when `None` (absent: never written, so it may be set
+/// later), under `rename_all`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "claims")]
+#[serde(rename_all = "PascalCase")]
+struct Claim {
+    #[idem(key)]
+    ticket: i64,
+    #[idem(frozen)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assignee: Option<String>,
+    status: String,
+    #[idem(volatile)]
+    polled_at: i64,
+}
+
+impl Shape for Claim {
+    type Key = i64;
+    const KEY_FIELD: &'static str = "Ticket";
+
+    fn documents() -> BoxedStrategy<Self> {
+        (
+            number_key(),
+            option::of(text(&["ann", "ben"])),
+            text(&["open", "done"]),
+            0..2i64,
+        )
+            .prop_map(|(ticket, assignee, status, polled_at)| Claim {
+                ticket,
+                assignee,
+                status,
+                polled_at,
+            })
+            .boxed()
+    }
+
+    fn key(&self) -> i64 {
+        self.ticket
+    }
+
+    fn changed_frozen_fields(&self, stored: &Self) -> Vec<&'static str> {
+        written_and_differs("assignee", &stored.assignee, &self.assignee)
+            .into_iter()
+            .collect()
+    }
+
+    fn same_content(&self, other: &Self) -> bool {
+        Claim {
+            polled_at: other.polled_at,
+            ..self.clone()
+        } == *other
+    }
+}
+
+/// A versioned, deletable document with a chrono timestamp, for each version type `V`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "revisions")]
+#[serde(rename_all = "camelCase")]
+struct Revision<V> {
+    #[idem(key)]
+    note_id: String,
+    #[idem(timestamp)]
+    created_at: DateTime<Utc>,
+    #[idem(version)]
+    version: V,
+    text: String,
+    #[idem(volatile)]
+    synced_at: i64,
+    #[idem(tombstone)]
+    deleted_at: Option<i64>,
+}
+
+/// How many versions the generated documents choose from.
+const VERSION_STEPS: usize = 5;
+
+/// A version type: an increasing series of values, which documents pick by index.
+trait VersionValue:
+    idem_core::OrderedVersion + Ord + Clone + Debug + Serialize + Send + Sync + 'static
+{
+    /// The `step`th value of the series, `step < VERSION_STEPS`.
+    fn nth(step: usize) -> Self;
+}
+
+/// The instant of version `step` in unix ms: whole and half seconds alternate, so the RFC 3339
+/// texts `…:20Z` and `…:20.500Z` meet (the later one sorts first as text).
+fn version_ms(step: usize) -> i64 {
+    BASE_MS + 500 * step as i64
+}
+
+impl VersionValue for i64 {
+    fn nth(step: usize) -> Self {
+        step as i64 - 2
+    }
+}
+
+impl VersionValue for u32 {
+    fn nth(step: usize) -> Self {
+        // Across the top of i32, where a narrower stored integer would wrap.
+        [0, 1, 0x7fff_ffff, 0x8000_0000, u32::MAX][step]
+    }
+}
+
+impl VersionValue for DateTime<Utc> {
+    fn nth(step: usize) -> Self {
+        DateTime::from_timestamp_millis(version_ms(step)).expect("in chrono's range")
+    }
+}
+
+impl VersionValue for time::OffsetDateTime {
+    fn nth(step: usize) -> Self {
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(version_ms(step)) * 1_000_000)
+            .expect("in time's range")
+    }
+}
+
+impl VersionValue for SystemTime {
+    fn nth(step: usize) -> Self {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(version_ms(step).unsigned_abs())
+    }
+}
+
+impl VersionValue for bson::DateTime {
+    fn nth(step: usize) -> Self {
+        bson::DateTime::from_millis(version_ms(step))
+    }
+}
+
+impl<V: VersionValue> Shape for Revision<V> {
+    type Key = String;
+    const KEY_FIELD: &'static str = "noteId";
+    const TOMBSTONE_FIELD: Option<&'static str> = Some("deletedAt");
+
+    fn documents() -> BoxedStrategy<Self> {
+        (
+            key_and_timestamp(),
+            0..VERSION_STEPS,
+            text(&["draft", "final"]),
+            0..2i64,
+        )
+            .prop_map(|((note_id, created_ms), step, text, synced_at)| Revision {
+                note_id,
+                created_at: DateTime::from_timestamp_millis(created_ms).expect("in range"),
+                version: V::nth(step),
+                text,
+                synced_at,
+                deleted_at: None,
+            })
+            .boxed()
+    }
+
+    fn deletions() -> Option<BoxedStrategy<Self>> {
+        let deletions = (Self::documents(), 1..=3i64).prop_map(|(doc, marker)| Revision {
+            deleted_at: Some(marker),
+            ..doc
+        });
+        Some(deletions.boxed())
+    }
+
+    fn key(&self) -> String {
+        self.note_id.clone()
+    }
+
+    fn tombstone(&self) -> Option<i64> {
+        self.deleted_at
+    }
+
+    fn changed_id_fields(&self, stored: &Self) -> Vec<&'static str> {
+        differs("created_at", &stored.created_at, &self.created_at)
+            .into_iter()
+            .collect()
+    }
+
+    fn same_content(&self, other: &Self) -> bool {
+        Revision {
+            synced_at: other.synced_at,
+            deleted_at: other.deleted_at,
+            ..self.clone()
+        } == *other
+    }
+
+    fn version_order(&self, stored: &Self) -> Option<Ordering> {
+        Some(self.version.cmp(&stored.version))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One test per shape family
+
+#[test]
+fn optional_flattened_renamed_and_nested_fields() {
+    check_family::<Profile>("model_profile");
+}
+
+#[test]
+fn frozen_hash_map() {
+    check_family::<Listing>("model_listing");
+}
+
+#[test]
+fn frozen_list_with_nulls_and_frozen_null() {
+    check_family::<Ballot>("model_ballot");
+}
+
+#[test]
+fn frozen_optional_field_omitted_when_none() {
+    check_family::<Claim>("model_claim");
+}
+
+#[test]
+fn i64_version_and_tombstone() {
+    check_family::<Revision<i64>>("model_version_i64");
+}
+
+#[test]
+fn u32_version_and_tombstone() {
+    check_family::<Revision<u32>>("model_version_u32");
+}
+
+#[test]
+fn chrono_version_and_tombstone() {
+    check_family::<Revision<DateTime<Utc>>>("model_version_chrono");
+}
+
+#[test]
+fn time_version_and_tombstone() {
+    check_family::<Revision<time::OffsetDateTime>>("model_version_time");
+}
+
+#[test]
+fn system_time_version_and_tombstone() {
+    check_family::<Revision<SystemTime>>("model_version_system_time");
+}
+
+#[test]
+fn bson_date_version_and_tombstone() {
+    check_family::<Revision<bson::DateTime>>("model_version_bson_date");
+}

@@ -1,0 +1,1071 @@
+//! The sixteen broken promises of issue 9, against a real server: one test per case, several where
+//! the issue lists several inputs. Each test asserts what the promise says must happen: the
+//! outcome, or the exact refusal with its fields, and the stored document afterwards. A refusal
+//! must leave the stored documents byte for byte as they were, so every refusal compares the raw
+//! bytes the server holds before and after.
+//!
+//! Inputs that the fix turns into compile errors have trybuild cases instead (see `ui.rs`):
+//! `u64`, `u128`, `i128` and `usize` keys (case 11, `ui/types/key_*.rs`); `String`, float and
+//! `Option` versions (cases 2 and 15, `ui/types/version_*.rs`); role fields stored under a name
+//! with a `.` or a leading `$` (case 5), `hash_field = "_id"` and a field stored as
+//! `idemAppliedOps` (case 9, `ui/names/`); key, timestamp and version fields with
+//! `skip_serializing_if` (case 13, `ui/roles/*_with_skip_serializing_if.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use idem_core::mongo::Store;
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::fixtures::{entry, Payment, Post};
+use idem_tests::{fresh_database, stored_documents};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{self, doc, Document, RawDocumentBuf};
+use mongodb::Database;
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A store on a fresh database of its own.
+async fn store(test: &str) -> Store {
+    let (database, _log) = fresh_database(test).await;
+    Store::new(database)
+}
+
+/// The documents of `collection` exactly as the server holds them, sorted by `_id`: a refusal
+/// must leave these bytes as they were.
+async fn raw(database: &Database, collection: &str) -> Vec<RawDocumentBuf> {
+    let mut cursor = database
+        .collection::<RawDocumentBuf>(collection)
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .expect("reading back");
+    let mut documents = Vec::new();
+    while cursor.advance().await.expect("reading back") {
+        documents.push(cursor.current().to_raw_document_buf());
+    }
+    documents
+}
+
+/// A stored document without what idem adds itself (`_id`, the content hash, and its own fields,
+/// whose names start with `idem`): after a write this is exactly what serde wrote.
+fn user_fields(stored: &Document) -> Document {
+    stored
+        .iter()
+        .filter(|(name, _)| *name != "_id" && *name != "sourceHash" && !name.starts_with("idem"))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
+
+/// What serde writes for `doc`.
+fn serialized<T: Serialize>(doc: &T) -> Document {
+    bson::to_document(doc).expect("the document serializes")
+}
+
+/// The promise of `#[idem(version)]` for any version type: an identical retry is `Unchanged`, an
+/// older replay is `Stale` and writes nothing, a newer edit is `Updated`. Never `Contention`, and
+/// never an overwrite by the older copy.
+async fn assert_replays_settle_by_version<T>(
+    store: &Store,
+    collection: &str,
+    older: &T,
+    current: &T,
+    newer: &T,
+) where
+    T: Idempotent + Serialize + Sync,
+{
+    assert_eq!(store.upsert(current).await.unwrap(), Outcome::Inserted);
+    let before = raw(store.database(), collection).await;
+    assert_eq!(
+        store.upsert(current).await.unwrap(),
+        Outcome::Unchanged,
+        "an identical retry"
+    );
+    assert_eq!(
+        store.upsert(older).await.unwrap(),
+        Outcome::Stale,
+        "a replay of an older version"
+    );
+    assert_eq!(raw(store.database(), collection).await, before);
+    assert_eq!(
+        store.upsert(newer).await.unwrap(),
+        Outcome::Updated,
+        "a newer version"
+    );
+    // The newer version is what is stored now (compared through the store, not through the
+    // stored bytes: the form a version is stored in is the store's to choose).
+    assert_eq!(store.upsert(newer).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(store.upsert(current).await.unwrap(), Outcome::Stale);
+}
+
+fn post() -> Post {
+    Post {
+        slug: "hello-world".into(),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000,
+        title: "Hello".into(),
+        body: "First post.".into(),
+        fetched_at: 1_700_000_100_000,
+        author_id: "ada".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Lost update: a field serde leaves out must be removed from the stored document.
+
+/// A profile whose nickname serde leaves out when unset, with free-form extra fields flattened in.
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "profiles")]
+#[serde(rename_all = "camelCase")]
+struct Profile {
+    #[idem(key)]
+    user_id: String,
+    display_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nickname: Option<String>,
+    #[serde(flatten)]
+    extra: BTreeMap<String, String>,
+}
+
+fn profile(nickname: Option<&str>, extra: &[(&str, &str)]) -> Profile {
+    Profile {
+        user_id: "u1".into(),
+        display_name: "Ada".into(),
+        nickname: nickname.map(Into::into),
+        extra: extra
+            .iter()
+            .map(|(name, value)| ((*name).into(), (*value).into()))
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn an_option_going_to_none_is_removed_from_the_stored_document() {
+    let store = store("p1_option_none").await;
+    let with_nickname = profile(Some("countess"), &[]);
+    assert_eq!(
+        store.upsert(&with_nickname).await.unwrap(),
+        Outcome::Inserted
+    );
+
+    let without = profile(None, &[]);
+    assert_eq!(store.upsert(&without).await.unwrap(), Outcome::Updated);
+    let stored = stored_documents(store.database(), "profiles").await;
+    assert_eq!(
+        stored[0].get("nickname"),
+        None,
+        "serde no longer writes the nickname, so the write removes it"
+    );
+    assert_eq!(user_fields(&stored[0]), serialized(&without));
+    // And the stored hash describes what is stored: a retry is a retry.
+    assert_eq!(store.upsert(&without).await.unwrap(), Outcome::Unchanged);
+}
+
+#[tokio::test]
+async fn a_key_removed_from_a_flattened_map_is_removed_from_the_stored_document() {
+    let store = store("p1_flatten_removed").await;
+    let both = profile(None, &[("color", "red"), ("size", "L")]);
+    assert_eq!(store.upsert(&both).await.unwrap(), Outcome::Inserted);
+
+    let color_only = profile(None, &[("color", "red")]);
+    assert_eq!(store.upsert(&color_only).await.unwrap(), Outcome::Updated);
+    let stored = stored_documents(store.database(), "profiles").await;
+    assert_eq!(
+        stored[0].get("size"),
+        None,
+        "the entry left the map, so the write removes it"
+    );
+    assert_eq!(user_fields(&stored[0]), serialized(&color_only));
+    assert_eq!(store.upsert(&color_only).await.unwrap(), Outcome::Unchanged);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Stale versions: a version orders by its value, not by the text it is stored as. (`Option`
+//    versions are compile errors: ui/types/version_option.rs.)
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "notes")]
+struct Note {
+    #[idem(key)]
+    note_id: String,
+    #[idem(version)]
+    edited_at: chrono::DateTime<chrono::Utc>,
+    text: String,
+}
+
+fn note(edited_at_ms: i64, text: &str) -> Note {
+    Note {
+        note_id: "n1".into(),
+        edited_at: chrono::DateTime::from_timestamp_millis(edited_at_ms).unwrap(),
+        text: text.into(),
+    }
+}
+
+#[tokio::test]
+async fn an_older_chrono_version_is_stale_even_when_its_text_sorts_after() {
+    let store = store("p2_chrono_version").await;
+    // As RFC 3339 text, "…:00Z" sorts after "…:00.500Z", though it is half a second older.
+    let current = note(1_700_000_000_500, "current");
+    let older = note(1_700_000_000_000, "older");
+    let newer = note(1_700_000_001_000, "newer");
+    assert_replays_settle_by_version(&store, "notes", &older, &current, &newer).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Frozen bypass: a null inside a stored frozen list is a value, not "never written".
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "ballots")]
+struct Ballot {
+    #[idem(key)]
+    ballot_id: String,
+    #[idem(frozen)]
+    answers: Vec<Option<String>>,
+    note: String,
+}
+
+#[tokio::test]
+async fn a_frozen_list_holding_a_null_cannot_be_overwritten() {
+    let store = store("p3_frozen_null_list").await;
+    let cast = Ballot {
+        ballot_id: "b1".into(),
+        answers: vec![Some("yes".into()), None],
+        note: "cast".into(),
+    };
+    assert_eq!(store.upsert(&cast).await.unwrap(), Outcome::Inserted);
+    let before = raw(store.database(), "ballots").await;
+
+    let rigged = Ballot {
+        answers: vec![Some("no".into()), None],
+        ..cast.clone()
+    };
+    match store.upsert(&rigged).await {
+        Err(Error::FrozenFieldChanged {
+            field,
+            stored_id,
+            stored,
+            incoming,
+            ..
+        }) => {
+            assert_eq!(field, "answers");
+            assert_eq!(stored_id.to_string(), cast.id().unwrap().to_string());
+            assert!(stored.contains("yes"), "stored: {stored}");
+            assert!(incoming.contains("no"), "incoming: {incoming}");
+        }
+        other => panic!("expected FrozenFieldChanged for `answers`, got {other:?}"),
+    }
+    assert_eq!(raw(store.database(), "ballots").await, before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. False refusal: a map is the same value whatever order its entries come in.
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "listings")]
+struct Listing {
+    #[idem(key)]
+    sku: String,
+    #[idem(frozen)]
+    attributes: HashMap<String, String>,
+    price_cents: i64,
+}
+
+/// The same entries in a new `HashMap` that iterates (and so serializes) them in another order.
+fn same_map_in_another_order(map: &HashMap<String, String>) -> HashMap<String, String> {
+    let order = |map: &HashMap<String, String>| map.keys().cloned().collect::<Vec<_>>();
+    (0..1000)
+        .map(|_| map.clone().into_iter().collect::<HashMap<_, _>>())
+        .find(|rebuilt| order(rebuilt) != order(map))
+        .expect("a rebuilt HashMap of 12 entries iterates in another order within 1000 tries")
+}
+
+#[tokio::test]
+async fn a_frozen_map_rebuilt_with_the_same_content_is_not_a_change() {
+    let store = store("p4_frozen_map").await;
+    let listing = Listing {
+        sku: "chair-1".into(),
+        attributes: (0..12)
+            .map(|n| (format!("attribute-{n}"), format!("value-{n}")))
+            .collect(),
+        price_cents: 4_900,
+    };
+    assert_eq!(store.upsert(&listing).await.unwrap(), Outcome::Inserted);
+    let before = raw(store.database(), "listings").await;
+
+    // Re-ingested: the map is built anew, with the same content.
+    let reingested = Listing {
+        attributes: same_map_in_another_order(&listing.attributes),
+        ..listing.clone()
+    };
+    assert_eq!(store.upsert(&reingested).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(raw(store.database(), "listings").await, before);
+
+    // An edit of another field goes through.
+    let repriced = Listing {
+        price_cents: 3_900,
+        ..reingested
+    };
+    assert_eq!(store.upsert(&repriced).await.unwrap(), Outcome::Updated);
+    let stored = stored_documents(store.database(), "listings").await;
+    assert_eq!(stored[0].get_i64("price_cents").unwrap(), 3_900);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Known answers are not `Contention`. (Role fields stored under a name with a `.` are compile
+//    errors: ui/names/role_field_with_dot.rs. Duplicates from other unique indexes: `new_api`.)
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "heartbeats")]
+struct Heartbeat {
+    #[idem(key)]
+    device: String,
+    #[idem(version)]
+    seen_at: SystemTime,
+    status: String,
+}
+
+fn heartbeat(seen_at_ms: u64, status: &str) -> Heartbeat {
+    Heartbeat {
+        device: "d1".into(),
+        seen_at: SystemTime::UNIX_EPOCH + Duration::from_millis(seen_at_ms),
+        status: status.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_system_time_version_settles_every_replay_without_contention() {
+    let store = store("p5_system_time_version").await;
+    assert_replays_settle_by_version(
+        &store,
+        "heartbeats",
+        &heartbeat(1_700_000_000_000, "older"),
+        &heartbeat(1_700_000_001_000, "current"),
+        &heartbeat(1_700_000_002_000, "newer"),
+    )
+    .await;
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "readings")]
+struct Reading {
+    #[idem(key)]
+    sensor: String,
+    #[idem(version)]
+    taken_at: time::OffsetDateTime,
+    celsius: i64,
+}
+
+fn reading(taken_at_s: i64, celsius: i64) -> Reading {
+    Reading {
+        sensor: "s1".into(),
+        taken_at: time::OffsetDateTime::from_unix_timestamp(taken_at_s).unwrap(),
+        celsius,
+    }
+}
+
+#[tokio::test]
+async fn an_offset_date_time_version_settles_every_replay_without_contention() {
+    let store = store("p5_offset_date_time_version").await;
+    assert_replays_settle_by_version(
+        &store,
+        "readings",
+        &reading(1_700_000_000, 19),
+        &reading(1_700_000_060, 20),
+        &reading(1_700_000_120, 21),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Legacy data: a document another tool stored (an ObjectId `_id`, no hash) is reported as it
+//    is stored. (`record()` over a legacy event: `new_api`.)
+
+#[tokio::test]
+async fn a_refusal_over_a_legacy_document_names_the_id_it_is_stored_under() {
+    let store = store("p6_legacy_frozen").await;
+    let legacy_id = ObjectId::new();
+    store
+        .database()
+        .collection::<Document>("posts")
+        .insert_one(doc! {
+            "_id": legacy_id,
+            "slug": "hello-world",
+            "lang": "en",
+            "publishedAt": 1_600_000_000_000_i64,
+            "title": "Hello",
+            "body": "First post.",
+            "fetchedAt": 1_600_000_100_000_i64,
+            "authorId": "ada",
+        })
+        .await
+        .unwrap();
+    store.ensure_indexes::<Post>().await.unwrap();
+    let before = raw(store.database(), "posts").await;
+
+    // The same post with another publication time: a new id, so the stored one would be orphaned.
+    match store.upsert(&post()).await {
+        Err(Error::FrozenFieldChanged {
+            field,
+            stored_id,
+            stored,
+            incoming,
+            ..
+        }) => {
+            assert_eq!(field, "published_at");
+            assert_eq!(
+                stored_id.to_string(),
+                legacy_id.to_hex(),
+                "the id the document is stored under, not the incoming one"
+            );
+            assert!(stored.contains("1600000000000"), "stored: {stored}");
+            assert!(incoming.contains("1700000000000"), "incoming: {incoming}");
+        }
+        other => panic!("expected FrozenFieldChanged for `published_at`, got {other:?}"),
+    }
+    assert_eq!(raw(store.database(), "posts").await, before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. An empty idempotency key is refused, as an empty key is.
+
+#[tokio::test]
+async fn an_empty_idempotency_key_is_refused_and_nothing_is_written() {
+    let store = store("p7_empty_idempotency_key").await;
+    let blank = Payment {
+        request_key: String::new(),
+        amount_cents: 1_000,
+    };
+    let expect_empty_key = |result: Result<Outcome, Error>| match result {
+        Err(Error::EmptyKey { field, .. }) => assert_eq!(field, "request_key"),
+        other => panic!("expected EmptyKey for `request_key`, got {other:?}"),
+    };
+    expect_empty_key(store.record(&blank).await.map(|recorded| recorded.outcome));
+    // Another request without a key must not fold into the first one either.
+    let other_blank = Payment {
+        amount_cents: 2_000,
+        ..blank.clone()
+    };
+    expect_empty_key(store.upsert(&other_blank).await);
+    let report = store.upsert_many(&[blank]).await.unwrap();
+    expect_empty_key(report.into_outcomes().remove(0));
+    assert!(raw(store.database(), "payments").await.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. A batch gives each document exactly the outcome upserting them one by one, in order, gives.
+
+/// The fixture post by another author: a frozen field changed, so refused once `post()` is stored.
+fn post_by(author: &str) -> Post {
+    Post {
+        author_id: author.into(),
+        ..post()
+    }
+}
+
+fn retitled() -> Post {
+    Post {
+        title: "Hello again".into(),
+        ..post()
+    }
+}
+
+/// Asserts `result` is the refusal of a changed `author_id` whose incoming value is `author`'s.
+fn assert_author_refused(result: &Result<Outcome, Error>, author: &str) {
+    match result {
+        Err(Error::FrozenFieldChanged {
+            field,
+            stored,
+            incoming,
+            ..
+        }) => {
+            assert_eq!(*field, "author_id");
+            assert!(stored.contains("ada"), "stored: {stored}");
+            assert!(
+                incoming.contains(author),
+                "the refusal shows this document's own value {author:?}, not another copy's: \
+                 incoming {incoming}"
+            );
+        }
+        other => panic!("expected FrozenFieldChanged for `author_id`, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_valid_copy_in_a_batch_is_written_though_a_later_copy_is_refused() {
+    let store = store("p8_valid_then_invalid").await;
+    store.upsert(&post()).await.unwrap();
+    // One by one: the retitled post is Updated, then the other author is refused.
+    let report = store
+        .upsert_many(&[retitled(), post_by("bob")])
+        .await
+        .unwrap();
+    let outcomes = report.outcomes();
+    assert!(
+        matches!(outcomes[0], Ok(Outcome::Updated)),
+        "the valid copy: {:?}",
+        outcomes[0]
+    );
+    assert_author_refused(&outcomes[1], "bob");
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(user_fields(&stored[0]), serialized(&retitled()));
+}
+
+#[tokio::test]
+async fn an_invalid_copy_in_a_batch_is_refused_though_a_later_copy_is_valid() {
+    let store = store("p8_invalid_then_valid").await;
+    store.upsert(&post()).await.unwrap();
+    // One by one: the other author is refused, then the retitled post is Updated.
+    let report = store
+        .upsert_many(&[post_by("bob"), retitled()])
+        .await
+        .unwrap();
+    let outcomes = report.outcomes();
+    assert_author_refused(&outcomes[0], "bob");
+    assert!(
+        matches!(outcomes[1], Ok(Outcome::Updated)),
+        "the valid copy: {:?}",
+        outcomes[1]
+    );
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(user_fields(&stored[0]), serialized(&retitled()));
+}
+
+#[tokio::test]
+async fn each_refused_copy_in_a_batch_shows_its_own_value() {
+    let store = store("p8_each_own_value").await;
+    store.upsert(&post()).await.unwrap();
+    let before = raw(store.database(), "posts").await;
+    let report = store
+        .upsert_many(&[post_by("bob"), post_by("carol")])
+        .await
+        .unwrap();
+    assert_author_refused(&report.outcomes()[0], "bob");
+    assert_author_refused(&report.outcomes()[1], "carol");
+    assert_eq!(raw(store.database(), "posts").await, before);
+}
+
+#[tokio::test]
+async fn equal_versions_in_a_batch_keep_the_first_copy_as_single_upserts_do() {
+    let store = store("p8_equal_versions").await;
+    // One by one: the first is Inserted; the second, same version with other content, is Stale.
+    let batch = [entry("e1", 1, "first"), entry("e1", 1, "second")];
+    let report = store.upsert_many(&batch).await.unwrap();
+    let outcomes: Vec<Outcome> = report
+        .outcomes()
+        .iter()
+        .map(|outcome| *outcome.as_ref().unwrap())
+        .collect();
+    assert_eq!(outcomes, [Outcome::Inserted, Outcome::Stale]);
+    let stored = stored_documents(store.database(), "entries").await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].get_str("text").unwrap(), "first");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Reserved names: see `new_api` for flattened entries, ui/names/ for the rest.
+
+// ---------------------------------------------------------------------------------------------
+// 10. The size check counts every byte of the stored form.
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Review {
+    reviewer_id: String,
+    verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "uploads")]
+struct Upload {
+    #[idem(key)]
+    name: String,
+    payload: String,
+    #[idem(push_by = "reviewer_id")]
+    reviews_from_the_moderation_team: Vec<Review>,
+    #[idem(tombstone)]
+    removed_at: Option<i64>,
+}
+
+/// MongoDB's limit on a stored document.
+const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// What an upsert sets today: serde's document without the pushed list and the tombstone (owned
+/// by their routes), with the content hash.
+fn upserted_fields(upload: &Upload) -> Document {
+    let mut body = serialized(upload);
+    body.remove("reviews_from_the_moderation_team");
+    body.remove("removed_at");
+    body.insert("sourceHash", upload.content_hash().unwrap().to_hex());
+    body
+}
+
+fn bson_len(document: &Document) -> usize {
+    bson::to_vec(document).unwrap().len()
+}
+
+#[tokio::test]
+async fn a_document_over_the_limit_only_with_the_bytes_idem_adds_is_too_large() {
+    let store = store("p10_size_with_idem_bytes").await;
+    let mut upload = Upload {
+        name: "big.bin".into(),
+        payload: String::new(),
+        reviews_from_the_moderation_team: Vec::new(),
+        removed_at: None,
+    };
+    // Fill the payload until the fields an upsert sets, with 40 bytes of room for the `_id`, are
+    // exactly at the limit: the stored form also holds the empty pushed list, and is over it.
+    let room = MAX_DOCUMENT_BYTES - 40 - bson_len(&upserted_fields(&upload));
+    upload.payload = "x".repeat(room);
+    assert_eq!(bson_len(&upserted_fields(&upload)) + 40, MAX_DOCUMENT_BYTES);
+    let mut stored_form = doc! { "_id": upload.id().unwrap().to_string() };
+    stored_form.extend(upserted_fields(&upload));
+    stored_form.insert(
+        "reviews_from_the_moderation_team",
+        bson::Bson::Array(Vec::new()),
+    );
+    assert!(bson_len(&stored_form) > MAX_DOCUMENT_BYTES);
+
+    match store.upsert(&upload).await {
+        Err(Error::DocumentTooLarge { size, limit, .. }) => {
+            assert_eq!(limit, MAX_DOCUMENT_BYTES);
+            assert!(size > limit, "size {size}");
+        }
+        other => panic!("expected DocumentTooLarge, got {other:?}"),
+    }
+    assert!(raw(store.database(), "uploads").await.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. Key types that cannot be written are compile errors: ui/types/key_{u64,u128,i128,usize}.rs.
+
+// ---------------------------------------------------------------------------------------------
+// 12. `insert_new` refuses a member whose id-feeding timestamp moved, as `upsert` does.
+
+#[derive(Debug, Clone, PartialEq, Serialize, Idempotent)]
+#[idem(collection = "badges")]
+struct Badge {
+    #[idem(key)]
+    user: String,
+    #[idem(key)]
+    badge: String,
+    #[idem(timestamp)]
+    earned_at: i64,
+}
+
+fn badge(earned_at: i64) -> Badge {
+    Badge {
+        user: "ada".into(),
+        badge: "first-post".into(),
+        earned_at,
+    }
+}
+
+/// Asserts `result` refuses the moved `earned_at` of the badge stored under `stored_as`.
+fn assert_moved_timestamp_refused<T: std::fmt::Debug>(result: Result<T, Error>, stored_as: &Badge) {
+    match result {
+        Err(Error::FrozenFieldChanged {
+            field, stored_id, ..
+        }) => {
+            assert_eq!(field, "earned_at");
+            assert_eq!(stored_id.to_string(), stored_as.id().unwrap().to_string());
+        }
+        other => panic!("expected FrozenFieldChanged for `earned_at`, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn insert_new_refuses_a_member_whose_timestamp_moved_as_upsert_does() {
+    let store = store("p12_insert_new_moved").await;
+    let earned = badge(1_700_000_000_000);
+    let earned_now = std::slice::from_ref(&earned);
+    assert_eq!(store.insert_new(earned_now).await.unwrap(), earned_now);
+    let before = raw(store.database(), "badges").await;
+
+    // Same key, another time: another id, so inserting it would leave two documents for one key.
+    let moved = badge(1_700_000_555_000);
+    assert_ne!(moved.id().unwrap(), earned.id().unwrap());
+    assert_moved_timestamp_refused(store.upsert(&moved).await, &earned);
+    assert_moved_timestamp_refused(store.insert_new(&[moved]).await, &earned);
+    assert_eq!(raw(store.database(), "badges").await, before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. A frozen `Option` that serde leaves out while `None` is a field never written. (Key,
+//     timestamp and version fields with `skip_serializing_if` are compile errors.)
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "tickets")]
+struct Ticket {
+    #[idem(key)]
+    ticket_id: String,
+    title: String,
+    #[idem(frozen)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed_by: Option<String>,
+}
+
+fn ticket(closed_by: Option<&str>) -> Ticket {
+    Ticket {
+        ticket_id: "t1".into(),
+        title: "Printer on fire".into(),
+        closed_by: closed_by.map(Into::into),
+    }
+}
+
+#[tokio::test]
+async fn a_frozen_option_left_out_while_none_is_written_once_then_frozen() {
+    let store = store("p13_frozen_skipped_option").await;
+    assert_eq!(
+        store.upsert(&ticket(None)).await.unwrap(),
+        Outcome::Inserted
+    );
+    let stored = stored_documents(store.database(), "tickets").await;
+    assert_eq!(user_fields(&stored[0]), serialized(&ticket(None)));
+
+    // Never written, so it may be set once…
+    assert_eq!(
+        store.upsert(&ticket(Some("ada"))).await.unwrap(),
+        Outcome::Updated
+    );
+    let before = raw(store.database(), "tickets").await;
+    // …and never changed afterwards.
+    match store.upsert(&ticket(Some("bob"))).await {
+        Err(Error::FrozenFieldChanged { field, .. }) => assert_eq!(field, "closed_by"),
+        other => panic!("expected FrozenFieldChanged for `closed_by`, got {other:?}"),
+    }
+    assert_eq!(raw(store.database(), "tickets").await, before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 14. Operation-owned fields: see `new_api` (`#[idem(effect)]`, `Error::NotAnEffectField`).
+
+// ---------------------------------------------------------------------------------------------
+// 15. `String` versions are compile errors: ui/types/version_string.rs.
+
+// ---------------------------------------------------------------------------------------------
+// 16. An event's op ids derive from its idempotency key.
+
+#[test]
+fn an_event_op_id_derives_from_its_idempotency_key_and_purpose() {
+    let payment = |key: &str, amount_cents| Payment {
+        request_key: key.into(),
+        amount_cents,
+    };
+    let credit = payment("req-1", 1_000)
+        .op_id("credit")
+        .expect("an event has op ids: the README's webhook-credits-an-account flow");
+    assert_eq!(credit, payment("req-1", 1_000).op_id("credit").unwrap());
+    // The key names the request: the same key is the same request, whatever its payload says.
+    assert_eq!(credit, payment("req-1", 2_000).op_id("credit").unwrap());
+    assert_ne!(credit, payment("req-1", 1_000).op_id("refund").unwrap());
+    assert_ne!(credit, payment("req-2", 1_000).op_id("credit").unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases that need the API the fix adds: `Error::UniqueIndexConflict`, `Error::ForeignId`,
+// `Error::ReservedName`, `Error::NotAnEffectField` and `#[idem(effect)]`.
+
+mod new_api {
+    use super::*;
+    use idem_core::mongo::{APPLIED_OPS_FIELD, NATURAL_KEY_INDEX};
+    use idem_core::{Applied, OpId};
+    use mongodb::options::IndexOptions;
+    use mongodb::IndexModel;
+
+    /// Creates a unique index named `name` on `keys` in `collection`, as an application (or an
+    /// older version of it) would.
+    async fn unique_index(store: &Store, collection: &str, keys: Document, name: &str) {
+        let options = IndexOptions::builder()
+            .name(name.to_owned())
+            .unique(true)
+            .build();
+        store
+            .database()
+            .collection::<Document>(collection)
+            .create_index(IndexModel::builder().keys(keys).options(options).build())
+            .await
+            .unwrap();
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 5. A duplicate key from any index but the natural key is a refusal naming it.
+
+    #[derive(Debug, Clone, Serialize, Idempotent)]
+    #[idem(collection = "members")]
+    struct Member {
+        #[idem(key)]
+        handle: String,
+        email: String,
+    }
+
+    fn assert_unique_index_conflict(result: &Result<Outcome, Error>, expected_index: &str) {
+        match result {
+            Err(error @ Error::UniqueIndexConflict { index, .. }) => {
+                assert_eq!(index, expected_index);
+                assert!(
+                    !error.is_retryable(),
+                    "the same write meets the same index every time"
+                );
+            }
+            other => panic!("expected UniqueIndexConflict on {expected_index}, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_on_another_unique_index_is_a_refusal_naming_that_index() {
+        let store = store("p5_unique_email").await;
+        store.ensure_indexes::<Member>().await.unwrap();
+        unique_index(&store, "members", doc! { "email": 1 }, "email_unique").await;
+        let ada = Member {
+            handle: "ada".into(),
+            email: "ada@example.com".into(),
+        };
+        assert_eq!(store.upsert(&ada).await.unwrap(), Outcome::Inserted);
+        let before = raw(store.database(), "members").await;
+
+        // Another member with the same email: the application's index says no, every time.
+        let impostor = Member {
+            handle: "grace".into(),
+            ..ada.clone()
+        };
+        assert_unique_index_conflict(&store.upsert(&impostor).await, "email_unique");
+        let report = store
+            .upsert_many(std::slice::from_ref(&impostor))
+            .await
+            .unwrap();
+        assert_unique_index_conflict(&report.outcomes()[0], "email_unique");
+        assert_eq!(raw(store.database(), "members").await, before);
+    }
+
+    #[derive(Debug, Clone, Serialize, Idempotent)]
+    #[idem(collection = "seats")]
+    struct Seat {
+        #[idem(key)]
+        venue: String,
+        #[idem(key)]
+        seat: String,
+        holder: String,
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_on_a_stale_natural_key_index_is_a_refusal_naming_it() {
+        let store = store("p5_stale_natural_key").await;
+        // Left by an older version of the type, whose only key was the venue.
+        unique_index(&store, "seats", doc! { "venue": 1 }, NATURAL_KEY_INDEX).await;
+        let seat = |seat: &str| Seat {
+            venue: "hall".into(),
+            seat: seat.into(),
+            holder: "ada".into(),
+        };
+        assert_eq!(store.upsert(&seat("1a")).await.unwrap(), Outcome::Inserted);
+        let before = raw(store.database(), "seats").await;
+
+        assert_unique_index_conflict(&store.upsert(&seat("1b")).await, NATURAL_KEY_INDEX);
+        assert_eq!(raw(store.database(), "seats").await, before);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 6. `record()` over an event another tool stored reports the id it is stored under.
+
+    #[tokio::test]
+    async fn recording_an_event_stored_by_another_tool_reports_its_foreign_id() {
+        let store = store("p6_legacy_event").await;
+        let legacy_id = ObjectId::new();
+        store
+            .database()
+            .collection::<Document>("payments")
+            .insert_one(
+                doc! { "_id": legacy_id, "request_key": "req-1", "amount_cents": 1_000_i64 },
+            )
+            .await
+            .unwrap();
+        store.ensure_indexes::<Payment>().await.unwrap();
+        let before = raw(store.database(), "payments").await;
+
+        let payment = Payment {
+            request_key: "req-1".into(),
+            amount_cents: 1_000,
+        };
+        let expect_foreign_id = |result: Result<Outcome, Error>| match result {
+            Err(Error::ForeignId { stored_id, .. }) => assert_eq!(stored_id, legacy_id.to_hex()),
+            other => panic!("expected ForeignId {legacy_id}, got {other:?}"),
+        };
+        expect_foreign_id(
+            store
+                .record(&payment)
+                .await
+                .map(|recorded| recorded.outcome),
+        );
+        expect_foreign_id(store.upsert(&payment).await);
+        assert_eq!(raw(store.database(), "payments").await, before);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 9. A flattened entry under a name idem writes is refused, and nothing is written.
+
+    #[derive(Debug, Clone, Serialize, Idempotent)]
+    #[idem(collection = "labelled")]
+    struct Labelled {
+        #[idem(key)]
+        slug: String,
+        #[serde(flatten)]
+        labels: BTreeMap<String, String>,
+    }
+
+    /// Stores a document, then the same with a flattened entry named `reserved`: refused, single
+    /// or in a batch, with the stored bytes untouched.
+    async fn assert_reserved_entry_refused(test: &str, reserved: &str) {
+        let store = store(test).await;
+        let labelled = |entries: &[&str]| Labelled {
+            slug: "hello".into(),
+            labels: entries
+                .iter()
+                .map(|name| ((*name).to_owned(), "x".to_owned()))
+                .collect(),
+        };
+        assert_eq!(
+            store.upsert(&labelled(&["color"])).await.unwrap(),
+            Outcome::Inserted
+        );
+        let before = raw(store.database(), "labelled").await;
+
+        let with_reserved = labelled(&["color", reserved]);
+        let expect_reserved = |result: &Result<Outcome, Error>| match result {
+            Err(Error::ReservedName { stored_name, .. }) => assert_eq!(stored_name, reserved),
+            other => panic!("expected ReservedName {reserved:?}, got {other:?}"),
+        };
+        expect_reserved(&store.upsert(&with_reserved).await);
+        let report = store
+            .upsert_many(std::slice::from_ref(&with_reserved))
+            .await
+            .unwrap();
+        expect_reserved(&report.outcomes()[0]);
+        assert_eq!(raw(store.database(), "labelled").await, before);
+    }
+
+    #[tokio::test]
+    async fn a_flattened_entry_named_like_the_hash_field_is_refused() {
+        assert_reserved_entry_refused("p9_flattened_hash_field", "sourceHash").await;
+    }
+
+    #[tokio::test]
+    async fn a_flattened_id_entry_is_refused() {
+        assert_reserved_entry_refused("p9_flattened_id", "_id").await;
+    }
+
+    #[tokio::test]
+    async fn a_flattened_entry_in_idems_namespace_is_refused() {
+        assert_reserved_entry_refused("p9_flattened_idem_name", APPLIED_OPS_FIELD).await;
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 14. Fields that operations change are owned by `apply_once`.
+
+    #[derive(Debug, Clone, Serialize, Idempotent)]
+    #[idem(collection = "ledgers")]
+    struct Ledger {
+        #[idem(key)]
+        account_id: String,
+        owner: String,
+        #[idem(effect)]
+        balance: i64,
+    }
+
+    fn ledger(owner: &str) -> Ledger {
+        Ledger {
+            account_id: "acct-1".into(),
+            owner: owner.into(),
+            balance: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upsert_never_undoes_an_apply_once_effect() {
+        let store = store("p14_effect_kept").await;
+        assert_eq!(
+            store.upsert(&ledger("Ada")).await.unwrap(),
+            Outcome::Inserted
+        );
+        let id = ledger("Ada").id().unwrap();
+        let credit = OpId::from("payment-1:credit");
+        let plus_500 = doc! { "$inc": { "balance": 500_i64 } };
+        assert_eq!(
+            store
+                .apply_once::<Ledger>(id, &credit, plus_500.clone())
+                .await
+                .unwrap(),
+            Applied::Applied
+        );
+
+        // The owner is renamed; the document in hand still says balance 0.
+        let renamed = ledger("Ada Lovelace");
+        assert_eq!(store.upsert(&renamed).await.unwrap(), Outcome::Updated);
+        let stored = stored_documents(store.database(), "ledgers").await;
+        assert_eq!(stored[0].get_str("owner").unwrap(), "Ada Lovelace");
+        assert_eq!(
+            stored[0].get_i64("balance").unwrap(),
+            500,
+            "the credit stands"
+        );
+        // The balance is not content: the renamed account with any balance is a retry.
+        let with_other_balance = Ledger {
+            balance: 7,
+            ..renamed.clone()
+        };
+        assert_eq!(
+            store.upsert(&with_other_balance).await.unwrap(),
+            Outcome::Unchanged
+        );
+        assert_eq!(
+            store
+                .apply_once::<Ledger>(id, &credit, plus_500)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied
+        );
+        let stored = stored_documents(store.database(), "ledgers").await;
+        assert_eq!(stored[0].get_i64("balance").unwrap(), 500);
+    }
+
+    /// Applies `update` under a fresh op id: refused as touching `path`, nothing written (the op id
+    /// is not recorded either, so the same op id applies a correct update afterwards).
+    async fn assert_not_an_effect_field(test: &str, update: Document, path: &str) {
+        let store = store(test).await;
+        store.upsert(&ledger("Ada")).await.unwrap();
+        let id = ledger("Ada").id().unwrap();
+        let before = raw(store.database(), "ledgers").await;
+        let op = OpId::from("op-1");
+        match store.apply_once::<Ledger>(id, &op, update).await {
+            Err(Error::NotAnEffectField { path: refused, .. }) => assert_eq!(refused, path),
+            other => panic!("expected NotAnEffectField {path:?}, got {other:?}"),
+        }
+        assert_eq!(raw(store.database(), "ledgers").await, before);
+        assert_eq!(
+            store
+                .apply_once::<Ledger>(id, &op, doc! { "$inc": { "balance": 5_i64 } })
+                .await
+                .unwrap(),
+            Applied::Applied
+        );
+        let stored = stored_documents(store.database(), "ledgers").await;
+        assert_eq!(stored[0].get_i64("balance").unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn apply_once_refuses_a_field_the_type_does_not_have() {
+        // A typo would otherwise create a new field and leave the balance as it was.
+        assert_not_an_effect_field("p14_typo", doc! { "$inc": { "balnce": 5_i64 } }, "balnce")
+            .await;
+    }
+
+    #[tokio::test]
+    async fn apply_once_refuses_a_field_that_upserts_own() {
+        // The next upsert would overwrite it: only effect fields belong to operations.
+        assert_not_an_effect_field(
+            "p14_upserted_field",
+            doc! { "$set": { "owner": "x" } },
+            "owner",
+        )
+        .await;
+    }
+}
