@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use idem_core::{Backend, IdKey, IdTimestamp, Idempotent};
+use idem_core::{Backend, IdKey, IdTimestamp, Idempotent, StoredKey};
 
 #[derive(serde::Serialize, Idempotent)]
 struct Doc<T> {
@@ -33,14 +33,14 @@ struct Borrowed<'a, T: ?Sized + serde::Serialize> {
 #[derive(serde::Serialize, Idempotent)]
 struct Fixed<const N: usize> {
     #[idem(key)]
-    id: u64,
+    id: i64,
 }
 
 fn id_of<T: Idempotent>(doc: &T) -> idem_core::Id {
     doc.id().unwrap()
 }
 
-fn generic_id<K: IdKey + Clone, Ts: IdTimestamp>(key: &K, at: &Ts) -> idem_core::Id {
+fn generic_id<K: IdKey + StoredKey + Clone, Ts: IdTimestamp>(key: &K, at: &Ts) -> idem_core::Id {
     Keyed::<K, Ts>::derive_id(key, at).unwrap()
 }
 

@@ -1,5 +1,7 @@
-// Every supported key type, each as a `#[idem(key)]` field of one document. (`Rc<str>` is a key
+// Every stored key type, each as a `#[idem(key)]` field of one document. (`Rc<str>` is a key
 // type too, but a document holding one is not `Sync`, which the generated `upsert` requires.)
+// `u64`, `usize`, `u128` and `i128` derive ids (`derive_id` takes them) but are not stored keys:
+// see tests/ui/types/key_u64.rs.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -31,12 +33,6 @@ struct AllKeys {
     #[idem(key)]
     u32: u32,
     #[idem(key)]
-    u64: u64,
-    #[idem(key)]
-    u128: u128,
-    #[idem(key)]
-    usize: usize,
-    #[idem(key)]
     i8: i8,
     #[idem(key)]
     i16: i16,
@@ -44,8 +40,6 @@ struct AllKeys {
     i32: i32,
     #[idem(key)]
     i64: i64,
-    #[idem(key)]
-    i128: i128,
     #[idem(key)]
     isize: isize,
 }
@@ -66,14 +60,10 @@ fn main() {
         u8: 1,
         u16: 2,
         u32: 3,
-        u64: 4,
-        u128: u128::MAX,
-        usize: 5,
         i8: -1,
         i16: -2,
         i32: -3,
         i64: -4,
-        i128: i128::MIN,
         isize: -5,
     };
     let id = doc.id().unwrap();
@@ -91,28 +81,20 @@ fn main() {
             &doc.u8,
             &doc.u16,
             &doc.u32,
-            &doc.u64,
-            &doc.u128,
-            &doc.usize,
             &doc.i8,
             &doc.i16,
             &doc.i32,
             &doc.i64,
-            &doc.i128,
             &doc.isize,
         )
         .unwrap()
     );
     let key = doc.natural_key();
-    assert_eq!(key.parts().len(), 19);
+    assert_eq!(key.parts().len(), 15);
     assert_eq!(
         key.parts()[5],
         ("character", KeyValue::Text("x".to_owned()))
     );
     assert_eq!(key.parts()[6], ("flag", KeyValue::Bool(true)));
-    assert_eq!(
-        key.parts()[11],
-        ("u128", KeyValue::LargeUnsigned(u128::MAX))
-    );
-    assert_eq!(key.parts()[17], ("i128", KeyValue::Integer(i128::MIN)));
+    assert_eq!(key.parts()[13], ("i64", KeyValue::Integer(-4)));
 }

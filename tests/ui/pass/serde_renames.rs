@@ -28,7 +28,7 @@ struct Post {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 struct Shout {
     #[idem(key)]
-    post_id: u64,
+    post_id: i64,
 }
 
 fn stored<T: Idempotent>() -> Vec<(&'static str, &'static str, Role)> {
