@@ -88,8 +88,18 @@ pub const VERSION_KEY_FIELD: &str = "idemVersion";
 /// Where `apply_once` records the op ids applied to a document.
 pub const APPLIED_OPS_FIELD: &str = "idemAppliedOps";
 
+/// Where a stored document records which write last replaced it: `i:` or `u:` (inserted or
+/// updated) and that write's random marker. A write reads its own marker back to know what it
+/// did, even where a server reports a racing insert without the document it found.
+pub const WRITE_MARKER_FIELD: &str = "idemWrite";
+
 /// The stored names idem writes besides `_id` and the hash field.
-pub const RESERVED_FIELDS: &[&str] = &[FROZEN_DIGESTS_FIELD, VERSION_KEY_FIELD, APPLIED_OPS_FIELD];
+pub const RESERVED_FIELDS: &[&str] = &[
+    FROZEN_DIGESTS_FIELD,
+    VERSION_KEY_FIELD,
+    APPLIED_OPS_FIELD,
+    WRITE_MARKER_FIELD,
+];
 
 /// What a field does for idem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

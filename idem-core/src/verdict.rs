@@ -3,8 +3,9 @@
 //! A backend reads what is stored under the write's id and reduces it to a [`Stored`]: whether it
 //! carries a deletion marker, how each guarded field compares, its version's order key and its
 //! content hash. [`Stored::judge`] then says what the write does. A backend's server-side guard must
-//! agree with [`Stored::server_may_replace`] exactly: the single upsert reads its outcome from the
-//! image the server returns, so a guard that disagreed would report a write that did not happen.
+//! agree with [`Stored::server_may_replace`] exactly: a document the guard left alone is judged
+//! here for its outcome, and a batch sends only the writes this side expects the guard to let
+//! through, so a guard that disagreed would misreport what was written.
 
 use std::cmp::Ordering;
 

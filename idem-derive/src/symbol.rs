@@ -53,9 +53,9 @@ pub const ID_FIELD: &str = "_id";
 
 pub const DEFAULT_HASH_FIELD: &str = "sourceHash";
 
-/// The stored names idem writes itself besides `_id` and the hash field (the runtime's
-/// `RESERVED_FIELDS`).
-pub const RESERVED_FIELDS: &[&str] = &["idemFrozen", "idemVersion", "idemAppliedOps"];
+/// The stored names idem writes itself besides `_id` and the hash field: the runtime's
+/// `RESERVED_FIELDS`, spelled out because the runtime depends on this crate, not the reverse.
+pub const RESERVED_FIELDS: &[&str] = &["idemFrozen", "idemVersion", "idemAppliedOps", "idemWrite"];
 
 impl PartialEq<Symbol> for Ident {
     fn eq(&self, word: &Symbol) -> bool {

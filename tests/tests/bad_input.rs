@@ -538,8 +538,9 @@ async fn a_document_over_16_mib_is_refused_before_anything_is_sent() {
     assert_eq!(raw(store.database(), "posts").await, before);
 }
 
-/// The BSON size of `post` as stored: its fields, `_id`, the content hash, and the digests of
-/// its timestamp and frozen field (64 hex digits each; their value does not change the size).
+/// The BSON size of `post` as stored: its fields, `_id`, the content hash, the digests of its
+/// timestamp and frozen field (64 hex digits each), and the write marker (`i:` and a ULID).
+/// Only the lengths of idem's values matter here, not the values.
 fn stored_size(post: &Post) -> usize {
     let mut stored = bson::to_document(post).unwrap();
     stored.insert("_id", post.id().unwrap().to_string());
@@ -549,6 +550,7 @@ fn stored_size(post: &Post) -> usize {
         "idemFrozen",
         doc! { "publishedAt": digest.as_str(), "authorId": digest.as_str() },
     );
+    stored.insert("idemWrite", format!("i:{}", "0".repeat(26)));
     bson::to_vec(&stored).unwrap().len()
 }
 

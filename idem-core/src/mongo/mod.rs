@@ -18,9 +18,12 @@
 //! it, replaces the stored document with an update pipeline only if a guard on the stored document
 //! allows it (not deleted; no frozen field changed; a strictly newer version, or without versions
 //! another content hash), inserts it if no document has that `_id`, and returns the document as
-//! it was. That image classifies the write in the same round trip: none is `Inserted`; one the
-//! guard let through is `Updated`; any other is `Unchanged`, `Stale`, `Deleted` or a refusal
-//! ([`Error::FrozenFieldChanged`]), judged by [`crate::verdict`], the rule the guard states.
+//! the command left it. That image classifies the write in the same round trip: holding this
+//! write's marker (`idemWrite`), it was `Inserted` or `Updated` here; otherwise the guard left it
+//! alone, and it is `Unchanged`, `Stale`, `Deleted` or a refusal ([`Error::FrozenFieldChanged`]),
+//! judged by [`crate::verdict`], the rule the guard states. A server that retries a racing
+//! insert as an update may return no document; the command is then sent again and reads its own
+//! marker back, so two racing writers never both report `Inserted`.
 //!
 //! A duplicate-key error means the natural key is stored under another id, because a field
 //! feeding the id changed (a refusal, after a read by `_id` and one by natural key), or another
@@ -264,21 +267,27 @@ impl Store {
     }
 
     /// Sends the conditional replacement until the server's answer settles it. The server
-    /// returns the document as it was before the command; the guard's decision on it is the
-    /// outcome, so every outcome but a conflict takes one round trip.
+    /// returns the document as the command left it: holding this write's marker, it was
+    /// inserted or updated here; otherwise the guard left it alone and its judgement is the
+    /// outcome. Every outcome but a conflict takes one round trip.
     async fn settle(&self, write: &PreparedWrite) -> Result<Outcome, Error> {
         let collection = self.raw_collection(write.model);
         for _ in 0..MAX_ATTEMPTS {
-            let before = collection
+            let after = collection
                 .find_one_and_update(write.query(), write.conditional_replacement())
                 .upsert(true)
-                .return_document(ReturnDocument::Before)
+                .return_document(ReturnDocument::After)
                 .projection(write.judged_fields())
                 .await;
-            let settled = match before {
-                Ok(None) => Some(Outcome::Inserted),
-                Ok(Some(stored)) if write.server_may_replace(&stored) => Some(Outcome::Updated),
-                Ok(Some(stored)) => self.settle_unreplaced(&collection, write, &stored).await?,
+            let settled = match after {
+                Ok(Some(stored)) => match write.written_here(&stored) {
+                    Some(outcome) => Some(outcome),
+                    None => self.settle_unreplaced(&collection, write, &stored).await?,
+                },
+                // A server that retried a racing insert as an update may return no document.
+                // The command took effect; sent again, it reads its own marker back, or what
+                // another writer left.
+                Ok(None) => None,
                 Err(error) if is_duplicate_key(&error) => {
                     let message = duplicate_key_message(&error);
                     self.classify_conflict(&collection, write, message).await?

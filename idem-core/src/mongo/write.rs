@@ -18,10 +18,14 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{
     DocumentRef, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
-    VERSION_KEY_FIELD,
+    VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
 use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
+
+/// The prefixes of a write marker: the write inserted the document, or replaced it.
+const INSERTED: &str = "i:";
+const UPDATED: &str = "u:";
 
 /// MongoDB's limit on one stored document (`maxBsonObjectSize` on every server).
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
@@ -42,6 +46,8 @@ pub(crate) struct PreparedWrite {
     effects: Document,
     /// Each guarded field with the digest of its incoming value (`None`: null or not written).
     digests: Vec<(&'static Field, Option<String>)>,
+    /// This write's random marker: a document it replaced holds it in `idemWrite`.
+    marker: String,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
 }
@@ -153,6 +159,7 @@ impl PreparedWrite {
             body,
             effects,
             digests,
+            marker: ulid::Ulid::generate().to_string(),
             tombstone,
         };
         let size = bson_size(&write.inserted_document());
@@ -202,7 +209,8 @@ impl PreparedWrite {
     }
 
     /// The single upsert's update: replace the stored document if the guard allows, else leave
-    /// it as it is, in one command that returns the stored document as it was.
+    /// it as it is, in one command that returns the document as it is afterwards. Its write
+    /// marker says whether this write replaced it ([`PreparedWrite::written_here`]).
     pub fn conditional_replacement(&self) -> Vec<Document> {
         let root = Bson::String("$$ROOT".to_owned());
         vec![doc! { "$replaceWith": { "$cond": [self.guard(), self.replacement(), root] } }]
@@ -219,6 +227,12 @@ impl PreparedWrite {
     fn replacement(&self) -> Bson {
         let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
         incoming.extend(self.body.clone());
+        // The document a write inserts starts as what its query names: `_id` and the keys.
+        let fields_of_new_document = 1 + self.model.natural_key_fields().count() as i64;
+        let inserting = bson!({ "$eq": [
+            { "$size": { "$objectToArray": "$$ROOT" } },
+            fields_of_new_document,
+        ] });
         let mut owned = Document::new();
         for field in self.model.fields() {
             let stored = field_path(field.stored_name());
@@ -238,7 +252,29 @@ impl PreparedWrite {
             owned.insert(field.stored_name(), kept);
         }
         owned.insert(APPLIED_OPS_FIELD, field_path(APPLIED_OPS_FIELD));
+        owned.insert(
+            WRITE_MARKER_FIELD,
+            bson!({ "$cond": [inserting, self.marked(INSERTED), self.marked(UPDATED)] }),
+        );
         bson!({ "$mergeObjects": [{ "$literal": incoming }, owned] })
+    }
+
+    /// The write marker this write stores when it inserts (`INSERTED`) or updates.
+    fn marked(&self, how: &str) -> String {
+        format!("{how}{}", self.marker)
+    }
+
+    /// What this write did to `stored`, the document as its command left it: `Inserted` or
+    /// `Updated` if it holds this write's marker, `None` if another write (or none) left it so.
+    pub fn written_here(&self, stored: &Document) -> Option<Outcome> {
+        let marker = stored.get_str(WRITE_MARKER_FIELD).ok()?;
+        if marker == self.marked(INSERTED) {
+            Some(Outcome::Inserted)
+        } else if marker == self.marked(UPDATED) {
+            Some(Outcome::Updated)
+        } else {
+            None
+        }
     }
 
     /// The server-side guard: whether this write may replace the stored document (`$$ROOT`).
@@ -346,8 +382,7 @@ impl PreparedWrite {
         }
     }
 
-    /// Whether the guard lets this write replace `stored`: what the server decided, read from
-    /// the image it returned.
+    /// Whether the server-side guard lets this write replace `stored`.
     pub fn server_may_replace(&self, stored: &Document) -> bool {
         self.stored(stored)
             .server_may_replace(&self.hash, self.version_key.as_deref())
@@ -456,6 +491,7 @@ impl PreparedWrite {
         let mut document = doc! { ID_FIELD: self.id_text.as_str() };
         document.extend(self.body.clone());
         document.extend(self.effects.clone());
+        document.insert(WRITE_MARKER_FIELD, self.marked(INSERTED));
         for field in self.model.pushed_fields() {
             document.insert(field.stored_name(), Bson::Array(Vec::new()));
         }
@@ -469,6 +505,7 @@ impl PreparedWrite {
             self.model.hash_field(): 1,
             FROZEN_DIGESTS_FIELD: 1,
             VERSION_KEY_FIELD: 1,
+            WRITE_MARKER_FIELD: 1,
         };
         let judged = self.model.fields().iter().filter(|field| {
             matches!(
