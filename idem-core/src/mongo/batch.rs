@@ -7,7 +7,7 @@ use std::fmt;
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
-use super::write::{bson_size, PreparedWrite, Reading};
+use super::write::{bson_size, PreparedWrite};
 use super::{collect, mongo_error, Store, DUPLICATE_KEY};
 use crate::batch::{copy_outcome, plan_batch};
 use crate::error::Error;
@@ -228,12 +228,12 @@ impl Store {
                 to_write.push(index);
                 continue;
             }
-            outcomes[index] = match write.read(stored) {
-                Reading::Settled(outcome) => Some(Ok(outcome)),
-                Reading::Refused(refusal) => Some(Err(refusal)),
+            outcomes[index] = Some(match write.read(stored) {
+                Ok(Some(outcome)) => Ok(outcome),
                 // Stored without digests: the single upsert's second, pinned step writes it.
-                Reading::Replace => Some(self.settle(write).await),
-            };
+                Ok(None) => self.settle(write).await,
+                Err(refusal) => Err(refusal),
+            });
         }
         let statements = to_write
             .into_iter()

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::write::PreparedWrite;
 use super::{
-    collect, find_by_id, index_in_message, mongo_error, update_or_explain, Store,
+    collect, find_by_id, mongo_error, unique_index_conflict, update_or_explain, Store,
     APPLIED_OPS_FIELD, DUPLICATE_KEY,
 };
 use crate::error::Error;
@@ -115,23 +115,19 @@ impl Store {
             .collect();
         let mut existing = HashSet::new();
         for (index, message) in collided {
-            let (index, write) = (*index, &candidates[*index].1);
+            let write = &candidates[*index].1;
             if stored_ids.contains(&write.id_text) {
-                existing.insert(index);
+                existing.insert(*index);
                 continue;
             }
-            return Err(match self.read_conflict(collection, write).await? {
-                (_, Some(stored)) => write.id_change(&stored),
+            match self.read_conflict(collection, write).await? {
                 // Stored under its id since the read: a racing writer inserted it.
-                (Some(_), None) => {
-                    existing.insert(index);
-                    continue;
+                (Some(_), _) => {
+                    existing.insert(*index);
                 }
-                (None, None) => Error::UniqueIndexConflict {
-                    document: Box::new(write.document.clone()),
-                    index: index_in_message(message),
-                },
-            });
+                (None, Some(stored)) => return Err(write.id_change(&stored)),
+                (None, None) => return Err(unique_index_conflict(write, message)),
+            }
         }
         Ok(existing)
     }

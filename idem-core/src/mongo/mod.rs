@@ -58,7 +58,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model};
 use crate::outcome::{Outcome, Pushed};
-use write::{is_tombstoned, PreparedWrite, Reading};
+use write::{is_tombstoned, PreparedWrite};
 
 /// The name of the unique index on a collection's natural key (or an event type's idempotency
 /// key).
@@ -201,19 +201,18 @@ impl Store {
                         (Some(stored), _) if is_tombstoned(write.model, &stored) => {
                             return Ok(Outcome::Unchanged)
                         }
-                        // Stored meanwhile, or under this id with another natural key.
-                        (Some(stored), _) => match write.read(&stored) {
-                            Reading::Refused(refusal) if !write.shares_natural_key(&stored) => {
-                                return Err(refusal)
-                            }
-                            _ => continue,
+                        // Stored meanwhile (deleting it goes again), or under this id with
+                        // another natural key. Deleting checks no other field.
+                        (Some(stored), _) => match write.natural_key_refusal(&stored) {
+                            Some(refusal) => return Err(refusal),
+                            None => continue,
                         },
                         (None, Some(stored)) => return Err(write.id_change(&stored)),
                         (None, None) => {
-                            return Err(Error::UniqueIndexConflict {
-                                document: Box::new(write.document),
-                                index: index_in_message(duplicate_key_message(&error)),
-                            })
+                            return Err(unique_index_conflict(
+                                &write,
+                                duplicate_key_message(&error),
+                            ))
                         }
                     }
                 }
@@ -313,10 +312,9 @@ impl Store {
         write: &PreparedWrite,
         stored: &Document,
     ) -> Result<Option<Outcome>, Error> {
-        match write.read(stored) {
-            Reading::Settled(outcome) => Ok(Some(outcome)),
-            Reading::Refused(refusal) => Err(refusal),
-            Reading::Replace => {
+        match write.read(stored)? {
+            Some(outcome) => Ok(Some(outcome)),
+            None => {
                 let replaced = collection
                     .update_one(write.pinned_query(stored), write.replacement_pipeline())
                     .await
@@ -337,16 +335,9 @@ impl Store {
         duplicate_message: &str,
     ) -> Result<Option<Outcome>, Error> {
         match self.read_conflict(collection, write).await? {
-            (Some(stored), _) => match write.read(&stored) {
-                Reading::Replace => Ok(None),
-                Reading::Settled(outcome) => Ok(Some(outcome)),
-                Reading::Refused(refusal) => Err(refusal),
-            },
+            (Some(stored), _) => write.read(&stored),
             (None, Some(stored)) => Err(write.id_change(&stored)),
-            (None, None) => Err(Error::UniqueIndexConflict {
-                document: Box::new(write.document.clone()),
-                index: index_in_message(duplicate_message),
-            }),
+            (None, None) => Err(unique_index_conflict(write, duplicate_message)),
         }
     }
 
@@ -560,6 +551,15 @@ fn duplicate_key_message(error: &mongodb::error::Error) -> &str {
         ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.message.as_str(),
         ErrorKind::Command(command_error) => command_error.message.as_str(),
         _ => "",
+    }
+}
+
+/// The refusal of `write` for a collision on a unique index other than the natural key's: the
+/// reads found neither its id nor its natural key stored.
+fn unique_index_conflict(write: &PreparedWrite, duplicate_message: &str) -> Error {
+    Error::UniqueIndexConflict {
+        document: Box::new(write.document.clone()),
+        index: index_in_message(duplicate_message),
     }
 }
 

@@ -7,8 +7,9 @@
 //! [`Stored::judge`]: not deleted; each guarded field never written or holding the incoming
 //! digest (a document without digests only where none of those fields is written); and a
 //! strictly newer version order key, or without versions another content hash.
-//! [`PreparedWrite::stored`] reads a stored document the same way, so the image the server
-//! returns says exactly what the guard decided.
+//! [`PreparedWrite::stored`] reads a stored document the same way. A write that replaces a
+//! document stamps it with its own marker, so the document the server returns says whether this
+//! very write replaced it.
 
 use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
@@ -50,16 +51,6 @@ pub(crate) struct PreparedWrite {
     marker: String,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
-}
-
-/// What a stored document means for this write, with the refusal spelled out.
-pub(crate) enum Reading {
-    /// The write replaces it.
-    Replace,
-    /// Nothing to write: `Unchanged`, `Stale` or `Deleted`.
-    Settled(Outcome),
-    /// The write would change a guarded field.
-    Refused(Error),
 }
 
 impl PreparedWrite {
@@ -329,11 +320,7 @@ impl PreparedWrite {
 
     /// A stored document reduced to what the judgement reads, compared as the guard compares.
     pub fn stored<'s>(&self, stored: &'s Document) -> Stored<'s> {
-        let tombstoned = self
-            .model
-            .tombstone_field()
-            .and_then(|field| stored.get(field.stored_name()))
-            .is_some_and(|marker| !is_null(marker));
+        let tombstoned = is_tombstoned(self.model, stored);
         let stored_digests = stored.get_document(FROZEN_DIGESTS_FIELD).ok();
         let guarded = self
             .digests
@@ -388,35 +375,31 @@ impl PreparedWrite {
             .server_may_replace(&self.hash, self.version_key.as_deref())
     }
 
-    /// What `stored`, the document under this write's id, means for it. A document whose
-    /// natural key differs from the incoming one (possible only for a document idem did not
-    /// write) is a refusal on the first key that differs.
-    pub fn read(&self, stored: &Document) -> Reading {
-        if let Some(field) = self.other_natural_key(stored) {
-            return Reading::Refused(self.refusal(stored, field));
+    /// What `stored`, the document under this write's id, means for it: `Ok(None)` if the write
+    /// replaces it, `Ok(Some(_))` for `Unchanged`, `Stale` or `Deleted`, or the refusal.
+    pub fn read(&self, stored: &Document) -> Result<Option<Outcome>, Error> {
+        if let Some(refusal) = self.natural_key_refusal(stored) {
+            return Err(refusal);
         }
         match self
             .stored(stored)
             .judge(&self.hash, self.version_key.as_deref())
         {
-            Verdict::Replace => Reading::Replace,
-            Verdict::Settled(outcome) => Reading::Settled(outcome),
-            Verdict::Refused(field) => Reading::Refused(self.refusal(stored, field)),
+            Verdict::Replace => Ok(None),
+            Verdict::Settled(outcome) => Ok(Some(outcome)),
+            Verdict::Refused(field) => Err(self.refusal(stored, field)),
         }
     }
 
-    /// Whether `stored` holds this write's natural key.
-    pub fn shares_natural_key(&self, stored: &Document) -> bool {
-        self.other_natural_key(stored).is_none()
-    }
-
-    /// The first natural-key field whose stored value differs from the incoming one.
-    fn other_natural_key(&self, stored: &Document) -> Option<&'static Field> {
-        self.model.natural_key_fields().find(|field| {
+    /// The refusal for a document under this write's id that holds another natural key
+    /// (possible only for a document idem did not write), on the first key that differs.
+    pub fn natural_key_refusal(&self, stored: &Document) -> Option<Error> {
+        let differs = self.model.natural_key_fields().find(|field| {
             !stored
                 .get(field.stored_name())
                 .is_some_and(|value| bson_equal(value, self.value(field)))
-        })
+        })?;
+        Some(self.refusal(stored, differs))
     }
 
     /// The filter of the second step that writes over a document stored without digests: it
