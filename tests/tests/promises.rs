@@ -1,5 +1,5 @@
-//! The sixteen broken promises of issue 9, against a real server: one test per case, several where
-//! the issue lists several inputs. Each test asserts what the promise says must happen: the
+//! Sixteen ways ordinary serde shapes and sequences once broke idem's promises, numbered 1 to 16,
+//! against a real server: one test per case, several where a case has several inputs. Each test asserts what the promise says must happen: the
 //! outcome, or the exact refusal with its fields, and the stored document afterwards. A refusal
 //! must leave the stored documents byte for byte as they were, so every refusal compares the raw
 //! bytes the server holds before and after.
@@ -14,13 +14,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
-use idem_core::mongo::Store;
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::mongo::{Store, APPLIED_OPS_FIELD, NATURAL_KEY_INDEX};
+use idem_core::{Applied, Error, Idempotent, OpId, Outcome};
 use idem_tests::fixtures::{entry, Payment, Post};
 use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{self, doc, Document, RawDocumentBuf};
-use mongodb::Database;
+use mongodb::options::IndexOptions;
+use mongodb::{Database, IndexModel};
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------------------------------------
@@ -761,311 +762,296 @@ fn an_event_op_id_derives_from_its_idempotency_key_and_purpose() {
     assert_ne!(credit, payment("req-2", 1_000).op_id("credit").unwrap());
 }
 
-// ---------------------------------------------------------------------------------------------
-// The cases that need the API the fix adds: `Error::UniqueIndexConflict`, `Error::ForeignId`,
-// `Error::ReservedName`, `Error::NotAnEffectField` and `#[idem(effect)]`.
+/// Creates a unique index named `name` on `keys` in `collection`, as an application (or an
+/// older version of it) would.
+async fn unique_index(store: &Store, collection: &str, keys: Document, name: &str) {
+    let options = IndexOptions::builder()
+        .name(name.to_owned())
+        .unique(true)
+        .build();
+    store
+        .database()
+        .collection::<Document>(collection)
+        .create_index(IndexModel::builder().keys(keys).options(options).build())
+        .await
+        .unwrap();
+}
 
-mod new_api {
-    use super::*;
-    use idem_core::mongo::{APPLIED_OPS_FIELD, NATURAL_KEY_INDEX};
-    use idem_core::{Applied, OpId};
-    use mongodb::options::IndexOptions;
-    use mongodb::IndexModel;
+// -----------------------------------------------------------------------------------------
+// 5. A duplicate key from any index but the natural key is a refusal naming it.
 
-    /// Creates a unique index named `name` on `keys` in `collection`, as an application (or an
-    /// older version of it) would.
-    async fn unique_index(store: &Store, collection: &str, keys: Document, name: &str) {
-        let options = IndexOptions::builder()
-            .name(name.to_owned())
-            .unique(true)
-            .build();
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "members")]
+struct Member {
+    #[idem(key)]
+    handle: String,
+    email: String,
+}
+
+fn assert_unique_index_conflict(result: &Result<Outcome, Error>, expected_index: &str) {
+    match result {
+        Err(error @ Error::UniqueIndexConflict { index, .. }) => {
+            assert_eq!(index, expected_index);
+            assert!(
+                !error.is_retryable(),
+                "the same write meets the same index every time"
+            );
+        }
+        other => panic!("expected UniqueIndexConflict on {expected_index}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_on_another_unique_index_is_a_refusal_naming_that_index() {
+    let store = store("p5_unique_email").await;
+    store.ensure_indexes::<Member>().await.unwrap();
+    unique_index(&store, "members", doc! { "email": 1 }, "email_unique").await;
+    let ada = Member {
+        handle: "ada".into(),
+        email: "ada@example.com".into(),
+    };
+    assert_eq!(store.upsert(&ada).await.unwrap(), Outcome::Inserted);
+    let before = raw(store.database(), "members").await;
+
+    // Another member with the same email: the application's index says no, every time.
+    let impostor = Member {
+        handle: "grace".into(),
+        ..ada.clone()
+    };
+    assert_unique_index_conflict(&store.upsert(&impostor).await, "email_unique");
+    let report = store
+        .upsert_many(std::slice::from_ref(&impostor))
+        .await
+        .unwrap();
+    assert_unique_index_conflict(&report.outcomes()[0], "email_unique");
+    assert_eq!(raw(store.database(), "members").await, before);
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "seats")]
+struct Seat {
+    #[idem(key)]
+    venue: String,
+    #[idem(key)]
+    seat: String,
+    holder: String,
+}
+
+#[tokio::test]
+async fn a_duplicate_on_a_stale_natural_key_index_is_a_refusal_naming_it() {
+    let store = store("p5_stale_natural_key").await;
+    // Left by an older version of the type, whose only key was the venue.
+    unique_index(&store, "seats", doc! { "venue": 1 }, NATURAL_KEY_INDEX).await;
+    let seat = |seat: &str| Seat {
+        venue: "hall".into(),
+        seat: seat.into(),
+        holder: "ada".into(),
+    };
+    assert_eq!(store.upsert(&seat("1a")).await.unwrap(), Outcome::Inserted);
+    let before = raw(store.database(), "seats").await;
+
+    assert_unique_index_conflict(&store.upsert(&seat("1b")).await, NATURAL_KEY_INDEX);
+    assert_eq!(raw(store.database(), "seats").await, before);
+}
+
+// -----------------------------------------------------------------------------------------
+// 6. `record()` over an event another tool stored reports the id it is stored under.
+
+#[tokio::test]
+async fn recording_an_event_stored_by_another_tool_reports_its_foreign_id() {
+    let store = store("p6_legacy_event").await;
+    let legacy_id = ObjectId::new();
+    store
+        .database()
+        .collection::<Document>("payments")
+        .insert_one(doc! { "_id": legacy_id, "request_key": "req-1", "amount_cents": 1_000_i64 })
+        .await
+        .unwrap();
+    store.ensure_indexes::<Payment>().await.unwrap();
+    let before = raw(store.database(), "payments").await;
+
+    let payment = Payment {
+        request_key: "req-1".into(),
+        amount_cents: 1_000,
+    };
+    let expect_foreign_id = |result: Result<Outcome, Error>| match result {
+        Err(Error::ForeignId { stored_id, .. }) => assert_eq!(stored_id, legacy_id.to_hex()),
+        other => panic!("expected ForeignId {legacy_id}, got {other:?}"),
+    };
+    expect_foreign_id(
         store
-            .database()
-            .collection::<Document>(collection)
-            .create_index(IndexModel::builder().keys(keys).options(options).build())
+            .record(&payment)
             .await
-            .unwrap();
+            .map(|recorded| recorded.outcome),
+    );
+    expect_foreign_id(store.upsert(&payment).await);
+    assert_eq!(raw(store.database(), "payments").await, before);
+}
+
+// -----------------------------------------------------------------------------------------
+// 9. A flattened entry under a name idem writes is refused, and nothing is written.
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "labelled")]
+struct Labelled {
+    #[idem(key)]
+    slug: String,
+    #[serde(flatten)]
+    labels: BTreeMap<String, String>,
+}
+
+/// Stores a document, then the same with a flattened entry named `reserved`: refused, single
+/// or in a batch, with the stored bytes untouched.
+async fn assert_reserved_entry_refused(test: &str, reserved: &str) {
+    let store = store(test).await;
+    let labelled = |entries: &[&str]| Labelled {
+        slug: "hello".into(),
+        labels: entries
+            .iter()
+            .map(|name| ((*name).to_owned(), "x".to_owned()))
+            .collect(),
+    };
+    assert_eq!(
+        store.upsert(&labelled(&["color"])).await.unwrap(),
+        Outcome::Inserted
+    );
+    let before = raw(store.database(), "labelled").await;
+
+    let with_reserved = labelled(&["color", reserved]);
+    let expect_reserved = |result: &Result<Outcome, Error>| match result {
+        Err(Error::ReservedName { stored_name, .. }) => assert_eq!(stored_name, reserved),
+        other => panic!("expected ReservedName {reserved:?}, got {other:?}"),
+    };
+    expect_reserved(&store.upsert(&with_reserved).await);
+    let report = store
+        .upsert_many(std::slice::from_ref(&with_reserved))
+        .await
+        .unwrap();
+    expect_reserved(&report.outcomes()[0]);
+    assert_eq!(raw(store.database(), "labelled").await, before);
+}
+
+#[tokio::test]
+async fn a_flattened_entry_named_like_the_hash_field_is_refused() {
+    assert_reserved_entry_refused("p9_flattened_hash_field", "sourceHash").await;
+}
+
+#[tokio::test]
+async fn a_flattened_id_entry_is_refused() {
+    assert_reserved_entry_refused("p9_flattened_id", "_id").await;
+}
+
+#[tokio::test]
+async fn a_flattened_entry_in_idems_namespace_is_refused() {
+    assert_reserved_entry_refused("p9_flattened_idem_name", APPLIED_OPS_FIELD).await;
+}
+
+// -----------------------------------------------------------------------------------------
+// 14. Fields that operations change are owned by `apply_once`.
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "ledgers")]
+struct Ledger {
+    #[idem(key)]
+    account_id: String,
+    owner: String,
+    #[idem(effect)]
+    balance: i64,
+}
+
+fn ledger(owner: &str) -> Ledger {
+    Ledger {
+        account_id: "acct-1".into(),
+        owner: owner.into(),
+        balance: 0,
     }
+}
 
-    // -----------------------------------------------------------------------------------------
-    // 5. A duplicate key from any index but the natural key is a refusal naming it.
-
-    #[derive(Debug, Clone, Serialize, Idempotent)]
-    #[idem(collection = "members")]
-    struct Member {
-        #[idem(key)]
-        handle: String,
-        email: String,
-    }
-
-    fn assert_unique_index_conflict(result: &Result<Outcome, Error>, expected_index: &str) {
-        match result {
-            Err(error @ Error::UniqueIndexConflict { index, .. }) => {
-                assert_eq!(index, expected_index);
-                assert!(
-                    !error.is_retryable(),
-                    "the same write meets the same index every time"
-                );
-            }
-            other => panic!("expected UniqueIndexConflict on {expected_index}, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_duplicate_on_another_unique_index_is_a_refusal_naming_that_index() {
-        let store = store("p5_unique_email").await;
-        store.ensure_indexes::<Member>().await.unwrap();
-        unique_index(&store, "members", doc! { "email": 1 }, "email_unique").await;
-        let ada = Member {
-            handle: "ada".into(),
-            email: "ada@example.com".into(),
-        };
-        assert_eq!(store.upsert(&ada).await.unwrap(), Outcome::Inserted);
-        let before = raw(store.database(), "members").await;
-
-        // Another member with the same email: the application's index says no, every time.
-        let impostor = Member {
-            handle: "grace".into(),
-            ..ada.clone()
-        };
-        assert_unique_index_conflict(&store.upsert(&impostor).await, "email_unique");
-        let report = store
-            .upsert_many(std::slice::from_ref(&impostor))
-            .await
-            .unwrap();
-        assert_unique_index_conflict(&report.outcomes()[0], "email_unique");
-        assert_eq!(raw(store.database(), "members").await, before);
-    }
-
-    #[derive(Debug, Clone, Serialize, Idempotent)]
-    #[idem(collection = "seats")]
-    struct Seat {
-        #[idem(key)]
-        venue: String,
-        #[idem(key)]
-        seat: String,
-        holder: String,
-    }
-
-    #[tokio::test]
-    async fn a_duplicate_on_a_stale_natural_key_index_is_a_refusal_naming_it() {
-        let store = store("p5_stale_natural_key").await;
-        // Left by an older version of the type, whose only key was the venue.
-        unique_index(&store, "seats", doc! { "venue": 1 }, NATURAL_KEY_INDEX).await;
-        let seat = |seat: &str| Seat {
-            venue: "hall".into(),
-            seat: seat.into(),
-            holder: "ada".into(),
-        };
-        assert_eq!(store.upsert(&seat("1a")).await.unwrap(), Outcome::Inserted);
-        let before = raw(store.database(), "seats").await;
-
-        assert_unique_index_conflict(&store.upsert(&seat("1b")).await, NATURAL_KEY_INDEX);
-        assert_eq!(raw(store.database(), "seats").await, before);
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // 6. `record()` over an event another tool stored reports the id it is stored under.
-
-    #[tokio::test]
-    async fn recording_an_event_stored_by_another_tool_reports_its_foreign_id() {
-        let store = store("p6_legacy_event").await;
-        let legacy_id = ObjectId::new();
+#[tokio::test]
+async fn an_upsert_never_undoes_an_apply_once_effect() {
+    let store = store("p14_effect_kept").await;
+    assert_eq!(
+        store.upsert(&ledger("Ada")).await.unwrap(),
+        Outcome::Inserted
+    );
+    let id = ledger("Ada").id().unwrap();
+    let credit = OpId::from("payment-1:credit");
+    let plus_500 = doc! { "$inc": { "balance": 500_i64 } };
+    assert_eq!(
         store
-            .database()
-            .collection::<Document>("payments")
-            .insert_one(
-                doc! { "_id": legacy_id, "request_key": "req-1", "amount_cents": 1_000_i64 },
-            )
+            .apply_once::<Ledger>(id, &credit, plus_500.clone())
             .await
-            .unwrap();
-        store.ensure_indexes::<Payment>().await.unwrap();
-        let before = raw(store.database(), "payments").await;
+            .unwrap(),
+        Applied::Applied
+    );
 
-        let payment = Payment {
-            request_key: "req-1".into(),
-            amount_cents: 1_000,
-        };
-        let expect_foreign_id = |result: Result<Outcome, Error>| match result {
-            Err(Error::ForeignId { stored_id, .. }) => assert_eq!(stored_id, legacy_id.to_hex()),
-            other => panic!("expected ForeignId {legacy_id}, got {other:?}"),
-        };
-        expect_foreign_id(
-            store
-                .record(&payment)
-                .await
-                .map(|recorded| recorded.outcome),
-        );
-        expect_foreign_id(store.upsert(&payment).await);
-        assert_eq!(raw(store.database(), "payments").await, before);
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // 9. A flattened entry under a name idem writes is refused, and nothing is written.
-
-    #[derive(Debug, Clone, Serialize, Idempotent)]
-    #[idem(collection = "labelled")]
-    struct Labelled {
-        #[idem(key)]
-        slug: String,
-        #[serde(flatten)]
-        labels: BTreeMap<String, String>,
-    }
-
-    /// Stores a document, then the same with a flattened entry named `reserved`: refused, single
-    /// or in a batch, with the stored bytes untouched.
-    async fn assert_reserved_entry_refused(test: &str, reserved: &str) {
-        let store = store(test).await;
-        let labelled = |entries: &[&str]| Labelled {
-            slug: "hello".into(),
-            labels: entries
-                .iter()
-                .map(|name| ((*name).to_owned(), "x".to_owned()))
-                .collect(),
-        };
-        assert_eq!(
-            store.upsert(&labelled(&["color"])).await.unwrap(),
-            Outcome::Inserted
-        );
-        let before = raw(store.database(), "labelled").await;
-
-        let with_reserved = labelled(&["color", reserved]);
-        let expect_reserved = |result: &Result<Outcome, Error>| match result {
-            Err(Error::ReservedName { stored_name, .. }) => assert_eq!(stored_name, reserved),
-            other => panic!("expected ReservedName {reserved:?}, got {other:?}"),
-        };
-        expect_reserved(&store.upsert(&with_reserved).await);
-        let report = store
-            .upsert_many(std::slice::from_ref(&with_reserved))
+    // The owner is renamed; the document in hand still says balance 0.
+    let renamed = ledger("Ada Lovelace");
+    assert_eq!(store.upsert(&renamed).await.unwrap(), Outcome::Updated);
+    let stored = stored_documents(store.database(), "ledgers").await;
+    assert_eq!(stored[0].get_str("owner").unwrap(), "Ada Lovelace");
+    assert_eq!(
+        stored[0].get_i64("balance").unwrap(),
+        500,
+        "the credit stands"
+    );
+    // The balance is not content: the renamed account with any balance is a retry.
+    let with_other_balance = Ledger {
+        balance: 7,
+        ..renamed.clone()
+    };
+    assert_eq!(
+        store.upsert(&with_other_balance).await.unwrap(),
+        Outcome::Unchanged
+    );
+    assert_eq!(
+        store
+            .apply_once::<Ledger>(id, &credit, plus_500)
             .await
-            .unwrap();
-        expect_reserved(&report.outcomes()[0]);
-        assert_eq!(raw(store.database(), "labelled").await, before);
+            .unwrap(),
+        Applied::AlreadyApplied
+    );
+    let stored = stored_documents(store.database(), "ledgers").await;
+    assert_eq!(stored[0].get_i64("balance").unwrap(), 500);
+}
+
+/// Applies `update` under a fresh op id: refused as touching `path`, nothing written (the op id
+/// is not recorded either, so the same op id applies a correct update afterwards).
+async fn assert_not_an_effect_field(test: &str, update: Document, path: &str) {
+    let store = store(test).await;
+    store.upsert(&ledger("Ada")).await.unwrap();
+    let id = ledger("Ada").id().unwrap();
+    let before = raw(store.database(), "ledgers").await;
+    let op = OpId::from("op-1");
+    match store.apply_once::<Ledger>(id, &op, update).await {
+        Err(Error::NotAnEffectField { path: refused, .. }) => assert_eq!(refused, path),
+        other => panic!("expected NotAnEffectField {path:?}, got {other:?}"),
     }
+    assert_eq!(raw(store.database(), "ledgers").await, before);
+    assert_eq!(
+        store
+            .apply_once::<Ledger>(id, &op, doc! { "$inc": { "balance": 5_i64 } })
+            .await
+            .unwrap(),
+        Applied::Applied
+    );
+    let stored = stored_documents(store.database(), "ledgers").await;
+    assert_eq!(stored[0].get_i64("balance").unwrap(), 5);
+}
 
-    #[tokio::test]
-    async fn a_flattened_entry_named_like_the_hash_field_is_refused() {
-        assert_reserved_entry_refused("p9_flattened_hash_field", "sourceHash").await;
-    }
+#[tokio::test]
+async fn apply_once_refuses_a_field_the_type_does_not_have() {
+    // A typo would otherwise create a new field and leave the balance as it was.
+    assert_not_an_effect_field("p14_typo", doc! { "$inc": { "balnce": 5_i64 } }, "balnce").await;
+}
 
-    #[tokio::test]
-    async fn a_flattened_id_entry_is_refused() {
-        assert_reserved_entry_refused("p9_flattened_id", "_id").await;
-    }
-
-    #[tokio::test]
-    async fn a_flattened_entry_in_idems_namespace_is_refused() {
-        assert_reserved_entry_refused("p9_flattened_idem_name", APPLIED_OPS_FIELD).await;
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // 14. Fields that operations change are owned by `apply_once`.
-
-    #[derive(Debug, Clone, Serialize, Idempotent)]
-    #[idem(collection = "ledgers")]
-    struct Ledger {
-        #[idem(key)]
-        account_id: String,
-        owner: String,
-        #[idem(effect)]
-        balance: i64,
-    }
-
-    fn ledger(owner: &str) -> Ledger {
-        Ledger {
-            account_id: "acct-1".into(),
-            owner: owner.into(),
-            balance: 0,
-        }
-    }
-
-    #[tokio::test]
-    async fn an_upsert_never_undoes_an_apply_once_effect() {
-        let store = store("p14_effect_kept").await;
-        assert_eq!(
-            store.upsert(&ledger("Ada")).await.unwrap(),
-            Outcome::Inserted
-        );
-        let id = ledger("Ada").id().unwrap();
-        let credit = OpId::from("payment-1:credit");
-        let plus_500 = doc! { "$inc": { "balance": 500_i64 } };
-        assert_eq!(
-            store
-                .apply_once::<Ledger>(id, &credit, plus_500.clone())
-                .await
-                .unwrap(),
-            Applied::Applied
-        );
-
-        // The owner is renamed; the document in hand still says balance 0.
-        let renamed = ledger("Ada Lovelace");
-        assert_eq!(store.upsert(&renamed).await.unwrap(), Outcome::Updated);
-        let stored = stored_documents(store.database(), "ledgers").await;
-        assert_eq!(stored[0].get_str("owner").unwrap(), "Ada Lovelace");
-        assert_eq!(
-            stored[0].get_i64("balance").unwrap(),
-            500,
-            "the credit stands"
-        );
-        // The balance is not content: the renamed account with any balance is a retry.
-        let with_other_balance = Ledger {
-            balance: 7,
-            ..renamed.clone()
-        };
-        assert_eq!(
-            store.upsert(&with_other_balance).await.unwrap(),
-            Outcome::Unchanged
-        );
-        assert_eq!(
-            store
-                .apply_once::<Ledger>(id, &credit, plus_500)
-                .await
-                .unwrap(),
-            Applied::AlreadyApplied
-        );
-        let stored = stored_documents(store.database(), "ledgers").await;
-        assert_eq!(stored[0].get_i64("balance").unwrap(), 500);
-    }
-
-    /// Applies `update` under a fresh op id: refused as touching `path`, nothing written (the op id
-    /// is not recorded either, so the same op id applies a correct update afterwards).
-    async fn assert_not_an_effect_field(test: &str, update: Document, path: &str) {
-        let store = store(test).await;
-        store.upsert(&ledger("Ada")).await.unwrap();
-        let id = ledger("Ada").id().unwrap();
-        let before = raw(store.database(), "ledgers").await;
-        let op = OpId::from("op-1");
-        match store.apply_once::<Ledger>(id, &op, update).await {
-            Err(Error::NotAnEffectField { path: refused, .. }) => assert_eq!(refused, path),
-            other => panic!("expected NotAnEffectField {path:?}, got {other:?}"),
-        }
-        assert_eq!(raw(store.database(), "ledgers").await, before);
-        assert_eq!(
-            store
-                .apply_once::<Ledger>(id, &op, doc! { "$inc": { "balance": 5_i64 } })
-                .await
-                .unwrap(),
-            Applied::Applied
-        );
-        let stored = stored_documents(store.database(), "ledgers").await;
-        assert_eq!(stored[0].get_i64("balance").unwrap(), 5);
-    }
-
-    #[tokio::test]
-    async fn apply_once_refuses_a_field_the_type_does_not_have() {
-        // A typo would otherwise create a new field and leave the balance as it was.
-        assert_not_an_effect_field("p14_typo", doc! { "$inc": { "balnce": 5_i64 } }, "balnce")
-            .await;
-    }
-
-    #[tokio::test]
-    async fn apply_once_refuses_a_field_that_upserts_own() {
-        // The next upsert would overwrite it: only effect fields belong to operations.
-        assert_not_an_effect_field(
-            "p14_upserted_field",
-            doc! { "$set": { "owner": "x" } },
-            "owner",
-        )
-        .await;
-    }
+#[tokio::test]
+async fn apply_once_refuses_a_field_that_upserts_own() {
+    // The next upsert would overwrite it: only effect fields belong to operations.
+    assert_not_an_effect_field(
+        "p14_upserted_field",
+        doc! { "$set": { "owner": "x" } },
+        "owner",
+    )
+    .await;
 }
