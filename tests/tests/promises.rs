@@ -1046,6 +1046,17 @@ async fn apply_once_refuses_a_field_the_type_does_not_have() {
 }
 
 #[tokio::test]
+async fn apply_once_refuses_renaming_an_effect_field_out_of_the_effect_fields() {
+    // The balance would move to a field the next upsert overwrites or drops.
+    assert_not_an_effect_field(
+        "p14_rename",
+        doc! { "$rename": { "balance": "owner" } },
+        "owner",
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn apply_once_refuses_a_field_that_upserts_own() {
     // The next upsert would overwrite it: only effect fields belong to operations.
     assert_not_an_effect_field(

@@ -279,8 +279,9 @@ impl Store {
 }
 
 /// The first path in `update` that is not inside an effect field of `model`: every key of an
-/// update operator names a path whose first segment must be an effect field. A key that is not
-/// an operator (a replacement document) is itself such a path.
+/// update operator names a path whose first segment must be an effect field, and so does every
+/// destination of `$rename`. A key that is not an operator (a replacement document) is itself
+/// such a path.
 fn unowned_path(model: &Model, update: &Document) -> Option<String> {
     let owns = |path: &str| {
         let field = path.split('.').next().unwrap_or(path);
@@ -297,6 +298,14 @@ fn unowned_path(model: &Model, update: &Document) -> Option<String> {
         };
         if let Some(path) = paths.keys().find(|path| !owns(path)) {
             return Some(path.clone());
+        }
+        if operator == "$rename" {
+            let destination = paths
+                .values()
+                .find(|to| !to.as_str().is_some_and(|to| owns(to)));
+            if let Some(destination) = destination {
+                return Some(destination.as_str().unwrap_or("$rename").to_owned());
+            }
         }
     }
     None
