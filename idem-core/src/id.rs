@@ -295,7 +295,7 @@ impl IdKey for char {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a stored `#[idem(key)]` field: not every value of it can be stored",
     label = "not a storable key type",
-    note = "MongoDB and PostgreSQL store integers up to 64 signed bits: use `i64` (or a narrower integer), or keep the number as a `String`"
+    note = "a stored key is text, `char`, `bool` or an integer that fits 64 signed bits (MongoDB and PostgreSQL store no wider integer): use `i64` or a narrower integer, or keep the value as a `String`"
 )]
 pub trait StoredKey: IdKey {}
 
