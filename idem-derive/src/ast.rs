@@ -162,15 +162,6 @@ impl<'a> Field<'a> {
         matches!(self.ty, Type::Path(path) if path.path.segments.last().is_some_and(|last| last.ident == name))
     }
 
-    /// The roles given to the field, by attribute name, with the span of each.
-    pub fn roles(&self) -> Vec<(&'static str, proc_macro2::Span)> {
-        self.attrs
-            .roles()
-            .iter()
-            .map(|(role, span)| (role.name(), *span))
-            .collect()
-    }
-
     /// Whether the field has `role`.
     pub fn has(&self, role: Role) -> bool {
         self.attrs.has(role)

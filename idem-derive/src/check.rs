@@ -12,11 +12,9 @@ pub fn check(cx: &Ctxt, input: &Input) {
     check_has_key(cx, input);
     check_key_or_idempotency_key(cx, input);
     check_single_timestamp(cx, input);
-    check_at_most_one(cx, input, "version", |field| field.has(Role::Version));
-    check_at_most_one(cx, input, "tombstone", |field| field.has(Role::Tombstone));
-    check_at_most_one(cx, input, "idempotency_key", |field| {
-        field.has(Role::IdempotencyKey)
-    });
+    for role in [Role::Version, Role::Tombstone, Role::IdempotencyKey] {
+        check_at_most_one(cx, input, role);
+    }
     check_event_has_no_derived_id_parts(cx, input);
     for field in &input.fields {
         check_role_conflicts(cx, field);
@@ -63,20 +61,16 @@ fn check_key_or_idempotency_key(cx: &Ctxt, input: &Input) {
 
 // At most one field has each of `version`, `tombstone` and `idempotency_key`: a document has one
 // version, one deletion marker, one request key.
-fn check_at_most_one(cx: &Ctxt, input: &Input, role: &str, has: impl Fn(&Field) -> bool) {
-    let mut fields = input.fields.iter().filter(|field| has(field));
+fn check_at_most_one(cx: &Ctxt, input: &Input, role: Role) {
+    let mut fields = input.fields.iter().filter(|field| field.has(role));
     let Some(first) = fields.next() else { return };
     for extra in fields {
-        let span = extra
-            .roles()
-            .into_iter()
-            .find(|(name, _)| *name == role)
-            .map(|(_, span)| span);
         error_at(
             cx,
-            span,
+            extra.attrs.span_of(role),
             format!(
-                "only one field can be `#[idem({role})]`: `{}` already is",
+                "only one field can be `#[idem({})]`: `{}` already is",
+                role.name(),
                 first.name()
             ),
         );
@@ -90,14 +84,15 @@ fn check_event_has_no_derived_id_parts(cx: &Ctxt, input: &Input) {
         return;
     }
     for field in &input.fields {
-        for (role, span) in field.roles() {
-            if role == "timestamp" || role == "version" {
+        for &(role, span) in field.attrs.roles() {
+            if matches!(role, Role::Timestamp | Role::Version) {
                 error_at(
                     cx,
                     Some(span),
                     format!(
-                        "`{role}` has no use on an event type (one with an `idempotency_key`): its id \
-                         is random, fixed by its first write, and a retry is recognised by its key"
+                        "`{}` has no use on an event type (one with an `idempotency_key`): its id \
+                         is random, fixed by its first write, and a retry is recognised by its key",
+                        role.name()
                     ),
                 );
             }
@@ -108,19 +103,20 @@ fn check_event_has_no_derived_id_parts(cx: &Ctxt, input: &Input) {
 // `version`, `tombstone`, `push_by`, `idempotency_key` and `effect` each give a field its whole behaviour,
 // so none shares a field with another role.
 fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
-    const EXCLUSIVE: &[&str] = &[
-        "version",
-        "tombstone",
-        "push_by",
-        "idempotency_key",
-        "effect",
+    const EXCLUSIVE: &[Role] = &[
+        Role::Version,
+        Role::Tombstone,
+        Role::PushBy,
+        Role::IdempotencyKey,
+        Role::Effect,
     ];
-    let roles = field.roles();
-    for (role, span) in &roles {
+    let roles = field.attrs.roles();
+    for (role, span) in roles {
         if !EXCLUSIVE.contains(role) {
             continue;
         }
         if let Some((other, _)) = roles.iter().find(|(other, _)| other != role) {
+            let (role, other) = (role.name(), other.name());
             error_at(
                 cx,
                 Some(*span),
@@ -173,39 +169,38 @@ fn check_single_timestamp(cx: &Ctxt, input: &Input) {
 // value is content and frozen, never volatile; a frozen field must be compared, so it cannot be
 // volatile either; and the timestamp is not a key (it feeds the time part, not the hash part).
 fn check_role_conflicts(cx: &Ctxt, field: &Field) {
-    let attrs = &field.attrs;
-    let conflicts = [
-        (attrs.has(Role::Key) && attrs.has(Role::Volatile), "key", "volatile", "a key identifies the document, so it is never volatile"),
+    const CONFLICTS: &[(Role, Role, &str)] = &[
         (
-            attrs.has(Role::Timestamp) && attrs.has(Role::Volatile),
-            "timestamp",
-            "volatile",
+            Role::Key,
+            Role::Volatile,
+            "a key identifies the document, so it is never volatile",
+        ),
+        (
+            Role::Timestamp,
+            Role::Volatile,
             "the timestamp feeds the id, so it is never volatile",
         ),
         (
-            attrs.has(Role::Frozen) && attrs.has(Role::Volatile),
-            "frozen",
-            "volatile",
+            Role::Frozen,
+            Role::Volatile,
             "a frozen field is compared on every write, a volatile one is ignored",
         ),
         (
-            attrs.has(Role::Key) && attrs.has(Role::Timestamp),
-            "key",
-            "timestamp",
+            Role::Key,
+            Role::Timestamp,
             "the timestamp gives the id its time part, the keys its hash part; mark the field one or the other",
         ),
     ];
-    for (conflict, first, second, why) in conflicts {
-        if conflict {
-            let span = if second == "volatile" {
-                attrs.span_of(Role::Volatile)
-            } else {
-                attrs.span_of(Role::Timestamp)
-            };
+    for &(first, second, why) in CONFLICTS {
+        if field.has(first) && field.has(second) {
             error_at(
                 cx,
-                span,
-                format!("`{first}` and `{second}` cannot be combined on one field: {why}"),
+                field.attrs.span_of(second),
+                format!(
+                    "`{}` and `{}` cannot be combined on one field: {why}",
+                    first.name(),
+                    second.name()
+                ),
             );
         }
     }
@@ -239,11 +234,7 @@ fn check_reserved_names(cx: &Ctxt, input: &Input, field: &Field) {
     if field.attrs.skipped.is_some() {
         return;
     }
-    let span = field
-        .attrs
-        .rename
-        .as_ref()
-        .map_or_else(|| field.ident.span(), LitStr::span);
+    let span = name_span(field);
     let stored = &field.stored_name;
     if stored == ID_FIELD {
         error_at(
@@ -315,14 +306,9 @@ fn check_role_field_name(cx: &Ctxt, field: &Field) {
     let Some(role) = role_name(field) else { return };
     let stored = &field.stored_name;
     if stored.contains('.') || stored.starts_with('$') {
-        let span = field
-            .attrs
-            .rename
-            .as_ref()
-            .map_or_else(|| field.ident.span(), LitStr::span);
         error_at(
             cx,
-            Some(span),
+            Some(name_span(field)),
             format!(
                 "a `{role}` field is stored as `{stored}`: a name with a `.` or a leading `$` \
                  cannot be read back by idem's guards; rename it"
@@ -355,8 +341,19 @@ fn check_role_always_stored(cx: &Ctxt, field: &Field) {
     }
 }
 
+/// The first role written on the field, as messages name it.
 fn role_name(field: &Field) -> Option<&'static str> {
-    field.roles().first().map(|(role, _)| *role)
+    field.attrs.roles().first().map(|(role, _)| role.name())
+}
+
+/// Where a field's stored name was chosen: its `rename`, or the field itself when its own name
+/// (or `rename_all`) did.
+fn name_span(field: &Field) -> Span {
+    field
+        .attrs
+        .rename
+        .as_ref()
+        .map_or_else(|| field.ident.span(), LitStr::span)
 }
 
 fn error_at(cx: &Ctxt, span: Option<Span>, message: impl std::fmt::Display) {
