@@ -300,9 +300,7 @@ fn unowned_path(model: &Model, update: &Document) -> Option<String> {
             return Some(path.clone());
         }
         if operator == "$rename" {
-            let destination = paths
-                .values()
-                .find(|to| !to.as_str().is_some_and(|to| owns(to)));
+            let destination = paths.values().find(|to| !to.as_str().is_some_and(&owns));
             if let Some(destination) = destination {
                 return Some(destination.as_str().unwrap_or("$rename").to_owned());
             }
