@@ -23,6 +23,19 @@ pub struct Post {
     pub author_id: String,
 }
 
+/// The design's hello-world post, as a first ingest stores it.
+pub fn post() -> Post {
+    Post {
+        slug: "hello-world".into(),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000,
+        title: "Hello".into(),
+        body: "First post.".into(),
+        fetched_at: 1_700_000_100_000,
+        author_id: "ada".into(),
+    }
+}
+
 /// An entry of an offline-first journal: edited on devices, replayed in batches; versioned and
 /// deletable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]

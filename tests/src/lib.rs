@@ -8,7 +8,7 @@ pub mod proxy;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{doc, Document, RawDocumentBuf};
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
@@ -128,7 +128,23 @@ pub async fn fresh_database(test: &str) -> (Database, CommandLog) {
     (database, log)
 }
 
-/// Every document of `collection`, raw, sorted by `_id`.
+/// The documents of `collection` exactly as the server holds them, sorted by `_id`: compared byte
+/// for byte, so a refusal that changed anything (a NaN, a -0.0, the order of fields) shows.
+pub async fn raw_documents(database: &Database, collection: &str) -> Vec<RawDocumentBuf> {
+    let mut cursor = database
+        .collection::<RawDocumentBuf>(collection)
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .expect("reading back");
+    let mut documents = Vec::new();
+    while cursor.advance().await.expect("reading back") {
+        documents.push(cursor.current().to_raw_document_buf());
+    }
+    documents
+}
+
+/// Every document of `collection`, parsed, sorted by `_id`.
 pub async fn stored_documents(database: &Database, collection: &str) -> Vec<Document> {
     let mut cursor = database
         .collection::<Document>(collection)

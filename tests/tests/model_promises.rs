@@ -431,9 +431,7 @@ async fn upsert_one<S: Shape>(
 
 /// The whole collection as stored, in `_id` order.
 async fn stored_state<S: Shape>(store: &Store) -> Vec<bson::Document> {
-    let mut stored = stored_documents(store.database(), S::MODEL.collection()).await;
-    stored.sort_by(|a, b| format!("{:?}", a.get("_id")).cmp(&format!("{:?}", b.get("_id"))));
-    stored
+    stored_documents(store.database(), S::MODEL.collection()).await
 }
 
 /// Fails unless a single call answered what the model expects and changed the stored documents

@@ -5,21 +5,9 @@ use std::sync::Arc;
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Error, Outcome};
-use idem_tests::fixtures::Post;
+use idem_tests::fixtures::{post, Post};
 use idem_tests::{clear_fail_point, fresh_database, lose_next_acknowledgements, stored_documents};
 use mongodb::bson::{doc, Document};
-
-fn post() -> Post {
-    Post {
-        slug: "hello-world".into(),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000,
-        title: "Hello".into(),
-        body: "First post.".into(),
-        fetched_at: 1_700_000_100_000,
-        author_id: "ada".into(),
-    }
-}
 
 async fn indexed_store(test: &str) -> (Store, idem_tests::CommandLog) {
     let (database, log) = fresh_database(test).await;

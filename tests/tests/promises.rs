@@ -16,12 +16,12 @@ use std::time::{Duration, SystemTime};
 
 use idem_core::mongo::{Store, APPLIED_OPS_FIELD, NATURAL_KEY_INDEX};
 use idem_core::{Applied, Error, Idempotent, OpId, Outcome};
-use idem_tests::fixtures::{entry, Payment, Post};
-use idem_tests::{fresh_database, stored_documents};
+use idem_tests::fixtures::{entry, post, Payment, Post};
+use idem_tests::{fresh_database, raw_documents as raw, stored_documents};
 use mongodb::bson::oid::ObjectId;
-use mongodb::bson::{self, doc, Document, RawDocumentBuf};
+use mongodb::bson::{self, doc, Document};
 use mongodb::options::IndexOptions;
-use mongodb::{Database, IndexModel};
+use mongodb::IndexModel;
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------------------------------------
@@ -31,22 +31,6 @@ use serde::{Deserialize, Serialize};
 async fn store(test: &str) -> Store {
     let (database, _log) = fresh_database(test).await;
     Store::new(database)
-}
-
-/// The documents of `collection` exactly as the server holds them, sorted by `_id`: a refusal
-/// must leave these bytes as they were.
-async fn raw(database: &Database, collection: &str) -> Vec<RawDocumentBuf> {
-    let mut cursor = database
-        .collection::<RawDocumentBuf>(collection)
-        .find(doc! {})
-        .sort(doc! { "_id": 1 })
-        .await
-        .expect("reading back");
-    let mut documents = Vec::new();
-    while cursor.advance().await.expect("reading back") {
-        documents.push(cursor.current().to_raw_document_buf());
-    }
-    documents
 }
 
 /// A stored document without what idem adds itself (`_id`, the content hash, and its own fields,
@@ -98,18 +82,6 @@ async fn assert_replays_settle_by_version<T>(
     // stored bytes: the form a version is stored in is the store's to choose).
     assert_eq!(store.upsert(newer).await.unwrap(), Outcome::Unchanged);
     assert_eq!(store.upsert(current).await.unwrap(), Outcome::Stale);
-}
-
-fn post() -> Post {
-    Post {
-        slug: "hello-world".into(),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000,
-        title: "Hello".into(),
-        body: "First post.".into(),
-        fetched_at: 1_700_000_100_000,
-        author_id: "ada".into(),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
