@@ -14,7 +14,9 @@
 //!    hand-written `update_one({_id}, {$set: doc}).upsert(true)` with ids computed beforehand;
 //!    and the CPU idem adds per write (`post.id()`, `post.content_hash()`, against the
 //!    `bson::to_document` both need), timed locally, with no server involved.
-//!    (1b) the same single upserts of posts already stored and unchanged.
+//!    (1b) the same single upserts of posts already stored and unchanged; (1c) of posts already
+//!    stored, each edited. A single upsert's reply does not say whether it replaced a document,
+//!    so these two count the documents written from the stored bytes before and after each run.
 //! 2. re-ingest of unchanged posts: `store.upsert_many` against the reference article's approach
 //!    (per post: `find_one` by natural key, compare the stored hash, write only if it differs) and
 //!    against blind bulk upserts (one `update` command per chunk carrying an upsert
@@ -49,7 +51,7 @@
 //! Exit status: 0 when every exact target is met; 1 when one is missed; 2 on a usage or server
 //! problem.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -60,7 +62,7 @@ use idem_core::{Idempotent, Outcome};
 use idem_tests::allocations::{allocations_in, CountingAllocator};
 // The design's blog post; the posts built here are about 2 KiB as BSON.
 use idem_tests::fixtures::Post;
-use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::bson::{self, doc, Bson, Document, RawDocumentBuf};
 use mongodb::error::ErrorKind;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
@@ -203,6 +205,11 @@ impl Monitor {
                         number("nModified")
                             + reply.get_array("upserted").map_or(0, |u| u.len() as u64)
                     }
+                    // Its reply tells an insert, not whether a conditional replacement changed
+                    // the document it found: scenarios of stored posts count from stored bytes.
+                    "findAndModify" => reply
+                        .get_document("lastErrorObject")
+                        .map_or(0, |status| u64::from(status.contains_key("upserted"))),
                     _ => 0,
                 };
             }
@@ -501,7 +508,7 @@ struct Args {
     docs: usize,
     awards: usize,
     tsv: Option<String>,
-    /// The scenarios to run (`1`, `1b`, `2`, `3`, `4`); all when empty.
+    /// The scenarios to run (`1`, `1b`, `1c`, `2`, `3`, `4`); all when empty.
     only: Vec<String>,
 }
 
@@ -519,7 +526,7 @@ Benchmarks idem's writes against hand-written ones on the server named by MONGOD
   --posts N    posts of the single-upsert scenarios (default 2000)
   --docs N     posts of the re-ingest scenarios (default 10000; a multiple of 10)
   --awards N   awards of the insert_new scenario (default 1000; even)
-  --only LIST  only these scenarios, comma-separated: 1,1b,2,3,4 (default: all)
+  --only LIST  only these scenarios, comma-separated: 1,1b,1c,2,3,4 (default: all)
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
@@ -558,7 +565,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fa
                 if let Some(bad) = parsed
                     .only
                     .iter()
-                    .find(|s| !["1", "1b", "2", "3", "4"].contains(&s.as_str()))
+                    .find(|s| !["1", "1b", "1c", "2", "3", "4"].contains(&s.as_str()))
                 {
                     return Err(fatal(format!("--only: no scenario {bad:?}\n\n{USAGE}")));
                 }
@@ -628,7 +635,12 @@ async fn run() -> Result<ExitCode, Fatal> {
         bench.single_upserts(&mut report, args.posts).await?;
     }
     if args.runs("1b") {
-        bench.single_unchanged(&mut report, args.posts).await?;
+        bench
+            .single_existing(&mut report, args.posts, false)
+            .await?;
+    }
+    if args.runs("1c") {
+        bench.single_existing(&mut report, args.posts, true).await?;
     }
     if args.runs("2") {
         bench.reingest(&mut report, args.docs, false).await?;
@@ -926,14 +938,28 @@ impl Bench {
     }
 
     // --------------------------------------------------------------------------------------------
-    // (1b) single upserts of unchanged posts
+    // (1b) and (1c) single upserts of stored posts, unchanged or edited
 
-    async fn single_unchanged(&self, report: &mut Report, count: usize) -> Result<(), Fatal> {
-        let scenario = format!("(1b) {count} single upserts, unchanged");
+    /// Single upserts of posts already stored: unchanged (`Unchanged`, nothing to write) or each
+    /// edited in every round (`Updated`). A single upsert's reply does not say whether it
+    /// replaced a document, so the documents written are counted from the stored bytes before
+    /// and after each timed run, outside its timing: exact, whatever the commands.
+    async fn single_existing(
+        &self,
+        report: &mut Report,
+        count: usize,
+        edited: bool,
+    ) -> Result<(), Fatal> {
+        let (label, what, expected) = if edited {
+            ("(1c)", "edited", Outcome::Updated)
+        } else {
+            ("(1b)", "unchanged", Outcome::Unchanged)
+        };
+        let scenario = format!("{label} {count} single upserts, {what}");
         let variants = ["hand-written update_one upsert", "idem store.upsert"];
         let originals = posts(count, EPOCH);
         let ids = ids(&originals)?;
-        let database = self.fresh("single_unchanged").await?;
+        let database = self.fresh(&format!("single_{what}")).await?;
         let store = Store::new(database.clone());
         seed(&store, &originals).await?;
         let collection = database.collection::<Document>(Post::MODEL.collection());
@@ -941,17 +967,17 @@ impl Bench {
         for round in 0..self.rounds {
             self.progress(&scenario, round);
             for variant in order(variants.len(), round) {
-                let posts = refetched(&originals, fetch_time(round, variant), false);
-                let (counts, wall) = self
-                    .time_single_upserts(
-                        variant,
-                        &collection,
-                        &store,
-                        &posts,
-                        &ids,
-                        Outcome::Unchanged,
-                    )
+                let mut posts = refetched(&originals, fetch_time(round, variant), false);
+                if edited {
+                    for post in &mut posts {
+                        post.title = format!("{} (edit {round}.{variant})", post.title);
+                    }
+                }
+                let before = stored_bytes(&collection).await?;
+                let (mut counts, wall) = self
+                    .time_single_upserts(variant, &collection, &store, &posts, &ids, expected)
                     .await?;
+                counts.written = changed_documents(&before, &stored_bytes(&collection).await?);
                 samples[variant].push(Sample {
                     counts,
                     wall,
@@ -962,11 +988,23 @@ impl Bench {
         database.drop().await?;
         report.add_scenario(&scenario, &variants, &samples, count)?;
         let idem = &samples[1][0].counts;
+        let n = count as u64;
         report.target(
             true,
-            idem.written == 0,
-            "(1b) single upsert of unchanged posts writes nothing",
-            format!("{} written, {}", idem.written, idem.describe()),
+            idem.round_trips() == n,
+            format!("{label} single upsert of {what} posts: one round trip per write"),
+            idem.describe(),
+        );
+        let (wanted, description) = if edited {
+            (n, "every edited post written once")
+        } else {
+            (0, "unchanged posts write nothing")
+        };
+        report.target(
+            true,
+            idem.written == wanted,
+            format!("{label} single upsert: {description}"),
+            format!("{} written", idem.written),
         );
         Ok(())
     }
@@ -1284,6 +1322,35 @@ async fn seed(store: &Store, posts: &[Post]) -> Result<(), Fatal> {
 }
 
 /// `update_one({_id}, {$set: doc}).upsert(true)`, the document with `hash` if given.
+/// Every stored document's bytes, by `_id`.
+async fn stored_bytes(
+    collection: &Collection<Document>,
+) -> Result<HashMap<String, RawDocumentBuf>, Fatal> {
+    let raw = collection.clone_with_type::<RawDocumentBuf>();
+    let mut cursor = raw.find(doc! {}).await?;
+    let mut stored = HashMap::new();
+    while cursor.advance().await? {
+        let document = cursor.current().to_raw_document_buf();
+        let id = document
+            .get_str("_id")
+            .map_err(|e| fatal(format!("a stored _id: {e}")))?
+            .to_owned();
+        stored.insert(id, document);
+    }
+    Ok(stored)
+}
+
+/// How many documents of `after` are new or differ from `before`.
+fn changed_documents(
+    before: &HashMap<String, RawDocumentBuf>,
+    after: &HashMap<String, RawDocumentBuf>,
+) -> u64 {
+    after
+        .iter()
+        .filter(|(id, document)| before.get(*id) != Some(*document))
+        .count() as u64
+}
+
 async fn hand_written_upsert(
     collection: &Collection<Document>,
     post: &Post,
