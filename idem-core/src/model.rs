@@ -46,24 +46,11 @@ pub trait Idempotent {
     /// first write.
     fn op_id(&self, purpose: &str) -> Result<OpId, Error> {
         if Self::MODEL.idempotency_key_field().is_some() {
-            let key = self.natural_key();
-            return match key.parts() {
-                [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::EmptyKey {
-                    document: Box::new(self.document_ref()),
-                    field,
-                }),
-                [(_, KeyValue::Text(text))] => Ok(OpId::new(format!(
-                    "{}:{text}:{purpose}",
-                    Self::MODEL.collection()
-                ))),
-                [(_, value)] => Ok(OpId::new(format!(
-                    "{}:{value}:{purpose}",
-                    Self::MODEL.collection()
-                ))),
-                _ => Err(Error::NoDerivedId {
-                    document: Box::new(self.document_ref()),
-                }),
-            };
+            let key = idempotency_key(self)?;
+            return Ok(OpId::new(format!(
+                "{}:{key}:{purpose}",
+                Self::MODEL.collection()
+            )));
         }
         Ok(OpId::new(format!("{}:{purpose}", self.id()?)))
     }
@@ -71,6 +58,22 @@ pub trait Idempotent {
     /// The order key of the document's `#[idem(version)]` field, if it has one.
     fn version_key(&self) -> Option<VersionKey> {
         None
+    }
+}
+
+/// The idempotency key of an event, as text; an empty key is refused, since requests that lost
+/// their key would all fold into the first one.
+pub(crate) fn idempotency_key<T: Idempotent + ?Sized>(event: &T) -> Result<String, Error> {
+    match event.natural_key().parts() {
+        [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::EmptyKey {
+            document: Box::new(event.document_ref()),
+            field,
+        }),
+        [(_, KeyValue::Text(text))] => Ok(text.clone()),
+        [(_, other)] => Ok(other.to_string()),
+        _ => Err(Error::NoDerivedId {
+            document: Box::new(event.document_ref()),
+        }),
     }
 }
 

@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::write::{stored_id, stored_id_text, PreparedWrite};
 use super::{is_duplicate_key, mongo_error, Store, MAX_ATTEMPTS};
 use crate::error::Error;
-use crate::id::{Id, KeyValue};
-use crate::model::Idempotent;
+use crate::id::Id;
+use crate::model::{idempotency_key, Idempotent};
 use crate::outcome::Outcome;
 
 /// What recording an event did, and the id it is stored under.
@@ -40,14 +40,7 @@ impl Store {
             .ok_or_else(|| Error::NoDerivedId {
                 document: Box::new(event.document_ref()),
             })?;
-        if let [(field, KeyValue::Text(key))] = event.natural_key().parts() {
-            if key.is_empty() {
-                return Err(Error::EmptyKey {
-                    document: Box::new(event.document_ref()),
-                    field,
-                });
-            }
-        }
+        idempotency_key(event)?;
         self.verify_indexes(model, &event.document_ref()).await?;
         let collection = self.raw_collection(model);
         let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
