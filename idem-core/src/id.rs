@@ -214,7 +214,7 @@ impl KeyPart<'_> {
     message = "`{Self}` cannot be a `#[idem(key)]` field: it has no stable byte encoding for the id",
     label = "not an id key type",
     note = "key fields must be text (`String`, `&str`, `char`), an integer or `bool`; floats are never keys",
-    note = "if this is a newtype, implement `idem_core::IdKey` for it by returning its inner value's `KeyPart`"
+    note = "if this is a newtype, implement `idem_core::IdKey` for it by returning its inner value's `KeyPart`, and `idem_core::StoredKey` if its values are stored keys"
 )]
 pub trait IdKey {
     /// The value to encode.
@@ -291,7 +291,8 @@ impl IdKey for char {
 
 /// A key type that every backend can store and read back: a [`IdKey`] whose values all fit a
 /// stored integer or text. `u64`, `usize`, `u128` and `i128` derive ids but are not stored keys:
-/// their values above `i64::MAX` fit no BSON or PostgreSQL integer.
+/// their values above `i64::MAX` fit no BSON or PostgreSQL integer. A newtype key implements it
+/// (an empty impl) when its values are stored keys.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a stored `#[idem(key)]` field: not every value of it can be stored",
     label = "not a storable key type",
