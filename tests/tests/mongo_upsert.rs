@@ -6,7 +6,9 @@ use std::sync::Arc;
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Error, Outcome};
 use idem_tests::fixtures::{post, Post};
-use idem_tests::{clear_fail_point, fresh_database, lose_next_acknowledgements, stored_documents};
+use idem_tests::{
+    clear_fail_point, fresh_database, lose_next_acknowledgements, raw_documents, stored_documents,
+};
 use mongodb::bson::{doc, Document};
 
 async fn indexed_store(test: &str) -> (Store, idem_tests::CommandLog) {
@@ -387,4 +389,61 @@ async fn a_lost_acknowledgement_then_a_retry_converges_on_one_document() {
         stored[0].get_str("_id").unwrap(),
         post().id().unwrap().to_string()
     );
+}
+
+/// `post()` as another tool stored it under the id idem derives: its fields, no content hash and
+/// no digests, with `author_id` stored as `author`.
+async fn store_without_idem(store: &Store, author: &str) -> Document {
+    let mut stored = mongodb::bson::to_document(&post()).unwrap();
+    stored.insert("_id", post().id().unwrap().to_string());
+    stored.insert("title", "Written elsewhere");
+    stored.insert("authorId", author);
+    store
+        .database()
+        .collection::<Document>("posts")
+        .insert_one(stored.clone())
+        .await
+        .unwrap();
+    stored
+}
+
+#[tokio::test]
+async fn a_document_another_tool_stored_is_compared_here_and_replaced_in_a_pinned_second_step() {
+    let (store, log) = indexed_store("written_elsewhere").await;
+    store_without_idem(&store, "ada").await;
+    let _ = log.take();
+    // The server guard cannot compare frozen values stored without digests, so it leaves the
+    // document; compared here they are the same, and a second write pinned to what was read
+    // replaces it.
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Updated);
+    assert_eq!(log.take().names, ["findAndModify", "update"]);
+    let stored = stored_documents(store.database(), "posts").await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].get_str("title").unwrap(), "Hello");
+    assert!(stored[0].get_document("idemFrozen").is_ok());
+    // From now on it is an idem document: one round trip, nothing written.
+    let replaced = raw_documents(store.database(), "posts").await;
+    let _ = log.take();
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Unchanged);
+    assert_eq!(log.take().names, ["findAndModify"]);
+    assert_eq!(raw_documents(store.database(), "posts").await, replaced);
+}
+
+#[tokio::test]
+async fn a_changed_frozen_field_of_a_document_another_tool_stored_is_refused() {
+    let (store, _log) = indexed_store("written_elsewhere_frozen").await;
+    let before = store_without_idem(&store, "eve").await;
+    match store.upsert(&post()).await {
+        Err(Error::FrozenFieldChanged {
+            field,
+            stored,
+            incoming,
+            ..
+        }) => {
+            assert_eq!(field, "author_id");
+            assert_eq!((stored.as_str(), incoming.as_str()), ("\"eve\"", "\"ada\""));
+        }
+        other => panic!("expected FrozenFieldChanged, got {other:?}"),
+    }
+    assert_eq!(stored_documents(store.database(), "posts").await, [before]);
 }

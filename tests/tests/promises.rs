@@ -352,7 +352,7 @@ async fn an_offset_date_time_version_settles_every_replay_without_contention() {
 
 // ---------------------------------------------------------------------------------------------
 // 6. Legacy data: a document another tool stored (an ObjectId `_id`, no hash) is reported as it
-//    is stored. (`record()` over a legacy event: `new_api`.)
+//    is stored. (`record()` over a legacy event: further down, with the `ForeignId` case.)
 
 #[tokio::test]
 async fn a_refusal_over_a_legacy_document_names_the_id_it_is_stored_under() {
