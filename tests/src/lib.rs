@@ -164,23 +164,37 @@ pub async fn stored_documents(database: &Database, collection: &str) -> Vec<Docu
 /// commands named in `commands` are applied, then answered with a write-concern error, as if
 /// the acknowledgement were lost.
 pub async fn lose_next_acknowledgements(database: &Database, commands: &[&str], times: i32) {
+    // WriteConcernFailed, as when a real write concern times out: unlike a shutdown code, it
+    // leaves the server selectable, so the retry goes at once.
+    let lost = doc! {
+        "writeConcernError": {
+            "code": 64,
+            "codeName": "WriteConcernFailed",
+            "errmsg": "acknowledgement lost (injected)",
+        },
+    };
+    arm_fail_point(database, commands, times, lost).await;
+}
+
+/// Arms the `failCommand` fail point for the client of `database` alone: its next command named
+/// `command` waits `millis` before the server runs it, so a test can change the data in between.
+pub async fn delay_next(database: &Database, command: &str, millis: i32) {
+    let delay = doc! { "blockConnection": true, "blockTimeMS": millis };
+    arm_fail_point(database, &[command], 1, delay).await;
+}
+
+/// `failCommand` for the next `times` of `commands` sent by the client of `database`, with
+/// `effect` (what the fail point does to them).
+async fn arm_fail_point(database: &Database, commands: &[&str], times: i32, effect: Document) {
+    let mut data = doc! { "failCommands": commands, "appName": database.name() };
+    data.extend(effect);
     database
         .client()
         .database("admin")
         .run_command(doc! {
             "configureFailPoint": "failCommand",
             "mode": { "times": times },
-            "data": {
-                "failCommands": commands,
-                "appName": database.name(),
-                // WriteConcernFailed, as when a real write concern times out: unlike a
-                // shutdown code, it leaves the server selectable, so the retry goes at once.
-                "writeConcernError": {
-                    "code": 64,
-                    "codeName": "WriteConcernFailed",
-                    "errmsg": "acknowledgement lost (injected)",
-                },
-            },
+            "data": data,
         })
         .await
         .expect(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, Outcome};
 use idem_tests::fixtures::{entry, Entry};
-use idem_tests::{fresh_database, stored_documents, CommandLog};
+use idem_tests::{delay_next, fresh_database, stored_documents, CommandLog};
 use mongodb::bson::doc;
 use serde::Serialize;
 
@@ -585,4 +585,34 @@ async fn collapsed_copies_share_the_fate_of_the_copy_that_was_sent() {
         outcomes[3]
     );
     assert_eq!(report.collapsed(), 2);
+}
+
+#[tokio::test]
+async fn a_batch_write_that_a_newer_write_overtakes_after_its_read_is_stale() {
+    let (store, _log) = store("batch_overtaken").await;
+    store.upsert(&entry("e1", 1, "first")).await.unwrap();
+    // The batch reads e1 at revision 1 and sends revision 2, which the server holds back while
+    // revision 3 is written: the guard then leaves the document, and the batch must say so.
+    delay_next(store.database(), "update", 1_000).await;
+    let batch_store = store.clone();
+    let batch = tokio::spawn(async move {
+        batch_store
+            .upsert_many(&[entry("e1", 2, "second")])
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        store.upsert(&entry("e1", 3, "third")).await.unwrap(),
+        Outcome::Updated
+    );
+    let report = batch.await.unwrap();
+    assert!(
+        matches!(report.outcomes(), [Ok(Outcome::Stale)]),
+        "{:?}",
+        report.outcomes()
+    );
+    let stored = stored(&store).await;
+    assert_eq!(stored[0].get_i64("revision").unwrap(), 3);
+    assert_eq!(stored[0].get_str("text").unwrap(), "third");
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use mongodb::bson::{doc, Bson, Document};
+use mongodb::Collection;
 use serde::Serialize;
 
 use super::write::{bson_size, PreparedWrite};
@@ -285,6 +286,7 @@ impl Store {
             .unwrap_or_default();
 
         let mut conflicts = Vec::new();
+        let mut matched = Vec::new();
         for (statement, &index) in to_write.iter().enumerate() {
             let Some(write) = prepared(index) else {
                 continue;
@@ -296,8 +298,23 @@ impl Store {
                 }
                 Some(error) => Some(Err(refused_by_server(&write.document, error, ""))),
                 None if upserted.contains(&statement) => Some(Ok(Outcome::Inserted)),
-                None => Some(Ok(Outcome::Updated)),
+                None => {
+                    matched.push(index);
+                    Some(Ok(Outcome::Updated))
+                }
             };
+        }
+        // Each statement that matched replaced its document only if the guard let it, and a
+        // replacement always changes the document (its write marker is new): when fewer were
+        // modified than matched, a writer changed some document since the read, and the markers
+        // say which.
+        let modified = reply
+            .get("nModified")
+            .and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
+            .unwrap_or(0);
+        if usize::try_from(modified).ok() != Some(matched.len()) {
+            self.settle_matched(&collection, writes, &matched, outcomes)
+                .await?;
         }
         for (index, statement) in conflicts {
             let Some(write) = prepared(index) else {
@@ -311,6 +328,53 @@ impl Store {
                 Ok(Some(outcome)) => Ok(outcome),
                 Ok(None) => self.settle(write).await,
                 Err(error) => Err(error),
+            };
+            outcomes[index] = Some(outcome);
+        }
+        Ok(())
+    }
+
+    /// The outcomes of statements that matched a document when not every one replaced it: one
+    /// read of the documents; those holding their write's marker were replaced by it, the others
+    /// are judged as they stand.
+    async fn settle_matched(
+        &self,
+        collection: &Collection<Document>,
+        writes: &[Option<PreparedWrite>],
+        matched: &[usize],
+        outcomes: &mut [Option<Result<Outcome, Error>>],
+    ) -> Result<(), Error> {
+        let Some(first) = matched.first().and_then(|&index| writes[index].as_ref()) else {
+            return Ok(());
+        };
+        let ids: Vec<&str> = matched
+            .iter()
+            .filter_map(|&index| Some(writes[index].as_ref()?.id_text.as_str()))
+            .collect();
+        let find = collection
+            .find(doc! { "_id": { "$in": ids } })
+            .projection(first.judged_fields());
+        let stored: HashMap<String, Document> =
+            collect(find, &DocumentRef::collection(first.model))
+                .await?
+                .into_iter()
+                .filter_map(|stored| Some((stored.get_str("_id").ok()?.to_owned(), stored)))
+                .collect();
+        for &index in matched {
+            let Some(write) = writes[index].as_ref() else {
+                continue;
+            };
+            let outcome = match stored.get(&write.id_text) {
+                Some(stored) => match write.written_here(stored) {
+                    Some(outcome) => Ok(outcome),
+                    None => match write.read(stored) {
+                        Ok(Some(outcome)) => Ok(outcome),
+                        // Changed again since: the single upsert settles it.
+                        Ok(None) => self.settle(write).await,
+                        Err(refusal) => Err(refusal),
+                    },
+                },
+                None => self.settle(write).await,
             };
             outcomes[index] = Some(outcome);
         }
@@ -349,12 +413,13 @@ impl Store {
     }
 }
 
-/// The guarded upsert of `write`, as one statement of an `update` command: the guard in the
-/// query, so a statement that matches has replaced the document.
+/// The upsert of `write`, as one statement of an `update` command: the single upsert's query and
+/// conditional replacement. The guard stays in the update, not the query: some servers answer a
+/// query holding `$expr` by scanning the collection.
 fn upsert_statement(write: &PreparedWrite) -> Document {
     doc! {
-        "q": write.guarded_query(),
-        "u": write.replacement_pipeline(),
+        "q": write.query(),
+        "u": write.conditional_replacement(),
         "upsert": true,
         "multi": false,
     }

@@ -191,14 +191,6 @@ impl PreparedWrite {
         query
     }
 
-    /// The query of a batch statement: it matches only a stored document the guard lets this
-    /// write replace.
-    pub fn guarded_query(&self) -> Document {
-        let mut query = self.query();
-        query.insert("$expr", self.guard());
-        query
-    }
-
     /// The single upsert's update: replace the stored document if the guard allows, else leave
     /// it as it is, in one command that returns the document as it is afterwards. Its write
     /// marker says whether this write replaced it ([`PreparedWrite::written_here`]).
@@ -207,7 +199,7 @@ impl PreparedWrite {
         vec![doc! { "$replaceWith": { "$cond": [self.guard(), self.replacement(), root] } }]
     }
 
-    /// A batch statement's update: the replacement, its guard being in the query.
+    /// The pinned second step's update: the replacement, unconditional.
     pub fn replacement_pipeline(&self) -> Vec<Document> {
         vec![doc! { "$replaceWith": self.replacement() }]
     }
