@@ -63,6 +63,11 @@ async fn insert_new_returns_exactly_the_members_it_inserted() {
         store.insert_new(&awards("ada", 0..4)).await.unwrap(),
         awards("ada", 3..4)
     );
+    assert_eq!(
+        log.take().names,
+        ["insert"],
+        "members stored already cost no read: the duplicate is on `_id`"
+    );
     assert!(store
         .insert_new(&awards("ada", 0..4))
         .await

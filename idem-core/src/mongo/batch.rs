@@ -91,6 +91,13 @@ pub(crate) struct ServerLimits {
     max_command_bytes: usize,
 }
 
+/// Limits every server accepts (MongoDB since 2.6: 1,000 statements, 16 MiB documents): a
+/// command within them needs no `hello` to be sent.
+const EVERY_SERVER: ServerLimits = ServerLimits {
+    max_write_batch: 1000,
+    max_command_bytes: super::write::MAX_DOCUMENT_BYTES,
+};
+
 /// Room left in a command for its own fields (`update`, `ordered`, the session and cluster
 /// time the driver adds).
 const COMMAND_OVERHEAD: usize = 64 * 1024;
@@ -261,29 +268,9 @@ impl Store {
         let (to_write, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
         let command =
             doc! { "update": model.collection(), "updates": statements, "ordered": false };
-        let reply = self
-            .database
-            .run_command(command)
-            .await
-            .map_err(|source| mongo_error(&whole, source))?;
-        if let Ok(concern) = reply.get_document("writeConcernError") {
-            return Err(Error::NotConfirmed {
-                document: Box::new(whole),
-                code: concern.get_i32("code").unwrap_or(0),
-                message: concern.get_str("errmsg").unwrap_or("no message").to_owned(),
-            });
-        }
+        let reply = self.run_write_command(&whole, command).await?;
         let upserted = statement_indexes(&reply, "upserted");
-        let errors: HashMap<usize, &Document> = reply
-            .get_array("writeErrors")
-            .map(|errors| {
-                errors
-                    .iter()
-                    .filter_map(Bson::as_document)
-                    .filter_map(|error| Some((statement_index(error)?, error)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let errors = write_errors(&reply);
 
         let mut conflicts = Vec::new();
         let mut matched = Vec::new();
@@ -381,6 +368,42 @@ impl Store {
         Ok(())
     }
 
+    /// Sends a write command; a write concern the server did not confirm is
+    /// [`Error::NotConfirmed`], and retrying the call is then safe.
+    pub(super) async fn run_write_command(
+        &self,
+        whole: &DocumentRef,
+        command: Document,
+    ) -> Result<Document, Error> {
+        let reply = self
+            .database
+            .run_command(command)
+            .await
+            .map_err(|source| mongo_error(whole, source))?;
+        if let Ok(concern) = reply.get_document("writeConcernError") {
+            return Err(Error::NotConfirmed {
+                document: Box::new(whole.clone()),
+                code: concern.get_i32("code").unwrap_or(0),
+                message: concern.get_str("errmsg").unwrap_or("no message").to_owned(),
+            });
+        }
+        Ok(reply)
+    }
+
+    /// The limits to split `statements` by: the server's, asked once per store, unless they fit
+    /// one command on every server, when asking would cost a round trip for nothing.
+    pub(super) async fn limits_for(
+        &self,
+        model: &Model,
+        statements: &[(usize, Document)],
+    ) -> Result<ServerLimits, Error> {
+        if fits_one_command(statements, EVERY_SERVER) {
+            Ok(EVERY_SERVER)
+        } else {
+            self.server_limits(model).await
+        }
+    }
+
     /// The server's batch and size limits, asked once per store.
     async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
         if let Some(limits) = *self
@@ -427,19 +450,16 @@ fn upsert_statement(write: &PreparedWrite) -> Document {
 
 /// Splits the statements into commands the server accepts: within its batch limit and its
 /// command size, each statement measured as it will be sent.
-fn write_commands(
+pub(super) fn write_commands(
     statements: Vec<(usize, Document)>,
     limits: ServerLimits,
 ) -> Vec<Vec<(usize, Document)>> {
-    let budget = limits
-        .max_command_bytes
-        .saturating_sub(COMMAND_OVERHEAD)
-        .max(1);
+    let budget = command_budget(limits);
     let mut commands = Vec::new();
     let mut current = Vec::new();
     let mut bytes = 0;
     for (index, statement) in statements {
-        let size = bson_size(&statement) + ARRAY_ELEMENT_OVERHEAD;
+        let size = statement_size(&statement);
         if !current.is_empty() && (current.len() >= limits.max_write_batch || bytes + size > budget)
         {
             commands.push(std::mem::take(&mut current));
@@ -454,12 +474,48 @@ fn write_commands(
     commands
 }
 
+/// Whether `statements` go in one command within `limits`.
+fn fits_one_command(statements: &[(usize, Document)], limits: ServerLimits) -> bool {
+    let bytes: usize = statements
+        .iter()
+        .map(|(_, statement)| statement_size(statement))
+        .sum();
+    statements.len() <= limits.max_write_batch && bytes <= command_budget(limits)
+}
+
+/// The bytes a command has for its statements.
+fn command_budget(limits: ServerLimits) -> usize {
+    limits
+        .max_command_bytes
+        .saturating_sub(COMMAND_OVERHEAD)
+        .max(1)
+}
+
+/// What a statement costs in a command: its size as sent, and its place in the array.
+fn statement_size(statement: &Document) -> usize {
+    bson_size(statement) + ARRAY_ELEMENT_OVERHEAD
+}
+
 fn statement_index(entry: &Document) -> Option<usize> {
     match entry.get("index")? {
         Bson::Int32(n) => usize::try_from(*n).ok(),
         Bson::Int64(n) => usize::try_from(*n).ok(),
         _ => None,
     }
+}
+
+/// A write command's errors, by the index of the statement (or document) they are about.
+pub(super) fn write_errors(reply: &Document) -> HashMap<usize, &Document> {
+    reply
+        .get_array("writeErrors")
+        .map(|errors| {
+            errors
+                .iter()
+                .filter_map(Bson::as_document)
+                .filter_map(|error| Some((statement_index(error)?, error)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
@@ -475,7 +531,7 @@ fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
         .unwrap_or_default()
 }
 
-fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
+pub(super) fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
     let message = error.get_str("errmsg").unwrap_or("no message");
     Error::WriteRefused {
         document: Box::new(document.clone()),

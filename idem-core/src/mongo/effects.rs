@@ -4,14 +4,14 @@
 use std::collections::HashSet;
 
 use mongodb::bson::{self, doc, Bson, Document};
-use mongodb::error::ErrorKind;
 use mongodb::Collection;
 use serde::Serialize;
 
+use super::batch::{refused_by_server, write_commands, write_errors};
 use super::write::PreparedWrite;
 use super::{
-    collect, find_by_id, mongo_error, unique_index_conflict, update_or_explain, Store,
-    APPLIED_OPS_FIELD, DUPLICATE_KEY,
+    find_by_id, mongo_error, unique_index_conflict, update_or_explain, Store, APPLIED_OPS_FIELD,
+    DUPLICATE_KEY,
 };
 use crate::error::Error;
 use crate::id::Id;
@@ -53,32 +53,47 @@ impl Store {
         }
         self.verify_indexes(model, &DocumentRef::collection(model))
             .await?;
-        let documents: Vec<Document> = candidates
-            .iter()
-            .map(|(_, write)| write.inserted_document())
-            .collect();
         let whole = DocumentRef::collection(model);
+        let documents: Vec<(usize, Document)> = candidates
+            .iter()
+            .enumerate()
+            .map(|(index, (_, write))| (index, write.inserted_document()))
+            .collect();
+        let limits = self.limits_for(model, &documents).await?;
+        let mut existing = HashSet::new();
+        let mut collided = Vec::new();
+        for command in write_commands(documents, limits) {
+            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let command =
+                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
+            let reply = self.run_write_command(&whole, command).await?;
+            for (position, error) in write_errors(&reply) {
+                let Some(&index) = indexes.get(position) else {
+                    continue;
+                };
+                let write = &candidates[index].1;
+                if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
+                    return Err(refused_by_server(&write.document, error, ""));
+                }
+                // The index the duplicate is in, as the server reports it (`keyPattern`): on
+                // `_id`, the member is stored already; on another, or unreported, the stored
+                // documents are read to tell.
+                let on_id = error
+                    .get_document("keyPattern")
+                    .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
+                if on_id {
+                    existing.insert(index);
+                } else {
+                    let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+                    collided.push((index, message));
+                }
+            }
+        }
         let collection = self.raw_collection(model);
-        let collided: Vec<(usize, String)> =
-            match collection.insert_many(documents).ordered(false).await {
-                Ok(_) => Vec::new(),
-                Err(error) => match error.kind.as_ref() {
-                    ErrorKind::InsertMany(failure) if failure.write_concern_error.is_none() => {
-                        let write_errors = failure.write_errors.as_deref().unwrap_or_default();
-                        if write_errors.iter().any(|e| e.code != DUPLICATE_KEY) {
-                            return Err(mongo_error(&whole, error));
-                        }
-                        write_errors
-                            .iter()
-                            .map(|e| (e.index, e.message.clone()))
-                            .collect()
-                    }
-                    _ => return Err(mongo_error(&whole, error)),
-                },
-            };
-        let existing = self
-            .already_stored(&collection, &candidates, &collided)
-            .await?;
+        existing.extend(
+            self.already_stored(&collection, &candidates, &collided)
+                .await?,
+        );
         Ok(candidates
             .into_iter()
             .enumerate()
@@ -87,41 +102,21 @@ impl Store {
             .collect())
     }
 
-    /// Of the members whose insert collided (`collided`, indexes into `candidates`), those stored
-    /// under their own id. A member whose natural key is stored under another id (a field feeding
-    /// the id changed) is refused as `upsert` refuses it; one that collided on another unique
-    /// index is refused naming it.
+    /// Of the members whose insert collided on another index than `_id` (`collided`, indexes
+    /// into `candidates`, with the server's message), those stored under their own id meanwhile
+    /// (a racing writer inserted them). A member whose natural key is stored under another id (a
+    /// field feeding the id changed) is refused as `upsert` refuses it; one that collided on
+    /// another unique index is refused naming it. Reads happen only for such collisions.
     async fn already_stored<T>(
         &self,
         collection: &Collection<Document>,
         candidates: &[(&T, PreparedWrite)],
         collided: &[(usize, String)],
     ) -> Result<HashSet<usize>, Error> {
-        if collided.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let ids: Vec<&str> = collided
-            .iter()
-            .map(|(index, _)| candidates[*index].1.id_text.as_str())
-            .collect();
-        let whole = DocumentRef::collection(candidates[0].1.model);
-        let find = collection
-            .find(doc! { "_id": { "$in": ids } })
-            .projection(doc! { "_id": 1 });
-        let stored_ids: HashSet<String> = collect(find, &whole)
-            .await?
-            .iter()
-            .filter_map(|stored| Some(stored.get_str("_id").ok()?.to_owned()))
-            .collect();
         let mut existing = HashSet::new();
         for (index, message) in collided {
             let write = &candidates[*index].1;
-            if stored_ids.contains(&write.id_text) {
-                existing.insert(*index);
-                continue;
-            }
             match self.read_conflict(collection, write).await? {
-                // Stored under its id since the read: a racing writer inserted it.
                 (Some(_), _) => {
                     existing.insert(*index);
                 }
