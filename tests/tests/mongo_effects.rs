@@ -63,10 +63,13 @@ async fn insert_new_returns_exactly_the_members_it_inserted() {
         store.insert_new(&awards("ada", 0..4)).await.unwrap(),
         awards("ada", 3..4)
     );
-    assert_eq!(
-        log.take().names,
-        ["insert"],
-        "members stored already cost no read: the duplicate is on `_id`"
+    // Members stored already cost at most one read of their ids: none where the server reports
+    // their duplicate on `_id` (as `mongod` does), one where it reports the natural-key index
+    // first (as the test server does).
+    let names = log.take().names;
+    assert!(
+        names == ["insert"] || names == ["insert", "find"],
+        "{names:?}"
     );
     assert!(store
         .insert_new(&awards("ada", 0..4))

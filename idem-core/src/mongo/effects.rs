@@ -10,8 +10,8 @@ use serde::Serialize;
 use super::batch::{refused_by_server, write_commands, write_errors};
 use super::write::PreparedWrite;
 use super::{
-    find_by_id, mongo_error, unique_index_conflict, update_or_explain, Store, APPLIED_OPS_FIELD,
-    DUPLICATE_KEY,
+    find_by_id, find_ids, mongo_error, unique_index_conflict, update_or_explain, Store,
+    APPLIED_OPS_FIELD, DUPLICATE_KEY,
 };
 use crate::error::Error;
 use crate::id::Id;
@@ -103,20 +103,38 @@ impl Store {
     }
 
     /// Of the members whose insert collided on another index than `_id` (`collided`, indexes
-    /// into `candidates`, with the server's message), those stored under their own id meanwhile
-    /// (a racing writer inserted them). A member whose natural key is stored under another id (a
-    /// field feeding the id changed) is refused as `upsert` refuses it; one that collided on
-    /// another unique index is refused naming it. Reads happen only for such collisions.
+    /// into `candidates`, with the server's message), those stored under their own id: one read
+    /// of their ids (a server may report the natural-key index for a document stored under the
+    /// same id). A member whose natural key is stored under another id (a field feeding the id
+    /// changed) is refused as `upsert` refuses it; one that collided on another unique index is
+    /// refused naming it.
     async fn already_stored<T>(
         &self,
         collection: &Collection<Document>,
         candidates: &[(&T, PreparedWrite)],
         collided: &[(usize, String)],
     ) -> Result<HashSet<usize>, Error> {
+        let Some(&(first, _)) = collided.first() else {
+            return Ok(HashSet::new());
+        };
+        let ids: Vec<&str> = collided
+            .iter()
+            .map(|(index, _)| candidates[*index].1.id_text.as_str())
+            .collect();
+        let whole = DocumentRef::collection(candidates[first].1.model);
+        let stored_ids: HashSet<String> = find_ids(collection, &whole, &ids)
+            .await?
+            .into_iter()
+            .collect();
         let mut existing = HashSet::new();
         for (index, message) in collided {
             let write = &candidates[*index].1;
+            if stored_ids.contains(&write.id_text) {
+                existing.insert(*index);
+                continue;
+            }
             match self.read_conflict(collection, write).await? {
+                // Stored under its id since the read: a racing writer inserted it.
                 (Some(_), _) => {
                     existing.insert(*index);
                 }
