@@ -1262,10 +1262,14 @@ impl Bench {
                 idem.returned.unwrap_or(0)
             ),
         );
+        // A member stored already is told from one whose timestamp moved (a refusal) by its
+        // `_id`: free where the server reports the duplicate on `_id`, one read of the ids where
+        // it reports the natural-key index (the test server does).
         report.target(
             true,
-            idem.counts.round_trips() == samples[0][0].counts.round_trips(),
-            "(4) insert_new: as many round trips as the hand-written insert_many",
+            idem.counts.round_trips() <= samples[0][0].counts.round_trips() + 1
+                && idem.counts.count("getMore") == 0,
+            "(4) insert_new: at most one read more than the hand-written insert_many",
             format!(
                 "{} vs {}",
                 idem.counts.describe(),
