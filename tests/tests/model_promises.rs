@@ -3,8 +3,9 @@
 //!
 //! For each shape family (optional, omitted, flattened, renamed and nested fields; a frozen
 //! map, a frozen list with nulls, frozen optional values; a version of every ordered type, with a
-//! tombstone), proptest generates sequences of upserts, replays of documents sent before, deletes
-//! and batches with duplicates, over three keys so that the calls keep meeting the same
+//! tombstone), proptest generates sequences of upserts, replays of documents sent before, deletes,
+//! writes by another tool (what serde writes, without idem's hash, digests or version key) and
+//! batches with duplicates, over three keys so that the calls keep meeting the same
 //! documents. A model written here from the README's rules, on the typed values and without
 //! idem's hashing or comparisons, predicts each call's outcome and every stored document; the test
 //! checks both against what idem answers and what the server then holds.
@@ -158,6 +159,9 @@ struct Stored<S> {
     doc: S,
     /// The marker the first delete stored.
     deleted: Option<i64>,
+    /// Written by another tool: what serde writes under the derived `_id`, without idem's
+    /// content hash, digests or version key.
+    foreign: bool,
 }
 
 /// The model: the stored document of each natural key, changed by the rules of the README.
@@ -177,6 +181,7 @@ impl<S: Shape> ModelStore<S> {
             let inserted = Stored {
                 doc: doc.clone(),
                 deleted: None,
+                foreign: false,
             };
             self.stored.insert(doc.key(), inserted);
             return Expected::Outcome(Outcome::Inserted);
@@ -195,6 +200,13 @@ impl<S: Shape> ModelStore<S> {
         if !frozen.is_empty() {
             return Expected::Refused(frozen);
         }
+        // Nothing of idem's to compare: no hash, no version key. The values it could compare
+        // (the frozen ones) were; the write replaces the document and makes it idem's.
+        if stored.foreign {
+            stored.doc = doc.clone();
+            stored.foreign = false;
+            return Expected::Outcome(Outcome::Updated);
+        }
         let same_content = doc.same_content(&stored.doc);
         let outcome = match doc.version_order(&stored.doc) {
             None if same_content => Outcome::Unchanged,
@@ -209,6 +221,26 @@ impl<S: Shape> ModelStore<S> {
         Expected::Outcome(outcome)
     }
 
+    /// Another tool writes `doc` under its derived id, replacing what is stored there. Skipped
+    /// (`false`) when the key is stored under another id: the natural-key index refuses that
+    /// tool's write too.
+    fn foreign_write(&mut self, doc: &S) -> bool {
+        let moved = self
+            .stored
+            .get(&doc.key())
+            .is_some_and(|stored| !doc.changed_id_fields(&stored.doc).is_empty());
+        if moved {
+            return false;
+        }
+        let written = Stored {
+            doc: doc.clone(),
+            deleted: doc.tombstone(),
+            foreign: true,
+        };
+        self.stored.insert(doc.key(), written);
+        true
+    }
+
     fn delete(&mut self, doc: &S) -> Expected {
         let marker = doc.tombstone().expect("a deletion carries its marker");
         let Some(stored) = self.stored.get_mut(&doc.key()) else {
@@ -216,6 +248,7 @@ impl<S: Shape> ModelStore<S> {
             let deleted = Stored {
                 doc: doc.clone(),
                 deleted: Some(marker),
+                foreign: false,
             };
             self.stored.insert(doc.key(), deleted);
             return Expected::Outcome(Outcome::Deleted);
@@ -286,6 +319,8 @@ enum Op<S> {
     UpsertMany(Vec<S>),
     /// A delete of the document, whose tombstone is set.
     Delete(S),
+    /// The document as another tool writes it: what serde writes, under the derived `_id`.
+    Foreign(S),
 }
 
 /// Which calls a property's sequences make.
@@ -301,6 +336,7 @@ fn sequences<S: Shape>(calls: Calls) -> BoxedStrategy<Vec<Op<S>>> {
     let mut ops = vec![
         (5, S::documents().prop_map(Op::Upsert).boxed()),
         (2, (0..REPLAY_DEPTH).prop_map(Op::Replay).boxed()),
+        (1, S::documents().prop_map(Op::Foreign).boxed()),
     ];
     if let Some(deletions) = S::deletions() {
         ops.push((1, deletions.prop_map(Op::Delete).boxed()));
@@ -383,6 +419,11 @@ async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<()
                 let wrote = expected == Expected::Outcome(Outcome::Deleted);
                 check::<S>(step, "delete", &expected, &observed, wrote, &before, &store).await?;
             }
+            Op::Foreign(doc) => {
+                if model.foreign_write(doc) {
+                    write_as_another_tool(&store, doc).await?;
+                }
+            }
             Op::UpsertMany(docs) => {
                 // The batch must answer as the same upserts one by one, in order.
                 let expected: Vec<Expected> = docs.iter().map(|doc| model.upsert(doc)).collect();
@@ -411,6 +452,26 @@ async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<()
         }
     }
     compare_stored(database, &model).await
+}
+
+/// Replaces what is stored under `doc`'s id with what serde writes for it, as a tool that knows
+/// nothing of idem would.
+async fn write_as_another_tool<S: Shape>(store: &Store, doc: &S) -> Result<(), TestCaseError> {
+    let failed = |error: String| TestCaseError::fail(format!("writing as another tool: {error}"));
+    let id = doc
+        .id()
+        .map_err(|error| failed(error.to_string()))?
+        .to_string();
+    let mut document = bson::to_document(doc).map_err(|error| failed(error.to_string()))?;
+    document.insert("_id", id.as_str());
+    store
+        .database()
+        .collection::<Document>(S::MODEL.collection())
+        .replace_one(bson::doc! { "_id": id.as_str() }, document)
+        .upsert(true)
+        .await
+        .map_err(|error| failed(error.to_string()))?;
+    Ok(())
 }
 
 async fn upsert_one<S: Shape>(

@@ -64,8 +64,8 @@ async fn insert_new_returns_exactly_the_members_it_inserted() {
         awards("ada", 3..4)
     );
     // Members stored already cost at most one read of their ids: none where the server reports
-    // their duplicate on `_id` (as `mongod` does), one where it reports the natural-key index
-    // first (as the test server does).
+    // their duplicate on `_id`, one where it reports the natural-key index first (as the test
+    // server does).
     let names = log.take().names;
     assert!(
         names == ["insert"] || names == ["insert", "find"],
