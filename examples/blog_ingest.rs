@@ -361,14 +361,14 @@ fn read_posts(dir: &Path) -> Result<Vec<PostFile>, Fatal> {
 
 /// A driver or server failure rather than a refusal by idem: the write may be retried.
 fn is_failure(error: &Error) -> bool {
-    error.as_mongo().is_some() || matches!(error, Error::Contention { .. })
+    error.as_backend().is_some() || matches!(error, Error::Contention { .. })
 }
 
 /// The table cell for an error; the full text is printed below the table.
 fn summary(error: &Error) -> String {
     match error {
         Error::FrozenFieldChanged { field, .. } => format!("REFUSED: `{field}` may not change"),
-        Error::Mongo { .. } | Error::Contention { .. } => "FAILED (see below)".to_owned(),
+        Error::Backend { .. } | Error::Contention { .. } => "FAILED (see below)".to_owned(),
         _ => "REFUSED (see below)".to_owned(),
     }
 }

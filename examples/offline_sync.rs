@@ -254,9 +254,9 @@ async fn live_entries(store: &Store, user: &str) -> Result<Vec<Entry>, Error> {
         Ok(entries)
     };
     // As an idem error, so that the client decides on retries the same way for every failure.
-    read.await.map_err(|source| Error::Mongo {
+    read.await.map_err(|source| Error::Backend {
         document: Box::new(DocumentRef::collection(&Entry::MODEL)),
-        source,
+        source: idem_core::mongo::driver_error(source),
     })
 }
 
@@ -289,7 +289,10 @@ async fn push(store: &Store, batch: &[Entry]) -> Result<(SyncReply, u32), Error>
 /// The error as one line.
 fn brief(error: &Error) -> String {
     match error {
-        Error::Mongo { document, source } => format!("{document}: {}", driver_brief(source)),
+        Error::Backend { document, .. } => match error.as_mongo() {
+            Some(source) => format!("{document}: {}", driver_brief(source)),
+            None => error.to_string(),
+        },
         other => other.to_string(),
     }
 }

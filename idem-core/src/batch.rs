@@ -9,6 +9,7 @@
 //! from that document's ([`copy_outcome`]).
 
 use std::collections::HashMap;
+use std::fmt;
 
 use crate::error::Error;
 use crate::outcome::Outcome;
@@ -56,6 +57,83 @@ pub fn copy_outcome(original: &Result<Outcome, Error>) -> Result<Outcome, Error>
         Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) => Ok(Outcome::Unchanged),
         Ok(other) => Ok(*other),
         Err(error) => Err(error.clone()),
+    }
+}
+
+/// What one `upsert_many` did: an outcome or error per input document, in input order.
+#[derive(Debug)]
+pub struct BatchReport {
+    outcomes: Vec<Result<Outcome, Error>>,
+    collapsed: usize,
+}
+
+impl BatchReport {
+    /// A report of `outcomes`, one per input in input order, `collapsed` of them not sent.
+    pub(crate) fn new(outcomes: Vec<Result<Outcome, Error>>, collapsed: usize) -> Self {
+        BatchReport {
+            outcomes,
+            collapsed,
+        }
+    }
+
+    /// The outcome (or refusal) of each input document, in input order.
+    pub fn outcomes(&self) -> &[Result<Outcome, Error>] {
+        &self.outcomes
+    }
+
+    /// The outcomes, owned.
+    pub fn into_outcomes(self) -> Vec<Result<Outcome, Error>> {
+        self.outcomes
+    }
+
+    /// How many input documents had `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|result| matches!(result, Ok(o) if *o == outcome))
+            .count()
+    }
+
+    /// How many input documents were refused.
+    pub fn refused(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|result| result.is_err())
+            .count()
+    }
+
+    /// How many input documents shared an id with a later or newer one in the same batch and
+    /// were collapsed into it before sending. Each reports `Unchanged` if its content is what
+    /// the winner stored (or found stored), `Stale` if it differs, and the winner's `Stale`,
+    /// `Deleted` or refusal otherwise.
+    pub fn collapsed(&self) -> usize {
+        self.collapsed
+    }
+}
+
+impl fmt::Display for BatchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let outcomes = [
+            Outcome::Inserted,
+            Outcome::Updated,
+            Outcome::Unchanged,
+            Outcome::Stale,
+            Outcome::Deleted,
+        ];
+        for outcome in outcomes {
+            write!(
+                f,
+                "{} {}, ",
+                self.count(outcome),
+                outcome.name().to_lowercase()
+            )?;
+        }
+        write!(
+            f,
+            "{} refused ({} collapsed in the batch)",
+            self.refused(),
+            self.collapsed
+        )
     }
 }
 

@@ -4,6 +4,7 @@
 //! before anything is written: when you see one, the stored data is as it was.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::id::Id;
 use crate::model::DocumentRef;
@@ -266,6 +267,8 @@ pub enum Error {
         code: i32,
         /// The server's message.
         message: String,
+        /// Whether the server's code says the same write may succeed if sent again.
+        retryable: bool,
     },
 
     /// The server applied a batch but did not confirm it (a write-concern error): the writes may
@@ -280,15 +283,88 @@ pub enum Error {
         message: String,
     },
 
-    /// The MongoDB driver failed; its error is kept whole, with its kind, code and labels.
-    #[cfg(feature = "mongodb")]
-    #[error("{document}: MongoDB: {source}")]
-    Mongo {
+    /// The database or its driver failed; the driver's error is kept whole as the source.
+    #[error("{document}: {source}")]
+    Backend {
         /// The document being written, or the collection alone for collection-wide calls.
         document: Box<DocumentRef>,
-        /// The driver's error.
-        source: mongodb::error::Error,
+        /// The driver's error, with the backend's code and whether retrying may help.
+        source: BackendError,
     },
+}
+
+/// A database driver's error, kept whole, with what idem read from it: which backend, the
+/// server's code (a MongoDB code as decimal text, a PostgreSQL SQLSTATE) and whether the same call
+/// may succeed if made again.
+#[derive(Clone)]
+pub struct BackendError {
+    backend: &'static str,
+    code: Option<String>,
+    retryable: bool,
+    source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl BackendError {
+    /// Wraps a driver error. `code` is the server's code if the server answered; `retryable`
+    /// says whether the same call may succeed if made again (the connection failed, the server
+    /// asked for a retry).
+    pub fn new(
+        backend: &'static str,
+        code: Option<String>,
+        retryable: bool,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError {
+            backend,
+            code,
+            retryable,
+            source: Arc::new(source),
+        }
+    }
+
+    /// The backend's name: `"MongoDB"` or `"PostgreSQL"`.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The server's code, if the server answered: a MongoDB error code as decimal text, or a
+    /// PostgreSQL SQLSTATE such as `"40001"`.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// Whether the same call may succeed if made again.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The driver's error, to inspect with `downcast_ref`.
+    pub fn driver_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendError")
+            .field("backend", &self.backend)
+            .field("code", &self.code)
+            .field("retryable", &self.retryable)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.backend, self.source)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
 }
 
 impl Error {
@@ -315,17 +391,21 @@ impl Error {
             | Error::ForeignId { document, .. }
             | Error::NotAnEffectField { document, .. }
             | Error::WriteRefused { document, .. }
-            | Error::NotConfirmed { document, .. } => document,
-            #[cfg(feature = "mongodb")]
-            Error::Mongo { document, .. } => document,
+            | Error::NotConfirmed { document, .. }
+            | Error::Backend { document, .. } => document,
         }
     }
 
     /// Whether the write was refused because of the document itself (a frozen field changed, a
     /// key or timestamp out of range, an oversized document, a reused idempotency key…).
-    /// Nothing was written, and sending the same document again gives the same refusal.
+    /// Nothing was written, and sending the same document again gives the same refusal. A failure
+    /// of the database or the connection is no refusal, and neither is contention.
     pub fn is_refusal(&self) -> bool {
-        !self.is_retryable()
+        match self {
+            Error::Contention { .. } | Error::NotConfirmed { .. } | Error::Backend { .. } => false,
+            Error::WriteRefused { retryable, .. } => !retryable,
+            _ => true,
+        }
     }
 
     /// Whether the same call may succeed if made again: the server could not be reached or did
@@ -334,21 +414,31 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Contention { .. } | Error::NotConfirmed { .. } => true,
-            #[cfg(feature = "mongodb")]
-            Error::Mongo { source, .. } => crate::mongo::is_transient(source),
-            #[cfg(feature = "mongodb")]
-            Error::WriteRefused { code, .. } => crate::mongo::is_transient_code(*code),
+            Error::WriteRefused { retryable, .. } => *retryable,
+            Error::Backend { source, .. } => source.is_retryable(),
             _ => false,
         }
     }
 
-    /// The driver's error, if the driver failed. Use it to decide on retries from its labels
-    /// and codes.
-    #[cfg(feature = "mongodb")]
-    pub fn as_mongo(&self) -> Option<&mongodb::error::Error> {
+    /// The database's error, if the database or its driver failed.
+    pub fn as_backend(&self) -> Option<&BackendError> {
         match self {
-            Error::Mongo { source, .. } => Some(source),
+            Error::Backend { source, .. } => Some(source),
             _ => None,
         }
+    }
+
+    /// The MongoDB driver's error, if it failed. Use it to decide on retries from its labels and
+    /// codes.
+    #[cfg(feature = "mongodb")]
+    pub fn as_mongo(&self) -> Option<&mongodb::error::Error> {
+        self.as_backend()?.driver_error().downcast_ref()
+    }
+
+    /// The PostgreSQL driver's error, if it failed; its SQLSTATE is also in
+    /// [`BackendError::code`].
+    #[cfg(feature = "postgres")]
+    pub fn as_postgres(&self) -> Option<&tokio_postgres::Error> {
+        self.as_backend()?.driver_error().downcast_ref()
     }
 }

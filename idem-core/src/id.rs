@@ -132,6 +132,7 @@ impl<'de> serde::Deserialize<'de> for Id {
 
 /// How the 80 bits after the timestamp are derived from the key values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum IdScheme {
     /// SHA-256 over a typed, length-prefixed encoding of the keys: injective, the default.
     #[default]
@@ -153,6 +154,7 @@ impl IdScheme {
 
 /// A key value in a form every backend and error message can show.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum KeyValue {
     /// A text key.
     Text(String),
@@ -177,6 +179,7 @@ impl fmt::Display for KeyValue {
 
 /// A key value borrowed for encoding: what [`IdKey`] types reduce to.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum KeyPart<'a> {
     /// Text, hashed as its UTF-8 bytes.
     Text(&'a str),

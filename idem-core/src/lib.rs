@@ -119,6 +119,7 @@
 
 mod backend_calls;
 pub mod batch;
+pub mod column;
 pub mod error;
 pub mod hash;
 pub mod id;
@@ -129,11 +130,13 @@ pub mod outcome;
 pub mod verdict;
 pub mod version;
 
-pub use error::{Error, TimestampProblem};
+pub use batch::BatchReport;
+pub use column::{Column, ColumnShape};
+pub use error::{BackendError, Error, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
-pub use outcome::{Applied, Outcome, Pushed};
+pub use outcome::{Applied, Outcome, Pushed, Recorded};
 pub use version::{OrderedVersion, VersionKey};
 
 /// The derive: see the crate docs for its attributes and what it generates.
@@ -147,6 +150,7 @@ pub use mongodb;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::backend_calls::{PushWith, UpsertWith};
+    pub use crate::column::{Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
     pub use core::future::Future;
     pub use core::marker::Send;

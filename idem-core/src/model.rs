@@ -59,6 +59,16 @@ pub trait Idempotent {
     fn version_key(&self) -> Option<VersionKey> {
         None
     }
+
+    /// Every field serde writes, in declaration order, with the kind of value it holds: what a
+    /// backend with typed columns makes its table of. The derive lists every field that is not
+    /// `#[serde(skip)]`ped.
+    fn stored_columns() -> Vec<crate::column::Column>
+    where
+        Self: Sized,
+    {
+        Vec::new()
+    }
 }
 
 /// The idempotency key of an event, as text; an empty key is refused, since requests that lost
@@ -397,6 +407,7 @@ impl fmt::Display for NaturalKey {
 
 /// Which document an error is about: its collection and natural key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct DocumentRef {
     /// The collection.
     pub collection: &'static str,

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::id::Id;
+
 /// What an upsert did to the stored document.
 ///
 /// `Inserted` is what the server answered to this call. When an insert's acknowledgement is lost
@@ -68,4 +70,21 @@ pub enum Applied {
     Applied,
     /// The document had recorded this op id; nothing was written.
     AlreadyApplied,
+}
+
+/// What recording an event did, and the id it is stored under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Recorded {
+    /// The event's id: random, fixed by its first write.
+    pub id: Id,
+    /// `Inserted` for the first write of this key, `Unchanged` for a retry.
+    pub outcome: Outcome,
+}
+
+impl Recorded {
+    /// What recording the event under `id` did.
+    pub fn new(id: Id, outcome: Outcome) -> Self {
+        Recorded { id, outcome }
+    }
 }

@@ -150,6 +150,7 @@ fn expand(input: &Input) -> TokenStream {
             }
         }
     });
+    let columns = input.fields.iter().filter_map(column_spec);
     let push_methods: Vec<TokenStream> = input
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
@@ -173,6 +174,11 @@ fn expand(input: &Input) -> TokenStream {
                 }
 
                 #version_key
+
+                fn stored_columns() -> ::std::vec::Vec<__idem::Column> {
+                    use __idem::__private::{ScalarShape as _, StructuredShape as _};
+                    ::std::vec![#(#columns),*]
+                }
 
                 fn natural_key(&self) -> __idem::NaturalKey {
                     __idem::__private::natural_key(
@@ -223,6 +229,23 @@ fn expand(input: &Input) -> TokenStream {
             }
         };
     }
+}
+
+/// `Column::new("storedName", shape)` for a field serde writes; `None` for a skipped one. The
+/// shape of a flattened field is `Flattened`; any other asks the field's type (auto-ref picks a
+/// scalar impl if there is one).
+fn column_spec(field: &Field) -> Option<TokenStream> {
+    if field.attrs.skipped.is_some() {
+        return None;
+    }
+    let name = &field.stored_name;
+    let ty = field.ty;
+    let shape = if field.attrs.flattened.is_some() {
+        quote!(__idem::ColumnShape::Flattened)
+    } else {
+        quote!((&&__idem::__private::Probe::<#ty>::NEW).shape())
+    };
+    Some(quote!(__idem::Column::new(#name, #shape)))
 }
 
 /// The `use<…>` bound of the futures `upsert`, `ensure_indexes` and `push_<field>` return: the store's borrow

@@ -1166,8 +1166,10 @@ async fn an_unreachable_server_is_a_clear_retryable_error_and_the_same_call_then
     let error = unreachable.upsert(&doc).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(10));
     match &error {
-        Error::Mongo { document, source } => {
+        Error::Backend { document, source } => {
             assert_eq!(document.collection, "posts");
+            assert_eq!(source.backend(), "MongoDB");
+            let source = error.as_mongo().expect("the driver's error, kept whole");
             assert!(
                 matches!(
                     source.kind.as_ref(),
@@ -1176,7 +1178,7 @@ async fn an_unreachable_server_is_a_clear_retryable_error_and_the_same_call_then
                 "{source:?}"
             );
         }
-        other => panic!("expected Error::Mongo, got {other:?}"),
+        other => panic!("expected Error::Backend, got {other:?}"),
     }
     assert!(error.is_retryable(), "{error}");
     assert!(!error.is_refusal());
@@ -1185,7 +1187,7 @@ async fn an_unreachable_server_is_a_clear_retryable_error_and_the_same_call_then
     assert!(message.contains("MongoDB: "), "{message}");
     // The batch call fails the same way, as a whole.
     let batch = unreachable.upsert_many(std::slice::from_ref(&doc)).await;
-    assert!(matches!(&batch, Err(e @ Error::Mongo { .. }) if e.is_retryable()));
+    assert!(matches!(&batch, Err(e @ Error::Backend { .. }) if e.is_retryable()));
     let (names, written) = recorder.take();
     assert!(names.is_empty(), "no server, no command: {names:?}");
     assert_eq!(written, 0);
@@ -1203,7 +1205,7 @@ async fn an_unreachable_server_is_a_clear_retryable_error_and_the_same_call_then
 async fn an_unreachable_server_error_names_the_document_being_written() {
     let (unreachable, _recorder) = unreachable_store("idem_unreachable_names").await;
     let error = unreachable.upsert(&post("hello")).await.unwrap_err();
-    // `Error::Mongo`'s document is "the document being written, or the collection alone for
+    // `Error::Backend`'s document is "the document being written, or the collection alone for
     // collection-wide calls"; an upsert of one document is not collection-wide.
     assert_eq!(
         error.document().natural_key.parts(),
@@ -1374,7 +1376,7 @@ async fn the_same_call_succeeds_after_the_server_returns() {
     server.stop();
     let _ = recorder.take();
     let error = store.upsert(&edited).await.unwrap_err();
-    assert!(matches!(error, Error::Mongo { .. }), "{error:?}");
+    assert!(matches!(error, Error::Backend { .. }), "{error:?}");
     assert!(error.is_retryable(), "{error}");
     assert_eq!(recorder.take().1, 0, "nothing written while it was away");
 

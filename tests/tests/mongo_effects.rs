@@ -401,10 +401,7 @@ async fn an_event_is_recorded_once_per_idempotency_key() {
     let retry = store.record(&payment).await.unwrap();
     assert_eq!(
         retry,
-        idem_core::mongo::Recorded {
-            id: first.id,
-            outcome: Outcome::Unchanged
-        }
+        idem_core::Recorded::new(first.id, Outcome::Unchanged)
     );
     assert_eq!(log.take().round_trips(), 1);
     assert_eq!(store.upsert(&payment).await.unwrap(), Outcome::Unchanged);

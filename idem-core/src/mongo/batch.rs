@@ -2,7 +2,6 @@
 //! chunk; outcomes per document.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
@@ -10,79 +9,10 @@ use serde::Serialize;
 
 use super::write::{bson_size, PreparedWrite};
 use super::{collect, mongo_error, Store, DUPLICATE_KEY};
-use crate::batch::{copy_outcome, plan_batch};
+use crate::batch::{copy_outcome, plan_batch, BatchReport};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent, Model};
 use crate::outcome::Outcome;
-
-/// What one `upsert_many` did: an outcome or error per input document, in input order.
-#[derive(Debug)]
-pub struct BatchReport {
-    outcomes: Vec<Result<Outcome, Error>>,
-    collapsed: usize,
-}
-
-impl BatchReport {
-    /// The outcome (or refusal) of each input document, in input order.
-    pub fn outcomes(&self) -> &[Result<Outcome, Error>] {
-        &self.outcomes
-    }
-
-    /// The outcomes, owned.
-    pub fn into_outcomes(self) -> Vec<Result<Outcome, Error>> {
-        self.outcomes
-    }
-
-    /// How many input documents had `outcome`.
-    pub fn count(&self, outcome: Outcome) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|result| matches!(result, Ok(o) if *o == outcome))
-            .count()
-    }
-
-    /// How many input documents were refused.
-    pub fn refused(&self) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|result| result.is_err())
-            .count()
-    }
-
-    /// How many input documents shared an id with a later or newer one in the same batch and
-    /// were collapsed into it before sending. Each reports `Unchanged` if its content is what
-    /// the winner stored (or found stored), `Stale` if it differs, and the winner's `Stale`,
-    /// `Deleted` or refusal otherwise.
-    pub fn collapsed(&self) -> usize {
-        self.collapsed
-    }
-}
-
-impl fmt::Display for BatchReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let outcomes = [
-            Outcome::Inserted,
-            Outcome::Updated,
-            Outcome::Unchanged,
-            Outcome::Stale,
-            Outcome::Deleted,
-        ];
-        for outcome in outcomes {
-            write!(
-                f,
-                "{} {}, ",
-                self.count(outcome),
-                outcome.name().to_lowercase()
-            )?;
-        }
-        write!(
-            f,
-            "{} refused ({} collapsed in the batch)",
-            self.refused(),
-            self.collapsed
-        )
-    }
-}
 
 /// The server's limits on one write command.
 #[derive(Clone, Copy, Debug)]
@@ -131,10 +61,7 @@ impl Store {
             for doc in docs {
                 outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
             }
-            return Ok(BatchReport {
-                outcomes,
-                collapsed: 0,
-            });
+            return Ok(BatchReport::new(outcomes, 0));
         }
         let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
         let mut writes = Vec::with_capacity(docs.len());
@@ -183,10 +110,7 @@ impl Store {
                 })
             })
             .collect();
-        Ok(BatchReport {
-            outcomes,
-            collapsed: plan.copies.len(),
-        })
+        Ok(BatchReport::new(outcomes, plan.copies.len()))
     }
 
     /// One read, then one write of what needs it (more if it exceeds the server's command
@@ -533,9 +457,11 @@ fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
 
 pub(super) fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
     let message = error.get_str("errmsg").unwrap_or("no message");
+    let code = error.get_i32("code").unwrap_or(0);
     Error::WriteRefused {
         document: Box::new(document.clone()),
-        code: error.get_i32("code").unwrap_or(0),
+        code,
+        retryable: super::is_transient_code(code),
         message: if note.is_empty() {
             message.to_owned()
         } else {

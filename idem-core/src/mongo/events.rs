@@ -10,16 +10,7 @@ use super::{is_duplicate_key, mongo_error, Store, MAX_ATTEMPTS};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, Idempotent};
-use crate::outcome::Outcome;
-
-/// What recording an event did, and the id it is stored under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Recorded {
-    /// The event's id: random, fixed by its first write.
-    pub id: Id,
-    /// `Inserted` for the first write of this key, `Unchanged` for a retry.
-    pub outcome: Outcome,
-}
+use crate::outcome::{Outcome, Recorded};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -68,16 +59,10 @@ impl Store {
                 });
             };
             if first_id == write.id {
-                return Ok(Recorded {
-                    id: write.id,
-                    outcome: Outcome::Inserted,
-                });
+                return Ok(Recorded::new(write.id, Outcome::Inserted));
             }
             if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
-                return Ok(Recorded {
-                    id: first_id,
-                    outcome: Outcome::Unchanged,
-                });
+                return Ok(Recorded::new(first_id, Outcome::Unchanged));
             }
             return Err(Error::IdempotencyKeyReused {
                 document: Box::new(write.document),

@@ -51,8 +51,8 @@ use mongodb::options::{IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
 use serde::Serialize;
 
-pub use batch::BatchReport;
-pub use events::Recorded;
+pub use crate::batch::BatchReport;
+pub use crate::outcome::Recorded;
 
 use crate::error::Error;
 use crate::id::Id;
@@ -556,10 +556,23 @@ async fn collect(
 }
 
 fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
-    Error::Mongo {
+    Error::Backend {
         document: Box::new(document.clone()),
-        source,
+        source: driver_error(source),
     }
+}
+
+/// A driver error as idem reports it: kept whole, with its code and whether a retry may help.
+pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let code = match source.kind.as_ref() {
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(error.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(error)) => Some(error.code),
+        _ => None,
+    };
+    let code = code.map(|code| code.to_string());
+    crate::BackendError::new("MongoDB", code, is_transient(&source), source)
 }
 
 /// The server's message of a duplicate-key error. Read only to name the index in a refusal:
