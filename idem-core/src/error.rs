@@ -283,6 +283,18 @@ pub enum Error {
         message: String,
     },
 
+    /// The table does not match the model (a column missing or of another type, no unique
+    /// constraint on the natural key): found before any write. Nothing was written.
+    #[error("{document}: table `{table}` does not match the model: {problem}")]
+    TableMismatch {
+        /// The document whose write needed the table.
+        document: Box<DocumentRef>,
+        /// The table.
+        table: String,
+        /// What is wrong, naming the column.
+        problem: String,
+    },
+
     /// The database or its driver failed; the driver's error is kept whole as the source.
     #[error("{document}: {source}")]
     Backend {
@@ -392,6 +404,7 @@ impl Error {
             | Error::NotAnEffectField { document, .. }
             | Error::WriteRefused { document, .. }
             | Error::NotConfirmed { document, .. }
+            | Error::TableMismatch { document, .. }
             | Error::Backend { document, .. } => document,
         }
     }
@@ -402,7 +415,10 @@ impl Error {
     /// of the database or the connection is no refusal, and neither is contention.
     pub fn is_refusal(&self) -> bool {
         match self {
-            Error::Contention { .. } | Error::NotConfirmed { .. } | Error::Backend { .. } => false,
+            Error::Contention { .. }
+            | Error::NotConfirmed { .. }
+            | Error::TableMismatch { .. }
+            | Error::Backend { .. } => false,
             Error::WriteRefused { retryable, .. } => !retryable,
             _ => true,
         }

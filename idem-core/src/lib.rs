@@ -127,6 +127,8 @@ pub mod model;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod verdict;
 pub mod version;
 
@@ -145,6 +147,12 @@ pub use idem_derive::Idempotent;
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// How often a write starts over when concurrent writers change the document between its write
+/// and its read. Each attempt is safe; contention this long is reported, not hidden.
+pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// What generated code calls. Not public API: it changes without notice.
 #[doc(hidden)]

@@ -106,12 +106,17 @@ pub const APPLIED_OPS_FIELD: &str = "idemAppliedOps";
 /// did, even where a server reports a racing insert without the document it found.
 pub const WRITE_MARKER_FIELD: &str = "idemWrite";
 
+/// Where a backend with typed columns keeps the entries of `#[serde(flatten)]` fields, whose
+/// names the type does not declare.
+pub const EXTRA_FIELDS_FIELD: &str = "idemExtra";
+
 /// The stored names idem writes besides `_id` and the hash field.
 pub const RESERVED_FIELDS: &[&str] = &[
     FROZEN_DIGESTS_FIELD,
     VERSION_KEY_FIELD,
     APPLIED_OPS_FIELD,
     WRITE_MARKER_FIELD,
+    EXTRA_FIELDS_FIELD,
 ];
 
 /// What a field does for idem.

@@ -55,7 +55,13 @@ pub const DEFAULT_HASH_FIELD: &str = "sourceHash";
 
 /// The stored names idem writes itself besides `_id` and the hash field: the runtime's
 /// `RESERVED_FIELDS`, spelled out because the runtime depends on this crate, not the reverse.
-pub const RESERVED_FIELDS: &[&str] = &["idemFrozen", "idemVersion", "idemAppliedOps", "idemWrite"];
+pub const RESERVED_FIELDS: &[&str] = &[
+    "idemFrozen",
+    "idemVersion",
+    "idemAppliedOps",
+    "idemWrite",
+    "idemExtra",
+];
 
 impl PartialEq<Symbol> for Ident {
     fn eq(&self, word: &Symbol) -> bool {

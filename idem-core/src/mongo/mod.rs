@@ -76,9 +76,7 @@ pub const DEFAULT_BATCH_CHUNK: usize = 250;
 /// MongoDB's error code for a duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
 
-/// How often a write starts over when concurrent writers change the document between its write
-/// and its read. Each attempt is safe; contention this long is reported, not hidden.
-const MAX_ATTEMPTS: usize = 8;
+use crate::MAX_ATTEMPTS;
 
 /// A MongoDB database that idem writes to. Cheap to clone; clones share the index checks.
 #[derive(Clone, Debug)]

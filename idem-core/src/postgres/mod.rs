@@ -1,0 +1,939 @@
+//! The PostgreSQL store: converging upserts guarded against orphaning writes, batch upserts,
+//! deletions that stay deleted and derived sets, over the caller's tokio-postgres client or
+//! transaction.
+//!
+//! ```no_run
+//! # use idem_core::Idempotent;
+//! # #[derive(serde::Serialize, Idempotent)]
+//! # struct Post { #[idem(key)] slug: String, title: String }
+//! # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+//! let store = idem_core::postgres::Store::new();
+//! store.ensure_table::<Post, _>(&client).await?;
+//! let outcome = store.upsert(&client, &post).await?;
+//! // Or inside the caller's transaction, with every other write of it:
+//! // let tx = client.transaction().await?; store.upsert(&tx, &post).await?; tx.commit().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The table
+//!
+//! One column per stored field, under the name serde writes: `text`, `bigint`, `double
+//! precision` and `boolean` for scalars, `jsonb` for nested structs, sequences and maps. Beside
+//! them: `_id` (the derived id, primary key), the content hash, `idemFrozen` (digests of the
+//! timestamp and frozen fields), `idemVersion` (the version's order key), `idemAppliedOps` and,
+//! for a type with `#[serde(flatten)]` fields, `idemExtra` (their entries), with a unique
+//! constraint on the natural key. [`Store::create_table_sql`] prints the DDL for a migration;
+//! [`Store::ensure_table`] runs it. Before its first write to a table the store checks that
+//! the table has every column with its type and a unique constraint on the natural key, and
+//! fails with [`Error::TableMismatch`] naming the column otherwise.
+//!
+//! # How an upsert converges
+//!
+//! One statement: `INSERT … ON CONFLICT (natural key) DO UPDATE … WHERE <guard>`, whose guard
+//! states the rule of [`crate::verdict`] (not deleted; no frozen field changed; a strictly newer
+//! version, or without versions another content hash). It returns each row it wrote, inserted or
+//! updated as the server itself reports it (`old IS NULL` on PostgreSQL 18, `xmax = 0` before),
+//! and, in the same statement, the stored state of each row the guard stopped, which is judged
+//! for `Unchanged`, `Stale`, `Deleted` or a refusal. A row committed by a concurrent writer after
+//! the statement's snapshot stops the write without showing its state; the statement then goes
+//! again. A row stored by another tool (no digests) is compared here and replaced by a second
+//! statement pinned to what was read.
+//!
+//! A batch is the same statement over many rows (`unnest` of one `text[]` per column), in
+//! rounds that never hold one natural key twice, with the outcome each row would get if the
+//! documents were upserted one by one ([`crate::batch`]).
+//!
+//! # Transactions
+//!
+//! Every method takes a [`GenericClient`]: a `Client`, a pooled client that dereferences to one,
+//! or a `Transaction`, so idem's writes can commit or roll back with the caller's. A refusal
+//! decided by reading (a frozen field changed, a stale version) leaves the transaction usable.
+//! An error raised by the server (a unique constraint other than the natural key, a lost
+//! connection) aborts the transaction, as any failed statement does.
+
+mod row;
+mod table;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use crate::batch::{copy_outcome, plan_batch, BatchReport};
+use crate::error::{BackendError, Error};
+use crate::id::Id;
+use crate::model::{Backend, DocumentRef, Idempotent, Model, Role, ID_FIELD};
+use crate::outcome::{Outcome, Pushed};
+use row::{PreparedRow, StoredRow};
+use table::{InsertedSignal, Table};
+
+/// How many rows [`Store::upsert_many`] sends per statement by default; see
+/// [`Store::with_batch_chunk`].
+pub const DEFAULT_BATCH_CHUNK: usize = 1000;
+
+/// SQLSTATE of a unique violation.
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// A PostgreSQL database that idem writes to, through the client each call is given. Cheap to
+/// clone; clones share what they learned of the server and its tables. Use one store per
+/// server.
+#[derive(Clone, Debug)]
+pub struct Store {
+    batch_chunk: usize,
+    known: Arc<Mutex<Known>>,
+}
+
+/// What a store learned once: the server's inserted-row signal and each checked table.
+#[derive(Debug, Default)]
+struct Known {
+    signal: Option<InsertedSignal>,
+    tables: HashMap<&'static str, Arc<Table>>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::new()
+    }
+}
+
+/// What one statement did to one row.
+#[derive(Clone, Debug)]
+enum RowState {
+    /// Written: inserted, or updated.
+    Written { inserted: bool },
+    /// Stopped by the guard; the stored row holding its natural key.
+    Stopped(StoredRow),
+    /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
+    Unseen,
+}
+
+impl Store {
+    /// A store.
+    pub fn new() -> Self {
+        Store {
+            batch_chunk: DEFAULT_BATCH_CHUNK,
+            known: Arc::default(),
+        }
+    }
+
+    /// Sets how many rows [`upsert_many`](Store::upsert_many) sends per statement (at least
+    /// one). Each statement carries one `text[]` parameter per column, so the number of bind
+    /// parameters does not grow with the chunk.
+    pub fn with_batch_chunk(mut self, rows: usize) -> Self {
+        self.batch_chunk = rows.max(1);
+        self
+    }
+
+    /// The `CREATE TABLE` statement for `T`, for a migration file: the columns, their types and
+    /// the unique constraint on the natural key.
+    pub fn create_table_sql<T: Idempotent>() -> String {
+        Table::of::<T>(InsertedSignal::Xmax).create_sql()
+    }
+
+    /// Creates `T`'s table if it does not exist, then checks it as every first write does.
+    /// Idempotent.
+    pub async fn ensure_table<T, C>(&self, client: &C) -> Result<(), Error>
+    where
+        T: Idempotent,
+        C: GenericClient + Sync,
+    {
+        let document = DocumentRef::collection(&T::MODEL);
+        client
+            .batch_execute(&Store::create_table_sql::<T>())
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        self.forget_table(&T::MODEL);
+        self.table::<T, C>(client, &document).await.map(drop)
+    }
+
+    /// Writes `doc` under its derived id, converging under retries, replays and races: one
+    /// statement for every outcome, and a second for a row another tool wrote. Refuses with
+    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or store the
+    /// natural key under a second id; nothing is written then.
+    pub async fn upsert<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let table = self.table::<T, C>(client, &doc.document_ref()).await?;
+        let row = PreparedRow::new(doc, &table)?;
+        let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
+        outcomes.pop().unwrap_or_else(|| Err(contention(&row)))
+    }
+
+    /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
+    /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store::with_batch_chunk)
+    /// at a time, one statement per chunk; a re-ingest of unchanged documents writes no row.
+    /// A refused document does not stop the others.
+    pub async fn upsert_many<T, C>(&self, client: &C, docs: &[T]) -> Result<BatchReport, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let collection = DocumentRef::collection(&T::MODEL);
+        let table = self.table::<T, C>(client, &collection).await?;
+        let prepared: Vec<Result<PreparedRow, Error>> = docs
+            .iter()
+            .map(|doc| PreparedRow::new(doc, &table))
+            .collect();
+        // The conflict target is the natural key: rows of one round never share it.
+        let plan = plan_batch(prepared.iter().map(|row| {
+            row.as_ref()
+                .ok()
+                .map(|row| (row.natural_key.as_str(), row.hash.as_str()))
+        }));
+        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = prepared
+            .iter()
+            .map(|row| row.as_ref().err().cloned().map(Err))
+            .collect();
+        for round in &plan.rounds {
+            for chunk in round.chunks(self.batch_chunk) {
+                let rows: Vec<&PreparedRow> = chunk
+                    .iter()
+                    .filter_map(|&index| prepared[index].as_ref().ok())
+                    .collect();
+                let settled = self.settle(client, &table, &rows, Write::Upsert).await?;
+                for (&index, outcome) in chunk.iter().zip(settled) {
+                    outcomes[index] = Some(outcome);
+                }
+            }
+        }
+        for &(copy, original) in &plan.copies {
+            let copied = match &outcomes[original] {
+                Some(original) => copy_outcome(original),
+                None => Err(contention(&collection)),
+            };
+            outcomes[copy] = Some(copied);
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| Err(contention(&collection))))
+            .collect();
+        Ok(BatchReport::new(outcomes, plan.copies.len()))
+    }
+
+    /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
+    /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
+    /// its creation does not bring it back. Returns `Deleted`, or `Unchanged` if it already was.
+    pub async fn delete<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let document = doc.document_ref();
+        let tombstone = tombstone_field(&T::MODEL, &document)?;
+        let table = self.table::<T, C>(client, &document).await?;
+        let row = PreparedRow::new(doc, &table)?;
+        let marked = table
+            .column_of(tombstone)
+            .and_then(|index| row.value_of(&table, index))
+            .is_some();
+        if !marked {
+            return Err(Error::TombstoneNotSet {
+                document: Box::new(document),
+                field: tombstone.name(),
+            });
+        }
+        let mut outcomes = self.settle(client, &table, &[&row], Write::Delete).await?;
+        outcomes.pop().unwrap_or_else(|| Err(contention(&row)))
+    }
+
+    /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
+    /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
+    /// [`Error::NotFound`] if no row has that id. One statement.
+    pub async fn delete_by_id<T, M, C>(
+        &self,
+        client: &C,
+        id: Id,
+        marker: &M,
+    ) -> Result<Outcome, Error>
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let tombstone = tombstone_field(model, &document)?;
+        let table = self.table::<T, C>(client, &document).await?;
+        let marker = serde_json::to_value(marker).map_err(|error| Error::Serialize {
+            document: Box::new(document.clone()),
+            message: error.to_string(),
+        })?;
+        let column = table
+            .column_of(tombstone)
+            .map(|index| &table.columns[index]);
+        let (marker_text, sql_type) = match (column, &marker) {
+            (_, serde_json::Value::Null) => {
+                return Err(Error::TombstoneNotSet {
+                    document: Box::new(document),
+                    field: tombstone.name(),
+                })
+            }
+            (Some(column), serde_json::Value::String(text)) if column.sql_type() == "text" => {
+                (text.clone(), "text")
+            }
+            (Some(column), other) => (other.to_string(), column.sql_type()),
+            (None, other) => (other.to_string(), "jsonb"),
+        };
+        let sql = format!(
+            "WITH marked AS (UPDATE {table} SET {tomb} = $2::text::{sql_type} \
+             WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
+             SELECT (SELECT count(*) FROM marked) AS marked, \
+             (SELECT {tomb} IS NOT NULL FROM {table} WHERE {id} = $1) AS deleted",
+            table = table.name(),
+            tomb = table::quote(tombstone.stored_name()),
+            id = table::quote(ID_FIELD),
+        );
+        let id_text = id.to_string();
+        let row = client
+            .query_typed_one(&sql, &[(&id_text, Type::TEXT), (&marker_text, Type::TEXT)])
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        let marked: i64 = row.get(0);
+        let deleted: Option<bool> = row.get(1);
+        match (marked, deleted) {
+            (1.., _) => Ok(Outcome::Deleted),
+            (_, Some(true)) => Ok(Outcome::Unchanged),
+            _ => Err(Error::NotFound {
+                document: Box::new(document),
+            }),
+        }
+    }
+
+    /// Inserts the members of a derived set (the awards a rule says a user has earned) and
+    /// returns exactly the members this call inserted, in input order: one statement.
+    ///
+    /// Call it with the full set every time: members already stored are skipped by the
+    /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a
+    /// disjoint share, so an effect run for each returned member runs once. A member whose
+    /// natural key is stored under another id (its timestamp moved) is refused with
+    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it; the members without conflict are
+    /// stored by then.
+    pub async fn insert_new<T, C>(&self, client: &C, members: &[T]) -> Result<Vec<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+        C: GenericClient + Sync,
+    {
+        let collection = DocumentRef::collection(&T::MODEL);
+        let table = self.table::<T, C>(client, &collection).await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut candidates = Vec::new();
+        for member in members {
+            let row = PreparedRow::new(member, &table)?;
+            if seen.insert(row.natural_key.clone()) {
+                candidates.push((member, row));
+            }
+        }
+        let mut inserted = Vec::new();
+        for chunk in candidates.chunks(self.batch_chunk) {
+            let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
+            let states = self
+                .write_rows(client, &table, &rows, &table.insert_new, &collection)
+                .await?;
+            for ((member, row), state) in chunk.iter().zip(states) {
+                match state {
+                    RowState::Written { .. } => inserted.push((*member).clone()),
+                    RowState::Stopped(stored) if stored.id != row.id_text => {
+                        return Err(row.id_change(&table, &stored))
+                    }
+                    // Stored already, or by a racing caller whose share it is.
+                    RowState::Stopped(_) | RowState::Unseen => {}
+                }
+            }
+        }
+        Ok(inserted)
+    }
+
+    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
+    /// the row stored under `id`, unless an item with the same key is there already. One
+    /// statement, guarded by the list's containment of the key, so a retried push never appends
+    /// twice: a racing push waits for the row and re-checks the guard on what the other wrote.
+    pub async fn push<T, I, C>(
+        &self,
+        client: &C,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let Some(list) = model
+            .fields()
+            .iter()
+            .find(|f| f.name() == field && f.role() == Role::Pushed)
+        else {
+            return Err(Error::NotAPushedField {
+                document: Box::new(document),
+                field,
+            });
+        };
+        let table = self.table::<T, C>(client, &document).await?;
+        let item = serde_json::to_value(item).map_err(|error| Error::Serialize {
+            document: Box::new(document.clone()),
+            message: error.to_string(),
+        })?;
+        let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+            return Err(Error::ItemWithoutKey {
+                document: Box::new(document),
+                field,
+                item_key: list.item_key(),
+            });
+        };
+        let mut probe = serde_json::Map::new();
+        probe.insert(list.item_key().to_owned(), item_key.clone());
+        let probe = serde_json::Value::Array(vec![serde_json::Value::Object(probe)]).to_string();
+        let item = item.to_string();
+        let sql = format!(
+            "WITH pushed AS (UPDATE {table} SET {list} = {list} || jsonb_build_array($2::text::jsonb) \
+             WHERE {id} = $1 AND NOT ({list} @> $3::text::jsonb) RETURNING 1) \
+             SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+            table = table.name(),
+            list = table::quote(list.stored_name()),
+            id = table::quote(ID_FIELD),
+        );
+        let id_text = id.to_string();
+        let reply = client
+            .query_typed_one(
+                &sql,
+                &[
+                    (&id_text, Type::TEXT),
+                    (&item, Type::TEXT),
+                    (&probe, Type::TEXT),
+                ],
+            )
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+            (1.., _) => Ok(Pushed::Appended),
+            (_, true) => Ok(Pushed::AlreadyPresent),
+            _ => Err(Error::NotFound {
+                document: Box::new(document),
+            }),
+        }
+    }
+
+    /// This store writing through `client`: what the derive's generated methods take
+    /// (`post.upsert(&store.on(&client))`, `Post::ensure_indexes(&store.on(&tx))`).
+    pub fn on<'a, C: GenericClient + Sync>(&'a self, client: &'a C) -> Session<'a, C> {
+        Session {
+            store: self,
+            client,
+        }
+    }
+
+    /// Sends `rows` until each is settled: written, or judged from the row that stopped it.
+    /// Rows stopped by a row the statement could not see go again, at most
+    /// [`crate::MAX_ATTEMPTS`] times.
+    async fn settle<C>(
+        &self,
+        client: &C,
+        table: &Table,
+        rows: &[&PreparedRow],
+        write: Write,
+    ) -> Result<Vec<Result<Outcome, Error>>, Error>
+    where
+        C: GenericClient + Sync,
+    {
+        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; rows.len()];
+        let statement = match write {
+            Write::Upsert => &table.upsert,
+            Write::Delete => &table.delete,
+        };
+        for _ in 0..crate::MAX_ATTEMPTS {
+            let pending: Vec<usize> = (0..rows.len())
+                .filter(|&index| outcomes[index].is_none())
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            let sent: Vec<&PreparedRow> = pending.iter().map(|&index| rows[index]).collect();
+            let states = match self
+                .write_rows(client, table, &sent, statement, &sent[0].document)
+                .await
+            {
+                Ok(states) => states,
+                // One row collides on another unique constraint: the statement wrote nothing.
+                // Each row goes alone, so the others are written and the one is named.
+                Err(error) if sent.len() > 1 && is_unique_violation(&error) => {
+                    for &index in &pending {
+                        let alone = [rows[index]];
+                        let single = Box::pin(self.settle(client, table, &alone, write));
+                        outcomes[index] = single.await?.pop();
+                    }
+                    continue;
+                }
+                Err(error) => match unique_conflict(&error, table, sent[0]) {
+                    Some(refusal) if sent.len() == 1 => {
+                        let refusal = match refusal {
+                            Conflict::Id => self.id_conflict(client, table, sent[0]).await?,
+                            Conflict::Other(error) => error,
+                        };
+                        outcomes[pending[0]] = Some(Err(refusal));
+                        continue;
+                    }
+                    _ => return Err(error),
+                },
+            };
+            for (&index, state) in pending.iter().zip(states) {
+                let row = rows[index];
+                outcomes[index] = match (write, state) {
+                    (Write::Upsert, RowState::Written { inserted: true }) => {
+                        Some(Ok(Outcome::Inserted))
+                    }
+                    (Write::Upsert, RowState::Written { inserted: false }) => {
+                        Some(Ok(Outcome::Updated))
+                    }
+                    (Write::Delete, RowState::Written { .. }) => Some(Ok(Outcome::Deleted)),
+                    (_, RowState::Unseen) => None,
+                    (Write::Delete, RowState::Stopped(stored)) => {
+                        if stored.id != row.id_text {
+                            Some(Err(row.id_change(table, &stored)))
+                        } else {
+                            stored.tombstoned.then_some(Ok(Outcome::Unchanged))
+                        }
+                    }
+                    (Write::Upsert, RowState::Stopped(stored)) => match row.read(table, &stored) {
+                        Ok(Some(outcome)) => Some(Ok(outcome)),
+                        Err(refusal) => Some(Err(refusal)),
+                        Ok(None) if row.is_foreign(table, &stored) => self
+                            .replace_foreign(client, table, row, &stored)
+                            .await?
+                            .map(Ok),
+                        // Changed between the conflict and the snapshot: goes again.
+                        Ok(None) => None,
+                    },
+                };
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .zip(rows)
+            .map(|(outcome, row)| outcome.unwrap_or_else(|| Err(contention(row))))
+            .collect())
+    }
+
+    /// Sends one write statement for `rows` and reads what it did to each.
+    async fn write_rows<C>(
+        &self,
+        client: &C,
+        table: &Table,
+        rows: &[&PreparedRow],
+        statement: &str,
+        document: &DocumentRef,
+    ) -> Result<Vec<RowState>, Error>
+    where
+        C: GenericClient + Sync,
+    {
+        let columns = column_arrays(table, rows, document)?;
+        let parameters: Vec<(&(dyn ToSql + Sync), Type)> = columns
+            .iter()
+            .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
+            .collect();
+        let replies = client
+            .query_typed(statement, &parameters)
+            .await
+            .map_err(|source| postgres_error(document, source))?;
+        let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
+        for reply in replies {
+            let incoming: String = reply.get(0);
+            let state = match reply.get::<_, Option<bool>>(1) {
+                Some(inserted) => RowState::Written { inserted },
+                None => RowState::Stopped(StoredRow {
+                    id: reply.get(2),
+                    tombstoned: reply.get::<_, Option<bool>>(3).unwrap_or(false),
+                    hash: reply.get(4),
+                    digests: reply.get(5),
+                    version_key: reply.get(6),
+                    guarded_values: (7..reply.len()).map(|index| reply.get(index)).collect(),
+                }),
+            };
+            states.insert(incoming, state);
+        }
+        Ok(rows
+            .iter()
+            .map(|row| states.remove(&row.id_text).unwrap_or(RowState::Unseen))
+            .collect())
+    }
+
+    /// The second step over a row another tool wrote: replaces it only while it is as read.
+    /// `None`: it changed meanwhile, and the write goes again.
+    async fn replace_foreign<C>(
+        &self,
+        client: &C,
+        table: &Table,
+        row: &PreparedRow,
+        stored: &StoredRow,
+    ) -> Result<Option<Outcome>, Error>
+    where
+        C: GenericClient + Sync,
+    {
+        let columns = column_arrays(table, &[row], &row.document)?;
+        let pinned = row.pinned_parameters(stored);
+        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = columns
+            .iter()
+            .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
+            .collect();
+        parameters.extend(
+            pinned
+                .iter()
+                .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT)),
+        );
+        let replaced = client
+            .query_typed(&table.pinned_replacement, &parameters)
+            .await
+            .map_err(|source| postgres_error(&row.document, source))?;
+        Ok((!replaced.is_empty()).then_some(Outcome::Updated))
+    }
+
+    /// The refusal for a row stored under this write's id with another natural key (written by
+    /// another tool): the first key that differs.
+    async fn id_conflict<C>(
+        &self,
+        client: &C,
+        table: &Table,
+        row: &PreparedRow,
+    ) -> Result<Error, Error>
+    where
+        C: GenericClient + Sync,
+    {
+        let keys: Vec<_> = row.model.natural_key_fields().collect();
+        let selected: Vec<String> = keys
+            .iter()
+            .map(|field| format!("{}::text", table::quote(field.stored_name())))
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM {} WHERE {} = $1",
+            selected.join(", "),
+            table.name(),
+            table::quote(ID_FIELD)
+        );
+        let stored = client
+            .query_typed_opt(&sql, &[(&row.id_text, Type::TEXT)])
+            .await
+            .map_err(|source| postgres_error(&row.document, source))?;
+        let differs = keys.iter().enumerate().find_map(|(position, field)| {
+            let stored_text: Option<String> = stored.as_ref()?.get(position);
+            let incoming = table
+                .column_of(field)
+                .and_then(|index| row.value_of(table, index));
+            (stored_text.as_deref() != incoming).then(|| (*field, stored_text, incoming))
+        });
+        Ok(match differs {
+            Some((field, stored_text, incoming)) => Error::FrozenFieldChanged {
+                document: Box::new(row.document.clone()),
+                stored_id: row.id_text.clone(),
+                field: field.name(),
+                stored: stored_text.unwrap_or_else(|| "(missing)".to_owned()),
+                incoming: incoming.unwrap_or_default().to_owned(),
+            },
+            // The row is gone or holds this key: another constraint on the id collided.
+            None => Error::UniqueIndexConflict {
+                document: Box::new(row.document.clone()),
+                index: format!("{}_pkey", row.model.collection()),
+            },
+        })
+    }
+
+    /// The table of `T`, checked against the model before its first write.
+    async fn table<T, C>(&self, client: &C, document: &DocumentRef) -> Result<Arc<Table>, Error>
+    where
+        T: Idempotent,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let (signal, known) = {
+            let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+            (known.signal, known.tables.get(model.collection()).cloned())
+        };
+        if let Some(table) = known {
+            return Ok(table);
+        }
+        let signal = match signal {
+            Some(signal) => signal,
+            None => {
+                let version = client
+                    .query_typed_one("SELECT current_setting('server_version_num')::int", &[])
+                    .await
+                    .map_err(|source| postgres_error(document, source))?;
+                InsertedSignal::for_server(version.get(0))
+            }
+        };
+        let table = Arc::new(Table::of::<T>(signal));
+        check_table(client, &table, document).await?;
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.signal = Some(signal);
+        known.tables.insert(model.collection(), table.clone());
+        Ok(table)
+    }
+
+    fn forget_table(&self, model: &Model) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.tables.remove(model.collection());
+    }
+}
+
+/// A [`Store`] and the client it writes through, for the derive's generated methods.
+#[derive(Debug)]
+pub struct Session<'a, C> {
+    store: &'a Store,
+    client: &'a C,
+}
+
+impl<C: GenericClient + Sync> Backend for Session<'_, C> {
+    fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.upsert(self.client, doc)
+    }
+
+    /// Creates the table with its unique natural-key constraint if it does not exist
+    /// ([`Store::ensure_table`]).
+    fn ensure_indexes<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    where
+        T: Idempotent,
+    {
+        self.store.ensure_table::<T, C>(self.client)
+    }
+
+    fn push<T, I>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        self.store.push::<T, I, C>(self.client, id, field, item)
+    }
+}
+
+/// Which guarded write a statement makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Upsert,
+    Delete,
+}
+
+/// One `text[]` per sent column, holding that column's value for each row. Every array has one
+/// entry per row: `unnest` would pad a shorter one with NULLs without a word.
+fn column_arrays(
+    table: &Table,
+    rows: &[&PreparedRow],
+    document: &DocumentRef,
+) -> Result<Vec<Vec<Option<String>>>, Error> {
+    let mut columns: Vec<Vec<Option<String>>> =
+        vec![Vec::with_capacity(rows.len()); table.sent.len()];
+    for row in rows {
+        if row.values.len() != columns.len() {
+            return Err(Error::Serialize {
+                document: Box::new(document.clone()),
+                message: format!(
+                    "a row of {} values for {} columns",
+                    row.values.len(),
+                    columns.len()
+                ),
+            });
+        }
+        for (column, value) in columns.iter_mut().zip(&row.values) {
+            column.push(value.clone());
+        }
+    }
+    Ok(columns)
+}
+
+/// Checks that `table` exists with every column of the model, each of its type, and a unique
+/// constraint (or unique index without a predicate) on exactly the natural key.
+async fn check_table<C>(client: &C, table: &Table, document: &DocumentRef) -> Result<(), Error>
+where
+    C: GenericClient + Sync,
+{
+    let name = table.model.collection();
+    let mismatch = |problem: String| Error::TableMismatch {
+        document: Box::new(document.clone()),
+        table: name.to_owned(),
+        problem,
+    };
+    let columns = client
+        .query_typed(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1",
+            &[(&name, Type::TEXT)],
+        )
+        .await
+        .map_err(|source| postgres_error(document, source))?;
+    if columns.is_empty() {
+        return Err(mismatch(format!(
+            "it does not exist in the current schema; create it with \
+             Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
+            table.create_sql()
+        )));
+    }
+    let present: HashMap<String, String> =
+        columns.iter().map(|row| (row.get(0), row.get(1))).collect();
+    for (column, expected) in table.expected_columns() {
+        match present.get(column) {
+            None => {
+                return Err(mismatch(format!(
+                    "column {column:?} is missing (expected {expected})"
+                )))
+            }
+            Some(found) if found != expected => {
+                return Err(mismatch(format!(
+                    "column {column:?} is {found}, expected {expected}"
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    let unique = client
+        .query_typed(
+            "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index x \
+             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = ANY(x.indkey) \
+             WHERE x.indrelid = to_regclass(quote_ident($1)) AND x.indisunique \
+             AND x.indpred IS NULL GROUP BY x.indexrelid",
+            &[(&name, Type::TEXT)],
+        )
+        .await
+        .map_err(|source| postgres_error(document, source))?;
+    let mut natural_key: Vec<String> = table
+        .model
+        .natural_key_fields()
+        .map(|field| field.stored_name().to_owned())
+        .collect();
+    natural_key.sort();
+    let has_natural_key = unique
+        .iter()
+        .any(|row| row.get::<_, Vec<String>>(0) == natural_key);
+    if !has_natural_key {
+        return Err(mismatch(format!(
+            "no unique constraint on exactly the natural key ({}); idem's conflict target \
+             needs one: ALTER TABLE {} ADD CONSTRAINT {} UNIQUE ({})",
+            natural_key.join(", "),
+            table.name(),
+            table::quote(&table.natural_key_constraint),
+            natural_key
+                .iter()
+                .map(|name| table::quote(name))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )));
+    }
+    Ok(())
+}
+
+/// What a unique violation raised by a single write means.
+enum Conflict {
+    /// The primary key: this id is stored with another natural key.
+    Id,
+    /// Another unique constraint: a refusal naming it.
+    Other(Error),
+}
+
+fn is_unique_violation(error: &Error) -> bool {
+    error
+        .as_backend()
+        .is_some_and(|backend| backend.code() == Some(UNIQUE_VIOLATION))
+}
+
+fn unique_conflict(error: &Error, table: &Table, row: &PreparedRow) -> Option<Conflict> {
+    let constraint = error.as_postgres()?.as_db_error()?;
+    if constraint.code().code() != UNIQUE_VIOLATION {
+        return None;
+    }
+    let name = constraint.constraint().unwrap_or("(unnamed)");
+    if name == format!("{}_pkey", table.model.collection()) {
+        return Some(Conflict::Id);
+    }
+    Some(Conflict::Other(Error::UniqueIndexConflict {
+        document: Box::new(row.document.clone()),
+        index: name.to_owned(),
+    }))
+}
+
+/// The tombstone field of `model`, or the error for a type without one.
+fn tombstone_field(
+    model: &Model,
+    document: &DocumentRef,
+) -> Result<&'static crate::model::Field, Error> {
+    model
+        .tombstone_field()
+        .ok_or_else(|| Error::NoTombstoneField {
+            document: Box::new(document.clone()),
+        })
+}
+
+fn contention(document: &impl AsDocument) -> Error {
+    Error::Contention {
+        document: Box::new(document.document().clone()),
+    }
+}
+
+/// What [`contention`] names.
+trait AsDocument {
+    fn document(&self) -> &DocumentRef;
+}
+
+impl AsDocument for DocumentRef {
+    fn document(&self) -> &DocumentRef {
+        self
+    }
+}
+
+impl AsDocument for PreparedRow {
+    fn document(&self) -> &DocumentRef {
+        &self.document
+    }
+}
+
+impl AsDocument for &PreparedRow {
+    fn document(&self) -> &DocumentRef {
+        &self.document
+    }
+}
+
+/// A driver error as idem reports it: kept whole, with its SQLSTATE and whether a retry may
+/// help.
+pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
+    let code = source.code().map(|state| state.code().to_owned());
+    let retryable = is_transient(&source);
+    BackendError::new("PostgreSQL", code, retryable, source)
+}
+
+fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Error {
+    Error::Backend {
+        document: Box::new(document.clone()),
+        source: driver_error(source),
+    }
+}
+
+/// Whether the same call may succeed if made again: the connection failed or closed, or the
+/// server asked for a retry (serialization failure, deadlock, shutdown, too many connections).
+fn is_transient(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        Some(state) => {
+            let code = state.code();
+            code.starts_with("08")
+                || matches!(
+                    code,
+                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
+                )
+        }
+        // No SQLSTATE: the connection or the protocol failed, not the statement.
+        None => std::error::Error::source(error)
+            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
+    }
+}

@@ -1,0 +1,352 @@
+//! One document ready to write as a row: the text of each sent column, its hash, digests and
+//! version key, and the reduction of a stored row to what [`crate::verdict`] judges.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::table::{Content, Table};
+use crate::column::ColumnShape;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{DocumentRef, Field, Idempotent, Model, Role, ID_FIELD};
+use crate::outcome::Outcome;
+use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
+
+/// A document as the columns of its row.
+#[derive(Debug)]
+pub(crate) struct PreparedRow {
+    pub model: &'static Model,
+    pub document: DocumentRef,
+    pub id_text: String,
+    pub hash: String,
+    pub version_key: Option<String>,
+    /// The text of each sent column (`None`: NULL), in [`Table::sent`] order.
+    pub values: Vec<Option<String>>,
+    /// The natural key as one text, which tells rows apart in a batch: the conflict target.
+    pub natural_key: String,
+    /// Each guarded field with the digest of its incoming value and the value as shown.
+    guarded: Vec<(&'static Field, Option<String>, String)>,
+}
+
+/// What a stored row that stopped a write holds, as the statement returns it.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredRow {
+    pub id: String,
+    pub tombstoned: bool,
+    pub hash: Option<String>,
+    pub digests: Option<String>,
+    pub version_key: Option<String>,
+    /// The guarded fields' values as text, in [`Model::digested_fields`] order.
+    pub guarded_values: Vec<Option<String>>,
+}
+
+impl PreparedRow {
+    /// Prepares `doc` under its derived id.
+    pub fn new<T: Idempotent + Serialize>(doc: &T, table: &Table) -> Result<Self, Error> {
+        PreparedRow::with_id(doc, doc.id()?, table)
+    }
+
+    /// Prepares `doc` under `id` (an event's id is not derived).
+    pub fn with_id<T: Idempotent + Serialize>(
+        doc: &T,
+        id: Id,
+        table: &Table,
+    ) -> Result<Self, Error> {
+        let model: &'static Model = &T::MODEL;
+        let document = doc.document_ref();
+        let serialize_error = |message: String| Error::Serialize {
+            document: Box::new(document.clone()),
+            message,
+        };
+        let hash = doc.content_hash()?.to_hex();
+        let mut entries = match serde_json::to_value(doc) {
+            Ok(Value::Object(entries)) => entries,
+            Ok(other) => {
+                return Err(serialize_error(format!(
+                    "serde wrote {other} where a row needs a struct's fields"
+                )))
+            }
+            Err(error) => return Err(serialize_error(error.to_string())),
+        };
+        if let Some(reserved) = entries.keys().find(|name| model.is_reserved(name)) {
+            return Err(Error::ReservedName {
+                document: Box::new(document),
+                stored_name: reserved.clone(),
+            });
+        }
+        let must_be_stored = model
+            .fields()
+            .iter()
+            .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
+        for field in must_be_stored {
+            if entries.get(field.stored_name()).is_none_or(Value::is_null) {
+                return Err(Error::FieldNotSerialized {
+                    document: Box::new(document),
+                    field: field.name(),
+                    stored_name: field.stored_name(),
+                });
+            }
+        }
+        let guarded = model
+            .digested_fields()
+            .map(|field| {
+                let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
+                let digest = digest_of(value).map_err(&serialize_error)?;
+                Ok((field, digest, value.to_string()))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let version_key = model
+            .version_field()
+            .and(doc.version_key())
+            .map(|key| key.to_stored());
+        let natural_key = model
+            .natural_key_fields()
+            .map(|field| entries.get(field.stored_name()).unwrap_or(&Value::Null))
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\u{1f}");
+        let mut values = Vec::with_capacity(table.sent.len());
+        for &index in &table.sent {
+            let column = &table.columns[index];
+            let text = match column.content {
+                Content::Id => Some(id.to_string()),
+                Content::Hash => Some(hash.clone()),
+                Content::VersionKey => version_key.clone(),
+                Content::Digests => {
+                    let digests: Map<String, Value> = guarded
+                        .iter()
+                        .filter_map(|(field, digest, _)| {
+                            Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
+                        })
+                        .collect();
+                    Some(Value::Object(digests).to_string())
+                }
+                // Filled last, from what no column took.
+                Content::Extra => None,
+                Content::Stored(_) => {
+                    let value = entries.remove(column.name).unwrap_or(Value::Null);
+                    column_text(column.shape, &value).map_err(|expected| {
+                        serialize_error(format!(
+                            "field {:?} holds {value}, where its column holds {expected}",
+                            column.name
+                        ))
+                    })?
+                }
+            };
+            if text.as_deref().is_some_and(|text| text.contains('\0')) {
+                return Err(serialize_error(format!(
+                    "column {:?} would hold the character U+0000, which PostgreSQL text and \
+                     jsonb cannot store",
+                    column.name
+                )));
+            }
+            values.push(text);
+        }
+        match table.column_with(Content::Extra) {
+            Some(extra) => {
+                let position = table.sent.iter().position(|&index| index == extra);
+                if let (Some(position), false) = (position, entries.is_empty()) {
+                    values[position] = Some(Value::Object(entries).to_string());
+                }
+            }
+            None => {
+                if let Some(name) = entries.keys().next() {
+                    return Err(serialize_error(format!(
+                        "serde wrote a field {name:?} that the type does not declare (a \
+                         custom Serialize?); a row has a column for each declared field only"
+                    )));
+                }
+            }
+        }
+        let id_text = id.to_string();
+        Ok(PreparedRow {
+            model,
+            document,
+            id_text,
+            hash,
+            version_key,
+            values,
+            natural_key,
+            guarded,
+        })
+    }
+
+    /// The row's value of sent column `index` of `table`.
+    pub fn value_of(&self, table: &Table, index: usize) -> Option<&str> {
+        let position = table.sent.iter().position(|&sent| sent == index)?;
+        self.values[position].as_deref()
+    }
+
+    /// A stored row reduced to what the judgement reads, compared as the guard compares.
+    fn stored<'s>(&self, table: &Table, stored: &'s StoredRow) -> Stored<'s> {
+        let digests: Option<Map<String, Value>> = stored
+            .digests
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok());
+        let guarded = self
+            .guarded
+            .iter()
+            .zip(&stored.guarded_values)
+            .map(|((field, incoming, _), value)| {
+                let state = match &digests {
+                    Some(digests) => match digests.get(field.stored_name()) {
+                        None | Some(Value::Null) => Guarded::Unwritten,
+                        Some(Value::String(digest)) if Some(digest) == incoming.as_ref() => {
+                            Guarded::Same
+                        }
+                        Some(_) => Guarded::Changed,
+                    },
+                    None => match value {
+                        None => Guarded::Unwritten,
+                        Some(text) => Guarded::Foreign {
+                            same: stored_digest(table, field, text) == *incoming,
+                        },
+                    },
+                };
+                (*field, state)
+            })
+            .collect();
+        let version = self
+            .version_key
+            .as_ref()
+            .map(|_| match &stored.version_key {
+                None => StoredVersion::Absent,
+                Some(key) => StoredVersion::Key(key),
+            });
+        Stored {
+            tombstoned: stored.tombstoned,
+            guarded,
+            version,
+            hash: stored.hash.as_deref(),
+        }
+    }
+
+    /// Whether a server guard could not compare `stored` (a row another tool wrote).
+    pub fn is_foreign(&self, table: &Table, stored: &StoredRow) -> bool {
+        self.stored(table, stored).has_foreign()
+    }
+
+    /// What `stored`, the row holding this write's natural key, means for it: `Ok(None)` if the
+    /// write replaces it, `Ok(Some(_))` for `Unchanged`, `Stale` or `Deleted`, or the refusal.
+    pub fn read(&self, table: &Table, stored: &StoredRow) -> Result<Option<Outcome>, Error> {
+        if stored.id != self.id_text {
+            return Err(self.id_change(table, stored));
+        }
+        match self
+            .stored(table, stored)
+            .judge(&self.hash, self.version_key.as_deref())
+        {
+            Verdict::Replace => Ok(None),
+            Verdict::Settled(outcome) => Ok(Some(outcome)),
+            Verdict::Refused(field) => Err(self.refusal(table, stored, field)),
+        }
+    }
+
+    /// The refusal for the natural key stored under another id: the timestamp if it differs,
+    /// else `_id` itself (the id was derived another way, or by another tool).
+    pub fn id_change(&self, table: &Table, stored: &StoredRow) -> Error {
+        let moved = self.guarded.iter().zip(&stored.guarded_values).find(
+            |((field, incoming, _), value)| {
+                field.role() == Role::Timestamp
+                    && value
+                        .as_deref()
+                        .is_none_or(|text| stored_digest(table, field, text) != *incoming)
+            },
+        );
+        match moved {
+            Some(((field, _, _), _)) => self.refusal(table, stored, field),
+            None => Error::FrozenFieldChanged {
+                document: Box::new(self.document.clone()),
+                stored_id: stored.id.clone(),
+                field: ID_FIELD,
+                stored: Value::from(stored.id.clone()).to_string(),
+                incoming: Value::from(self.id_text.clone()).to_string(),
+            },
+        }
+    }
+
+    fn refusal(&self, table: &Table, stored: &StoredRow, field: &'static Field) -> Error {
+        let position = self
+            .guarded
+            .iter()
+            .position(|(guarded, _, _)| guarded.stored_name() == field.stored_name());
+        let incoming = position.map_or_else(String::new, |at| self.guarded[at].2.clone());
+        let stored_value = position
+            .and_then(|at| stored.guarded_values.get(at).cloned().flatten())
+            .map_or_else(
+                || "(missing)".to_owned(),
+                |text| stored_value(table, field, &text).to_string(),
+            );
+        Error::FrozenFieldChanged {
+            document: Box::new(self.document.clone()),
+            stored_id: stored.id.clone(),
+            field: field.name(),
+            stored: stored_value,
+            incoming,
+        }
+    }
+
+    /// The parameters of the pinned replacement after the sent columns: the stored hash,
+    /// version key and guarded values, as read.
+    pub fn pinned_parameters(&self, stored: &StoredRow) -> Vec<Option<String>> {
+        let mut parameters = vec![stored.hash.clone()];
+        if self.version_key.is_some() {
+            parameters.push(stored.version_key.clone());
+        }
+        parameters.extend(stored.guarded_values.iter().cloned());
+        parameters
+    }
+}
+
+/// The text sent for `value` in a column of `shape`, or what the column expects if `value` is
+/// of another kind. Null and absent values are NULL.
+fn column_text(shape: ColumnShape, value: &Value) -> Result<Option<String>, &'static str> {
+    match (shape, value) {
+        (_, Value::Null) => Ok(None),
+        (ColumnShape::Text, Value::String(text)) => Ok(Some(text.clone())),
+        (ColumnShape::Text, _) => Err("text"),
+        (ColumnShape::Integer, Value::Number(number)) => number
+            .as_i64()
+            .map(|number| Some(number.to_string()))
+            .ok_or("an integer in i64's range"),
+        (ColumnShape::Integer, _) => Err("an integer"),
+        (ColumnShape::Float, Value::Number(number)) => Ok(Some(number.to_string())),
+        (ColumnShape::Float, _) => Err("a number"),
+        (ColumnShape::Boolean, Value::Bool(flag)) => Ok(Some(flag.to_string())),
+        (ColumnShape::Boolean, _) => Err("a boolean"),
+        _ => Ok(Some(value.to_string())),
+    }
+}
+
+/// A stored value, read back as text from its column, as the JSON value serde wrote.
+fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
+    let shape = table
+        .column_of(field)
+        .map_or(ColumnShape::Structured, |index| table.columns[index].shape);
+    let parsed = match shape {
+        ColumnShape::Text => return Value::from(text),
+        ColumnShape::Integer => text.parse::<i64>().ok().map(Value::from),
+        ColumnShape::Float => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        ColumnShape::Boolean => Some(Value::Bool(text == "true")),
+        _ => serde_json::from_str(text).ok(),
+    };
+    parsed.unwrap_or_else(|| Value::from(text))
+}
+
+/// The digest of a stored value read back as text.
+fn stored_digest(table: &Table, field: &Field, text: &str) -> Option<String> {
+    digest_of(&stored_value(table, field, text)).ok().flatten()
+}
+
+/// The digest of a value in the canonical encoding of the content hash, where maps compare
+/// whatever their order; `None` for null, a field never written.
+fn digest_of(value: &Value) -> Result<Option<String>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    crate::hash::hash_value(value).map(|hash| Some(hash.to_hex()))
+}

@@ -1,0 +1,510 @@
+//! A type's table: its columns and types, the DDL that creates it, and the statements idem sends
+//! to it, all built once per type from the [`Model`] and the derive's [`Column`]s.
+//!
+//! Every value travels as text in one `text[]` parameter per column and is cast to the column's
+//! type in the statement (`unnest($1::text[], …)`), so a single write and a batch of any size
+//! share one statement text and never approach the 65,535 bind-parameter limit.
+
+use std::fmt::Write as _;
+
+use crate::column::{Column, ColumnShape};
+use crate::model::{
+    Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, EXTRA_FIELDS_FIELD, FROZEN_DIGESTS_FIELD,
+    ID_FIELD, VERSION_KEY_FIELD,
+};
+
+/// What a column of idem's table holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// The derived id.
+    Id,
+    /// A field serde writes, with its role if it has one.
+    Stored(Option<&'static Field>),
+    /// The content hash.
+    Hash,
+    /// The digests of the guarded fields (JSON object).
+    Digests,
+    /// The version's order key.
+    VersionKey,
+    /// The entries of flattened fields (JSON object).
+    Extra,
+}
+
+/// One column: its name (the stored name), its SQL type and what it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct TableColumn {
+    pub name: &'static str,
+    pub shape: ColumnShape,
+    pub content: Content,
+}
+
+impl TableColumn {
+    /// The column's SQL type, as `information_schema.columns.data_type` spells it.
+    pub fn sql_type(&self) -> &'static str {
+        match (self.content, self.shape) {
+            (Content::Digests | Content::Extra, _) => "jsonb",
+            (Content::Id | Content::Hash | Content::VersionKey, _) => "text",
+            (_, ColumnShape::Text) => "text",
+            (_, ColumnShape::Integer) => "bigint",
+            (_, ColumnShape::Float) => "double precision",
+            (_, ColumnShape::Boolean) => "boolean",
+            (_, ColumnShape::Structured | ColumnShape::Flattened) => "jsonb",
+        }
+    }
+
+    fn role(&self) -> Option<Role> {
+        match self.content {
+            Content::Stored(Some(field)) => Some(field.role()),
+            _ => None,
+        }
+    }
+
+    /// Whether the value is sent with each write (pushed lists start empty by default).
+    fn is_sent(&self) -> bool {
+        self.role() != Some(Role::Pushed)
+    }
+
+    /// Whether an upsert that replaces the row writes it: not the id, the natural key (equal by
+    /// the conflict), nor what other routes own.
+    fn is_replaced(&self) -> bool {
+        self.content != Content::Id
+            && !matches!(
+                self.role(),
+                Some(
+                    Role::Key
+                        | Role::IdempotencyKey
+                        | Role::Tombstone
+                        | Role::Pushed
+                        | Role::Effect
+                )
+            )
+    }
+}
+
+/// A type's table and the statements idem sends to it.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub model: &'static Model,
+    /// Every column, in table order.
+    pub columns: Vec<TableColumn>,
+    /// The indexes into `columns` of the values sent with each write, in parameter order.
+    pub sent: Vec<usize>,
+    /// The upsert of `unnest`ed rows, returning each row written or what stopped it.
+    pub upsert: String,
+    /// `delete`: the same, storing the tombstone.
+    pub delete: String,
+    /// `insert_new`: inserts rows whose natural key is not stored.
+    pub insert_new: String,
+    /// The second step over a row another tool wrote (no digests), pinned to what was read.
+    pub pinned_replacement: String,
+    /// The name of the unique constraint on the natural key that `ensure_table` creates.
+    pub natural_key_constraint: String,
+}
+
+/// How a statement tells the rows it inserted from the rows it updated, in its own `RETURNING`
+/// (never in a later read: a row lock sets `xmax` too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InsertedSignal {
+    /// PostgreSQL 18 and later: `RETURNING old` is the row before the statement, null if it
+    /// inserted the row.
+    OldRow,
+    /// PostgreSQL 15 to 17: a row this statement inserted has no deleting or locking
+    /// transaction, so its `xmax` is 0; a row it updated has the statement's own transaction.
+    Xmax,
+}
+
+impl InsertedSignal {
+    /// The signal of a server of version `server_version_num`.
+    pub fn for_server(server_version_num: i32) -> Self {
+        if server_version_num >= 180_000 {
+            InsertedSignal::OldRow
+        } else {
+            InsertedSignal::Xmax
+        }
+    }
+
+    fn expression(self) -> &'static str {
+        match self {
+            InsertedSignal::OldRow => "(old IS NULL)",
+            InsertedSignal::Xmax => "(t.xmax = 0)",
+        }
+    }
+}
+
+/// Which statement a write sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Statement {
+    Upsert,
+    Delete,
+    InsertNew,
+}
+
+impl Table {
+    /// The table of `T` on a server that reports inserted rows with `signal`.
+    pub fn of<T: Idempotent>(signal: InsertedSignal) -> Table {
+        Table::new(&T::MODEL, &T::stored_columns(), signal)
+    }
+
+    pub fn new(model: &'static Model, stored: &[Column], signal: InsertedSignal) -> Table {
+        let mut columns = vec![TableColumn {
+            name: ID_FIELD,
+            shape: ColumnShape::Text,
+            content: Content::Id,
+        }];
+        let mut flattened = false;
+        for column in stored {
+            if column.shape() == ColumnShape::Flattened {
+                flattened = true;
+                continue;
+            }
+            let field = model
+                .fields()
+                .iter()
+                .find(|field| field.stored_name() == column.stored_name());
+            columns.push(TableColumn {
+                name: column.stored_name(),
+                shape: column.shape(),
+                content: Content::Stored(field),
+            });
+        }
+        let extra = |name, content| TableColumn {
+            name,
+            shape: ColumnShape::Structured,
+            content,
+        };
+        columns.push(extra(model.hash_field(), Content::Hash));
+        if model.digested_fields().next().is_some() {
+            columns.push(extra(FROZEN_DIGESTS_FIELD, Content::Digests));
+        }
+        if model.version_field().is_some() {
+            columns.push(extra(VERSION_KEY_FIELD, Content::VersionKey));
+        }
+        if flattened {
+            columns.push(extra(EXTRA_FIELDS_FIELD, Content::Extra));
+        }
+        let sent = (0..columns.len())
+            .filter(|&index| columns[index].is_sent())
+            .collect();
+        let mut table = Table {
+            model,
+            columns,
+            sent,
+            upsert: String::new(),
+            delete: String::new(),
+            insert_new: String::new(),
+            pinned_replacement: String::new(),
+            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+        };
+        let inserted = signal.expression();
+        table.upsert = table
+            .write_statement(Statement::Upsert)
+            .replace("{inserted}", inserted);
+        table.delete = table
+            .write_statement(Statement::Delete)
+            .replace("{inserted}", inserted);
+        table.insert_new = table
+            .write_statement(Statement::InsertNew)
+            .replace("{inserted}", inserted);
+        table.pinned_replacement = table.pinned_statement();
+        table
+    }
+
+    /// The quoted table name.
+    pub fn name(&self) -> String {
+        quote(self.model.collection())
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
+    pub fn create_sql(&self) -> String {
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
+        for column in &self.columns {
+            let _ = write!(sql, "    {} {}", quote(column.name), column.sql_type());
+            match (column.content, column.role()) {
+                (Content::Id, _) => sql.push_str(" PRIMARY KEY"),
+                (Content::VersionKey, _) => sql.push_str(" COLLATE \"C\""),
+                (_, Some(Role::Key | Role::IdempotencyKey)) => sql.push_str(" NOT NULL"),
+                (_, Some(Role::Pushed)) => sql.push_str(" NOT NULL DEFAULT '[]'"),
+                _ => {}
+            }
+            sql.push_str(",\n");
+        }
+        let _ = write!(
+            sql,
+            "    {} jsonb NOT NULL DEFAULT '[]',\n    CONSTRAINT {} UNIQUE ({})\n)",
+            quote(APPLIED_OPS_FIELD),
+            quote(&self.natural_key_constraint),
+            self.natural_key_list(),
+        );
+        sql
+    }
+
+    /// Every column the table must have, with its type: the model's columns and the op ids.
+    pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.columns
+            .iter()
+            .map(|column| (column.name, column.sql_type()))
+            .chain([(APPLIED_OPS_FIELD, "jsonb")])
+    }
+
+    /// The natural-key columns, quoted and comma-separated: the conflict target.
+    fn natural_key_list(&self) -> String {
+        let names: Vec<String> = self
+            .model
+            .natural_key_fields()
+            .map(|field| quote(field.stored_name()))
+            .collect();
+        names.join(", ")
+    }
+
+    /// The column index of a stored field.
+    pub fn column_of(&self, field: &Field) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|column| column.name == field.stored_name())
+    }
+
+    /// The column that holds `content`.
+    pub fn column_with(&self, content: Content) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|column| column.content == content)
+    }
+
+    /// `incoming` as a table expression: one `text[]` parameter per sent column, unnested into
+    /// rows `i(c0, c1, …)` whose columns are numbered by position in `columns`.
+    fn incoming(&self) -> String {
+        let arrays: Vec<String> = (1..=self.sent.len())
+            .map(|parameter| format!("${parameter}::text[]"))
+            .collect();
+        let names: Vec<String> = self.sent.iter().map(|index| format!("c{index}")).collect();
+        format!(
+            "incoming AS (SELECT * FROM unnest({}) AS i({}))",
+            arrays.join(", "),
+            names.join(", ")
+        )
+    }
+
+    /// The incoming value of column `index`, cast to the column's type.
+    fn cast(&self, index: usize) -> String {
+        let column = &self.columns[index];
+        match column.sql_type() {
+            "text" => format!("i.c{index}"),
+            sql_type => format!("i.c{index}::{sql_type}"),
+        }
+    }
+
+    /// The insert of the incoming rows, with the `ON CONFLICT` clause of `statement`, returning
+    /// the id of each row written and whether it was inserted.
+    fn write_statement(&self, statement: Statement) -> String {
+        let inserted: Vec<usize> = self
+            .sent
+            .iter()
+            .copied()
+            .filter(|&index| {
+                statement == Statement::Delete
+                    || self.columns[index].role() != Some(Role::Tombstone)
+            })
+            .collect();
+        let names: Vec<String> = inserted
+            .iter()
+            .map(|&index| quote(self.columns[index].name))
+            .collect();
+        let values: Vec<String> = inserted.iter().map(|&index| self.cast(index)).collect();
+        let conflict = match statement {
+            Statement::Upsert => {
+                let set: Vec<String> = self
+                    .columns
+                    .iter()
+                    .filter(|column| column.is_replaced())
+                    .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
+                    .collect();
+                format!(
+                    "DO UPDATE SET {} WHERE t.{id} = excluded.{id} AND {}",
+                    set.join(", "),
+                    self.guard(),
+                    id = quote(ID_FIELD),
+                )
+            }
+            Statement::Delete => {
+                let tombstone = self.tombstone_column();
+                format!(
+                    "DO UPDATE SET {tombstone} = excluded.{tombstone} \
+                     WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL",
+                    id = quote(ID_FIELD),
+                )
+            }
+            Statement::InsertNew => "DO NOTHING".to_owned(),
+        };
+        format!(
+            "WITH {incoming}, written AS (\
+             INSERT INTO {table} AS t ({names}) SELECT {values} FROM incoming i \
+             ON CONFLICT ({key}) {conflict} \
+             RETURNING t.{id} AS id, {{inserted}} AS inserted) \
+             SELECT w.id AS incoming_id, w.inserted, {nulls} FROM written w \
+             UNION ALL \
+             SELECT i.c0, NULL, {stored} FROM incoming i JOIN {table} t ON {join} \
+             WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = i.c0)",
+            incoming = self.incoming(),
+            table = self.name(),
+            names = names.join(", "),
+            values = values.join(", "),
+            key = self.natural_key_list(),
+            id = quote(ID_FIELD),
+            nulls = self.stored_state(None),
+            stored = self.stored_state(Some("t")),
+            join = self.natural_key_join(),
+        )
+    }
+
+    /// What a row that stopped a write holds, as text columns: its id, whether it is deleted,
+    /// its hash, digests and version key, and the guarded fields' values (for a row without
+    /// digests). `None`: the same columns, null, for the rows written.
+    fn stored_state(&self, table: Option<&str>) -> String {
+        let column = |expression: String| match table {
+            Some(_) => expression,
+            None => "NULL::text".to_owned(),
+        };
+        let t = table.unwrap_or("t");
+        let text_of = |content: Content| {
+            self.column_with(content)
+                .map_or("NULL::text".to_owned(), |index| {
+                    column(format!("{t}.{}::text", quote(self.columns[index].name)))
+                })
+        };
+        let tombstoned = match (table, self.model.tombstone_field()) {
+            (Some(_), Some(field)) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
+            _ => "NULL::boolean".to_owned(),
+        };
+        let mut state = vec![
+            column(format!("{t}.{}", quote(ID_FIELD))),
+            tombstoned,
+            text_of(Content::Hash),
+            text_of(Content::Digests),
+            text_of(Content::VersionKey),
+        ];
+        for field in self.model.digested_fields() {
+            state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
+        }
+        state.join(", ")
+    }
+
+    /// The join of incoming rows to stored rows by natural key.
+    fn natural_key_join(&self) -> String {
+        let conditions: Vec<String> = self
+            .model
+            .natural_key_fields()
+            .filter_map(|field| self.column_of(field))
+            .map(|index| {
+                format!(
+                    "t.{} = {}",
+                    quote(self.columns[index].name),
+                    self.cast(index)
+                )
+            })
+            .collect();
+        conditions.join(" AND ")
+    }
+
+    /// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
+    fn tombstone_column(&self) -> String {
+        self.model
+            .tombstone_field()
+            .map_or("NULL".to_owned(), |field| quote(field.stored_name()))
+    }
+
+    /// The condition under which an upsert replaces the stored row `t` with `excluded`: the same
+    /// rule as [`crate::verdict::Stored::judge`], as far as the server can tell it. Not deleted;
+    /// each guarded field never written or holding the incoming digest (a row without digests
+    /// only where none of them is written); a strictly newer version key, or without versions
+    /// another content hash.
+    fn guard(&self) -> String {
+        let mut conditions = Vec::new();
+        if let Some(field) = self.model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        }
+        let digests = quote(FROZEN_DIGESTS_FIELD);
+        for field in self.model.digested_fields() {
+            let name = literal(field.stored_name());
+            conditions.push(format!(
+                "(CASE WHEN t.{digests} IS NULL THEN t.{column} IS NULL \
+                 ELSE (t.{digests} ->> {name}) IS NULL \
+                 OR (t.{digests} ->> {name}) = (excluded.{digests} ->> {name}) END)",
+                column = quote(field.stored_name()),
+            ));
+        }
+        match self.column_with(Content::VersionKey) {
+            Some(_) => {
+                let key = quote(VERSION_KEY_FIELD);
+                conditions.push(format!("(t.{key} IS NULL OR t.{key} < excluded.{key})"));
+            }
+            None => {
+                let hash = quote(self.model.hash_field());
+                conditions.push(format!("t.{hash} IS DISTINCT FROM excluded.{hash}"));
+            }
+        }
+        conditions.join(" AND ")
+    }
+
+    /// The replacement of a row another tool wrote, matched only while it is as it was read:
+    /// no digests, not deleted, the same hash and version key, and the same guarded values (as
+    /// text). Parameters after the sent columns: the stored hash, version key and each guarded
+    /// field's text.
+    fn pinned_statement(&self) -> String {
+        let set: Vec<String> = self
+            .sent
+            .iter()
+            .copied()
+            .filter(|&index| self.columns[index].is_replaced())
+            .map(|index| format!("{} = {}", quote(self.columns[index].name), self.cast(index)))
+            .collect();
+        let mut parameter = self.sent.len();
+        let mut next = || {
+            parameter += 1;
+            format!("${parameter}::text")
+        };
+        let mut conditions = vec![
+            format!("t.{0} = i.c0", quote(ID_FIELD)),
+            format!("t.{} IS NULL", quote(FROZEN_DIGESTS_FIELD)),
+        ];
+        if let Some(field) = self.model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        }
+        conditions.push(format!(
+            "t.{} IS NOT DISTINCT FROM {}",
+            quote(self.model.hash_field()),
+            next()
+        ));
+        if self.column_with(Content::VersionKey).is_some() {
+            conditions.push(format!(
+                "t.{} IS NOT DISTINCT FROM {}",
+                quote(VERSION_KEY_FIELD),
+                next()
+            ));
+        }
+        for field in self.model.digested_fields() {
+            conditions.push(format!(
+                "t.{}::text IS NOT DISTINCT FROM {}",
+                quote(field.stored_name()),
+                next()
+            ));
+        }
+        format!(
+            "WITH {} UPDATE {} AS t SET {} FROM incoming i WHERE {} RETURNING t.{}",
+            self.incoming(),
+            self.name(),
+            set.join(", "),
+            conditions.join(" AND "),
+            quote(ID_FIELD),
+        )
+    }
+}
+
+/// A quoted SQL identifier.
+pub(crate) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A quoted SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
