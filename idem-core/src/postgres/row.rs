@@ -142,6 +142,10 @@ impl PreparedRow {
             }
             values.push(text);
         }
+        // Pushed lists are not written by an upsert: a new row starts with an empty one.
+        for field in model.pushed_fields() {
+            entries.remove(field.stored_name());
+        }
         match table.column_with(Content::Extra) {
             Some(extra) => {
                 let position = table.sent.iter().position(|&index| index == extra);

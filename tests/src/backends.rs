@@ -1,0 +1,295 @@
+//! Every backend under test behind one interface, so that a behavioural test is written once and
+//! runs against MongoDB and each PostgreSQL server: [`fresh_backends`] gives one empty store per
+//! server, and [`Db`] calls the same primitive on whichever it is.
+//!
+//! The servers: `MONGODB_URI`, and `IDEM_POSTGRES_URIS` (`label=uri` pairs separated by spaces,
+//! set by `scripts/test` to its PostgreSQL 15 and 18 servers) or else `POSTGRES_URI`. A missing
+//! server fails the test: a skipped server test proves nothing.
+
+use std::fmt;
+
+use idem_core::{BatchReport, Error, Id, Idempotent, Outcome, Pushed};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio_postgres::NoTls;
+
+use crate::{fresh_database, raw_documents, stored_documents, CommandLog};
+
+/// The PostgreSQL servers under test, as (label, URI).
+pub fn postgres_servers() -> Vec<(String, String)> {
+    if let Ok(list) = std::env::var("IDEM_POSTGRES_URIS") {
+        let servers: Vec<(String, String)> = list
+            .split_whitespace()
+            .map(|pair| match pair.split_once('=') {
+                Some((label, uri)) => (label.to_owned(), uri.to_owned()),
+                None => ("postgres".to_owned(), pair.to_owned()),
+            })
+            .collect();
+        if !servers.is_empty() {
+            return servers;
+        }
+    }
+    match std::env::var("POSTGRES_URI") {
+        Ok(uri) => vec![("postgres".to_owned(), uri)],
+        Err(_) => panic!(
+            "neither IDEM_POSTGRES_URIS nor POSTGRES_URI is set: run `scripts/test`, which \
+             starts PostgreSQL 15 and 18, or point POSTGRES_URI at a PostgreSQL server"
+        ),
+    }
+}
+
+/// A connected client of `uri` whose `search_path` is `schema`.
+pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client {
+    let mut config: tokio_postgres::Config = uri.parse().expect("POSTGRES_URI parses");
+    config.options(format!("-c search_path={schema}"));
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .expect("connecting to PostgreSQL");
+    tokio::spawn(async move {
+        // Ends when the client is dropped; an error then is the test's own doing.
+        let _ = connection.await;
+    });
+    client
+}
+
+/// One store under test.
+pub enum Db {
+    /// MongoDB: a fresh database.
+    Mongo {
+        store: idem_core::mongo::Store,
+        log: CommandLog,
+    },
+    /// PostgreSQL: a fresh schema on one server.
+    Postgres {
+        label: String,
+        uri: String,
+        schema: String,
+        client: tokio_postgres::Client,
+        store: idem_core::postgres::Store,
+    },
+}
+
+impl fmt::Display for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Db::Mongo { .. } => f.write_str("mongodb"),
+            Db::Postgres { label, .. } => f.write_str(label),
+        }
+    }
+}
+
+/// An empty store on every server under test, named after `test`.
+pub async fn fresh_backends(test: &str) -> Vec<Db> {
+    let (database, log) = fresh_database(test).await;
+    let mut backends = vec![Db::Mongo {
+        store: idem_core::mongo::Store::new(database),
+        log,
+    }];
+    for (label, uri) in postgres_servers() {
+        let schema = format!("t_{}_{}", test, std::process::id()).to_lowercase();
+        let admin = postgres_client(&uri, "public").await;
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await
+            .expect("a fresh schema");
+        let client = postgres_client(&uri, &schema).await;
+        backends.push(Db::Postgres {
+            label,
+            uri,
+            schema,
+            client,
+            store: idem_core::postgres::Store::new(),
+        });
+    }
+    backends
+}
+
+impl Db {
+    /// Whether this is a PostgreSQL store.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Db::Postgres { .. })
+    }
+
+    /// Another connection to the same store, for a racing writer (sharing what the store
+    /// learned).
+    pub async fn another(&self) -> Db {
+        match self {
+            Db::Mongo { store, log } => Db::Mongo {
+                store: store.clone(),
+                log: log.clone(),
+            },
+            Db::Postgres {
+                label,
+                uri,
+                schema,
+                store,
+                ..
+            } => Db::Postgres {
+                label: label.clone(),
+                uri: uri.clone(),
+                schema: schema.clone(),
+                client: postgres_client(uri, schema).await,
+                store: store.clone(),
+            },
+        }
+    }
+
+    /// The natural-key index (MongoDB) or the table (PostgreSQL) of `T`.
+    pub async fn ensure<T: Idempotent>(&self) {
+        match self {
+            Db::Mongo { store, .. } => store.ensure_indexes::<T>().await,
+            Db::Postgres { store, client, .. } => store.ensure_table::<T, _>(client).await,
+        }
+        .unwrap_or_else(|error| panic!("{self}: preparing {}: {error}", T::MODEL.collection()))
+    }
+
+    pub async fn upsert<T: Idempotent + Serialize + Sync>(
+        &self,
+        doc: &T,
+    ) -> Result<Outcome, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.upsert(doc).await,
+            Db::Postgres { store, client, .. } => store.upsert(client, doc).await,
+        }
+    }
+
+    pub async fn upsert_many<T: Idempotent + Serialize + Sync>(
+        &self,
+        docs: &[T],
+    ) -> Result<BatchReport, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.upsert_many(docs).await,
+            Db::Postgres { store, client, .. } => store.upsert_many(client, docs).await,
+        }
+    }
+
+    pub async fn delete<T: Idempotent + Serialize + Sync>(
+        &self,
+        doc: &T,
+    ) -> Result<Outcome, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.delete(doc).await,
+            Db::Postgres { store, client, .. } => store.delete(client, doc).await,
+        }
+    }
+
+    pub async fn delete_by_id<T: Idempotent, M: Serialize + Sync>(
+        &self,
+        id: Id,
+        marker: &M,
+    ) -> Result<Outcome, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.delete_by_id::<T, M>(id, marker).await,
+            Db::Postgres { store, client, .. } => {
+                store.delete_by_id::<T, M, _>(client, id, marker).await
+            }
+        }
+    }
+
+    pub async fn insert_new<T: Idempotent + Serialize + Sync + Clone>(
+        &self,
+        members: &[T],
+    ) -> Result<Vec<T>, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.insert_new(members).await,
+            Db::Postgres { store, client, .. } => store.insert_new(client, members).await,
+        }
+    }
+
+    pub async fn push<T: Idempotent, I: Serialize + Sync>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> Result<Pushed, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.push::<T, I>(id, field, item).await,
+            Db::Postgres { store, client, .. } => {
+                store.push::<T, I, _>(client, id, field, item).await
+            }
+        }
+    }
+
+    /// What `T`'s collection or table holds exactly, in id order: each document's bytes
+    /// (MongoDB), or each row's text with its row version (PostgreSQL, where `xmin` shows even
+    /// a rewrite of the same values). Equal before and after a call: nothing was written.
+    pub async fn raw<T: Idempotent>(&self) -> Vec<String> {
+        let collection = T::MODEL.collection();
+        match self {
+            Db::Mongo { store, .. } => raw_documents(store.database(), collection)
+                .await
+                .iter()
+                .map(|document| format!("{:?}", document.as_bytes()))
+                .collect(),
+            Db::Postgres { client, .. } => {
+                let sql = format!(
+                    "SELECT t.xmin::text || ' ' || t::text FROM \"{collection}\" t ORDER BY \"_id\""
+                );
+                match client.query(&sql, &[]).await {
+                    Ok(rows) => rows.iter().map(|row| row.get(0)).collect(),
+                    // No table yet: nothing stored.
+                    Err(error) if error.code().map(|c| c.code()) == Some("42P01") => Vec::new(),
+                    Err(error) => panic!("{self}: reading back: {error}"),
+                }
+            }
+        }
+    }
+
+    /// The stored documents of `T` in id order, as JSON objects of what serde wrote plus the
+    /// fields other routes own, with `_id` and without idem's own fields or nulls: the same
+    /// shape on every backend.
+    pub async fn stored<T: Idempotent>(&self) -> Vec<Map<String, Value>> {
+        let model = &T::MODEL;
+        let own = |name: &str| {
+            name != "_id"
+                && (name == model.hash_field() || idem_core::model::RESERVED_FIELDS.contains(&name))
+        };
+        match self {
+            Db::Mongo { store, .. } => stored_documents(store.database(), model.collection())
+                .await
+                .into_iter()
+                .map(|document| {
+                    match mongodb::bson::Bson::Document(document).into_relaxed_extjson() {
+                        Value::Object(entries) => entries
+                            .into_iter()
+                            .filter(|(name, value)| !own(name) && !value.is_null())
+                            .collect(),
+                        other => panic!("{self}: a document read back as {other}"),
+                    }
+                })
+                .collect(),
+            Db::Postgres { client, .. } => {
+                let sql = format!(
+                    "SELECT to_jsonb(t)::text FROM \"{}\" t ORDER BY \"_id\"",
+                    model.collection()
+                );
+                let rows = client
+                    .query(&sql, &[])
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: reading back: {error}"));
+                rows.iter()
+                    .map(|row| {
+                        let text: String = row.get(0);
+                        let Ok(Value::Object(mut entries)) = serde_json::from_str(&text) else {
+                            panic!("{self}: a row read back as {text}");
+                        };
+                        let extra = match entries.remove(idem_core::model::EXTRA_FIELDS_FIELD) {
+                            Some(Value::Object(extra)) => extra,
+                            _ => Map::new(),
+                        };
+                        entries.remove(idem_core::model::APPLIED_OPS_FIELD);
+                        let mut document: Map<String, Value> = entries
+                            .into_iter()
+                            .filter(|(name, value)| !own(name) && !value.is_null())
+                            .collect();
+                        document.extend(extra);
+                        document
+                    })
+                    .collect()
+            }
+        }
+    }
+}
