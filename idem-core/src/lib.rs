@@ -152,6 +152,7 @@ pub use tokio_postgres;
 
 /// How often a write starts over when concurrent writers change the document between its write
 /// and its read. Each attempt is safe; contention this long is reported, not hidden.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// What generated code calls. Not public API: it changes without notice.

@@ -624,7 +624,7 @@ impl Store {
             let incoming = table
                 .column_of(field)
                 .and_then(|index| row.value_of(table, index));
-            (stored_text.as_deref() != incoming).then(|| (*field, stored_text, incoming))
+            (stored_text.as_deref() != incoming).then_some((*field, stored_text, incoming))
         });
         Ok(match differs {
             Some((field, stored_text, incoming)) => Error::FrozenFieldChanged {

@@ -1,0 +1,411 @@
+//! What only the PostgreSQL backend has, on every PostgreSQL server under test: the inserted-row
+//! signal it relies on, its table (DDL, typed columns, the check before the first write), the
+//! caller's transactions, rows another tool wrote, other unique constraints, and input a table
+//! cannot hold. The behaviour it shares with MongoDB is in `conformance.rs`.
+
+use std::collections::BTreeMap;
+
+use idem_core::postgres::Store;
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::backends::{postgres_client, postgres_servers};
+use idem_tests::fixtures::{post, Post};
+use serde::{Deserialize, Serialize};
+
+/// A client on a fresh schema of each server, with the server's label.
+async fn fresh_schemas(test: &str) -> Vec<(String, tokio_postgres::Client)> {
+    let mut clients = Vec::new();
+    for (label, uri) in postgres_servers() {
+        let schema = format!("p_{}_{}", test, std::process::id()).to_lowercase();
+        let admin = postgres_client(&uri, "public").await;
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await
+            .unwrap();
+        clients.push((label, postgres_client(&uri, &schema).await));
+    }
+    clients
+}
+
+async fn rows(client: &tokio_postgres::Client, table: &str) -> Vec<String> {
+    client
+        .query(
+            &format!("SELECT t.xmin::text || ' ' || t::text FROM \"{table}\" t ORDER BY \"_id\""),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The signal `upsert` reads to tell an insert from an update, in the statement's own
+/// `RETURNING`: `xmax = 0` on every version, `old IS NULL` on 18 and later. If a server stops
+/// behaving so, this fails before any outcome is misreported.
+#[tokio::test]
+async fn the_server_tells_inserted_rows_from_updated_ones_in_the_statement_itself() {
+    for (label, client) in fresh_schemas("signal").await {
+        client
+            .batch_execute("CREATE TABLE signal (k text PRIMARY KEY, v text)")
+            .await
+            .unwrap();
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let upsert = |value: &'static str| {
+            let client = &client;
+            async move {
+                let sql = format!(
+                    "INSERT INTO signal AS t VALUES ('k', '{value}') ON CONFLICT (k) DO UPDATE \
+                     SET v = excluded.v RETURNING (t.xmax = 0)"
+                );
+                client.query_one(&sql, &[]).await.unwrap().get::<_, bool>(0)
+            }
+        };
+        assert!(upsert("a").await, "{label}: an inserted row has xmax 0");
+        assert!(
+            !upsert("b").await,
+            "{label}: an updated row has the writer's xmax"
+        );
+        if version >= 180_000 {
+            let sql = "INSERT INTO signal AS t VALUES ($1, 'x') ON CONFLICT (k) DO UPDATE \
+                       SET v = excluded.v RETURNING (old IS NULL)";
+            let inserted = |key: &'static str| {
+                let client = &client;
+                async move {
+                    client
+                        .query_one(sql, &[&key])
+                        .await
+                        .unwrap()
+                        .get::<_, bool>(0)
+                }
+            };
+            assert!(inserted("new").await, "{label}: old is null for an insert");
+            assert!(
+                !inserted("new").await,
+                "{label}: old is the row for an update"
+            );
+        }
+    }
+}
+
+/// The DDL has a typed column per stored field, idem's columns and the unique natural key; the
+/// table it creates is what the first write checks.
+#[tokio::test]
+async fn the_table_has_a_typed_column_per_field_and_a_unique_natural_key() {
+    let sql = Store::create_table_sql::<Post>();
+    for expected in [
+        "CREATE TABLE IF NOT EXISTS \"posts\"",
+        "\"_id\" text PRIMARY KEY",
+        "\"slug\" text NOT NULL",
+        "\"publishedAt\" bigint",
+        "\"title\" text",
+        "\"sourceHash\" text",
+        "\"idemFrozen\" jsonb",
+        "\"idemAppliedOps\" jsonb NOT NULL DEFAULT '[]'",
+        "CONSTRAINT \"posts_idem_natural_key\" UNIQUE (\"slug\", \"lang\")",
+    ] {
+        assert!(sql.contains(expected), "{expected} missing from:\n{sql}");
+    }
+    for (label, client) in fresh_schemas("ddl").await {
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        // Idempotent.
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            store.upsert(&client, &post()).await.unwrap(),
+            Outcome::Inserted,
+            "{label}"
+        );
+        let types: BTreeMap<String, String> = client
+            .query(
+                "SELECT column_name::text, data_type::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = 'posts'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(types["publishedAt"], "bigint", "{label}");
+        assert_eq!(types["authorId"], "text", "{label}");
+    }
+}
+
+/// A table that does not match the model is refused before any write, naming the column.
+#[tokio::test]
+async fn a_table_that_does_not_match_the_model_is_refused_before_any_write() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("", "does not exist", "no table"),
+        (
+            "CREATE TABLE posts (\"_id\" text PRIMARY KEY, slug text, lang text)",
+            "\"publishedAt\" is missing",
+            "a missing column",
+        ),
+        (
+            "ALTER TABLE posts ALTER COLUMN \"publishedAt\" TYPE text",
+            "\"publishedAt\" is text, expected bigint",
+            "a column of another type",
+        ),
+        (
+            "ALTER TABLE posts DROP CONSTRAINT posts_idem_natural_key",
+            "no unique constraint on exactly the natural key",
+            "no unique natural key",
+        ),
+    ];
+    for (label, client) in fresh_schemas("mismatch").await {
+        for (setup, expected, case) in cases {
+            client
+                .batch_execute("DROP TABLE IF EXISTS posts")
+                .await
+                .unwrap();
+            if setup.starts_with("ALTER") {
+                client
+                    .batch_execute(&Store::create_table_sql::<Post>())
+                    .await
+                    .unwrap();
+            }
+            if !setup.is_empty() {
+                client.batch_execute(setup).await.unwrap();
+            }
+            let before = match setup {
+                "" => Vec::new(),
+                _ => rows(&client, "posts").await,
+            };
+            let error = Store::new().upsert(&client, &post()).await.unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(&error, Error::TableMismatch { table, .. } if table == "posts"),
+                "{label}, {case}: {error:?}"
+            );
+            assert!(message.contains(expected), "{label}, {case}: {message}");
+            assert!(
+                !error.is_retryable() && !error.is_refusal(),
+                "{label}, {case}"
+            );
+            if !setup.is_empty() {
+                assert_eq!(rows(&client, "posts").await, before, "{label}, {case}");
+            }
+        }
+    }
+}
+
+/// idem's writes join the caller's transaction: a rollback undoes them, and a refusal decided
+/// by reading leaves the transaction usable.
+#[tokio::test]
+async fn writes_join_the_callers_transaction_and_a_refusal_leaves_it_usable() {
+    for (label, mut client) in fresh_schemas("transactions").await {
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        {
+            let tx = client.transaction().await.unwrap();
+            assert_eq!(store.upsert(&tx, &post()).await.unwrap(), Outcome::Inserted);
+            tx.rollback().await.unwrap();
+        }
+        assert!(
+            rows(&client, "posts").await.is_empty(),
+            "{label}: rolled back"
+        );
+        store.upsert(&client, &post()).await.unwrap();
+        let before = rows(&client, "posts").await;
+        let tx = client.transaction().await.unwrap();
+        let other_author = Post {
+            author_id: "grace".into(),
+            ..post()
+        };
+        assert!(
+            matches!(
+                store.upsert(&tx, &other_author).await,
+                Err(Error::FrozenFieldChanged {
+                    field: "author_id",
+                    ..
+                })
+            ),
+            "{label}"
+        );
+        let second = Post {
+            slug: "second".into(),
+            ..post()
+        };
+        assert_eq!(
+            store.upsert(&tx, &second).await.unwrap(),
+            Outcome::Inserted,
+            "{label}: the transaction goes on after a refusal"
+        );
+        tx.commit().await.unwrap();
+        let after = rows(&client, "posts").await;
+        assert_eq!(after.len(), 2, "{label}");
+        assert!(
+            after.contains(&before[0]),
+            "{label}: the refused row is intact"
+        );
+    }
+}
+
+/// A row another tool wrote (no hash, no digests) is compared exactly on the client: the same
+/// frozen value is replaced once and gets its digests; another is refused with nothing written.
+#[tokio::test]
+async fn a_row_another_tool_wrote_is_compared_exactly_and_replaced_only_as_read() {
+    for (label, client) in fresh_schemas("foreign").await {
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let insert_foreign = |author: &'static str| {
+            let client = &client;
+            async move {
+                client
+                    .execute(
+                        "INSERT INTO posts (\"_id\", slug, lang, \"publishedAt\", title, body, \
+                         \"fetchedAt\", \"authorId\") VALUES ($1, 'hello-world', 'en', \
+                         1700000000000, 'Old', 'Old body', 1, $2)",
+                        &[&post().id().unwrap().to_string(), &author],
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        insert_foreign("grace").await;
+        let before = rows(&client, "posts").await;
+        match store.upsert(&client, &post()).await {
+            Err(Error::FrozenFieldChanged {
+                field,
+                stored,
+                incoming,
+                ..
+            }) => {
+                assert_eq!(field, "author_id", "{label}");
+                assert!(
+                    stored.contains("grace") && incoming.contains("ada"),
+                    "{label}"
+                );
+            }
+            other => panic!("{label}: expected a refusal, got {other:?}"),
+        }
+        assert_eq!(
+            rows(&client, "posts").await,
+            before,
+            "{label}: nothing written"
+        );
+
+        client.batch_execute("DELETE FROM posts").await.unwrap();
+        insert_foreign("ada").await;
+        assert_eq!(
+            store.upsert(&client, &post()).await.unwrap(),
+            Outcome::Updated,
+            "{label}"
+        );
+        let digests: Option<String> = client
+            .query_one("SELECT \"idemFrozen\"::text FROM posts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(digests.is_some_and(|d| d.contains("authorId")), "{label}");
+        assert_eq!(
+            store.upsert(&client, &post()).await.unwrap(),
+            Outcome::Unchanged,
+            "{label}"
+        );
+    }
+}
+
+/// A document with a unique `email` besides its natural key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "members")]
+struct Member {
+    #[idem(key)]
+    handle: String,
+    email: String,
+}
+
+fn member(handle: &str, email: &str) -> Member {
+    Member {
+        handle: handle.into(),
+        email: email.into(),
+    }
+}
+
+/// Another unique constraint is a refusal naming it; in a batch, the other rows are written.
+#[tokio::test]
+async fn another_unique_constraint_is_a_refusal_naming_it_and_spares_the_rest_of_a_batch() {
+    for (label, client) in fresh_schemas("unique").await {
+        let store = Store::new();
+        store.ensure_table::<Member, _>(&client).await.unwrap();
+        client
+            .batch_execute("ALTER TABLE members ADD CONSTRAINT members_email_key UNIQUE (email)")
+            .await
+            .unwrap();
+        store.upsert(&client, &member("ada", "a@x")).await.unwrap();
+        let before = rows(&client, "members").await;
+        match store.upsert(&client, &member("eve", "a@x")).await {
+            Err(error @ Error::UniqueIndexConflict { .. }) => {
+                assert!(
+                    error.to_string().contains("members_email_key"),
+                    "{label}: {error}"
+                );
+                assert!(error.is_refusal() && !error.is_retryable(), "{label}");
+            }
+            other => panic!("{label}: expected a refusal, got {other:?}"),
+        }
+        assert_eq!(rows(&client, "members").await, before, "{label}");
+        let report = store
+            .upsert_many(
+                &client,
+                &[
+                    member("bob", "b@x"),
+                    member("eve", "a@x"),
+                    member("cy", "c@x"),
+                ],
+            )
+            .await
+            .unwrap();
+        let outcomes = report.outcomes();
+        assert_eq!(outcomes[0].as_ref().unwrap(), &Outcome::Inserted, "{label}");
+        assert!(
+            matches!(outcomes[1], Err(Error::UniqueIndexConflict { .. })),
+            "{label}"
+        );
+        assert_eq!(outcomes[2].as_ref().unwrap(), &Outcome::Inserted, "{label}");
+        assert_eq!(rows(&client, "members").await.len(), 3, "{label}");
+    }
+}
+
+/// Input a table cannot hold is refused on the client, naming the column, with nothing written.
+#[tokio::test]
+async fn a_value_a_column_cannot_hold_is_refused_naming_the_column() {
+    for (label, client) in fresh_schemas("bad_input").await {
+        let store = Store::new();
+        store.ensure_table::<Member, _>(&client).await.unwrap();
+        let error = store
+            .upsert(&client, &member("ada", "nul\0byte"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::Serialize { .. }),
+            "{label}: {error:?}"
+        );
+        assert!(error.to_string().contains("\"email\""), "{label}: {error}");
+        assert!(error.to_string().contains("U+0000"), "{label}: {error}");
+        assert!(rows(&client, "members").await.is_empty(), "{label}");
+    }
+}
+
+/// One statement per chunk, whatever its size: the parameters are one array per column, so a
+/// chunk of 70,000 rows (far over 65,535 bind parameters if each value were one) goes at once.
+#[tokio::test]
+async fn a_chunk_of_any_size_is_one_statement_under_the_bind_parameter_limit() {
+    for (label, client) in fresh_schemas("big_batch").await {
+        let store = Store::new().with_batch_chunk(100_000);
+        store.ensure_table::<Member, _>(&client).await.unwrap();
+        let members: Vec<Member> = (0..70_000)
+            .map(|n| member(&format!("m{n}"), &format!("{n}@x")))
+            .collect();
+        let report = store.upsert_many(&client, &members).await.unwrap();
+        assert_eq!(report.count(Outcome::Inserted), 70_000, "{label}");
+        let again = store.upsert_many(&client, &members).await.unwrap();
+        assert_eq!(again.count(Outcome::Unchanged), 70_000, "{label}");
+    }
+}
