@@ -2,6 +2,7 @@
 //! and exact counts of the commands a test sends, from the driver's command monitoring.
 
 pub mod allocations;
+mod backend_effects;
 pub mod backends;
 pub mod chaos;
 pub mod fixtures;

@@ -2,7 +2,7 @@
 //! (MongoDB, PostgreSQL 15, PostgreSQL 18): outcomes, refusals that write nothing, versions,
 //! tombstones, batches that agree with single upserts, derived sets, pushes and racing writers.
 
-use idem_core::{Error, Idempotent, Outcome, Pushed};
+use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use serde::{Deserialize, Serialize};
@@ -391,5 +391,221 @@ async fn a_push_appends_once_however_often_and_however_concurrently_it_is_sent()
             ),
             "{db}"
         );
+    }
+}
+
+/// An account whose balance only operations move; the holder's name is the upsert's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "wallets")]
+#[serde(rename_all = "camelCase")]
+struct Wallet {
+    #[idem(key)]
+    owner: String,
+    holder_name: String,
+    #[idem(effect)]
+    balance: i64,
+}
+
+fn wallet(owner: &str, holder_name: &str) -> Wallet {
+    Wallet {
+        owner: owner.into(),
+        holder_name: holder_name.into(),
+        balance: 0,
+    }
+}
+
+async fn balance(db: &Db, owner: &str) -> i64 {
+    let stored = db.stored::<Wallet>().await;
+    let wallet = stored
+        .iter()
+        .find(|doc| doc["owner"] == owner)
+        .unwrap_or_else(|| panic!("{db}: no wallet of {owner}"));
+    wallet["balance"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{db}: {wallet:?}"))
+}
+
+/// An operation applies once however often it is retried or raced, an upsert never undoes it,
+/// and an update of another field is refused with nothing written.
+#[tokio::test]
+async fn an_operation_applies_once_and_no_upsert_undoes_it() {
+    for db in fresh_backends("apply_once").await {
+        db.ensure::<Wallet>().await;
+        let ada = wallet("ada", "Ada");
+        let id = ada.id().unwrap();
+        let credit = OpId::new("webhook-1");
+        assert!(
+            matches!(
+                db.credit_once::<Wallet>(id, &credit, "balance", 100).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&ada).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(
+            db.credit_once::<Wallet>(id, &credit, "balance", 100)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        assert_eq!(
+            db.credit_once::<Wallet>(id, &credit, "balance", 100)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+        // The owner's name changes: the upsert writes it and leaves the balance alone.
+        assert_eq!(
+            db.upsert(&wallet("ada", "Ada L.")).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(db.upsert(&ada).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(balance(&db, "ada").await, 100, "{db}");
+        let before = db.raw::<Wallet>().await;
+        match db
+            .credit_once::<Wallet>(id, &OpId::new("typo"), "balanse", 1)
+            .await
+        {
+            Err(Error::NotAnEffectField { path, .. }) => assert_eq!(path, "balanse", "{db}"),
+            other => panic!("{db}: expected a refusal, got {other:?}"),
+        }
+        assert!(
+            matches!(
+                db.credit_once::<Wallet>(id, &OpId::new("x"), "holderName", 1)
+                    .await,
+                Err(Error::NotAnEffectField { .. })
+            ),
+            "{db}"
+        );
+        assert_eq!(db.raw::<Wallet>().await, before, "{db}: nothing written");
+
+        // 8 racers retry the same 10 operations: each applies once.
+        let mut racers = Vec::new();
+        for _ in 0..8 {
+            let racer = db.another().await;
+            racers.push(tokio::spawn(async move {
+                let mut applied = 0;
+                for n in 0..10 {
+                    let op = OpId::new(format!("op-{n}"));
+                    if racer
+                        .credit_once::<Wallet>(id, &op, "balance", 10)
+                        .await
+                        .unwrap()
+                        == Applied::Applied
+                    {
+                        applied += 1;
+                    }
+                }
+                applied
+            }));
+        }
+        let mut applied = 0;
+        for racer in racers {
+            applied += racer.await.unwrap();
+        }
+        assert_eq!(applied, 10, "{db}");
+        assert_eq!(balance(&db, "ada").await, 200, "{db}");
+    }
+}
+
+/// A transfer: the same op id debits one wallet and credits another; retried after a failure
+/// between the steps, each step applies exactly once.
+#[tokio::test]
+async fn a_transfer_retried_whole_moves_the_money_exactly_once() {
+    for db in fresh_backends("transfer").await {
+        db.ensure::<Wallet>().await;
+        let (from, to) = (wallet("ada", "Ada"), wallet("bob", "Bob"));
+        db.upsert_many(&[from.clone(), to.clone()]).await.unwrap();
+        let transfer = OpId::new("transfer-1");
+        // The first attempt stops after the debit.
+        db.credit_once::<Wallet>(from.id().unwrap(), &transfer, "balance", -30)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            db.credit_once::<Wallet>(from.id().unwrap(), &transfer, "balance", -30)
+                .await
+                .unwrap();
+            db.credit_once::<Wallet>(to.id().unwrap(), &transfer, "balance", 30)
+                .await
+                .unwrap();
+        }
+        assert_eq!(balance(&db, "ada").await, -30, "{db}");
+        assert_eq!(balance(&db, "bob").await, 30, "{db}");
+    }
+}
+
+/// A request without a natural key, made idempotent by the key the client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "charges")]
+#[serde(rename_all = "camelCase")]
+struct Charge {
+    #[idem(idempotency_key)]
+    request_key: String,
+    amount_cents: i64,
+}
+
+fn charge(key: &str, amount_cents: i64) -> Charge {
+    Charge {
+        request_key: key.into(),
+        amount_cents,
+    }
+}
+
+/// An event is recorded once: retries find its first id, racing first writes agree on one id,
+/// another payload under the key and an empty key are refused with nothing written.
+#[tokio::test]
+async fn an_event_is_recorded_once_under_its_idempotency_key() {
+    for db in fresh_backends("record").await {
+        db.ensure::<Charge>().await;
+        let first = db.record(&charge("req-1", 500)).await.unwrap();
+        assert_eq!(first.outcome, Outcome::Inserted, "{db}");
+        let retry = db.record(&charge("req-1", 500)).await.unwrap();
+        assert_eq!(
+            retry,
+            idem_core::Recorded::new(first.id, Outcome::Unchanged),
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&charge("req-1", 500)).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        let before = db.raw::<Charge>().await;
+        match db.record(&charge("req-1", 900)).await {
+            Err(Error::IdempotencyKeyReused { stored_id, .. }) => {
+                assert_eq!(stored_id, first.id, "{db}")
+            }
+            other => panic!("{db}: expected a refusal, got {other:?}"),
+        }
+        assert!(
+            matches!(db.record(&charge("", 1)).await, Err(Error::EmptyKey { .. })),
+            "{db}"
+        );
+        assert_eq!(db.raw::<Charge>().await, before, "{db}: nothing written");
+
+        let mut racers = Vec::new();
+        for _ in 0..8 {
+            let racer = db.another().await;
+            racers.push(tokio::spawn(async move {
+                racer.record(&charge("req-2", 700)).await.unwrap()
+            }));
+        }
+        let mut recorded = Vec::new();
+        for racer in racers {
+            recorded.push(racer.await.unwrap());
+        }
+        let inserted = recorded
+            .iter()
+            .filter(|r| r.outcome == Outcome::Inserted)
+            .count();
+        assert_eq!(inserted, 1, "{db}: {recorded:?}");
+        assert!(
+            recorded.iter().all(|r| r.id == recorded[0].id),
+            "{db}: {recorded:?}"
+        );
+        assert_eq!(db.stored::<Charge>().await.len(), 2, "{db}");
     }
 }

@@ -51,6 +51,7 @@
 //! An error raised by the server (a unique constraint other than the natural key, a lost
 //! connection) aborts the transaction, as any failed statement does.
 
+mod effects;
 mod row;
 mod table;
 
@@ -69,9 +70,15 @@ use crate::outcome::{Outcome, Pushed};
 use row::{PreparedRow, StoredRow};
 use table::{InsertedSignal, Table};
 
+pub use crate::model::APPLIED_OPS_FIELD;
+pub use effects::Change;
+
 /// How many rows [`Store::upsert_many`] sends per statement by default; see
 /// [`Store::with_batch_chunk`].
 pub const DEFAULT_BATCH_CHUNK: usize = 1000;
+
+/// How many op ids a row remembers by default; see [`Store::with_op_window`].
+pub const DEFAULT_OP_WINDOW: usize = 1000;
 
 /// SQLSTATE of a unique violation.
 const UNIQUE_VIOLATION: &str = "23505";
@@ -82,6 +89,7 @@ const UNIQUE_VIOLATION: &str = "23505";
 #[derive(Clone, Debug)]
 pub struct Store {
     batch_chunk: usize,
+    op_window: usize,
     known: Arc<Mutex<Known>>,
 }
 
@@ -114,6 +122,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             batch_chunk: DEFAULT_BATCH_CHUNK,
+            op_window: DEFAULT_OP_WINDOW,
             known: Arc::default(),
         }
     }
@@ -123,6 +132,15 @@ impl Store {
     /// parameters does not grow with the chunk.
     pub fn with_batch_chunk(mut self, rows: usize) -> Self {
         self.batch_chunk = rows.max(1);
+        self
+    }
+
+    /// Sets how many op ids [`apply_once`](Store::apply_once) remembers per row (at least one).
+    /// An operation retried after `window` newer operations were applied to the same row is no
+    /// longer recognised and would apply again: choose a window larger than the operations a row
+    /// receives while a client may still retry.
+    pub fn with_op_window(mut self, window: usize) -> Self {
+        self.op_window = window.max(1);
         self
     }
 
@@ -157,6 +175,12 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: GenericClient + Sync,
     {
+        if T::MODEL.idempotency_key_field().is_some() {
+            return self
+                .record(client, doc)
+                .await
+                .map(|recorded| recorded.outcome);
+        }
         let table = self.table::<T, C>(client, &doc.document_ref()).await?;
         let row = PreparedRow::new(doc, &table)?;
         let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
@@ -173,6 +197,17 @@ impl Store {
         C: GenericClient + Sync,
     {
         let collection = DocumentRef::collection(&T::MODEL);
+        if T::MODEL.idempotency_key_field().is_some() {
+            let mut outcomes = Vec::with_capacity(docs.len());
+            for doc in docs {
+                outcomes.push(
+                    self.record(client, doc)
+                        .await
+                        .map(|recorded| recorded.outcome),
+                );
+            }
+            return Ok(BatchReport::new(outcomes, 0));
+        }
         let table = self.table::<T, C>(client, &collection).await?;
         let prepared: Vec<Result<PreparedRow, Error>> = docs
             .iter()

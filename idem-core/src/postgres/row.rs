@@ -304,7 +304,10 @@ impl PreparedRow {
 
 /// The text sent for `value` in a column of `shape`, or what the column expects if `value` is
 /// of another kind. Null and absent values are NULL.
-fn column_text(shape: ColumnShape, value: &Value) -> Result<Option<String>, &'static str> {
+pub(crate) fn column_text(
+    shape: ColumnShape,
+    value: &Value,
+) -> Result<Option<String>, &'static str> {
     match (shape, value) {
         (_, Value::Null) => Ok(None),
         (ColumnShape::Text, Value::String(text)) => Ok(Some(text.clone())),

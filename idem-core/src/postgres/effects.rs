@@ -1,0 +1,240 @@
+//! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
+//! idempotency key, and operations applied once to a row's `#[idem(effect)]` columns.
+
+use serde::Serialize;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use super::row::PreparedRow;
+use super::table::quote;
+use super::{postgres_error, RowState, Store};
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::outcome::{Applied, Outcome, Recorded};
+
+/// One change an operation makes to an `#[idem(effect)]` column, for
+/// [`Store::apply_once`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    column: &'static str,
+    kind: ChangeKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum ChangeKind {
+    /// Adds to a numeric column.
+    Add(String),
+    /// Sets the column to a value, as serde writes it.
+    Set(serde_json::Value),
+    /// A change that cannot be sent, and why.
+    Invalid(String),
+}
+
+impl Change {
+    /// Adds `amount` to the numeric effect column `column` (its stored name):
+    /// `balance = balance + amount`. A NULL column counts as 0.
+    pub fn add(column: &'static str, amount: i64) -> Self {
+        Change {
+            column,
+            kind: ChangeKind::Add(amount.to_string()),
+        }
+    }
+
+    /// Adds a float `amount` to the numeric effect column `column`, as [`Change::add`]. A
+    /// non-finite amount is refused by [`Store::apply_once`].
+    pub fn add_float(column: &'static str, amount: f64) -> Self {
+        Change {
+            column,
+            kind: if amount.is_finite() {
+                ChangeKind::Add(amount.to_string())
+            } else {
+                ChangeKind::Invalid(format!("{amount} is not a finite amount"))
+            },
+        }
+    }
+
+    /// Sets the effect column `column` (its stored name) to `value`. A value that does not
+    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`].
+    pub fn set<V: Serialize>(column: &'static str, value: &V) -> Self {
+        Change {
+            column,
+            kind: match serde_json::to_value(value) {
+                Ok(value) => ChangeKind::Set(value),
+                Err(error) => ChangeKind::Invalid(error.to_string()),
+            },
+        }
+    }
+}
+
+impl Store {
+    /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
+    /// key stores it under a fresh random ULID; a retry with the same key and the same payload
+    /// returns that first id with `Unchanged`; the same key with another payload is
+    /// [`Error::IdempotencyKeyReused`]. One statement (`ON CONFLICT DO NOTHING` on the key, and
+    /// the stored row in the same statement when the key is taken).
+    ///
+    /// An empty key is refused ([`Error::EmptyKey`]). A key stored by another tool, under an
+    /// `_id` that is not a ULID, is [`Error::ForeignId`].
+    pub async fn record<T, C>(&self, client: &C, event: &T) -> Result<Recorded, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let key_field = model
+            .idempotency_key_field()
+            .ok_or_else(|| Error::NoDerivedId {
+                document: Box::new(event.document_ref()),
+            })?;
+        idempotency_key(event)?;
+        let table = self.table::<T, C>(client, &event.document_ref()).await?;
+        let id = Id::from(ulid::Ulid::generate());
+        let row = PreparedRow::with_id(event, id, &table)?;
+        for _ in 0..crate::MAX_ATTEMPTS {
+            let state = self
+                .write_rows(client, &table, &[&row], &table.insert_new, &row.document)
+                .await?
+                .pop();
+            let stored = match state {
+                Some(RowState::Written { .. }) => return Ok(Recorded::new(id, Outcome::Inserted)),
+                Some(RowState::Stopped(stored)) => stored,
+                // The key was stored after this statement's snapshot: the next one sees it.
+                Some(RowState::Unseen) | None => continue,
+            };
+            let Ok(first_id) = stored.id.parse::<Id>() else {
+                return Err(Error::ForeignId {
+                    document: Box::new(row.document),
+                    stored_id: stored.id,
+                });
+            };
+            if stored.hash.as_deref() == Some(row.hash.as_str()) {
+                return Ok(Recorded::new(first_id, Outcome::Unchanged));
+            }
+            return Err(Error::IdempotencyKeyReused {
+                document: Box::new(row.document),
+                field: key_field.name(),
+                stored_id: first_id,
+            });
+        }
+        Err(Error::Contention {
+            document: Box::new(row.document),
+        })
+    }
+
+    /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
+    /// recording `op` in the same statement. Returns `Applied`, or `AlreadyApplied` (nothing
+    /// written); [`Error::NotFound`] if no row has that id.
+    ///
+    /// The changes may touch only `#[idem(effect)]` columns: upserts never overwrite those, so
+    /// a replayed upsert cannot undo an operation. Any other column, one the type does not have
+    /// included, is refused with [`Error::NotAnEffectField`] before anything is sent.
+    ///
+    /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
+    /// another) commits whole or not at all; outside one, retrying the whole operation with the
+    /// same op id applies each step exactly once. A row remembers its latest
+    /// [`with_op_window`](Store::with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
+    pub async fn apply_once<T, C>(
+        &self,
+        client: &C,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::by_id(model, id);
+        let table = self.table::<T, C>(client, &document).await?;
+        let refuse = |path: &str| Error::NotAnEffectField {
+            document: Box::new(document.clone()),
+            path: path.to_owned(),
+        };
+        let mut parameters: Vec<Option<String>> =
+            vec![Some(id.to_string()), Some(op.as_str().to_owned())];
+        let mut assignments = Vec::with_capacity(changes.len() + 1);
+        for change in changes {
+            let field = model
+                .effect_fields()
+                .find(|field| field.stored_name() == change.column)
+                .ok_or_else(|| refuse(change.column))?;
+            let column = table
+                .column_of(field)
+                .map(|index| &table.columns[index])
+                .ok_or_else(|| refuse(change.column))?;
+            let sql_type = column.sql_type();
+            let name = quote(column.name);
+            let (value, assignment) = match &change.kind {
+                ChangeKind::Add(amount) if matches!(sql_type, "bigint" | "double precision") => (
+                    Some(amount.clone()),
+                    format!(
+                        "{name} = COALESCE({name}, 0) + ${}::text::{sql_type}",
+                        parameters.len() + 1
+                    ),
+                ),
+                ChangeKind::Add(_) => {
+                    return Err(Error::Serialize {
+                        document: Box::new(document),
+                        message: format!(
+                            "cannot add to column {:?}, which is {sql_type}",
+                            column.name
+                        ),
+                    })
+                }
+                ChangeKind::Invalid(problem) => {
+                    return Err(Error::Serialize {
+                        document: Box::new(document),
+                        message: format!("the change of column {:?}: {problem}", column.name),
+                    })
+                }
+                ChangeKind::Set(value) => (
+                    super::row::column_text(column.shape, value).map_err(|expected| {
+                        Error::Serialize {
+                            document: Box::new(document.clone()),
+                            message: format!(
+                                "column {:?} holds {expected}, not {value}",
+                                column.name
+                            ),
+                        }
+                    })?,
+                    format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
+                ),
+            };
+            parameters.push(value);
+            assignments.push(assignment);
+        }
+        let ops = quote(APPLIED_OPS_FIELD);
+        // The op ids, oldest first, keeping the latest `op_window`.
+        assignments.push(format!(
+            "{ops} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
+             jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
+             WHERE n > jsonb_array_length({ops}) + 1 - {window})",
+            window = self.op_window,
+        ));
+        let sql = format!(
+            "WITH applied AS (UPDATE {table} SET {assignments} \
+             WHERE {id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
+             SELECT (SELECT count(*) FROM applied), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+            table = table.name(),
+            assignments = assignments.join(", "),
+            id = quote(ID_FIELD),
+        );
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
+            .iter()
+            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+            .collect();
+        let reply = client
+            .query_typed_one(&sql, &typed)
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+            (1.., _) => Ok(Applied::Applied),
+            (_, true) => Ok(Applied::AlreadyApplied),
+            _ => Err(Error::NotFound {
+                document: Box::new(document),
+            }),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The effect primitives on every backend, in the terms a test needs: an event recorded once,
+//! and a numeric credit applied once (`$inc` on MongoDB, `Change::add` on PostgreSQL).
+
+use idem_core::{Applied, Error, Id, Idempotent, OpId, Recorded};
+use serde::Serialize;
+
+use crate::backends::Db;
+
+impl Db {
+    /// Records `event` once under its idempotency key.
+    pub async fn record<T: Idempotent + Serialize + Sync>(
+        &self,
+        event: &T,
+    ) -> Result<Recorded, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.record(event).await,
+            Db::Postgres { store, client, .. } => store.record(client, event).await,
+        }
+    }
+
+    /// Adds `amount` to the effect field `field` (its stored name) of the document `id`, once
+    /// per `op`.
+    pub async fn credit_once<T: Idempotent>(
+        &self,
+        id: Id,
+        op: &OpId,
+        field: &'static str,
+        amount: i64,
+    ) -> Result<Applied, Error> {
+        match self {
+            Db::Mongo { store, .. } => {
+                let update = mongodb::bson::doc! { "$inc": { field: amount } };
+                store.apply_once::<T>(id, op, update).await
+            }
+            Db::Postgres { store, client, .. } => {
+                let changes = [idem_core::postgres::Change::add(field, amount)];
+                store.apply_once::<T, _>(client, id, op, &changes).await
+            }
+        }
+    }
+}
