@@ -283,15 +283,16 @@ pub enum Error {
         message: String,
     },
 
-    /// The table does not match the model (a column missing or of another type, no unique
-    /// constraint on the natural key): found before any write. Nothing was written.
-    #[error("{document}: table `{table}` does not match the model: {problem}")]
-    TableMismatch {
-        /// The document whose write needed the table.
+    /// The table or collection does not match the model (a column missing or of another type,
+    /// no unique constraint or index on exactly the natural key): found before any write.
+    /// Nothing was written.
+    #[error("{document}: `{collection}` does not match the model: {problem}")]
+    SchemaMismatch {
+        /// The document whose write needed the check.
         document: Box<DocumentRef>,
-        /// The table.
-        table: String,
-        /// What is wrong, naming the column.
+        /// The table or collection.
+        collection: String,
+        /// What is wrong, naming the column or index.
         problem: String,
     },
 
@@ -404,7 +405,7 @@ impl Error {
             | Error::NotAnEffectField { document, .. }
             | Error::WriteRefused { document, .. }
             | Error::NotConfirmed { document, .. }
-            | Error::TableMismatch { document, .. }
+            | Error::SchemaMismatch { document, .. }
             | Error::Backend { document, .. } => document,
         }
     }
@@ -417,7 +418,7 @@ impl Error {
         match self {
             Error::Contention { .. }
             | Error::NotConfirmed { .. }
-            | Error::TableMismatch { .. }
+            | Error::SchemaMismatch { .. }
             | Error::Backend { .. } => false,
             Error::WriteRefused { retryable, .. } => !retryable,
             _ => true,

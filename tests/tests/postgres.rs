@@ -180,7 +180,7 @@ async fn a_table_that_does_not_match_the_model_is_refused_before_any_write() {
             let error = Store::new().upsert(&client, &post()).await.unwrap_err();
             let message = error.to_string();
             assert!(
-                matches!(&error, Error::TableMismatch { table, .. } if table == "posts"),
+                matches!(&error, Error::SchemaMismatch { collection, .. } if collection == "posts"),
                 "{label}, {case}: {error:?}"
             );
             assert!(message.contains(expected), "{label}, {case}: {message}");

@@ -373,12 +373,45 @@ impl Store {
         }
         // A collection that does not exist yet has no indexes; listing them fails on some
         // servers and returns nothing on others.
-        let present = self
-            .raw_collection(model)
-            .list_index_names()
-            .await
-            .is_ok_and(|names| names.iter().any(|name| name == NATURAL_KEY_INDEX));
-        if present {
+        let mut indexes = Vec::new();
+        if let Ok(mut cursor) = self.raw_collection(model).list_indexes().await {
+            while let Ok(true) = cursor.advance().await {
+                match cursor.deserialize_current() {
+                    Ok(index) => indexes.push(index),
+                    Err(_) => break,
+                }
+            }
+        }
+        let ours = indexes.iter().find(|index| {
+            index
+                .options
+                .as_ref()
+                .and_then(|options| options.name.as_deref())
+                == Some(NATURAL_KEY_INDEX)
+        });
+        if let Some(index) = ours {
+            let unique = index
+                .options
+                .as_ref()
+                .and_then(|options| options.unique)
+                .unwrap_or(false);
+            if !unique || index.keys != natural_key_pattern(model) {
+                return Err(Error::SchemaMismatch {
+                    document: Box::new(document.clone()),
+                    collection: model.collection().to_owned(),
+                    problem: format!(
+                        "index {NATURAL_KEY_INDEX} is {}{}, where the natural key needs a unique \
+                         index on {}; drop it (an older key set?) and idem creates the right one",
+                        if unique {
+                            "unique on "
+                        } else {
+                            "not unique, on "
+                        },
+                        index.keys,
+                        natural_key_pattern(model),
+                    ),
+                });
+            }
             self.remember_indexed(model);
             return Ok(());
         }
@@ -390,10 +423,7 @@ impl Store {
         model: &Model,
         document: &DocumentRef,
     ) -> Result<(), Error> {
-        let keys: Document = model
-            .natural_key_fields()
-            .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
-            .collect();
+        let keys = natural_key_pattern(model);
         let options = IndexOptions::builder()
             .name(NATURAL_KEY_INDEX.to_owned())
             .unique(true)
@@ -455,6 +485,14 @@ impl Backend for Store {
     {
         Store::push::<T, I>(self, id, field, item)
     }
+}
+
+/// The key pattern of the natural-key index: each natural-key field, ascending, in order.
+fn natural_key_pattern(model: &Model) -> Document {
+    model
+        .natural_key_fields()
+        .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
+        .collect()
 }
 
 /// The tombstone field of `model`, or the error for a type without one.

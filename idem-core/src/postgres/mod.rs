@@ -25,7 +25,7 @@
 //! constraint on the natural key. [`Store::create_table_sql`] prints the DDL for a migration;
 //! [`Store::ensure_table`] runs it. Before its first write to a table the store checks that
 //! the table has every column with its type and a unique constraint on the natural key, and
-//! fails with [`Error::TableMismatch`] naming the column otherwise.
+//! fails with [`Error::SchemaMismatch`] naming the column otherwise.
 //!
 //! # How an upsert converges
 //!
@@ -794,9 +794,9 @@ where
     C: GenericClient + Sync,
 {
     let name = table.model.collection();
-    let mismatch = |problem: String| Error::TableMismatch {
+    let mismatch = |problem: String| Error::SchemaMismatch {
         document: Box::new(document.clone()),
-        table: name.to_owned(),
+        collection: name.to_owned(),
         problem,
     };
     let columns = client
