@@ -62,6 +62,22 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Or to PostgreSQL (see [`postgres`], feature `postgres`), inside the caller's transaction if
+//! it likes:
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # async fn run(client: tokio_postgres::Client) -> Result<(), idem_core::Error> {
+//! # #[derive(serde::Serialize, idem_core::Idempotent)]
+//! # #[idem(collection = "posts")]
+//! # struct Post { #[idem(key)] slug: String }
+//! # let post = Post { slug: "hello-world".into() };
+//! let store = idem_core::postgres::Store::new();
+//! store.ensure_table::<Post, _>(&client).await?;
+//! let outcome = post.upsert(&store.on(&client)).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Attributes
 //!
 //! On the struct:

@@ -799,17 +799,18 @@ where
         collection: name.to_owned(),
         problem,
     };
+    // Resolved through the search path, as the statements resolve the table.
     let columns = client
         .query_typed(
-            "SELECT column_name::text, data_type::text FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = $1",
+            "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = to_regclass(quote_ident($1)) AND attnum > 0 AND NOT attisdropped",
             &[(&name, Type::TEXT)],
         )
         .await
         .map_err(|source| postgres_error(document, source))?;
     if columns.is_empty() {
         return Err(mismatch(format!(
-            "it does not exist in the current schema; create it with \
+            "it does not exist in the search path; create it with \
              Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
             table.create_sql()
         )));

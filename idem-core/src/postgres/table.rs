@@ -435,7 +435,10 @@ impl Table {
         match self.column_with(Content::VersionKey) {
             Some(_) => {
                 let key = quote(VERSION_KEY_FIELD);
-                conditions.push(format!("(t.{key} IS NULL OR t.{key} < excluded.{key})"));
+                // Order keys compare byte by byte, whatever collation a migration gave the column.
+                conditions.push(format!(
+                    "(t.{key} IS NULL OR t.{key} COLLATE \"C\" < excluded.{key} COLLATE \"C\")"
+                ));
             }
             None => {
                 let hash = quote(self.model.hash_field());
