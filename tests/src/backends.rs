@@ -53,7 +53,9 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
-/// One store under test.
+/// One store under test. A handful exist per test, so the size of the PostgreSQL variant (its
+/// client) does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Db {
     /// MongoDB: a fresh database.
     Mongo {
