@@ -203,6 +203,20 @@ pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, Strin
     hash_with::<Sha256, SHA256_BATCH, T>(value, None)
 }
 
+/// The digest a guard compares for a stored value: [`hash_value`] in hex, in whose encoding maps
+/// compare whatever their order; `None` for a null value (`is_null`), a field never written.
+/// Every backend's guards and judgements use this one function.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn guard_digest<T: Serialize + ?Sized>(
+    value: &T,
+    is_null: bool,
+) -> Result<Option<String>, String> {
+    if is_null {
+        return Ok(None);
+    }
+    hash_value(value).map(|hash| Some(hash.to_hex()))
+}
+
 /// Four SHA-256 blocks: one call to the hasher for a document of a few hundred bytes. Smaller
 /// batches measured slower (the `content_hash` bench): each call has a fixed cost.
 const SHA256_BATCH: usize = 256;

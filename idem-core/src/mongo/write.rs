@@ -514,10 +514,7 @@ fn is_null(value: &Bson) -> bool {
 /// The digest of a stored value in the canonical encoding of the content hash, where documents
 /// compare whatever their field order; `None` for null, a field never written.
 pub(crate) fn digest_of(value: &Bson) -> Result<Option<String>, String> {
-    if is_null(value) {
-        return Ok(None);
-    }
-    crate::hash::hash_value(value).map(|hash| Some(hash.to_hex()))
+    crate::hash::guard_digest(value, is_null(value))
 }
 
 /// The `_id` of a stored document as text, whoever wrote it.

@@ -352,8 +352,5 @@ fn stored_digest(table: &Table, field: &Field, text: &str) -> Option<String> {
 /// The digest of a value in the canonical encoding of the content hash, where maps compare
 /// whatever their order; `None` for null, a field never written.
 fn digest_of(value: &Value) -> Result<Option<String>, String> {
-    if value.is_null() {
-        return Ok(None);
-    }
-    crate::hash::hash_value(value).map(|hash| Some(hash.to_hex()))
+    crate::hash::guard_digest(value, value.is_null())
 }
