@@ -409,3 +409,25 @@ async fn a_chunk_of_any_size_is_one_statement_under_the_bind_parameter_limit() {
         assert_eq!(again.count(Outcome::Unchanged), 70_000, "{label}");
     }
 }
+
+/// The derive's generated methods take `store.on(&client)`, a client or a transaction.
+#[tokio::test]
+async fn the_generated_methods_write_through_store_on_a_client_or_a_transaction() {
+    for (label, mut client) in fresh_schemas("generated").await {
+        let store = Store::new();
+        Post::ensure_indexes(&store.on(&client)).await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        assert_eq!(
+            post().upsert(&store.on(&tx)).await.unwrap(),
+            Outcome::Inserted,
+            "{label}"
+        );
+        tx.commit().await.unwrap();
+        assert_eq!(
+            post().upsert(&store.on(&client)).await.unwrap(),
+            Outcome::Unchanged,
+            "{label}"
+        );
+        assert_eq!(rows(&client, "posts").await.len(), 1, "{label}");
+    }
+}
