@@ -294,4 +294,148 @@ impl Db {
             }
         }
     }
+
+    /// `T`'s collection or table emptied, in a store that starts afresh, in place of this one.
+    /// MongoDB: the collection dropped, and a new store that has not checked its index yet (a
+    /// store remembers the indexes it made, and the dropped collection's went with it).
+    /// PostgreSQL: the table dropped and made again by a new store, on a new connection (a
+    /// table must exist before anyone writes to it).
+    pub async fn reset<T: Idempotent>(&self) -> Db {
+        let collection = T::MODEL.collection();
+        match self {
+            Db::Mongo { store, log } => {
+                store
+                    .database()
+                    .collection::<mongodb::bson::Document>(collection)
+                    .drop()
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: dropping {collection}: {error}"));
+                Db::Mongo {
+                    store: idem_core::mongo::Store::new(store.database().clone()),
+                    log: log.clone(),
+                }
+            }
+            Db::Postgres {
+                label,
+                uri,
+                schema,
+                client,
+                ..
+            } => {
+                client
+                    .batch_execute(&format!("DROP TABLE IF EXISTS {}", Db::quoted(collection)))
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: dropping {collection}: {error}"));
+                let fresh = Db::Postgres {
+                    label: label.clone(),
+                    uri: uri.clone(),
+                    schema: schema.clone(),
+                    client: postgres_client(uri, schema).await,
+                    store: idem_core::postgres::Store::new(),
+                };
+                fresh.ensure::<T>().await;
+                fresh
+            }
+        }
+    }
+
+    /// `doc` as this backend reads back what serde writes for it: the same shape as
+    /// [`Db::stored`] gives (relaxed extended JSON of the BSON document on MongoDB, the JSON
+    /// value on PostgreSQL), without nulls and without `_id`.
+    pub fn as_stored<T: Serialize>(&self, doc: &T) -> Map<String, Value> {
+        let written = match self {
+            Db::Mongo { .. } => mongodb::bson::to_document(doc)
+                .map(|document| mongodb::bson::Bson::Document(document).into_relaxed_extjson())
+                .map_err(|error| error.to_string()),
+            Db::Postgres { .. } => serde_json::to_value(doc).map_err(|error| error.to_string()),
+        };
+        match written {
+            Ok(Value::Object(entries)) => entries
+                .into_iter()
+                .filter(|(_, value)| !value.is_null())
+                .collect(),
+            Ok(other) => panic!("{self}: serde wrote {other} where a document needs fields"),
+            Err(error) => panic!("{self}: serializing: {error}"),
+        }
+    }
+
+    /// Replaces what is stored under `doc`'s id with what serde writes for it, as a tool that
+    /// knows nothing of idem would: no content hash, no frozen digests, no version key. On
+    /// PostgreSQL the row is deleted and inserted again, with an empty list of op ids, an empty
+    /// list for each pushed field serde leaves out, and the entries no column holds (those of
+    /// flattened fields) where idem keeps them. `T`'s table must exist ([`Db::ensure`]).
+    pub async fn write_as_another_tool<T: Idempotent + Serialize>(&self, doc: &T) {
+        let collection = T::MODEL.collection();
+        let id = doc
+            .id()
+            .unwrap_or_else(|error| panic!("{self}: the id of {collection}'s document: {error}"))
+            .to_string();
+        match self {
+            Db::Mongo { store, .. } => {
+                let mut document = mongodb::bson::to_document(doc)
+                    .unwrap_or_else(|error| panic!("{self}: serializing: {error}"));
+                document.insert(idem_core::model::ID_FIELD, id.as_str());
+                store
+                    .database()
+                    .collection::<mongodb::bson::Document>(collection)
+                    .replace_one(mongodb::bson::doc! { "_id": id.as_str() }, document)
+                    .upsert(true)
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
+            }
+            Db::Postgres { client, .. } => {
+                let Ok(Value::Object(entries)) = serde_json::to_value(doc) else {
+                    panic!("{self}: serde wrote no fields for a document of {collection}");
+                };
+                let columns: Vec<&'static str> = T::stored_columns()
+                    .iter()
+                    .filter(|column| column.shape() != idem_core::ColumnShape::Flattened)
+                    .map(|column| column.stored_name())
+                    .collect();
+                let (mut row, extra): (Map<String, Value>, Map<String, Value>) = entries
+                    .into_iter()
+                    .partition(|(name, _)| columns.contains(&name.as_str()));
+                row.insert(
+                    idem_core::model::ID_FIELD.to_owned(),
+                    Value::from(id.as_str()),
+                );
+                row.insert(
+                    idem_core::model::APPLIED_OPS_FIELD.to_owned(),
+                    Value::Array(Vec::new()),
+                );
+                for field in T::MODEL.pushed_fields() {
+                    let list = row
+                        .entry(field.stored_name())
+                        .or_insert(Value::Array(Vec::new()));
+                    if list.is_null() {
+                        *list = Value::Array(Vec::new());
+                    }
+                }
+                if !extra.is_empty() {
+                    row.insert(
+                        idem_core::model::EXTRA_FIELDS_FIELD.to_owned(),
+                        Value::Object(extra),
+                    );
+                }
+                let table = Db::quoted(collection);
+                client
+                    .execute(&format!("DELETE FROM {table} WHERE \"_id\" = $1"), &[&id])
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: deleting as another tool: {error}"));
+                let insert = format!(
+                    "INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, \
+                     $1::text::jsonb)"
+                );
+                client
+                    .execute(&insert, &[&Value::Object(row).to_string()])
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
+            }
+        }
+    }
+
+    /// A quoted SQL identifier.
+    fn quoted(name: &str) -> String {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
 }

@@ -1,5 +1,5 @@
-//! idem's promises, checked against a model over many serde shapes, on the real server at
-//! `MONGODB_URI`.
+//! idem's promises, checked against a model over many serde shapes, on every backend under test:
+//! MongoDB at `MONGODB_URI` and each PostgreSQL server (see `idem_tests::backends`).
 //!
 //! For each shape family (optional, omitted, flattened, renamed and nested fields; a frozen
 //! map, a frozen list with nulls, frozen optional values; a version of every ordered type, with a
@@ -8,11 +8,13 @@
 //! batches with duplicates, over three keys so that the calls keep meeting the same
 //! documents. A model written here from the README's rules, on the typed values and without
 //! idem's hashing or comparisons, predicts each call's outcome and every stored document; the test
-//! checks both against what idem answers and what the server then holds.
+//! checks both against what idem answers and what the server then holds, in the shape every
+//! backend reads back: what serde wrote, under `_id`, without idem's own fields or nulls.
 //!
-//! Each family checks two properties: single calls, then the same with `upsert_many`, whose
-//! outcomes must be those of upserting its documents one by one, in order. Kept apart, a batch
-//! bug cannot hide a single-write one. 24 sequences per property by default; a longer run:
+//! Each family checks two properties on each backend: single calls, then the same with
+//! `upsert_many`, whose outcomes must be those of upserting its documents one by one, in order.
+//! Kept apart, a batch bug cannot hide a single-write one. 24 sequences per property and backend
+//! by default; a longer run:
 //!
 //! ```sh
 //! IDEM_MODEL_CASES=1000 cargo test -p idem-tests --test model_promises --all-features
@@ -24,11 +26,9 @@ use std::fmt::{self, Debug};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, Outcome};
-use idem_tests::{fresh_database, stored_documents};
-use mongodb::bson::{self, Bson, Document};
-use mongodb::Database;
+use idem_tests::backends::{fresh_backends, Db};
+use mongodb::bson;
 use proptest::collection::{btree_map, hash_map, vec};
 use proptest::option;
 use proptest::prelude::*;
@@ -36,10 +36,11 @@ use proptest::sample::{select, Index};
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use tokio::runtime::Runtime;
 
-/// Sequences per property unless `IDEM_MODEL_CASES` says otherwise: the whole file then runs in
-/// seconds.
+/// Sequences per property and backend unless `IDEM_MODEL_CASES` says otherwise: the whole file
+/// then runs in under a minute against MongoDB and two PostgreSQL servers on two cores.
 const DEFAULT_CASES: u32 = 24;
 /// The longest sequence of calls: long enough for insert, edit, delete and replays of one key.
 const MAX_CALLS: usize = 12;
@@ -47,8 +48,6 @@ const MAX_CALLS: usize = 12;
 const REPLAY_DEPTH: usize = 4;
 /// Every server round trip makes a shrink step slow: enough steps to reach a short sequence.
 const MAX_SHRINK_ITERS: u32 = 256;
-/// The stored field of the content hash (the default `hash_field`), which the model ignores.
-const HASH_FIELD: &str = "sourceHash";
 
 // ---------------------------------------------------------------------------------------------
 // The model
@@ -266,16 +265,19 @@ impl<S: Shape> ModelStore<S> {
         Expected::Outcome(Outcome::Deleted)
     }
 
-    /// Every stored document as the model predicts it, by key: what serde writes for the last
-    /// document written, with the tombstone as the delete route set it.
-    fn expected_documents(&self) -> BTreeMap<String, Document> {
+    /// Every stored document as the model predicts it on `db`, by key: what serde writes for
+    /// the last document written, as `db` reads it back, under its derived `_id`, with the
+    /// tombstone as the delete route set it. Nulls are left out, as [`Db::stored`] leaves them
+    /// out: a null tombstone means "not deleted" as an absent one does.
+    fn expected_documents(&self, db: &Db) -> BTreeMap<String, Map<String, Value>> {
         self.stored
             .values()
             .map(|stored| {
-                let written = bson::to_document(&stored.doc).expect("the document serializes");
-                let mut expected = comparable::<S>(written);
+                let mut expected = db.as_stored(&stored.doc);
+                let id = stored.doc.id().expect("the model's documents have an id");
+                expected.insert("_id".to_owned(), Value::from(id.to_string()));
                 if let (Some(field), Some(marker)) = (S::TOMBSTONE_FIELD, stored.deleted) {
-                    expected.insert(field, marker);
+                    expected.insert(field.to_owned(), Value::from(marker));
                 }
                 (key_text::<S>(&expected), expected)
             })
@@ -283,25 +285,11 @@ impl<S: Shape> ModelStore<S> {
     }
 }
 
-/// A document without what the model does not predict: `_id` and the content hash (idem's own),
-/// any `idem…` bookkeeping field, and a null tombstone, which means "not deleted" as an absent
-/// one does.
-fn comparable<S: Shape>(document: Document) -> Document {
-    document
-        .into_iter()
-        .filter(|(name, value)| {
-            let null_tombstone =
-                S::TOMBSTONE_FIELD == Some(name.as_str()) && matches!(value, Bson::Null);
-            name != "_id" && name != HASH_FIELD && !name.starts_with("idem") && !null_tombstone
-        })
-        .collect()
-}
-
 /// The stored key of a document, as text, to match stored documents with the model's.
-fn key_text<S: Shape>(document: &Document) -> String {
+fn key_text<S: Shape>(document: &Map<String, Value>) -> String {
     document
         .get(S::KEY_FIELD)
-        .map_or_else(|| "(no key)".to_owned(), Bson::to_string)
+        .map_or_else(|| "(no key)".to_owned(), Value::to_string)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,53 +375,47 @@ fn text(pool: &'static [&'static str]) -> impl Strategy<Value = String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Running a sequence against the server
+// Running a sequence against a backend
 
-async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<(), TestCaseError> {
-    let collection = S::MODEL.collection();
-    database
-        .collection::<Document>(collection)
-        .drop()
-        .await
-        .map_err(|error| TestCaseError::fail(format!("dropping {collection}: {error}")))?;
-    // A new store: the last one remembers the dropped collection's index as made.
-    let store = Store::new(database.clone());
+async fn run_sequence<S: Shape>(db: &Db, ops: &[Op<S>]) -> Result<(), TestCaseError> {
+    // An empty collection or table, in a store that knows nothing of the last one.
+    let db = &db.reset::<S>().await;
     let mut model = ModelStore::<S>::new();
     let mut sent: Vec<S> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         match op {
             Op::Upsert(doc) => {
-                upsert_one(&store, &mut model, doc, step).await?;
+                upsert_one(db, &mut model, doc, step).await?;
                 sent.push(doc.clone());
             }
             Op::Replay(back) if !sent.is_empty() => {
                 let doc = sent[sent.len().saturating_sub(back + 1)].clone();
-                upsert_one(&store, &mut model, &doc, step).await?;
+                upsert_one(db, &mut model, &doc, step).await?;
             }
             // Nothing sent yet: nothing to replay.
             Op::Replay(_) => {}
             Op::Delete(doc) => {
                 let expected = model.delete(doc);
-                let before = stored_state::<S>(&store).await;
-                let observed = store.delete(doc).await;
+                let before = db.raw::<S>().await;
+                let observed = db.delete(doc).await;
                 let wrote = expected == Expected::Outcome(Outcome::Deleted);
-                check::<S>(step, "delete", &expected, &observed, wrote, &before, &store).await?;
+                check::<S>(db, step, "delete", &expected, &observed, wrote, &before).await?;
             }
             Op::Foreign(doc) => {
                 if model.foreign_write(doc) {
-                    write_as_another_tool(&store, doc).await?;
+                    db.write_as_another_tool(doc).await;
                 }
             }
             Op::UpsertMany(docs) => {
                 // The batch must answer as the same upserts one by one, in order.
                 let expected: Vec<Expected> = docs.iter().map(|doc| model.upsert(doc)).collect();
-                let report = store.upsert_many(docs).await.map_err(|error| {
-                    TestCaseError::fail(format!("step {step}: upsert_many failed: {error:?}"))
+                let report = db.upsert_many(docs).await.map_err(|error| {
+                    TestCaseError::fail(format!("{db}, step {step}: upsert_many failed: {error:?}"))
                 })?;
                 let outcomes = report.outcomes();
                 if outcomes.len() != docs.len() {
                     return Err(TestCaseError::fail(format!(
-                        "step {step}: {} outcomes for a batch of {}",
+                        "{db}, step {step}: {} outcomes for a batch of {}",
                         outcomes.len(),
                         docs.len()
                     )));
@@ -441,8 +423,8 @@ async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<()
                 for (position, (expected, observed)) in expected.iter().zip(outcomes).enumerate() {
                     if !expected.agrees_with(observed) {
                         return Err(TestCaseError::fail(format!(
-                            "step {step}, document {position} of the batch: the model expects \
-                             {expected}, idem answered {}",
+                            "{db}, step {step}, document {position} of the batch: the model \
+                             expects {expected}, idem answered {}",
                             describe(observed)
                         )));
                     }
@@ -451,73 +433,48 @@ async fn run_sequence<S: Shape>(database: &Database, ops: &[Op<S>]) -> Result<()
             }
         }
     }
-    compare_stored(database, &model).await
-}
-
-/// Replaces what is stored under `doc`'s id with what serde writes for it, as a tool that knows
-/// nothing of idem would.
-async fn write_as_another_tool<S: Shape>(store: &Store, doc: &S) -> Result<(), TestCaseError> {
-    let failed = |error: String| TestCaseError::fail(format!("writing as another tool: {error}"));
-    let id = doc
-        .id()
-        .map_err(|error| failed(error.to_string()))?
-        .to_string();
-    let mut document = bson::to_document(doc).map_err(|error| failed(error.to_string()))?;
-    document.insert("_id", id.as_str());
-    store
-        .database()
-        .collection::<Document>(S::MODEL.collection())
-        .replace_one(bson::doc! { "_id": id.as_str() }, document)
-        .upsert(true)
-        .await
-        .map_err(|error| failed(error.to_string()))?;
-    Ok(())
+    compare_stored(db, &model).await
 }
 
 async fn upsert_one<S: Shape>(
-    store: &Store,
+    db: &Db,
     model: &mut ModelStore<S>,
     doc: &S,
     step: usize,
 ) -> Result<(), TestCaseError> {
     let expected = model.upsert(doc);
-    let before = stored_state::<S>(store).await;
-    let observed = store.upsert(doc).await;
+    let before = db.raw::<S>().await;
+    let observed = db.upsert(doc).await;
     let wrote = matches!(
         expected,
         Expected::Outcome(Outcome::Inserted | Outcome::Updated)
     );
-    check::<S>(step, "upsert", &expected, &observed, wrote, &before, store).await
+    check::<S>(db, step, "upsert", &expected, &observed, wrote, &before).await
 }
 
-/// The whole collection as stored, in `_id` order.
-async fn stored_state<S: Shape>(store: &Store) -> Vec<bson::Document> {
-    stored_documents(store.database(), S::MODEL.collection()).await
-}
-
-/// Fails unless a single call answered what the model expects and changed the stored documents
+/// Fails unless a single call answered what the model expects and changed the stored data
 /// exactly when it should (`Unchanged`, `Stale`, `Deleted` on an upsert and refusals leave every
-/// stored byte as it was). A single upsert's reply does not say whether it replaced a document,
-/// so the stored documents before and after are compared instead.
+/// stored byte, and on PostgreSQL every row version, as it was). A single upsert's reply does not
+/// say whether it replaced a document, so the stored data before and after are compared instead.
 async fn check<S: Shape>(
+    db: &Db,
     step: usize,
     call: &str,
     expected: &Expected,
     observed: &Result<Outcome, Error>,
     wrote: bool,
-    before: &[bson::Document],
-    store: &Store,
+    before: &[String],
 ) -> Result<(), TestCaseError> {
     if !expected.agrees_with(observed) {
         return Err(TestCaseError::fail(format!(
-            "step {step} ({call}): the model expects {expected}, idem answered {}",
+            "{db}, step {step} ({call}): the model expects {expected}, idem answered {}",
             describe(observed)
         )));
     }
-    let changed = stored_state::<S>(store).await != before;
+    let changed = db.raw::<S>().await != before;
     if changed != wrote {
         return Err(TestCaseError::fail(format!(
-            "step {step} ({call}): {expected}, yet the stored documents {}",
+            "{db}, step {step} ({call}): {expected}, yet the stored data {}",
             if changed {
                 "changed"
             } else {
@@ -528,26 +485,21 @@ async fn check<S: Shape>(
     Ok(())
 }
 
-/// Fails unless the server holds exactly the model's documents: one per key, each what serde
-/// wrote for the last document written (a field serde omitted is absent), with its tombstone.
-async fn compare_stored<S: Shape>(
-    database: &Database,
-    model: &ModelStore<S>,
-) -> Result<(), TestCaseError> {
-    let documents = stored_documents(database, S::MODEL.collection()).await;
+/// Fails unless the backend holds exactly the model's documents: one per key, each what serde
+/// wrote for the last document written (a field serde omitted is absent) under its derived id,
+/// with its tombstone.
+async fn compare_stored<S: Shape>(db: &Db, model: &ModelStore<S>) -> Result<(), TestCaseError> {
+    let documents = db.stored::<S>().await;
     let count = documents.len();
-    let stored: BTreeMap<String, Document> = documents
+    let stored: BTreeMap<String, Map<String, Value>> = documents
         .into_iter()
-        .map(|document| {
-            let document = comparable::<S>(document);
-            (key_text::<S>(&document), document)
-        })
+        .map(|document| (key_text::<S>(&document), document))
         .collect();
     // Documents compare as maps, in any field order, as the promises compare values.
-    let expected = model.expected_documents();
+    let expected = model.expected_documents(db);
     if count != expected.len() {
         return Err(TestCaseError::fail(format!(
-            "{count} documents stored for {} keys: {stored:#?}",
+            "{db}: {count} documents stored for {} keys: {stored:#?}",
             expected.len()
         )));
     }
@@ -555,9 +507,11 @@ async fn compare_stored<S: Shape>(
         .iter()
         .filter(|&(key, document)| stored.get(key) != Some(document))
         .map(|(key, document)| {
-            let found = stored
-                .get(key)
-                .map_or_else(|| "nothing".to_owned(), Document::to_string);
+            let found = stored.get(key).map_or_else(
+                || "nothing".to_owned(),
+                |found| Value::Object(found.clone()).to_string(),
+            );
+            let document = Value::Object(document.clone());
             format!("key {key}: stored {found}\n  the model expects {document}")
         })
         .collect();
@@ -565,14 +519,14 @@ async fn compare_stored<S: Shape>(
         Ok(())
     } else {
         Err(TestCaseError::fail(format!(
-            "after the sequence, {}",
+            "{db}, after the sequence, {}",
             mismatches.join("\n")
         )))
     }
 }
 
-/// Checks both properties of a shape on a database of its own, and fails with every minimal
-/// counterexample found.
+/// Checks both properties of a shape on each backend, in a store of its own, and fails with
+/// every minimal counterexample found, naming its backend.
 fn check_family<S: Shape>(name: &str) {
     let cases = std::env::var("IDEM_MODEL_CASES").map_or(DEFAULT_CASES, |cases| {
         cases.parse().expect("IDEM_MODEL_CASES is a number")
@@ -585,19 +539,19 @@ fn check_family<S: Shape>(name: &str) {
         ..Config::default()
     };
     let runtime = Runtime::new().expect("a tokio runtime");
-    let (database, _log) = runtime.block_on(fresh_database(name));
-    let failures: Vec<String> = [Calls::Single, Calls::WithBatches]
-        .into_iter()
-        .filter_map(|calls| {
+    let backends = runtime.block_on(fresh_backends(name));
+    let mut failures = Vec::new();
+    for db in &backends {
+        for calls in [Calls::Single, Calls::WithBatches] {
             let mut runner = TestRunner::new(config.clone());
-            runner
-                .run(&sequences::<S>(calls), |ops| {
-                    runtime.block_on(run_sequence(&database, &ops))
-                })
-                .err()
-                .map(|failure| format!("{calls:?} calls: {failure}"))
-        })
-        .collect();
+            let run = runner.run(&sequences::<S>(calls), |ops| {
+                runtime.block_on(run_sequence(db, &ops))
+            });
+            if let Err(failure) = run {
+                failures.push(format!("{db}, {calls:?} calls: {failure}"));
+            }
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
