@@ -314,6 +314,7 @@ pub struct BackendError {
     backend: &'static str,
     code: Option<String>,
     retryable: bool,
+    message: String,
     source: Arc<dyn std::error::Error + Send + Sync + 'static>,
 }
 
@@ -331,8 +332,16 @@ impl BackendError {
             backend,
             code,
             retryable,
+            message: source.to_string(),
             source: Arc::new(source),
         }
+    }
+
+    /// The same error shown with `message` instead of the driver's own text (which for a
+    /// server error may not include what the server said).
+    pub fn with_message(mut self, message: String) -> Self {
+        self.message = message;
+        self
     }
 
     /// The backend's name: `"MongoDB"` or `"PostgreSQL"`.
@@ -370,7 +379,7 @@ impl fmt::Debug for BackendError {
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.backend, self.source)
+        write!(f, "{}: {}", self.backend, self.message)
     }
 }
 

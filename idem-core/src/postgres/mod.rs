@@ -365,9 +365,26 @@ impl Store {
         let mut inserted = Vec::new();
         for chunk in candidates.chunks(self.batch_chunk) {
             let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
-            let states = self
-                .write_rows(client, &table, &rows, &table.insert_new, &collection)
-                .await?;
+            let mut attempts = 0;
+            let states = loop {
+                attempts += 1;
+                match self
+                    .write_rows(client, &table, &rows, &table.insert_new, &collection)
+                    .await
+                {
+                    Ok(states) => break states,
+                    // A racing caller inserted one of these ids between the natural-key check
+                    // and the insert: nothing of this statement was written; it goes again and
+                    // meets that row.
+                    Err(error)
+                        if attempts < crate::MAX_ATTEMPTS
+                            && matches!(
+                                unique_conflict(&error, &table, rows[0]),
+                                Some(Conflict::Id)
+                            ) => {}
+                    Err(error) => return Err(error),
+                }
+            };
             for ((member, row), state) in chunk.iter().zip(states) {
                 match state {
                     RowState::Written { .. } => inserted.push((*member).clone()),
@@ -495,9 +512,10 @@ impl Store {
                 .await
             {
                 Ok(states) => states,
-                // One row collides on another unique constraint: the statement wrote nothing.
-                // Each row goes alone, so the others are written and the one is named.
-                Err(error) if sent.len() > 1 && is_unique_violation(&error) => {
+                // One row collides on another unique constraint, or holds a value the server
+                // refuses: the statement wrote nothing. Each row goes alone, so the others are
+                // written and the one is named.
+                Err(error) if sent.len() > 1 && is_row_specific(&error) => {
                     for &index in &pending {
                         let alone = [rows[index]];
                         let single = Box::pin(self.settle(client, table, &alone, write));
@@ -505,16 +523,27 @@ impl Store {
                     }
                     continue;
                 }
+                Err(error) if sent.len() > 1 => return Err(error),
                 Err(error) => match unique_conflict(&error, table, sent[0]) {
-                    Some(refusal) if sent.len() == 1 => {
-                        let refusal = match refusal {
-                            Conflict::Id => self.id_conflict(client, table, sent[0]).await?,
-                            Conflict::Other(error) => error,
-                        };
+                    // A racing writer inserted this id between the natural-key check and the
+                    // insert: the statement goes again and meets its row. Or another tool stored
+                    // this id under another natural key: a refusal.
+                    Some(Conflict::Id) => {
+                        if let Some(refusal) = self.id_conflict(client, table, sent[0]).await? {
+                            outcomes[pending[0]] = Some(Err(refusal));
+                        }
+                        continue;
+                    }
+                    Some(Conflict::Other(refusal)) => {
                         outcomes[pending[0]] = Some(Err(refusal));
                         continue;
                     }
-                    _ => return Err(error),
+                    // A value this row holds that the server refuses: its own error.
+                    None if is_row_specific(&error) => {
+                        outcomes[pending[0]] = Some(Err(error));
+                        continue;
+                    }
+                    None => return Err(error),
                 },
             };
             for (&index, state) in pending.iter().zip(states) {
@@ -629,13 +658,14 @@ impl Store {
     }
 
     /// The refusal for a row stored under this write's id with another natural key (written by
-    /// another tool): the first key that differs.
+    /// another tool): the first key that differs. `None` if the row under the id holds this
+    /// natural key or is gone: a racing writer's, and the write goes again.
     async fn id_conflict<C>(
         &self,
         client: &C,
         table: &Table,
         row: &PreparedRow,
-    ) -> Result<Error, Error>
+    ) -> Result<Option<Error>, Error>
     where
         C: GenericClient + Sync,
     {
@@ -661,20 +691,15 @@ impl Store {
                 .and_then(|index| row.value_of(table, index));
             (stored_text.as_deref() != incoming).then_some((*field, stored_text, incoming))
         });
-        Ok(match differs {
-            Some((field, stored_text, incoming)) => Error::FrozenFieldChanged {
+        Ok(
+            differs.map(|(field, stored_text, incoming)| Error::FrozenFieldChanged {
                 document: Box::new(row.document.clone()),
                 stored_id: row.id_text.clone(),
                 field: field.name(),
                 stored: stored_text.unwrap_or_else(|| "(missing)".to_owned()),
                 incoming: incoming.unwrap_or_default().to_owned(),
-            },
-            // The row is gone or holds this key: another constraint on the id collided.
-            None => Error::UniqueIndexConflict {
-                document: Box::new(row.document.clone()),
-                index: format!("{}_pkey", row.model.collection()),
-            },
-        })
+            }),
+        )
     }
 
     /// The table of `T`, checked against the model before its first write.
@@ -876,10 +901,16 @@ enum Conflict {
     Other(Error),
 }
 
-fn is_unique_violation(error: &Error) -> bool {
-    error
-        .as_backend()
-        .is_some_and(|backend| backend.code() == Some(UNIQUE_VIOLATION))
+/// Whether the server refused a value one row holds: a data exception (22), an integrity
+/// constraint (23) or a limit such as an index row too large (54). Sent alone, the other rows of
+/// its statement are written.
+fn is_row_specific(error: &Error) -> bool {
+    let code = error.as_backend().and_then(|backend| backend.code());
+    code.is_some_and(|code| {
+        ["22", "23", "54"]
+            .iter()
+            .any(|class| code.starts_with(class))
+    })
 }
 
 fn unique_conflict(error: &Error, table: &Table, row: &PreparedRow) -> Option<Conflict> {
@@ -943,7 +974,19 @@ impl AsDocument for &PreparedRow {
 pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
     let code = source.code().map(|state| state.code().to_owned());
     let retryable = is_transient(&source);
-    BackendError::new("PostgreSQL", code, retryable, source)
+    // The driver's own text of a server error is only "db error": show what the server said.
+    let message = source.as_db_error().map(|db| {
+        let mut message = format!("{} ({}): {}", db.severity(), db.code().code(), db.message());
+        if let Some(detail) = db.detail() {
+            message.push_str(&format!("; {detail}"));
+        }
+        message
+    });
+    let error = BackendError::new("PostgreSQL", code, retryable, source);
+    match message {
+        Some(message) => error.with_message(message),
+        None => error,
+    }
 }
 
 fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Error {
