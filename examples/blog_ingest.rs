@@ -228,6 +228,8 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         .await
         .map_err(|error| Fatal(format!("creating the indexes: {error}")))?;
 
+    let markers_before = write_markers(store).await?;
+    let _ = monitor.take();
     let mut rows = Vec::with_capacity(posts.len());
     for post in &posts {
         let id = post
@@ -237,6 +239,11 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         rows.push((post, id, result));
     }
     let commands = monitor.take();
+    let markers_after = write_markers(store).await?;
+    let documents_written = markers_after
+        .iter()
+        .filter(|(id, marker)| markers_before.get(*id) != Some(*marker))
+        .count();
 
     // The table.
     let slug_width = rows
@@ -285,7 +292,7 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         "totals: {} ({} posts); documents written: {}",
         totals.describe(),
         posts.len(),
-        commands.documents_written,
+        documents_written,
     );
     println!("commands sent: {}", commands.describe());
     let stored = store
@@ -307,6 +314,31 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Each stored post's write marker, by id. Every write stamps the document it stores with a
+/// fresh random marker (`idemWrite`), so the documents whose marker is new or changed after a run
+/// are exactly the documents the run wrote: a count no command reply gives, since a
+/// `findAndModify` reply does not say whether its conditional replacement changed the document.
+async fn write_markers(store: &Store) -> Result<BTreeMap<String, Bson>, Fatal> {
+    let collection = store
+        .database()
+        .collection::<Document>(Post::MODEL.collection());
+    let mut cursor = collection
+        .find(doc! {})
+        .projection(doc! { idem_core::model::WRITE_MARKER_FIELD: 1 })
+        .await?;
+    let mut markers = BTreeMap::new();
+    while cursor.advance().await? {
+        let stored = cursor.deserialize_current()?;
+        let id = stored.get("_id").map(Bson::to_string).unwrap_or_default();
+        let marker = stored
+            .get(idem_core::model::WRITE_MARKER_FIELD)
+            .cloned()
+            .unwrap_or(Bson::Null);
+        markers.insert(id, marker);
+    }
+    Ok(markers)
 }
 
 /// Prints the stored document of one post, raw, as relaxed extended JSON.
@@ -409,7 +441,7 @@ impl Totals {
     }
 }
 
-/// What the client sent and what the server said it wrote, from command monitoring.
+/// The commands the client sent, from command monitoring.
 #[derive(Clone, Default)]
 struct Monitor(Arc<Mutex<Commands>>);
 
@@ -417,8 +449,6 @@ struct Monitor(Arc<Mutex<Commands>>);
 struct Commands {
     /// Commands started, by name.
     sent: BTreeMap<String, u64>,
-    /// Documents upserted or modified, as the `update` commands' replies report.
-    documents_written: u64,
 }
 
 impl Commands {
@@ -438,22 +468,9 @@ impl Commands {
 
 impl Monitor {
     fn observe(&self, event: CommandEvent) {
-        let mut commands = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match event {
-            CommandEvent::Started(started) => {
-                *commands.sent.entry(started.command_name).or_default() += 1;
-            }
-            CommandEvent::Succeeded(succeeded) if succeeded.command_name == "update" => {
-                let reply = &succeeded.reply;
-                let modified = match reply.get("nModified") {
-                    Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
-                    Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
-                    _ => 0,
-                };
-                let upserted = reply.get_array("upserted").map_or(0, Vec::len) as u64;
-                commands.documents_written += modified + upserted;
-            }
-            _ => {}
+        if let CommandEvent::Started(started) = event {
+            let mut commands = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            *commands.sent.entry(started.command_name).or_default() += 1;
         }
     }
 
