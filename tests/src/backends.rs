@@ -438,4 +438,28 @@ impl Db {
     fn quoted(name: &str) -> String {
         format!("\"{}\"", name.replace('"', "\"\""))
     }
+
+    /// The same store remembering only the latest `window` op ids per document (`apply_once`'s
+    /// `with_op_window` on either backend), on a connection of its own.
+    pub async fn with_op_window(&self, window: usize) -> Db {
+        match self.another().await {
+            Db::Mongo { store, log } => Db::Mongo {
+                store: store.with_op_window(window),
+                log,
+            },
+            Db::Postgres {
+                label,
+                uri,
+                schema,
+                client,
+                store,
+            } => Db::Postgres {
+                label,
+                uri,
+                schema,
+                client,
+                store: store.with_op_window(window),
+            },
+        }
+    }
 }
