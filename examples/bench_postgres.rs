@@ -1,0 +1,1793 @@
+//! PostgreSQL benchmark: idem's `upsert_many` against what one writes by hand, on the same rows in
+//! the same run, with statements, rows written, dead tuples and WAL bytes counted exactly.
+//!
+//! The scenarios, each over `--rows` blog posts (default 10,000; about 1.4 KB per row):
+//!
+//! 1. new rows into an empty table: `store.upsert_many` against (a) one
+//!    `INSERT … ON CONFLICT (slug, lang) DO UPDATE` per row, (b) one multi-row
+//!    `INSERT … VALUES (…), (…) … ON CONFLICT … DO UPDATE` per chunk and (c) binary
+//!    `COPY … FROM STDIN`, the physical limit.
+//! 2. re-ingest of the same rows, unchanged: `store.upsert_many` against the naive multi-row
+//!    `INSERT … ON CONFLICT … DO UPDATE SET …` of every row.
+//! 3. the same with every tenth row changed (a new title).
+//!
+//! Each re-ingest carries a new `fetchedAt` (volatile: it never makes a post "changed"), as a real
+//! re-fetch would.
+//!
+//! The targets, checked at the end: idem sends one statement per chunk; writes each new row once;
+//! is at least 3x faster than row by row and within 2x of `COPY` (timed); an unchanged re-ingest
+//! writes 0 rows, leaves 0 dead tuples and near-zero WAL (at most 1% of the naive upsert's); a
+//! changed re-ingest writes exactly the changed rows. Exact targets (counts) fail the run when
+//! missed; timed ones are reported.
+//!
+//! Fairness. Every variant writes the same table (`Store::create_table_sql::<Post>()`) and the
+//! same columns: the hand-written ones fill idem's own columns (`_id`, the content hash,
+//! `idemFrozen`) with exactly the values idem stores, read back from a table idem wrote before any
+//! timing, so every variant stores byte-identical rows (the check step proves it: idem finds the
+//! rows a hand-written variant stored `Unchanged`). The hand-written variants bind those values
+//! ready-made and use statements prepared before timing, so they pay none of idem's CPU (id,
+//! content hash, digests, serialization) and no parse round trip. Chunks are `--chunk` rows
+//! (default 1000, idem's default) for idem and for the multi-row statements alike.
+//!
+//! Each round of each variant starts from the same table: `TRUNCATE`, the stored rows of the
+//! scenario put back with `COPY` (untimed), then `VACUUM`, so dead tuples and WAL are those of the
+//! variant alone. Autovacuum is off for the table (it would reset `n_dead_tup` behind the
+//! benchmark's back). Variants run interleaved (A, B, C, then C, B, A…); the wall time is the
+//! median over the rounds, and the ratio the median of per-round ratios to the scenario's
+//! baseline (its first variant), each taken within its own round.
+//!
+//! How each count is made exact:
+//!
+//! - statements: the client's connection runs over a stream that parses every message the
+//!   client sends; each `Query` or `Execute` message is one statement (a `COPY` is one `Execute`).
+//!   The hand-written variants also count their own `execute`/`copy_in` calls, and a run fails if
+//!   the two ever differ.
+//! - rows written: `n_tup_ins + n_tup_upd` of `pg_stat_user_tables`, after
+//!   `pg_stat_force_next_flush()` on the writing connection (PostgreSQL 15 and later flush a
+//!   backend's counters lazily; the forced flush happens before the server answers, so a read
+//!   after it sees every write). It must equal what the client was told (rows affected, rows
+//!   copied, idem's outcomes), or the run fails.
+//! - dead tuples: `n_dead_tup` of the same view, read the same way (an update leaves one dead
+//!   tuple; pruning on a later page visit can remove some before they are counted).
+//! - WAL bytes: `pg_current_wal_insert_lsn()` before and after, on the writing connection. The
+//!   insert position, not `pg_current_wal_lsn()` (the write position), which lags behind it by
+//!   what sits in the WAL buffers when commits are asynchronous. It counts all the server's WAL in
+//!   the window: on a server with nothing else running, the variant's own.
+//!
+//! A check step first runs every variant on 10 rows and compares each count with what the
+//! statements must do (10 rows inserted, 10 updated, 10 dead tuples…), the dead tuples also with
+//! `pgstattuple`, and lists the WAL records of each window with `pg_walinspect`, where those
+//! extensions can be created.
+//!
+//! Run it (release build) against PostgreSQL 15 or later; `scripts/bench` runs it against a
+//! throwaway PostgreSQL 15 and 18:
+//!
+//! ```text
+//! eval "$(scripts/pg-server start 18)"
+//! cargo run --release -p idem-examples --example bench_postgres -- [--rounds 5] [--rows 10000]
+//!     [--chunk 1000] [--only check,1,2,3] [--tsv FILE]
+//! scripts/pg-server stop
+//! ```
+//!
+//! `POSTGRES_URI` names the server. The benchmark works in a schema of its own,
+//! `idem_bench_<pid>`, dropped when done. Exit status: 0 when every exact target is met; 1 when
+//! one is missed; 2 on a usage or server problem.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::{pin, Pin};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use idem_core::postgres::Store;
+use idem_core::tokio_postgres::binary_copy::BinaryCopyInWriter;
+use idem_core::tokio_postgres::config::Host;
+use idem_core::tokio_postgres::types::{ToSql, Type};
+use idem_core::tokio_postgres::{Client, Config, NoTls, Statement};
+use idem_core::{BatchReport, Idempotent, Outcome};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+// ------------------------------------------------------------------------------------------------
+// The rows
+
+/// The design's blog post: two text keys, an `i64` id timestamp, text fields, one volatile
+/// field and one frozen field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "bench_posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+}
+
+/// The table every variant writes.
+const TABLE: &str = "bench_posts";
+/// The body of every post, in bytes: rows of about 1.4 KB, below the 2 KB at which PostgreSQL
+/// would compress or move a value out of line.
+const BODY_BYTES: usize = 1000;
+/// 2024-01-01T00:00:00Z.
+const EPOCH: i64 = 1_704_067_200_000;
+/// The `fetchedAt` of the re-ingests.
+const REFETCHED_AT: i64 = EPOCH + 1_000_000_000;
+/// The rows of the check step.
+const CHECK_ROWS: usize = 10;
+
+/// `count` posts fetched at `EPOCH`, bodies all different.
+fn posts(count: usize) -> Vec<Post> {
+    const FILLER: &str = "Idempotent writes converge under retries, replays and races; \
+                          unchanged content is never written twice. ";
+    (0..count)
+        .map(|i| Post {
+            slug: format!("post-{i:06}"),
+            lang: ["en", "fr", "de"][i % 3].to_owned(),
+            published_at: EPOCH + i as i64 * 60_000,
+            title: format!("Notes on idempotency, part {i:06}"),
+            body: FILLER
+                .chars()
+                .cycle()
+                .skip(i % FILLER.len())
+                .take(BODY_BYTES)
+                .collect(),
+            fetched_at: EPOCH,
+            author_id: format!("author-{:02}", i % 17),
+        })
+        .collect()
+}
+
+/// Whether post `index` is one of the tenth a changed re-ingest edits.
+fn is_changed(index: usize) -> bool {
+    index.is_multiple_of(10)
+}
+
+/// The posts as re-fetched, with every tenth one edited if `with_changes`.
+fn refetched(originals: &[Post], with_changes: bool) -> Vec<Post> {
+    originals
+        .iter()
+        .enumerate()
+        .map(|(index, post)| {
+            let mut post = post.clone();
+            post.fetched_at = REFETCHED_AT;
+            if with_changes && is_changed(index) {
+                post.title.push_str(" (revised)");
+            }
+            post
+        })
+        .collect()
+}
+
+/// A row exactly as idem stores it: what the hand-written variants bind.
+#[derive(Clone, Debug)]
+struct Row {
+    id: String,
+    slug: String,
+    lang: String,
+    published_at: i64,
+    title: String,
+    body: String,
+    fetched_at: i64,
+    author_id: String,
+    hash: String,
+    frozen: serde_json::Value,
+}
+
+/// The columns idem writes for a `Post`, in the order of [`Row::params`]; `{hash}` is the
+/// model's hash column.
+const COLUMNS: [&str; 10] = [
+    "_id",
+    "slug",
+    "lang",
+    "publishedAt",
+    "title",
+    "body",
+    "fetchedAt",
+    "authorId",
+    "{hash}",
+    "idemFrozen",
+];
+
+/// The SQL types of [`COLUMNS`], for binary `COPY`.
+const TYPES: [Type; 10] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::JSONB,
+];
+
+impl Row {
+    fn params(&self) -> [&(dyn ToSql + Sync); 10] {
+        [
+            &self.id,
+            &self.slug,
+            &self.lang,
+            &self.published_at,
+            &self.title,
+            &self.body,
+            &self.fetched_at,
+            &self.author_id,
+            &self.hash,
+            &self.frozen,
+        ]
+    }
+}
+
+/// The quoted column names.
+fn columns() -> Vec<String> {
+    COLUMNS
+        .iter()
+        .map(|name| format!("\"{}\"", name.replace("{hash}", Post::MODEL.hash_field())))
+        .collect()
+}
+
+/// `INSERT INTO bench_posts AS t (…) VALUES (…), … ON CONFLICT (slug, lang) DO UPDATE SET …`
+/// for `rows` rows: every column but the id and the key replaced, as idem replaces them.
+fn upsert_sql(rows: usize) -> String {
+    let columns = columns();
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let parameters: Vec<String> = (1..=columns.len())
+                .map(|column| format!("${}", row * columns.len() + column))
+                .collect();
+            format!("({})", parameters.join(", "))
+        })
+        .collect();
+    let set: Vec<String> = columns[3..]
+        .iter()
+        .map(|column| format!("{column} = excluded.{column}"))
+        .collect();
+    format!(
+        "INSERT INTO {TABLE} AS t ({}) VALUES {} ON CONFLICT (\"slug\", \"lang\") DO UPDATE SET {}",
+        columns.join(", "),
+        values.join(", "),
+        set.join(", ")
+    )
+}
+
+fn copy_sql() -> String {
+    format!(
+        "COPY {TABLE} ({}) FROM STDIN (FORMAT binary)",
+        columns().join(", ")
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
+// Counting the statements on the wire
+
+/// What the client sent: statements (`Query` and `Execute` messages) and bytes.
+#[derive(Default)]
+struct WireCounts {
+    statements: AtomicU64,
+    bytes: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Wire {
+    statements: u64,
+    bytes: u64,
+}
+
+impl WireCounts {
+    fn snapshot(&self) -> Wire {
+        Wire {
+            statements: self.statements.load(Ordering::SeqCst),
+            bytes: self.bytes.load(Ordering::SeqCst),
+        }
+    }
+}
+
+impl Wire {
+    fn since(self, earlier: Wire) -> Wire {
+        Wire {
+            statements: self.statements - earlier.statements,
+            bytes: self.bytes - earlier.bytes,
+        }
+    }
+}
+
+/// Splits the client's byte stream into protocol messages: first the untyped ones (an
+/// `SSLRequest` or `GSSENCRequest`, then the startup message), then `type, length, body`.
+#[derive(Default)]
+struct Frames {
+    started: bool,
+    header: [u8; 8],
+    have: usize,
+    skip: usize,
+}
+
+/// The codes of the untyped requests that precede the startup message.
+const SSL_REQUEST: u32 = 80_877_103;
+const GSSENC_REQUEST: u32 = 80_877_104;
+
+impl Frames {
+    fn feed(&mut self, mut bytes: &[u8], counts: &WireCounts) {
+        counts.bytes.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let need = if self.started { 5 } else { 8 };
+            let n = (need - self.have).min(bytes.len());
+            self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have < need {
+                break;
+            }
+            self.have = 0;
+            let word = |at: usize| {
+                u32::from_be_bytes([
+                    self.header[at],
+                    self.header[at + 1],
+                    self.header[at + 2],
+                    self.header[at + 3],
+                ]) as usize
+            };
+            if self.started {
+                if matches!(self.header[0], b'Q' | b'E') {
+                    counts.statements.fetch_add(1, Ordering::SeqCst);
+                }
+                self.skip = word(1).saturating_sub(4);
+            } else {
+                let code = word(4) as u32;
+                self.skip = word(0).saturating_sub(8);
+                self.started = code != SSL_REQUEST && code != GSSENC_REQUEST;
+            }
+        }
+    }
+}
+
+/// A stream that counts what the client writes to it.
+struct Counted<S> {
+    inner: S,
+    frames: Frames,
+    counts: Arc<WireCounts>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.frames.feed(&buf[..n], &this.counts);
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// A client of `uri` whose every sent message is counted in `counts`.
+async fn connect(uri: &str, counts: Arc<WireCounts>) -> Result<Client, Fatal> {
+    let config: Config = uri
+        .parse()
+        .map_err(|e| fatal(format!("POSTGRES_URI: {e}")))?;
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let frames = Frames::default();
+    match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => {
+            let stream = TcpStream::connect((host.as_str(), port)).await?;
+            stream.set_nodelay(true)?;
+            let stream = Counted {
+                inner: stream,
+                frames,
+                counts,
+            };
+            let (client, connection) = config.connect_raw(stream, NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    eprintln!("bench_postgres: connection: {error}");
+                }
+            });
+            Ok(client)
+        }
+        #[cfg(unix)]
+        Some(Host::Unix(dir)) => {
+            let stream =
+                tokio::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?;
+            let stream = Counted {
+                inner: stream,
+                frames,
+                counts,
+            };
+            let (client, connection) = config.connect_raw(stream, NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    eprintln!("bench_postgres: connection: {error}");
+                }
+            });
+            Ok(client)
+        }
+        None => Err(fatal("POSTGRES_URI names no host")),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Results
+
+/// A problem that stops the benchmark: exit status 2.
+struct Fatal(String);
+
+impl<E: std::fmt::Display> From<E> for Fatal {
+    fn from(error: E) -> Self {
+        Fatal(error.to_string())
+    }
+}
+
+fn fatal(message: impl Into<String>) -> Fatal {
+    Fatal(message.into())
+}
+
+/// One measured run of one variant.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    wire: Wire,
+    /// `n_tup_ins + n_tup_upd`.
+    written: i64,
+    /// `n_dead_tup`.
+    dead: i64,
+    wal: u64,
+    wall: Duration,
+}
+
+/// A row of the table: a variant's samples over the rounds, and its ratios to the baseline.
+struct ReportRow {
+    scenario: String,
+    variant: String,
+    statements: u64,
+    sent: String,
+    written: i64,
+    dead: String,
+    wal: String,
+    wal_bytes: u64,
+    wall: Duration,
+    per_row: Duration,
+    /// Median over rounds of (this / baseline) wall time, and each round's ratio.
+    ratio: Option<(f64, Vec<f64>)>,
+    is_baseline: bool,
+}
+
+/// A target, checked: exact targets (counts) fail the run when missed.
+struct Target {
+    /// `exact` (counts: a miss fails the run) or `timed` (reported).
+    kind: &'static str,
+    met: bool,
+    what: String,
+    measured: String,
+}
+
+#[derive(Default)]
+struct Report {
+    server: String,
+    settings: String,
+    checks: Vec<String>,
+    rows: Vec<ReportRow>,
+    targets: Vec<Target>,
+}
+
+impl Report {
+    fn target(&mut self, exact: bool, met: bool, what: impl Into<String>, measured: String) {
+        self.targets.push(Target {
+            kind: if exact { "exact" } else { "timed" },
+            met,
+            what: what.into(),
+            measured,
+        });
+    }
+
+    /// Adds the rows of a scenario whose variant 0 is the baseline.
+    fn add_scenario(
+        &mut self,
+        scenario: &str,
+        variants: &[Variant],
+        samples: &[Vec<Sample>],
+        rows: usize,
+    ) -> Result<(), Fatal> {
+        for (index, (variant, runs)) in variants.iter().zip(samples).enumerate() {
+            // Statements and rows written are exact: every round must agree.
+            let first = &runs[0];
+            if let Some(other) = runs.iter().find(|run| {
+                run.wire.statements != first.wire.statements || run.written != first.written
+            }) {
+                return Err(fatal(format!(
+                    "{scenario} / {}: the counts differ between rounds ({} statements, {} \
+                     written vs {} statements, {} written)",
+                    variant.name(),
+                    first.wire.statements,
+                    first.written,
+                    other.wire.statements,
+                    other.written
+                )));
+            }
+            let wall = median_duration(runs.iter().map(|run| run.wall));
+            let ratio = (index > 0).then(|| {
+                let per_round: Vec<f64> = runs
+                    .iter()
+                    .zip(&samples[0])
+                    .map(|(run, base)| run.wall.as_secs_f64() / base.wall.as_secs_f64())
+                    .collect();
+                (median(&per_round), per_round)
+            });
+            let wal_bytes = median_u64(runs.iter().map(|run| run.wal));
+            let sent = median_u64(runs.iter().map(|run| run.wire.bytes));
+            self.rows.push(ReportRow {
+                scenario: if index == 0 {
+                    scenario.to_owned()
+                } else {
+                    String::new()
+                },
+                variant: variant.name().to_owned(),
+                statements: first.wire.statements,
+                sent: fmt_bytes(sent),
+                written: first.written,
+                dead: spread_counts(runs.iter().map(|run| run.dead as u64), |n| n.to_string()),
+                wal: spread_counts(runs.iter().map(|run| run.wal), fmt_bytes),
+                wal_bytes,
+                wall,
+                per_row: wall / u32::try_from(rows.max(1)).unwrap_or(u32::MAX),
+                ratio,
+                is_baseline: index == 0,
+            });
+        }
+        Ok(())
+    }
+
+    fn print(&self) {
+        println!("server: {} ({})", self.server, self.settings);
+        if !self.checks.is_empty() {
+            println!();
+            for line in &self.checks {
+                println!("{line}");
+            }
+        }
+        println!();
+        let header = [
+            "scenario",
+            "variant",
+            "statements",
+            "sent",
+            "rows written",
+            "dead tuples",
+            "WAL",
+            "wall (median)",
+            "ratio",
+            "ratio per round",
+        ];
+        let mut lines: Vec<[String; 10]> = vec![header.map(str::to_owned)];
+        for row in &self.rows {
+            let (ratio, rounds) = match &row.ratio {
+                Some((ratio, rounds)) => (format!("{ratio:.2}x"), spread(rounds)),
+                None => ("1.00x".to_owned(), "baseline".to_owned()),
+            };
+            lines.push([
+                row.scenario.clone(),
+                row.variant.clone(),
+                row.statements.to_string(),
+                row.sent.clone(),
+                row.written.to_string(),
+                row.dead.clone(),
+                row.wal.clone(),
+                format!(
+                    "{} ({}/row)",
+                    fmt_duration(row.wall),
+                    fmt_duration(row.per_row)
+                ),
+                ratio,
+                rounds,
+            ]);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|i| {
+                lines
+                    .iter()
+                    .map(|line| line[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for (index, line) in lines.iter().enumerate() {
+            let cells: Vec<String> = line
+                .iter()
+                .zip(&widths)
+                .map(|(cell, &width)| format!("{cell:<width$}"))
+                .collect();
+            println!("{}", cells.join("  ").trim_end());
+            if index == 0 {
+                let rules: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+                println!("{}", rules.join("  "));
+            }
+        }
+        println!();
+        println!("targets:");
+        for target in &self.targets {
+            let verdict = match (target.met, target.kind) {
+                (true, _) => "MET   ",
+                (false, "exact") => "MISSED",
+                (false, _) => "missed",
+            };
+            println!(
+                "  {verdict} [{}] {}: {}",
+                target.kind, target.what, target.measured
+            );
+        }
+    }
+
+    /// The server, every row and target, tab-separated, for `scripts/bench`.
+    fn tsv(&self) -> String {
+        let mut out = format!("server\t{}\t{}\n", self.server, self.settings);
+        let mut scenario = String::new();
+        for row in &self.rows {
+            if !row.scenario.is_empty() {
+                scenario.clone_from(&row.scenario);
+            }
+            let ratio = row
+                .ratio
+                .as_ref()
+                .map_or_else(String::new, |(ratio, _)| format!("{ratio:.3}"));
+            out.push_str(&format!(
+                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\n",
+                row.variant,
+                row.statements,
+                row.sent,
+                row.written,
+                row.dead,
+                row.wal,
+                row.wal_bytes,
+                fmt_duration(row.wall),
+                fmt_duration(row.per_row),
+                u8::from(row.is_baseline)
+            ));
+        }
+        for target in &self.targets {
+            out.push_str(&format!(
+                "target\t{}\t{}\t{}\t{}\n",
+                target.kind,
+                if target.met { "met" } else { "missed" },
+                target.what,
+                target.measured
+            ));
+        }
+        out
+    }
+}
+
+/// Each round's ratio, or their range when there are many.
+fn spread(ratios: &[f64]) -> String {
+    if ratios.len() <= 7 {
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        return each.join(" ");
+    }
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{low:.2} .. {high:.2} ({} rounds)", ratios.len())
+}
+
+/// The median of counts over the rounds, with how far apart the rounds were if they differ.
+fn spread_counts(values: impl Iterator<Item = u64>, show: impl Fn(u64) -> String) -> String {
+    let values: Vec<u64> = values.collect();
+    let low = values.iter().copied().min().unwrap_or(0);
+    let high = values.iter().copied().max().unwrap_or(0);
+    let middle = median_u64(values.iter().copied());
+    if low == high {
+        show(middle)
+    } else {
+        format!("{} (rounds within {})", show(middle), show(high - low))
+    }
+}
+
+/// `1 statement`, `10 statements`.
+fn plural(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("{count} {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+/// The median of counts (the lower middle of an even number).
+fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
+    let mut sorted: Vec<u64> = values.collect();
+    sorted.sort_unstable();
+    sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
+}
+
+fn median_duration(values: impl Iterator<Item = Duration>) -> Duration {
+    let seconds: Vec<f64> = values.map(|d| d.as_secs_f64()).collect();
+    Duration::from_secs_f64(median(&seconds))
+}
+
+fn fmt_duration(duration: Duration) -> String {
+    let ns = duration.as_secs_f64() * 1e9;
+    for (unit, scale) in [("s", 1e9), ("ms", 1e6), ("µs", 1e3)] {
+        if ns >= scale {
+            return format!("{:.3} {unit}", ns / scale);
+        }
+    }
+    format!("{ns:.0} ns")
+}
+
+fn fmt_bytes(bytes: u64) -> String {
+    let value = bytes as f64;
+    for (unit, scale) in [("MiB", 1024.0 * 1024.0), ("KiB", 1024.0)] {
+        if value >= scale {
+            return format!("{:.2} {unit}", value / scale);
+        }
+    }
+    format!("{bytes} B")
+}
+
+// ------------------------------------------------------------------------------------------------
+// The benchmark
+
+struct Args {
+    rounds: usize,
+    rows: usize,
+    chunk: usize,
+    tsv: Option<String>,
+    /// The steps to run (`check`, `1`, `2`, `3`); all when empty.
+    only: Vec<String>,
+}
+
+impl Args {
+    fn runs(&self, step: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == step)
+    }
+}
+
+const USAGE: &str = "\
+usage: bench_postgres [--rounds N] [--rows N] [--chunk N] [--only LIST] [--tsv FILE]
+
+Benchmarks idem's upsert_many against hand-written writes on the PostgreSQL server named by
+POSTGRES_URI (15 or later).
+  --rounds N   interleaved rounds per scenario (default 5)
+  --rows N     rows of each scenario (default 10000; a multiple of 10)
+  --chunk N    rows per statement of idem and of the multi-row statements (default 1000)
+  --only LIST  only these steps, comma-separated: check,1,2,3 (default: all)
+  --tsv FILE   also write the rows and targets, tab-separated, to FILE";
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
+    let mut parsed = Args {
+        rounds: 5,
+        rows: 10_000,
+        chunk: idem_core::postgres::DEFAULT_BATCH_CHUNK,
+        tsv: None,
+        only: Vec::new(),
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| fatal(format!("{name} needs a value\n\n{USAGE}")))
+        };
+        let mut number = |name: &str| -> Result<usize, Fatal> {
+            let text = value(name)?;
+            text.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| fatal(format!("{name} takes a positive number, not {text:?}")))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--rounds" => parsed.rounds = number("--rounds")?,
+            "--rows" => parsed.rows = number("--rows")?,
+            "--chunk" => parsed.chunk = number("--chunk")?,
+            "--tsv" => parsed.tsv = Some(value("--tsv")?),
+            "--only" => {
+                parsed.only = value("--only")?
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .collect();
+                if let Some(bad) = parsed
+                    .only
+                    .iter()
+                    .find(|s| !["check", "1", "2", "3"].contains(&s.as_str()))
+                {
+                    return Err(fatal(format!("--only: no step {bad:?}\n\n{USAGE}")));
+                }
+            }
+            other => return Err(fatal(format!("unexpected argument {other:?}\n\n{USAGE}"))),
+        }
+    }
+    if !parsed.rows.is_multiple_of(10) {
+        return Err(fatal("--rows must be a multiple of 10"));
+    }
+    // Ten columns a row: a multi-row statement must stay under 65,535 bind parameters.
+    if parsed.chunk.min(parsed.rows) * COLUMNS.len() > usize::from(u16::MAX) {
+        return Err(fatal(format!(
+            "--chunk: a multi-row statement of {} rows would need more than 65535 parameters",
+            parsed.chunk
+        )));
+    }
+    Ok(Some(parsed))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(code) => code,
+        Err(Fatal(message)) => {
+            eprintln!("bench_postgres: error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<ExitCode, Fatal> {
+    let Some(args) = parse_args(std::env::args().skip(1))? else {
+        println!("{USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let uri = std::env::var("POSTGRES_URI").map_err(|_| {
+        fatal("POSTGRES_URI is not set: `eval \"$(scripts/pg-server start 18)\"` starts a server")
+    })?;
+    let wire = Arc::new(WireCounts::default());
+    let client = connect(&uri, wire.clone()).await?;
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await?
+        .get(0);
+    if version < 150_000 {
+        return Err(fatal(format!(
+            "PostgreSQL {version} is too old: the dead-tuple and row counts need \
+             pg_stat_force_next_flush() (PostgreSQL 15 and later)"
+        )));
+    }
+    let schema = format!("idem_bench_{}", std::process::id());
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+             SET search_path TO {schema}, public"
+        ))
+        .await?;
+    let bench = Bench::new(client, wire, &args, schema.clone()).await;
+    let outcome = match bench {
+        Ok(bench) => bench.run_all(&args).await,
+        Err(error) => Err(error),
+    };
+    // The schema goes whatever happened; a failure to drop it is only reported.
+    if let Ok(cleanup) = connect(&uri, Arc::default()).await {
+        if let Err(error) = cleanup
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+        {
+            eprintln!("bench_postgres: dropping schema {schema}: {error}");
+        }
+    }
+    let report = outcome?;
+    println!();
+    report.print();
+    if let Some(path) = &args.tsv {
+        std::fs::write(path, report.tsv()).map_err(|e| fatal(format!("writing {path}: {e}")))?;
+    }
+    let missed = report
+        .targets
+        .iter()
+        .filter(|t| t.kind == "exact" && !t.met)
+        .count();
+    if missed > 0 {
+        eprintln!("bench_postgres: {missed} exact target(s) missed");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One way of writing the rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    /// One `INSERT … ON CONFLICT DO UPDATE` per row.
+    RowByRow,
+    /// One multi-row `INSERT … VALUES … ON CONFLICT DO UPDATE` per chunk.
+    MultiRow,
+    /// The same, named as the naive re-ingest it is in scenarios 2 and 3.
+    Naive,
+    /// Binary `COPY … FROM STDIN`.
+    Copy,
+    /// `store.upsert_many`.
+    Idem,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::RowByRow => "row by row: INSERT … ON CONFLICT DO UPDATE per row",
+            Variant::MultiRow => "multi-row INSERT … VALUES … ON CONFLICT DO UPDATE per chunk",
+            Variant::Naive => "naive: multi-row INSERT … ON CONFLICT DO UPDATE SET … per chunk",
+            Variant::Copy => "COPY … FROM STDIN (FORMAT binary)",
+            Variant::Idem => "idem store.upsert_many",
+        }
+    }
+}
+
+/// The counters of the table, from `pg_stat_user_tables`.
+#[derive(Clone, Copy, Debug, Default)]
+struct TableStats {
+    inserted: i64,
+    updated: i64,
+    dead: i64,
+}
+
+/// What a run reports of itself: the rows the client was told it wrote and, for the
+/// hand-written variants, the statements it sent by its own count.
+struct Done {
+    written: u64,
+    calls: Option<u64>,
+}
+
+/// The rows of one scenario: the posts idem is given and the same rows as the hand-written
+/// variants bind.
+struct Dataset {
+    posts: Vec<Post>,
+    rows: Vec<Row>,
+}
+
+/// The datasets of every scenario, over `count` posts.
+struct Datasets {
+    originals: Dataset,
+    unchanged: Dataset,
+    changed: Dataset,
+}
+
+struct Bench {
+    client: Client,
+    wire: Arc<WireCounts>,
+    store: Store,
+    rounds: usize,
+    chunk: usize,
+    schema: String,
+    /// The single-row upsert, prepared before any timing.
+    single: Statement,
+    /// The multi-row upserts by row count, prepared before any timing.
+    multi: HashMap<usize, Statement>,
+    copy: Statement,
+}
+
+/// The order of the variants in `round`: forward, then backward, so no variant always runs
+/// first.
+fn order(variants: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..variants).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+impl Bench {
+    async fn new(
+        client: Client,
+        wire: Arc<WireCounts>,
+        args: &Args,
+        schema: String,
+    ) -> Result<Bench, Fatal> {
+        let store = Store::new().with_batch_chunk(args.chunk);
+        store.ensure_table::<Post, _>(&client).await?;
+        // Autovacuum would reset n_dead_tup behind the benchmark's back.
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE {TABLE} SET (autovacuum_enabled = false, \
+                 toast.autovacuum_enabled = false)"
+            ))
+            .await?;
+        let single = client.prepare(&upsert_sql(1)).await?;
+        let mut multi = HashMap::new();
+        for rows in [args.rows, CHECK_ROWS] {
+            for size in [args.chunk.min(rows), rows % args.chunk] {
+                if size > 0 && !multi.contains_key(&size) {
+                    multi.insert(size, client.prepare(&upsert_sql(size)).await?);
+                }
+            }
+        }
+        let copy = client.prepare(&copy_sql()).await?;
+        Ok(Bench {
+            client,
+            wire,
+            store,
+            rounds: args.rounds,
+            chunk: args.chunk,
+            schema,
+            single,
+            multi,
+            copy,
+        })
+    }
+
+    async fn run_all(&self, args: &Args) -> Result<Report, Fatal> {
+        let server: String = self
+            .client
+            .query_one(
+                "SELECT 'PostgreSQL ' || current_setting('server_version')",
+                &[],
+            )
+            .await?
+            .get(0);
+        let settings: Vec<String> = self
+            .client
+            .query(
+                "SELECT name || ' ' || setting FROM pg_settings WHERE name IN \
+                 ('fsync', 'synchronous_commit', 'full_page_writes') ORDER BY name",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut report = Report {
+            server,
+            settings: settings.join(", "),
+            ..Report::default()
+        };
+        eprintln!(
+            "bench_postgres: {} ({}); {} rounds of {} rows, chunks of {}",
+            report.server, report.settings, self.rounds, args.rows, self.chunk
+        );
+        let started = Instant::now();
+        if args.runs("check") {
+            self.check(&mut report).await?;
+        }
+        if args.runs("1") || args.runs("2") || args.runs("3") {
+            let data = self.datasets(args.rows).await?;
+            let n = args.rows;
+            let changed = n / 10;
+            if args.runs("1") {
+                self.scenario(
+                    &mut report,
+                    "1",
+                    &format!("(P1) {n} new rows"),
+                    &[
+                        Variant::RowByRow,
+                        Variant::MultiRow,
+                        Variant::Copy,
+                        Variant::Idem,
+                    ],
+                    None,
+                    &data.originals,
+                    &[(Outcome::Inserted, n)],
+                )
+                .await?;
+            }
+            if args.runs("2") {
+                self.scenario(
+                    &mut report,
+                    "2",
+                    &format!("(P2) re-ingest {n} unchanged"),
+                    &[Variant::Naive, Variant::Idem],
+                    Some(&data.originals.rows),
+                    &data.unchanged,
+                    &[(Outcome::Unchanged, n)],
+                )
+                .await?;
+            }
+            if args.runs("3") {
+                self.scenario(
+                    &mut report,
+                    "3",
+                    &format!("(P3) re-ingest {n}, {changed} changed"),
+                    &[Variant::Naive, Variant::Idem],
+                    Some(&data.originals.rows),
+                    &data.changed,
+                    &[
+                        (Outcome::Updated, changed),
+                        (Outcome::Unchanged, n - changed),
+                    ],
+                )
+                .await?;
+            }
+        }
+        eprintln!(
+            "bench_postgres: done in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(report)
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Setup and measurement (never timed)
+
+    /// The rows idem stores for `posts`: written by idem into the empty table, read back.
+    async fn rows_of(&self, posts: &[Post]) -> Result<Vec<Row>, Fatal> {
+        self.reset(None).await?;
+        let report = self.store.upsert_many(&self.client, posts).await?;
+        expect_outcomes(
+            &report,
+            &[(Outcome::Inserted, posts.len())],
+            "reading idem's rows",
+        )?;
+        let sql = format!(
+            "SELECT {}, \"idemFrozen\"::text FROM {TABLE}",
+            columns()[..9].join(", ")
+        );
+        let mut stored: HashMap<(String, String), Row> = HashMap::new();
+        for row in self.client.query(&sql, &[]).await? {
+            let frozen: String = row.get(9);
+            let values = Row {
+                id: row.get(0),
+                slug: row.get(1),
+                lang: row.get(2),
+                published_at: row.get(3),
+                title: row.get(4),
+                body: row.get(5),
+                fetched_at: row.get(6),
+                author_id: row.get(7),
+                hash: row.get(8),
+                frozen: serde_json::from_str(&frozen)?,
+            };
+            stored.insert((values.slug.clone(), values.lang.clone()), values);
+        }
+        posts
+            .iter()
+            .map(|post| {
+                stored
+                    .remove(&(post.slug.clone(), post.lang.clone()))
+                    .ok_or_else(|| fatal(format!("idem stored no row for {}", post.slug)))
+            })
+            .collect()
+    }
+
+    async fn datasets(&self, count: usize) -> Result<Datasets, Fatal> {
+        let originals = posts(count);
+        let unchanged = refetched(&originals, false);
+        let changed = refetched(&originals, true);
+        Ok(Datasets {
+            originals: Dataset {
+                rows: self.rows_of(&originals).await?,
+                posts: originals,
+            },
+            unchanged: Dataset {
+                rows: self.rows_of(&unchanged).await?,
+                posts: unchanged,
+            },
+            changed: Dataset {
+                rows: self.rows_of(&changed).await?,
+                posts: changed,
+            },
+        })
+    }
+
+    /// Empties the table, stores `seed` (with `COPY`) and vacuums it.
+    async fn reset(&self, seed: Option<&[Row]>) -> Result<(), Fatal> {
+        self.client
+            .batch_execute(&format!("TRUNCATE {TABLE}"))
+            .await?;
+        if let Some(rows) = seed {
+            self.copy_rows(rows).await?;
+        }
+        self.client
+            .batch_execute(&format!("VACUUM {TABLE}"))
+            .await?;
+        Ok(())
+    }
+
+    /// Flushes this connection's pending statistics, then reads the table's counters.
+    async fn table_stats(&self) -> Result<TableStats, Fatal> {
+        // The flush happens when the statement ends, before the server answers it.
+        self.client
+            .batch_execute("SELECT pg_stat_force_next_flush()")
+            .await?;
+        let row = self
+            .client
+            .query_one(
+                "SELECT n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables \
+                 WHERE relid = to_regclass($1)",
+                &[&TABLE],
+            )
+            .await?;
+        Ok(TableStats {
+            inserted: row.get(0),
+            updated: row.get(1),
+            dead: row.get(2),
+        })
+    }
+
+    /// The WAL insert position, in bytes.
+    async fn wal_position(&self) -> Result<u64, Fatal> {
+        let text: String = self
+            .client
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+            .await?
+            .get(0);
+        parse_lsn(&text).ok_or_else(|| fatal(format!("an LSN the benchmark cannot read: {text}")))
+    }
+
+    /// Runs `run` once, timed, with its statements, rows written, dead tuples and WAL bytes.
+    async fn measure<F>(&self, what: &str, run: F) -> Result<(Sample, u64, u64), Fatal>
+    where
+        F: Future<Output = Result<Done, Fatal>>,
+    {
+        let before = self.table_stats().await?;
+        let wal_start = self.wal_position().await?;
+        let wire_start = self.wire.snapshot();
+        let started = Instant::now();
+        let done = run.await?;
+        let wall = started.elapsed();
+        let wire = self.wire.snapshot().since(wire_start);
+        let wal_end = self.wal_position().await?;
+        let after = self.table_stats().await?;
+        let written = (after.inserted - before.inserted) + (after.updated - before.updated);
+        if u64::try_from(written).ok() != Some(done.written) {
+            return Err(fatal(format!(
+                "{what}: the server counted {written} rows written, the client was told {}",
+                done.written
+            )));
+        }
+        if let Some(calls) = done.calls {
+            if calls != wire.statements {
+                return Err(fatal(format!(
+                    "{what}: {calls} statements made, {} counted on the wire",
+                    wire.statements
+                )));
+            }
+        }
+        let sample = Sample {
+            wire,
+            written,
+            dead: after.dead - before.dead,
+            wal: wal_end.saturating_sub(wal_start),
+            wall,
+        };
+        Ok((sample, wal_start, wal_end))
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // The variants (timed)
+
+    async fn write(
+        &self,
+        variant: Variant,
+        data: &Dataset,
+        expected: &[(Outcome, usize)],
+    ) -> Result<Done, Fatal> {
+        match variant {
+            Variant::RowByRow => {
+                let mut written = 0;
+                let mut calls = 0;
+                for row in &data.rows {
+                    written += self.client.execute(&self.single, &row.params()).await?;
+                    calls += 1;
+                }
+                Ok(Done {
+                    written,
+                    calls: Some(calls),
+                })
+            }
+            Variant::MultiRow | Variant::Naive => {
+                let mut written = 0;
+                let mut calls = 0;
+                for chunk in data.rows.chunks(self.chunk) {
+                    let statement = self.multi.get(&chunk.len()).ok_or_else(|| {
+                        fatal(format!("no statement prepared for {} rows", chunk.len()))
+                    })?;
+                    let params: Vec<&(dyn ToSql + Sync)> =
+                        chunk.iter().flat_map(Row::params).collect();
+                    written += self.client.execute(statement, &params).await?;
+                    calls += 1;
+                }
+                Ok(Done {
+                    written,
+                    calls: Some(calls),
+                })
+            }
+            Variant::Copy => Ok(Done {
+                written: self.copy_rows(&data.rows).await?,
+                calls: Some(1),
+            }),
+            Variant::Idem => {
+                let report = self.store.upsert_many(&self.client, &data.posts).await?;
+                expect_outcomes(&report, expected, "upsert_many")?;
+                let written = report.count(Outcome::Inserted) + report.count(Outcome::Updated);
+                Ok(Done {
+                    written: written as u64,
+                    calls: None,
+                })
+            }
+        }
+    }
+
+    /// Binary `COPY` of `rows`: one statement. Returns the rows copied.
+    async fn copy_rows(&self, rows: &[Row]) -> Result<u64, Fatal> {
+        let sink = self.client.copy_in(&self.copy).await?;
+        let mut writer = pin!(BinaryCopyInWriter::new(sink, &TYPES));
+        for row in rows {
+            writer.as_mut().write(&row.params()).await?;
+        }
+        Ok(writer.finish().await?)
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Scenarios
+
+    #[allow(clippy::too_many_arguments)]
+    async fn scenario(
+        &self,
+        report: &mut Report,
+        label: &str,
+        title: &str,
+        variants: &[Variant],
+        seed: Option<&[Row]>,
+        data: &Dataset,
+        expected: &[(Outcome, usize)],
+    ) -> Result<(), Fatal> {
+        // Planner statistics for the stored rows, once: ANALYZE in every round would churn the
+        // catalog (and its autovacuum would write WAL in the measured windows).
+        self.reset(seed).await?;
+        self.client
+            .batch_execute(&format!("ANALYZE {TABLE}"))
+            .await?;
+        let mut samples = vec![Vec::new(); variants.len()];
+        for round in 0..self.rounds {
+            eprintln!(
+                "bench_postgres: {title}: round {}/{}",
+                round + 1,
+                self.rounds
+            );
+            for index in order(variants.len(), round) {
+                let variant = variants[index];
+                self.reset(seed).await?;
+                let what = format!("{title} / {}", variant.name());
+                let (sample, _, _) = self
+                    .measure(&what, self.write(variant, data, expected))
+                    .await?;
+                samples[index].push(sample);
+            }
+        }
+        let rows = data.rows.len();
+        report.add_scenario(title, variants, &samples, rows)?;
+        self.targets(report, label, variants, &samples, rows);
+        Ok(())
+    }
+
+    fn targets(
+        &self,
+        report: &mut Report,
+        label: &str,
+        variants: &[Variant],
+        samples: &[Vec<Sample>],
+        rows: usize,
+    ) {
+        let index_of = |wanted: Variant| variants.iter().position(|&v| v == wanted);
+        let Some(idem_index) = index_of(Variant::Idem) else {
+            return;
+        };
+        let idem = &samples[idem_index];
+        let first = idem[0];
+        let chunks = rows.div_ceil(self.chunk) as u64;
+        let dead = median_u64(idem.iter().map(|s| s.dead as u64));
+        let wal = median_u64(idem.iter().map(|s| s.wal));
+        // The median over rounds of idem's wall time over another variant's, round by round.
+        let ratio_to = |other: usize| {
+            let per_round: Vec<f64> = idem
+                .iter()
+                .zip(&samples[other])
+                .map(|(a, b)| a.wall.as_secs_f64() / b.wall.as_secs_f64())
+                .collect();
+            median(&per_round)
+        };
+        let tag = format!("(P{label})");
+        report.target(
+            true,
+            first.wire.statements == chunks,
+            format!("{tag} idem: one statement per chunk of {} rows", self.chunk),
+            format!(
+                "{} for {rows} rows ({})",
+                plural(first.wire.statements, "statement"),
+                plural(chunks, "chunk")
+            ),
+        );
+        match label {
+            "1" => {
+                report.target(
+                    true,
+                    first.written == rows as i64 && dead == 0,
+                    format!("{tag} idem writes every new row once"),
+                    format!("{} rows written, {dead} dead tuples", first.written),
+                );
+                if let Some(by_row) = index_of(Variant::RowByRow) {
+                    let ratio = ratio_to(by_row);
+                    report.target(
+                        false,
+                        ratio <= 1.0 / 3.0,
+                        format!("{tag} idem at least 3x faster than row by row"),
+                        format!("{:.1}x faster (idem/row-by-row {ratio:.3}x)", 1.0 / ratio),
+                    );
+                }
+                if let Some(copy) = index_of(Variant::Copy) {
+                    let ratio = ratio_to(copy);
+                    report.target(
+                        false,
+                        ratio <= 2.0,
+                        format!("{tag} idem within 2x of binary COPY"),
+                        format!("idem/COPY {ratio:.2}x"),
+                    );
+                }
+            }
+            "2" => {
+                let naive = index_of(Variant::Naive).map(|i| samples[i][0]);
+                let naive_wal = index_of(Variant::Naive)
+                    .map(|i| median_u64(samples[i].iter().map(|s| s.wal)))
+                    .unwrap_or(0);
+                let against = naive.map_or_else(String::new, |n| {
+                    format!(
+                        " (naive upsert: {} rows, {} dead tuples)",
+                        n.written, n.dead
+                    )
+                });
+                report.target(
+                    true,
+                    first.written == 0,
+                    format!("{tag} unchanged re-ingest: idem writes 0 rows"),
+                    format!("{} rows written{against}", first.written),
+                );
+                report.target(
+                    true,
+                    dead == 0,
+                    format!("{tag} unchanged re-ingest: idem leaves 0 dead tuples"),
+                    format!("{dead} dead tuples"),
+                );
+                let share = wal as f64 / naive_wal.max(1) as f64;
+                report.target(
+                    true,
+                    share <= 0.01,
+                    format!(
+                        "{tag} unchanged re-ingest: near-zero WAL (at most 1% of the naive \
+                         upsert's)"
+                    ),
+                    format!(
+                        "{} ({wal} B, {:.1} B/row) = {:.2}% of the naive upsert's {}",
+                        fmt_bytes(wal),
+                        wal as f64 / rows.max(1) as f64,
+                        share * 100.0,
+                        fmt_bytes(naive_wal)
+                    ),
+                );
+                if let Some(naive) = index_of(Variant::Naive) {
+                    let ratio = ratio_to(naive);
+                    report.target(
+                        false,
+                        ratio < 1.0,
+                        format!("{tag} idem faster than the naive upsert"),
+                        format!("idem/naive {ratio:.2}x"),
+                    );
+                }
+            }
+            _ => {
+                let changed = rows / 10;
+                report.target(
+                    true,
+                    first.written == changed as i64,
+                    format!("{tag} idem writes exactly the {changed} changed rows"),
+                    format!("{} rows written, {dead} dead tuples", first.written),
+                );
+                if let Some(naive) = index_of(Variant::Naive) {
+                    let ratio = ratio_to(naive);
+                    report.target(
+                        false,
+                        ratio < 1.0,
+                        format!("{tag} idem faster than the naive upsert"),
+                        format!("idem/naive {ratio:.2}x"),
+                    );
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // The check: every count on 10 rows, against what the statements must do
+
+    /// Creates extension `name` in the benchmark's schema (dropped with it) unless it exists.
+    async fn extension(&self, name: &str) -> bool {
+        let sql = format!(
+            "CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA {}",
+            self.schema
+        );
+        match self.client.batch_execute(&sql).await {
+            Ok(()) => true,
+            Err(error) => {
+                eprintln!("bench_postgres: check: no {name} ({error}); skipped");
+                false
+            }
+        }
+    }
+
+    async fn check(&self, report: &mut Report) -> Result<(), Fatal> {
+        let n = CHECK_ROWS;
+        eprintln!("bench_postgres: check on {n} rows");
+        let data = self.datasets(n).await?;
+        let walinspect = self.extension("pg_walinspect").await;
+        let pgstattuple = self.extension("pgstattuple").await;
+        let n64 = n as i64;
+        let changed = (n / 10) as i64;
+        let statements = n.div_ceil(self.chunk) as u64;
+        // (scenario, variant, stored rows, dataset, expected outcomes, statements, written, dead)
+        type Case<'a> = (
+            &'static str,
+            Variant,
+            Option<&'a [Row]>,
+            &'a Dataset,
+            Vec<(Outcome, usize)>,
+            u64,
+            i64,
+            i64,
+        );
+        let stored = Some(data.originals.rows.as_slice());
+        let cases: Vec<Case> = vec![
+            (
+                "P1",
+                Variant::RowByRow,
+                None,
+                &data.originals,
+                vec![],
+                n as u64,
+                n64,
+                0,
+            ),
+            (
+                "P1",
+                Variant::MultiRow,
+                None,
+                &data.originals,
+                vec![],
+                statements,
+                n64,
+                0,
+            ),
+            (
+                "P1",
+                Variant::Copy,
+                None,
+                &data.originals,
+                vec![],
+                1,
+                n64,
+                0,
+            ),
+            (
+                "P1",
+                Variant::Idem,
+                None,
+                &data.originals,
+                vec![(Outcome::Inserted, n)],
+                statements,
+                n64,
+                0,
+            ),
+            (
+                "P2",
+                Variant::Naive,
+                stored,
+                &data.unchanged,
+                vec![],
+                statements,
+                n64,
+                n64,
+            ),
+            (
+                "P2",
+                Variant::Idem,
+                stored,
+                &data.unchanged,
+                vec![(Outcome::Unchanged, n)],
+                statements,
+                0,
+                0,
+            ),
+            (
+                "P3",
+                Variant::Naive,
+                stored,
+                &data.changed,
+                vec![],
+                statements,
+                n64,
+                n64,
+            ),
+            (
+                "P3",
+                Variant::Idem,
+                stored,
+                &data.changed,
+                vec![(Outcome::Updated, n / 10), (Outcome::Unchanged, n - n / 10)],
+                statements,
+                changed,
+                changed,
+            ),
+        ];
+        let mut lines = vec![format!(
+            "check on {n} rows: each count against what the statements must do \
+             (dead tuples also by pgstattuple, WAL records by pg_walinspect)"
+        )];
+        let mut wrong = Vec::new();
+        for (
+            scenario,
+            variant,
+            seed,
+            dataset,
+            outcomes,
+            want_statements,
+            want_written,
+            want_dead,
+        ) in &cases
+        {
+            self.reset(*seed).await?;
+            let what = format!("check {scenario} / {}", variant.name());
+            let (sample, start, end) = self
+                .measure(&what, self.write(*variant, dataset, outcomes))
+                .await?;
+            let mut line = format!(
+                "  ({scenario}) {}: {}, {}, {}",
+                variant.name(),
+                plural(sample.wire.statements, "statement"),
+                plural(sample.written as u64, "row") + " written",
+                plural(sample.dead as u64, "dead tuple"),
+            );
+            let mut ok = sample.wire.statements == *want_statements
+                && sample.written == *want_written
+                && sample.dead == *want_dead;
+            if pgstattuple {
+                let physical: i64 = self
+                    .client
+                    .query_one(
+                        "SELECT dead_tuple_count FROM pgstattuple($1::text::regclass)",
+                        &[&TABLE],
+                    )
+                    .await?
+                    .get(0);
+                line.push_str(&format!(" (pgstattuple: {physical})"));
+                ok &= physical == *want_dead;
+            }
+            line.push_str(&format!(", WAL {} B", sample.wal));
+            if walinspect {
+                // CHECKPOINT needs a superuser or pg_checkpoint: without it, no listing.
+                match self.wal_records(start, end).await {
+                    Ok(records) => line.push_str(&records),
+                    Err(Fatal(error)) => line.push_str(&format!(" (no WAL listing: {error})")),
+                }
+            }
+            if *variant != Variant::Idem && *scenario == "P1" {
+                // The hand-written rows are idem's own: idem finds every one unchanged.
+                let again = self.store.upsert_many(&self.client, &dataset.posts).await?;
+                let same = again.count(Outcome::Unchanged) == n;
+                line.push_str(if same {
+                    "; idem finds the rows unchanged"
+                } else {
+                    "; idem finds rows that differ"
+                });
+                ok &= same;
+            }
+            if !ok {
+                line.push_str(&format!(
+                    "  <- expected {want_statements} statements, {want_written} written, \
+                     {want_dead} dead"
+                ));
+                wrong.push(format!("({scenario}) {}", variant.name()));
+            }
+            lines.push(line);
+        }
+        report.checks = lines;
+        report.target(
+            true,
+            wrong.is_empty(),
+            format!(
+                "(check) on {n} rows, statements, rows written and dead tuples are exactly \
+                 what the statements must do"
+            ),
+            if wrong.is_empty() {
+                format!("{} variants, every count as expected", cases.len())
+            } else {
+                format!("differs for {}", wrong.join("; "))
+            },
+        );
+        Ok(())
+    }
+
+    /// The WAL records between `start` and `end`, by kind: ` = N records: Heap/LOCK 10 (560 B),
+    /// …`. The window must be flushed to be read: a `CHECKPOINT` flushes it.
+    async fn wal_records(&self, start: u64, end: u64) -> Result<String, Fatal> {
+        if end <= start {
+            return Ok(String::new());
+        }
+        self.client.batch_execute("CHECKPOINT").await?;
+        let rows = self
+            .client
+            .query(
+                "SELECT resource_manager || '/' || record_type, count(*), \
+                 sum(end_lsn - start_lsn)::bigint \
+                 FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) \
+                 GROUP BY 1 ORDER BY 3 DESC, 1",
+                &[&format_lsn(start), &format_lsn(end)],
+            )
+            .await?;
+        let mut total = 0;
+        let kinds: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                let count: i64 = row.get(1);
+                let bytes: i64 = row.get(2);
+                total += count;
+                format!("{} {count} ({bytes} B)", row.get::<_, String>(0))
+            })
+            .collect();
+        Ok(format!(" = {total} records: {}", kinds.join(", ")))
+    }
+}
+
+/// Checks that `report` holds exactly the expected outcomes.
+fn expect_outcomes(
+    report: &BatchReport,
+    expected: &[(Outcome, usize)],
+    what: &str,
+) -> Result<(), Fatal> {
+    let total: usize = expected.iter().map(|(_, n)| n).sum();
+    let matches = report.outcomes().len() == total
+        && expected
+            .iter()
+            .all(|&(outcome, n)| report.count(outcome) == n);
+    if matches {
+        Ok(())
+    } else {
+        Err(fatal(format!("{what}: {report}; expected {expected:?}")))
+    }
+}
+
+/// `16/B374D848` as a byte position.
+fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
+}
+
+fn format_lsn(position: u64) -> String {
+    format!("{:X}/{:X}", position >> 32, position & 0xFFFF_FFFF)
+}
