@@ -6,6 +6,8 @@ mod backend_effects;
 pub mod backends;
 pub mod chaos;
 pub mod fixtures;
+pub mod pg_chaos;
+pub mod pg_proxy;
 pub mod proxy;
 
 use std::sync::{Arc, Mutex, PoisonError};
