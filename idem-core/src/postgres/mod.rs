@@ -184,7 +184,9 @@ impl Store {
         let table = self.table::<T, C>(client, &doc.document_ref()).await?;
         let row = PreparedRow::new(doc, &table)?;
         let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
-        outcomes.pop().unwrap_or_else(|| Err(contention(&row)))
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(contention(&row.document)))
     }
 
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
@@ -272,7 +274,9 @@ impl Store {
             });
         }
         let mut outcomes = self.settle(client, &table, &[&row], Write::Delete).await?;
-        outcomes.pop().unwrap_or_else(|| Err(contention(&row)))
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(contention(&row.document)))
     }
 
     /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
@@ -580,7 +584,7 @@ impl Store {
         Ok(outcomes
             .into_iter()
             .zip(rows)
-            .map(|(outcome, row)| outcome.unwrap_or_else(|| Err(contention(row))))
+            .map(|(outcome, row)| outcome.unwrap_or_else(|| Err(contention(&row.document))))
             .collect())
     }
 
@@ -787,12 +791,12 @@ enum Write {
 
 /// One `text[]` per sent column, holding that column's value for each row. Every array has one
 /// entry per row: `unnest` would pad a shorter one with NULLs without a word.
-fn column_arrays(
+fn column_arrays<'r>(
     table: &Table,
-    rows: &[&PreparedRow],
+    rows: &[&'r PreparedRow],
     document: &DocumentRef,
-) -> Result<Vec<Vec<Option<String>>>, Error> {
-    let mut columns: Vec<Vec<Option<String>>> =
+) -> Result<Vec<Vec<Option<&'r str>>>, Error> {
+    let mut columns: Vec<Vec<Option<&str>>> =
         vec![Vec::with_capacity(rows.len()); table.sent.len()];
     for row in rows {
         if row.values.len() != columns.len() {
@@ -806,7 +810,7 @@ fn column_arrays(
             });
         }
         for (column, value) in columns.iter_mut().zip(&row.values) {
-            column.push(value.clone());
+            column.push(value.as_deref());
         }
     }
     Ok(columns)
@@ -940,32 +944,9 @@ fn tombstone_field(
         })
 }
 
-fn contention(document: &impl AsDocument) -> Error {
+fn contention(document: &DocumentRef) -> Error {
     Error::Contention {
-        document: Box::new(document.document().clone()),
-    }
-}
-
-/// What [`contention`] names.
-trait AsDocument {
-    fn document(&self) -> &DocumentRef;
-}
-
-impl AsDocument for DocumentRef {
-    fn document(&self) -> &DocumentRef {
-        self
-    }
-}
-
-impl AsDocument for PreparedRow {
-    fn document(&self) -> &DocumentRef {
-        &self.document
-    }
-}
-
-impl AsDocument for &PreparedRow {
-    fn document(&self) -> &DocumentRef {
-        &self.document
+        document: Box::new(document.clone()),
     }
 }
 
