@@ -59,9 +59,9 @@ impl Change {
     pub fn set<V: Serialize>(column: &'static str, value: &V) -> Self {
         Change {
             column,
-            kind: match serde_json::to_value(value) {
+            kind: match super::json::to_json(value) {
                 Ok(value) => ChangeKind::Set(value),
-                Err(error) => ChangeKind::Invalid(error.to_string()),
+                Err(error) => ChangeKind::Invalid(error.message()),
             },
         }
     }

@@ -52,6 +52,7 @@
 //! connection) aborts the transaction, as any failed statement does.
 
 mod effects;
+mod json;
 mod row;
 mod table;
 
@@ -297,9 +298,9 @@ impl Store {
         let document = DocumentRef::by_id(model, id);
         let tombstone = tombstone_field(model, &document)?;
         let table = self.table::<T, C>(client, &document).await?;
-        let marker = serde_json::to_value(marker).map_err(|error| Error::Serialize {
+        let marker = json::to_json(marker).map_err(|error| Error::Serialize {
             document: Box::new(document.clone()),
-            message: error.to_string(),
+            message: error.message(),
         })?;
         let column = table
             .column_of(tombstone)
@@ -432,9 +433,9 @@ impl Store {
             });
         };
         let table = self.table::<T, C>(client, &document).await?;
-        let item = serde_json::to_value(item).map_err(|error| Error::Serialize {
+        let item = json::to_json(item).map_err(|error| Error::Serialize {
             document: Box::new(document.clone()),
-            message: error.to_string(),
+            message: error.message(),
         })?;
         let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
             return Err(Error::ItemWithoutKey {

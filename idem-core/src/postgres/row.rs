@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::json;
 use super::table::{Content, Table};
 use crate::column::ColumnShape;
 use crate::error::Error;
@@ -59,14 +60,21 @@ impl PreparedRow {
             message,
         };
         let hash = doc.content_hash()?.to_hex();
-        let mut entries = match serde_json::to_value(doc) {
-            Ok(Value::Object(entries)) => entries,
-            Ok(other) => {
+        let (document_value, non_finite) =
+            json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
+        let mut entries = match document_value {
+            Value::Object(entries) => entries,
+            other => {
                 return Err(serialize_error(format!(
                     "serde wrote {other} where a row needs a struct's fields"
                 )))
             }
-            Err(error) => return Err(serialize_error(error.to_string())),
+        };
+        let non_finite_of = |name: &str| {
+            non_finite
+                .iter()
+                .find(|(kept, _)| kept == name)
+                .map(|&(_, value)| value)
         };
         if let Some(reserved) = entries.keys().find(|name| model.is_reserved(name)) {
             return Err(Error::ReservedName {
@@ -90,6 +98,10 @@ impl PreparedRow {
         let guarded = model
             .digested_fields()
             .map(|field| {
+                if let Some(float) = non_finite_of(field.stored_name()) {
+                    let digest = float_digest(float).map_err(&serialize_error)?;
+                    return Ok((field, digest, json::show_float(float)));
+                }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
                 let digest = digest_of(value).map_err(&serialize_error)?;
                 Ok((field, digest, value.to_string()))
@@ -125,6 +137,16 @@ impl PreparedRow {
                 Content::Extra => None,
                 Content::Stored(_) => {
                     let value = entries.remove(column.name).unwrap_or(Value::Null);
+                    if let Some(float) = non_finite_of(column.name) {
+                        if column.shape != ColumnShape::Float {
+                            return Err(serialize_error(non_finite_outside_float(
+                                column.name,
+                                float,
+                            )));
+                        }
+                        values.push(Some(json::show_float(float)));
+                        continue;
+                    }
                     column_text(column.shape, &value).map_err(|expected| {
                         serialize_error(format!(
                             "field {:?} holds {value}, where its column holds {expected}",
@@ -141,6 +163,13 @@ impl PreparedRow {
                 )));
             }
             values.push(text);
+        }
+        // A flattened entry holding NaN or an infinity has no column of its own to keep it.
+        if let Some((name, float)) = non_finite
+            .iter()
+            .find(|(name, _)| table.column_named(name).is_none())
+        {
+            return Err(serialize_error(non_finite_outside_float(name, *float)));
         }
         // Pushed lists are not written by an upsert: a new row starts with an empty one.
         for field in model.pushed_fields() {
@@ -279,7 +308,11 @@ impl PreparedRow {
             .and_then(|at| stored.guarded_values.get(at).cloned().flatten())
             .map_or_else(
                 || "(missing)".to_owned(),
-                |text| stored_value(table, field, &text).to_string(),
+                |text| match stored_value(table, field, &text) {
+                    // NaN or an infinity, shown as PostgreSQL writes it, like the incoming one.
+                    Value::String(_) if shape_of(table, field) == ColumnShape::Float => text,
+                    value => value.to_string(),
+                },
             );
         Error::FrozenFieldChanged {
             document: Box::new(self.document.clone()),
@@ -325,11 +358,26 @@ pub(crate) fn column_text(
     }
 }
 
-/// A stored value, read back as text from its column, as the JSON value serde wrote.
-fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
-    let shape = table
+/// The refusal of a non-finite float that only a `double precision` column could hold.
+fn non_finite_outside_float(name: &str, float: f64) -> String {
+    json::JsonError::NonFinite {
+        path: json::field_step(name),
+        value: float,
+    }
+    .message()
+}
+
+/// The shape of `field`'s column.
+fn shape_of(table: &Table, field: &Field) -> ColumnShape {
+    table
         .column_of(field)
-        .map_or(ColumnShape::Structured, |index| table.columns[index].shape);
+        .map_or(ColumnShape::Structured, |index| table.columns[index].shape)
+}
+
+/// A stored value, read back as text from its column, as the JSON value serde wrote (a
+/// non-finite float, which JSON cannot hold, as the text PostgreSQL wrote).
+fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
+    let shape = shape_of(table, field);
     let parsed = match shape {
         ColumnShape::Text => return Value::from(text),
         ColumnShape::Integer => text.parse::<i64>().ok().map(Value::from),
@@ -346,7 +394,17 @@ fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
 
 /// The digest of a stored value read back as text.
 fn stored_digest(table: &Table, field: &Field, text: &str) -> Option<String> {
+    if shape_of(table, field) == ColumnShape::Float {
+        if let Some(float) = text.parse::<f64>().ok().filter(|float| !float.is_finite()) {
+            return float_digest(float).ok().flatten();
+        }
+    }
     digest_of(&stored_value(table, field, text)).ok().flatten()
+}
+
+/// The digest of a float JSON cannot hold, as the content hash encodes it.
+fn float_digest(float: f64) -> Result<Option<String>, String> {
+    crate::hash::guard_digest(&float, false)
 }
 
 /// The digest of a value in the canonical encoding of the content hash, where maps compare

@@ -258,9 +258,12 @@ impl Table {
 
     /// The column index of a stored field.
     pub fn column_of(&self, field: &Field) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|column| column.name == field.stored_name())
+        self.column_named(field.stored_name())
+    }
+
+    /// The column index of the stored name `name`.
+    pub fn column_named(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|column| column.name == name)
     }
 
     /// The column that holds `content`.

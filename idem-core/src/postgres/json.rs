@@ -1,0 +1,583 @@
+//! What serde writes, as the JSON a row's columns hold: `serde_json::to_value` without its one
+//! silent loss. `serde_json` turns NaN and the infinities into `null`, so a reading of NaN would
+//! be stored as a missing value, a frozen NaN could later be set to anything, and an unchanged
+//! document would compare as changed. Here a non-finite float is never lost: at the top of a
+//! document it is kept apart (a `double precision` column holds it), anywhere else it is an
+//! error naming where it was found (JSON, hence `jsonb`, has no such number).
+
+use serde::ser::{self, Serialize};
+use serde_json::{Map, Number, Value};
+use std::cell::RefCell;
+use std::fmt;
+
+/// Why a value has no JSON form.
+#[derive(Debug)]
+pub(crate) enum JsonError {
+    /// A NaN or an infinity, at `path` (`.field`, `[index]` and `["key"]` steps from the top).
+    NonFinite { path: String, value: f64 },
+    /// Anything else serde or the value reported.
+    Other(String),
+}
+
+impl JsonError {
+    /// The error as the message of [`crate::Error::Serialize`].
+    pub fn message(&self) -> String {
+        match self {
+            JsonError::NonFinite { path, value } => format!(
+                "{} holds {}, which PostgreSQL stores only in a double precision column of \
+                 its own, not inside jsonb",
+                match path.strip_prefix('.').unwrap_or(path) {
+                    "" => "the value".to_owned(),
+                    path => format!("field {path}"),
+                },
+                show_float(*value)
+            ),
+            JsonError::Other(message) => message.clone(),
+        }
+    }
+
+    /// The error met one level further down, under `step`: paths are built on the way out,
+    /// so a value that serializes pays nothing for them.
+    fn under(self, step: impl FnOnce() -> String) -> Self {
+        match self {
+            JsonError::NonFinite { path, value } => JsonError::NonFinite {
+                path: step() + &path,
+                value,
+            },
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl ser::Error for JsonError {
+    fn custom<T: fmt::Display>(message: T) -> Self {
+        JsonError::Other(message.to_string())
+    }
+}
+
+/// A float as PostgreSQL writes it in a `double precision` column (`NaN`, `Infinity`).
+pub(crate) fn show_float(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_owned()
+    } else if value == f64::INFINITY {
+        "Infinity".to_owned()
+    } else if value == f64::NEG_INFINITY {
+        "-Infinity".to_owned()
+    } else {
+        value.to_string()
+    }
+}
+
+/// `value` as JSON; any non-finite float in it is an error naming its path.
+pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<Value, JsonError> {
+    value.serialize(Json::NESTED)
+}
+
+/// A document's entries as JSON, with the top-level fields whose value is a non-finite float
+/// (bare or in `Some`) kept apart as (stored name, value) and `null` in their place. A
+/// non-finite float deeper down is an error naming its path.
+pub(crate) fn to_document<T: Serialize + ?Sized>(
+    doc: &T,
+) -> Result<(Value, Vec<(String, f64)>), JsonError> {
+    let kept = RefCell::new(Vec::new());
+    let value = doc.serialize(Json { kept: Some(&kept) })?;
+    Ok((value, kept.into_inner()))
+}
+
+/// The step to `key` in a path.
+pub(crate) fn field_step(key: &str) -> String {
+    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        format!(".{key}")
+    } else {
+        format!("[{}]", Value::from(key))
+    }
+}
+
+/// Serializes one value as JSON. At the top of a document, `kept` collects the fields holding a
+/// non-finite float; below it is `None`.
+#[derive(Clone, Copy)]
+struct Json<'k> {
+    kept: Option<&'k Kept>,
+}
+
+/// The top-level fields holding a non-finite float.
+type Kept = RefCell<Vec<(String, f64)>>;
+
+impl Json<'_> {
+    const NESTED: Json<'static> = Json { kept: None };
+}
+
+fn float(value: f64) -> Result<Value, JsonError> {
+    match Number::from_f64(value) {
+        Some(number) => Ok(Value::Number(number)),
+        None => Err(JsonError::NonFinite {
+            path: String::new(),
+            value,
+        }),
+    }
+}
+
+impl<'k> ser::Serializer for Json<'k> {
+    type Ok = Value;
+    type Error = JsonError;
+    type SerializeSeq = Sequence;
+    type SerializeTuple = Sequence;
+    type SerializeTupleStruct = Sequence;
+    type SerializeTupleVariant = Variant<Sequence>;
+    type SerializeMap = Object<'k>;
+    type SerializeStruct = Object<'k>;
+    type SerializeStructVariant = Variant<Object<'k>>;
+
+    fn serialize_bool(self, v: bool) -> Result<Value, JsonError> {
+        Ok(Value::Bool(v))
+    }
+    fn serialize_i8(self, v: i8) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_i16(self, v: i16) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_i32(self, v: i32) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_i64(self, v: i64) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_i128(self, v: i128) -> Result<Value, JsonError> {
+        serde_json::to_value(v).map_err(|error| JsonError::Other(error.to_string()))
+    }
+    fn serialize_u8(self, v: u8) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_u16(self, v: u16) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_u32(self, v: u32) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_u64(self, v: u64) -> Result<Value, JsonError> {
+        Ok(Value::from(v))
+    }
+    fn serialize_u128(self, v: u128) -> Result<Value, JsonError> {
+        serde_json::to_value(v).map_err(|error| JsonError::Other(error.to_string()))
+    }
+    fn serialize_f32(self, v: f32) -> Result<Value, JsonError> {
+        float(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<Value, JsonError> {
+        float(v)
+    }
+    fn serialize_char(self, v: char) -> Result<Value, JsonError> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn serialize_str(self, v: &str) -> Result<Value, JsonError> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<Value, JsonError> {
+        Ok(Value::Array(
+            v.iter().map(|&byte| Value::from(byte)).collect(),
+        ))
+    }
+    fn serialize_none(self) -> Result<Value, JsonError> {
+        Ok(Value::Null)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Value, JsonError> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<Value, JsonError> {
+        Ok(Value::Null)
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<Value, JsonError> {
+        Ok(Value::Null)
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<Value, JsonError> {
+        Ok(Value::String(variant.to_owned()))
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<Value, JsonError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<Value, JsonError> {
+        let inner = value
+            .serialize(Json::NESTED)
+            .map_err(|error| error.under(|| field_step(variant)))?;
+        let mut object = Map::new();
+        object.insert(variant.to_owned(), inner);
+        Ok(Value::Object(object))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Sequence, JsonError> {
+        Ok(Sequence(Vec::with_capacity(len.unwrap_or(0))))
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Sequence, JsonError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Sequence, JsonError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Variant<Sequence>, JsonError> {
+        Ok(Variant {
+            variant,
+            inner: Sequence(Vec::with_capacity(len)),
+        })
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Object<'k>, JsonError> {
+        Ok(Object::new(self.kept))
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Object<'k>, JsonError> {
+        Ok(Object::new(self.kept))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Variant<Object<'k>>, JsonError> {
+        Ok(Variant {
+            variant,
+            inner: Object::new(None),
+        })
+    }
+}
+
+/// The elements of a sequence or tuple.
+struct Sequence(Vec<Value>);
+
+impl Sequence {
+    fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        let index = self.0.len();
+        let element = value
+            .serialize(Json::NESTED)
+            .map_err(|error| error.under(|| format!("[{index}]")))?;
+        self.0.push(element);
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Sequence {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        self.push(value)
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Value::Array(self.0))
+    }
+}
+
+impl ser::SerializeTuple for Sequence {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        self.push(value)
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Value::Array(self.0))
+    }
+}
+
+impl ser::SerializeTupleStruct for Sequence {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        self.push(value)
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Value::Array(self.0))
+    }
+}
+
+/// The entries of a map or struct, a map key waiting for its value, and at the top of a
+/// document where to keep a field's non-finite float.
+struct Object<'k> {
+    entries: Map<String, Value>,
+    key: Option<String>,
+    kept: Option<&'k Kept>,
+}
+
+impl<'k> Object<'k> {
+    fn new(kept: Option<&'k Kept>) -> Self {
+        Object {
+            entries: Map::new(),
+            key: None,
+            kept,
+        }
+    }
+
+    fn insert<T: Serialize + ?Sized>(&mut self, key: String, value: &T) -> Result<(), JsonError> {
+        let value = match (value.serialize(Json::NESTED), self.kept) {
+            (Ok(value), _) => value,
+            // The field is itself the float: its own column keeps it.
+            (Err(JsonError::NonFinite { path, value }), Some(kept)) if path.is_empty() => {
+                kept.borrow_mut().push((key.clone(), value));
+                Value::Null
+            }
+            (Err(error), _) => return Err(error.under(|| field_step(&key))),
+        };
+        self.entries.insert(key, value);
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Object<'_> {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), JsonError> {
+        self.key = Some(key.serialize(MapKey)?);
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| JsonError::Other("a map value was written before its key".into()))?;
+        self.insert(key, value)
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Value::Object(self.entries))
+    }
+}
+
+impl ser::SerializeStruct for Object<'_> {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), JsonError> {
+        self.insert(key.to_owned(), value)
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Value::Object(self.entries))
+    }
+}
+
+/// A tuple or struct variant: `{"Variant": …}`, as serde_json writes it.
+struct Variant<Inner> {
+    variant: &'static str,
+    inner: Inner,
+}
+
+impl<Inner> Variant<Inner> {
+    fn wrap(variant: &'static str, value: Value) -> Value {
+        let mut object = Map::new();
+        object.insert(variant.to_owned(), value);
+        Value::Object(object)
+    }
+}
+
+impl ser::SerializeTupleVariant for Variant<Sequence> {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
+        let variant = self.variant;
+        self.inner
+            .push(value)
+            .map_err(|error| error.under(|| field_step(variant)))
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Self::wrap(self.variant, Value::Array(self.inner.0)))
+    }
+}
+
+impl ser::SerializeStructVariant for Variant<Object<'_>> {
+    type Ok = Value;
+    type Error = JsonError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), JsonError> {
+        let variant = self.variant;
+        self.inner
+            .insert(key.to_owned(), value)
+            .map_err(|error| error.under(|| field_step(variant)))
+    }
+    fn end(self) -> Result<Value, JsonError> {
+        Ok(Self::wrap(self.variant, Value::Object(self.inner.entries)))
+    }
+}
+
+/// A map key as the string JSON needs, as serde_json makes it.
+struct MapKey;
+
+fn key_error() -> JsonError {
+    JsonError::Other("a map key must be a string, a number, a bool or a unit variant".into())
+}
+
+impl ser::Serializer for MapKey {
+    type Ok = String;
+    type Error = JsonError;
+    type SerializeSeq = ser::Impossible<String, JsonError>;
+    type SerializeTuple = ser::Impossible<String, JsonError>;
+    type SerializeTupleStruct = ser::Impossible<String, JsonError>;
+    type SerializeTupleVariant = ser::Impossible<String, JsonError>;
+    type SerializeMap = ser::Impossible<String, JsonError>;
+    type SerializeStruct = ser::Impossible<String, JsonError>;
+    type SerializeStructVariant = ser::Impossible<String, JsonError>;
+
+    fn serialize_bool(self, v: bool) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i16(self, v: i16) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i32(self, v: i32) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i64(self, v: i64) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i128(self, v: i128) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u8(self, v: u8) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u16(self, v: u16) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u32(self, v: u32) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u64(self, v: u64) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u128(self, v: u128) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_f32(self, v: f32) -> Result<String, JsonError> {
+        self.serialize_f64(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<String, JsonError> {
+        match v.is_finite() {
+            true => Ok(v.to_string()),
+            false => Err(JsonError::Other(format!(
+                "a map key of {} has no JSON form",
+                show_float(v)
+            ))),
+        }
+    }
+    fn serialize_char(self, v: char) -> Result<String, JsonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_str(self, v: &str) -> Result<String, JsonError> {
+        Ok(v.to_owned())
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_none(self) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_unit(self) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<String, JsonError> {
+        Ok(variant.to_owned())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<String, JsonError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<String, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, JsonError> {
+        Err(key_error())
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, JsonError> {
+        Err(key_error())
+    }
+}
