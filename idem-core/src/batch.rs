@@ -27,26 +27,53 @@ pub struct BatchPlan {
 /// Plans a batch from each input's id and content hash (`None` for an input refused before
 /// sending).
 pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<(&'a str, &'a str)>>) -> BatchPlan {
-    let mut plan = BatchPlan::default();
-    // Per id: the last document with that id, its content hash, and how many rounds it has used.
-    let mut last: HashMap<&str, (usize, &str, usize)> = HashMap::new();
+    let mut planner = BatchPlanner::default();
     for (index, input) in inputs.into_iter().enumerate() {
-        let Some((id, hash)) = input else { continue };
-        let round = match last.get(id) {
-            Some(&(previous, previous_hash, _)) if previous_hash == hash => {
-                plan.copies.push((index, previous));
-                continue;
+        if let Some((id, hash)) = input {
+            planner.add(index, id, hash);
+        }
+    }
+    planner.plan
+}
+
+/// [`plan_batch`] one input at a time: an input's place depends only on the inputs before it,
+/// so a backend can send the first round's rows while it prepares the next ones.
+#[derive(Debug, Default)]
+pub struct BatchPlanner {
+    /// The plan so far.
+    pub plan: BatchPlan,
+    /// Per id: the last input with that id, its content hash, and how many rounds it has used.
+    last: HashMap<String, (usize, String, usize)>,
+}
+
+/// Where [`BatchPlanner::add`] put an input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Sent in this round.
+    Round(usize),
+    /// Not sent: it copies the earlier input with this index.
+    CopyOf(usize),
+}
+
+impl BatchPlanner {
+    /// Places input `index` (after every earlier one) with its id and content hash.
+    pub fn add(&mut self, index: usize, id: &str, hash: &str) -> Placement {
+        let round = match self.last.get(id) {
+            Some((previous, previous_hash, _)) if previous_hash == hash => {
+                self.plan.copies.push((index, *previous));
+                return Placement::CopyOf(*previous);
             }
             Some(&(_, _, rounds_used)) => rounds_used,
             None => 0,
         };
-        if plan.rounds.len() == round {
-            plan.rounds.push(Vec::new());
+        if self.plan.rounds.len() == round {
+            self.plan.rounds.push(Vec::new());
         }
-        plan.rounds[round].push(index);
-        last.insert(id, (index, hash, round + 1));
+        self.plan.rounds[round].push(index);
+        self.last
+            .insert(id.to_owned(), (index, hash.to_owned(), round + 1));
+        Placement::Round(round)
     }
-    plan
 }
 
 /// The outcome of a document not sent, from that of the earlier document with the same id and

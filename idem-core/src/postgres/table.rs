@@ -367,6 +367,11 @@ impl Table {
     /// digests and version key, not deleted: the guard would stop them, but only after locking
     /// the row, which writes WAL and dirties its page for nothing. They come back through the
     /// stopped rows' branch and are judged `Unchanged` like any row the guard stops.
+    ///
+    /// A lateral lookup with `LIMIT 1`, not `NOT EXISTS`: the planner turns `NOT EXISTS` into a
+    /// hash anti-join that reads the whole table for every chunk (measured: half of a chunk's
+    /// time at 10,000 rows, and growing with the table), where one primary-key probe per
+    /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
         let mut conditions = vec![format!("s.{0} = i.c0", quote(ID_FIELD))];
         for content in [Content::Hash, Content::Digests, Content::VersionKey] {
@@ -382,7 +387,8 @@ impl Table {
             conditions.push(format!("s.{} IS NULL", quote(field.stored_name())));
         }
         format!(
-            " WHERE NOT EXISTS (SELECT 1 FROM {} s WHERE {})",
+            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {} LIMIT 1) unchanged \
+             ON true WHERE unchanged.stored IS NULL",
             self.name(),
             conditions.join(" AND ")
         )
