@@ -314,6 +314,7 @@ pub struct BackendError {
     backend: &'static str,
     code: Option<String>,
     retryable: bool,
+    refuses_document: bool,
     message: String,
     source: Arc<dyn std::error::Error + Send + Sync + 'static>,
 }
@@ -332,6 +333,7 @@ impl BackendError {
             backend,
             code,
             retryable,
+            refuses_document: false,
             message: source.to_string(),
             source: Arc::new(source),
         }
@@ -342,6 +344,20 @@ impl BackendError {
     pub fn with_message(mut self, message: String) -> Self {
         self.message = message;
         self
+    }
+
+    /// The same error, marked as the server's refusal of the document itself (a value its
+    /// column cannot hold, a key too long for its index): sending the same document again
+    /// fails the same way, so [`Error::is_refusal`] holds.
+    pub fn refusing_document(mut self) -> Self {
+        self.refuses_document = true;
+        self
+    }
+
+    /// Whether the server refused the document itself, not the call (see
+    /// [`BackendError::refusing_document`]).
+    pub fn refuses_document(&self) -> bool {
+        self.refuses_document
     }
 
     /// The backend's name: `"MongoDB"` or `"PostgreSQL"`.
@@ -372,6 +388,7 @@ impl fmt::Debug for BackendError {
             .field("backend", &self.backend)
             .field("code", &self.code)
             .field("retryable", &self.retryable)
+            .field("refuses_document", &self.refuses_document)
             .field("source", &self.source)
             .finish()
     }
@@ -427,8 +444,8 @@ impl Error {
         match self {
             Error::Contention { .. }
             | Error::NotConfirmed { .. }
-            | Error::SchemaMismatch { .. }
-            | Error::Backend { .. } => false,
+            | Error::SchemaMismatch { .. } => false,
+            Error::Backend { source, .. } => source.refuses_document(),
             Error::WriteRefused { retryable, .. } => !retryable,
             _ => true,
         }

@@ -166,9 +166,21 @@ pub enum KeyValue {
     Bool(bool),
 }
 
+/// How much of a text key a message shows.
+const SHOWN_KEY_BYTES: usize = 64;
+
 impl fmt::Display for KeyValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A key too long to be useful in a message (a btree refuses keys of a few KiB, and
+            // errors about it would repeat the key whole) is shown by its start and length.
+            KeyValue::Text(text) if text.len() > SHOWN_KEY_BYTES => {
+                let mut end = SHOWN_KEY_BYTES;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                write!(f, "{:?}… ({} bytes)", &text[..end], text.len())
+            }
             KeyValue::Text(text) => write!(f, "{text:?}"),
             KeyValue::Integer(value) => write!(f, "{value}"),
             KeyValue::LargeUnsigned(value) => write!(f, "{value}"),

@@ -115,6 +115,15 @@ impl Db {
         matches!(self, Db::Postgres { .. })
     }
 
+    /// The commands this store's client sent, on MongoDB; `None` on PostgreSQL, where
+    /// [`Db::raw`] (each row's version) shows a write instead.
+    pub fn command_log(&self) -> Option<&CommandLog> {
+        match self {
+            Db::Mongo { log, .. } => Some(log),
+            Db::Postgres { .. } => None,
+        }
+    }
+
     /// Another connection to the same store, for a racing writer (sharing what the store
     /// learned).
     pub async fn another(&self) -> Db {
@@ -442,9 +451,32 @@ impl Db {
     /// The same store remembering only the latest `window` op ids per document (`apply_once`'s
     /// `with_op_window` on either backend), on a connection of its own.
     pub async fn with_op_window(&self, window: usize) -> Db {
+        self.reconfigured(
+            |store| store.with_op_window(window),
+            |store| store.with_op_window(window),
+        )
+        .await
+    }
+
+    /// The same store sending batches `rows` documents per statement (`with_batch_chunk` on
+    /// either backend), on a connection of its own.
+    pub async fn with_batch_chunk(&self, rows: usize) -> Db {
+        self.reconfigured(
+            |store| store.with_batch_chunk(rows),
+            |store| store.with_batch_chunk(rows),
+        )
+        .await
+    }
+
+    /// The same store, configured anew, on a connection of its own.
+    async fn reconfigured(
+        &self,
+        mongo: impl FnOnce(idem_core::mongo::Store) -> idem_core::mongo::Store,
+        postgres: impl FnOnce(idem_core::postgres::Store) -> idem_core::postgres::Store,
+    ) -> Db {
         match self.another().await {
             Db::Mongo { store, log } => Db::Mongo {
-                store: store.with_op_window(window),
+                store: mongo(store),
                 log,
             },
             Db::Postgres {
@@ -458,7 +490,7 @@ impl Db {
                 uri,
                 schema,
                 client,
-                store: store.with_op_window(window),
+                store: postgres(store),
             },
         }
     }

@@ -1,11 +1,28 @@
-//! A catalogue of bad input against a real server, one named case each: the exact refusal (or
-//! outcome), proof that nothing was written (the driver's command monitoring: no write command
-//! sent, or the server's replies counting zero documents written), and the stored data compared
-//! byte for byte before and after.
+//! A catalogue of bad input against real servers, one named case each: the exact refusal (or
+//! outcome), and proof that nothing was written: the stored data compared exactly before and
+//! after ([`Db::raw`]: each document's bytes on MongoDB, each row's text with its row version on
+//! PostgreSQL), and on MongoDB the driver's command monitoring as well (no command sent, or the
+//! server's replies counting zero documents written).
 //!
-//! The server cases start their own SecantusDB on a persistent temporary storage path, stop it and
-//! start it again on the same port and path; a guard kills it when the test ends, passing or not.
+//! Every backend under test (MongoDB, and each PostgreSQL server: see `idem_tests::backends`)
+//! runs each case whose input means the same on all of them: timestamps outside the id's range,
+//! keys that are empty or ambiguous, NaN, the infinities and negative zero, a changed
+//! sub-millisecond timestamp, a reused idempotency key, copies and refusals inside a batch, a
+//! pushed item without its key, an operation on a missing document. The refusals that
+//! `conformance.rs` already makes on every backend (a changed frozen field or timestamp, a stale
+//! replay, the re-push of a deleted document, a delete without its marker) are not repeated here.
+//!
+//! Refused on PostgreSQL only, because its storage has limits MongoDB's has not: a NaN or an
+//! infinity inside a `jsonb` value (JSON has no such number), and a natural key too long for a
+//! row of the natural-key index. MongoDB stores both, which the same cases show.
+//!
+//! MongoDB only, because what they test exists only there: the 16 MiB BSON document limit; a
+//! client whose server cannot be reached (the driver's server selection); and a server stopped and
+//! started again. Those server cases start their own SecantusDB on a persistent temporary storage
+//! path, stop it and start it again on the same port and path; a guard kills it when the test
+//! ends, passing or not.
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,15 +30,18 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use idem_core::mongo::Store;
-use idem_core::{Error, Idempotent, KeyValue, Outcome, TimestampProblem};
+use idem_core::{Error, Idempotent, KeyValue, Outcome, Pushed, TimestampProblem};
+use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{account, entry, Account, Entry, Payment};
 use idem_tests::{fresh_database, raw_documents as raw, stored_documents, CommandLog};
-use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::bson::{self, doc, Bson};
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use mongodb::Client;
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 // ---------------------------------------------------------------------------------------------
 // The types under test
@@ -83,6 +103,26 @@ struct Reading {
     note: String,
 }
 
+/// A gauge whose readings may be NaN or infinite, in a float field and in an optional one.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "gauges")]
+struct Gauge {
+    #[idem(key)]
+    name: String,
+    value: f64,
+    peak: Option<f64>,
+}
+
+/// Floats inside structured values: a map and a list.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "surveys")]
+struct Survey {
+    #[idem(key)]
+    name: String,
+    nested: BTreeMap<String, f64>,
+    samples: Vec<f64>,
+}
+
 /// A meeting whose timestamp has sub-millisecond precision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "meetings")]
@@ -114,6 +154,7 @@ struct Thread {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/// A MongoDB store on a fresh database of its own, for the cases only MongoDB has.
 async fn store(test: &str) -> (Store, CommandLog) {
     let (database, log) = fresh_database(test).await;
     (Store::new(database), log)
@@ -144,39 +185,69 @@ fn assert_nothing_written(log: &CommandLog) -> Vec<String> {
     commands.names
 }
 
+/// Forgets the commands `db` sent so far (MongoDB; PostgreSQL has no command log).
+fn forget_commands(db: &Db) {
+    if let Some(log) = db.command_log() {
+        let _ = log.take();
+    }
+}
+
+/// On MongoDB, asserts that `db` sent no command since the last take: the refusal came before
+/// the server was asked anything. On PostgreSQL, [`Db::raw`] is the proof.
+fn assert_db_sent_nothing(db: &Db) {
+    if let Some(log) = db.command_log() {
+        assert_nothing_sent(log);
+    }
+}
+
+/// On MongoDB, asserts that the commands `db` sent since the last take wrote no document. On
+/// PostgreSQL, [`Db::raw`] is the proof.
+fn assert_db_wrote_nothing(db: &Db) {
+    if let Some(log) = db.command_log() {
+        assert_nothing_written(log);
+    }
+}
+
+/// The float stored in `field` of the document or row of `collection` whose `key_field` is
+/// `key`, exactly as the server holds it: a BSON double, or a `double precision` column.
+async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, field: &str) -> f64 {
+    match db {
+        Db::Mongo { store, .. } => stored_documents(store.database(), collection)
+            .await
+            .into_iter()
+            .find(|document| document.get_str(key_field) == Ok(key))
+            .unwrap_or_else(|| panic!("{db}: no {collection} document with {key_field} {key}"))
+            .get_f64(field)
+            .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}")),
+        Db::Postgres { client, .. } => {
+            let sql =
+                format!("SELECT \"{field}\" FROM \"{collection}\" WHERE \"{key_field}\" = $1");
+            client
+                .query_one(&sql, &[&key])
+                .await
+                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"))
+                .get(0)
+        }
+    }
+}
+
+/// The JSON value [`Db::stored`] shows for the non-finite float PostgreSQL writes as `text`
+/// (`NaN`, `Infinity`, `-Infinity`): that text as a string on PostgreSQL (`to_jsonb` of a
+/// `double precision`), relaxed extended JSON on MongoDB.
+fn shown_non_finite(db: &Db, text: &str) -> Value {
+    if db.is_postgres() {
+        Value::from(text)
+    } else {
+        json!({ "$numberDouble": text })
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ids: timestamps and keys
 
 #[tokio::test]
 async fn a_timestamp_before_1970_is_refused_before_anything_is_sent() {
-    let (store, log) = store("before_1970").await;
-    store.upsert(&post("kept")).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-
-    let early = Post {
-        published_at: -1,
-        ..post("early")
-    };
-    match store.upsert(&early).await.unwrap_err() {
-        Error::TimestampOutOfRange {
-            document,
-            field,
-            value,
-            problem,
-        } => {
-            assert_eq!(field, "published_at");
-            assert_eq!(value, "-1 ms");
-            assert_eq!(problem, TimestampProblem::BeforeUnixEpoch);
-            assert_eq!(document.collection, "posts");
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("slug", "early"), text_key("lang", "en")]
-            );
-        }
-        other => panic!("expected TimestampOutOfRange, got {other:?}"),
-    }
-    assert_nothing_sent(&log);
+    // Backend-free: the id derivation refuses it alone.
     assert!(matches!(
         Post::derive_id("early", "en", &i64::MIN),
         Err(Error::TimestampOutOfRange {
@@ -194,35 +265,65 @@ async fn a_timestamp_before_1970_is_refused_before_anything_is_sent() {
             ..
         })
     ));
-    assert_eq!(raw(store.database(), "posts").await, before);
+
+    for db in fresh_backends("before_1970").await {
+        db.ensure::<Post>().await;
+        db.ensure::<Meeting>().await;
+        db.upsert(&post("kept")).await.unwrap();
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
+
+        let early = Post {
+            published_at: -1,
+            ..post("early")
+        };
+        match db.upsert(&early).await {
+            Err(Error::TimestampOutOfRange {
+                document,
+                field,
+                value,
+                problem,
+            }) => {
+                assert_eq!(field, "published_at", "{db}");
+                assert_eq!(value, "-1 ms", "{db}");
+                assert_eq!(problem, TimestampProblem::BeforeUnixEpoch, "{db}");
+                assert_eq!(document.collection, "posts", "{db}");
+                assert_eq!(
+                    document.natural_key.parts(),
+                    [text_key("slug", "early"), text_key("lang", "en")],
+                    "{db}"
+                );
+            }
+            other => panic!("{db}: expected TimestampOutOfRange, got {other:?}"),
+        }
+        let meeting = Meeting {
+            room: "r1".into(),
+            starts_at: instant,
+            title: "Before time".into(),
+        };
+        assert!(
+            matches!(
+                db.upsert(&meeting).await,
+                Err(Error::TimestampOutOfRange {
+                    field: "starts_at",
+                    problem: TimestampProblem::BeforeUnixEpoch,
+                    ..
+                })
+            ),
+            "{db}"
+        );
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+        assert!(
+            db.raw::<Meeting>().await.is_empty(),
+            "{db}: nothing written"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_timestamp_past_the_ulid_range_is_refused_before_anything_is_sent() {
-    let (store, log) = store("past_ulid_range").await;
-    store.upsert(&post("kept")).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-
     let last = (1i64 << 48) - 1;
-    let late = Post {
-        published_at: last + 1,
-        ..post("late")
-    };
-    match store.upsert(&late).await.unwrap_err() {
-        Error::TimestampOutOfRange {
-            field,
-            value,
-            problem,
-            ..
-        } => {
-            assert_eq!(field, "published_at");
-            assert_eq!(value, format!("{} ms", 1i64 << 48));
-            assert_eq!(problem, TimestampProblem::AfterUlidRange);
-        }
-        other => panic!("expected TimestampOutOfRange, got {other:?}"),
-    }
-    assert_nothing_sent(&log);
     // The last millisecond is an id, never wrapped or clamped.
     assert_eq!(
         Post::derive_id("late", "en", &last).unwrap().timestamp_ms(),
@@ -235,45 +336,55 @@ async fn a_timestamp_past_the_ulid_range_is_refused_before_anything_is_sent() {
             ..
         })
     ));
-    assert_eq!(raw(store.database(), "posts").await, before);
+
+    for db in fresh_backends("past_ulid_range").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post("kept")).await.unwrap();
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
+
+        let late = Post {
+            published_at: last + 1,
+            ..post("late")
+        };
+        match db.upsert(&late).await {
+            Err(Error::TimestampOutOfRange {
+                field,
+                value,
+                problem,
+                ..
+            }) => {
+                assert_eq!(field, "published_at", "{db}");
+                assert_eq!(value, format!("{} ms", 1i64 << 48), "{db}");
+                assert_eq!(problem, TimestampProblem::AfterUlidRange, "{db}");
+            }
+            other => panic!("{db}: expected TimestampOutOfRange, got {other:?}"),
+        }
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+
+        // The last millisecond itself is stored, under the id of that millisecond.
+        let at_last = Post {
+            published_at: last,
+            ..post("late")
+        };
+        assert_eq!(
+            db.upsert(&at_last).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let stored = db.stored::<Post>().await;
+        let late = stored
+            .iter()
+            .find(|document| document["slug"] == "late")
+            .unwrap_or_else(|| panic!("{db}: the post at the last millisecond: {stored:?}"));
+        assert_eq!(late["publishedAt"], last, "{db}");
+        assert_eq!(late["_id"], at_last.id().unwrap().to_string(), "{db}");
+    }
 }
 
 #[tokio::test]
 async fn a_colon_in_a_key_is_refused_under_the_joined_scheme() {
-    let (store, log) = store("joined_colon").await;
-    let kept = LegacyPost {
-        slug: "hello".into(),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000,
-        title: "Hello".into(),
-    };
-    store.upsert(&kept).await.unwrap();
-    let before = raw(store.database(), "legacy_posts").await;
-    let _ = log.take();
-
-    // ("a:b", "c") and ("a", "b:c") would both join to "a:b:c".
-    let ambiguous = LegacyPost {
-        slug: "a".into(),
-        lang: "b:c".into(),
-        ..kept.clone()
-    };
-    match store.upsert(&ambiguous).await.unwrap_err() {
-        Error::AmbiguousKey {
-            document,
-            field,
-            value,
-        } => {
-            assert_eq!(field, "lang");
-            assert_eq!(value, "b:c");
-            assert_eq!(document.collection, "legacy_posts");
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("slug", "a"), text_key("lang", "b:c")]
-            );
-        }
-        other => panic!("expected AmbiguousKey, got {other:?}"),
-    }
-    assert_nothing_sent(&log);
     assert!(matches!(
         LegacyPost::derive_id("a:b", "c", &1_700_000_000_000),
         Err(Error::AmbiguousKey { field: "slug", .. })
@@ -283,52 +394,104 @@ async fn a_colon_in_a_key_is_refused_under_the_joined_scheme() {
         Post::derive_id("a:b", "c", &0).unwrap(),
         Post::derive_id("a", "b:c", &0).unwrap()
     );
-    assert_eq!(raw(store.database(), "legacy_posts").await, before);
+
+    for db in fresh_backends("joined_colon").await {
+        db.ensure::<LegacyPost>().await;
+        let kept = LegacyPost {
+            slug: "hello".into(),
+            lang: "en".into(),
+            published_at: 1_700_000_000_000,
+            title: "Hello".into(),
+        };
+        db.upsert(&kept).await.unwrap();
+        let before = db.raw::<LegacyPost>().await;
+        forget_commands(&db);
+
+        // ("a:b", "c") and ("a", "b:c") would both join to "a:b:c".
+        let ambiguous = LegacyPost {
+            slug: "a".into(),
+            lang: "b:c".into(),
+            ..kept.clone()
+        };
+        match db.upsert(&ambiguous).await {
+            Err(Error::AmbiguousKey {
+                document,
+                field,
+                value,
+            }) => {
+                assert_eq!(field, "lang", "{db}");
+                assert_eq!(value, "b:c", "{db}");
+                assert_eq!(document.collection, "legacy_posts", "{db}");
+                assert_eq!(
+                    document.natural_key.parts(),
+                    [text_key("slug", "a"), text_key("lang", "b:c")],
+                    "{db}"
+                );
+            }
+            other => panic!("{db}: expected AmbiguousKey, got {other:?}"),
+        }
+        assert_db_sent_nothing(&db);
+        assert_eq!(
+            db.raw::<LegacyPost>().await,
+            before,
+            "{db}: nothing written"
+        );
+    }
 }
 
 #[tokio::test]
 async fn an_empty_key_is_refused_under_both_schemes() {
-    let (store, log) = store("empty_key").await;
-    store.upsert(&post("kept")).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-
-    match store.upsert(&post("")).await.unwrap_err() {
-        Error::EmptyKey { document, field } => {
-            assert_eq!(field, "slug");
-            assert_eq!(document.collection, "posts");
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("slug", ""), text_key("lang", "en")]
-            );
-        }
-        other => panic!("expected EmptyKey, got {other:?}"),
-    }
-    let legacy = LegacyPost {
-        slug: "hello".into(),
-        lang: String::new(),
-        published_at: 1_700_000_000_000,
-        title: "Hello".into(),
-    };
-    assert!(matches!(
-        store.upsert(&legacy).await,
-        Err(Error::EmptyKey { field: "lang", .. })
-    ));
-    assert_nothing_sent(&log);
     assert!(matches!(
         Post::derive_id("hello", "", &0),
         Err(Error::EmptyKey { field: "lang", .. })
     ));
-    assert_eq!(raw(store.database(), "posts").await, before);
-    assert!(raw(store.database(), "legacy_posts").await.is_empty());
+
+    for db in fresh_backends("empty_key").await {
+        db.ensure::<Post>().await;
+        db.ensure::<LegacyPost>().await;
+        db.upsert(&post("kept")).await.unwrap();
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
+
+        match db.upsert(&post("")).await {
+            Err(Error::EmptyKey { document, field }) => {
+                assert_eq!(field, "slug", "{db}");
+                assert_eq!(document.collection, "posts", "{db}");
+                assert_eq!(
+                    document.natural_key.parts(),
+                    [text_key("slug", ""), text_key("lang", "en")],
+                    "{db}"
+                );
+            }
+            other => panic!("{db}: expected EmptyKey, got {other:?}"),
+        }
+        let legacy = LegacyPost {
+            slug: "hello".into(),
+            lang: String::new(),
+            published_at: 1_700_000_000_000,
+            title: "Hello".into(),
+        };
+        assert!(
+            matches!(
+                db.upsert(&legacy).await,
+                Err(Error::EmptyKey { field: "lang", .. })
+            ),
+            "{db}"
+        );
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+        assert!(
+            db.raw::<LegacyPost>().await.is_empty(),
+            "{db}: nothing written"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Floats: canonical in the content hash
+// Floats: canonical in the content hash, and never lost
 
 #[tokio::test]
 async fn every_nan_payload_hashes_alike_so_a_nan_replay_writes_nothing() {
-    let (store, log) = store("nan").await;
     let nans = [
         f64::NAN,
         -f64::NAN,
@@ -352,27 +515,43 @@ async fn every_nan_payload_hashes_alike_so_a_nan_replay_writes_nothing() {
     }
     assert_ne!(with(f64::INFINITY).content_hash().unwrap(), hash);
 
-    assert_eq!(
-        store.upsert(&with(nans[0])).await.unwrap(),
-        Outcome::Inserted
-    );
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-    for nan in nans {
+    for db in fresh_backends("nan").await {
+        db.ensure::<Post>().await;
         assert_eq!(
-            store.upsert(&with(nan)).await.unwrap(),
-            Outcome::Unchanged,
-            "{:#x}",
-            nan.to_bits()
+            db.upsert(&with(nans[0])).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
+        for nan in nans {
+            assert_eq!(
+                db.upsert(&with(nan)).await.unwrap(),
+                Outcome::Unchanged,
+                "{db}: {:#x}",
+                nan.to_bits()
+            );
+        }
+        let batch: Vec<Post> = nans.into_iter().map(with).collect();
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(
+            report.count(Outcome::Unchanged),
+            nans.len(),
+            "{db}: {report}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+        assert!(
+            stored_float(&db, "posts", "slug", "nan", "score")
+                .await
+                .is_nan(),
+            "{db}"
         );
     }
-    assert_nothing_written(&log);
-    assert_eq!(raw(store.database(), "posts").await, before);
 }
 
 #[tokio::test]
 async fn negative_zero_hashes_as_zero_so_a_zero_turned_negative_writes_nothing() {
-    let (store, log) = store("negative_zero").await;
     let zero = post("zero");
     let negative = Post {
         score: -0.0,
@@ -393,97 +572,437 @@ async fn negative_zero_hashes_as_zero_so_a_zero_turned_negative_writes_nothing()
         .unwrap()
     );
 
-    assert_eq!(store.upsert(&zero).await.unwrap(), Outcome::Inserted);
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-    assert_eq!(store.upsert(&negative).await.unwrap(), Outcome::Unchanged);
-    assert_nothing_written(&log);
-    // The stored value is still +0.0, bit for bit.
-    assert_eq!(raw(store.database(), "posts").await, before);
-    let stored = stored_documents(store.database(), "posts").await;
-    assert_eq!(stored[0].get_f64("score").unwrap().to_bits(), 0);
+    for db in fresh_backends("negative_zero").await {
+        db.ensure::<Post>().await;
+        assert_eq!(db.upsert(&zero).await.unwrap(), Outcome::Inserted, "{db}");
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
+        assert_eq!(
+            db.upsert(&negative).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+        // The stored value is still +0.0, bit for bit.
+        assert_eq!(
+            stored_float(&db, "posts", "slug", "zero", "score")
+                .await
+                .to_bits(),
+            0,
+            "{db}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_nan_in_a_frozen_field_is_not_a_change() {
-    let (store, log) = store("frozen_nan").await;
-    let reading = Reading {
-        sensor: "s1".into(),
-        calibration: f64::NAN,
-        note: "no calibration yet".into(),
-    };
-    assert_eq!(store.upsert(&reading).await.unwrap(), Outcome::Inserted);
-    let before = raw(store.database(), "readings").await;
-    let _ = log.take();
-
-    // The server's own filter treats NaN as equal to NaN; idem's judgement of a stored document
-    // must agree with it, alone and in a batch. Every deviation is collected, then reported.
+    // Every deviation on every backend is collected, then reported.
     let mut problems = Vec::new();
-    let retry = store.upsert(&reading).await;
-    if !matches!(retry, Ok(Outcome::Unchanged)) {
-        problems.push(format!("a plain retry: expected Unchanged, got {retry:?}"));
-    }
-    let batch = store
-        .upsert_many(std::slice::from_ref(&reading))
-        .await
-        .unwrap();
-    if !matches!(batch.outcomes(), [Ok(Outcome::Unchanged)]) {
-        problems.push(format!(
-            "a retry in a batch: expected Unchanged, got {:?}",
-            batch.outcomes()
-        ));
-    }
-    let written = log.take().documents_written;
-    if written != 0 {
-        problems.push(format!("the retries wrote {written} documents"));
-    }
-    if raw(store.database(), "readings").await != before {
-        problems.push("the retries changed the stored document".to_owned());
-    }
+    for db in fresh_backends("frozen_nan").await {
+        db.ensure::<Reading>().await;
+        let reading = Reading {
+            sensor: "s1".into(),
+            calibration: f64::NAN,
+            note: "no calibration yet".into(),
+        };
+        assert_eq!(
+            db.upsert(&reading).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let before = db.raw::<Reading>().await;
+        forget_commands(&db);
 
-    // An edit that keeps the frozen NaN is an edit, not a frozen change.
-    let edited = Reading {
-        note: "still none".into(),
-        ..reading.clone()
-    };
-    let edit = store
-        .upsert_many(std::slice::from_ref(&edited))
-        .await
-        .unwrap();
-    if !matches!(edit.outcomes(), [Ok(Outcome::Updated)]) {
-        problems.push(format!(
-            "an edit beside the frozen NaN in a batch: expected Updated, got {:?}",
-            edit.outcomes()
-        ));
-    }
-    let edited = Reading {
-        note: "none at all".into(),
-        ..reading.clone()
-    };
-    let edit = store.upsert(&edited).await;
-    if !matches!(edit, Ok(Outcome::Updated)) {
-        problems.push(format!(
-            "an edit beside the frozen NaN: expected Updated, got {edit:?}"
-        ));
-    }
-    // A frozen NaN that became a number is a real change, and refused.
-    let calibrated = Reading {
-        calibration: 1.5,
-        ..edited.clone()
-    };
-    let refused = store.upsert(&calibrated).await;
-    if !matches!(
-        refused,
-        Err(Error::FrozenFieldChanged {
-            field: "calibration",
-            ..
-        })
-    ) {
-        problems.push(format!(
-            "NaN changed to 1.5: expected FrozenFieldChanged, got {refused:?}"
-        ));
+        // MongoDB's own filter treats NaN as equal to NaN; idem's judgement of a stored document
+        // must agree with it, alone and in a batch, on every backend.
+        let retry = db.upsert(&reading).await;
+        if !matches!(retry, Ok(Outcome::Unchanged)) {
+            problems.push(format!(
+                "{db}: a plain retry: expected Unchanged, got {retry:?}"
+            ));
+        }
+        let batch = db
+            .upsert_many(std::slice::from_ref(&reading))
+            .await
+            .unwrap();
+        if !matches!(batch.outcomes(), [Ok(Outcome::Unchanged)]) {
+            problems.push(format!(
+                "{db}: a retry in a batch: expected Unchanged, got {:?}",
+                batch.outcomes()
+            ));
+        }
+        if let Some(log) = db.command_log() {
+            let written = log.take().documents_written;
+            if written != 0 {
+                problems.push(format!("{db}: the retries wrote {written} documents"));
+            }
+        }
+        if db.raw::<Reading>().await != before {
+            problems.push(format!("{db}: the retries changed the stored document"));
+        }
+
+        // An edit that keeps the frozen NaN is an edit, not a frozen change.
+        let edited = Reading {
+            note: "still none".into(),
+            ..reading.clone()
+        };
+        let edit = db.upsert_many(std::slice::from_ref(&edited)).await.unwrap();
+        if !matches!(edit.outcomes(), [Ok(Outcome::Updated)]) {
+            problems.push(format!(
+                "{db}: an edit beside the frozen NaN in a batch: expected Updated, got {:?}",
+                edit.outcomes()
+            ));
+        }
+        let edited = Reading {
+            note: "none at all".into(),
+            ..reading.clone()
+        };
+        let edit = db.upsert(&edited).await;
+        if !matches!(edit, Ok(Outcome::Updated)) {
+            problems.push(format!(
+                "{db}: an edit beside the frozen NaN: expected Updated, got {edit:?}"
+            ));
+        }
+        let stored = stored_float(&db, "readings", "sensor", "s1", "calibration").await;
+        if !stored.is_nan() {
+            problems.push(format!("{db}: the frozen NaN is stored as {stored}"));
+        }
+
+        // A frozen NaN that became a number is a real change, and refused, alone and in a batch.
+        let before = db.raw::<Reading>().await;
+        forget_commands(&db);
+        let calibrated = Reading {
+            calibration: 1.5,
+            ..edited.clone()
+        };
+        match db.upsert(&calibrated).await {
+            Err(Error::FrozenFieldChanged {
+                field: "calibration",
+                stored,
+                incoming,
+                ..
+            }) if stored.contains("NaN") && incoming == "1.5" => {}
+            refused => problems.push(format!(
+                "{db}: NaN changed to 1.5: expected FrozenFieldChanged from NaN to 1.5, got \
+                 {refused:?}"
+            )),
+        }
+        let refused = db
+            .upsert_many(std::slice::from_ref(&calibrated))
+            .await
+            .unwrap();
+        if !matches!(
+            refused.outcomes(),
+            [Err(Error::FrozenFieldChanged {
+                field: "calibration",
+                ..
+            })]
+        ) {
+            problems.push(format!(
+                "{db}: NaN changed to 1.5 in a batch: expected FrozenFieldChanged, got {:?}",
+                refused.outcomes()
+            ));
+        }
+        if let Some(log) = db.command_log() {
+            let written = log.take().documents_written;
+            if written != 0 {
+                problems.push(format!("{db}: the refusals wrote {written} documents"));
+            }
+        }
+        if db.raw::<Reading>().await != before {
+            problems.push(format!("{db}: the refusals changed the stored document"));
+        }
     }
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[tokio::test]
+async fn nan_and_the_infinities_in_a_float_field_are_stored_and_a_replay_writes_nothing() {
+    let values = [
+        ("nan", f64::NAN, "NaN"),
+        ("inf", f64::INFINITY, "Infinity"),
+        ("-inf", f64::NEG_INFINITY, "-Infinity"),
+    ];
+    let gauge = |name: &str, value: f64| Gauge {
+        name: name.into(),
+        value,
+        peak: Some(value),
+    };
+    for db in fresh_backends("non_finite").await {
+        db.ensure::<Gauge>().await;
+        for (name, value, _) in values {
+            assert_eq!(
+                db.upsert(&gauge(name, value)).await.unwrap(),
+                Outcome::Inserted,
+                "{db}: {name}"
+            );
+        }
+        let stored = db.stored::<Gauge>().await;
+        assert_eq!(stored.len(), values.len(), "{db}: {stored:?}");
+        for (name, value, text) in values {
+            let document = stored
+                .iter()
+                .find(|document| document["name"] == name)
+                .unwrap_or_else(|| panic!("{db}: no gauge {name}: {stored:?}"));
+            // Neither field is lost to null (which `stored` would leave out).
+            assert_eq!(
+                document["value"],
+                shown_non_finite(&db, text),
+                "{db}: {name}"
+            );
+            assert_eq!(
+                document["peak"],
+                shown_non_finite(&db, text),
+                "{db}: {name}"
+            );
+            for field in ["value", "peak"] {
+                let read = stored_float(&db, "gauges", "name", name, field).await;
+                assert!(
+                    read.to_bits() == value.to_bits() || (read.is_nan() && value.is_nan()),
+                    "{db}: {name}.{field} stored as {read}"
+                );
+            }
+        }
+        let before = db.raw::<Gauge>().await;
+        if db.is_postgres() {
+            for text in ["NaN", "Infinity", "-Infinity"] {
+                assert!(
+                    before
+                        .iter()
+                        .any(|row| row.contains(&format!(",{text},{text},"))),
+                    "{db}: no row holds {text}: {before:?}"
+                );
+            }
+        }
+
+        // A replay, alone and in a batch, writes nothing.
+        forget_commands(&db);
+        for (name, value, _) in values {
+            assert_eq!(
+                db.upsert(&gauge(name, value)).await.unwrap(),
+                Outcome::Unchanged,
+                "{db}: {name}"
+            );
+        }
+        let batch: Vec<Gauge> = values
+            .iter()
+            .map(|&(name, value, _)| gauge(name, value))
+            .collect();
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(
+            report.count(Outcome::Unchanged),
+            values.len(),
+            "{db}: {report}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Gauge>().await, before, "{db}: nothing written");
+
+        // NaN becomes a number and a number NaN again: each an update, none lost.
+        assert_eq!(
+            db.upsert(&gauge("nan", 2.0)).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(
+            stored_float(&db, "gauges", "name", "nan", "value").await,
+            2.0,
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&gauge("nan", f64::NAN)).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert!(
+            stored_float(&db, "gauges", "name", "nan", "value")
+                .await
+                .is_nan(),
+            "{db}"
+        );
+    }
+}
+
+/// JSON, and so `jsonb`, has no NaN or infinity: PostgreSQL refuses one inside a structured value
+/// before anything is sent, naming where it is. MongoDB stores the same document (BSON has them).
+#[tokio::test]
+async fn nan_or_an_infinity_inside_a_structured_value_is_refused_on_postgres_naming_its_path() {
+    let survey = |name: &str| Survey {
+        name: name.into(),
+        nested: BTreeMap::from([("x".to_owned(), 1.0)]),
+        samples: vec![1.0, 2.0],
+    };
+    let cases = [
+        (
+            Survey {
+                nested: BTreeMap::from([("x".to_owned(), f64::NAN)]),
+                ..survey("nested-nan")
+            },
+            "field nested.x holds NaN",
+        ),
+        (
+            Survey {
+                nested: BTreeMap::from([("a b".to_owned(), f64::INFINITY)]),
+                ..survey("nested-inf")
+            },
+            "field nested[\"a b\"] holds Infinity",
+        ),
+        (
+            Survey {
+                samples: vec![1.0, f64::NEG_INFINITY],
+                ..survey("samples")
+            },
+            "field samples[1] holds -Infinity",
+        ),
+    ];
+    for db in fresh_backends("nested_non_finite").await {
+        db.ensure::<Survey>().await;
+        db.upsert(&survey("kept")).await.unwrap();
+        let before = db.raw::<Survey>().await;
+        forget_commands(&db);
+        if db.is_postgres() {
+            for (doc, path) in &cases {
+                let expect_refused = |result: Result<Outcome, Error>| match result {
+                    Err(Error::Serialize { document, message }) => {
+                        assert_eq!(
+                            document.natural_key.parts(),
+                            [text_key("name", &doc.name)],
+                            "{db}"
+                        );
+                        assert!(
+                            message.starts_with(path) && message.contains("not inside jsonb"),
+                            "{db}: {message}"
+                        );
+                    }
+                    other => panic!("{db}: {path}: expected Error::Serialize, got {other:?}"),
+                };
+                expect_refused(db.upsert(doc).await);
+                let mut report = db
+                    .upsert_many(std::slice::from_ref(doc))
+                    .await
+                    .unwrap()
+                    .into_outcomes();
+                expect_refused(report.remove(0));
+            }
+            assert_eq!(db.raw::<Survey>().await, before, "{db}: nothing written");
+        } else {
+            for (doc, path) in &cases {
+                assert_eq!(
+                    db.upsert(doc).await.unwrap(),
+                    Outcome::Inserted,
+                    "{db}: {path}"
+                );
+                assert_eq!(
+                    db.upsert(doc).await.unwrap(),
+                    Outcome::Unchanged,
+                    "{db}: {path}"
+                );
+            }
+            let stored = db.stored::<Survey>().await;
+            let find = |name: &str| {
+                stored
+                    .iter()
+                    .find(|document| document["name"] == name)
+                    .unwrap_or_else(|| panic!("{db}: no survey {name}: {stored:?}"))
+            };
+            assert_eq!(
+                find("nested-nan")["nested"]["x"],
+                shown_non_finite(&db, "NaN"),
+                "{db}"
+            );
+            assert_eq!(
+                find("nested-inf")["nested"]["a b"],
+                shown_non_finite(&db, "Infinity"),
+                "{db}"
+            );
+            assert_eq!(
+                find("samples")["samples"][1],
+                shown_non_finite(&db, "-Infinity"),
+                "{db}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys PostgreSQL cannot index
+
+/// `len` hex digits of a chain of SHA-256 digests: text that does not compress.
+fn incompressible(len: usize) -> String {
+    let mut text = String::with_capacity(len + 64);
+    let mut digest = Sha256::digest(b"bad_input");
+    while text.len() < len {
+        for byte in digest.iter() {
+            text.push_str(&format!("{byte:02x}"));
+        }
+        digest = Sha256::digest(digest);
+    }
+    text.truncate(len);
+    text
+}
+
+/// A natural key longer than a row of the natural-key index may be (PostgreSQL's btree holds
+/// about 2700 bytes after compression) is a refusal naming the document, shown short, with
+/// nothing written; the rest of its batch is written. MongoDB has no such limit and stores it.
+#[tokio::test]
+async fn a_natural_key_too_long_for_the_postgres_index_is_an_error_naming_the_document() {
+    let long = Post {
+        slug: incompressible(10_000),
+        ..post("long")
+    };
+    for db in fresh_backends("long_key").await {
+        if !db.is_postgres() {
+            assert_eq!(db.upsert(&long).await.unwrap(), Outcome::Inserted, "{db}");
+            continue;
+        }
+        db.ensure::<Post>().await;
+        db.upsert(&post("kept")).await.unwrap();
+        let before = db.raw::<Post>().await;
+        let expect_error = |result: Result<Outcome, Error>| {
+            let error = match result {
+                Err(error @ Error::Backend { .. }) => error,
+                other => panic!("{db}: expected Error::Backend, got {other:?}"),
+            };
+            assert_eq!(error.document().collection, "posts", "{db}");
+            assert_eq!(
+                error.document().natural_key.parts(),
+                [text_key("slug", &long.slug), text_key("lang", "en")],
+                "{db}"
+            );
+            let source = error.as_backend().expect("a backend error");
+            assert_eq!(source.backend(), "PostgreSQL", "{db}");
+            // 54000: program_limit_exceeded, the size of an index row.
+            assert_eq!(source.code(), Some("54000"), "{db}: {error}");
+            assert!(!error.is_retryable(), "{db}: the same key fails again");
+            assert!(error.is_refusal(), "{db}: the document itself is refused");
+            let message = error.to_string();
+            assert!(message.contains("index row"), "{db}: {message}");
+            // The key is shown by its start and length, not repeated whole.
+            assert!(message.contains("(10000 bytes)"), "{db}: {message}");
+            assert!(
+                message.len() < 1_000,
+                "{db}: {} bytes: {message}",
+                message.len()
+            );
+        };
+        expect_error(db.upsert(&long).await);
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+
+        let report = db
+            .upsert_many(&[long.clone(), post("short")])
+            .await
+            .unwrap();
+        let mut outcomes = report.into_outcomes();
+        assert!(
+            matches!(outcomes[1], Ok(Outcome::Inserted)),
+            "{db}: {:?}",
+            outcomes[1]
+        );
+        expect_error(outcomes.remove(0));
+        let after = db.raw::<Post>().await;
+        assert_eq!(after.len(), 2, "{db}: kept and short");
+        assert!(after.contains(&before[0]), "{db}: kept is untouched");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -600,266 +1119,125 @@ async fn the_largest_document_idem_accepts_is_one_the_server_stores() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Immutability
-
-#[tokio::test]
-async fn a_changed_frozen_field_is_refused_and_nothing_is_written() {
-    let (store, log) = store("frozen").await;
-    let original = post("hello");
-    store.upsert(&original).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-
-    let hijacked = Post {
-        author_id: "eve".into(),
-        body: "Hijacked.".into(),
-        ..original.clone()
-    };
-    match store.upsert(&hijacked).await.unwrap_err() {
-        Error::FrozenFieldChanged {
-            document,
-            stored_id,
-            field,
-            stored,
-            incoming,
-        } => {
-            assert_eq!(field, "author_id");
-            assert_eq!(stored, "\"ada\"");
-            assert_eq!(incoming, "\"eve\"");
-            assert_eq!(stored_id, original.id().unwrap().to_string());
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("slug", "hello"), text_key("lang", "en")]
-            );
-        }
-        other => panic!("expected FrozenFieldChanged, got {other:?}"),
-    }
-    let names = assert_nothing_written(&log);
-    assert_eq!(names, ["findAndModify"], "one round trip refuses it");
-    assert_eq!(raw(store.database(), "posts").await, before);
-}
-
-#[tokio::test]
-async fn a_changed_timestamp_is_refused_because_it_would_orphan_the_document() {
-    let (store, log) = store("id_feeding").await;
-    let original = post("hello");
-    store.upsert(&original).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
-
-    let moved = Post {
-        published_at: original.published_at + 1,
-        ..original.clone()
-    };
-    assert_ne!(moved.id().unwrap(), original.id().unwrap());
-    match store.upsert(&moved).await.unwrap_err() {
-        Error::FrozenFieldChanged {
-            stored_id,
-            field,
-            stored,
-            incoming,
-            ..
-        } => {
-            assert_eq!(field, "published_at");
-            assert_eq!(stored_id, original.id().unwrap().to_string());
-            assert_eq!(stored, "1700000000000");
-            assert_eq!(incoming, "1700000000001");
-        }
-        other => panic!("expected FrozenFieldChanged, got {other:?}"),
-    }
-    assert_nothing_written(&log);
-    // The same in a batch: refused per document, nothing written.
-    let report = store
-        .upsert_many(std::slice::from_ref(&moved))
-        .await
-        .unwrap();
-    assert!(matches!(
-        report.outcomes(),
-        [Err(Error::FrozenFieldChanged {
-            field: "published_at",
-            ..
-        })]
-    ));
-    assert_nothing_written(&log);
-    assert_eq!(raw(store.database(), "posts").await, before);
-}
+// Immutability (a changed frozen field and a moved timestamp: `conformance.rs`)
 
 #[tokio::test]
 async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
-    let (store, log) = store("sub_millisecond").await;
     let starts_at = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_789).unwrap();
     let original = Meeting {
         room: "r1".into(),
         starts_at,
         title: "Standup".into(),
     };
-    store.upsert(&original).await.unwrap();
-    let before = raw(store.database(), "meetings").await;
-    let _ = log.take();
-
     let nudged = Meeting {
         starts_at: starts_at + chrono::Duration::nanoseconds(1),
         ..original.clone()
     };
     assert_eq!(nudged.id().unwrap(), original.id().unwrap());
-    assert!(matches!(
-        store.upsert(&nudged).await,
-        Err(Error::FrozenFieldChanged {
-            field: "starts_at",
-            ..
-        })
-    ));
-    assert_nothing_written(&log);
-    assert_eq!(raw(store.database(), "meetings").await, before);
+
+    for db in fresh_backends("sub_millisecond").await {
+        db.ensure::<Meeting>().await;
+        db.upsert(&original).await.unwrap();
+        let before = db.raw::<Meeting>().await;
+        forget_commands(&db);
+
+        match db.upsert(&nudged).await {
+            Err(Error::FrozenFieldChanged {
+                field, stored_id, ..
+            }) => {
+                assert_eq!(field, "starts_at", "{db}");
+                assert_eq!(stored_id, original.id().unwrap().to_string(), "{db}");
+            }
+            other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
+        }
+        let report = db.upsert_many(std::slice::from_ref(&nudged)).await.unwrap();
+        assert!(
+            matches!(
+                report.outcomes(),
+                [Err(Error::FrozenFieldChanged {
+                    field: "starts_at",
+                    ..
+                })]
+            ),
+            "{db}: {:?}",
+            report.outcomes()
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Meeting>().await, before, "{db}: nothing written");
+        // The original, to the nanosecond, is still a plain retry.
+        assert_eq!(
+            db.upsert(&original).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        assert_eq!(db.raw::<Meeting>().await, before, "{db}: nothing written");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Replays
-
-#[tokio::test]
-async fn a_stale_replay_is_not_written() {
-    let (store, log) = store("stale").await;
-    store.upsert(&entry("e1", 3, "third")).await.unwrap();
-    let before = raw(store.database(), "entries").await;
-    let _ = log.take();
-
-    assert_eq!(
-        store.upsert(&entry("e1", 2, "second")).await.unwrap(),
-        Outcome::Stale
-    );
-    // The same revision with other content: the stored one stands.
-    assert_eq!(
-        store
-            .upsert(&entry("e1", 3, "edited elsewhere"))
-            .await
-            .unwrap(),
-        Outcome::Stale
-    );
-    let report = store
-        .upsert_many(&[entry("e1", 1, "first"), entry("e1", 2, "second")])
-        .await
-        .unwrap();
-    assert!(matches!(
-        report.outcomes(),
-        [Ok(Outcome::Stale), Ok(Outcome::Stale)]
-    ));
-    assert_nothing_written(&log);
-    assert_eq!(raw(store.database(), "entries").await, before);
-}
-
-#[tokio::test]
-async fn a_re_push_of_a_deleted_document_is_not_resurrected() {
-    let (store, log) = store("re_push_deleted").await;
-    store.upsert(&entry("e1", 1, "hello")).await.unwrap();
-    let deleted = Entry {
-        deleted_at: Some(1_700_000_500_000),
-        ..entry("e1", 1, "hello")
-    };
-    assert_eq!(store.delete(&deleted).await.unwrap(), Outcome::Deleted);
-    let before = raw(store.database(), "entries").await;
-    let _ = log.take();
-
-    assert_eq!(
-        store.upsert(&entry("e1", 1, "hello")).await.unwrap(),
-        Outcome::Deleted
-    );
-    assert_eq!(
-        store
-            .upsert(&entry("e1", 9, "edited offline"))
-            .await
-            .unwrap(),
-        Outcome::Deleted
-    );
-    let report = store
-        .upsert_many(&[entry("e1", 10, "again"), entry("e2", 1, "new")])
-        .await
-        .unwrap();
-    assert!(matches!(
-        report.outcomes(),
-        [Ok(Outcome::Deleted), Ok(Outcome::Inserted)]
-    ));
-    // Only e2 was written.
-    assert_eq!(log.take().documents_written, 1);
-    let after = raw(store.database(), "entries").await;
-    let id = entry("e1", 1, "").id().unwrap().to_string();
-    let stored: Vec<Document> = stored_documents(store.database(), "entries").await;
-    let e1 = stored
-        .iter()
-        .position(|d| d.get_str("_id") == Ok(id.as_str()))
-        .unwrap();
-    assert_eq!(after[e1], before[0]);
-}
-
-#[tokio::test]
-async fn deleting_without_a_marker_is_refused() {
-    let (store, log) = store("no_marker").await;
-    store.upsert(&entry("e1", 1, "hello")).await.unwrap();
-    let before = raw(store.database(), "entries").await;
-    let _ = log.take();
-
-    match store.delete(&entry("e1", 1, "hello")).await.unwrap_err() {
-        Error::TombstoneNotSet { document, field } => {
-            assert_eq!(field, "deleted_at");
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("user_id", "u1"), text_key("entry_id", "e1")]
-            );
-        }
-        other => panic!("expected TombstoneNotSet, got {other:?}"),
-    }
-    assert_nothing_sent(&log);
-    assert_eq!(raw(store.database(), "entries").await, before);
-}
+// Events (a stale replay, the re-push of a deleted document and a delete without its marker:
+// `conformance.rs`)
 
 #[tokio::test]
 async fn an_idempotency_key_reused_with_another_payload_is_refused() {
-    let (store, log) = store("key_reused").await;
-    let payment = Payment {
-        request_key: "req-1".into(),
-        amount_cents: 1_000,
-    };
-    let first = store.record(&payment).await.unwrap();
-    let before = raw(store.database(), "payments").await;
-    let _ = log.take();
+    for db in fresh_backends("key_reused").await {
+        db.ensure::<Payment>().await;
+        let payment = Payment {
+            request_key: "req-1".into(),
+            amount_cents: 1_000,
+        };
+        let first = db.record(&payment).await.unwrap();
+        let before = db.raw::<Payment>().await;
+        forget_commands(&db);
 
-    let reused = Payment {
-        amount_cents: 9_999,
-        ..payment.clone()
-    };
-    match store.record(&reused).await.unwrap_err() {
-        Error::IdempotencyKeyReused {
-            document,
-            field,
-            stored_id,
-        } => {
-            assert_eq!(field, "request_key");
-            assert_eq!(stored_id, first.id);
-            assert_eq!(
-                document.natural_key.parts(),
-                [text_key("request_key", "req-1")]
+        let reused = Payment {
+            amount_cents: 9_999,
+            ..payment.clone()
+        };
+        match db.record(&reused).await {
+            Err(Error::IdempotencyKeyReused {
+                document,
+                field,
+                stored_id,
+            }) => {
+                assert_eq!(field, "request_key", "{db}");
+                assert_eq!(stored_id, first.id, "{db}");
+                assert_eq!(
+                    document.natural_key.parts(),
+                    [text_key("request_key", "req-1")],
+                    "{db}"
+                );
+            }
+            other => panic!("{db}: expected IdempotencyKeyReused, got {other:?}"),
+        }
+        // Through `upsert` and `upsert_many`, which record events the same way.
+        match db.upsert(&reused).await {
+            Err(Error::IdempotencyKeyReused { stored_id, .. }) => {
+                assert_eq!(stored_id, first.id, "{db}")
+            }
+            other => panic!("{db}: expected IdempotencyKeyReused, got {other:?}"),
+        }
+        let report = db.upsert_many(&[reused, payment]).await.unwrap();
+        assert!(
+            matches!(
+                report.outcomes(),
+                [
+                    Err(Error::IdempotencyKeyReused { .. }),
+                    Ok(Outcome::Unchanged)
+                ]
+            ),
+            "{db}: {:?}",
+            report.outcomes()
+        );
+        if let Some(log) = db.command_log() {
+            let names = assert_nothing_written(log);
+            assert!(
+                names.iter().all(|name| name == "findAndModify"),
+                "{db}: {names:?}"
             );
         }
-        other => panic!("expected IdempotencyKeyReused, got {other:?}"),
+        assert_eq!(db.raw::<Payment>().await, before, "{db}: nothing written");
     }
-    // Through `upsert` and `upsert_many`, which record events the same way.
-    assert!(matches!(
-        store.upsert(&reused).await,
-        Err(Error::IdempotencyKeyReused { .. })
-    ));
-    let report = store.upsert_many(&[reused, payment]).await.unwrap();
-    assert!(matches!(
-        report.outcomes(),
-        [
-            Err(Error::IdempotencyKeyReused { .. }),
-            Ok(Outcome::Unchanged)
-        ]
-    ));
-    let names = assert_nothing_written(&log);
-    assert!(
-        names.iter().all(|name| name == "findAndModify"),
-        "{names:?}"
-    );
-    assert_eq!(raw(store.database(), "payments").await, before);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -867,209 +1245,275 @@ async fn an_idempotency_key_reused_with_another_payload_is_refused() {
 
 #[tokio::test]
 async fn duplicate_ids_in_one_batch_get_the_outcomes_of_writing_them_one_by_one() {
-    let (store, log) = store("batch_duplicates").await;
-    store.ensure_indexes::<Entry>().await.unwrap();
-    let _ = log.take();
+    for db in fresh_backends("batch_duplicates").await {
+        db.ensure::<Entry>().await;
+        db.ensure::<Post>().await;
+        forget_commands(&db);
 
-    let batch = [
-        entry("e1", 1, "one"),   // first: Inserted
-        entry("e2", 1, "x"),     // alone: Inserted
-        entry("e1", 3, "three"), // newer: Updated
-        entry("e1", 2, "two"),   // older than what is stored by then: Stale
-        entry("e1", 3, "three"), // what is stored by then: Unchanged
-        entry("e2", 1, "x"),     // a copy of the previous e2: not sent, Unchanged
-    ];
-    let report = store.upsert_many(&batch).await.unwrap();
-    let outcomes: Vec<Outcome> = report
-        .outcomes()
-        .iter()
-        .map(|o| *o.as_ref().unwrap())
-        .collect();
-    assert_eq!(
-        outcomes,
-        [
-            Outcome::Inserted,
-            Outcome::Inserted,
-            Outcome::Updated,
-            Outcome::Stale,
-            Outcome::Unchanged,
-            Outcome::Unchanged,
-        ]
-    );
-    assert_eq!(report.collapsed(), 1);
-    let commands = log.take();
-    assert_eq!(commands.documents_written, 3);
-    assert_eq!(
-        commands.names.iter().filter(|n| *n == "update").count(),
-        2,
-        "one write command per round that writes: {:?}",
-        commands.names
-    );
-    let stored = stored_documents(store.database(), "entries").await;
-    assert_eq!(stored.len(), 2);
-    let e1 = stored
-        .iter()
-        .find(|d| d.get_str("entryId") == Ok("e1"))
-        .unwrap();
-    assert_eq!(e1.get_i64("revision").unwrap(), 3);
-    assert_eq!(e1.get_str("text").unwrap(), "three");
+        let batch = [
+            entry("e1", 1, "one"),   // first: Inserted
+            entry("e2", 1, "x"),     // alone: Inserted
+            entry("e1", 3, "three"), // newer: Updated
+            entry("e1", 2, "two"),   // older than what is stored by then: Stale
+            entry("e1", 3, "three"), // what is stored by then: Unchanged
+            entry("e2", 1, "x"),     // a copy of the previous e2: not sent, Unchanged
+        ];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes: Vec<Outcome> = report
+            .outcomes()
+            .iter()
+            .map(|o| *o.as_ref().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Inserted,
+                Outcome::Inserted,
+                Outcome::Updated,
+                Outcome::Stale,
+                Outcome::Unchanged,
+                Outcome::Unchanged,
+            ],
+            "{db}"
+        );
+        assert_eq!(report.collapsed(), 1, "{db}");
+        if let Some(log) = db.command_log() {
+            let commands = log.take();
+            assert_eq!(commands.documents_written, 3, "{db}");
+            assert_eq!(
+                commands.names.iter().filter(|n| *n == "update").count(),
+                2,
+                "{db}: one write command per round that writes: {:?}",
+                commands.names
+            );
+        }
+        let stored = db.stored::<Entry>().await;
+        assert_eq!(stored.len(), 2, "{db}");
+        let e1 = stored
+            .iter()
+            .find(|d| d["entryId"] == "e1")
+            .unwrap_or_else(|| panic!("{db}: no e1: {stored:?}"));
+        assert_eq!(e1["revision"], 3, "{db}");
+        assert_eq!(e1["text"], "three", "{db}");
 
-    // Replaying the whole batch writes nothing.
-    let before = raw(store.database(), "entries").await;
-    let report = store.upsert_many(&batch).await.unwrap();
-    assert_eq!(report.count(Outcome::Unchanged), 4, "{report}");
-    assert_eq!(report.count(Outcome::Stale), 2, "{report}");
-    assert_nothing_written(&log);
-    assert_eq!(raw(store.database(), "entries").await, before);
+        // Replaying the whole batch writes nothing.
+        let before = db.raw::<Entry>().await;
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(report.count(Outcome::Unchanged), 4, "{db}: {report}");
+        assert_eq!(report.count(Outcome::Stale), 2, "{db}: {report}");
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Entry>().await, before, "{db}: nothing written");
 
-    // Without versions, each copy replaces the one before it, as one by one: the last stays.
-    let report = store
-        .upsert_many(&[
-            Post {
-                title: "first".into(),
-                ..post("p")
-            },
-            Post {
-                title: "last".into(),
-                ..post("p")
-            },
-        ])
-        .await
-        .unwrap();
-    assert!(matches!(
-        report.outcomes(),
-        [Ok(Outcome::Inserted), Ok(Outcome::Updated)]
-    ));
-    let posts = stored_documents(store.database(), "posts").await;
-    assert_eq!(posts.len(), 1);
-    assert_eq!(posts[0].get_str("title").unwrap(), "last");
+        // Without versions, each copy replaces the one before it, as one by one: the last stays.
+        let report = db
+            .upsert_many(&[
+                Post {
+                    title: "first".into(),
+                    ..post("p")
+                },
+                Post {
+                    title: "last".into(),
+                    ..post("p")
+                },
+            ])
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                report.outcomes(),
+                [Ok(Outcome::Inserted), Ok(Outcome::Updated)]
+            ),
+            "{db}: {:?}",
+            report.outcomes()
+        );
+        let posts = db.stored::<Post>().await;
+        assert_eq!(posts.len(), 1, "{db}");
+        assert_eq!(posts[0]["title"], "last", "{db}");
+    }
 }
 
+/// Each kind of refusal inside one batch, beside documents that are written. On MongoDB the
+/// batch also carries a document over the 16 MiB BSON limit, which PostgreSQL does not have.
 #[tokio::test]
 async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
-    let (store, log) = store("batch_refusals").await;
-    let kept = post("kept");
-    let other = post("other");
-    store.upsert(&kept).await.unwrap();
-    store.upsert(&other).await.unwrap();
-    let before = raw(store.database(), "posts").await;
-    let _ = log.take();
+    for db in fresh_backends("batch_refusals").await {
+        db.ensure::<Post>().await;
+        let kept = post("kept");
+        let other = post("other");
+        db.upsert(&kept).await.unwrap();
+        db.upsert(&other).await.unwrap();
+        let before = db.raw::<Post>().await;
+        forget_commands(&db);
 
-    let batch = [
-        post("a"),
-        Post {
-            published_at: -1,
-            ..post("early")
-        },
-        post(""),
-        Post {
-            author_id: "eve".into(),
-            ..kept.clone()
-        },
-        oversized_post("big"),
-        other.clone(),
-        post("b"),
-    ];
-    let report = store.upsert_many(&batch).await.unwrap();
-    let outcomes = report.outcomes();
-    assert!(matches!(outcomes[0], Ok(Outcome::Inserted)), "{outcomes:?}");
-    assert!(matches!(
-        outcomes[1],
-        Err(Error::TimestampOutOfRange {
-            problem: TimestampProblem::BeforeUnixEpoch,
-            ..
-        })
-    ));
-    assert!(matches!(
-        outcomes[2],
-        Err(Error::EmptyKey { field: "slug", .. })
-    ));
-    assert!(matches!(
-        outcomes[3],
-        Err(Error::FrozenFieldChanged {
-            field: "author_id",
-            ..
-        })
-    ));
-    assert!(matches!(outcomes[4], Err(Error::DocumentTooLarge { .. })));
-    assert!(matches!(outcomes[5], Ok(Outcome::Unchanged)));
-    assert!(matches!(outcomes[6], Ok(Outcome::Inserted)), "{outcomes:?}");
-    assert_eq!(report.refused(), 4);
-    assert_eq!(log.take().documents_written, 2);
+        let mut batch = vec![
+            post("a"),
+            Post {
+                published_at: -1,
+                ..post("early")
+            },
+            post(""),
+            Post {
+                author_id: "eve".into(),
+                ..kept.clone()
+            },
+        ];
+        let oversized = !db.is_postgres();
+        if oversized {
+            batch.push(oversized_post("big"));
+        }
+        batch.extend([other.clone(), post("b")]);
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(
+            matches!(outcomes[0], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(
+                outcomes[1],
+                Err(Error::TimestampOutOfRange {
+                    problem: TimestampProblem::BeforeUnixEpoch,
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[1]
+        );
+        assert!(
+            matches!(outcomes[2], Err(Error::EmptyKey { field: "slug", .. })),
+            "{db}: {:?}",
+            outcomes[2]
+        );
+        assert!(
+            matches!(
+                outcomes[3],
+                Err(Error::FrozenFieldChanged {
+                    field: "author_id",
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[3]
+        );
+        if oversized {
+            assert!(
+                matches!(outcomes[4], Err(Error::DocumentTooLarge { .. })),
+                "{db}: {:?}",
+                outcomes[4]
+            );
+        }
+        let last = outcomes.len() - 1;
+        assert!(
+            matches!(outcomes[last - 1], Ok(Outcome::Unchanged)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(outcomes[last], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert_eq!(report.refused(), 3 + usize::from(oversized), "{db}");
+        if let Some(log) = db.command_log() {
+            assert_eq!(log.take().documents_written, 2, "{db}");
+        }
 
-    // The two new documents are stored; the two that were stored are intact.
-    let stored = stored_documents(store.database(), "posts").await;
-    let mut slugs: Vec<&str> = stored.iter().map(|d| d.get_str("slug").unwrap()).collect();
-    slugs.sort_unstable();
-    assert_eq!(slugs, ["a", "b", "kept", "other"]);
-    let untouched: Vec<_> = raw(store.database(), "posts")
-        .await
-        .into_iter()
-        .filter(|d| matches!(d.get_str("slug"), Ok("kept" | "other")))
-        .collect();
-    assert_eq!(untouched, before);
+        // The two new documents are stored; the two that were stored are intact.
+        let mut slugs: Vec<String> = db
+            .stored::<Post>()
+            .await
+            .iter()
+            .map(|d| d["slug"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        slugs.sort_unstable();
+        assert_eq!(slugs, ["a", "b", "kept", "other"], "{db}");
+        let after = db.raw::<Post>().await;
+        for untouched in &before {
+            assert!(
+                after.contains(untouched),
+                "{db}: a stored document changed: {untouched} is gone from {after:?}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Effects on what is not there
 
+/// `thread.push_comments(…)`, the generated method, on `db`'s backend.
+async fn push_comment(db: &Db, thread: &Thread, comment: &Comment) -> Result<Pushed, Error> {
+    match db {
+        Db::Mongo { store, .. } => thread.push_comments(store, comment).await,
+        Db::Postgres { store, client, .. } => {
+            thread.push_comments(&store.on(client), comment).await
+        }
+    }
+}
+
 #[tokio::test]
 async fn pushing_an_item_without_its_key_is_refused() {
-    let (store, log) = store("item_without_key").await;
-    let thread = Thread {
-        slug: "launch".into(),
-        title: "Launch".into(),
-        comments: Vec::new(),
-    };
-    store.upsert(&thread).await.unwrap();
-    let before = raw(store.database(), "threads").await;
-    let _ = log.take();
+    for db in fresh_backends("item_without_key").await {
+        db.ensure::<Thread>().await;
+        let thread = Thread {
+            slug: "launch".into(),
+            title: "Launch".into(),
+            comments: Vec::new(),
+        };
+        db.upsert(&thread).await.unwrap();
+        let before = db.raw::<Thread>().await;
+        forget_commands(&db);
 
-    let anonymous = Comment {
-        comment_id: None,
-        text: "who am I?".into(),
-    };
-    match thread.push_comments(&store, &anonymous).await.unwrap_err() {
-        Error::ItemWithoutKey {
-            document,
-            field,
-            item_key,
-        } => {
-            assert_eq!(field, "comments");
-            assert_eq!(item_key, "comment_id");
-            assert_eq!(document.id, Some(thread.id().unwrap()));
+        let anonymous = Comment {
+            comment_id: None,
+            text: "who am I?".into(),
+        };
+        match push_comment(&db, &thread, &anonymous).await {
+            Err(Error::ItemWithoutKey {
+                document,
+                field,
+                item_key,
+            }) => {
+                assert_eq!(field, "comments", "{db}");
+                assert_eq!(item_key, "comment_id", "{db}");
+                assert_eq!(document.id, Some(thread.id().unwrap()), "{db}");
+            }
+            other => panic!("{db}: expected ItemWithoutKey, got {other:?}"),
         }
-        other => panic!("expected ItemWithoutKey, got {other:?}"),
+        // An item that is not a document at all has no key either.
+        assert!(
+            matches!(
+                db.push::<Thread, _>(thread.id().unwrap(), "comments", &"just text")
+                    .await,
+                Err(Error::ItemWithoutKey { .. })
+            ),
+            "{db}"
+        );
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Thread>().await, before, "{db}: nothing written");
     }
-    // An item that is not a document at all has no key either.
-    assert!(matches!(
-        store
-            .push::<Thread, _>(thread.id().unwrap(), "comments", &"just text")
-            .await,
-        Err(Error::ItemWithoutKey { .. })
-    ));
-    assert_nothing_sent(&log);
-    assert_eq!(raw(store.database(), "threads").await, before);
 }
 
 #[tokio::test]
 async fn apply_once_on_a_missing_document_is_not_found() {
-    let (store, log) = store("apply_missing").await;
-    let ghost = account("ghost");
-    let id = ghost.id().unwrap();
-    match store
-        .apply_once::<Account>(id, &"op-1".into(), doc! { "$inc": { "balance": 100 } })
-        .await
-        .unwrap_err()
-    {
-        Error::NotFound { document } => {
-            assert_eq!(document.collection, "accounts");
-            assert_eq!(document.id, Some(id));
+    for db in fresh_backends("apply_missing").await {
+        db.ensure::<Account>().await;
+        forget_commands(&db);
+        let ghost = account("ghost");
+        let id = ghost.id().unwrap();
+        match db
+            .credit_once::<Account>(id, &"op-1".into(), "balance", 100)
+            .await
+        {
+            Err(Error::NotFound { document }) => {
+                assert_eq!(document.collection, "accounts", "{db}");
+                assert_eq!(document.id, Some(id), "{db}");
+            }
+            other => panic!("{db}: expected NotFound, got {other:?}"),
         }
-        other => panic!("expected NotFound, got {other:?}"),
+        assert_db_wrote_nothing(&db);
+        assert!(
+            db.raw::<Account>().await.is_empty(),
+            "{db}: nothing written"
+        );
     }
-    assert_nothing_written(&log);
-    assert!(raw(store.database(), "accounts").await.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
