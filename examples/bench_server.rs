@@ -45,7 +45,7 @@
 //!
 //! The defaults are the full target sizes. On SecantusDB (`scripts/test-server`) idem's guarded
 //! filters and its batch read cost time that grows with the collection and the batch (see the
-//! README's Performance section), so a run with them takes far longer than the 15 minutes the
+//! docs/PERFORMANCE.md), so a run with them takes far longer than the 15 minutes the
 //! whole suite aims at; `scripts/bench` passes smaller sizes.
 //!
 //! Exit status: 0 when every exact target is met; 1 when one is missed; 2 on a usage or server
