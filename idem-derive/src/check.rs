@@ -26,6 +26,7 @@ pub fn check(cx: &Ctxt, input: &Input) {
         check_role_field_name(cx, field);
     }
     check_collection_name(cx, input);
+    check_generic_type_names_its_collection(cx, input);
     check_hash_field_name(cx, input);
 }
 
@@ -274,6 +275,35 @@ fn check_collection_name(cx: &Ctxt, input: &Input) {
             cx,
             input.attrs.collection.span(),
             "`collection` must be a non-empty name without `$` or NUL characters",
+        );
+    }
+}
+
+// A type with type or const parameters names its collection: the default name comes from the
+// type's name alone, so `Wrapper<String>` and `Wrapper<u32>` would share one collection, and a
+// document of one would overwrite the other's under the same key. Naming it makes the sharing a
+// choice. Lifetime parameters do not count: they never change what is stored.
+fn check_generic_type_names_its_collection(cx: &Ctxt, input: &Input) {
+    if input.attrs.collection.get().is_some() {
+        return;
+    }
+    let parameter = input.generics.params.iter().find(|param| {
+        matches!(
+            param,
+            syn::GenericParam::Type(_) | syn::GenericParam::Const(_)
+        )
+    });
+    if let Some(parameter) = parameter {
+        cx.error_spanned_by(
+            parameter,
+            format!(
+                "a generic type needs `#[idem(collection = \"…\")]`: every instantiation of `{0}` \
+                 would otherwise be stored in the one collection `{1}`, where `{0}<A>` and `{0}<B>` \
+                 with the same key overwrite each other; name the collection (the same name \
+                 shares it on purpose), or wrap each instantiation in a type of its own",
+                input.ident,
+                input.collection(),
+            ),
         );
     }
 }

@@ -37,7 +37,7 @@ pub struct Post {
 
 /// A generic document, also through the renamed crate.
 #[derive(Debug, serde::Serialize, Idempotent)]
-#[idem(crate = "renamed_idem")]
+#[idem(crate = "renamed_idem", collection = "envelopes")]
 pub struct Envelope<K, T> {
     /// Its key.
     #[idem(key)]

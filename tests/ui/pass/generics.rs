@@ -1,11 +1,12 @@
 // Generic document types: a generic payload, a generic key and timestamp with a where clause of
-// the user's own, a lifetime parameter, and a const parameter.
+// the user's own, a lifetime parameter (which needs no collection name), and a const parameter.
 
 use std::future::Future;
 
 use idem_core::{Backend, IdKey, IdTimestamp, Idempotent, StoredKey};
 
 #[derive(serde::Serialize, Idempotent)]
+#[idem(collection = "docs")]
 struct Doc<T> {
     #[idem(key)]
     id: String,
@@ -13,6 +14,7 @@ struct Doc<T> {
 }
 
 #[derive(serde::Serialize, Idempotent)]
+#[idem(collection = "keyed")]
 struct Keyed<K, Ts>
 where
     K: Clone,
@@ -24,6 +26,7 @@ where
 }
 
 #[derive(serde::Serialize, Idempotent)]
+#[idem(collection = "borrowed")]
 struct Borrowed<'a, T: ?Sized + serde::Serialize> {
     #[idem(key)]
     slug: &'a str,
@@ -31,6 +34,7 @@ struct Borrowed<'a, T: ?Sized + serde::Serialize> {
 }
 
 #[derive(serde::Serialize, Idempotent)]
+#[idem(collection = "fixed")]
 struct Fixed<const N: usize> {
     #[idem(key)]
     id: i64,

@@ -37,6 +37,7 @@ pub struct Post {
 
 /// A generic envelope.
 #[derive(serde::Serialize, Idempotent)]
+#[idem(collection = "envelopes")]
 pub struct Envelope<'a, K, T> {
     /// Its key.
     #[idem(key)]
