@@ -114,6 +114,18 @@ impl BatchReport {
         self.outcomes
     }
 
+    /// Each input's index in the batch with its outcome or refusal, in input order:
+    /// `for (index, outcome) in report.iter() { … docs[index] … }`.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Result<Outcome, Error>)> {
+        self.outcomes.iter().enumerate()
+    }
+
+    /// The refusals and failures alone, each with its input's index.
+    pub fn errors(&self) -> impl Iterator<Item = (usize, &Error)> {
+        self.iter()
+            .filter_map(|(index, outcome)| outcome.as_ref().err().map(|error| (index, error)))
+    }
+
     /// How many input documents had `outcome`.
     pub fn count(&self, outcome: Outcome) -> usize {
         self.outcomes
@@ -165,6 +177,16 @@ impl fmt::Display for BatchReport {
     }
 }
 
+impl<'r> IntoIterator for &'r BatchReport {
+    type Item = (usize, &'r Result<Outcome, Error>);
+    type IntoIter = std::iter::Enumerate<std::slice::Iter<'r, Result<Outcome, Error>>>;
+
+    /// [`BatchReport::iter`].
+    fn into_iter(self) -> Self::IntoIter {
+        self.outcomes.iter().enumerate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +205,25 @@ mod tests {
         let plan = plan_batch(inputs);
         assert_eq!(plan.rounds, vec![vec![0, 1], vec![2], vec![5]]);
         assert_eq!(plan.copies, vec![(4, 2), (6, 1)]);
+    }
+
+    #[test]
+    fn a_report_iterates_with_each_inputs_index_and_offers_the_errors_alone() {
+        let refusal = Error::Contention {
+            document: Box::new(crate::model::DocumentRef {
+                collection: "posts",
+                natural_key: crate::model::NaturalKey::new(Vec::new()),
+                id: None,
+            }),
+        };
+        let report = BatchReport {
+            outcomes: vec![Ok(Outcome::Inserted), Err(refusal), Ok(Outcome::Unchanged)],
+            collapsed: 0,
+        };
+        let indexes: Vec<usize> = report.iter().map(|(index, _)| index).collect();
+        assert_eq!(indexes, [0, 1, 2]);
+        let errors: Vec<usize> = report.errors().map(|(index, _)| index).collect();
+        assert_eq!(errors, [1]);
+        assert_eq!((&report).into_iter().count(), 3);
     }
 }

@@ -86,6 +86,15 @@ impl From<Id> for ulid::Ulid {
     }
 }
 
+/// The id as MongoDB stores it under `_id`: its 26-character text, so a filter can be written
+/// by hand, `doc! { "_id": post.id()? }`.
+#[cfg(feature = "mongodb")]
+impl From<Id> for mongodb::bson::Bson {
+    fn from(id: Id) -> Self {
+        mongodb::bson::Bson::String(id.to_string())
+    }
+}
+
 impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buffer = [0u8; ulid::ULID_LEN];
@@ -598,5 +607,19 @@ impl fmt::Write for DigitBuffer {
             .copy_from_slice(text.as_bytes());
         self.len = end;
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "mongodb"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_stored_as_its_text() {
+        let id = Id::from(ulid::Ulid::from_parts(1_700_000_000_000, 7));
+        assert_eq!(
+            mongodb::bson::Bson::from(id),
+            mongodb::bson::Bson::String(id.to_string())
+        );
     }
 }

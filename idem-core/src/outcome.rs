@@ -61,6 +61,22 @@ pub enum Pushed {
     AlreadyPresent,
 }
 
+impl Pushed {
+    /// The outcome's name, as shown in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Pushed::Appended => "Appended",
+            Pushed::AlreadyPresent => "AlreadyPresent",
+        }
+    }
+}
+
+impl fmt::Display for Pushed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What an operation applied once did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -70,6 +86,22 @@ pub enum Applied {
     Applied,
     /// The document had recorded this op id; nothing was written.
     AlreadyApplied,
+}
+
+impl Applied {
+    /// The outcome's name, as shown in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Applied::Applied => "Applied",
+            Applied::AlreadyApplied => "AlreadyApplied",
+        }
+    }
+}
+
+impl fmt::Display for Applied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What recording an event did, and the id it is stored under.
@@ -86,5 +118,29 @@ impl Recorded {
     /// What recording the event under `id` did.
     pub fn new(id: Id, outcome: Outcome) -> Self {
         Recorded { id, outcome }
+    }
+}
+
+impl fmt::Display for Recorded {
+    /// The outcome and the id: `Inserted 01HKH83CR0N3DA3M2JT88QY84H`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.outcome, self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_shows_its_name() {
+        assert_eq!(Outcome::Unchanged.to_string(), "Unchanged");
+        assert_eq!(Pushed::AlreadyPresent.to_string(), "AlreadyPresent");
+        assert_eq!(Applied::Applied.to_string(), "Applied");
+        let id = Id::from(ulid::Ulid::from_parts(1, 2));
+        assert_eq!(
+            Recorded::new(id, Outcome::Inserted).to_string(),
+            format!("Inserted {id}")
+        );
     }
 }
