@@ -3,8 +3,9 @@
 use std::future::Future;
 
 use crate::error::Error;
-use crate::model::{Backend, Idempotent};
+use crate::model::{Backend, Idempotent, NaturalKey};
 use crate::outcome::{Outcome, Pushed};
+use crate::read::Finding;
 
 /// How the generated `upsert` reaches a backend. The requirements on the document are bounds on
 /// the backend (`B: UpsertWith<Self>`) instead of `Self: Sync` on the method: a where clause
@@ -54,5 +55,27 @@ where
         // The id is derived before the future, which then holds no reference to `doc`.
         let id = doc.id();
         async move { Backend::push::<T, I>(self, id?, field, item).await }
+    }
+}
+
+/// How the generated `find` reaches a backend; a bound on the backend for the reason given at
+/// [`UpsertWith`] (a type that is not `Deserialize` still derives).
+pub trait FindWith<T> {
+    /// [`Backend::find`].
+    fn find_document<'a>(&'a self, key: NaturalKey) -> Finding<'a, T>
+    where
+        T: 'a;
+}
+
+impl<B, T> FindWith<T> for B
+where
+    B: Backend,
+    T: Idempotent + serde::de::DeserializeOwned + Send,
+{
+    fn find_document<'a>(&'a self, key: NaturalKey) -> Finding<'a, T>
+    where
+        T: 'a,
+    {
+        Finding::new(Backend::find::<T>(self, key))
     }
 }

@@ -30,15 +30,40 @@ impl fmt::Display for TimestampProblem {
     }
 }
 
+/// A field as an error names it: its Rust name, and the name serde stores it under when that
+/// differs (`published_at` (stored as `publishedAt`)), so the message leads to the struct and to
+/// the stored document alike.
+fn shown_field(field: &str, stored_name: &str) -> String {
+    if field == stored_name {
+        format!("`{field}`")
+    } else {
+        format!("`{field}` (stored as `{stored_name}`)")
+    }
+}
+
+/// Stored names as a message lists them.
+fn shown_names(names: &[String]) -> String {
+    if names.is_empty() {
+        return "no field at all (it is not a struct or map)".to_owned();
+    }
+    let names: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    names.join(", ")
+}
+
 /// Everything that can go wrong in idem.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The timestamp field cannot be an id's time part; it is never wrapped or clamped.
-    #[error("{document}: timestamp field `{field}` = {value} cannot be an id: {problem}")]
+    #[error(
+        "{document}: timestamp field {} = {value} cannot be an id: {problem}",
+        shown_field(.field, .stored_name)
+    )]
     TimestampOutOfRange {
         /// The document refused.
         document: Box<DocumentRef>,
+        /// The timestamp field's stored name (what serde writes).
+        stored_name: &'static str,
         /// The timestamp field.
         field: &'static str,
         /// The value, as shown.
@@ -50,10 +75,13 @@ pub enum Error {
     /// A key value contains the separator of the `joined` id scheme, so two different keys could
     /// get the same id.
     #[error(
-        "{document}: key field `{field}` = {value:?} contains ':', which the `joined` id scheme \
-         cannot tell from its separator; use `id_scheme = \"v1\"` or remove the ':'"
+        "{document}: key field {} = {value:?} contains ':', which the `joined` id scheme \
+         cannot tell from its separator; use `id_scheme = \"v1\"` or remove the ':'",
+        shown_field(.field, .stored_name)
     )]
     AmbiguousKey {
+        /// The key field's stored name (what serde writes).
+        stored_name: &'static str,
         /// The document refused.
         document: Box<DocumentRef>,
         /// The key field.
@@ -64,8 +92,13 @@ pub enum Error {
 
     /// A key value is the empty string: almost always a missing value, and every such document
     /// would get the same id.
-    #[error("{document}: key field `{field}` is empty; a key must identify the document")]
+    #[error(
+        "{document}: key field {} is empty; a key must identify the document",
+        shown_field(.field, .stored_name)
+    )]
     EmptyKey {
+        /// The key field's stored name (what serde writes).
+        stored_name: &'static str,
         /// The document refused.
         document: Box<DocumentRef>,
         /// The key field.
@@ -76,10 +109,13 @@ pub enum Error {
     /// field that feeds the id (changing it would derive a new id and orphan the stored
     /// document). Nothing was written.
     #[error(
-        "{document}: field `{field}` may not change once written (stored as {stored_id}): \
-         stored {stored}, incoming {incoming}; nothing was written"
+        "{document}: field {} may not change once written (stored as {stored_id}): \
+         stored {stored}, incoming {incoming}; nothing was written",
+        shown_field(.field, .stored_name)
     )]
     FrozenFieldChanged {
+        /// The field's stored name (what serde writes).
+        stored_name: &'static str,
         /// The document refused.
         document: Box<DocumentRef>,
         /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
@@ -112,6 +148,16 @@ pub enum Error {
         /// The document refused.
         document: Box<DocumentRef>,
         /// What the serializer said.
+        message: String,
+    },
+
+    /// A stored document did not deserialize into the type it was read as (written by other
+    /// code, or by an older version of the type). Nothing was changed.
+    #[error("{document}: the stored document does not read as the type: {message}")]
+    Deserialize {
+        /// The document read.
+        document: Box<DocumentRef>,
+        /// What the deserializer said.
         message: String,
     },
 
@@ -172,8 +218,14 @@ pub enum Error {
         field: &'static str,
     },
 
-    /// An item pushed to a unique list lacks the field that tells items apart.
-    #[error("{document}: the item pushed to `{field}` has no `{item_key}` field to tell it apart")]
+    /// An item pushed to a unique list lacks the field that tells items apart: the key was
+    /// `None`, or the item writes it under another name (a `rename_all` on the item type that
+    /// `push_by` does not spell), which `written` shows.
+    #[error(
+        "{document}: the item pushed to `{field}` has no `{item_key}` field to tell it apart; \
+         it writes {}",
+        shown_names(.written)
+    )]
     ItemWithoutKey {
         /// The document pushed to.
         document: Box<DocumentRef>,
@@ -181,6 +233,9 @@ pub enum Error {
         field: &'static str,
         /// The stored name of the item key.
         item_key: &'static str,
+        /// The stored names the item writes (with a value other than null), in its order; empty
+        /// for an item that is not a struct or map.
+        written: Vec<String>,
     },
 
     /// The stored document would exceed the server's size limit; refused before sending.
@@ -416,6 +471,7 @@ impl Error {
             | Error::FrozenFieldChanged { document, .. }
             | Error::FieldNotSerialized { document, .. }
             | Error::Serialize { document, .. }
+            | Error::Deserialize { document, .. }
             | Error::Contention { document }
             | Error::IdempotencyKeyReused { document, .. }
             | Error::NotFound { document }
@@ -444,7 +500,8 @@ impl Error {
         match self {
             Error::Contention { .. }
             | Error::NotConfirmed { .. }
-            | Error::SchemaMismatch { .. } => false,
+            | Error::SchemaMismatch { .. }
+            | Error::Deserialize { .. } => false,
             Error::Backend { source, .. } => source.refuses_document(),
             Error::WriteRefused { retryable, .. } => !retryable,
             _ => true,

@@ -453,15 +453,18 @@ pub fn derive_id(
         model.timestamp_field().is_some(),
         "a timestamp is passed exactly when the model has a timestamp field"
     );
-    let (timestamp_ms, field) = match (timestamp, model.timestamp_field()) {
-        (Some(timestamp), Some(field)) => (timestamp.unix_millis(), field.name()),
-        _ => (Ok(0), ""),
+    let (timestamp_ms, field, stored_name) = match (timestamp, model.timestamp_field()) {
+        (Some(timestamp), Some(field)) => {
+            (timestamp.unix_millis(), field.name(), field.stored_name())
+        }
+        _ => (Ok(0), "", ""),
     };
     timestamp_ms
         .and_then(|millis| Id::from_parts(millis, hash_part))
         .map_err(|problem| Error::TimestampOutOfRange {
             document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
             field,
+            stored_name,
             value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
             problem,
         })
@@ -479,17 +482,20 @@ pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
 }
 
 fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
+    let (field, stored_name) = key_names(model, index);
     Error::EmptyKey {
         document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
-        field: key_name(model, index),
+        field,
+        stored_name,
     }
 }
 
-fn key_name(model: &Model, index: usize) -> &'static str {
+/// The Rust and stored names of key field `index`.
+fn key_names(model: &Model, index: usize) -> (&'static str, &'static str) {
     model
         .key_fields()
         .nth(index)
-        .map_or("", |field| field.name())
+        .map_or(("", ""), |field| (field.name(), field.stored_name()))
 }
 
 fn first_ten(digest: &[u8]) -> [u8; 10] {
@@ -562,9 +568,11 @@ fn hash_part_joined(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Erro
             return Err(refuse_empty(model, keys, index));
         }
         if text.contains(JOINED_SEPARATOR) {
+            let (field, stored_name) = key_names(model, index);
             return Err(Error::AmbiguousKey {
                 document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
-                field: key_name(model, index),
+                field,
+                stored_name,
                 value: text.to_owned(),
             });
         }

@@ -145,6 +145,7 @@ pub mod mongo;
 pub mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod read;
 pub mod verdict;
 pub mod version;
 
@@ -155,6 +156,7 @@ pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
 pub use outcome::{Applied, Outcome, Pushed, Recorded};
+pub use read::Finding;
 pub use version::{OrderedVersion, VersionKey};
 
 /// The derive: see the crate docs for its attributes and what it generates.
@@ -174,7 +176,7 @@ pub(crate) const MAX_ATTEMPTS: usize = 8;
 /// What generated code calls. Not public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::backend_calls::{PushWith, UpsertWith};
+    pub use crate::backend_calls::{FindWith, PushWith, UpsertWith};
     pub use crate::column::{Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
     pub use core::future::Future;

@@ -78,6 +78,9 @@ pub(crate) fn idempotency_key<T: Idempotent + ?Sized>(event: &T) -> Result<Strin
         [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::EmptyKey {
             document: Box::new(event.document_ref()),
             field,
+            stored_name: T::MODEL
+                .idempotency_key_field()
+                .map_or(field, |key| key.stored_name()),
         }),
         [(_, KeyValue::Text(text))] => Ok(text.clone()),
         [(_, other)] => Ok(other.to_string()),
@@ -504,6 +507,18 @@ pub trait Backend: Sync {
     fn ensure_indexes<T>(&self) -> impl Future<Output = Result<(), Error>> + Send
     where
         T: Idempotent;
+
+    /// The document stored under `id`, as `T`; `None` if none is. A deleted document is
+    /// returned with its tombstone set. [`Error::Deserialize`] if it does not read as `T`.
+    fn get<T>(&self, id: Id) -> impl Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send;
+
+    /// The document stored under the natural key `key` (as [`Idempotent::natural_key`] gives
+    /// it, or the generated `find` builds it), as `T`; `None` if none is.
+    fn find<T>(&self, key: NaturalKey) -> impl Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send;
 
     /// Appends `item` to the pushed list `field` (its Rust name) of the document `id`, unless an
     /// item with the same key is there already.

@@ -93,6 +93,11 @@ fn expand(input: &Input) -> TokenStream {
         "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate. \
          Callable when `{type_name}` is `Sync`: the write borrows it across awaits."
     );
+    let find_doc = format!(
+        "The `{type_name}` stored in `store` under this natural key (keys in declaration order), \
+         `None` if none is: one read by the unique natural-key index. A deleted document comes \
+         back with its tombstone set. Callable when `{type_name}` is `DeserializeOwned`."
+    );
     let index_doc = format!(
         "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
     );
@@ -139,6 +144,25 @@ fn expand(input: &Input) -> TokenStream {
             #[doc = #id_doc]
             #vis fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
                 <Self as __idem::Idempotent>::id(self)
+            }
+
+            #[doc = #find_doc]
+            #[allow(clippy::too_many_arguments)]
+            #vis fn find<'__a, __B: __idem::Backend>(
+                store: &'__a __B,
+                #(#key_params: impl __idem::StoredKey,)*
+            ) -> __idem::Finding<'__a, Self>
+            where
+                __B: __idem::__private::FindWith<Self>,
+                Self: '__a,
+            {
+                __idem::__private::FindWith::find_document(
+                    store,
+                    __idem::__private::natural_key(
+                        &<Self as __idem::Idempotent>::MODEL,
+                        &[#(&#key_params),*],
+                    ),
+                )
             }
         }
     });

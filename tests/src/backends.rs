@@ -224,6 +224,30 @@ impl Db {
         }
     }
 
+    /// The document stored under `id`, read as `T` (`store.get`).
+    pub async fn get<T>(&self, id: Id) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        match self {
+            Db::Mongo { store, .. } => store.get::<T>(id).await,
+            Db::Postgres { store, client, .. } => store.get::<T, _>(client, id).await,
+        }
+    }
+
+    /// The document stored under `key`, read as `T`, through [`idem_core::Backend::find`]: what
+    /// the generated `find` calls.
+    pub async fn find<T>(&self, key: idem_core::NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        use idem_core::Backend;
+        match self {
+            Db::Mongo { store, .. } => Backend::find::<T>(store, key).await,
+            Db::Postgres { store, client, .. } => Backend::find::<T>(&store.on(client), key).await,
+        }
+    }
+
     /// What `T`'s collection or table holds exactly, in id order: each document's bytes
     /// (MongoDB), or each row's text with its row version (PostgreSQL, where `xmin` shows even
     /// a rewrite of the same values). Equal before and after a call: nothing was written.

@@ -281,10 +281,12 @@ async fn a_timestamp_before_1970_is_refused_before_anything_is_sent() {
             Err(Error::TimestampOutOfRange {
                 document,
                 field,
+                stored_name,
                 value,
                 problem,
             }) => {
                 assert_eq!(field, "published_at", "{db}");
+                assert_eq!(stored_name, "publishedAt", "{db}");
                 assert_eq!(value, "-1 ms", "{db}");
                 assert_eq!(problem, TimestampProblem::BeforeUnixEpoch, "{db}");
                 assert_eq!(document.collection, "posts", "{db}");
@@ -417,9 +419,11 @@ async fn a_colon_in_a_key_is_refused_under_the_joined_scheme() {
             Err(Error::AmbiguousKey {
                 document,
                 field,
+                stored_name,
                 value,
             }) => {
                 assert_eq!(field, "lang", "{db}");
+                assert_eq!(stored_name, "lang", "{db}");
                 assert_eq!(value, "b:c", "{db}");
                 assert_eq!(document.collection, "legacy_posts", "{db}");
                 assert_eq!(
@@ -454,8 +458,21 @@ async fn an_empty_key_is_refused_under_both_schemes() {
         forget_commands(&db);
 
         match db.upsert(&post("")).await {
-            Err(Error::EmptyKey { document, field }) => {
-                assert_eq!(field, "slug", "{db}");
+            Err(error @ Error::EmptyKey { .. }) => {
+                // The same name in Rust and stored: shown once.
+                assert!(
+                    error.to_string().contains("key field `slug` is empty"),
+                    "{db}: {error}"
+                );
+                let Error::EmptyKey {
+                    document,
+                    field,
+                    stored_name,
+                } = error
+                else {
+                    unreachable!()
+                };
+                assert_eq!((field, stored_name), ("slug", "slug"), "{db}");
                 assert_eq!(document.collection, "posts", "{db}");
                 assert_eq!(
                     document.natural_key.parts(),
@@ -1448,6 +1465,14 @@ async fn push_comment(db: &Db, thread: &Thread, comment: &Comment) -> Result<Pus
     }
 }
 
+/// A comment as another client's type writes it: camelCase.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RenamedComment {
+    comment_id: String,
+    text: String,
+}
+
 #[tokio::test]
 async fn pushing_an_item_without_its_key_is_refused() {
     for db in fresh_backends("item_without_key").await {
@@ -1470,13 +1495,31 @@ async fn pushing_an_item_without_its_key_is_refused() {
                 document,
                 field,
                 item_key,
+                written,
             }) => {
                 assert_eq!(field, "comments", "{db}");
                 assert_eq!(item_key, "comment_id", "{db}");
+                assert_eq!(written, ["text"], "{db}: what the item writes instead");
                 assert_eq!(document.id, Some(thread.id().unwrap()), "{db}");
             }
             other => panic!("{db}: expected ItemWithoutKey, got {other:?}"),
         }
+        // An item type whose `rename_all` the list's `push_by` does not spell: the error shows
+        // the name it writes the key under.
+        let renamed = RenamedComment {
+            comment_id: "c1".into(),
+            text: "hello".into(),
+        };
+        let error = db
+            .push::<Thread, _>(thread.id().unwrap(), "comments", &renamed)
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "has no `comment_id` field to tell it apart; it writes `commentId`, `text`"
+            ),
+            "{db}: {error}"
+        );
         // An item that is not a document at all has no key either.
         assert!(
             matches!(

@@ -1098,3 +1098,108 @@ fn an_event_has_no_derived_id() {
     };
     assert!(matches!(payment.id(), Err(Error::NoDerivedId { .. })));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Typed reads
+
+/// A card read back exactly as it was written: a key serde stores as a 32-bit integer, an
+/// optional field serde omits and one it stores as null, an infinite score, a list, and a
+/// tombstone; `deny_unknown_fields`, so any field of idem's own left in the read would fail it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "cards")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Card {
+    #[idem(key)]
+    handle: String,
+    #[idem(key)]
+    shard: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bio: Option<String>,
+    nickname: Option<String>,
+    score: f64,
+    tags: Vec<String>,
+    #[idem(tombstone)]
+    deleted_at: Option<i64>,
+}
+
+/// A type whose unknown fields serde keeps in a flattened map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "labels")]
+struct Label {
+    #[idem(key)]
+    name: String,
+    reading: f64,
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, String>,
+}
+
+/// `get` by id and the generated `find` by natural key return what was written, as the type;
+/// `None` for what is not stored; a deleted document with its tombstone set.
+#[tokio::test]
+async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
+    let card = Card {
+        handle: "ada".into(),
+        shard: 7,
+        bio: None,
+        nickname: None,
+        score: f64::INFINITY,
+        tags: vec!["first".into(), "second".into()],
+        deleted_at: None,
+    };
+    let label = Label {
+        name: "sensor".into(),
+        reading: f64::NAN,
+        extra: [("unit".to_owned(), "kPa".to_owned())].into(),
+    };
+    for db in fresh_backends("typed_reads").await {
+        db.ensure::<Card>().await;
+        db.ensure::<Label>().await;
+        db.upsert(&card).await.unwrap();
+        db.upsert(&label).await.unwrap();
+        let id = card.id().unwrap();
+
+        assert_eq!(
+            db.get::<Card>(id).await.unwrap(),
+            Some(card.clone()),
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<Card>(card.natural_key()).await.unwrap(),
+            Some(card.clone()),
+            "{db}"
+        );
+        // The generated lookup, with the key values in declaration order.
+        let found = match &db {
+            Db::Mongo { store, .. } => Card::find(store, "ada", 7).await,
+            Db::Postgres { store, client, .. } => Card::find(&store.on(client), "ada", 7).await,
+        };
+        assert_eq!(found.unwrap(), Some(card.clone()), "{db}");
+
+        let other = Card {
+            shard: 8,
+            ..card.clone()
+        };
+        assert_eq!(
+            db.get::<Card>(other.id().unwrap()).await.unwrap(),
+            None,
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<Card>(other.natural_key()).await.unwrap(),
+            None,
+            "{db}"
+        );
+
+        let read = db.get::<Label>(label.id().unwrap()).await.unwrap();
+        let read = read.unwrap_or_else(|| panic!("{db}: the label is stored"));
+        assert!(read.reading.is_nan(), "{db}: {read:?}");
+        assert_eq!(read.extra, label.extra, "{db}: the flattened entries");
+
+        let deleted = Card {
+            deleted_at: Some(1_700_000_000_000),
+            ..card.clone()
+        };
+        assert_eq!(db.delete(&deleted).await.unwrap(), Outcome::Deleted, "{db}");
+        assert_eq!(db.get::<Card>(id).await.unwrap(), Some(deleted), "{db}");
+    }
+}

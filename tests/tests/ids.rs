@@ -117,10 +117,12 @@ fn joined_refuses_a_key_containing_the_separator() {
         Error::AmbiguousKey {
             document,
             field,
+            stored_name,
             value,
         } => {
             assert_eq!(document.collection, "posts");
             assert_eq!(*field, "slug");
+            assert_eq!(*stored_name, "slug");
             assert_eq!(value, "a:b");
         }
         other => panic!("expected AmbiguousKey, got {other:?}"),

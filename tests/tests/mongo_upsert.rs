@@ -98,6 +98,7 @@ async fn a_changed_frozen_field_is_refused_and_the_stored_document_is_intact() {
             document,
             stored_id,
             field,
+            stored_name,
             stored,
             incoming,
         } => {
@@ -108,8 +109,15 @@ async fn a_changed_frozen_field_is_refused_and_the_stored_document_is_intact() {
             );
             assert_eq!(*stored_id, post().id().unwrap().to_string());
             assert_eq!(*field, "author_id");
+            assert_eq!(*stored_name, "authorId");
             assert_eq!(stored, r#""ada""#);
             assert_eq!(incoming, r#""bob""#);
+            // The message leads to the struct's field and to the stored document's.
+            let message = error.to_string();
+            assert!(
+                message.contains("field `author_id` (stored as `authorId`)"),
+                "{message}"
+            );
         }
         other => panic!("expected FrozenFieldChanged, got {other:?}"),
     }

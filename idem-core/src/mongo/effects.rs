@@ -173,6 +173,7 @@ impl Store {
                     document: Box::new(document),
                     field,
                     item_key: list.item_key(),
+                    written: Vec::new(),
                 })
             }
             Err(error) => {
@@ -187,6 +188,11 @@ impl Store {
                 document: Box::new(document),
                 field,
                 item_key: list.item_key(),
+                written: item
+                    .iter()
+                    .filter(|(_, value)| !matches!(value, Bson::Null))
+                    .map(|(name, _)| name.clone())
+                    .collect(),
             });
         };
         let collection = self.raw_collection(model);

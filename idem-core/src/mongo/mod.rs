@@ -41,6 +41,7 @@ mod batch;
 mod compare;
 mod effects;
 mod events;
+mod read;
 mod write;
 
 use std::collections::HashSet;
@@ -471,6 +472,20 @@ impl Backend for Store {
         T: Idempotent,
     {
         Store::ensure_indexes::<T>(self)
+    }
+
+    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Store::get::<T>(self, id)
+    }
+
+    async fn find<T>(&self, key: crate::model::NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Store::find::<T>(self, &key).await
     }
 
     fn push<T, I>(

@@ -427,7 +427,7 @@ impl PreparedWrite {
             Some(field) => self.refusal(stored, field),
             None => self.refusal_of(
                 stored,
-                ID_FIELD,
+                (ID_FIELD, ID_FIELD),
                 stored.get(ID_FIELD),
                 &Bson::String(self.id_text.clone()),
             ),
@@ -437,7 +437,7 @@ impl PreparedWrite {
     fn refusal(&self, stored: &Document, field: &Field) -> Error {
         self.refusal_of(
             stored,
-            field.name(),
+            (field.name(), field.stored_name()),
             stored.get(field.stored_name()),
             self.value(field),
         )
@@ -446,7 +446,7 @@ impl PreparedWrite {
     fn refusal_of(
         &self,
         stored: &Document,
-        field: &'static str,
+        (field, stored_name): (&'static str, &'static str),
         stored_value: Option<&Bson>,
         incoming: &Bson,
     ) -> Error {
@@ -454,6 +454,7 @@ impl PreparedWrite {
             document: Box::new(self.document.clone()),
             stored_id: stored_id_text(stored).unwrap_or_else(|| self.id_text.clone()),
             field,
+            stored_name,
             stored: stored_value.map_or_else(|| "(missing)".to_owned(), show),
             incoming: show(incoming),
         }

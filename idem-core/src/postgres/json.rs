@@ -581,3 +581,97 @@ impl ser::Serializer for MapKey {
         Err(key_error())
     }
 }
+
+/// One stored field read back: JSON, or a float JSON cannot hold (NaN, an infinity).
+pub(crate) enum Cell {
+    Json(Value),
+    Float(f64),
+}
+
+/// Deserializes `T` from a row's stored fields.
+pub(crate) fn from_cells<T: serde::de::DeserializeOwned>(
+    cells: Vec<(String, Cell)>,
+) -> Result<T, serde_json::Error> {
+    T::deserialize(serde::de::value::MapDeserializer::new(cells.into_iter()))
+}
+
+impl<'de> serde::de::IntoDeserializer<'de, serde_json::Error> for Cell {
+    type Deserializer = Cell;
+
+    fn into_deserializer(self) -> Cell {
+        self
+    }
+}
+
+/// Each `deserialize_*` of a [`Cell`]: JSON deserializes as itself, a float as a float.
+macro_rules! cell_methods {
+    ($($method:ident($($argument:ident: $type:ty),*);)*) => {$(
+        fn $method<V: serde::de::Visitor<'de>>(
+            self,
+            $($argument: $type,)*
+            visitor: V,
+        ) -> Result<V::Value, serde_json::Error> {
+            match self {
+                Cell::Json(value) => value.$method($($argument,)* visitor),
+                Cell::Float(float) => visitor.visit_f64(float),
+            }
+        }
+    )*};
+}
+
+impl<'de> serde::Deserializer<'de> for Cell {
+    type Error = serde_json::Error;
+
+    cell_methods! {
+        deserialize_any();
+        deserialize_bool();
+        deserialize_i8();
+        deserialize_i16();
+        deserialize_i32();
+        deserialize_i64();
+        deserialize_i128();
+        deserialize_u8();
+        deserialize_u16();
+        deserialize_u32();
+        deserialize_u64();
+        deserialize_u128();
+        deserialize_f32();
+        deserialize_f64();
+        deserialize_char();
+        deserialize_str();
+        deserialize_string();
+        deserialize_bytes();
+        deserialize_byte_buf();
+        deserialize_unit();
+        deserialize_unit_struct(name: &'static str);
+        deserialize_seq();
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+        deserialize_identifier();
+        deserialize_ignored_any();
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, serde_json::Error> {
+        match self {
+            Cell::Json(value) => value.deserialize_option(visitor),
+            float @ Cell::Float(_) => visitor.visit_some(float),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, serde_json::Error> {
+        match self {
+            Cell::Json(value) => value.deserialize_newtype_struct(name, visitor),
+            float @ Cell::Float(_) => visitor.visit_newtype_struct(float),
+        }
+    }
+}

@@ -53,6 +53,7 @@
 
 mod effects;
 mod json;
+mod read;
 mod row;
 mod table;
 
@@ -492,10 +493,18 @@ impl Store {
             message: error.message(),
         })?;
         let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+            let written = item.as_object().map_or_else(Vec::new, |entries| {
+                entries
+                    .iter()
+                    .filter(|(_, value)| !value.is_null())
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            });
             return Err(Error::ItemWithoutKey {
                 document: Box::new(document),
                 field,
                 item_key: list.item_key(),
+                written,
             });
         };
         let mut probe = serde_json::Map::new();
@@ -755,6 +764,7 @@ impl Store {
                 document: Box::new(row.document.clone()),
                 stored_id: row.id_text.clone(),
                 field: field.name(),
+                stored_name: field.stored_name(),
                 stored: stored_text.unwrap_or_else(|| "(missing)".to_owned()),
                 incoming: incoming.unwrap_or_default().to_owned(),
             }),
@@ -821,6 +831,20 @@ impl<C: GenericClient + Sync> Backend for Session<'_, C> {
         T: Idempotent,
     {
         self.store.ensure_table::<T, C>(self.client)
+    }
+
+    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        self.store.get::<T, C>(self.client, id)
+    }
+
+    async fn find<T>(&self, key: crate::model::NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        self.store.find::<T, C>(self.client, &key).await
     }
 
     fn push<T, I>(

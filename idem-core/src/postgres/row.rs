@@ -292,6 +292,7 @@ impl PreparedRow {
                 document: Box::new(self.document.clone()),
                 stored_id: stored.id.clone(),
                 field: ID_FIELD,
+                stored_name: ID_FIELD,
                 stored: Value::from(stored.id.clone()).to_string(),
                 incoming: Value::from(self.id_text.clone()).to_string(),
             },
@@ -318,6 +319,7 @@ impl PreparedRow {
             document: Box::new(self.document.clone()),
             stored_id: stored.id.clone(),
             field: field.name(),
+            stored_name: field.stored_name(),
             stored: stored_value,
             incoming,
         }

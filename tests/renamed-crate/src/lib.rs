@@ -114,7 +114,7 @@ mod tests {
         );
         assert_eq!(
             <Envelope<u32, ()> as Idempotent>::MODEL.collection(),
-            "envelope"
+            "envelopes"
         );
     }
 }

@@ -1,0 +1,146 @@
+//! Typed reads: a row by id or by natural key, as its type.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use super::json::{self, Cell};
+use super::table::{quote, Content, Table};
+use super::{postgres_error, Store};
+use crate::column::ColumnShape;
+use crate::error::Error;
+use crate::id::{Id, KeyValue};
+use crate::model::{DocumentRef, Idempotent, NaturalKey, ID_FIELD};
+
+impl Store {
+    /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
+    /// its tombstone set. A row that does not read as `T` is [`Error::Deserialize`]. One
+    /// statement (and the table check before the first statement to a table).
+    pub async fn get<T, C>(&self, client: &C, id: Id) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + DeserializeOwned,
+        C: GenericClient + Sync,
+    {
+        let document = DocumentRef::by_id(&T::MODEL, id);
+        let table = self.table::<T, C>(client, &document).await?;
+        let condition = format!("t.{} = $1", quote(ID_FIELD));
+        read_one(
+            client,
+            &table,
+            &condition,
+            &[Some(id.to_string())],
+            document,
+        )
+        .await
+    }
+
+    /// The row stored under the natural key `key`, as `T`; `None` if none is. The generated
+    /// `find` builds the key from its values: `Post::find(&store.on(&client), "hello", "en")`.
+    /// One statement, through the unique natural-key constraint.
+    pub async fn find<T, C>(&self, client: &C, key: &NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + DeserializeOwned,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::new(model, key.clone());
+        let table = self.table::<T, C>(client, &document).await?;
+        let mut conditions = Vec::new();
+        let mut values = Vec::new();
+        for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
+            let Some(index) = table.column_of(field) else {
+                return Ok(None);
+            };
+            let text = match value {
+                KeyValue::Text(text) => text.clone(),
+                KeyValue::Integer(number) => number.to_string(),
+                KeyValue::Bool(flag) => flag.to_string(),
+                // No stored key holds it: keys are text, bool or integers up to 64 bits.
+                _ => return Ok(None),
+            };
+            values.push(Some(text));
+            conditions.push(format!(
+                "t.{} = ${}::{}",
+                quote(field.stored_name()),
+                values.len(),
+                table.columns[index].sql_type()
+            ));
+        }
+        read_one(client, &table, &conditions.join(" AND "), &values, document).await
+    }
+}
+
+/// Reads the row of `table` meeting `condition` (over `$n::text` parameters `values`) as `T`.
+async fn read_one<T, C>(
+    client: &C,
+    table: &Table,
+    condition: &str,
+    values: &[Option<String>],
+    document: DocumentRef,
+) -> Result<Option<T>, Error>
+where
+    T: DeserializeOwned,
+    C: GenericClient + Sync,
+{
+    let sql = format!(
+        "SELECT to_jsonb(t) FROM {} t WHERE {condition}",
+        table.name()
+    );
+    let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
+        .iter()
+        .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+        .collect();
+    let rows = client
+        .query_typed(&sql, &parameters)
+        .await
+        .map_err(|source| postgres_error(&document, source))?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let deserialize_error = |message: String| Error::Deserialize {
+        document: Box::new(document.clone()),
+        message,
+    };
+    let Value::Object(stored) = row.get::<_, Value>(0) else {
+        return Err(deserialize_error(
+            "the row did not read as an object".into(),
+        ));
+    };
+    json::from_cells(row_cells(table, stored))
+        .map(Some)
+        .map_err(|error| deserialize_error(error.to_string()))
+}
+
+/// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
+/// flattened fields back beside the others, NULL as absent (serde's default for a field it
+/// skipped writing, `None` for an `Option`), and NaN and the infinities as floats (`to_jsonb`
+/// writes them as text).
+fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
+    let mut cells = Vec::with_capacity(stored.len());
+    for (name, value) in stored {
+        let column = table.column_named(&name).map(|index| &table.columns[index]);
+        match (column.map(|column| (column.content, column.shape)), value) {
+            (_, Value::Null) => {}
+            (Some((Content::Extra, _)), Value::Object(extra)) => {
+                cells.extend(
+                    extra
+                        .into_iter()
+                        .map(|(name, value)| (name, Cell::Json(value))),
+                );
+            }
+            (Some((Content::Stored(_), ColumnShape::Float)), Value::String(text)) => {
+                match text.parse::<f64>() {
+                    Ok(float) => cells.push((name, Cell::Float(float))),
+                    Err(_) => cells.push((name, Cell::Json(Value::String(text)))),
+                }
+            }
+            (Some((Content::Stored(_), _)), value) => cells.push((name, Cell::Json(value))),
+            // The id, the hash, the digests, the version key and the op ids are idem's.
+            (Some(_), _) => {}
+            // A column the model does not know (added by a migration): not the type's.
+            (None, _) => {}
+        }
+    }
+    cells
+}
