@@ -1,4 +1,4 @@
-// Issue 9, case 9: `idemAppliedOps` is where `apply_once` records the op ids it applied; a field
+// `idemAppliedOps` is where `apply_once` records the op ids it applied; a field
 // stored there would be overwritten by upserts and read as op ids.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 9: with `hash_field = "_id"` the document would be stored under its content
+// With `hash_field = "_id"` the document would be stored under its content
 // hash instead of its derived id.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 5: a role field is read back and guarded by its stored name, and a `.` in it
+// A role field is read back and guarded by its stored name, and a `.` in it
 // would be read as a path into an embedded document.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 13: a key identifies the document and must always be stored; serde leaving it
+// A key identifies the document and must always be stored; serde leaving it
 // out would make the document unreadable by its key.
 use idem_core::Idempotent;
 

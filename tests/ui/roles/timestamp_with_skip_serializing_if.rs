@@ -1,4 +1,4 @@
-// Issue 9, case 13: the timestamp feeds the id and must always be stored.
+// The timestamp feeds the id and must always be stored.
 use idem_core::Idempotent;
 
 #[derive(serde::Serialize, Idempotent)]

@@ -1,4 +1,4 @@
-// Issue 9, case 13: the version orders replays and must always be stored.
+// The version orders replays and must always be stored.
 use idem_core::Idempotent;
 
 #[derive(serde::Serialize, Idempotent)]

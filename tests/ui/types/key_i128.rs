@@ -1,4 +1,4 @@
-// Issue 9, case 11: a key type the derive accepts must be writable and read back.
+// A key type the derive accepts must be writable and read back.
 // BSON has no 128-bit integer: every write of an `i128` key fails.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 11: a key type the derive accepts must be writable and read back.
+// A key type the derive accepts must be writable and read back.
 // `usize` is 64 bits wide here: keys above `i64::MAX` fail every write.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 2: an `Option` version going from `Some(5)` to `None` must not replace the
+// An `Option` version going from `Some(5)` to `None` must not replace the
 // stored document, and `None` has no place in an order of versions.
 use idem_core::Idempotent;
 

@@ -1,4 +1,4 @@
-// Issue 9, case 15: a `String` version compares as text ("10" is older than "9"), so it is not
+// A `String` version compares as text ("10" is older than "9"), so it is not
 // an ordered version type.
 use idem_core::Idempotent;
 
