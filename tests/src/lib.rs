@@ -5,6 +5,8 @@ pub mod allocations;
 mod backend_effects;
 pub mod backends;
 pub mod chaos;
+pub mod chaos_workload;
+pub mod fault_proxy;
 pub mod fixtures;
 pub mod pg_chaos;
 pub mod pg_proxy;
