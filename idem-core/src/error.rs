@@ -351,6 +351,24 @@ pub enum Error {
         problem: String,
     },
 
+    /// The unique natural-key index cannot be built: documents already stored share a natural
+    /// key. No document being written is at fault, and idem writes nothing to the collection
+    /// until the duplicates are gone; an audit lists them all.
+    #[error(
+        "{document}: the unique index `{index}` cannot be built: more than one stored document \
+         has the natural key {duplicate_key}; run an audit (`idem audit`, or `Store::audit`) to \
+         list every duplicate, then merge or remove them (`Store::adopt` can, by a rule you give)"
+    )]
+    DuplicateNaturalKeys {
+        /// The collection (or table) whose index is refused.
+        document: Box<DocumentRef>,
+        /// The index, as idem names it.
+        index: String,
+        /// One natural key held by more than one document, as the server showed it (or as a
+        /// read of the collection found it).
+        duplicate_key: String,
+    },
+
     /// The database or its driver failed; the driver's error is kept whole as the source.
     #[error("{document}: {source}")]
     Backend {
@@ -488,6 +506,7 @@ impl Error {
             | Error::WriteRefused { document, .. }
             | Error::NotConfirmed { document, .. }
             | Error::SchemaMismatch { document, .. }
+            | Error::DuplicateNaturalKeys { document, .. }
             | Error::Backend { document, .. } => document,
         }
     }
@@ -501,7 +520,8 @@ impl Error {
             Error::Contention { .. }
             | Error::NotConfirmed { .. }
             | Error::SchemaMismatch { .. }
-            | Error::Deserialize { .. } => false,
+            | Error::Deserialize { .. }
+            | Error::DuplicateNaturalKeys { .. } => false,
             Error::Backend { source, .. } => source.refuses_document(),
             Error::WriteRefused { retryable, .. } => !retryable,
             _ => true,

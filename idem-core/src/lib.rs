@@ -133,6 +133,7 @@
 
 #![warn(missing_docs)]
 
+pub mod audit;
 mod backend_calls;
 pub mod batch;
 pub mod column;
@@ -146,9 +147,12 @@ pub mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod read;
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+mod trace;
 pub mod verdict;
 pub mod version;
 
+pub use audit::{AdoptReport, AuditProgress, AuditReport};
 pub use batch::BatchReport;
 pub use column::{Column, ColumnShape};
 pub use error::{BackendError, Error, TimestampProblem};

@@ -113,6 +113,10 @@ pub const WRITE_MARKER_FIELD: &str = "idemWrite";
 /// names the type does not declare.
 pub const EXTRA_FIELDS_FIELD: &str = "idemExtra";
 
+/// Where `adopt` marks a copy it has set aside under its derived id while it moves a legacy
+/// document there (the old id and the natural key it will restore).
+pub const ADOPTION_FIELD: &str = "idemAdopt";
+
 /// The stored names idem writes besides `_id` and the hash field.
 pub const RESERVED_FIELDS: &[&str] = &[
     FROZEN_DIGESTS_FIELD,
@@ -120,6 +124,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     APPLIED_OPS_FIELD,
     WRITE_MARKER_FIELD,
     EXTRA_FIELDS_FIELD,
+    ADOPTION_FIELD,
 ];
 
 /// What a field does for idem.

@@ -61,6 +61,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "idemAppliedOps",
     "idemWrite",
     "idemExtra",
+    "idemAdopt",
 ];
 
 impl PartialEq<Symbol> for Ident {

@@ -13,6 +13,7 @@ use crate::batch::{copy_outcome, plan_batch, BatchReport};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent, Model};
 use crate::outcome::Outcome;
+use crate::trace::{Call, CallKind};
 
 /// The server's limits on one write command.
 #[derive(Clone, Copy, Debug)]
@@ -55,62 +56,69 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let model = &T::MODEL;
-        if model.idempotency_key_field().is_some() {
-            let mut outcomes = Vec::with_capacity(docs.len());
+        let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let model = &T::MODEL;
+            if model.idempotency_key_field().is_some() {
+                let mut outcomes = Vec::with_capacity(docs.len());
+                for doc in docs {
+                    outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
+                }
+                return Ok(BatchReport::new(outcomes, 0));
+            }
+            let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
+            let mut writes = Vec::with_capacity(docs.len());
             for doc in docs {
-                outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
-            }
-            return Ok(BatchReport::new(outcomes, 0));
-        }
-        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
-        let mut writes = Vec::with_capacity(docs.len());
-        for doc in docs {
-            match PreparedWrite::new(doc) {
-                Ok(write) => {
-                    writes.push(Some(write));
-                    outcomes.push(None);
-                }
-                Err(error) => {
-                    writes.push(None);
-                    outcomes.push(Some(Err(error)));
+                match PreparedWrite::new(doc) {
+                    Ok(write) => {
+                        writes.push(Some(write));
+                        outcomes.push(None);
+                    }
+                    Err(error) => {
+                        writes.push(None);
+                        outcomes.push(Some(Err(error)));
+                    }
                 }
             }
-        }
-        let plan = plan_batch(writes.iter().map(|write| {
-            write
-                .as_ref()
-                .map(|w| (w.id_text.as_str(), w.hash.as_str()))
-        }));
-        if !plan.rounds.is_empty() {
-            self.verify_indexes(model, &DocumentRef::collection(model))
-                .await?;
-            let limits = self.server_limits(model).await?;
-            for round in &plan.rounds {
-                for chunk in round.chunks(limits.max_write_batch.min(self.batch_chunk)) {
-                    self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
-                        .await?;
+            let plan = plan_batch(writes.iter().map(|write| {
+                write
+                    .as_ref()
+                    .map(|w| (w.id_text.as_str(), w.hash.as_str()))
+            }));
+            crate::trace::batch_split(docs.len(), plan.rounds.len(), self.batch_chunk);
+            if !plan.rounds.is_empty() {
+                self.verify_indexes(model, &DocumentRef::collection(model))
+                    .await?;
+                let limits = self.server_limits(model).await?;
+                for round in &plan.rounds {
+                    for chunk in round.chunks(limits.max_write_batch.min(self.batch_chunk)) {
+                        self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
+                            .await?;
+                    }
                 }
             }
-        }
-        for &(copy, original) in &plan.copies {
-            outcomes[copy] = outcomes[original].as_ref().map(copy_outcome);
-        }
-        let outcomes = outcomes
-            .into_iter()
-            .zip(&writes)
-            .map(|(outcome, write)| {
-                outcome.unwrap_or_else(|| {
-                    let document = write
-                        .as_ref()
-                        .map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
-                    Err(Error::Contention {
-                        document: Box::new(document),
+            for &(copy, original) in &plan.copies {
+                outcomes[copy] = outcomes[original].as_ref().map(copy_outcome);
+            }
+            let outcomes = outcomes
+                .into_iter()
+                .zip(&writes)
+                .map(|(outcome, write)| {
+                    outcome.unwrap_or_else(|| {
+                        let document = write
+                            .as_ref()
+                            .map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
+                        Err(Error::Contention {
+                            document: Box::new(document),
+                        })
                     })
                 })
-            })
-            .collect();
-        Ok(BatchReport::new(outcomes, plan.copies.len()))
+                .collect();
+            Ok(BatchReport::new(outcomes, plan.copies.len()))
+        })
+        .await
     }
 
     /// One read, then one write of what needs it (more if it exceeds the server's command
@@ -134,6 +142,7 @@ impl Store {
         let Some(first) = chunk.first().and_then(|&i| prepared(i)) else {
             return Ok(());
         };
+        crate::trace::round_trip("find");
         let find = collection
             .find(doc! { "_id": { "$in": ids } })
             .projection(first.judged_fields())
@@ -262,6 +271,7 @@ impl Store {
             .iter()
             .filter_map(|&index| Some(writes[index].as_ref()?.id_text.as_str()))
             .collect();
+        crate::trace::round_trip("find");
         let find = collection
             .find(doc! { "_id": { "$in": ids } })
             .projection(first.judged_fields());
@@ -299,6 +309,7 @@ impl Store {
         whole: &DocumentRef,
         command: Document,
     ) -> Result<Document, Error> {
+        crate::trace::round_trip("update");
         let reply = self
             .database
             .run_command(command)
@@ -337,6 +348,7 @@ impl Store {
         {
             return Ok(limits);
         }
+        crate::trace::round_trip("hello");
         let hello = self
             .database
             .run_command(doc! { "hello": 1 })

@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{DocumentRef, Idempotent, Model, OpId, Role};
 use crate::outcome::{Applied, Pushed};
+use crate::trace::{Call, CallKind};
 
 impl Store {
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
@@ -39,67 +40,73 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        let model = &T::MODEL;
-        let mut seen = HashSet::new();
-        let mut candidates = Vec::new();
-        for member in members {
-            let write = PreparedWrite::new(member)?;
-            if seen.insert(write.id) {
-                candidates.push((member, write));
-            }
-        }
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.verify_indexes(model, &DocumentRef::collection(model))
-            .await?;
-        let whole = DocumentRef::collection(model);
-        let documents: Vec<(usize, Document)> = candidates
-            .iter()
-            .enumerate()
-            .map(|(index, (_, write))| (index, write.inserted_document()))
-            .collect();
-        let limits = self.limits_for(model, &documents).await?;
-        let mut existing = HashSet::new();
-        let mut collided = Vec::new();
-        for command in write_commands(documents, limits) {
-            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let command =
-                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
-            let reply = self.run_write_command(&whole, command).await?;
-            for (position, error) in write_errors(&reply) {
-                let Some(&index) = indexes.get(position) else {
-                    continue;
-                };
-                let write = &candidates[index].1;
-                if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
-                    return Err(refused_by_server(&write.document, error, ""));
-                }
-                // The index the duplicate is in, as the server reports it (`keyPattern`): on
-                // `_id`, the member is stored already; on another, or unreported, the stored
-                // documents are read to tell.
-                let on_id = error
-                    .get_document("keyPattern")
-                    .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
-                if on_id {
-                    existing.insert(index);
-                } else {
-                    let message = error.get_str("errmsg").unwrap_or_default().to_owned();
-                    collided.push((index, message));
+        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let model = &T::MODEL;
+            let mut seen = HashSet::new();
+            let mut candidates = Vec::new();
+            for member in members {
+                let write = PreparedWrite::new(member)?;
+                if seen.insert(write.id) {
+                    candidates.push((member, write));
                 }
             }
-        }
-        let collection = self.raw_collection(model);
-        existing.extend(
-            self.already_stored(&collection, &candidates, &collided)
-                .await?,
-        );
-        Ok(candidates
-            .into_iter()
-            .enumerate()
-            .filter(|(index, _)| !existing.contains(index))
-            .map(|(_, (member, _))| member.clone())
-            .collect())
+            if candidates.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.verify_indexes(model, &DocumentRef::collection(model))
+                .await?;
+            let whole = DocumentRef::collection(model);
+            let documents: Vec<(usize, Document)> = candidates
+                .iter()
+                .enumerate()
+                .map(|(index, (_, write))| (index, write.inserted_document()))
+                .collect();
+            let limits = self.limits_for(model, &documents).await?;
+            let mut existing = HashSet::new();
+            let mut collided = Vec::new();
+            for command in write_commands(documents, limits) {
+                let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+                let command =
+                    doc! { "insert": model.collection(), "documents": documents, "ordered": false };
+                let reply = self.run_write_command(&whole, command).await?;
+                for (position, error) in write_errors(&reply) {
+                    let Some(&index) = indexes.get(position) else {
+                        continue;
+                    };
+                    let write = &candidates[index].1;
+                    if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
+                        return Err(refused_by_server(&write.document, error, ""));
+                    }
+                    // The index the duplicate is in, as the server reports it (`keyPattern`): on
+                    // `_id`, the member is stored already; on another, or unreported, the stored
+                    // documents are read to tell.
+                    let on_id = error
+                        .get_document("keyPattern")
+                        .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
+                    if on_id {
+                        existing.insert(index);
+                    } else {
+                        let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+                        collided.push((index, message));
+                    }
+                }
+            }
+            let collection = self.raw_collection(model);
+            existing.extend(
+                self.already_stored(&collection, &candidates, &collided)
+                    .await?,
+            );
+            Ok(candidates
+                .into_iter()
+                .enumerate()
+                .filter(|(index, _)| !existing.contains(index))
+                .map(|(_, (member, _))| member.clone())
+                .collect())
+        })
+        .await
     }
 
     /// Of the members whose insert collided on another index than `_id` (`collided`, indexes
@@ -154,83 +161,88 @@ impl Store {
         T: Idempotent,
         I: Serialize + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        let Some(list) = model
-            .fields()
-            .iter()
-            .find(|f| f.name() == field && f.role() == Role::Pushed)
-        else {
-            return Err(Error::NotAPushedField {
-                document: Box::new(document),
-                field,
-            });
-        };
-        let item = match bson::to_bson(item) {
-            Ok(Bson::Document(item)) => item,
-            Ok(_) => {
+        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let Some(list) = model
+                .fields()
+                .iter()
+                .find(|f| f.name() == field && f.role() == Role::Pushed)
+            else {
+                return Err(Error::NotAPushedField {
+                    document: Box::new(document),
+                    field,
+                });
+            };
+            let item = match bson::to_bson(item) {
+                Ok(Bson::Document(item)) => item,
+                Ok(_) => {
+                    return Err(Error::ItemWithoutKey {
+                        document: Box::new(document),
+                        field,
+                        item_key: list.item_key(),
+                        written: Vec::new(),
+                    })
+                }
+                Err(error) => {
+                    return Err(Error::Serialize {
+                        document: Box::new(document),
+                        message: error.to_string(),
+                    })
+                }
+            };
+            let Some(item_key) = item.get(list.item_key()).cloned() else {
                 return Err(Error::ItemWithoutKey {
                     document: Box::new(document),
                     field,
                     item_key: list.item_key(),
-                    written: Vec::new(),
-                })
-            }
-            Err(error) => {
-                return Err(Error::Serialize {
-                    document: Box::new(document),
-                    message: error.to_string(),
-                })
-            }
-        };
-        let Some(item_key) = item.get(list.item_key()).cloned() else {
-            return Err(Error::ItemWithoutKey {
-                document: Box::new(document),
-                field,
-                item_key: list.item_key(),
-                written: item
-                    .iter()
-                    .filter(|(_, value)| !matches!(value, Bson::Null))
-                    .map(|(name, _)| name.clone())
-                    .collect(),
-            });
-        };
-        let collection = self.raw_collection(model);
-        let id_text = id.to_string();
-        let filter = doc! {
-            "_id": id_text.as_str(),
-            list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
-        };
-        let update = doc! { "$push": { list.stored_name(): item } };
-        let present = doc! {
-            "_id": id_text.as_str(),
-            format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key },
-        };
-        let (collection, document, id_text, present) =
-            (&collection, &document, id_text.as_str(), &present);
-        let explain = move || async move {
-            let found = collection
-                .find_one(present.clone())
-                .await
-                .map_err(|source| mongo_error(document, source))?;
-            if found.is_some() {
-                return Ok(Some(Pushed::AlreadyPresent));
-            }
-            match find_by_id(collection, document, id_text).await? {
-                None => Err(Error::NotFound {
-                    document: Box::new(document.clone()),
-                }),
-                Some(_) => Ok(None),
-            }
-        };
-        update_or_explain(
-            collection,
-            document,
-            &filter,
-            &update,
-            Pushed::Appended,
-            explain,
-        )
+                    written: item
+                        .iter()
+                        .filter(|(_, value)| !matches!(value, Bson::Null))
+                        .map(|(name, _)| name.clone())
+                        .collect(),
+                });
+            };
+            let collection = self.raw_collection(model);
+            let id_text = id.to_string();
+            let filter = doc! {
+                "_id": id_text.as_str(),
+                list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
+            };
+            let update = doc! { "$push": { list.stored_name(): item } };
+            let present = doc! {
+                "_id": id_text.as_str(),
+                format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key },
+            };
+            let (collection, document, id_text, present) =
+                (&collection, &document, id_text.as_str(), &present);
+            let explain = move || async move {
+                crate::trace::round_trip("find");
+                let found = collection
+                    .find_one(present.clone())
+                    .await
+                    .map_err(|source| mongo_error(document, source))?;
+                if found.is_some() {
+                    return Ok(Some(Pushed::AlreadyPresent));
+                }
+                match find_by_id(collection, document, id_text).await? {
+                    None => Err(Error::NotFound {
+                        document: Box::new(document.clone()),
+                    }),
+                    Some(_) => Ok(None),
+                }
+            };
+            update_or_explain(
+                collection,
+                document,
+                &filter,
+                &update,
+                Pushed::Appended,
+                explain,
+            )
+            .await
+        })
         .await
     }
 
@@ -253,46 +265,52 @@ impl Store {
     where
         T: Idempotent,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        if let Some(path) = unowned_path(model, &update) {
-            return Err(Error::NotAnEffectField {
-                document: Box::new(document),
-                path,
-            });
-        }
-        let collection = self.raw_collection(model);
-        let id_text = id.to_string();
-        let filter = doc! { "_id": id_text.as_str(), APPLIED_OPS_FIELD: { "$ne": op.as_str() } };
-        let update = with_recorded_op(update, op, self.op_window);
-        let (collection, document, id_text) = (&collection, &document, id_text.as_str());
-        let explain = move || async move {
-            let stored = collection
-                .find_one(doc! { "_id": id_text })
-                .projection(doc! { APPLIED_OPS_FIELD: 1 })
-                .await
-                .map_err(|source| mongo_error(document, source))?;
-            let Some(stored) = stored else {
-                return Err(Error::NotFound {
-                    document: Box::new(document.clone()),
+        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            if let Some(path) = unowned_path(model, &update) {
+                return Err(Error::NotAnEffectField {
+                    document: Box::new(document),
+                    path,
                 });
+            }
+            let collection = self.raw_collection(model);
+            let id_text = id.to_string();
+            let filter =
+                doc! { "_id": id_text.as_str(), APPLIED_OPS_FIELD: { "$ne": op.as_str() } };
+            let update = with_recorded_op(update, op, self.op_window);
+            let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+            let explain = move || async move {
+                crate::trace::round_trip("find");
+                let stored = collection
+                    .find_one(doc! { "_id": id_text })
+                    .projection(doc! { APPLIED_OPS_FIELD: 1 })
+                    .await
+                    .map_err(|source| mongo_error(document, source))?;
+                let Some(stored) = stored else {
+                    return Err(Error::NotFound {
+                        document: Box::new(document.clone()),
+                    });
+                };
+                let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
+                    ops.iter()
+                        .any(|recorded| recorded.as_str() == Some(op.as_str()))
+                });
+                // Not applied, yet the guarded update matched nothing: the document changed in
+                // between; the update goes again.
+                Ok(applied.then_some(Applied::AlreadyApplied))
             };
-            let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
-                ops.iter()
-                    .any(|recorded| recorded.as_str() == Some(op.as_str()))
-            });
-            // Not applied, yet the guarded update matched nothing: the document changed in
-            // between; the update goes again.
-            Ok(applied.then_some(Applied::AlreadyApplied))
-        };
-        update_or_explain(
-            collection,
-            document,
-            &filter,
-            &update,
-            Applied::Applied,
-            explain,
-        )
+            update_or_explain(
+                collection,
+                document,
+                &filter,
+                &update,
+                Applied::Applied,
+                explain,
+            )
+            .await
+        })
         .await
     }
 }

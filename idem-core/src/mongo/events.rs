@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, Idempotent};
 use crate::outcome::{Outcome, Recorded};
+use crate::trace::{Call, CallKind};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -25,53 +26,63 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let model = &T::MODEL;
-        let key_field = model
-            .idempotency_key_field()
-            .ok_or_else(|| Error::NoDerivedId {
-                document: Box::new(event.document_ref()),
-            })?;
-        idempotency_key(event)?;
-        self.verify_indexes(model, &event.document_ref()).await?;
-        let collection = self.raw_collection(model);
-        let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
-        let on_insert = doc! { "$setOnInsert": write.inserted_document() };
-        for _ in 0..MAX_ATTEMPTS {
-            // The after-image says who stored the key: this call if it carries this call's id.
-            // A before-image would not: a server that retries a racing upsert internally as an
-            // update returns none, as if this call had inserted.
-            let after = collection
-                .find_one_and_update(write.natural_key_filter(), on_insert.clone())
-                .upsert(true)
-                .return_document(ReturnDocument::After)
-                .await;
-            let stored = match after {
-                Ok(Some(stored)) => stored,
-                // A racing first write of the same key won; the next attempt finds it.
-                Ok(None) => continue,
-                Err(error) if is_duplicate_key(&error) => continue,
-                Err(source) => return Err(mongo_error(&write.document, source)),
-            };
-            let Some(first_id) = stored_id(&stored) else {
-                return Err(Error::ForeignId {
+        let call = Call::new(CallKind::Record, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let model = &T::MODEL;
+            let key_field = model
+                .idempotency_key_field()
+                .ok_or_else(|| Error::NoDerivedId {
+                    document: Box::new(event.document_ref()),
+                })?;
+            idempotency_key(event)?;
+            self.verify_indexes(model, &event.document_ref()).await?;
+            let collection = self.raw_collection(model);
+            let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
+            let on_insert = doc! { "$setOnInsert": write.inserted_document() };
+            for attempt in 0..MAX_ATTEMPTS {
+                if attempt > 0 {
+                    crate::trace::retry("a concurrent writer changed the document");
+                }
+                // The after-image says who stored the key: this call if it carries this call's id.
+                // A before-image would not: a server that retries a racing upsert internally as an
+                // update returns none, as if this call had inserted.
+                crate::trace::round_trip("findAndModify");
+                let after = collection
+                    .find_one_and_update(write.natural_key_filter(), on_insert.clone())
+                    .upsert(true)
+                    .return_document(ReturnDocument::After)
+                    .await;
+                let stored = match after {
+                    Ok(Some(stored)) => stored,
+                    // A racing first write of the same key won; the next attempt finds it.
+                    Ok(None) => continue,
+                    Err(error) if is_duplicate_key(&error) => continue,
+                    Err(source) => return Err(mongo_error(&write.document, source)),
+                };
+                let Some(first_id) = stored_id(&stored) else {
+                    return Err(Error::ForeignId {
+                        document: Box::new(write.document),
+                        stored_id: stored_id_text(&stored).unwrap_or_default(),
+                    });
+                };
+                if first_id == write.id {
+                    return Ok(Recorded::new(write.id, Outcome::Inserted));
+                }
+                if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
+                    return Ok(Recorded::new(first_id, Outcome::Unchanged));
+                }
+                return Err(Error::IdempotencyKeyReused {
                     document: Box::new(write.document),
-                    stored_id: stored_id_text(&stored).unwrap_or_default(),
+                    field: key_field.name(),
+                    stored_id: first_id,
                 });
-            };
-            if first_id == write.id {
-                return Ok(Recorded::new(write.id, Outcome::Inserted));
             }
-            if stored.get_str(model.hash_field()).ok() == Some(write.hash.as_str()) {
-                return Ok(Recorded::new(first_id, Outcome::Unchanged));
-            }
-            return Err(Error::IdempotencyKeyReused {
-                document: Box::new(write.document),
-                field: key_field.name(),
-                stored_id: first_id,
-            });
-        }
-        Err(Error::Contention {
-            document: Box::new(event.document_ref()),
+            Err(Error::Contention {
+                document: Box::new(event.document_ref()),
+            })
         })
+        .await
     }
 }

@@ -37,6 +37,8 @@
 //! Retries are safe: `retryWrites=false` loses nothing. If an acknowledgement is lost, calling
 //! `upsert` again finds the document written and answers `Unchanged`.
 
+mod adopt;
+mod audit;
 mod batch;
 mod compare;
 mod effects;
@@ -52,8 +54,10 @@ use mongodb::options::{IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
 use serde::Serialize;
 
+pub use crate::audit::{AdoptReport, AuditProgress, AuditReport};
 pub use crate::batch::BatchReport;
 pub use crate::outcome::Recorded;
+pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 use crate::error::Error;
 use crate::id::Id;
@@ -77,6 +81,7 @@ pub const DEFAULT_BATCH_CHUNK: usize = 250;
 /// MongoDB's error code for a duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
 
+use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
 /// A MongoDB database that idem writes to. Cheap to clone; clones share the index checks.
@@ -153,12 +158,16 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        if T::MODEL.idempotency_key_field().is_some() {
-            return self.record(doc).await.map(|recorded| recorded.outcome);
-        }
-        let write = PreparedWrite::new(doc)?;
-        self.verify_indexes(&T::MODEL, &write.document).await?;
-        self.settle(&write).await
+        let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
+        call.run(async move {
+            if T::MODEL.idempotency_key_field().is_some() {
+                return self.record(doc).await.map(|recorded| recorded.outcome);
+            }
+            let write = PreparedWrite::new(doc)?;
+            self.verify_indexes(&T::MODEL, &write.document).await?;
+            self.settle(&write).await
+        })
+        .await
     }
 
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
@@ -168,59 +177,68 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let write = PreparedWrite::new(doc)?;
-        let tombstone = tombstone_field(&T::MODEL, &write.document)?;
-        let Some(marker) = write.tombstone.clone() else {
-            return Err(Error::TombstoneNotSet {
-                document: Box::new(write.document),
-                field: tombstone.name(),
-            });
-        };
-        self.verify_indexes(&T::MODEL, &write.document).await?;
-        let collection = self.raw_collection(write.model);
-        let mut filter = write.query();
-        filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
-        let update = doc! {
-            "$set": { tombstone.stored_name(): marker },
-            "$setOnInsert": write.inserted_document(),
-        };
-        for _ in 0..MAX_ATTEMPTS {
-            match collection
-                .update_one(filter.clone(), update.clone())
-                .upsert(true)
-                .await
-            {
-                Ok(result) if result.upserted_id.is_some() || result.matched_count > 0 => {
-                    return Ok(Outcome::Deleted)
+        let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
+        call.run(async move {
+            let write = PreparedWrite::new(doc)?;
+            let tombstone = tombstone_field(&T::MODEL, &write.document)?;
+            let Some(marker) = write.tombstone.clone() else {
+                return Err(Error::TombstoneNotSet {
+                    document: Box::new(write.document),
+                    field: tombstone.name(),
+                });
+            };
+            self.verify_indexes(&T::MODEL, &write.document).await?;
+            let collection = self.raw_collection(write.model);
+            let mut filter = write.query();
+            filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
+            let update = doc! {
+                "$set": { tombstone.stored_name(): marker },
+                "$setOnInsert": write.inserted_document(),
+            };
+            for attempt in 0..MAX_ATTEMPTS {
+                if attempt > 0 {
+                    crate::trace::retry("a concurrent writer changed the document");
                 }
-                Ok(_) => continue,
-                Err(error) if is_duplicate_key(&error) => {
-                    let (by_id, by_natural_key) = self.read_conflict(&collection, &write).await?;
-                    match (by_id, by_natural_key) {
-                        (Some(stored), _) if is_tombstoned(write.model, &stored) => {
-                            return Ok(Outcome::Unchanged)
-                        }
-                        // Stored meanwhile (deleting it goes again), or under this id with
-                        // another natural key. Deleting checks no other field.
-                        (Some(stored), _) => match write.natural_key_refusal(&stored) {
-                            Some(refusal) => return Err(refusal),
-                            None => continue,
-                        },
-                        (None, Some(stored)) => return Err(write.id_change(&stored)),
-                        (None, None) => {
-                            return Err(unique_index_conflict(
-                                &write,
-                                duplicate_key_message(&error),
-                            ))
+                crate::trace::round_trip("update");
+                match collection
+                    .update_one(filter.clone(), update.clone())
+                    .upsert(true)
+                    .await
+                {
+                    Ok(result) if result.upserted_id.is_some() || result.matched_count > 0 => {
+                        return Ok(Outcome::Deleted)
+                    }
+                    Ok(_) => continue,
+                    Err(error) if is_duplicate_key(&error) => {
+                        let (by_id, by_natural_key) =
+                            self.read_conflict(&collection, &write).await?;
+                        match (by_id, by_natural_key) {
+                            (Some(stored), _) if is_tombstoned(write.model, &stored) => {
+                                return Ok(Outcome::Unchanged)
+                            }
+                            // Stored meanwhile (deleting it goes again), or under this id with
+                            // another natural key. Deleting checks no other field.
+                            (Some(stored), _) => match write.natural_key_refusal(&stored) {
+                                Some(refusal) => return Err(refusal),
+                                None => continue,
+                            },
+                            (None, Some(stored)) => return Err(write.id_change(&stored)),
+                            (None, None) => {
+                                return Err(unique_index_conflict(
+                                    &write,
+                                    duplicate_key_message(&error),
+                                ))
+                            }
                         }
                     }
+                    Err(source) => return Err(mongo_error(&write.document, source)),
                 }
-                Err(source) => return Err(mongo_error(&write.document, source)),
             }
-        }
-        Err(Error::Contention {
-            document: Box::new(write.document),
+            Err(Error::Contention {
+                document: Box::new(write.document),
+            })
         })
+        .await
     }
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
@@ -231,36 +249,40 @@ impl Store {
         T: Idempotent,
         M: Serialize + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        let tombstone = tombstone_field(model, &document)?;
-        let marker = mongodb::bson::to_bson(marker).map_err(|error| Error::Serialize {
-            document: Box::new(document.clone()),
-            message: error.to_string(),
-        })?;
-        let collection = self.raw_collection(model);
-        let id_text = id.to_string();
-        let filter =
-            doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
-        let update = doc! { "$set": { tombstone.stored_name(): marker } };
-        let (collection, document, id_text) = (&collection, &document, id_text.as_str());
-        let explain = move || async move {
-            match find_by_id(collection, document, id_text).await? {
-                None => Err(Error::NotFound {
-                    document: Box::new(document.clone()),
-                }),
-                Some(stored) if is_tombstoned(model, &stored) => Ok(Some(Outcome::Unchanged)),
-                Some(_) => Ok(None),
-            }
-        };
-        update_or_explain(
-            collection,
-            document,
-            &filter,
-            &update,
-            Outcome::Deleted,
-            explain,
-        )
+        let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let tombstone = tombstone_field(model, &document)?;
+            let marker = mongodb::bson::to_bson(marker).map_err(|error| Error::Serialize {
+                document: Box::new(document.clone()),
+                message: error.to_string(),
+            })?;
+            let collection = self.raw_collection(model);
+            let id_text = id.to_string();
+            let filter =
+                doc! { "_id": id_text.as_str(), tombstone.stored_name(): { "$eq": Bson::Null } };
+            let update = doc! { "$set": { tombstone.stored_name(): marker } };
+            let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+            let explain = move || async move {
+                match find_by_id(collection, document, id_text).await? {
+                    None => Err(Error::NotFound {
+                        document: Box::new(document.clone()),
+                    }),
+                    Some(stored) if is_tombstoned(model, &stored) => Ok(Some(Outcome::Unchanged)),
+                    Some(_) => Ok(None),
+                }
+            };
+            update_or_explain(
+                collection,
+                document,
+                &filter,
+                &update,
+                Outcome::Deleted,
+                explain,
+            )
+            .await
+        })
         .await
     }
 
@@ -270,7 +292,11 @@ impl Store {
     /// outcome. Every outcome but a conflict takes one round trip.
     async fn settle(&self, write: &PreparedWrite) -> Result<Outcome, Error> {
         let collection = self.raw_collection(write.model);
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                crate::trace::retry("a concurrent writer changed the document");
+            }
+            crate::trace::round_trip("findAndModify");
             let after = collection
                 .find_one_and_update(write.query(), write.conditional_replacement())
                 .upsert(true)
@@ -314,6 +340,7 @@ impl Store {
         match write.read(stored)? {
             Some(outcome) => Ok(Some(outcome)),
             None => {
+                crate::trace::round_trip("update");
                 let replaced = collection
                     .update_one(write.pinned_query(stored), write.replacement_pipeline())
                     .await
@@ -336,6 +363,9 @@ impl Store {
         match self.read_conflict(collection, write).await? {
             (Some(stored), _) => write.read(&stored),
             (None, Some(stored)) => Err(write.id_change(&stored)),
+            // The holder of the natural key is gone since the write (deleted, or moved by
+            // `adopt`): the write goes again.
+            (None, None) if index_in_message(duplicate_message) == NATURAL_KEY_INDEX => Ok(None),
             (None, None) => Err(unique_index_conflict(write, duplicate_message)),
         }
     }
@@ -353,6 +383,7 @@ impl Store {
         if by_id.is_some() {
             return Ok((by_id, None));
         }
+        crate::trace::round_trip("find");
         let by_natural_key = collection
             .find_one(write.natural_key_filter())
             .await
@@ -373,15 +404,24 @@ impl Store {
             return Ok(());
         }
         // A collection that does not exist yet has no indexes; listing them fails on some
-        // servers and returns nothing on others.
+        // servers (NamespaceNotFound) and returns nothing on others. Any other failure is the
+        // call's: a server that cannot be reached is reported after one server selection, not
+        // after a second one for the index build.
         let mut indexes = Vec::new();
-        if let Ok(mut cursor) = self.raw_collection(model).list_indexes().await {
-            while let Ok(true) = cursor.advance().await {
-                match cursor.deserialize_current() {
-                    Ok(index) => indexes.push(index),
-                    Err(_) => break,
+        crate::trace::round_trip("listIndexes");
+        match self.raw_collection(model).list_indexes().await {
+            Ok(mut cursor) => loop {
+                match cursor.advance().await {
+                    Ok(true) => match cursor.deserialize_current() {
+                        Ok(index) => indexes.push(index),
+                        Err(_) => break,
+                    },
+                    Ok(false) => break,
+                    Err(source) => return Err(mongo_error(document, source)),
                 }
-            }
+            },
+            Err(source) if is_namespace_missing(&source) => {}
+            Err(source) => return Err(mongo_error(document, source)),
         }
         let ours = indexes.iter().find(|index| {
             index
@@ -430,12 +470,63 @@ impl Store {
             .unique(true)
             .build();
         let index = IndexModel::builder().keys(keys).options(options).build();
-        self.raw_collection(model)
-            .create_index(index)
-            .await
-            .map_err(|source| mongo_error(document, source))?;
-        self.remember_indexed(model);
-        Ok(())
+        crate::trace::round_trip("createIndexes");
+        match self.raw_collection(model).create_index(index).await {
+            Ok(_) => {
+                crate::trace::index_created(model.collection());
+                self.remember_indexed(model);
+                Ok(())
+            }
+            // Stored documents share a natural key: the collection's fault, not the document's
+            // whose write needed the index.
+            Err(error) if is_duplicate_key(&error) => Err(Error::DuplicateNaturalKeys {
+                document: Box::new(DocumentRef::collection(model)),
+                index: NATURAL_KEY_INDEX.to_owned(),
+                duplicate_key: self.duplicated_key(model, &error).await,
+            }),
+            Err(source) => Err(mongo_error(document, source)),
+        }
+    }
+
+    /// A natural key that more than one stored document holds, for the error of an index build
+    /// they made fail: as the server's message shows it (`dup key: { … }`, shown, not
+    /// interpreted), or else from one grouping read of the collection.
+    async fn duplicated_key(&self, model: &Model, error: &mongodb::error::Error) -> String {
+        if let Some((_, shown)) = duplicate_key_message(error).split_once("dup key: ") {
+            return shown.trim().to_owned();
+        }
+        let group: Document = model
+            .natural_key_fields()
+            .map(|field| {
+                let path = Bson::String(format!("${}", field.stored_name()));
+                (field.stored_name().to_owned(), path)
+            })
+            .collect();
+        let pipeline = [
+            doc! { "$group": { "_id": group, "documents": { "$sum": 1 } } },
+            doc! { "$match": { "documents": { "$gt": 1 } } },
+            doc! { "$limit": 1 },
+        ];
+        let found = self
+            .raw_collection(model)
+            .aggregate(pipeline)
+            .allow_disk_use(true)
+            .await;
+        let mut cursor = match found {
+            Ok(cursor) => cursor,
+            Err(_) => return "(not shown by the server)".to_owned(),
+        };
+        match cursor.advance().await {
+            Ok(true) => cursor
+                .deserialize_current()
+                .ok()
+                .and_then(|first| first.get_document("_id").ok().cloned())
+                .map_or_else(
+                    || "(not shown by the server)".to_owned(),
+                    |key| key.to_string(),
+                ),
+            _ => "(not shown by the server)".to_owned(),
+        }
     }
 
     fn is_indexed(&self, model: &Model) -> bool {
@@ -502,6 +593,14 @@ impl Backend for Store {
     }
 }
 
+/// Whether `error` says the collection does not exist (code 26, NamespaceNotFound).
+fn is_namespace_missing(error: &mongodb::error::Error) -> bool {
+    matches!(
+        error.kind.as_ref(),
+        mongodb::error::ErrorKind::Command(command) if command.code == 26
+    )
+}
+
 /// The key pattern of the natural-key index: each natural-key field, ascending, in order.
 fn natural_key_pattern(model: &Model) -> Document {
     model
@@ -537,7 +636,11 @@ async fn update_or_explain<R, Explained>(
 where
     Explained: std::future::Future<Output = Result<Option<R>, Error>>,
 {
-    for _ in 0..MAX_ATTEMPTS {
+    for attempt in 0..MAX_ATTEMPTS {
+        if attempt > 0 {
+            crate::trace::retry("a concurrent writer changed the document");
+        }
+        crate::trace::round_trip("update");
         let result = collection
             .update_one(filter.clone(), update.clone())
             .await
@@ -560,6 +663,7 @@ async fn find_by_id(
     document: &DocumentRef,
     id_text: &str,
 ) -> Result<Option<Document>, Error> {
+    crate::trace::round_trip("find");
     collection
         .find_one(doc! { "_id": id_text })
         .await
@@ -573,6 +677,7 @@ async fn find_ids(
     document: &DocumentRef,
     ids: &[&str],
 ) -> Result<Vec<String>, Error> {
+    crate::trace::round_trip("find");
     let find = collection
         .find(doc! { "_id": { "$in": ids } })
         .projection(doc! { "_id": 1 })

@@ -7,6 +7,7 @@ use super::{mongo_error, Store};
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
 use crate::model::{DocumentRef, Idempotent, NaturalKey};
+use crate::trace::{Call, CallKind};
 
 impl Store {
     /// The document stored under `id`, as `T`; `None` if none is. A deleted document is
@@ -16,9 +17,13 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let document = DocumentRef::by_id(&T::MODEL, id);
-        let filter = bson::doc! { crate::model::ID_FIELD: id };
-        self.read_one::<T>(filter, document).await
+        let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let document = DocumentRef::by_id(&T::MODEL, id);
+            let filter = bson::doc! { crate::model::ID_FIELD: id };
+            self.read_one::<T>(filter, document).await
+        })
+        .await
     }
 
     /// The document stored under the natural key `key`, as `T`; `None` if none is. The
@@ -28,17 +33,21 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::new(model, key.clone());
-        let mut filter = Document::new();
-        for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
-            let Some(value) = key_bson(value) else {
-                // No stored key holds this value (an integer beyond 64 bits).
-                return Ok(None);
-            };
-            filter.insert(field.stored_name(), value);
-        }
-        self.read_one::<T>(filter, document).await
+        let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::new(model, key.clone());
+            let mut filter = Document::new();
+            for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
+                let Some(value) = key_bson(value) else {
+                    // No stored key holds this value (an integer beyond 64 bits).
+                    return Ok(None);
+                };
+                filter.insert(field.stored_name(), value);
+            }
+            self.read_one::<T>(filter, document).await
+        })
+        .await
     }
 
     async fn read_one<T>(&self, filter: Document, document: DocumentRef) -> Result<Option<T>, Error>
@@ -46,6 +55,7 @@ impl Store {
         T: Idempotent + DeserializeOwned,
     {
         let model = &T::MODEL;
+        crate::trace::round_trip("find");
         let stored = self
             .database
             .collection::<Document>(model.collection())

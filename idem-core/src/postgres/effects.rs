@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Outcome, Recorded};
+use crate::trace::{Call, CallKind};
 
 /// One change an operation makes to an `#[idem(effect)]` column, for
 /// [`Store::apply_once`].
@@ -81,45 +82,56 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let key_field = model
-            .idempotency_key_field()
-            .ok_or_else(|| Error::NoDerivedId {
-                document: Box::new(event.document_ref()),
-            })?;
-        idempotency_key(event)?;
-        let table = self.table::<T, C>(client, &event.document_ref()).await?;
-        let id = Id::from(ulid::Ulid::generate());
-        let row = PreparedRow::with_id(event, id, &table)?;
-        for _ in 0..crate::MAX_ATTEMPTS {
-            let state = self
-                .write_rows(client, &table, &[&row], &table.insert_new, &row.document)
-                .await?
-                .pop();
-            let stored = match state {
-                Some(RowState::Written { .. }) => return Ok(Recorded::new(id, Outcome::Inserted)),
-                Some(RowState::Stopped(stored)) => stored,
-                // The key was stored after this statement's snapshot: the next one sees it.
-                Some(RowState::Unseen) | None => continue,
-            };
-            let Ok(first_id) = stored.id.parse::<Id>() else {
-                return Err(Error::ForeignId {
+        let call = Call::new(CallKind::Record, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let model = &T::MODEL;
+            let key_field = model
+                .idempotency_key_field()
+                .ok_or_else(|| Error::NoDerivedId {
+                    document: Box::new(event.document_ref()),
+                })?;
+            idempotency_key(event)?;
+            let table = self.table::<T, C>(client, &event.document_ref()).await?;
+            let id = Id::from(ulid::Ulid::generate());
+            let row = PreparedRow::with_id(event, id, &table)?;
+            for attempt in 0..crate::MAX_ATTEMPTS {
+                if attempt > 0 {
+                    crate::trace::retry("a concurrent writer changed the document");
+                }
+                let state = self
+                    .write_rows(client, &table, &[&row], &table.insert_new, &row.document)
+                    .await?
+                    .pop();
+                let stored = match state {
+                    Some(RowState::Written { .. }) => {
+                        return Ok(Recorded::new(id, Outcome::Inserted))
+                    }
+                    Some(RowState::Stopped(stored)) => stored,
+                    // The key was stored after this statement's snapshot: the next one sees it.
+                    Some(RowState::Unseen) | None => continue,
+                };
+                let Ok(first_id) = stored.id.parse::<Id>() else {
+                    return Err(Error::ForeignId {
+                        document: Box::new(row.document),
+                        stored_id: stored.id,
+                    });
+                };
+                if stored.hash.as_deref() == Some(row.hash.as_str()) {
+                    return Ok(Recorded::new(first_id, Outcome::Unchanged));
+                }
+                return Err(Error::IdempotencyKeyReused {
                     document: Box::new(row.document),
-                    stored_id: stored.id,
+                    field: key_field.name(),
+                    stored_id: first_id,
                 });
-            };
-            if stored.hash.as_deref() == Some(row.hash.as_str()) {
-                return Ok(Recorded::new(first_id, Outcome::Unchanged));
             }
-            return Err(Error::IdempotencyKeyReused {
+            Err(Error::Contention {
                 document: Box::new(row.document),
-                field: key_field.name(),
-                stored_id: first_id,
-            });
-        }
-        Err(Error::Contention {
-            document: Box::new(row.document),
+            })
         })
+        .await
     }
 
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
@@ -145,96 +157,101 @@ impl Store {
         T: Idempotent,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        let table = self.table::<T, C>(client, &document).await?;
-        let refuse = |path: &str| Error::NotAnEffectField {
-            document: Box::new(document.clone()),
-            path: path.to_owned(),
-        };
-        let mut parameters: Vec<Option<String>> =
-            vec![Some(id.to_string()), Some(op.as_str().to_owned())];
-        let mut assignments = Vec::with_capacity(changes.len() + 1);
-        for change in changes {
-            let field = model
-                .effect_fields()
-                .find(|field| field.stored_name() == change.column)
-                .ok_or_else(|| refuse(change.column))?;
-            let column = table
-                .column_of(field)
-                .map(|index| &table.columns[index])
-                .ok_or_else(|| refuse(change.column))?;
-            let sql_type = column.sql_type();
-            let name = quote(column.name);
-            let (value, assignment) = match &change.kind {
-                ChangeKind::Add(amount) if matches!(sql_type, "bigint" | "double precision") => (
-                    Some(amount.clone()),
-                    format!(
-                        "{name} = COALESCE({name}, 0) + ${}::text::{sql_type}",
-                        parameters.len() + 1
-                    ),
-                ),
-                ChangeKind::Add(_) => {
-                    return Err(Error::Serialize {
-                        document: Box::new(document),
-                        message: format!(
-                            "cannot add to column {:?}, which is {sql_type}",
-                            column.name
+        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let table = self.table::<T, C>(client, &document).await?;
+            let refuse = |path: &str| Error::NotAnEffectField {
+                document: Box::new(document.clone()),
+                path: path.to_owned(),
+            };
+            let mut parameters: Vec<Option<String>> =
+                vec![Some(id.to_string()), Some(op.as_str().to_owned())];
+            let mut assignments = Vec::with_capacity(changes.len() + 1);
+            for change in changes {
+                let field = model
+                    .effect_fields()
+                    .find(|field| field.stored_name() == change.column)
+                    .ok_or_else(|| refuse(change.column))?;
+                let column = table
+                    .column_of(field)
+                    .map(|index| &table.columns[index])
+                    .ok_or_else(|| refuse(change.column))?;
+                let sql_type = column.sql_type();
+                let name = quote(column.name);
+                let (value, assignment) = match &change.kind {
+                    ChangeKind::Add(amount) if matches!(sql_type, "bigint" | "double precision") => (
+                        Some(amount.clone()),
+                        format!(
+                            "{name} = COALESCE({name}, 0) + ${}::text::{sql_type}",
+                            parameters.len() + 1
                         ),
-                    })
-                }
-                ChangeKind::Invalid(problem) => {
-                    return Err(Error::Serialize {
-                        document: Box::new(document),
-                        message: format!("the change of column {:?}: {problem}", column.name),
-                    })
-                }
-                ChangeKind::Set(value) => (
-                    super::row::column_text(column.shape, value).map_err(|expected| {
-                        Error::Serialize {
-                            document: Box::new(document.clone()),
+                    ),
+                    ChangeKind::Add(_) => {
+                        return Err(Error::Serialize {
+                            document: Box::new(document),
                             message: format!(
-                                "column {:?} holds {expected}, not {value}",
+                                "cannot add to column {:?}, which is {sql_type}",
                                 column.name
                             ),
-                        }
-                    })?,
-                    format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
-                ),
-            };
-            parameters.push(value);
-            assignments.push(assignment);
-        }
-        let ops = quote(APPLIED_OPS_FIELD);
-        // The op ids, oldest first, keeping the latest `op_window`.
-        assignments.push(format!(
-            "{ops} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
-             jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
-             WHERE n > jsonb_array_length({ops}) + 1 - {window})",
-            window = self.op_window,
-        ));
-        let sql = format!(
-            "WITH applied AS (UPDATE {table} SET {assignments} \
-             WHERE {id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
-             SELECT (SELECT count(*) FROM applied), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
-            table = table.name(),
-            assignments = assignments.join(", "),
-            id = quote(ID_FIELD),
-        );
-        let typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
-            .iter()
-            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        let reply = client
-            .query_typed_one(&sql, &typed)
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
-            (1.., _) => Ok(Applied::Applied),
-            (_, true) => Ok(Applied::AlreadyApplied),
-            _ => Err(Error::NotFound {
-                document: Box::new(document),
-            }),
-        }
+                        })
+                    }
+                    ChangeKind::Invalid(problem) => {
+                        return Err(Error::Serialize {
+                            document: Box::new(document),
+                            message: format!("the change of column {:?}: {problem}", column.name),
+                        })
+                    }
+                    ChangeKind::Set(value) => (
+                        super::row::column_text(column.shape, value).map_err(|expected| {
+                            Error::Serialize {
+                                document: Box::new(document.clone()),
+                                message: format!(
+                                    "column {:?} holds {expected}, not {value}",
+                                    column.name
+                                ),
+                            }
+                        })?,
+                        format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
+                    ),
+                };
+                parameters.push(value);
+                assignments.push(assignment);
+            }
+            let ops = quote(APPLIED_OPS_FIELD);
+            // The op ids, oldest first, keeping the latest `op_window`.
+            assignments.push(format!(
+                "{ops} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
+                 jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
+                 WHERE n > jsonb_array_length({ops}) + 1 - {window})",
+                window = self.op_window,
+            ));
+            let sql = format!(
+                "WITH applied AS (UPDATE {table} SET {assignments} \
+                 WHERE {id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM applied), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                table = table.name(),
+                assignments = assignments.join(", "),
+                id = quote(ID_FIELD),
+            );
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
+                .iter()
+                .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+                .collect();
+            crate::trace::round_trip("INSERT … ON CONFLICT");
+            let reply = client
+                .query_typed_one(&sql, &typed)
+                .await
+                .map_err(|source| postgres_error(&document, source))?;
+            match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+                (1.., _) => Ok(Applied::Applied),
+                (_, true) => Ok(Applied::AlreadyApplied),
+                _ => Err(Error::NotFound {
+                    document: Box::new(document),
+                }),
+            }
+        })
+        .await
     }
 }

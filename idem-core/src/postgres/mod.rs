@@ -72,6 +72,7 @@ use crate::error::{BackendError, Error};
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model, Role, ID_FIELD};
 use crate::outcome::{Outcome, Pushed};
+use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};
 use table::{InsertedSignal, Table};
 
@@ -163,10 +164,12 @@ impl Store {
         C: GenericClient + Sync,
     {
         let document = DocumentRef::collection(&T::MODEL);
+        crate::trace::round_trip("CREATE TABLE");
         client
             .batch_execute(&Store::create_table_sql::<T>())
             .await
             .map_err(|source| postgres_error(&document, source))?;
+        crate::trace::index_created(T::MODEL.collection());
         self.forget_table(&T::MODEL);
         self.table::<T, C>(client, &document).await.map(drop)
     }
@@ -180,18 +183,22 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: GenericClient + Sync,
     {
-        if T::MODEL.idempotency_key_field().is_some() {
-            return self
-                .record(client, doc)
-                .await
-                .map(|recorded| recorded.outcome);
-        }
-        let table = self.table::<T, C>(client, &doc.document_ref()).await?;
-        let row = PreparedRow::new(doc, &table)?;
-        let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
-        outcomes
-            .pop()
-            .unwrap_or_else(|| Err(contention(&row.document)))
+        let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
+        call.run(async move {
+            if T::MODEL.idempotency_key_field().is_some() {
+                return self
+                    .record(client, doc)
+                    .await
+                    .map(|recorded| recorded.outcome);
+            }
+            let table = self.table::<T, C>(client, &doc.document_ref()).await?;
+            let row = PreparedRow::new(doc, &table)?;
+            let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
+            outcomes
+                .pop()
+                .unwrap_or_else(|| Err(contention(&row.document)))
+        })
+        .await
     }
 
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
@@ -203,108 +210,116 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: GenericClient + Sync,
     {
-        let collection = DocumentRef::collection(&T::MODEL);
-        if T::MODEL.idempotency_key_field().is_some() {
-            let mut outcomes = Vec::with_capacity(docs.len());
-            for doc in docs {
-                outcomes.push(
-                    self.record(client, doc)
-                        .await
-                        .map(|recorded| recorded.outcome),
-                );
+        let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let collection = DocumentRef::collection(&T::MODEL);
+            if T::MODEL.idempotency_key_field().is_some() {
+                let mut outcomes = Vec::with_capacity(docs.len());
+                for doc in docs {
+                    outcomes.push(
+                        self.record(client, doc)
+                            .await
+                            .map(|recorded| recorded.outcome),
+                    );
+                }
+                return Ok(BatchReport::new(outcomes, 0));
             }
-            return Ok(BatchReport::new(outcomes, 0));
-        }
-        let table = self.table::<T, C>(client, &collection).await?;
-        let slice_len = self.batch_chunk;
-        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
-        let mut planner = BatchPlanner::default();
-        // The documents are prepared one slice at a time, and each slice's first-round rows
-        // are sent while the next slice is prepared: the server writes one chunk while the
-        // client hashes and encodes the next (half of the time of a batch, measured, was the
-        // client's). An input's round depends only on the inputs before it.
-        let mut slices: Vec<Vec<Result<PreparedRow, Error>>> =
-            docs.chunks(slice_len).map(|_| Vec::new()).collect();
-        {
-            let mut in_flight: Option<Settling<'_>> = None;
-            let mut rest: &mut [Vec<Result<PreparedRow, Error>>] = &mut slices;
-            for (number, slice) in docs.chunks(slice_len).enumerate() {
-                let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
-                    break;
-                };
-                rest = tail;
-                *prepared = slice
-                    .iter()
-                    .map(|doc| PreparedRow::new(doc, &table))
-                    .collect();
-                let prepared: &Vec<Result<PreparedRow, Error>> = prepared;
-                let mut first_round = Vec::new();
-                for (offset, row) in prepared.iter().enumerate() {
-                    let index = number * slice_len + offset;
-                    match row {
-                        Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
-                        Ok(row) => {
-                            if planner.add(index, &row.natural_key, &row.hash)
-                                == Placement::Round(0)
-                            {
-                                first_round.push((index, row));
+            let table = self.table::<T, C>(client, &collection).await?;
+            let slice_len = self.batch_chunk;
+            let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
+            let mut planner = BatchPlanner::default();
+            // The documents are prepared one slice at a time, and each slice's first-round rows
+            // are sent while the next slice is prepared: the server writes one chunk while the
+            // client hashes and encodes the next (half of the time of a batch, measured, was the
+            // client's). An input's round depends only on the inputs before it.
+            let mut slices: Vec<Vec<Result<PreparedRow, Error>>> =
+                docs.chunks(slice_len).map(|_| Vec::new()).collect();
+            {
+                let mut in_flight: Option<Settling<'_>> = None;
+                let mut rest: &mut [Vec<Result<PreparedRow, Error>>] = &mut slices;
+                for (number, slice) in docs.chunks(slice_len).enumerate() {
+                    let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
+                        break;
+                    };
+                    rest = tail;
+                    *prepared = slice
+                        .iter()
+                        .map(|doc| PreparedRow::new(doc, &table))
+                        .collect();
+                    let prepared: &Vec<Result<PreparedRow, Error>> = prepared;
+                    let mut first_round = Vec::new();
+                    for (offset, row) in prepared.iter().enumerate() {
+                        let index = number * slice_len + offset;
+                        match row {
+                            Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
+                            Ok(row) => {
+                                if planner.add(index, &row.natural_key, &row.hash)
+                                    == Placement::Round(0)
+                                {
+                                    first_round.push((index, row));
+                                }
                             }
                         }
+                    }
+                    if let Some(previous) = in_flight.take() {
+                        record(previous.await?, &mut outcomes);
+                    }
+                    if first_round.is_empty() {
+                        continue;
+                    }
+                    let table = &table;
+                    let mut statement: Settling<'_> = Box::pin(async move {
+                        let rows: Vec<&PreparedRow> =
+                            first_round.iter().map(|&(_, row)| row).collect();
+                        let settled = self.settle(client, table, &rows, Write::Upsert).await?;
+                        Ok(first_round
+                            .iter()
+                            .map(|&(index, _)| index)
+                            .zip(settled)
+                            .collect())
+                    });
+                    match send_now(statement.as_mut()) {
+                        Poll::Ready(settled) => record(settled?, &mut outcomes),
+                        Poll::Pending => in_flight = Some(statement),
                     }
                 }
                 if let Some(previous) = in_flight.take() {
                     record(previous.await?, &mut outcomes);
                 }
-                if first_round.is_empty() {
-                    continue;
-                }
-                let table = &table;
-                let mut statement: Settling<'_> = Box::pin(async move {
-                    let rows: Vec<&PreparedRow> = first_round.iter().map(|&(_, row)| row).collect();
-                    let settled = self.settle(client, table, &rows, Write::Upsert).await?;
-                    Ok(first_round
+            }
+            let plan = planner.plan;
+            crate::trace::batch_split(docs.len(), plan.rounds.len(), self.batch_chunk);
+            let prepared_row =
+                |index: usize| slices[index / slice_len][index % slice_len].as_ref().ok();
+            // The later rounds: an id's second distinct content in the batch, and so on.
+            for round in plan.rounds.iter().skip(1) {
+                for chunk in round.chunks(self.batch_chunk) {
+                    let rows: Vec<&PreparedRow> = chunk
                         .iter()
-                        .map(|&(index, _)| index)
-                        .zip(settled)
-                        .collect())
-                });
-                match send_now(statement.as_mut()) {
-                    Poll::Ready(settled) => record(settled?, &mut outcomes),
-                    Poll::Pending => in_flight = Some(statement),
+                        .filter_map(|&index| prepared_row(index))
+                        .collect();
+                    let settled = self.settle(client, &table, &rows, Write::Upsert).await?;
+                    for (&index, outcome) in chunk.iter().zip(settled) {
+                        outcomes[index] = Some(outcome);
+                    }
                 }
             }
-            if let Some(previous) = in_flight.take() {
-                record(previous.await?, &mut outcomes);
+            for &(copy, original) in &plan.copies {
+                let copied = match &outcomes[original] {
+                    Some(original) => copy_outcome(original),
+                    None => Err(contention(&collection)),
+                };
+                outcomes[copy] = Some(copied);
             }
-        }
-        let plan = planner.plan;
-        let prepared_row =
-            |index: usize| slices[index / slice_len][index % slice_len].as_ref().ok();
-        // The later rounds: an id's second distinct content in the batch, and so on.
-        for round in plan.rounds.iter().skip(1) {
-            for chunk in round.chunks(self.batch_chunk) {
-                let rows: Vec<&PreparedRow> = chunk
-                    .iter()
-                    .filter_map(|&index| prepared_row(index))
-                    .collect();
-                let settled = self.settle(client, &table, &rows, Write::Upsert).await?;
-                for (&index, outcome) in chunk.iter().zip(settled) {
-                    outcomes[index] = Some(outcome);
-                }
-            }
-        }
-        for &(copy, original) in &plan.copies {
-            let copied = match &outcomes[original] {
-                Some(original) => copy_outcome(original),
-                None => Err(contention(&collection)),
-            };
-            outcomes[copy] = Some(copied);
-        }
-        let outcomes = outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or_else(|| Err(contention(&collection))))
-            .collect();
-        Ok(BatchReport::new(outcomes, plan.copies.len()))
+            let outcomes = outcomes
+                .into_iter()
+                .map(|outcome| outcome.unwrap_or_else(|| Err(contention(&collection))))
+                .collect();
+            Ok(BatchReport::new(outcomes, plan.copies.len()))
+        })
+        .await
     }
 
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
@@ -315,24 +330,28 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: GenericClient + Sync,
     {
-        let document = doc.document_ref();
-        let tombstone = tombstone_field(&T::MODEL, &document)?;
-        let table = self.table::<T, C>(client, &document).await?;
-        let row = PreparedRow::new(doc, &table)?;
-        let marked = table
-            .column_of(tombstone)
-            .and_then(|index| row.value_of(&table, index))
-            .is_some();
-        if !marked {
-            return Err(Error::TombstoneNotSet {
-                document: Box::new(document),
-                field: tombstone.name(),
-            });
-        }
-        let mut outcomes = self.settle(client, &table, &[&row], Write::Delete).await?;
-        outcomes
-            .pop()
-            .unwrap_or_else(|| Err(contention(&row.document)))
+        let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
+        call.run(async move {
+            let document = doc.document_ref();
+            let tombstone = tombstone_field(&T::MODEL, &document)?;
+            let table = self.table::<T, C>(client, &document).await?;
+            let row = PreparedRow::new(doc, &table)?;
+            let marked = table
+                .column_of(tombstone)
+                .and_then(|index| row.value_of(&table, index))
+                .is_some();
+            if !marked {
+                return Err(Error::TombstoneNotSet {
+                    document: Box::new(document),
+                    field: tombstone.name(),
+                });
+            }
+            let mut outcomes = self.settle(client, &table, &[&row], Write::Delete).await?;
+            outcomes
+                .pop()
+                .unwrap_or_else(|| Err(contention(&row.document)))
+        })
+        .await
     }
 
     /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
@@ -349,53 +368,58 @@ impl Store {
         M: Serialize + Sync,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        let tombstone = tombstone_field(model, &document)?;
-        let table = self.table::<T, C>(client, &document).await?;
-        let marker = json::to_json(marker).map_err(|error| Error::Serialize {
-            document: Box::new(document.clone()),
-            message: error.message(),
-        })?;
-        let column = table
-            .column_of(tombstone)
-            .map(|index| &table.columns[index]);
-        let (marker_text, sql_type) = match (column, &marker) {
-            (_, serde_json::Value::Null) => {
-                return Err(Error::TombstoneNotSet {
+        let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let tombstone = tombstone_field(model, &document)?;
+            let table = self.table::<T, C>(client, &document).await?;
+            let marker = json::to_json(marker).map_err(|error| Error::Serialize {
+                document: Box::new(document.clone()),
+                message: error.message(),
+            })?;
+            let column = table
+                .column_of(tombstone)
+                .map(|index| &table.columns[index]);
+            let (marker_text, sql_type) = match (column, &marker) {
+                (_, serde_json::Value::Null) => {
+                    return Err(Error::TombstoneNotSet {
+                        document: Box::new(document),
+                        field: tombstone.name(),
+                    })
+                }
+                (Some(column), serde_json::Value::String(text)) if column.sql_type() == "text" => {
+                    (text.clone(), "text")
+                }
+                (Some(column), other) => (other.to_string(), column.sql_type()),
+                (None, other) => (other.to_string(), "jsonb"),
+            };
+            let sql = format!(
+                "WITH marked AS (UPDATE {table} SET {tomb} = $2::text::{sql_type} \
+                 WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
+                 SELECT (SELECT count(*) FROM marked) AS marked, \
+                 (SELECT {tomb} IS NOT NULL FROM {table} WHERE {id} = $1) AS deleted",
+                table = table.name(),
+                tomb = table::quote(tombstone.stored_name()),
+                id = table::quote(ID_FIELD),
+            );
+            let id_text = id.to_string();
+            crate::trace::round_trip("INSERT … ON CONFLICT");
+            let row = client
+                .query_typed_one(&sql, &[(&id_text, Type::TEXT), (&marker_text, Type::TEXT)])
+                .await
+                .map_err(|source| postgres_error(&document, source))?;
+            let marked: i64 = row.get(0);
+            let deleted: Option<bool> = row.get(1);
+            match (marked, deleted) {
+                (1.., _) => Ok(Outcome::Deleted),
+                (_, Some(true)) => Ok(Outcome::Unchanged),
+                _ => Err(Error::NotFound {
                     document: Box::new(document),
-                    field: tombstone.name(),
-                })
+                }),
             }
-            (Some(column), serde_json::Value::String(text)) if column.sql_type() == "text" => {
-                (text.clone(), "text")
-            }
-            (Some(column), other) => (other.to_string(), column.sql_type()),
-            (None, other) => (other.to_string(), "jsonb"),
-        };
-        let sql = format!(
-            "WITH marked AS (UPDATE {table} SET {tomb} = $2::text::{sql_type} \
-             WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
-             SELECT (SELECT count(*) FROM marked) AS marked, \
-             (SELECT {tomb} IS NOT NULL FROM {table} WHERE {id} = $1) AS deleted",
-            table = table.name(),
-            tomb = table::quote(tombstone.stored_name()),
-            id = table::quote(ID_FIELD),
-        );
-        let id_text = id.to_string();
-        let row = client
-            .query_typed_one(&sql, &[(&id_text, Type::TEXT), (&marker_text, Type::TEXT)])
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        let marked: i64 = row.get(0);
-        let deleted: Option<bool> = row.get(1);
-        match (marked, deleted) {
-            (1.., _) => Ok(Outcome::Deleted),
-            (_, Some(true)) => Ok(Outcome::Unchanged),
-            _ => Err(Error::NotFound {
-                document: Box::new(document),
-            }),
-        }
+        })
+        .await
     }
 
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
@@ -412,51 +436,60 @@ impl Store {
         T: Idempotent + Serialize + Sync + Clone,
         C: GenericClient + Sync,
     {
-        let collection = DocumentRef::collection(&T::MODEL);
-        let table = self.table::<T, C>(client, &collection).await?;
-        let mut seen = std::collections::HashSet::new();
-        let mut candidates = Vec::new();
-        for member in members {
-            let row = PreparedRow::new(member, &table)?;
-            if seen.insert(row.natural_key.clone()) {
-                candidates.push((member, row));
-            }
-        }
-        let mut inserted = Vec::new();
-        for chunk in candidates.chunks(self.batch_chunk) {
-            let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
-            let mut attempts = 0;
-            let states = loop {
-                attempts += 1;
-                match self
-                    .write_rows(client, &table, &rows, &table.insert_new, &collection)
-                    .await
-                {
-                    Ok(states) => break states,
-                    // A racing caller inserted one of these ids between the natural-key check
-                    // and the insert: nothing of this statement was written; it goes again and
-                    // meets that row.
-                    Err(error)
-                        if attempts < crate::MAX_ATTEMPTS
-                            && matches!(
-                                unique_conflict(&error, &table, rows[0]),
-                                Some(Conflict::Id)
-                            ) => {}
-                    Err(error) => return Err(error),
+        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let collection = DocumentRef::collection(&T::MODEL);
+            let table = self.table::<T, C>(client, &collection).await?;
+            let mut seen = std::collections::HashSet::new();
+            let mut candidates = Vec::new();
+            for member in members {
+                let row = PreparedRow::new(member, &table)?;
+                if seen.insert(row.natural_key.clone()) {
+                    candidates.push((member, row));
                 }
-            };
-            for ((member, row), state) in chunk.iter().zip(states) {
-                match state {
-                    RowState::Written { .. } => inserted.push((*member).clone()),
-                    RowState::Stopped(stored) if stored.id != row.id_text => {
-                        return Err(row.id_change(&table, &stored))
+            }
+            let mut inserted = Vec::new();
+            for chunk in candidates.chunks(self.batch_chunk) {
+                let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
+                let mut attempts = 0;
+                let states = loop {
+                    attempts += 1;
+                    if attempts > 1 {
+                        crate::trace::retry("a racing caller inserted one of these ids");
                     }
-                    // Stored already, or by a racing caller whose share it is.
-                    RowState::Stopped(_) | RowState::Unseen => {}
+                    match self
+                        .write_rows(client, &table, &rows, &table.insert_new, &collection)
+                        .await
+                    {
+                        Ok(states) => break states,
+                        // A racing caller inserted one of these ids between the natural-key check
+                        // and the insert: nothing of this statement was written; it goes again and
+                        // meets that row.
+                        Err(error)
+                            if attempts < crate::MAX_ATTEMPTS
+                                && matches!(
+                                    unique_conflict(&error, &table, rows[0]),
+                                    Some(Conflict::Id)
+                                ) => {}
+                        Err(error) => return Err(error),
+                    }
+                };
+                for ((member, row), state) in chunk.iter().zip(states) {
+                    match state {
+                        RowState::Written { .. } => inserted.push((*member).clone()),
+                        RowState::Stopped(stored) if stored.id != row.id_text => {
+                            return Err(row.id_change(&table, &stored))
+                        }
+                        // Stored already, or by a racing caller whose share it is.
+                        RowState::Stopped(_) | RowState::Unseen => {}
+                    }
                 }
             }
-        }
-        Ok(inserted)
+            Ok(inserted)
+        })
+        .await
     }
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
@@ -475,69 +508,74 @@ impl Store {
         I: Serialize + Sync,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::by_id(model, id);
-        let Some(list) = model
-            .fields()
-            .iter()
-            .find(|f| f.name() == field && f.role() == Role::Pushed)
-        else {
-            return Err(Error::NotAPushedField {
-                document: Box::new(document),
-                field,
-            });
-        };
-        let table = self.table::<T, C>(client, &document).await?;
-        let item = json::to_json(item).map_err(|error| Error::Serialize {
-            document: Box::new(document.clone()),
-            message: error.message(),
-        })?;
-        let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
-            let written = item.as_object().map_or_else(Vec::new, |entries| {
-                entries
-                    .iter()
-                    .filter(|(_, value)| !value.is_null())
-                    .map(|(name, _)| name.clone())
-                    .collect()
-            });
-            return Err(Error::ItemWithoutKey {
-                document: Box::new(document),
-                field,
-                item_key: list.item_key(),
-                written,
-            });
-        };
-        let mut probe = serde_json::Map::new();
-        probe.insert(list.item_key().to_owned(), item_key.clone());
-        let probe = serde_json::Value::Array(vec![serde_json::Value::Object(probe)]).to_string();
-        let item = item.to_string();
-        let sql = format!(
-            "WITH pushed AS (UPDATE {table} SET {list} = {list} || jsonb_build_array($2::text::jsonb) \
-             WHERE {id} = $1 AND NOT ({list} @> $3::text::jsonb) RETURNING 1) \
-             SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
-            table = table.name(),
-            list = table::quote(list.stored_name()),
-            id = table::quote(ID_FIELD),
-        );
-        let id_text = id.to_string();
-        let reply = client
-            .query_typed_one(
-                &sql,
-                &[
-                    (&id_text, Type::TEXT),
-                    (&item, Type::TEXT),
-                    (&probe, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
-            (1.., _) => Ok(Pushed::Appended),
-            (_, true) => Ok(Pushed::AlreadyPresent),
-            _ => Err(Error::NotFound {
-                document: Box::new(document),
-            }),
-        }
+        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let Some(list) = model
+                .fields()
+                .iter()
+                .find(|f| f.name() == field && f.role() == Role::Pushed)
+            else {
+                return Err(Error::NotAPushedField {
+                    document: Box::new(document),
+                    field,
+                });
+            };
+            let table = self.table::<T, C>(client, &document).await?;
+            let item = json::to_json(item).map_err(|error| Error::Serialize {
+                document: Box::new(document.clone()),
+                message: error.message(),
+            })?;
+            let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+                let written = item.as_object().map_or_else(Vec::new, |entries| {
+                    entries
+                        .iter()
+                        .filter(|(_, value)| !value.is_null())
+                        .map(|(name, _)| name.clone())
+                        .collect()
+                });
+                return Err(Error::ItemWithoutKey {
+                    document: Box::new(document),
+                    field,
+                    item_key: list.item_key(),
+                    written,
+                });
+            };
+            let mut probe = serde_json::Map::new();
+            probe.insert(list.item_key().to_owned(), item_key.clone());
+            let probe = serde_json::Value::Array(vec![serde_json::Value::Object(probe)]).to_string();
+            let item = item.to_string();
+            let sql = format!(
+                "WITH pushed AS (UPDATE {table} SET {list} = {list} || jsonb_build_array($2::text::jsonb) \
+                 WHERE {id} = $1 AND NOT ({list} @> $3::text::jsonb) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                table = table.name(),
+                list = table::quote(list.stored_name()),
+                id = table::quote(ID_FIELD),
+            );
+            let id_text = id.to_string();
+            crate::trace::round_trip("UPDATE");
+            let reply = client
+                .query_typed_one(
+                    &sql,
+                    &[
+                        (&id_text, Type::TEXT),
+                        (&item, Type::TEXT),
+                        (&probe, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(|source| postgres_error(&document, source))?;
+            match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+                (1.., _) => Ok(Pushed::Appended),
+                (_, true) => Ok(Pushed::AlreadyPresent),
+                _ => Err(Error::NotFound {
+                    document: Box::new(document),
+                }),
+            }
+        })
+        .await
     }
 
     /// This store writing through `client`: what the derive's generated methods take
@@ -567,12 +605,15 @@ impl Store {
             Write::Upsert => &table.upsert,
             Write::Delete => &table.delete,
         };
-        for _ in 0..crate::MAX_ATTEMPTS {
+        for attempt in 0..crate::MAX_ATTEMPTS {
             let pending: Vec<usize> = (0..rows.len())
                 .filter(|&index| outcomes[index].is_none())
                 .collect();
             if pending.is_empty() {
                 break;
+            }
+            if attempt > 0 {
+                crate::trace::retry("a concurrent writer changed the document");
             }
             let sent: Vec<&PreparedRow> = pending.iter().map(|&index| rows[index]).collect();
             let states = match self
@@ -669,6 +710,7 @@ impl Store {
             .iter()
             .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
             .collect();
+        crate::trace::round_trip("INSERT … ON CONFLICT");
         let replies = client
             .query_typed(statement, &parameters)
             .await
@@ -718,6 +760,7 @@ impl Store {
                 .iter()
                 .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT)),
         );
+        crate::trace::round_trip("UPDATE");
         let replaced = client
             .query_typed(&table.pinned_replacement, &parameters)
             .await
@@ -748,6 +791,7 @@ impl Store {
             table.name(),
             table::quote(ID_FIELD)
         );
+        crate::trace::round_trip("SELECT");
         let stored = client
             .query_typed_opt(&sql, &[(&row.id_text, Type::TEXT)])
             .await
@@ -788,6 +832,7 @@ impl Store {
         let signal = match signal {
             Some(signal) => signal,
             None => {
+                crate::trace::round_trip("SELECT");
                 let version = client
                     .query_typed_one("SELECT current_setting('server_version_num')::int", &[])
                     .await
@@ -908,6 +953,7 @@ where
         problem,
     };
     // Resolved through the search path, as the statements resolve the table.
+    crate::trace::round_trip("SELECT");
     let columns = client
         .query_typed(
             "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
@@ -940,6 +986,7 @@ where
             Some(_) => {}
         }
     }
+    crate::trace::round_trip("SELECT");
     let unique = client
         .query_typed(
             "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index x \

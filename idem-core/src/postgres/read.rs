@@ -12,6 +12,7 @@ use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
 use crate::model::{DocumentRef, Idempotent, NaturalKey, ID_FIELD};
+use crate::trace::{Call, CallKind};
 
 impl Store {
     /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
@@ -22,16 +23,20 @@ impl Store {
         T: Idempotent + DeserializeOwned,
         C: GenericClient + Sync,
     {
-        let document = DocumentRef::by_id(&T::MODEL, id);
-        let table = self.table::<T, C>(client, &document).await?;
-        let condition = format!("t.{} = $1", quote(ID_FIELD));
-        read_one(
-            client,
-            &table,
-            &condition,
-            &[Some(id.to_string())],
-            document,
-        )
+        let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let document = DocumentRef::by_id(&T::MODEL, id);
+            let table = self.table::<T, C>(client, &document).await?;
+            let condition = format!("t.{} = $1", quote(ID_FIELD));
+            read_one(
+                client,
+                &table,
+                &condition,
+                &[Some(id.to_string())],
+                document,
+            )
+            .await
+        })
         .await
     }
 
@@ -43,31 +48,35 @@ impl Store {
         T: Idempotent + DeserializeOwned,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::new(model, key.clone());
-        let table = self.table::<T, C>(client, &document).await?;
-        let mut conditions = Vec::new();
-        let mut values = Vec::new();
-        for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
-            let Some(index) = table.column_of(field) else {
-                return Ok(None);
-            };
-            let text = match value {
-                KeyValue::Text(text) => text.clone(),
-                KeyValue::Integer(number) => number.to_string(),
-                KeyValue::Bool(flag) => flag.to_string(),
-                // No stored key holds it: keys are text, bool or integers up to 64 bits.
-                _ => return Ok(None),
-            };
-            values.push(Some(text));
-            conditions.push(format!(
-                "t.{} = ${}::{}",
-                quote(field.stored_name()),
-                values.len(),
-                table.columns[index].sql_type()
-            ));
-        }
-        read_one(client, &table, &conditions.join(" AND "), &values, document).await
+        let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::new(model, key.clone());
+            let table = self.table::<T, C>(client, &document).await?;
+            let mut conditions = Vec::new();
+            let mut values = Vec::new();
+            for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
+                let Some(index) = table.column_of(field) else {
+                    return Ok(None);
+                };
+                let text = match value {
+                    KeyValue::Text(text) => text.clone(),
+                    KeyValue::Integer(number) => number.to_string(),
+                    KeyValue::Bool(flag) => flag.to_string(),
+                    // No stored key holds it: keys are text, bool or integers up to 64 bits.
+                    _ => return Ok(None),
+                };
+                values.push(Some(text));
+                conditions.push(format!(
+                    "t.{} = ${}::{}",
+                    quote(field.stored_name()),
+                    values.len(),
+                    table.columns[index].sql_type()
+                ));
+            }
+            read_one(client, &table, &conditions.join(" AND "), &values, document).await
+        })
+        .await
     }
 }
 
@@ -91,6 +100,7 @@ where
         .iter()
         .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
         .collect();
+    crate::trace::round_trip("SELECT");
     let rows = client
         .query_typed(&sql, &parameters)
         .await

@@ -1,0 +1,215 @@
+//! `idem`: audit a MongoDB collection before idem takes it over, and adopt it (move its documents
+//! to their derived ids), without writing Rust. The model is given by flags:
+//!
+//! ```text
+//! idem audit --uri mongodb://localhost:27017 --database blog --collection posts \
+//!     --key slug,lang --timestamp publishedAt --scheme joined --hash-field sourceHash
+//! idem adopt   (the same flags)
+//! ```
+//!
+//! Both print a human summary, or with `--json` the report as JSON, on stdout; a progress bar is
+//! drawn on stderr when it is a terminal. Exit status: 0 when the collection needs nothing (or
+//! adoption completed), 1 when the audit found problems (or adoption left some), 2 on an error.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use idem_core::mongo::{AdoptOptions, Store};
+use idem_core::{AuditProgress, Field, IdScheme, Model, Role};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Audit and adopt MongoDB collections for idem.
+#[derive(Parser)]
+#[command(name = "idem", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Report natural-key duplicates, documents not under their derived id, missing or stale
+    /// content hashes. Reads the collection once; writes nothing.
+    Audit {
+        #[command(flatten)]
+        target: Target,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move documents to their derived ids (safe while idem writers run; run it again after an
+    /// interruption to finish). Duplicates by natural key are reported and left in place.
+    Adopt {
+        #[command(flatten)]
+        target: Target,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Stop after this many writes; running it again goes on.
+        #[arg(long)]
+        max_steps: Option<u64>,
+    },
+}
+
+/// Where the collection is, and its model.
+#[derive(Args)]
+struct Target {
+    /// The server's connection string.
+    #[arg(long, env = "MONGODB_URI")]
+    uri: String,
+    /// The database.
+    #[arg(long)]
+    database: String,
+    /// The collection.
+    #[arg(long)]
+    collection: String,
+    /// The key fields as stored, in declaration order, separated by commas.
+    #[arg(long, value_delimiter = ',', required = true)]
+    key: Vec<String>,
+    /// The timestamp field as stored (integer milliseconds or a BSON date), if the ids have one.
+    #[arg(long)]
+    timestamp: Option<String>,
+    /// How key values become the id's hash part.
+    #[arg(long, value_enum, default_value_t = Scheme::V1)]
+    scheme: Scheme,
+    /// The stored field holding the content hash.
+    #[arg(long, default_value = "sourceHash")]
+    hash_field: String,
+    /// Stored fields left out of the content hash (`#[idem(volatile)]`), separated by commas.
+    #[arg(long, value_delimiter = ',')]
+    volatile: Vec<String>,
+    /// Every stored field in the order the type declares it (the order serde writes), separated
+    /// by commas: the content hash is computed in this order. Without it, in the order the
+    /// server stores the fields, which a server may not keep.
+    #[arg(long, value_delimiter = ',')]
+    fields: Vec<String>,
+}
+
+/// The id schemes, as `#[idem(id_scheme = "…")]` names them.
+#[derive(Clone, Copy, ValueEnum)]
+enum Scheme {
+    /// A typed, length-prefixed encoding of the keys (the default).
+    V1,
+    /// The keys' text joined by `:`.
+    Joined,
+}
+
+impl Target {
+    /// The model the flags describe. It lives as long as the process, and `Model` holds
+    /// `'static` names (the derive writes them as literals), so it is built once and leaked.
+    fn model(&self) -> &'static Model {
+        fn leak(text: &str) -> &'static str {
+            Box::leak(text.to_owned().into_boxed_str())
+        }
+        let roles = self
+            .key
+            .iter()
+            .map(|name| (name, Role::Key))
+            .chain(self.timestamp.iter().map(|name| (name, Role::Timestamp)))
+            .chain(self.volatile.iter().map(|name| (name, Role::Volatile)));
+        let fields: Vec<Field> = roles
+            .map(|(name, role)| Field::new(leak(name), leak(name), role))
+            .collect();
+        let scheme = match self.scheme {
+            Scheme::V1 => IdScheme::V1,
+            Scheme::Joined => IdScheme::Joined,
+        };
+        Box::leak(Box::new(Model::new(
+            leak(&self.collection),
+            scheme,
+            leak(&self.hash_field),
+            Box::leak(fields.into_boxed_slice()),
+        )))
+    }
+
+    async fn client(&self) -> Result<idem_core::mongodb::Client, String> {
+        idem_core::mongodb::Client::with_uri_str(&self.uri)
+            .await
+            .map_err(|error| format!("cannot connect to {}: {error}", self.uri))
+    }
+}
+
+/// A progress bar on stderr when it is a terminal, hidden otherwise (a pipe, a log file).
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    if std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} {pos}/{len} documents scanned ({per_sec}, {eta})")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn show_progress(bar: &ProgressBar, progress: &AuditProgress) {
+    if let Some(total) = progress.total {
+        // An estimate: the scan may find more documents than it said.
+        bar.set_length(total.max(progress.scanned));
+    }
+    bar.set_position(progress.scanned);
+}
+
+fn print<R: std::fmt::Display + serde::Serialize>(report: &R, json: bool) -> Result<(), String> {
+    let text = if json {
+        let mut text = serde_json::to_string_pretty(report).map_err(|error| error.to_string())?;
+        text.push('\n');
+        text
+    } else {
+        report.to_string()
+    };
+    // A closed pipe (`idem audit | head`) is no reason to fail the audit.
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    Ok(())
+}
+
+/// Runs the command; `Ok(true)` when the collection needs nothing more.
+async fn run(command: Command) -> Result<bool, String> {
+    let (target, json) = match &command {
+        Command::Audit { target, json } | Command::Adopt { target, json, .. } => (target, *json),
+    };
+    let client = target.client().await?;
+    let store = Store::new(client.database(&target.database));
+    let model = target.model();
+    let field_order: Vec<&str> = target.fields.iter().map(String::as_str).collect();
+    let done = match &command {
+        Command::Audit { .. } => {
+            let bar = progress_bar();
+            let audited = store
+                .audit_model(model, &field_order, |progress| {
+                    show_progress(&bar, progress)
+                })
+                .await;
+            bar.finish_and_clear();
+            audited.map(|report| (print(&report, json), report.is_clean()))
+        }
+        Command::Adopt { max_steps, .. } => {
+            let mut options = AdoptOptions::default();
+            if let Some(steps) = *max_steps {
+                options = options.with_max_steps(steps);
+            }
+            let adopted = store.adopt_model(model, &field_order, options).await;
+            adopted.map(|report| (print(&report, json), report.is_complete()))
+        }
+    };
+    // Closed before the runtime stops: a client dropped while it stops cannot end its sessions.
+    client.shutdown().await;
+    let (printed, done) = done.map_err(|error| error.to_string())?;
+    printed?;
+    Ok(done)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(message) => {
+            eprintln!("idem: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

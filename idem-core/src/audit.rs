@@ -1,0 +1,421 @@
+//! What an audit of stored data finds before idem takes a collection (or table) over, in a form
+//! every backend reports alike: counts and a few sample ids for each kind of problem, a human
+//! summary (`Display`) and a serializable one (`Serialize`, for JSON).
+//!
+//! A backend fills the report while it streams its documents once; see
+//! [`mongo::Store::audit`](crate::mongo::Store::audit).
+
+use std::fmt;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+/// How many sample ids a report keeps for each kind of problem, and how many duplicated natural
+/// keys it shows.
+pub const SAMPLES_PER_KIND: usize = 5;
+
+/// How far an audit has come, passed to its progress callback after each document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditProgress {
+    /// Documents read so far.
+    pub scanned: u64,
+    /// The number of documents the server estimates the collection holds, if it said.
+    pub total: Option<u64>,
+}
+
+impl AuditProgress {
+    /// Progress after `scanned` documents out of an estimated `total`.
+    pub fn new(scanned: u64, total: Option<u64>) -> Self {
+        AuditProgress { scanned, total }
+    }
+}
+
+/// One kind of problem: how many documents have it, and the first few of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Finding {
+    /// Documents with this problem.
+    pub count: u64,
+    /// The first [`SAMPLES_PER_KIND`] of them, in the order the audit read them.
+    pub samples: Vec<Sample>,
+}
+
+impl Finding {
+    /// Counts one more document, keeping it as a sample while there is room.
+    pub fn record(&mut self, id: String, detail: Option<String>) {
+        self.count += 1;
+        if self.samples.len() < SAMPLES_PER_KIND {
+            self.samples.push(Sample { id, detail });
+        }
+    }
+
+    /// Whether no document has this problem.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// A document an audit shows as an example of a problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Sample {
+    /// The stored id as text (an ObjectId as its 24 hex digits).
+    pub id: String,
+    /// What the audit saw, where the id alone does not say: the derived id a misplaced document
+    /// belongs under, or why no id can be derived or the document does not deserialize.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A stored value shown in a report: a natural-key value as the server holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShownValue {
+    /// Text.
+    Text(String),
+    /// An integer.
+    Integer(i64),
+    /// A boolean.
+    Bool(bool),
+    /// Missing or null: a unique index holds both as null, so they collide too.
+    Null,
+    /// Any other value, as the backend writes it (MongoDB: relaxed extended JSON).
+    Other(String),
+}
+
+impl fmt::Display for ShownValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShownValue::Text(text) => write!(f, "{text:?}"),
+            ShownValue::Integer(value) => write!(f, "{value}"),
+            ShownValue::Bool(value) => write!(f, "{value}"),
+            ShownValue::Null => f.write_str("null"),
+            ShownValue::Other(shown) => f.write_str(shown),
+        }
+    }
+}
+
+impl Serialize for ShownValue {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ShownValue::Text(text) | ShownValue::Other(text) => serializer.serialize_str(text),
+            ShownValue::Integer(value) => serializer.serialize_i64(*value),
+            ShownValue::Bool(value) => serializer.serialize_bool(*value),
+            ShownValue::Null => serializer.serialize_unit(),
+        }
+    }
+}
+
+/// The values of a natural key, by stored field name, in declaration order. Serialized as a map
+/// (`{"slug": "hello", "lang": "en"}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShownKey(pub Vec<(String, ShownValue)>);
+
+impl fmt::Display for ShownKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (index, (field, value)) in self.0.iter().enumerate() {
+            let separator = if index == 0 { "" } else { ", " };
+            write!(f, "{separator}{field}: {value}")?;
+        }
+        f.write_str("}")
+    }
+}
+
+impl Serialize for ShownKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (field, value) in &self.0 {
+            map.serialize_entry(field, value)?;
+        }
+        map.end()
+    }
+}
+
+/// One natural key held by more than one document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct DuplicateKey {
+    /// The key's values.
+    pub key: ShownKey,
+    /// How many documents hold it.
+    pub documents: u64,
+    /// The ids of the first [`SAMPLES_PER_KIND`] of them.
+    pub sample_ids: Vec<String>,
+}
+
+/// Natural keys held by more than one document: they keep the unique natural-key index from
+/// being built, and idem from writing to the collection.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Duplicates {
+    /// Natural keys held by more than one document.
+    pub keys: u64,
+    /// Documents holding one of them.
+    pub documents: u64,
+    /// The first [`SAMPLES_PER_KIND`] of those keys.
+    pub samples: Vec<DuplicateKey>,
+}
+
+impl Duplicates {
+    /// Counts a natural key held by `documents` documents (two or more).
+    pub fn record(&mut self, key: ShownKey, documents: u64, sample_ids: Vec<String>) {
+        self.keys += 1;
+        self.documents += documents;
+        if self.samples.len() < SAMPLES_PER_KIND {
+            self.samples.push(DuplicateKey {
+                key,
+                documents,
+                sample_ids,
+            });
+        }
+    }
+}
+
+/// What an audit found in one collection (or table). Each document is counted under every
+/// problem it has, so the counts may add up to more than the documents scanned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct AuditReport {
+    /// The collection or table audited.
+    pub collection: String,
+    /// Documents read.
+    pub scanned: u64,
+    /// Documents with no problem at all.
+    pub clean: u64,
+    /// Natural keys held by more than one document.
+    pub duplicates: Duplicates,
+    /// Documents whose `_id` is not an idem id at all (an ObjectId, a number, other text): written
+    /// by another tool. `adopt` moves them to their derived ids.
+    pub legacy_ids: Finding,
+    /// Documents under an idem id that is not the one derived from their content: a field
+    /// feeding the id (a key, the timestamp) was changed by other code, orphaning them.
+    pub orphans: Finding,
+    /// Documents from which no id can be derived: a key or the timestamp is missing, empty, of a
+    /// type that is no key or time, or out of range.
+    pub underivable: Finding,
+    /// Documents without a content hash (written by another tool).
+    pub missing_hash: Finding,
+    /// Documents whose stored content hash is not the hash of their stored content: changed by
+    /// another tool after idem wrote them.
+    pub hash_mismatch: Finding,
+    /// Documents that do not deserialize into the type: only checked by a typed audit (`None`
+    /// when the model was given at run time).
+    pub undeserializable: Option<Finding>,
+    /// Documents an interrupted `adopt` left half moved: running `adopt` again finishes them.
+    pub moves_in_progress: Finding,
+}
+
+impl AuditReport {
+    /// An empty report for `collection`; `typed` says whether documents are checked against a
+    /// type.
+    pub fn new(collection: impl Into<String>, typed: bool) -> Self {
+        AuditReport {
+            collection: collection.into(),
+            undeserializable: typed.then(Finding::default),
+            ..AuditReport::default()
+        }
+    }
+
+    /// Whether the audit found nothing to fix: idem can take the collection over as it is.
+    pub fn is_clean(&self) -> bool {
+        self.clean == self.scanned
+    }
+
+    /// The kinds of problems found per document, with how each is named in the summary.
+    fn findings(&self) -> Vec<(&'static str, &Finding)> {
+        let mut findings = vec![
+            (
+                "legacy ids (not idem ids; `adopt` moves them)",
+                &self.legacy_ids,
+            ),
+            (
+                "orphans (an idem id, but not the one derived from the content)",
+                &self.orphans,
+            ),
+            (
+                "no id can be derived (a key or the timestamp is missing or unusable)",
+                &self.underivable,
+            ),
+            ("without a content hash", &self.missing_hash),
+            (
+                "stored content hash differs from the content",
+                &self.hash_mismatch,
+            ),
+        ];
+        if let Some(undeserializable) = &self.undeserializable {
+            findings.push(("do not deserialize into the type", undeserializable));
+        }
+        findings.push((
+            "half moved by an interrupted `adopt` (run it again)",
+            &self.moves_in_progress,
+        ));
+        findings
+    }
+}
+
+impl fmt::Display for AuditReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "`{}`: {} documents scanned, {} clean",
+            self.collection, self.scanned, self.clean
+        )?;
+        if self.duplicates.keys > 0 {
+            writeln!(
+                f,
+                "  natural-key duplicates: {} keys held by {} documents; they block the unique \
+                 natural-key index, and idem's writes with it",
+                self.duplicates.keys, self.duplicates.documents
+            )?;
+            for duplicate in &self.duplicates.samples {
+                writeln!(
+                    f,
+                    "    {} in {} documents: {}",
+                    duplicate.key,
+                    duplicate.documents,
+                    duplicate.sample_ids.join(", ")
+                )?;
+            }
+        }
+        for (name, finding) in self.findings() {
+            if finding.is_empty() {
+                continue;
+            }
+            writeln!(f, "  {name}: {}", finding.count)?;
+            for sample in &finding.samples {
+                match &sample.detail {
+                    Some(detail) => writeln!(f, "    {} ({detail})", sample.id)?,
+                    None => writeln!(f, "    {}", sample.id)?,
+                }
+            }
+        }
+        if self.is_clean() {
+            writeln!(f, "  no problems found")?;
+        }
+        Ok(())
+    }
+}
+
+/// What an adoption did: the documents it moved to their derived ids, and those it could not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct AdoptReport {
+    /// The collection or table adopted.
+    pub collection: String,
+    /// Documents moved to their derived ids (each sample's detail names the derived id).
+    pub moved: Finding,
+    /// Documents an interrupted adoption had half moved, finished now.
+    pub finished: Finding,
+    /// Natural keys held by more than one document, left where they are: no rule was given to
+    /// choose between them.
+    pub duplicates: Duplicates,
+    /// Documents a duplicate rule set aside, moved whole to the archive collection.
+    pub archived: Finding,
+    /// Documents that could not be moved, each with the reason; nothing was lost.
+    pub failed: Finding,
+    /// Whether the adoption stopped at its step limit before the end: running it again goes on.
+    pub stopped: bool,
+}
+
+impl AdoptReport {
+    /// An empty report for `collection`.
+    pub fn new(collection: impl Into<String>) -> Self {
+        AdoptReport {
+            collection: collection.into(),
+            ..AdoptReport::default()
+        }
+    }
+
+    /// Whether every document is under its derived id now: nothing failed, no duplicate was
+    /// left, and the adoption was not stopped early.
+    pub fn is_complete(&self) -> bool {
+        self.failed.is_empty() && self.duplicates.keys == 0 && !self.stopped
+    }
+}
+
+impl fmt::Display for AdoptReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "`{}`:", self.collection)?;
+        let findings = [
+            ("moved", &self.moved),
+            ("half moved before, finished now", &self.finished),
+            ("duplicates set aside to the archive", &self.archived),
+            ("could not be moved", &self.failed),
+        ];
+        for (name, finding) in findings {
+            if finding.is_empty() {
+                continue;
+            }
+            writeln!(f, "  {name}: {}", finding.count)?;
+            for sample in &finding.samples {
+                match &sample.detail {
+                    Some(detail) => writeln!(f, "    {} ({detail})", sample.id)?,
+                    None => writeln!(f, "    {}", sample.id)?,
+                }
+            }
+        }
+        if self.duplicates.keys > 0 {
+            writeln!(
+                f,
+                "  natural-key duplicates left in place: {} keys held by {} documents",
+                self.duplicates.keys, self.duplicates.documents
+            )?;
+            for duplicate in &self.duplicates.samples {
+                writeln!(
+                    f,
+                    "    {} in {} documents: {}",
+                    duplicate.key,
+                    duplicate.documents,
+                    duplicate.sample_ids.join(", ")
+                )?;
+            }
+        }
+        if self.stopped {
+            writeln!(f, "  stopped at the step limit: run it again to go on")?;
+        }
+        if self.moved.is_empty() && self.finished.is_empty() && self.is_complete() {
+            writeln!(
+                f,
+                "  nothing to move: every document is under its derived id"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_counts_every_document_and_keeps_the_first_samples() {
+        let mut finding = Finding::default();
+        for n in 0..(SAMPLES_PER_KIND as u64 + 3) {
+            finding.record(format!("id-{n}"), None);
+        }
+        assert_eq!(finding.count, SAMPLES_PER_KIND as u64 + 3);
+        assert_eq!(finding.samples.len(), SAMPLES_PER_KIND);
+        assert_eq!(finding.samples[0].id, "id-0");
+    }
+
+    #[test]
+    fn a_report_reads_as_a_summary() {
+        let mut report = AuditReport::new("posts", false);
+        report.scanned = 3;
+        report.clean = 1;
+        let key = ShownKey(vec![
+            ("slug".into(), ShownValue::Text("a".into())),
+            ("lang".into(), ShownValue::Null),
+        ]);
+        report
+            .duplicates
+            .record(key, 2, vec!["x".into(), "y".into()]);
+        report.missing_hash.record("x".into(), None);
+        let summary = report.to_string();
+        assert!(summary.contains("{slug: \"a\", lang: null} in 2 documents: x, y"));
+        assert!(summary.contains("without a content hash: 1\n    x\n"));
+        assert!(!report.is_clean());
+    }
+}

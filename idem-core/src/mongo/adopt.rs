@@ -1,0 +1,703 @@
+//! Adoption: moving documents written by other tools (legacy ids) or orphaned by other code to
+//! the ids idem derives from their content, while idem writers keep running.
+//!
+//! The move, and why it is safe, is documented on [`Store::adopt`].
+
+use std::fmt;
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::Collection;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::audit::{
+    inspect, read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key,
+    Inspection, Reading, ADOPTION_FIELD,
+};
+use super::write::{digest_of, stored_id_text};
+use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
+use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{
+    DocumentRef, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+};
+use crate::MAX_ATTEMPTS;
+
+/// The suffix of the collection that duplicates set aside by a [`DuplicateRule::Keep`] rule are
+/// moved to.
+pub const ARCHIVE_SUFFIX: &str = "_idem_duplicates";
+
+/// What [`Store::adopt`] does with documents that share a natural key.
+#[derive(Clone, Copy, Default)]
+#[non_exhaustive]
+pub enum DuplicateRule {
+    /// Leave them all where they are and list them in the report.
+    #[default]
+    Report,
+    /// Keep the document at the index the function returns (among the documents sharing a key,
+    /// in the order the collection returns them) and move the others to the archive collection.
+    /// An index out of range keeps them all and reports them.
+    Keep(fn(&[Document]) -> usize),
+}
+
+impl fmt::Debug for DuplicateRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DuplicateRule::Report => f.write_str("Report"),
+            DuplicateRule::Keep(_) => f.write_str("Keep(…)"),
+        }
+    }
+}
+
+/// How [`Store::adopt`] runs.
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct AdoptOptions {
+    /// What to do with documents sharing a natural key.
+    pub duplicates: DuplicateRule,
+    /// Stop after this many writes (each move takes three, each archived duplicate two), leaving
+    /// the collection in a state the next run finishes: to bound the work of one call.
+    pub max_steps: Option<u64>,
+}
+
+impl AdoptOptions {
+    /// Duplicates are handled by `rule`.
+    pub fn with_duplicates(mut self, rule: DuplicateRule) -> Self {
+        self.duplicates = rule;
+        self
+    }
+
+    /// Stop after `steps` writes; see [`AdoptOptions::max_steps`].
+    pub fn with_max_steps(mut self, steps: u64) -> Self {
+        self.max_steps = Some(steps);
+        self
+    }
+}
+
+/// The step limit was reached: the run stops where it is, which the next run finishes.
+struct Stopped;
+
+/// One adoption run: its options, its report and the writes it made.
+struct Adoption<'a> {
+    store: &'a Store,
+    model: &'a Model,
+    reading: Reading<'a>,
+    collection: Collection<Document>,
+    options: AdoptOptions,
+    report: AdoptReport,
+    steps: u64,
+}
+
+impl Store {
+    /// Moves the documents of `T`'s collection that are not under the id derived from their
+    /// content (legacy ids, orphans) to their derived ids, with the content hash and digests
+    /// idem stores; safe while idem writers run and resumable after a crash at any point.
+    /// Documents sharing a natural key are handled by `options.duplicates`; documents that do
+    /// not deserialize into `T`, or from which no id can be derived, are reported and left
+    /// alone. Creates the unique natural-key index first when no duplicates block it, and at the
+    /// end when a rule removed them.
+    ///
+    /// # The move
+    ///
+    /// MongoDB cannot change a document's `_id`, and two documents cannot hold one natural key once
+    /// the unique natural-key index exists (it does, or no idem writer can write: they create it
+    /// before their first write, and fail while duplicates block it). So a move copies the document
+    /// under its derived id first, with its natural key set aside, and only then lets go of the
+    /// original. Each document `L` (legacy id `old`, natural key `K`, derived id `D`) moves in three
+    /// writes:
+    ///
+    /// 1. **reserve**: insert `R` under `D`: `L`'s fields, the content hash and frozen digests idem
+    ///    would store, each natural-key field replaced by a placeholder unique to `old`, and
+    ///    `idemAdopt: {from: old, key: K}`. `L` still holds `K`, so the index sees no duplicate.
+    /// 2. **release**: delete `L`, only if it is still exactly as read (its whole document is the
+    ///    filter). If another tool changed it meanwhile, `R` is refreshed from the new `L` and the
+    ///    release tried again.
+    /// 3. **claim**: in one update of `R` (found by `D` and `idemAdopt.from`), restore `K` and remove
+    ///    `idemAdopt`.
+    ///
+    /// # Under concurrent idem writers
+    ///
+    /// A writer upserting `K` with the same timestamp targets `D`. Before the reserve, `K` is held by
+    /// `L` under another id; from the reserve to the claim, `D` is held by `R`, whose key differs:
+    /// either way the writer is refused with [`Error::FrozenFieldChanged`], exactly as it was before
+    /// adoption began, and nothing is written. After the claim it meets the adopted document and is
+    /// judged as any write is: `Updated`, `Unchanged`, `Stale`, `Deleted` or refused. Its write is
+    /// never lost to the move and never forks the document.
+    ///
+    /// A writer upserting `K` with *another* timestamp targets another id `D'`. While `L` or the
+    /// adopted document holds `K` it is refused. Between the release and the claim (two consecutive
+    /// commands of one client) no document holds `K`, and such a writer can store `D'`: the claim then
+    /// collides on the natural-key index, `R` stays reserved with its key set aside, and the report
+    /// lists the conflict with both ids. Nothing is lost or duplicated; a person decides.
+    ///
+    /// # After a crash
+    ///
+    /// Every step is safe to repeat, and a later run starts by finishing what an interrupted one left:
+    /// a reserved `R` whose `L` still exists goes through the release and the claim (refreshed from
+    /// `L` first), one whose `L` is gone is claimed. A crash before the reserve leaves `L` alone; a
+    /// crash after the claim left a finished move. So re-running `adopt` after a crash at any point
+    /// finishes the job, and no document is ever absent from both `old` and `D`: `R` is written
+    /// before `L` is deleted.
+    ///
+    /// # Duplicates
+    ///
+    /// Documents sharing a natural key are never moved silently. By default they stay where they are
+    /// and the report lists each key with its ids. A [`DuplicateRule::Keep`] rule picks the one to
+    /// keep; each other one is copied whole to the archive collection (`<collection>_idem_duplicates`,
+    /// under its own id) and then deleted if unchanged since read, so a crash between the two leaves
+    /// a copy, never a loss. The kept one is then moved as any other.
+    pub async fn adopt<T>(&self, options: AdoptOptions) -> Result<AdoptReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
+        self.adopt_collection(&T::MODEL, Reading::Typed(read_typed::<T>), options)
+            .await
+    }
+
+    /// [`adopt`](Store::adopt) for a model given at run time: ids are derived from the stored
+    /// key values and content hashes computed from the stored fields (see
+    /// [`audit_model`](Store::audit_model) for when that hash is the type's). A hash that is not
+    /// the type's only makes the next upsert of the document write once more. `field_order` is
+    /// as for [`audit_model`](Store::audit_model).
+    pub async fn adopt_model(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+    ) -> Result<AdoptReport, Error> {
+        self.adopt_collection(model, Reading::Stored { field_order }, options)
+            .await
+    }
+
+    async fn adopt_collection(
+        &self,
+        model: &Model,
+        reading: Reading<'_>,
+        options: AdoptOptions,
+    ) -> Result<AdoptReport, Error> {
+        if model.idempotency_key_field().is_some() {
+            return Err(Error::NoDerivedId {
+                document: Box::new(DocumentRef::collection(model)),
+            });
+        }
+        let mut adoption = Adoption {
+            store: self,
+            model,
+            reading,
+            collection: self.raw_collection(model),
+            options,
+            report: AdoptReport::new(model.collection()),
+            steps: 0,
+        };
+        if adoption.run().await?.is_err() {
+            adoption.report.stopped = true;
+        }
+        Ok(adoption.report)
+    }
+}
+
+impl Adoption<'_> {
+    fn collection_ref(&self) -> DocumentRef {
+        DocumentRef::collection(self.model)
+    }
+
+    /// Counts one write; `Err(Stopped)` once the step limit is reached, before the write.
+    fn step(&mut self) -> Result<(), Stopped> {
+        if self
+            .options
+            .max_steps
+            .is_some_and(|limit| self.steps >= limit)
+        {
+            return Err(Stopped);
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    /// Finishes interrupted moves, makes sure of the index, then moves every misplaced
+    /// document. The outer `Result` is a failure of the server; the inner one says whether the
+    /// run stopped at its step limit.
+    async fn run(&mut self) -> Result<Result<(), Stopped>, Error> {
+        if let Err(stopped) = self.finish_interrupted().await? {
+            return Ok(Err(stopped));
+        }
+        let indexed = match self
+            .store
+            .create_natural_key_index(self.model, &self.collection_ref())
+            .await
+        {
+            Ok(()) => true,
+            // Idem writers cannot write either while duplicates block the index, so moves are
+            // safe without it; a rule may remove the duplicates below.
+            Err(Error::DuplicateNaturalKeys { .. }) => false,
+            Err(other) => return Err(other),
+        };
+        if let Err(stopped) = self.move_misplaced().await? {
+            return Ok(Err(stopped));
+        }
+        if !indexed && self.report.duplicates.keys == 0 {
+            self.store
+                .create_natural_key_index(self.model, &self.collection_ref())
+                .await?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Finishes the moves an interrupted run left reserved.
+    async fn finish_interrupted(&mut self) -> Result<Result<(), Stopped>, Error> {
+        let collection_ref = self.collection_ref();
+        let mut cursor = self
+            .collection
+            .find(doc! { ADOPTION_FIELD: { "$exists": true } })
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        while cursor
+            .advance()
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?
+        {
+            let reserved: Document = cursor
+                .deserialize_current()
+                .map_err(|source| mongo_error(&collection_ref, source))?;
+            let Ok(adoption) = reserved.get_document(ADOPTION_FIELD) else {
+                continue;
+            };
+            let from = adoption.get(FROM).cloned().unwrap_or(Bson::Null);
+            let derived = stored_id_text(&reserved).unwrap_or_default();
+            let original = self
+                .collection
+                .find_one(doc! { ID_FIELD: from.clone() })
+                .await
+                .map_err(|source| mongo_error(&collection_ref, source))?;
+            let moved = match original {
+                // Not released yet: the move goes on from the document as it is now.
+                Some(original) => match self.prepare(&original) {
+                    Ok(plan) => {
+                        // A reservation still as the original reads needs no new reserve, so
+                        // runs stopped after one step each still make progress.
+                        let reserved_already =
+                            plan.as_ref().is_some_and(|plan| plan.reserved == reserved);
+                        self.move_document(plan, reserved_already).await?
+                    }
+                    Err(why) => {
+                        let id = stored_id_text(&original).unwrap_or_default();
+                        self.report.failed.record(id, Some(why));
+                        continue;
+                    }
+                },
+                None => match self.claim(&derived, &from).await? {
+                    Ok(claimed) => Ok(claimed),
+                    Err(stopped) => return Ok(Err(stopped)),
+                },
+            };
+            match moved {
+                Ok(Claimed::Done) => {
+                    let from = id_text(&from);
+                    self.report
+                        .finished
+                        .record(from, Some(format!("to {derived}")));
+                }
+                Ok(Claimed::Conflict(why)) => {
+                    let from = id_text(&from);
+                    self.report.failed.record(from, Some(why));
+                }
+                Err(stopped) => return Ok(Err(stopped)),
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Streams the collection sorted by natural key, one key's documents at a time.
+    async fn move_misplaced(&mut self) -> Result<Result<(), Stopped>, Error> {
+        let collection_ref = self.collection_ref();
+        let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
+        let mut group: Vec<Document> = Vec::new();
+        while cursor
+            .advance()
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?
+        {
+            let stored: Document = cursor
+                .deserialize_current()
+                .map_err(|source| mongo_error(&collection_ref, source))?;
+            // Reserved by this run, whose claim has not been made, or by a racing run.
+            if stored.contains_key(ADOPTION_FIELD) {
+                continue;
+            }
+            let same_key = group.first().is_some_and(|first| {
+                same_natural_key(
+                    &stored_natural_key(self.model, first),
+                    &stored_natural_key(self.model, &stored),
+                )
+            });
+            if !same_key {
+                // The cursor has left the group's key: moving its documents now cannot make the
+                // cursor meet them again under that key.
+                let closed = std::mem::take(&mut group);
+                if let Err(stopped) = self.adopt_group(closed).await? {
+                    return Ok(Err(stopped));
+                }
+            }
+            group.push(stored);
+        }
+        self.adopt_group(group).await
+    }
+
+    /// Adopts the documents of one natural key: moves a lone one, or applies the duplicate
+    /// rule.
+    async fn adopt_group(
+        &mut self,
+        mut group: Vec<Document>,
+    ) -> Result<Result<(), Stopped>, Error> {
+        let keep = match (group.len(), self.options.duplicates) {
+            (0, _) => return Ok(Ok(())),
+            (1, _) => 0,
+            (_, DuplicateRule::Keep(choose)) if choose(&group) < group.len() => choose(&group),
+            _ => {
+                let key = shown_key(&stored_natural_key(self.model, &group[0]));
+                let ids = group
+                    .iter()
+                    .take(SAMPLES_PER_KIND)
+                    .filter_map(stored_id_text)
+                    .collect();
+                self.report.duplicates.record(key, group.len() as u64, ids);
+                return Ok(Ok(()));
+            }
+        };
+        let kept = group.swap_remove(keep);
+        for duplicate in group {
+            if let Err(stopped) = self.archive(&duplicate).await? {
+                return Ok(Err(stopped));
+            }
+        }
+        let plan = match self.prepare(&kept) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(Ok(())),
+            Err(why) => {
+                let id = stored_id_text(&kept).unwrap_or_default();
+                self.report.failed.record(id, Some(why));
+                return Ok(Ok(()));
+            }
+        };
+        let (from, to) = (id_text(&plan.from), plan.derived.to_string());
+        match self.move_document(Some(plan), false).await? {
+            Ok(Claimed::Done) => self.report.moved.record(from, Some(format!("to {to}"))),
+            Ok(Claimed::Conflict(why)) => self.report.failed.record(from, Some(why)),
+            Err(stopped) => return Ok(Err(stopped)),
+        }
+        Ok(Ok(()))
+    }
+
+    /// What moving `stored` takes: `Ok(None)` if it is under its derived id already, `Err` with
+    /// the reason if it cannot be moved.
+    fn prepare(&self, stored: &Document) -> Result<Option<Plan>, String> {
+        let inspection: Inspection = inspect(self.model, self.reading, stored);
+        if let Some(why) = inspection.undeserializable {
+            return Err(format!("does not deserialize into the type: {why}"));
+        }
+        let derived = match inspection.placement.misplaced() {
+            Some(derived) => derived,
+            None => match inspection.placement {
+                super::audit::Placement::Underivable(why) => return Err(why),
+                _ => return Ok(None),
+            },
+        };
+        let hash = inspection
+            .content_hash
+            .ok_or_else(|| "its content hash cannot be computed".to_owned())?;
+        let from = stored.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
+        let mut adopted = doc! { ID_FIELD: derived.to_string() };
+        for (name, value) in stored {
+            if name != ID_FIELD {
+                adopted.insert(name.clone(), value.clone());
+            }
+        }
+        adopted.insert(self.model.hash_field(), hash.to_hex());
+        let digests: Document = self
+            .model
+            .digested_fields()
+            .filter_map(|field| {
+                let digest = digest_of(stored.get(field.stored_name())?).ok()??;
+                Some((field.stored_name().to_owned(), Bson::String(digest)))
+            })
+            .collect();
+        if self.model.digested_fields().next().is_some() {
+            adopted.insert(FROZEN_DIGESTS_FIELD, digests);
+        }
+        if let Some(key) = inspection.version_key {
+            adopted.insert(VERSION_KEY_FIELD, key);
+        }
+        let key: Document = stored_natural_key(self.model, stored)
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        let mut reserved = adopted.clone();
+        for name in key.keys() {
+            // Unique to the document moved, so reservations never collide in the index.
+            reserved.insert(name.clone(), doc! { "idemAdoptingFrom": from.clone() });
+        }
+        reserved.insert(ADOPTION_FIELD, doc! { FROM: from.clone(), KEY: key });
+        Ok(Some(Plan {
+            from,
+            derived,
+            original: stored.clone(),
+            reserved,
+        }))
+    }
+
+    /// Reserves (unless `reserved_already`), releases and claims one document. `plan` is `None`
+    /// when the original is under its id already: there is nothing to move.
+    async fn move_document(
+        &mut self,
+        plan: Option<Plan>,
+        mut reserved_already: bool,
+    ) -> Result<Result<Claimed, Stopped>, Error> {
+        let Some(mut plan) = plan else {
+            return Ok(Ok(Claimed::Done));
+        };
+        let derived = plan.derived.to_string();
+        for _ in 0..MAX_ATTEMPTS {
+            if !reserved_already {
+                if let Err(stopped) = self.step() {
+                    return Ok(Err(stopped));
+                }
+                if let Err(why) = self.reserve(&plan).await? {
+                    return Ok(Ok(Claimed::Conflict(why)));
+                }
+            }
+            reserved_already = false;
+            if let Err(stopped) = self.step() {
+                return Ok(Err(stopped));
+            }
+            match self.release(&plan).await? {
+                Released::Done => return self.claim(&derived, &plan.from).await,
+                Released::Changed(now) => match self.prepare(&now) {
+                    Ok(Some(fresh)) if fresh.derived == plan.derived => plan = fresh,
+                    // Changed into a document with another key or id: the reservation is
+                    // given up and the document is seen again by the next run.
+                    Ok(_) | Err(_) => {
+                        self.cancel(&plan).await?;
+                        return Ok(Ok(Claimed::Conflict(
+                            "changed by another writer during the move; run adopt again".into(),
+                        )));
+                    }
+                },
+            }
+        }
+        Ok(Ok(Claimed::Conflict(
+            "changed by another writer at every attempt; run adopt again".into(),
+        )))
+    }
+
+    /// Inserts the reserved copy under the derived id, or refreshes the one an earlier attempt
+    /// left. `Ok(Err(why))`: the derived id is held by another document.
+    async fn reserve(&mut self, plan: &Plan) -> Result<Result<(), String>, Error> {
+        let collection_ref = self.collection_ref();
+        let derived = plan.derived.to_string();
+        match self.collection.insert_one(plan.reserved.clone()).await {
+            Ok(_) => return Ok(Ok(())),
+            Err(error) if is_duplicate_key(&error) => {
+                let holder = find_by_id(&self.collection, &collection_ref, &derived).await?;
+                let ours = holder.as_ref().and_then(|holder| {
+                    let from = holder.get_document(ADOPTION_FIELD).ok()?.get(FROM)?;
+                    Some(from == &plan.from)
+                });
+                match (holder, ours) {
+                    (Some(_), Some(true)) => {}
+                    (Some(holder), _) => {
+                        let holder = stored_id_text(&holder).unwrap_or_default();
+                        return Ok(Err(format!(
+                            "its derived id {holder} is held by another document"
+                        )));
+                    }
+                    (None, _) => {
+                        let index = super::duplicate_key_message(&error);
+                        return Ok(Err(format!(
+                            "unique index `{}` holds one of its values, so it cannot be copied \
+                             before the original is deleted",
+                            index_in_message(index)
+                        )));
+                    }
+                }
+            }
+            Err(source) => return Err(mongo_error(&collection_ref, source)),
+        }
+        self.collection
+            .replace_one(
+                doc! { ID_FIELD: &derived, format!("{ADOPTION_FIELD}.{FROM}"): plan.from.clone() },
+                plan.reserved.clone(),
+            )
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(Ok(()))
+    }
+
+    /// Deletes the original if it is as read.
+    async fn release(&mut self, plan: &Plan) -> Result<Released, Error> {
+        let collection_ref = self.collection_ref();
+        let deleted = self
+            .collection
+            .delete_one(unchanged(&plan.original))
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        if deleted.deleted_count > 0 {
+            return Ok(Released::Done);
+        }
+        let now = self
+            .collection
+            .find_one(doc! { ID_FIELD: plan.from.clone() })
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(match now {
+            // Released by a racing run of adopt.
+            None => Released::Done,
+            Some(now) => Released::Changed(now),
+        })
+    }
+
+    /// Restores the natural key of the reserved copy: the move is done.
+    async fn claim(
+        &mut self,
+        derived: &str,
+        from: &Bson,
+    ) -> Result<Result<Claimed, Stopped>, Error> {
+        let collection_ref = self.collection_ref();
+        let Some(reserved) = find_by_id(&self.collection, &collection_ref, derived).await? else {
+            return Ok(Ok(Claimed::Done));
+        };
+        let Ok(key) = reserved
+            .get_document(ADOPTION_FIELD)
+            .and_then(|adoption| adoption.get_document(KEY))
+        else {
+            // Claimed by a racing run of adopt.
+            return Ok(Ok(Claimed::Done));
+        };
+        if let Err(stopped) = self.step() {
+            return Ok(Err(stopped));
+        }
+        let update = doc! { "$set": key.clone(), "$unset": { ADOPTION_FIELD: "" } };
+        let filter = doc! { ID_FIELD: derived, format!("{ADOPTION_FIELD}.{FROM}"): from.clone() };
+        match self.collection.update_one(filter, update).await {
+            Ok(_) => Ok(Ok(Claimed::Done)),
+            Err(error) if is_duplicate_key(&error) => {
+                let mut holder_filter = Document::new();
+                for (name, value) in key {
+                    holder_filter.insert(name.clone(), doc! { "$eq": value.clone() });
+                }
+                let holder = self
+                    .collection
+                    .find_one(holder_filter)
+                    .await
+                    .map_err(|source| mongo_error(&collection_ref, source))?;
+                let holder = holder
+                    .as_ref()
+                    .and_then(stored_id_text)
+                    .unwrap_or_else(|| "another document".to_owned());
+                Ok(Ok(Claimed::Conflict(format!(
+                    "its natural key {key} was stored under {holder} while it moved; its content \
+                     waits under {derived} with the key set aside: keep one, delete the other, \
+                     and run adopt again"
+                ))))
+            }
+            Err(source) => Err(mongo_error(&collection_ref, source)),
+        }
+    }
+
+    /// Gives up a reservation whose original changed beyond a refresh.
+    async fn cancel(&mut self, plan: &Plan) -> Result<(), Error> {
+        let collection_ref = self.collection_ref();
+        self.collection
+            .delete_one(doc! {
+                ID_FIELD: plan.derived.to_string(),
+                format!("{ADOPTION_FIELD}.{FROM}"): plan.from.clone(),
+            })
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(())
+    }
+
+    /// Moves a duplicate set aside by the rule to the archive collection: copied first, then
+    /// deleted if unchanged, so a crash in between leaves a copy and the next run deletes it.
+    async fn archive(&mut self, duplicate: &Document) -> Result<Result<(), Stopped>, Error> {
+        let collection_ref = self.collection_ref();
+        let id = stored_id_text(duplicate).unwrap_or_default();
+        let archive: Collection<Document> = self
+            .store
+            .database
+            .collection(&format!("{}{ARCHIVE_SUFFIX}", self.model.collection()));
+        if let Err(stopped) = self.step() {
+            return Ok(Err(stopped));
+        }
+        match archive.insert_one(duplicate.clone()).await {
+            Ok(_) => {}
+            // Copied by an interrupted run: the copy under this id is this document.
+            Err(error) if is_duplicate_key(&error) => {}
+            Err(source) => return Err(mongo_error(&collection_ref, source)),
+        }
+        if let Err(stopped) = self.step() {
+            return Ok(Err(stopped));
+        }
+        let deleted = self
+            .collection
+            .delete_one(unchanged(duplicate))
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        if deleted.deleted_count > 0 {
+            let archive_name = format!("{}{ARCHIVE_SUFFIX}", self.model.collection());
+            self.report
+                .archived
+                .record(id, Some(format!("to {archive_name}")));
+        } else {
+            self.report.failed.record(
+                id,
+                Some("changed while being set aside; its copy is archived, run adopt again".into()),
+            );
+        }
+        Ok(Ok(()))
+    }
+}
+
+/// The fields of `idemAdopt`: the original `_id`, and the natural key set aside.
+const FROM: &str = "from";
+const KEY: &str = "key";
+
+/// One document's move.
+struct Plan {
+    /// The original `_id`.
+    from: Bson,
+    derived: Id,
+    /// The original as read: its release is pinned to it.
+    original: Document,
+    /// The copy reserved under the derived id, its key set aside.
+    reserved: Document,
+}
+
+/// How a release went.
+enum Released {
+    Done,
+    /// The original changed since it was read: here it is now.
+    Changed(Document),
+}
+
+/// How a move ended.
+enum Claimed {
+    Done,
+    /// It could not finish, for this reason; nothing was lost.
+    Conflict(String),
+}
+
+/// The filter matching `document` only while it is exactly as read: its `_id` and its whole
+/// content.
+fn unchanged(document: &Document) -> Document {
+    let id = document.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
+    doc! {
+        ID_FIELD: id,
+        "$expr": { "$eq": ["$$ROOT", { "$literal": document.clone() }] },
+    }
+}
+
+/// A stored `_id` as reports show it: an ObjectId as its hex digits, text as itself.
+fn id_text(id: &Bson) -> String {
+    stored_id_text(&doc! { ID_FIELD: id.clone() }).unwrap_or_default()
+}

@@ -1,0 +1,558 @@
+//! The audit of a MongoDB collection before idem takes it over: one pass over the collection,
+//! sorted by the natural key, that checks each document's id, content hash and (for a typed
+//! audit) its shape, and finds natural keys held by more than one document.
+//!
+//! # Bounded memory
+//!
+//! The collection is read through one cursor, sorted by the natural key, so the documents that
+//! share a key arrive one after the other: finding duplicates needs only the current key and the
+//! first few ids holding it, whatever the size of the collection. The server walks the
+//! natural-key index when there is one (any index on those fields, unique or not), and otherwise
+//! sorts, spilling to disk if it must (`allowDiskUse`). The report keeps counts and at most
+//! [`SAMPLES_PER_KIND`](crate::audit::SAMPLES_PER_KIND) samples of each kind.
+//!
+//! Writes made during the scan may or may not be seen, as with any cursor: the report describes
+//! the collection as the scan found it.
+
+use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::Collection;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::compare::{bson_equal, show};
+use super::write::stored_id_text;
+use super::{mongo_error, natural_key_pattern, Store};
+use crate::audit::{AuditProgress, AuditReport, ShownKey, ShownValue, SAMPLES_PER_KIND};
+use crate::error::Error;
+use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
+use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
+use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD, RESERVED_FIELDS};
+
+/// The field a document half moved by [`Store::adopt`] carries: where it came from and the
+/// natural key it set aside. See `adopt.rs`.
+pub(crate) use crate::model::ADOPTION_FIELD;
+
+/// What a typed audit (or adopt) learns by deserializing a stored document into the type.
+pub(crate) struct TypedReading {
+    id: Result<Id, Error>,
+    hash: Result<ContentHash, Error>,
+    /// The stored form of the version's order key, for a type with versions.
+    pub version_key: Option<String>,
+}
+
+/// Deserializes a stored document into `T`: the reading of a typed audit. `Err` says why it
+/// does not deserialize.
+pub(crate) type ReadTyped = fn(&Document) -> Result<TypedReading, String>;
+
+/// How stored documents are read: into the type, or as stored for a model given at run time.
+#[derive(Clone, Copy)]
+pub(crate) enum Reading<'a> {
+    /// Deserialized into the type, whose id and content hash are then exact.
+    Typed(ReadTyped),
+    /// As stored: ids from the stored key values, content hashes from the stored fields, taken
+    /// in `field_order` (the type's order; stored order if empty).
+    Stored { field_order: &'a [&'a str] },
+}
+
+/// [`ReadTyped`] for `T`. The fields idem writes itself are removed first, so a type with
+/// `#[serde(deny_unknown_fields)]` reads its own documents.
+pub(crate) fn read_typed<T>(stored: &Document) -> Result<TypedReading, String>
+where
+    T: Idempotent + Serialize + DeserializeOwned,
+{
+    let mut content = stored.clone();
+    for name in [ID_FIELD, T::MODEL.hash_field(), ADOPTION_FIELD]
+        .into_iter()
+        .chain(RESERVED_FIELDS.iter().copied())
+    {
+        content.remove(name);
+    }
+    let value: T = bson::from_document(content).map_err(|error| error.to_string())?;
+    Ok(TypedReading {
+        id: value.id(),
+        hash: value.content_hash(),
+        version_key: value.version_key().map(|key| key.to_stored()),
+    })
+}
+
+/// Where a document stands against the id derived from it.
+pub(crate) enum Placement {
+    /// Under its derived id.
+    Derived,
+    /// Under an id that is no idem id (an ObjectId, other text, a number).
+    Legacy(Id),
+    /// Under an idem id, but another one than derived.
+    Orphan(Id),
+    /// No id can be derived from it, for the reason given.
+    Underivable(String),
+    /// Not checked: an event type's id is random, assigned by its first write.
+    Unchecked,
+}
+
+impl Placement {
+    /// The derived id of a document that is not under it.
+    pub(crate) fn misplaced(&self) -> Option<Id> {
+        match self {
+            Placement::Legacy(id) | Placement::Orphan(id) => Some(*id),
+            _ => None,
+        }
+    }
+}
+
+/// One stored document as the audit reads it.
+pub(crate) struct Inspection {
+    /// The stored `_id` as text.
+    pub stored_id: String,
+    pub placement: Placement,
+    /// The hash of the document's content: from the type for a typed reading, else from the
+    /// stored fields; `None` if it cannot be computed.
+    pub content_hash: Option<ContentHash>,
+    /// The stored content hash, if the document has one.
+    pub stored_hash: Option<String>,
+    /// Why the document does not deserialize into the type (typed readings only).
+    pub undeserializable: Option<String>,
+    /// The version's order key, from a typed reading.
+    pub version_key: Option<String>,
+}
+
+/// Reads one stored document of `model`; `read_typed` also deserializes it into the type.
+pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) -> Inspection {
+    let (typed, field_order) = match reading {
+        Reading::Typed(read) => (Some(read(stored)), &[][..]),
+        Reading::Stored { field_order } => (None, field_order),
+    };
+    let (typed_id, typed_hash, version_key, undeserializable) = match typed {
+        Some(Ok(reading)) => (
+            Some(reading.id),
+            Some(reading.hash),
+            reading.version_key,
+            None,
+        ),
+        Some(Err(why)) => (None, None, None, Some(why)),
+        None => (None, None, None, None),
+    };
+    let stored_id = stored_id_text(stored).unwrap_or_else(|| "(no _id)".to_owned());
+    let placement = if model.idempotency_key_field().is_some() {
+        Placement::Unchecked
+    } else {
+        let derived = match typed_id {
+            Some(id) => id.map_err(|error| error.to_string()),
+            None => derive_from_stored(model, stored),
+        };
+        match derived {
+            Err(why) => Placement::Underivable(why),
+            Ok(id) => match stored.get(ID_FIELD) {
+                Some(Bson::String(text)) if *text == id.to_string() => Placement::Derived,
+                Some(Bson::String(text)) if text.parse::<Id>().is_ok() => Placement::Orphan(id),
+                _ => Placement::Legacy(id),
+            },
+        }
+    };
+    let content_hash = match (typed_hash, &undeserializable) {
+        (Some(hash), _) => hash.ok(),
+        // A document that is not a `T` has no hash of a `T`.
+        (None, Some(_)) => None,
+        (None, None) => stored_content_hash(model, field_order, stored).ok(),
+    };
+    Inspection {
+        stored_id,
+        placement,
+        content_hash,
+        stored_hash: stored.get_str(model.hash_field()).ok().map(str::to_owned),
+        undeserializable,
+        version_key,
+    }
+}
+
+/// A key value read from a stored document.
+struct StoredKeyValue<'a>(KeyPart<'a>);
+
+impl IdKey for StoredKeyValue<'_> {
+    fn key_part(&self) -> KeyPart<'_> {
+        self.0
+    }
+}
+
+/// The id derived from a stored document's key fields and timestamp, read as the types idem
+/// stores them: text, integers and booleans for keys; integer milliseconds or a BSON date for
+/// the timestamp. Other stored types (a chrono timestamp stored as text, a `SystemTime` stored
+/// as a struct) need the typed audit.
+pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id, String> {
+    let parts = model
+        .key_fields()
+        .map(|field| match stored.get(field.stored_name()) {
+            Some(Bson::String(text)) => Ok(StoredKeyValue(KeyPart::Text(text))),
+            Some(Bson::Int32(value)) => Ok(StoredKeyValue(KeyPart::Integer(i128::from(*value)))),
+            Some(Bson::Int64(value)) => Ok(StoredKeyValue(KeyPart::Integer(i128::from(*value)))),
+            Some(Bson::Boolean(value)) => Ok(StoredKeyValue(KeyPart::Bool(*value))),
+            other => Err(unusable(
+                field,
+                other,
+                "a key is text, an integer or a boolean",
+            )),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let keys: Vec<&dyn IdKey> = parts.iter().map(|part| part as &dyn IdKey).collect();
+    let timestamp_ms = match model.timestamp_field() {
+        None => None,
+        Some(field) => Some(match stored.get(field.stored_name()) {
+            Some(Bson::Int32(millis)) => i64::from(*millis),
+            Some(Bson::Int64(millis)) => *millis,
+            Some(Bson::DateTime(date)) => date.timestamp_millis(),
+            other => {
+                return Err(unusable(
+                    field,
+                    other,
+                    "a timestamp is integer milliseconds or a date",
+                ))
+            }
+        }),
+    };
+    let timestamp = timestamp_ms
+        .as_ref()
+        .map(|millis| millis as &dyn IdTimestamp);
+    derive_id(model, &keys, timestamp).map_err(|error| match error {
+        Error::EmptyKey { field, .. } => format!("key field `{field}` is empty"),
+        Error::AmbiguousKey { field, value, .. } => format!(
+            "key field `{field}` = {value:?} contains ':', which the joined scheme cannot tell \
+             from its separator"
+        ),
+        Error::TimestampOutOfRange { field, problem, .. } => {
+            format!("timestamp field `{field}`: {problem}")
+        }
+        other => other.to_string(),
+    })
+}
+
+fn unusable(field: &Field, value: Option<&Bson>, expected: &str) -> String {
+    match value {
+        None | Some(Bson::Null) => format!("`{}` is missing", field.stored_name()),
+        Some(value) => format!(
+            "`{}` holds {}, but {expected}",
+            field.stored_name(),
+            show(value)
+        ),
+    }
+}
+
+/// The content hash of a stored document from its stored fields, for a model given at run time:
+/// the top-level document is encoded as the struct it was serialized from (its hashed fields in
+/// the type's order, as `docs/SPEC.md` specifies a struct), and each value as the canonical
+/// encoding of its BSON value. The type's order is `field_order`; fields it does not list follow
+/// in stored order. With an empty `field_order` the stored order is taken, which is the type's
+/// only if the server kept the order the document was written in (servers may not: SecantusDB
+/// puts a batch upsert's fields in another order).
+///
+/// It equals the hash of the type's value when every stored value reads back as what the type
+/// serialized: text, numbers, booleans, nulls, arrays, maps and BSON dates. A nested struct or an
+/// enum is encoded by the type in a form BSON does not keep (a nested struct as a struct, where
+/// the stored sub-document reads as a map), so for such types only the typed audit checks
+/// hashes exactly.
+pub(crate) fn stored_content_hash(
+    model: &Model,
+    field_order: &[&str],
+    stored: &Document,
+) -> Result<ContentHash, String> {
+    // The tags of a struct and of text in the canonical encoding (docs/SPEC.md).
+    const STRUCT_START: u8 = 0x0b;
+    const STRUCT_END: u8 = 0x0c;
+    const TEXT: u8 = 0x05;
+    let mut bytes = vec![STRUCT_START];
+    let listed = field_order
+        .iter()
+        .filter_map(|name| Some((*name, stored.get(name)?)));
+    let unlisted = stored
+        .iter()
+        .map(|(name, value)| (name.as_str(), value))
+        .filter(|(name, _)| !field_order.contains(name));
+    for (name, value) in listed.chain(unlisted) {
+        let idem_writes_it =
+            name == ID_FIELD || name == ADOPTION_FIELD || RESERVED_FIELDS.contains(&name);
+        if idem_writes_it || !model.is_hashed(name) {
+            continue;
+        }
+        bytes.push(TEXT);
+        bytes.extend_from_slice(&(name.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend(canonical_bytes(value)?);
+    }
+    bytes.push(STRUCT_END);
+    Ok(match model.hash_algorithm() {
+        HashAlgorithm::Sha256 => ContentHash::from_bytes(Sha256::digest(&bytes).into()),
+        #[cfg(feature = "blake3")]
+        HashAlgorithm::Blake3 => {
+            ContentHash::from_parts(HashAlgorithm::Blake3, blake3::hash(&bytes).into())
+        }
+    })
+}
+
+/// The natural-key values of a stored document, missing fields as null (as a unique index
+/// holds them).
+pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> Vec<(&'static str, Bson)> {
+    model
+        .natural_key_fields()
+        .map(|field| {
+            let value = stored
+                .get(field.stored_name())
+                .cloned()
+                .unwrap_or(Bson::Null);
+            (field.stored_name(), value)
+        })
+        .collect()
+}
+
+/// Whether two natural keys collide in a unique index: equal as a filter compares them.
+pub(crate) fn same_natural_key(a: &[(&str, Bson)], b: &[(&str, Bson)]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|((_, x), (_, y))| bson_equal(x, y))
+}
+
+/// A natural key as a report shows it.
+pub(crate) fn shown_key(key: &[(&str, Bson)]) -> ShownKey {
+    ShownKey(
+        key.iter()
+            .map(|(field, value)| {
+                let shown = match value {
+                    Bson::String(text) => ShownValue::Text(text.clone()),
+                    Bson::Int32(n) => ShownValue::Integer(i64::from(*n)),
+                    Bson::Int64(n) => ShownValue::Integer(*n),
+                    Bson::Boolean(b) => ShownValue::Bool(*b),
+                    Bson::Null => ShownValue::Null,
+                    other => ShownValue::Other(show(other)),
+                };
+                ((*field).to_owned(), shown)
+            })
+            .collect(),
+    )
+}
+
+/// The documents of one natural key, as the sorted scan meets them.
+struct KeyGroup {
+    key: Vec<(&'static str, Bson)>,
+    documents: u64,
+    sample_ids: Vec<String>,
+    /// Whether the first document of the key was counted clean: it is not, once a second one
+    /// shows the key is duplicated.
+    first_was_clean: bool,
+}
+
+impl KeyGroup {
+    fn close(self, report: &mut AuditReport) {
+        if self.documents > 1 {
+            report
+                .duplicates
+                .record(shown_key(&self.key), self.documents, self.sample_ids);
+        }
+    }
+}
+
+/// The cursor over every document of `model`'s collection, sorted by the natural key: documents
+/// sharing a key come one after the other.
+pub(crate) async fn sorted_by_natural_key(
+    collection: &Collection<Document>,
+    model: &Model,
+) -> Result<mongodb::Cursor<Document>, Error> {
+    collection
+        .find(doc! {})
+        .sort(natural_key_pattern(model))
+        .allow_disk_use(true)
+        .await
+        .map_err(|source| mongo_error(&DocumentRef::collection(model), source))
+}
+
+impl Store {
+    /// Audits `T`'s collection before idem takes it over: natural keys held by more than one
+    /// document (they block the unique natural-key index), documents not under the id derived
+    /// from their content (legacy ids, orphans), documents without a content hash or whose
+    /// stored hash is not the hash of their content, and documents that do not deserialize into
+    /// `T`. Nothing is written.
+    ///
+    /// The collection is read once, through one cursor sorted by the natural key, so the
+    /// documents sharing a key arrive one after the other: finding duplicates needs only the
+    /// current key and its first few ids, and memory stays bounded whatever the size of the
+    /// collection. The server walks the natural-key index when there is one (any index on those
+    /// fields), and otherwise sorts, spilling to disk if it must (`allowDiskUse`). Writes made
+    /// during the scan may or may not be seen, as with any cursor.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, serde::Deserialize, Idempotent)]
+    /// # #[idem(collection = "posts")]
+    /// # struct Post { #[idem(key)] slug: String }
+    /// # async fn run(store: idem_core::mongo::Store) -> Result<(), idem_core::Error> {
+    /// let report = store.audit::<Post>().await?;
+    /// println!("{report}");
+    /// if !report.is_clean() {
+    ///     let moved = store.adopt::<Post>(idem_core::mongo::AdoptOptions::default()).await?;
+    ///     println!("{moved}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn audit<T>(&self) -> Result<AuditReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
+        self.audit_with_progress::<T>(|_| {}).await
+    }
+
+    /// [`audit`](Store::audit), calling `progress` after each document with the count so far and
+    /// the server's estimate of the total.
+    pub async fn audit_with_progress<T>(
+        &self,
+        mut progress: impl FnMut(&AuditProgress),
+    ) -> Result<AuditReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
+        audit_collection(
+            self,
+            &T::MODEL,
+            Reading::Typed(read_typed::<T>),
+            &mut progress,
+        )
+        .await
+    }
+
+    /// Audits the collection of a model given at run time (the `idem` command line builds one
+    /// from its flags), as [`audit`](Store::audit) does for a type, except that no document is
+    /// checked against a type: ids are derived from the stored key values, and content hashes
+    /// are computed from the stored fields, which is exact for documents of text, numbers,
+    /// booleans, nulls, arrays, maps and dates, but not for nested structs or enums (their
+    /// encoding is the type's, which BSON does not keep; audit those with the type).
+    ///
+    /// `field_order` lists the stored fields in the order the type serializes them (its
+    /// declaration order), which the content hash follows; empty, the stored order is taken,
+    /// which is the type's only where the server kept it.
+    pub async fn audit_model(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        mut progress: impl FnMut(&AuditProgress),
+    ) -> Result<AuditReport, Error> {
+        audit_collection(self, model, Reading::Stored { field_order }, &mut progress).await
+    }
+}
+
+/// The one audit both the typed and the run-time calls make.
+async fn audit_collection(
+    store: &Store,
+    model: &Model,
+    reading: Reading<'_>,
+    progress: &mut dyn FnMut(&AuditProgress),
+) -> Result<AuditReport, Error> {
+    let collection = store.database.collection::<Document>(model.collection());
+    let collection_ref = DocumentRef::collection(model);
+    // An estimate from the collection's metadata: cheap, and only used to draw progress.
+    let total = collection.estimated_document_count().await.ok();
+    let mut cursor = sorted_by_natural_key(&collection, model).await?;
+    let typed = matches!(reading, Reading::Typed(_));
+    let mut report = AuditReport::new(model.collection(), typed);
+    let mut group: Option<KeyGroup> = None;
+    while cursor
+        .advance()
+        .await
+        .map_err(|source| mongo_error(&collection_ref, source))?
+    {
+        let stored: Document = cursor
+            .deserialize_current()
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        report.scanned += 1;
+        if stored.contains_key(ADOPTION_FIELD) {
+            // Its key is set aside while it moves: it holds no natural key yet.
+            let id = stored_id_text(&stored).unwrap_or_default();
+            report.moves_in_progress.record(id, None);
+        } else {
+            let inspection = inspect(model, reading, &stored);
+            let clean = record_problems(&mut report, &inspection);
+            let key = stored_natural_key(model, &stored);
+            let later_holder =
+                track_duplicates(&mut group, &mut report, key, &inspection.stored_id, clean);
+            if clean && !later_holder {
+                report.clean += 1;
+            }
+        }
+        progress(&AuditProgress::new(report.scanned, total));
+    }
+    if let Some(group) = group.take() {
+        group.close(&mut report);
+    }
+    Ok(report)
+}
+
+/// Adds the document to the group of its natural key, closing the previous group when the key
+/// changes. Returns whether the document is a second (or later) holder of its key; the first
+/// holder of a duplicated key is taken out of the clean count when the second arrives.
+fn track_duplicates(
+    group: &mut Option<KeyGroup>,
+    report: &mut AuditReport,
+    key: Vec<(&'static str, Bson)>,
+    stored_id: &str,
+    clean: bool,
+) -> bool {
+    match group {
+        Some(current) if same_natural_key(&current.key, &key) => {
+            current.documents += 1;
+            if current.sample_ids.len() < SAMPLES_PER_KIND {
+                current.sample_ids.push(stored_id.to_owned());
+            }
+            if current.documents == 2 && current.first_was_clean {
+                report.clean -= 1;
+            }
+            true
+        }
+        _ => {
+            if let Some(previous) = group.take() {
+                previous.close(report);
+            }
+            *group = Some(KeyGroup {
+                key,
+                documents: 1,
+                sample_ids: vec![stored_id.to_owned()],
+                first_was_clean: clean,
+            });
+            false
+        }
+    }
+}
+
+/// Counts the problems of one document; returns whether it has none.
+fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
+    let mut clean = true;
+    let id = inspection.stored_id.clone();
+    match &inspection.placement {
+        Placement::Legacy(derived) => {
+            report
+                .legacy_ids
+                .record(id.clone(), Some(format!("derived id {derived}")));
+            clean = false;
+        }
+        Placement::Orphan(derived) => {
+            report
+                .orphans
+                .record(id.clone(), Some(format!("derived id {derived}")));
+            clean = false;
+        }
+        Placement::Underivable(why) => {
+            report.underivable.record(id.clone(), Some(why.clone()));
+            clean = false;
+        }
+        Placement::Derived | Placement::Unchecked => {}
+    }
+    match (&inspection.stored_hash, &inspection.content_hash) {
+        (None, _) => {
+            report.missing_hash.record(id.clone(), None);
+            clean = false;
+        }
+        (Some(stored), Some(content)) if *stored != content.to_hex() => {
+            report.hash_mismatch.record(id.clone(), None);
+            clean = false;
+        }
+        _ => {}
+    }
+    if let (Some(why), Some(finding)) = (&inspection.undeserializable, &mut report.undeserializable)
+    {
+        finding.record(id, Some(why.clone()));
+        clean = false;
+    }
+    clean
+}

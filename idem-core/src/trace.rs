@@ -1,0 +1,302 @@
+//! What idem tells a [`tracing`](https://docs.rs/tracing) subscriber, with the `tracing` feature:
+//! one span per call (`upsert`, `upsert_many`, `insert_new`, `push`, `apply_once`, `record`,
+//! `delete`, `delete_by_id`, `get`, `find`) carrying the collection, the id when the call has
+//! one, the outcome, the round trips to the server and the retries; and events for index
+//! creation, contention retries, refusals and batch splits.
+//!
+//! Everything is under the target `idem` (`RUST_LOG=idem=debug` with `tracing-subscriber`'s
+//! `EnvFilter`). Without the feature each item here is empty and inlined away: a call pays
+//! nothing for it.
+
+use std::fmt::Display;
+use std::future::Future;
+
+use crate::error::Error;
+
+/// The calls that get a span, named as the span is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CallKind {
+    Upsert,
+    UpsertMany,
+    InsertNew,
+    Push,
+    ApplyOnce,
+    Record,
+    Delete,
+    DeleteById,
+    Get,
+    Find,
+}
+
+/// What a call's span shows as its outcome.
+pub(crate) trait Shown {
+    /// The outcome as the span's `outcome` field shows it.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    fn shown(&self) -> String;
+}
+
+macro_rules! shown_as_displayed {
+    ($($type:ty),*) => {$(
+        impl Shown for $type {
+            fn shown(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+
+shown_as_displayed!(
+    crate::outcome::Outcome,
+    crate::outcome::Pushed,
+    crate::outcome::Applied,
+    crate::outcome::Recorded,
+    crate::batch::BatchReport
+);
+
+/// The members `insert_new` stored.
+impl<T> Shown for Vec<T> {
+    fn shown(&self) -> String {
+        format!("{} inserted", self.len())
+    }
+}
+
+/// A read.
+impl<T> Shown for Option<T> {
+    fn shown(&self) -> String {
+        match self {
+            Some(_) => "found".to_owned(),
+            None => "none".to_owned(),
+        }
+    }
+}
+
+/// One call under way: its span, and the round trips and retries it made so far.
+pub(crate) struct Call {
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
+    #[cfg(feature = "tracing")]
+    counts: std::sync::Arc<enabled::Counts>,
+}
+
+impl Call {
+    /// A call of `kind` to `collection`; `id` is asked only when a subscriber listens.
+    #[inline]
+    #[allow(unused_variables)]
+    pub fn new<I: Display>(
+        kind: CallKind,
+        collection: &str,
+        id: impl FnOnce() -> Option<I>,
+    ) -> Self {
+        Call {
+            #[cfg(feature = "tracing")]
+            span: enabled::span(kind, collection, id),
+            #[cfg(feature = "tracing")]
+            counts: std::sync::Arc::default(),
+        }
+    }
+
+    /// Runs `call` in the span, counting the round trips and retries it makes, and records its
+    /// outcome (or its error, and a refusal event) when it ends.
+    #[inline]
+    pub async fn run<O, F>(self, call: F) -> Result<O, Error>
+    where
+        O: Shown,
+        F: Future<Output = Result<O, Error>>,
+    {
+        #[cfg(feature = "tracing")]
+        {
+            enabled::run(self, call).await
+        }
+        #[cfg(not(feature = "tracing"))]
+        {
+            call.await
+        }
+    }
+}
+
+/// One request sent to the server and answered (or lost) by the call under way: `command` names
+/// it (`findAndModify`, `INSERT … ON CONFLICT`).
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn round_trip(command: &'static str) {
+    #[cfg(feature = "tracing")]
+    enabled::round_trip(command);
+}
+
+/// The call under way goes again because concurrent writers changed the document (`why`).
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn retry(why: &'static str) {
+    #[cfg(feature = "tracing")]
+    enabled::retry(why);
+}
+
+/// The unique natural-key index (or table) of `collection` was created.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn index_created(collection: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "idem", collection, "created the natural-key index");
+}
+
+/// A batch of `documents` goes in `statements` statements or commands (chunks and rounds).
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn batch_split(documents: usize, rounds: usize, chunk: usize) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "idem", documents, rounds, chunk, "batch split");
+}
+
+#[cfg(feature = "tracing")]
+mod enabled {
+    use std::cell::RefCell;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use tracing::field::Empty;
+    use tracing::Instrument;
+
+    use super::{Call, CallKind, Shown};
+    use crate::error::Error;
+
+    /// The round trips and retries of one call.
+    #[derive(Default)]
+    pub(super) struct Counts {
+        round_trips: AtomicU64,
+        retries: AtomicU64,
+    }
+
+    thread_local! {
+        /// The counts of the call being polled on this thread: set for the length of each poll
+        /// of its future (wherever the executor polls it), so code deep inside the call counts
+        /// without being handed anything.
+        static CURRENT: RefCell<Option<Arc<Counts>>> = const { RefCell::new(None) };
+    }
+
+    /// A future that makes its call's counts current while it is polled.
+    struct Counted<F> {
+        counts: Arc<Counts>,
+        inner: Pin<Box<F>>,
+    }
+
+    impl<F: Future> Future for Counted<F> {
+        type Output = F::Output;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            let counts = self.counts.clone();
+            // A call made inside another (a batch of events records each) counts as itself,
+            // and the outer call's counts come back when it returns.
+            let outer = CURRENT.with(|current| current.borrow_mut().replace(counts));
+            let polled = self.inner.as_mut().poll(cx);
+            CURRENT.with(|current| *current.borrow_mut() = outer);
+            polled
+        }
+    }
+
+    macro_rules! call_span {
+        ($name:literal, $collection:expr) => {
+            tracing::info_span!(
+                target: "idem",
+                $name,
+                collection = $collection,
+                id = Empty,
+                outcome = Empty,
+                round_trips = Empty,
+                retries = Empty,
+            )
+        };
+    }
+
+    pub(super) fn span<I: std::fmt::Display>(
+        kind: CallKind,
+        collection: &str,
+        id: impl FnOnce() -> Option<I>,
+    ) -> tracing::Span {
+        let span = match kind {
+            CallKind::Upsert => call_span!("idem.upsert", collection),
+            CallKind::UpsertMany => call_span!("idem.upsert_many", collection),
+            CallKind::InsertNew => call_span!("idem.insert_new", collection),
+            CallKind::Push => call_span!("idem.push", collection),
+            CallKind::ApplyOnce => call_span!("idem.apply_once", collection),
+            CallKind::Record => call_span!("idem.record", collection),
+            CallKind::Delete => call_span!("idem.delete", collection),
+            CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
+            CallKind::Get => call_span!("idem.get", collection),
+            CallKind::Find => call_span!("idem.find", collection),
+        };
+        if !span.is_disabled() {
+            if let Some(id) = id() {
+                span.record("id", tracing::field::display(id));
+            }
+        }
+        span
+    }
+
+    pub(super) async fn run<O, F>(call: Call, future: F) -> Result<O, Error>
+    where
+        O: Shown,
+        F: Future<Output = Result<O, Error>>,
+    {
+        let Call { span, counts } = call;
+        let counted = Counted {
+            counts: counts.clone(),
+            inner: Box::pin(future),
+        };
+        let result = counted.instrument(span.clone()).await;
+        span.record("round_trips", counts.round_trips.load(Ordering::Relaxed));
+        span.record("retries", counts.retries.load(Ordering::Relaxed));
+        match &result {
+            Ok(outcome) => {
+                span.record("outcome", outcome.shown().as_str());
+            }
+            Err(error) => {
+                span.record("outcome", error_name(error));
+                span.in_scope(|| {
+                    if error.is_refusal() {
+                        tracing::warn!(target: "idem", error = %error, "refused");
+                    } else {
+                        tracing::error!(
+                            target: "idem",
+                            error = %error,
+                            retryable = error.is_retryable(),
+                            "failed"
+                        );
+                    }
+                });
+            }
+        }
+        result
+    }
+
+    /// The error's variant, as the span's `outcome` shows a failed call.
+    fn error_name(error: &Error) -> String {
+        let shown = format!("{error:?}");
+        let end = shown.find([' ', '{', '(']).unwrap_or(shown.len());
+        format!("Error::{}", &shown[..end])
+    }
+
+    fn with_current(count: impl FnOnce(&Counts)) {
+        CURRENT.with(|current| {
+            if let Some(counts) = current.borrow().as_ref() {
+                count(counts);
+            }
+        });
+    }
+
+    pub(super) fn round_trip(command: &'static str) {
+        with_current(|counts| {
+            counts.round_trips.fetch_add(1, Ordering::Relaxed);
+        });
+        tracing::trace!(target: "idem", command, "round trip");
+    }
+
+    pub(super) fn retry(why: &'static str) {
+        with_current(|counts| {
+            counts.retries.fetch_add(1, Ordering::Relaxed);
+        });
+        tracing::debug!(target: "idem", why, "contention, going again");
+    }
+}

@@ -1,0 +1,570 @@
+//! Taking over data idem did not write: the audit finds every kind of problem in one pass, the
+//! index check blames the collection (not an innocent document) for duplicates, and adopt moves
+//! legacy documents to their derived ids, resuming after an interruption at any step and racing
+//! with idem writers without losing, duplicating or forking a document.
+
+use std::time::Duration;
+
+use idem_core::mongo::{AdoptOptions, DuplicateRule, Store, NATURAL_KEY_INDEX};
+use idem_core::{AuditProgress, Error, Idempotent, Outcome};
+use idem_tests::{fresh_database, stored_documents};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+}
+
+const T0: i64 = 1_700_000_000_000;
+
+/// The stored fields of `Post` in declaration order, for a run-time model.
+const FIELD_ORDER: &[&str] = &["slug", "lang", "publishedAt", "title", "fetchedAt"];
+
+fn post(slug: &str, title: &str) -> Post {
+    Post {
+        slug: slug.into(),
+        lang: "en".into(),
+        published_at: T0,
+        title: title.into(),
+        fetched_at: T0 + 5,
+    }
+}
+
+fn posts(database: &Database) -> Collection<Document> {
+    database.collection("posts")
+}
+
+/// `post` as another tool stores it: the same fields under an ObjectId, without idem's fields.
+fn legacy(id: ObjectId, post: &Post) -> Document {
+    let mut stored = doc! { "_id": id };
+    stored.extend(bson::to_document(post).unwrap());
+    stored
+}
+
+async fn insert_legacy(database: &Database, documents: &[&Post]) -> Vec<ObjectId> {
+    let mut ids = Vec::new();
+    for post in documents {
+        let id = ObjectId::new();
+        posts(database).insert_one(legacy(id, post)).await.unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
+fn sample_ids(finding: &idem_core::audit::Finding) -> Vec<String> {
+    finding
+        .samples
+        .iter()
+        .map(|sample| sample.id.clone())
+        .collect()
+}
+
+/// Every kind of problem, each in its own document, found in one pass, with the progress
+/// reported as it goes.
+#[tokio::test]
+async fn the_audit_finds_every_kind_of_problem_in_one_pass() {
+    let (database, _log) = fresh_database("audit_kinds").await;
+    let store = Store::new(database.clone());
+    let clean = post("clean", "Clean");
+    let edited = post("edited", "Edited by idem");
+    let orphaned = post("orphaned", "Orphaned");
+    for written in [&clean, &edited, &orphaned] {
+        assert_eq!(store.upsert(written).await.unwrap(), Outcome::Inserted);
+    }
+    // Other code edits behind idem's back, and duplicates need the index gone.
+    posts(&database)
+        .drop_index(NATURAL_KEY_INDEX)
+        .await
+        .unwrap();
+    let edited_id = edited.id().unwrap().to_string();
+    posts(&database)
+        .update_one(
+            doc! { "_id": &edited_id },
+            doc! { "$set": { "title": "Edited by hand" } },
+        )
+        .await
+        .unwrap();
+    let orphan_id = orphaned.id().unwrap().to_string();
+    posts(&database)
+        .update_one(
+            doc! { "_id": &orphan_id },
+            doc! { "$set": { "publishedAt": T0 + 1 } },
+        )
+        .await
+        .unwrap();
+    let legacy_ids = insert_legacy(
+        &database,
+        &[
+            &post("twice", "First"),
+            &post("twice", "Second"),
+            &post("legacy", "Legacy"),
+        ],
+    )
+    .await;
+    let unreadable_id = ObjectId::new();
+    posts(&database)
+        .insert_one(doc! { "_id": unreadable_id, "slug": "unreadable", "lang": "en", "publishedAt": T0, "title": 5, "fetchedAt": T0 })
+        .await
+        .unwrap();
+    let keyless_id = ObjectId::new();
+    posts(&database)
+        .insert_one(doc! { "_id": keyless_id, "lang": "en", "publishedAt": T0, "title": "No slug", "fetchedAt": T0 })
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let report = store
+        .audit_with_progress::<Post>(|progress: &AuditProgress| seen.push(*progress))
+        .await
+        .unwrap();
+
+    assert_eq!(report.scanned, 8);
+    assert_eq!(seen.len(), 8, "progress after every document");
+    assert_eq!(seen.last().unwrap().scanned, 8);
+    assert_eq!(seen[0].total, Some(8));
+    assert_eq!(report.clean, 1, "{report}");
+    assert_eq!(report.duplicates.keys, 1);
+    assert_eq!(report.duplicates.documents, 2);
+    let duplicate = &report.duplicates.samples[0];
+    assert_eq!(duplicate.key.to_string(), r#"{slug: "twice", lang: "en"}"#);
+    let mut twice = vec![legacy_ids[0].to_hex(), legacy_ids[1].to_hex()];
+    twice.sort();
+    let mut found = duplicate.sample_ids.clone();
+    found.sort();
+    assert_eq!(found, twice);
+    // Every legacy document but the keyless one (no id can be derived from it); the id of the
+    // one that is not a `Post` is derived from its stored key values.
+    assert_eq!(report.legacy_ids.count, 4, "{report}");
+    assert_eq!(
+        report.legacy_ids.samples[0].detail.as_deref(),
+        Some(format!("derived id {}", post("legacy", "").id().unwrap()).as_str()),
+    );
+    assert_eq!(sample_ids(&report.orphans), [orphan_id.as_str()]);
+    assert_eq!(
+        report.orphans.samples[0].detail.as_deref(),
+        Some(
+            format!(
+                "derived id {}",
+                Post::derive_id("orphaned", "en", &(T0 + 1)).unwrap()
+            )
+            .as_str()
+        ),
+    );
+    assert_eq!(sample_ids(&report.underivable), [keyless_id.to_hex()]);
+    assert_eq!(
+        report.underivable.samples[0].detail.as_deref(),
+        Some("`slug` is missing")
+    );
+    assert_eq!(
+        report.missing_hash.count, 5,
+        "every document another tool wrote"
+    );
+    // The orphan's hash still matches: only the timestamp, which the content hash covers, …
+    let mut mismatched = sample_ids(&report.hash_mismatch);
+    mismatched.sort();
+    let mut expected = vec![edited_id.clone(), orphan_id.clone()];
+    expected.sort();
+    assert_eq!(mismatched, expected, "{report}");
+    let undeserializable = report.undeserializable.as_ref().unwrap();
+    let mut unreadable = sample_ids(undeserializable);
+    unreadable.sort();
+    let mut expected = vec![unreadable_id.to_hex(), keyless_id.to_hex()];
+    expected.sort();
+    assert_eq!(unreadable, expected);
+    let reasons: Vec<&str> = undeserializable
+        .samples
+        .iter()
+        .filter_map(|sample| sample.detail.as_deref())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|reason| reason.contains("expected a string")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|reason| reason.contains("slug")),
+        "{reasons:?}"
+    );
+
+    // The model given at run time finds the same, except what needs the type.
+    let runtime = store
+        .audit_model(&Post::MODEL, FIELD_ORDER, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(runtime.undeserializable, None);
+    assert_eq!(runtime.duplicates, report.duplicates);
+    assert_eq!(runtime.legacy_ids, report.legacy_ids);
+    assert_eq!(runtime.orphans, report.orphans);
+    assert_eq!(runtime.underivable, report.underivable);
+    assert_eq!(runtime.missing_hash, report.missing_hash);
+    assert_eq!(runtime.hash_mismatch, report.hash_mismatch);
+    assert_eq!(runtime.clean, 1);
+}
+
+/// A collection idem wrote entirely is clean, audited with the type or with a run-time model:
+/// the hash recomputed from the stored fields is the type's.
+#[tokio::test]
+async fn a_collection_idem_wrote_is_clean() {
+    let (database, _log) = fresh_database("audit_clean").await;
+    let store = Store::new(database);
+    let written: Vec<Post> = (0..30).map(|n| post(&format!("p{n}"), "T")).collect();
+    store.upsert_many(&written).await.unwrap();
+    let typed = store.audit::<Post>().await.unwrap();
+    assert!(typed.is_clean(), "{typed}");
+    assert_eq!(typed.scanned, 30);
+    let runtime = store
+        .audit_model(&Post::MODEL, FIELD_ORDER, |_| {})
+        .await
+        .unwrap();
+    assert!(runtime.is_clean(), "{runtime}");
+    assert!(typed.to_string().contains("no problems found"));
+}
+
+/// Duplicates make the index build fail with an error about the collection that names the
+/// index and the key and points to the audit; an innocent document's write reports the same,
+/// not as a refusal of that document.
+#[tokio::test]
+async fn duplicates_fail_the_index_naming_it_the_key_and_the_audit() {
+    let (database, _log) = fresh_database("index_duplicates").await;
+    let store = Store::new(database.clone());
+    insert_legacy(&database, &[&post("twice", "A"), &post("twice", "B")]).await;
+    let error = store.ensure_indexes::<Post>().await.unwrap_err();
+    let Error::DuplicateNaturalKeys {
+        ref index,
+        ref duplicate_key,
+        ..
+    } = error
+    else {
+        panic!("expected DuplicateNaturalKeys, got {error:?}");
+    };
+    assert_eq!(index, NATURAL_KEY_INDEX);
+    assert!(duplicate_key.contains("twice"), "{duplicate_key}");
+    assert!(!error.is_refusal());
+    assert!(!error.is_retryable());
+    let message = error.to_string();
+    assert!(message.starts_with("collection `posts`: the unique index `idem_natural_key`"));
+    assert!(message.contains("audit"), "{message}");
+
+    let innocent = store.upsert(&post("innocent", "I")).await.unwrap_err();
+    assert!(
+        matches!(innocent, Error::DuplicateNaturalKeys { .. }),
+        "{innocent:?}"
+    );
+    assert!(!innocent.is_refusal());
+    assert!(innocent.document().natural_key.parts().is_empty());
+    assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 2);
+}
+
+/// The natural key and title of every stored post, and the ids of those not under their
+/// derived id.
+async fn contents(database: &Database) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = stored_documents(database, "posts")
+        .await
+        .iter()
+        .map(|stored| {
+            (
+                stored.get_str("slug").unwrap_or("(set aside)").to_owned(),
+                stored.get_str("title").unwrap().to_owned(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// After adoption each document is under its derived id with its content hash, and idem's
+/// writes converge on it.
+#[tokio::test]
+async fn adopt_moves_legacy_documents_and_writes_converge_on_them() {
+    let (database, _log) = fresh_database("adopt_moves").await;
+    let store = Store::new(database.clone());
+    let originals = [post("a", "A"), post("b", "B"), post("c", "C")];
+    let ids = insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.moved.count, 3);
+    assert_eq!(report.moved.samples[0].id, ids[0].to_hex());
+    assert_eq!(
+        report.moved.samples[0].detail.as_deref(),
+        Some(format!("to {}", originals[0].id().unwrap()).as_str())
+    );
+    for original in &originals {
+        let stored = posts(&database)
+            .find_one(doc! { "_id": original.id().unwrap().to_string() })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stored.get_str("sourceHash").unwrap(),
+            original.content_hash().unwrap().to_hex()
+        );
+        assert!(!stored.contains_key("idemAdopt"));
+    }
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+    assert_eq!(
+        store.upsert(&originals[0]).await.unwrap(),
+        Outcome::Unchanged
+    );
+    assert_eq!(
+        store.upsert(&post("a", "A, edited")).await.unwrap(),
+        Outcome::Updated
+    );
+    let mut moved_on = post("b", "B");
+    moved_on.published_at += 1;
+    assert!(matches!(
+        store.upsert(&moved_on).await.unwrap_err(),
+        Error::FrozenFieldChanged { .. }
+    ));
+    // Adopting again finds nothing to move.
+    let again = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(again.moved.count, 0);
+    assert!(again.to_string().contains("nothing to move"), "{again}");
+}
+
+/// Stopped after every possible number of writes, and then re-run step by step: at every point
+/// each document is stored (under its old id or its derived one), no natural key is held twice,
+/// and the runs that follow finish the job.
+#[tokio::test]
+async fn adopt_resumes_after_an_interruption_at_any_step() {
+    for first_run_steps in 0..=9 {
+        let (database, _log) = fresh_database(&format!("adopt_resume_{first_run_steps}")).await;
+        let store = Store::new(database.clone());
+        let originals = [post("a", "A"), post("b", "B"), post("c", "C")];
+        insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+        let expected: Vec<(String, String)> = originals
+            .iter()
+            .map(|post| (post.slug.clone(), post.title.clone()))
+            .collect();
+        let mut steps = first_run_steps;
+        let mut runs = 0;
+        loop {
+            let report = store
+                .adopt::<Post>(AdoptOptions::default().with_max_steps(steps))
+                .await
+                .unwrap();
+            runs += 1;
+            assert!(report.failed.is_empty(), "{report}");
+            let stored = stored_documents(&database, "posts").await;
+            // Every title is stored under its natural key, or in a reserved copy that holds the
+            // key set aside (between the release and the claim); never lost, never twice under
+            // its key.
+            for (slug, title) in &expected {
+                let holders: Vec<&Document> = stored
+                    .iter()
+                    .filter(|stored| stored.get_str("title") == Ok(title))
+                    .collect();
+                let under_key = holders
+                    .iter()
+                    .filter(|stored| stored.get_str("slug") == Ok(slug))
+                    .count();
+                let set_aside = holders
+                    .iter()
+                    .filter(|stored| {
+                        stored
+                            .get_document("idemAdopt")
+                            .and_then(|adoption| adoption.get_document("key"))
+                            .and_then(|key| key.get_str("slug"))
+                            == Ok(slug)
+                    })
+                    .count();
+                assert!(under_key <= 1, "run {runs}: {stored:?}");
+                assert!(under_key + set_aside >= 1, "run {runs}: {stored:?}");
+                assert!(
+                    set_aside <= 1 && holders.len() <= 2,
+                    "run {runs}: {stored:?}"
+                );
+            }
+            if !report.stopped {
+                break;
+            }
+            steps = 1;
+            assert!(runs < 20, "adopt makes progress on every run");
+        }
+        assert_eq!(contents(&database).await, expected);
+        assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 3);
+        let audit = store.audit::<Post>().await.unwrap();
+        assert!(
+            audit.is_clean(),
+            "after {first_run_steps} steps first: {audit}"
+        );
+    }
+}
+
+/// idem writers upsert the keys being moved: each is refused while its key is on the move
+/// (as before adoption began) and converges once it is done, on the adopted document.
+#[tokio::test]
+async fn adopt_races_with_idem_writers_without_losing_or_forking() {
+    let (database, _log) = fresh_database("adopt_race").await;
+    let store = Store::new(database.clone());
+    let originals: Vec<Post> = (0..40)
+        .map(|n| post(&format!("p{n:02}"), "legacy"))
+        .collect();
+    insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+    store.ensure_indexes::<Post>().await.unwrap();
+
+    let mut writers = Vec::new();
+    for writer in 0..4 {
+        let store = store.clone();
+        let originals = originals.clone();
+        writers.push(tokio::spawn(async move {
+            let mut refusals = 0;
+            for original in originals.iter().skip(writer).step_by(4) {
+                let edited = Post {
+                    title: format!("edited by writer {writer}"),
+                    ..original.clone()
+                };
+                loop {
+                    match store.upsert(&edited).await {
+                        Ok(outcome) => {
+                            assert_eq!(outcome, Outcome::Updated, "judged against the adopted");
+                            break;
+                        }
+                        Err(Error::FrozenFieldChanged { .. }) => {
+                            refusals += 1;
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        Err(other) => panic!("{other}"),
+                    }
+                }
+            }
+            refusals
+        }));
+    }
+    let adopting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.adopt::<Post>(AdoptOptions::default()).await })
+    };
+    let report = adopting.await.unwrap().unwrap();
+    let mut refusals = 0;
+    for writer in writers {
+        refusals += writer.await.unwrap();
+    }
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.moved.count, 40);
+    assert!(refusals > 0, "the writers met legacy documents");
+    let stored = stored_documents(&database, "posts").await;
+    assert_eq!(stored.len(), 40, "no document lost or doubled");
+    for (n, original) in originals.iter().enumerate() {
+        let adopted = stored
+            .iter()
+            .find(|stored| stored.get_str("_id") == Ok(&original.id().unwrap().to_string()))
+            .unwrap();
+        assert_eq!(
+            adopted.get_str("title").unwrap(),
+            format!("edited by writer {}", n % 4)
+        );
+    }
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+}
+
+/// A writer with another timestamp can store the key in the one gap of a move (after the
+/// release, before the claim); the claim then reports the conflict with both ids and keeps the
+/// moved content set aside: nothing forks silently, nothing is lost.
+#[tokio::test]
+async fn a_writer_in_the_gap_of_a_move_is_reported_with_both_ids() {
+    let (database, _log) = fresh_database("adopt_gap").await;
+    let store = Store::new(database.clone());
+    insert_legacy(&database, &[&post("a", "legacy A")]).await;
+    let stopped = store
+        .adopt::<Post>(AdoptOptions::default().with_max_steps(2))
+        .await
+        .unwrap();
+    assert!(stopped.stopped);
+    let mut later = post("a", "new A");
+    later.published_at = T0 + 1;
+    assert_eq!(store.upsert(&later).await.unwrap(), Outcome::Inserted);
+
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert!(!report.is_complete());
+    assert_eq!(report.failed.count, 1, "{report}");
+    let reason = report.failed.samples[0].detail.clone().unwrap();
+    let derived = post("a", "").id().unwrap().to_string();
+    assert!(
+        reason.contains(&later.id().unwrap().to_string()),
+        "{reason}"
+    );
+    assert!(reason.contains(&derived), "{reason}");
+    let reserved = posts(&database)
+        .find_one(doc! { "_id": &derived })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reserved.get_str("title").unwrap(), "legacy A");
+    assert!(reserved.contains_key("idemAdopt"));
+    let audit = store.audit::<Post>().await.unwrap();
+    assert_eq!(audit.moves_in_progress.count, 1, "{audit}");
+}
+
+/// Duplicates are reported with every id by default, and resolved by a rule when one is given:
+/// the others are archived whole, the kept one moved, and the index built.
+#[tokio::test]
+async fn duplicates_are_reported_or_resolved_by_the_rule_never_silently() {
+    let (database, _log) = fresh_database("adopt_duplicates").await;
+    let store = Store::new(database.clone());
+    let ids = insert_legacy(
+        &database,
+        &[
+            &post("twice", "first"),
+            &post("twice", "second"),
+            &post("once", "only"),
+        ],
+    )
+    .await;
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(report.duplicates.keys, 1);
+    let mut both = report.duplicates.samples[0].sample_ids.clone();
+    both.sort();
+    let mut expected = vec![ids[0].to_hex(), ids[1].to_hex()];
+    expected.sort();
+    assert_eq!(both, expected);
+    assert_eq!(report.moved.count, 1);
+    assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 3);
+
+    fn keep_second_title(documents: &[Document]) -> usize {
+        documents
+            .iter()
+            .position(|document| document.get_str("title") == Ok("second"))
+            .unwrap_or(usize::MAX)
+    }
+    let resolved = store
+        .adopt::<Post>(
+            AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title)),
+        )
+        .await
+        .unwrap();
+    assert!(resolved.is_complete(), "{resolved}");
+    assert_eq!(resolved.archived.count, 1);
+    assert_eq!(resolved.archived.samples[0].id, ids[0].to_hex());
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1);
+    assert_eq!(archive[0].get("_id"), Some(&Bson::ObjectId(ids[0])));
+    assert_eq!(archive[0].get_str("title").unwrap(), "first");
+    assert_eq!(
+        contents(&database).await,
+        [
+            ("once".into(), "only".into()),
+            ("twice".into(), "second".into())
+        ]
+    );
+    let indexes = posts(&database).list_index_names().await.unwrap();
+    assert!(
+        indexes.contains(&NATURAL_KEY_INDEX.to_owned()),
+        "{indexes:?}"
+    );
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+}

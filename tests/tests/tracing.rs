@@ -1,0 +1,192 @@
+//! What a `tracing` subscriber sees of idem's calls (idem-core's `tracing` feature): one span per
+//! call with its collection, id, outcome, round trips and retries, and events for index creation,
+//! refusals and batch splits. Captured by a subscriber of the test's own, on every backend.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use idem_core::{Error, Outcome};
+use idem_tests::backends::fresh_backends;
+use idem_tests::fixtures::{post, Post};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// A closed span or an event, with its fields as text.
+#[derive(Clone, Debug)]
+struct Seen {
+    name: String,
+    fields: BTreeMap<String, String>,
+    /// For an event: the span it happened in.
+    parent: Option<String>,
+}
+
+impl Seen {
+    fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", String::as_str)
+    }
+}
+
+/// Records fields as text.
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+/// Every span when it closes and every event, in order.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Seen>>>);
+
+impl Capture {
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(fields);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            if let Some(fields) = span.extensions_mut().get_mut::<BTreeMap<String, String>>() {
+                values.record(&mut Fields(fields));
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let parent = ctx.event_span(event).map(|span| span.name().to_owned());
+        let message = fields.get("message").cloned().unwrap_or_default();
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Seen {
+                name: message,
+                fields,
+                parent,
+            });
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id) {
+            let fields = span
+                .extensions()
+                .get::<BTreeMap<String, String>>()
+                .cloned()
+                .unwrap_or_default();
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Seen {
+                    name: span.name().to_owned(),
+                    fields,
+                    parent: None,
+                });
+        }
+    }
+}
+
+fn spans<'a>(seen: &'a [Seen], name: &str) -> Vec<&'a Seen> {
+    seen.iter().filter(|seen| seen.name == name).collect()
+}
+
+/// Each call is one span naming its collection, id and outcome, with its round trips and
+/// retries; creating the index, a refusal and a batch's split are events in their call's span.
+#[tokio::test]
+async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    for db in fresh_backends("tracing").await {
+        db.ensure::<Post>().await;
+        let seen = capture.take();
+        assert!(
+            seen.iter()
+                .any(|seen| seen.name == "created the natural-key index"
+                    && seen.field("collection") == "posts"),
+            "{db}: {seen:#?}"
+        );
+        let first = post();
+        let id = first.id().unwrap().to_string();
+        assert_eq!(db.upsert(&first).await.unwrap(), Outcome::Inserted, "{db}");
+        let seen = capture.take();
+        let upserts = spans(&seen, "idem.upsert");
+        assert_eq!(upserts.len(), 1, "{db}: {seen:#?}");
+        assert_eq!(upserts[0].field("collection"), "posts", "{db}");
+        assert_eq!(upserts[0].field("id"), id, "{db}");
+        assert_eq!(upserts[0].field("outcome"), "Inserted", "{db}");
+        assert_eq!(upserts[0].field("retries"), "0", "{db}");
+
+        // The same document again: one round trip, nothing written.
+        assert_eq!(db.upsert(&first).await.unwrap(), Outcome::Unchanged, "{db}");
+        let seen = capture.take();
+        let upserts = spans(&seen, "idem.upsert");
+        assert_eq!(upserts[0].field("outcome"), "Unchanged", "{db}");
+        assert_eq!(upserts[0].field("round_trips"), "1", "{db}: {seen:#?}");
+
+        // A refusal: the span's outcome names the error, and a warning says why.
+        let moved = Post {
+            author_id: "grace".into(),
+            ..first.clone()
+        };
+        assert!(matches!(
+            db.upsert(&moved).await,
+            Err(Error::FrozenFieldChanged { .. })
+        ));
+        let seen = capture.take();
+        let upserts = spans(&seen, "idem.upsert");
+        assert_eq!(
+            upserts[0].field("outcome"),
+            "Error::FrozenFieldChanged",
+            "{db}"
+        );
+        let refused = seen.iter().find(|seen| seen.name == "refused");
+        assert!(
+            refused.is_some_and(|event| event.field("error").contains("author_id")
+                && event.parent.as_deref() == Some("idem.upsert")),
+            "{db}: {seen:#?}"
+        );
+
+        // A batch: one span for the call, its split an event in it.
+        let batch: Vec<Post> = ["a", "b", "c"]
+            .iter()
+            .map(|slug| Post {
+                slug: (*slug).into(),
+                ..first.clone()
+            })
+            .collect();
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(report.count(Outcome::Inserted), 3, "{db}");
+        let seen = capture.take();
+        let batches = spans(&seen, "idem.upsert_many");
+        assert_eq!(batches.len(), 1, "{db}: {seen:#?}");
+        assert_eq!(batches[0].field("outcome"), report.to_string(), "{db}");
+        assert!(
+            seen.iter().any(|seen| seen.name == "batch split"
+                && seen.field("documents") == "3"
+                && seen.parent.as_deref() == Some("idem.upsert_many")),
+            "{db}: {seen:#?}"
+        );
+        assert!(
+            batches[0].field("round_trips").parse::<u32>().unwrap() >= 1,
+            "{db}: {seen:#?}"
+        );
+    }
+}
