@@ -17,7 +17,7 @@
 //!    (1b) the same single upserts of posts already stored and unchanged; (1c) of posts already
 //!    stored, each edited. A single upsert's reply does not say whether it replaced a document,
 //!    so these two count the documents written from the stored bytes before and after each run.
-//! 2. re-ingest of unchanged posts: `store.upsert_many` against the reference article's approach
+//! 2. re-ingest of unchanged posts: `store.upsert_many` against the hand-written approach
 //!    (per post: `find_one` by natural key, compare the stored hash, write only if it differs) and
 //!    against blind bulk upserts (one `update` command per chunk carrying an upsert
 //!    `{q: {_id}, u: {$set: doc}}` for every post: the cheapest way to write them all).
@@ -1353,7 +1353,7 @@ async fn hand_written_upsert(
     Ok(())
 }
 
-/// The reference article's re-ingest: per post, read the stored hash by natural key and write
+/// The hand-written re-ingest: per post, read the stored hash by natural key and write
 /// the post only if its hash differs. Returns the posts written.
 async fn reference_ingest(
     collection: &Collection<Document>,

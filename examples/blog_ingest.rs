@@ -1,6 +1,6 @@
 //! Ingesting a folder of blog posts into MongoDB, idempotently.
 //!
-//! Shows the whole idem workflow on the `Post` type of the design document: a struct deriving
+//! Shows the whole idem workflow on the README's `Post`: a struct deriving
 //! `Idempotent` (keys `slug` + `lang`, id timestamp `published_at`, volatile `fetched_at`, frozen
 //! `author_id`), `Store::ensure_indexes`, and one `Store::upsert` per post. Run it as often as you
 //! like: the first run inserts every post, a re-run writes nothing (`Unchanged`), an edited post
@@ -51,7 +51,7 @@ use mongodb::options::ClientOptions;
 use mongodb::Client;
 use serde::{Deserialize, Serialize};
 
-/// A blog post as stored: exactly the design document's example.
+/// A blog post as stored: the README's quick-start type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "posts")]
 #[serde(rename_all = "camelCase")]
