@@ -1151,6 +1151,19 @@ async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
         ..original.clone()
     };
     assert_eq!(nudged.id().unwrap(), original.id().unwrap());
+    let at = std::time::SystemTime::UNIX_EPOCH
+        + Duration::from_millis(1_700_000_000_000)
+        + Duration::from_micros(250);
+    let deploy = Deploy {
+        service: "api".into(),
+        at,
+        version: "1.0".into(),
+    };
+    let nudged_deploy = Deploy {
+        at: at + Duration::from_micros(1),
+        ..deploy.clone()
+    };
+    assert_eq!(nudged_deploy.id().unwrap(), deploy.id().unwrap());
 
     for db in fresh_backends("sub_millisecond").await {
         db.ensure::<Meeting>().await;
@@ -1188,7 +1201,28 @@ async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
             "{db}"
         );
         assert_eq!(db.raw::<Meeting>().await, before, "{db}: nothing written");
+
+        // The same with a `SystemTime` a microsecond later.
+        db.ensure::<Deploy>().await;
+        db.upsert(&deploy).await.unwrap();
+        let before = db.raw::<Deploy>().await;
+        match db.upsert(&nudged_deploy).await {
+            Err(Error::FrozenFieldChanged { field, .. }) => assert_eq!(field, "at", "{db}"),
+            other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Deploy>().await, before, "{db}: nothing written");
     }
+}
+
+/// A deploy whose timestamp is a `SystemTime`, with sub-millisecond precision.
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "deploys")]
+struct Deploy {
+    #[idem(key)]
+    service: String,
+    #[idem(timestamp)]
+    at: std::time::SystemTime,
+    version: String,
 }
 
 // ---------------------------------------------------------------------------------------------

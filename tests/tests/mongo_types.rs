@@ -1,54 +1,11 @@
 //! The store with every timestamp type and with generic documents: what the derive accepts, the
-//! server stores and reads back.
-
-use std::time::{Duration, SystemTime};
+//! server stores and reads back. (A sub-millisecond change of a timestamp, which keeps the id, is
+//! refused on every backend: `bad_input.rs`.)
 
 use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, Outcome};
 use idem_tests::{fresh_database, stored_documents};
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Serialize, Idempotent)]
-#[idem(collection = "deploys")]
-struct Deploy {
-    #[idem(key)]
-    service: String,
-    #[idem(timestamp)]
-    at: SystemTime,
-    version: String,
-}
-
-#[tokio::test]
-async fn a_sub_millisecond_change_keeps_the_id_but_is_still_refused() {
-    let (database, log) = fresh_database("sub_millisecond").await;
-    let store = Store::new(database);
-    let at = SystemTime::UNIX_EPOCH
-        + Duration::from_millis(1_700_000_000_000)
-        + Duration::from_micros(250);
-    let deploy = Deploy {
-        service: "api".into(),
-        at,
-        version: "1.0".into(),
-    };
-    assert_eq!(store.upsert(&deploy).await.unwrap(), Outcome::Inserted);
-    let before = stored_documents(store.database(), "deploys").await;
-    let _ = log.take();
-    let nudged = Deploy {
-        at: at + Duration::from_micros(1),
-        ..deploy.clone()
-    };
-    assert_eq!(
-        nudged.id().unwrap(),
-        deploy.id().unwrap(),
-        "the id truncates to the millisecond"
-    );
-    match store.upsert(&nudged).await.unwrap_err() {
-        Error::FrozenFieldChanged { field, .. } => assert_eq!(field, "at"),
-        other => panic!("expected FrozenFieldChanged, got {other:?}"),
-    }
-    assert_eq!(log.take().documents_written, 0);
-    assert_eq!(stored_documents(store.database(), "deploys").await, before);
-}
 
 macro_rules! timestamp_type_round_trip {
     ($test:ident, $ty:ty, $value:expr) => {
