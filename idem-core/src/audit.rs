@@ -205,6 +205,11 @@ pub struct AuditReport {
     pub undeserializable: Option<Finding>,
     /// Documents an interrupted `adopt` left half moved: running `adopt` again finishes them.
     pub moves_in_progress: Finding,
+    /// What a PostgreSQL table lacks for idem's writes, as the check before the first write
+    /// names it: the table itself, a column missing or of another type, the unique constraint
+    /// on the natural key. Always empty for a MongoDB collection, whose index idem builds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub table_problems: Vec<String>,
 }
 
 impl AuditReport {
@@ -220,7 +225,7 @@ impl AuditReport {
 
     /// Whether the audit found nothing to fix: idem can take the collection over as it is.
     pub fn is_clean(&self) -> bool {
-        self.clean == self.scanned
+        self.clean == self.scanned && self.table_problems.is_empty()
     }
 
     /// The kinds of problems found per document, with how each is named in the summary.
@@ -262,6 +267,12 @@ impl fmt::Display for AuditReport {
             "`{}`: {} documents scanned, {} clean",
             self.collection, self.scanned, self.clean
         )?;
+        if !self.table_problems.is_empty() {
+            writeln!(f, "  the table lacks what idem's writes need:")?;
+            for problem in &self.table_problems {
+                writeln!(f, "    {problem}")?;
+            }
+        }
         if self.duplicates.keys > 0 {
             writeln!(
                 f,

@@ -1122,13 +1122,16 @@ struct Card {
     deleted_at: Option<i64>,
 }
 
-/// A type whose unknown fields serde keeps in a flattened map.
+/// A type whose unknown fields serde keeps in a flattened map, with a field stored under the
+/// name a query gives its table (`t`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "labels")]
 struct Label {
     #[idem(key)]
     name: String,
     reading: f64,
+    #[serde(rename = "t")]
+    tally: i32,
     #[serde(flatten)]
     extra: std::collections::BTreeMap<String, String>,
 }
@@ -1149,6 +1152,7 @@ async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
     let label = Label {
         name: "sensor".into(),
         reading: f64::NAN,
+        tally: 3,
         extra: [("unit".to_owned(), "kPa".to_owned())].into(),
     };
     for db in fresh_backends("typed_reads").await {
@@ -1194,6 +1198,7 @@ async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
         let read = read.unwrap_or_else(|| panic!("{db}: the label is stored"));
         assert!(read.reading.is_nan(), "{db}: {read:?}");
         assert_eq!(read.extra, label.extra, "{db}: the flattened entries");
+        assert_eq!(read.tally, 3, "{db}");
 
         let deleted = Card {
             deleted_at: Some(1_700_000_000_000),

@@ -3,7 +3,7 @@
 //! refused on every backend: `bad_input.rs`.)
 
 use idem_core::mongo::Store;
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Idempotent, Outcome};
 use idem_tests::{fresh_database, stored_documents};
 use serde::{Deserialize, Serialize};
 

@@ -51,6 +51,7 @@
 //! An error raised by the server (a unique constraint other than the natural key, a lost
 //! connection) aborts the transaction, as any failed statement does.
 
+mod audit;
 mod effects;
 mod json;
 mod read;
@@ -946,12 +947,39 @@ async fn check_table<C>(client: &C, table: &Table, document: &DocumentRef) -> Re
 where
     C: GenericClient + Sync,
 {
+    let survey = survey_table(client, table, document).await?;
+    match survey.problems.into_iter().next() {
+        None => Ok(()),
+        Some(problem) => Err(Error::SchemaMismatch {
+            document: Box::new(document.clone()),
+            collection: table.model.collection().to_owned(),
+            problem,
+        }),
+    }
+}
+
+/// A table as the server holds it, against what idem needs of it.
+struct TableSurvey {
+    /// Each column present, with its type as `format_type` writes it; empty if the table does
+    /// not exist.
+    present: HashMap<String, String>,
+    /// What idem needs and the table lacks, in the order [`check_table`] refuses them: the table
+    /// itself, then each column of the model missing or of another type, then the unique
+    /// constraint on the natural key.
+    problems: Vec<String>,
+}
+
+/// Reads `table`'s columns and unique constraints from the catalog: what the check before the
+/// first write refuses on, and what an audit of a table other code made reports.
+async fn survey_table<C>(
+    client: &C,
+    table: &Table,
+    document: &DocumentRef,
+) -> Result<TableSurvey, Error>
+where
+    C: GenericClient + Sync,
+{
     let name = table.model.collection();
-    let mismatch = |problem: String| Error::SchemaMismatch {
-        document: Box::new(document.clone()),
-        collection: name.to_owned(),
-        problem,
-    };
     // Resolved through the search path, as the statements resolve the table.
     crate::trace::round_trip("SELECT");
     let columns = client
@@ -963,25 +991,25 @@ where
         .await
         .map_err(|source| postgres_error(document, source))?;
     if columns.is_empty() {
-        return Err(mismatch(format!(
-            "it does not exist in the search path; create it with \
-             Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
-            table.create_sql()
-        )));
+        return Ok(TableSurvey {
+            present: HashMap::new(),
+            problems: vec![format!(
+                "it does not exist in the search path; create it with \
+                 Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
+                table.create_sql()
+            )],
+        });
     }
     let present: HashMap<String, String> =
         columns.iter().map(|row| (row.get(0), row.get(1))).collect();
+    let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
         match present.get(column) {
-            None => {
-                return Err(mismatch(format!(
-                    "column {column:?} is missing (expected {expected})"
-                )))
-            }
+            None => problems.push(format!(
+                "column {column:?} is missing (expected {expected})"
+            )),
             Some(found) if found != expected => {
-                return Err(mismatch(format!(
-                    "column {column:?} is {found}, expected {expected}"
-                )))
+                problems.push(format!("column {column:?} is {found}, expected {expected}"))
             }
             Some(_) => {}
         }
@@ -1007,7 +1035,7 @@ where
         .iter()
         .any(|row| row.get::<_, Vec<String>>(0) == natural_key);
     if !has_natural_key {
-        return Err(mismatch(format!(
+        problems.push(format!(
             "no unique constraint on exactly the natural key ({}); idem's conflict target \
              needs one: ALTER TABLE {} ADD CONSTRAINT {} UNIQUE ({})",
             natural_key.join(", "),
@@ -1018,9 +1046,9 @@ where
                 .map(|name| table::quote(name))
                 .collect::<Vec<_>>()
                 .join(", "),
-        )));
+        ));
     }
-    Ok(())
+    Ok(TableSurvey { present, problems })
 }
 
 /// What a unique violation raised by a single write means.

@@ -93,7 +93,7 @@ where
     C: GenericClient + Sync,
 {
     let sql = format!(
-        "SELECT to_jsonb(t) FROM {} t WHERE {condition}",
+        "SELECT to_jsonb(t.*) FROM {} t WHERE {condition}",
         table.name()
     );
     let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
@@ -117,9 +117,18 @@ where
             "the row did not read as an object".into(),
         ));
     };
-    json::from_cells(row_cells(table, stored))
+    row_as(table, stored)
         .map(Some)
         .map_err(|error| deserialize_error(error.to_string()))
+}
+
+/// A row of `table`, as `to_jsonb` writes it, read as `T`: the one reading of `get`, `find` and
+/// the audit.
+pub(super) fn row_as<T: DeserializeOwned>(
+    table: &Table,
+    stored: serde_json::Map<String, Value>,
+) -> Result<T, serde_json::Error> {
+    json::from_cells(row_cells(table, stored))
 }
 
 /// The stored fields of a row as serde reads them: idem's own columns left out, the entries of

@@ -1,0 +1,404 @@
+//! The audit of a PostgreSQL table before idem takes it over: what the table lacks for idem's
+//! writes (from the catalog), then one pass over its rows, ordered by the natural key, that
+//! checks each row's id and content hash against the row read as the type, and finds natural
+//! keys held by more than one row.
+//!
+//! # Bounded memory
+//!
+//! The rows come from one `SELECT` read as a stream (`query_typed_raw`): the driver hands each
+//! batch of rows over only when the previous one is taken, and stops reading the socket until
+//! then, so the server waits on its send rather than the client buffering the table. That is one
+//! statement and one snapshot, on a plain client as inside the caller's transaction. The
+//! alternatives cost more: a `DECLARE … CURSOR` needs a transaction the caller may not have
+//! opened (and one round trip per `FETCH`); keyset pages by natural key need a unique order a
+//! table with duplicates lacks, read a different snapshot per page outside a transaction, and
+//! without an index on the key make the server sort the whole table again for every page.
+//!
+//! Ordered by the natural key, the rows sharing a key arrive one after the other: finding
+//! duplicates needs only the current key and its first few ids. The server sorts with its own
+//! bounded memory (spilling to disk past `work_mem`) or walks an index on the key. The report
+//! keeps counts and at most [`SAMPLES_PER_KIND`] samples of each kind.
+
+use std::future::poll_fn;
+use std::pin::pin;
+
+use futures_core::Stream;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use super::read::row_as;
+use super::table::{quote, InsertedSignal, Table};
+use super::{postgres_error, survey_table, Store};
+use crate::audit::{AuditProgress, AuditReport, ShownKey, ShownValue, SAMPLES_PER_KIND};
+use crate::error::Error;
+use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
+use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
+
+impl Store {
+    /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled it:
+    /// what the table lacks for idem's writes (columns missing or of another type, no unique
+    /// constraint on the natural key: [`AuditReport::table_problems`]), natural keys held by
+    /// more than one row, rows not under the id derived from their content (legacy ids, which
+    /// are not ULIDs or not text, and orphans), rows without a content hash or whose stored hash
+    /// is not the hash of their content read as `T`, and rows that do not read as `T`. Nothing
+    /// is written, and the table is not checked as before a write: a table idem would refuse is
+    /// what an audit is for.
+    ///
+    /// The rows are read once, by one `SELECT` in order of the natural key whose rows the
+    /// driver takes as the server sends them, so memory stays bounded whatever the size of the
+    /// table; the rows sharing a key arrive one after the other. Given a transaction, the audit
+    /// reads its snapshot, its own uncommitted writes included; an error from the server aborts
+    /// it, as any failed statement does.
+    ///
+    /// What differs from [`mongo::Store::audit`](crate::mongo::Store::audit):
+    /// - A natural key with a NULL part is never a duplicate: a PostgreSQL unique constraint
+    ///   holds NULLs distinct. Such a row is counted where no id can be derived.
+    /// - Natural keys are compared as stored values, byte for byte: under a nondeterministic
+    ///   collation the constraint may hold two keys equal that the audit tells apart.
+    /// - A row without an `_id` (a table with an id column of its own) is shown by its
+    ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
+    /// - [`moves_in_progress`](AuditReport::moves_in_progress) stays empty: there is no
+    ///   `adopt` for PostgreSQL to leave a row half moved.
+    ///
+    /// A row that does not read as `T` has its id derived from its stored key values and an
+    /// integer timestamp, as the MongoDB audit does without the type; other timestamp types
+    /// need the row to read as `T`.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, serde::Deserialize, Idempotent)]
+    /// # #[idem(collection = "posts")]
+    /// # struct Post { #[idem(key)] slug: String }
+    /// # async fn run(client: tokio_postgres::Client) -> Result<(), idem_core::Error> {
+    /// let store = idem_core::postgres::Store::new();
+    /// let report = store.audit::<Post, _>(&client).await?;
+    /// println!("{report}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn audit<T, C>(&self, client: &C) -> Result<AuditReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+        C: GenericClient + Sync,
+    {
+        self.audit_with_progress::<T, C>(client, |_| {}).await
+    }
+
+    /// [`audit`](Store::audit), calling `progress` after each row with the count so far and the
+    /// planner's estimate of the total (`pg_class.reltuples`; `None` before the table was first
+    /// vacuumed or analyzed).
+    pub async fn audit_with_progress<T, C>(
+        &self,
+        client: &C,
+        mut progress: impl FnMut(&AuditProgress),
+    ) -> Result<AuditReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+        C: GenericClient + Sync,
+    {
+        let model = &T::MODEL;
+        let document = DocumentRef::collection(model);
+        // Only its columns are used: the statements, which depend on the signal, are never sent.
+        let table = Table::of::<T>(InsertedSignal::Xmax);
+        let survey = survey_table(client, &table, &document).await?;
+        let mut report = AuditReport::new(model.collection(), true);
+        report.table_problems = survey.problems;
+        if survey.present.is_empty() {
+            return Ok(report);
+        }
+        let total = estimated_rows(client, model, &document).await?;
+        let key_columns: Vec<String> = model
+            .natural_key_fields()
+            .map(Field::stored_name)
+            .filter(|name| survey.present.contains_key(*name))
+            .map(|name| format!("t.{}, ", quote(name)))
+            .collect();
+        // `t.*`, not `t`: a column named `t` would be taken for the row.
+        let sql = format!(
+            "SELECT to_jsonb(t.*), t.ctid::text FROM {} t ORDER BY {}t.ctid",
+            table.name(),
+            key_columns.concat()
+        );
+        crate::trace::round_trip("SELECT");
+        let rows = client
+            .query_typed_raw(&sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>())
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        let mut rows = pin!(rows);
+        let mut group: Option<KeyGroup> = None;
+        while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
+            let row = row.map_err(|source| postgres_error(&document, source))?;
+            let Value::Object(stored) = row.get::<_, Value>(0) else {
+                return Err(Error::Deserialize {
+                    document: Box::new(document),
+                    message: "a row did not read as an object".into(),
+                });
+            };
+            report.scanned += 1;
+            let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));
+            let later_holder = track_duplicates(&mut group, &mut report, model, &audited);
+            if audited.clean && !later_holder {
+                report.clean += 1;
+            }
+            progress(&AuditProgress::new(report.scanned, total));
+        }
+        if let Some(group) = group.take() {
+            group.close(model, &mut report);
+        }
+        Ok(report)
+    }
+}
+
+/// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.
+async fn estimated_rows<C>(
+    client: &C,
+    model: &Model,
+    document: &DocumentRef,
+) -> Result<Option<u64>, Error>
+where
+    C: GenericClient + Sync,
+{
+    crate::trace::round_trip("SELECT");
+    let estimate = client
+        .query_typed_opt(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
+            &[(&model.collection(), Type::TEXT)],
+        )
+        .await
+        .map_err(|source| postgres_error(document, source))?;
+    // -1: never vacuumed or analyzed.
+    Ok(estimate.and_then(|row| u64::try_from(row.get::<_, i64>(0)).ok()))
+}
+
+/// One row as the audit saw it.
+struct AuditedRow {
+    /// The stored `_id` as text, or where the row is if it has none.
+    id: String,
+    /// The natural-key values, in declaration order; NULL for a missing column.
+    key: Vec<Value>,
+    /// Whether the row has no problem of its own.
+    clean: bool,
+}
+
+/// Counts the problems of one row: its id, its content hash, whether it reads as `T`.
+fn audit_row<T>(
+    report: &mut AuditReport,
+    table: &Table,
+    stored: Map<String, Value>,
+    location: String,
+) -> AuditedRow
+where
+    T: Idempotent + Serialize + DeserializeOwned,
+{
+    let model = &T::MODEL;
+    let stored_id = stored
+        .get(ID_FIELD)
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let id = match stored.get(ID_FIELD) {
+        None | Some(Value::Null) => format!("(no _id, at ctid {location})"),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    };
+    let stored_hash = stored
+        .get(model.hash_field())
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let key: Vec<Value> = model
+        .natural_key_fields()
+        .map(|field| stored_value(&stored, field))
+        .collect();
+    let timestamp = model
+        .timestamp_field()
+        .map(|field| stored_value(&stored, field));
+    let read: Result<T, String> = row_as(table, stored).map_err(|error| error.to_string());
+    let mut clean = true;
+    // An event's id is random, assigned by its first write: there is none to derive.
+    if model.idempotency_key_field().is_none() {
+        let derived = match &read {
+            Ok(value) => value.id().map_err(|error| error.to_string()),
+            Err(_) => derive_from_stored(model, &key, timestamp.as_ref()),
+        };
+        match derived {
+            Err(why) => {
+                report.underivable.record(id.clone(), Some(why));
+                clean = false;
+            }
+            Ok(derived) => {
+                let finding = match stored_id.as_deref() {
+                    Some(text) if text == derived.to_string() => None,
+                    Some(text) if text.parse::<Id>().is_ok() => Some(&mut report.orphans),
+                    _ => Some(&mut report.legacy_ids),
+                };
+                if let Some(finding) = finding {
+                    finding.record(id.clone(), Some(format!("derived id {derived}")));
+                    clean = false;
+                }
+            }
+        }
+    }
+    let content_hash = read
+        .as_ref()
+        .ok()
+        .and_then(|value| value.content_hash().ok());
+    match (stored_hash, content_hash) {
+        (None, _) => {
+            report.missing_hash.record(id.clone(), None);
+            clean = false;
+        }
+        (Some(stored), Some(content)) if stored != content.to_hex() => {
+            report.hash_mismatch.record(id.clone(), None);
+            clean = false;
+        }
+        _ => {}
+    }
+    if let (Err(why), Some(finding)) = (read, &mut report.undeserializable) {
+        finding.record(id.clone(), Some(why));
+        clean = false;
+    }
+    AuditedRow { id, key, clean }
+}
+
+/// The stored value of `field`, NULL if the table has no such column.
+fn stored_value(stored: &Map<String, Value>, field: &Field) -> Value {
+    stored
+        .get(field.stored_name())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A key value as a row stores it.
+struct StoredKey<'a>(KeyPart<'a>);
+
+impl IdKey for StoredKey<'_> {
+    fn key_part(&self) -> KeyPart<'_> {
+        self.0
+    }
+}
+
+/// The id derived from a row's stored key values (`key`, in declaration order) and timestamp,
+/// for a row that does not read as its type: keys stored as text, integers or booleans, the
+/// timestamp as integer milliseconds.
+fn derive_from_stored(
+    model: &Model,
+    key: &[Value],
+    timestamp: Option<&Value>,
+) -> Result<Id, String> {
+    let parts = model
+        .natural_key_fields()
+        .zip(key)
+        .map(|(field, value)| match value {
+            Value::String(text) => Ok(StoredKey(KeyPart::Text(text))),
+            Value::Bool(flag) => Ok(StoredKey(KeyPart::Bool(*flag))),
+            Value::Number(number) => number
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| number.as_u64().map(i128::from))
+                .map(|integer| StoredKey(KeyPart::Integer(integer)))
+                .ok_or_else(|| unusable(field, value, "a key is an integer")),
+            _ => Err(unusable(
+                field,
+                value,
+                "a key is text, an integer or a boolean",
+            )),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let keys: Vec<&dyn IdKey> = parts.iter().map(|part| part as &dyn IdKey).collect();
+    let millis = match (model.timestamp_field(), timestamp) {
+        (Some(field), Some(value)) => Some(value.as_i64().ok_or_else(|| {
+            unusable(
+                field,
+                value,
+                "a timestamp of a row that does not read as the type is integer milliseconds",
+            )
+        })?),
+        _ => None,
+    };
+    let timestamp = millis.as_ref().map(|millis| millis as &dyn IdTimestamp);
+    derive_id(model, &keys, timestamp).map_err(|error| error.to_string())
+}
+
+fn unusable(field: &Field, value: &Value, expected: &str) -> String {
+    match value {
+        Value::Null => format!("`{}` is missing", field.stored_name()),
+        value => format!("`{}` holds {value}, but {expected}", field.stored_name()),
+    }
+}
+
+/// The rows of one natural key, as the ordered scan meets them.
+struct KeyGroup {
+    key: Vec<Value>,
+    rows: u64,
+    sample_ids: Vec<String>,
+    /// Whether the first row of the key was counted clean: it is not, once a second one shows
+    /// the key is duplicated.
+    first_was_clean: bool,
+}
+
+impl KeyGroup {
+    fn close(self, model: &Model, report: &mut AuditReport) {
+        if self.rows > 1 {
+            let shown = model
+                .natural_key_fields()
+                .zip(self.key)
+                .map(|(field, value)| (field.stored_name().to_owned(), shown_value(value)))
+                .collect();
+            report
+                .duplicates
+                .record(ShownKey(shown), self.rows, self.sample_ids);
+        }
+    }
+}
+
+fn shown_value(value: Value) -> ShownValue {
+    match value {
+        Value::String(text) => ShownValue::Text(text),
+        Value::Bool(flag) => ShownValue::Bool(flag),
+        Value::Null => ShownValue::Null,
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => ShownValue::Integer(integer),
+            None => ShownValue::Other(number.to_string()),
+        },
+        other => ShownValue::Other(other.to_string()),
+    }
+}
+
+/// Adds the row to the group of its natural key, closing the previous group when the key
+/// changes. Returns whether the row is a second (or later) holder of its key; the first holder
+/// of a duplicated key is taken out of the clean count when the second arrives. A key with a
+/// NULL part collides with no other, as in a unique constraint.
+fn track_duplicates(
+    group: &mut Option<KeyGroup>,
+    report: &mut AuditReport,
+    model: &Model,
+    row: &AuditedRow,
+) -> bool {
+    let comparable = !row.key.iter().any(Value::is_null);
+    if let Some(current) = group
+        .as_mut()
+        .filter(|current| comparable && current.key == row.key)
+    {
+        current.rows += 1;
+        if current.sample_ids.len() < SAMPLES_PER_KIND {
+            current.sample_ids.push(row.id.clone());
+        }
+        if current.rows == 2 && current.first_was_clean {
+            report.clean -= 1;
+        }
+        return true;
+    }
+    if let Some(previous) = group.take() {
+        previous.close(model, report);
+    }
+    if comparable {
+        *group = Some(KeyGroup {
+            key: row.key.clone(),
+            rows: 1,
+            sample_ids: vec![row.id.clone()],
+            first_was_clean: row.clean,
+        });
+    }
+    false
+}
