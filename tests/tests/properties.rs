@@ -3,8 +3,8 @@
 //! refuses exactly the tuples with a ':', and content hashes do not depend on map insertion
 //! order and equal SHA-256 over the canonical bytes.
 //!
-//! Each property checks idem against an encoding written here from `docs/SPEC.md`, not against
-//! idem's own helpers.
+//! Each property checks idem against the spec's encodings as `idem-spec-reference`
+//! (`spec-reference/`) writes them out from `docs/SPEC.md`, not against idem's own helpers.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use idem_core::hash::{canonical_bytes, canonical_document_bytes, content_hash, hash_value};
 use idem_core::id::{derive_id, encode_key_v1, MAX_TIMESTAMP_MS};
 use idem_core::{Error, Field, IdKey, IdScheme, Idempotent, Model, Role};
+use idem_spec_reference::content;
+use idem_spec_reference::id::{hash_part, joined_input, v1_input, KeyValue};
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -34,16 +36,6 @@ enum Key {
     Bool(bool),
 }
 
-/// A key value as the spec sees it: text (a char is its one-character text), an integer of any
-/// width, an unsigned integer above `i128::MAX`, or a boolean.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Canonical {
-    Text(String),
-    Integer(i128),
-    Large(u128),
-    Bool(bool),
-}
-
 impl Key {
     fn as_id_key(&self) -> &dyn IdKey {
         match self {
@@ -57,57 +49,23 @@ impl Key {
         }
     }
 
-    fn canonical(&self) -> Canonical {
+    /// The value the spec sees: a char is its one-character text, an integer has no width.
+    fn value(&self) -> KeyValue {
         match self {
-            Key::Text(text) => Canonical::Text(text.clone()),
-            Key::Char(c) => Canonical::Text(c.to_string()),
-            Key::I64(n) => Canonical::Integer(i128::from(*n)),
-            Key::U64(n) => Canonical::Integer(i128::from(*n)),
-            Key::I128(n) => Canonical::Integer(*n),
-            Key::U128(n) => match i128::try_from(*n) {
-                Ok(fits) => Canonical::Integer(fits),
-                Err(_) => Canonical::Large(*n),
-            },
-            Key::Bool(b) => Canonical::Bool(*b),
+            Key::Text(text) => KeyValue::from(text.as_str()),
+            Key::Char(c) => KeyValue::from(*c),
+            Key::I64(n) => KeyValue::from(*n),
+            Key::U64(n) => KeyValue::from(*n),
+            Key::I128(n) => KeyValue::from(*n),
+            Key::U128(n) => KeyValue::from(*n),
+            Key::Bool(b) => KeyValue::from(*b),
         }
     }
 
     /// The text `joined` hashes for this key.
     fn joined_text(&self) -> String {
-        match self.canonical() {
-            Canonical::Text(text) => text,
-            Canonical::Integer(n) => n.to_string(),
-            Canonical::Large(n) => n.to_string(),
-            Canonical::Bool(b) => b.to_string(),
-        }
+        self.value().joined_text()
     }
-}
-
-/// The `v1` encoding of one key value, from the spec (section 1.4).
-fn spec_v1(key: &Canonical, out: &mut Vec<u8>) {
-    match key {
-        Canonical::Text(text) => {
-            out.push(0x01);
-            out.extend_from_slice(&(text.len() as u64).to_be_bytes());
-            out.extend_from_slice(text.as_bytes());
-        }
-        Canonical::Integer(n) => {
-            out.push(0x02);
-            out.extend_from_slice(&n.to_be_bytes());
-        }
-        Canonical::Large(n) => {
-            out.push(0x03);
-            out.extend_from_slice(&n.to_be_bytes());
-        }
-        Canonical::Bool(b) => out.extend_from_slice(&[0x04, u8::from(*b)]),
-    }
-}
-
-fn first_ten(bytes: &[u8]) -> [u8; 10] {
-    let digest = Sha256::digest(bytes);
-    let mut part = [0u8; 10];
-    part.copy_from_slice(&digest[..10]);
-    part
 }
 
 const fn key_fields<const N: usize>() -> [Field; N] {
@@ -235,11 +193,11 @@ proptest! {
         // the same id.
         let widened: Vec<Key> = keys
             .iter()
-            .map(|key| match key.canonical() {
-                Canonical::Text(text) => Key::Text(text),
-                Canonical::Integer(n) => Key::I128(n),
-                Canonical::Large(n) => Key::U128(n),
-                Canonical::Bool(b) => Key::Bool(b),
+            .map(|key| match key.value() {
+                KeyValue::Text(text) => Key::Text(text),
+                KeyValue::Integer(n) => Key::I128(n),
+                KeyValue::LargeUnsigned(n) => Key::U128(n),
+                KeyValue::Bool(b) => Key::Bool(b),
             })
             .collect();
         prop_assert_eq!(
@@ -300,7 +258,8 @@ proptest! {
         match id_of(IdScheme::Joined, &keys, ts) {
             Ok(id) => {
                 prop_assert!(texts.iter().all(|t| !t.contains(':')), "{:?}", texts);
-                prop_assert_eq!(id.hash_part(), first_ten(texts.join(":").as_bytes()));
+                let values: Vec<KeyValue> = keys.iter().map(Key::value).collect();
+                prop_assert_eq!(id.hash_part(), hash_part(joined_input(&values).as_bytes()));
                 prop_assert_eq!(id.timestamp_ms(), ts);
             }
             Err(Error::AmbiguousKey { field, value, .. }) => {
@@ -347,7 +306,7 @@ proptest! {
 }
 
 /// More than 100,000 distinct key tuples (2 or 3 keys), with no two sharing a `v1` encoding or
-/// a hash part. The encoding is checked against the spec's, written out here.
+/// a hash part. The encoding is checked against the spec's.
 #[test]
 fn v1_is_injective_over_100_000_distinct_key_tuples() {
     let started = std::time::Instant::now();
@@ -357,15 +316,12 @@ fn v1_is_injective_over_100_000_distinct_key_tuples() {
         failure_persistence: None,
         ..Config::default()
     });
-    let by_hash_part: RefCell<HashMap<[u8; 10], Vec<Canonical>>> = RefCell::default();
-    let by_encoding: RefCell<HashMap<Vec<u8>, Vec<Canonical>>> = RefCell::default();
+    let by_hash_part: RefCell<HashMap<[u8; 10], Vec<KeyValue>>> = RefCell::default();
+    let by_encoding: RefCell<HashMap<Vec<u8>, Vec<KeyValue>>> = RefCell::default();
     runner
         .run(&tuple(), |keys| {
-            let canonical: Vec<Canonical> = keys.iter().map(Key::canonical).collect();
-            let mut spec = Vec::new();
-            for key in &canonical {
-                spec_v1(key, &mut spec);
-            }
+            let values: Vec<KeyValue> = keys.iter().map(Key::value).collect();
+            let spec = v1_input(&values);
             let mut encoded = Vec::new();
             for key in &keys {
                 encode_key_v1(key.as_id_key().key_part(), |bytes| {
@@ -374,24 +330,24 @@ fn v1_is_injective_over_100_000_distinct_key_tuples() {
             }
             prop_assert_eq!(&encoded, &spec, "the encoding of {:?}", keys);
             let id = id_of(IdScheme::V1, &keys, 0).unwrap();
-            prop_assert_eq!(id.hash_part(), first_ten(&spec));
+            prop_assert_eq!(id.hash_part(), hash_part(&spec));
 
             if let Some(other) = by_encoding
                 .borrow_mut()
-                .insert(spec, canonical.clone())
-                .filter(|other| *other != canonical)
+                .insert(spec, values.clone())
+                .filter(|other| *other != values)
             {
                 return Err(TestCaseError::fail(format!(
-                    "{other:?} and {canonical:?} share a v1 encoding"
+                    "{other:?} and {values:?} share a v1 encoding"
                 )));
             }
             if let Some(other) = by_hash_part
                 .borrow_mut()
-                .insert(id.hash_part(), canonical.clone())
-                .filter(|other| *other != canonical)
+                .insert(id.hash_part(), values.clone())
+                .filter(|other| *other != values)
             {
                 return Err(TestCaseError::fail(format!(
-                    "{other:?} and {canonical:?} share a hash part"
+                    "{other:?} and {values:?} share a hash part"
                 )));
             }
             Ok(())
@@ -571,9 +527,7 @@ proptest! {
         prop_assert_eq!(hash_value(&-0.0f32).unwrap(), hash_value(&0.0f64).unwrap());
         // Any other float hashes as its own bits.
         if !x.is_nan() && x != 0.0 {
-            let mut bytes = vec![0x04];
-            bytes.extend_from_slice(&x.to_bits().to_be_bytes());
-            prop_assert_eq!(canonical_bytes(&x).unwrap(), bytes);
+            prop_assert_eq!(canonical_bytes(&x).unwrap(), content::float(x).to_vec());
             prop_assert_ne!(hash_value(&x).unwrap(), expected);
         }
     }
