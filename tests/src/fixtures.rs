@@ -94,3 +94,34 @@ pub struct Payment {
     pub request_key: String,
     pub amount_cents: i64,
 }
+
+/// The id timestamp of [`ingested_post`]: unix milliseconds.
+pub const T0: i64 = 1_700_000_000_000;
+
+/// A post as an ingest stores it, small enough to seed by hand as other code would have stored
+/// it: the audit and adoption tests write it with idem and without.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+pub struct IngestedPost {
+    #[idem(key)]
+    pub slug: String,
+    #[idem(key)]
+    pub lang: String,
+    #[idem(timestamp)]
+    pub published_at: i64,
+    pub title: String,
+    #[idem(volatile)]
+    pub fetched_at: i64,
+}
+
+/// The English post `slug` titled `title`, published at [`T0`].
+pub fn ingested_post(slug: &str, title: &str) -> IngestedPost {
+    IngestedPost {
+        slug: slug.into(),
+        lang: "en".into(),
+        published_at: T0,
+        title: title.into(),
+        fetched_at: 5,
+    }
+}

@@ -11,37 +11,12 @@ use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::{Collection, Database};
-use serde::{Deserialize, Serialize};
+use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-}
-
-const T0: i64 = 1_700_000_000_000;
 
 /// The stored fields of `Post` in declaration order, for a run-time model.
 const FIELD_ORDER: &[&str] = &["slug", "lang", "publishedAt", "title", "fetchedAt"];
 
-fn post(slug: &str, title: &str) -> Post {
-    Post {
-        slug: slug.into(),
-        lang: "en".into(),
-        published_at: T0,
-        title: title.into(),
-        fetched_at: T0 + 5,
-    }
-}
 
 fn posts(database: &Database) -> Collection<Document> {
     database.collection("posts")

@@ -6,36 +6,11 @@
 
 use idem_core::audit::Finding;
 use idem_core::postgres::Store;
-use idem_core::{AuditProgress, Idempotent, Outcome};
+use idem_core::{AuditProgress, Outcome};
 use idem_tests::backends::{postgres_client, postgres_servers};
-use serde::{Deserialize, Serialize};
+use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    #[idem(volatile)]
-    fetched_at: i64,
-}
 
-const T0: i64 = 1_700_000_000_000;
-
-fn post(slug: &str, title: &str) -> Post {
-    Post {
-        slug: slug.into(),
-        lang: "en".into(),
-        published_at: T0,
-        title: title.into(),
-        fetched_at: 5,
-    }
-}
 
 /// A fresh schema on the server at `uri`, named after `test`, and a client on it.
 async fn fresh_schema(test: &str, uri: &str) -> (String, tokio_postgres::Client) {
