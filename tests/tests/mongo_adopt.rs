@@ -7,16 +7,14 @@ use std::time::Duration;
 
 use idem_core::mongo::{AdoptOptions, DuplicateRule, Store, NATURAL_KEY_INDEX};
 use idem_core::{AuditProgress, Error, Idempotent, Outcome};
+use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
 use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::{Collection, Database};
-use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
-
 
 /// The stored fields of `Post` in declaration order, for a run-time model.
 const FIELD_ORDER: &[&str] = &["slug", "lang", "publishedAt", "title", "fetchedAt"];
-
 
 fn posts(database: &Database) -> Collection<Document> {
     database.collection("posts")

@@ -10,8 +10,6 @@ use idem_core::{AuditProgress, Outcome};
 use idem_tests::backends::{postgres_client, postgres_servers};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
 
-
-
 /// A fresh schema on the server at `uri`, named after `test`, and a client on it.
 async fn fresh_schema(test: &str, uri: &str) -> (String, tokio_postgres::Client) {
     let schema = format!("pa_{}_{}", test, std::process::id()).to_lowercase();
