@@ -430,3 +430,82 @@ mod tests {
         assert!(!report.is_clean());
     }
 }
+
+/// A natural key as a scan in natural-key order compares and shows it.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) trait ScannedKey {
+    /// Whether `self` and `other` collide in the unique natural-key index.
+    fn collides_with(&self, other: &Self) -> bool;
+    /// The key as a report shows it.
+    fn shown(&self) -> ShownKey;
+}
+
+/// The holders of the natural key a scan in natural-key order is at: documents or rows sharing a
+/// key come one after the other, so finding duplicates needs only the current key and its first
+/// few ids, whatever the size of the collection or table. Both backends' audits count with it.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) struct DuplicateTracker<K> {
+    current: Option<KeyHolders<K>>,
+}
+
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+struct KeyHolders<K> {
+    key: K,
+    holders: u64,
+    sample_ids: Vec<String>,
+    /// Whether the first holder was counted clean: it is not, once a second one shows the key
+    /// is duplicated.
+    first_was_clean: bool,
+}
+
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+impl<K: ScannedKey> DuplicateTracker<K> {
+    /// A scan that has met no key yet.
+    pub fn new() -> Self {
+        DuplicateTracker { current: None }
+    }
+
+    /// Counts a holder of `key` (`None`: a key that collides with no other, such as one with a
+    /// NULL part in a PostgreSQL unique constraint) with its id, and whether it has no problem
+    /// of its own; counts it clean in `report` unless it is a second or later holder of its
+    /// key. The first holder of a duplicated key leaves the clean count when the second arrives.
+    pub fn count(&mut self, report: &mut AuditReport, key: Option<K>, id: &str, clean: bool) {
+        if let (Some(current), Some(key)) = (self.current.as_mut(), key.as_ref()) {
+            if current.key.collides_with(key) {
+                current.holders += 1;
+                if current.sample_ids.len() < SAMPLES_PER_KIND {
+                    current.sample_ids.push(id.to_owned());
+                }
+                if current.holders == 2 && current.first_was_clean {
+                    report.clean -= 1;
+                }
+                return;
+            }
+        }
+        self.finish_key(report);
+        if clean {
+            report.clean += 1;
+        }
+        self.current = key.map(|key| KeyHolders {
+            key,
+            holders: 1,
+            sample_ids: vec![id.to_owned()],
+            first_was_clean: clean,
+        });
+    }
+
+    /// Ends the scan: the last key is reported if it was duplicated.
+    pub fn finish(mut self, report: &mut AuditReport) {
+        self.finish_key(report);
+    }
+
+    fn finish_key(&mut self, report: &mut AuditReport) {
+        if let Some(done) = self.current.take() {
+            if done.holders > 1 {
+                report
+                    .duplicates
+                    .record(done.key.shown(), done.holders, done.sample_ids);
+            }
+        }
+    }
+}

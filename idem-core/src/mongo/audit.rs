@@ -23,7 +23,9 @@ use sha2::{Digest, Sha256};
 use super::compare::{bson_equal, show};
 use super::write::stored_id_text;
 use super::{mongo_error, natural_key_pattern, Store};
-use crate::audit::{AuditProgress, AuditReport, ShownKey, ShownValue, SAMPLES_PER_KIND};
+use crate::audit::{
+    AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
+};
 use crate::error::Error;
 use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
@@ -326,23 +328,16 @@ pub(crate) fn shown_key(key: &[(&str, Bson)]) -> ShownKey {
     )
 }
 
-/// The documents of one natural key, as the sorted scan meets them.
-struct KeyGroup {
-    key: Vec<(&'static str, Bson)>,
-    documents: u64,
-    sample_ids: Vec<String>,
-    /// Whether the first document of the key was counted clean: it is not, once a second one
-    /// shows the key is duplicated.
-    first_was_clean: bool,
-}
+/// A natural key as stored: each key field's stored name and value.
+struct DocumentKey(Vec<(&'static str, Bson)>);
 
-impl KeyGroup {
-    fn close(self, report: &mut AuditReport) {
-        if self.documents > 1 {
-            report
-                .duplicates
-                .record(shown_key(&self.key), self.documents, self.sample_ids);
-        }
+impl ScannedKey for DocumentKey {
+    fn collides_with(&self, other: &Self) -> bool {
+        same_natural_key(&self.0, &other.0)
+    }
+
+    fn shown(&self) -> ShownKey {
+        shown_key(&self.0)
     }
 }
 
@@ -447,7 +442,7 @@ async fn audit_collection(
     let mut cursor = sorted_by_natural_key(&collection, model).await?;
     let typed = matches!(reading, Reading::Typed(_));
     let mut report = AuditReport::new(model.collection(), typed);
-    let mut group: Option<KeyGroup> = None;
+    let mut duplicates = DuplicateTracker::new();
     while cursor
         .advance()
         .await
@@ -464,55 +459,13 @@ async fn audit_collection(
         } else {
             let inspection = inspect(model, reading, &stored);
             let clean = record_problems(&mut report, &inspection);
-            let key = stored_natural_key(model, &stored);
-            let later_holder =
-                track_duplicates(&mut group, &mut report, key, &inspection.stored_id, clean);
-            if clean && !later_holder {
-                report.clean += 1;
-            }
+            let key = DocumentKey(stored_natural_key(model, &stored));
+            duplicates.count(&mut report, Some(key), &inspection.stored_id, clean);
         }
         progress(&AuditProgress::new(report.scanned, total));
     }
-    if let Some(group) = group.take() {
-        group.close(&mut report);
-    }
+    duplicates.finish(&mut report);
     Ok(report)
-}
-
-/// Adds the document to the group of its natural key, closing the previous group when the key
-/// changes. Returns whether the document is a second (or later) holder of its key; the first
-/// holder of a duplicated key is taken out of the clean count when the second arrives.
-fn track_duplicates(
-    group: &mut Option<KeyGroup>,
-    report: &mut AuditReport,
-    key: Vec<(&'static str, Bson)>,
-    stored_id: &str,
-    clean: bool,
-) -> bool {
-    match group {
-        Some(current) if same_natural_key(&current.key, &key) => {
-            current.documents += 1;
-            if current.sample_ids.len() < SAMPLES_PER_KIND {
-                current.sample_ids.push(stored_id.to_owned());
-            }
-            if current.documents == 2 && current.first_was_clean {
-                report.clean -= 1;
-            }
-            true
-        }
-        _ => {
-            if let Some(previous) = group.take() {
-                previous.close(report);
-            }
-            *group = Some(KeyGroup {
-                key,
-                documents: 1,
-                sample_ids: vec![stored_id.to_owned()],
-                first_was_clean: clean,
-            });
-            false
-        }
-    }
 }
 
 /// Counts the problems of one document; returns whether it has none.

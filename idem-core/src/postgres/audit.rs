@@ -32,7 +32,9 @@ use tokio_postgres::GenericClient;
 use super::read::row_as;
 use super::table::{quote, InsertedSignal, Table};
 use super::{postgres_error, survey_table, Store};
-use crate::audit::{AuditProgress, AuditReport, ShownKey, ShownValue, SAMPLES_PER_KIND};
+use crate::audit::{
+    AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
+};
 use crate::error::Error;
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
@@ -127,7 +129,7 @@ impl Store {
             .await
             .map_err(|source| postgres_error(&document, source))?;
         let mut rows = pin!(rows);
-        let mut group: Option<KeyGroup> = None;
+        let mut duplicates = DuplicateTracker::new();
         while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
             let row = row.map_err(|source| postgres_error(&document, source))?;
             let Value::Object(stored) = row.get::<_, Value>(0) else {
@@ -138,15 +140,20 @@ impl Store {
             };
             report.scanned += 1;
             let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));
-            let later_holder = track_duplicates(&mut group, &mut report, model, &audited);
-            if audited.clean && !later_holder {
-                report.clean += 1;
-            }
+            // A key with a NULL part collides with no other, as in a unique constraint.
+            let key = (!audited.key.iter().any(Value::is_null)).then(|| {
+                RowKey(
+                    model
+                        .natural_key_fields()
+                        .map(|field| field.stored_name())
+                        .zip(audited.key)
+                        .collect(),
+                )
+            });
+            duplicates.count(&mut report, key, &audited.id, audited.clean);
             progress(&AuditProgress::new(report.scanned, total));
         }
-        if let Some(group) = group.take() {
-            group.close(model, &mut report);
-        }
+        duplicates.finish(&mut report);
         Ok(report)
     }
 }
@@ -327,28 +334,21 @@ fn unusable(field: &Field, value: &Value, expected: &str) -> String {
     }
 }
 
-/// The rows of one natural key, as the ordered scan meets them.
-struct KeyGroup {
-    key: Vec<Value>,
-    rows: u64,
-    sample_ids: Vec<String>,
-    /// Whether the first row of the key was counted clean: it is not, once a second one shows
-    /// the key is duplicated.
-    first_was_clean: bool,
-}
+/// A natural key as stored: each key column's stored name and value.
+struct RowKey(Vec<(&'static str, Value)>);
 
-impl KeyGroup {
-    fn close(self, model: &Model, report: &mut AuditReport) {
-        if self.rows > 1 {
-            let shown = model
-                .natural_key_fields()
-                .zip(self.key)
-                .map(|(field, value)| (field.stored_name().to_owned(), shown_value(value)))
-                .collect();
-            report
-                .duplicates
-                .record(ShownKey(shown), self.rows, self.sample_ids);
-        }
+impl ScannedKey for RowKey {
+    fn collides_with(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+
+    fn shown(&self) -> ShownKey {
+        ShownKey(
+            self.0
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), shown_value(value.clone())))
+                .collect(),
+        )
     }
 }
 
@@ -363,42 +363,4 @@ fn shown_value(value: Value) -> ShownValue {
         },
         other => ShownValue::Other(other.to_string()),
     }
-}
-
-/// Adds the row to the group of its natural key, closing the previous group when the key
-/// changes. Returns whether the row is a second (or later) holder of its key; the first holder
-/// of a duplicated key is taken out of the clean count when the second arrives. A key with a
-/// NULL part collides with no other, as in a unique constraint.
-fn track_duplicates(
-    group: &mut Option<KeyGroup>,
-    report: &mut AuditReport,
-    model: &Model,
-    row: &AuditedRow,
-) -> bool {
-    let comparable = !row.key.iter().any(Value::is_null);
-    if let Some(current) = group
-        .as_mut()
-        .filter(|current| comparable && current.key == row.key)
-    {
-        current.rows += 1;
-        if current.sample_ids.len() < SAMPLES_PER_KIND {
-            current.sample_ids.push(row.id.clone());
-        }
-        if current.rows == 2 && current.first_was_clean {
-            report.clean -= 1;
-        }
-        return true;
-    }
-    if let Some(previous) = group.take() {
-        previous.close(model, report);
-    }
-    if comparable {
-        *group = Some(KeyGroup {
-            key: row.key.clone(),
-            rows: 1,
-            sample_ids: vec![row.id.clone()],
-            first_was_clean: row.clean,
-        });
-    }
-    false
 }
