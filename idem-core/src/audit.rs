@@ -396,41 +396,6 @@ impl fmt::Display for AdoptReport {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finding_counts_every_document_and_keeps_the_first_samples() {
-        let mut finding = Finding::default();
-        for n in 0..(SAMPLES_PER_KIND as u64 + 3) {
-            finding.record(format!("id-{n}"), None);
-        }
-        assert_eq!(finding.count, SAMPLES_PER_KIND as u64 + 3);
-        assert_eq!(finding.samples.len(), SAMPLES_PER_KIND);
-        assert_eq!(finding.samples[0].id, "id-0");
-    }
-
-    #[test]
-    fn a_report_reads_as_a_summary() {
-        let mut report = AuditReport::new("posts", false);
-        report.scanned = 3;
-        report.clean = 1;
-        let key = ShownKey(vec![
-            ("slug".into(), ShownValue::Text("a".into())),
-            ("lang".into(), ShownValue::Null),
-        ]);
-        report
-            .duplicates
-            .record(key, 2, vec!["x".into(), "y".into()]);
-        report.missing_hash.record("x".into(), None);
-        let summary = report.to_string();
-        assert!(summary.contains("{slug: \"a\", lang: null} in 2 documents: x, y"));
-        assert!(summary.contains("without a content hash: 1\n    x\n"));
-        assert!(!report.is_clean());
-    }
-}
-
 /// A natural key as a scan in natural-key order compares and shows it.
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub(crate) trait ScannedKey {
@@ -507,5 +472,40 @@ impl<K: ScannedKey> DuplicateTracker<K> {
                     .record(done.key.shown(), done.holders, done.sample_ids);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_counts_every_document_and_keeps_the_first_samples() {
+        let mut finding = Finding::default();
+        for n in 0..(SAMPLES_PER_KIND as u64 + 3) {
+            finding.record(format!("id-{n}"), None);
+        }
+        assert_eq!(finding.count, SAMPLES_PER_KIND as u64 + 3);
+        assert_eq!(finding.samples.len(), SAMPLES_PER_KIND);
+        assert_eq!(finding.samples[0].id, "id-0");
+    }
+
+    #[test]
+    fn a_report_reads_as_a_summary() {
+        let mut report = AuditReport::new("posts", false);
+        report.scanned = 3;
+        report.clean = 1;
+        let key = ShownKey(vec![
+            ("slug".into(), ShownValue::Text("a".into())),
+            ("lang".into(), ShownValue::Null),
+        ]);
+        report
+            .duplicates
+            .record(key, 2, vec!["x".into(), "y".into()]);
+        report.missing_hash.record("x".into(), None);
+        let summary = report.to_string();
+        assert!(summary.contains("{slug: \"a\", lang: null} in 2 documents: x, y"));
+        assert!(summary.contains("without a content hash: 1\n    x\n"));
+        assert!(!report.is_clean());
     }
 }
