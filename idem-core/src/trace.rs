@@ -118,7 +118,7 @@ impl Call {
 /// it (`findAndModify`, `INSERT … ON CONFLICT`).
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn round_trip(command: &'static str) {
+pub(crate) fn round_trip(command: &str) {
     #[cfg(feature = "tracing")]
     enabled::round_trip(command);
 }
@@ -286,7 +286,7 @@ mod enabled {
         });
     }
 
-    pub(super) fn round_trip(command: &'static str) {
+    pub(super) fn round_trip(command: &str) {
         with_current(|counts| {
             counts.round_trips.fetch_add(1, Ordering::Relaxed);
         });

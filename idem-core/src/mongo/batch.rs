@@ -309,7 +309,8 @@ impl Store {
         whole: &DocumentRef,
         command: Document,
     ) -> Result<Document, Error> {
-        crate::trace::round_trip("update");
+        // `update` or `insert`: the command's name is its first key.
+        crate::trace::round_trip(command.keys().next().map_or("write", String::as_str));
         let reply = self
             .database
             .run_command(command)

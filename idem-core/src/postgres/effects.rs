@@ -239,7 +239,7 @@ impl Store {
                 .iter()
                 .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
                 .collect();
-            crate::trace::round_trip("INSERT … ON CONFLICT");
+            crate::trace::round_trip("UPDATE");
             let reply = client
                 .query_typed_one(&sql, &typed)
                 .await

@@ -405,7 +405,7 @@ impl Store {
                 id = table::quote(ID_FIELD),
             );
             let id_text = id.to_string();
-            crate::trace::round_trip("INSERT … ON CONFLICT");
+            crate::trace::round_trip("UPDATE");
             let row = client
                 .query_typed_one(&sql, &[(&id_text, Type::TEXT), (&marker_text, Type::TEXT)])
                 .await
