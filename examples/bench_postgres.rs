@@ -89,6 +89,10 @@ use idem_core::tokio_postgres::config::Host;
 use idem_core::tokio_postgres::types::{ToSql, Type};
 use idem_core::tokio_postgres::{Client, Config, NoTls, Statement};
 use idem_core::{BatchReport, Idempotent, Outcome};
+use idem_examples::bench::{
+    fatal, fmt_duration, median, median_duration, order, print_table, print_targets, spread,
+    targets_tsv, Fatal, Target,
+};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -448,19 +452,6 @@ async fn connect(uri: &str, counts: Arc<WireCounts>) -> Result<Client, Fatal> {
 // ------------------------------------------------------------------------------------------------
 // Results
 
-/// A problem that stops the benchmark: exit status 2.
-struct Fatal(String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
-fn fatal(message: impl Into<String>) -> Fatal {
-    Fatal(message.into())
-}
-
 /// One measured run of one variant.
 #[derive(Clone, Copy, Debug)]
 struct Sample {
@@ -490,15 +481,6 @@ struct ReportRow {
     is_baseline: bool,
 }
 
-/// A target, checked: exact targets (counts) fail the run when missed.
-struct Target {
-    /// `exact` (counts: a miss fails the run) or `timed` (reported).
-    kind: &'static str,
-    met: bool,
-    what: String,
-    measured: String,
-}
-
 #[derive(Default)]
 struct Report {
     server: String,
@@ -510,12 +492,7 @@ struct Report {
 
 impl Report {
     fn target(&mut self, exact: bool, met: bool, what: impl Into<String>, measured: String) {
-        self.targets.push(Target {
-            kind: if exact { "exact" } else { "timed" },
-            met,
-            what: what.into(),
-            measured,
-        });
+        self.targets.push(Target::new(exact, met, what, measured));
     }
 
     /// Adds the rows of a scenario whose variant 0 is the baseline.
@@ -596,13 +573,13 @@ impl Report {
             "ratio",
             "ratio per round",
         ];
-        let mut lines: Vec<[String; 10]> = vec![header.map(str::to_owned)];
+        let mut lines: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
         for row in &self.rows {
             let (ratio, rounds) = match &row.ratio {
                 Some((ratio, rounds)) => (format!("{ratio:.2}x"), spread(rounds)),
                 None => ("1.00x".to_owned(), "baseline".to_owned()),
             };
-            lines.push([
+            lines.push(vec![
                 row.scenario.clone(),
                 row.variant.clone(),
                 row.statements.to_string(),
@@ -619,40 +596,9 @@ impl Report {
                 rounds,
             ]);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|i| {
-                lines
-                    .iter()
-                    .map(|line| line[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for (index, line) in lines.iter().enumerate() {
-            let cells: Vec<String> = line
-                .iter()
-                .zip(&widths)
-                .map(|(cell, &width)| format!("{cell:<width$}"))
-                .collect();
-            println!("{}", cells.join("  ").trim_end());
-            if index == 0 {
-                let rules: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-                println!("{}", rules.join("  "));
-            }
-        }
+        print_table(&lines);
         println!();
-        println!("targets:");
-        for target in &self.targets {
-            let verdict = match (target.met, target.kind) {
-                (true, _) => "MET   ",
-                (false, "exact") => "MISSED",
-                (false, _) => "missed",
-            };
-            println!(
-                "  {verdict} [{}] {}: {}",
-                target.kind, target.what, target.measured
-            );
-        }
+        print_targets(&self.targets);
     }
 
     /// The server, every row and target, tab-separated, for `scripts/bench`.
@@ -681,28 +627,9 @@ impl Report {
                 u8::from(row.is_baseline)
             ));
         }
-        for target in &self.targets {
-            out.push_str(&format!(
-                "target\t{}\t{}\t{}\t{}\n",
-                target.kind,
-                if target.met { "met" } else { "missed" },
-                target.what,
-                target.measured
-            ));
-        }
+        out.push_str(&targets_tsv(&self.targets));
         out
     }
-}
-
-/// Each round's ratio, or their range when there are many.
-fn spread(ratios: &[f64]) -> String {
-    if ratios.len() <= 7 {
-        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        return each.join(" ");
-    }
-    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{low:.2} .. {high:.2} ({} rounds)", ratios.len())
 }
 
 /// The median of counts over the rounds, with how far apart the rounds were if they differ.
@@ -727,17 +654,6 @@ fn plural(count: u64, noun: &str) -> String {
     }
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    }
-}
-
 /// The median of counts (the lower middle of an even number).
 fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
     let mut sorted: Vec<u64> = values.collect();
@@ -746,21 +662,6 @@ fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
         .get(sorted.len().saturating_sub(1) / 2)
         .copied()
         .unwrap_or(0)
-}
-
-fn median_duration(values: impl Iterator<Item = Duration>) -> Duration {
-    let seconds: Vec<f64> = values.map(|d| d.as_secs_f64()).collect();
-    Duration::from_secs_f64(median(&seconds))
-}
-
-fn fmt_duration(duration: Duration) -> String {
-    let ns = duration.as_secs_f64() * 1e9;
-    for (unit, scale) in [("s", 1e9), ("ms", 1e6), ("µs", 1e3)] {
-        if ns >= scale {
-            return format!("{:.3} {unit}", ns / scale);
-        }
-    }
-    format!("{ns:.0} ns")
 }
 
 fn fmt_bytes(bytes: u64) -> String {
@@ -995,16 +896,6 @@ struct Bench {
     /// The multi-row upserts by row count, prepared before any timing.
     multi: HashMap<usize, Statement>,
     copy: Statement,
-}
-
-/// The order of the variants in `round`: forward, then backward, so no variant always runs
-/// first.
-fn order(variants: usize, round: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..variants).collect();
-    if round % 2 == 1 {
-        order.reverse();
-    }
-    order
 }
 
 impl Bench {

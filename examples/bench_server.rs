@@ -61,6 +61,10 @@ use idem_core::mongo::Store;
 use idem_core::{Idempotent, Outcome};
 use idem_tests::allocations::{allocations_in, CountingAllocator};
 // The design's blog post; the posts built here are about 2 KiB as BSON.
+use idem_examples::bench::{
+    fatal, fmt_duration, median, median_duration, order, print_table, print_targets, spread,
+    targets_tsv, Fatal, Target,
+};
 use idem_tests::fixtures::Post;
 use mongodb::bson::{self, doc, Bson, Document, RawDocumentBuf};
 use mongodb::error::ErrorKind;
@@ -232,19 +236,6 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 // ------------------------------------------------------------------------------------------------
 // Results
 
-/// A problem that stops the benchmark: exit status 2.
-struct Fatal(String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
-fn fatal(message: impl Into<String>) -> Fatal {
-    Fatal(message.into())
-}
-
 /// One timed run of one variant.
 #[derive(Clone, Debug)]
 struct Sample {
@@ -270,15 +261,6 @@ struct Row {
     is_baseline: bool,
 }
 
-/// A target, checked: exact targets (counts) fail the run when missed.
-struct Target {
-    /// `exact` (counts: a miss fails the run), `timed` (reported) or `info`.
-    kind: &'static str,
-    met: bool,
-    what: String,
-    measured: String,
-}
-
 #[derive(Default)]
 struct Report {
     rows: Vec<Row>,
@@ -287,12 +269,7 @@ struct Report {
 
 impl Report {
     fn target(&mut self, exact: bool, met: bool, what: impl Into<String>, measured: String) {
-        self.targets.push(Target {
-            kind: if exact { "exact" } else { "timed" },
-            met,
-            what: what.into(),
-            measured,
-        });
+        self.targets.push(Target::new(exact, met, what, measured));
     }
 
     /// Adds the rows of a scenario whose variant 0 is the baseline. Returns each variant's
@@ -355,7 +332,7 @@ impl Report {
             "ratio",
             "ratio per round",
         ];
-        let mut lines: Vec<[String; 8]> = vec![header.map(str::to_owned)];
+        let mut lines: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
         for row in &self.rows {
             let wall = match row.per {
                 Some((per, unit)) => {
@@ -368,7 +345,7 @@ impl Report {
                 None if row.is_baseline => ("1.00x".to_owned(), "baseline".to_owned()),
                 None => (String::new(), String::new()),
             };
-            lines.push([
+            lines.push(vec![
                 row.scenario.clone(),
                 row.variant.clone(),
                 row.round_trips.clone(),
@@ -379,41 +356,9 @@ impl Report {
                 rounds,
             ]);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|i| {
-                lines
-                    .iter()
-                    .map(|line| line[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for (index, line) in lines.iter().enumerate() {
-            let cells: Vec<String> = line
-                .iter()
-                .zip(&widths)
-                .map(|(cell, &width)| format!("{cell:<width$}"))
-                .collect();
-            println!("{}", cells.join("  ").trim_end());
-            if index == 0 {
-                let rules: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-                println!("{}", rules.join("  "));
-            }
-        }
+        print_table(&lines);
         println!();
-        println!("targets:");
-        for target in &self.targets {
-            let verdict = match (target.met, target.kind) {
-                (_, "info") => "      ",
-                (true, _) => "MET   ",
-                (false, "exact") => "MISSED",
-                (false, _) => "missed",
-            };
-            println!(
-                "  {verdict} [{}] {}: {}",
-                target.kind, target.what, target.measured
-            );
-        }
+        print_targets(&self.targets);
     }
 
     /// Every row and target, tab-separated, for `scripts/bench`.
@@ -445,58 +390,9 @@ impl Report {
                 u8::from(row.is_baseline)
             ));
         }
-        for target in &self.targets {
-            out.push_str(&format!(
-                "target\t{}\t{}\t{}\t{}\n",
-                target.kind,
-                match (target.kind, target.met) {
-                    ("info", _) => "",
-                    (_, true) => "met",
-                    (_, false) => "missed",
-                },
-                target.what,
-                target.measured
-            ));
-        }
+        out.push_str(&targets_tsv(&self.targets));
         out
     }
-}
-
-/// Each round's ratio, or their range when there are many.
-fn spread(ratios: &[f64]) -> String {
-    if ratios.len() <= 7 {
-        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        return each.join(" ");
-    }
-    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{low:.2} .. {high:.2} ({} rounds)", ratios.len())
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    }
-}
-
-fn median_duration(values: impl Iterator<Item = Duration>) -> Duration {
-    let seconds: Vec<f64> = values.map(|d| d.as_secs_f64()).collect();
-    Duration::from_secs_f64(median(&seconds))
-}
-
-fn fmt_duration(duration: Duration) -> String {
-    let ns = duration.as_secs_f64() * 1e9;
-    for (unit, scale) in [("s", 1e9), ("ms", 1e6), ("µs", 1e3)] {
-        if ns >= scale {
-            return format!("{:.3} {unit}", ns / scale);
-        }
-    }
-    format!("{ns:.0} ns")
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -680,16 +576,6 @@ struct Bench {
     max_batch: usize,
     max_bytes: usize,
     rounds: usize,
-}
-
-/// The order of the variants in `round`: forward, then backward, so no variant always runs
-/// first.
-fn order(variants: usize, round: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..variants).collect();
-    if round % 2 == 1 {
-        order.reverse();
-    }
-    order
 }
 
 impl Bench {

@@ -2,4 +2,5 @@
 //! `blog_ingest.rs`) and their sample data under `data/`. This library holds what several
 //! examples share.
 
+pub mod bench;
 pub mod offline_sync;
