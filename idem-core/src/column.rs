@@ -29,17 +29,38 @@ pub enum ColumnShape {
     Flattened,
 }
 
-/// One stored field: the name serde writes and the kind of value it holds.
+/// One stored field: the name serde writes, the kind of value it holds, and whether serde may
+/// do without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Column {
     stored_name: &'static str,
     shape: ColumnShape,
+    may_be_absent: bool,
 }
 
 impl Column {
-    /// A stored field.
+    /// A stored field that serde always writes and needs back.
     pub const fn new(stored_name: &'static str, shape: ColumnShape) -> Self {
-        Column { stored_name, shape }
+        Column {
+            stored_name,
+            shape,
+            may_be_absent: false,
+        }
+    }
+
+    /// The same field, which serde may leave out (`skip_serializing_if`) or read back without
+    /// (`#[serde(default)]` on the field or the type). A typed column cannot tell a field left out
+    /// from one stored as null: a NULL in this column reads back as absent, so serde applies its
+    /// default; in any other column it reads back as null, which is what a field that is not an
+    /// `Option` but serializes as null (`()`, `serde_json::Value::Null`) needs.
+    pub const fn may_be_absent(mut self) -> Self {
+        self.may_be_absent = true;
+        self
+    }
+
+    /// Whether serde may leave the field out or read it back without it.
+    pub const fn can_be_absent(&self) -> bool {
+        self.may_be_absent
     }
 
     /// The name serde writes.

@@ -128,6 +128,8 @@ pub struct Container {
     pub hash_algorithm: Attr<LitStr>,
     /// serde's `rename_all` (its serialize half).
     pub rename_all: Option<RenameRule>,
+    /// serde's `#[serde(default)]` on the struct: every field may be missing when read.
+    pub defaulted: bool,
 }
 
 impl Container {
@@ -139,6 +141,7 @@ impl Container {
             hash_field: Attr::none(HASH_FIELD),
             hash_algorithm: Attr::none(HASH_ALGORITHM),
             rename_all: None,
+            defaulted: false,
         };
         for attr in attrs {
             if attr.path() == IDEM {
@@ -152,6 +155,9 @@ impl Container {
                             container.rename_all = Some(rule);
                         }
                         return Ok(());
+                    }
+                    if meta.path == DEFAULT {
+                        container.defaulted = true;
                     }
                     skip_meta(meta)
                 });
@@ -236,6 +242,8 @@ pub struct Field {
     pub flattened: Option<Span>,
     /// `#[serde(skip_serializing_if = "…")]`: the field may be left out of what is stored.
     pub skipped_if: Option<Span>,
+    /// `#[serde(default)]` or `#[serde(default = "…")]`: the field may be missing when read.
+    pub defaulted: bool,
     /// Some `#[idem(…)]` item on the field was not understood (an unknown word, bad syntax), so
     /// the field may lack a role its author meant to give it.
     pub misread: bool,
@@ -250,6 +258,7 @@ impl Field {
             skipped: None,
             flattened: None,
             skipped_if: None,
+            defaulted: false,
             misread: false,
         };
         for attr in attrs {
@@ -349,6 +358,9 @@ impl Field {
             self.flattened = Some(meta.path.span());
         } else if meta.path == SKIP_SERIALIZING_IF {
             self.skipped_if = Some(meta.path.span());
+            skip_meta(meta)?;
+        } else if meta.path == DEFAULT {
+            self.defaulted = true;
             skip_meta(meta)?;
         } else {
             skip_meta(meta)?;

@@ -174,7 +174,10 @@ fn expand(input: &Input) -> TokenStream {
             }
         }
     });
-    let columns = input.fields.iter().filter_map(column_spec);
+    let columns = input
+        .fields
+        .iter()
+        .filter_map(|field| column_spec(input, field));
     let push_methods: Vec<TokenStream> = input
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
@@ -257,8 +260,8 @@ fn expand(input: &Input) -> TokenStream {
 
 /// `Column::new("storedName", shape)` for a field serde writes; `None` for a skipped one. The
 /// shape of a flattened field is `Flattened`; any other asks the field's type (auto-ref picks a
-/// scalar impl if there is one).
-fn column_spec(field: &Field) -> Option<TokenStream> {
+/// scalar impl if there is one). A field serde may leave out or default is marked so.
+fn column_spec(input: &Input, field: &Field) -> Option<TokenStream> {
     if field.attrs.skipped.is_some() {
         return None;
     }
@@ -269,7 +272,13 @@ fn column_spec(field: &Field) -> Option<TokenStream> {
     } else {
         quote!((&&__idem::__private::Probe::<#ty>::NEW).shape())
     };
-    Some(quote!(__idem::Column::new(#name, #shape)))
+    let may_be_absent =
+        field.attrs.skipped_if.is_some() || field.attrs.defaulted || input.attrs.defaulted;
+    Some(if may_be_absent {
+        quote!(__idem::Column::new(#name, #shape).may_be_absent())
+    } else {
+        quote!(__idem::Column::new(#name, #shape))
+    })
 }
 
 /// The `use<…>` bound of the futures `upsert`, `ensure_indexes` and `push_<field>` return: the store's borrow

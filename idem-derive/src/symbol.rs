@@ -43,6 +43,7 @@ pub const SKIP: Symbol = Symbol("skip");
 pub const SKIP_SERIALIZING: Symbol = Symbol("skip_serializing");
 pub const SKIP_SERIALIZING_IF: Symbol = Symbol("skip_serializing_if");
 pub const FLATTEN: Symbol = Symbol("flatten");
+pub const DEFAULT: Symbol = Symbol("default");
 
 // The id schemes `id_scheme` accepts.
 pub const SCHEME_V1: &str = "v1";

@@ -1208,3 +1208,74 @@ async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
         assert_eq!(db.get::<Card>(id).await.unwrap(), Some(deleted), "{db}");
     }
 }
+
+/// A reading whose fields serialize as null without being `Option`s, beside fields serde may
+/// leave out and read back with their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "nullable_readings")]
+struct NullableReading {
+    #[idem(key)]
+    sensor: String,
+    /// Any JSON, null included; serde has no default for a missing one.
+    meta: serde_json::Value,
+    /// A unit struct: stored as null.
+    marker: (),
+    /// Left out when empty, read back empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+    /// Always written; read back with its default when a row has no value.
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+/// A field stored as null that is not an `Option` reads back as null, not as missing; one serde
+/// left out reads back as its default. Then the same row written with values reads back with them.
+#[tokio::test]
+async fn a_stored_null_reads_back_as_null_and_a_left_out_field_as_its_default() {
+    let reading = NullableReading {
+        sensor: "s-1".into(),
+        meta: serde_json::Value::Null,
+        marker: (),
+        notes: Vec::new(),
+        labels: Vec::new(),
+    };
+    let filled = NullableReading {
+        meta: serde_json::json!({ "unit": "kPa", "scale": null }),
+        notes: vec!["calibrated".into()],
+        labels: vec!["roof".into()],
+        ..reading.clone()
+    };
+    for db in fresh_backends("nullable_reads").await {
+        db.ensure::<NullableReading>().await;
+        let id = reading.id().unwrap();
+        assert_eq!(
+            db.upsert(&reading).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<NullableReading>(reading.natural_key())
+                .await
+                .unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&filled).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(filled.clone()),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&reading).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+    }
+}

@@ -431,3 +431,52 @@ async fn the_generated_methods_write_through_store_on_a_client_or_a_transaction(
         assert_eq!(rows(&client, "posts").await.len(), 1, "{label}");
     }
 }
+
+/// A type that gained fields since its first rows were written: one `#[serde(default)]` field, and
+/// a struct-level `#[serde(default)]` that covers another.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "gauges")]
+#[serde(default)]
+struct Gauge {
+    #[idem(key)]
+    name: String,
+    unit: String,
+    #[serde(default)]
+    tags: Vec<String>,
+    meta: serde_json::Value,
+}
+
+/// The columns a migration adds are NULL in the rows written before it: they read back as the
+/// field's default where serde has one (a field that is neither left out nor defaulted reads a
+/// NULL back as null: `conformance.rs`).
+#[tokio::test]
+async fn a_null_in_a_column_serde_can_default_reads_back_as_the_default() {
+    for (label, client) in fresh_schemas("defaults").await {
+        let store = Store::new();
+        store.ensure_table::<Gauge, _>(&client).await.unwrap();
+        let gauge = Gauge {
+            name: "boiler".into(),
+            unit: "kPa".into(),
+            tags: vec!["roof".into()],
+            meta: serde_json::json!({ "scale": 2 }),
+        };
+        store.upsert(&client, &gauge).await.unwrap();
+        // What ALTER TABLE … ADD COLUMN leaves in the rows it did not write.
+        client
+            .batch_execute(r#"UPDATE gauges SET unit = NULL, tags = NULL, meta = NULL"#)
+            .await
+            .unwrap();
+        let read = store
+            .get::<Gauge, _>(&client, gauge.id().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            read,
+            Some(Gauge {
+                name: "boiler".into(),
+                ..Gauge::default()
+            }),
+            "{label}"
+        );
+    }
+}

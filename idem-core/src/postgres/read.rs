@@ -132,33 +132,34 @@ pub(super) fn row_as<T: DeserializeOwned>(
 }
 
 /// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
-/// flattened fields back beside the others, NULL as absent (serde's default for a field it
-/// skipped writing, `None` for an `Option`), and NaN and the infinities as floats (`to_jsonb`
-/// writes them as text).
+/// flattened fields back beside the others, NULL as null or, where serde may do without the
+/// field, as absent ([`Column::may_be_absent`](crate::Column::may_be_absent)), and NaN and the
+/// infinities as floats (`to_jsonb` writes them as text).
 fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
     let mut cells = Vec::with_capacity(stored.len());
     for (name, value) in stored {
-        let column = table.column_named(&name).map(|index| &table.columns[index]);
-        match (column.map(|column| (column.content, column.shape)), value) {
-            (_, Value::Null) => {}
-            (Some((Content::Extra, _)), Value::Object(extra)) => {
+        let Some(column) = table.column_named(&name).map(|index| &table.columns[index]) else {
+            // A column the model does not know (added by a migration): not the type's.
+            continue;
+        };
+        match (column.content, column.shape, value) {
+            (_, _, Value::Null) if column.null_is_absent => {}
+            (Content::Extra, _, Value::Object(extra)) => {
                 cells.extend(
                     extra
                         .into_iter()
                         .map(|(name, value)| (name, Cell::Json(value))),
                 );
             }
-            (Some((Content::Stored(_), ColumnShape::Float)), Value::String(text)) => {
+            (Content::Stored(_), ColumnShape::Float, Value::String(text)) => {
                 match text.parse::<f64>() {
                     Ok(float) => cells.push((name, Cell::Float(float))),
                     Err(_) => cells.push((name, Cell::Json(Value::String(text)))),
                 }
             }
-            (Some((Content::Stored(_), _)), value) => cells.push((name, Cell::Json(value))),
+            (Content::Stored(_), _, value) => cells.push((name, Cell::Json(value))),
             // The id, the hash, the digests, the version key and the op ids are idem's.
-            (Some(_), _) => {}
-            // A column the model does not know (added by a migration): not the type's.
-            (None, _) => {}
+            _ => {}
         }
     }
     cells

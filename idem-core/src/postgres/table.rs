@@ -36,6 +36,8 @@ pub(crate) struct TableColumn {
     pub name: &'static str,
     pub shape: ColumnShape,
     pub content: Content,
+    /// Whether a NULL here reads back as the field absent (serde may do without it), not as null.
+    pub null_is_absent: bool,
 }
 
 impl TableColumn {
@@ -150,6 +152,7 @@ impl Table {
             name: ID_FIELD,
             shape: ColumnShape::Text,
             content: Content::Id,
+            null_is_absent: false,
         }];
         let mut flattened = false;
         for column in stored {
@@ -165,12 +168,14 @@ impl Table {
                 name: column.stored_name(),
                 shape: column.shape(),
                 content: Content::Stored(field),
+                null_is_absent: column.can_be_absent(),
             });
         }
         let extra = |name, content| TableColumn {
             name,
             shape: ColumnShape::Structured,
             content,
+            null_is_absent: true,
         };
         columns.push(extra(model.hash_field(), Content::Hash));
         if model.digested_fields().next().is_some() {
