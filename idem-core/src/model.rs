@@ -71,6 +71,39 @@ pub trait Idempotent {
     }
 }
 
+/// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
+/// backends check before a push.
+pub(crate) fn pushed_list(
+    model: &'static Model,
+    field: &'static str,
+    document: &DocumentRef,
+) -> Result<&'static Field, Error> {
+    model
+        .fields()
+        .iter()
+        .find(|f| f.name() == field && f.role() == Role::Pushed)
+        .ok_or_else(|| Error::NotAPushedField {
+            document: Box::new(document.clone()),
+            field,
+        })
+}
+
+/// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
+/// items without a key would all fold into the first one pushed. `written` lists the stored
+/// names the item writes a value under, in its order.
+pub(crate) fn item_without_key<'a>(
+    document: DocumentRef,
+    list: &Field,
+    written: impl IntoIterator<Item = &'a String>,
+) -> Error {
+    Error::ItemWithoutKey {
+        document: Box::new(document),
+        field: list.name(),
+        item_key: list.item_key(),
+        written: written.into_iter().cloned().collect(),
+    }
+}
+
 /// The idempotency key of an event, as text; an empty key is refused, since requests that lost
 /// their key would all fold into the first one.
 pub(crate) fn idempotency_key<T: Idempotent + ?Sized>(event: &T) -> Result<String, Error> {

@@ -1507,6 +1507,13 @@ struct RenamedComment {
     text: String,
 }
 
+/// A comment whose missing key serde writes as null.
+#[derive(Serialize)]
+struct NullKeyComment {
+    comment_id: Option<String>,
+    text: String,
+}
+
 #[tokio::test]
 async fn pushing_an_item_without_its_key_is_refused() {
     for db in fresh_backends("item_without_key").await {
@@ -1552,6 +1559,22 @@ async fn pushing_an_item_without_its_key_is_refused() {
             error.to_string().contains(
                 "has no `comment_id` field to tell it apart; it writes `commentId`, `text`"
             ),
+            "{db}: {error}"
+        );
+        // A key serde writes as null is no key: two such items would fold into one, the
+        // second answered `AlreadyPresent` and lost.
+        let null_key = NullKeyComment {
+            comment_id: None,
+            text: "who am I?".into(),
+        };
+        let error = db
+            .push::<Thread, _>(thread.id().unwrap(), "comments", &null_key)
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("has no `comment_id` field to tell it apart; it writes `text`"),
             "{db}: {error}"
         );
         // An item that is not a document at all has no key either.

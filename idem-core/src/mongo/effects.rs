@@ -15,7 +15,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{DocumentRef, Idempotent, Model, OpId, Role};
+use crate::model::{item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId};
 use crate::outcome::{Applied, Pushed};
 use crate::trace::{Call, CallKind};
 
@@ -165,26 +165,10 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let Some(list) = model
-                .fields()
-                .iter()
-                .find(|f| f.name() == field && f.role() == Role::Pushed)
-            else {
-                return Err(Error::NotAPushedField {
-                    document: Box::new(document),
-                    field,
-                });
-            };
+            let list = pushed_list(model, field, &document)?;
             let item = match bson::to_bson(item) {
                 Ok(Bson::Document(item)) => item,
-                Ok(_) => {
-                    return Err(Error::ItemWithoutKey {
-                        document: Box::new(document),
-                        field,
-                        item_key: list.item_key(),
-                        written: Vec::new(),
-                    })
-                }
+                Ok(_) => return Err(item_without_key(document, list, [])),
                 Err(error) => {
                     return Err(Error::Serialize {
                         document: Box::new(document),
@@ -192,17 +176,16 @@ impl Store {
                     })
                 }
             };
-            let Some(item_key) = item.get(list.item_key()).cloned() else {
-                return Err(Error::ItemWithoutKey {
-                    document: Box::new(document),
-                    field,
-                    item_key: list.item_key(),
-                    written: item
-                        .iter()
-                        .filter(|(_, value)| !matches!(value, Bson::Null))
-                        .map(|(name, _)| name.clone())
-                        .collect(),
-                });
+            let Some(item_key) = item
+                .get(list.item_key())
+                .filter(|key| !matches!(key, Bson::Null))
+                .cloned()
+            else {
+                let written = item
+                    .iter()
+                    .filter(|(_, value)| !matches!(value, Bson::Null))
+                    .map(|(name, _)| name);
+                return Err(item_without_key(document, list, written));
             };
             let collection = self.raw_collection(model);
             let id_text = id.to_string();

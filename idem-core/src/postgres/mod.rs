@@ -71,7 +71,9 @@ use tokio_postgres::GenericClient;
 use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement};
 use crate::error::{BackendError, Error};
 use crate::id::Id;
-use crate::model::{Backend, DocumentRef, Idempotent, Model, Role, ID_FIELD};
+use crate::model::{
+    item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model, ID_FIELD,
+};
 use crate::outcome::{Outcome, Pushed};
 use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};
@@ -513,35 +515,20 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let Some(list) = model
-                .fields()
-                .iter()
-                .find(|f| f.name() == field && f.role() == Role::Pushed)
-            else {
-                return Err(Error::NotAPushedField {
-                    document: Box::new(document),
-                    field,
-                });
-            };
+            let list = pushed_list(model, field, &document)?;
             let table = self.table::<T, C>(client, &document).await?;
             let item = json::to_json(item).map_err(|error| Error::Serialize {
                 document: Box::new(document.clone()),
                 message: error.message(),
             })?;
             let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
-                let written = item.as_object().map_or_else(Vec::new, |entries| {
+                let written = item.as_object().into_iter().flat_map(|entries| {
                     entries
                         .iter()
                         .filter(|(_, value)| !value.is_null())
-                        .map(|(name, _)| name.clone())
-                        .collect()
+                        .map(|(name, _)| name)
                 });
-                return Err(Error::ItemWithoutKey {
-                    document: Box::new(document),
-                    field,
-                    item_key: list.item_key(),
-                    written,
-                });
+                return Err(item_without_key(document, list, written));
             };
             let mut probe = serde_json::Map::new();
             probe.insert(list.item_key().to_owned(), item_key.clone());
