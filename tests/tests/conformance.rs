@@ -818,6 +818,72 @@ async fn a_push_appends_once_however_often_and_however_concurrently_it_is_sent()
     }
 }
 
+/// A schedule whose slots are told apart by a composite key: a struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "schedules")]
+struct Schedule {
+    #[idem(key)]
+    room: String,
+    #[idem(push_by = "at")]
+    slots: Vec<Slot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Slot {
+    at: SlotKey,
+    booked_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SlotKey {
+    day: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hour: Option<u32>,
+    seats: Vec<u32>,
+}
+
+/// Items are the same item when their keys are equal, not when one key holds the other: a
+/// composite key that is a part of a stored one (fewer fields, fewer list entries) is another
+/// item, and is appended.
+#[tokio::test]
+async fn a_composite_item_key_is_compared_whole() {
+    let slot = |day: &str, hour: Option<u32>, seats: &[u32], who: &str| Slot {
+        at: SlotKey {
+            day: day.into(),
+            hour,
+            seats: seats.to_vec(),
+        },
+        booked_by: who.into(),
+    };
+    for db in fresh_backends("composite_push").await {
+        db.ensure::<Schedule>().await;
+        let schedule = Schedule {
+            room: "blue".into(),
+            slots: Vec::new(),
+        };
+        db.upsert(&schedule).await.unwrap();
+        let id = schedule.id().unwrap();
+        let pushes = [
+            (slot("mon", Some(9), &[1, 2], "ada"), Pushed::Appended),
+            (slot("mon", Some(9), &[1, 2], "bob"), Pushed::AlreadyPresent),
+            (slot("mon", None, &[1, 2], "cy"), Pushed::Appended),
+            (slot("mon", Some(9), &[1], "di"), Pushed::Appended),
+            (slot("mon", Some(9), &[], "ed"), Pushed::Appended),
+            (slot("mon", Some(9), &[1], "fay"), Pushed::AlreadyPresent),
+        ];
+        for (item, expected) in &pushes {
+            assert_eq!(
+                db.push::<Schedule, _>(id, "slots", item).await.unwrap(),
+                *expected,
+                "{db}: {item:?}"
+            );
+        }
+        let stored = db.get::<Schedule>(id).await.unwrap().unwrap();
+        let booked: Vec<&str> = stored.slots.iter().map(|s| s.booked_by.as_str()).collect();
+        assert_eq!(booked, ["ada", "cy", "di", "ed"], "{db}");
+    }
+}
+
 /// An account whose balance only operations move; the holder's name is the upsert's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "wallets")]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use idem_core::postgres::Store;
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, Idempotent, Outcome, Pushed};
 use idem_tests::backends::{postgres_client, postgres_servers};
 use idem_tests::fixtures::{post, Post};
 use serde::{Deserialize, Serialize};
@@ -478,5 +478,54 @@ async fn a_null_in_a_column_serde_can_default_reads_back_as_the_default() {
             }),
             "{label}"
         );
+    }
+}
+
+/// A playlist whose tracks are pushed once each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "playlists")]
+struct Playlist {
+    #[idem(key)]
+    name: String,
+    #[idem(push_by = "track")]
+    tracks: Vec<Track>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Track {
+    track: String,
+}
+
+/// A table whose migration lets the pushed list be NULL (a row another tool wrote without it):
+/// a push treats NULL as the empty list, appends, and once only.
+#[tokio::test]
+async fn a_push_to_a_null_list_starts_the_list() {
+    for (label, client) in fresh_schemas("null_list").await {
+        let store = Store::new();
+        store.ensure_table::<Playlist, _>(&client).await.unwrap();
+        let playlist = Playlist {
+            name: "road".into(),
+            tracks: Vec::new(),
+        };
+        store.upsert(&client, &playlist).await.unwrap();
+        client
+            .batch_execute(
+                "ALTER TABLE playlists ALTER COLUMN tracks DROP NOT NULL; \
+                 UPDATE playlists SET tracks = NULL",
+            )
+            .await
+            .unwrap();
+        let track = Track {
+            track: "intro".into(),
+        };
+        for expected in [Pushed::Appended, Pushed::AlreadyPresent] {
+            let pushed = playlist.push_tracks(&store.on(&client), &track).await;
+            assert_eq!(pushed.unwrap(), expected, "{label}");
+        }
+        let read = store
+            .get::<Playlist, _>(&client, playlist.id().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(read.unwrap().tracks, [track], "{label}");
     }
 }

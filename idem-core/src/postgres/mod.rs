@@ -530,13 +530,17 @@ impl Store {
                 });
                 return Err(item_without_key(document, list, written));
             };
-            let mut probe = serde_json::Map::new();
-            probe.insert(list.item_key().to_owned(), item_key.clone());
-            let probe = serde_json::Value::Array(vec![serde_json::Value::Object(probe)]).to_string();
+            let item_key = item_key.to_string();
             let item = item.to_string();
+            // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
+            // a composite key holding a part of another's fields or list entries would pass for
+            // it. A NULL list (a row another tool wrote) is an empty one.
             let sql = format!(
-                "WITH pushed AS (UPDATE {table} SET {list} = {list} || jsonb_build_array($2::text::jsonb) \
-                 WHERE {id} = $1 AND NOT ({list} @> $3::text::jsonb) RETURNING 1) \
+                "WITH pushed AS (UPDATE {table} \
+                 SET {list} = COALESCE({list}, '[]'::jsonb) || jsonb_build_array($2::text::jsonb) \
+                 WHERE {id} = $1 AND NOT EXISTS (\
+                 SELECT 1 FROM jsonb_array_elements(COALESCE({list}, '[]'::jsonb)) AS stored(item) \
+                 WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
                  SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
                 table = table.name(),
                 list = table::quote(list.stored_name()),
@@ -550,7 +554,8 @@ impl Store {
                     &[
                         (&id_text, Type::TEXT),
                         (&item, Type::TEXT),
-                        (&probe, Type::TEXT),
+                        (&item_key, Type::TEXT),
+                        (&list.item_key(), Type::TEXT),
                     ],
                 )
                 .await
