@@ -73,6 +73,7 @@ pub trait Idempotent {
 
 /// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
 /// backends check before a push.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub(crate) fn pushed_list(
     model: &'static Model,
     field: &'static str,
@@ -91,6 +92,7 @@ pub(crate) fn pushed_list(
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
 /// items without a key would all fold into the first one pushed. `written` lists the stored
 /// names the item writes a value under, in its order.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub(crate) fn item_without_key<'a>(
     document: DocumentRef,
     list: &Field,

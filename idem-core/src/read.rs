@@ -10,6 +10,26 @@ use std::task::{Context, Poll};
 
 use crate::error::Error;
 
+/// Deserializes `T` from a stored document, naming where a value did not fit: `title: invalid
+/// type: null, expected a string`, or `address.city: …` inside a nested value. Both backends read
+/// through it, so a document that does not read as its type is reported alike.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn read_as<'de, T, D>(stored: D) -> Result<T, String>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+    D::Error: std::fmt::Display,
+{
+    serde_path_to_error::deserialize(stored).map_err(|error| {
+        let path = error.path().to_string();
+        match path.as_str() {
+            // The document itself: its own message says what (`missing field `title``).
+            "." => error.into_inner().to_string(),
+            _ => format!("{path}: {}", error.into_inner()),
+        }
+    })
+}
+
 /// The future of a generated `find`: a read of the document stored under a natural key, as its
 /// type, `None` if none is.
 ///

@@ -26,6 +26,8 @@ pub(crate) enum CallKind {
     DeleteById,
     Get,
     Find,
+    Audit,
+    Adopt,
 }
 
 /// What a call's span shows as its outcome.
@@ -57,6 +59,30 @@ shown_as_displayed!(
 impl<T> Shown for Vec<T> {
     fn shown(&self) -> String {
         format!("{} inserted", self.len())
+    }
+}
+
+/// An audit: how much it read, and whether it found anything.
+impl Shown for crate::audit::AuditReport {
+    fn shown(&self) -> String {
+        let verdict = if self.is_clean() {
+            "clean"
+        } else {
+            "problems found"
+        };
+        format!("{} scanned, {verdict}", self.scanned)
+    }
+}
+
+/// An adoption: what it moved and what it could not.
+impl Shown for crate::audit::AdoptReport {
+    fn shown(&self) -> String {
+        format!(
+            "{} moved, {} could not be moved{}",
+            self.moved.count,
+            self.failed.count,
+            if self.stopped { ", stopped" } else { "" }
+        )
     }
 }
 
@@ -226,6 +252,8 @@ mod enabled {
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
             CallKind::Find => call_span!("idem.find", collection),
+            CallKind::Audit => call_span!("idem.audit", collection),
+            CallKind::Adopt => call_span!("idem.adopt", collection),
         };
         if !span.is_disabled() {
             if let Some(id) = id() {

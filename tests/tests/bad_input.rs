@@ -8,7 +8,8 @@
 //! runs each case whose input means the same on all of them: timestamps outside the id's range,
 //! keys that are empty or ambiguous, NaN, the infinities and negative zero, a changed
 //! sub-millisecond timestamp, a reused idempotency key, copies and refusals inside a batch, a
-//! pushed item without its key, an operation on a missing document. The refusals that
+//! pushed item without its key, an operation on a missing document, a stored document that does
+//! not read as its type. The refusals that
 //! `conformance.rs` already makes on every backend (a changed frozen field or timestamp, a stale
 //! replay, the re-push of a deleted document, a delete without its marker) are not repeated here.
 //!
@@ -2046,4 +2047,63 @@ async fn a_server_restarted_in_the_middle_of_a_batch_converges_on_retry() {
     let report = store.upsert_many(&batch).await.unwrap();
     assert_eq!(report.count(Outcome::Unchanged), keys.len(), "{report}");
     assert_eq!(recorder.take().1, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads of what other code wrote
+
+/// A station as the application reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "stations")]
+struct Station {
+    #[idem(key)]
+    code: String,
+    site: Site,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Site {
+    city: String,
+}
+
+/// The same station as other code wrote it: the city a number.
+#[derive(Serialize, Idempotent)]
+#[idem(collection = "stations")]
+struct MistypedStation {
+    #[idem(key)]
+    code: String,
+    site: MistypedSite,
+}
+
+#[derive(Serialize)]
+struct MistypedSite {
+    city: i64,
+}
+
+/// A stored document that does not read as its type is `Error::Deserialize`, naming the
+/// document and the path of the value that does not fit, and the read changes nothing.
+#[tokio::test]
+async fn a_document_that_does_not_read_as_its_type_names_the_value() {
+    for db in fresh_backends("misread").await {
+        db.ensure::<Station>().await;
+        let mistyped = MistypedStation {
+            code: "ost".into(),
+            site: MistypedSite { city: 7 },
+        };
+        db.write_as_another_tool(&mistyped).await;
+        let before = db.raw::<Station>().await;
+        let id = mistyped.id().unwrap();
+        match db.get::<Station>(id).await {
+            Err(error @ Error::Deserialize { .. }) => {
+                assert_eq!(error.document().id, Some(id), "{db}");
+                let shown = error.to_string();
+                assert!(
+                    shown.contains("site.city: invalid type: integer `7`, expected a string"),
+                    "{db}: {shown}"
+                );
+            }
+            other => panic!("{db}: expected Deserialize, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Station>().await, before, "{db}: nothing written");
+    }
 }

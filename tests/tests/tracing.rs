@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use idem_core::mongo::AdoptOptions;
 use idem_core::{Error, Outcome};
-use idem_tests::backends::fresh_backends;
+use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{post, Post};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -187,6 +188,42 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
         assert!(
             batches[0].field("round_trips").parse::<u32>().unwrap() >= 1,
             "{db}: {seen:#?}"
+        );
+    }
+}
+
+/// An audit and an adoption are one span each, whose outcome sums up their report.
+#[tokio::test]
+async fn audit_and_adopt_are_spans_with_their_reports() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    for db in fresh_backends("tracing_adopt").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post()).await.unwrap();
+        capture.take();
+        let (audit, adopt) = match &db {
+            Db::Mongo { store, .. } => (
+                store.audit::<Post>().await.unwrap(),
+                store.adopt::<Post>(AdoptOptions::default()).await.unwrap(),
+            ),
+            Db::Postgres { store, client, .. } => (
+                store.audit::<Post, _>(client).await.unwrap(),
+                store.adopt::<Post, _>(client).await.unwrap(),
+            ),
+        };
+        assert!(audit.is_clean() && adopt.is_complete(), "{db}");
+        let seen = capture.take();
+        let audits = spans(&seen, "idem.audit");
+        assert_eq!(audits.len(), 1, "{db}: {seen:#?}");
+        assert_eq!(audits[0].field("collection"), "posts", "{db}");
+        assert_eq!(audits[0].field("outcome"), "1 scanned, clean", "{db}");
+        let adopts = spans(&seen, "idem.adopt");
+        assert_eq!(adopts.len(), 1, "{db}: {seen:#?}");
+        assert_eq!(
+            adopts[0].field("outcome"),
+            "0 moved, 0 could not be moved",
+            "{db}"
         );
     }
 }

@@ -22,6 +22,7 @@ use crate::id::Id;
 use crate::model::{
     DocumentRef, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
+use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
 /// The suffix of the collection that duplicates set aside by a [`DuplicateRule::Keep`] rule are
@@ -171,6 +172,17 @@ impl Store {
     }
 
     async fn adopt_collection(
+        &self,
+        model: &Model,
+        reading: Reading<'_>,
+        options: AdoptOptions,
+    ) -> Result<AdoptReport, Error> {
+        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
+        call.run(self.move_documents(model, reading, options)).await
+    }
+
+    /// The adoption's moves, in the span of the call.
+    async fn move_documents(
         &self,
         model: &Model,
         reading: Reading<'_>,

@@ -30,6 +30,8 @@ use crate::error::Error;
 use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::read::read_as;
+use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
 /// natural key it set aside. See `adopt.rs`.
@@ -70,7 +72,7 @@ where
     {
         content.remove(name);
     }
-    let value: T = bson::from_document(content).map_err(|error| error.to_string())?;
+    let value: T = read_as(bson::Deserializer::new(Bson::Document(content)))?;
     Ok(TypedReading {
         id: value.id(),
         hash: value.content_hash(),
@@ -430,6 +432,18 @@ impl Store {
 
 /// The one audit both the typed and the run-time calls make.
 async fn audit_collection(
+    store: &Store,
+    model: &Model,
+    reading: Reading<'_>,
+    progress: &mut dyn FnMut(&AuditProgress),
+) -> Result<AuditReport, Error> {
+    let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
+    call.run(scan_collection(store, model, reading, progress))
+        .await
+}
+
+/// The audit's one pass over the collection.
+async fn scan_collection(
     store: &Store,
     model: &Model,
     reading: Reading<'_>,

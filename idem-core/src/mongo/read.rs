@@ -7,6 +7,7 @@ use super::{mongo_error, Store};
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
 use crate::model::{DocumentRef, Idempotent, NaturalKey};
+use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -69,11 +70,11 @@ impl Store {
             .into_iter()
             .filter(|(name, _)| !model.is_reserved(name))
             .collect();
-        bson::from_document(own)
+        read_as(bson::Deserializer::new(Bson::Document(own)))
             .map(Some)
-            .map_err(|error| Error::Deserialize {
+            .map_err(|message| Error::Deserialize {
                 document: Box::new(document),
-                message: error.to_string(),
+                message,
             })
     }
 }

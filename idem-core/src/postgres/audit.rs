@@ -38,6 +38,7 @@ use crate::audit::{
 use crate::error::Error;
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
+use crate::trace::{Call, CallKind};
 
 impl Store {
     /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled it:
@@ -62,8 +63,8 @@ impl Store {
     ///   collation the constraint may hold two keys equal that the audit tells apart.
     /// - A row without an `_id` (a table with an id column of its own) is shown by its
     ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
-    /// - [`moves_in_progress`](AuditReport::moves_in_progress) stays empty: there is no
-    ///   `adopt` for PostgreSQL to leave a row half moved.
+    /// - [`moves_in_progress`](AuditReport::moves_in_progress) stays empty:
+    ///   [`adopt`](Store::adopt) moves a row in one statement, never half.
     ///
     /// A row that does not read as `T` has its id derived from its stored key values and an
     /// integer timestamp, as the MongoDB audit does without the type; other timestamp types
@@ -100,62 +101,75 @@ impl Store {
         T: Idempotent + Serialize + DeserializeOwned,
         C: GenericClient + Sync,
     {
-        let model = &T::MODEL;
-        let document = DocumentRef::collection(model);
-        // Only its columns are used: the statements, which depend on the signal, are never sent.
-        let table = Table::of::<T>(InsertedSignal::Xmax);
-        let survey = survey_table(client, &table, &document).await?;
-        let mut report = AuditReport::new(model.collection(), true);
-        report.table_problems = survey.problems;
-        if survey.present.is_empty() {
-            return Ok(report);
-        }
-        let total = estimated_rows(client, model, &document).await?;
-        let key_columns: Vec<String> = model
-            .natural_key_fields()
-            .map(Field::stored_name)
-            .filter(|name| survey.present.contains_key(*name))
-            .map(|name| format!("t.{}, ", quote(name)))
-            .collect();
-        // `t.*`, not `t`: a column named `t` would be taken for the row.
-        let sql = format!(
-            "SELECT to_jsonb(t.*), t.ctid::text FROM {} t ORDER BY {}t.ctid",
-            table.name(),
-            key_columns.concat()
-        );
-        crate::trace::round_trip("SELECT");
-        let rows = client
-            .query_typed_raw(&sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>())
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        let mut rows = pin!(rows);
-        let mut duplicates = DuplicateTracker::new();
-        while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
-            let row = row.map_err(|source| postgres_error(&document, source))?;
-            let Value::Object(stored) = row.get::<_, Value>(0) else {
-                return Err(Error::Deserialize {
-                    document: Box::new(document),
-                    message: "a row did not read as an object".into(),
-                });
-            };
-            report.scanned += 1;
-            let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));
-            // A key with a NULL part collides with no other, as in a unique constraint.
-            let key = (!audited.key.iter().any(Value::is_null)).then(|| {
-                RowKey(
-                    model
-                        .natural_key_fields()
-                        .map(|field| field.stored_name())
-                        .zip(audited.key)
-                        .collect(),
-                )
-            });
-            duplicates.count(&mut report, key, &audited.id, audited.clean);
-            progress(&AuditProgress::new(report.scanned, total));
-        }
-        duplicates.finish(&mut report);
-        Ok(report)
+        let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
+        call.run(scan_table::<T, C>(client, &mut progress)).await
     }
+}
+
+/// The audit's catalog survey and one pass over the rows.
+async fn scan_table<T, C>(
+    client: &C,
+    progress: &mut impl FnMut(&AuditProgress),
+) -> Result<AuditReport, Error>
+where
+    T: Idempotent + Serialize + DeserializeOwned,
+    C: GenericClient + Sync,
+{
+    let model = &T::MODEL;
+    let document = DocumentRef::collection(model);
+    // Only its columns are used: the statements, which depend on the signal, are never sent.
+    let table = Table::of::<T>(InsertedSignal::Xmax);
+    let survey = survey_table(client, &table, &document).await?;
+    let mut report = AuditReport::new(model.collection(), true);
+    report.table_problems = survey.problems;
+    if survey.present.is_empty() {
+        return Ok(report);
+    }
+    let total = estimated_rows(client, model, &document).await?;
+    let key_columns: Vec<String> = model
+        .natural_key_fields()
+        .map(Field::stored_name)
+        .filter(|name| survey.present.contains_key(*name))
+        .map(|name| format!("t.{}, ", quote(name)))
+        .collect();
+    // `t.*`, not `t`: a column named `t` would be taken for the row.
+    let sql = format!(
+        "SELECT to_jsonb(t.*), t.ctid::text FROM {} t ORDER BY {}t.ctid",
+        table.name(),
+        key_columns.concat()
+    );
+    crate::trace::round_trip("SELECT");
+    let rows = client
+        .query_typed_raw(&sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>())
+        .await
+        .map_err(|source| postgres_error(&document, source))?;
+    let mut rows = pin!(rows);
+    let mut duplicates = DuplicateTracker::new();
+    while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
+        let row = row.map_err(|source| postgres_error(&document, source))?;
+        let Value::Object(stored) = row.get::<_, Value>(0) else {
+            return Err(Error::Deserialize {
+                document: Box::new(document),
+                message: "a row did not read as an object".into(),
+            });
+        };
+        report.scanned += 1;
+        let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));
+        // A key with a NULL part collides with no other, as in a unique constraint.
+        let key = (!audited.key.iter().any(Value::is_null)).then(|| {
+            RowKey(
+                model
+                    .natural_key_fields()
+                    .map(|field| field.stored_name())
+                    .zip(audited.key)
+                    .collect(),
+            )
+        });
+        duplicates.count(&mut report, key, &audited.id, audited.clean);
+        progress(&AuditProgress::new(report.scanned, total));
+    }
+    duplicates.finish(&mut report);
+    Ok(report)
 }
 
 /// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.

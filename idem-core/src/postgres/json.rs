@@ -591,8 +591,10 @@ pub(crate) enum Cell {
 /// Deserializes `T` from a row's stored fields.
 pub(crate) fn from_cells<T: serde::de::DeserializeOwned>(
     cells: Vec<(String, Cell)>,
-) -> Result<T, serde_json::Error> {
-    T::deserialize(serde::de::value::MapDeserializer::new(cells.into_iter()))
+) -> Result<T, String> {
+    let cells: serde::de::value::MapDeserializer<'_, _, serde_json::Error> =
+        serde::de::value::MapDeserializer::new(cells.into_iter());
+    crate::read::read_as(cells)
 }
 
 impl<'de> serde::de::IntoDeserializer<'de, serde_json::Error> for Cell {

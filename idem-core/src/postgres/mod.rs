@@ -51,6 +51,7 @@
 //! An error raised by the server (a unique constraint other than the natural key, a lost
 //! connection) aborts the transaction, as any failed statement does.
 
+mod adopt;
 mod audit;
 mod effects;
 mod json;

@@ -127,7 +127,7 @@ where
 pub(super) fn row_as<T: DeserializeOwned>(
     table: &Table,
     stored: serde_json::Map<String, Value>,
-) -> Result<T, serde_json::Error> {
+) -> Result<T, String> {
     json::from_cells(row_cells(table, stored))
 }
 

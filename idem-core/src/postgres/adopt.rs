@@ -1,0 +1,306 @@
+//! Adoption: moving rows written by other tools (legacy ids) or orphaned by other code to the
+//! ids idem derives from their content, while idem writers keep running.
+//!
+//! PostgreSQL can change a row's primary key in place, so a move is one `UPDATE` of the row's
+//! `_id`, content hash, digests and version key, guarded by the row version it was read at: it
+//! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
+//! documented on [`Store::adopt`].
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use super::read::row_as;
+use super::row::PreparedRow;
+use super::table::{quote, Content, Table};
+use super::{postgres_error, Store};
+use crate::audit::AdoptReport;
+use crate::error::Error;
+use crate::model::{DocumentRef, Idempotent, ID_FIELD};
+use crate::trace::{Call, CallKind};
+use crate::MAX_ATTEMPTS;
+
+/// How many rows one page of the scan reads.
+const PAGE_ROWS: i64 = 500;
+
+/// A row as the scan read it: its content, its id and its row version.
+struct ReadRow {
+    stored: serde_json::Map<String, Value>,
+    id: String,
+    version: String,
+}
+
+/// What one move did.
+enum Move {
+    /// The row is under its derived id now.
+    Moved,
+    /// The row was under its derived id already.
+    InPlace,
+    /// Another row holds the derived id.
+    Taken,
+    /// The row changed or went away since it was read.
+    Changed,
+}
+
+impl Store {
+    /// Moves the rows of `T`'s table that are not under the id derived from their content
+    /// (legacy ids, orphans) to their derived ids, with the content hash, digests and version
+    /// key idem stores; safe while idem writers run, and resumable after a crash at any point.
+    /// Rows that do not read as `T`, from which no id can be derived, or whose derived id another
+    /// row holds, are reported and left alone.
+    ///
+    /// The table must be one idem can write, natural-key constraint included: an error names
+    /// what it lacks ([`audit`](Store::audit) lists it with the duplicates that would block the
+    /// constraint). So no two rows share a natural key, and there is no duplicate to choose
+    /// between, unlike [`mongo::Store::adopt`](crate::mongo::Store::adopt).
+    ///
+    /// # The move
+    ///
+    /// The rows are read in pages, in `_id` order. Each row `L` that reads as `T` with a derived
+    /// id `D` other than its own moves in one statement: an `UPDATE` of `L`'s `_id` to `D`, with
+    /// the hash, digests and version key of `T` as read, only if `L` still has the row version
+    /// (`xmin`) it was read at and no row holds `D`. The row's other columns are left as they
+    /// are. If `L` changed since it was read, it is read again and the move tried again.
+    ///
+    /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
+    /// and is refused with [`Error::FrozenFieldChanged`] as before adoption began; once `L` is
+    /// moved, it meets the adopted row and is judged as any write is. The statement is atomic:
+    /// no writer ever sees the key absent or held twice, and a crash leaves each row moved or
+    /// not. Running `adopt` again finishes the job; a row moved is under its derived id and is
+    /// left alone.
+    ///
+    /// Inside the caller's transaction the moves are the transaction's. A row another tool
+    /// inserts under `D` between the check and the update makes the server refuse the
+    /// statement, which aborts a transaction: outside one, that row is reported.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, serde::Deserialize, Idempotent)]
+    /// # #[idem(collection = "posts")]
+    /// # struct Post { #[idem(key)] slug: String }
+    /// # async fn run(client: tokio_postgres::Client) -> Result<(), idem_core::Error> {
+    /// let store = idem_core::postgres::Store::new();
+    /// let report = store.adopt::<Post, _>(&client).await?;
+    /// println!("{report}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn adopt<T, C>(&self, client: &C) -> Result<AdoptReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+        C: GenericClient + Sync,
+    {
+        let call = Call::new(CallKind::Adopt, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let model = &T::MODEL;
+            let collection = DocumentRef::collection(model);
+            if model.idempotency_key_field().is_some() {
+                return Err(Error::NoDerivedId {
+                    document: Box::new(collection),
+                });
+            }
+            let table = self.table::<T, C>(client, &collection).await?;
+            let mut report = AdoptReport::new(model.collection());
+            let mut after: Option<String> = None;
+            loop {
+                let page = read_page(client, &table, after.as_deref(), &collection).await?;
+                let Some(last) = page.last() else {
+                    break;
+                };
+                after = Some(last.id.clone());
+                for row in page {
+                    adopt_row::<T, C>(client, &table, row, &mut report).await?;
+                }
+            }
+            Ok(report)
+        })
+        .await
+    }
+}
+
+/// Moves one row, reading it again while it changes under the move.
+async fn adopt_row<T, C>(
+    client: &C,
+    table: &Table,
+    mut row: ReadRow,
+    report: &mut AdoptReport,
+) -> Result<(), Error>
+where
+    T: Idempotent + Serialize + DeserializeOwned,
+    C: GenericClient + Sync,
+{
+    for _ in 0..MAX_ATTEMPTS {
+        let id = row.id.clone();
+        let value: T = match row_as(table, row.stored) {
+            Ok(value) => value,
+            Err(error) => {
+                report
+                    .failed
+                    .record(id, Some(format!("does not read as its type: {error}")));
+                return Ok(());
+            }
+        };
+        let prepared = match PreparedRow::new(&value, table) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                report.failed.record(id, Some(error.to_string()));
+                return Ok(());
+            }
+        };
+        match move_row(client, table, &id, &row.version, &prepared).await? {
+            Move::InPlace => return Ok(()),
+            Move::Moved => {
+                let detail = format!("derived id {}", prepared.id_text);
+                report.moved.record(id, Some(detail));
+                return Ok(());
+            }
+            Move::Taken => {
+                let detail = format!(
+                    "derived id {} is held by another row; run adopt again once that row is moved",
+                    prepared.id_text
+                );
+                report.failed.record(id, Some(detail));
+                return Ok(());
+            }
+            Move::Changed => match read_row(client, table, &id, &prepared.document).await? {
+                Some(again) => {
+                    crate::trace::retry("another writer changed the row being moved");
+                    row = again;
+                }
+                // Deleted since it was read: nothing to move.
+                None => return Ok(()),
+            },
+        }
+    }
+    report.failed.record(
+        row.id,
+        Some("changed by another writer at every attempt to move it".to_owned()),
+    );
+    Ok(())
+}
+
+/// One page of rows in `_id` order, after `after`.
+async fn read_page<C>(
+    client: &C,
+    table: &Table,
+    after: Option<&str>,
+    document: &DocumentRef,
+) -> Result<Vec<ReadRow>, Error>
+where
+    C: GenericClient + Sync,
+{
+    let id = quote(ID_FIELD);
+    // `t.*`, not `t`: a column named `t` would be taken for the row.
+    let sql = format!(
+        "SELECT to_jsonb(t.*), t.{id}, t.xmin::text FROM {} t \
+         WHERE $1::text IS NULL OR t.{id} > $1 ORDER BY t.{id} LIMIT $2",
+        table.name()
+    );
+    crate::trace::round_trip("SELECT");
+    let rows = client
+        .query_typed(&sql, &[(&after, Type::TEXT), (&PAGE_ROWS, Type::INT8)])
+        .await
+        .map_err(|source| postgres_error(document, source))?;
+    rows.iter()
+        .map(|row| read_row_from(row, document))
+        .collect()
+}
+
+/// The row under `id` as it is now, `None` if there is none.
+async fn read_row<C>(
+    client: &C,
+    table: &Table,
+    id: &str,
+    document: &DocumentRef,
+) -> Result<Option<ReadRow>, Error>
+where
+    C: GenericClient + Sync,
+{
+    let sql = format!(
+        "SELECT to_jsonb(t.*), t.{id}, t.xmin::text FROM {} t WHERE t.{id} = $1",
+        table.name(),
+        id = quote(ID_FIELD)
+    );
+    crate::trace::round_trip("SELECT");
+    let row = client
+        .query_typed_opt(&sql, &[(&id, Type::TEXT)])
+        .await
+        .map_err(|source| postgres_error(document, source))?;
+    row.map(|row| read_row_from(&row, document)).transpose()
+}
+
+fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<ReadRow, Error> {
+    let Value::Object(stored) = row.get::<_, Value>(0) else {
+        return Err(Error::Deserialize {
+            document: Box::new(document.clone()),
+            message: "a row did not read as an object".into(),
+        });
+    };
+    Ok(ReadRow {
+        stored,
+        id: row.get(1),
+        version: row.get(2),
+    })
+}
+
+/// The move of the row under `id`, at row version `version`, to `prepared`'s id, with its hash,
+/// digests and version key: one statement that also tells why nothing moved.
+async fn move_row<C>(
+    client: &C,
+    table: &Table,
+    id: &str,
+    version: &str,
+    prepared: &PreparedRow,
+) -> Result<Move, Error>
+where
+    C: GenericClient + Sync,
+{
+    if prepared.id_text == id {
+        return Ok(Move::InPlace);
+    }
+    let id_column = quote(ID_FIELD);
+    let mut set = vec![format!("{id_column} = $3")];
+    let mut values: Vec<Option<&str>> = vec![Some(id), Some(version), Some(&prepared.id_text)];
+    for content in [Content::Hash, Content::Digests, Content::VersionKey] {
+        if let Some(index) = table.column_with(content) {
+            values.push(prepared.value_of(table, index));
+            set.push(format!(
+                "{} = ${}::{}",
+                quote(table.columns[index].name),
+                values.len(),
+                table.columns[index].sql_type()
+            ));
+        }
+    }
+    let sql = format!(
+        "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \
+         moved AS (UPDATE {table} t SET {set} \
+         WHERE t.{id_column} = $1 AND t.xmin::text = $2 AND NOT EXISTS (SELECT 1 FROM taken) \
+         RETURNING 1) \
+         SELECT (SELECT count(*) FROM moved), EXISTS (SELECT 1 FROM taken)",
+        table = table.name(),
+        set = set.join(", "),
+    );
+    let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
+        .iter()
+        .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+        .collect();
+    crate::trace::round_trip("UPDATE");
+    let reply = match client.query_typed_one(&sql, &parameters).await {
+        Ok(reply) => reply,
+        // Another tool inserted a row under the derived id since the check.
+        Err(source) if source.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            return Ok(Move::Taken)
+        }
+        Err(source) => return Err(postgres_error(&prepared.document, source)),
+    };
+    Ok(match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+        (1.., _) => Move::Moved,
+        (_, true) => Move::Taken,
+        _ => Move::Changed,
+    })
+}

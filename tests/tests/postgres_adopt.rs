@@ -1,0 +1,268 @@
+//! Adoption of a PostgreSQL table other code filled, on every PostgreSQL server under test: rows
+//! under legacy ids and orphans move to their derived ids and become idem's; rows that cannot
+//! move are reported and left as they were; a second run has nothing left to do; and idem
+//! writers racing the adoption never fork or lose a document.
+
+use std::sync::Arc;
+
+use idem_core::postgres::Store;
+use idem_core::{Error, Outcome};
+use idem_tests::backends::{postgres_client, postgres_servers};
+use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
+
+/// A fresh schema on the server at `uri`, named after `test`, with idem's table for posts, and
+/// a client on it.
+async fn fresh_table(test: &str, uri: &str) -> (String, tokio_postgres::Client) {
+    let schema = format!("pd_{}_{}", test, std::process::id()).to_lowercase();
+    let admin = postgres_client(uri, "public").await;
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .unwrap();
+    let client = postgres_client(uri, &schema).await;
+    Store::new().ensure_table::<Post, _>(&client).await.unwrap();
+    (schema, client)
+}
+
+/// Inserts a row as another tool would: under `id`, without idem's hash or digests; a `None`
+/// title is a NULL the type cannot read.
+async fn insert(client: &tokio_postgres::Client, id: &str, stored: &Post, title: Option<&str>) {
+    client
+        .execute(
+            r#"INSERT INTO posts ("_id", slug, lang, "publishedAt", title, "fetchedAt")
+               VALUES ($1, $2, $3, $4, $5, $6)"#,
+            &[
+                &id,
+                &stored.slug,
+                &stored.lang,
+                &stored.published_at,
+                &title,
+                &stored.fetched_at,
+            ],
+        )
+        .await
+        .unwrap();
+}
+
+/// Every row's id, slug and title, in slug order.
+async fn rows(client: &tokio_postgres::Client) -> Vec<(String, String, Option<String>)> {
+    client
+        .query(r#"SELECT "_id", slug, title FROM posts ORDER BY slug"#, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+fn id_of(post: &Post) -> String {
+    post.id().unwrap().to_string()
+}
+
+/// Legacy ids and an orphan move to their derived ids with idem's hash, so the audit finds
+/// nothing and an upsert of the same content is `Unchanged`. A row that does not read as its
+/// type, and a row whose derived id that row holds, are reported with their reasons and left
+/// as they were. A second run moves nothing.
+#[tokio::test]
+async fn legacy_rows_and_orphans_move_to_their_derived_ids_and_the_rest_is_reported() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_table("kinds", &uri).await;
+        let store = Store::new();
+        let legacy = post("legacy", "Legacy");
+        insert(&client, "legacy-1", &legacy, Some("Legacy")).await;
+        let other = post("other", "Other");
+        insert(&client, "legacy-2", &other, Some("Other")).await;
+        // Other code renamed the slug of a row idem wrote: its id is derived from the old slug.
+        let renamed = post("renamed", "Renamed");
+        insert(
+            &client,
+            &id_of(&post("old-slug", "")),
+            &renamed,
+            Some("Renamed"),
+        )
+        .await;
+        // A NULL title: the row does not read as a post, and it holds the id `blocked` derives.
+        let unreadable = post("unreadable", "");
+        let blocked = post("blocked", "Blocked");
+        insert(&client, &id_of(&blocked), &unreadable, None).await;
+        insert(&client, "legacy-3", &blocked, Some("Blocked")).await;
+
+        let report = store.adopt::<Post, _>(&client).await.unwrap();
+        assert_eq!(report.moved.count, 3, "{label}: {report}");
+        let mut moved: Vec<(String, Option<String>)> = report
+            .moved
+            .samples
+            .iter()
+            .map(|sample| (sample.id.clone(), sample.detail.clone()))
+            .collect();
+        moved.sort();
+        let derived = |post: &Post| Some(format!("derived id {}", id_of(post)));
+        let mut expected = vec![
+            ("legacy-1".to_owned(), derived(&legacy)),
+            ("legacy-2".to_owned(), derived(&other)),
+            (id_of(&post("old-slug", "")), derived(&renamed)),
+        ];
+        expected.sort();
+        assert_eq!(moved, expected, "{label}");
+        assert_eq!(report.failed.count, 2, "{label}: {report}");
+        let failed: Vec<(&str, &str)> = report
+            .failed
+            .samples
+            .iter()
+            .map(|sample| (sample.id.as_str(), sample.detail.as_deref().unwrap_or("")))
+            .collect();
+        assert!(
+            failed
+                .iter()
+                .any(|(id, why)| *id == id_of(&blocked)
+                    && why.starts_with("does not read as its type")),
+            "{label}: {failed:?}"
+        );
+        assert!(
+            failed.iter().any(|(id, why)| *id == "legacy-3"
+                && why.contains(&format!(
+                    "derived id {} is held by another row",
+                    id_of(&blocked)
+                ))),
+            "{label}: {failed:?}"
+        );
+        assert!(!report.is_complete(), "{label}");
+
+        let after = rows(&client).await;
+        assert_eq!(
+            after,
+            [
+                (
+                    "legacy-3".to_owned(),
+                    "blocked".to_owned(),
+                    Some("Blocked".to_owned())
+                ),
+                (
+                    id_of(&legacy),
+                    "legacy".to_owned(),
+                    Some("Legacy".to_owned())
+                ),
+                (id_of(&other), "other".to_owned(), Some("Other".to_owned())),
+                (
+                    id_of(&renamed),
+                    "renamed".to_owned(),
+                    Some("Renamed".to_owned())
+                ),
+                (id_of(&blocked), "unreadable".to_owned(), None),
+            ],
+            "{label}"
+        );
+        // Idem's now: the hash is the content's, so the same content writes nothing.
+        for moved in [&legacy, &other, &renamed] {
+            assert_eq!(
+                store.upsert(&client, moved).await.unwrap(),
+                Outcome::Unchanged,
+                "{label}: {}",
+                moved.slug
+            );
+        }
+        let audit = store.audit::<Post, _>(&client).await.unwrap();
+        assert_eq!(audit.legacy_ids.count, 1, "{label}: only legacy-3: {audit}");
+        // The row that does not read as a post: its id is not the one its stored key derives.
+        assert_eq!(
+            audit.orphans.count, 1,
+            "{label}: only the unreadable row: {audit}"
+        );
+
+        let again = store.adopt::<Post, _>(&client).await.unwrap();
+        assert_eq!(again.moved.count, 0, "{label}: {again}");
+        assert_eq!(again.failed.count, 2, "{label}: {again}");
+        assert_eq!(rows(&client).await, after, "{label}: nothing else changed");
+
+        // Once the row holding its id reads as a post and moves, the blocked one follows.
+        client
+            .execute(
+                "UPDATE posts SET title = 'Readable' WHERE slug = 'unreadable'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let last = store.adopt::<Post, _>(&client).await.unwrap();
+        assert!(last.is_complete(), "{label}: {last}");
+        let audit = store.audit::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            audit.legacy_ids.count + audit.orphans.count,
+            0,
+            "{label}: {audit}"
+        );
+    }
+}
+
+/// Writers upsert new titles of every key while the adoption runs: each is refused while its
+/// row is not moved, as before adoption, and judged as usual once it is. At the end each key is
+/// held by one row, under its derived id, holding the last title a writer stored.
+#[tokio::test]
+async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
+    const KEYS: usize = 60;
+    const WRITERS: usize = 4;
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_table("race", &uri).await;
+        for n in 0..KEYS {
+            let stored = post(&format!("p{n:02}"), "Legacy");
+            insert(&client, &format!("legacy-{n:02}"), &stored, Some("Legacy")).await;
+        }
+        let store = Store::new();
+        let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS + 1));
+        let mut writers = Vec::new();
+        for writer in 0..WRITERS {
+            let client = postgres_client(&uri, &schema).await;
+            let store = store.clone();
+            let barrier = barrier.clone();
+            writers.push(tokio::spawn(async move {
+                barrier.wait().await;
+                // The last title this writer stored for each key, if any.
+                let mut stored: Vec<Option<String>> = vec![None; KEYS];
+                for round in 0..3 {
+                    for (n, last) in stored.iter_mut().enumerate() {
+                        let title = format!("w{writer} r{round}");
+                        let doc = post(&format!("p{n:02}"), &title);
+                        match store.upsert(&client, &doc).await {
+                            Ok(Outcome::Updated) => *last = Some(title),
+                            Ok(other) => panic!("writer {writer}: {other:?}"),
+                            Err(Error::FrozenFieldChanged { field: "_id", .. }) => {}
+                            Err(error) => panic!("writer {writer}: {error:?}"),
+                        }
+                    }
+                }
+                stored
+            }));
+        }
+        barrier.wait().await;
+        let report = store.adopt::<Post, _>(&client).await.unwrap();
+        assert!(report.is_complete(), "{label}: {report}");
+        assert_eq!(report.moved.count, KEYS as u64, "{label}: {report}");
+        let mut written: Vec<Vec<Option<String>>> = Vec::new();
+        for writer in writers {
+            written.push(writer.await.unwrap());
+        }
+        let after = rows(&client).await;
+        assert_eq!(after.len(), KEYS, "{label}: one row per key");
+        for (n, (id, slug, title)) in after.iter().enumerate() {
+            let expected = post(slug, "");
+            assert_eq!(
+                *id,
+                id_of(&expected),
+                "{label}: {slug} under its derived id"
+            );
+            // The stored title is one a writer stored last for this key, or the legacy one if
+            // no writer got through.
+            let candidates: Vec<&String> = written.iter().filter_map(|w| w[n].as_ref()).collect();
+            let title = title.clone().unwrap_or_default();
+            if candidates.is_empty() {
+                assert_eq!(title, "Legacy", "{label}: {slug}");
+            } else {
+                assert!(
+                    candidates.iter().any(|c| **c == title),
+                    "{label}: {slug} holds {title:?}, writers stored last {candidates:?}"
+                );
+            }
+        }
+    }
+}
