@@ -529,3 +529,61 @@ async fn a_push_to_a_null_list_starts_the_list() {
         assert_eq!(read.unwrap().tracks, [track], "{label}");
     }
 }
+
+/// An article as the service that writes it sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "articles")]
+struct Article {
+    #[idem(key)]
+    slug: String,
+    title: String,
+    body: String,
+}
+
+/// The same table as a listing reads it: fewer columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "articles")]
+struct ArticleSummary {
+    #[idem(key)]
+    slug: String,
+    title: String,
+}
+
+/// Two types on one table, through one store: each is checked against the table and reads its
+/// own columns, whichever the store met first.
+#[tokio::test]
+async fn two_types_on_one_table_each_read_their_own_columns() {
+    for (label, client) in fresh_schemas("two_types").await {
+        let store = Store::new();
+        store.ensure_table::<Article, _>(&client).await.unwrap();
+        let article = Article {
+            slug: "intro".into(),
+            title: "Intro".into(),
+            body: "Hello".into(),
+        };
+        // The same natural key and scheme: the same id.
+        let summary = ArticleSummary {
+            slug: "intro".into(),
+            title: "Intro".into(),
+        };
+        assert_eq!(article.id().unwrap(), summary.id().unwrap());
+        let reader = Store::new();
+        Store::new().upsert(&client, &article).await.unwrap();
+        assert_eq!(
+            reader
+                .get::<ArticleSummary, _>(&client, summary.id().unwrap())
+                .await
+                .unwrap(),
+            Some(summary),
+            "{label}"
+        );
+        assert_eq!(
+            reader
+                .get::<Article, _>(&client, article.id().unwrap())
+                .await
+                .unwrap(),
+            Some(article),
+            "{label}"
+        );
+    }
+}

@@ -107,7 +107,9 @@ pub struct Store {
 #[derive(Debug, Default)]
 struct Known {
     signal: Option<InsertedSignal>,
-    tables: HashMap<&'static str, Arc<Table>>,
+    /// By table name, one entry for each type stored there: two types on one table (a write
+    /// model and a read model) each have their own columns and statements.
+    tables: HashMap<&'static str, Vec<Arc<Table>>>,
 }
 
 impl Default for Store {
@@ -816,9 +818,16 @@ impl Store {
         C: GenericClient + Sync,
     {
         let model = &T::MODEL;
+        let stored = T::stored_columns();
         let (signal, known) = {
             let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-            (known.signal, known.tables.get(model.collection()).cloned())
+            let same_type = known.tables.get(model.collection()).and_then(|tables| {
+                tables
+                    .iter()
+                    .find(|table| table.is_of(model, &stored))
+                    .cloned()
+            });
+            (known.signal, same_type)
         };
         if let Some(table) = known {
             return Ok(table);
@@ -838,7 +847,11 @@ impl Store {
         check_table(client, &table, document).await?;
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         known.signal = Some(signal);
-        known.tables.insert(model.collection(), table.clone());
+        known
+            .tables
+            .entry(model.collection())
+            .or_default()
+            .push(table.clone());
         Ok(table)
     }
 

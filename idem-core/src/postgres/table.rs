@@ -87,6 +87,9 @@ impl TableColumn {
 #[derive(Debug)]
 pub(crate) struct Table {
     pub model: &'static Model,
+    /// The type's stored fields the table was made of, to tell it from another type's table of
+    /// the same name.
+    stored: Vec<Column>,
     /// Every column, in table order.
     pub columns: Vec<TableColumn>,
     /// The indexes into `columns` of the values sent with each write, in parameter order.
@@ -147,6 +150,11 @@ impl Table {
         Table::new(&T::MODEL, &T::stored_columns(), signal)
     }
 
+    /// Whether this is the table of the type with `model` and `stored` fields.
+    pub fn is_of(&self, model: &Model, stored: &[Column]) -> bool {
+        *self.model == *model && self.stored == stored
+    }
+
     pub fn new(model: &'static Model, stored: &[Column], signal: InsertedSignal) -> Table {
         let mut columns = vec![TableColumn {
             name: ID_FIELD,
@@ -192,6 +200,7 @@ impl Table {
             .collect();
         let mut table = Table {
             model,
+            stored: stored.to_vec(),
             columns,
             sent,
             upsert: String::new(),
