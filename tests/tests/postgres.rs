@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::postgres::Store;
-use idem_core::{Error, Idempotent, Outcome, Pushed};
+use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
+use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
 use idem_tests::backends::{postgres_client, postgres_servers};
-use idem_tests::fixtures::{post, Post};
+use idem_tests::fixtures::{account, post, Account, Post};
 use serde::{Deserialize, Serialize};
 
 /// A client on a fresh schema of each server, with the server's label.
@@ -585,5 +585,38 @@ async fn two_types_on_one_table_each_read_their_own_columns() {
             Some(article),
             "{label}"
         );
+    }
+}
+
+/// A table whose migration lets the op ids be NULL (a row another tool wrote without them): an
+/// operation treats NULL as no operation applied yet, applies once and records its id.
+#[tokio::test]
+async fn an_operation_on_a_row_without_op_ids_applies_once() {
+    for (label, client) in fresh_schemas("null_ops").await {
+        let store = Store::new();
+        store.ensure_table::<Account, _>(&client).await.unwrap();
+        let ada = account("ada");
+        store.upsert(&client, &ada).await.unwrap();
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE accounts ALTER COLUMN \"{APPLIED_OPS_FIELD}\" DROP NOT NULL; \
+                 UPDATE accounts SET \"{APPLIED_OPS_FIELD}\" = NULL"
+            ))
+            .await
+            .unwrap();
+        let op = OpId::new("deposit-1");
+        let credit = [Change::add("balance", 25)];
+        for expected in [Applied::Applied, Applied::AlreadyApplied] {
+            let applied = store
+                .apply_once::<Account, _>(&client, ada.id().unwrap(), &op, &credit)
+                .await;
+            assert_eq!(applied.unwrap(), expected, "{label}");
+        }
+        let balance: i64 = client
+            .query_one("SELECT balance FROM accounts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(balance, ada.balance + 25, "{label}");
     }
 }

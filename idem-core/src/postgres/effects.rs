@@ -219,10 +219,14 @@ impl Store {
                 parameters.push(value);
                 assignments.push(assignment);
             }
-            let ops = quote(APPLIED_OPS_FIELD);
+            let column = quote(APPLIED_OPS_FIELD);
+            // A NULL list (a row another tool wrote, in a table whose migration allows it) is
+            // an empty one: otherwise the operation would be neither applied nor recorded, and
+            // answered as applied before.
+            let ops = format!("COALESCE({column}, '[]'::jsonb)");
             // The op ids, oldest first, keeping the latest `op_window`.
             assignments.push(format!(
-                "{ops} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
+                "{column} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
                  jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
                  WHERE n > jsonb_array_length({ops}) + 1 - {window})",
                 window = self.op_window,
