@@ -71,6 +71,17 @@ pub trait Idempotent {
     }
 }
 
+/// The step to the field or map key `key` in a path a message shows: `.name`, or `["odd key"]`
+/// for a key that is not a plain name.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn path_step(key: &str) -> String {
+    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        format!(".{key}")
+    } else {
+        format!("[{key:?}]")
+    }
+}
+
 /// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
 /// backends check before a push.
 #[cfg(any(feature = "mongodb", feature = "postgres"))]

@@ -14,8 +14,10 @@
 //! replay, the re-push of a deleted document, a delete without its marker) are not repeated here.
 //!
 //! Refused on PostgreSQL only, because its storage has limits MongoDB's has not: a NaN or an
-//! infinity inside a `jsonb` value (JSON has no such number), and a natural key too long for a
-//! row of the natural-key index. MongoDB stores both, which the same cases show.
+//! infinity inside a `jsonb` value (JSON has no such number), the character U+0000 in a value
+//! (text and jsonb cannot hold it), and a natural key too long for a row of the natural-key
+//! index. MongoDB stores them, which the same cases show; U+0000 in a field name is refused on
+//! both.
 //!
 //! MongoDB only, because what they test exists only there: the 16 MiB BSON document limit; a
 //! client whose server cannot be reached (the driver's server selection); and a server stopped and
@@ -938,6 +940,91 @@ async fn nan_or_an_infinity_inside_a_structured_value_is_refused_on_postgres_nam
                 shown_non_finite(&db, "-Infinity"),
                 "{db}"
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The character U+0000
+
+/// A document with a string and a map whose values and names may hold U+0000.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "labels")]
+struct Label {
+    #[idem(key)]
+    name: String,
+    text: String,
+    attributes: BTreeMap<String, String>,
+}
+
+fn label(name: &str, text: &str, attribute: (&str, &str)) -> Label {
+    Label {
+        name: name.into(),
+        text: text.into(),
+        attributes: [(attribute.0.to_owned(), attribute.1.to_owned())].into(),
+    }
+}
+
+/// U+0000 in a field name is refused on every backend, naming the field (a BSON name is a C
+/// string); in a value, MongoDB stores it and reads it back, PostgreSQL refuses it naming where
+/// it is (its text and jsonb cannot hold it). A refused document writes nothing and does not
+/// stop the rest of its batch.
+#[tokio::test]
+async fn the_character_u0000_is_stored_where_the_backend_can_hold_it_and_refused_elsewhere() {
+    for db in fresh_backends("nul").await {
+        db.ensure::<Label>().await;
+        let in_name = label("in-name", "ok", ("k\0z", "v"));
+        let in_text = label("in-text", "x\0y", ("k", "v"));
+        let in_map = label("in-map", "ok", ("k", "v\0w"));
+        let fine = label("fine", "ok", ("k", "v"));
+        let before = db.raw::<Label>().await;
+        forget_commands(&db);
+        let shown = match db.upsert(&in_name).await {
+            Err(error @ Error::Serialize { .. }) => error.to_string(),
+            other => panic!("{db}: expected a refusal, got {other:?}"),
+        };
+        assert!(
+            shown.contains(r#"field attributes["k\0z"]"#) && shown.contains("U+0000"),
+            "{db}: {shown}"
+        );
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Label>().await, before, "{db}: nothing written");
+
+        let batch = [
+            in_name.clone(),
+            fine.clone(),
+            in_text.clone(),
+            in_map.clone(),
+        ];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(matches!(outcomes[0], Err(Error::Serialize { .. })), "{db}");
+        assert_eq!(outcomes[1].as_ref().unwrap(), &Outcome::Inserted, "{db}");
+        match &db {
+            Db::Mongo { .. } => {
+                for (outcome, doc) in outcomes[2..].iter().zip(&batch[2..]) {
+                    assert_eq!(outcome.as_ref().unwrap(), &Outcome::Inserted, "{db}");
+                    let read = db.get::<Label>(doc.id().unwrap()).await.unwrap();
+                    assert_eq!(read.as_ref(), Some(doc), "{db}: read back whole");
+                }
+            }
+            Db::Postgres { .. } => {
+                for (outcome, path) in outcomes[2..]
+                    .iter()
+                    .zip(["field text", "field attributes.k"])
+                {
+                    let shown = outcome.as_ref().unwrap_err().to_string();
+                    assert!(
+                        shown.contains(&format!("{path} holds the character U+0000")),
+                        "{db}: {shown}"
+                    );
+                }
+                assert_eq!(
+                    db.stored::<Label>().await.len(),
+                    1,
+                    "{db}: only the fine one"
+                );
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use mongodb::Collection;
 use serde::Serialize;
 
 use super::batch::{refused_by_server, write_commands, write_errors};
-use super::write::PreparedWrite;
+use super::write::{nul_name_problem, PreparedWrite};
 use super::{
     find_by_id, find_ids, mongo_error, unique_index_conflict, update_or_explain, Store,
     APPLIED_OPS_FIELD, DUPLICATE_KEY,
@@ -166,16 +166,18 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
+            let serialize_error = |message| Error::Serialize {
+                document: Box::new(document.clone()),
+                message,
+            };
             let item = match bson::to_bson(item) {
                 Ok(Bson::Document(item)) => item,
                 Ok(_) => return Err(item_without_key(document, list, [])),
-                Err(error) => {
-                    return Err(Error::Serialize {
-                        document: Box::new(document),
-                        message: error.to_string(),
-                    })
-                }
+                Err(error) => return Err(serialize_error(error.to_string())),
             };
+            if let Some(problem) = nul_name_problem(&item) {
+                return Err(serialize_error(problem));
+            }
             let Some(item_key) = item
                 .get(list.item_key())
                 .filter(|key| !matches!(key, Bson::Null))

@@ -18,8 +18,8 @@ use super::compare::{bson_equal, show};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{
-    DocumentRef, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
-    VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
+    path_step, DocumentRef, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD,
+    FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
 use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
@@ -70,6 +70,10 @@ impl PreparedWrite {
         let hash = doc.content_hash()?.to_hex();
         let mut body =
             bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
+        // The driver would fail the whole command on it, a batch's other documents included.
+        if let Some(problem) = nul_name_problem(&body) {
+            return Err(serialize_error(problem));
+        }
         if let Some(reserved) = body.keys().find(|name| model.is_reserved(name)) {
             return Err(Error::ReservedName {
                 document: Box::new(document),
@@ -538,6 +542,40 @@ pub(crate) fn is_tombstoned(model: &Model, stored: &Document) -> bool {
         .tombstone_field()
         .and_then(|field| stored.get(field.stored_name()))
         .is_some_and(|marker| !is_null(marker))
+}
+
+/// Why `document` cannot be sent, if a field name in it (nested documents and arrays included)
+/// holds U+0000: BSON writes names as C strings, which end at the first zero byte.
+pub(crate) fn nul_name_problem(document: &Document) -> Option<String> {
+    nul_in_names(document).map(|path| {
+        format!(
+            "the name of field {} holds the character U+0000, which a BSON field name cannot \
+             hold",
+            path.strip_prefix('.').unwrap_or(&path)
+        )
+    })
+}
+
+/// The path of the first field name in `document` that holds U+0000.
+fn nul_in_names(document: &Document) -> Option<String> {
+    document.iter().find_map(|(name, value)| {
+        if name.contains('\0') {
+            return Some(path_step(name));
+        }
+        nul_in_value(value).map(|inner| path_step(name) + &inner)
+    })
+}
+
+fn nul_in_value(value: &Bson) -> Option<String> {
+    match value {
+        Bson::Document(document) => nul_in_names(document),
+        Bson::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| nul_in_value(item).map(|inner| format!("[{index}]{inner}"))),
+        Bson::JavaScriptCodeWithScope(code) => nul_in_names(&code.scope),
+        _ => None,
+    }
 }
 
 /// The size of `document` encoded as BSON, computed from the document without encoding it.

@@ -6,6 +6,8 @@
 //! error naming where it was found (JSON, hence `jsonb`, has no such number).
 
 use serde::ser::{self, Serialize};
+
+use crate::model::path_step;
 use serde_json::{Map, Number, Value};
 use std::cell::RefCell;
 use std::fmt;
@@ -15,6 +17,8 @@ use std::fmt;
 pub(crate) enum JsonError {
     /// A NaN or an infinity, at `path` (`.field`, `[index]` and `["key"]` steps from the top).
     NonFinite { path: String, value: f64 },
+    /// A string or map key holding U+0000, at `path`: PostgreSQL text and jsonb cannot store it.
+    Nul { path: String },
     /// Anything else serde or the value reported.
     Other(String),
 }
@@ -26,11 +30,12 @@ impl JsonError {
             JsonError::NonFinite { path, value } => format!(
                 "{} holds {}, which PostgreSQL stores only in a double precision column of \
                  its own, not inside jsonb",
-                match path.strip_prefix('.').unwrap_or(path) {
-                    "" => "the value".to_owned(),
-                    path => format!("field {path}"),
-                },
+                shown_path(path),
                 show_float(*value)
+            ),
+            JsonError::Nul { path } => format!(
+                "{} holds the character U+0000, which PostgreSQL text and jsonb cannot store",
+                shown_path(path)
             ),
             JsonError::Other(message) => message.clone(),
         }
@@ -44,9 +49,30 @@ impl JsonError {
                 path: step() + &path,
                 value,
             },
+            JsonError::Nul { path } => JsonError::Nul {
+                path: step() + &path,
+            },
             other => other,
         }
     }
+}
+
+/// Where a value is, for a message: `field nested.x`, or `the value` at the top.
+fn shown_path(path: &str) -> String {
+    match path.strip_prefix('.').unwrap_or(path) {
+        "" => "the value".to_owned(),
+        path => format!("field {path}"),
+    }
+}
+
+/// `text` as a JSON string, unless it holds U+0000.
+fn string(text: &str) -> Result<Value, JsonError> {
+    if text.contains('\0') {
+        return Err(JsonError::Nul {
+            path: String::new(),
+        });
+    }
+    Ok(Value::String(text.to_owned()))
 }
 
 impl fmt::Display for JsonError {
@@ -90,15 +116,6 @@ pub(crate) fn to_document<T: Serialize + ?Sized>(
     let kept = RefCell::new(Vec::new());
     let value = doc.serialize(Json { kept: Some(&kept) })?;
     Ok((value, kept.into_inner()))
-}
-
-/// The step to `key` in a path.
-pub(crate) fn field_step(key: &str) -> String {
-    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        format!(".{key}")
-    } else {
-        format!("[{}]", Value::from(key))
-    }
 }
 
 /// Serializes one value as JSON. At the top of a document, `kept` collects the fields holding a
@@ -176,10 +193,10 @@ impl<'k> ser::Serializer for Json<'k> {
         float(v)
     }
     fn serialize_char(self, v: char) -> Result<Value, JsonError> {
-        Ok(Value::String(v.to_string()))
+        string(v.encode_utf8(&mut [0; 4]))
     }
     fn serialize_str(self, v: &str) -> Result<Value, JsonError> {
-        Ok(Value::String(v.to_owned()))
+        string(v)
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<Value, JsonError> {
         Ok(Value::Array(
@@ -222,7 +239,7 @@ impl<'k> ser::Serializer for Json<'k> {
     ) -> Result<Value, JsonError> {
         let inner = value
             .serialize(Json::NESTED)
-            .map_err(|error| error.under(|| field_step(variant)))?;
+            .map_err(|error| error.under(|| path_step(variant)))?;
         let mut object = Map::new();
         object.insert(variant.to_owned(), inner);
         Ok(Value::Object(object))
@@ -344,7 +361,7 @@ impl<'k> Object<'k> {
                 kept.borrow_mut().push((key.clone(), value));
                 Value::Null
             }
-            (Err(error), _) => return Err(error.under(|| field_step(&key))),
+            (Err(error), _) => return Err(error.under(|| path_step(&key))),
         };
         self.entries.insert(key, value);
         Ok(())
@@ -355,7 +372,13 @@ impl ser::SerializeMap for Object<'_> {
     type Ok = Value;
     type Error = JsonError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), JsonError> {
-        self.key = Some(key.serialize(MapKey)?);
+        let key = key.serialize(MapKey)?;
+        if key.contains('\0') {
+            return Err(JsonError::Nul {
+                path: path_step(&key),
+            });
+        }
+        self.key = Some(key);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
@@ -406,7 +429,7 @@ impl ser::SerializeTupleVariant for Variant<Sequence> {
         let variant = self.variant;
         self.inner
             .push(value)
-            .map_err(|error| error.under(|| field_step(variant)))
+            .map_err(|error| error.under(|| path_step(variant)))
     }
     fn end(self) -> Result<Value, JsonError> {
         Ok(Self::wrap(self.variant, Value::Array(self.inner.0)))
@@ -424,7 +447,7 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
         let variant = self.variant;
         self.inner
             .insert(key.to_owned(), value)
-            .map_err(|error| error.under(|| field_step(variant)))
+            .map_err(|error| error.under(|| path_step(variant)))
     }
     fn end(self) -> Result<Value, JsonError> {
         Ok(Self::wrap(self.variant, Value::Object(self.inner.entries)))

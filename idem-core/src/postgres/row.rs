@@ -155,13 +155,6 @@ impl PreparedRow {
                     })?
                 }
             };
-            if text.as_deref().is_some_and(|text| text.contains('\0')) {
-                return Err(serialize_error(format!(
-                    "column {:?} would hold the character U+0000, which PostgreSQL text and \
-                     jsonb cannot store",
-                    column.name
-                )));
-            }
             values.push(text);
         }
         // A flattened entry holding NaN or an infinity has no column of its own to keep it.
@@ -363,7 +356,7 @@ pub(crate) fn column_text(
 /// The refusal of a non-finite float that only a `double precision` column could hold.
 fn non_finite_outside_float(name: &str, float: f64) -> String {
     json::JsonError::NonFinite {
-        path: json::field_step(name),
+        path: crate::model::path_step(name),
         value: float,
     }
     .message()
