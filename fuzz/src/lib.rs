@@ -278,7 +278,8 @@ fn check_hash<T: Serialize + ?Sized>(value: &T) -> idem_core::ContentHash {
 
 /// The `content_hash` target: JSON parsed from the bytes, and a structured value drawn from
 /// them, hash the same twice and equal SHA-256 over their canonical bytes; map order does not
-/// matter; a derived document's hash ignores its volatile field.
+/// matter; a derived document's hash ignores its volatile field, and only a document with a map
+/// writing one key twice is refused.
 pub fn content_hash_target(data: &[u8]) {
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(data) {
         check_hash(&json);
@@ -303,7 +304,15 @@ pub fn content_hash_target(data: &[u8]) {
         extra: extra.into_iter().collect(),
         seen: u.arbitrary().unwrap_or_default(),
     };
-    let hash = doc.content_hash().expect("a document hashes");
+    let hash = match doc.content_hash() {
+        Ok(hash) => hash,
+        // A map that writes one text key twice cannot be stored: a document holding one is
+        // refused, and only such a document.
+        Err(_) => {
+            assert!(doc.body.has_twin_keys(), "refused without twin keys: {doc:?}");
+            return;
+        }
+    };
     assert_eq!(hash, content_hash(&doc, &Doc::MODEL).unwrap());
     let bytes = canonical_document_bytes(&doc, &Doc::MODEL).unwrap();
     assert_eq!(

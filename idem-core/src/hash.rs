@@ -170,6 +170,7 @@ fn hash_with<H: Hasher32, const BATCH: usize, T: Serialize + ?Sized>(
     value.serialize(Encoder {
         sink: &mut sink,
         top_level,
+        unique_names: top_level.is_some(),
     })?;
     Ok(sink.finish())
 }
@@ -184,6 +185,7 @@ pub fn canonical_document_bytes<T: Serialize + ?Sized>(
     value.serialize(Encoder {
         sink: &mut bytes,
         top_level: Some(model),
+        unique_names: true,
     })?;
     Ok(bytes)
 }
@@ -194,6 +196,7 @@ pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Stri
     value.serialize(Encoder {
         sink: &mut bytes,
         top_level: None,
+        unique_names: false,
     })?;
     Ok(bytes)
 }
@@ -463,10 +466,13 @@ impl From<EncodeError> for String {
 }
 
 /// The canonical serializer. `top_level` is set for the document itself, whose volatile fields
-/// and hash field are left out; nested values have it unset.
+/// and hash field are left out; nested values have it unset. `unique_names` is set all through a
+/// document: a map (a struct with a flattened field among them) that writes one text key twice
+/// cannot be stored, since a stored document keeps one value per name, and is refused.
 struct Encoder<'s, S: Sink> {
     sink: &'s mut S,
     top_level: Option<&'s Model>,
+    unique_names: bool,
 }
 
 impl<S: Sink> Encoder<'_, S> {
@@ -487,10 +493,11 @@ fn write_text<S: Sink>(sink: &mut S, tag: u8, bytes: &[u8]) {
     sink.write_tagged(tag, bytes);
 }
 
-fn nested<S: Sink>(sink: &mut S) -> Encoder<'_, S> {
+fn nested<S: Sink>(sink: &mut S, unique_names: bool) -> Encoder<'_, S> {
     Encoder {
         sink,
         top_level: None,
+        unique_names,
     }
 }
 
@@ -634,12 +641,15 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
     ) -> Result<(), EncodeError> {
         self.sink.write(&[VARIANT]);
         self.text(variant);
-        value.serialize(nested(self.sink))
+        value.serialize(nested(self.sink, self.unique_names))
     }
 
     fn serialize_seq(self, _len: Option<usize>) -> Result<Sequence<'s, S>, EncodeError> {
         self.sink.write(&[SEQ_START]);
-        Ok(Sequence { sink: self.sink })
+        Ok(Sequence {
+            sink: self.sink,
+            unique_names: self.unique_names,
+        })
     }
 
     fn serialize_tuple(self, len: usize) -> Result<Sequence<'s, S>, EncodeError> {
@@ -672,6 +682,7 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         Ok(Map {
             sink: self.sink,
             top_level: self.top_level,
+            unique_names: self.unique_names,
             buffer: Vec::new(),
             entries: Vec::with_capacity(entries),
         })
@@ -686,6 +697,7 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         Ok(Struct {
             sink: self.sink,
             top_level: self.top_level,
+            unique_names: self.unique_names,
         })
     }
 
@@ -702,6 +714,7 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
         Ok(Struct {
             sink: self.sink,
             top_level: None,
+            unique_names: self.unique_names,
         })
     }
 }
@@ -709,11 +722,12 @@ impl<'s, S: Sink> ser::Serializer for Encoder<'s, S> {
 /// Items written in order, between the sequence tags.
 struct Sequence<'s, S: Sink> {
     sink: &'s mut S,
+    unique_names: bool,
 }
 
 impl<S: Sink> Sequence<'_, S> {
     fn item<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        value.serialize(nested(self.sink))
+        value.serialize(nested(self.sink, self.unique_names))
     }
 
     fn close(self) -> Result<(), EncodeError> {
@@ -770,6 +784,7 @@ impl<S: Sink> ser::SerializeTupleVariant for Sequence<'_, S> {
 struct Struct<'s, S: Sink> {
     sink: &'s mut S,
     top_level: Option<&'s Model>,
+    unique_names: bool,
 }
 
 impl<S: Sink> Struct<'_, S> {
@@ -778,7 +793,7 @@ impl<S: Sink> Struct<'_, S> {
             return Ok(());
         }
         write_text(self.sink, TEXT, name.as_bytes());
-        value.serialize(nested(self.sink))
+        value.serialize(nested(self.sink, self.unique_names))
     }
 
     fn close(self) -> Result<(), EncodeError> {
@@ -828,6 +843,7 @@ struct Entry {
 struct Map<'s, S: Sink> {
     sink: &'s mut S,
     top_level: Option<&'s Model>,
+    unique_names: bool,
     buffer: Vec<u8>,
     entries: Vec<Entry>,
 }
@@ -848,7 +864,7 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
         let key_start = self.buffer.len();
-        key.serialize(nested(&mut self.buffer))?;
+        key.serialize(nested(&mut self.buffer, self.unique_names))?;
         let value_start = self.buffer.len();
         self.entries.push(Entry {
             key_start,
@@ -859,7 +875,7 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
     }
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        value.serialize(nested(&mut self.buffer))?;
+        value.serialize(nested(&mut self.buffer, self.unique_names))?;
         let end = self.buffer.len();
         match self.entries.last_mut() {
             Some(entry) => entry.end = end,
@@ -877,6 +893,19 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
                 .cmp(&buffer[b.key_start..b.value_start])
                 .then(a.key_start.cmp(&b.key_start))
         });
+        if self.unique_names {
+            let repeated = self.entries.windows(2).find(|pair| {
+                buffer[pair[0].key_start..pair[0].value_start]
+                    == buffer[pair[1].key_start..pair[1].value_start]
+            });
+            if let Some(name) = repeated.and_then(|pair| self.text_key(&pair[0])) {
+                return Err(ser::Error::custom(format!(
+                    "the name `{name}` is written twice in one struct or map (a flattened \
+                     field's entry named like another field?), and a stored document keeps \
+                     only one of them"
+                )));
+            }
+        }
         self.sink.write(&[MAP_START]);
         for entry in &self.entries {
             let excluded = match (self.top_level, self.text_key(entry)) {

@@ -9,7 +9,7 @@
 //! keys that are empty or ambiguous, NaN, the infinities and negative zero, a changed
 //! sub-millisecond timestamp, a reused idempotency key, copies and refusals inside a batch, a
 //! pushed item without its key, an operation on a missing document, a stored document that does
-//! not read as its type. The refusals that
+//! not read as its type, a name a flattened entry writes twice. The refusals that
 //! `conformance.rs` already makes on every backend (a changed frozen field or timestamp, a stale
 //! replay, the re-push of a deleted document, a delete without its marker) are not repeated here.
 //!
@@ -1026,6 +1026,85 @@ async fn the_character_u0000_is_stored_where_the_backend_can_hold_it_and_refused
                 );
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A name written twice
+
+/// A record whose flattened map may hold an entry named like one of its fields, here or in a
+/// nested value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "records")]
+struct Record {
+    #[idem(key)]
+    code: String,
+    title: String,
+    place: Place,
+    #[serde(flatten)]
+    extra: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Place {
+    city: String,
+    #[serde(flatten)]
+    lines: BTreeMap<String, String>,
+}
+
+fn record(code: &str, extra: (&str, &str), line: (&str, &str)) -> Record {
+    Record {
+        code: code.into(),
+        title: "Title".into(),
+        place: Place {
+            city: "Oslo".into(),
+            lines: [(line.0.to_owned(), line.1.to_owned())].into(),
+        },
+        extra: [(extra.0.to_owned(), extra.1.to_owned())].into(),
+    }
+}
+
+/// serde writes a flattened entry named like a field beside that field, and a stored document
+/// keeps only one of them: the natural key itself could be stored as another value than the id
+/// was derived from. Refused on every backend, at any depth, naming the name, with nothing
+/// written and the rest of a batch written.
+#[tokio::test]
+async fn a_name_written_twice_is_refused() {
+    for db in fresh_backends("name_twice").await {
+        db.ensure::<Record>().await;
+        let fine = record("fine", ("note", "n"), ("line1", "l"));
+        let cases = [
+            (record("key", ("code", "other"), ("line1", "l")), "code"),
+            (record("field", ("title", "Other"), ("line1", "l")), "title"),
+            (record("nested", ("note", "n"), ("city", "Bergen")), "city"),
+        ];
+        let before = db.raw::<Record>().await;
+        forget_commands(&db);
+        for (doc, name) in &cases {
+            match db.upsert(doc).await {
+                Err(error @ Error::Serialize { .. }) => assert!(
+                    error
+                        .to_string()
+                        .contains(&format!("the name `{name}` is written twice")),
+                    "{db}: {error}"
+                ),
+                other => panic!("{db}: {name}: expected a refusal, got {other:?}"),
+            }
+        }
+        assert_db_sent_nothing(&db);
+        assert_eq!(db.raw::<Record>().await, before, "{db}: nothing written");
+
+        let batch = [cases[0].0.clone(), fine.clone(), cases[2].0.clone()];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(matches!(outcomes[0], Err(Error::Serialize { .. })), "{db}");
+        assert_eq!(outcomes[1].as_ref().unwrap(), &Outcome::Inserted, "{db}");
+        assert!(matches!(outcomes[2], Err(Error::Serialize { .. })), "{db}");
+        assert_eq!(
+            db.get::<Record>(fine.id().unwrap()).await.unwrap(),
+            Some(fine.clone()),
+            "{db}"
+        );
     }
 }
 
