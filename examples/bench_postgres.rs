@@ -90,9 +90,10 @@ use idem_core::tokio_postgres::types::{ToSql, Type};
 use idem_core::tokio_postgres::{Client, Config, NoTls, Statement};
 use idem_core::{BatchReport, Idempotent, Outcome};
 use idem_examples::bench::{
-    fatal, fmt_duration, median, median_duration, order, print_table, print_targets, spread,
-    targets_tsv, Fatal, Target,
+    fmt_duration, median, median_duration, order, print_table, print_targets, spread, targets_tsv,
+    Target,
 };
+use idem_examples::cli::{exit_code, fatal, Fatal, Flags};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -703,7 +704,7 @@ POSTGRES_URI (15 or later).
   --only LIST  only these steps, comma-separated: check,1,2,3 (default: all)
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
     let mut parsed = Args {
         rounds: 5,
         rows: 10_000,
@@ -711,38 +712,16 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fa
         tsv: None,
         only: Vec::new(),
     };
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| fatal(format!("{name} needs a value\n\n{USAGE}")))
-        };
-        let mut number = |name: &str| -> Result<usize, Fatal> {
-            let text = value(name)?;
-            text.parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| fatal(format!("{name} takes a positive number, not {text:?}")))
-        };
-        match arg.as_str() {
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--rounds" => parsed.rounds = number("--rounds")?,
-            "--rows" => parsed.rows = number("--rows")?,
-            "--chunk" => parsed.chunk = number("--chunk")?,
-            "--tsv" => parsed.tsv = Some(value("--tsv")?),
-            "--only" => {
-                parsed.only = value("--only")?
-                    .split(',')
-                    .map(|s| s.trim().to_owned())
-                    .collect();
-                if let Some(bad) = parsed
-                    .only
-                    .iter()
-                    .find(|s| !["check", "1", "2", "3"].contains(&s.as_str()))
-                {
-                    return Err(fatal(format!("--only: no step {bad:?}\n\n{USAGE}")));
-                }
-            }
-            other => return Err(fatal(format!("unexpected argument {other:?}\n\n{USAGE}"))),
+            "--rounds" => parsed.rounds = flags.number("--rounds")?,
+            "--rows" => parsed.rows = flags.number("--rows")?,
+            "--chunk" => parsed.chunk = flags.number("--chunk")?,
+            "--tsv" => parsed.tsv = Some(flags.value("--tsv")?),
+            "--only" => parsed.only = flags.list("--only", &["check", "1", "2", "3"])?,
+            other => return Err(flags.unexpected(other)),
         }
     }
     if !parsed.rows.is_multiple_of(10) {
@@ -760,13 +739,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fa
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("bench_postgres: error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    exit_code("bench_postgres", run()).await
 }
 
 async fn run() -> Result<ExitCode, Fatal> {

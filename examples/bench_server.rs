@@ -62,9 +62,10 @@ use idem_core::{Idempotent, Outcome};
 use idem_tests::allocations::{allocations_in, CountingAllocator};
 // The design's blog post; the posts built here are about 2 KiB as BSON.
 use idem_examples::bench::{
-    fatal, fmt_duration, median, median_duration, order, print_table, print_targets, spread,
-    targets_tsv, Fatal, Target,
+    fmt_duration, median, median_duration, order, print_table, print_targets, spread, targets_tsv,
+    Target,
 };
+use idem_examples::cli::{exit_code, fatal, Fatal, Flags};
 use idem_tests::fixtures::Post;
 use mongodb::bson::{self, doc, Bson, Document, RawDocumentBuf};
 use mongodb::error::ErrorKind;
@@ -425,7 +426,7 @@ Benchmarks idem's writes against hand-written ones on the server named by MONGOD
   --only LIST  only these scenarios, comma-separated: 1,1b,1c,2,3,4 (default: all)
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
     let mut parsed = Args {
         rounds: 5,
         posts: 2000,
@@ -434,39 +435,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fa
         tsv: None,
         only: Vec::new(),
     };
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| fatal(format!("{name} needs a value\n\n{USAGE}")))
-        };
-        let mut number = |name: &str| -> Result<usize, Fatal> {
-            let text = value(name)?;
-            text.parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| fatal(format!("{name} takes a positive number, not {text:?}")))
-        };
-        match arg.as_str() {
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--rounds" => parsed.rounds = number("--rounds")?,
-            "--posts" => parsed.posts = number("--posts")?,
-            "--docs" => parsed.docs = number("--docs")?,
-            "--awards" => parsed.awards = number("--awards")?,
-            "--tsv" => parsed.tsv = Some(value("--tsv")?),
-            "--only" => {
-                parsed.only = value("--only")?
-                    .split(',')
-                    .map(|s| s.trim().to_owned())
-                    .collect();
-                if let Some(bad) = parsed
-                    .only
-                    .iter()
-                    .find(|s| !["1", "1b", "1c", "2", "3", "4"].contains(&s.as_str()))
-                {
-                    return Err(fatal(format!("--only: no scenario {bad:?}\n\n{USAGE}")));
-                }
-            }
-            other => return Err(fatal(format!("unexpected argument {other:?}\n\n{USAGE}"))),
+            "--rounds" => parsed.rounds = flags.number("--rounds")?,
+            "--posts" => parsed.posts = flags.number("--posts")?,
+            "--docs" => parsed.docs = flags.number("--docs")?,
+            "--awards" => parsed.awards = flags.number("--awards")?,
+            "--tsv" => parsed.tsv = Some(flags.value("--tsv")?),
+            "--only" => parsed.only = flags.list("--only", &["1", "1b", "1c", "2", "3", "4"])?,
+            other => return Err(flags.unexpected(other)),
         }
     }
     if !parsed.docs.is_multiple_of(10) || !parsed.awards.is_multiple_of(2) {
@@ -477,13 +456,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fa
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("bench_server: error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    exit_code("bench_server", run()).await
 }
 
 async fn run() -> Result<ExitCode, Fatal> {

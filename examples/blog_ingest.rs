@@ -44,6 +44,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem_core::mongo::Store;
 use idem_core::{Error, Id, Idempotent, Outcome};
+use idem_examples::cli::{exit_code, Fatal, Flags};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
@@ -119,24 +120,9 @@ struct Args {
     database: String,
 }
 
-/// A problem that stops the run before or outside the per-post report: exit status 2.
-struct Fatal(String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("blog_ingest: error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    exit_code("blog_ingest", run()).await
 }
 
 async fn run() -> Result<ExitCode, Fatal> {
@@ -168,33 +154,29 @@ async fn run() -> Result<ExitCode, Fatal> {
 }
 
 /// `None` for `--help`.
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
     let mut data = None;
     let mut show = None;
     let mut drop = false;
     let mut database = None;
-    let usage = |message: &str| Fatal(format!("{message}\n\n{USAGE}"));
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| usage(&format!("{name} needs a value")))
-        };
-        match arg.as_str() {
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--drop" => drop = true,
-            "--data" => data = Some(PathBuf::from(value("--data")?)),
-            "--database" => database = Some(value("--database")?),
+            "--data" => data = Some(PathBuf::from(flags.value("--data")?)),
+            "--database" => database = Some(flags.value("--database")?),
             "--show" => {
-                let slug = value("--show")?;
-                let lang = value("--show")?;
+                let slug = flags.value("--show")?;
+                let lang = flags.value("--show")?;
                 show = Some((slug, lang));
             }
-            other => return Err(usage(&format!("unexpected argument {other:?}"))),
+            other => return Err(flags.unexpected(other)),
         }
     }
     let mode = match (show, drop, data) {
         (Some(_), true, _) | (Some(_), _, Some(_)) | (_, true, Some(_)) => {
-            return Err(usage("--data, --show and --drop exclude each other"))
+            return Err(flags.error("--data, --show and --drop exclude each other"))
         }
         (Some((slug, lang)), false, None) => Mode::Show { slug, lang },
         (None, true, None) => Mode::Drop,

@@ -50,6 +50,7 @@ use std::time::Duration;
 
 use idem_core::mongo::Store;
 use idem_core::{Applied, DocumentRef, Error, Idempotent, Outcome};
+use idem_examples::cli::{exit_code, Fatal, Flags};
 use idem_examples::offline_sync::{
     badges_for, compare, describe_pushed, expected_state, report_step, scenario, Account, Award,
     Entry, State, SyncReply, MAX_ATTEMPTS, POINTS_PER_ENTRY, USER,
@@ -297,43 +298,24 @@ Drops database NAME (default: idem_offline_sync_demo) on the server named by MON
 the offline-sync scenario against it, and compares the final state with the expected one.
 --drop only drops the database.";
 
-/// A problem that stops the run: exit status 2.
-struct Fatal(String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("offline_sync: error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    exit_code("offline_sync", run()).await
 }
 
 async fn run() -> Result<ExitCode, Fatal> {
     let mut database = DEFAULT_DATABASE.to_owned();
     let mut drop_only = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
+    let mut flags = Flags::new(std::env::args().skip(1), USAGE);
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
             }
             "--drop" => drop_only = true,
-            "--database" => {
-                database = args
-                    .next()
-                    .ok_or_else(|| Fatal(format!("--database needs a value\n\n{USAGE}")))?;
-            }
-            other => return Err(Fatal(format!("unexpected argument {other:?}\n\n{USAGE}"))),
+            "--database" => database = flags.value("--database")?,
+            other => return Err(flags.unexpected(other)),
         }
     }
     let uri = std::env::var("MONGODB_URI").map_err(|_| {

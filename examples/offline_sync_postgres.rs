@@ -63,6 +63,7 @@ use deadpool_postgres::tokio_postgres::{self, NoTls, Transaction};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod};
 use idem_core::postgres::{driver_error, Change, Store};
 use idem_core::{Applied, BackendError, Error, Idempotent, Outcome};
+use idem_examples::cli::{exit_code, Fatal, Flags};
 use idem_examples::offline_sync::{
     badges_for, compare, describe_pushed, expected_state, report_step, scenario, Account, Award,
     Entry, State, SyncReply, MAX_ATTEMPTS, POINTS_PER_ENTRY, USER,
@@ -447,24 +448,9 @@ database named by POSTGRES_URI, creates it again, plays the offline-sync scenari
 push in one transaction, and compares the final state with the expected one. --drop only drops
 the schema.";
 
-/// A problem that stops the run: exit status 2.
-struct Fatal(String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("offline_sync_postgres: error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    exit_code("offline_sync_postgres", run()).await
 }
 
 /// An error and its sources, on one line.
@@ -526,25 +512,21 @@ fn pool(uri: &str, schema: &str) -> Result<Pool, Fatal> {
 async fn run() -> Result<ExitCode, Fatal> {
     let mut schema = DEFAULT_SCHEMA.to_owned();
     let mut drop_only = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
+    let mut flags = Flags::new(std::env::args().skip(1), USAGE);
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
             }
             "--drop" => drop_only = true,
-            "--schema" => {
-                schema = args
-                    .next()
-                    .ok_or_else(|| Fatal(format!("--schema needs a value\n\n{USAGE}")))?;
-            }
-            other => return Err(Fatal(format!("unexpected argument {other:?}\n\n{USAGE}"))),
+            "--schema" => schema = flags.value("--schema")?,
+            other => return Err(flags.unexpected(other)),
         }
     }
     if !plain_identifier(&schema) {
-        return Err(Fatal(format!(
-            "--schema {schema:?}: use lowercase letters, digits and _ (at most 63)\n\n{USAGE}"
+        return Err(flags.error(&format!(
+            "--schema {schema:?}: use lowercase letters, digits and _ (at most 63)"
         )));
     }
     let uri = std::env::var("POSTGRES_URI").map_err(|_| {

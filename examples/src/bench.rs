@@ -1,22 +1,8 @@
-//! What the benchmark examples (`bench_server`, `bench_postgres`) share: their error type, the
-//! order of variants in a round, medians and spreads of per-round figures, durations as shown,
+//! What the benchmark examples (`bench_server`, `bench_postgres`) share: the order of variants in
+//! a round, medians and spreads of per-round figures, durations as shown,
 //! and how a table and its targets are printed and handed to `scripts/bench`.
 
 use std::time::Duration;
-
-/// A failure that ends the benchmark, with what to tell the user.
-pub struct Fatal(pub String);
-
-impl<E: std::fmt::Display> From<E> for Fatal {
-    fn from(error: E) -> Self {
-        Fatal(error.to_string())
-    }
-}
-
-/// A failure described by `message`.
-pub fn fatal(message: impl Into<String>) -> Fatal {
-    Fatal(message.into())
-}
 
 /// One target of the benchmark and whether this run met it.
 pub struct Target {

@@ -3,4 +3,5 @@
 //! examples share.
 
 pub mod bench;
+pub mod cli;
 pub mod offline_sync;

@@ -53,6 +53,21 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
+/// An empty schema on the server at `uri`, named `{prefix}_{test}_{process id}` (dropped first
+/// if an earlier run left it), and a client whose `search_path` is that schema.
+pub async fn fresh_schema(uri: &str, prefix: &str, test: &str) -> (String, tokio_postgres::Client) {
+    let schema = format!("{prefix}_{test}_{}", std::process::id()).to_lowercase();
+    let admin = postgres_client(uri, "public").await;
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .expect("a fresh schema");
+    let client = postgres_client(uri, &schema).await;
+    (schema, client)
+}
+
 /// One store under test. A handful exist per test, so the size of the PostgreSQL variant (its
 /// client) does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -89,15 +104,7 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
         log,
     }];
     for (label, uri) in postgres_servers() {
-        let schema = format!("t_{}_{}", test, std::process::id()).to_lowercase();
-        let admin = postgres_client(&uri, "public").await;
-        admin
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-            ))
-            .await
-            .expect("a fresh schema");
-        let client = postgres_client(&uri, &schema).await;
+        let (schema, client) = fresh_schema(&uri, "t", test).await;
         backends.push(Db::Postgres {
             label,
             uri,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
 use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
-use idem_tests::backends::{postgres_client, postgres_servers};
+use idem_tests::backends::{fresh_schema, postgres_servers};
 use idem_tests::fixtures::{account, post, Account, Post};
 use serde::{Deserialize, Serialize};
 
@@ -15,15 +15,7 @@ use serde::{Deserialize, Serialize};
 async fn fresh_schemas(test: &str) -> Vec<(String, tokio_postgres::Client)> {
     let mut clients = Vec::new();
     for (label, uri) in postgres_servers() {
-        let schema = format!("p_{}_{}", test, std::process::id()).to_lowercase();
-        let admin = postgres_client(&uri, "public").await;
-        admin
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-            ))
-            .await
-            .unwrap();
-        clients.push((label, postgres_client(&uri, &schema).await));
+        clients.push((label, fresh_schema(&uri, "p", test).await.1));
     }
     clients
 }

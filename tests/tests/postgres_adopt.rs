@@ -7,21 +7,13 @@ use std::sync::Arc;
 
 use idem_core::postgres::Store;
 use idem_core::{Error, Outcome};
-use idem_tests::backends::{postgres_client, postgres_servers};
+use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
 
 /// A fresh schema on the server at `uri`, named after `test`, with idem's table for posts, and
 /// a client on it.
 async fn fresh_table(test: &str, uri: &str) -> (String, tokio_postgres::Client) {
-    let schema = format!("pd_{}_{}", test, std::process::id()).to_lowercase();
-    let admin = postgres_client(uri, "public").await;
-    admin
-        .batch_execute(&format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-        ))
-        .await
-        .unwrap();
-    let client = postgres_client(uri, &schema).await;
+    let (schema, client) = fresh_schema(uri, "pd", test).await;
     Store::new().ensure_table::<Post, _>(&client).await.unwrap();
     (schema, client)
 }

@@ -7,22 +7,8 @@
 use idem_core::audit::Finding;
 use idem_core::postgres::Store;
 use idem_core::{AuditProgress, Outcome};
-use idem_tests::backends::{postgres_client, postgres_servers};
+use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
-
-/// A fresh schema on the server at `uri`, named after `test`, and a client on it.
-async fn fresh_schema(test: &str, uri: &str) -> (String, tokio_postgres::Client) {
-    let schema = format!("pa_{}_{}", test, std::process::id()).to_lowercase();
-    let admin = postgres_client(uri, "public").await;
-    admin
-        .batch_execute(&format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-        ))
-        .await
-        .unwrap();
-    let client = postgres_client(uri, &schema).await;
-    (schema, client)
-}
 
 /// The table another tool made for posts: no idem columns beside `_id` and the hash, `fetchedAt`
 /// of another integer type, and no unique constraint on the natural key.
@@ -81,7 +67,7 @@ fn derived(post: &Post) -> Option<String> {
 #[tokio::test]
 async fn a_table_other_code_made_shows_every_kind_of_problem() {
     for (label, uri) in postgres_servers() {
-        let (_, client) = fresh_schema("kinds", &uri).await;
+        let (_, client) = fresh_schema(&uri, "pa", "kinds").await;
         client.batch_execute(FOREIGN_TABLE).await.unwrap();
         // As idem would store it: derived id, the content's hash.
         let clean = post("clean", "Clean");
@@ -355,7 +341,7 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
 #[tokio::test]
 async fn a_table_idem_wrote_is_clean() {
     for (label, uri) in postgres_servers() {
-        let (_, client) = fresh_schema("clean", &uri).await;
+        let (_, client) = fresh_schema(&uri, "pa", "clean").await;
         let store = Store::new();
         store.ensure_table::<Post, _>(&client).await.unwrap();
         let written: Vec<Post> = (0..30).map(|n| post(&format!("p{n}"), "T")).collect();
@@ -376,7 +362,7 @@ async fn a_table_idem_wrote_is_clean() {
 #[tokio::test]
 async fn the_audit_reads_the_callers_transaction() {
     for (label, uri) in postgres_servers() {
-        let (schema, mut client) = fresh_schema("tx", &uri).await;
+        let (schema, mut client) = fresh_schema(&uri, "pa", "tx").await;
         let other = postgres_client(&uri, &schema).await;
         let store = Store::new();
         let tx = client.transaction().await.unwrap();
@@ -426,7 +412,7 @@ async fn the_audit_reads_the_callers_transaction() {
 #[tokio::test]
 async fn a_table_without_idem_id_hash_or_a_key_column_is_reported_row_by_row() {
     for (label, uri) in postgres_servers() {
-        let (_, client) = fresh_schema("bare", &uri).await;
+        let (_, client) = fresh_schema(&uri, "pa", "bare").await;
         client
             .batch_execute(
                 "CREATE TABLE posts (id bigserial PRIMARY KEY, slug text, \
@@ -479,7 +465,7 @@ async fn a_table_without_idem_id_hash_or_a_key_column_is_reported_row_by_row() {
 async fn every_duplicate_of_a_large_table_is_counted_and_samples_are_capped() {
     const ROWS: u64 = 20_000;
     for (label, uri) in postgres_servers() {
-        let (_, client) = fresh_schema("large", &uri).await;
+        let (_, client) = fresh_schema(&uri, "pa", "large").await;
         client.batch_execute(FOREIGN_TABLE).await.unwrap();
         client
             .batch_execute(&format!(
