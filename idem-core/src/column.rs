@@ -48,11 +48,17 @@ impl Column {
         }
     }
 
-    /// The same field, which serde may leave out (`skip_serializing_if`) or read back without
-    /// (`#[serde(default)]` on the field or the type). A typed column cannot tell a field left out
-    /// from one stored as null: a NULL in this column reads back as absent, so serde applies its
-    /// default; in any other column it reads back as null, which is what a field that is not an
-    /// `Option` but serializes as null (`()`, `serde_json::Value::Null`) needs.
+    /// The same field, which serde may leave out. A typed column cannot tell a field left out
+    /// from one stored as null: a NULL in this column reads back as absent, so serde applies
+    /// its default, as a document without the field reads on MongoDB; in any other column it
+    /// reads back as null, as a field MongoDB stores as null, which is what a field that is not
+    /// an `Option` but serializes as null (`()`, `serde_json::Value::Null`) needs.
+    ///
+    /// The derive marks a field with `skip_serializing_if`, and a field serde can default
+    /// (`#[serde(default)]` on it or on the type) whose type never serializes as null: a NULL
+    /// there is no value serde wrote, but a column a migration added to rows written before.
+    /// A nullable field with a default reads NULL back as the `None` (or null) it wrote, not as
+    /// its default.
     pub const fn may_be_absent(mut self) -> Self {
         self.may_be_absent = true;
         self
@@ -102,6 +108,36 @@ pub trait StructuredShape {
 }
 
 impl<T: ?Sized> StructuredShape for Probe<T> {}
+
+/// A type whose value may serialize as null (`Option`, `()`, `serde_json::Value`), found first.
+#[doc(hidden)]
+pub trait NullableValue {
+    /// `true`.
+    fn may_be_null(&self) -> bool {
+        true
+    }
+}
+
+/// Every other type, found last.
+#[doc(hidden)]
+pub trait NeverNull {
+    /// `false`.
+    fn may_be_null(&self) -> bool {
+        false
+    }
+}
+
+impl<T: Nullable + ?Sized> NullableValue for &Probe<T> {}
+impl<T: ?Sized> NeverNull for Probe<T> {}
+
+/// The types whose value may serialize as null.
+#[doc(hidden)]
+pub trait Nullable {}
+
+impl<T> Nullable for Option<T> {}
+impl Nullable for () {}
+#[cfg(feature = "postgres")]
+impl Nullable for serde_json::Value {}
 
 /// The scalar types and their shapes.
 #[doc(hidden)]

@@ -181,7 +181,7 @@ pub(crate) const MAX_ATTEMPTS: usize = 8;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::backend_calls::{FindWith, PushWith, UpsertWith};
-    pub use crate::column::{Probe, ScalarShape, StructuredShape};
+    pub use crate::column::{NeverNull, NullableValue, Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
     pub use core::future::Future;
     pub use core::marker::Send;

@@ -203,7 +203,9 @@ fn expand(input: &Input) -> TokenStream {
                 #version_key
 
                 fn stored_columns() -> ::std::vec::Vec<__idem::Column> {
-                    use __idem::__private::{ScalarShape as _, StructuredShape as _};
+                    use __idem::__private::{
+                        NeverNull as _, NullableValue as _, ScalarShape as _, StructuredShape as _,
+                    };
                     ::std::vec![#(#columns),*]
                 }
 
@@ -260,7 +262,8 @@ fn expand(input: &Input) -> TokenStream {
 
 /// `Column::new("storedName", shape)` for a field serde writes; `None` for a skipped one. The
 /// shape of a flattened field is `Flattened`; any other asks the field's type (auto-ref picks a
-/// scalar impl if there is one). A field serde may leave out or default is marked so.
+/// scalar impl if there is one). A field serde may leave out, or default without writing null,
+/// is marked so.
 fn column_spec(input: &Input, field: &Field) -> Option<TokenStream> {
     if field.attrs.skipped.is_some() {
         return None;
@@ -272,12 +275,21 @@ fn column_spec(input: &Input, field: &Field) -> Option<TokenStream> {
     } else {
         quote!((&&__idem::__private::Probe::<#ty>::NEW).shape())
     };
-    let may_be_absent =
-        field.attrs.skipped_if.is_some() || field.attrs.defaulted || input.attrs.defaulted;
-    Some(if may_be_absent {
-        quote!(__idem::Column::new(#name, #shape).may_be_absent())
+    let column = quote!(__idem::Column::new(#name, #shape));
+    Some(if field.attrs.skipped_if.is_some() {
+        quote!(#column.may_be_absent())
+    } else if field.attrs.defaulted || input.attrs.defaulted {
+        // Absent only where NULL cannot be what serde wrote: see `Column::may_be_absent`.
+        quote! {{
+            let column = #column;
+            if (&&__idem::__private::Probe::<#ty>::NEW).may_be_null() {
+                column
+            } else {
+                column.may_be_absent()
+            }
+        }}
     } else {
-        quote!(__idem::Column::new(#name, #shape))
+        column
     })
 }
 

@@ -1345,3 +1345,44 @@ async fn a_stored_null_reads_back_as_null_and_a_left_out_field_as_its_default() 
         );
     }
 }
+
+/// A type serde defaults as a whole, whose default differs from what is written: `None` and an
+/// empty list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "retry_policies")]
+#[serde(default)]
+struct RetryPolicy {
+    #[idem(key)]
+    name: String,
+    retries: Option<u32>,
+    backoff_ms: Vec<u32>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            name: String::new(),
+            retries: Some(3),
+            backoff_ms: vec![100, 200],
+        }
+    }
+}
+
+/// What was written reads back, not serde's default: a `None` stored as null stays `None`.
+#[tokio::test]
+async fn a_written_none_reads_back_as_none_where_the_default_is_some() {
+    let policy = RetryPolicy {
+        name: "no-retries".into(),
+        retries: None,
+        backoff_ms: Vec::new(),
+    };
+    for db in fresh_backends("defaulted_reads").await {
+        db.ensure::<RetryPolicy>().await;
+        db.upsert(&policy).await.unwrap();
+        assert_eq!(
+            db.get::<RetryPolicy>(policy.id().unwrap()).await.unwrap(),
+            Some(policy.clone()),
+            "{db}"
+        );
+    }
+}
