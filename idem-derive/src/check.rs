@@ -25,6 +25,7 @@ pub fn check(cx: &Ctxt, input: &Input) {
         check_reserved_names(cx, input, field);
         check_role_field_name(cx, field);
     }
+    check_stored_names_unique(cx, input);
     check_collection_name(cx, input);
     check_generic_type_names_its_collection(cx, input);
     check_hash_field_name(cx, input);
@@ -264,6 +265,33 @@ fn check_reserved_names(cx: &Ctxt, input: &Input, field: &Field) {
                  under another name, or move the hash with `#[idem(hash_field = \"…\")]`"
             ),
         );
+    }
+}
+
+// No two stored fields share a stored name: serde writes both, and a stored document keeps one
+// of them, so what is stored would not be what was hashed (a key could be stored as another
+// value than the id was derived from). Reported on the later field.
+fn check_stored_names_unique(cx: &Ctxt, input: &Input) {
+    let stored: Vec<&Field> = input
+        .fields
+        .iter()
+        .filter(|field| field.attrs.skipped.is_none() && field.attrs.flattened.is_none())
+        .collect();
+    for (position, field) in stored.iter().enumerate() {
+        let earlier = stored[..position]
+            .iter()
+            .find(|earlier| earlier.stored_name == field.stored_name);
+        if let Some(earlier) = earlier {
+            error_at(
+                cx,
+                Some(name_span(field)),
+                format!(
+                    "this field is stored as `{}`, as the field `{}` is: a stored document \
+                     holds one value per name; store one of them under another name",
+                    field.stored_name, earlier.ident
+                ),
+            );
+        }
     }
 }
 
