@@ -100,6 +100,21 @@ pub(crate) fn pushed_list(
         })
 }
 
+/// The refusal of an item pushed to `list` whose key is a list: keys compare whole, and MongoDB
+/// would match a list against each of its elements, so two items could pass for one.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
+    Error::Serialize {
+        document: Box::new(document),
+        message: format!(
+            "the item pushed to `{}` has a list under its key `{}`; a key is compared whole, \
+             so it is a scalar or a struct, not a list",
+            list.name(),
+            list.item_key()
+        ),
+    }
+}
+
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
 /// items without a key would all fold into the first one pushed. `written` lists the stored
 /// names the item writes a value under, in its order.

@@ -1674,6 +1674,13 @@ struct RenamedComment {
     text: String,
 }
 
+/// A comment keyed by a list.
+#[derive(Serialize)]
+struct ListKeyComment {
+    comment_id: Vec<String>,
+    text: String,
+}
+
 /// A comment whose missing key serde writes as null.
 #[derive(Serialize)]
 struct NullKeyComment {
@@ -1742,6 +1749,23 @@ async fn pushing_an_item_without_its_key_is_refused() {
             error
                 .to_string()
                 .contains("has no `comment_id` field to tell it apart; it writes `text`"),
+            "{db}: {error}"
+        );
+        // A key that is a list: MongoDB would match it element by element, so `["c1"]` would
+        // pass for any stored item holding "c1" among its keys.
+        let listed = ListKeyComment {
+            comment_id: vec!["c1".into(), "c2".into()],
+            text: "two at once".into(),
+        };
+        let error = db
+            .push::<Thread, _>(thread.id().unwrap(), "comments", &listed)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::Serialize { .. })
+                && error
+                    .to_string()
+                    .contains("has a list under its key `comment_id`"),
             "{db}: {error}"
         );
         // An item that is not a document at all has no key either.

@@ -258,3 +258,86 @@ async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
         }
     }
 }
+
+/// An `_id` column a migration added to a table that had an id of its own: every row's `_id` is
+/// NULL. The rows move to their derived ids, found by their physical location; one that does not
+/// read as a post is reported by that location and left alone, and a second run ends too.
+#[tokio::test]
+async fn rows_without_an_id_move_to_their_derived_ids() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_table("no_id", &uri).await;
+        client
+            .batch_execute(
+                r#"ALTER TABLE posts DROP CONSTRAINT posts_pkey;
+                   ALTER TABLE posts ALTER COLUMN "_id" DROP NOT NULL;
+                   ALTER TABLE posts ADD CONSTRAINT posts_id_unique UNIQUE ("_id")"#,
+            )
+            .await
+            .unwrap();
+        let first = post("first", "First");
+        let second = post("second", "Second");
+        for stored in [&first, &second] {
+            insert_without_id(&client, stored, Some(&stored.title)).await;
+        }
+        insert_without_id(&client, &post("unreadable", ""), None).await;
+        let store = Store::new();
+
+        let report = store.adopt::<Post, _>(&client).await.unwrap();
+        assert_eq!(report.moved.count, 2, "{label}: {report}");
+        assert!(
+            report
+                .moved
+                .samples
+                .iter()
+                .all(|sample| sample.id.starts_with("(no _id, at ctid (")),
+            "{label}: {report}"
+        );
+        assert_eq!(report.failed.count, 1, "{label}: {report}");
+        assert!(
+            report.failed.samples[0]
+                .id
+                .starts_with("(no _id, at ctid ("),
+            "{label}: {report}"
+        );
+        let after: Vec<(Option<String>, String)> = client
+            .query(r#"SELECT "_id", slug FROM posts ORDER BY slug"#, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(
+            after,
+            [
+                (Some(id_of(&first)), "first".to_owned()),
+                (Some(id_of(&second)), "second".to_owned()),
+                (None, "unreadable".to_owned()),
+            ],
+            "{label}"
+        );
+        let again = store.adopt::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            (again.moved.count, again.failed.count),
+            (0, 1),
+            "{label}: {again}"
+        );
+    }
+}
+
+/// Inserts a row as another tool would, without an `_id`.
+async fn insert_without_id(client: &tokio_postgres::Client, stored: &Post, title: Option<&str>) {
+    client
+        .execute(
+            r#"INSERT INTO posts (slug, lang, "publishedAt", title, "fetchedAt")
+               VALUES ($1, $2, $3, $4, $5)"#,
+            &[
+                &stored.slug,
+                &stored.lang,
+                &stored.published_at,
+                &title,
+                &stored.fetched_at,
+            ],
+        )
+        .await
+        .unwrap();
+}

@@ -15,7 +15,9 @@ use super::{
 };
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId};
+use crate::model::{
+    item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId,
+};
 use crate::outcome::{Applied, Pushed};
 use crate::trace::{Call, CallKind};
 
@@ -189,6 +191,9 @@ impl Store {
                     .map(|(name, _)| name);
                 return Err(item_without_key(document, list, written));
             };
+            if matches!(item_key, Bson::Array(_)) {
+                return Err(item_key_is_a_list(document, list));
+            }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let filter = doc! {

@@ -37,9 +37,10 @@ impl Store {
                     document: Box::new(event.document_ref()),
                 })?;
             idempotency_key(event)?;
+            // Prepared first: a refused event sends nothing, not even the index check.
+            let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
             self.verify_indexes(model, &event.document_ref()).await?;
             let collection = self.raw_collection(model);
-            let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
             let on_insert = doc! { "$setOnInsert": write.inserted_document() };
             for attempt in 0..MAX_ATTEMPTS {
                 if attempt > 0 {

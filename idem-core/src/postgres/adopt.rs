@@ -13,6 +13,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
+use super::audit::shown_row_id;
 use super::read::row_as;
 use super::row::PreparedRow;
 use super::table::{quote, Content, Table};
@@ -26,11 +27,29 @@ use crate::MAX_ATTEMPTS;
 /// How many rows one page of the scan reads.
 const PAGE_ROWS: i64 = 500;
 
-/// A row as the scan read it: its content, its id and its row version.
+/// A row as the scan read it: its content, where it is and its row version.
 struct ReadRow {
     stored: serde_json::Map<String, Value>,
-    id: String,
+    place: Place,
     version: String,
+}
+
+/// How a statement finds a row: by its `_id`, or, for a row without one (an `_id` column a
+/// migration added), by its physical location, valid until the row is next written.
+#[derive(Clone)]
+enum Place {
+    Id(String),
+    Location(String),
+}
+
+impl Place {
+    /// The row as a report shows it.
+    fn shown(&self) -> String {
+        match self {
+            Place::Id(id) => id.clone(),
+            Place::Location(location) => shown_row_id(None, location),
+        }
+    }
 }
 
 /// What one move did.
@@ -59,11 +78,14 @@ impl Store {
     ///
     /// # The move
     ///
-    /// The rows are read in pages, in `_id` order. Each row `L` that reads as `T` with a derived
-    /// id `D` other than its own moves in one statement: an `UPDATE` of `L`'s `_id` to `D`, with
+    /// The rows are read in pages, in `_id` order, then the rows without an `_id` (a column a
+    /// migration added) in physical order. Each row `L` that reads as `T` with a derived id `D`
+    /// other than its own moves in one statement: an `UPDATE` of `L`'s `_id` to `D`, with
     /// the hash, digests and version key of `T` as read, only if `L` still has the row version
     /// (`xmin`) it was read at and no row holds `D`. The row's other columns are left as they
-    /// are. If `L` changed since it was read, it is read again and the move tried again.
+    /// are. If `L` changed since it was read, it is read again and the move tried again; a row
+    /// without an `_id` is found by its physical location, which a write changes, so it is
+    /// reported instead, for the next run.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
     /// and is refused with [`Error::FrozenFieldChanged`] as before adoption began; once `L` is
@@ -105,15 +127,23 @@ impl Store {
             }
             let table = self.table::<T, C>(client, &collection).await?;
             let mut report = AdoptReport::new(model.collection());
-            let mut after: Option<String> = None;
-            loop {
-                let page = read_page(client, &table, after.as_deref(), &collection).await?;
-                let Some(last) = page.last() else {
-                    break;
-                };
-                after = Some(last.id.clone());
-                for row in page {
-                    adopt_row::<T, C>(client, &table, row, &mut report).await?;
+            // The rows with an `_id` in its order, then those without one in physical order: a
+            // moved row has an id, and a row that could not move keeps its place behind the
+            // cursor, so each pass ends.
+            for pass in [Pass::ById, Pass::WithoutId] {
+                let mut after: Option<String> = None;
+                loop {
+                    let page =
+                        read_page(client, &table, pass, after.as_deref(), &collection).await?;
+                    let Some(last) = page.last() else {
+                        break;
+                    };
+                    after = Some(match &last.place {
+                        Place::Id(id) | Place::Location(id) => id.clone(),
+                    });
+                    for row in page {
+                        adopt_row::<T, C>(client, &table, row, &mut report).await?;
+                    }
                 }
             }
             Ok(report)
@@ -134,7 +164,7 @@ where
     C: GenericClient + Sync,
 {
     for _ in 0..MAX_ATTEMPTS {
-        let id = row.id.clone();
+        let id = row.place.shown();
         let value: T = match row_as(table, row.stored) {
             Ok(value) => value,
             Err(error) => {
@@ -151,7 +181,7 @@ where
                 return Ok(());
             }
         };
-        match move_row(client, table, &id, &row.version, &prepared).await? {
+        match move_row(client, table, &row.place, &row.version, &prepared).await? {
             Move::InPlace => return Ok(()),
             Move::Moved => {
                 let detail = format!("derived id {}", prepared.id_text);
@@ -166,27 +196,47 @@ where
                 report.failed.record(id, Some(detail));
                 return Ok(());
             }
-            Move::Changed => match read_row(client, table, &id, &prepared.document).await? {
-                Some(again) => {
-                    crate::trace::retry("another writer changed the row being moved");
-                    row = again;
+            Move::Changed => {
+                let Place::Id(stored_id) = &row.place else {
+                    // Written since it was read, so no longer where it was.
+                    report.failed.record(
+                        id,
+                        Some("changed by another writer; run adopt again".to_owned()),
+                    );
+                    return Ok(());
+                };
+                match read_row(client, table, stored_id, &prepared.document).await? {
+                    Some(again) => {
+                        crate::trace::retry("another writer changed the row being moved");
+                        row = again;
+                    }
+                    // Deleted since it was read: nothing to move.
+                    None => return Ok(()),
                 }
-                // Deleted since it was read: nothing to move.
-                None => return Ok(()),
-            },
+            }
         }
     }
     report.failed.record(
-        row.id,
+        row.place.shown(),
         Some("changed by another writer at every attempt to move it".to_owned()),
     );
     Ok(())
 }
 
-/// One page of rows in `_id` order, after `after`.
+/// Which rows a pass of the scan reads.
+#[derive(Clone, Copy)]
+enum Pass {
+    /// The rows with an `_id`, in its order.
+    ById,
+    /// The rows without one, in physical order.
+    WithoutId,
+}
+
+/// One page of a pass's rows, after the cursor `after`.
 async fn read_page<C>(
     client: &C,
     table: &Table,
+    pass: Pass,
     after: Option<&str>,
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
@@ -194,10 +244,20 @@ where
     C: GenericClient + Sync,
 {
     let id = quote(ID_FIELD);
+    let (condition, order) = match pass {
+        Pass::ById => (
+            format!("t.{id} IS NOT NULL AND ($1::text IS NULL OR t.{id} > $1)"),
+            format!("t.{id}"),
+        ),
+        Pass::WithoutId => (
+            format!("t.{id} IS NULL AND ($1::text IS NULL OR t.ctid > $1::tid)"),
+            "t.ctid".to_owned(),
+        ),
+    };
     // `t.*`, not `t`: a column named `t` would be taken for the row.
     let sql = format!(
-        "SELECT to_jsonb(t.*), t.{id}, t.xmin::text FROM {} t \
-         WHERE $1::text IS NULL OR t.{id} > $1 ORDER BY t.{id} LIMIT $2",
+        "SELECT to_jsonb(t.*), t.{id}, t.ctid::text, t.xmin::text FROM {} t \
+         WHERE {condition} ORDER BY {order} LIMIT $2",
         table.name()
     );
     crate::trace::round_trip("SELECT");
@@ -221,7 +281,7 @@ where
     C: GenericClient + Sync,
 {
     let sql = format!(
-        "SELECT to_jsonb(t.*), t.{id}, t.xmin::text FROM {} t WHERE t.{id} = $1",
+        "SELECT to_jsonb(t.*), t.{id}, t.ctid::text, t.xmin::text FROM {} t WHERE t.{id} = $1",
         table.name(),
         id = quote(ID_FIELD)
     );
@@ -240,31 +300,40 @@ fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<Re
             message: "a row did not read as an object".into(),
         });
     };
+    let place = match row.get::<_, Option<String>>(1) {
+        Some(id) => Place::Id(id),
+        None => Place::Location(row.get(2)),
+    };
     Ok(ReadRow {
         stored,
-        id: row.get(1),
-        version: row.get(2),
+        place,
+        version: row.get(3),
     })
 }
 
-/// The move of the row under `id`, at row version `version`, to `prepared`'s id, with its hash,
+/// The move of the row at `place`, at row version `version`, to `prepared`'s id, with its hash,
 /// digests and version key: one statement that also tells why nothing moved.
 async fn move_row<C>(
     client: &C,
     table: &Table,
-    id: &str,
+    place: &Place,
     version: &str,
     prepared: &PreparedRow,
 ) -> Result<Move, Error>
 where
     C: GenericClient + Sync,
 {
-    if prepared.id_text == id {
-        return Ok(Move::InPlace);
-    }
     let id_column = quote(ID_FIELD);
+    let (found, at) = match place {
+        Place::Id(id) if *id == prepared.id_text => return Ok(Move::InPlace),
+        Place::Id(id) => (format!("t.{id_column} = $1"), id),
+        Place::Location(location) => (
+            format!("t.ctid = $1::tid AND t.{id_column} IS NULL"),
+            location,
+        ),
+    };
     let mut set = vec![format!("{id_column} = $3")];
-    let mut values: Vec<Option<&str>> = vec![Some(id), Some(version), Some(&prepared.id_text)];
+    let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&prepared.id_text)];
     for content in [Content::Hash, Content::Digests, Content::VersionKey] {
         if let Some(index) = table.column_with(content) {
             values.push(prepared.value_of(table, index));
@@ -279,7 +348,7 @@ where
     let sql = format!(
         "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \
          moved AS (UPDATE {table} t SET {set} \
-         WHERE t.{id_column} = $1 AND t.xmin::text = $2 AND NOT EXISTS (SELECT 1 FROM taken) \
+         WHERE {found} AND t.xmin::text = $2 AND NOT EXISTS (SELECT 1 FROM taken) \
          RETURNING 1) \
          SELECT (SELECT count(*) FROM moved), EXISTS (SELECT 1 FROM taken)",
         table = table.name(),

@@ -218,11 +218,7 @@ where
         .get(ID_FIELD)
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let id = match stored.get(ID_FIELD) {
-        None | Some(Value::Null) => format!("(no _id, at ctid {location})"),
-        Some(Value::String(text)) => text.clone(),
-        Some(other) => other.to_string(),
-    };
+    let id = shown_row_id(stored.get(ID_FIELD), &location);
     let stored_hash = stored
         .get(model.hash_field())
         .and_then(Value::as_str)
@@ -280,6 +276,16 @@ where
         clean = false;
     }
     AuditedRow { id, key, clean }
+}
+
+/// A row as a report shows it: its `_id`, or where it is if it has none (valid until the row is
+/// next written).
+pub(super) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
+    match id {
+        None | Some(Value::Null) => format!("(no _id, at ctid {location})"),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    }
 }
 
 /// The stored value of `field`, NULL if the table has no such column.

@@ -73,7 +73,8 @@ use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement};
 use crate::error::{BackendError, Error};
 use crate::id::Id;
 use crate::model::{
-    item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model, ID_FIELD,
+    item_key_is_a_list, item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model,
+    ID_FIELD,
 };
 use crate::outcome::{Outcome, Pushed};
 use crate::trace::{Call, CallKind};
@@ -500,8 +501,9 @@ impl Store {
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
     /// the row stored under `id`, unless an item with the same key is there already. One
-    /// statement, guarded by the list's containment of the key, so a retried push never appends
-    /// twice: a racing push waits for the row and re-checks the guard on what the other wrote.
+    /// statement, guarded by the absence of an item whose key equals this one, so a retried push
+    /// never appends twice: a racing push waits for the row and re-checks the guard on what the
+    /// other wrote.
     pub async fn push<T, I, C>(
         &self,
         client: &C,
@@ -533,6 +535,9 @@ impl Store {
                 });
                 return Err(item_without_key(document, list, written));
             };
+            if item_key.is_array() {
+                return Err(item_key_is_a_list(document, list));
+            }
             let item_key = item_key.to_string();
             let item = item.to_string();
             // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which

@@ -60,6 +60,8 @@ impl Store {
                     return Ok(None);
                 };
                 let text = match value {
+                    // PostgreSQL text cannot hold U+0000, so no stored key does.
+                    KeyValue::Text(text) if text.contains('\0') => return Ok(None),
                     KeyValue::Text(text) => text.clone(),
                     KeyValue::Integer(number) => number.to_string(),
                     KeyValue::Bool(flag) => flag.to_string(),
