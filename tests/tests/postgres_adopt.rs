@@ -1,7 +1,8 @@
 //! Adoption of a PostgreSQL table other code filled, on every PostgreSQL server under test: rows
-//! under legacy ids and orphans move to their derived ids and become idem's; rows that cannot
-//! move are reported and left as they were; a second run has nothing left to do; and idem
-//! writers racing the adoption never fork or lose a document.
+//! under legacy ids, orphans and rows without an `_id` move to their derived ids and become
+//! idem's; rows that cannot move are reported and left as they were; a second run has nothing
+//! left to do; a row edited during its move is moved as edited; and idem writers racing the
+//! adoption never fork or lose a document.
 
 use std::sync::Arc;
 
@@ -340,4 +341,76 @@ async fn insert_without_id(client: &tokio_postgres::Client, stored: &Post, title
         )
         .await
         .unwrap();
+}
+
+/// Another tool edits a row between the adoption's read and its move: the move, waiting on the
+/// edit's row lock, then finds a newer row version than it read, moves nothing, reads the row
+/// again and moves it with the hash of the edited content.
+#[tokio::test]
+async fn a_row_edited_while_it_is_moved_is_read_again_and_moved_as_edited() {
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_table("edited", &uri).await;
+        insert(
+            &client,
+            "legacy-1",
+            &post("legacy", "Legacy"),
+            Some("Legacy"),
+        )
+        .await;
+        let mut editor = postgres_client(&uri, &schema).await;
+        let edit = editor.transaction().await.unwrap();
+        edit.execute(
+            r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#,
+            &[],
+        )
+        .await
+        .unwrap();
+
+        let store = Store::new();
+        let adopter = postgres_client(&uri, &schema).await;
+        let adopting = {
+            let store = store.clone();
+            tokio::spawn(async move { store.adopt::<Post, _>(&adopter).await })
+        };
+        // The move waits on the edit's row lock: only then is the edit committed.
+        let started = std::time::Instant::now();
+        loop {
+            let waiting: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{label}: the move never waited on the edit"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        edit.commit().await.unwrap();
+
+        let report = adopting.await.unwrap().unwrap();
+        assert_eq!(report.moved.count, 1, "{label}: {report}");
+        let edited = post("legacy", "Edited");
+        assert_eq!(
+            rows(&client).await,
+            [(
+                id_of(&edited),
+                "legacy".to_owned(),
+                Some("Edited".to_owned())
+            )],
+            "{label}"
+        );
+        assert_eq!(
+            store.upsert(&client, &edited).await.unwrap(),
+            Outcome::Unchanged,
+            "{label}: the stored hash is the edited content's"
+        );
+    }
 }
