@@ -19,9 +19,14 @@ async fn fresh_table(test: &str, uri: &str) -> (String, tokio_postgres::Client) 
     (schema, client)
 }
 
-/// Inserts a row as another tool would: under `id`, without idem's hash or digests; a `None`
-/// title is a NULL the type cannot read.
-async fn insert(client: &tokio_postgres::Client, id: &str, stored: &Post, title: Option<&str>) {
+/// Inserts a row as another tool would: under `id` (`None`: NULL), without idem's hash or
+/// digests; a `None` title is a NULL the type cannot read.
+async fn insert(
+    client: &tokio_postgres::Client,
+    id: Option<&str>,
+    stored: &Post,
+    title: Option<&str>,
+) {
     client
         .execute(
             r#"INSERT INTO posts ("_id", slug, lang, "publishedAt", title, "fetchedAt")
@@ -64,14 +69,14 @@ async fn legacy_rows_and_orphans_move_to_their_derived_ids_and_the_rest_is_repor
         let (_, client) = fresh_table("kinds", &uri).await;
         let store = Store::new();
         let legacy = post("legacy", "Legacy");
-        insert(&client, "legacy-1", &legacy, Some("Legacy")).await;
+        insert(&client, Some("legacy-1"), &legacy, Some("Legacy")).await;
         let other = post("other", "Other");
-        insert(&client, "legacy-2", &other, Some("Other")).await;
+        insert(&client, Some("legacy-2"), &other, Some("Other")).await;
         // Other code renamed the slug of a row idem wrote: its id is derived from the old slug.
         let renamed = post("renamed", "Renamed");
         insert(
             &client,
-            &id_of(&post("old-slug", "")),
+            Some(&id_of(&post("old-slug", ""))),
             &renamed,
             Some("Renamed"),
         )
@@ -79,8 +84,8 @@ async fn legacy_rows_and_orphans_move_to_their_derived_ids_and_the_rest_is_repor
         // A NULL title: the row does not read as a post, and it holds the id `blocked` derives.
         let unreadable = post("unreadable", "");
         let blocked = post("blocked", "Blocked");
-        insert(&client, &id_of(&blocked), &unreadable, None).await;
-        insert(&client, "legacy-3", &blocked, Some("Blocked")).await;
+        insert(&client, Some(&id_of(&blocked)), &unreadable, None).await;
+        insert(&client, Some("legacy-3"), &blocked, Some("Blocked")).await;
 
         let report = store.adopt::<Post, _>(&client).await.unwrap();
         assert_eq!(report.moved.count, 3, "{label}: {report}");
@@ -199,7 +204,13 @@ async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
         let (schema, client) = fresh_table("race", &uri).await;
         for n in 0..KEYS {
             let stored = post(&format!("p{n:02}"), "Legacy");
-            insert(&client, &format!("legacy-{n:02}"), &stored, Some("Legacy")).await;
+            insert(
+                &client,
+                Some(&format!("legacy-{n:02}")),
+                &stored,
+                Some("Legacy"),
+            )
+            .await;
         }
         let store = Store::new();
         let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS + 1));
@@ -278,9 +289,9 @@ async fn rows_without_an_id_move_to_their_derived_ids() {
         let first = post("first", "First");
         let second = post("second", "Second");
         for stored in [&first, &second] {
-            insert_without_id(&client, stored, Some(&stored.title)).await;
+            insert(&client, None, stored, Some(&stored.title)).await;
         }
-        insert_without_id(&client, &post("unreadable", ""), None).await;
+        insert(&client, None, &post("unreadable", ""), None).await;
         let store = Store::new();
 
         let report = store.adopt::<Post, _>(&client).await.unwrap();
@@ -325,24 +336,6 @@ async fn rows_without_an_id_move_to_their_derived_ids() {
     }
 }
 
-/// Inserts a row as another tool would, without an `_id`.
-async fn insert_without_id(client: &tokio_postgres::Client, stored: &Post, title: Option<&str>) {
-    client
-        .execute(
-            r#"INSERT INTO posts (slug, lang, "publishedAt", title, "fetchedAt")
-               VALUES ($1, $2, $3, $4, $5)"#,
-            &[
-                &stored.slug,
-                &stored.lang,
-                &stored.published_at,
-                &title,
-                &stored.fetched_at,
-            ],
-        )
-        .await
-        .unwrap();
-}
-
 /// Another tool edits a row between the adoption's read and its move: the move, waiting on the
 /// edit's row lock, then finds a newer row version than it read, moves nothing, reads the row
 /// again and moves it with the hash of the edited content.
@@ -352,7 +345,7 @@ async fn a_row_edited_while_it_is_moved_is_read_again_and_moved_as_edited() {
         let (schema, client) = fresh_table("edited", &uri).await;
         insert(
             &client,
-            "legacy-1",
+            Some("legacy-1"),
             &post("legacy", "Legacy"),
             Some("Legacy"),
         )
