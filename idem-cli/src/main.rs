@@ -7,8 +7,8 @@
 //! idem adopt   (the same flags)
 //! ```
 //!
-//! Both print a human summary, or with `--json` the report as JSON, on stdout; a progress bar is
-//! drawn on stderr when it is a terminal. Exit status: 0 when the collection needs nothing (or
+//! Both print a human summary, or with `--json` the report as JSON, on stdout; `audit` draws a
+//! progress bar on stderr when it is a terminal. Exit status: 0 when the collection needs nothing (or
 //! adoption completed), 1 when the audit found problems (or adoption left some), 2 on an error.
 
 use std::io::{IsTerminal, Write};

@@ -142,10 +142,10 @@ impl BatchReport {
             .count()
     }
 
-    /// How many input documents shared an id with a later or newer one in the same batch and
-    /// were collapsed into it before sending. Each reports `Unchanged` if its content is what
-    /// the winner stored (or found stored), `Stale` if it differs, and the winner's `Stale`,
-    /// `Deleted` or refusal otherwise.
+    /// How many input documents repeated an earlier one of the same batch, same id and same
+    /// content, and were not sent: each reports `Unchanged` if that earlier document was written
+    /// or found written, and its `Stale`, `Deleted` or refusal otherwise. A document with the same id and other content is not
+    /// collapsed: it goes in a later statement, as if upserted after the earlier one.
     pub fn collapsed(&self) -> usize {
         self.collapsed
     }

@@ -1,7 +1,8 @@
 //! The one error type of idem.
 //!
 //! Every refusal names the document (collection and natural key) and the field, and is raised
-//! before anything is written: when you see one, the stored data is as it was.
+//! before anything of that document is written: when you see one, its stored data is as it was
+//! (in a batch or an `insert_new`, the other documents are written or refused on their own).
 
 use std::fmt;
 use std::sync::Arc;
@@ -279,8 +280,10 @@ pub enum Error {
         index: String,
     },
 
-    /// The key is already stored, under an `_id` that idem did not assign (a document another tool
-    /// wrote). Nothing was written.
+    /// `record`: the event's idempotency key is already stored, under an `_id` that idem did not
+    /// assign (a document another tool wrote). Nothing was written. An upsert, a delete or an
+    /// `insert_new` that meets a natural key stored under another id reports
+    /// [`Error::FrozenFieldChanged`] on `_id` instead.
     #[error(
         "{document}: the key is already stored under _id {stored_id}, which idem did not assign; \
          nothing was written"

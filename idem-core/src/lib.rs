@@ -84,9 +84,10 @@
 //!
 //! | attribute | default | what it does |
 //! |---|---|---|
-//! | `collection = "…"` | the type name in snake_case | the collection written to |
+//! | `collection = "…"` | the type name in snake_case | the collection (or table) written to; required on a generic type, whose instantiations would otherwise share one |
 //! | `id_scheme = "v1"` or `"joined"` | `"v1"` | how key values become the id's 80-bit part ([`IdScheme`]) |
 //! | `hash_field = "…"` | `"sourceHash"` | the stored field holding the content hash |
+//! | `hash_algorithm = "…"` | `"sha256"` | the content hash's function: `"sha256"`, or `"blake3"` with the feature `blake3` |
 //! | `crate = "…"` | `::idem_core` | the path to this crate, if it is renamed or re-exported |
 //!
 //! On a field:
@@ -98,10 +99,10 @@
 //! | `frozen` | may never change once written: a write that changes it is refused with [`Error::FrozenFieldChanged`]. |
 //! | `volatile` | stored, but not part of the content hash: a change to it alone writes nothing. |
 //! | `version` | orders replays: a write replaces the stored document only if this is strictly newer; an older one is [`Outcome::Stale`]. At most one. The type must implement [`OrderedVersion`]. |
-//! | `tombstone` | an `Option<…>` deletion marker written only by [`mongo::Store::delete`]; upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
+//! | `tombstone` | an `Option<…>` deletion marker written only by `delete` and `delete_by_id` ([`mongo::Store::delete`], `postgres::Store::delete`); upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
 //! | `push_by = "…"` | on a `Vec<Item>`: a list owned by its push route, its items told apart by the named (stored) item field. Upserts neither write nor hash it; `doc.push_<field>(&store, &item)` appends once. |
-//! | `idempotency_key` | instead of `key`, for an event type with no natural key: the id is random, fixed by the first write ([`mongo::Store::record`]); a retry with the same key finds it. |
-//! | `effect` | a field only [`mongo::Store::apply_once`] changes: an upsert writes it when it inserts the document and never again; not part of the content hash. |
+//! | `idempotency_key` | instead of `key`, for an event type with no natural key: the id is random, fixed by the first write (`record`: [`mongo::Store::record`], `postgres::Store::record`); a retry with the same key finds it. |
+//! | `effect` | a field only `apply_once` ([`mongo::Store::apply_once`], `postgres::Store::apply_once`) changes: an upsert writes it when it inserts the document and never again; not part of the content hash. |
 //!
 //! Stored field names are the names serde writes: `#[serde(rename)]`, `#[serde(rename_all)]`
 //! and `#[serde(skip)]` are honoured.

@@ -21,8 +21,10 @@ pub trait Idempotent {
     /// The values of the key fields, in declaration order.
     fn natural_key(&self) -> NaturalKey;
 
-    /// The content hash: SHA-256 over the canonical encoding of every stored field except the
-    /// volatile ones and the hash field itself.
+    /// The content hash: the model's hash algorithm (SHA-256 unless `hash_algorithm` says
+    /// otherwise) over the canonical encoding of every stored field except the hash field and
+    /// those other routes own or that do not count as content: volatile, tombstone, pushed and
+    /// effect fields.
     fn content_hash(&self) -> Result<ContentHash, Error>
     where
         Self: serde::Serialize,

@@ -1,6 +1,6 @@
 //! What idem tells a [`tracing`](https://docs.rs/tracing) subscriber, with the `tracing` feature:
 //! one span per call (`upsert`, `upsert_many`, `insert_new`, `push`, `apply_once`, `record`,
-//! `delete`, `delete_by_id`, `get`, `find`) carrying the collection, the id when the call has
+//! `delete`, `delete_by_id`, `get`, `find`, `audit`, `adopt`) carrying the collection, the id when the call has
 //! one, the outcome, the round trips to the server and the retries; and events for index
 //! creation, contention retries, refusals and batch splits.
 //!
@@ -165,7 +165,8 @@ pub(crate) fn index_created(collection: &str) {
     tracing::info!(target: "idem", collection, "created the natural-key index");
 }
 
-/// A batch of `documents` goes in `statements` statements or commands (chunks and rounds).
+/// A batch of `documents` goes in `rounds` rounds (an id's second content in the batch waits for
+/// the first), each sent `chunk` documents at a time.
 #[inline]
 #[allow(unused_variables)]
 pub(crate) fn batch_split(documents: usize, rounds: usize, chunk: usize) {

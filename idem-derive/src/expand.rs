@@ -87,10 +87,10 @@ fn expand(input: &Input) -> TokenStream {
     let id_doc =
         format!("The deterministic id of this `{type_name}`: see [`{type_name}::derive_id`].");
     let hash_doc = format!(
-        "The content hash of this `{type_name}`: every stored field except the volatile ones and `{hash_field}`."
+        "The content hash of this `{type_name}`: every stored field except `{hash_field}` and the volatile, tombstone, pushed and effect fields."
     );
     let upsert_doc = format!(
-        "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated` or `Unchanged`, and never a duplicate. \
+        "Writes this `{type_name}` to `store` under its derived id: `Inserted`, `Updated`, `Unchanged`, `Stale` (an older version) or `Deleted` (a tombstoned document, never resurrected), and never a duplicate. \
          Callable when `{type_name}` is `Sync`: the write borrows it across awaits."
     );
     let find_doc = format!(
