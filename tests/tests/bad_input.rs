@@ -1108,6 +1108,49 @@ async fn a_name_written_twice_is_refused() {
     }
 }
 
+/// An event with extra entries stored beside its fields.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "tagged_events")]
+struct TaggedEvent {
+    #[idem(idempotency_key)]
+    request_key: String,
+    #[serde(flatten)]
+    tags: BTreeMap<String, String>,
+}
+
+/// An event that cannot be stored is refused before anything is sent, on MongoDB even before
+/// the first call's index check.
+#[tokio::test]
+async fn an_event_that_cannot_be_stored_is_refused_before_anything_is_sent() {
+    for db in fresh_backends("event_refused").await {
+        // PostgreSQL checks the table before it prepares a row: the table must exist.
+        if db.is_postgres() {
+            db.ensure::<TaggedEvent>().await;
+        }
+        let before = db.raw::<TaggedEvent>().await;
+        forget_commands(&db);
+        let event = TaggedEvent {
+            request_key: "req-1".into(),
+            tags: [("request_key".to_owned(), "other".to_owned())].into(),
+        };
+        match db.record(&event).await {
+            Err(error @ Error::Serialize { .. }) => assert!(
+                error
+                    .to_string()
+                    .contains("the name `request_key` is written twice"),
+                "{db}: {error}"
+            ),
+            other => panic!("{db}: expected a refusal, got {other:?}"),
+        }
+        assert_db_sent_nothing(&db);
+        assert_eq!(
+            db.raw::<TaggedEvent>().await,
+            before,
+            "{db}: nothing written"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Keys PostgreSQL cannot index
 
