@@ -615,3 +615,50 @@ async fn an_operation_on_a_row_without_op_ids_applies_once() {
         assert_eq!(balance, ada.balance + 25, "{label}");
     }
 }
+
+/// A field stored under a name longer than PostgreSQL keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "long_names")]
+struct LongName {
+    #[idem(key)]
+    name: String,
+    #[serde(rename = "a_field_name_generated_from_a_schema_file_that_is_longer_than_63")]
+    title: String,
+}
+
+/// PostgreSQL cuts a name longer than 63 bytes silently, so a table made with it would never
+/// match the model: `ensure_table` refuses it naming the column and creates nothing, and a write
+/// is refused the same way.
+#[tokio::test]
+async fn a_name_postgresql_would_cut_is_refused_before_a_table_is_made() {
+    for (label, client) in fresh_schemas("long_names").await {
+        let store = Store::new();
+        let refused = |error: Error| match error {
+            Error::SchemaMismatch { problem, .. } => assert!(
+                problem.contains(
+                    "column \"a_field_name_generated_from_a_schema_file_that_is_longer_than_63\" \
+                     is 64 bytes"
+                ),
+                "{label}: {problem}"
+            ),
+            other => panic!("{label}: expected SchemaMismatch, got {other:?}"),
+        };
+        refused(
+            store
+                .ensure_table::<LongName, _>(&client)
+                .await
+                .unwrap_err(),
+        );
+        let made: bool = client
+            .query_one("SELECT to_regclass('long_names') IS NOT NULL", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!made, "{label}: no table was made");
+        let doc = LongName {
+            name: "a".into(),
+            title: "t".into(),
+        };
+        refused(store.upsert(&client, &doc).await.unwrap_err());
+    }
+}

@@ -171,6 +171,14 @@ impl Store {
         C: GenericClient + Sync,
     {
         let document = DocumentRef::collection(&T::MODEL);
+        // Refused before anything is created: a table with a cut name would never match.
+        if let Some(problem) = Table::of::<T>(InsertedSignal::Xmax).name_too_long() {
+            return Err(Error::SchemaMismatch {
+                document: Box::new(document),
+                collection: T::MODEL.collection().to_owned(),
+                problem,
+            });
+        }
         crate::trace::round_trip("CREATE TABLE");
         client
             .batch_execute(&Store::create_table_sql::<T>())
@@ -990,6 +998,12 @@ async fn survey_table<C>(
 where
     C: GenericClient + Sync,
 {
+    if let Some(problem) = table.name_too_long() {
+        return Ok(TableSurvey {
+            present: HashMap::new(),
+            problems: vec![problem],
+        });
+    }
     let name = table.model.collection();
     // Resolved through the search path, as the statements resolve the table.
     crate::trace::round_trip("SELECT");

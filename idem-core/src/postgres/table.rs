@@ -83,6 +83,9 @@ impl TableColumn {
     }
 }
 
+/// The longest name PostgreSQL keeps whole (`NAMEDATALEN` − 1): it cuts longer ones silently.
+const MAX_NAME_BYTES: usize = 63;
+
 /// A type's table and the statements idem sends to it.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -148,6 +151,31 @@ impl Table {
     /// The table of `T` on a server that reports inserted rows with `signal`.
     pub fn of<T: Idempotent>(signal: InsertedSignal) -> Table {
         Table::new(&T::MODEL, &T::stored_columns(), signal)
+    }
+
+    /// A name of the table or of a column longer than PostgreSQL keeps (it would cut it
+    /// silently, and the table would never match the model), as a problem to report.
+    pub fn name_too_long(&self) -> Option<String> {
+        let too_long = |name: &str| name.len() > MAX_NAME_BYTES;
+        let collection = self.model.collection();
+        if too_long(collection) {
+            return Some(format!(
+                "the table name {collection:?} is {} bytes, and PostgreSQL keeps \
+                 {MAX_NAME_BYTES} bytes of a name: give the type a shorter `collection`",
+                collection.len()
+            ));
+        }
+        self.columns
+            .iter()
+            .find(|column| too_long(column.name))
+            .map(|column| {
+                format!(
+                    "column {:?} is {} bytes, and PostgreSQL keeps {MAX_NAME_BYTES} bytes of a \
+                 name: store the field under a shorter name (`#[serde(rename = \"…\")]`)",
+                    column.name,
+                    column.name.len()
+                )
+            })
     }
 
     /// Whether this is the table of the type with `model` and `stored` fields.
