@@ -254,20 +254,15 @@ where
             "t.ctid".to_owned(),
         ),
     };
-    // `t.*`, not `t`: a column named `t` would be taken for the row.
-    let sql = format!(
-        "SELECT to_jsonb(t.*), t.{id}, t.ctid::text, t.xmin::text FROM {} t \
-         WHERE {condition} ORDER BY {order} LIMIT $2",
-        table.name()
-    );
-    crate::trace::round_trip("SELECT");
-    let rows = client
-        .query_typed(&sql, &[(&after, Type::TEXT), (&PAGE_ROWS, Type::INT8)])
-        .await
-        .map_err(|source| postgres_error(document, source))?;
-    rows.iter()
-        .map(|row| read_row_from(row, document))
-        .collect()
+    let clause = format!("WHERE {condition} ORDER BY {order} LIMIT $2");
+    select_rows(
+        client,
+        table,
+        &clause,
+        &[(&after, Type::TEXT), (&PAGE_ROWS, Type::INT8)],
+        document,
+    )
+    .await
 }
 
 /// The row under `id` as it is now, `None` if there is none.
@@ -280,17 +275,37 @@ async fn read_row<C>(
 where
     C: GenericClient + Sync,
 {
+    let clause = format!("WHERE t.{} = $1", quote(ID_FIELD));
+    let rows = select_rows(client, table, &clause, &[(&id, Type::TEXT)], document).await?;
+    Ok(rows.into_iter().next())
+}
+
+/// The rows `clause` (a `WHERE` and what follows it) selects, each with its content, its place
+/// and its row version.
+async fn select_rows<C>(
+    client: &C,
+    table: &Table,
+    clause: &str,
+    parameters: &[(&(dyn ToSql + Sync), Type)],
+    document: &DocumentRef,
+) -> Result<Vec<ReadRow>, Error>
+where
+    C: GenericClient + Sync,
+{
+    // `t.*`, not `t`: a column named `t` would be taken for the row.
     let sql = format!(
-        "SELECT to_jsonb(t.*), t.{id}, t.ctid::text, t.xmin::text FROM {} t WHERE t.{id} = $1",
-        table.name(),
-        id = quote(ID_FIELD)
+        "SELECT to_jsonb(t.*), t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
+        quote(ID_FIELD),
+        table.name()
     );
     crate::trace::round_trip("SELECT");
-    let row = client
-        .query_typed_opt(&sql, &[(&id, Type::TEXT)])
+    let rows = client
+        .query_typed(&sql, parameters)
         .await
         .map_err(|source| postgres_error(document, source))?;
-    row.map(|row| read_row_from(&row, document)).transpose()
+    rows.iter()
+        .map(|row| read_row_from(row, document))
+        .collect()
 }
 
 fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<ReadRow, Error> {
