@@ -138,6 +138,8 @@ pub mod audit;
 mod backend_calls;
 pub mod batch;
 pub mod column;
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+mod engine;
 pub mod error;
 pub mod hash;
 pub mod id;

@@ -4,15 +4,13 @@
 use std::collections::HashMap;
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::Collection;
 use serde::Serialize;
 
 use super::write::{bson_size, PreparedWrite};
-use super::{collect, mongo_error, Store, DUPLICATE_KEY};
-use crate::batch::{copy_outcome, plan_batch, BatchReport};
+use super::{mongo_error, Store};
+use crate::batch::BatchReport;
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent, Model};
-use crate::outcome::Outcome;
 use crate::trace::{Call, CallKind};
 
 /// The server's limits on one write command.
@@ -68,238 +66,9 @@ impl Store {
                 }
                 return Ok(BatchReport::new(outcomes, 0));
             }
-            let mut outcomes: Vec<Option<Result<Outcome, Error>>> = Vec::with_capacity(docs.len());
-            let mut writes = Vec::with_capacity(docs.len());
-            for doc in docs {
-                match PreparedWrite::new(doc) {
-                    Ok(write) => {
-                        writes.push(Some(write));
-                        outcomes.push(None);
-                    }
-                    Err(error) => {
-                        writes.push(None);
-                        outcomes.push(Some(Err(error)));
-                    }
-                }
-            }
-            let plan = plan_batch(writes.iter().map(|write| {
-                write
-                    .as_ref()
-                    .map(|w| (w.id_text.as_str(), w.hash.as_str()))
-            }));
-            crate::trace::batch_split(docs.len(), plan.rounds.len(), self.batch_chunk);
-            if !plan.rounds.is_empty() {
-                self.verify_indexes(model, &DocumentRef::collection(model))
-                    .await?;
-                let limits = self.server_limits(model).await?;
-                for round in &plan.rounds {
-                    for chunk in round.chunks(limits.max_write_batch.min(self.batch_chunk)) {
-                        self.write_chunk(model, &writes, chunk, limits, &mut outcomes)
-                            .await?;
-                    }
-                }
-            }
-            for &(copy, original) in &plan.copies {
-                outcomes[copy] = outcomes[original].as_ref().map(copy_outcome);
-            }
-            let outcomes = outcomes
-                .into_iter()
-                .zip(&writes)
-                .map(|(outcome, write)| {
-                    outcome.unwrap_or_else(|| {
-                        let document = write
-                            .as_ref()
-                            .map_or_else(|| DocumentRef::collection(model), |w| w.document.clone());
-                        Err(Error::Contention {
-                            document: Box::new(document),
-                        })
-                    })
-                })
-                .collect();
-            Ok(BatchReport::new(outcomes, plan.copies.len()))
+            crate::engine::batch::upsert_many(&self.driver(model, true), docs).await
         })
         .await
-    }
-
-    /// One read, then one write of what needs it (more if it exceeds the server's command
-    /// size), then a classification of each race.
-    async fn write_chunk(
-        &self,
-        model: &'static Model,
-        writes: &[Option<PreparedWrite>],
-        chunk: &[usize],
-        limits: ServerLimits,
-        outcomes: &mut [Option<Result<Outcome, Error>>],
-    ) -> Result<(), Error> {
-        let collection = self.raw_collection(model);
-        let whole = DocumentRef::collection(model);
-        let prepared = |index: usize| writes[index].as_ref();
-        let ids: Vec<&str> = chunk
-            .iter()
-            .filter_map(|&i| prepared(i))
-            .map(|w| w.id_text.as_str())
-            .collect();
-        let Some(first) = chunk.first().and_then(|&i| prepared(i)) else {
-            return Ok(());
-        };
-        crate::trace::round_trip("find");
-        let find = collection
-            .find(doc! { "_id": { "$in": ids } })
-            .projection(first.judged_fields())
-            // One more than can match, with the matches as the limit, so the server answers in
-            // one batch and closes the cursor instead of leaving a `getMore` to find the end.
-            .limit(i64::try_from(chunk.len()).unwrap_or(i64::MAX))
-            .batch_size(u32::try_from(chunk.len() + 1).unwrap_or(u32::MAX));
-        let stored: HashMap<String, Document> = collect(find, &whole)
-            .await?
-            .into_iter()
-            .filter_map(|stored| Some((stored.get_str("_id").ok()?.to_owned(), stored)))
-            .collect();
-
-        let mut to_write = Vec::new();
-        for &index in chunk {
-            let Some(write) = prepared(index) else {
-                continue;
-            };
-            let Some(stored) = stored.get(&write.id_text) else {
-                to_write.push(index);
-                continue;
-            };
-            if write.server_may_replace(stored) {
-                to_write.push(index);
-                continue;
-            }
-            outcomes[index] = Some(match write.read(stored) {
-                Ok(Some(outcome)) => Ok(outcome),
-                // Stored without digests: the single upsert's second, pinned step writes it.
-                Ok(None) => self.settle(write).await,
-                Err(refusal) => Err(refusal),
-            });
-        }
-        let statements = to_write
-            .into_iter()
-            .filter_map(|index| Some((index, upsert_statement(prepared(index)?))))
-            .collect();
-        for command in write_commands(statements, limits) {
-            self.send_updates(model, writes, command, outcomes).await?;
-        }
-        Ok(())
-    }
-
-    /// One `update` command carrying `statements` (each the guarded upsert of the write at its
-    /// index), then a classification of each race it lost.
-    async fn send_updates(
-        &self,
-        model: &'static Model,
-        writes: &[Option<PreparedWrite>],
-        statements: Vec<(usize, Document)>,
-        outcomes: &mut [Option<Result<Outcome, Error>>],
-    ) -> Result<(), Error> {
-        let collection = self.raw_collection(model);
-        let whole = DocumentRef::collection(model);
-        let prepared = |index: usize| writes[index].as_ref();
-        let (to_write, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
-        let command =
-            doc! { "update": model.collection(), "updates": statements, "ordered": false };
-        let reply = self.run_write_command(&whole, command).await?;
-        let upserted = statement_indexes(&reply, "upserted");
-        let errors = write_errors(&reply);
-
-        let mut conflicts = Vec::new();
-        let mut matched = Vec::new();
-        for (statement, &index) in to_write.iter().enumerate() {
-            let Some(write) = prepared(index) else {
-                continue;
-            };
-            outcomes[index] = match errors.get(&statement) {
-                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
-                    conflicts.push((index, statement));
-                    None
-                }
-                Some(error) => Some(Err(refused_by_server(&write.document, error, ""))),
-                None if upserted.contains(&statement) => Some(Ok(Outcome::Inserted)),
-                None => {
-                    matched.push(index);
-                    Some(Ok(Outcome::Updated))
-                }
-            };
-        }
-        // Each statement that matched replaced its document only if the guard let it, and a
-        // replacement always changes the document (its write marker is new): when fewer were
-        // modified than matched, a writer changed some document since the read, and the markers
-        // say which.
-        let modified = reply
-            .get("nModified")
-            .and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
-            .unwrap_or(0);
-        if usize::try_from(modified).ok() != Some(matched.len()) {
-            self.settle_matched(&collection, writes, &matched, outcomes)
-                .await?;
-        }
-        for (index, statement) in conflicts {
-            let Some(write) = prepared(index) else {
-                continue;
-            };
-            let message = errors
-                .get(&statement)
-                .and_then(|error| error.get_str("errmsg").ok())
-                .unwrap_or_default();
-            let outcome = match self.classify_conflict(&collection, write, message).await {
-                Ok(Some(outcome)) => Ok(outcome),
-                Ok(None) => self.settle(write).await,
-                Err(error) => Err(error),
-            };
-            outcomes[index] = Some(outcome);
-        }
-        Ok(())
-    }
-
-    /// The outcomes of statements that matched a document when not every one replaced it: one
-    /// read of the documents; those holding their write's marker were replaced by it, the others
-    /// are judged as they stand.
-    async fn settle_matched(
-        &self,
-        collection: &Collection<Document>,
-        writes: &[Option<PreparedWrite>],
-        matched: &[usize],
-        outcomes: &mut [Option<Result<Outcome, Error>>],
-    ) -> Result<(), Error> {
-        let Some(first) = matched.first().and_then(|&index| writes[index].as_ref()) else {
-            return Ok(());
-        };
-        let ids: Vec<&str> = matched
-            .iter()
-            .filter_map(|&index| Some(writes[index].as_ref()?.id_text.as_str()))
-            .collect();
-        crate::trace::round_trip("find");
-        let find = collection
-            .find(doc! { "_id": { "$in": ids } })
-            .projection(first.judged_fields());
-        let stored: HashMap<String, Document> =
-            collect(find, &DocumentRef::collection(first.model))
-                .await?
-                .into_iter()
-                .filter_map(|stored| Some((stored.get_str("_id").ok()?.to_owned(), stored)))
-                .collect();
-        for &index in matched {
-            let Some(write) = writes[index].as_ref() else {
-                continue;
-            };
-            let outcome = match stored.get(&write.id_text) {
-                Some(stored) => match write.written_here(stored) {
-                    Some(outcome) => Ok(outcome),
-                    None => match write.read(stored) {
-                        Ok(Some(outcome)) => Ok(outcome),
-                        // Changed again since: the single upsert settles it.
-                        Ok(None) => self.settle(write).await,
-                        Err(refusal) => Err(refusal),
-                    },
-                },
-                None => self.settle(write).await,
-            };
-            outcomes[index] = Some(outcome);
-        }
-        Ok(())
     }
 
     /// Sends a write command; a write concern the server did not confirm is
@@ -341,7 +110,7 @@ impl Store {
     }
 
     /// The server's batch and size limits, asked once per store.
-    async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
+    pub(super) async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
         if let Some(limits) = *self
             .limits
             .lock()
@@ -376,7 +145,7 @@ impl Store {
 /// The upsert of `write`, as one statement of an `update` command: the single upsert's query and
 /// conditional replacement. The guard stays in the update, not the query: some servers answer a
 /// query holding `$expr` by scanning the collection.
-fn upsert_statement(write: &PreparedWrite) -> Document {
+pub(super) fn upsert_statement(write: &PreparedWrite) -> Document {
     doc! {
         "q": write.query(),
         "u": write.conditional_replacement(),
@@ -455,7 +224,7 @@ pub(super) fn write_errors(reply: &Document) -> HashMap<usize, &Document> {
         .unwrap_or_default()
 }
 
-fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
+pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
     reply
         .get_array(field)
         .map(|entries| {

@@ -41,6 +41,7 @@ mod adopt;
 mod audit;
 mod batch;
 mod compare;
+mod driver;
 mod effects;
 mod events;
 mod read;
@@ -50,7 +51,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::{IndexOptions, ReturnDocument};
+use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
 use serde::Serialize;
 
@@ -59,6 +60,7 @@ pub use crate::batch::BatchReport;
 pub use crate::outcome::Recorded;
 pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
+use crate::engine::{self, WriteKind};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model};
@@ -165,7 +167,7 @@ impl Store {
             }
             let write = PreparedWrite::new(doc)?;
             self.verify_indexes(&T::MODEL, &write.document).await?;
-            self.settle(&write).await
+            self.settle_one(WriteKind::Upsert, &write).await
         })
         .await
     }
@@ -181,62 +183,14 @@ impl Store {
         call.run(async move {
             let write = PreparedWrite::new(doc)?;
             let tombstone = tombstone_field(&T::MODEL, &write.document)?;
-            let Some(marker) = write.tombstone.clone() else {
+            if write.tombstone.is_none() {
                 return Err(Error::TombstoneNotSet {
                     document: Box::new(write.document),
                     field: tombstone.name(),
                 });
-            };
-            self.verify_indexes(&T::MODEL, &write.document).await?;
-            let collection = self.raw_collection(write.model);
-            let mut filter = write.query();
-            filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
-            let update = doc! {
-                "$set": { tombstone.stored_name(): marker },
-                "$setOnInsert": write.inserted_document(),
-            };
-            for attempt in 0..MAX_ATTEMPTS {
-                if attempt > 0 {
-                    crate::trace::retry("a concurrent writer changed the document");
-                }
-                crate::trace::round_trip("update");
-                match collection
-                    .update_one(filter.clone(), update.clone())
-                    .upsert(true)
-                    .await
-                {
-                    Ok(result) if result.upserted_id.is_some() || result.matched_count > 0 => {
-                        return Ok(Outcome::Deleted)
-                    }
-                    Ok(_) => continue,
-                    Err(error) if is_duplicate_key(&error) => {
-                        let (by_id, by_natural_key) =
-                            self.read_conflict(&collection, &write).await?;
-                        match (by_id, by_natural_key) {
-                            (Some(stored), _) if is_tombstoned(write.model, &stored) => {
-                                return Ok(Outcome::Unchanged)
-                            }
-                            // Stored meanwhile (deleting it goes again), or under this id with
-                            // another natural key. Deleting checks no other field.
-                            (Some(stored), _) => match write.natural_key_refusal(&stored) {
-                                Some(refusal) => return Err(refusal),
-                                None => continue,
-                            },
-                            (None, Some(stored)) => return Err(write.id_change(&stored)),
-                            (None, None) => {
-                                return Err(unique_index_conflict(
-                                    &write,
-                                    duplicate_key_message(&error),
-                                ))
-                            }
-                        }
-                    }
-                    Err(source) => return Err(mongo_error(&write.document, source)),
-                }
             }
-            Err(Error::Contention {
-                document: Box::new(write.document),
-            })
+            self.verify_indexes(&T::MODEL, &write.document).await?;
+            self.settle_one(WriteKind::Delete, &write).await
         })
         .await
     }
@@ -286,87 +240,22 @@ impl Store {
         .await
     }
 
-    /// Sends the conditional replacement until the server's answer settles it. The server
-    /// returns the document as the command left it: holding this write's marker, it was
-    /// inserted or updated here; otherwise the guard left it alone and its judgement is the
-    /// outcome. Every outcome but a conflict takes one round trip.
-    async fn settle(&self, write: &PreparedWrite) -> Result<Outcome, Error> {
-        let collection = self.raw_collection(write.model);
-        for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 {
-                crate::trace::retry("a concurrent writer changed the document");
-            }
-            crate::trace::round_trip("findAndModify");
-            let after = collection
-                .find_one_and_update(write.query(), write.conditional_replacement())
-                .upsert(true)
-                .return_document(ReturnDocument::After)
-                .projection(write.judged_fields())
-                .await;
-            let settled = match after {
-                Ok(Some(stored)) => match write.written_here(&stored) {
-                    Some(outcome) => Some(outcome),
-                    None => self.settle_unreplaced(&collection, write, &stored).await?,
-                },
-                // A server that retried a racing insert as an update may return no document.
-                // The command took effect; sent again, it reads its own marker back, or what
-                // another writer left.
-                Ok(None) => None,
-                Err(error) if is_duplicate_key(&error) => {
-                    let message = duplicate_key_message(&error);
-                    self.classify_conflict(&collection, write, message).await?
-                }
-                Err(source) => return Err(mongo_error(&write.document, source)),
-            };
-            if let Some(outcome) = settled {
-                return Ok(outcome);
-            }
-        }
-        Err(Error::Contention {
-            document: Box::new(write.document.clone()),
-        })
+    /// Writes one prepared document through the engine until its outcome is settled.
+    async fn settle_one(&self, kind: WriteKind, write: &PreparedWrite) -> Result<Outcome, Error> {
+        let driver = self.driver(write.model, false);
+        let mut outcomes = engine::settle(&driver, kind, &[write]).await?;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(engine::contention(&write.document)))
     }
 
-    /// The outcome for a stored document the guard did not let the write replace: `Unchanged`,
-    /// `Stale`, `Deleted` or a refusal. A document stored without digests, which the guard
-    /// cannot compare, is compared here and, if the write may replace it, written in a second
-    /// step pinned to what was read. `None`: it changed meanwhile, and the write goes again.
-    async fn settle_unreplaced(
-        &self,
-        collection: &Collection<Document>,
-        write: &PreparedWrite,
-        stored: &Document,
-    ) -> Result<Option<Outcome>, Error> {
-        match write.read(stored)? {
-            Some(outcome) => Ok(Some(outcome)),
-            None => {
-                crate::trace::round_trip("update");
-                let replaced = collection
-                    .update_one(write.pinned_query(stored), write.replacement_pipeline())
-                    .await
-                    .map_err(|source| mongo_error(&write.document, source))?;
-                Ok((replaced.matched_count > 0).then_some(Outcome::Updated))
-            }
-        }
-    }
-
-    /// Reads what made a write collide with a unique index: the document under its id (stored
-    /// meanwhile by a racing writer, or holding another natural key), the natural key stored
-    /// under another id (a field feeding the id changed: a refusal), or else another unique
-    /// index, named in the refusal. `None`: the write should go again.
-    async fn classify_conflict(
-        &self,
-        collection: &Collection<Document>,
-        write: &PreparedWrite,
-        duplicate_message: &str,
-    ) -> Result<Option<Outcome>, Error> {
-        match self.read_conflict(collection, write).await? {
-            (Some(stored), _) => write.read(&stored),
-            (None, Some(stored)) => Err(write.id_change(&stored)),
-            // The holder of the natural key is gone since the write (deleted, or moved by
-            // `adopt`): the write goes again.
-            (None, None) if index_in_message(duplicate_message) == NATURAL_KEY_INDEX => Ok(None),
-            (None, None) => Err(unique_index_conflict(write, duplicate_message)),
+    /// The engine's driver writing documents of `model`, in batches or one by one.
+    fn driver(&self, model: &'static Model, batched: bool) -> driver::MongoDriver<'_> {
+        driver::MongoDriver {
+            store: self,
+            model,
+            collection: self.raw_collection(model),
+            batched,
         }
     }
 

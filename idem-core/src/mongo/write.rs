@@ -14,7 +14,7 @@
 use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
-use super::compare::{bson_equal, show};
+use super::compare::show;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{
@@ -22,7 +22,6 @@ use crate::model::{
     FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
-use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
 
 /// The prefixes of a write marker: the write inserted the document, or replaced it.
 const INSERTED: &str = "i:";
@@ -46,7 +45,7 @@ pub(crate) struct PreparedWrite {
     /// The incoming values of the effect fields: written when the document is inserted only.
     effects: Document,
     /// Each guarded field with the digest of its incoming value (`None`: null or not written).
-    digests: Vec<(&'static Field, Option<String>)>,
+    pub digests: Vec<(&'static Field, Option<String>)>,
     /// This write's random marker: a document it replaced holds it in `idemWrite`.
     marker: String,
     /// The tombstone value the document carries, if set.
@@ -168,7 +167,8 @@ impl PreparedWrite {
         Ok(write)
     }
 
-    fn value(&self, field: &Field) -> &Bson {
+    /// The incoming value of `field` (null if serde did not write it).
+    pub fn value(&self, field: &Field) -> &Bson {
         self.body.get(field.stored_name()).unwrap_or(&Bson::Null)
     }
 
@@ -225,9 +225,11 @@ impl PreparedWrite {
             let stored = field_path(field.stored_name());
             let kept = match field.role() {
                 Role::Pushed => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
+                // Written when the document is inserted, never again: a field `apply_once`
+                // removed stays removed.
                 Role::Effect => match self.effects.get(field.stored_name()) {
                     Some(initial) => bson!({ "$cond": [
-                        { "$eq": [{ "$type": stored.clone() }, "missing"] },
+                        inserting.clone(),
                         { "$literal": initial.clone() },
                         stored,
                     ] }),
@@ -312,90 +314,6 @@ impl PreparedWrite {
             }
         }
         bson!({ "$and": conditions })
-    }
-
-    /// A stored document reduced to what the judgement reads, compared as the guard compares.
-    pub fn stored<'s>(&self, stored: &'s Document) -> Stored<'s> {
-        let tombstoned = is_tombstoned(self.model, stored);
-        let stored_digests = stored.get_document(FROZEN_DIGESTS_FIELD).ok();
-        let guarded = self
-            .digests
-            .iter()
-            .map(|(field, incoming)| {
-                let state = match stored_digests {
-                    Some(digests) => match digests.get(field.stored_name()) {
-                        None | Some(Bson::Null) => Guarded::Unwritten,
-                        Some(Bson::String(digest)) if Some(digest) == incoming.as_ref() => {
-                            Guarded::Same
-                        }
-                        Some(_) => Guarded::Changed,
-                    },
-                    None => match stored.get(field.stored_name()) {
-                        None | Some(Bson::Null) => Guarded::Unwritten,
-                        Some(value) => Guarded::Foreign {
-                            same: digest_of(value).ok().flatten() == *incoming,
-                        },
-                    },
-                };
-                (*field, state)
-            })
-            .collect();
-        let version = self
-            .version_key
-            .as_ref()
-            .map(|_| match stored.get(VERSION_KEY_FIELD) {
-                None | Some(Bson::Null) => StoredVersion::Absent,
-                Some(Bson::String(key)) => StoredVersion::Key(key),
-                // The server orders other types by BSON type: numbers and symbols before text.
-                Some(
-                    Bson::Int32(_)
-                    | Bson::Int64(_)
-                    | Bson::Double(_)
-                    | Bson::Decimal128(_)
-                    | Bson::MinKey
-                    | Bson::Undefined,
-                ) => StoredVersion::BeforeKeys,
-                Some(_) => StoredVersion::AfterKeys,
-            });
-        Stored {
-            tombstoned,
-            guarded,
-            version,
-            hash: stored.get_str(self.model.hash_field()).ok(),
-        }
-    }
-
-    /// Whether the server-side guard lets this write replace `stored`.
-    pub fn server_may_replace(&self, stored: &Document) -> bool {
-        self.stored(stored)
-            .server_may_replace(&self.hash, self.version_key.as_deref())
-    }
-
-    /// What `stored`, the document under this write's id, means for it: `Ok(None)` if the write
-    /// replaces it, `Ok(Some(_))` for `Unchanged`, `Stale` or `Deleted`, or the refusal.
-    pub fn read(&self, stored: &Document) -> Result<Option<Outcome>, Error> {
-        if let Some(refusal) = self.natural_key_refusal(stored) {
-            return Err(refusal);
-        }
-        match self
-            .stored(stored)
-            .judge(&self.hash, self.version_key.as_deref())
-        {
-            Verdict::Replace => Ok(None),
-            Verdict::Settled(outcome) => Ok(Some(outcome)),
-            Verdict::Refused(field) => Err(self.refusal(stored, field)),
-        }
-    }
-
-    /// The refusal for a document under this write's id that holds another natural key
-    /// (possible only for a document idem did not write), on the first key that differs.
-    pub fn natural_key_refusal(&self, stored: &Document) -> Option<Error> {
-        let differs = self.model.natural_key_fields().find(|field| {
-            !stored
-                .get(field.stored_name())
-                .is_some_and(|value| bson_equal(value, self.value(field)))
-        })?;
-        Some(self.refusal(stored, differs))
     }
 
     /// The filter of the second step that writes over a document stored without digests: it

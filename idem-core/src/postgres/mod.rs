@@ -53,6 +53,7 @@
 
 mod adopt;
 mod audit;
+mod driver;
 mod effects;
 mod json;
 mod read;
@@ -60,16 +61,14 @@ mod row;
 mod table;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
 
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
-use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement};
+use crate::batch::BatchReport;
+use crate::engine::{self, WriteKind};
 use crate::error::{BackendError, Error};
 use crate::id::Id;
 use crate::model::{
@@ -208,7 +207,8 @@ impl Store {
             }
             let table = self.table::<T, C>(client, &doc.document_ref()).await?;
             let row = PreparedRow::new(doc, &table)?;
-            let mut outcomes = self.settle(client, &table, &[&row], Write::Upsert).await?;
+            let driver = self.driver(client, &table);
+            let mut outcomes = engine::settle(&driver, WriteKind::Upsert, &[&row]).await?;
             outcomes
                 .pop()
                 .unwrap_or_else(|| Err(contention(&row.document)))
@@ -242,97 +242,7 @@ impl Store {
                 return Ok(BatchReport::new(outcomes, 0));
             }
             let table = self.table::<T, C>(client, &collection).await?;
-            let slice_len = self.batch_chunk;
-            let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
-            let mut planner = BatchPlanner::default();
-            // The documents are prepared one slice at a time, and each slice's first-round rows
-            // are sent while the next slice is prepared: the server writes one chunk while the
-            // client hashes and encodes the next (half of the time of a batch, measured, was the
-            // client's). An input's round depends only on the inputs before it.
-            let mut slices: Vec<Vec<Result<PreparedRow, Error>>> =
-                docs.chunks(slice_len).map(|_| Vec::new()).collect();
-            {
-                let mut in_flight: Option<Settling<'_>> = None;
-                let mut rest: &mut [Vec<Result<PreparedRow, Error>>] = &mut slices;
-                for (number, slice) in docs.chunks(slice_len).enumerate() {
-                    let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
-                        break;
-                    };
-                    rest = tail;
-                    *prepared = slice
-                        .iter()
-                        .map(|doc| PreparedRow::new(doc, &table))
-                        .collect();
-                    let prepared: &Vec<Result<PreparedRow, Error>> = prepared;
-                    let mut first_round = Vec::new();
-                    for (offset, row) in prepared.iter().enumerate() {
-                        let index = number * slice_len + offset;
-                        match row {
-                            Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
-                            Ok(row) => {
-                                if planner.add(index, &row.natural_key, &row.hash)
-                                    == Placement::Round(0)
-                                {
-                                    first_round.push((index, row));
-                                }
-                            }
-                        }
-                    }
-                    if let Some(previous) = in_flight.take() {
-                        record(previous.await?, &mut outcomes);
-                    }
-                    if first_round.is_empty() {
-                        continue;
-                    }
-                    let table = &table;
-                    let mut statement: Settling<'_> = Box::pin(async move {
-                        let rows: Vec<&PreparedRow> =
-                            first_round.iter().map(|&(_, row)| row).collect();
-                        let settled = self.settle(client, table, &rows, Write::Upsert).await?;
-                        Ok(first_round
-                            .iter()
-                            .map(|&(index, _)| index)
-                            .zip(settled)
-                            .collect())
-                    });
-                    match send_now(statement.as_mut()) {
-                        Poll::Ready(settled) => record(settled?, &mut outcomes),
-                        Poll::Pending => in_flight = Some(statement),
-                    }
-                }
-                if let Some(previous) = in_flight.take() {
-                    record(previous.await?, &mut outcomes);
-                }
-            }
-            let plan = planner.plan;
-            crate::trace::batch_split(docs.len(), plan.rounds.len(), self.batch_chunk);
-            let prepared_row =
-                |index: usize| slices[index / slice_len][index % slice_len].as_ref().ok();
-            // The later rounds: an id's second distinct content in the batch, and so on.
-            for round in plan.rounds.iter().skip(1) {
-                for chunk in round.chunks(self.batch_chunk) {
-                    let rows: Vec<&PreparedRow> = chunk
-                        .iter()
-                        .filter_map(|&index| prepared_row(index))
-                        .collect();
-                    let settled = self.settle(client, &table, &rows, Write::Upsert).await?;
-                    for (&index, outcome) in chunk.iter().zip(settled) {
-                        outcomes[index] = Some(outcome);
-                    }
-                }
-            }
-            for &(copy, original) in &plan.copies {
-                let copied = match &outcomes[original] {
-                    Some(original) => copy_outcome(original),
-                    None => Err(contention(&collection)),
-                };
-                outcomes[copy] = Some(copied);
-            }
-            let outcomes = outcomes
-                .into_iter()
-                .map(|outcome| outcome.unwrap_or_else(|| Err(contention(&collection))))
-                .collect();
-            Ok(BatchReport::new(outcomes, plan.copies.len()))
+            engine::batch::upsert_many(&self.driver(client, &table), docs).await
         })
         .await
     }
@@ -361,7 +271,8 @@ impl Store {
                     field: tombstone.name(),
                 });
             }
-            let mut outcomes = self.settle(client, &table, &[&row], Write::Delete).await?;
+            let driver = self.driver(client, &table);
+            let mut outcomes = engine::settle(&driver, WriteKind::Delete, &[&row]).await?;
             outcomes
                 .pop()
                 .unwrap_or_else(|| Err(contention(&row.document)))
@@ -495,7 +406,10 @@ impl Store {
                     match state {
                         RowState::Written { .. } => inserted.push((*member).clone()),
                         RowState::Stopped(stored) if stored.id != row.id_text => {
-                            return Err(row.id_change(&table, &stored))
+                            let driver = self.driver(client, &table);
+                            if let Some(refusal) = engine::stored_elsewhere(&driver, row, &stored) {
+                                return Err(refusal);
+                            }
                         }
                         // Stored already, or by a racing caller whose share it is.
                         RowState::Stopped(_) | RowState::Unseen => {}
@@ -596,112 +510,6 @@ impl Store {
         }
     }
 
-    /// Sends `rows` until each is settled: written, or judged from the row that stopped it.
-    /// Rows stopped by a row the statement could not see go again, at most
-    /// [`crate::MAX_ATTEMPTS`] times.
-    async fn settle<C>(
-        &self,
-        client: &C,
-        table: &Table,
-        rows: &[&PreparedRow],
-        write: Write,
-    ) -> Result<Vec<Result<Outcome, Error>>, Error>
-    where
-        C: GenericClient + Sync,
-    {
-        let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; rows.len()];
-        let statement = match write {
-            Write::Upsert => &table.upsert,
-            Write::Delete => &table.delete,
-        };
-        for attempt in 0..crate::MAX_ATTEMPTS {
-            let pending: Vec<usize> = (0..rows.len())
-                .filter(|&index| outcomes[index].is_none())
-                .collect();
-            if pending.is_empty() {
-                break;
-            }
-            if attempt > 0 {
-                crate::trace::retry("a concurrent writer changed the document");
-            }
-            let sent: Vec<&PreparedRow> = pending.iter().map(|&index| rows[index]).collect();
-            let states = match self
-                .write_rows(client, table, &sent, statement, &sent[0].document)
-                .await
-            {
-                Ok(states) => states,
-                // One row collides on another unique constraint, or holds a value the server
-                // refuses: the statement wrote nothing. Each row goes alone, so the others are
-                // written and the one is named.
-                Err(error) if sent.len() > 1 && is_row_specific(&error) => {
-                    for &index in &pending {
-                        let alone = [rows[index]];
-                        let single = Box::pin(self.settle(client, table, &alone, write));
-                        outcomes[index] = single.await?.pop();
-                    }
-                    continue;
-                }
-                Err(error) if sent.len() > 1 => return Err(error),
-                Err(error) => match unique_conflict(&error, table, sent[0]) {
-                    // A racing writer inserted this id between the natural-key check and the
-                    // insert: the statement goes again and meets its row. Or another tool stored
-                    // this id under another natural key: a refusal.
-                    Some(Conflict::Id) => {
-                        if let Some(refusal) = self.id_conflict(client, table, sent[0]).await? {
-                            outcomes[pending[0]] = Some(Err(refusal));
-                        }
-                        continue;
-                    }
-                    Some(Conflict::Other(refusal)) => {
-                        outcomes[pending[0]] = Some(Err(refusal));
-                        continue;
-                    }
-                    // A value this row holds that the server refuses: its own error.
-                    None if is_row_specific(&error) => {
-                        outcomes[pending[0]] = Some(Err(error));
-                        continue;
-                    }
-                    None => return Err(error),
-                },
-            };
-            for (&index, state) in pending.iter().zip(states) {
-                let row = rows[index];
-                outcomes[index] = match (write, state) {
-                    (Write::Upsert, RowState::Written { inserted: true }) => {
-                        Some(Ok(Outcome::Inserted))
-                    }
-                    (Write::Upsert, RowState::Written { inserted: false }) => {
-                        Some(Ok(Outcome::Updated))
-                    }
-                    (Write::Delete, RowState::Written { .. }) => Some(Ok(Outcome::Deleted)),
-                    (_, RowState::Unseen) => None,
-                    (Write::Delete, RowState::Stopped(stored)) => {
-                        if stored.id != row.id_text {
-                            Some(Err(row.id_change(table, &stored)))
-                        } else {
-                            stored.tombstoned.then_some(Ok(Outcome::Unchanged))
-                        }
-                    }
-                    (Write::Upsert, RowState::Stopped(stored)) => match row.read(table, &stored) {
-                        Ok(Some(outcome)) => Some(Ok(outcome)),
-                        Err(refusal) => Some(Err(refusal)),
-                        Ok(None) if row.is_foreign(table, &stored) => self
-                            .replace_foreign(client, table, row, &stored)
-                            .await?
-                            .map(Ok),
-                        // Changed between the conflict and the snapshot: goes again.
-                        Ok(None) => None,
-                    },
-                };
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .zip(rows)
-            .map(|(outcome, row)| outcome.unwrap_or_else(|| Err(contention(&row.document))))
-            .collect())
-    }
-
     /// Sends one write statement for `rows` and reads what it did to each.
     async fn write_rows<C>(
         &self,
@@ -729,14 +537,7 @@ impl Store {
             let incoming: String = reply.get(0);
             let state = match reply.get::<_, Option<bool>>(1) {
                 Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(StoredRow {
-                    id: reply.get(2),
-                    tombstoned: reply.get::<_, Option<bool>>(3).unwrap_or(false),
-                    hash: reply.get(4),
-                    digests: reply.get(5),
-                    version_key: reply.get(6),
-                    guarded_values: (7..reply.len()).map(|index| reply.get(index)).collect(),
-                }),
+                None => RowState::Stopped(StoredRow::read(&reply, 2, reply.len() - 7)),
             };
             states.insert(incoming, state);
         }
@@ -777,51 +578,13 @@ impl Store {
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
 
-    /// The refusal for a row stored under this write's id with another natural key (written by
-    /// another tool): the first key that differs. `None` if the row under the id holds this
-    /// natural key or is gone: a racing writer's, and the write goes again.
-    async fn id_conflict<C>(
-        &self,
-        client: &C,
-        table: &Table,
-        row: &PreparedRow,
-    ) -> Result<Option<Error>, Error>
-    where
-        C: GenericClient + Sync,
-    {
-        let keys: Vec<_> = row.model.natural_key_fields().collect();
-        let selected: Vec<String> = keys
-            .iter()
-            .map(|field| format!("{}::text", table::quote(field.stored_name())))
-            .collect();
-        let sql = format!(
-            "SELECT {} FROM {} WHERE {} = $1",
-            selected.join(", "),
-            table.name(),
-            table::quote(ID_FIELD)
-        );
-        crate::trace::round_trip("SELECT");
-        let stored = client
-            .query_typed_opt(&sql, &[(&row.id_text, Type::TEXT)])
-            .await
-            .map_err(|source| postgres_error(&row.document, source))?;
-        let differs = keys.iter().enumerate().find_map(|(position, field)| {
-            let stored_text: Option<String> = stored.as_ref()?.get(position);
-            let incoming = table
-                .column_of(field)
-                .and_then(|index| row.value_of(table, index));
-            (stored_text.as_deref() != incoming).then_some((*field, stored_text, incoming))
-        });
-        Ok(
-            differs.map(|(field, stored_text, incoming)| Error::FrozenFieldChanged {
-                document: Box::new(row.document.clone()),
-                stored_id: row.id_text.clone(),
-                field: field.name(),
-                stored_name: field.stored_name(),
-                stored: stored_text.unwrap_or_else(|| "(missing)".to_owned()),
-                incoming: incoming.unwrap_or_default().to_owned(),
-            }),
-        )
+    /// The engine's driver writing to `table` through `client`.
+    fn driver<'a, C>(&'a self, client: &'a C, table: &'a Table) -> driver::PgDriver<'a, C> {
+        driver::PgDriver {
+            store: self,
+            client,
+            table,
+        }
     }
 
     /// The table of `T`, checked against the model before its first write.
@@ -924,13 +687,6 @@ impl<C: GenericClient + Sync> Backend for Session<'_, C> {
     {
         self.store.push::<T, I, C>(self.client, id, field, item)
     }
-}
-
-/// Which guarded write a statement makes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Write {
-    Upsert,
-    Delete,
 }
 
 /// One `text[]` per sent column, holding that column's value for each row. Every array has one
@@ -1082,36 +838,6 @@ enum Conflict {
     Id,
     /// Another unique constraint: a refusal naming it.
     Other(Error),
-}
-
-/// Whether the server refused a value one row holds: a data exception (22), an integrity
-/// constraint (23) or a limit such as an index row too large (54). Sent alone, the other rows of
-/// its statement are written.
-/// One chunk's statement under way: each input index with its outcome, once settled.
-type Settling<'f> =
-    Pin<Box<dyn Future<Output = Result<Vec<(usize, Result<Outcome, Error>)>, Error>> + Send + 'f>>;
-
-/// Polls `statement` once, which sends its first statement to the connection, so that the
-/// server works on it while the caller goes on; the caller awaits it afterwards, which polls it
-/// again with the caller's own waker (the no-op waker of this poll is then replaced).
-fn send_now<F: Future + ?Sized>(statement: Pin<&mut F>) -> Poll<F::Output> {
-    statement.poll(&mut Context::from_waker(Waker::noop()))
-}
-
-/// Stores the outcome of each settled input.
-fn record(
-    settled: Vec<(usize, Result<Outcome, Error>)>,
-    outcomes: &mut [Option<Result<Outcome, Error>>],
-) {
-    for (index, outcome) in settled {
-        outcomes[index] = Some(outcome);
-    }
-}
-
-fn is_row_specific(error: &Error) -> bool {
-    error
-        .as_backend()
-        .is_some_and(|backend| backend.refuses_document())
 }
 
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception

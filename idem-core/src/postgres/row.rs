@@ -1,5 +1,6 @@
 //! One document ready to write as a row: the text of each sent column, its hash, digests and
-//! version key, and the reduction of a stored row to what [`crate::verdict`] judges.
+//! version key; and what a statement returns of a stored row, read as the engine asks
+//! ([`super::driver`]).
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -9,9 +10,7 @@ use super::table::{Content, Table};
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Idempotent, Model, Role, ID_FIELD};
-use crate::outcome::Outcome;
-use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
+use crate::model::{DocumentRef, Field, Idempotent, Model, Role};
 
 /// A document as the columns of its row.
 #[derive(Debug)]
@@ -25,8 +24,10 @@ pub(crate) struct PreparedRow {
     pub values: Vec<Option<String>>,
     /// The natural key as one text, which tells rows apart in a batch: the conflict target.
     pub natural_key: String,
-    /// Each guarded field with the digest of its incoming value and the value as shown.
-    guarded: Vec<(&'static Field, Option<String>, String)>,
+    /// Each guarded field with the digest of its incoming value.
+    pub digests: Vec<(&'static Field, Option<String>)>,
+    /// Each guarded field's incoming value and the value as shown, in `digests` order.
+    pub guarded: Vec<(Value, String)>,
 }
 
 /// What a stored row that stopped a write holds, as the statement returns it.
@@ -35,10 +36,33 @@ pub(crate) struct StoredRow {
     pub id: String,
     pub tombstoned: bool,
     pub hash: Option<String>,
-    pub digests: Option<String>,
+    /// The digests column, parsed; `None` for a row without digests (another tool wrote it).
+    pub digests: Option<Map<String, Value>>,
     pub version_key: Option<String>,
     /// The guarded fields' values as text, in [`Model::digested_fields`] order.
     pub guarded_values: Vec<Option<String>>,
+    /// The natural-key columns as text, for a row read by id; `None` for a row found by its
+    /// natural key, which holds the incoming one.
+    pub natural_key: Option<Vec<Option<String>>>,
+}
+
+impl StoredRow {
+    /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
+    /// then each guarded field's text ([`super::table::Table`]'s stored state).
+    pub fn read(row: &tokio_postgres::Row, at: usize, guarded: usize) -> StoredRow {
+        let digests: Option<String> = row.get(at + 3);
+        StoredRow {
+            id: row.get(at),
+            tombstoned: row.get::<_, Option<bool>>(at + 1).unwrap_or(false),
+            hash: row.get(at + 2),
+            digests: digests.and_then(|text| serde_json::from_str(&text).ok()),
+            version_key: row.get(at + 4),
+            guarded_values: (at + 5..at + 5 + guarded)
+                .map(|index| row.get(index))
+                .collect(),
+            natural_key: None,
+        }
+    }
 }
 
 impl PreparedRow {
@@ -100,13 +124,15 @@ impl PreparedRow {
             .map(|field| {
                 if let Some(float) = non_finite_of(field.stored_name()) {
                     let digest = float_digest(float).map_err(&serialize_error)?;
-                    return Ok((field, digest, json::show_float(float)));
+                    let shown = json::show_float(float);
+                    return Ok(((field, digest), (Value::from(shown.as_str()), shown)));
                 }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
                 let digest = digest_of(value).map_err(&serialize_error)?;
-                Ok((field, digest, value.to_string()))
+                Ok(((field, digest), (value.clone(), value.to_string())))
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();
         let version_key = model
             .version_field()
             .and(doc.version_key())
@@ -125,9 +151,9 @@ impl PreparedRow {
                 Content::Hash => Some(hash.clone()),
                 Content::VersionKey => version_key.clone(),
                 Content::Digests => {
-                    let digests: Map<String, Value> = guarded
+                    let digests: Map<String, Value> = digests
                         .iter()
-                        .filter_map(|(field, digest, _)| {
+                        .filter_map(|(field, digest)| {
                             Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
                         })
                         .collect();
@@ -193,6 +219,7 @@ impl PreparedRow {
             version_key,
             values,
             natural_key,
+            digests,
             guarded,
         })
     }
@@ -201,121 +228,6 @@ impl PreparedRow {
     pub fn value_of(&self, table: &Table, index: usize) -> Option<&str> {
         let position = table.sent.iter().position(|&sent| sent == index)?;
         self.values[position].as_deref()
-    }
-
-    /// A stored row reduced to what the judgement reads, compared as the guard compares.
-    fn stored<'s>(&self, table: &Table, stored: &'s StoredRow) -> Stored<'s> {
-        let digests: Option<Map<String, Value>> = stored
-            .digests
-            .as_deref()
-            .and_then(|text| serde_json::from_str(text).ok());
-        let guarded = self
-            .guarded
-            .iter()
-            .zip(&stored.guarded_values)
-            .map(|((field, incoming, _), value)| {
-                let state = match &digests {
-                    Some(digests) => match digests.get(field.stored_name()) {
-                        None | Some(Value::Null) => Guarded::Unwritten,
-                        Some(Value::String(digest)) if Some(digest) == incoming.as_ref() => {
-                            Guarded::Same
-                        }
-                        Some(_) => Guarded::Changed,
-                    },
-                    None => match value {
-                        None => Guarded::Unwritten,
-                        Some(text) => Guarded::Foreign {
-                            same: stored_digest(table, field, text) == *incoming,
-                        },
-                    },
-                };
-                (*field, state)
-            })
-            .collect();
-        let version = self
-            .version_key
-            .as_ref()
-            .map(|_| match &stored.version_key {
-                None => StoredVersion::Absent,
-                Some(key) => StoredVersion::Key(key),
-            });
-        Stored {
-            tombstoned: stored.tombstoned,
-            guarded,
-            version,
-            hash: stored.hash.as_deref(),
-        }
-    }
-
-    /// Whether a server guard could not compare `stored` (a row another tool wrote).
-    pub fn is_foreign(&self, table: &Table, stored: &StoredRow) -> bool {
-        self.stored(table, stored).has_foreign()
-    }
-
-    /// What `stored`, the row holding this write's natural key, means for it: `Ok(None)` if the
-    /// write replaces it, `Ok(Some(_))` for `Unchanged`, `Stale` or `Deleted`, or the refusal.
-    pub fn read(&self, table: &Table, stored: &StoredRow) -> Result<Option<Outcome>, Error> {
-        if stored.id != self.id_text {
-            return Err(self.id_change(table, stored));
-        }
-        match self
-            .stored(table, stored)
-            .judge(&self.hash, self.version_key.as_deref())
-        {
-            Verdict::Replace => Ok(None),
-            Verdict::Settled(outcome) => Ok(Some(outcome)),
-            Verdict::Refused(field) => Err(self.refusal(table, stored, field)),
-        }
-    }
-
-    /// The refusal for the natural key stored under another id: the timestamp if it differs,
-    /// else `_id` itself (the id was derived another way, or by another tool).
-    pub fn id_change(&self, table: &Table, stored: &StoredRow) -> Error {
-        let moved = self.guarded.iter().zip(&stored.guarded_values).find(
-            |((field, incoming, _), value)| {
-                field.role() == Role::Timestamp
-                    && value
-                        .as_deref()
-                        .is_none_or(|text| stored_digest(table, field, text) != *incoming)
-            },
-        );
-        match moved {
-            Some(((field, _, _), _)) => self.refusal(table, stored, field),
-            None => Error::FrozenFieldChanged {
-                document: Box::new(self.document.clone()),
-                stored_id: stored.id.clone(),
-                field: ID_FIELD,
-                stored_name: ID_FIELD,
-                stored: Value::from(stored.id.clone()).to_string(),
-                incoming: Value::from(self.id_text.clone()).to_string(),
-            },
-        }
-    }
-
-    fn refusal(&self, table: &Table, stored: &StoredRow, field: &'static Field) -> Error {
-        let position = self
-            .guarded
-            .iter()
-            .position(|(guarded, _, _)| guarded.stored_name() == field.stored_name());
-        let incoming = position.map_or_else(String::new, |at| self.guarded[at].2.clone());
-        let stored_value = position
-            .and_then(|at| stored.guarded_values.get(at).cloned().flatten())
-            .map_or_else(
-                || "(missing)".to_owned(),
-                |text| match stored_value(table, field, &text) {
-                    // NaN or an infinity, shown as PostgreSQL writes it, like the incoming one.
-                    Value::String(_) if shape_of(table, field) == ColumnShape::Float => text,
-                    value => value.to_string(),
-                },
-            );
-        Error::FrozenFieldChanged {
-            document: Box::new(self.document.clone()),
-            stored_id: stored.id.clone(),
-            field: field.name(),
-            stored_name: field.stored_name(),
-            stored: stored_value,
-            incoming,
-        }
     }
 
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
@@ -363,7 +275,7 @@ fn non_finite_outside_float(name: &str, float: f64) -> String {
 }
 
 /// The shape of `field`'s column.
-fn shape_of(table: &Table, field: &Field) -> ColumnShape {
+pub(super) fn shape_of(table: &Table, field: &Field) -> ColumnShape {
     table
         .column_of(field)
         .map_or(ColumnShape::Structured, |index| table.columns[index].shape)
@@ -371,7 +283,7 @@ fn shape_of(table: &Table, field: &Field) -> ColumnShape {
 
 /// A stored value, read back as text from its column, as the JSON value serde wrote (a
 /// non-finite float, which JSON cannot hold, as the text PostgreSQL wrote).
-fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
+pub(super) fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
     let shape = shape_of(table, field);
     let parsed = match shape {
         ColumnShape::Text => return Value::from(text),
@@ -385,16 +297,6 @@ fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
         _ => serde_json::from_str(text).ok(),
     };
     parsed.unwrap_or_else(|| Value::from(text))
-}
-
-/// The digest of a stored value read back as text.
-fn stored_digest(table: &Table, field: &Field, text: &str) -> Option<String> {
-    if shape_of(table, field) == ColumnShape::Float {
-        if let Some(float) = text.parse::<f64>().ok().filter(|float| !float.is_finite()) {
-            return float_digest(float).ok().flatten();
-        }
-    }
-    digest_of(&stored_value(table, field, text)).ok().flatten()
 }
 
 /// The digest of a float JSON cannot hold, as the content hash encodes it.

@@ -468,6 +468,23 @@ impl Table {
         state.join(", ")
     }
 
+    /// The stored state of the row under the id `$1`, then its natural-key columns as text:
+    /// what a write that collided with the primary key met.
+    pub(crate) fn select_stored_by_id(&self) -> String {
+        let keys: Vec<String> = self
+            .model
+            .natural_key_fields()
+            .map(|field| format!("t.{}::text", quote(field.stored_name())))
+            .collect();
+        format!(
+            "SELECT {}, {} FROM {} t WHERE t.{} = $1",
+            self.stored_state(Some("t")),
+            keys.join(", "),
+            self.name(),
+            quote(ID_FIELD)
+        )
+    }
+
     /// The join of incoming rows to stored rows by natural key.
     fn natural_key_join(&self) -> String {
         let conditions: Vec<String> = self

@@ -1,0 +1,191 @@
+//! `upsert_many` on any driver: the outcomes that upserting the documents one by one, in input
+//! order, would give ([`crate::batch`]), sent in rounds keyed by id and in chunks.
+//!
+//! Copies collapse by id and content, never by natural key alone: two documents with one natural
+//! key and different ids (a timestamp stored at second precision) are two writes, the second of
+//! which is refused as a single upsert would refuse it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use serde::Serialize;
+
+use super::{contention, judge, settle, Driver, Encoded, Judged, WriteKind};
+use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement};
+use crate::error::Error;
+use crate::model::{DocumentRef, Idempotent};
+use crate::outcome::Outcome;
+
+/// A driver that can prepare documents of any type and send them in chunks.
+pub(crate) trait BatchDriver: Driver {
+    /// Documents per write statement.
+    fn chunk(&self) -> usize;
+
+    /// What must hold before the first write (an index checked, the server's limits known):
+    /// called once, and only if some document is sent.
+    fn ready(&self) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// `doc` ready to send.
+    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<Self::Doc, Error>;
+
+    /// The stored state of `docs` in one read, for a driver whose batch write cannot return the
+    /// documents its guard stopped (MongoDB's `update` command). `None`: the write returns them
+    /// itself, and nothing is read first.
+    fn read_many(
+        &self,
+        docs: &[&Self::Doc],
+    ) -> impl Future<Output = Result<Option<Vec<Option<Self::Stored>>>, Error>> + Send;
+}
+
+/// One chunk's write under way: each input index with its outcome, once settled.
+type Settling<'f> =
+    Pin<Box<dyn Future<Output = Result<Vec<(usize, Result<Outcome, Error>)>, Error>> + Send + 'f>>;
+
+/// Upserts `docs` through `driver`, each document with the outcome of a single upsert in input
+/// order. A refused document does not stop the others.
+pub(crate) async fn upsert_many<D, T>(driver: &D, docs: &[T]) -> Result<BatchReport, Error>
+where
+    D: BatchDriver,
+    T: Idempotent + Serialize + Sync,
+{
+    let collection = DocumentRef::collection(&T::MODEL);
+    let slice_len = driver.chunk().max(1);
+    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
+    let mut planner = BatchPlanner::default();
+    let mut ready = false;
+    // The documents are prepared one slice at a time, and each slice's first-round documents
+    // are sent while the next slice is prepared: the server writes one chunk while the client
+    // hashes and encodes the next. An input's round depends only on the inputs before it.
+    let mut slices: Vec<Vec<Result<D::Doc, Error>>> =
+        docs.chunks(slice_len).map(|_| Vec::new()).collect();
+    {
+        let mut in_flight: Option<Settling<'_>> = None;
+        let mut rest: &mut [Vec<Result<D::Doc, Error>>] = &mut slices;
+        for (number, slice) in docs.chunks(slice_len).enumerate() {
+            let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
+                break;
+            };
+            rest = tail;
+            *prepared = slice.iter().map(|doc| driver.prepare(doc)).collect();
+            let prepared: &Vec<Result<D::Doc, Error>> = prepared;
+            let mut first_round = Vec::new();
+            for (offset, doc) in prepared.iter().enumerate() {
+                let index = number * slice_len + offset;
+                match doc {
+                    Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
+                    Ok(doc) => {
+                        if planner.add(index, doc.id_text(), doc.hash()) == Placement::Round(0) {
+                            first_round.push((index, doc));
+                        }
+                    }
+                }
+            }
+            if let Some(previous) = in_flight.take() {
+                record(previous.await?, &mut outcomes);
+            }
+            if first_round.is_empty() {
+                continue;
+            }
+            if !ready {
+                driver.ready().await?;
+                ready = true;
+            }
+            let mut chunk: Settling<'_> = Box::pin(async move {
+                let sent: Vec<&D::Doc> = first_round.iter().map(|&(_, doc)| doc).collect();
+                let settled = settle_chunk(driver, &sent).await?;
+                Ok(first_round
+                    .iter()
+                    .map(|&(index, _)| index)
+                    .zip(settled)
+                    .collect())
+            });
+            match send_now(chunk.as_mut()) {
+                Poll::Ready(settled) => record(settled?, &mut outcomes),
+                Poll::Pending => in_flight = Some(chunk),
+            }
+        }
+        if let Some(previous) = in_flight.take() {
+            record(previous.await?, &mut outcomes);
+        }
+    }
+    let plan = planner.plan;
+    crate::trace::batch_split(docs.len(), plan.rounds.len(), slice_len);
+    let prepared = |index: usize| slices[index / slice_len][index % slice_len].as_ref().ok();
+    // The later rounds: an id's second distinct content in the batch, and so on.
+    for round in plan.rounds.iter().skip(1) {
+        for chunk in round.chunks(slice_len) {
+            let sent: Vec<&D::Doc> = chunk.iter().filter_map(|&index| prepared(index)).collect();
+            let settled = settle_chunk(driver, &sent).await?;
+            for (&index, outcome) in chunk.iter().zip(settled) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+    }
+    for &(copy, original) in &plan.copies {
+        let copied = match &outcomes[original] {
+            Some(original) => copy_outcome(original),
+            None => Err(contention(&collection)),
+        };
+        outcomes[copy] = Some(copied);
+    }
+    let outcomes = outcomes
+        .into_iter()
+        .map(|outcome| outcome.unwrap_or_else(|| Err(contention(&collection))))
+        .collect();
+    Ok(BatchReport::new(outcomes, plan.copies.len()))
+}
+
+/// One chunk: judged from one read first where the driver reads first, then the documents that
+/// need it written.
+async fn settle_chunk<D: BatchDriver>(
+    driver: &D,
+    docs: &[&D::Doc],
+) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    let Some(stored) = driver.read_many(docs).await? else {
+        return settle(driver, WriteKind::Upsert, docs).await;
+    };
+    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
+    let mut to_write = Vec::new();
+    for (index, (doc, stored)) in docs.iter().zip(&stored).enumerate() {
+        let Some(stored) = stored else {
+            to_write.push(index);
+            continue;
+        };
+        match judge(driver, WriteKind::Upsert, doc, stored) {
+            Judged::Settled(outcome) => outcomes[index] = Some(Ok(outcome)),
+            Judged::Refused(refusal) => outcomes[index] = Some(Err(refusal)),
+            Judged::Replace { foreign: true } if driver.write_pinned(doc, stored).await? => {
+                outcomes[index] = Some(Ok(Outcome::Updated));
+            }
+            Judged::Replace { .. } => to_write.push(index),
+        }
+    }
+    let sent: Vec<&D::Doc> = to_write.iter().map(|&index| docs[index]).collect();
+    let written = settle(driver, WriteKind::Upsert, &sent).await?;
+    for (index, outcome) in to_write.into_iter().zip(written) {
+        outcomes[index] = Some(outcome);
+    }
+    Ok(outcomes
+        .into_iter()
+        .zip(docs)
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(doc.document()))))
+        .collect())
+}
+
+/// Polls `chunk` once, which sends its first write to the connection, so that the server works
+/// on it while the caller goes on; the caller awaits it afterwards, which polls it again with
+/// the caller's own waker (the no-op waker of this poll is then replaced).
+fn send_now<F: Future + ?Sized>(chunk: Pin<&mut F>) -> Poll<F::Output> {
+    chunk.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Stores the outcome of each settled input.
+fn record(
+    settled: Vec<(usize, Result<Outcome, Error>)>,
+    outcomes: &mut [Option<Result<Outcome, Error>>],
+) {
+    for (index, outcome) in settled {
+        outcomes[index] = Some(outcome);
+    }
+}

@@ -1,0 +1,200 @@
+//! What a stored document means for an incoming write, read through a driver and judged by
+//! [`crate::verdict`]: the one place where stored values are compared with incoming ones.
+//!
+//! A document idem wrote carries digests of its guarded fields, and those are compared. A
+//! document another tool wrote carries none; its values are compared here in the neutral form
+//! ([`same_value`]): numbers by value (mongosh stores `1700000000000` as a double; jsonb reads
+//! `1.0` back as `1`), maps whatever their order.
+
+use serde_json::Value;
+
+use super::{Driver, Encoded, StoredDigest, WriteKind};
+use crate::error::Error;
+use crate::model::{Field, ID_FIELD};
+use crate::outcome::Outcome;
+use crate::verdict::{Guarded, Stored, Verdict};
+
+/// What a write does to a stored document.
+#[derive(Debug)]
+pub(crate) enum Judged {
+    /// Nothing to write: `Unchanged`, `Stale` or `Deleted`.
+    Settled(Outcome),
+    /// The write would orphan or change what may not change.
+    Refused(Error),
+    /// The write replaces it; `foreign`: only a second step pinned to what was read may, since
+    /// a server guard cannot compare values stored without digests.
+    Replace {
+        /// Stored without digests.
+        foreign: bool,
+    },
+}
+
+/// What `stored`, the document under `doc`'s id or holding its natural key, means for a write
+/// of `kind`.
+pub(crate) fn judge<D: Driver>(
+    driver: &D,
+    kind: WriteKind,
+    doc: &D::Doc,
+    stored: &D::Stored,
+) -> Judged {
+    let stored_id = driver.stored_id(stored);
+    if stored_id.as_deref() != Some(doc.id_text()) {
+        return Judged::Refused(id_change(driver, doc, stored, stored_id));
+    }
+    if let Some(field) = driver.key_differs(doc, stored) {
+        return Judged::Refused(refusal(driver, doc, stored, field));
+    }
+    if kind == WriteKind::Delete {
+        // Deleting checks no other field: the marker is all it writes.
+        return match driver.is_tombstoned(stored) {
+            true => Judged::Settled(Outcome::Unchanged),
+            false => Judged::Replace { foreign: false },
+        };
+    }
+    let reduced = reduce(driver, doc, stored);
+    match reduced.judge(doc.hash(), doc.version_key()) {
+        Verdict::Replace => Judged::Replace {
+            foreign: reduced.has_foreign(),
+        },
+        Verdict::Settled(outcome) => Judged::Settled(outcome),
+        Verdict::Refused(field) => Judged::Refused(refusal(driver, doc, stored, field)),
+    }
+}
+
+/// The refusal of `doc` when `stored`, found by its natural key, is under another id: what
+/// `insert_new` and `record` check of a document they did not write.
+pub(crate) fn stored_elsewhere<D: Driver>(
+    driver: &D,
+    doc: &D::Doc,
+    stored: &D::Stored,
+) -> Option<Error> {
+    let stored_id = driver.stored_id(stored);
+    (stored_id.as_deref() != Some(doc.id_text())).then(|| id_change(driver, doc, stored, stored_id))
+}
+
+/// A stored document reduced to what the verdict reads, compared as the server guard compares.
+fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Stored<'s> {
+    let guarded = doc
+        .digests()
+        .iter()
+        .map(|(field, incoming)| {
+            let state = match driver.stored_digest(stored, field) {
+                StoredDigest::Unwritten => Guarded::Unwritten,
+                StoredDigest::Digest(digest) if Some(digest) == incoming.as_deref() => {
+                    Guarded::Same
+                }
+                StoredDigest::Digest(_) | StoredDigest::Other => Guarded::Changed,
+                StoredDigest::NoDigests => match driver.stored_value(stored, field) {
+                    None => Guarded::Unwritten,
+                    Some(value) => Guarded::Foreign {
+                        same: incoming.is_some()
+                            && same_value(&value, &driver.incoming_value(doc, field)),
+                    },
+                },
+            };
+            (*field, state)
+        })
+        .collect();
+    Stored {
+        tombstoned: driver.is_tombstoned(stored),
+        guarded,
+        version: doc.version_key().map(|_| driver.stored_version(stored)),
+        hash: driver.stored_hash(stored),
+    }
+}
+
+/// The refusal of a write whose natural key is stored under another id: the timestamp if its
+/// stored value differs (a moved timestamp derives a new id), else `_id` itself (the id was
+/// derived another way, or another tool chose it).
+fn id_change<D: Driver>(
+    driver: &D,
+    doc: &D::Doc,
+    stored: &D::Stored,
+    stored_id: Option<String>,
+) -> Error {
+    let moved = doc.model().timestamp_field().filter(|field| {
+        driver
+            .stored_value(stored, field)
+            .is_none_or(|value| !same_value(&value, &driver.incoming_value(doc, field)))
+    });
+    match moved {
+        Some(field) => refusal(driver, doc, stored, field),
+        None => Error::FrozenFieldChanged {
+            document: Box::new(doc.document().clone()),
+            stored_id: stored_id.clone().unwrap_or_default(),
+            field: ID_FIELD,
+            stored_name: ID_FIELD,
+            stored: stored_id
+                .map_or_else(|| "(missing)".to_owned(), |id| Value::from(id).to_string()),
+            incoming: Value::from(doc.id_text()).to_string(),
+        },
+    }
+}
+
+/// The refusal of a write that would change `field`.
+fn refusal<D: Driver>(
+    driver: &D,
+    doc: &D::Doc,
+    stored: &D::Stored,
+    field: &'static Field,
+) -> Error {
+    Error::FrozenFieldChanged {
+        document: Box::new(doc.document().clone()),
+        stored_id: driver
+            .stored_id(stored)
+            .unwrap_or_else(|| doc.id_text().to_owned()),
+        field: field.name(),
+        stored_name: field.stored_name(),
+        stored: driver
+            .stored_shown(stored, field)
+            .unwrap_or_else(|| "(missing)".to_owned()),
+        incoming: driver.incoming_shown(doc, field),
+    }
+}
+
+/// Whether two values in the neutral form are the same value: numbers by value whatever their
+/// type (an integral double is its integer), maps whatever the order of their entries, lists
+/// item by item.
+pub(crate) fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => match (x.as_u64(), y.as_u64()) {
+                (Some(x), Some(y)) => x == y,
+                _ => x.as_f64() == y.as_f64(),
+            },
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_value(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(name, value)| y.get(name).is_some_and(|other| same_value(value, other)))
+        }
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_compare_by_value_and_maps_whatever_their_order() {
+        assert!(same_value(
+            &json!(1_700_000_000_000_i64),
+            &json!(1_700_000_000_000.0)
+        ));
+        assert!(same_value(&json!(1), &json!(1.0)));
+        assert!(!same_value(&json!(1), &json!(1.5)));
+        assert!(same_value(
+            &json!({"a": 1, "b": [1.0, "x"]}),
+            &json!({"b": [1, "x"], "a": 1.0})
+        ));
+        assert!(!same_value(&json!({"a": 1}), &json!({"a": 1, "b": null})));
+        assert!(!same_value(&json!("1"), &json!(1)));
+        assert!(same_value(&json!(u64::MAX), &json!(u64::MAX)));
+    }
+}

@@ -1,0 +1,297 @@
+//! The write engine: the rules of a guarded write, written once for every backend.
+//!
+//! A backend's driver encodes documents for its database and sends writes; it never decides
+//! what a write did. The engine does, from the driver's replies:
+//!
+//! - [`settle`] sends a set of prepared documents until each is settled. A driver's [`Reply`]
+//!   for a document is one of: written (inserted or updated, as the server told it in the same
+//!   statement), stopped by what is stored (which [`judge`] reads for `Unchanged`, `Stale`,
+//!   `Deleted` or a refusal), unseen (a writer committed meanwhile: go again), or a conflict on a
+//!   unique index. The retries, the second pinned step over a document another tool stored, the
+//!   reading of a conflict and the refusal of a permanent one live here.
+//! - [`batch`] gives a batch the outcomes single writes would give, in rounds keyed by id.
+//!
+//! A driver implements [`Driver`]: how to send one write, how to read what a conflict collided
+//! with, and how to read the few stored values a judgement needs. The comparison rules (digests,
+//! values stored by another tool, versions) are [`judge`]'s.
+
+pub(crate) mod batch;
+pub(crate) mod judge;
+
+use std::future::Future;
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::model::{DocumentRef, Field, Model};
+use crate::outcome::Outcome;
+use crate::verdict::StoredVersion;
+use crate::MAX_ATTEMPTS;
+
+pub(crate) use judge::{judge, stored_elsewhere, Judged};
+
+/// Which guarded write a statement makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteKind {
+    /// Replace the stored document if the guard allows it, or insert it.
+    Upsert,
+    /// Set the deletion marker if it is not set, or insert the document deleted.
+    Delete,
+}
+
+impl WriteKind {
+    /// The outcome of a write the server reports as done.
+    fn written(self, inserted: bool) -> Outcome {
+        match (self, inserted) {
+            (WriteKind::Delete, _) => Outcome::Deleted,
+            (WriteKind::Upsert, true) => Outcome::Inserted,
+            (WriteKind::Upsert, false) => Outcome::Updated,
+        }
+    }
+}
+
+/// What one write did to one document, as the driver read it from the server's answer.
+#[derive(Debug)]
+pub(crate) enum Reply<S> {
+    /// Written by this very write: inserted, or updated.
+    Written {
+        /// Whether the document was inserted.
+        inserted: bool,
+    },
+    /// Left alone by the guard; what is stored under the id or natural key.
+    Stopped(S),
+    /// Stopped by a document the write could not see (committed meanwhile): go again.
+    Unseen,
+    /// A unique index refused the write.
+    Conflict(Conflict),
+    /// The server refused this document for what it holds (a validator, a constraint): the
+    /// others of the write are not concerned.
+    Refused(Error),
+}
+
+/// Which unique index refused a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    /// The id or the natural key: what is stored there decides.
+    Key,
+    /// Another unique index, named: a permanent refusal.
+    Other {
+        /// The index or constraint, as the server names it.
+        index: String,
+    },
+    /// An index the server did not say was the id's or the natural key's: a refusal naming it
+    /// unless the id or the natural key turns out to be stored.
+    Unclear {
+        /// The index, as far as the server named it.
+        index: String,
+    },
+}
+
+/// A stored guarded field's digest, as a driver reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoredDigest<'s> {
+    /// The document carries no digests at all: another tool wrote it.
+    NoDigests,
+    /// No digest for this field: never written.
+    Unwritten,
+    /// This digest.
+    Digest(&'s str),
+    /// Something that is not a digest.
+    Other,
+}
+
+/// A document encoded for one database, and what the engine reads of it.
+pub(crate) trait Encoded {
+    /// The type's model.
+    fn model(&self) -> &'static Model;
+    /// How errors name the document.
+    fn document(&self) -> &DocumentRef;
+    /// The derived id, as stored.
+    fn id_text(&self) -> &str;
+    /// The content hash, as stored.
+    fn hash(&self) -> &str;
+    /// The version's order key, for a type with versions.
+    fn version_key(&self) -> Option<&str>;
+    /// Each guarded field with the digest of its incoming value (`None`: never written).
+    fn digests(&self) -> &[(&'static Field, Option<String>)];
+}
+
+/// One database's side of a write: it encodes and sends, the engine decides.
+pub(crate) trait Driver: Sync {
+    /// A document ready to send.
+    type Doc: Encoded + Sync;
+    /// What the driver read of a stored document.
+    type Stored: Send + Sync;
+
+    /// Sends one write of `kind` for `docs` (distinct ids and natural keys) and returns one
+    /// reply per document, in order. An error concerns the whole write: nothing of it was
+    /// written, unless the error says so.
+    fn write(
+        &self,
+        kind: WriteKind,
+        docs: &[&Self::Doc],
+    ) -> impl Future<Output = Result<Vec<Reply<Self::Stored>>, Error>> + Send;
+
+    /// Replaces `stored`, a document another tool wrote (no digests), with `doc`, only while it
+    /// is as it was read. `false`: it changed meanwhile.
+    fn write_pinned(
+        &self,
+        doc: &Self::Doc,
+        stored: &Self::Stored,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// What a conflict collided with: the document under `doc`'s id, else one holding its
+    /// natural key under another id.
+    fn read_conflict(
+        &self,
+        doc: &Self::Doc,
+    ) -> impl Future<Output = Result<Option<Self::Stored>, Error>> + Send;
+
+    /// The incoming value of a guarded field, in the neutral form.
+    fn incoming_value(&self, doc: &Self::Doc, field: &Field) -> Value;
+    /// The incoming value of `field`, as a refusal shows it.
+    fn incoming_shown(&self, doc: &Self::Doc, field: &Field) -> String;
+    /// The stored id as text, whoever wrote it.
+    fn stored_id(&self, stored: &Self::Stored) -> Option<String>;
+    /// Whether the deletion marker is set.
+    fn is_tombstoned(&self, stored: &Self::Stored) -> bool;
+    /// The stored content hash.
+    fn stored_hash<'s>(&self, stored: &'s Self::Stored) -> Option<&'s str>;
+    /// The stored digest of a guarded field.
+    fn stored_digest<'s>(&self, stored: &'s Self::Stored, field: &Field) -> StoredDigest<'s>;
+    /// The stored version order key.
+    fn stored_version<'s>(&self, stored: &'s Self::Stored) -> StoredVersion<'s>;
+    /// The stored value of `field` in the neutral form; `None` if missing or null.
+    fn stored_value(&self, stored: &Self::Stored, field: &Field) -> Option<Value>;
+    /// The stored value of `field`, as a refusal shows it; `None` if missing.
+    fn stored_shown(&self, stored: &Self::Stored, field: &Field) -> Option<String>;
+    /// The first natural-key field whose stored value is not `doc`'s, as the database's unique
+    /// index compares them.
+    fn key_differs(&self, doc: &Self::Doc, stored: &Self::Stored) -> Option<&'static Field>;
+}
+
+/// Sends `docs` until each is settled: written, or judged from what stopped it. Documents that
+/// meet a writer committed meanwhile go again, at most [`MAX_ATTEMPTS`] times. When a write of
+/// several documents fails for what one of them holds (a value the server refuses, another
+/// constraint), each goes alone, so the others are written and the one is named.
+pub(crate) async fn settle<D: Driver>(
+    driver: &D,
+    kind: WriteKind,
+    docs: &[&D::Doc],
+) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
+    let mut one_by_one = false;
+    for attempt in 0..MAX_ATTEMPTS {
+        let pending: Vec<usize> = (0..docs.len())
+            .filter(|&index| outcomes[index].is_none())
+            .collect();
+        if pending.is_empty() {
+            break;
+        }
+        if attempt > 0 {
+            crate::trace::retry("a concurrent writer changed the document");
+        }
+        let groups: Vec<Vec<usize>> = if one_by_one {
+            pending.iter().map(|&index| vec![index]).collect()
+        } else {
+            vec![pending]
+        };
+        for group in groups {
+            let sent: Vec<&D::Doc> = group.iter().map(|&index| docs[index]).collect();
+            let replies = match driver.write(kind, &sent).await {
+                Ok(replies) => replies,
+                Err(error) if refuses_a_document(&error) && group.len() > 1 => {
+                    one_by_one = true;
+                    continue;
+                }
+                Err(error) if refuses_a_document(&error) => {
+                    outcomes[group[0]] = Some(Err(error));
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            for (&index, reply) in group.iter().zip(replies) {
+                outcomes[index] = settle_reply(driver, kind, docs[index], reply).await?;
+            }
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .zip(docs)
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(doc.document()))))
+        .collect())
+}
+
+/// The outcome a reply settles, or `None` if the document goes again.
+async fn settle_reply<D: Driver>(
+    driver: &D,
+    kind: WriteKind,
+    doc: &D::Doc,
+    reply: Reply<D::Stored>,
+) -> Result<Option<Result<Outcome, Error>>, Error> {
+    match reply {
+        Reply::Written { inserted } => Ok(Some(Ok(kind.written(inserted)))),
+        Reply::Unseen => Ok(None),
+        Reply::Refused(refusal) => Ok(Some(Err(refusal))),
+        Reply::Stopped(stored) => settle_stopped(driver, kind, doc, &stored).await,
+        Reply::Conflict(Conflict::Other { index }) => {
+            Ok(Some(Err(unique_index_conflict(doc.document(), index))))
+        }
+        Reply::Conflict(conflict) => {
+            let stored = driver.read_conflict(doc).await?;
+            match (stored, conflict) {
+                (Some(stored), _) => settle_stopped(driver, kind, doc, &stored).await,
+                (None, Conflict::Unclear { index } | Conflict::Other { index }) => {
+                    Ok(Some(Err(unique_index_conflict(doc.document(), index))))
+                }
+                // The holder of the id or natural key is gone since the write (deleted, or
+                // moved by `adopt`): the write goes again.
+                (None, Conflict::Key) => Ok(None),
+            }
+        }
+    }
+}
+
+/// The outcome for a document the write did not replace, judged from what is stored; a
+/// document another tool stored that the write may replace is written in a second step pinned
+/// to what was read. `None`: it changed meanwhile, and the write goes again.
+pub(crate) async fn settle_stopped<D: Driver>(
+    driver: &D,
+    kind: WriteKind,
+    doc: &D::Doc,
+    stored: &D::Stored,
+) -> Result<Option<Result<Outcome, Error>>, Error> {
+    match judge(driver, kind, doc, stored) {
+        Judged::Settled(outcome) => Ok(Some(Ok(outcome))),
+        Judged::Refused(refusal) => Ok(Some(Err(refusal))),
+        Judged::Replace { foreign: true } => Ok(driver
+            .write_pinned(doc, stored)
+            .await?
+            .then_some(Ok(Outcome::Updated))),
+        // Changed between the write and what it returned: goes again.
+        Judged::Replace { foreign: false } => Ok(None),
+    }
+}
+
+/// Whether the server refused a value one document holds (another constraint, a value out of
+/// range): the same document fails the same way however often it is sent.
+fn refuses_a_document(error: &Error) -> bool {
+    error
+        .as_backend()
+        .is_some_and(|backend| backend.refuses_document())
+}
+
+/// The refusal of a write that collides with a unique index other than the natural key's.
+pub(crate) fn unique_index_conflict(document: &DocumentRef, index: String) -> Error {
+    Error::UniqueIndexConflict {
+        document: Box::new(document.clone()),
+        index,
+    }
+}
+
+/// The error of a document still contended after [`MAX_ATTEMPTS`].
+pub(crate) fn contention(document: &DocumentRef) -> Error {
+    Error::Contention {
+        document: Box::new(document.clone()),
+    }
+}

@@ -1,0 +1,373 @@
+//! MongoDB's side of the write engine ([`crate::engine`]): a single write is one
+//! `findAndModify` whose returned document says what it did (its write marker); a batch is one
+//! `update` command per chunk (more if it exceeds the server's command size), after one read of
+//! the chunk's stored state, since an `update` reply does not return the documents its guard
+//! left alone.
+
+use std::collections::HashMap;
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::ReturnDocument;
+use mongodb::Collection;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::batch::{
+    refused_by_server, statement_indexes, upsert_statement, write_commands, write_errors,
+};
+use super::compare::{bson_equal, show};
+use super::write::{is_tombstoned, stored_id_text, PreparedWrite};
+use super::{
+    collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
+    DUPLICATE_KEY, NATURAL_KEY_INDEX,
+};
+use crate::engine::batch::BatchDriver;
+use crate::engine::{Conflict, Driver, Encoded, Reply, StoredDigest, WriteKind};
+use crate::error::Error;
+use crate::model::{
+    DocumentRef, Field, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+};
+use crate::verdict::StoredVersion;
+
+/// Writes one type's documents to its collection.
+pub(super) struct MongoDriver<'a> {
+    pub store: &'a Store,
+    pub model: &'static Model,
+    pub collection: Collection<Document>,
+    /// Upserts go as `update` commands (a batch, whose reply counts what it wrote) rather than
+    /// one `findAndModify` each.
+    pub batched: bool,
+}
+
+impl Encoded for PreparedWrite {
+    fn model(&self) -> &'static Model {
+        self.model
+    }
+
+    fn document(&self) -> &DocumentRef {
+        &self.document
+    }
+
+    fn id_text(&self) -> &str {
+        &self.id_text
+    }
+
+    fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    fn version_key(&self) -> Option<&str> {
+        self.version_key.as_deref()
+    }
+
+    fn digests(&self) -> &[(&'static Field, Option<String>)] {
+        &self.digests
+    }
+}
+
+impl MongoDriver<'_> {
+    /// The single upsert: the conditional replacement in one `findAndModify`, which returns the
+    /// document as it left it.
+    async fn upsert_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
+        crate::trace::round_trip("findAndModify");
+        let after = self
+            .collection
+            .find_one_and_update(write.query(), write.conditional_replacement())
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .projection(write.judged_fields())
+            .await;
+        match after {
+            Ok(Some(stored)) => Ok(match write.written_here(&stored) {
+                Some(outcome) => Reply::Written {
+                    inserted: outcome == crate::Outcome::Inserted,
+                },
+                None => Reply::Stopped(stored),
+            }),
+            // A server that retried a racing insert as an update may return no document. The
+            // command took effect; sent again, it reads its own marker back, or what another
+            // writer left.
+            Ok(None) => Ok(Reply::Unseen),
+            Err(error) if is_duplicate_key(&error) => {
+                Ok(Reply::Conflict(conflict(duplicate_key_message(&error))))
+            }
+            Err(source) => Err(mongo_error(&write.document, source)),
+        }
+    }
+
+    /// `delete`: sets the tombstone where it is not set, or inserts the document deleted.
+    async fn delete_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
+        let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
+        else {
+            return Err(Error::TombstoneNotSet {
+                document: Box::new(write.document.clone()),
+                field: self.model.tombstone_field().map_or("", Field::name),
+            });
+        };
+        let mut filter = write.query();
+        filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
+        let update = doc! {
+            "$set": { tombstone.stored_name(): marker.clone() },
+            "$setOnInsert": write.inserted_document(),
+        };
+        crate::trace::round_trip("update");
+        match self
+            .collection
+            .update_one(filter, update)
+            .upsert(true)
+            .await
+        {
+            Ok(result) if result.upserted_id.is_some() => Ok(Reply::Written { inserted: true }),
+            Ok(result) if result.matched_count > 0 => Ok(Reply::Written { inserted: false }),
+            Ok(_) => Ok(Reply::Unseen),
+            Err(error) if is_duplicate_key(&error) => {
+                Ok(Reply::Conflict(conflict(duplicate_key_message(&error))))
+            }
+            Err(source) => Err(mongo_error(&write.document, source)),
+        }
+    }
+
+    /// A batch of upserts as `update` commands within the server's limits, each statement the
+    /// single upsert's guarded replacement.
+    async fn upsert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
+        let statements: Vec<(usize, Document)> = writes
+            .iter()
+            .enumerate()
+            .map(|(index, write)| (index, upsert_statement(write)))
+            .collect();
+        // Asked once per store, before the first batch's write.
+        let limits = self.store.server_limits(self.model).await?;
+        let mut replies: Vec<Option<Reply<Document>>> = writes.iter().map(|_| None).collect();
+        for command in write_commands(statements, limits) {
+            self.send_updates(writes, command, &mut replies).await?;
+        }
+        Ok(replies
+            .into_iter()
+            .map(|reply| reply.unwrap_or(Reply::Unseen))
+            .collect())
+    }
+
+    /// One `update` command carrying `statements`, and the reply for each.
+    async fn send_updates(
+        &self,
+        writes: &[&PreparedWrite],
+        statements: Vec<(usize, Document)>,
+        replies: &mut [Option<Reply<Document>>],
+    ) -> Result<(), Error> {
+        let whole = DocumentRef::collection(self.model);
+        let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
+        let command =
+            doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
+        let reply = self.store.run_write_command(&whole, command).await?;
+        let upserted = statement_indexes(&reply, "upserted");
+        let errors = write_errors(&reply);
+        let mut matched = Vec::new();
+        for (statement, &index) in indexes.iter().enumerate() {
+            let write = writes[index];
+            replies[index] = Some(match errors.get(&statement) {
+                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
+                    Reply::Conflict(conflict(error.get_str("errmsg").unwrap_or_default()))
+                }
+                Some(error) => Reply::Refused(refused_by_server(&write.document, error, "")),
+                None if upserted.contains(&statement) => Reply::Written { inserted: true },
+                None => {
+                    matched.push(index);
+                    Reply::Written { inserted: false }
+                }
+            });
+        }
+        // Each statement that matched replaced its document only if the guard let it, and a
+        // replacement always changes the document (its write marker is new): when fewer were
+        // modified than matched, a writer changed some document since the read, and the markers
+        // say which.
+        let modified = reply
+            .get("nModified")
+            .and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
+            .unwrap_or(0);
+        if usize::try_from(modified).ok() != Some(matched.len()) {
+            let read: Vec<&PreparedWrite> = matched.iter().map(|&index| writes[index]).collect();
+            let stored = self.read_stored(&read).await?;
+            for (index, stored) in matched.into_iter().zip(stored) {
+                let write = writes[index];
+                replies[index] = Some(match stored {
+                    Some(stored) => match write.written_here(&stored) {
+                        Some(outcome) => Reply::Written {
+                            inserted: outcome == crate::Outcome::Inserted,
+                        },
+                        None => Reply::Stopped(stored),
+                    },
+                    None => Reply::Unseen,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored state of `writes` in one read, in their order.
+    async fn read_stored(&self, writes: &[&PreparedWrite]) -> Result<Vec<Option<Document>>, Error> {
+        let Some(first) = writes.first() else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<&str> = writes.iter().map(|write| write.id_text.as_str()).collect();
+        crate::trace::round_trip("find");
+        let find = self
+            .collection
+            .find(doc! { "_id": { "$in": ids } })
+            .projection(first.judged_fields())
+            // One more than can match, with the matches as the limit, so the server answers in
+            // one batch and closes the cursor instead of leaving a `getMore` to find the end.
+            .limit(i64::try_from(writes.len()).unwrap_or(i64::MAX))
+            .batch_size(u32::try_from(writes.len() + 1).unwrap_or(u32::MAX));
+        let mut stored: HashMap<String, Document> =
+            collect(find, &DocumentRef::collection(self.model))
+                .await?
+                .into_iter()
+                .filter_map(|stored| Some((stored.get_str(ID_FIELD).ok()?.to_owned(), stored)))
+                .collect();
+        Ok(writes
+            .iter()
+            .map(|write| stored.remove(&write.id_text))
+            .collect())
+    }
+}
+
+impl Driver for MongoDriver<'_> {
+    type Doc = PreparedWrite;
+    type Stored = Document;
+
+    async fn write(
+        &self,
+        kind: WriteKind,
+        docs: &[&PreparedWrite],
+    ) -> Result<Vec<Reply<Document>>, Error> {
+        match (kind, docs) {
+            (WriteKind::Upsert, [write]) if !self.batched => {
+                Ok(vec![self.upsert_one(write).await?])
+            }
+            (WriteKind::Upsert, writes) => self.upsert_all(writes).await,
+            (WriteKind::Delete, writes) => {
+                let mut replies = Vec::with_capacity(writes.len());
+                for write in writes {
+                    replies.push(self.delete_one(write).await?);
+                }
+                Ok(replies)
+            }
+        }
+    }
+
+    async fn write_pinned(&self, write: &PreparedWrite, stored: &Document) -> Result<bool, Error> {
+        crate::trace::round_trip("update");
+        let replaced = self
+            .collection
+            .update_one(write.pinned_query(stored), write.replacement_pipeline())
+            .await
+            .map_err(|source| mongo_error(&write.document, source))?;
+        Ok(replaced.matched_count > 0)
+    }
+
+    async fn read_conflict(&self, write: &PreparedWrite) -> Result<Option<Document>, Error> {
+        let (by_id, by_natural_key) = self.store.read_conflict(&self.collection, write).await?;
+        Ok(by_id.or(by_natural_key))
+    }
+
+    fn incoming_value(&self, write: &PreparedWrite, field: &Field) -> Value {
+        write.value(field).clone().into_relaxed_extjson()
+    }
+
+    fn incoming_shown(&self, write: &PreparedWrite, field: &Field) -> String {
+        show(write.value(field))
+    }
+
+    fn stored_id(&self, stored: &Document) -> Option<String> {
+        stored_id_text(stored)
+    }
+
+    fn is_tombstoned(&self, stored: &Document) -> bool {
+        is_tombstoned(self.model, stored)
+    }
+
+    fn stored_hash<'s>(&self, stored: &'s Document) -> Option<&'s str> {
+        stored.get_str(self.model.hash_field()).ok()
+    }
+
+    fn stored_digest<'s>(&self, stored: &'s Document, field: &Field) -> StoredDigest<'s> {
+        let Ok(digests) = stored.get_document(FROZEN_DIGESTS_FIELD) else {
+            return StoredDigest::NoDigests;
+        };
+        match digests.get(field.stored_name()) {
+            None | Some(Bson::Null) => StoredDigest::Unwritten,
+            Some(Bson::String(digest)) => StoredDigest::Digest(digest),
+            Some(_) => StoredDigest::Other,
+        }
+    }
+
+    fn stored_version<'s>(&self, stored: &'s Document) -> StoredVersion<'s> {
+        match stored.get(VERSION_KEY_FIELD) {
+            None | Some(Bson::Null) => StoredVersion::Absent,
+            Some(Bson::String(key)) => StoredVersion::Key(key),
+            // The server orders other types by BSON type: numbers and symbols before text.
+            Some(
+                Bson::Int32(_)
+                | Bson::Int64(_)
+                | Bson::Double(_)
+                | Bson::Decimal128(_)
+                | Bson::MinKey
+                | Bson::Undefined,
+            ) => StoredVersion::BeforeKeys,
+            Some(_) => StoredVersion::AfterKeys,
+        }
+    }
+
+    fn stored_value(&self, stored: &Document, field: &Field) -> Option<Value> {
+        match stored.get(field.stored_name())? {
+            Bson::Null => None,
+            value => Some(value.clone().into_relaxed_extjson()),
+        }
+    }
+
+    fn stored_shown(&self, stored: &Document, field: &Field) -> Option<String> {
+        stored.get(field.stored_name()).map(show)
+    }
+
+    fn key_differs(&self, write: &PreparedWrite, stored: &Document) -> Option<&'static Field> {
+        self.model.natural_key_fields().find(|field| {
+            !stored
+                .get(field.stored_name())
+                .is_some_and(|value| bson_equal(value, write.value(field)))
+        })
+    }
+}
+
+impl BatchDriver for MongoDriver<'_> {
+    /// The store's chunk; a command beyond the server's batch limit is split when sent.
+    fn chunk(&self) -> usize {
+        self.store.batch_chunk
+    }
+
+    async fn ready(&self) -> Result<(), Error> {
+        let whole = DocumentRef::collection(self.model);
+        self.store.verify_indexes(self.model, &whole).await?;
+        self.store.server_limits(self.model).await.map(drop)
+    }
+
+    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<PreparedWrite, Error> {
+        PreparedWrite::new(doc)
+    }
+
+    async fn read_many(
+        &self,
+        docs: &[&PreparedWrite],
+    ) -> Result<Option<Vec<Option<Document>>>, Error> {
+        self.read_stored(docs).await.map(Some)
+    }
+}
+
+/// Which index a duplicate-key error names: the id's or the natural key's (what is stored there
+/// decides), another (a permanent refusal), or none the message shows.
+fn conflict(message: &str) -> Conflict {
+    match index_in_message(message) {
+        index if index == "_id_" || index == NATURAL_KEY_INDEX => Conflict::Key,
+        index if index == "(unnamed)" => Conflict::Unclear { index },
+        index => Conflict::Other { index },
+    }
+}

@@ -1,0 +1,250 @@
+//! PostgreSQL's side of the write engine ([`crate::engine`]): one `INSERT … ON CONFLICT`
+//! statement per write, whose rows say what it did, and the reading of the stored rows it
+//! returns.
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::types::Type;
+use tokio_postgres::GenericClient;
+
+use super::row::{self, PreparedRow, StoredRow};
+use super::table::Table;
+use super::{postgres_error, unique_conflict, Conflict, RowState, Store};
+use crate::engine::batch::BatchDriver;
+use crate::engine::{Driver, Encoded, Reply, StoredDigest, WriteKind};
+use crate::error::Error;
+use crate::model::{DocumentRef, Field, Idempotent, Model};
+use crate::verdict::StoredVersion;
+
+/// Writes to one checked table through one client.
+pub(super) struct PgDriver<'a, C> {
+    pub store: &'a Store,
+    pub client: &'a C,
+    pub table: &'a Table,
+}
+
+impl Encoded for PreparedRow {
+    fn model(&self) -> &'static Model {
+        self.model
+    }
+
+    fn document(&self) -> &DocumentRef {
+        &self.document
+    }
+
+    fn id_text(&self) -> &str {
+        &self.id_text
+    }
+
+    fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    fn version_key(&self) -> Option<&str> {
+        self.version_key.as_deref()
+    }
+
+    fn digests(&self) -> &[(&'static Field, Option<String>)] {
+        &self.digests
+    }
+}
+
+impl<C: GenericClient + Sync> PgDriver<'_, C> {
+    /// Where `field` is among the guarded fields, whose values stored rows carry.
+    fn guarded_position(&self, field: &Field) -> Option<usize> {
+        self.table
+            .model
+            .digested_fields()
+            .position(|guarded| guarded.stored_name() == field.stored_name())
+    }
+
+    /// Where `field` is among the natural-key fields.
+    fn key_position(&self, field: &Field) -> Option<usize> {
+        self.table
+            .model
+            .natural_key_fields()
+            .position(|key| key.stored_name() == field.stored_name())
+    }
+
+    /// The stored text of `field`, if the row read carries it.
+    fn stored_text<'s>(&self, stored: &'s StoredRow, field: &Field) -> Option<&'s str> {
+        match self.guarded_position(field) {
+            Some(at) => stored.guarded_values.get(at)?.as_deref(),
+            None => stored
+                .natural_key
+                .as_ref()?
+                .get(self.key_position(field)?)?
+                .as_deref(),
+        }
+    }
+
+    /// The incoming text of a natural-key field's column.
+    fn incoming_key_text<'d>(&self, doc: &'d PreparedRow, field: &Field) -> Option<&'d str> {
+        let column = self.table.column_of(field)?;
+        doc.value_of(self.table, column)
+    }
+}
+
+impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
+    type Doc = PreparedRow;
+    type Stored = StoredRow;
+
+    async fn write(
+        &self,
+        kind: WriteKind,
+        docs: &[&PreparedRow],
+    ) -> Result<Vec<Reply<StoredRow>>, Error> {
+        let statement = match kind {
+            WriteKind::Upsert => &self.table.upsert,
+            WriteKind::Delete => &self.table.delete,
+        };
+        let document = &docs[0].document;
+        match self
+            .store
+            .write_rows(self.client, self.table, docs, statement, document)
+            .await
+        {
+            Ok(states) => Ok(states.into_iter().map(reply).collect()),
+            Err(error) if docs.len() == 1 => match unique_conflict(&error, self.table, docs[0]) {
+                // A racing writer inserted this id between the natural-key check and the
+                // insert, or another tool stored this id under another natural key.
+                Some(Conflict::Id) => Ok(vec![Reply::Conflict(crate::engine::Conflict::Key)]),
+                Some(Conflict::Other(refusal)) => Ok(vec![Reply::Refused(refusal)]),
+                None => Err(error),
+            },
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn write_pinned(&self, doc: &PreparedRow, stored: &StoredRow) -> Result<bool, Error> {
+        let replaced = self
+            .store
+            .replace_foreign(self.client, self.table, doc, stored)
+            .await?;
+        Ok(replaced.is_some())
+    }
+
+    async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
+        crate::trace::round_trip("SELECT");
+        let found = self
+            .client
+            .query_typed_opt(
+                &self.table.select_stored_by_id(),
+                &[(&doc.id_text, Type::TEXT)],
+            )
+            .await
+            .map_err(|source| postgres_error(&doc.document, source))?;
+        Ok(found.map(|found| {
+            let guarded = self.table.model.digested_fields().count();
+            let mut stored = StoredRow::read(&found, 0, guarded);
+            stored.natural_key = Some((5 + guarded..found.len()).map(|at| found.get(at)).collect());
+            stored
+        }))
+    }
+
+    fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
+        match self.guarded_position(field) {
+            Some(at) => doc.guarded[at].0.clone(),
+            None => self
+                .incoming_key_text(doc, field)
+                .map_or(Value::Null, |text| {
+                    row::stored_value(self.table, field, text)
+                }),
+        }
+    }
+
+    fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
+        match self.guarded_position(field) {
+            Some(at) => doc.guarded[at].1.clone(),
+            None => self.incoming_value(doc, field).to_string(),
+        }
+    }
+
+    fn stored_id(&self, stored: &StoredRow) -> Option<String> {
+        Some(stored.id.clone())
+    }
+
+    fn is_tombstoned(&self, stored: &StoredRow) -> bool {
+        stored.tombstoned
+    }
+
+    fn stored_hash<'s>(&self, stored: &'s StoredRow) -> Option<&'s str> {
+        stored.hash.as_deref()
+    }
+
+    fn stored_digest<'s>(&self, stored: &'s StoredRow, field: &Field) -> StoredDigest<'s> {
+        let Some(digests) = &stored.digests else {
+            return StoredDigest::NoDigests;
+        };
+        match digests.get(field.stored_name()) {
+            None | Some(Value::Null) => StoredDigest::Unwritten,
+            Some(Value::String(digest)) => StoredDigest::Digest(digest),
+            Some(_) => StoredDigest::Other,
+        }
+    }
+
+    fn stored_version<'s>(&self, stored: &'s StoredRow) -> StoredVersion<'s> {
+        stored
+            .version_key
+            .as_deref()
+            .map_or(StoredVersion::Absent, StoredVersion::Key)
+    }
+
+    fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
+        let text = self.stored_text(stored, field)?;
+        Some(row::stored_value(self.table, field, text))
+    }
+
+    fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
+        let text = self.stored_text(stored, field)?;
+        Some(match row::stored_value(self.table, field, text) {
+            // NaN or an infinity, shown as PostgreSQL writes it, like the incoming one.
+            Value::String(_) if row::shape_of(self.table, field) == crate::ColumnShape::Float => {
+                text.to_owned()
+            }
+            value => value.to_string(),
+        })
+    }
+
+    fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
+        let keys = stored.natural_key.as_ref()?;
+        self.table
+            .model
+            .natural_key_fields()
+            .zip(keys)
+            .find(|(field, stored)| stored.as_deref() != self.incoming_key_text(doc, field))
+            .map(|(field, _)| field)
+    }
+}
+
+impl<C: GenericClient + Sync> BatchDriver for PgDriver<'_, C> {
+    fn chunk(&self) -> usize {
+        self.store.batch_chunk
+    }
+
+    async fn ready(&self) -> Result<(), Error> {
+        // The table was checked before the documents were prepared for it.
+        Ok(())
+    }
+
+    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<PreparedRow, Error> {
+        PreparedRow::new(doc, self.table)
+    }
+
+    async fn read_many(
+        &self,
+        _docs: &[&PreparedRow],
+    ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
+        // The statement returns the rows its guard stopped: nothing to read first.
+        Ok(None)
+    }
+}
+
+/// A statement's answer for one row, as the engine reads it.
+fn reply(state: RowState) -> Reply<StoredRow> {
+    match state {
+        RowState::Written { inserted } => Reply::Written { inserted },
+        RowState::Stopped(stored) => Reply::Stopped(stored),
+        RowState::Unseen => Reply::Unseen,
+    }
+}
