@@ -2,11 +2,14 @@
 //! the outcome that upserting the documents one by one, in input order, would give, and leaves
 //! the same stored state. Backend-neutral.
 //!
-//! A batch is sent in rounds: round `n` holds the `n`-th distinct content written to each id, so
-//! no round touches an id twice (a multi-row statement may not) and the rounds replay the input
-//! order. A document whose content hash equals that of the previous document with its id is not
+//! A batch is sent in rounds: a document goes in the round after the last one that holds its id
+//! or its natural key, so no round touches a document twice (a multi-row statement may not, and
+//! two ids of one natural key would collide in one) and the rounds replay the input order. A
+//! document whose id and content hash equal those of the previous document with its id is not
 //! sent at all: written one by one it would meet what that document left, so its outcome follows
-//! from that document's ([`copy_outcome`]).
+//! from that document's ([`copy_outcome`]). Copies are found by id, never by natural key alone: a
+//! document with the natural key of an earlier one under another id (a moved timestamp) is a
+//! write of its own, refused as a single upsert would refuse it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,13 +27,23 @@ pub struct BatchPlan {
     pub copies: Vec<(usize, usize)>,
 }
 
-/// Plans a batch from each input's id and content hash (`None` for an input refused before
-/// sending).
-pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<(&'a str, &'a str)>>) -> BatchPlan {
+/// One input of a batch, as the plan needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Planned<'a> {
+    /// The derived id.
+    pub id: &'a str,
+    /// The natural key, as any text that tells natural keys apart.
+    pub natural_key: &'a str,
+    /// The content hash.
+    pub hash: &'a str,
+}
+
+/// Plans a batch (`None` for an input refused before sending).
+pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<Planned<'a>>>) -> BatchPlan {
     let mut planner = BatchPlanner::default();
     for (index, input) in inputs.into_iter().enumerate() {
-        if let Some((id, hash)) = input {
-            planner.add(index, id, hash);
+        if let Some(input) = input {
+            planner.add(index, input);
         }
     }
     planner.plan
@@ -42,8 +55,10 @@ pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<(&'a str, &'a str)
 pub struct BatchPlanner {
     /// The plan so far.
     pub plan: BatchPlan,
-    /// Per id: the last input with that id, its content hash, and how many rounds it has used.
-    last: HashMap<String, (usize, String, usize)>,
+    /// Per id: the last input with that id and its content hash.
+    last: HashMap<String, (usize, String)>,
+    /// Per id and per natural key: the rounds used so far (the next round it may go in).
+    rounds_used: HashMap<String, usize>,
 }
 
 /// Where [`BatchPlanner::add`] put an input.
@@ -56,22 +71,31 @@ pub enum Placement {
 }
 
 impl BatchPlanner {
-    /// Places input `index` (after every earlier one) with its id and content hash.
-    pub fn add(&mut self, index: usize, id: &str, hash: &str) -> Placement {
-        let round = match self.last.get(id) {
-            Some((previous, previous_hash, _)) if previous_hash == hash => {
+    /// Places input `index` (after every earlier one).
+    pub fn add(&mut self, index: usize, input: Planned<'_>) -> Placement {
+        if let Some((previous, previous_hash)) = self.last.get(input.id) {
+            if previous_hash == input.hash {
                 self.plan.copies.push((index, *previous));
                 return Placement::CopyOf(*previous);
             }
-            Some(&(_, _, rounds_used)) => rounds_used,
-            None => 0,
-        };
+        }
+        // Ids and natural keys share one map: an id is 26 characters of base32, and a natural
+        // key is kept with a prefix no id has.
+        let key = format!("\u{0}{}", input.natural_key);
+        let round = [input.id, key.as_str()]
+            .iter()
+            .filter_map(|name| self.rounds_used.get(*name))
+            .max()
+            .copied()
+            .unwrap_or(0);
         if self.plan.rounds.len() == round {
             self.plan.rounds.push(Vec::new());
         }
         self.plan.rounds[round].push(index);
         self.last
-            .insert(id.to_owned(), (index, hash.to_owned(), round + 1));
+            .insert(input.id.to_owned(), (index, input.hash.to_owned()));
+        self.rounds_used.insert(input.id.to_owned(), round + 1);
+        self.rounds_used.insert(key, round + 1);
         Placement::Round(round)
     }
 }
@@ -193,18 +217,39 @@ mod tests {
 
     #[test]
     fn each_distinct_content_of_an_id_goes_in_its_own_round_in_input_order() {
+        let input = |id, hash| {
+            Some(Planned {
+                id,
+                natural_key: id,
+                hash,
+            })
+        };
         let inputs = [
-            Some(("a", "1")),
-            Some(("b", "1")),
-            Some(("a", "2")),
+            input("a", "1"),
+            input("b", "1"),
+            input("a", "2"),
             None,
-            Some(("a", "2")),
-            Some(("a", "1")),
-            Some(("b", "1")),
+            input("a", "2"),
+            input("a", "1"),
+            input("b", "1"),
         ];
         let plan = plan_batch(inputs);
         assert_eq!(plan.rounds, vec![vec![0, 1], vec![2], vec![5]]);
         assert_eq!(plan.copies, vec![(4, 2), (6, 1)]);
+    }
+
+    #[test]
+    fn one_natural_key_under_two_ids_is_two_writes_in_two_rounds_never_a_copy() {
+        let input = |id, hash| {
+            Some(Planned {
+                id,
+                natural_key: "k",
+                hash,
+            })
+        };
+        let plan = plan_batch([input("a", "1"), input("b", "1"), input("a", "1")]);
+        assert_eq!(plan.rounds, vec![vec![0], vec![1]]);
+        assert_eq!(plan.copies, vec![(2, 0)]);
     }
 
     #[test]

@@ -186,11 +186,13 @@ pub mod __private {
     pub use crate::backend_calls::{FindWith, PushWith, UpsertWith};
     pub use crate::column::{NeverNull, NullableValue, Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
+    pub use crate::version::{ReadableVersion, UnreadableVersion, VersionProbe};
     pub use core::future::Future;
     pub use core::marker::Send;
     pub use core::option::Option::{self, None, Some};
     pub use core::result::Result;
     pub use serde::Serialize;
+    pub use serde_json::Value as JsonValue;
 }
 
 /// The README's examples, compiled as doc tests so they stay true.

@@ -62,6 +62,17 @@ pub trait Idempotent {
         None
     }
 
+    /// The order key of a stored value of the `#[idem(version)]` field, read back as its type:
+    /// how a document stored without idem's order key is ordered. `None` for a type without
+    /// versions, or a value that does not read as the field's type.
+    #[doc(hidden)]
+    fn stored_version_key(_value: &serde_json::Value) -> Option<VersionKey>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// Every field serde writes, in declaration order, with the kind of value it holds: what a
     /// backend with typed columns makes its table of. The derive lists every field that is not
     /// `#[serde(skip)]`ped.

@@ -34,8 +34,15 @@ pub enum Guarded {
 /// A stored version's order key, as far as it can be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoredVersion<'a> {
-    /// No order key stored: never versioned, so any version replaces it.
+    /// Neither an order key nor a version stored: never versioned, so any version replaces it.
     Absent,
+    /// No order key, but a version field stored (by another tool, or before the type had
+    /// versions): its value's key. A server guard cannot read it, so only a second step pinned
+    /// to what was read replaces such a document.
+    Foreign(crate::VersionKey),
+    /// No order key, and a version field whose value does not read as the version's type: it
+    /// cannot be ordered, so no write replaces it (`Stale`) until `adopt` completes it.
+    Unordered,
     /// An order key ([`crate::VersionKey`] text).
     Key(&'a str),
     /// Something else stored in the order key's place, which sorts before every key.
@@ -95,8 +102,9 @@ impl Stored<'_> {
         let order = match stored {
             StoredVersion::Absent => return Verdict::Replace,
             StoredVersion::Key(key) => key.cmp(incoming),
+            StoredVersion::Foreign(key) => key.to_stored().as_str().cmp(incoming),
             StoredVersion::BeforeKeys => Ordering::Less,
-            StoredVersion::AfterKeys => Ordering::Greater,
+            StoredVersion::AfterKeys | StoredVersion::Unordered => Ordering::Greater,
         };
         match order {
             Ordering::Less => Verdict::Replace,
@@ -111,11 +119,14 @@ impl Stored<'_> {
         self.judge(incoming_hash, incoming_version) == Verdict::Replace && !self.has_foreign()
     }
 
-    /// Whether a guarded field is stored without idem's digests.
+    /// Whether a guarded field or the version is stored without idem's digests or order key,
+    /// so that only this side can compare it.
     pub fn has_foreign(&self) -> bool {
-        self.guarded
-            .iter()
-            .any(|(_, state)| matches!(state, Guarded::Foreign { .. }))
+        matches!(self.version, Some(StoredVersion::Foreign(_)))
+            || self
+                .guarded
+                .iter()
+                .any(|(_, state)| matches!(state, Guarded::Foreign { .. }))
     }
 }
 
@@ -165,6 +176,25 @@ mod tests {
         );
         let unversioned = stored(Guarded::Same, Some(StoredVersion::Absent), "h");
         assert_eq!(unversioned.judge("h", Some("01")), Verdict::Replace);
+    }
+
+    #[test]
+    fn a_version_stored_without_its_order_key_orders_replays_all_the_same() {
+        let rev_10 = crate::VersionKey::new(10);
+        let foreign = stored(Guarded::Same, Some(StoredVersion::Foreign(rev_10)), "h");
+        let rev_5 = crate::VersionKey::new(5).to_stored();
+        let rev_11 = crate::VersionKey::new(11).to_stored();
+        assert_eq!(
+            foreign.judge("x", Some(&rev_5)),
+            Verdict::Settled(Outcome::Stale)
+        );
+        assert_eq!(foreign.judge("x", Some(&rev_11)), Verdict::Replace);
+        assert!(!foreign.server_may_replace("x", Some(&rev_11)));
+        let unordered = stored(Guarded::Same, Some(StoredVersion::Unordered), "h");
+        assert_eq!(
+            unordered.judge("x", Some(&rev_11)),
+            Verdict::Settled(Outcome::Stale)
+        );
     }
 
     #[test]

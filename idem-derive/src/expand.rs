@@ -168,9 +168,19 @@ fn expand(input: &Input) -> TokenStream {
     });
     let version_key = input.version_field().map(|field| {
         let ident = field.ident;
+        let ty = field.ty;
         quote! {
             fn version_key(&self) -> __idem::__private::Option<__idem::VersionKey> {
                 __idem::__private::Some(__idem::OrderedVersion::version_key(&self.#ident))
+            }
+
+            // The borrows choose the impl: a type serde cannot read back has no stored key.
+            #[allow(clippy::needless_borrow)]
+            fn stored_version_key(
+                value: &__idem::__private::JsonValue,
+            ) -> __idem::__private::Option<__idem::VersionKey> {
+                use __idem::__private::{ReadableVersion as _, UnreadableVersion as _};
+                (&&__idem::__private::VersionProbe::<#ty>::NEW).stored_key(value)
             }
         }
     });

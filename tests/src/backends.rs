@@ -412,21 +412,38 @@ impl Db {
             .to_string();
         match self {
             Db::Mongo { store, .. } => {
-                let mut document = mongodb::bson::to_document(doc)
+                let document = mongodb::bson::to_document(doc)
                     .unwrap_or_else(|error| panic!("{self}: serializing: {error}"));
-                document.insert(idem_core::model::ID_FIELD, id.as_str());
-                store
-                    .database()
-                    .collection::<mongodb::bson::Document>(collection)
-                    .replace_one(mongodb::bson::doc! { "_id": id.as_str() }, document)
-                    .upsert(true)
-                    .await
-                    .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
+                self.replace_document(store, collection, &id, document)
+                    .await;
             }
-            Db::Postgres { client, .. } => {
+            Db::Postgres { .. } => {
                 let Ok(Value::Object(entries)) = serde_json::to_value(doc) else {
                     panic!("{self}: serde wrote no fields for a document of {collection}");
                 };
+                self.write_json_as_another_tool::<T>(&id, entries).await;
+            }
+        }
+    }
+
+    /// Replaces what is stored under `id` with `entries`, as a tool that knows nothing of idem
+    /// would write them: on MongoDB as BSON (a JSON integer as an int64, any other number as a
+    /// double), on PostgreSQL as [`Db::write_as_another_tool`] writes a row. What another
+    /// tool's numbers look like (mongosh writes every number as a double; jsonb keeps `1` where
+    /// serde wrote `1.0`) is up to the caller.
+    pub async fn write_json_as_another_tool<T: Idempotent>(
+        &self,
+        id: &str,
+        entries: Map<String, Value>,
+    ) {
+        let collection = T::MODEL.collection();
+        match self {
+            Db::Mongo { store, .. } => {
+                let document = mongodb::bson::to_document(&entries)
+                    .unwrap_or_else(|error| panic!("{self}: converting to BSON: {error}"));
+                self.replace_document(store, collection, id, document).await;
+            }
+            Db::Postgres { client, .. } => {
                 let columns: Vec<&'static str> = T::stored_columns()
                     .iter()
                     .filter(|column| column.shape() != idem_core::ColumnShape::Flattened)
@@ -435,10 +452,7 @@ impl Db {
                 let (mut row, extra): (Map<String, Value>, Map<String, Value>) = entries
                     .into_iter()
                     .partition(|(name, _)| columns.contains(&name.as_str()));
-                row.insert(
-                    idem_core::model::ID_FIELD.to_owned(),
-                    Value::from(id.as_str()),
-                );
+                row.insert(idem_core::model::ID_FIELD.to_owned(), Value::from(id));
                 row.insert(
                     idem_core::model::APPLIED_OPS_FIELD.to_owned(),
                     Value::Array(Vec::new()),
@@ -471,6 +485,41 @@ impl Db {
                     .await
                     .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
             }
+        }
+    }
+
+    /// Stores `document` under `id` in `collection`, replacing what is there.
+    async fn replace_document(
+        &self,
+        store: &idem_core::mongo::Store,
+        collection: &str,
+        id: &str,
+        mut document: mongodb::bson::Document,
+    ) {
+        document.insert(idem_core::model::ID_FIELD, id);
+        store
+            .database()
+            .collection::<mongodb::bson::Document>(collection)
+            .replace_one(mongodb::bson::doc! { "_id": id }, document)
+            .upsert(true)
+            .await
+            .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
+    }
+
+    /// Runs `sql` on PostgreSQL, or `command` on MongoDB: a change another tool makes.
+    pub async fn run_raw(&self, sql: &str, command: mongodb::bson::Document) {
+        match self {
+            Db::Mongo { store, .. } => {
+                store
+                    .database()
+                    .run_command(command)
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: running a command: {error}"));
+            }
+            Db::Postgres { client, .. } => client
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|error| panic!("{self}: running {sql}: {error}")),
         }
     }
 

@@ -1386,3 +1386,338 @@ async fn a_written_none_reads_back_as_none_where_the_default_is_some() {
         );
     }
 }
+
+/// A timestamp serde writes at second precision while the id takes its milliseconds: two
+/// documents one second apart share their content but not their id.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SecondsStamp(i64);
+
+impl Serialize for SecondsStamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_i64(self.0 / 1000)
+    }
+}
+
+impl idem_core::IdTimestamp for SecondsStamp {
+    fn unix_millis(&self) -> Result<u64, idem_core::TimestampProblem> {
+        self.0.unix_millis()
+    }
+
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "ticks")]
+struct Tick {
+    #[idem(key)]
+    name: String,
+    #[idem(timestamp)]
+    at: SecondsStamp,
+    note: String,
+}
+
+fn tick(at_ms: i64) -> Tick {
+    Tick {
+        name: "t".into(),
+        at: SecondsStamp(at_ms),
+        note: "same".into(),
+    }
+}
+
+/// Two documents with one natural key, one content hash and two ids (the timestamp is stored at
+/// second precision) are two writes, in a batch as one by one: the second moves the timestamp
+/// and is refused. A batch collapses copies by id, never by natural key alone.
+#[tokio::test]
+async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
+    for db in fresh_backends("two_ids_one_key").await {
+        db.ensure::<Tick>().await;
+        let (first, moved) = (tick(1_700_000_000_000), tick(1_700_000_000_400));
+        assert_eq!(first.content_hash().unwrap(), moved.content_hash().unwrap());
+        assert_ne!(first.id().unwrap(), moved.id().unwrap());
+        let one_by_one = [db.upsert(&first).await, db.upsert(&moved).await];
+        let single_db = db.reset::<Tick>().await;
+        let report = single_db
+            .upsert_many(&[first.clone(), moved.clone()])
+            .await
+            .unwrap();
+        let mut refused = Vec::new();
+        for (index, outcomes) in [&one_by_one[..], report.outcomes()].into_iter().enumerate() {
+            let how = ["one by one", "in a batch"][index];
+            assert_eq!(
+                outcomes[0].as_ref().ok(),
+                Some(&Outcome::Inserted),
+                "{db} {how}"
+            );
+            match &outcomes[1] {
+                // The stored timestamp reads as the incoming one: the ids differ all the same.
+                Err(Error::FrozenFieldChanged { field, .. }) => refused.push(*field),
+                other => panic!("{db} {how}: expected the second id refused, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            refused[0], refused[1],
+            "{db}: the same refusal one by one and in a batch"
+        );
+        assert_eq!(report.collapsed(), 0, "{db}");
+        let stored = single_db.stored::<Tick>().await;
+        assert_eq!(stored.len(), 1, "{db}: {stored:?}");
+        assert_eq!(stored[0]["_id"], first.id().unwrap().to_string(), "{db}");
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Calibration {
+    gain: f64,
+    offset: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "readings")]
+struct Reading {
+    #[idem(key)]
+    sensor: String,
+    #[idem(timestamp)]
+    at: i64,
+    #[idem(frozen)]
+    calibration: Calibration,
+    value: i64,
+}
+
+/// Numbers another tool stored are the values they are: a timestamp mongosh or Node.js stored
+/// as the double `1700000000000.0`, a frozen `1.0` that jsonb or an int64 keeps as `1`. The
+/// document is replaced, not refused as a change of a frozen field, and is idem's afterwards.
+#[tokio::test]
+async fn numbers_another_tool_stored_compare_by_value() {
+    for db in fresh_backends("foreign_numbers").await {
+        db.ensure::<Reading>().await;
+        let reading = Reading {
+            sensor: "s1".into(),
+            at: 1_700_000_000_000,
+            calibration: Calibration {
+                gain: 1.0,
+                offset: 0.0,
+            },
+            value: 7,
+        };
+        let id = reading.id().unwrap().to_string();
+        let mut foreign = serde_json::Map::new();
+        foreign.insert("sensor".into(), "s1".into());
+        // A timestamp column holds integers on PostgreSQL; MongoDB keeps what the tool sent.
+        let at = match db.is_postgres() {
+            true => serde_json::json!(1_700_000_000_000_i64),
+            false => serde_json::json!(1_700_000_000_000.0),
+        };
+        foreign.insert("at".into(), at);
+        foreign.insert(
+            "calibration".into(),
+            serde_json::json!({"gain": 1, "offset": 0}),
+        );
+        foreign.insert("value".into(), serde_json::json!(6));
+        db.write_json_as_another_tool::<Reading>(&id, foreign).await;
+
+        assert_eq!(db.upsert(&reading).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(
+            db.upsert(&reading).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        let stored = db.stored::<Reading>().await;
+        assert_eq!(stored.len(), 1, "{db}");
+        assert_eq!(stored[0]["value"], 7, "{db}");
+        let other_gain = Reading {
+            calibration: Calibration {
+                gain: 2.0,
+                offset: 0.0,
+            },
+            ..reading.clone()
+        };
+        match db.upsert(&other_gain).await {
+            Err(Error::FrozenFieldChanged {
+                field: "calibration",
+                ..
+            }) => {}
+            other => panic!("{db}: a changed frozen value must still be refused: {other:?}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "purses")]
+struct Purse {
+    #[idem(key)]
+    owner: String,
+    label: String,
+    #[idem(effect)]
+    points: Option<i64>,
+}
+
+/// An effect field is written when its document is inserted and never again: once another
+/// route removed it, no upsert brings it back, whatever the stored document holds.
+#[tokio::test]
+async fn an_upsert_never_writes_back_an_effect_field_that_was_removed() {
+    for db in fresh_backends("effect_removed").await {
+        db.ensure::<Purse>().await;
+        let wallet = Purse {
+            owner: "ada".into(),
+            label: "first".into(),
+            points: Some(10),
+        };
+        assert_eq!(db.upsert(&wallet).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(db.stored::<Purse>().await[0]["points"], 10, "{db}");
+        db.run_raw(
+            r#"UPDATE "purses" SET "points" = NULL"#,
+            mongodb::bson::doc! {
+                "update": "purses",
+                "updates": [{ "q": {}, "u": { "$unset": { "points": "" } } }],
+            },
+        )
+        .await;
+        let relabelled = Purse {
+            label: "second".into(),
+            ..wallet.clone()
+        };
+        assert_eq!(
+            db.upsert(&relabelled).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        let stored = db.stored::<Purse>().await;
+        assert_eq!(stored[0]["label"], "second", "{db}");
+        assert!(
+            !stored[0].contains_key("points"),
+            "{db}: the removed effect field came back: {stored:?}"
+        );
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "members")]
+struct Member {
+    #[idem(key)]
+    handle: String,
+    email: String,
+}
+
+/// A write that collides with another unique index (one the application made on `email`) is a
+/// refusal naming that index, on the single and the batch path, when it inserts and when it
+/// updates: never `Contention`, which says retrying helps. Nothing is written.
+#[tokio::test]
+async fn a_second_unique_index_is_a_refusal_naming_it_on_every_path() {
+    for db in fresh_backends("second_unique").await {
+        db.ensure::<Member>().await;
+        db.run_raw(
+            r#"CREATE UNIQUE INDEX "members_email" ON "members" ("email")"#,
+            mongodb::bson::doc! {
+                "createIndexes": "members",
+                "indexes": [{ "key": { "email": 1 }, "name": "members_email", "unique": true }],
+            },
+        )
+        .await;
+        let member = |handle: &str, email: &str| Member {
+            handle: handle.into(),
+            email: email.into(),
+        };
+        db.upsert(&member("ada", "a@x")).await.unwrap();
+        db.upsert(&member("bob", "b@x")).await.unwrap();
+        let before = db.raw::<Member>().await;
+        let colliding_update = member("bob", "a@x");
+        let colliding_insert = member("cy", "a@x");
+        for doc in [&colliding_update, &colliding_insert] {
+            let single = db.upsert(doc).await;
+            let batch = db
+                .upsert_many(&[doc.clone(), member("dee", "d@x")])
+                .await
+                .unwrap();
+            for (how, outcome) in [("single", &single), ("batch", &batch.outcomes()[0])] {
+                match outcome {
+                    Err(Error::UniqueIndexConflict { index, .. }) => {
+                        assert!(index.contains("members_email"), "{db} {how}: {index}")
+                    }
+                    other => panic!(
+                        "{db} {how} {}: expected a refusal naming members_email, got {other:?}",
+                        doc.handle
+                    ),
+                }
+            }
+            assert_eq!(
+                batch.outcomes()[1].as_ref().ok(),
+                Some(&Outcome::Inserted),
+                "{db}"
+            );
+            db.run_raw(
+                r#"DELETE FROM "members" WHERE "handle" = 'dee'"#,
+                mongodb::bson::doc! { "delete": "members", "deletes": [{ "q": { "handle": "dee" }, "limit": 0 }] },
+            )
+            .await;
+        }
+        assert_eq!(db.raw::<Member>().await, before, "{db}: nothing written");
+    }
+}
+
+/// A document stored without idem's version order key (by another tool, or by idem before the
+/// type gained its `#[idem(version)]`) is ordered by its version field all the same: an older
+/// replay is `Stale` and changes nothing, a newer one replaces it (in a second step pinned to
+/// what was read), and the document is idem's from then on.
+#[tokio::test]
+async fn a_stale_replay_never_overwrites_a_newer_document_stored_without_an_order_key() {
+    for db in fresh_backends("foreign_versions").await {
+        db.ensure::<Entry>().await;
+        for how in ["another tool", "idem before versions"] {
+            let db = db.reset::<Entry>().await;
+            let newer = entry("e1", 10, "ten");
+            match how {
+                "another tool" => db.write_as_another_tool(&newer).await,
+                _ => {
+                    db.upsert(&newer).await.unwrap();
+                    let command = mongodb::bson::doc! {
+                        "update": "entries",
+                        "updates": [{ "q": {}, "u": { "$unset": { "idemVersion": "" } } }],
+                    };
+                    db.run_raw(r#"UPDATE "entries" SET "idemVersion" = NULL"#, command)
+                        .await;
+                }
+            }
+            let before = db.raw::<Entry>().await;
+            let stale = entry("e1", 5, "five");
+            assert_eq!(
+                db.upsert(&stale).await.unwrap(),
+                Outcome::Stale,
+                "{db} {how}"
+            );
+            let report = db.upsert_many(std::slice::from_ref(&stale)).await.unwrap();
+            assert_eq!(
+                report.outcomes()[0].as_ref().ok(),
+                Some(&Outcome::Stale),
+                "{db} {how}"
+            );
+            assert_eq!(
+                db.raw::<Entry>().await,
+                before,
+                "{db} {how}: nothing written"
+            );
+
+            let fresh = entry("e1", 11, "eleven");
+            assert_eq!(
+                db.upsert(&fresh).await.unwrap(),
+                Outcome::Updated,
+                "{db} {how}"
+            );
+            assert_eq!(
+                db.upsert(&fresh).await.unwrap(),
+                Outcome::Unchanged,
+                "{db} {how}"
+            );
+            assert_eq!(
+                db.upsert(&stale).await.unwrap(),
+                Outcome::Stale,
+                "{db} {how}"
+            );
+            let stored = db.stored::<Entry>().await;
+            assert_eq!(stored.len(), 1, "{db} {how}");
+            assert_eq!(stored[0]["revision"], 11, "{db} {how}");
+            assert_eq!(stored[0]["text"], "eleven", "{db} {how}");
+        }
+    }
+}

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use serde::Serialize;
 
 use super::{contention, judge, settle, Driver, Encoded, Judged, WriteKind};
-use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement};
+use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement, Planned};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent};
 use crate::outcome::Outcome;
@@ -75,7 +75,12 @@ where
                 match doc {
                     Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
                     Ok(doc) => {
-                        if planner.add(index, doc.id_text(), doc.hash()) == Placement::Round(0) {
+                        let planned = Planned {
+                            id: doc.id_text(),
+                            natural_key: &doc.natural_key_text(),
+                            hash: doc.hash(),
+                        };
+                        if planner.add(index, planned) == Placement::Round(0) {
                             first_round.push((index, doc));
                         }
                     }

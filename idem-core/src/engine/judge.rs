@@ -12,7 +12,7 @@ use super::{Driver, Encoded, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::Outcome;
-use crate::verdict::{Guarded, Stored, Verdict};
+use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
 
 /// What a write does to a stored document.
 #[derive(Debug)]
@@ -98,8 +98,31 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Sto
     Stored {
         tombstoned: driver.is_tombstoned(stored),
         guarded,
-        version: doc.version_key().map(|_| driver.stored_version(stored)),
+        version: doc
+            .version_key()
+            .map(|_| match driver.stored_version(stored) {
+                StoredVersion::Absent => stored_version_field(driver, doc, stored),
+                read => read,
+            }),
         hash: driver.stored_hash(stored),
+    }
+}
+
+/// The version of a document stored without idem's order key, from its version field: what
+/// another tool (or idem before the type had versions) stored there still orders replays.
+fn stored_version_field<'s, D: Driver>(
+    driver: &D,
+    doc: &D::Doc,
+    stored: &'s D::Stored,
+) -> StoredVersion<'s> {
+    let Some(field) = doc.model().version_field() else {
+        return StoredVersion::Absent;
+    };
+    match driver.stored_value(stored, field) {
+        None => StoredVersion::Absent,
+        Some(value) => doc
+            .stored_version_key(&value)
+            .map_or(StoredVersion::Unordered, StoredVersion::Foreign),
     }
 }
 

@@ -110,10 +110,14 @@ pub(crate) trait Encoded {
     fn id_text(&self) -> &str;
     /// The content hash, as stored.
     fn hash(&self) -> &str;
+    /// The natural key as text that tells natural keys apart, as the database compares them.
+    fn natural_key_text(&self) -> std::borrow::Cow<'_, str>;
     /// The version's order key, for a type with versions.
     fn version_key(&self) -> Option<&str>;
     /// Each guarded field with the digest of its incoming value (`None`: never written).
     fn digests(&self) -> &[(&'static Field, Option<String>)];
+    /// The order key of a stored value of the version field, read back as the type's.
+    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey>;
 }
 
 /// One database's side of a write: it encodes and sends, the engine decides.

@@ -56,12 +56,20 @@ impl Encoded for PreparedWrite {
         &self.hash
     }
 
+    fn natural_key_text(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(format!("{:?}", self.document.natural_key))
+    }
+
     fn version_key(&self) -> Option<&str> {
         self.version_key.as_deref()
     }
 
     fn digests(&self) -> &[(&'static Field, Option<String>)] {
         &self.digests
+    }
+
+    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey> {
+        (self.stored_version)(value)
     }
 }
 

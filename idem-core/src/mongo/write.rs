@@ -50,6 +50,8 @@ pub(crate) struct PreparedWrite {
     marker: String,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
+    /// Reads a stored version back as the type's ([`Idempotent::stored_version_key`]).
+    pub stored_version: fn(&serde_json::Value) -> Option<crate::VersionKey>,
 }
 
 impl PreparedWrite {
@@ -155,6 +157,7 @@ impl PreparedWrite {
             digests,
             marker: ulid::Ulid::generate().to_string(),
             tombstone,
+            stored_version: T::stored_version_key,
         };
         let size = bson_size(&write.inserted_document());
         if size > MAX_DOCUMENT_BYTES {
@@ -303,10 +306,21 @@ impl PreparedWrite {
         match &self.version_key {
             Some(key) => {
                 let stored = field_path(VERSION_KEY_FIELD);
-                conditions.push(bson!({ "$or": [
-                    is_unwritten(stored.clone()),
+                // A version stored without its order key is compared on this side, which
+                // writes it in a second step pinned to what it read.
+                let never_versioned = match self.model.version_field() {
+                    Some(field) => bson!({ "$and": [
+                        is_unwritten(stored.clone()),
+                        is_unwritten(field_path(field.stored_name())),
+                    ] }),
+                    None => is_unwritten(stored.clone()),
+                };
+                // A missing key sorts before every string: `$lt` alone would let it through.
+                let older = bson!({ "$and": [
+                    { "$not": [is_unwritten(stored.clone())] },
                     { "$lt": [stored, key.as_str()] },
-                ] }));
+                ] });
+                conditions.push(bson!({ "$or": [never_versioned, older] }));
             }
             None => {
                 let stored = bson!({ "$ifNull": [field_path(self.model.hash_field()), null] });
@@ -316,19 +330,23 @@ impl PreparedWrite {
         bson!({ "$and": conditions })
     }
 
-    /// The filter of the second step that writes over a document stored without digests: it
-    /// matches only while the document is as it was read, so nothing written in between is
-    /// lost.
+    /// The filter of the second step that writes over a document stored without digests or
+    /// without a version's order key: it matches only while the document is as it was read, so
+    /// nothing written in between is lost.
     pub fn pinned_query(&self, stored: &Document) -> Document {
         let mut query = self.query();
-        query.insert(FROZEN_DIGESTS_FIELD, doc! { "$exists": false });
         let pinned = self
             .model
             .tombstone_field()
             .into_iter()
+            .chain(self.model.version_field())
             .chain(self.digests.iter().map(|(field, _)| *field))
             .map(Field::stored_name)
-            .chain([self.model.hash_field(), VERSION_KEY_FIELD]);
+            .chain([
+                self.model.hash_field(),
+                VERSION_KEY_FIELD,
+                FROZEN_DIGESTS_FIELD,
+            ]);
         for name in pinned {
             let value = stored.get(name).cloned().unwrap_or(Bson::Null);
             query.insert(name, doc! { "$eq": value });
@@ -408,7 +426,12 @@ impl PreparedWrite {
         let judged = self.model.fields().iter().filter(|field| {
             matches!(
                 field.role(),
-                Role::Key | Role::IdempotencyKey | Role::Timestamp | Role::Frozen | Role::Tombstone
+                Role::Key
+                    | Role::IdempotencyKey
+                    | Role::Timestamp
+                    | Role::Frozen
+                    | Role::Tombstone
+                    | Role::Version
             )
         });
         for field in judged {

@@ -40,12 +40,20 @@ impl Encoded for PreparedRow {
         &self.hash
     }
 
+    fn natural_key_text(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.natural_key)
+    }
+
     fn version_key(&self) -> Option<&str> {
         self.version_key.as_deref()
     }
 
     fn digests(&self) -> &[(&'static Field, Option<String>)] {
         &self.digests
+    }
+
+    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey> {
+        (self.stored_version)(value)
     }
 }
 
@@ -68,6 +76,9 @@ impl<C: GenericClient + Sync> PgDriver<'_, C> {
 
     /// The stored text of `field`, if the row read carries it.
     fn stored_text<'s>(&self, stored: &'s StoredRow, field: &Field) -> Option<&'s str> {
+        if field.role() == crate::Role::Version {
+            return stored.version_value.as_deref();
+        }
         match self.guarded_position(field) {
             Some(at) => stored.guarded_values.get(at)?.as_deref(),
             None => stored
@@ -135,9 +146,8 @@ impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
             .await
             .map_err(|source| postgres_error(&doc.document, source))?;
         Ok(found.map(|found| {
-            let guarded = self.table.model.digested_fields().count();
-            let mut stored = StoredRow::read(&found, 0, guarded);
-            stored.natural_key = Some((5 + guarded..found.len()).map(|at| found.get(at)).collect());
+            let (mut stored, keys) = StoredRow::read(&found, 0, self.table.model);
+            stored.natural_key = Some((keys..found.len()).map(|at| found.get(at)).collect());
             stored
         }))
     }
@@ -244,7 +254,7 @@ impl<C: GenericClient + Sync> BatchDriver for PgDriver<'_, C> {
 fn reply(state: RowState) -> Reply<StoredRow> {
     match state {
         RowState::Written { inserted } => Reply::Written { inserted },
-        RowState::Stopped(stored) => Reply::Stopped(stored),
+        RowState::Stopped(stored) => Reply::Stopped(*stored),
         RowState::Unseen => Reply::Unseen,
     }
 }

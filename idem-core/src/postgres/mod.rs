@@ -124,7 +124,7 @@ enum RowState {
     /// Written: inserted, or updated.
     Written { inserted: bool },
     /// Stopped by the guard; the stored row holding its natural key.
-    Stopped(StoredRow),
+    Stopped(Box<StoredRow>),
     /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
     Unseen,
 }
@@ -537,7 +537,7 @@ impl Store {
             let incoming: String = reply.get(0);
             let state = match reply.get::<_, Option<bool>>(1) {
                 Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(StoredRow::read(&reply, 2, reply.len() - 7)),
+                None => RowState::Stopped(Box::new(StoredRow::read(&reply, 2, table.model).0)),
             };
             states.insert(incoming, state);
         }

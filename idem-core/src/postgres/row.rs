@@ -28,6 +28,8 @@ pub(crate) struct PreparedRow {
     pub digests: Vec<(&'static Field, Option<String>)>,
     /// Each guarded field's incoming value and the value as shown, in `digests` order.
     pub guarded: Vec<(Value, String)>,
+    /// Reads a stored version back as the type's ([`Idempotent::stored_version_key`]).
+    pub stored_version: fn(&Value) -> Option<crate::VersionKey>,
 }
 
 /// What a stored row that stopped a write holds, as the statement returns it.
@@ -36,11 +38,15 @@ pub(crate) struct StoredRow {
     pub id: String,
     pub tombstoned: bool,
     pub hash: Option<String>,
-    /// The digests column, parsed; `None` for a row without digests (another tool wrote it).
+    /// The digests column as stored, and parsed; `None` for a row without digests (another
+    /// tool wrote it).
+    pub digests_text: Option<String>,
     pub digests: Option<Map<String, Value>>,
     pub version_key: Option<String>,
     /// The guarded fields' values as text, in [`Model::digested_fields`] order.
     pub guarded_values: Vec<Option<String>>,
+    /// The version field's value as text, for a type with versions.
+    pub version_value: Option<String>,
     /// The natural-key columns as text, for a row read by id; `None` for a row found by its
     /// natural key, which holds the incoming one.
     pub natural_key: Option<Vec<Option<String>>>,
@@ -48,20 +54,32 @@ pub(crate) struct StoredRow {
 
 impl StoredRow {
     /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
-    /// then each guarded field's text ([`super::table::Table`]'s stored state).
-    pub fn read(row: &tokio_postgres::Row, at: usize, guarded: usize) -> StoredRow {
-        let digests: Option<String> = row.get(at + 3);
-        StoredRow {
+    /// each guarded field's text, then the version field's for a type with versions
+    /// ([`super::table::Table`]'s stored state). Returns the row and the column after it.
+    pub fn read(row: &tokio_postgres::Row, at: usize, model: &Model) -> (StoredRow, usize) {
+        let digests_text: Option<String> = row.get(at + 3);
+        let guarded = model.digested_fields().count();
+        let after_guarded = at + 5 + guarded;
+        let (version_value, next) = match model.version_field() {
+            Some(_) => (row.get(after_guarded), after_guarded + 1),
+            None => (None, after_guarded),
+        };
+        let stored = StoredRow {
             id: row.get(at),
             tombstoned: row.get::<_, Option<bool>>(at + 1).unwrap_or(false),
             hash: row.get(at + 2),
-            digests: digests.and_then(|text| serde_json::from_str(&text).ok()),
+            digests: digests_text
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
+            digests_text,
             version_key: row.get(at + 4),
-            guarded_values: (at + 5..at + 5 + guarded)
+            guarded_values: (at + 5..after_guarded)
                 .map(|index| row.get(index))
                 .collect(),
+            version_value,
             natural_key: None,
-        }
+        };
+        (stored, next)
     }
 }
 
@@ -221,6 +239,7 @@ impl PreparedRow {
             natural_key,
             digests,
             guarded,
+            stored_version: T::stored_version_key,
         })
     }
 
@@ -231,11 +250,12 @@ impl PreparedRow {
     }
 
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
-    /// version key and guarded values, as read.
+    /// digests, version key and version, and guarded values, as read.
     pub fn pinned_parameters(&self, stored: &StoredRow) -> Vec<Option<String>> {
-        let mut parameters = vec![stored.hash.clone()];
+        let mut parameters = vec![stored.hash.clone(), stored.digests_text.clone()];
         if self.version_key.is_some() {
             parameters.push(stored.version_key.clone());
+            parameters.push(stored.version_value.clone());
         }
         parameters.extend(stored.guarded_values.iter().cloned());
         parameters

@@ -437,8 +437,8 @@ impl Table {
     }
 
     /// What a row that stopped a write holds, as text columns: its id, whether it is deleted,
-    /// its hash, digests and version key, and the guarded fields' values (for a row without
-    /// digests). `None`: the same columns, null, for the rows written.
+    /// its hash, digests and version key, the guarded fields' values (for a row without
+    /// digests) and the version field's (for a row without an order key). `None`: the same columns, null, for the rows written.
     fn stored_state(&self, table: Option<&str>) -> String {
         let column = |expression: String| match table {
             Some(_) => expression,
@@ -462,7 +462,11 @@ impl Table {
             text_of(Content::Digests),
             text_of(Content::VersionKey),
         ];
-        for field in self.model.digested_fields() {
+        for field in self
+            .model
+            .digested_fields()
+            .chain(self.model.version_field())
+        {
             state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
         }
         state.join(", ")
@@ -533,8 +537,17 @@ impl Table {
             Some(_) => {
                 let key = quote(VERSION_KEY_FIELD);
                 // Order keys compare byte by byte, whatever collation a migration gave the column.
+                // A version stored without its order key is compared by the engine, which
+                // writes it in a second step pinned to what it read.
+                let never_versioned = match self.model.version_field() {
+                    Some(field) => format!(
+                        "(t.{key} IS NULL AND t.{} IS NULL)",
+                        quote(field.stored_name())
+                    ),
+                    None => format!("t.{key} IS NULL"),
+                };
                 conditions.push(format!(
-                    "(t.{key} IS NULL OR t.{key} COLLATE \"C\" < excluded.{key} COLLATE \"C\")"
+                    "({never_versioned} OR t.{key} COLLATE \"C\" < excluded.{key} COLLATE \"C\")"
                 ));
             }
             None => {
@@ -545,10 +558,10 @@ impl Table {
         conditions.join(" AND ")
     }
 
-    /// The replacement of a row another tool wrote, matched only while it is as it was read:
-    /// no digests, not deleted, the same hash and version key, and the same guarded values (as
-    /// text). Parameters after the sent columns: the stored hash, version key and each guarded
-    /// field's text.
+    /// The replacement of a row another tool wrote (no digests, or no version order key),
+    /// matched only while it is as it was read: not deleted, the same hash, digests, version key
+    /// and version, and the same guarded values (as text). Parameters after the sent columns:
+    /// the stored hash, digests, version key and version, and each guarded field's text.
     fn pinned_statement(&self) -> String {
         let set: Vec<String> = self
             .sent
@@ -562,10 +575,7 @@ impl Table {
             parameter += 1;
             format!("${parameter}::text")
         };
-        let mut conditions = vec![
-            format!("t.{0} = i.c0", quote(ID_FIELD)),
-            format!("t.{} IS NULL", quote(FROZEN_DIGESTS_FIELD)),
-        ];
+        let mut conditions = vec![format!("t.{0} = i.c0", quote(ID_FIELD))];
         if let Some(field) = self.model.tombstone_field() {
             conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
         }
@@ -574,12 +584,24 @@ impl Table {
             quote(self.model.hash_field()),
             next()
         ));
+        conditions.push(format!(
+            "t.{}::text IS NOT DISTINCT FROM {}",
+            quote(FROZEN_DIGESTS_FIELD),
+            next()
+        ));
         if self.column_with(Content::VersionKey).is_some() {
             conditions.push(format!(
                 "t.{} IS NOT DISTINCT FROM {}",
                 quote(VERSION_KEY_FIELD),
                 next()
             ));
+            if let Some(field) = self.model.version_field() {
+                conditions.push(format!(
+                    "t.{}::text IS NOT DISTINCT FROM {}",
+                    quote(field.stored_name()),
+                    next()
+                ));
+            }
         }
         for field in self.model.digested_fields() {
             conditions.push(format!(
