@@ -255,6 +255,7 @@ pub struct Field {
     stored_name: &'static str,
     role: Role,
     item_key: &'static str,
+    optional: bool,
 }
 
 impl Field {
@@ -265,6 +266,7 @@ impl Field {
             stored_name,
             role,
             item_key: "",
+            optional: false,
         }
     }
 
@@ -280,7 +282,21 @@ impl Field {
             stored_name,
             role: Role::Pushed,
             item_key,
+            optional: false,
         }
+    }
+
+    /// The same field, of an `Option` type: a null stored there (`None`, or the field left out)
+    /// is a value never written, which a first write may set. In any other field (`()`, a unit
+    /// struct, `serde_json::Value`) null is a value like any other, and a frozen one stays.
+    pub const fn optional(mut self) -> Self {
+        self.optional = true;
+        self
+    }
+
+    /// Whether a null in this field means it was never written ([`Field::optional`]).
+    pub const fn null_is_unwritten(&self) -> bool {
+        self.optional
     }
 
     /// For a pushed list, the stored name of the field that identifies an item.

@@ -363,7 +363,9 @@ fn field_spec(field: &Field) -> Option<TokenStream> {
     // frozen anyway: the first in `Role::ALL` is the one that says most.
     let role = Role::ALL.into_iter().find(|role| field.has(*role))?;
     let variant = syn::Ident::new(role.runtime_variant(), proc_macro2::Span::call_site());
-    Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#variant)))
+    // Only an `Option`'s null is a value never written; a `()` or `Value::Null` is a value.
+    let optional = field.type_is("Option").then(|| quote!(.optional()));
+    Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#variant)#optional))
 }
 
 /// The input's where clause plus the type requirements of the key and timestamp fields, each

@@ -1721,3 +1721,122 @@ async fn a_stale_replay_never_overwrites_a_newer_document_stored_without_an_orde
         }
     }
 }
+
+/// A level that serializes as null when unset: an untagged enum's unit variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Level {
+    Unset,
+    Named(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "badges")]
+struct Badge {
+    #[idem(key)]
+    name: String,
+    #[idem(frozen)]
+    meta: serde_json::Value,
+    #[idem(frozen)]
+    level: Level,
+    #[idem(frozen)]
+    issuer: Option<String>,
+    note: String,
+}
+
+/// A frozen value that serializes as null (`serde_json::Value::Null`, an untagged unit variant)
+/// is a value like any other and may never change; only an `Option` left `None` is "never
+/// written", which a later write may set once.
+#[tokio::test]
+async fn a_frozen_null_is_a_value_and_only_a_none_may_be_set_later() {
+    for db in fresh_backends("frozen_nulls").await {
+        db.ensure::<Badge>().await;
+        let badge = Badge {
+            name: "b".into(),
+            meta: serde_json::Value::Null,
+            level: Level::Unset,
+            issuer: None,
+            note: "first".into(),
+        };
+        assert_eq!(db.upsert(&badge).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(db.upsert(&badge).await.unwrap(), Outcome::Unchanged, "{db}");
+        let before = db.raw::<Badge>().await;
+        let changes = [
+            (
+                "meta",
+                Badge {
+                    meta: serde_json::json!("x"),
+                    ..badge.clone()
+                },
+            ),
+            (
+                "level",
+                Badge {
+                    level: Level::Named("gold".into()),
+                    ..badge.clone()
+                },
+            ),
+        ];
+        for (field, changed) in changes {
+            for (how, outcome) in [
+                ("single", db.upsert(&changed).await),
+                (
+                    "batch",
+                    db.upsert_many(std::slice::from_ref(&changed))
+                        .await
+                        .unwrap()
+                        .into_outcomes()
+                        .remove(0),
+                ),
+            ] {
+                match outcome {
+                    Err(Error::FrozenFieldChanged { field: refused, .. }) => {
+                        assert_eq!(refused, field, "{db} {how}")
+                    }
+                    other => panic!("{db} {how}: a frozen null changed to a value: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(db.raw::<Badge>().await, before, "{db}: nothing written");
+        let issued = Badge {
+            issuer: Some("guild".into()),
+            note: "issued".into(),
+            ..badge.clone()
+        };
+        assert_eq!(db.upsert(&issued).await.unwrap(), Outcome::Updated, "{db}");
+        let reissued = Badge {
+            issuer: Some("other".into()),
+            ..issued.clone()
+        };
+        assert!(
+            matches!(
+                db.upsert(&reissued).await,
+                Err(Error::FrozenFieldChanged {
+                    field: "issuer",
+                    ..
+                })
+            ),
+            "{db}: once set, an optional frozen field stays"
+        );
+
+        // The same rule for a document another tool stored, without digests.
+        let db = db.reset::<Badge>().await;
+        db.write_as_another_tool(&badge).await;
+        let changed = Badge {
+            meta: serde_json::json!("x"),
+            ..badge.clone()
+        };
+        assert!(
+            matches!(
+                db.upsert(&changed).await,
+                Err(Error::FrozenFieldChanged { field: "meta", .. })
+            ),
+            "{db}: another tool's frozen null changed to a value"
+        );
+        let renoted = Badge {
+            note: "second".into(),
+            ..badge.clone()
+        };
+        assert_eq!(db.upsert(&renoted).await.unwrap(), Outcome::Updated, "{db}");
+    }
+}

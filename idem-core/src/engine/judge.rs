@@ -86,9 +86,9 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Sto
                 StoredDigest::Digest(_) | StoredDigest::Other => Guarded::Changed,
                 StoredDigest::NoDigests => match driver.stored_value(stored, field) {
                     None => Guarded::Unwritten,
+                    Some(Value::Null) if field.null_is_unwritten() => Guarded::Unwritten,
                     Some(value) => Guarded::Foreign {
-                        same: incoming.is_some()
-                            && same_value(&value, &driver.incoming_value(doc, field)),
+                        same: same_value(&value, &driver.incoming_value(doc, field)),
                     },
                 },
             };
@@ -119,7 +119,7 @@ fn stored_version_field<'s, D: Driver>(
         return StoredVersion::Absent;
     };
     match driver.stored_value(stored, field) {
-        None => StoredVersion::Absent,
+        None | Some(Value::Null) => StoredVersion::Absent,
         Some(value) => doc
             .stored_version_key(&value)
             .map_or(StoredVersion::Unordered, StoredVersion::Foreign),

@@ -327,10 +327,12 @@ impl Driver for MongoDriver<'_> {
     }
 
     fn stored_value(&self, stored: &Document, field: &Field) -> Option<Value> {
-        match stored.get(field.stored_name())? {
-            Bson::Null => None,
-            value => Some(value.clone().into_relaxed_extjson()),
-        }
+        Some(
+            stored
+                .get(field.stored_name())?
+                .clone()
+                .into_relaxed_extjson(),
+        )
     }
 
     fn stored_shown(&self, stored: &Document, field: &Field) -> Option<String> {

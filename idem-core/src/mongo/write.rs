@@ -118,7 +118,7 @@ impl PreparedWrite {
             .map(|field| {
                 let digest = body
                     .get(field.stored_name())
-                    .map(digest_of)
+                    .map(|value| guarded_digest(field, value))
                     .transpose()
                     .map_err(&serialize_error)?
                     .flatten();
@@ -292,10 +292,17 @@ impl PreparedWrite {
                     }
                 })
                 .collect::<Vec<_>>();
+            // A stored null is "never written" only in an `Option` field; elsewhere the guard
+            // cannot compare it, and this side does.
             let unwritten = self
                 .digests
                 .iter()
-                .map(|(field, _)| is_unwritten(field_path(field.stored_name())))
+                .map(|(field, _)| match field.null_is_unwritten() {
+                    true => is_unwritten(field_path(field.stored_name())),
+                    false => {
+                        bson!({ "$eq": [{ "$type": field_path(field.stored_name()) }, "missing"] })
+                    }
+                })
                 .collect::<Vec<_>>();
             conditions.push(bson!({ "$cond": [
                 { "$eq": [{ "$type": field_path(FROZEN_DIGESTS_FIELD) }, "object"] },
@@ -461,6 +468,12 @@ fn is_null(value: &Bson) -> bool {
 /// compare whatever their field order; `None` for null, a field never written.
 pub(crate) fn digest_of(value: &Bson) -> Result<Option<String>, String> {
     crate::hash::guard_digest(value, is_null(value))
+}
+
+/// The digest of `field`'s incoming value; `None` for a value never written (an `Option`'s
+/// null: [`Field::null_is_unwritten`]).
+fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<String>, String> {
+    crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
 }
 
 /// The `_id` of a stored document as text, whoever wrote it.

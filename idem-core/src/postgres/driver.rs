@@ -201,8 +201,14 @@ impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
     }
 
     fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
-        let text = self.stored_text(stored, field)?;
-        Some(row::stored_value(self.table, field, text))
+        // A column holds a value or NULL: never "missing", but for a key the row read lacks.
+        let carried = field.role() == crate::Role::Version
+            || self.guarded_position(field).is_some()
+            || stored.natural_key.is_some();
+        match self.stored_text(stored, field) {
+            Some(text) => Some(row::stored_value(self.table, field, text)),
+            None => carried.then_some(Value::Null),
+        }
     }
 
     fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {

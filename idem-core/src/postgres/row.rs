@@ -146,7 +146,9 @@ impl PreparedRow {
                     return Ok(((field, digest), (Value::from(shown.as_str()), shown)));
                 }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
-                let digest = digest_of(value).map_err(&serialize_error)?;
+                let unwritten = value.is_null() && field.null_is_unwritten();
+                let digest =
+                    crate::hash::guard_digest(value, unwritten).map_err(&serialize_error)?;
                 Ok(((field, digest), (value.clone(), value.to_string())))
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -322,10 +324,4 @@ pub(super) fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
 /// The digest of a float JSON cannot hold, as the content hash encodes it.
 fn float_digest(float: f64) -> Result<Option<String>, String> {
     crate::hash::guard_digest(&float, false)
-}
-
-/// The digest of a value in the canonical encoding of the content hash, where maps compare
-/// whatever their order; `None` for null, a field never written.
-fn digest_of(value: &Value) -> Result<Option<String>, String> {
-    crate::hash::guard_digest(value, value.is_null())
 }

@@ -526,11 +526,16 @@ impl Table {
         let digests = quote(FROZEN_DIGESTS_FIELD);
         for field in self.model.digested_fields() {
             let name = literal(field.stored_name());
+            // Without digests, a NULL is "never written" only in an `Option` field; in any
+            // other the guard cannot compare it, and the engine does.
+            let unwritten = match field.null_is_unwritten() {
+                true => format!("t.{} IS NULL", quote(field.stored_name())),
+                false => "false".to_owned(),
+            };
             conditions.push(format!(
-                "(CASE WHEN t.{digests} IS NULL THEN t.{column} IS NULL \
+                "(CASE WHEN t.{digests} IS NULL THEN {unwritten} \
                  ELSE (t.{digests} ->> {name}) IS NULL \
                  OR (t.{digests} ->> {name}) = (excluded.{digests} ->> {name}) END)",
-                column = quote(field.stored_name()),
             ));
         }
         match self.column_with(Content::VersionKey) {
