@@ -1,7 +1,7 @@
 //! The rules between attributes and fields. One function per rule, the rule stated above it.
 
 use proc_macro2::Span;
-use syn::LitStr;
+use syn::{GenericArgument, LitStr, PathArguments, Type};
 
 use crate::ast::{Field, Input};
 use crate::attr::Role;
@@ -129,20 +129,65 @@ fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
     }
 }
 
-// A tombstone is `None` until the document is deleted, so its type is `Option<…>`; a pushed
-// list is a `Vec<…>` of items.
+// A tombstone is `None` until the document is deleted, so its type is `Option<…>`, and its
+// marker is a value: a `Some` that serializes as null (`Some(())`, `Some(None)`,
+// `Some(PhantomData)`) is stored exactly as `None`, so `delete` could never mark the document.
+// A unit struct (`Option<Gone>`) is null too, but a name does not say so: `delete` refuses its
+// null marker at run time. A pushed list is a `Vec<…>` of items.
 fn check_role_types(cx: &Ctxt, field: &Field) {
     if field.has(Role::Tombstone) && !field.type_is("Option") {
         cx.error_spanned_by(
             field.ty,
             "a `tombstone` field is `None` until the document is deleted: give it a type `Option<…>`",
         );
+    } else if field.has(Role::Tombstone) {
+        if let Some((marker, value)) = field.item_type().and_then(null_marker) {
+            cx.error_spanned_by(
+                field.ty,
+                format!(
+                    "a `tombstone` marker cannot be {marker}: serde writes `{value}` as null, \
+                     stored exactly as `None`, so a deleted document could not be told from one \
+                     never deleted and `delete` could never mark it; give the marker a value, \
+                     like `Option<bool>` or an `Option<i64>` deletion time"
+                ),
+            );
+        }
     }
     if field.has(Role::PushBy) && !(field.type_is("Vec") && field.item_type().is_some()) {
         cx.error_spanned_by(
             field.ty,
             "a `push_by` field is a list of items: give it a type `Vec<…>`",
         );
+    }
+}
+
+/// If `Some` of `ty` serializes as null, what messages call `ty` and its `Some`. Reads through
+/// parentheses and the pointers serde writes as what they point to.
+fn null_marker(ty: &Type) -> Option<(&'static str, &'static str)> {
+    match ty {
+        Type::Paren(inner) => null_marker(&inner.elem),
+        Type::Group(inner) => null_marker(&inner.elem),
+        Type::Reference(inner) => null_marker(&inner.elem),
+        Type::Tuple(unit) if unit.elems.is_empty() => Some(("`()`", "Some(())")),
+        Type::Path(path) if path.qself.is_none() => {
+            let last = path.path.segments.last()?;
+            let only_argument = || match &last.arguments {
+                PathArguments::AngleBracketed(arguments) if arguments.args.len() == 1 => {
+                    match arguments.args.first()? {
+                        GenericArgument::Type(inner) => Some(inner),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            match last.ident.to_string().as_str() {
+                "Option" => Some(("an `Option`", "Some(None)")),
+                "PhantomData" => Some(("`PhantomData`", "Some(PhantomData)")),
+                "Box" | "Rc" | "Arc" => null_marker(only_argument()?),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
