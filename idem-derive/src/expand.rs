@@ -174,10 +174,17 @@ fn expand(input: &Input) -> TokenStream {
             }
         }
     });
-    let columns = input
-        .fields
-        .iter()
-        .filter_map(|field| column_spec(input, field));
+    // serde writes an internally tagged struct's tag first: a text that names the type, constant
+    // for it, so it is content with no role.
+    let tag_column = input
+        .tag()
+        .map(|tag| quote!(__idem::Column::new(#tag, __idem::ColumnShape::Text)));
+    let columns = tag_column.into_iter().chain(
+        input
+            .fields
+            .iter()
+            .filter_map(|field| column_spec(input, field)),
+    );
     let push_methods: Vec<TokenStream> = input
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
