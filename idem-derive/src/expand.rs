@@ -229,9 +229,11 @@ fn expand(input: &Input) -> TokenStream {
                 #derived_id_methods
 
                 #[doc = #hash_doc]
+                // Higher-ranked, so that the bound is checked where the method is called, not
+                // here: a type whose `Serialize` derive failed shows serde's error alone.
                 #vis fn content_hash(&self) -> __idem::__private::Result<__idem::ContentHash, __idem::Error>
                 where
-                    Self: __idem::__private::Serialize,
+                    for<'__s> Self: __idem::__private::Serialize,
                 {
                     <Self as __idem::Idempotent>::content_hash(self)
                 }
