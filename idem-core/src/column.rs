@@ -30,7 +30,8 @@ pub enum ColumnShape {
 }
 
 /// One stored field: the name serde writes, the kind of value it holds, and whether serde may
-/// do without it.
+/// do without it. The tag of an internally tagged struct (`#[serde(tag = "kind")]`) is one too:
+/// a text no Rust field declares, holding the type's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Column {
     stored_name: &'static str,

@@ -42,16 +42,45 @@ pub trait Idempotent {
 
     /// A deterministic operation id for an effect of this document, for
     /// [`apply_once`](crate::mongo::Store::apply_once): the same document and purpose always give
-    /// the same op id, so the effect applies once however often the document is written.
+    /// the same op id, so the effect applies once however often the document is written, and
+    /// two different (document, purpose) pairs never give the same op id, so neither effect is
+    /// skipped as already applied.
     ///
-    /// An event type's op id comes from its idempotency key, since its id is assigned by its
-    /// first write.
+    /// A document's op id is `{id}:{purpose}`: the id's 26 characters, `:` and the purpose.
+    ///
+    /// An event type's id is assigned by its first write, so its op id comes from its
+    /// collection and idempotency key instead: `{collection}:{key}:{purpose}`, where the
+    /// collection and the key (its text; an integer in decimal, a boolean as `true` or
+    /// `false`) are each written as they are if they are not empty and hold no `:`, and
+    /// otherwise as `:`, their length in UTF-8 bytes in decimal, `:` and themselves. The key
+    /// `r:bonus` with the purpose `credit` gives `payments::7:r:bonus:credit`, the key `r` with
+    /// the purpose `bonus:credit` gives `payments:r:bonus:credit`. A collection of 26 Crockford
+    /// base32 characters (in either case), which could be a document's id, is length-prefixed
+    /// too, so an event's op id never reads as `{id}:{purpose}`. Keys and collections without
+    /// `:` keep the op ids earlier versions gave them, so an event replayed after an upgrade is
+    /// still recognised as applied. docs/SPEC.md (section 4) specifies the layout.
     fn op_id(&self, purpose: &str) -> Result<OpId, Error> {
+        /// `text` as a part of an event's op id: as is, or length-prefixed where it could be
+        /// misread (empty, holding the separator, or, for the collection, reading as an id).
+        fn part(text: &str, could_read_as_id: bool) -> std::borrow::Cow<'_, str> {
+            let reads_as_id = could_read_as_id
+                && text.len() == 26
+                && text.bytes().all(|byte| {
+                    byte.is_ascii_alphanumeric()
+                        && !matches!(byte.to_ascii_uppercase(), b'I' | b'L' | b'O' | b'U')
+                });
+            if text.is_empty() || text.contains(':') || reads_as_id {
+                format!(":{}:{text}", text.len()).into()
+            } else {
+                text.into()
+            }
+        }
         if Self::MODEL.idempotency_key_field().is_some() {
             let key = idempotency_key(self)?;
             return Ok(OpId::new(format!(
-                "{}:{key}:{purpose}",
-                Self::MODEL.collection()
+                "{}:{}:{purpose}",
+                part(Self::MODEL.collection(), true),
+                part(&key, false)
             )));
         }
         Ok(OpId::new(format!("{}:{purpose}", self.id()?)))

@@ -1,7 +1,7 @@
 //! The model of the input: a struct with named fields, each with its idem role and the name
 //! serde stores it under. Keeps references to the syn nodes so errors can point at them.
 
-use syn::{Data, DeriveInput, Fields, Generics, Ident, Type, Visibility};
+use syn::{Data, DeriveInput, Fields, Generics, Ident, LitStr, Type, Visibility};
 
 use crate::attr::{self, Role};
 use crate::case::snake_case;
@@ -98,6 +98,15 @@ impl<'a> Input<'a> {
             .hash_field
             .get()
             .map_or(crate::symbol::DEFAULT_HASH_FIELD, String::as_str)
+    }
+
+    /// The name serde stores the type's name under, for an internally tagged struct
+    /// (`#[serde(tag = "…")]`): a stored text field no Rust field declares.
+    pub fn tag(&self) -> Option<&LitStr> {
+        self.attrs
+            .tag
+            .as_ref()
+            .filter(|_| !self.attrs.not_internally_tagged)
     }
 
     pub fn key_fields(&self) -> impl Iterator<Item = &Field<'a>> {

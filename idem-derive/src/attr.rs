@@ -130,6 +130,11 @@ pub struct Container {
     pub rename_all: Option<RenameRule>,
     /// serde's `#[serde(default)]` on the struct: every field may be missing when read.
     pub defaulted: bool,
+    /// serde's `#[serde(tag = "…")]`, as written: serde stores the type's name under it.
+    pub tag: Option<LitStr>,
+    /// serde's `content = "…"` or `untagged`, which serde refuses on a struct: with either, the
+    /// `tag` is not an internal tag.
+    pub not_internally_tagged: bool,
 }
 
 impl Container {
@@ -142,6 +147,8 @@ impl Container {
             hash_algorithm: Attr::none(HASH_ALGORITHM),
             rename_all: None,
             defaulted: false,
+            tag: None,
+            not_internally_tagged: false,
         };
         for attr in attrs {
             if attr.path() == IDEM {
@@ -156,8 +163,17 @@ impl Container {
                         }
                         return Ok(());
                     }
+                    if meta.path == TAG {
+                        if meta.input.peek(syn::Token![=]) {
+                            container.tag = string_literal(meta.value()?.parse::<Expr>()?);
+                        }
+                        return Ok(());
+                    }
                     if meta.path == DEFAULT {
                         container.defaulted = true;
+                    }
+                    if meta.path == CONTENT || meta.path == UNTAGGED {
+                        container.not_internally_tagged = true;
                     }
                     skip_meta(meta)
                 });

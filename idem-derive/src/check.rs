@@ -1,7 +1,7 @@
 //! The rules between attributes and fields. One function per rule, the rule stated above it.
 
 use proc_macro2::Span;
-use syn::LitStr;
+use syn::{GenericArgument, LitStr, PathArguments, Type};
 
 use crate::ast::{Field, Input};
 use crate::attr::Role;
@@ -26,6 +26,7 @@ pub fn check(cx: &Ctxt, input: &Input) {
         check_role_field_name(cx, field);
     }
     check_stored_names_unique(cx, input);
+    check_tag_name(cx, input);
     check_collection_name(cx, input);
     check_generic_type_names_its_collection(cx, input);
     check_hash_field_name(cx, input);
@@ -129,20 +130,65 @@ fn check_one_role_of_the_replay_kind(cx: &Ctxt, field: &Field) {
     }
 }
 
-// A tombstone is `None` until the document is deleted, so its type is `Option<…>`; a pushed
-// list is a `Vec<…>` of items.
+// A tombstone is `None` until the document is deleted, so its type is `Option<…>`, and its
+// marker is a value: a `Some` that serializes as null (`Some(())`, `Some(None)`,
+// `Some(PhantomData)`) is stored exactly as `None`, so `delete` could never mark the document.
+// A unit struct (`Option<Gone>`) is null too, but a name does not say so: `delete` refuses its
+// null marker at run time. A pushed list is a `Vec<…>` of items.
 fn check_role_types(cx: &Ctxt, field: &Field) {
     if field.has(Role::Tombstone) && !field.type_is("Option") {
         cx.error_spanned_by(
             field.ty,
             "a `tombstone` field is `None` until the document is deleted: give it a type `Option<…>`",
         );
+    } else if field.has(Role::Tombstone) {
+        if let Some((marker, value)) = field.item_type().and_then(null_marker) {
+            cx.error_spanned_by(
+                field.ty,
+                format!(
+                    "a `tombstone` marker cannot be {marker}: serde writes `{value}` as null, \
+                     stored exactly as `None`, so a deleted document could not be told from one \
+                     never deleted and `delete` could never mark it; give the marker a value, \
+                     like `Option<bool>` or an `Option<i64>` deletion time"
+                ),
+            );
+        }
     }
     if field.has(Role::PushBy) && !(field.type_is("Vec") && field.item_type().is_some()) {
         cx.error_spanned_by(
             field.ty,
             "a `push_by` field is a list of items: give it a type `Vec<…>`",
         );
+    }
+}
+
+/// If `Some` of `ty` serializes as null, what messages call `ty` and its `Some`. Reads through
+/// parentheses and the pointers serde writes as what they point to.
+fn null_marker(ty: &Type) -> Option<(&'static str, &'static str)> {
+    match ty {
+        Type::Paren(inner) => null_marker(&inner.elem),
+        Type::Group(inner) => null_marker(&inner.elem),
+        Type::Reference(inner) => null_marker(&inner.elem),
+        Type::Tuple(unit) if unit.elems.is_empty() => Some(("`()`", "Some(())")),
+        Type::Path(path) if path.qself.is_none() => {
+            let last = path.path.segments.last()?;
+            let only_argument = || match &last.arguments {
+                PathArguments::AngleBracketed(arguments) if arguments.args.len() == 1 => {
+                    match arguments.args.first()? {
+                        GenericArgument::Type(inner) => Some(inner),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            match last.ident.to_string().as_str() {
+                "Option" => Some(("an `Option`", "Some(None)")),
+                "PhantomData" => Some(("`PhantomData`", "Some(PhantomData)")),
+                "Box" | "Rc" | "Arc" => null_marker(only_argument()?),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -236,48 +282,106 @@ fn check_reserved_names(cx: &Ctxt, input: &Input, field: &Field) {
     if field.attrs.skipped.is_some() {
         return;
     }
-    let span = name_span(field);
     let stored = &field.stored_name;
-    if stored == ID_FIELD {
+    if let Some(reserved) = Reserved::of(input, stored) {
+        let advice = match reserved {
+            Reserved::Id => ", or remove it",
+            Reserved::Bookkeeping => "",
+            Reserved::Hash => HASH_FIELD_ADVICE,
+        };
         error_at(
             cx,
-            Some(span),
+            Some(name_span(field)),
             format!(
-                "this field is stored as `{stored}`, the id idem derives from the key fields: \
-                 store it under another name, or remove it"
-            ),
-        );
-    } else if crate::symbol::RESERVED_FIELDS.contains(&stored.as_str()) {
-        error_at(
-            cx,
-            Some(span),
-            format!(
-                "this field is stored as `{stored}`, a name idem writes itself: store it under \
-                 another name"
-            ),
-        );
-    } else if stored == input.hash_field() {
-        error_at(
-            cx,
-            Some(span),
-            format!(
-                "this field is stored as `{stored}`, where idem writes the content hash: store it \
-                 under another name, or move the hash with `#[idem(hash_field = \"…\")]`"
+                "this field is stored as `{stored}`, {}: store it under another name{advice}",
+                reserved.holder()
             ),
         );
     }
 }
 
+// The tag of an internally tagged struct is stored as a field, so it is not a name idem writes
+// itself either.
+fn check_tag_name(cx: &Ctxt, input: &Input) {
+    let Some(tag) = input.tag() else { return };
+    let name = tag.value();
+    if let Some(reserved) = Reserved::of(input, &name) {
+        let advice = match reserved {
+            Reserved::Hash => HASH_FIELD_ADVICE,
+            Reserved::Id | Reserved::Bookkeeping => "",
+        };
+        cx.error_spanned_by(
+            tag,
+            format!(
+                "`#[serde(tag = \"{name}\")]` stores the type's name as `{name}`, {}: choose \
+                 another tag{advice}",
+                reserved.holder()
+            ),
+        );
+    }
+}
+
+const HASH_FIELD_ADVICE: &str = ", or move the hash with `#[idem(hash_field = \"…\")]`";
+
+/// A stored name idem writes itself.
+#[derive(Clone, Copy)]
+enum Reserved {
+    /// `_id`.
+    Id,
+    /// One of idem's own fields (`idemFrozen`, …).
+    Bookkeeping,
+    /// The hash field.
+    Hash,
+}
+
+impl Reserved {
+    fn of(input: &Input, stored: &str) -> Option<Reserved> {
+        if stored == ID_FIELD {
+            Some(Reserved::Id)
+        } else if crate::symbol::RESERVED_FIELDS.contains(&stored) {
+            Some(Reserved::Bookkeeping)
+        } else if stored == input.hash_field() {
+            Some(Reserved::Hash)
+        } else {
+            None
+        }
+    }
+
+    /// What idem keeps under the name, as messages say it.
+    fn holder(self) -> &'static str {
+        match self {
+            Reserved::Id => "the id idem derives from the key fields",
+            Reserved::Bookkeeping => "a name idem writes itself",
+            Reserved::Hash => "where idem writes the content hash",
+        }
+    }
+}
+
 // No two stored fields share a stored name: serde writes both, and a stored document keeps one
 // of them, so what is stored would not be what was hashed (a key could be stored as another
-// value than the id was derived from). Reported on the later field.
+// value than the id was derived from). Reported on the later field. The tag of an internally
+// tagged struct is written first, under its own name.
 fn check_stored_names_unique(cx: &Ctxt, input: &Input) {
     let stored: Vec<&Field> = input
         .fields
         .iter()
         .filter(|field| field.attrs.skipped.is_none() && field.attrs.flattened.is_none())
         .collect();
+    let tag = input.tag().map(LitStr::value);
     for (position, field) in stored.iter().enumerate() {
+        if tag.as_ref() == Some(&field.stored_name) {
+            error_at(
+                cx,
+                Some(name_span(field)),
+                format!(
+                    "this field is stored as `{0}`, where `#[serde(tag = \"{0}\")]` stores the \
+                     type's name: a stored document holds one value per name; store the field \
+                     under another name, or choose another tag",
+                    field.stored_name
+                ),
+            );
+            continue;
+        }
         let earlier = stored[..position]
             .iter()
             .find(|earlier| earlier.stored_name == field.stored_name);

@@ -184,10 +184,17 @@ fn expand(input: &Input) -> TokenStream {
             }
         }
     });
-    let columns = input
-        .fields
-        .iter()
-        .filter_map(|field| column_spec(input, field));
+    // serde writes an internally tagged struct's tag first: a text that names the type, constant
+    // for it, so it is content with no role.
+    let tag_column = input
+        .tag()
+        .map(|tag| quote!(__idem::Column::new(#tag, __idem::ColumnShape::Text)));
+    let columns = tag_column.into_iter().chain(
+        input
+            .fields
+            .iter()
+            .filter_map(|field| column_spec(input, field)),
+    );
     let push_methods: Vec<TokenStream> = input
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
@@ -232,9 +239,11 @@ fn expand(input: &Input) -> TokenStream {
                 #derived_id_methods
 
                 #[doc = #hash_doc]
+                // Higher-ranked, so that the bound is checked where the method is called, not
+                // here: a type whose `Serialize` derive failed shows serde's error alone.
                 #vis fn content_hash(&self) -> __idem::__private::Result<__idem::ContentHash, __idem::Error>
                 where
-                    Self: __idem::__private::Serialize,
+                    for<'__s> Self: __idem::__private::Serialize,
                 {
                     <Self as __idem::Idempotent>::content_hash(self)
                 }

@@ -44,6 +44,9 @@ pub const SKIP_SERIALIZING: Symbol = Symbol("skip_serializing");
 pub const SKIP_SERIALIZING_IF: Symbol = Symbol("skip_serializing_if");
 pub const FLATTEN: Symbol = Symbol("flatten");
 pub const DEFAULT: Symbol = Symbol("default");
+pub const TAG: Symbol = Symbol("tag");
+pub const CONTENT: Symbol = Symbol("content");
+pub const UNTAGGED: Symbol = Symbol("untagged");
 
 // The id schemes `id_scheme` accepts.
 pub const SCHEME_V1: &str = "v1";

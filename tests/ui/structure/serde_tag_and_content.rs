@@ -1,0 +1,10 @@
+use idem_core::Idempotent;
+
+#[derive(serde::Serialize, Idempotent)]
+#[serde(tag = "kind", content = "data")]
+struct Entry {
+    #[idem(key)]
+    id: String,
+}
+
+fn main() {}

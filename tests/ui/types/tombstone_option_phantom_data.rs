@@ -1,0 +1,13 @@
+use std::marker::PhantomData;
+
+use idem_core::Idempotent;
+
+#[derive(serde::Serialize, Idempotent)]
+struct Entry {
+    #[idem(key)]
+    id: String,
+    #[idem(tombstone)]
+    deleted: Option<PhantomData<bool>>,
+}
+
+fn main() {}
