@@ -186,7 +186,7 @@ pub mod __private {
     pub use crate::backend_calls::{FindWith, PushWith, UpsertWith};
     pub use crate::column::{NeverNull, NullableValue, Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
-    pub use crate::version::{ReadableVersion, UnreadableVersion, VersionProbe};
+    pub use crate::version::{stored_version_key, ReadBackVersion};
     pub use core::future::Future;
     pub use core::marker::Send;
     pub use core::option::Option::{self, None, Some};

@@ -79,8 +79,8 @@ impl Stored<'_> {
     /// The verdict for an incoming write with this content hash and version order key. The
     /// rules, in order: a deleted document stays deleted; a changed guarded field refuses the
     /// write; with versions, only a strictly newer version replaces (the same version with the
-    /// same content is `Unchanged`, anything else `Stale`); without, the same content is
-    /// `Unchanged` and other content replaces.
+    /// same content is `Unchanged`, without a stored content hash a replacement, anything else
+    /// `Stale`); without, the same content is `Unchanged` and other content replaces.
     pub fn judge(&self, incoming_hash: &str, incoming_version: Option<&str>) -> Verdict {
         if self.tombstoned {
             return Verdict::Settled(Outcome::Deleted);
@@ -109,6 +109,9 @@ impl Stored<'_> {
         match order {
             Ordering::Less => Verdict::Replace,
             Ordering::Equal if same_content => Verdict::Settled(Outcome::Unchanged),
+            // Another tool's document at this version, without a content hash to tell a retry
+            // from an edit: the write completes it.
+            Ordering::Equal if self.hash.is_none() => Verdict::Replace,
             _ => Verdict::Settled(Outcome::Stale),
         }
     }

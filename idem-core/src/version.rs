@@ -120,76 +120,50 @@ impl OrderedVersion for time::OffsetDateTime {
     }
 }
 
-/// Reads a version field's stored value back as its type, for a document stored without the
-/// order key (by another tool, or before the type gained its `#[idem(version)]`): the versions
-/// compare all the same. Generated code asks `(&&VersionProbe::<T>::NEW).stored_key(value)`,
-/// which finds [`ReadableVersion`] for a type serde can read and falls back to
-/// [`UnreadableVersion`] (no key) for any other. Not public API.
-#[doc(hidden)]
-pub struct VersionProbe<T>(std::marker::PhantomData<T>);
+/// A version type serde can read back: how a document stored without idem's order key (by
+/// another tool, or before the type gained its `#[idem(version)]`) is ordered all the same.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[idem(version)]` field: serde cannot read it back",
+    label = "not readable by serde",
+    note = "a stored version is read back to order documents written without idem's order key: derive or implement `serde::Deserialize` for it"
+)]
+pub trait ReadBackVersion: serde::de::DeserializeOwned {}
 
-impl<T> VersionProbe<T> {
-    /// The probe for `T`.
-    pub const NEW: Self = VersionProbe(std::marker::PhantomData);
-}
+impl<T: serde::de::DeserializeOwned> ReadBackVersion for T {}
 
-/// A version type serde can read back, found first.
+/// The order key of a stored version `value` read back as `T`; an integral double (mongosh
+/// writes every number as one) reads as its integer. `None` if it does not read as `T`.
 #[doc(hidden)]
-pub trait ReadableVersion {
-    /// The order key of the stored `value`, if it reads as the type.
-    fn stored_key(&self, value: &serde_json::Value) -> Option<VersionKey>;
-}
-
-/// Every other version type, found last: its stored value cannot be ordered.
-#[doc(hidden)]
-pub trait UnreadableVersion {
-    /// `None`.
-    fn stored_key(&self, _value: &serde_json::Value) -> Option<VersionKey> {
-        None
+pub fn stored_version_key<T: OrderedVersion + ReadBackVersion>(
+    value: &serde_json::Value,
+) -> Option<VersionKey> {
+    if let Ok(version) = T::deserialize(value) {
+        return Some(version.version_key());
     }
+    let integral = value
+        .as_f64()
+        .filter(|float| float.fract() == 0.0 && float.abs() < 9.0e15)?;
+    T::deserialize(serde_json::Value::from(integral as i64))
+        .ok()
+        .map(|version| version.version_key())
 }
-
-impl<T: OrderedVersion + serde::de::DeserializeOwned> ReadableVersion for &VersionProbe<T> {
-    fn stored_key(&self, value: &serde_json::Value) -> Option<VersionKey> {
-        if let Ok(version) = T::deserialize(value) {
-            return Some(version.version_key());
-        }
-        // Another tool's integral double (mongosh writes every number as one) is the integer.
-        let integral = value
-            .as_f64()
-            .filter(|float| float.fract() == 0.0 && float.abs() < 9.0e15)?;
-        T::deserialize(serde_json::Value::from(integral as i64))
-            .ok()
-            .map(|version| version.version_key())
-    }
-}
-
-impl<T> UnreadableVersion for VersionProbe<T> {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[allow(clippy::needless_borrow)]
     #[test]
     fn a_stored_version_reads_back_as_its_type_or_not_at_all() {
-        let revision = serde_json::json!(10);
         assert_eq!(
-            (&&VersionProbe::<i64>::NEW).stored_key(&revision),
+            stored_version_key::<i64>(&serde_json::json!(10)),
             Some(VersionKey(10))
         );
         let mongosh = serde_json::json!(10.0);
-        assert_eq!(
-            (&&VersionProbe::<u32>::NEW).stored_key(&mongosh),
-            Some(VersionKey(10))
-        );
-        assert_eq!(
-            (&&VersionProbe::<i64>::NEW).stored_key(&serde_json::json!("x")),
-            None
-        );
+        assert_eq!(stored_version_key::<u32>(&mongosh), Some(VersionKey(10)));
+        assert_eq!(stored_version_key::<i64>(&serde_json::json!("x")), None);
         let instant = serde_json::json!({"secs_since_epoch": 1, "nanos_since_epoch": 5});
         assert_eq!(
-            (&&VersionProbe::<SystemTime>::NEW).stored_key(&instant),
+            stored_version_key::<SystemTime>(&instant),
             Some(VersionKey(1_000_000_005))
         );
     }

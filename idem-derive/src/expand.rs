@@ -174,13 +174,10 @@ fn expand(input: &Input) -> TokenStream {
                 __idem::__private::Some(__idem::OrderedVersion::version_key(&self.#ident))
             }
 
-            // The borrows choose the impl: a type serde cannot read back has no stored key.
-            #[allow(clippy::needless_borrow)]
             fn stored_version_key(
                 value: &__idem::__private::JsonValue,
             ) -> __idem::__private::Option<__idem::VersionKey> {
-                use __idem::__private::{ReadableVersion as _, UnreadableVersion as _};
-                (&&__idem::__private::VersionProbe::<#ty>::NEW).stored_key(value)
+                __idem::__private::stored_version_key::<#ty>(value)
             }
         }
     });
@@ -402,6 +399,9 @@ fn bounded_where_clause(input: &Input) -> WhereClause {
         where_clause
             .predicates
             .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::OrderedVersion));
+        where_clause
+            .predicates
+            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::__private::ReadBackVersion));
     }
     if let Some(field) = input.timestamp_field() {
         let ty = field.ty;

@@ -208,9 +208,14 @@ impl<S: Shape> ModelStore<S> {
         if !frozen.is_empty() {
             return Expected::Refused(frozen);
         }
-        // Nothing of idem's to compare: no hash, no version key. The values it could compare
-        // (the frozen ones) were; the write replaces the document and makes it idem's.
+        // No hash and no version key of idem's: the frozen values were compared, and the
+        // version field still orders replays (an older one is Stale). Otherwise the write
+        // replaces the document and makes it idem's; at the same version too, since there is
+        // no content hash to tell a retry from an edit.
         if stored.foreign {
+            if doc.version_order(&stored.doc) == Some(Ordering::Less) {
+                return Expected::Outcome(Outcome::Stale);
+            }
             stored.doc = doc.clone();
             stored.foreign = false;
             return Expected::Outcome(Outcome::Updated);
