@@ -1,0 +1,207 @@
+//! The indexes a MongoDB store meets: a unique index on the natural key under another name
+//! serves as the natural-key index; one that lets a natural key be stored twice (partial,
+//! sparse) or compares keys otherwise than idem (a collation) is refused before any write.
+
+use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
+use idem_core::{Error, Outcome};
+use idem_tests::fixtures::{post, Post};
+use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
+use mongodb::bson::{doc, Document};
+use mongodb::options::{Collation, IndexOptions};
+use mongodb::IndexModel;
+
+async fn index(store: &Store, collection: &str, keys: Document, options: IndexOptions) {
+    store
+        .database()
+        .collection::<Document>(collection)
+        .create_index(IndexModel::builder().keys(keys).options(options).build())
+        .await
+        .unwrap();
+}
+
+async fn index_names(store: &Store, collection: &str) -> Vec<String> {
+    store
+        .database()
+        .collection::<Document>(collection)
+        .list_index_names()
+        .await
+        .unwrap()
+}
+
+/// Index options naming the index `name`, unique if `unique`.
+fn named(name: &str, unique: bool) -> IndexOptions {
+    let mut options = IndexOptions::default();
+    options.name = Some(name.to_owned());
+    options.unique = unique.then_some(true);
+    options
+}
+
+fn moved_post() -> Post {
+    Post {
+        published_at: 1_600_000_000_000,
+        ..post()
+    }
+}
+
+/// A unique index on exactly the natural key, under another name (created by a migration, or by
+/// hand before idem), gives the guarantee idem's own would: the store uses it, creates no second
+/// one, and refuses a changed id through it. The server would not build idem's beside one with
+/// the same keys (`IndexOptionsConflict`), which refused every write.
+#[tokio::test]
+async fn a_unique_index_on_the_natural_key_under_another_name_serves_as_it() {
+    // The same keys, and the same fields in another order and direction: unique together alike.
+    for (test, keys) in [
+        ("ix_other_name", doc! { "slug": 1, "lang": 1 }),
+        ("ix_other_order", doc! { "lang": -1, "slug": 1.0 }),
+    ] {
+        let (database, log) = fresh_database(test).await;
+        let store = Store::new(database);
+        index(&store, "posts", keys.clone(), named("posts_by_key", true)).await;
+        store.ensure_indexes::<Post>().await.unwrap();
+
+        let writer = Store::new(store.database().clone());
+        let _ = log.take();
+        assert_eq!(writer.upsert(&post()).await.unwrap(), Outcome::Inserted);
+        assert_eq!(log.take().names, ["listIndexes", "findAndModify"], "{keys}");
+        assert!(
+            matches!(
+                writer.upsert(&moved_post()).await,
+                Err(Error::FrozenFieldChanged { .. })
+            ),
+            "{keys}"
+        );
+        let mut names = index_names(&store, "posts").await;
+        names.sort();
+        assert_eq!(names, ["_id_", "posts_by_key"], "{keys}");
+        assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
+    }
+}
+
+/// A unique index on the natural key created by another tool while the store builds its own
+/// makes the server refuse idem's (`IndexOptionsConflict`): the store looks again and uses it.
+#[tokio::test]
+async fn a_natural_key_index_another_tool_creates_meanwhile_is_used() {
+    let (database, log) = fresh_database("ix_racing_index").await;
+    let store = Store::new(database);
+    // The collection exists, so the listing finds it empty, then the build waits.
+    store.database().create_collection("posts").await.unwrap();
+    delay_next(store.database(), "createIndexes", 1_000).await;
+    let (other_tool, _) = monitored_client().await;
+    let posts = other_tool
+        .database(store.database().name())
+        .collection::<Document>("posts");
+    let racing = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let keys = doc! { "slug": 1, "lang": 1 };
+        // With the simple collation named, as idem names it: the test server builds an index
+        // that differs from idem's only there beside it, where MongoDB treats them as one.
+        let mut options = named("posts_by_key", true);
+        options.collation = Some(Collation::builder().locale("simple").build());
+        posts
+            .create_index(IndexModel::builder().keys(keys).options(options).build())
+            .await
+            .unwrap();
+    });
+    let _ = log.take();
+    store.ensure_indexes::<Post>().await.unwrap();
+    racing.await.unwrap();
+    // Refused by the server, then found by a second listing.
+    assert_eq!(
+        log.take().names,
+        ["listIndexes", "createIndexes", "listIndexes"]
+    );
+    let mut names = index_names(&store, "posts").await;
+    names.sort();
+    assert_eq!(names, ["_id_", "posts_by_key"]);
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Inserted);
+}
+
+/// The refusal of a natural-key index that cannot serve: a `SchemaMismatch` naming the index and
+/// `what` is wrong with it, from `ensure_indexes` and from the first write, with nothing written.
+async fn assert_refused(store: &Store, index: &str, what: &str) {
+    let check = |result: Result<(), Error>| match result {
+        Err(error @ Error::SchemaMismatch { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains(index), "{message}");
+            assert!(message.contains(what), "{message}");
+            assert!(!error.is_retryable(), "{message}");
+        }
+        other => panic!("expected SchemaMismatch naming {index}, got {other:?}"),
+    };
+    check(store.ensure_indexes::<Post>().await);
+    let writer = Store::new(store.database().clone());
+    check(writer.upsert(&post()).await.map(|_| ()));
+    check(writer.upsert(&post()).await.map(|_| ()));
+    assert!(raw_documents(store.database(), "posts").await.is_empty());
+}
+
+/// A partial natural-key index leaves the documents outside its filter unchecked: two of them
+/// could hold one natural key under two ids. Refused, as PostgreSQL refuses a partial unique
+/// index.
+#[tokio::test]
+async fn a_partial_natural_key_index_is_refused_naming_it() {
+    let (database, _log) = fresh_database("ix_partial").await;
+    let store = Store::new(database);
+    let mut options = named(NATURAL_KEY_INDEX, true);
+    options.partial_filter_expression = Some(doc! { "lang": "fr" });
+    index(&store, "posts", doc! { "slug": 1, "lang": 1 }, options).await;
+    assert_refused(&store, NATURAL_KEY_INDEX, "partial").await;
+}
+
+/// A sparse natural-key index leaves out the documents missing every natural-key field.
+#[tokio::test]
+async fn a_sparse_natural_key_index_is_refused_naming_it() {
+    let (database, _log) = fresh_database("ix_sparse").await;
+    let store = Store::new(database);
+    let mut options = named(NATURAL_KEY_INDEX, true);
+    options.sparse = Some(true);
+    index(&store, "posts", doc! { "slug": 1, "lang": 1 }, options).await;
+    assert_refused(&store, NATURAL_KEY_INDEX, "sparse").await;
+}
+
+/// A natural-key index under a collation compares keys otherwise than idem: "Hello" and "hello"
+/// collide in a case-insensitive one, and no read idem makes explains the collision.
+#[tokio::test]
+async fn a_natural_key_index_with_a_collation_is_refused_naming_it() {
+    let (database, _log) = fresh_database("ix_collation").await;
+    let store = Store::new(database);
+    let collation = Collation::builder()
+        .locale("en")
+        .strength(mongodb::options::CollationStrength::Secondary)
+        .build();
+    let mut options = named(NATURAL_KEY_INDEX, true);
+    options.collation = Some(collation);
+    index(&store, "posts", doc! { "slug": 1, "lang": 1 }, options).await;
+    assert_refused(&store, NATURAL_KEY_INDEX, "collation").await;
+}
+
+/// An index on exactly the natural key under another name that cannot serve (here: not unique)
+/// is not taken for the natural-key index: idem's is created beside it (the test server builds
+/// it), or the refusal names that index and what keeps it from serving (a server that will not
+/// build a second index on the same keys).
+#[tokio::test]
+async fn an_index_on_the_natural_key_that_cannot_serve_is_not_used() {
+    let (database, _log) = fresh_database("ix_not_unique").await;
+    let store = Store::new(database);
+    let keys = doc! { "slug": 1, "lang": 1 };
+    index(&store, "posts", keys, named("posts_by_key", false)).await;
+    match store.ensure_indexes::<Post>().await {
+        Ok(()) => {
+            let names = index_names(&store, "posts").await;
+            assert!(
+                names.iter().any(|name| name == NATURAL_KEY_INDEX),
+                "{names:?}"
+            );
+            assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Inserted);
+            assert!(matches!(
+                store.upsert(&moved_post()).await,
+                Err(Error::FrozenFieldChanged { .. })
+            ));
+        }
+        Err(error @ Error::SchemaMismatch { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("posts_by_key is not unique"), "{message}");
+        }
+        Err(other) => panic!("expected the index built or SchemaMismatch, got {other:?}"),
+    }
+}
