@@ -1,10 +1,12 @@
 //! The indexes a MongoDB store meets: a unique index on the natural key under another name
 //! serves as the natural-key index; one that lets a natural key be stored twice (partial,
-//! sparse) or compares keys otherwise than idem (a collation) is refused before any write.
+//! sparse) or compares keys otherwise than idem (a collation) is refused before any write. Also
+//! what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a null marker.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Error, Outcome};
-use idem_tests::fixtures::{post, Post};
+use idem_tests::backends::fresh_backends;
+use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
 use mongodb::bson::{doc, Document};
 use mongodb::options::{Collation, IndexOptions};
@@ -203,5 +205,32 @@ async fn an_index_on_the_natural_key_that_cannot_serve_is_not_used() {
             assert!(message.contains("posts_by_key is not unique"), "{message}");
         }
         Err(other) => panic!("expected the index built or SchemaMismatch, got {other:?}"),
+    }
+}
+
+/// Deleting by id with a marker that serializes as null would store no marker: refused before
+/// anything is sent, on every backend.
+#[tokio::test]
+async fn delete_by_id_with_a_null_marker_is_refused_before_anything_is_sent() {
+    for db in fresh_backends("ix_null_marker").await {
+        db.ensure::<Entry>().await;
+        let stored = entry("e1", 1, "kept");
+        assert_eq!(db.upsert(&stored).await.unwrap(), Outcome::Inserted, "{db}");
+        let before = db.raw::<Entry>().await;
+        let id = stored.id().unwrap();
+        if let Some(log) = db.command_log() {
+            let _ = log.take();
+        }
+        let expect_refusal = |result: Result<Outcome, Error>| match result {
+            Err(Error::TombstoneNotSet { field, .. }) => assert_eq!(field, "deleted_at", "{db}"),
+            other => panic!("{db}: expected TombstoneNotSet, got {other:?}"),
+        };
+        expect_refusal(db.delete_by_id::<Entry, _>(id, &None::<i64>).await);
+        expect_refusal(db.delete_by_id::<Entry, _>(id, &()).await);
+        if let Some(log) = db.command_log() {
+            assert!(log.take().names.is_empty(), "{db}: sent nothing");
+        }
+        assert_eq!(db.raw::<Entry>().await, before, "{db}");
+        assert_eq!(db.get::<Entry>(id).await.unwrap(), Some(stored), "{db}");
     }
 }

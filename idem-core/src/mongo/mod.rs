@@ -251,7 +251,8 @@ impl Store {
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
     /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
-    /// [`Error::NotFound`] if no document has that id.
+    /// [`Error::NotFound`] if no document has that id. A marker that serializes as null (`None`,
+    /// `()`) would mark nothing: it is [`Error::TombstoneNotSet`], and nothing is sent.
     pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Outcome, Error>
     where
         T: Idempotent,
@@ -266,6 +267,14 @@ impl Store {
                 document: Box::new(document.clone()),
                 message: error.to_string(),
             })?;
+            // A stored null is no marker: the update would match, store null, and answer
+            // `Deleted` for a document still live.
+            if marker == Bson::Null {
+                return Err(Error::TombstoneNotSet {
+                    document: Box::new(document),
+                    field: tombstone.name(),
+                });
+            }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let filter =
