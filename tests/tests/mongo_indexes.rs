@@ -1,16 +1,18 @@
-//! The indexes a MongoDB store meets: a unique index on the natural key under another name
-//! serves as the natural-key index; one that lets a natural key be stored twice (partial,
-//! sparse) or compares keys otherwise than idem (a collation) is refused before any write. Also
-//! what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a null marker.
+//! The indexes a MongoDB store meets, and the writes that meet them: a unique index on the
+//! natural key under another name serves as the natural-key index; one that lets a natural key
+//! be stored twice (partial, sparse) or compares keys otherwise than idem (a collation) is
+//! refused before any write; another unique index refuses the events that collide in it, naming
+//! it. Also what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a null marker.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Outcome};
+use idem_core::{Error, Idempotent, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
 use mongodb::bson::{doc, Document};
 use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
+use serde::{Deserialize, Serialize};
 
 async fn index(store: &Store, collection: &str, keys: Document, options: IndexOptions) {
     store
@@ -233,4 +235,50 @@ async fn delete_by_id_with_a_null_marker_is_refused_before_anything_is_sent() {
         assert_eq!(db.raw::<Entry>().await, before, "{db}");
         assert_eq!(db.get::<Entry>(id).await.unwrap(), Some(stored), "{db}");
     }
+}
+
+/// An event (no natural key; an idempotency key) whose field collides in another unique index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "signups")]
+struct Signup {
+    #[idem(idempotency_key)]
+    request: String,
+    email: String,
+}
+
+/// `record` of an event colliding in another unique index is refused naming it, after one write
+/// and one read: it was a loop until `Contention`, which says retrying is safe, so a retrying
+/// caller never stopped.
+#[tokio::test]
+async fn record_refuses_an_event_colliding_in_another_unique_index_naming_it() {
+    let (database, log) = fresh_database("ix_record_email").await;
+    let store = Store::new(database);
+    store.ensure_indexes::<Signup>().await.unwrap();
+    let email = doc! { "email": 1 };
+    index(&store, "signups", email, named("signups_email", true)).await;
+    let signup = |request: &str| Signup {
+        request: request.into(),
+        email: "ada@example.com".into(),
+    };
+    let first = store.record(&signup("req-1")).await.unwrap();
+    assert_eq!(first.outcome, Outcome::Inserted);
+    let before = raw_documents(store.database(), "signups").await;
+    let _ = log.take();
+    match store.record(&signup("req-2")).await {
+        Err(error @ Error::UniqueIndexConflict { .. }) => {
+            let Error::UniqueIndexConflict { index, .. } = &error else {
+                unreachable!()
+            };
+            assert_eq!(index, "signups_email");
+            assert!(!error.is_retryable(), "{error}");
+        }
+        other => panic!("expected UniqueIndexConflict, got {other:?}"),
+    }
+    assert_eq!(log.take().names, ["findAndModify", "find"]);
+    assert_eq!(raw_documents(store.database(), "signups").await, before);
+    // The first event's retry still finds it.
+    assert_eq!(
+        store.record(&signup("req-1")).await.unwrap(),
+        idem_core::Recorded::new(first.id, Outcome::Unchanged)
+    );
 }

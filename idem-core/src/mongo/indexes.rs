@@ -158,6 +158,18 @@ impl Store {
         }
     }
 
+    /// The name of the unique index that keeps `model`'s natural key unique, as the check
+    /// before the store's first write of the collection found it: a duplicate-key error in this
+    /// index means the natural key is taken. [`NATURAL_KEY_INDEX`] before that check.
+    pub(super) fn natural_key_index(&self, model: &Model) -> String {
+        self.natural_key_indexes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(model.collection())
+            .cloned()
+            .unwrap_or_else(|| NATURAL_KEY_INDEX.to_owned())
+    }
+
     fn is_indexed(&self, model: &Model) -> bool {
         self.natural_key_indexes
             .lock()
