@@ -1,11 +1,12 @@
 //! The indexes a MongoDB store meets, and the writes that meet them: a unique index on the
 //! natural key under another name serves as the natural-key index; one that lets a natural key
 //! be stored twice (partial, sparse) or compares keys otherwise than idem (a collation) is
-//! refused before any write; another unique index refuses the events that collide in it, naming
-//! it. Also what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a null marker.
+//! refused before any write; another unique index refuses the events and members that collide
+//! in it, naming it. Also what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a
+//! null marker, and `insert_new` reports each member (inserted, stored already, refused).
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, Idempotent, Insertion, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
@@ -74,6 +75,16 @@ async fn a_unique_index_on_the_natural_key_under_another_name_serves_as_it() {
             ),
             "{keys}"
         );
+        let report = Store::new(store.database().clone())
+            .insert_new(&[moved_post(), post()])
+            .await
+            .unwrap();
+        assert!(
+            matches!(report.results()[0], Err(Error::FrozenFieldChanged { .. })),
+            "{keys}: {:?}",
+            report.results()
+        );
+        assert!(matches!(report.results()[1], Ok(Insertion::AlreadyStored)));
         let mut names = index_names(&store, "posts").await;
         names.sort();
         assert_eq!(names, ["_id_", "posts_by_key"], "{keys}");
@@ -280,5 +291,152 @@ async fn record_refuses_an_event_colliding_in_another_unique_index_naming_it() {
     assert_eq!(
         store.record(&signup("req-1")).await.unwrap(),
         idem_core::Recorded::new(first.id, Outcome::Unchanged)
+    );
+}
+
+/// An award a rule derives from a user's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "awards")]
+struct Award {
+    #[idem(key)]
+    user: String,
+    #[idem(key)]
+    badge: String,
+}
+
+fn award(badge: &str) -> Award {
+    Award {
+        user: "ada".into(),
+        badge: badge.into(),
+    }
+}
+
+/// A collection validator that refuses one member of an `insert_new` does not take the others
+/// with it: the report holds the members it inserted, so their effects run, and the refusal of
+/// the one it could not store; a retry reports the first stored already.
+#[tokio::test]
+async fn insert_new_reports_what_it_inserted_beside_a_member_the_server_refused() {
+    let (database, _log) = fresh_database("ix_validator").await;
+    database
+        .create_collection("awards")
+        .validator(doc! { "badge": { "$ne": "forbidden" } })
+        .await
+        .unwrap();
+    let store = Store::new(database);
+    let members = [award("first"), award("forbidden"), award("third")];
+    let expect_refused = |result: &Result<Insertion, Error>| match result {
+        Err(error @ Error::WriteRefused { code: 121, .. }) => {
+            assert!(error.to_string().contains("forbidden"), "{error}");
+        }
+        other => panic!("expected the validator's refusal, got {other:?}"),
+    };
+
+    let report = store.insert_new(&members).await.unwrap();
+    assert_eq!(report.inserted(), [award("first"), award("third")]);
+    assert!(matches!(report.results()[0], Ok(Insertion::Inserted)));
+    expect_refused(&report.results()[1]);
+    assert!(matches!(report.results()[2], Ok(Insertion::Inserted)));
+    assert_eq!(
+        report.to_string(),
+        "2 inserted, 0 stored already, 1 refused"
+    );
+
+    let retry = store.insert_new(&members).await.unwrap();
+    assert!(retry.inserted().is_empty());
+    assert!(matches!(retry.results()[0], Ok(Insertion::AlreadyStored)));
+    expect_refused(&retry.results()[1]);
+    assert!(matches!(retry.results()[2], Ok(Insertion::AlreadyStored)));
+    assert_eq!(stored_documents(store.database(), "awards").await.len(), 2);
+}
+
+/// A member whose natural key is stored under another id (its timestamp moved) is refused in
+/// the report, beside the members of the call inserted (and a copy of one, stored already), on
+/// every backend; a retry reports them stored.
+#[tokio::test]
+async fn insert_new_reports_what_it_inserted_beside_a_member_whose_id_changed() {
+    for db in fresh_backends("ix_insert_moved").await {
+        db.ensure::<Post>().await;
+        assert_eq!(db.upsert(&post()).await.unwrap(), Outcome::Inserted, "{db}");
+        let other = Post {
+            slug: "second".into(),
+            ..post()
+        };
+        let members = [moved_post(), other.clone(), other.clone()];
+        let expect_refused = |result: &Result<Insertion, Error>| match result {
+            Err(Error::FrozenFieldChanged { field, .. }) => {
+                assert_eq!(*field, "published_at", "{db}")
+            }
+            other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
+        };
+
+        let report = db.insert_new(&members).await.unwrap();
+        assert_eq!(report.inserted(), std::slice::from_ref(&other), "{db}");
+        expect_refused(&report.results()[0]);
+        assert!(
+            matches!(report.results()[1], Ok(Insertion::Inserted)),
+            "{db}"
+        );
+        assert!(
+            matches!(report.results()[2], Ok(Insertion::AlreadyStored)),
+            "{db}"
+        );
+
+        let retry = db.insert_new(&members).await.unwrap();
+        assert!(retry.inserted().is_empty(), "{db}");
+        expect_refused(&retry.results()[0]);
+        assert_eq!(retry.count(Insertion::AlreadyStored), 2, "{db}");
+        assert_eq!(db.stored::<Post>().await.len(), 2, "{db}");
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "members")]
+struct Member {
+    #[idem(key)]
+    handle: String,
+    email: String,
+}
+
+fn member(handle: &str) -> Member {
+    Member {
+        handle: handle.into(),
+        email: format!("{handle}@example.com"),
+    }
+}
+
+/// A member that collides in another unique index is refused naming that index, at once: the
+/// collision is permanent, so it is neither `Contention` nor retried.
+#[tokio::test]
+async fn insert_new_refuses_a_member_colliding_in_another_unique_index_naming_it() {
+    let (database, log) = fresh_database("ix_insert_email").await;
+    let store = Store::new(database);
+    store.ensure_indexes::<Member>().await.unwrap();
+    let email = doc! { "email": 1 };
+    index(&store, "members", email, named("email_unique", true)).await;
+    assert_eq!(
+        store.upsert(&member("ada")).await.unwrap(),
+        Outcome::Inserted
+    );
+    let impostor = Member {
+        handle: "grace".into(),
+        ..member("ada")
+    };
+    let before = raw_documents(store.database(), "members").await;
+    let _ = log.take();
+    let report = store.insert_new(&[impostor, member("bob")]).await.unwrap();
+    match &report.results()[0] {
+        Err(error @ Error::UniqueIndexConflict { index, .. }) => {
+            assert_eq!(index, "email_unique");
+            assert!(!error.is_retryable(), "{error}");
+        }
+        other => panic!("expected UniqueIndexConflict, got {other:?}"),
+    }
+    assert_eq!(report.inserted(), [member("bob")]);
+    // The insert, the read of the collided ids, and the reads by id and natural key that tell
+    // another index from a changed id: no retry.
+    assert_eq!(log.take().names, ["insert", "find", "find", "find"]);
+    assert_eq!(
+        raw_documents(store.database(), "members").await.len(),
+        before.len() + 1
     );
 }
