@@ -3,10 +3,11 @@
 //! be stored twice (partial, sparse) or compares keys otherwise than idem (a collation) is
 //! refused before any write; another unique index refuses the events and members that collide
 //! in it, naming it. Also what MongoDB must answer as PostgreSQL does: `delete_by_id` refuses a
-//! null marker, and `insert_new` reports each member (inserted, stored already, refused).
+//! null marker, `insert_new` reports each member (inserted, stored already, refused), and a push
+//! starts a list another tool left null.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Idempotent, Insertion, Outcome};
+use idem_core::{Error, Idempotent, Insertion, Outcome, Pushed};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
@@ -439,4 +440,96 @@ async fn insert_new_refuses_a_member_colliding_in_another_unique_index_naming_it
         raw_documents(store.database(), "members").await.len(),
         before.len() + 1
     );
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Comment {
+    comment_id: String,
+    text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "threads")]
+struct Thread {
+    #[idem(key)]
+    slug: String,
+    title: String,
+    #[idem(push_by = "comment_id")]
+    comments: Vec<Comment>,
+}
+
+fn thread() -> Thread {
+    Thread {
+        slug: "launch".into(),
+        title: "Launch day".into(),
+        comments: Vec::new(),
+    }
+}
+
+fn comment(id: &str) -> Comment {
+    Comment {
+        comment_id: id.into(),
+        text: format!("comment {id}"),
+    }
+}
+
+/// A list another tool set to null, or removed, is an empty list: a push starts it, once. A
+/// missing list costs nothing more; a null one two reads and the write that starts it.
+#[tokio::test]
+async fn a_push_onto_a_null_or_missing_list_starts_it() {
+    let (database, log) = fresh_database("ix_push_null").await;
+    let store = Store::new(database);
+    let id = thread().id().unwrap();
+    let threads = store.database().collection::<Document>("threads");
+    for (other_tool, round_trips) in [
+        (doc! { "$set": { "comments": null } }, 4),
+        (doc! { "$unset": { "comments": "" } }, 1),
+    ] {
+        store.upsert(&thread()).await.unwrap();
+        threads
+            .update_one(doc! {}, other_tool.clone())
+            .await
+            .unwrap();
+        let _ = log.take();
+        let pushed = store
+            .push::<Thread, _>(id, "comments", &comment("c1"))
+            .await;
+        assert_eq!(pushed.unwrap(), Pushed::Appended, "after {other_tool}");
+        assert_eq!(log.take().round_trips(), round_trips, "after {other_tool}");
+        let again = store
+            .push::<Thread, _>(id, "comments", &comment("c1"))
+            .await;
+        assert_eq!(again.unwrap(), Pushed::AlreadyPresent, "after {other_tool}");
+        let read: Thread = store.get(id).await.unwrap().unwrap();
+        assert_eq!(read.comments, [comment("c1")], "after {other_tool}");
+        threads.delete_many(doc! {}).await.unwrap();
+    }
+}
+
+/// A list field another tool stored as something else cannot take a push: refused naming the
+/// field, at once, and nothing is written.
+#[tokio::test]
+async fn a_push_onto_a_field_that_is_not_a_list_is_refused_naming_it() {
+    let (database, _log) = fresh_database("ix_push_text").await;
+    let store = Store::new(database);
+    store.upsert(&thread()).await.unwrap();
+    let threads = store.database().collection::<Document>("threads");
+    let set_text = doc! { "$set": { "comments": "closed" } };
+    threads.update_one(doc! {}, set_text).await.unwrap();
+    let before = raw_documents(store.database(), "threads").await;
+    let id = thread().id().unwrap();
+    match store
+        .push::<Thread, _>(id, "comments", &comment("c1"))
+        .await
+    {
+        Err(error @ Error::Deserialize { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("`comments` is stored as String"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Deserialize naming the field, got {other:?}"),
+    }
+    assert_eq!(raw_documents(store.database(), "threads").await, before);
 }

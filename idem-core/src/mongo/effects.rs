@@ -197,7 +197,9 @@ impl Store {
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
     /// the document stored under `id`, unless an item with the same key is there already. One
     /// round trip when it appends, guarded by `$not: {$elemMatch}` so a retried push never
-    /// appends twice.
+    /// appends twice. A missing list is started by the push; a list another tool set to null is
+    /// an empty one, started with this item after two reads (once: afterwards it is a list). A
+    /// field stored as anything else is [`Error::Deserialize`].
     pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
     where
         T: Idempotent,
@@ -236,17 +238,27 @@ impl Store {
             }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
+            let name = list.stored_name();
+            // A list or no field: `$push` appends to it or starts it. A null (another tool's)
+            // would fail the push; the explanation below starts the list instead.
             let filter = doc! {
                 "_id": id_text.as_str(),
-                list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
+                "$or": [{ name: { "$type": "array" } }, { name: { "$exists": false } }],
+                name: { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
             };
-            let update = doc! { "$push": { list.stored_name(): item } };
+            let update = doc! { "$push": { name: item.clone() } };
             let present = doc! {
                 "_id": id_text.as_str(),
-                format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key },
+                format!("{name}.{}", list.item_key()): { "$eq": item_key },
             };
-            let (collection, document, id_text, present) =
-                (&collection, &document, id_text.as_str(), &present);
+            // Null or missing, not a list holding a null.
+            let unstarted = doc! {
+                "_id": id_text.as_str(),
+                name: { "$eq": Bson::Null, "$not": { "$type": "array" } },
+            };
+            let start = doc! { "$set": { name: [item] } };
+            let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+            let (present, unstarted, start) = (&present, &unstarted, &start);
             let explain = move || async move {
                 crate::trace::round_trip("find");
                 let found = collection
@@ -256,11 +268,32 @@ impl Store {
                 if found.is_some() {
                     return Ok(Some(Pushed::AlreadyPresent));
                 }
-                match find_by_id(collection, document, id_text).await? {
-                    None => Err(Error::NotFound {
+                let Some(stored) = find_by_id(collection, document, id_text).await? else {
+                    return Err(Error::NotFound {
                         document: Box::new(document.clone()),
+                    });
+                };
+                match stored.get(name) {
+                    Some(Bson::Null) => {
+                        crate::trace::round_trip("update");
+                        let started = collection
+                            .update_one(unstarted.clone(), start.clone())
+                            .await
+                            .map_err(|source| mongo_error(document, source))?;
+                        // Unmatched: another push started it meanwhile; the push goes again.
+                        Ok((started.matched_count > 0).then_some(Pushed::Appended))
+                    }
+                    // Changed between the push and the reads: the push goes again.
+                    Some(Bson::Array(_)) | None => Ok(None),
+                    Some(other) => Err(Error::Deserialize {
+                        document: Box::new(document.clone()),
+                        message: format!(
+                            "`{}` is stored as {:?}, not a list, so nothing can be pushed to it; \
+                             store a list (or null) there",
+                            list.name(),
+                            other.element_type()
+                        ),
                     }),
-                    Some(_) => Ok(None),
                 }
             };
             update_or_explain(
