@@ -1096,7 +1096,7 @@ impl Bench {
                             .await?
                     }
                     _ => {
-                        self.timed(async { Ok(store.insert_new(&members).await?.len()) })
+                        self.timed(async { Ok(store.insert_new(&members).await?.inserted().len()) })
                             .await?
                     }
                 };

@@ -127,7 +127,8 @@ async fn sync(store: &Store, batch: &[Entry]) -> Result<SyncReply, Error> {
     }
 
     // Awards: the full set the rule derives from what is stored, every time. `insert_new`
-    // returns only the members this call inserted, so a replay celebrates nothing again.
+    // reports which members this call inserted, so a replay celebrates nothing again. (A member
+    // it refused would be in the report beside them; an award has no field that could move.)
     let mut celebrated = Vec::new();
     for user in users {
         let live = live_entries(store, user).await?;
@@ -138,7 +139,7 @@ async fn sync(store: &Store, batch: &[Entry]) -> Result<SyncReply, Error> {
                 badge: badge.to_owned(),
             })
             .collect();
-        celebrated.extend(store.insert_new(&earned).await?);
+        celebrated.extend(store.insert_new(&earned).await?.into_inserted());
     }
 
     Ok(SyncReply {

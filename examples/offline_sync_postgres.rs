@@ -233,8 +233,9 @@ async fn apply_batch(
     }
 
     // Awards: the full set the rule derives from what is stored (this transaction's writes
-    // included), every time. `insert_new` returns only the members this call inserted, so a
-    // replay celebrates nothing again.
+    // included), every time. `insert_new` reports which members this call inserted, so a
+    // replay celebrates nothing again. (A member it refused would be in the report beside them;
+    // an award has no field that could move.)
     let mut celebrated = Vec::new();
     for user in users {
         let live = live_created_at(tx, user).await?;
@@ -245,7 +246,7 @@ async fn apply_batch(
                 badge: badge.to_owned(),
             })
             .collect();
-        celebrated.extend(store.insert_new(tx, &earned).await?);
+        celebrated.extend(store.insert_new(tx, &earned).await?.into_inserted());
     }
 
     Ok(SyncReply {

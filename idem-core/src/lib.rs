@@ -143,6 +143,7 @@ mod engine;
 pub mod error;
 pub mod hash;
 pub mod id;
+pub mod insert;
 pub mod model;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
@@ -161,6 +162,7 @@ pub use column::{Column, ColumnShape};
 pub use error::{BackendError, Error, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
+pub use insert::{InsertReport, Insertion};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
 pub use outcome::{Applied, Outcome, Pushed, Recorded};
 pub use read::Finding;

@@ -55,10 +55,10 @@ shown_as_displayed!(
     crate::batch::BatchReport
 );
 
-/// The members `insert_new` stored.
-impl<T> Shown for Vec<T> {
+/// What `insert_new` did with its members.
+impl<T> Shown for crate::insert::InsertReport<T> {
     fn shown(&self) -> String {
-        format!("{} inserted", self.len())
+        self.to_string()
     }
 }
 

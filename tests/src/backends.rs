@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use idem_core::{BatchReport, Error, Id, Idempotent, Outcome, Pushed};
+use idem_core::{BatchReport, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_postgres::NoTls;
@@ -210,7 +210,7 @@ impl Db {
     pub async fn insert_new<T: Idempotent + Serialize + Sync + Clone>(
         &self,
         members: &[T],
-    ) -> Result<Vec<T>, Error> {
+    ) -> Result<InsertReport<T>, Error> {
         match self {
             Db::Mongo { store, .. } => store.insert_new(members).await,
             Db::Postgres { store, client, .. } => store.insert_new(client, members).await,

@@ -219,6 +219,7 @@ impl Backend for MongoBackend {
             .insert_new(&awards)
             .await
             .map_err(|e| Failure::of(&e))
+            .and_then(Failure::of_insert_report)
     }
 
     async fn apply_once(&self, account: Id, op: OpId, amount: i64) -> Result<Applied, Failure> {

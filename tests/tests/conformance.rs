@@ -595,11 +595,12 @@ async fn insert_new_returns_each_member_to_exactly_one_of_racing_callers() {
         }
         let mut returned: HashMap<String, usize> = HashMap::new();
         for racer in racers {
-            let inserted = racer
+            let report = racer
                 .await
                 .unwrap()
                 .unwrap_or_else(|error| panic!("{db}: a racing insert_new: {error:?}"));
-            for award in inserted {
+            assert_eq!(report.refused(), 0, "{db}: {report}");
+            for award in report.into_inserted() {
                 *returned.entry(award.badge).or_default() += 1;
             }
         }
@@ -609,11 +610,15 @@ async fn insert_new_returns_each_member_to_exactly_one_of_racing_callers() {
             "{db}: each member returned to exactly one caller: {returned:?}"
         );
         assert!(
-            db.insert_new(&awards(0..19)).await.unwrap().is_empty(),
+            db.insert_new(&awards(0..19))
+                .await
+                .unwrap()
+                .inserted()
+                .is_empty(),
             "{db}"
         );
         assert_eq!(
-            db.insert_new(&awards(0..20)).await.unwrap(),
+            db.insert_new(&awards(0..20)).await.unwrap().inserted(),
             awards(19..20),
             "{db}: only the new member"
         );

@@ -52,13 +52,21 @@ async fn insert_new_sends_one_insert_and_at_most_one_read_of_ids() {
     store.ensure_indexes::<Award>().await.unwrap();
     let _ = log.take();
     assert_eq!(
-        store.insert_new(&awards("ada", 0..3)).await.unwrap(),
+        store
+            .insert_new(&awards("ada", 0..3))
+            .await
+            .unwrap()
+            .inserted(),
         awards("ada", 0..3)
     );
     assert_eq!(log.take().names, ["insert"], "one round trip");
     // The rule runs again with one more award earned: only that one is new.
     assert_eq!(
-        store.insert_new(&awards("ada", 0..4)).await.unwrap(),
+        store
+            .insert_new(&awards("ada", 0..4))
+            .await
+            .unwrap()
+            .inserted(),
         awards("ada", 3..4)
     );
     // Members stored already cost at most one read of their ids: none where the server reports
@@ -73,6 +81,7 @@ async fn insert_new_sends_one_insert_and_at_most_one_read_of_ids() {
         .insert_new(&awards("ada", 0..4))
         .await
         .unwrap()
+        .inserted()
         .is_empty());
     assert_eq!(stored_documents(store.database(), "awards").await.len(), 4);
 }

@@ -853,7 +853,11 @@ async fn insert_new_refuses_a_member_whose_timestamp_moved_as_upsert_does() {
         db.ensure::<Badge>().await;
         let earned = badge(1_700_000_000_000);
         let earned_now = std::slice::from_ref(&earned);
-        assert_eq!(db.insert_new(earned_now).await.unwrap(), earned_now, "{db}");
+        assert_eq!(
+            db.insert_new(earned_now).await.unwrap().inserted(),
+            earned_now,
+            "{db}"
+        );
         let before = db.raw::<Badge>().await;
 
         // Same key, another time: another id, so inserting it would leave two documents for one
@@ -861,7 +865,8 @@ async fn insert_new_refuses_a_member_whose_timestamp_moved_as_upsert_does() {
         let moved = badge(1_700_000_555_000);
         assert_ne!(moved.id().unwrap(), earned.id().unwrap());
         assert_moved_timestamp_refused(&db, db.upsert(&moved).await, &earned);
-        assert_moved_timestamp_refused(&db, db.insert_new(&[moved]).await, &earned);
+        let report = db.insert_new(&[moved]).await.unwrap();
+        assert_moved_timestamp_refused(&db, report.results()[0].clone(), &earned);
         assert_eq!(db.raw::<Badge>().await, before, "{db}: nothing written");
     }
 }

@@ -19,7 +19,7 @@ use super::compare::{bson_equal, show};
 use super::write::{is_tombstoned, stored_id_text, PreparedWrite};
 use super::{
     collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
-    DUPLICATE_KEY, NATURAL_KEY_INDEX,
+    DUPLICATE_KEY,
 };
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Conflict, Driver, Encoded, Reply, StoredDigest, WriteKind};
@@ -74,6 +74,18 @@ impl Encoded for PreparedWrite {
 }
 
 impl MongoDriver<'_> {
+    /// Which index a duplicate-key error names: the id's or the natural key's (what is stored
+    /// there decides), another (a permanent refusal), or none the message shows.
+    fn conflict(&self, message: &str) -> Conflict {
+        match index_in_message(message) {
+            index if index == "_id_" || index == self.store.natural_key_index(self.model) => {
+                Conflict::Key
+            }
+            index if index == "(unnamed)" => Conflict::Unclear { index },
+            index => Conflict::Other { index },
+        }
+    }
+
     /// The single upsert: the conditional replacement in one `findAndModify`, which returns the
     /// document as it left it.
     async fn upsert_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
@@ -96,9 +108,9 @@ impl MongoDriver<'_> {
             // command took effect; sent again, it reads its own marker back, or what another
             // writer left.
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => {
-                Ok(Reply::Conflict(conflict(duplicate_key_message(&error))))
-            }
+            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
             Err(source) => Err(mongo_error(&write.document, source)),
         }
     }
@@ -128,9 +140,9 @@ impl MongoDriver<'_> {
             Ok(result) if result.upserted_id.is_some() => Ok(Reply::Written { inserted: true }),
             Ok(result) if result.matched_count > 0 => Ok(Reply::Written { inserted: false }),
             Ok(_) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => {
-                Ok(Reply::Conflict(conflict(duplicate_key_message(&error))))
-            }
+            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
             Err(source) => Err(mongo_error(&write.document, source)),
         }
     }
@@ -174,7 +186,7 @@ impl MongoDriver<'_> {
             let write = writes[index];
             replies[index] = Some(match errors.get(&statement) {
                 Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
-                    Reply::Conflict(conflict(error.get_str("errmsg").unwrap_or_default()))
+                    Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
                 }
                 Some(error) => Reply::Refused(refused_by_server(&write.document, error, "")),
                 None if upserted.contains(&statement) => Reply::Written { inserted: true },
@@ -369,15 +381,5 @@ impl BatchDriver for MongoDriver<'_> {
         docs: &[&PreparedWrite],
     ) -> Result<Option<Vec<Option<Document>>>, Error> {
         self.read_stored(docs).await.map(Some)
-    }
-}
-
-/// Which index a duplicate-key error names: the id's or the natural key's (what is stored there
-/// decides), another (a permanent refusal), or none the message shows.
-fn conflict(message: &str) -> Conflict {
-    match index_in_message(message) {
-        index if index == "_id_" || index == NATURAL_KEY_INDEX => Conflict::Key,
-        index if index == "(unnamed)" => Conflict::Unclear { index },
-        index => Conflict::Other { index },
     }
 }

@@ -1,20 +1,21 @@
 //! The primitives that keep side effects exact when acknowledgements are lost: derived sets,
 //! unique pushes and operations applied once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use mongodb::bson::{self, doc, Bson, Document};
-use mongodb::Collection;
 use serde::Serialize;
 
 use super::batch::{refused_by_server, write_commands, write_errors};
 use super::write::{nul_name_problem, PreparedWrite};
 use super::{
-    find_by_id, find_ids, mongo_error, unique_index_conflict, update_or_explain, Store,
-    APPLIED_OPS_FIELD, DUPLICATE_KEY,
+    find_by_id, find_ids, index_in_message, mongo_error, unique_index_conflict, update_or_explain,
+    Store, APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS,
 };
+use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
+use crate::insert::{copy_insertion, InsertReport, Insertion};
 use crate::model::{
     item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId,
 };
@@ -23,22 +24,27 @@ use crate::trace::{Call, CallKind};
 
 impl Store {
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
-    /// returns exactly the members this call inserted, in input order.
+    /// reports, per member in input order, whether this call inserted it, found it stored
+    /// already, or refused it; [`InsertReport::inserted`] gives exactly the members this call
+    /// inserted, in input order.
     ///
     /// Call it with the full set every time: members already stored are skipped by the unique
     /// `_id`, in the same round trip. Callers racing with overlapping sets each get a disjoint
-    /// share, so an effect run for each returned member (a notification) runs once. This holds
+    /// share, so an effect run for each inserted member (a notification) runs once. This holds
     /// when the rule is pure (the same inputs derive the same members, with the same ids) and
     /// monotonic (a member once earned stays earned).
     ///
-    /// A member whose natural key is stored under another id (its timestamp moved) is refused
-    /// with [`Error::FrozenFieldChanged`], as `upsert` refuses it; the members without conflict
-    /// are stored by then, and a retry without the refused member finds them.
+    /// A refusal concerns its member alone, and the others are stored and reported beside it: a
+    /// member whose natural key is stored under another id (its timestamp moved) is
+    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it; one colliding in another unique
+    /// index is [`Error::UniqueIndexConflict`], naming it; one the server refuses (a collection
+    /// validator) is [`Error::WriteRefused`]. A member that cannot be prepared (its id cannot be
+    /// derived) fails the call before anything is sent.
     ///
     /// If the acknowledgement is lost, the call fails; the retry finds the members stored and
-    /// returns none of them. Effects that must survive that are [`apply_once`](Store::apply_once)
-    /// operations keyed by the member's id.
-    pub async fn insert_new<T>(&self, members: &[T]) -> Result<Vec<T>, Error>
+    /// reports them stored already. Effects that must survive that are
+    /// [`apply_once`](Store::apply_once) operations keyed by the member's id.
+    pub async fn insert_new<T>(&self, members: &[T]) -> Result<InsertReport<T>, Error>
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
@@ -47,117 +53,157 @@ impl Store {
         });
         call.run(async move {
             let model = &T::MODEL;
-            let mut seen = HashSet::new();
+            // Each id is inserted once, by its first member; a later member with that id is a
+            // copy, answered as that first one was. Until settled, a member answers as one that
+            // contention kept from settling.
+            let mut first_with_id = HashMap::new();
             let mut candidates = Vec::new();
-            for member in members {
+            let mut copies = Vec::new();
+            let mut results = Vec::with_capacity(members.len());
+            for (index, member) in members.iter().enumerate() {
                 let write = PreparedWrite::new(member)?;
-                if seen.insert(write.id) {
-                    candidates.push((member, write));
+                results.push(Err(Error::Contention {
+                    document: Box::new(write.document.clone()),
+                }));
+                match *first_with_id.entry(write.id).or_insert(index) {
+                    first if first == index => candidates.push((index, write)),
+                    first => copies.push((index, first)),
                 }
             }
-            if candidates.is_empty() {
-                return Ok(Vec::new());
+            if !candidates.is_empty() {
+                self.verify_indexes(model, &DocumentRef::collection(model))
+                    .await?;
             }
-            self.verify_indexes(model, &DocumentRef::collection(model))
-                .await?;
-            let whole = DocumentRef::collection(model);
-            let documents: Vec<(usize, Document)> = candidates
-                .iter()
-                .enumerate()
-                .map(|(index, (_, write))| (index, write.inserted_document()))
-                .collect();
-            let limits = self.limits_for(model, &documents).await?;
-            let mut existing = HashSet::new();
-            let mut collided = Vec::new();
-            for command in write_commands(documents, limits) {
-                let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-                let command =
-                    doc! { "insert": model.collection(), "documents": documents, "ordered": false };
-                let reply = self.run_write_command(&whole, command).await?;
-                for (position, error) in write_errors(&reply) {
-                    let Some(&index) = indexes.get(position) else {
-                        continue;
-                    };
-                    let write = &candidates[index].1;
-                    if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
-                        return Err(refused_by_server(&write.document, error, ""));
-                    }
-                    // The index the duplicate is in, as the server reports it (`keyPattern`): on
-                    // `_id`, the member is stored already; on another, or unreported, the stored
-                    // documents are read to tell.
-                    let on_id = error
-                        .get_document("keyPattern")
-                        .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
-                    if on_id {
-                        existing.insert(index);
-                    } else {
-                        let message = error.get_str("errmsg").unwrap_or_default().to_owned();
-                        collided.push((index, message));
+            let mut pending: Vec<&(usize, PreparedWrite)> = candidates.iter().collect();
+            for attempt in 0..MAX_ATTEMPTS {
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt > 0 {
+                    crate::trace::retry("the holder of a natural key was removed meanwhile");
+                }
+                let writes: Vec<&PreparedWrite> = pending.iter().map(|(_, write)| write).collect();
+                let settled = self.insert_once(model, &writes).await?;
+                let mut again = Vec::new();
+                for (candidate, result) in pending.into_iter().zip(settled) {
+                    match result {
+                        Some(result) => results[candidate.0] = result,
+                        None => again.push(candidate),
                     }
                 }
+                pending = again;
             }
-            let collection = self.raw_collection(model);
-            existing.extend(
-                self.already_stored(&collection, &candidates, &collided)
-                    .await?,
-            );
-            Ok(candidates
-                .into_iter()
-                .enumerate()
-                .filter(|(index, _)| !existing.contains(index))
-                .map(|(_, (member, _))| member.clone())
-                .collect())
+            for (copy, first) in copies {
+                results[copy] = copy_insertion(&results[first]);
+            }
+            Ok(InsertReport::new(members, results))
         })
         .await
     }
 
-    /// Of the members whose insert collided on another index than `_id` (`collided`, indexes
-    /// into `candidates`, with the server's message), those stored under their own id: one read
-    /// of their ids (a server may report the natural-key index for a document stored under the
-    /// same id). A member whose natural key is stored under another id (a field feeding the id
-    /// changed) is refused as `upsert` refuses it; one that collided on another unique index is
-    /// refused naming it.
-    async fn already_stored<T>(
+    /// One insert of `writes` (in more commands if they exceed the server's limits), and what
+    /// each member met: `Some` result, or `None` for a member to insert again (the holder of its
+    /// natural key was removed meanwhile).
+    async fn insert_once(
         &self,
-        collection: &Collection<Document>,
-        candidates: &[(&T, PreparedWrite)],
-        collided: &[(usize, String)],
-    ) -> Result<HashSet<usize>, Error> {
-        let Some(&(first, _)) = collided.first() else {
-            return Ok(HashSet::new());
-        };
-        let ids: Vec<&str> = collided
+        model: &Model,
+        writes: &[&PreparedWrite],
+    ) -> Result<Vec<Option<Result<Insertion, Error>>>, Error> {
+        let whole = DocumentRef::collection(model);
+        let documents: Vec<(usize, Document)> = writes
             .iter()
-            .map(|(index, _)| candidates[*index].1.id_text.as_str())
+            .enumerate()
+            .map(|(index, write)| (index, write.inserted_document()))
             .collect();
-        let whole = DocumentRef::collection(candidates[first].1.model);
-        let stored_ids: HashSet<String> = find_ids(collection, &whole, &ids)
-            .await?
-            .into_iter()
-            .collect();
-        let mut existing = HashSet::new();
-        for (index, message) in collided {
-            let write = &candidates[*index].1;
-            if stored_ids.contains(&write.id_text) {
-                existing.insert(*index);
-                continue;
-            }
-            match self.read_conflict(collection, write).await? {
-                // Stored under its id since the read: a racing writer inserted it.
-                (Some(_), _) => {
-                    existing.insert(*index);
+        let limits = self.limits_for(model, &documents).await?;
+        let mut settled = vec![Some(Ok(Insertion::Inserted)); writes.len()];
+        let mut collided = Vec::new();
+        for command in write_commands(documents, limits) {
+            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let command =
+                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
+            let reply = self.run_write_command(&whole, command).await?;
+            for (position, error) in write_errors(&reply) {
+                let Some(&index) = indexes.get(position) else {
+                    continue;
+                };
+                if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
+                    let refusal = refused_by_server(&writes[index].document, error, "");
+                    settled[index] = Some(Err(refusal));
+                    continue;
                 }
-                (None, Some(stored)) => return Err(write.id_change(&stored)),
-                (None, None) => return Err(unique_index_conflict(write, message)),
+                // The index the duplicate is in, as the server reports it (`keyPattern`): on
+                // `_id`, the member is stored already; on another, or unreported, the stored
+                // documents are read to tell.
+                let on_id = error
+                    .get_document("keyPattern")
+                    .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
+                if on_id {
+                    settled[index] = Some(Ok(Insertion::AlreadyStored));
+                } else {
+                    let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+                    collided.push((index, message));
+                }
             }
         }
-        Ok(existing)
+        self.settle_collisions(model, writes, &collided, &mut settled)
+            .await?;
+        Ok(settled)
+    }
+
+    /// What the members whose insert collided in an index other than `_id` met (`collided`:
+    /// indexes into `writes`, with the server's message): stored under their own id (one read
+    /// of their ids: a server may report the natural-key index for a document stored under the
+    /// same id); their natural key stored under another id (a field feeding the id changed:
+    /// refused as `upsert` refuses it); another unique index (refused naming it); or nothing any
+    /// more (`None`: inserted again).
+    async fn settle_collisions(
+        &self,
+        model: &Model,
+        writes: &[&PreparedWrite],
+        collided: &[(usize, String)],
+        settled: &mut [Option<Result<Insertion, Error>>],
+    ) -> Result<(), Error> {
+        if collided.is_empty() {
+            return Ok(());
+        }
+        let collection = self.raw_collection(model);
+        let ids: Vec<&str> = collided
+            .iter()
+            .map(|(index, _)| writes[*index].id_text.as_str())
+            .collect();
+        let stored_ids: HashSet<String> =
+            find_ids(&collection, &DocumentRef::collection(model), &ids)
+                .await?
+                .into_iter()
+                .collect();
+        let natural_key_index = self.natural_key_index(model);
+        for (index, message) in collided {
+            let write = writes[*index];
+            settled[*index] = if stored_ids.contains(&write.id_text) {
+                Some(Ok(Insertion::AlreadyStored))
+            } else {
+                match self.read_conflict(&collection, write).await? {
+                    // Stored under its id since the read: a racing writer inserted it.
+                    (Some(_), _) => Some(Ok(Insertion::AlreadyStored)),
+                    (None, Some(stored)) => {
+                        let driver = self.driver(write.model, true);
+                        engine::stored_elsewhere(&driver, write, &stored).map(Err)
+                    }
+                    (None, None) if index_in_message(message) == natural_key_index => None,
+                    (None, None) => Some(Err(unique_index_conflict(write, message))),
+                }
+            };
+        }
+        Ok(())
     }
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
     /// the document stored under `id`, unless an item with the same key is there already. One
     /// round trip when it appends, guarded by `$not: {$elemMatch}` so a retried push never
-    /// appends twice.
+    /// appends twice. A missing list is started by the push; a list another tool set to null is
+    /// an empty one, started with this item after two reads (once: afterwards it is a list). A
+    /// field stored as anything else is [`Error::Deserialize`].
     pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
     where
         T: Idempotent,
@@ -196,17 +242,27 @@ impl Store {
             }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
+            let name = list.stored_name();
+            // A list or no field: `$push` appends to it or starts it. A null (another tool's)
+            // would fail the push; the explanation below starts the list instead.
             let filter = doc! {
                 "_id": id_text.as_str(),
-                list.stored_name(): { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
+                "$or": [{ name: { "$type": "array" } }, { name: { "$exists": false } }],
+                name: { "$not": { "$elemMatch": { list.item_key(): { "$eq": item_key.clone() } } } },
             };
-            let update = doc! { "$push": { list.stored_name(): item } };
+            let update = doc! { "$push": { name: item.clone() } };
             let present = doc! {
                 "_id": id_text.as_str(),
-                format!("{}.{}", list.stored_name(), list.item_key()): { "$eq": item_key },
+                format!("{name}.{}", list.item_key()): { "$eq": item_key },
             };
-            let (collection, document, id_text, present) =
-                (&collection, &document, id_text.as_str(), &present);
+            // Null or missing, not a list holding a null.
+            let unstarted = doc! {
+                "_id": id_text.as_str(),
+                name: { "$eq": Bson::Null, "$not": { "$type": "array" } },
+            };
+            let start = doc! { "$set": { name: [item] } };
+            let (collection, document, id_text) = (&collection, &document, id_text.as_str());
+            let (present, unstarted, start) = (&present, &unstarted, &start);
             let explain = move || async move {
                 crate::trace::round_trip("find");
                 let found = collection
@@ -216,11 +272,32 @@ impl Store {
                 if found.is_some() {
                     return Ok(Some(Pushed::AlreadyPresent));
                 }
-                match find_by_id(collection, document, id_text).await? {
-                    None => Err(Error::NotFound {
+                let Some(stored) = find_by_id(collection, document, id_text).await? else {
+                    return Err(Error::NotFound {
                         document: Box::new(document.clone()),
+                    });
+                };
+                match stored.get(name) {
+                    Some(Bson::Null) => {
+                        crate::trace::round_trip("update");
+                        let started = collection
+                            .update_one(unstarted.clone(), start.clone())
+                            .await
+                            .map_err(|source| mongo_error(document, source))?;
+                        // Unmatched: another push started it meanwhile; the push goes again.
+                        Ok((started.matched_count > 0).then_some(Pushed::Appended))
+                    }
+                    // Changed between the push and the reads: the push goes again.
+                    Some(Bson::Array(_)) | None => Ok(None),
+                    Some(other) => Err(Error::Deserialize {
+                        document: Box::new(document.clone()),
+                        message: format!(
+                            "`{}` is stored as {:?}, not a list, so nothing can be pushed to it; \
+                             store a list (or null) there",
+                            list.name(),
+                            other.element_type()
+                        ),
                     }),
-                    Some(_) => Ok(None),
                 }
             };
             update_or_explain(

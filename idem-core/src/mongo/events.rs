@@ -6,7 +6,10 @@ use mongodb::options::ReturnDocument;
 use serde::Serialize;
 
 use super::write::{stored_id, stored_id_text, PreparedWrite};
-use super::{is_duplicate_key, mongo_error, Store, MAX_ATTEMPTS};
+use super::{
+    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, unique_index_conflict,
+    Store, MAX_ATTEMPTS,
+};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, Idempotent};
@@ -21,7 +24,8 @@ impl Store {
     ///
     /// An empty key is refused ([`Error::EmptyKey`]): requests that lost their key would all
     /// fold into the first one. A key already stored by another tool, under an `_id` idem did
-    /// not assign, is [`Error::ForeignId`].
+    /// not assign, is [`Error::ForeignId`]. An event colliding in another unique index is
+    /// [`Error::UniqueIndexConflict`], naming it, after one read.
     pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -59,7 +63,24 @@ impl Store {
                     Ok(Some(stored)) => stored,
                     // A racing first write of the same key won; the next attempt finds it.
                     Ok(None) => continue,
-                    Err(error) if is_duplicate_key(&error) => continue,
+                    // A racing first write of the same key, which the read finds, or another
+                    // unique index, which refuses this event every time: never a retry loop.
+                    Err(error) if is_duplicate_key(&error) => {
+                        crate::trace::round_trip("find");
+                        let by_key = collection
+                            .find_one(write.natural_key_filter())
+                            .await
+                            .map_err(|source| mongo_error(&write.document, source))?;
+                        let message = duplicate_key_message(&error);
+                        match by_key {
+                            Some(stored) => stored,
+                            // The key's holder is gone since the write: it goes again.
+                            None if index_in_message(message) == self.natural_key_index(model) => {
+                                continue
+                            }
+                            None => return Err(unique_index_conflict(&write, message)),
+                        }
+                    }
                     Err(source) => return Err(mongo_error(&write.document, source)),
                 };
                 let Some(first_id) = stored_id(&stored) else {

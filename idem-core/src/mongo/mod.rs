@@ -44,15 +44,15 @@ mod compare;
 mod driver;
 mod effects;
 mod events;
+mod indexes;
 mod read;
 mod write;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::IndexOptions;
-use mongodb::{Collection, Database, IndexModel};
+use mongodb::{Collection, Database};
 use serde::Serialize;
 
 pub use crate::audit::{AdoptReport, AuditProgress, AuditReport};
@@ -65,6 +65,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model};
 use crate::outcome::{Outcome, Pushed};
+use indexes::natural_key_pattern;
 use write::{is_tombstoned, PreparedWrite};
 
 /// The name of the unique index on a collection's natural key (or an event type's idempotency
@@ -90,7 +91,8 @@ use crate::MAX_ATTEMPTS;
 #[derive(Clone, Debug)]
 pub struct Store {
     database: Database,
-    indexed_collections: Arc<Mutex<HashSet<&'static str>>>,
+    /// Per collection checked, the name of the unique index on its natural key.
+    natural_key_indexes: Arc<Mutex<HashMap<&'static str, String>>>,
     op_window: usize,
     batch_chunk: usize,
     limits: Arc<Mutex<Option<batch::ServerLimits>>>,
@@ -101,7 +103,7 @@ impl Store {
     pub fn new(database: Database) -> Self {
         Store {
             database,
-            indexed_collections: Arc::default(),
+            natural_key_indexes: Arc::default(),
             op_window: DEFAULT_OP_WINDOW,
             batch_chunk: DEFAULT_BATCH_CHUNK,
             limits: Arc::default(),
@@ -141,8 +143,13 @@ impl Store {
         self.database.collection(T::MODEL.collection())
     }
 
-    /// Creates the unique index on `T`'s natural key (named [`NATURAL_KEY_INDEX`]). Idempotent:
-    /// calling it again changes nothing.
+    /// Makes sure a unique index keeps `T`'s natural key unique: creates one named
+    /// [`NATURAL_KEY_INDEX`], unless a unique index on exactly the natural-key fields is there
+    /// already under another name, which serves as well. Idempotent: calling it again changes
+    /// nothing. A [`NATURAL_KEY_INDEX`] that cannot serve (not unique, partial, sparse, under a
+    /// collation, or on other fields) is [`Error::SchemaMismatch`], naming it and what is wrong,
+    /// and so is another index on those fields that keeps the server from building it; every
+    /// write refuses them the same way before anything is written.
     pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
         self.create_natural_key_index(&T::MODEL, &DocumentRef::collection(&T::MODEL))
             .await
@@ -197,7 +204,8 @@ impl Store {
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
     /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
-    /// [`Error::NotFound`] if no document has that id.
+    /// [`Error::NotFound`] if no document has that id. A marker that serializes as null (`None`,
+    /// `()`) would mark nothing: it is [`Error::TombstoneNotSet`], and nothing is sent.
     pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Outcome, Error>
     where
         T: Idempotent,
@@ -212,6 +220,14 @@ impl Store {
                 document: Box::new(document.clone()),
                 message: error.to_string(),
             })?;
+            // A stored null is no marker: the update would match, store null, and answer
+            // `Deleted` for a document still live.
+            if marker == Bson::Null {
+                return Err(Error::TombstoneNotSet {
+                    document: Box::new(document),
+                    field: tombstone.name(),
+                });
+            }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let filter =
@@ -286,154 +302,6 @@ impl Store {
         }
     }
 
-    /// Makes sure the natural-key index exists before a write; an error names `document`, the
-    /// document whose write needed the check.
-    async fn verify_indexes(&self, model: &Model, document: &DocumentRef) -> Result<(), Error> {
-        if self.is_indexed(model) {
-            return Ok(());
-        }
-        // A collection that does not exist yet has no indexes; listing them fails on some
-        // servers (NamespaceNotFound) and returns nothing on others. Any other failure is the
-        // call's: a server that cannot be reached is reported after one server selection, not
-        // after a second one for the index build.
-        let mut indexes = Vec::new();
-        crate::trace::round_trip("listIndexes");
-        match self.raw_collection(model).list_indexes().await {
-            Ok(mut cursor) => loop {
-                match cursor.advance().await {
-                    Ok(true) => match cursor.deserialize_current() {
-                        Ok(index) => indexes.push(index),
-                        Err(_) => break,
-                    },
-                    Ok(false) => break,
-                    Err(source) => return Err(mongo_error(document, source)),
-                }
-            },
-            Err(source) if is_namespace_missing(&source) => {}
-            Err(source) => return Err(mongo_error(document, source)),
-        }
-        let ours = indexes.iter().find(|index| {
-            index
-                .options
-                .as_ref()
-                .and_then(|options| options.name.as_deref())
-                == Some(NATURAL_KEY_INDEX)
-        });
-        if let Some(index) = ours {
-            let unique = index
-                .options
-                .as_ref()
-                .and_then(|options| options.unique)
-                .unwrap_or(false);
-            if !unique || index.keys != natural_key_pattern(model) {
-                return Err(Error::SchemaMismatch {
-                    document: Box::new(document.clone()),
-                    collection: model.collection().to_owned(),
-                    problem: format!(
-                        "index {NATURAL_KEY_INDEX} is {}{}, where the natural key needs a unique \
-                         index on {}; drop it (an older key set?) and idem creates the right one",
-                        if unique {
-                            "unique on "
-                        } else {
-                            "not unique, on "
-                        },
-                        index.keys,
-                        natural_key_pattern(model),
-                    ),
-                });
-            }
-            self.remember_indexed(model);
-            return Ok(());
-        }
-        self.create_natural_key_index(model, document).await
-    }
-
-    async fn create_natural_key_index(
-        &self,
-        model: &Model,
-        document: &DocumentRef,
-    ) -> Result<(), Error> {
-        let keys = natural_key_pattern(model);
-        let options = IndexOptions::builder()
-            .name(NATURAL_KEY_INDEX.to_owned())
-            .unique(true)
-            .build();
-        let index = IndexModel::builder().keys(keys).options(options).build();
-        crate::trace::round_trip("createIndexes");
-        match self.raw_collection(model).create_index(index).await {
-            Ok(_) => {
-                crate::trace::index_created(model.collection());
-                self.remember_indexed(model);
-                Ok(())
-            }
-            // Stored documents share a natural key: the collection's fault, not the document's
-            // whose write needed the index.
-            Err(error) if is_duplicate_key(&error) => Err(Error::DuplicateNaturalKeys {
-                document: Box::new(DocumentRef::collection(model)),
-                index: NATURAL_KEY_INDEX.to_owned(),
-                duplicate_key: self.duplicated_key(model, &error).await,
-            }),
-            Err(source) => Err(mongo_error(document, source)),
-        }
-    }
-
-    /// A natural key that more than one stored document holds, for the error of an index build
-    /// they made fail: as the server's message shows it (`dup key: { … }`, shown, not
-    /// interpreted), or else from one grouping read of the collection.
-    async fn duplicated_key(&self, model: &Model, error: &mongodb::error::Error) -> String {
-        if let Some((_, shown)) = duplicate_key_message(error).split_once("dup key: ") {
-            return shown.trim().to_owned();
-        }
-        let group: Document = model
-            .natural_key_fields()
-            .map(|field| {
-                let path = Bson::String(format!("${}", field.stored_name()));
-                (field.stored_name().to_owned(), path)
-            })
-            .collect();
-        let pipeline = [
-            doc! { "$group": { "_id": group, "documents": { "$sum": 1 } } },
-            doc! { "$match": { "documents": { "$gt": 1 } } },
-            doc! { "$limit": 1 },
-        ];
-        let found = self
-            .raw_collection(model)
-            .aggregate(pipeline)
-            .allow_disk_use(true)
-            .await;
-        let mut cursor = match found {
-            Ok(cursor) => cursor,
-            Err(_) => return "(not shown by the server)".to_owned(),
-        };
-        match cursor.advance().await {
-            Ok(true) => cursor
-                .deserialize_current()
-                .ok()
-                .and_then(|first| first.get_document("_id").ok().cloned())
-                .map_or_else(
-                    || "(not shown by the server)".to_owned(),
-                    |key| key.to_string(),
-                ),
-            _ => "(not shown by the server)".to_owned(),
-        }
-    }
-
-    fn is_indexed(&self, model: &Model) -> bool {
-        let indexed = self
-            .indexed_collections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        indexed.contains(model.collection())
-    }
-
-    fn remember_indexed(&self, model: &Model) {
-        let mut indexed = self
-            .indexed_collections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        indexed.insert(model.collection());
-    }
-
     fn raw_collection(&self, model: &Model) -> Collection<Document> {
         self.database.collection(model.collection())
     }
@@ -480,22 +348,6 @@ impl Backend for Store {
     {
         Store::push::<T, I>(self, id, field, item)
     }
-}
-
-/// Whether `error` says the collection does not exist (code 26, NamespaceNotFound).
-fn is_namespace_missing(error: &mongodb::error::Error) -> bool {
-    matches!(
-        error.kind.as_ref(),
-        mongodb::error::ErrorKind::Command(command) if command.code == 26
-    )
-}
-
-/// The key pattern of the natural-key index: each natural-key field, ascending, in order.
-fn natural_key_pattern(model: &Model) -> Document {
-    model
-        .natural_key_fields()
-        .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
-        .collect()
 }
 
 /// The tombstone field of `model`, or the error for a type without one.

@@ -361,52 +361,6 @@ impl PreparedWrite {
         query
     }
 
-    /// The refusal for the natural key stored under another id: the field feeding the id that
-    /// differs (the timestamp, or `_id` itself if the id was derived another way).
-    pub fn id_change(&self, stored: &Document) -> Error {
-        let changed = self.model.timestamp_field().filter(|field| {
-            let incoming = self.value(field);
-            stored
-                .get(field.stored_name())
-                .is_none_or(|value| digest_of(value).ok() != digest_of(incoming).ok())
-        });
-        match changed {
-            Some(field) => self.refusal(stored, field),
-            None => self.refusal_of(
-                stored,
-                (ID_FIELD, ID_FIELD),
-                stored.get(ID_FIELD),
-                &Bson::String(self.id_text.clone()),
-            ),
-        }
-    }
-
-    fn refusal(&self, stored: &Document, field: &Field) -> Error {
-        self.refusal_of(
-            stored,
-            (field.name(), field.stored_name()),
-            stored.get(field.stored_name()),
-            self.value(field),
-        )
-    }
-
-    fn refusal_of(
-        &self,
-        stored: &Document,
-        (field, stored_name): (&'static str, &'static str),
-        stored_value: Option<&Bson>,
-        incoming: &Bson,
-    ) -> Error {
-        Error::FrozenFieldChanged {
-            document: Box::new(self.document.clone()),
-            stored_id: stored_id_text(stored).unwrap_or_else(|| self.id_text.clone()),
-            field,
-            stored_name,
-            stored: stored_value.map_or_else(|| "(missing)".to_owned(), show),
-            incoming: show(incoming),
-        }
-    }
-
     /// The whole document as a first write stores it: `_id`, the upserted fields, the effect
     /// fields' initial values and the pushed lists, empty. What `insert_new`, `record` and
     /// `delete` insert, and what the size limit is checked on.

@@ -71,6 +71,7 @@ use crate::batch::BatchReport;
 use crate::engine::{self, WriteKind};
 use crate::error::{BackendError, Error};
 use crate::id::Id;
+use crate::insert::{copy_insertion, InsertReport, Insertion};
 use crate::model::{
     item_key_is_a_list, item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model,
     ID_FIELD,
@@ -349,15 +350,21 @@ impl Store {
     }
 
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
-    /// returns exactly the members this call inserted, in input order: one statement.
+    /// reports, per member in input order, whether this call inserted it, found it stored
+    /// already, or refused it; [`InsertReport::inserted`] gives
+    /// exactly the members this call inserted, in input order: one statement.
     ///
     /// Call it with the full set every time: members already stored are skipped by the
     /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a
-    /// disjoint share, so an effect run for each returned member runs once. A member whose
+    /// disjoint share, so an effect run for each inserted member runs once. A member whose
     /// natural key is stored under another id (its timestamp moved) is refused with
-    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it; the members without conflict are
-    /// stored by then.
-    pub async fn insert_new<T, C>(&self, client: &C, members: &[T]) -> Result<Vec<T>, Error>
+    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
+    /// stored without conflict.
+    pub async fn insert_new<T, C>(
+        &self,
+        client: &C,
+        members: &[T],
+    ) -> Result<InsertReport<T>, Error>
     where
         T: Idempotent + Serialize + Sync + Clone,
         C: GenericClient + Sync,
@@ -368,15 +375,20 @@ impl Store {
         call.run(async move {
             let collection = DocumentRef::collection(&T::MODEL);
             let table = self.table::<T, C>(client, &collection).await?;
-            let mut seen = std::collections::HashSet::new();
+            let mut first_with_key = HashMap::new();
             let mut candidates = Vec::new();
-            for member in members {
+            let mut copies = Vec::new();
+            for (index, member) in members.iter().enumerate() {
                 let row = PreparedRow::new(member, &table)?;
-                if seen.insert(row.natural_key.clone()) {
-                    candidates.push((member, row));
+                match *first_with_key
+                    .entry(row.natural_key.clone())
+                    .or_insert(index)
+                {
+                    first if first == index => candidates.push((index, row)),
+                    first => copies.push((index, first)),
                 }
             }
-            let mut inserted = Vec::new();
+            let mut results = vec![Ok(Insertion::AlreadyStored); members.len()];
             for chunk in candidates.chunks(self.batch_chunk) {
                 let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
                 let mut attempts = 0;
@@ -402,13 +414,13 @@ impl Store {
                         Err(error) => return Err(error),
                     }
                 };
-                for ((member, row), state) in chunk.iter().zip(states) {
+                for ((index, row), state) in chunk.iter().zip(states) {
                     match state {
-                        RowState::Written { .. } => inserted.push((*member).clone()),
+                        RowState::Written { .. } => results[*index] = Ok(Insertion::Inserted),
                         RowState::Stopped(stored) if stored.id != row.id_text => {
                             let driver = self.driver(client, &table);
                             if let Some(refusal) = engine::stored_elsewhere(&driver, row, &stored) {
-                                return Err(refusal);
+                                results[*index] = Err(refusal);
                             }
                         }
                         // Stored already, or by a racing caller whose share it is.
@@ -416,7 +428,10 @@ impl Store {
                     }
                 }
             }
-            Ok(inserted)
+            for (copy, first) in copies {
+                results[copy] = copy_insertion(&results[first]);
+            }
+            Ok(InsertReport::new(members, results))
         })
         .await
     }

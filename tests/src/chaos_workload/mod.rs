@@ -58,7 +58,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use idem_core::{Applied, BatchReport, Error, Id, Idempotent, OpId, Outcome, Recorded};
+use idem_core::{
+    Applied, BatchReport, Error, Id, Idempotent, InsertReport, OpId, Outcome, Recorded,
+};
 use serde::{Deserialize, Serialize};
 
 pub use check::{Stored, StoredAccount, StoredAward, StoredCounts, StoredNote, StoredReceipt};
@@ -344,6 +346,16 @@ impl Failure {
                 .as_backend()
                 .is_some_and(|backend| backend.code().is_none()),
             message: format!("{error}{driver_kind}"),
+        }
+    }
+
+    /// The members an `insert_new` inserted, or the failure of its first refused member: the
+    /// workload derives no member a store may refuse, so a refusal is the run's to report.
+    pub fn of_insert_report<T>(report: InsertReport<T>) -> Result<Vec<T>, Self> {
+        let refusal = report.errors().next().map(|(_, error)| Failure::of(error));
+        match refusal {
+            Some(failure) => Err(failure),
+            None => Ok(report.into_inserted()),
         }
     }
 
