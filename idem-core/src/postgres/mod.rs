@@ -1189,7 +1189,8 @@ fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Erro
 }
 
 /// Whether the same call may succeed if made again: the connection failed or closed, or the
-/// server asked for a retry (serialization failure, deadlock, shutdown, too many connections).
+/// server asked for a retry (serialization failure, deadlock, shutdown, too many connections),
+/// or gave up waiting (`lock_timeout`, `statement_timeout`: another transaction held the row).
 fn is_transient(error: &tokio_postgres::Error) -> bool {
     if error.is_closed() {
         return true;
@@ -1200,7 +1201,7 @@ fn is_transient(error: &tokio_postgres::Error) -> bool {
             code.starts_with("08")
                 || matches!(
                     code,
-                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
+                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014"
                 )
         }
         // No SQLSTATE: the connection or the protocol failed, not the statement.
