@@ -5,9 +5,11 @@ use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
-use super::row::PreparedRow;
+use super::json::{self, JsonError};
+use super::row::{column_text, PreparedRow};
 use super::table::quote;
 use super::{postgres_error, RowState, Store};
+use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
@@ -28,6 +30,9 @@ enum ChangeKind {
     Add(String),
     /// Sets the column to a value, as serde writes it.
     Set(serde_json::Value),
+    /// Sets the column to NaN or an infinity, which only a `double precision` column holds
+    /// (JSON has no such number).
+    SetNonFinite(f64),
     /// A change that cannot be sent, and why.
     Invalid(String),
 }
@@ -56,12 +61,16 @@ impl Change {
     }
 
     /// Sets the effect column `column` (its stored name) to `value`. A value that does not
-    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`].
+    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`]. NaN and the
+    /// infinities are stored as an upsert stores them, in a `double precision` column.
     pub fn set<V: Serialize>(column: &'static str, value: &V) -> Self {
         Change {
             column,
-            kind: match super::json::to_json(value) {
+            kind: match json::to_json(value) {
                 Ok(value) => ChangeKind::Set(value),
+                Err(JsonError::NonFinite { path, value }) if path.is_empty() => {
+                    ChangeKind::SetNonFinite(value)
+                }
                 Err(error) => ChangeKind::Invalid(error.message()),
             },
         }
@@ -204,17 +213,30 @@ impl Store {
                         })
                     }
                     ChangeKind::Set(value) => (
-                        super::row::column_text(column.shape, value).map_err(|expected| {
-                            Error::Serialize {
-                                document: Box::new(document.clone()),
-                                message: format!(
-                                    "column {:?} holds {expected}, not {value}",
-                                    column.name
-                                ),
-                            }
+                        column_text(column, Some(value)).map_err(|expected| Error::Serialize {
+                            document: Box::new(document.clone()),
+                            message: format!(
+                                "column {:?} holds {expected}, not {value}",
+                                column.name
+                            ),
                         })?,
                         format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
                     ),
+                    ChangeKind::SetNonFinite(float) if column.shape == ColumnShape::Float => (
+                        Some(json::show_float(*float)),
+                        format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
+                    ),
+                    ChangeKind::SetNonFinite(float) => {
+                        return Err(Error::Serialize {
+                            document: Box::new(document),
+                            message: format!(
+                                "column {:?} is {sql_type}, which cannot hold {}: only a double \
+                                 precision column holds NaN and the infinities",
+                                column.name,
+                                json::show_float(*float)
+                            ),
+                        })
+                    }
                 };
                 parameters.push(value);
                 assignments.push(assignment);

@@ -95,7 +95,8 @@ where
     C: GenericClient + Sync,
 {
     let sql = format!(
-        "SELECT to_jsonb(t.*) FROM {} t WHERE {condition}",
+        "SELECT {} FROM {} t WHERE {condition}",
+        table.row_json("t", |_| true),
         table.name()
     );
     let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
@@ -124,8 +125,8 @@ where
         .map_err(|error| deserialize_error(error.to_string()))
 }
 
-/// A row of `table`, as `to_jsonb` writes it, read as `T`: the one reading of `get`, `find` and
-/// the audit.
+/// A row of `table`, as [`Table::row_json`] writes it, read as `T`: the one reading of `get`,
+/// `find`, the audit and the adoption.
 pub(super) fn row_as<T: DeserializeOwned>(
     table: &Table,
     stored: serde_json::Map<String, Value>,
@@ -134,9 +135,10 @@ pub(super) fn row_as<T: DeserializeOwned>(
 }
 
 /// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
-/// flattened fields back beside the others, NULL as null or, where serde may do without the
-/// field, as absent ([`Column::may_be_absent`](crate::Column::may_be_absent)), and NaN and the
-/// infinities as floats (`to_jsonb` writes them as text).
+/// flattened fields back beside the others, a column [`Table::row_json`] left out (NULL where
+/// serde may do without the field, [`Column::may_be_absent`](crate::Column::may_be_absent)) as
+/// absent, any other NULL as null, and NaN and the infinities as floats (`to_jsonb` writes them
+/// as text).
 fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
     let mut cells = Vec::with_capacity(stored.len());
     for (name, value) in stored {
@@ -145,7 +147,6 @@ fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(Stri
             continue;
         };
         match (column.content, column.shape, value) {
-            (_, _, Value::Null) if column.null_is_absent => {}
             (Content::Extra, _, Value::Object(extra)) => {
                 cells.extend(
                     extra

@@ -256,6 +256,38 @@ impl Table {
         quote(self.model.collection())
     }
 
+    /// The row of the table aliased `alias` as JSON for [`super::read::row_as`], without the
+    /// columns that may be absent and are NULL: in such a column NULL is a field serde left
+    /// out, told apart from a null serde wrote (which a `jsonb` column holds as JSON `null`,
+    /// see [`super::row::column_text`]). `present` says which columns the table has (all of them
+    /// but for an audit of a table idem would refuse).
+    pub fn row_json(&self, alias: &str, present: impl Fn(&str) -> bool) -> String {
+        let absent: Vec<String> = self
+            .columns
+            .iter()
+            .filter(|column| {
+                matches!(column.content, Content::Stored(_))
+                    && column.null_is_absent
+                    && present(column.name)
+            })
+            .map(|column| {
+                format!(
+                    "CASE WHEN {alias}.{} IS NULL THEN {} END",
+                    quote(column.name),
+                    literal(column.name)
+                )
+            })
+            .collect();
+        // `t.*`, not `t`: a column named `t` would be taken for the row.
+        match absent.is_empty() {
+            true => format!("to_jsonb({alias}.*)"),
+            false => format!(
+                "(to_jsonb({alias}.*) - array_remove(ARRAY[{}]::text[], NULL))",
+                absent.join(", ")
+            ),
+        }
+    }
+
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
     pub fn create_sql(&self) -> String {
         let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
