@@ -1,11 +1,19 @@
 //! What the PostgreSQL store reads of the table it writes, on every PostgreSQL server under
-//! test: the errors a caller may retry, and the values a read must give back as they were
-//! written.
+//! test: the names of its own statements that no column or table of the user's may capture, the
+//! errors a caller may retry, and the values a read must give back as they were written.
+
+use std::fmt::Debug;
 
 use idem_core::postgres::{Change, Store};
 use idem_core::{Applied, Error, Idempotent, OpId, Outcome};
 use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// Whether `error` is the table check's refusal, with a problem holding `expected`.
+fn is_schema_mismatch(error: &Error, expected: &str) -> bool {
+    matches!(error, Error::SchemaMismatch { problem, .. } if problem.contains(expected))
+}
 
 /// A document type of one key, for the tests of the table it is stored in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
@@ -20,6 +28,294 @@ fn keyed(key: &str) -> Keyed {
     Keyed {
         key: key.into(),
         title: "T".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The names the statements use (issue 16, case 5)
+
+/// Fields stored under the names idem's statements give their own relations, columns and
+/// signals: none may stand in for what the statement means.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "captured")]
+struct Captured {
+    #[idem(key)]
+    t: String,
+    #[idem(timestamp)]
+    excluded: i64,
+    #[idem(frozen)]
+    w: String,
+    old: Option<String>,
+    new: Option<String>,
+    i: String,
+    s: String,
+    id: String,
+    inserted: bool,
+    ok: bool,
+    stored: i64,
+    unchanged: bool,
+    c0: String,
+    written: String,
+    checked: String,
+    incoming_id: String,
+    recorded: String,
+    #[idem(effect)]
+    #[serde(default)]
+    n: i64,
+    #[idem(effect)]
+    #[serde(default)]
+    op: i64,
+    #[idem(tombstone)]
+    marked: Option<i64>,
+}
+
+fn captured(old: Option<&str>, title: &str) -> Captured {
+    Captured {
+        t: "key".into(),
+        excluded: 1_700_000_000_000,
+        w: "frozen".into(),
+        old: old.map(str::to_owned),
+        new: None,
+        i: title.into(),
+        s: "s".into(),
+        id: "not the id".into(),
+        inserted: false,
+        ok: false,
+        stored: 7,
+        unchanged: false,
+        c0: "c0".into(),
+        written: "written".into(),
+        checked: "checked".into(),
+        incoming_id: "incoming".into(),
+        recorded: "recorded".into(),
+        n: 0,
+        op: 0,
+        marked: None,
+    }
+}
+
+/// A type whose table has the name of one of the statements' own relations.
+macro_rules! table_named {
+    ($type:ident, $collection:tt) => {
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+        #[idem(collection = $collection)]
+        struct $type {
+            #[idem(key)]
+            key: String,
+            title: String,
+            #[idem(effect)]
+            #[serde(default)]
+            points: i64,
+        }
+
+        impl $type {
+            fn titled(title: &str) -> Self {
+                $type {
+                    key: "k".into(),
+                    title: title.into(),
+                    points: 0,
+                }
+            }
+        }
+    };
+}
+
+table_named!(IncomingTable, "incoming");
+table_named!(WrittenTable, "written");
+table_named!(CheckedTable, "checked");
+table_named!(AppliedTable, "applied");
+table_named!(UnderscoredTable, "incoming_");
+
+/// `first` is inserted, found unchanged, then `changed` updates it, and each reads back as
+/// written, by id and by key, one by one and in a batch; an operation applies once.
+async fn converges<T>(
+    label: &str,
+    client: &tokio_postgres::Client,
+    first: T,
+    changed: T,
+    effect: &'static str,
+) where
+    T: Idempotent + Serialize + DeserializeOwned + PartialEq + Debug + Clone + Sync + Send,
+{
+    let store = Store::new();
+    store.ensure_table::<T, _>(client).await.unwrap();
+    let collection = T::MODEL.collection();
+    assert_eq!(
+        store.upsert(client, &first).await.unwrap(),
+        Outcome::Inserted,
+        "{label}, {collection}"
+    );
+    assert_eq!(
+        store.upsert(client, &first).await.unwrap(),
+        Outcome::Unchanged,
+        "{label}, {collection}"
+    );
+    assert_eq!(
+        store.upsert(client, &changed).await.unwrap(),
+        Outcome::Updated,
+        "{label}, {collection}"
+    );
+    let id = changed.id().unwrap();
+    assert_eq!(
+        store.get::<T, _>(client, id).await.unwrap(),
+        Some(changed.clone()),
+        "{label}, {collection}"
+    );
+    assert_eq!(
+        store
+            .find::<T, _>(client, &changed.natural_key())
+            .await
+            .unwrap(),
+        Some(changed.clone()),
+        "{label}, {collection}"
+    );
+    let report = store
+        .upsert_many(client, &[changed.clone(), first.clone()])
+        .await
+        .unwrap();
+    let outcomes: Vec<Outcome> = report
+        .outcomes()
+        .iter()
+        .map(|outcome| outcome.clone().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Unchanged, Outcome::Updated],
+        "{label}, {collection}"
+    );
+    let op = OpId::new("once");
+    let change = [Change::add(effect, 1)];
+    assert_eq!(
+        store
+            .apply_once::<T, _>(client, id, &op, &change)
+            .await
+            .unwrap(),
+        Applied::Applied,
+        "{label}, {collection}"
+    );
+    assert_eq!(
+        store
+            .apply_once::<T, _>(client, id, &op, &change)
+            .await
+            .unwrap(),
+        Applied::AlreadyApplied,
+        "{label}, {collection}"
+    );
+}
+
+/// On PostgreSQL 18 a column named `old` stood in for the old row of `RETURNING (old IS NULL)`:
+/// an insert holding a value there was reported `Updated`, an update holding none `Inserted`.
+#[tokio::test]
+async fn no_column_of_the_users_stands_in_for_a_name_the_statements_use() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_schema(&uri, "ps", "captured_columns").await;
+        converges(
+            &label,
+            &client,
+            captured(Some("x"), "A"),
+            captured(None, "B"),
+            "n",
+        )
+        .await;
+        let deleted = Captured {
+            marked: Some(1),
+            ..captured(None, "B")
+        };
+        let outcome = Store::new().delete(&client, &deleted).await.unwrap();
+        assert_eq!(outcome, Outcome::Deleted, "{label}");
+    }
+}
+
+/// A table named like one of the statements' own relations (a `WITH` query) was hidden by it
+/// wherever the statement reads the table.
+#[tokio::test]
+async fn no_table_of_the_users_is_hidden_by_a_name_the_statements_use() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_schema(&uri, "ps", "captured_tables").await;
+        converges(
+            &label,
+            &client,
+            IncomingTable::titled("A"),
+            IncomingTable::titled("B"),
+            "points",
+        )
+        .await;
+        converges(
+            &label,
+            &client,
+            WrittenTable::titled("A"),
+            WrittenTable::titled("B"),
+            "points",
+        )
+        .await;
+        converges(
+            &label,
+            &client,
+            CheckedTable::titled("A"),
+            CheckedTable::titled("B"),
+            "points",
+        )
+        .await;
+        converges(
+            &label,
+            &client,
+            AppliedTable::titled("A"),
+            AppliedTable::titled("B"),
+            "points",
+        )
+        .await;
+        converges(
+            &label,
+            &client,
+            UnderscoredTable::titled("A"),
+            UnderscoredTable::titled("B"),
+            "points",
+        )
+        .await;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "system_names")]
+struct SystemName {
+    #[idem(key)]
+    key: String,
+    xmax: i64,
+}
+
+/// A field stored as `xmax` cannot have a column: PostgreSQL refuses every system column's
+/// name. It is refused naming it, before a table is made, and a write is refused the same way.
+#[tokio::test]
+async fn a_field_stored_under_a_system_columns_name_is_refused_naming_it() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_schema(&uri, "ps", "system_names").await;
+        let store = Store::new();
+        let error = store
+            .ensure_table::<SystemName, _>(&client)
+            .await
+            .unwrap_err();
+        assert!(
+            is_schema_mismatch(
+                &error,
+                "column \"xmax\" is the name of a PostgreSQL system column"
+            ),
+            "{label}: {error:?}"
+        );
+        let doc = SystemName {
+            key: "k".into(),
+            xmax: 1,
+        };
+        let error = store.upsert(&client, &doc).await.unwrap_err();
+        assert!(is_schema_mismatch(&error, "\"xmax\""), "{label}: {error:?}");
+        let tables: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 0, "{label}");
     }
 }
 

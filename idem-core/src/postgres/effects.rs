@@ -190,13 +190,17 @@ impl Store {
                 let sql_type = column.sql_type();
                 let name = quote(column.name);
                 let (value, assignment) = match &change.kind {
-                    ChangeKind::Add(amount) if matches!(sql_type, "bigint" | "double precision") => (
-                        Some(amount.clone()),
-                        format!(
-                            "{name} = COALESCE({name}, 0) + ${}::text::{sql_type}",
-                            parameters.len() + 1
-                        ),
-                    ),
+                    ChangeKind::Add(amount)
+                        if matches!(sql_type, "bigint" | "double precision") =>
+                    {
+                        (
+                            Some(amount.clone()),
+                            format!(
+                                "{name} = COALESCE(t.{name}, 0) + ${}::text::{sql_type}",
+                                parameters.len() + 1
+                            ),
+                        )
+                    }
                     ChangeKind::Add(_) => {
                         return Err(Error::Serialize {
                             document: Box::new(document),
@@ -245,18 +249,20 @@ impl Store {
             // A NULL list (a row another tool wrote, in a table whose migration allows it) is
             // an empty one: otherwise the operation would be neither applied nor recorded, and
             // answered as applied before.
-            let ops = format!("COALESCE({column}, '[]'::jsonb)");
+            let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
             // The op ids, oldest first, keeping the latest `op_window`.
             assignments.push(format!(
-                "{column} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
-                 jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
-                 WHERE n > jsonb_array_length({ops}) + 1 - {window})",
+                "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+                 FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
+                 AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
                 window = self.op_window,
             ));
+            let applied = table.relation_name("applied");
             let sql = format!(
-                "WITH applied AS (UPDATE {table} SET {assignments} \
-                 WHERE {id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM applied), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                "WITH {applied} AS (UPDATE {table} AS t SET {assignments} \
+                 WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM {applied}), \
+                 EXISTS (SELECT 1 FROM {table} t WHERE t.{id} = $1)",
                 table = table.name(),
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),

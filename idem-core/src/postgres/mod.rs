@@ -171,8 +171,9 @@ impl Store {
         C: GenericClient + Sync,
     {
         let document = DocumentRef::collection(&T::MODEL);
-        // Refused before anything is created: a table with a cut name would never match.
-        if let Some(problem) = Table::of::<T>(InsertedSignal::Xmax).name_too_long() {
+        // Refused before anything is created: a table with a cut name would never match, and
+        // one with a system column's name cannot be made.
+        if let Some(problem) = Table::of::<T>(InsertedSignal::Xmax).unstorable_name() {
             return Err(Error::SchemaMismatch {
                 document: Box::new(document),
                 collection: T::MODEL.collection().to_owned(),
@@ -998,7 +999,7 @@ async fn survey_table<C>(
 where
     C: GenericClient + Sync,
 {
-    if let Some(problem) = table.name_too_long() {
+    if let Some(problem) = table.unstorable_name() {
         return Ok(TableSurvey {
             present: HashMap::new(),
             problems: vec![problem],

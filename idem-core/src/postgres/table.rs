@@ -86,6 +86,9 @@ impl TableColumn {
 /// The longest name PostgreSQL keeps whole (`NAMEDATALEN` − 1): it cuts longer ones silently.
 const MAX_NAME_BYTES: usize = 63;
 
+/// The names of PostgreSQL's system columns, which every table has and no column may take.
+const SYSTEM_COLUMNS: [&str; 6] = ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"];
+
 /// A type's table and the statements idem sends to it.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -131,10 +134,12 @@ impl InsertedSignal {
         }
     }
 
-    fn expression(self) -> &'static str {
+    /// Qualified, so that no column of the user's can stand in for the signal: an unqualified
+    /// `old` would read a column named `old`.
+    fn expression(self) -> String {
         match self {
-            InsertedSignal::OldRow => "(old IS NULL)",
-            InsertedSignal::Xmax => "(t.xmax = 0)",
+            InsertedSignal::OldRow => format!("(old.{} IS NULL)", quote(ID_FIELD)),
+            InsertedSignal::Xmax => "(t.xmax = 0)".to_owned(),
         }
     }
 }
@@ -153,9 +158,10 @@ impl Table {
         Table::new(&T::MODEL, &T::stored_columns(), signal)
     }
 
-    /// A name of the table or of a column longer than PostgreSQL keeps (it would cut it
-    /// silently, and the table would never match the model), as a problem to report.
-    pub fn name_too_long(&self) -> Option<String> {
+    /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
+    /// report: one longer than it keeps (it would cut it silently, and the table would never
+    /// match the model), or a column named like a system column (it refuses to create it).
+    pub fn unstorable_name(&self) -> Option<String> {
         let too_long = |name: &str| name.len() > MAX_NAME_BYTES;
         let collection = self.model.collection();
         if too_long(collection) {
@@ -165,17 +171,25 @@ impl Table {
                 collection.len()
             ));
         }
-        self.columns
-            .iter()
-            .find(|column| too_long(column.name))
-            .map(|column| {
-                format!(
+        self.columns.iter().find_map(|column| {
+            if too_long(column.name) {
+                Some(format!(
                     "column {:?} is {} bytes, and PostgreSQL keeps {MAX_NAME_BYTES} bytes of a \
-                 name: store the field under a shorter name (`#[serde(rename = \"…\")]`)",
+                     name: store the field under a shorter name (`#[serde(rename = \"…\")]`)",
                     column.name,
                     column.name.len()
-                )
-            })
+                ))
+            } else if SYSTEM_COLUMNS.contains(&column.name) {
+                Some(format!(
+                    "column {:?} is the name of a PostgreSQL system column, which no column of \
+                     a table may take: store the field under another name \
+                     (`#[serde(rename = \"…\")]`)",
+                    column.name
+                ))
+            } else {
+                None
+            }
+        })
     }
 
     /// Whether this is the table of the type with `model` and `stored` fields.
@@ -240,13 +254,13 @@ impl Table {
         let inserted = signal.expression();
         table.upsert = table
             .write_statement(Statement::Upsert)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.delete = table
             .write_statement(Statement::Delete)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.insert_new = table
             .write_statement(Statement::InsertNew)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.pinned_replacement = table.pinned_statement();
         table
     }
@@ -254,6 +268,17 @@ impl Table {
     /// The quoted table name.
     pub fn name(&self) -> String {
         quote(self.model.collection())
+    }
+
+    /// The quoted name of one of a statement's own relations (a `WITH` query), `base` unless
+    /// the table has that name: a `WITH` query named like the table would stand for it in the
+    /// statement's `FROM` clauses.
+    pub fn relation_name(&self, base: &str) -> String {
+        if base == self.model.collection() {
+            quote(&format!("{base}_"))
+        } else {
+            quote(base)
+        }
     }
 
     /// The row of the table aliased `alias` as JSON for [`super::read::row_as`], without the
@@ -355,7 +380,8 @@ impl Table {
             .collect();
         let names: Vec<String> = self.sent.iter().map(|index| format!("c{index}")).collect();
         format!(
-            "incoming AS (SELECT * FROM unnest({}) AS i({}))",
+            "{} AS (SELECT * FROM unnest({}) AS i({}))",
+            self.relation_name("incoming"),
             arrays.join(", "),
             names.join(", ")
         )
@@ -413,15 +439,17 @@ impl Table {
             Statement::InsertNew => "DO NOTHING".to_owned(),
         };
         format!(
-            "WITH {incoming}, written AS (\
-             INSERT INTO {table} AS t ({names}) SELECT {values} FROM incoming i{skip} \
+            "WITH {incoming}, {written} AS (\
+             INSERT INTO {table} AS t ({names}) SELECT {values} FROM {incoming_name} i{skip} \
              ON CONFLICT ({key}) {conflict} \
              RETURNING t.{id} AS id, {{inserted}} AS inserted) \
-             SELECT w.id AS incoming_id, w.inserted, {nulls} FROM written w \
+             SELECT w.id AS incoming_id, w.inserted, {nulls} FROM {written} w \
              UNION ALL \
-             SELECT i.c0, NULL, {stored} FROM incoming i JOIN {table} t ON {join} \
-             WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = i.c0)",
+             SELECT i.c0, NULL, {stored} FROM {incoming_name} i JOIN {table} t ON {join} \
+             WHERE NOT EXISTS (SELECT 1 FROM {written} w WHERE w.id = i.c0)",
             incoming = self.incoming(),
+            incoming_name = self.relation_name("incoming"),
+            written = self.relation_name("written"),
             table = self.name(),
             names = names.join(", "),
             values = values.join(", "),
@@ -604,10 +632,11 @@ impl Table {
             ));
         }
         format!(
-            "WITH {} UPDATE {} AS t SET {} FROM incoming i WHERE {} RETURNING t.{}",
+            "WITH {} UPDATE {} AS t SET {} FROM {} i WHERE {} RETURNING t.{}",
             self.incoming(),
             self.name(),
             set.join(", "),
+            self.relation_name("incoming"),
             conditions.join(" AND "),
             quote(ID_FIELD),
         )
