@@ -8,7 +8,7 @@ use tokio_postgres::GenericClient;
 use super::json::{self, JsonError};
 use super::row::{column_text, PreparedRow};
 use super::table::quote;
-use super::{postgres_error, RowState, Store};
+use super::{check_again, postgres_error, RowState, Store};
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
@@ -257,25 +257,40 @@ impl Store {
                  AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
                 window = self.op_window,
             ));
+            let checked = table.relation_name("checked");
             let applied = table.relation_name("applied");
+            // Guarded as every write is (`Table::checked_guard`): nothing is applied to a table
+            // the store has not checked, whose check comes first.
             let sql = format!(
-                "WITH {applied} AS (UPDATE {table} AS t SET {assignments} \
-                 WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
+                "WITH {guard}, {applied} AS (UPDATE {table} AS t SET {assignments} \
+                 WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
+                 AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
                  SELECT (SELECT count(*) FROM {applied}), \
-                 EXISTS (SELECT 1 FROM {table} t WHERE t.{id} = $1)",
+                 EXISTS (SELECT 1 FROM {table} t WHERE t.{id} = $1), \
+                 (SELECT c.ok FROM {checked} c)",
+                guard = table.checked_cte(parameters.len() + 1),
                 table = table.name(),
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
             );
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
-                .iter()
-                .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-                .collect();
-            crate::trace::round_trip("UPDATE");
-            let reply = client
-                .query_typed_one(&sql, &typed)
-                .await
-                .map_err(|source| postgres_error(&document, source))?;
+            let mut checked_again = false;
+            let reply = loop {
+                let checked = table.checked_oids();
+                let mut typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
+                    .iter()
+                    .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+                    .collect();
+                typed.push((&checked, Type::OID_ARRAY));
+                crate::trace::round_trip("UPDATE");
+                let reply = client
+                    .query_typed_one(&sql, &typed)
+                    .await
+                    .map_err(|source| postgres_error(&document, source))?;
+                if reply.get::<_, bool>(2) {
+                    break reply;
+                }
+                check_again(client, &table, &document, &mut checked_again).await?;
+            };
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Applied::Applied),
                 (_, true) => Ok(Applied::AlreadyApplied),

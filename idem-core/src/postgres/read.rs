@@ -7,7 +7,7 @@ use tokio_postgres::GenericClient;
 
 use super::json::{self, Cell};
 use super::table::{quote, Content, Table};
-use super::{postgres_error, Store};
+use super::{check_again, postgres_error, Store};
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
@@ -83,6 +83,8 @@ impl Store {
 }
 
 /// Reads the row of `table` meeting `condition` (over `$n::text` parameters `values`) as `T`.
+/// Guarded as every write is ([`Table::checked_guard`]): a table the store has not checked is
+/// checked first.
 async fn read_one<T, C>(
     client: &C,
     table: &Table,
@@ -94,31 +96,44 @@ where
     T: DeserializeOwned,
     C: GenericClient + Sync,
 {
+    // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
+    // (no `WITH`), as a read is told from a write by its first word.
     let sql = format!(
-        "SELECT {} FROM {} t WHERE {condition}",
+        "SELECT c.ok, {} FROM (SELECT {} AS ok) c LEFT JOIN {} t ON c.ok AND {condition}",
         table.row_json("t", |_| true),
+        table.checked_guard(values.len() + 1),
         table.name()
     );
-    let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
-        .iter()
-        .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-        .collect();
-    crate::trace::round_trip("SELECT");
-    let rows = client
-        .query_typed(&sql, &parameters)
-        .await
-        .map_err(|source| postgres_error(&document, source))?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
+    let mut checked_again = false;
+    let row = loop {
+        let checked = table.checked_oids();
+        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
+            .iter()
+            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+            .collect();
+        parameters.push((&checked, Type::OID_ARRAY));
+        crate::trace::round_trip("SELECT");
+        let row = client
+            .query_typed_one(&sql, &parameters)
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        if row.get::<_, bool>(0) {
+            break row;
+        }
+        check_again(client, table, &document, &mut checked_again).await?;
     };
     let deserialize_error = |message: String| Error::Deserialize {
         document: Box::new(document.clone()),
         message,
     };
-    let Value::Object(stored) = row.get::<_, Value>(0) else {
-        return Err(deserialize_error(
-            "the row did not read as an object".into(),
-        ));
+    let stored = match row.get::<_, Option<Value>>(1) {
+        None => return Ok(None),
+        Some(Value::Object(stored)) => stored,
+        Some(_) => {
+            return Err(deserialize_error(
+                "the row did not read as an object".into(),
+            ))
+        }
     };
     row_as(table, stored)
         .map(Some)
