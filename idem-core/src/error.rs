@@ -342,8 +342,8 @@ pub enum Error {
     },
 
     /// The table or collection does not match the model (a column missing or of another type,
-    /// no unique constraint or index on exactly the natural key): found before any write.
-    /// Nothing was written.
+    /// no unique constraint or index on exactly the natural key): found before any write, or
+    /// by the server refusing a statement for the table's shape. Nothing was written.
     #[error("{document}: `{collection}` does not match the model: {problem}")]
     SchemaMismatch {
         /// The document whose write needed the check.

@@ -292,9 +292,9 @@ async fn select_rows<C>(
 where
     C: GenericClient + Sync,
 {
-    // `t.*`, not `t`: a column named `t` would be taken for the row.
     let sql = format!(
-        "SELECT to_jsonb(t.*), t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
+        "SELECT {}, t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
+        table.row_json("t", |_| true),
         quote(ID_FIELD),
         table.name()
     );

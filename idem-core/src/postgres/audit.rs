@@ -132,9 +132,9 @@ where
         .filter(|name| survey.present.contains_key(*name))
         .map(|name| format!("t.{}, ", quote(name)))
         .collect();
-    // `t.*`, not `t`: a column named `t` would be taken for the row.
     let sql = format!(
-        "SELECT to_jsonb(t.*), t.ctid::text FROM {} t ORDER BY {}t.ctid",
+        "SELECT {}, t.ctid::text FROM {} t ORDER BY {}t.ctid",
+        table.row_json("t", |column| survey.present.contains_key(column)),
         table.name(),
         key_columns.concat()
     );

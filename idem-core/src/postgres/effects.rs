@@ -5,9 +5,11 @@ use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
-use super::row::PreparedRow;
+use super::json::{self, JsonError};
+use super::row::{column_text, PreparedRow};
 use super::table::quote;
-use super::{postgres_error, RowState, Store};
+use super::{check_again, postgres_error, RowState, Store};
+use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
@@ -28,6 +30,9 @@ enum ChangeKind {
     Add(String),
     /// Sets the column to a value, as serde writes it.
     Set(serde_json::Value),
+    /// Sets the column to NaN or an infinity, which only a `double precision` column holds
+    /// (JSON has no such number).
+    SetNonFinite(f64),
     /// A change that cannot be sent, and why.
     Invalid(String),
 }
@@ -56,12 +61,16 @@ impl Change {
     }
 
     /// Sets the effect column `column` (its stored name) to `value`. A value that does not
-    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`].
+    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`]. NaN and the
+    /// infinities are stored as an upsert stores them, in a `double precision` column.
     pub fn set<V: Serialize>(column: &'static str, value: &V) -> Self {
         Change {
             column,
-            kind: match super::json::to_json(value) {
+            kind: match json::to_json(value) {
                 Ok(value) => ChangeKind::Set(value),
+                Err(JsonError::NonFinite { path, value }) if path.is_empty() => {
+                    ChangeKind::SetNonFinite(value)
+                }
                 Err(error) => ChangeKind::Invalid(error.message()),
             },
         }
@@ -181,13 +190,17 @@ impl Store {
                 let sql_type = column.sql_type();
                 let name = quote(column.name);
                 let (value, assignment) = match &change.kind {
-                    ChangeKind::Add(amount) if matches!(sql_type, "bigint" | "double precision") => (
-                        Some(amount.clone()),
-                        format!(
-                            "{name} = COALESCE({name}, 0) + ${}::text::{sql_type}",
-                            parameters.len() + 1
-                        ),
-                    ),
+                    ChangeKind::Add(amount)
+                        if matches!(sql_type, "bigint" | "double precision") =>
+                    {
+                        (
+                            Some(amount.clone()),
+                            format!(
+                                "{name} = COALESCE(t.{name}, 0) + ${}::text::{sql_type}",
+                                parameters.len() + 1
+                            ),
+                        )
+                    }
                     ChangeKind::Add(_) => {
                         return Err(Error::Serialize {
                             document: Box::new(document),
@@ -204,17 +217,30 @@ impl Store {
                         })
                     }
                     ChangeKind::Set(value) => (
-                        super::row::column_text(column.shape, value).map_err(|expected| {
-                            Error::Serialize {
-                                document: Box::new(document.clone()),
-                                message: format!(
-                                    "column {:?} holds {expected}, not {value}",
-                                    column.name
-                                ),
-                            }
+                        column_text(column, Some(value)).map_err(|expected| Error::Serialize {
+                            document: Box::new(document.clone()),
+                            message: format!(
+                                "column {:?} holds {expected}, not {value}",
+                                column.name
+                            ),
                         })?,
                         format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
                     ),
+                    ChangeKind::SetNonFinite(float) if column.shape == ColumnShape::Float => (
+                        Some(json::show_float(*float)),
+                        format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
+                    ),
+                    ChangeKind::SetNonFinite(float) => {
+                        return Err(Error::Serialize {
+                            document: Box::new(document),
+                            message: format!(
+                                "column {:?} is {sql_type}, which cannot hold {}: only a double \
+                                 precision column holds NaN and the infinities",
+                                column.name,
+                                json::show_float(*float)
+                            ),
+                        })
+                    }
                 };
                 parameters.push(value);
                 assignments.push(assignment);
@@ -223,31 +249,48 @@ impl Store {
             // A NULL list (a row another tool wrote, in a table whose migration allows it) is
             // an empty one: otherwise the operation would be neither applied nor recorded, and
             // answered as applied before.
-            let ops = format!("COALESCE({column}, '[]'::jsonb)");
+            let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
             // The op ids, oldest first, keeping the latest `op_window`.
             assignments.push(format!(
-                "{column} = (SELECT COALESCE(jsonb_agg(op ORDER BY n), '[]') FROM \
-                 jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY AS recorded(op, n) \
-                 WHERE n > jsonb_array_length({ops}) + 1 - {window})",
+                "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+                 FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
+                 AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
                 window = self.op_window,
             ));
+            let checked = table.relation_name("checked");
+            let applied = table.relation_name("applied");
+            // Guarded as every write is (`Table::checked_guard`): nothing is applied to a table
+            // the store has not checked, whose check comes first.
             let sql = format!(
-                "WITH applied AS (UPDATE {table} SET {assignments} \
-                 WHERE {id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM applied), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                "WITH {guard}, {applied} AS (UPDATE {table} AS t SET {assignments} \
+                 WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
+                 AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM {applied}), \
+                 EXISTS (SELECT 1 FROM {table} t WHERE t.{id} = $1), \
+                 (SELECT c.ok FROM {checked} c)",
+                guard = table.checked_cte(parameters.len() + 1),
                 table = table.name(),
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
             );
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
-                .iter()
-                .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-                .collect();
-            crate::trace::round_trip("UPDATE");
-            let reply = client
-                .query_typed_one(&sql, &typed)
-                .await
-                .map_err(|source| postgres_error(&document, source))?;
+            let mut checked_again = false;
+            let reply = loop {
+                let checked = table.checked_oids();
+                let mut typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
+                    .iter()
+                    .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+                    .collect();
+                typed.push((&checked, Type::OID_ARRAY));
+                crate::trace::round_trip("UPDATE");
+                let reply = client
+                    .query_typed_one(&sql, &typed)
+                    .await
+                    .map_err(|source| postgres_error(&document, source))?;
+                if reply.get::<_, bool>(2) {
+                    break reply;
+                }
+                check_again(client, &table, &document, &mut checked_again).await?;
+            };
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Applied::Applied),
                 (_, true) => Ok(Applied::AlreadyApplied),

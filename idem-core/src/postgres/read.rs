@@ -7,7 +7,7 @@ use tokio_postgres::GenericClient;
 
 use super::json::{self, Cell};
 use super::table::{quote, Content, Table};
-use super::{postgres_error, Store};
+use super::{check_again, postgres_error, Store};
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
@@ -83,6 +83,8 @@ impl Store {
 }
 
 /// Reads the row of `table` meeting `condition` (over `$n::text` parameters `values`) as `T`.
+/// Guarded as every write is ([`Table::checked_guard`]): a table the store has not checked is
+/// checked first.
 async fn read_one<T, C>(
     client: &C,
     table: &Table,
@@ -94,38 +96,52 @@ where
     T: DeserializeOwned,
     C: GenericClient + Sync,
 {
+    // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
+    // (no `WITH`), as a read is told from a write by its first word.
     let sql = format!(
-        "SELECT to_jsonb(t.*) FROM {} t WHERE {condition}",
+        "SELECT c.ok, {} FROM (SELECT {} AS ok) c LEFT JOIN {} t ON c.ok AND {condition}",
+        table.row_json("t", |_| true),
+        table.checked_guard(values.len() + 1),
         table.name()
     );
-    let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
-        .iter()
-        .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-        .collect();
-    crate::trace::round_trip("SELECT");
-    let rows = client
-        .query_typed(&sql, &parameters)
-        .await
-        .map_err(|source| postgres_error(&document, source))?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
+    let mut checked_again = false;
+    let row = loop {
+        let checked = table.checked_oids();
+        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
+            .iter()
+            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+            .collect();
+        parameters.push((&checked, Type::OID_ARRAY));
+        crate::trace::round_trip("SELECT");
+        let row = client
+            .query_typed_one(&sql, &parameters)
+            .await
+            .map_err(|source| postgres_error(&document, source))?;
+        if row.get::<_, bool>(0) {
+            break row;
+        }
+        check_again(client, table, &document, &mut checked_again).await?;
     };
     let deserialize_error = |message: String| Error::Deserialize {
         document: Box::new(document.clone()),
         message,
     };
-    let Value::Object(stored) = row.get::<_, Value>(0) else {
-        return Err(deserialize_error(
-            "the row did not read as an object".into(),
-        ));
+    let stored = match row.get::<_, Option<Value>>(1) {
+        None => return Ok(None),
+        Some(Value::Object(stored)) => stored,
+        Some(_) => {
+            return Err(deserialize_error(
+                "the row did not read as an object".into(),
+            ))
+        }
     };
     row_as(table, stored)
         .map(Some)
         .map_err(|error| deserialize_error(error.to_string()))
 }
 
-/// A row of `table`, as `to_jsonb` writes it, read as `T`: the one reading of `get`, `find` and
-/// the audit.
+/// A row of `table`, as [`Table::row_json`] writes it, read as `T`: the one reading of `get`,
+/// `find`, the audit and the adoption.
 pub(super) fn row_as<T: DeserializeOwned>(
     table: &Table,
     stored: serde_json::Map<String, Value>,
@@ -134,9 +150,10 @@ pub(super) fn row_as<T: DeserializeOwned>(
 }
 
 /// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
-/// flattened fields back beside the others, NULL as null or, where serde may do without the
-/// field, as absent ([`Column::may_be_absent`](crate::Column::may_be_absent)), and NaN and the
-/// infinities as floats (`to_jsonb` writes them as text).
+/// flattened fields back beside the others, a column [`Table::row_json`] left out (NULL where
+/// serde may do without the field, [`Column::may_be_absent`](crate::Column::may_be_absent)) as
+/// absent, any other NULL as null, and NaN and the infinities as floats (`to_jsonb` writes them
+/// as text).
 fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
     let mut cells = Vec::with_capacity(stored.len());
     for (name, value) in stored {
@@ -145,7 +162,6 @@ fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(Stri
             continue;
         };
         match (column.content, column.shape, value) {
-            (_, _, Value::Null) if column.null_is_absent => {}
             (Content::Extra, _, Value::Object(extra)) => {
                 cells.extend(
                     extra

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::json;
-use super::table::{Content, Table};
+use super::table::{Content, Table, TableColumn};
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
@@ -182,7 +182,7 @@ impl PreparedRow {
                 // Filled last, from what no column took.
                 Content::Extra => None,
                 Content::Stored(_) => {
-                    let value = entries.remove(column.name).unwrap_or(Value::Null);
+                    let value = entries.remove(column.name);
                     if let Some(float) = non_finite_of(column.name) {
                         if column.shape != ColumnShape::Float {
                             return Err(serialize_error(non_finite_outside_float(
@@ -193,10 +193,11 @@ impl PreparedRow {
                         values.push(Some(json::show_float(float)));
                         continue;
                     }
-                    column_text(column.shape, &value).map_err(|expected| {
+                    column_text(column, value.as_ref()).map_err(|expected| {
                         serialize_error(format!(
-                            "field {:?} holds {value}, where its column holds {expected}",
-                            column.name
+                            "field {:?} holds {}, where its column holds {expected}",
+                            column.name,
+                            value.as_ref().unwrap_or(&Value::Null)
                         ))
                     })?
                 }
@@ -264,13 +265,21 @@ impl PreparedRow {
     }
 }
 
-/// The text sent for `value` in a column of `shape`, or what the column expects if `value` is
-/// of another kind. Null and absent values are NULL.
+/// The text sent for `value` (`None`: serde left the field out) in `column`, or what the column
+/// expects if `value` is of another kind. Absent values are NULL, and so are nulls, but in a
+/// `jsonb` column where NULL reads back as absent: there a null is JSON `null`, so that it reads
+/// back as the null serde wrote, not as the field's default.
 pub(crate) fn column_text(
-    shape: ColumnShape,
-    value: &Value,
+    column: &TableColumn,
+    value: Option<&Value>,
 ) -> Result<Option<String>, &'static str> {
-    match (shape, value) {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match (column.shape, value) {
+        (ColumnShape::Structured, Value::Null) if column.null_is_absent => {
+            Ok(Some("null".to_owned()))
+        }
         (_, Value::Null) => Ok(None),
         (ColumnShape::Text, Value::String(text)) => Ok(Some(text.clone())),
         (ColumnShape::Text, _) => Err("text"),

@@ -6,6 +6,9 @@
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
 use std::fmt::Write as _;
+use std::sync::{PoisonError, RwLock};
+
+use tokio_postgres::Row;
 
 use crate::column::{Column, ColumnShape};
 use crate::model::{
@@ -86,6 +89,24 @@ impl TableColumn {
 /// The longest name PostgreSQL keeps whole (`NAMEDATALEN` − 1): it cuts longer ones silently.
 const MAX_NAME_BYTES: usize = 63;
 
+/// The names of PostgreSQL's system columns, which every table has and no column may take.
+const SYSTEM_COLUMNS: [&str; 6] = ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"];
+
+/// A type's table as the check found it in one schema: which table it is, and the names its
+/// unique constraints have there (a migration may have named them, and PostgreSQL shortens the
+/// name it makes of a long table name), by which a unique violation tells what it hit.
+#[derive(Clone, Debug)]
+pub(crate) struct Checked {
+    /// The table's oid: what each statement's guard compares the table it resolves with.
+    pub oid: u32,
+    /// The table's schema, as a unique violation names it.
+    pub schema: String,
+    /// The unique constraints (or indexes) on exactly `_id`, the primary key first.
+    pub id_constraints: Vec<String>,
+    /// The unique constraints (or indexes) on exactly the natural key.
+    pub natural_key_constraints: Vec<String>,
+}
+
 /// A type's table and the statements idem sends to it.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -107,6 +128,9 @@ pub(crate) struct Table {
     pub pinned_replacement: String,
     /// The name of the unique constraint on the natural key that `ensure_table` creates.
     pub natural_key_constraint: String,
+    /// The tables of this type the store checked, one per schema a client's search path led it
+    /// to: the only ones its statements write or read (see [`Table::checked_guard`]).
+    checked: RwLock<Vec<Checked>>,
 }
 
 /// How a statement tells the rows it inserted from the rows it updated, in its own `RETURNING`
@@ -131,10 +155,12 @@ impl InsertedSignal {
         }
     }
 
-    fn expression(self) -> &'static str {
+    /// Qualified, so that no column of the user's can stand in for the signal: an unqualified
+    /// `old` would read a column named `old`.
+    fn expression(self) -> String {
         match self {
-            InsertedSignal::OldRow => "(old IS NULL)",
-            InsertedSignal::Xmax => "(t.xmax = 0)",
+            InsertedSignal::OldRow => format!("(old.{} IS NULL)", quote(ID_FIELD)),
+            InsertedSignal::Xmax => "(t.xmax = 0)".to_owned(),
         }
     }
 }
@@ -153,9 +179,10 @@ impl Table {
         Table::new(&T::MODEL, &T::stored_columns(), signal)
     }
 
-    /// A name of the table or of a column longer than PostgreSQL keeps (it would cut it
-    /// silently, and the table would never match the model), as a problem to report.
-    pub fn name_too_long(&self) -> Option<String> {
+    /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
+    /// report: one longer than it keeps (it would cut it silently, and the table would never
+    /// match the model), or a column named like a system column (it refuses to create it).
+    pub fn unstorable_name(&self) -> Option<String> {
         let too_long = |name: &str| name.len() > MAX_NAME_BYTES;
         let collection = self.model.collection();
         if too_long(collection) {
@@ -165,17 +192,25 @@ impl Table {
                 collection.len()
             ));
         }
-        self.columns
-            .iter()
-            .find(|column| too_long(column.name))
-            .map(|column| {
-                format!(
+        self.columns.iter().find_map(|column| {
+            if too_long(column.name) {
+                Some(format!(
                     "column {:?} is {} bytes, and PostgreSQL keeps {MAX_NAME_BYTES} bytes of a \
-                 name: store the field under a shorter name (`#[serde(rename = \"…\")]`)",
+                     name: store the field under a shorter name (`#[serde(rename = \"…\")]`)",
                     column.name,
                     column.name.len()
-                )
-            })
+                ))
+            } else if SYSTEM_COLUMNS.contains(&column.name) {
+                Some(format!(
+                    "column {:?} is the name of a PostgreSQL system column, which no column of \
+                     a table may take: store the field under another name \
+                     (`#[serde(rename = \"…\")]`)",
+                    column.name
+                ))
+            } else {
+                None
+            }
+        })
     }
 
     /// Whether this is the table of the type with `model` and `stored` fields.
@@ -236,17 +271,18 @@ impl Table {
             insert_new: String::new(),
             pinned_replacement: String::new(),
             natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+            checked: RwLock::default(),
         };
         let inserted = signal.expression();
         table.upsert = table
             .write_statement(Statement::Upsert)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.delete = table
             .write_statement(Statement::Delete)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.insert_new = table
             .write_statement(Statement::InsertNew)
-            .replace("{inserted}", inserted);
+            .replace("{inserted}", &inserted);
         table.pinned_replacement = table.pinned_statement();
         table
     }
@@ -254,6 +290,95 @@ impl Table {
     /// The quoted table name.
     pub fn name(&self) -> String {
         quote(self.model.collection())
+    }
+
+    /// The quoted name of one of a statement's own relations (a `WITH` query), `base` unless
+    /// the table has that name: a `WITH` query named like the table would stand for it in the
+    /// statement's `FROM` clauses.
+    pub fn relation_name(&self, base: &str) -> String {
+        if base == self.model.collection() {
+            quote(&format!("{base}_"))
+        } else {
+            quote(base)
+        }
+    }
+
+    /// Adds a table the check found for this type: statements accept it from now on.
+    pub fn accept(&self, checked: Checked) {
+        let mut tables = self.checked.write().unwrap_or_else(PoisonError::into_inner);
+        tables.retain(|known| known.schema != checked.schema);
+        tables.push(checked);
+    }
+
+    /// The oids of the tables the store checked for this type: the parameter of
+    /// [`Table::checked_guard`].
+    pub fn checked_oids(&self) -> Vec<u32> {
+        let tables = self.checked.read().unwrap_or_else(PoisonError::into_inner);
+        tables.iter().map(|checked| checked.oid).collect()
+    }
+
+    /// The table this type was checked as in `schema`, if it was.
+    pub fn checked_in(&self, schema: &str) -> Option<Checked> {
+        let tables = self.checked.read().unwrap_or_else(PoisonError::into_inner);
+        tables
+            .iter()
+            .find(|checked| checked.schema == schema)
+            .cloned()
+    }
+
+    /// Whether the table the statement's search path resolves is one the store checked (their
+    /// oids are parameter `parameter`, an `oid[]`). A store shared by clients of several schemas,
+    /// or one whose table was dropped, made again or rolled back with the transaction that made
+    /// it, would otherwise write a table it never checked: every statement sent without a check
+    /// first carries this guard and does nothing when it fails, so the store checks that table
+    /// and sends the statement again.
+    pub fn checked_guard(&self, parameter: usize) -> String {
+        format!(
+            "COALESCE(to_regclass({})::oid = ANY(${parameter}::oid[]), false)",
+            literal(&self.name()),
+        )
+    }
+
+    /// `checked AS (SELECT … AS ok)`: the [`checked_guard`](Table::checked_guard) as a `WITH`
+    /// query.
+    pub fn checked_cte(&self, parameter: usize) -> String {
+        format!(
+            "{} AS (SELECT {} AS ok)",
+            self.relation_name("checked"),
+            self.checked_guard(parameter)
+        )
+    }
+
+    /// The row of the table aliased `alias` as JSON for [`super::read::row_as`], without the
+    /// columns that may be absent and are NULL: in such a column NULL is a field serde left
+    /// out, told apart from a null serde wrote (which a `jsonb` column holds as JSON `null`,
+    /// see [`super::row::column_text`]). `present` says which columns the table has (all of them
+    /// but for an audit of a table idem would refuse).
+    pub fn row_json(&self, alias: &str, present: impl Fn(&str) -> bool) -> String {
+        let absent: Vec<String> = self
+            .columns
+            .iter()
+            .filter(|column| {
+                matches!(column.content, Content::Stored(_))
+                    && column.null_is_absent
+                    && present(column.name)
+            })
+            .map(|column| {
+                format!(
+                    "CASE WHEN {alias}.{} IS NULL THEN {} END",
+                    quote(column.name),
+                    literal(column.name)
+                )
+            })
+            .collect();
+        // `t.*`, not `t`: a column named `t` would be taken for the row.
+        match absent.is_empty() {
+            true => format!("to_jsonb({alias}.*)"),
+            false => format!(
+                "(to_jsonb({alias}.*) - array_remove(ARRAY[{}]::text[], NULL))",
+                absent.join(", ")
+            ),
+        }
     }
 
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
@@ -316,14 +441,20 @@ impl Table {
     }
 
     /// `incoming` as a table expression: one `text[]` parameter per sent column, unnested into
-    /// rows `i(c0, c1, …)` whose columns are numbered by position in `columns`.
-    fn incoming(&self) -> String {
+    /// rows `i(c0, c1, …)` whose columns are numbered by position in `columns`; no row unless
+    /// the guard of `checked` (when given) holds.
+    fn incoming(&self, checked: bool) -> String {
         let arrays: Vec<String> = (1..=self.sent.len())
             .map(|parameter| format!("${parameter}::text[]"))
             .collect();
         let names: Vec<String> = self.sent.iter().map(|index| format!("c{index}")).collect();
+        let guard = match checked {
+            true => format!(", {} c WHERE c.ok", self.relation_name("checked")),
+            false => String::new(),
+        };
         format!(
-            "incoming AS (SELECT * FROM unnest({}) AS i({}))",
+            "{} AS (SELECT i.* FROM unnest({}) AS i({}){guard})",
+            self.relation_name("incoming"),
             arrays.join(", "),
             names.join(", ")
         )
@@ -380,16 +511,24 @@ impl Table {
             }
             Statement::InsertNew => "DO NOTHING".to_owned(),
         };
+        // The last branch is the guard's answer: one row without an id when the table the
+        // search path resolves is not one the store checked (nothing was written then).
         format!(
-            "WITH {incoming}, written AS (\
-             INSERT INTO {table} AS t ({names}) SELECT {values} FROM incoming i{skip} \
+            "WITH {checked}, {incoming}, {written} AS (\
+             INSERT INTO {table} AS t ({names}) SELECT {values} FROM {incoming_name} i{skip} \
              ON CONFLICT ({key}) {conflict} \
              RETURNING t.{id} AS id, {{inserted}} AS inserted) \
-             SELECT w.id AS incoming_id, w.inserted, {nulls} FROM written w \
+             SELECT w.id AS incoming_id, w.inserted, {nulls} FROM {written} w \
              UNION ALL \
-             SELECT i.c0, NULL, {stored} FROM incoming i JOIN {table} t ON {join} \
-             WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = i.c0)",
-            incoming = self.incoming(),
+             SELECT i.c0, NULL, {stored} FROM {incoming_name} i JOIN {table} t ON {join} \
+             WHERE NOT EXISTS (SELECT 1 FROM {written} w WHERE w.id = i.c0) \
+             UNION ALL \
+             SELECT NULL, NULL, {nulls} FROM {checked_name} c WHERE NOT c.ok",
+            checked = self.checked_cte(self.sent.len() + 1),
+            checked_name = self.relation_name("checked"),
+            incoming = self.incoming(true),
+            incoming_name = self.relation_name("incoming"),
+            written = self.relation_name("written"),
             table = self.name(),
             names = names.join(", "),
             values = values.join(", "),
@@ -615,15 +754,25 @@ impl Table {
                 next()
             ));
         }
+        // Unguarded: it follows, in the same call, the guarded statement that read the row.
         format!(
-            "WITH {} UPDATE {} AS t SET {} FROM incoming i WHERE {} RETURNING t.{}",
-            self.incoming(),
+            "WITH {} UPDATE {} AS t SET {} FROM {} i WHERE {} RETURNING t.{}",
+            self.incoming(false),
             self.name(),
             set.join(", "),
+            self.relation_name("incoming"),
             conditions.join(" AND "),
             quote(ID_FIELD),
         )
     }
+}
+
+/// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
+/// holds a row without an id.
+pub(crate) fn missed_guard(replies: &[Row]) -> bool {
+    replies
+        .iter()
+        .any(|reply| reply.get::<_, Option<&str>>(0).is_none())
 }
 
 /// A quoted SQL identifier.
