@@ -177,7 +177,7 @@ pub(crate) trait Driver: Sync {
 /// Sends `docs` until each is settled: written, or judged from what stopped it. Documents that
 /// meet a writer committed meanwhile go again, at most [`MAX_ATTEMPTS`] times. When a write of
 /// several documents fails for what one of them holds (a value the server refuses, another
-/// constraint), each goes alone, so the others are written and the one is named.
+/// constraint), each goes alone, so the others are written and the one is named by its reply.
 pub(crate) async fn settle<D: Driver>(
     driver: &D,
     kind: WriteKind,
@@ -204,12 +204,10 @@ pub(crate) async fn settle<D: Driver>(
             let sent: Vec<&D::Doc> = group.iter().map(|&index| docs[index]).collect();
             let replies = match driver.write(kind, &sent).await {
                 Ok(replies) => replies,
+                // Which document the server refused, each going alone tells: the driver
+                // answers a refusal of one document as that document's reply.
                 Err(error) if refuses_a_document(&error) && group.len() > 1 => {
                     one_by_one = true;
-                    continue;
-                }
-                Err(error) if refuses_a_document(&error) => {
-                    outcomes[group[0]] = Some(Err(error));
                     continue;
                 }
                 Err(error) => return Err(error),

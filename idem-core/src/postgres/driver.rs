@@ -9,7 +9,7 @@ use tokio_postgres::GenericClient;
 
 use super::row::{self, PreparedRow, StoredRow};
 use super::table::Table;
-use super::{postgres_error, unique_conflict, Conflict, RowState, Store};
+use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Driver, Encoded, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
@@ -116,11 +116,12 @@ impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
             .await
         {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),
-            Err(error) if docs.len() == 1 => match unique_conflict(&error, self.table, docs[0]) {
-                // A racing writer inserted this id between the natural-key check and the
-                // insert, or another tool stored this id under another natural key.
-                Some(Conflict::Id) => Ok(vec![Reply::Conflict(crate::engine::Conflict::Key)]),
-                Some(Conflict::Other(refusal)) => Ok(vec![Reply::Refused(refusal)]),
+            // A racing writer inserted this id between the natural-key check and the insert,
+            // another tool stored this id under another natural key, or another constraint.
+            Err(error) if docs.len() == 1 => match unique_conflict(&error, self.table) {
+                Some(conflict) => Ok(vec![Reply::Conflict(conflict)]),
+                // A value this row holds that the server refuses: its own refusal.
+                None if refuses_a_row(&error) => Ok(vec![Reply::Refused(error)]),
                 None => Err(error),
             },
             Err(error) => Err(error),
@@ -254,6 +255,14 @@ impl<C: GenericClient + Sync> BatchDriver for PgDriver<'_, C> {
         // The statement returns the rows its guard stopped: nothing to read first.
         Ok(None)
     }
+}
+
+/// Whether the server refused a value the row holds (its error says so): the same row fails
+/// the same way however often it is sent.
+fn refuses_a_row(error: &Error) -> bool {
+    error
+        .as_backend()
+        .is_some_and(|backend| backend.refuses_document())
 }
 
 /// A statement's answer for one row, as the engine reads it.

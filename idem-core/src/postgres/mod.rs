@@ -414,10 +414,8 @@ impl Store {
                         // meets that row.
                         Err(error)
                             if attempts < crate::MAX_ATTEMPTS
-                                && matches!(
-                                    unique_conflict(&error, &table, rows[0]),
-                                    Some(Conflict::Id)
-                                ) => {}
+                                && unique_conflict(&error, &table)
+                                    == Some(engine::Conflict::Key) => {}
                         Err(error) => return Err(error),
                     }
                 };
@@ -1021,15 +1019,6 @@ fn nondeterministic(table: &Table, column: &str, collation: &str) -> String {
     )
 }
 
-/// What a unique violation raised by a single write means.
-enum Conflict {
-    /// The primary key (or the natural key's constraint): this id is stored with another
-    /// natural key, or a racing writer stored the document after the statement's snapshot.
-    Id,
-    /// Another unique constraint: a refusal naming it.
-    Other(Error),
-}
-
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
 /// (class 22: a value out of range, a bad encoding), an integrity constraint (23: another
 /// unique constraint, a check) or a program limit (54: a key too long for its index). The same
@@ -1040,12 +1029,19 @@ fn refuses_row(code: &str) -> bool {
         .any(|class| code.starts_with(class))
 }
 
-fn unique_conflict(error: &Error, table: &Table, row: &PreparedRow) -> Option<Conflict> {
+/// Which unique constraint a unique violation raised by a single write names: the primary key
+/// or the natural key's (this id is stored with another natural key, or a racing writer stored
+/// the document after the statement's snapshot), another one (a refusal naming it), or none.
+fn unique_conflict(error: &Error, table: &Table) -> Option<engine::Conflict> {
     let violation = error.as_postgres()?.as_db_error()?;
     if violation.code().code() != UNIQUE_VIOLATION {
         return None;
     }
-    let name = violation.constraint().unwrap_or("(unnamed)");
+    let Some(name) = violation.constraint() else {
+        return Some(engine::Conflict::Unclear {
+            index: "(unnamed)".to_owned(),
+        });
+    };
     // By the names the check read in the violated table's schema: a migration may have named
     // the primary key, and PostgreSQL shortens the name it makes for a long table name.
     let ours = violation
@@ -1058,13 +1054,12 @@ fn unique_conflict(error: &Error, table: &Table, row: &PreparedRow) -> Option<Co
                 .chain(&checked.natural_key_constraints)
                 .any(|constraint| constraint == name)
         });
-    if ours {
-        return Some(Conflict::Id);
-    }
-    Some(Conflict::Other(Error::UniqueIndexConflict {
-        document: Box::new(row.document.clone()),
-        index: name.to_owned(),
-    }))
+    Some(match ours {
+        true => engine::Conflict::Key,
+        false => engine::Conflict::Other {
+            index: name.to_owned(),
+        },
+    })
 }
 
 /// The tombstone field of `model`, or the error for a type without one.
