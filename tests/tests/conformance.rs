@@ -1852,3 +1852,49 @@ async fn a_frozen_null_is_a_value_and_only_a_none_may_be_set_later() {
         assert_eq!(db.upsert(&renoted).await.unwrap(), Outcome::Updated, "{db}");
     }
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "invites")]
+struct Invite {
+    #[idem(idempotency_key)]
+    request_key: String,
+    email: String,
+}
+
+/// An event colliding in another unique index (one the application made on `email`) is a
+/// refusal naming that index, never a retry until `Contention`; nothing is written, and the
+/// events around it are recorded as ever.
+#[tokio::test]
+async fn recording_an_event_that_collides_in_another_unique_index_is_refused_naming_it() {
+    for db in fresh_backends("record_second_unique").await {
+        db.ensure::<Invite>().await;
+        db.run_raw(
+            r#"CREATE UNIQUE INDEX "invites_email" ON "invites" ("email")"#,
+            mongodb::bson::doc! {
+                "createIndexes": "invites",
+                "indexes": [{ "key": { "email": 1 }, "name": "invites_email", "unique": true }],
+            },
+        )
+        .await;
+        let invite = |key: &str, email: &str| Invite {
+            request_key: key.into(),
+            email: email.into(),
+        };
+        let first = db.record(&invite("r1", "a@x")).await.unwrap();
+        assert_eq!(first.outcome, Outcome::Inserted, "{db}");
+        let before = db.raw::<Invite>().await;
+        match db.record(&invite("r2", "a@x")).await {
+            Err(Error::UniqueIndexConflict { index, .. }) => {
+                assert!(index.contains("invites_email"), "{db}: {index}")
+            }
+            other => panic!("{db}: expected a refusal naming invites_email, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Invite>().await, before, "{db}: nothing written");
+        let again = db.record(&invite("r1", "a@x")).await.unwrap();
+        assert_eq!(
+            (again.id, again.outcome),
+            (first.id, Outcome::Unchanged),
+            "{db}"
+        );
+    }
+}

@@ -10,6 +10,7 @@
 //!   unique index. The retries, the second pinned step over a document another tool stored, the
 //!   reading of a conflict and the refusal of a permanent one live here.
 //! - [`batch`] gives a batch the outcomes single writes would give, in rounds keyed by id.
+//! - [`record`] stores an event once under its idempotency key.
 //!
 //! A driver implements [`Driver`]: how to send one write, how to read what a conflict collided
 //! with, and how to read the few stored values a judgement needs. The comparison rules (digests,
@@ -17,6 +18,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod judge;
+pub(crate) mod record;
 
 use std::future::Future;
 
@@ -37,6 +39,9 @@ pub(crate) enum WriteKind {
     Upsert,
     /// Set the deletion marker if it is not set, or insert the document deleted.
     Delete,
+    /// Insert the document unless its natural key (an event's idempotency key) is stored; the
+    /// reply of a document left alone is what holds the key.
+    Record,
 }
 
 impl WriteKind {
@@ -44,8 +49,8 @@ impl WriteKind {
     fn written(self, inserted: bool) -> Outcome {
         match (self, inserted) {
             (WriteKind::Delete, _) => Outcome::Deleted,
-            (WriteKind::Upsert, true) => Outcome::Inserted,
-            (WriteKind::Upsert, false) => Outcome::Updated,
+            (WriteKind::Upsert | WriteKind::Record, true) => Outcome::Inserted,
+            (WriteKind::Upsert | WriteKind::Record, false) => Outcome::Updated,
         }
     }
 }

@@ -115,6 +115,34 @@ impl MongoDriver<'_> {
         }
     }
 
+    /// `record`: inserts the event unless its idempotency key is stored, in one
+    /// `findAndModify` whose after-image says who stored the key: this write if it carries this
+    /// write's id. A before-image would not: a server that retries a racing upsert internally
+    /// as an update returns none, as if this write had inserted.
+    async fn record_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
+        crate::trace::round_trip("findAndModify");
+        let after = self
+            .collection
+            .find_one_and_update(
+                write.natural_key_filter(),
+                doc! { "$setOnInsert": write.inserted_document() },
+            )
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .await;
+        match after {
+            Ok(Some(stored)) if stored_id_text(&stored).as_deref() == Some(&write.id_text) => {
+                Ok(Reply::Written { inserted: true })
+            }
+            Ok(Some(stored)) => Ok(Reply::Stopped(stored)),
+            Ok(None) => Ok(Reply::Unseen),
+            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
+            Err(source) => Err(mongo_error(&write.document, source)),
+        }
+    }
+
     /// `delete`: sets the tombstone where it is not set, or inserts the document deleted.
     async fn delete_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
         let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
@@ -265,6 +293,13 @@ impl Driver for MongoDriver<'_> {
                 Ok(vec![self.upsert_one(write).await?])
             }
             (WriteKind::Upsert, writes) => self.upsert_all(writes).await,
+            (WriteKind::Record, writes) => {
+                let mut replies = Vec::with_capacity(writes.len());
+                for write in writes {
+                    replies.push(self.record_one(write).await?);
+                }
+                Ok(replies)
+            }
             (WriteKind::Delete, writes) => {
                 let mut replies = Vec::with_capacity(writes.len());
                 for write in writes {

@@ -439,11 +439,6 @@ pub(crate) fn stored_id_text(stored: &Document) -> Option<String> {
     }
 }
 
-/// The id of a stored document, if idem wrote it (a ULID string).
-pub(crate) fn stored_id(stored: &Document) -> Option<Id> {
-    stored.get_str(ID_FIELD).ok().and_then(|id| id.parse().ok())
-}
-
 /// Whether a stored document carries a deletion marker.
 pub(crate) fn is_tombstoned(model: &Model, stored: &Document) -> bool {
     model

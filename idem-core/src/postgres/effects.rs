@@ -8,12 +8,13 @@ use tokio_postgres::GenericClient;
 use super::json::{self, JsonError};
 use super::row::{column_text, PreparedRow};
 use super::table::quote;
-use super::{check_again, postgres_error, RowState, Store};
+use super::{check_again, postgres_error, Store};
 use crate::column::ColumnShape;
+use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
-use crate::outcome::{Applied, Outcome, Recorded};
+use crate::outcome::{Applied, Recorded};
 use crate::trace::{Call, CallKind};
 
 /// One change an operation makes to an `#[idem(effect)]` column, for
@@ -85,7 +86,8 @@ impl Store {
     /// the stored row in the same statement when the key is taken).
     ///
     /// An empty key is refused ([`Error::EmptyKey`]). A key stored by another tool, under an
-    /// `_id` that is not a ULID, is [`Error::ForeignId`].
+    /// `_id` that is not a ULID, is [`Error::ForeignId`]. An event colliding in another unique
+    /// constraint is [`Error::UniqueIndexConflict`], naming it.
     pub async fn record<T, C>(&self, client: &C, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -105,40 +107,7 @@ impl Store {
             let table = self.table::<T, C>(client, &event.document_ref()).await?;
             let id = Id::from(ulid::Ulid::generate());
             let row = PreparedRow::with_id(event, id, &table)?;
-            for attempt in 0..crate::MAX_ATTEMPTS {
-                if attempt > 0 {
-                    crate::trace::retry("a concurrent writer changed the document");
-                }
-                let state = self
-                    .write_rows(client, &table, &[&row], &table.insert_new, &row.document)
-                    .await?
-                    .pop();
-                let stored = match state {
-                    Some(RowState::Written { .. }) => {
-                        return Ok(Recorded::new(id, Outcome::Inserted))
-                    }
-                    Some(RowState::Stopped(stored)) => stored,
-                    // The key was stored after this statement's snapshot: the next one sees it.
-                    Some(RowState::Unseen) | None => continue,
-                };
-                let Ok(first_id) = stored.id.parse::<Id>() else {
-                    return Err(Error::ForeignId {
-                        document: Box::new(row.document),
-                        stored_id: stored.id,
-                    });
-                };
-                if stored.hash.as_deref() == Some(row.hash.as_str()) {
-                    return Ok(Recorded::new(first_id, Outcome::Unchanged));
-                }
-                return Err(Error::IdempotencyKeyReused {
-                    document: Box::new(row.document),
-                    field: key_field.name(),
-                    stored_id: first_id,
-                });
-            }
-            Err(Error::Contention {
-                document: Box::new(row.document),
-            })
+            engine::record::record(&self.driver(client, &table), &row, id, key_field).await
         })
         .await
     }
