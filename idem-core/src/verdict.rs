@@ -1,11 +1,12 @@
 //! The judgement of a stored document against an incoming write, in terms every backend shares.
 //!
-//! A backend reads what is stored under the write's id and reduces it to a [`Stored`]: whether it
-//! carries a deletion marker, how each guarded field compares, its version's order key and its
-//! content hash. [`Stored::judge`] then says what the write does. A backend's server-side guard must
-//! agree with [`Stored::server_may_replace`] exactly: a document the guard left alone is judged
-//! here for its outcome, and a batch sends only the writes this side expects the guard to let
-//! through, so a guard that disagreed would misreport what was written.
+//! The write engine reads what is stored under the write's id through a driver and reduces it to
+//! a [`Stored`]: whether it carries a deletion marker, how each guarded field compares, its
+//! version's order key and its content hash. [`Stored::judge`] then says what the write does. A
+//! backend's server-side guard must agree with [`Stored::server_may_replace`] exactly: a document
+//! the guard left alone is judged here for its outcome, and a batch sends only the writes this
+//! side expects the guard to let through, so a guard that disagreed would loop or misreport what
+//! was written.
 
 use std::cmp::Ordering;
 
@@ -99,6 +100,7 @@ impl Stored<'_> {
                 Verdict::Replace
             };
         };
+        let foreign_version = matches!(stored, StoredVersion::Foreign(_));
         let order = match stored {
             StoredVersion::Absent => return Verdict::Replace,
             StoredVersion::Key(key) => key.cmp(incoming),
@@ -111,7 +113,7 @@ impl Stored<'_> {
             Ordering::Equal if same_content => Verdict::Settled(Outcome::Unchanged),
             // Another tool's document at this version, without a content hash to tell a retry
             // from an edit: the write completes it.
-            Ordering::Equal if self.hash.is_none() => Verdict::Replace,
+            Ordering::Equal if foreign_version && self.hash.is_none() => Verdict::Replace,
             _ => Verdict::Settled(Outcome::Stale),
         }
     }

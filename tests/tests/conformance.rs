@@ -1466,7 +1466,24 @@ async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
             "{db}: the same refusal one by one and in a batch"
         );
         assert_eq!(report.collapsed(), 0, "{db}");
-        let stored = single_db.stored::<Tick>().await;
+        // A derived set is no different: the second member is refused, not taken as stored.
+        let members_db = single_db.reset::<Tick>().await;
+        let inserted = members_db
+            .insert_new(&[first.clone(), moved.clone()])
+            .await
+            .unwrap();
+        assert_eq!(
+            inserted.results()[0].as_ref().ok(),
+            Some(&idem_core::Insertion::Inserted),
+            "{db}"
+        );
+        match &inserted.results()[1] {
+            Err(Error::FrozenFieldChanged { field, .. }) => {
+                assert_eq!(*field, refused[0], "{db}: as one by one")
+            }
+            other => panic!("{db} insert_new: expected the second id refused, got {other:?}"),
+        }
+        let stored = members_db.stored::<Tick>().await;
         assert_eq!(stored.len(), 1, "{db}: {stored:?}");
         assert_eq!(stored[0]["_id"], first.id().unwrap().to_string(), "{db}");
     }
@@ -1896,5 +1913,66 @@ async fn recording_an_event_that_collides_in_another_unique_index_is_refused_nam
             (first.id, Outcome::Unchanged),
             "{db}"
         );
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "notes")]
+struct Note {
+    #[idem(key)]
+    slug: String,
+    #[idem(version)]
+    revision: i64,
+    text: String,
+}
+
+/// A type with a version but neither a timestamp nor a frozen field (no digests) orders a
+/// document stored without its order key as any other; and a document of idem's whose content
+/// hash was removed, met at its own version, is `Stale` at once, not retried until
+/// `Contention` (the guard and the judgement agree).
+#[tokio::test]
+async fn versions_order_documents_without_an_order_key_or_a_hash_for_types_without_digests() {
+    for db in fresh_backends("note_versions").await {
+        db.ensure::<Note>().await;
+        let note = |revision: i64, text: &str| Note {
+            slug: "n".into(),
+            revision,
+            text: text.into(),
+        };
+        db.write_as_another_tool(&note(10, "ten")).await;
+        assert_eq!(
+            db.upsert(&note(5, "five")).await.unwrap(),
+            Outcome::Stale,
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&note(11, "eleven")).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&note(11, "eleven")).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        db.run_raw(
+            r#"UPDATE "notes" SET "sourceHash" = NULL"#,
+            mongodb::bson::doc! {
+                "update": "notes",
+                "updates": [{ "q": {}, "u": { "$unset": { "sourceHash": "" } } }],
+            },
+        )
+        .await;
+        assert_eq!(
+            db.upsert(&note(11, "eleven")).await.unwrap(),
+            Outcome::Stale,
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&note(12, "twelve")).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(db.stored::<Note>().await[0]["text"], "twelve", "{db}");
     }
 }

@@ -141,8 +141,9 @@ pub(crate) trait Driver: Sync {
         docs: &[&Self::Doc],
     ) -> impl Future<Output = Result<Vec<Reply<Self::Stored>>, Error>> + Send;
 
-    /// Replaces `stored`, a document another tool wrote (no digests), with `doc`, only while it
-    /// is as it was read. `false`: it changed meanwhile.
+    /// Replaces `stored`, a document the server guard cannot compare (another tool's, without
+    /// digests, or one without the version's order key), with `doc`, only while it is as it
+    /// was read. `false`: it changed meanwhile.
     fn write_pinned(
         &self,
         doc: &Self::Doc,
@@ -170,7 +171,8 @@ pub(crate) trait Driver: Sync {
     fn stored_digest<'s>(&self, stored: &'s Self::Stored, field: &Field) -> StoredDigest<'s>;
     /// The stored version order key.
     fn stored_version<'s>(&self, stored: &'s Self::Stored) -> StoredVersion<'s>;
-    /// The stored value of `field` in the neutral form; `None` if missing or null.
+    /// The stored value of `field` in the neutral form: `None` if missing, `Some(Value::Null)`
+    /// for a stored null (a column's NULL).
     fn stored_value(&self, stored: &Self::Stored, field: &Field) -> Option<Value>;
     /// The stored value of `field`, as a refusal shows it; `None` if missing.
     fn stored_shown(&self, stored: &Self::Stored, field: &Field) -> Option<String>;
@@ -197,7 +199,7 @@ pub(crate) async fn settle<D: Driver>(
         if pending.is_empty() {
             break;
         }
-        if attempt > 0 {
+        if attempt > 0 && !one_by_one {
             crate::trace::retry("a concurrent writer changed the document");
         }
         let groups: Vec<Vec<usize>> = if one_by_one {
@@ -282,7 +284,7 @@ pub(crate) async fn settle_stopped<D: Driver>(
 
 /// Whether the server refused a value one document holds (another constraint, a value out of
 /// range): the same document fails the same way however often it is sent.
-fn refuses_a_document(error: &Error) -> bool {
+pub(crate) fn refuses_a_document(error: &Error) -> bool {
     error
         .as_backend()
         .is_some_and(|backend| backend.refuses_document())

@@ -14,7 +14,7 @@ use super::audit::{
     inspect, read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key,
     Inspection, Reading, ADOPTION_FIELD,
 };
-use super::write::{digest_of, stored_id_text};
+use super::write::{guarded_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
 use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
 use crate::error::Error;
@@ -430,7 +430,7 @@ impl Adoption<'_> {
             .model
             .digested_fields()
             .filter_map(|field| {
-                let digest = digest_of(stored.get(field.stored_name())?).ok()??;
+                let digest = guarded_digest(field, stored.get(field.stored_name())?).ok()??;
                 Some((field.stored_name().to_owned(), Bson::String(digest)))
             })
             .collect();

@@ -28,7 +28,7 @@ use crate::audit::{
 };
 use crate::error::Error;
 use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
-use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
+use crate::id::Id;
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD, RESERVED_FIELDS};
 use crate::read::read_as;
 use crate::trace::{Call, CallKind};
@@ -169,75 +169,17 @@ pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) ->
     }
 }
 
-/// A key value read from a stored document.
-struct StoredKeyValue<'a>(KeyPart<'a>);
-
-impl IdKey for StoredKeyValue<'_> {
-    fn key_part(&self) -> KeyPart<'_> {
-        self.0
-    }
-}
-
-/// The id derived from a stored document's key fields and timestamp, read as the types idem
-/// stores them: text, integers and booleans for keys; integer milliseconds or a BSON date for
-/// the timestamp. Other stored types (a chrono timestamp stored as text, a `SystemTime` stored
-/// as a struct) need the typed audit.
+/// The id derived from a stored document's key fields and timestamp ([`crate::audit`]'s
+/// rule), a BSON date read as its milliseconds.
 pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id, String> {
-    let parts = model
-        .key_fields()
-        .map(|field| match stored.get(field.stored_name()) {
-            Some(Bson::String(text)) => Ok(StoredKeyValue(KeyPart::Text(text))),
-            Some(Bson::Int32(value)) => Ok(StoredKeyValue(KeyPart::Integer(i128::from(*value)))),
-            Some(Bson::Int64(value)) => Ok(StoredKeyValue(KeyPart::Integer(i128::from(*value)))),
-            Some(Bson::Boolean(value)) => Ok(StoredKeyValue(KeyPart::Bool(*value))),
-            other => Err(unusable(
-                field,
-                other,
-                "a key is text, an integer or a boolean",
-            )),
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let keys: Vec<&dyn IdKey> = parts.iter().map(|part| part as &dyn IdKey).collect();
-    let timestamp_ms = match model.timestamp_field() {
-        None => None,
-        Some(field) => Some(match stored.get(field.stored_name()) {
-            Some(Bson::Int32(millis)) => i64::from(*millis),
-            Some(Bson::Int64(millis)) => *millis,
-            Some(Bson::DateTime(date)) => date.timestamp_millis(),
-            other => {
-                return Err(unusable(
-                    field,
-                    other,
-                    "a timestamp is integer milliseconds or a date",
-                ))
-            }
-        }),
+    let neutral = |field: &Field| match stored.get(field.stored_name()) {
+        None => serde_json::Value::Null,
+        Some(Bson::DateTime(date)) => serde_json::Value::from(date.timestamp_millis()),
+        Some(value) => value.clone().into_relaxed_extjson(),
     };
-    let timestamp = timestamp_ms
-        .as_ref()
-        .map(|millis| millis as &dyn IdTimestamp);
-    derive_id(model, &keys, timestamp).map_err(|error| match error {
-        Error::EmptyKey { field, .. } => format!("key field `{field}` is empty"),
-        Error::AmbiguousKey { field, value, .. } => format!(
-            "key field `{field}` = {value:?} contains ':', which the joined scheme cannot tell \
-             from its separator"
-        ),
-        Error::TimestampOutOfRange { field, problem, .. } => {
-            format!("timestamp field `{field}`: {problem}")
-        }
-        other => other.to_string(),
-    })
-}
-
-fn unusable(field: &Field, value: Option<&Bson>, expected: &str) -> String {
-    match value {
-        None | Some(Bson::Null) => format!("`{}` is missing", field.stored_name()),
-        Some(value) => format!(
-            "`{}` holds {}, but {expected}",
-            field.stored_name(),
-            show(value)
-        ),
-    }
+    let key: Vec<serde_json::Value> = model.natural_key_fields().map(neutral).collect();
+    let timestamp = model.timestamp_field().map(neutral);
+    crate::audit::derive_from_stored(model, &key, timestamp.as_ref())
 }
 
 /// The content hash of a stored document from its stored fields, for a model given at run time:

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::batch::{refused_by_server, write_commands, write_errors};
 use super::write::{nul_name_problem, PreparedWrite};
 use super::{
-    find_by_id, find_ids, index_in_message, mongo_error, unique_index_conflict, update_or_explain,
-    Store, APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS,
+    find_by_id, find_ids, index_in_message, mongo_error, update_or_explain, Store,
+    APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS,
 };
 use crate::engine;
 use crate::error::Error;
@@ -191,7 +191,10 @@ impl Store {
                         engine::stored_elsewhere(&driver, write, &stored).map(Err)
                     }
                     (None, None) if index_in_message(message) == natural_key_index => None,
-                    (None, None) => Some(Err(unique_index_conflict(write, message))),
+                    (None, None) => Some(Err(engine::unique_index_conflict(
+                        &write.document,
+                        index_in_message(message),
+                    ))),
                 }
             };
         }

@@ -483,15 +483,6 @@ fn duplicate_key_message(error: &mongodb::error::Error) -> &str {
     }
 }
 
-/// The refusal of `write` for a collision on a unique index other than the natural key's: the
-/// reads found neither its id nor its natural key stored.
-fn unique_index_conflict(write: &PreparedWrite, duplicate_message: &str) -> Error {
-    Error::UniqueIndexConflict {
-        document: Box::new(write.document.clone()),
-        index: index_in_message(duplicate_message),
-    }
-}
-
 /// `NAME` in a server's "… index: NAME dup key: …", or "(unnamed)".
 fn index_in_message(message: &str) -> String {
     message

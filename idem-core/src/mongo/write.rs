@@ -1,15 +1,14 @@
-//! One document ready to write: its stored form, the server-side guard that decides whether it
-//! replaces the stored document, and the reduction of a stored document to what
-//! [`verdict`](crate::verdict) judges. The single upsert, the batch upsert, `delete`,
-//! `insert_new` and `record` all build their commands here.
+//! One document ready to write: its stored form and the server-side guard that decides whether
+//! it replaces the stored document. The single upsert, the batch upsert, `delete`, `insert_new`
+//! and `record` all build their commands here; the engine judges what they meet
+//! ([`crate::engine`]).
 //!
 //! The guard is an aggregation expression over the stored document, in the same terms as
-//! [`Stored::judge`]: not deleted; each guarded field never written or holding the incoming
-//! digest (a document without digests only where none of those fields is written); and a
-//! strictly newer version order key, or without versions another content hash.
-//! [`PreparedWrite::stored`] reads a stored document the same way. A write that replaces a
-//! document stamps it with its own marker, so the document the server returns says whether this
-//! very write replaced it.
+//! [`crate::verdict::Stored::judge`]: not deleted; each guarded field never written or holding
+//! the incoming digest (a document without digests only where none of those fields is written);
+//! and a strictly newer version order key (a document with a version but no order key stops it),
+//! or without versions another content hash. A write that replaces a document stamps it with its
+//! own marker, so the document the server returns says whether this very write replaced it.
 
 use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
@@ -270,7 +269,7 @@ impl PreparedWrite {
     }
 
     /// The server-side guard: whether this write may replace the stored document (`$$ROOT`).
-    /// [`PreparedWrite::stored`] and [`Stored::server_may_replace`] state the same rule.
+    /// [`crate::verdict::Stored::server_may_replace`] states the same rule.
     fn guard(&self) -> Bson {
         let mut conditions: Vec<Bson> = Vec::new();
         if let Some(tombstone) = self.model.tombstone_field() {
@@ -418,15 +417,9 @@ fn is_null(value: &Bson) -> bool {
     matches!(value, Bson::Null)
 }
 
-/// The digest of a stored value in the canonical encoding of the content hash, where documents
-/// compare whatever their field order; `None` for null, a field never written.
-pub(crate) fn digest_of(value: &Bson) -> Result<Option<String>, String> {
-    crate::hash::guard_digest(value, is_null(value))
-}
-
 /// The digest of `field`'s incoming value; `None` for a value never written (an `Option`'s
 /// null: [`Field::null_is_unwritten`]).
-fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<String>, String> {
+pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<String>, String> {
     crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
 }
 

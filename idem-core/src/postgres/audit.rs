@@ -36,7 +36,7 @@ use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
 };
 use crate::error::Error;
-use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
+use crate::id::Id;
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 
@@ -236,7 +236,7 @@ where
     if model.idempotency_key_field().is_none() {
         let derived = match &read {
             Ok(value) => value.id().map_err(|error| error.to_string()),
-            Err(_) => derive_from_stored(model, &key, timestamp.as_ref()),
+            Err(_) => crate::audit::derive_from_stored(model, &key, timestamp.as_ref()),
         };
         match derived {
             Err(why) => {
@@ -294,64 +294,6 @@ fn stored_value(stored: &Map<String, Value>, field: &Field) -> Value {
         .get(field.stored_name())
         .cloned()
         .unwrap_or(Value::Null)
-}
-
-/// A key value as a row stores it.
-struct StoredKey<'a>(KeyPart<'a>);
-
-impl IdKey for StoredKey<'_> {
-    fn key_part(&self) -> KeyPart<'_> {
-        self.0
-    }
-}
-
-/// The id derived from a row's stored key values (`key`, in declaration order) and timestamp,
-/// for a row that does not read as its type: keys stored as text, integers or booleans, the
-/// timestamp as integer milliseconds.
-fn derive_from_stored(
-    model: &Model,
-    key: &[Value],
-    timestamp: Option<&Value>,
-) -> Result<Id, String> {
-    let parts = model
-        .natural_key_fields()
-        .zip(key)
-        .map(|(field, value)| match value {
-            Value::String(text) => Ok(StoredKey(KeyPart::Text(text))),
-            Value::Bool(flag) => Ok(StoredKey(KeyPart::Bool(*flag))),
-            Value::Number(number) => number
-                .as_i64()
-                .map(i128::from)
-                .or_else(|| number.as_u64().map(i128::from))
-                .map(|integer| StoredKey(KeyPart::Integer(integer)))
-                .ok_or_else(|| unusable(field, value, "a key is an integer")),
-            _ => Err(unusable(
-                field,
-                value,
-                "a key is text, an integer or a boolean",
-            )),
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let keys: Vec<&dyn IdKey> = parts.iter().map(|part| part as &dyn IdKey).collect();
-    let millis = match (model.timestamp_field(), timestamp) {
-        (Some(field), Some(value)) => Some(value.as_i64().ok_or_else(|| {
-            unusable(
-                field,
-                value,
-                "a timestamp of a row that does not read as the type is integer milliseconds",
-            )
-        })?),
-        _ => None,
-    };
-    let timestamp = millis.as_ref().map(|millis| millis as &dyn IdTimestamp);
-    derive_id(model, &keys, timestamp).map_err(|error| error.to_string())
-}
-
-fn unusable(field: &Field, value: &Value, expected: &str) -> String {
-    match value {
-        Value::Null => format!("`{}` is missing", field.stored_name()),
-        value => format!("`{}` holds {value}, but {expected}", field.stored_name()),
-    }
 }
 
 /// A natural key as stored: each key column's stored name and value.

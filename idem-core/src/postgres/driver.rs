@@ -122,7 +122,9 @@ impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
             Err(error) if docs.len() == 1 => match unique_conflict(&error, self.table) {
                 Some(conflict) => Ok(vec![Reply::Conflict(conflict)]),
                 // A value this row holds that the server refuses: its own refusal.
-                None if refuses_a_row(&error) => Ok(vec![Reply::Refused(error)]),
+                None if crate::engine::refuses_a_document(&error) => {
+                    Ok(vec![Reply::Refused(error)])
+                }
                 None => Err(error),
             },
             Err(error) => Err(error),
@@ -256,14 +258,6 @@ impl<C: GenericClient + Sync> BatchDriver for PgDriver<'_, C> {
         // The statement returns the rows its guard stopped: nothing to read first.
         Ok(None)
     }
-}
-
-/// Whether the server refused a value the row holds (its error says so): the same row fails
-/// the same way however often it is sent.
-fn refuses_a_row(error: &Error) -> bool {
-    error
-        .as_backend()
-        .is_some_and(|backend| backend.refuses_document())
 }
 
 /// A statement's answer for one row, as the engine reads it.

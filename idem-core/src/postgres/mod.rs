@@ -73,7 +73,7 @@ use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
-use crate::batch::BatchReport;
+use crate::batch::{BatchPlanner, BatchReport, Planned};
 use crate::engine::{self, WriteKind};
 use crate::error::{BackendError, Error};
 use crate::id::Id;
@@ -219,7 +219,7 @@ impl Store {
             let mut outcomes = engine::settle(&driver, WriteKind::Upsert, &[&row]).await?;
             outcomes
                 .pop()
-                .unwrap_or_else(|| Err(contention(&row.document)))
+                .unwrap_or_else(|| Err(engine::contention(&row.document)))
         })
         .await
     }
@@ -283,7 +283,7 @@ impl Store {
             let mut outcomes = engine::settle(&driver, WriteKind::Delete, &[&row]).await?;
             outcomes
                 .pop()
-                .unwrap_or_else(|| Err(contention(&row.document)))
+                .unwrap_or_else(|| Err(engine::contention(&row.document)))
         })
         .await
     }
@@ -382,22 +382,29 @@ impl Store {
         call.run(async move {
             let collection = DocumentRef::collection(&T::MODEL);
             let table = self.table::<T, C>(client, &collection).await?;
-            let mut first_with_key = HashMap::new();
-            let mut candidates = Vec::new();
-            let mut copies = Vec::new();
-            for (index, member) in members.iter().enumerate() {
-                let row = PreparedRow::new(member, &table)?;
-                match *first_with_key
-                    .entry(row.natural_key.clone())
-                    .or_insert(index)
-                {
-                    first if first == index => candidates.push((index, row)),
-                    first => copies.push((index, first)),
-                }
+            // Copies collapse by id, never by natural key alone: a member with the natural key
+            // of an earlier one under another id goes in a later round, and is refused there.
+            let prepared: Vec<PreparedRow> = members
+                .iter()
+                .map(|member| PreparedRow::new(member, &table))
+                .collect::<Result<_, _>>()?;
+            let mut planner = BatchPlanner::default();
+            for (index, row) in prepared.iter().enumerate() {
+                let planned = Planned {
+                    id: &row.id_text,
+                    natural_key: &row.natural_key,
+                    hash: &row.hash,
+                };
+                planner.add(index, planned);
             }
+            let plan = planner.plan;
             let mut results = vec![Ok(Insertion::AlreadyStored); members.len()];
-            for chunk in candidates.chunks(self.batch_chunk) {
-                let rows: Vec<&PreparedRow> = chunk.iter().map(|(_, row)| row).collect();
+            let chunks = plan
+                .rounds
+                .iter()
+                .flat_map(|round| round.chunks(self.batch_chunk));
+            for chunk in chunks {
+                let rows: Vec<&PreparedRow> = chunk.iter().map(|&index| &prepared[index]).collect();
                 let mut attempts = 0;
                 let states = loop {
                     attempts += 1;
@@ -419,13 +426,13 @@ impl Store {
                         Err(error) => return Err(error),
                     }
                 };
-                for ((index, row), state) in chunk.iter().zip(states) {
+                for ((&index, row), state) in chunk.iter().zip(&rows).zip(states) {
                     match state {
-                        RowState::Written { .. } => results[*index] = Ok(Insertion::Inserted),
+                        RowState::Written { .. } => results[index] = Ok(Insertion::Inserted),
                         RowState::Stopped(stored) if stored.id != row.id_text => {
                             let driver = self.driver(client, &table);
                             if let Some(refusal) = engine::stored_elsewhere(&driver, row, &stored) {
-                                results[*index] = Err(refusal);
+                                results[index] = Err(refusal);
                             }
                         }
                         // Stored already, or by a racing caller whose share it is.
@@ -433,7 +440,7 @@ impl Store {
                     }
                 }
             }
-            for (copy, first) in copies {
+            for (copy, first) in plan.copies {
                 results[copy] = copy_insertion(&results[first]);
             }
             Ok(InsertReport::new(members, results))
@@ -589,7 +596,7 @@ impl Store {
         C: GenericClient + Sync,
     {
         let columns = column_arrays(table, &[row], &row.document)?;
-        let pinned = row.pinned_parameters(stored);
+        let pinned = row.pinned_parameters(table, stored);
         let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = columns
             .iter()
             .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
@@ -782,7 +789,7 @@ where
     C: GenericClient + Sync,
 {
     if std::mem::replace(checked_again, true) {
-        return Err(contention(document));
+        return Err(engine::contention(document));
     }
     check_table(client, table, document).await
 }
@@ -1072,12 +1079,6 @@ fn tombstone_field(
         .ok_or_else(|| Error::NoTombstoneField {
             document: Box::new(document.clone()),
         })
-}
-
-fn contention(document: &DocumentRef) -> Error {
-    Error::Contention {
-        document: Box::new(document.clone()),
-    }
 }
 
 /// A driver error as idem reports it: kept whole, with its SQLSTATE and whether a retry may

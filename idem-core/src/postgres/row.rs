@@ -254,11 +254,17 @@ impl PreparedRow {
 
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
     /// digests, version key and version, and guarded values, as read.
-    pub fn pinned_parameters(&self, stored: &StoredRow) -> Vec<Option<String>> {
-        let mut parameters = vec![stored.hash.clone(), stored.digests_text.clone()];
-        if self.version_key.is_some() {
+    /// The statement's conditions follow the table's columns, and so do these.
+    pub fn pinned_parameters(&self, table: &Table, stored: &StoredRow) -> Vec<Option<String>> {
+        let mut parameters = vec![stored.hash.clone()];
+        if table.column_with(Content::Digests).is_some() {
+            parameters.push(stored.digests_text.clone());
+        }
+        if table.column_with(Content::VersionKey).is_some() {
             parameters.push(stored.version_key.clone());
-            parameters.push(stored.version_value.clone());
+            if self.model.version_field().is_some() {
+                parameters.push(stored.version_value.clone());
+            }
         }
         parameters.extend(stored.guarded_values.iter().cloned());
         parameters

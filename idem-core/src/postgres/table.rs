@@ -728,11 +728,13 @@ impl Table {
             quote(self.model.hash_field()),
             next()
         ));
-        conditions.push(format!(
-            "t.{}::text IS NOT DISTINCT FROM {}",
-            quote(FROZEN_DIGESTS_FIELD),
-            next()
-        ));
+        if self.column_with(Content::Digests).is_some() {
+            conditions.push(format!(
+                "t.{}::text IS NOT DISTINCT FROM {}",
+                quote(FROZEN_DIGESTS_FIELD),
+                next()
+            ));
+        }
         if self.column_with(Content::VersionKey).is_some() {
             conditions.push(format!(
                 "t.{} IS NOT DISTINCT FROM {}",
