@@ -61,9 +61,11 @@ mod adopt;
 mod audit;
 mod driver;
 mod effects;
+mod errors;
 mod json;
 mod read;
 mod row;
+mod schema;
 mod table;
 
 use std::collections::HashMap;
@@ -75,7 +77,7 @@ use tokio_postgres::GenericClient;
 
 use crate::batch::{BatchPlanner, BatchReport, Planned};
 use crate::engine::{self, WriteKind};
-use crate::error::{BackendError, Error};
+use crate::error::Error;
 use crate::id::Id;
 use crate::insert::{copy_insertion, InsertReport, Insertion};
 use crate::model::{
@@ -86,6 +88,10 @@ use crate::outcome::{Outcome, Pushed};
 use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};
 use table::{InsertedSignal, Table};
+
+pub use errors::driver_error;
+use errors::postgres_error;
+use schema::{check_again, check_table, survey_table};
 
 pub use crate::model::APPLIED_OPS_FIELD;
 pub use effects::Change;
@@ -752,290 +758,6 @@ fn column_arrays<'r>(
     Ok(columns)
 }
 
-/// Checks that the table `client`'s search path resolves for `table` exists with every column of
-/// the model, each of its type, a primary key on `_id` and a unique constraint (or unique index
-/// without a predicate) on exactly the natural key, both checked as each row is written (not
-/// `DEFERRABLE`) and comparing byte for byte (no nondeterministic collation on a key column);
-/// then lets `table`'s statements write it.
-async fn check_table<C>(client: &C, table: &Table, document: &DocumentRef) -> Result<(), Error>
-where
-    C: GenericClient + Sync,
-{
-    let survey = survey_table(client, table, document).await?;
-    match survey.checked {
-        Some(checked) if survey.problems.is_empty() => {
-            table.accept(checked);
-            Ok(())
-        }
-        // A table the survey did not find has that problem.
-        _ => Err(Error::SchemaMismatch {
-            document: Box::new(document.clone()),
-            collection: table.model.collection().to_owned(),
-            problem: survey.problems.into_iter().next().unwrap_or_default(),
-        }),
-    }
-}
-
-/// After a statement's [`Table::checked_guard`] failed (the statement did nothing): checks the
-/// table the client's search path leads to, so that the statement may go again, once
-/// (`checked_again`); a second failure means the table was made again meanwhile.
-async fn check_again<C>(
-    client: &C,
-    table: &Table,
-    document: &DocumentRef,
-    checked_again: &mut bool,
-) -> Result<(), Error>
-where
-    C: GenericClient + Sync,
-{
-    if std::mem::replace(checked_again, true) {
-        return Err(engine::contention(document));
-    }
-    check_table(client, table, document).await
-}
-
-/// A table as the server holds it, against what idem needs of it.
-struct TableSurvey {
-    /// Each column present, with its type as `format_type` writes it; empty if the table does
-    /// not exist.
-    present: HashMap<String, String>,
-    /// What idem needs and the table lacks, in the order [`check_table`] refuses them: the table
-    /// itself, then each column of the model missing or of another type, then the collations of
-    /// the key columns, then the primary key and the unique constraint on the natural key, then
-    /// those of them that are deferrable.
-    problems: Vec<String>,
-    /// The table and the names of its unique constraints; `None` if it does not exist.
-    checked: Option<table::Checked>,
-}
-
-/// One unique index of a table, as the survey reads it.
-struct UniqueIndex {
-    name: String,
-    primary: bool,
-    /// Whether its uniqueness is checked as each row is written (not `DEFERRABLE`).
-    immediate: bool,
-    /// Its key columns, sorted.
-    columns: Vec<String>,
-    /// Each key column it compares with a nondeterministic collation, and that collation.
-    nondeterministic: Vec<(String, String)>,
-}
-
-/// Reads `table`'s columns and unique constraints from the catalog: what the check before the
-/// first write refuses on, and what an audit of a table other code made reports.
-async fn survey_table<C>(
-    client: &C,
-    table: &Table,
-    document: &DocumentRef,
-) -> Result<TableSurvey, Error>
-where
-    C: GenericClient + Sync,
-{
-    let absent = |problem| TableSurvey {
-        present: HashMap::new(),
-        problems: vec![problem],
-        checked: None,
-    };
-    if let Some(problem) = table.unstorable_name() {
-        return Ok(absent(problem));
-    }
-    let name = table.model.collection();
-    // Resolved through the search path, as the statements resolve the table.
-    crate::trace::round_trip("SELECT");
-    let columns = client
-        .query_typed(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.oid, \
-             n.nspname::text, coll.collname::text, coll.collisdeterministic \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-             LEFT JOIN pg_collation coll ON coll.oid = a.attcollation \
-             WHERE c.oid = to_regclass(quote_ident($1))",
-            &[(&name, Type::TEXT)],
-        )
-        .await
-        .map_err(|source| postgres_error(document, source))?;
-    let Some(first) = columns.first() else {
-        return Ok(absent(format!(
-            "it does not exist in the search path; create it with \
-             Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
-            table.create_sql()
-        )));
-    };
-    let oid: u32 = first.get(2);
-    let schema: String = first.get(3);
-    let present: HashMap<String, String> =
-        columns.iter().map(|row| (row.get(0), row.get(1))).collect();
-    let mut problems = Vec::new();
-    for (column, expected) in table.expected_columns() {
-        match present.get(column) {
-            None => problems.push(format!(
-                "column {column:?} is missing (expected {expected})"
-            )),
-            Some(found) if found != expected => {
-                problems.push(format!("column {column:?} is {found}, expected {expected}"))
-            }
-            Some(_) => {}
-        }
-    }
-    let mut natural_key: Vec<String> = table
-        .model
-        .natural_key_fields()
-        .map(|field| field.stored_name().to_owned())
-        .collect();
-    natural_key.sort();
-    let is_key = |column: &str| column == ID_FIELD || natural_key.iter().any(|key| key == column);
-    for row in &columns {
-        let (column, collation): (String, Option<String>) = (row.get(0), row.get(4));
-        if is_key(&column) && row.get::<_, Option<bool>>(5) == Some(false) {
-            problems.push(nondeterministic(
-                table,
-                &column,
-                &collation.unwrap_or_default(),
-            ));
-        }
-    }
-    crate::trace::round_trip("SELECT");
-    let unique: Vec<UniqueIndex> = client
-        .query_typed(
-            "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
-             array_agg(a.attname::text ORDER BY a.attname), \
-             array_agg(a.attname::text ORDER BY a.attname) \
-             FILTER (WHERE NOT coll.collisdeterministic), \
-             array_agg(coll.collname::text ORDER BY a.attname) \
-             FILTER (WHERE NOT coll.collisdeterministic) \
-             FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid \
-             CROSS JOIN LATERAL unnest(x.indkey::int2[], x.indcollation::oid[]) \
-             WITH ORDINALITY AS k(attnum, collation_oid, n) \
-             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
-             LEFT JOIN pg_collation coll ON coll.oid = k.collation_oid \
-             WHERE x.indrelid = $1 AND x.indisunique AND x.indpred IS NULL \
-             AND x.indexprs IS NULL AND k.n <= x.indnkeyatts \
-             GROUP BY i.relname, x.indisprimary, x.indimmediate",
-            &[(&oid, Type::OID)],
-        )
-        .await
-        .map_err(|source| postgres_error(document, source))?
-        .iter()
-        .map(|row| UniqueIndex {
-            name: row.get(0),
-            primary: row.get(1),
-            immediate: row.get(2),
-            columns: row.get(3),
-            nondeterministic: row
-                .get::<_, Option<Vec<String>>>(4)
-                .unwrap_or_default()
-                .into_iter()
-                .zip(row.get::<_, Option<Vec<String>>>(5).unwrap_or_default())
-                .collect(),
-        })
-        .collect();
-    let mut on_id: Vec<&UniqueIndex> = unique
-        .iter()
-        .filter(|index| index.columns == [ID_FIELD])
-        .collect();
-    on_id.sort_by_key(|index| !index.primary);
-    let on_natural_key: Vec<&UniqueIndex> = unique
-        .iter()
-        .filter(|index| index.columns == natural_key)
-        .collect();
-    for (column, collation) in on_id
-        .iter()
-        .chain(&on_natural_key)
-        .flat_map(|index| &index.nondeterministic)
-    {
-        let problem = nondeterministic(table, column, collation);
-        if !problems.contains(&problem) {
-            problems.push(problem);
-        }
-    }
-    if on_id.is_empty() && present.contains_key(ID_FIELD) {
-        problems.push(format!(
-            "no primary key on {id:?}: a row another tool stored under a document's id, or a \
-             racing first write, would not be told apart from another unique constraint: \
-             ALTER TABLE {} ADD PRIMARY KEY ({})",
-            table.name(),
-            table::quote(ID_FIELD),
-            id = ID_FIELD,
-        ));
-    }
-    if on_natural_key.is_empty() {
-        problems.push(format!(
-            "no unique constraint on exactly the natural key ({}); idem's conflict target \
-             needs one: ALTER TABLE {} ADD CONSTRAINT {} UNIQUE ({})",
-            natural_key.join(", "),
-            table.name(),
-            table::quote(&table.natural_key_constraint),
-            natural_key
-                .iter()
-                .map(|name| table::quote(name))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
-    for index in on_id.iter().chain(&on_natural_key) {
-        if !index.immediate {
-            problems.push(format!(
-                "the unique constraint {:?} on ({}) is DEFERRABLE: ON CONFLICT cannot use it \
-                 (every write fails with 55000), and a conflict it defers to the commit is one \
-                 idem never sees; make it anew without DEFERRABLE: ALTER TABLE {} DROP \
-                 CONSTRAINT {name}, ADD CONSTRAINT {name} {} ({})",
-                index.name,
-                index.columns.join(", "),
-                table.name(),
-                if index.primary {
-                    "PRIMARY KEY"
-                } else {
-                    "UNIQUE"
-                },
-                index
-                    .columns
-                    .iter()
-                    .map(|column| table::quote(column))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                name = table::quote(&index.name),
-            ));
-        }
-    }
-    let checked = table::Checked {
-        oid,
-        schema,
-        id_constraints: on_id.iter().map(|index| index.name.clone()).collect(),
-        natural_key_constraints: on_natural_key
-            .iter()
-            .map(|index| index.name.clone())
-            .collect(),
-    };
-    Ok(TableSurvey {
-        present,
-        problems,
-        checked: Some(checked),
-    })
-}
-
-/// The problem of a key column compared with a nondeterministic (case- or accent-insensitive)
-/// collation: keys that differ would meet as one, so one document would be refused as another's
-/// id change, and a batch holding both would fail whole (21000).
-fn nondeterministic(table: &Table, column: &str, collation: &str) -> String {
-    format!(
-        "column {column:?} is compared with the nondeterministic collation {collation:?}, \
-         under which different keys are equal; idem tells documents apart byte for byte: give \
-         the column (and the indexes on it) a deterministic collation: ALTER TABLE {} ALTER \
-         COLUMN {} TYPE text COLLATE \"default\"",
-        table.name(),
-        table::quote(column),
-    )
-}
-
-/// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
-/// (class 22: a value out of range, a bad encoding), an integrity constraint (23: another
-/// unique constraint, a check) or a program limit (54: a key too long for its index). The same
-/// row fails the same way however often it is sent.
-fn refuses_row(code: &str) -> bool {
-    ["22", "23", "54"]
-        .iter()
-        .any(|class| code.starts_with(class))
-}
-
 /// Which unique constraint a unique violation raised by a single write names: the primary key
 /// or the natural key's (this id is stored with another natural key, or a racing writer stored
 /// the document after the statement's snapshot), another one (a refusal naming it), or none.
@@ -1079,97 +801,4 @@ fn tombstone_field(
         .ok_or_else(|| Error::NoTombstoneField {
             document: Box::new(document.clone()),
         })
-}
-
-/// A driver error as idem reports it: kept whole, with its SQLSTATE and whether a retry may
-/// help.
-pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
-    let code = source.code().map(|state| state.code().to_owned());
-    let retryable = is_transient(&source);
-    // The driver's own text of a server error is only "db error": show what the server said.
-    let message = source.as_db_error().map(|db| {
-        let mut message = format!("{} ({}): {}", db.severity(), db.code().code(), db.message());
-        if let Some(detail) = db.detail() {
-            message.push_str(&format!("; {detail}"));
-        }
-        message
-    });
-    let refuses_document = source.code().is_some_and(|state| refuses_row(state.code()));
-    let mut error = BackendError::new("PostgreSQL", code, retryable, source);
-    if refuses_document {
-        error = error.refusing_document();
-    }
-    match message {
-        Some(message) => error.with_message(message),
-        None => error,
-    }
-}
-
-fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Error {
-    match schema_problem(&source) {
-        Some(problem) => Error::SchemaMismatch {
-            document: Box::new(document.clone()),
-            collection: document.collection.to_owned(),
-            problem,
-        },
-        None => Error::Backend {
-            document: Box::new(document.clone()),
-            source: driver_error(source),
-        },
-    }
-}
-
-/// What the server's refusal of a statement says about the table, if it refused it for the
-/// table's shape: the statement met a table other than the one the store checked (it was
-/// dropped, its creating transaction rolled back, a migration changed it, or the client's search
-/// path leads to another schema's table, which does not even parse).
-fn schema_problem(source: &tokio_postgres::Error) -> Option<String> {
-    let refusal = source.as_db_error()?;
-    let found = match refusal.code().code() {
-        // undefined_table
-        "42P01" => {
-            return Some(format!(
-                "{}: it is not in the client's search path (dropped, or made by a transaction \
-                 that rolled back); create it with Store::ensure_table::<T>() or from \
-                 Store::create_table_sql::<T>()",
-                refusal.message()
-            ))
-        }
-        // invalid_column_reference: ON CONFLICT found no unique constraint for its target
-        "42P10" => "it has no unique constraint on exactly the natural key",
-        // object_not_in_prerequisite_state: the only one idem's statements meet
-        "55000" => {
-            "a unique constraint on the natural key is DEFERRABLE, which ON CONFLICT cannot use"
-        }
-        // undefined_column, datatype_mismatch, undefined_function (an operator of another type)
-        "42703" | "42804" | "42883" => "a column of the model is missing or of another type",
-        _ => return None,
-    };
-    Some(format!(
-        "{}: {found}; the store checked another table (this one changed since, or the client's \
-         search path leads to another schema): make it as Store::create_table_sql::<T>() prints it",
-        refusal.message()
-    ))
-}
-
-/// Whether the same call may succeed if made again: the connection failed or closed, or the
-/// server asked for a retry (serialization failure, deadlock, shutdown, too many connections),
-/// or gave up waiting (`lock_timeout`, `statement_timeout`: another transaction held the row).
-fn is_transient(error: &tokio_postgres::Error) -> bool {
-    if error.is_closed() {
-        return true;
-    }
-    match error.code() {
-        Some(state) => {
-            let code = state.code();
-            code.starts_with("08")
-                || matches!(
-                    code,
-                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014"
-                )
-        }
-        // No SQLSTATE: the connection or the protocol failed, not the statement.
-        None => std::error::Error::source(error)
-            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
-    }
 }

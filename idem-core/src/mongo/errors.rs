@@ -1,0 +1,89 @@
+//! MongoDB's errors as idem reports them: the server's code, whether a retry may help (from the
+//! error's kind, labels and codes, never its message), and the index a duplicate key names.
+
+use crate::error::Error;
+use crate::model::DocumentRef;
+
+/// MongoDB's error code for a duplicate key.
+pub(super) const DUPLICATE_KEY: i32 = 11000;
+
+pub(super) fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
+    Error::Backend {
+        document: Box::new(document.clone()),
+        source: driver_error(source),
+    }
+}
+
+/// A driver error as idem reports it: kept whole, with its code and whether a retry may help.
+pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let code = match source.kind.as_ref() {
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(error.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(error)) => Some(error.code),
+        _ => None,
+    };
+    let code = code.map(|code| code.to_string());
+    crate::BackendError::new("MongoDB", code, is_transient(&source), source)
+}
+
+/// The server's message of a duplicate-key error. Read only to name the index in a refusal:
+/// what the refusal is was decided by reading the stored documents, not from this text.
+pub(super) fn duplicate_key_message(error: &mongodb::error::Error) -> &str {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.message.as_str(),
+        ErrorKind::Command(command_error) => command_error.message.as_str(),
+        _ => "",
+    }
+}
+
+/// `NAME` in a server's "… index: NAME dup key: …", or "(unnamed)".
+pub(super) fn index_in_message(message: &str) -> String {
+    message
+        .split_once("index: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map_or_else(|| "(unnamed)".to_owned(), str::to_owned)
+}
+
+pub(super) fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(write_error)) => {
+            write_error.code == DUPLICATE_KEY
+        }
+        ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}
+
+/// Server error codes after which the same write may succeed: the network, an election, a
+/// shutdown, or an unconfirmed write concern.
+pub(super) const TRANSIENT_CODES: &[i32] = &[
+    6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+];
+
+/// Whether a driver error leaves the write worth retrying, decided from its kind, labels and
+/// codes, never its message.
+pub(crate) fn is_transient(error: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    if error.contains_label("RetryableWriteError")
+        || error.contains_label("TransientTransactionError")
+    {
+        return true;
+    }
+    match error.kind.as_ref() {
+        ErrorKind::Io(_)
+        | ErrorKind::ServerSelection { .. }
+        | ErrorKind::ConnectionPoolCleared { .. } => true,
+        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => true,
+        ErrorKind::Command(command) => is_transient_code(command.code),
+        ErrorKind::InsertMany(failure) => failure.write_concern_error.is_some(),
+        _ => false,
+    }
+}
+
+/// Whether a server error code leaves the write worth retrying.
+pub(crate) fn is_transient_code(code: i32) -> bool {
+    TRANSIENT_CODES.contains(&code)
+}
