@@ -9,7 +9,8 @@
 //!   `Deleted` or a refusal), unseen (a writer committed meanwhile: go again), or a conflict on a
 //!   unique index. The retries, the second pinned step over a document another tool stored, the
 //!   reading of a conflict and the refusal of a permanent one live here.
-//! - [`batch`] gives a batch the outcomes single writes would give, in rounds keyed by id.
+//! - [`batch`] gives a batch the outcomes single writes would give, in rounds keyed by id and
+//!   natural key, copies collapsed by id.
 //! - [`record`] stores an event once under its idempotency key.
 //!
 //! A driver implements [`Driver`]: how to send one write, how to read what a conflict collided
