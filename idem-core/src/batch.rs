@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::error::Error;
+use crate::model::NaturalKey;
 use crate::outcome::Outcome;
 
 /// How a batch is sent.
@@ -32,8 +33,8 @@ pub struct BatchPlan {
 pub struct Planned<'a> {
     /// The derived id.
     pub id: &'a str,
-    /// The natural key, as any text that tells natural keys apart.
-    pub natural_key: &'a str,
+    /// The natural key.
+    pub natural_key: &'a NaturalKey,
     /// The content hash.
     pub hash: &'a str,
 }
@@ -57,8 +58,9 @@ pub struct BatchPlanner {
     pub plan: BatchPlan,
     /// Per id: the last input with that id and its content hash.
     last: HashMap<String, (usize, String)>,
-    /// Per id and per natural key: the rounds used so far (the next round it may go in).
-    rounds_used: HashMap<String, usize>,
+    /// Per id, and per natural key: the rounds used so far (the next round it may go in).
+    rounds_by_id: HashMap<String, usize>,
+    rounds_by_key: HashMap<NaturalKey, usize>,
 }
 
 /// Where [`BatchPlanner::add`] put an input.
@@ -79,12 +81,11 @@ impl BatchPlanner {
                 return Placement::CopyOf(*previous);
             }
         }
-        // Ids and natural keys share one map: an id is 26 characters of base32, and a natural
-        // key is kept with a prefix no id has.
-        let key = format!("\u{0}{}", input.natural_key);
-        let round = [input.id, key.as_str()]
-            .iter()
-            .filter_map(|name| self.rounds_used.get(*name))
+        let round = self
+            .rounds_by_id
+            .get(input.id)
+            .into_iter()
+            .chain(self.rounds_by_key.get(input.natural_key))
             .max()
             .copied()
             .unwrap_or(0);
@@ -94,8 +95,9 @@ impl BatchPlanner {
         self.plan.rounds[round].push(index);
         self.last
             .insert(input.id.to_owned(), (index, input.hash.to_owned()));
-        self.rounds_used.insert(input.id.to_owned(), round + 1);
-        self.rounds_used.insert(key, round + 1);
+        self.rounds_by_id.insert(input.id.to_owned(), round + 1);
+        self.rounds_by_key
+            .insert(input.natural_key.clone(), round + 1);
         Placement::Round(round)
     }
 }
@@ -215,12 +217,18 @@ impl<'r> IntoIterator for &'r BatchReport {
 mod tests {
     use super::*;
 
+    /// A natural key of one text field.
+    fn key(value: &str) -> NaturalKey {
+        NaturalKey::new(vec![("k", crate::KeyValue::Text(value.to_owned()))])
+    }
+
     #[test]
     fn each_distinct_content_of_an_id_goes_in_its_own_round_in_input_order() {
-        let input = |id, hash| {
+        let keys: Vec<NaturalKey> = ["a", "b"].map(key).into();
+        let input = |id: &'static str, hash| {
             Some(Planned {
                 id,
-                natural_key: id,
+                natural_key: &keys[usize::from(id == "b")],
                 hash,
             })
         };
@@ -240,10 +248,11 @@ mod tests {
 
     #[test]
     fn one_natural_key_under_two_ids_is_two_writes_in_two_rounds_never_a_copy() {
+        let one_key = key("k");
         let input = |id, hash| {
             Some(Planned {
                 id,
-                natural_key: "k",
+                natural_key: &one_key,
                 hash,
             })
         };

@@ -164,12 +164,12 @@ mod tests {
     #[test]
     fn a_copy_of_a_stored_member_is_stored_already_and_a_refusal_repeats() {
         assert_eq!(
-            copy_insertion(&Ok(Insertion::Inserted)).unwrap(),
-            Insertion::AlreadyStored
+            copy_insertion(&Ok(Insertion::Inserted)).ok(),
+            Some(Insertion::AlreadyStored)
         );
         assert_eq!(
-            copy_insertion(&Ok(Insertion::AlreadyStored)).unwrap(),
-            Insertion::AlreadyStored
+            copy_insertion(&Ok(Insertion::AlreadyStored)).ok(),
+            Some(Insertion::AlreadyStored)
         );
         assert!(matches!(
             copy_insertion(&Err(refusal())),

@@ -523,6 +523,39 @@ impl Db {
         }
     }
 
+    /// Creates a unique index `name` on `field` of `T`'s collection or table, as an application
+    /// adds its own constraint beside idem's.
+    pub async fn create_unique_index<T: Idempotent>(&self, name: &str, field: &str) {
+        let collection = T::MODEL.collection();
+        let sql = format!(
+            "CREATE UNIQUE INDEX {} ON {} ({})",
+            Db::quoted(name),
+            Db::quoted(collection),
+            Db::quoted(field)
+        );
+        let command = mongodb::bson::doc! {
+            "createIndexes": collection,
+            "indexes": [{ "key": { field: 1 }, "name": name, "unique": true }],
+        };
+        self.run_raw(&sql, command).await;
+    }
+
+    /// Removes `field` from every stored document of `T` (NULL on PostgreSQL, `$unset` on
+    /// MongoDB), as another route or tool would.
+    pub async fn clear_field<T: Idempotent>(&self, field: &str) {
+        let collection = T::MODEL.collection();
+        let sql = format!(
+            "UPDATE {} SET {} = NULL",
+            Db::quoted(collection),
+            Db::quoted(field)
+        );
+        let command = mongodb::bson::doc! {
+            "update": collection,
+            "updates": [{ "q": {}, "u": { "$unset": { field: "" } }, "multi": true }],
+        };
+        self.run_raw(&sql, command).await;
+    }
+
     /// A quoted SQL identifier.
     fn quoted(name: &str) -> String {
         format!("\"{}\"", name.replace('"', "\"\""))

@@ -1588,14 +1588,7 @@ async fn an_upsert_never_writes_back_an_effect_field_that_was_removed() {
         };
         assert_eq!(db.upsert(&wallet).await.unwrap(), Outcome::Inserted, "{db}");
         assert_eq!(db.stored::<Purse>().await[0]["points"], 10, "{db}");
-        db.run_raw(
-            r#"UPDATE "purses" SET "points" = NULL"#,
-            mongodb::bson::doc! {
-                "update": "purses",
-                "updates": [{ "q": {}, "u": { "$unset": { "points": "" } } }],
-            },
-        )
-        .await;
+        db.clear_field::<Purse>("points").await;
         let relabelled = Purse {
             label: "second".into(),
             ..wallet.clone()
@@ -1629,14 +1622,8 @@ struct Member {
 async fn a_second_unique_index_is_a_refusal_naming_it_on_every_path() {
     for db in fresh_backends("second_unique").await {
         db.ensure::<Member>().await;
-        db.run_raw(
-            r#"CREATE UNIQUE INDEX "members_email" ON "members" ("email")"#,
-            mongodb::bson::doc! {
-                "createIndexes": "members",
-                "indexes": [{ "key": { "email": 1 }, "name": "members_email", "unique": true }],
-            },
-        )
-        .await;
+        db.create_unique_index::<Member>("members_email", "email")
+            .await;
         let member = |handle: &str, email: &str| Member {
             handle: handle.into(),
             email: email.into(),
@@ -1693,12 +1680,7 @@ async fn a_stale_replay_never_overwrites_a_newer_document_stored_without_an_orde
                 "another tool" => db.write_as_another_tool(&newer).await,
                 _ => {
                     db.upsert(&newer).await.unwrap();
-                    let command = mongodb::bson::doc! {
-                        "update": "entries",
-                        "updates": [{ "q": {}, "u": { "$unset": { "idemVersion": "" } } }],
-                    };
-                    db.run_raw(r#"UPDATE "entries" SET "idemVersion" = NULL"#, command)
-                        .await;
+                    db.clear_field::<Entry>("idemVersion").await;
                 }
             }
             if how == "another tool" {
@@ -1885,14 +1867,8 @@ struct Invite {
 async fn recording_an_event_that_collides_in_another_unique_index_is_refused_naming_it() {
     for db in fresh_backends("record_second_unique").await {
         db.ensure::<Invite>().await;
-        db.run_raw(
-            r#"CREATE UNIQUE INDEX "invites_email" ON "invites" ("email")"#,
-            mongodb::bson::doc! {
-                "createIndexes": "invites",
-                "indexes": [{ "key": { "email": 1 }, "name": "invites_email", "unique": true }],
-            },
-        )
-        .await;
+        db.create_unique_index::<Invite>("invites_email", "email")
+            .await;
         let invite = |key: &str, email: &str| Invite {
             request_key: key.into(),
             email: email.into(),
@@ -1955,14 +1931,7 @@ async fn versions_order_documents_without_an_order_key_or_a_hash_for_types_witho
             Outcome::Unchanged,
             "{db}"
         );
-        db.run_raw(
-            r#"UPDATE "notes" SET "sourceHash" = NULL"#,
-            mongodb::bson::doc! {
-                "update": "notes",
-                "updates": [{ "q": {}, "u": { "$unset": { "sourceHash": "" } } }],
-            },
-        )
-        .await;
+        db.clear_field::<Note>("sourceHash").await;
         assert_eq!(
             db.upsert(&note(11, "eleven")).await.unwrap(),
             Outcome::Stale,

@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 
 use serde::Serialize;
 
-use super::{contention, judge, settle, Driver, Encoded, Judged, WriteKind};
+use super::{contention, judge, settle, Driver, Judged, WriteKind};
 use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement, Planned};
 use crate::error::Error;
 use crate::model::{DocumentRef, Idempotent};
@@ -76,9 +76,9 @@ where
                     Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
                     Ok(doc) => {
                         let planned = Planned {
-                            id: doc.id_text(),
-                            natural_key: &doc.natural_key_text(),
-                            hash: doc.hash(),
+                            id: doc.id_text.as_str(),
+                            natural_key: &doc.document.natural_key,
+                            hash: doc.hash.as_str(),
                         };
                         if planner.add(index, planned) == Placement::Round(0) {
                             first_round.push((index, doc));
@@ -174,7 +174,7 @@ async fn settle_chunk<D: BatchDriver>(
     Ok(outcomes
         .into_iter()
         .zip(docs)
-        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(doc.document()))))
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
         .collect())
 }
 

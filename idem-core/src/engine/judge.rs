@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::{Driver, Encoded, StoredDigest, WriteKind};
+use super::{Driver, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::Outcome;
@@ -38,7 +38,7 @@ pub(crate) fn judge<D: Driver>(
     stored: &D::Stored,
 ) -> Judged {
     let stored_id = driver.stored_id(stored);
-    if stored_id.as_deref() != Some(doc.id_text()) {
+    if stored_id.as_deref() != Some(doc.id_text.as_str()) {
         return Judged::Refused(id_change(driver, doc, stored, stored_id));
     }
     if let Some(field) = driver.key_differs(doc, stored) {
@@ -52,7 +52,7 @@ pub(crate) fn judge<D: Driver>(
         };
     }
     let reduced = reduce(driver, doc, stored);
-    match reduced.judge(doc.hash(), doc.version_key()) {
+    match reduced.judge(doc.hash.as_str(), doc.version_key.as_deref()) {
         Verdict::Replace => Judged::Replace {
             foreign: reduced.has_foreign(),
         },
@@ -69,13 +69,14 @@ pub(crate) fn stored_elsewhere<D: Driver>(
     stored: &D::Stored,
 ) -> Option<Error> {
     let stored_id = driver.stored_id(stored);
-    (stored_id.as_deref() != Some(doc.id_text())).then(|| id_change(driver, doc, stored, stored_id))
+    (stored_id.as_deref() != Some(doc.id_text.as_str()))
+        .then(|| id_change(driver, doc, stored, stored_id))
 }
 
 /// A stored document reduced to what the verdict reads, compared as the server guard compares.
 fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Stored<'s> {
     let guarded = doc
-        .digests()
+        .digests
         .iter()
         .map(|(field, incoming)| {
             let state = match driver.stored_digest(stored, field) {
@@ -99,7 +100,8 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Sto
         tombstoned: driver.is_tombstoned(stored),
         guarded,
         version: doc
-            .version_key()
+            .version_key
+            .as_ref()
             .map(|_| match driver.stored_version(stored) {
                 StoredVersion::Absent => stored_version_field(driver, doc, stored),
                 read => read,
@@ -115,14 +117,14 @@ fn stored_version_field<'s, D: Driver>(
     doc: &D::Doc,
     stored: &'s D::Stored,
 ) -> StoredVersion<'s> {
-    let Some(field) = doc.model().version_field() else {
+    let Some(field) = doc.model.version_field() else {
         return StoredVersion::Absent;
     };
     match driver.stored_value(stored, field) {
         None | Some(Value::Null) => StoredVersion::Absent,
-        Some(value) => doc
-            .stored_version_key(&value)
-            .map_or(StoredVersion::Unordered, StoredVersion::Foreign),
+        Some(value) => {
+            (doc.stored_version)(&value).map_or(StoredVersion::Unordered, StoredVersion::Foreign)
+        }
     }
 }
 
@@ -135,7 +137,7 @@ fn id_change<D: Driver>(
     stored: &D::Stored,
     stored_id: Option<String>,
 ) -> Error {
-    let moved = doc.model().timestamp_field().filter(|field| {
+    let moved = doc.model.timestamp_field().filter(|field| {
         driver
             .stored_value(stored, field)
             .is_none_or(|value| !same_value(&value, &driver.incoming_value(doc, field)))
@@ -143,13 +145,13 @@ fn id_change<D: Driver>(
     match moved {
         Some(field) => refusal(driver, doc, stored, field),
         None => Error::FrozenFieldChanged {
-            document: Box::new(doc.document().clone()),
+            document: Box::new(doc.document.clone()),
             stored_id: stored_id.clone().unwrap_or_default(),
             field: ID_FIELD,
             stored_name: ID_FIELD,
             stored: stored_id
                 .map_or_else(|| "(missing)".to_owned(), |id| Value::from(id).to_string()),
-            incoming: Value::from(doc.id_text()).to_string(),
+            incoming: Value::from(doc.id_text.as_str()).to_string(),
         },
     }
 }
@@ -162,10 +164,10 @@ fn refusal<D: Driver>(
     field: &'static Field,
 ) -> Error {
     Error::FrozenFieldChanged {
-        document: Box::new(doc.document().clone()),
+        document: Box::new(doc.document.clone()),
         stored_id: driver
             .stored_id(stored)
-            .unwrap_or_else(|| doc.id_text().to_owned()),
+            .unwrap_or_else(|| doc.id_text.clone()),
         field: field.name(),
         stored_name: field.stored_name(),
         stored: driver

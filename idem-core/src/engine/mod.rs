@@ -26,6 +26,7 @@ use std::future::Future;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::id::Id;
 use crate::model::{DocumentRef, Field, Model};
 use crate::outcome::Outcome;
 use crate::verdict::StoredVersion;
@@ -106,30 +107,60 @@ pub(crate) enum StoredDigest<'s> {
     Other,
 }
 
-/// A document encoded for one database, and what the engine reads of it.
-pub(crate) trait Encoded {
+/// What every driver's prepared document holds beside its own encoding, computed before any
+/// round trip: the engine reads a document through this (a driver's document dereferences to
+/// it).
+#[derive(Debug)]
+pub(crate) struct Prepared {
     /// The type's model.
-    fn model(&self) -> &'static Model;
+    pub model: &'static Model,
     /// How errors name the document.
-    fn document(&self) -> &DocumentRef;
-    /// The derived id, as stored.
-    fn id_text(&self) -> &str;
+    pub document: DocumentRef,
+    /// The id it is written under.
+    pub id: Id,
+    /// The id, as stored.
+    pub id_text: String,
     /// The content hash, as stored.
-    fn hash(&self) -> &str;
-    /// The natural key as text that tells natural keys apart, as the database compares them.
-    fn natural_key_text(&self) -> std::borrow::Cow<'_, str>;
+    pub hash: String,
     /// The version's order key, for a type with versions.
-    fn version_key(&self) -> Option<&str>;
+    pub version_key: Option<String>,
     /// Each guarded field with the digest of its incoming value (`None`: never written).
-    fn digests(&self) -> &[(&'static Field, Option<String>)];
-    /// The order key of a stored value of the version field, read back as the type's.
-    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey>;
+    pub digests: Vec<(&'static Field, Option<String>)>,
+    /// Reads a stored version back as the type's ([`crate::Idempotent::stored_version_key`]).
+    pub stored_version: fn(&Value) -> Option<crate::VersionKey>,
+}
+
+impl Prepared {
+    /// `doc`'s part of its prepared form (`document` names it), under `id`, with its content
+    /// hash and the digests of its guarded fields as the driver computed them from its own
+    /// encoding.
+    pub fn new<T: crate::Idempotent>(
+        doc: &T,
+        document: DocumentRef,
+        id: Id,
+        hash: String,
+        digests: Vec<(&'static Field, Option<String>)>,
+    ) -> Self {
+        Prepared {
+            model: &T::MODEL,
+            document,
+            id,
+            id_text: id.to_string(),
+            hash,
+            version_key: T::MODEL
+                .version_field()
+                .and(doc.version_key())
+                .map(|key| key.to_stored()),
+            digests,
+            stored_version: T::stored_version_key,
+        }
+    }
 }
 
 /// One database's side of a write: it encodes and sends, the engine decides.
 pub(crate) trait Driver: Sync {
     /// A document ready to send.
-    type Doc: Encoded + Sync;
+    type Doc: std::ops::Deref<Target = Prepared> + Sync;
     /// What the driver read of a stored document.
     type Stored: Send + Sync;
 
@@ -228,7 +259,7 @@ pub(crate) async fn settle<D: Driver>(
     Ok(outcomes
         .into_iter()
         .zip(docs)
-        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(doc.document()))))
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
         .collect())
 }
 
@@ -245,14 +276,14 @@ async fn settle_reply<D: Driver>(
         Reply::Refused(refusal) => Ok(Some(Err(refusal))),
         Reply::Stopped(stored) => settle_stopped(driver, kind, doc, &stored).await,
         Reply::Conflict(Conflict::Other { index }) => {
-            Ok(Some(Err(unique_index_conflict(doc.document(), index))))
+            Ok(Some(Err(unique_index_conflict(&doc.document, index))))
         }
         Reply::Conflict(conflict) => {
             let stored = driver.read_conflict(doc).await?;
             match (stored, conflict) {
                 (Some(stored), _) => settle_stopped(driver, kind, doc, &stored).await,
                 (None, Conflict::Unclear { index } | Conflict::Other { index }) => {
-                    Ok(Some(Err(unique_index_conflict(doc.document(), index))))
+                    Ok(Some(Err(unique_index_conflict(&doc.document, index))))
                 }
                 // The holder of the id or natural key is gone since the write (deleted, or
                 // moved by `adopt`): the write goes again.

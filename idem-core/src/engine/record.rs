@@ -1,23 +1,23 @@
 //! `record` on any driver: an event (a type with an idempotency key) is stored once under the
 //! fresh id of its first write; a retry with the same key finds it.
 
-use super::{unique_index_conflict, Conflict, Driver, Encoded, Reply, WriteKind};
+use super::{unique_index_conflict, Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::Field;
 use crate::outcome::{Outcome, Recorded};
 use crate::MAX_ATTEMPTS;
 
-/// Records `event`, prepared under the fresh `id`: `Inserted` if this call stored its key,
+/// Records `event`, prepared under a fresh id: `Inserted` if this call stored its key,
 /// `Unchanged` with the first id if a call with the same payload did,
 /// [`Error::IdempotencyKeyReused`] for another payload under the same key, and
 /// [`Error::ForeignId`] for a key another tool stored under an id idem did not assign.
 pub(crate) async fn record<D: Driver>(
     driver: &D,
     event: &D::Doc,
-    id: Id,
     key_field: &'static Field,
 ) -> Result<Recorded, Error> {
+    let id = event.id;
     for attempt in 0..MAX_ATTEMPTS {
         if attempt > 0 {
             crate::trace::retry("a concurrent writer changed the document");
@@ -31,7 +31,7 @@ pub(crate) async fn record<D: Driver>(
             Some(Reply::Unseen) | None => continue,
             Some(Reply::Refused(refusal)) => return Err(refusal),
             Some(Reply::Conflict(Conflict::Other { index })) => {
-                return Err(unique_index_conflict(event.document(), index))
+                return Err(unique_index_conflict(&event.document, index))
             }
             Some(Reply::Conflict(conflict)) => match driver.read_conflict(event).await? {
                 Some(stored) => stored,
@@ -41,28 +41,28 @@ pub(crate) async fn record<D: Driver>(
                     let (Conflict::Unclear { index } | Conflict::Other { index }) = conflict else {
                         continue;
                     };
-                    return Err(unique_index_conflict(event.document(), index));
+                    return Err(unique_index_conflict(&event.document, index));
                 }
             },
         };
         let stored_id = driver.stored_id(&stored).unwrap_or_default();
         let Ok(first_id) = stored_id.parse::<Id>() else {
             return Err(Error::ForeignId {
-                document: Box::new(event.document().clone()),
+                document: Box::new(event.document.clone()),
                 stored_id,
             });
         };
         if first_id == id {
             return Ok(Recorded::new(id, Outcome::Inserted));
         }
-        if driver.stored_hash(&stored) == Some(event.hash()) {
+        if driver.stored_hash(&stored) == Some(event.hash.as_str()) {
             return Ok(Recorded::new(first_id, Outcome::Unchanged));
         }
         return Err(Error::IdempotencyKeyReused {
-            document: Box::new(event.document().clone()),
+            document: Box::new(event.document.clone()),
             field: key_field.name(),
             stored_id: first_id,
         });
     }
-    Err(super::contention(event.document()))
+    Err(super::contention(&event.document))
 }

@@ -22,7 +22,7 @@ use super::{
     DUPLICATE_KEY,
 };
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Conflict, Driver, Encoded, Reply, StoredDigest, WriteKind};
+use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::model::{
     DocumentRef, Field, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
@@ -37,40 +37,6 @@ pub(super) struct MongoDriver<'a> {
     /// Upserts go as `update` commands (a batch, whose reply counts what it wrote) rather than
     /// one `findAndModify` each.
     pub batched: bool,
-}
-
-impl Encoded for PreparedWrite {
-    fn model(&self) -> &'static Model {
-        self.model
-    }
-
-    fn document(&self) -> &DocumentRef {
-        &self.document
-    }
-
-    fn id_text(&self) -> &str {
-        &self.id_text
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn natural_key_text(&self) -> std::borrow::Cow<'_, str> {
-        std::borrow::Cow::Owned(format!("{:?}", self.document.natural_key))
-    }
-
-    fn version_key(&self) -> Option<&str> {
-        self.version_key.as_deref()
-    }
-
-    fn digests(&self) -> &[(&'static Field, Option<String>)] {
-        &self.digests
-    }
-
-    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey> {
-        (self.stored_version)(value)
-    }
 }
 
 impl MongoDriver<'_> {

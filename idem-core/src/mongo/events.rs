@@ -40,7 +40,7 @@ impl Store {
             // Prepared first: a refused event sends nothing, not even the index check.
             let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
             self.verify_indexes(model, &event.document_ref()).await?;
-            engine::record::record(&self.driver(model, false), &write, write.id, key_field).await
+            engine::record::record(&self.driver(model, false), &write, key_field).await
         })
         .await
     }

@@ -196,7 +196,7 @@ impl Store {
             let tombstone = tombstone_field(&T::MODEL, &write.document)?;
             if write.tombstone.is_none() {
                 return Err(Error::TombstoneNotSet {
-                    document: Box::new(write.document),
+                    document: Box::new(write.document.clone()),
                     field: tombstone.name(),
                 });
             }

@@ -14,11 +14,12 @@ use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
 use super::compare::show;
+use crate::engine::Prepared;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{
-    path_step, DocumentRef, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD,
-    FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
+    path_step, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
+    VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
 
@@ -29,28 +30,27 @@ const UPDATED: &str = "u:";
 /// MongoDB's limit on one stored document (`maxBsonObjectSize` on every server).
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 
-/// One document ready to write: id, hash and stored form, computed before any round trip.
+/// One document ready to write: what the engine reads of it ([`Prepared`], which it
+/// dereferences to) and its stored form, computed before any round trip.
 pub(crate) struct PreparedWrite {
-    pub model: &'static Model,
-    pub document: DocumentRef,
-    pub id: Id,
-    pub id_text: String,
-    pub hash: String,
-    /// The version's order key, for a type with versions.
-    pub version_key: Option<String>,
+    prepared: Prepared,
     /// The fields an upsert writes: what serde wrote less the fields other routes own, plus the
     /// content hash, the guarded fields' digests and the version's order key. No `_id`.
     pub body: Document,
     /// The incoming values of the effect fields: written when the document is inserted only.
     effects: Document,
-    /// Each guarded field with the digest of its incoming value (`None`: null or not written).
-    pub digests: Vec<(&'static Field, Option<String>)>,
     /// This write's random marker: a document it replaced holds it in `idemWrite`.
     marker: String,
     /// The tombstone value the document carries, if set.
     pub tombstone: Option<Bson>,
-    /// Reads a stored version back as the type's ([`Idempotent::stored_version_key`]).
-    pub stored_version: fn(&serde_json::Value) -> Option<crate::VersionKey>,
+}
+
+impl std::ops::Deref for PreparedWrite {
+    type Target = Prepared;
+
+    fn deref(&self) -> &Prepared {
+        &self.prepared
+    }
 }
 
 impl PreparedWrite {
@@ -137,31 +137,21 @@ impl PreparedWrite {
                 .collect();
             body.insert(FROZEN_DIGESTS_FIELD, stored_digests);
         }
-        let version_key = model
-            .version_field()
-            .and(doc.version_key())
-            .map(|key| key.to_stored());
-        if let Some(key) = &version_key {
+        let prepared = Prepared::new(doc, document, id, hash, digests);
+        if let Some(key) = &prepared.version_key {
             body.insert(VERSION_KEY_FIELD, key.as_str());
         }
         let write = PreparedWrite {
-            model,
-            document,
-            id,
-            id_text: id.to_string(),
-            hash,
-            version_key,
+            prepared,
             body,
             effects,
-            digests,
             marker: ulid::Ulid::generate().to_string(),
             tombstone,
-            stored_version: T::stored_version_key,
         };
         let size = bson_size(&write.inserted_document());
         if size > MAX_DOCUMENT_BYTES {
             return Err(Error::DocumentTooLarge {
-                document: Box::new(write.document),
+                document: Box::new(write.prepared.document),
                 size,
                 limit: MAX_DOCUMENT_BYTES,
             });

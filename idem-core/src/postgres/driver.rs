@@ -11,9 +11,9 @@ use super::row::{self, PreparedRow, StoredRow};
 use super::table::Table;
 use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Driver, Encoded, Reply, StoredDigest, WriteKind};
+use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
-use crate::model::{DocumentRef, Field, Idempotent, Model};
+use crate::model::{Field, Idempotent};
 use crate::verdict::StoredVersion;
 
 /// Writes to one checked table through one client.
@@ -21,40 +21,6 @@ pub(super) struct PgDriver<'a, C> {
     pub store: &'a Store,
     pub client: &'a C,
     pub table: &'a Table,
-}
-
-impl Encoded for PreparedRow {
-    fn model(&self) -> &'static Model {
-        self.model
-    }
-
-    fn document(&self) -> &DocumentRef {
-        &self.document
-    }
-
-    fn id_text(&self) -> &str {
-        &self.id_text
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn natural_key_text(&self) -> std::borrow::Cow<'_, str> {
-        std::borrow::Cow::Borrowed(&self.natural_key)
-    }
-
-    fn version_key(&self) -> Option<&str> {
-        self.version_key.as_deref()
-    }
-
-    fn digests(&self) -> &[(&'static Field, Option<String>)] {
-        &self.digests
-    }
-
-    fn stored_version_key(&self, value: &Value) -> Option<crate::VersionKey> {
-        (self.stored_version)(value)
-    }
 }
 
 impl<C: GenericClient + Sync> PgDriver<'_, C> {

@@ -2,13 +2,13 @@
 //! idempotency key, and operations applied once to a row's `#[idem(effect)]` columns.
 
 use serde::Serialize;
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
 use super::json::{self, JsonError};
 use super::row::{column_text, PreparedRow};
+use super::schema::query_checked_one;
 use super::table::quote;
-use super::{check_again, postgres_error, Store};
+use super::Store;
 use crate::column::ColumnShape;
 use crate::engine;
 use crate::error::Error;
@@ -107,7 +107,7 @@ impl Store {
             let table = self.table::<T, C>(client, &event.document_ref()).await?;
             let id = Id::from(ulid::Ulid::generate());
             let row = PreparedRow::with_id(event, id, &table)?;
-            engine::record::record(&self.driver(client, &table), &row, id, key_field).await
+            engine::record::record(&self.driver(client, &table), &row, key_field).await
         })
         .await
     }
@@ -242,24 +242,9 @@ impl Store {
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
             );
-            let mut checked_again = false;
-            let reply = loop {
-                let checked = table.checked_oids();
-                let mut typed: Vec<(&(dyn ToSql + Sync), Type)> = parameters
-                    .iter()
-                    .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-                    .collect();
-                typed.push((&checked, Type::OID_ARRAY));
-                crate::trace::round_trip("UPDATE");
-                let reply = client
-                    .query_typed_one(&sql, &typed)
-                    .await
-                    .map_err(|source| postgres_error(&document, source))?;
-                if reply.get::<_, bool>(2) {
-                    break reply;
-                }
-                check_again(client, &table, &document, &mut checked_again).await?;
-            };
+            let reply =
+                query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
+                    .await?;
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Applied::Applied),
                 (_, true) => Ok(Applied::AlreadyApplied),

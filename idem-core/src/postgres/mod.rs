@@ -398,7 +398,7 @@ impl Store {
             for (index, row) in prepared.iter().enumerate() {
                 let planned = Planned {
                     id: &row.id_text,
-                    natural_key: &row.natural_key,
+                    natural_key: &row.document.natural_key,
                     hash: &row.hash,
                 };
                 planner.add(index, planned);

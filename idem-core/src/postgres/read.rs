@@ -2,12 +2,12 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
 use super::json::{self, Cell};
+use super::schema::query_checked_one;
 use super::table::{quote, Content, Table};
-use super::{check_again, postgres_error, Store};
+use super::Store;
 use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::{Id, KeyValue};
@@ -104,24 +104,7 @@ where
         table.checked_guard(values.len() + 1),
         table.name()
     );
-    let mut checked_again = false;
-    let row = loop {
-        let checked = table.checked_oids();
-        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
-            .iter()
-            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        parameters.push((&checked, Type::OID_ARRAY));
-        crate::trace::round_trip("SELECT");
-        let row = client
-            .query_typed_one(&sql, &parameters)
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        if row.get::<_, bool>(0) {
-            break row;
-        }
-        check_again(client, table, &document, &mut checked_again).await?;
-    };
+    let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
     let deserialize_error = |message: String| Error::Deserialize {
         document: Box::new(document.clone()),
         message,

@@ -8,28 +8,28 @@ use serde_json::{Map, Value};
 use super::json;
 use super::table::{Content, Table, TableColumn};
 use crate::column::ColumnShape;
+use crate::engine::Prepared;
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Idempotent, Model, Role};
+use crate::model::{Field, Idempotent, Model, Role};
 
-/// A document as the columns of its row.
+/// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
+/// it dereferences to).
 #[derive(Debug)]
 pub(crate) struct PreparedRow {
-    pub model: &'static Model,
-    pub document: DocumentRef,
-    pub id_text: String,
-    pub hash: String,
-    pub version_key: Option<String>,
+    prepared: Prepared,
     /// The text of each sent column (`None`: NULL), in [`Table::sent`] order.
     pub values: Vec<Option<String>>,
-    /// The natural key as one text, which tells rows apart in a batch: the conflict target.
-    pub natural_key: String,
-    /// Each guarded field with the digest of its incoming value.
-    pub digests: Vec<(&'static Field, Option<String>)>,
     /// Each guarded field's incoming value and the value as shown, in `digests` order.
     pub guarded: Vec<(Value, String)>,
-    /// Reads a stored version back as the type's ([`Idempotent::stored_version_key`]).
-    pub stored_version: fn(&Value) -> Option<crate::VersionKey>,
+}
+
+impl std::ops::Deref for PreparedRow {
+    type Target = Prepared;
+
+    fn deref(&self) -> &Prepared {
+        &self.prepared
+    }
 }
 
 /// What a stored row that stopped a write holds, as the statement returns it.
@@ -153,25 +153,17 @@ impl PreparedRow {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();
-        let version_key = model
-            .version_field()
-            .and(doc.version_key())
-            .map(|key| key.to_stored());
-        let natural_key = model
-            .natural_key_fields()
-            .map(|field| entries.get(field.stored_name()).unwrap_or(&Value::Null))
-            .map(Value::to_string)
-            .collect::<Vec<_>>()
-            .join("\u{1f}");
+        let prepared = Prepared::new(doc, document.clone(), id, hash, digests);
         let mut values = Vec::with_capacity(table.sent.len());
         for &index in &table.sent {
             let column = &table.columns[index];
             let text = match column.content {
-                Content::Id => Some(id.to_string()),
-                Content::Hash => Some(hash.clone()),
-                Content::VersionKey => version_key.clone(),
+                Content::Id => Some(prepared.id_text.clone()),
+                Content::Hash => Some(prepared.hash.clone()),
+                Content::VersionKey => prepared.version_key.clone(),
                 Content::Digests => {
-                    let digests: Map<String, Value> = digests
+                    let digests: Map<String, Value> = prepared
+                        .digests
                         .iter()
                         .filter_map(|(field, digest)| {
                             Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
@@ -231,18 +223,10 @@ impl PreparedRow {
                 }
             }
         }
-        let id_text = id.to_string();
         Ok(PreparedRow {
-            model,
-            document,
-            id_text,
-            hash,
-            version_key,
+            prepared,
             values,
-            natural_key,
-            digests,
             guarded,
-            stored_version: T::stored_version_key,
         })
     }
 

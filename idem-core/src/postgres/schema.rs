@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
 use super::errors::postgres_error;
@@ -57,6 +57,42 @@ where
         return Err(engine::contention(document));
     }
     check_table(client, table, document).await
+}
+
+/// Sends `sql`, a statement of one row whose parameters are `values` (as text) then the checked
+/// tables' ids, and whose column `ok` says whether it met a table the store checked; if not,
+/// checks the table the search path leads to and sends it again ([`check_again`]). `command`
+/// names the round trip.
+pub(super) async fn query_checked_one<C, V>(
+    client: &C,
+    table: &Table,
+    document: &DocumentRef,
+    (sql, ok): (&str, usize),
+    values: &[V],
+    command: &str,
+) -> Result<tokio_postgres::Row, Error>
+where
+    C: GenericClient + Sync,
+    V: ToSql + Sync,
+{
+    let mut checked_again = false;
+    loop {
+        let checked = table.checked_oids();
+        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
+            .iter()
+            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
+            .collect();
+        parameters.push((&checked, Type::OID_ARRAY));
+        crate::trace::round_trip(command);
+        let row = client
+            .query_typed_one(sql, &parameters)
+            .await
+            .map_err(|source| postgres_error(document, source))?;
+        if row.get::<_, bool>(ok) {
+            return Ok(row);
+        }
+        check_again(client, table, document, &mut checked_again).await?;
+    }
 }
 
 /// A table as the server holds it, against what idem needs of it.
