@@ -662,3 +662,174 @@ async fn a_name_postgresql_would_cut_is_refused_before_a_table_is_made() {
         refused(store.upsert(&client, &doc).await.unwrap_err());
     }
 }
+
+/// Sixteen transactions racing one new row converge as writes outside a transaction do: one
+/// `Inserted`, the rest `Unchanged`, and one `insert_new` of a member inserts it once; every
+/// transaction is usable to its commit. The race loses
+/// sometimes on the primary key rather than the natural key (the statement's conflict target);
+/// a savepoint around the statement keeps the caller's transaction alive for the retry.
+#[tokio::test]
+async fn transactions_racing_one_new_row_converge_and_stay_usable() {
+    const WRITERS: usize = 16;
+    const ROUNDS: usize = 6;
+    for (label, uri) in postgres_servers() {
+        let (schema, setup) = fresh_schema(&uri, "p", "tx_race").await;
+        let store = std::sync::Arc::new(Store::new());
+        store.ensure_table::<Post, _>(&setup).await.unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..WRITERS {
+            clients.push(idem_tests::backends::postgres_client(&uri, &schema).await);
+        }
+        for round in 0..ROUNDS {
+            let doc = Post {
+                slug: format!("race-{round}"),
+                ..post()
+            };
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(WRITERS));
+            let mut writers = Vec::new();
+            for mut client in std::mem::take(&mut clients) {
+                let (store, doc, start) = (store.clone(), doc.clone(), start.clone());
+                writers.push(tokio::spawn(async move {
+                    let outcome = {
+                        let tx = client.transaction().await.unwrap();
+                        start.wait().await;
+                        let outcome = store.upsert(&tx, &doc).await;
+                        let award = Post {
+                            slug: format!("{}-award", doc.slug),
+                            ..doc.clone()
+                        };
+                        let inserted = store
+                            .insert_new(&tx, std::slice::from_ref(&award))
+                            .await
+                            .map(|report| report.inserted().len());
+                        // The transaction is usable after the call, whatever it answered.
+                        let alive: i32 = match tx.query_one("SELECT 1", &[]).await {
+                            Ok(row) => row.get(0),
+                            Err(error) => panic!("the transaction is aborted: {error}"),
+                        };
+                        assert_eq!(alive, 1);
+                        tx.commit().await.unwrap();
+                        (outcome, inserted)
+                    };
+                    (client, outcome)
+                }));
+            }
+            let mut outcomes = Vec::new();
+            let mut awards = Vec::new();
+            for writer in writers {
+                let (client, (outcome, inserted)) = writer.await.unwrap();
+                clients.push(client);
+                outcomes.push(outcome);
+                awards.push(inserted.unwrap());
+            }
+            assert_eq!(
+                awards.iter().sum::<usize>(),
+                1,
+                "{label} round {round}: insert_new inserts the member once: {awards:?}"
+            );
+            let inserted = outcomes
+                .iter()
+                .filter(|outcome| matches!(outcome, Ok(Outcome::Inserted)))
+                .count();
+            let unchanged = outcomes
+                .iter()
+                .filter(|outcome| matches!(outcome, Ok(Outcome::Unchanged)))
+                .count();
+            assert_eq!(
+                (inserted, unchanged),
+                (1, WRITERS - 1),
+                "{label} round {round}: {outcomes:?}"
+            );
+        }
+        assert_eq!(rows(&setup, "posts").await.len(), 2 * ROUNDS, "{label}");
+    }
+}
+
+/// A batch inside the caller's transaction meeting a CHECK constraint and another unique
+/// constraint: each refusal is the server's own error against the row that caused it, the other
+/// rows are written, and the transaction goes on to its commit.
+#[tokio::test]
+async fn a_batch_refused_in_part_inside_a_transaction_names_the_row_and_keeps_it_usable() {
+    for (label, mut client) in fresh_schemas("tx_batch").await {
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        client
+            .batch_execute(
+                "ALTER TABLE posts ADD CONSTRAINT title_is_not_bad CHECK (title <> 'bad'); \
+                 CREATE UNIQUE INDEX posts_body_unique ON posts (body)",
+            )
+            .await
+            .unwrap();
+        store
+            .upsert(
+                &client,
+                &Post {
+                    slug: "taken".into(),
+                    body: "taken body".into(),
+                    ..post()
+                },
+            )
+            .await
+            .unwrap();
+        let doc = |slug: &str, title: &str, body: &str| Post {
+            slug: slug.into(),
+            title: title.into(),
+            body: body.into(),
+            ..post()
+        };
+        let batch = [
+            doc("first", "fine", "first body"),
+            doc("checked", "bad", "checked body"),
+            doc("clashing", "fine", "taken body"),
+            doc("last", "fine", "last body"),
+        ];
+        let tx = client.transaction().await.unwrap();
+        let report = store.upsert_many(&tx, &batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(
+            matches!(outcomes[0], Ok(Outcome::Inserted)),
+            "{label}: {outcomes:?}"
+        );
+        match &outcomes[1] {
+            Err(error) => {
+                assert!(
+                    error.to_string().contains("title_is_not_bad")
+                        && error.to_string().contains("checked"),
+                    "{label}: the CHECK refusal names the row and the constraint: {error}"
+                );
+                assert_eq!(
+                    error.as_backend().and_then(|backend| backend.code()),
+                    Some("23514"),
+                    "{label}"
+                );
+            }
+            other => panic!("{label}: the CHECK constraint refuses the row: {other:?}"),
+        }
+        match &outcomes[2] {
+            Err(Error::UniqueIndexConflict { index, document }) => {
+                assert_eq!(index, "posts_body_unique", "{label}");
+                assert!(document.to_string().contains("clashing"), "{label}");
+            }
+            other => panic!("{label}: the other unique index refuses the row: {other:?}"),
+        }
+        assert!(
+            matches!(outcomes[3], Ok(Outcome::Inserted)),
+            "{label}: {outcomes:?}"
+        );
+        let second = doc("after", "fine", "after body");
+        assert_eq!(
+            store.upsert(&tx, &second).await.unwrap(),
+            Outcome::Inserted,
+            "{label}: the transaction goes on"
+        );
+        tx.commit().await.unwrap();
+        let slugs: Vec<String> = client
+            .query("SELECT slug FROM posts ORDER BY slug", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(slugs, ["after", "first", "last", "taken"], "{label}");
+    }
+}

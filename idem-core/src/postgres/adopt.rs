@@ -6,12 +6,12 @@
 //! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
 //! documented on [`Store::adopt`].
 
+use super::Connection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
 
 use super::audit::shown_row_id;
 use super::read::row_as;
@@ -112,7 +112,7 @@ impl Store {
     pub async fn adopt<T, C>(&self, client: &C) -> Result<AdoptReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Adopt, T::MODEL.collection(), || {
             None::<crate::id::Id>
@@ -161,7 +161,7 @@ async fn adopt_row<T, C>(
 ) -> Result<(), Error>
 where
     T: Idempotent + Serialize + DeserializeOwned,
-    C: GenericClient + Sync,
+    C: Connection,
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
@@ -241,7 +241,7 @@ async fn read_page<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let id = quote(ID_FIELD);
     let (condition, order) = match pass {
@@ -273,7 +273,7 @@ async fn read_row<C>(
     document: &DocumentRef,
 ) -> Result<Option<ReadRow>, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let clause = format!("WHERE t.{} = $1", quote(ID_FIELD));
     let rows = select_rows(client, table, &clause, &[(&id, Type::TEXT)], document).await?;
@@ -290,7 +290,7 @@ async fn select_rows<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let sql = format!(
         "SELECT {}, t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
@@ -336,7 +336,7 @@ async fn move_row<C>(
     prepared: &PreparedRow,
 ) -> Result<Move, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let id_column = quote(ID_FIELD);
     let (found, at) = match place {
@@ -374,14 +374,16 @@ where
         .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
         .collect();
     crate::trace::round_trip("UPDATE");
-    let reply = match client.query_typed_one(&sql, &parameters).await {
-        Ok(reply) => reply,
-        // Another tool inserted a row under the derived id since the check.
-        Err(source) if source.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-            return Ok(Move::Taken)
-        }
-        Err(source) => return Err(postgres_error(&prepared.document, source)),
-    };
+    let reply =
+        match super::connection::contained(client, client.query_typed_one(&sql, &parameters)).await
+        {
+            Ok(reply) => reply,
+            // Another tool inserted a row under the derived id since the check.
+            Err(source) if source.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                return Ok(Move::Taken)
+            }
+            Err(source) => return Err(postgres_error(&prepared.document, source)),
+        };
     Ok(match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
         (1.., _) => Move::Moved,
         (_, true) => Move::Taken,

@@ -22,12 +22,12 @@
 use std::future::poll_fn;
 use std::pin::pin;
 
+use super::Connection;
 use futures_core::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
 
 use super::read::row_as;
 use super::table::{quote, InsertedSignal, Table};
@@ -84,7 +84,7 @@ impl Store {
     pub async fn audit<T, C>(&self, client: &C) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         self.audit_with_progress::<T, C>(client, |_| {}).await
     }
@@ -99,7 +99,7 @@ impl Store {
     ) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
         call.run(scan_table::<T, C>(client, &mut progress)).await
@@ -113,7 +113,7 @@ async fn scan_table<T, C>(
 ) -> Result<AuditReport, Error>
 where
     T: Idempotent + Serialize + DeserializeOwned,
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let model = &T::MODEL;
     let document = DocumentRef::collection(model);
@@ -179,7 +179,7 @@ async fn estimated_rows<C>(
     document: &DocumentRef,
 ) -> Result<Option<u64>, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     crate::trace::round_trip("SELECT");
     let estimate = client

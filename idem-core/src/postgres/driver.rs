@@ -2,10 +2,10 @@
 //! statement per write, whose rows say what it did, and the reading of the stored rows it
 //! returns.
 
+use super::Connection;
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::types::Type;
-use tokio_postgres::GenericClient;
 
 use super::row::{self, PreparedRow, StoredRow};
 use super::table::Table;
@@ -23,7 +23,7 @@ pub(super) struct PgDriver<'a, C> {
     pub table: &'a Table,
 }
 
-impl<C: GenericClient + Sync> PgDriver<'_, C> {
+impl<C: Connection> PgDriver<'_, C> {
     /// Where `field` is among the guarded fields, whose values stored rows carry.
     fn guarded_position(&self, field: &Field) -> Option<usize> {
         self.table
@@ -62,7 +62,7 @@ impl<C: GenericClient + Sync> PgDriver<'_, C> {
     }
 }
 
-impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
+impl<C: Connection> Driver for PgDriver<'_, C> {
     type Doc = PreparedRow;
     type Stored = StoredRow;
 
@@ -203,7 +203,7 @@ impl<C: GenericClient + Sync> Driver for PgDriver<'_, C> {
     }
 }
 
-impl<C: GenericClient + Sync> BatchDriver for PgDriver<'_, C> {
+impl<C: Connection> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
     }

@@ -1,8 +1,8 @@
 //! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
 //! idempotency key, and operations applied once to a row's `#[idem(effect)]` columns.
 
+use super::Connection;
 use serde::Serialize;
-use tokio_postgres::GenericClient;
 
 use super::json::{self, JsonError};
 use super::row::{column_text, PreparedRow};
@@ -91,7 +91,7 @@ impl Store {
     pub async fn record<T, C>(&self, client: &C, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Record, T::MODEL.collection(), || {
             None::<crate::id::Id>
@@ -133,7 +133,7 @@ impl Store {
     ) -> Result<Applied, Error>
     where
         T: Idempotent,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
         call.run(async move {

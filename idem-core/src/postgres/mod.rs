@@ -51,14 +51,18 @@
 //!
 //! # Transactions
 //!
-//! Every method takes a [`GenericClient`]: a `Client`, a pooled client that dereferences to one,
-//! or a `Transaction`, so idem's writes can commit or roll back with the caller's. A refusal
-//! decided by reading (a frozen field changed, a stale version) leaves the transaction usable.
-//! An error raised by the server (a unique constraint other than the natural key, a lost
-//! connection) aborts the transaction, as any failed statement does.
+//! Every method takes a [`Connection`]: a `Client` (a pooled client dereferences to one) or a
+//! `Transaction`, so idem's writes commit or roll back with the caller's. Inside a
+//! `Transaction` each write statement runs in a savepoint sent in its own round trip, so a
+//! statement the server refuses (a racing writer's row met on the primary key, another unique
+//! constraint, a CHECK) is retried, or its batch split row by row, and the transaction stays
+//! usable after every refusal idem reports: sixteen transactions racing one new row give one
+//! `Inserted` and fifteen `Unchanged`, as outside a transaction. A transaction opened on a
+//! `Client` with a plain `BEGIN` is not one idem can see; open it with `Client::transaction`.
 
 mod adopt;
 mod audit;
+mod connection;
 mod driver;
 mod effects;
 mod errors;
@@ -71,9 +75,9 @@ mod table;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub use connection::Connection;
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
 
 use crate::batch::{BatchPlanner, BatchReport, Planned};
 use crate::engine::{self, WriteKind};
@@ -180,7 +184,7 @@ impl Store {
     pub async fn ensure_table<T, C>(&self, client: &C) -> Result<(), Error>
     where
         T: Idempotent,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let document = DocumentRef::collection(&T::MODEL);
         // Refused before anything is created: a table with a cut name would never match, and
@@ -209,7 +213,7 @@ impl Store {
     pub async fn upsert<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
@@ -237,7 +241,7 @@ impl Store {
     pub async fn upsert_many<T, C>(&self, client: &C, docs: &[T]) -> Result<BatchReport, Error>
     where
         T: Idempotent + Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || {
             None::<crate::id::Id>
@@ -267,7 +271,7 @@ impl Store {
     pub async fn delete<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
@@ -306,7 +310,7 @@ impl Store {
     where
         T: Idempotent,
         M: Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
         call.run(async move {
@@ -345,8 +349,9 @@ impl Store {
             );
             let id_text = id.to_string();
             crate::trace::round_trip("UPDATE");
-            let row = client
-                .query_typed_one(&sql, &[(&id_text, Type::TEXT), (&marker_text, Type::TEXT)])
+            let parameters: [(&(dyn ToSql + Sync), Type); 2] =
+                [(&id_text, Type::TEXT), (&marker_text, Type::TEXT)];
+            let row = connection::contained(client, client.query_typed_one(&sql, &parameters))
                 .await
                 .map_err(|source| postgres_error(&document, source))?;
             let marked: i64 = row.get(0);
@@ -380,7 +385,7 @@ impl Store {
     ) -> Result<InsertReport<T>, Error>
     where
         T: Idempotent + Serialize + Sync + Clone,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
             None::<crate::id::Id>
@@ -469,7 +474,7 @@ impl Store {
     where
         T: Idempotent,
         I: Serialize + Sync,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
         call.run(async move {
@@ -511,16 +516,14 @@ impl Store {
             );
             let id_text = id.to_string();
             crate::trace::round_trip("UPDATE");
-            let reply = client
-                .query_typed_one(
-                    &sql,
-                    &[
-                        (&id_text, Type::TEXT),
-                        (&item, Type::TEXT),
-                        (&item_key, Type::TEXT),
-                        (&list.item_key(), Type::TEXT),
-                    ],
-                )
+            let item_key_field = list.item_key();
+            let parameters: [(&(dyn ToSql + Sync), Type); 4] = [
+                (&id_text, Type::TEXT),
+                (&item, Type::TEXT),
+                (&item_key, Type::TEXT),
+                (&item_key_field, Type::TEXT),
+            ];
+            let reply = connection::contained(client, client.query_typed_one(&sql, &parameters))
                 .await
                 .map_err(|source| postgres_error(&document, source))?;
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
@@ -536,7 +539,7 @@ impl Store {
 
     /// This store writing through `client`: what the derive's generated methods take
     /// (`post.upsert(&store.on(&client))`, `Post::ensure_indexes(&store.on(&tx))`).
-    pub fn on<'a, C: GenericClient + Sync>(&'a self, client: &'a C) -> Session<'a, C> {
+    pub fn on<'a, C: Connection>(&'a self, client: &'a C) -> Session<'a, C> {
         Session {
             store: self,
             client,
@@ -553,7 +556,7 @@ impl Store {
         document: &DocumentRef,
     ) -> Result<Vec<RowState>, Error>
     where
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let columns = column_arrays(table, rows, document)?;
         let mut checked_again = false;
@@ -565,8 +568,7 @@ impl Store {
                 .collect();
             parameters.push((&checked, Type::OID_ARRAY));
             crate::trace::round_trip("INSERT … ON CONFLICT");
-            let replies = client
-                .query_typed(statement, &parameters)
+            let replies = connection::contained(client, client.query_typed(statement, &parameters))
                 .await
                 .map_err(|source| postgres_error(document, source))?;
             if !table::missed_guard(&replies) {
@@ -599,7 +601,7 @@ impl Store {
         stored: &StoredRow,
     ) -> Result<Option<Outcome>, Error>
     where
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let columns = column_arrays(table, &[row], &row.document)?;
         let pinned = row.pinned_parameters(table, stored);
@@ -613,10 +615,12 @@ impl Store {
                 .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT)),
         );
         crate::trace::round_trip("UPDATE");
-        let replaced = client
-            .query_typed(&table.pinned_replacement, &parameters)
-            .await
-            .map_err(|source| postgres_error(&row.document, source))?;
+        let replaced = connection::contained(
+            client,
+            client.query_typed(&table.pinned_replacement, &parameters),
+        )
+        .await
+        .map_err(|source| postgres_error(&row.document, source))?;
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
 
@@ -633,7 +637,7 @@ impl Store {
     async fn table<T, C>(&self, client: &C, document: &DocumentRef) -> Result<Arc<Table>, Error>
     where
         T: Idempotent,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let model = &T::MODEL;
         let stored = T::stored_columns();
@@ -686,7 +690,7 @@ pub struct Session<'a, C> {
     client: &'a C,
 }
 
-impl<C: GenericClient + Sync> Backend for Session<'_, C> {
+impl<C: Connection> Backend for Session<'_, C> {
     fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
     where
         T: Idempotent + Serialize + Sync,

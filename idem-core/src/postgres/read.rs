@@ -1,8 +1,8 @@
 //! Typed reads: a row by id or by natural key, as its type.
 
+use super::Connection;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio_postgres::GenericClient;
 
 use super::json::{self, Cell};
 use super::schema::query_checked_one;
@@ -21,7 +21,7 @@ impl Store {
     pub async fn get<T, C>(&self, client: &C, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
         call.run(async move {
@@ -46,7 +46,7 @@ impl Store {
     pub async fn find<T, C>(&self, client: &C, key: &NaturalKey) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
-        C: GenericClient + Sync,
+        C: Connection,
     {
         let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
         call.run(async move {
@@ -94,7 +94,7 @@ async fn read_one<T, C>(
 ) -> Result<Option<T>, Error>
 where
     T: DeserializeOwned,
-    C: GenericClient + Sync,
+    C: Connection,
 {
     // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
     // (no `WITH`), as a read is told from a write by its first word.

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
+use super::Connection;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
@@ -24,7 +24,7 @@ pub(super) async fn check_table<C>(
     document: &DocumentRef,
 ) -> Result<(), Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let survey = survey_table(client, table, document).await?;
     match survey.checked {
@@ -51,7 +51,7 @@ pub(super) async fn check_again<C>(
     checked_again: &mut bool,
 ) -> Result<(), Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     if std::mem::replace(checked_again, true) {
         return Err(engine::contention(document));
@@ -72,7 +72,7 @@ pub(super) async fn query_checked_one<C, V>(
     command: &str,
 ) -> Result<tokio_postgres::Row, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
     V: ToSql + Sync,
 {
     let mut checked_again = false;
@@ -84,8 +84,7 @@ where
             .collect();
         parameters.push((&checked, Type::OID_ARRAY));
         crate::trace::round_trip(command);
-        let row = client
-            .query_typed_one(sql, &parameters)
+        let row = super::connection::contained(client, client.query_typed_one(sql, &parameters))
             .await
             .map_err(|source| postgres_error(document, source))?;
         if row.get::<_, bool>(ok) {
@@ -129,7 +128,7 @@ pub(super) async fn survey_table<C>(
     document: &DocumentRef,
 ) -> Result<TableSurvey, Error>
 where
-    C: GenericClient + Sync,
+    C: Connection,
 {
     let absent = |problem| TableSurvey {
         present: HashMap::new(),
