@@ -90,19 +90,31 @@ pub enum Db {
 impl fmt::Display for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Db::Mongo { store, .. } if !store.uses_update_pipelines() => {
+                f.write_str("mongodb-operators")
+            }
             Db::Mongo { .. } => f.write_str("mongodb"),
             Db::Postgres { label, .. } => f.write_str(label),
         }
     }
 }
 
-/// An empty store on every server under test, named after `test`.
+/// An empty store on every server under test, named after `test`: MongoDB twice (as every
+/// server takes it, and without update pipelines, as engines that lack them are written to),
+/// then each PostgreSQL server.
 pub async fn fresh_backends(test: &str) -> Vec<Db> {
     let (database, log) = fresh_database(test).await;
-    let mut backends = vec![Db::Mongo {
-        store: idem_core::mongo::Store::new(database),
-        log,
-    }];
+    let (without_pipelines, operators_log) = fresh_database(&format!("{test}_ops")).await;
+    let mut backends = vec![
+        Db::Mongo {
+            store: idem_core::mongo::Store::new(database),
+            log,
+        },
+        Db::Mongo {
+            store: idem_core::mongo::Store::new(without_pipelines).with_update_pipelines(false),
+            log: operators_log,
+        },
+    ];
     for (label, uri) in postgres_servers() {
         let (schema, client) = fresh_schema(&uri, "t", test).await;
         backends.push(Db::Postgres {

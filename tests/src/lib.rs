@@ -44,6 +44,9 @@ pub struct Commands {
     pub names: Vec<String>,
     /// Documents inserted, upserted, modified or deleted, from the servers' replies.
     pub documents_written: u64,
+    /// Updates sent as an aggregation pipeline (an `update` statement's or a `findAndModify`'s
+    /// update that is an array), which some MongoDB-protocol engines refuse.
+    pub update_pipelines: u64,
 }
 
 impl Commands {
@@ -60,7 +63,10 @@ impl CommandLog {
 
     fn observe(&self, event: CommandEvent) {
         match event {
-            CommandEvent::Started(started) => self.with(|log| log.names.push(started.command_name)),
+            CommandEvent::Started(started) => self.with(|log| {
+                log.update_pipelines += update_pipelines(&started.command_name, &started.command);
+                log.names.push(started.command_name);
+            }),
             CommandEvent::Succeeded(succeeded) => {
                 let written = documents_written(&succeeded.command_name, &succeeded.reply);
                 self.with(|log| log.documents_written += written);
@@ -72,6 +78,24 @@ impl CommandLog {
     /// Everything recorded since the last `take`, and forget it.
     pub fn take(&self) -> Commands {
         self.with(std::mem::take)
+    }
+}
+
+/// How many of a command's updates are pipelines.
+fn update_pipelines(command: &str, body: &Document) -> u64 {
+    let is_pipeline = |update: Option<&mongodb::bson::Bson>| {
+        matches!(update, Some(mongodb::bson::Bson::Array(_)))
+    };
+    match command {
+        "findAndModify" => u64::from(is_pipeline(body.get("update"))),
+        "update" => body.get_array("updates").map_or(0, |statements| {
+            statements
+                .iter()
+                .filter_map(mongodb::bson::Bson::as_document)
+                .filter(|statement| is_pipeline(statement.get("u")))
+                .count() as u64
+        }),
+        _ => 0,
     }
 }
 
@@ -187,6 +211,12 @@ pub async fn lose_next_acknowledgements(database: &Database, commands: &[&str], 
 pub async fn delay_next(database: &Database, command: &str, millis: i32) {
     let delay = doc! { "blockConnection": true, "blockTimeMS": millis };
     arm_fail_point(database, &[command], 1, delay).await;
+}
+
+/// Arms the `failCommand` fail point for the client of `database` alone: its next command named
+/// `command` fails with the server error `code`, as a server that refuses it would answer.
+pub async fn refuse_next(database: &Database, command: &str, code: i32) {
+    arm_fail_point(database, &[command], 1, doc! { "errorCode": code }).await;
 }
 
 /// `failCommand` for the next `times` of `commands` sent by the client of `database`, with

@@ -98,7 +98,7 @@ where
             }
             let mut chunk: Settling<'_> = Box::pin(async move {
                 let sent: Vec<&D::Doc> = first_round.iter().map(|&(_, doc)| doc).collect();
-                let settled = settle_chunk(driver, &sent).await?;
+                let settled = settle_read_first(driver, &sent).await?;
                 Ok(first_round
                     .iter()
                     .map(|&(index, _)| index)
@@ -121,7 +121,7 @@ where
     for round in plan.rounds.iter().skip(1) {
         for chunk in round.chunks(slice_len) {
             let sent: Vec<&D::Doc> = chunk.iter().filter_map(|&index| prepared(index)).collect();
-            let settled = settle_chunk(driver, &sent).await?;
+            let settled = settle_read_first(driver, &sent).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -141,9 +141,10 @@ where
     Ok(BatchReport::new(outcomes, plan.copies.len()))
 }
 
-/// One chunk: judged from one read first where the driver reads first, then the documents that
+/// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
+/// guard): judged from one read first where the driver reads first, then the documents that
 /// need it written.
-async fn settle_chunk<D: BatchDriver>(
+pub(crate) async fn settle_read_first<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
@@ -160,8 +161,14 @@ async fn settle_chunk<D: BatchDriver>(
         match judge(driver, WriteKind::Upsert, doc, stored) {
             Judged::Settled(outcome) => outcomes[index] = Some(Ok(outcome)),
             Judged::Refused(refusal) => outcomes[index] = Some(Err(refusal)),
-            Judged::Replace { foreign: true } if driver.write_pinned(doc, stored).await? => {
-                outcomes[index] = Some(Ok(Outcome::Updated));
+            Judged::Replace { foreign }
+                if foreign || !driver.guards_on_server(WriteKind::Upsert) =>
+            {
+                match super::pinned_outcome(doc, driver.write_pinned(doc, stored).await?) {
+                    Some(outcome) => outcomes[index] = Some(outcome),
+                    // Changed since the read: written again.
+                    None => to_write.push(index),
+                }
             }
             Judged::Replace { .. } => to_write.push(index),
         }

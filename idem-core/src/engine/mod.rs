@@ -175,12 +175,21 @@ pub(crate) trait Driver: Sync {
 
     /// Replaces `stored`, a document the server guard cannot compare (another tool's, without
     /// digests, or one without the version's order key), with `doc`, only while it is as it
-    /// was read. `false`: it changed meanwhile.
+    /// was read. Replies `Written`, `Unseen` if it changed meanwhile, or the conflict or refusal
+    /// the server answered for it.
     fn write_pinned(
         &self,
         doc: &Self::Doc,
         stored: &Self::Stored,
-    ) -> impl Future<Output = Result<bool, Error>> + Send;
+    ) -> impl Future<Output = Result<Reply<Self::Stored>, Error>> + Send;
+
+    /// Whether this driver's writes of `kind` carry the guard, so that a document they left
+    /// alone but the verdict would replace changed meanwhile. `false` for a server that cannot
+    /// state the guard (MongoDB without update pipelines): the documents it stops are as read
+    /// before the write, and each replacement is a second step pinned to what was read.
+    fn guards_on_server(&self, _kind: WriteKind) -> bool {
+        true
+    }
 
     /// What a conflict collided with: the document under `doc`'s id, else one holding its
     /// natural key under another id.
@@ -294,8 +303,9 @@ async fn settle_reply<D: Driver>(
 }
 
 /// The outcome for a document the write did not replace, judged from what is stored; a
-/// document another tool stored that the write may replace is written in a second step pinned
-/// to what was read. `None`: it changed meanwhile, and the write goes again.
+/// document another tool stored that the write may replace (or any, where the driver's writes
+/// carry no guard) is written in a second step pinned to what was read. `None`: it changed
+/// meanwhile, and the write goes again.
 pub(crate) async fn settle_stopped<D: Driver>(
     driver: &D,
     kind: WriteKind,
@@ -305,12 +315,25 @@ pub(crate) async fn settle_stopped<D: Driver>(
     match judge(driver, kind, doc, stored) {
         Judged::Settled(outcome) => Ok(Some(Ok(outcome))),
         Judged::Refused(refusal) => Ok(Some(Err(refusal))),
-        Judged::Replace { foreign: true } => Ok(driver
-            .write_pinned(doc, stored)
-            .await?
-            .then_some(Ok(Outcome::Updated))),
+        Judged::Replace { foreign } if foreign || !driver.guards_on_server(kind) => {
+            Ok(pinned_outcome(doc, driver.write_pinned(doc, stored).await?))
+        }
         // Changed between the write and what it returned: goes again.
-        Judged::Replace { foreign: false } => Ok(None),
+        Judged::Replace { .. } => Ok(None),
+    }
+}
+
+/// The outcome of a pinned second step's reply, or `None` if the document changed since it was
+/// read and goes again. The step replaces a document under its own id and natural key, so a
+/// unique index it collides with is another one.
+pub(crate) fn pinned_outcome<S>(doc: &Prepared, reply: Reply<S>) -> Option<Result<Outcome, Error>> {
+    match reply {
+        Reply::Written { .. } => Some(Ok(Outcome::Updated)),
+        Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Key) => None,
+        Reply::Conflict(Conflict::Other { index } | Conflict::Unclear { index }) => {
+            Some(Err(unique_index_conflict(&doc.document, index)))
+        }
+        Reply::Refused(refusal) => Some(Err(refusal)),
     }
 }
 

@@ -71,6 +71,31 @@ impl Store {
         .await
     }
 
+    /// Inserts `documents` (each with its caller's index), unordered, in as few `insert`
+    /// commands as the server's limits allow, and returns the server's write error for each
+    /// document it refused, by that index.
+    pub(super) async fn insert_documents(
+        &self,
+        model: &Model,
+        documents: Vec<(usize, Document)>,
+    ) -> Result<HashMap<usize, Document>, Error> {
+        let whole = DocumentRef::collection(model);
+        let limits = self.limits_for(model, &documents).await?;
+        let mut refused = HashMap::new();
+        for command in write_commands(documents, limits) {
+            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let command =
+                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
+            let reply = self.run_write_command(&whole, command).await?;
+            for (position, error) in write_errors(&reply) {
+                if let Some(&index) = indexes.get(position) {
+                    refused.insert(index, error.clone());
+                }
+            }
+        }
+        Ok(refused)
+    }
+
     /// Sends a write command; a write concern the server did not confirm is
     /// [`Error::NotConfirmed`], and retrying the call is then safe.
     pub(super) async fn run_write_command(

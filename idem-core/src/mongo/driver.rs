@@ -3,6 +3,11 @@
 //! `update` command per chunk (more if it exceeds the server's command size), after one read of
 //! the chunk's stored state, since an `update` reply does not return the documents its guard
 //! left alone.
+//!
+//! Both state the guard in an update pipeline. On a server without update pipelines (told by
+//! the store's option, or learned from its refusal of the first one) an upsert reads first, and
+//! writes with operators only: an `insert` of the documents not stored, and for each document
+//! the verdict replaces, a replacement pinned to what was read.
 
 use std::collections::HashMap;
 
@@ -16,6 +21,7 @@ use super::batch::{
     refused_by_server, statement_indexes, upsert_statement, write_commands, write_errors,
 };
 use super::compare::{bson_equal, show};
+use super::errors::{refused_update_pipelines, refuses_update_pipelines, server_code};
 use super::write::{is_tombstoned, stored_id_text, PreparedWrite};
 use super::{
     collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
@@ -40,6 +46,11 @@ pub(super) struct MongoDriver<'a> {
 }
 
 impl MongoDriver<'_> {
+    /// Whether upserts state their guard in an update pipeline.
+    fn pipelines(&self) -> bool {
+        self.store.uses_update_pipelines()
+    }
+
     /// Which index a duplicate-key error names: the id's or the natural key's (what is stored
     /// there decides), another (a permanent refusal), or none the message shows.
     fn conflict(&self, message: &str) -> Conflict {
@@ -77,8 +88,35 @@ impl MongoDriver<'_> {
             Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
                 self.conflict(duplicate_key_message(&error)),
             )),
+            Err(error) if server_code(&error).is_some_and(refuses_update_pipelines) => {
+                self.store.stop_using_update_pipelines();
+                Ok(self.insert_all(&[write]).await?.remove(0))
+            }
             Err(source) => Err(mongo_error(&write.document, source)),
         }
+    }
+
+    /// Upserts without an update pipeline: one insert of `writes`, whose documents already
+    /// stored collide on their id (or natural key), and are judged from a read and replaced
+    /// pinned to it ([`Driver::guards_on_server`]).
+    async fn insert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
+        let documents = writes
+            .iter()
+            .enumerate()
+            .map(|(index, write)| (index, write.inserted_document()))
+            .collect();
+        let mut refused = self.store.insert_documents(self.model, documents).await?;
+        Ok(writes
+            .iter()
+            .enumerate()
+            .map(|(index, write)| match refused.remove(&index) {
+                None => Reply::Written { inserted: true },
+                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
+                    Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
+                }
+                Some(error) => Reply::Refused(refused_by_server(&write.document, &error, "")),
+            })
+            .collect())
     }
 
     /// `record`: inserts the event unless its idempotency key is stored, in one
@@ -172,9 +210,24 @@ impl MongoDriver<'_> {
         let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
         let command =
             doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
-        let reply = self.store.run_write_command(&whole, command).await?;
-        let upserted = statement_indexes(&reply, "upserted");
-        let errors = write_errors(&reply);
+        let reply = match self.store.run_write_command(&whole, command).await {
+            Err(error) if refused_update_pipelines(&error) => None,
+            reply => Some(reply?),
+        };
+        let errors = reply.as_ref().map(write_errors).unwrap_or_default();
+        let refused_pipelines = errors
+            .values()
+            .any(|error| error.get_i32("code").is_ok_and(refuses_update_pipelines));
+        let (Some(reply), false) = (&reply, refused_pipelines) else {
+            // Nothing was written: every statement is the same pipeline.
+            self.store.stop_using_update_pipelines();
+            let sent: Vec<&PreparedWrite> = indexes.iter().map(|&index| writes[index]).collect();
+            for (index, reply) in indexes.into_iter().zip(self.insert_all(&sent).await?) {
+                replies[index] = Some(reply);
+            }
+            return Ok(());
+        };
+        let upserted = statement_indexes(reply, "upserted");
         let mut matched = Vec::new();
         for (statement, &index) in indexes.iter().enumerate() {
             let write = writes[index];
@@ -224,10 +277,16 @@ impl MongoDriver<'_> {
         };
         let ids: Vec<&str> = writes.iter().map(|write| write.id_text.as_str()).collect();
         crate::trace::round_trip("find");
+        // Without update pipelines, a replacement copies the fields other routes own from
+        // this read ([`PreparedWrite::pinned_replacement`]).
+        let projection = match self.pipelines() {
+            true => first.judged_fields(),
+            false => first.judged_and_owned_fields(),
+        };
         let find = self
             .collection
             .find(doc! { "_id": { "$in": ids } })
-            .projection(first.judged_fields())
+            .projection(projection)
             // One more than can match, with the matches as the limit, so the server answers in
             // one batch and closes the cursor instead of leaving a `getMore` to find the end.
             .limit(i64::try_from(writes.len()).unwrap_or(i64::MAX))
@@ -255,6 +314,7 @@ impl Driver for MongoDriver<'_> {
         docs: &[&PreparedWrite],
     ) -> Result<Vec<Reply<Document>>, Error> {
         match (kind, docs) {
+            (WriteKind::Upsert, writes) if !self.pipelines() => self.insert_all(writes).await,
             (WriteKind::Upsert, [write]) if !self.batched => {
                 Ok(vec![self.upsert_one(write).await?])
             }
@@ -276,14 +336,35 @@ impl Driver for MongoDriver<'_> {
         }
     }
 
-    async fn write_pinned(&self, write: &PreparedWrite, stored: &Document) -> Result<bool, Error> {
+    async fn write_pinned(
+        &self,
+        write: &PreparedWrite,
+        stored: &Document,
+    ) -> Result<Reply<Document>, Error> {
         crate::trace::round_trip("update");
-        let replaced = self
-            .collection
-            .update_one(write.pinned_query(stored), write.replacement_pipeline())
-            .await
-            .map_err(|source| mongo_error(&write.document, source))?;
-        Ok(replaced.matched_count > 0)
+        let replaced = match self.pipelines() {
+            true => {
+                self.collection
+                    .update_one(write.pinned_query(stored), write.replacement_pipeline())
+                    .await
+            }
+            false => {
+                let (query, replacement) = write.pinned_replacement(stored);
+                self.collection.replace_one(query, replacement).await
+            }
+        };
+        match replaced {
+            Ok(replaced) if replaced.matched_count > 0 => Ok(Reply::Written { inserted: false }),
+            Ok(_) => Ok(Reply::Unseen),
+            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
+            Err(source) => Err(mongo_error(&write.document, source)),
+        }
+    }
+
+    fn guards_on_server(&self, kind: WriteKind) -> bool {
+        kind != WriteKind::Upsert || self.pipelines()
     }
 
     async fn read_conflict(&self, write: &PreparedWrite) -> Result<Option<Document>, Error> {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use mongodb::bson::{self, doc, Bson, Document};
 use serde::Serialize;
 
-use super::batch::{refused_by_server, write_commands, write_errors};
+use super::batch::refused_by_server;
 use super::write::{nul_name_problem, PreparedWrite};
 use super::{
     find_by_id, find_ids, index_in_message, mongo_error, update_or_explain, Store,
@@ -109,41 +109,30 @@ impl Store {
         model: &Model,
         writes: &[&PreparedWrite],
     ) -> Result<Vec<Option<Result<Insertion, Error>>>, Error> {
-        let whole = DocumentRef::collection(model);
         let documents: Vec<(usize, Document)> = writes
             .iter()
             .enumerate()
             .map(|(index, write)| (index, write.inserted_document()))
             .collect();
-        let limits = self.limits_for(model, &documents).await?;
         let mut settled = vec![Some(Ok(Insertion::Inserted)); writes.len()];
         let mut collided = Vec::new();
-        for command in write_commands(documents, limits) {
-            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let command =
-                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
-            let reply = self.run_write_command(&whole, command).await?;
-            for (position, error) in write_errors(&reply) {
-                let Some(&index) = indexes.get(position) else {
-                    continue;
-                };
-                if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
-                    let refusal = refused_by_server(&writes[index].document, error, "");
-                    settled[index] = Some(Err(refusal));
-                    continue;
-                }
-                // The index the duplicate is in, as the server reports it (`keyPattern`): on
-                // `_id`, the member is stored already; on another, or unreported, the stored
-                // documents are read to tell.
-                let on_id = error
-                    .get_document("keyPattern")
-                    .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
-                if on_id {
-                    settled[index] = Some(Ok(Insertion::AlreadyStored));
-                } else {
-                    let message = error.get_str("errmsg").unwrap_or_default().to_owned();
-                    collided.push((index, message));
-                }
+        for (index, error) in self.insert_documents(model, documents).await? {
+            if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
+                let refusal = refused_by_server(&writes[index].document, &error, "");
+                settled[index] = Some(Err(refusal));
+                continue;
+            }
+            // The index the duplicate is in, as the server reports it (`keyPattern`): on
+            // `_id`, the member is stored already; on another, or unreported, the stored
+            // documents are read to tell.
+            let on_id = error
+                .get_document("keyPattern")
+                .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
+            if on_id {
+                settled[index] = Some(Ok(Insertion::AlreadyStored));
+            } else {
+                let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+                collided.push((index, message));
             }
         }
         self.settle_collisions(model, writes, &collided, &mut settled)

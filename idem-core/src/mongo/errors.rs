@@ -46,6 +46,34 @@ pub(super) fn index_in_message(message: &str) -> String {
         .map_or_else(|| "(unnamed)".to_owned(), str::to_owned)
 }
 
+/// Whether a server refused an update for being a pipeline rather than for anything the
+/// document holds: it parses no array as an update (`FailedToParse`, `TypeMismatch`: MongoDB
+/// before 4.2), knows no such stage or operator, or does not implement updates with pipelines
+/// (`NotImplemented`, `CommandNotSupported`: FerretDB and other MongoDB-protocol engines).
+pub(super) fn refuses_update_pipelines(code: i32) -> bool {
+    matches!(code, 9 | 14 | 115 | 168 | 238 | 303 | 40324)
+}
+
+/// Whether `error`, a write command's failure as idem reports it, is the server refusing its
+/// update pipelines ([`refuses_update_pipelines`]).
+pub(super) fn refused_update_pipelines(error: &Error) -> bool {
+    error
+        .as_backend()
+        .and_then(crate::BackendError::code)
+        .and_then(|code| code.parse().ok())
+        .is_some_and(refuses_update_pipelines)
+}
+
+/// The server's code of a command or write error.
+pub(super) fn server_code(error: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(error.code),
+        _ => None,
+    }
+}
+
 pub(super) fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
     match error.kind.as_ref() {

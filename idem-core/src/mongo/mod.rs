@@ -34,6 +34,10 @@
 //! impossible even under racing writers. The store checks that index once per collection before
 //! its first write, and creates it if it is missing.
 //!
+//! On a server without update pipelines ([`Store::with_update_pipelines`], or learned from
+//! its refusal of the first one), an upsert reads first and writes with operators only: an
+//! insert, or a replacement matching only the document as read; same outcomes, more round trips.
+//!
 //! Retries are safe: `retryWrites=false` loses nothing. If an acknowledgement is lost, calling
 //! `upsert` again finds the document written and answers `Unchanged`.
 
@@ -50,6 +54,7 @@ mod schema;
 mod write;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mongodb::bson::{doc, Bson, Document};
@@ -100,6 +105,9 @@ pub struct Store {
     op_window: usize,
     batch_chunk: usize,
     limits: Arc<Mutex<Option<batch::ServerLimits>>>,
+    /// Whether upserts state their guard in an update pipeline: until the server refuses one,
+    /// or the option says it would.
+    update_pipelines: Arc<AtomicBool>,
 }
 
 impl Store {
@@ -111,6 +119,36 @@ impl Store {
             op_window: DEFAULT_OP_WINDOW,
             batch_chunk: DEFAULT_BATCH_CHUNK,
             limits: Arc::default(),
+            update_pipelines: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Whether upserts may use update pipelines (`true` by default). A server without them
+    /// (MongoDB before 4.2, FerretDB 1.x, and other MongoDB-protocol engines; check yours) is
+    /// also learned from its refusal of the first one, after which the store does without.
+    ///
+    /// Without update pipelines an upsert reads the stored document first, then writes with
+    /// operators only: an insert for a new document, a replacement matching only the document
+    /// as read for a changed one. The outcomes and refusals are the same; a single upsert then
+    /// takes two round trips to insert or update (one when nothing changed), and a batch one
+    /// read and one insert per chunk, plus one write per changed document.
+    pub fn with_update_pipelines(mut self, enabled: bool) -> Self {
+        self.update_pipelines = Arc::new(AtomicBool::new(enabled));
+        self
+    }
+
+    /// Whether upserts use update pipelines: what [`with_update_pipelines`] set, unless the
+    /// server refused one since.
+    ///
+    /// [`with_update_pipelines`]: Store::with_update_pipelines
+    pub fn uses_update_pipelines(&self) -> bool {
+        self.update_pipelines.load(Ordering::Relaxed)
+    }
+
+    /// The server refused an update pipeline: this store and its clones do without from now on.
+    fn stop_using_update_pipelines(&self) {
+        if self.update_pipelines.swap(false, Ordering::Relaxed) {
+            crate::trace::retry("the server refuses update pipelines: writing with operators");
         }
     }
 
@@ -178,6 +216,14 @@ impl Store {
             }
             let write = PreparedWrite::new(doc)?;
             self.verify_indexes(&T::MODEL, &write.document).await?;
+            if !self.uses_update_pipelines() {
+                // Read first: the write carries no guard.
+                let driver = self.driver(write.model, true);
+                let mut outcomes = engine::batch::settle_read_first(&driver, &[&write]).await?;
+                return outcomes
+                    .pop()
+                    .unwrap_or_else(|| Err(engine::contention(&write.document)));
+            }
             self.settle_one(WriteKind::Upsert, &write).await
         })
         .await

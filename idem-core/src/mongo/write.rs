@@ -350,6 +350,41 @@ impl PreparedWrite {
         query
     }
 
+    /// The pinned second step without an update pipeline: the filter matching `stored` only
+    /// while it is as read (its guarded state, and the fields other routes own, which the
+    /// replacement copies from it), and the replacement: the incoming fields, the owned fields
+    /// as read, and this write's marker.
+    pub fn pinned_replacement(&self, stored: &Document) -> (Document, Document) {
+        let mut query = self.pinned_query(stored);
+        let mut replacement = doc! { ID_FIELD: self.id_text.as_str() };
+        replacement.extend(self.body.clone());
+        for (name, pushed) in self.owned_fields() {
+            let value = stored.get(name).cloned();
+            query.insert(name, doc! { "$eq": value.clone().unwrap_or(Bson::Null) });
+            let kept = match value {
+                // A list another tool left null or missing starts empty, as a first write has it.
+                None | Some(Bson::Null) if pushed => Some(Bson::Array(Vec::new())),
+                value => value,
+            };
+            if let Some(kept) = kept {
+                replacement.insert(name, kept);
+            }
+        }
+        replacement.insert(WRITE_MARKER_FIELD, self.marked(UPDATED));
+        (query, replacement)
+    }
+
+    /// The stored names of the fields an upsert keeps as stored (pushed lists, effect fields,
+    /// the tombstone and the applied op ids), each with whether it is a pushed list.
+    fn owned_fields(&self) -> impl Iterator<Item = (&'static str, bool)> {
+        self.model
+            .fields()
+            .iter()
+            .filter(|field| matches!(field.role(), Role::Pushed | Role::Effect | Role::Tombstone))
+            .map(|field| (field.stored_name(), field.role() == Role::Pushed))
+            .chain([(APPLIED_OPS_FIELD, false)])
+    }
+
     /// The whole document as a first write stores it: `_id`, the upserted fields, the effect
     /// fields' initial values and the pushed lists, empty. What `insert_new`, `record` and
     /// `delete` insert, and what the size limit is checked on.
@@ -362,6 +397,16 @@ impl PreparedWrite {
             document.insert(field.stored_name(), Bson::Array(Vec::new()));
         }
         document
+    }
+
+    /// The fields a reading needs and those an upsert keeps as stored, for the read before a
+    /// write without an update pipeline ([`PreparedWrite::pinned_replacement`]).
+    pub fn judged_and_owned_fields(&self) -> Document {
+        let mut projection = self.judged_fields();
+        for (name, _) in self.owned_fields() {
+            projection.insert(name, 1);
+        }
+        projection
     }
 
     /// The fields a reading needs, for a projection.

@@ -24,6 +24,16 @@ pub(super) struct PgDriver<'a, C> {
 }
 
 impl<C: Connection> PgDriver<'_, C> {
+    /// The reply of a write of one row that failed with `error`: a unique constraint it met, or
+    /// a value of the row the server refuses; any other error concerns the call.
+    fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
+        match unique_conflict(&error, self.table) {
+            Some(conflict) => Ok(Reply::Conflict(conflict)),
+            None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
+            None => Err(error),
+        }
+    }
+
     /// Where `field` is among the guarded fields, whose values stored rows carry.
     fn guarded_position(&self, field: &Field) -> Option<usize> {
         self.table
@@ -85,24 +95,25 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
-            Err(error) if docs.len() == 1 => match unique_conflict(&error, self.table) {
-                Some(conflict) => Ok(vec![Reply::Conflict(conflict)]),
-                // A value this row holds that the server refuses: its own refusal.
-                None if crate::engine::refuses_a_document(&error) => {
-                    Ok(vec![Reply::Refused(error)])
-                }
-                None => Err(error),
-            },
+            Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
             Err(error) => Err(error),
         }
     }
 
-    async fn write_pinned(&self, doc: &PreparedRow, stored: &StoredRow) -> Result<bool, Error> {
-        let replaced = self
+    async fn write_pinned(
+        &self,
+        doc: &PreparedRow,
+        stored: &StoredRow,
+    ) -> Result<Reply<StoredRow>, Error> {
+        match self
             .store
             .replace_foreign(self.client, self.table, doc, stored)
-            .await?;
-        Ok(replaced.is_some())
+            .await
+        {
+            Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
+            Ok(None) => Ok(Reply::Unseen),
+            Err(error) => self.reply_to_error(error),
+        }
     }
 
     async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
