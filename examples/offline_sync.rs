@@ -11,7 +11,7 @@
 //!   tombstone `deleted_at`) is written with `Store::upsert_many`: a replay is `Unchanged`, an
 //!   older revision is `Stale`, two revisions of one entry in a batch collapse to the newest, and
 //!   a deleted entry is never resurrected (`Deleted`);
-//! - points move only through `Store::apply_once` (`$inc`) keyed by `entry.op_id("points")`, so a
+//! - points move only through `Store::apply_once` (`Change::add`) keyed by `entry.op_id("points")`, so a
 //!   replayed entry never credits twice;
 //! - awards are a derived set written with `Store::insert_new`, which returns exactly the awards
 //!   this call inserted: only those are celebrated.
@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_core::mongo::Store;
-use idem_core::{Applied, DocumentRef, Error, Idempotent, Outcome};
+use idem_core::{Applied, Change, DocumentRef, Error, Idempotent, Outcome};
 use idem_examples::cli::{exit_code, Fatal, Flags};
 use idem_examples::offline_sync::{
     badges_for, compare, describe_pushed, expected_state, report_step, scenario, Account, Award,
@@ -118,8 +118,8 @@ async fn sync(store: &Store, batch: &[Entry]) -> Result<SyncReply, Error> {
         }
         let account = Account::derive_id(&entry.user_id)?;
         let op = entry.op_id("points")?;
-        let credit = doc! { "$inc": { "points": POINTS_PER_ENTRY } };
-        if store.apply_once::<Account>(account, &op, credit).await? == Applied::Applied {
+        let credit = [Change::add("points", POINTS_PER_ENTRY)];
+        if store.apply_once::<Account>(account, &op, &credit).await? == Applied::Applied {
             credited += 1;
         } else {
             already_credited += 1;

@@ -102,7 +102,7 @@
 //! | `tombstone` | an `Option<…>` deletion marker written only by `delete` and `delete_by_id` ([`mongo::Store::delete`], `postgres::Store::delete`); upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
 //! | `push_by = "…"` | on a `Vec<Item>`: a list owned by its push route, its items told apart by the named (stored) item field. Upserts neither write nor hash it; `doc.push_<field>(&store, &item)` appends once. |
 //! | `idempotency_key` | instead of `key`, for an event type with no natural key: the id is random, fixed by the first write (`record`: [`mongo::Store::record`], `postgres::Store::record`); a retry with the same key finds it. |
-//! | `effect` | a field only `apply_once` ([`mongo::Store::apply_once`], `postgres::Store::apply_once`) changes: an upsert writes it when it inserts the document and never again; not part of the content hash. |
+//! | `effect` | a field only `apply_once` ([`Change`]s, on every store) changes: an upsert writes it when it inserts the document and never again; not part of the content hash. |
 //!
 //! Stored field names are the names serde writes: `#[serde(rename)]`, `#[serde(rename_all)]`
 //! and `#[serde(skip)]` are honoured.
@@ -137,6 +137,7 @@
 pub mod audit;
 mod backend_calls;
 pub mod batch;
+mod change;
 pub mod column;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod engine;
@@ -158,6 +159,7 @@ pub mod version;
 
 pub use audit::{AdoptReport, AuditProgress, AuditReport};
 pub use batch::BatchReport;
+pub use change::Change;
 pub use column::{Column, ColumnShape};
 pub use error::{BackendError, Error, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};

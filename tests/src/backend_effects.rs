@@ -1,5 +1,5 @@
 //! The effect primitives on every backend, in the terms a test needs: an event recorded once,
-//! and a numeric credit applied once (`$inc` on MongoDB, `Change::add` on PostgreSQL).
+//! and a numeric credit applied once (`Change::add`, the same on every backend).
 
 use idem_core::{Applied, Error, Id, Idempotent, OpId, Recorded};
 use serde::Serialize;
@@ -27,13 +27,10 @@ impl Db {
         field: &'static str,
         amount: i64,
     ) -> Result<Applied, Error> {
+        let changes = [idem_core::Change::add(field, amount)];
         match self {
-            Db::Mongo { store, .. } => {
-                let update = mongodb::bson::doc! { "$inc": { field: amount } };
-                store.apply_once::<T>(id, op, update).await
-            }
+            Db::Mongo { store, .. } => store.apply_once::<T>(id, op, &changes).await,
             Db::Postgres { store, client, .. } => {
-                let changes = [idem_core::postgres::Change::add(field, amount)];
                 store.apply_once::<T, _>(client, id, op, &changes).await
             }
         }

@@ -223,9 +223,8 @@ impl Backend for MongoBackend {
     }
 
     async fn apply_once(&self, account: Id, op: OpId, amount: i64) -> Result<Applied, Failure> {
-        let update = doc! { "$inc": { BALANCE: amount } };
         self.store
-            .apply_once::<Account>(account, &op, update)
+            .apply_once::<Account>(account, &op, &[idem_core::Change::add(BALANCE, amount)])
             .await
             .map_err(|e| Failure::of(&e))
     }

@@ -5,7 +5,7 @@
 //! the commands sent, and the switch when a server refuses a pipeline.
 
 use idem_core::mongo::Store;
-use idem_core::{Applied, OpId, Outcome};
+use idem_core::{Applied, Change, OpId, Outcome};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
 use idem_tests::{fresh_database, refuse_next, stored_documents, CommandLog};
 use mongodb::bson::{doc, Document};
@@ -78,11 +78,7 @@ async fn write_everything(store: &Store) {
     store.upsert(&ada).await.unwrap();
     let credit = OpId::new("credit-1");
     let applied = store
-        .apply_once::<Account>(
-            ada.id().unwrap(),
-            &credit,
-            doc! { "$inc": { "balance": 7 } },
-        )
+        .apply_once::<Account>(ada.id().unwrap(), &credit, &[Change::add("balance", 7)])
         .await
         .unwrap();
     assert_eq!(applied, Applied::Applied);

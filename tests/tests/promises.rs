@@ -1239,23 +1239,22 @@ enum Update {
     Set(&'static str, &'static str),
 }
 
-/// Applies `update` to the ledger `id` once per `op`: `$inc` or `$set` on MongoDB,
-/// `Change::add` or `Change::set` on PostgreSQL.
+/// Applies `update` to the ledger `id` once per `op`: `Change::add` or `Change::set`, the same
+/// on every backend.
 async fn apply(db: &Db, id: Id, op: &OpId, update: Update) -> Result<Applied, Error> {
     match update {
         Update::Add(field, amount) => db.credit_once::<Ledger>(id, op, field, amount).await,
-        Update::Set(field, value) => match db {
-            Db::Mongo { store, .. } => {
-                let set = doc! { "$set": { field: value } };
-                store.apply_once::<Ledger>(id, op, set).await
+        Update::Set(field, value) => {
+            let changes = [idem_core::Change::set(field, &value)];
+            match db {
+                Db::Mongo { store, .. } => store.apply_once::<Ledger>(id, op, &changes).await,
+                Db::Postgres { store, client, .. } => {
+                    store
+                        .apply_once::<Ledger, _>(client, id, op, &changes)
+                        .await
+                }
             }
-            Db::Postgres { store, client, .. } => {
-                let changes = [idem_core::postgres::Change::set(field, &value)];
-                store
-                    .apply_once::<Ledger, _>(client, id, op, &changes)
-                    .await
-            }
-        },
+        }
     }
 }
 
@@ -1292,8 +1291,8 @@ async fn apply_once_refuses_a_field_the_type_does_not_have() {
     assert_not_an_effect_field("p14_typo", || Update::Add("balnce", 5), "balnce").await;
 }
 
-/// MongoDB only: `$rename` is a MongoDB update operator; a PostgreSQL `Change` names the one
-/// column it changes, refused unless it is an effect column (the other cases here).
+/// MongoDB only: `$rename` is a MongoDB update operator (`apply_update_once`); a `Change` names
+/// the one field it changes, refused unless it is an effect field (the other cases here).
 #[tokio::test]
 async fn apply_once_refuses_renaming_an_effect_field_out_of_the_effect_fields() {
     // The balance would move to a field the next upsert overwrites or drops.
@@ -1303,14 +1302,14 @@ async fn apply_once_refuses_renaming_an_effect_field_out_of_the_effect_fields() 
     let before = raw(store.database(), "ledgers").await;
     let op = OpId::from("op-1");
     let rename = doc! { "$rename": { "balance": "owner" } };
-    match store.apply_once::<Ledger>(id, &op, rename).await {
+    match store.apply_update_once::<Ledger>(id, &op, rename).await {
         Err(Error::NotAnEffectField { path, .. }) => assert_eq!(path, "owner"),
         other => panic!("expected NotAnEffectField \"owner\", got {other:?}"),
     }
     assert_eq!(raw(store.database(), "ledgers").await, before);
     assert_eq!(
         store
-            .apply_once::<Ledger>(id, &op, doc! { "$inc": { "balance": 5_i64 } })
+            .apply_update_once::<Ledger>(id, &op, doc! { "$inc": { "balance": 5_i64 } })
             .await
             .unwrap(),
         Applied::Applied

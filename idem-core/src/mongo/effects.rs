@@ -12,6 +12,7 @@ use super::{
     find_by_id, find_ids, index_in_message, mongo_error, update_or_explain, Store,
     APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS,
 };
+use crate::change::{self, Amount, Change, ChangeKind};
 use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
@@ -305,9 +306,60 @@ impl Store {
         .await
     }
 
+    /// Applies `changes` to the `#[idem(effect)]` fields of the document stored under `id` only
+    /// if `op` has not been applied to it, recording `op` in the same atomic update. Returns
+    /// `Applied`, or `AlreadyApplied` (nothing written); [`Error::NotFound`] if no document has
+    /// that id. The same call on every store; [`apply_update_once`](Store::apply_update_once)
+    /// takes any MongoDB update instead.
+    ///
+    /// A change of a field that is not an effect field of the type is refused with
+    /// [`Error::NotAnEffectField`], and a field changed twice or a value that does not
+    /// serialize with [`Error::Serialize`], before anything is sent.
+    pub async fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        let document = DocumentRef::by_id(&T::MODEL, id);
+        change::check_distinct(changes, &document)?;
+        let mut increments = Document::new();
+        let mut sets = Document::new();
+        for change in changes {
+            match &change.kind {
+                ChangeKind::Add(Amount::Integer(amount)) => {
+                    increments.insert(change.field, *amount);
+                }
+                ChangeKind::Add(Amount::Float(amount)) => {
+                    increments.insert(change.field, *amount);
+                }
+                ChangeKind::Set(value) => match &value.bson {
+                    Ok(value) => {
+                        sets.insert(change.field, value.clone());
+                    }
+                    Err(problem) => return Err(change::invalid(&document, change.field, problem)),
+                },
+                ChangeKind::Invalid(problem) => {
+                    return Err(change::invalid(&document, change.field, problem))
+                }
+            }
+        }
+        let mut update = Document::new();
+        for (operator, fields) in [("$inc", increments), ("$set", sets)] {
+            if !fields.is_empty() {
+                update.insert(operator, fields);
+            }
+        }
+        self.apply_update_once::<T>(id, op, update).await
+    }
+
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
     /// under `id` only if `op` has not been applied to it, recording `op` in the same atomic
-    /// update. Returns `Applied`, or `AlreadyApplied` (nothing written).
+    /// update: [`apply_once`](Store::apply_once) for what its [`Change`]s cannot say. Returns
+    /// `Applied`, or `AlreadyApplied` (nothing written).
     ///
     /// The update may touch only `#[idem(effect)]` fields (by their stored names, or paths inside
     /// them): upserts never overwrite those, so a replayed upsert cannot undo an operation. Any
@@ -320,7 +372,12 @@ impl Store {
     /// ([`Idempotent::op_id`]) so effects converge however often that
     /// document is replayed. A document remembers its latest [`with_op_window`](Store::with_op_window)
     /// op ids in the field [`APPLIED_OPS_FIELD`].
-    pub async fn apply_once<T>(&self, id: Id, op: &OpId, update: Document) -> Result<Applied, Error>
+    pub async fn apply_update_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        update: Document,
+    ) -> Result<Applied, Error>
     where
         T: Idempotent,
     {

@@ -4,11 +4,12 @@
 use super::Connection;
 use serde::Serialize;
 
-use super::json::{self, JsonError};
+use super::json;
 use super::row::{column_text, PreparedRow};
 use super::schema::query_checked_one;
 use super::table::quote;
 use super::Store;
+use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
 use crate::engine;
 use crate::error::Error;
@@ -16,67 +17,6 @@ use crate::id::Id;
 use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Recorded};
 use crate::trace::{Call, CallKind};
-
-/// One change an operation makes to an `#[idem(effect)]` column, for
-/// [`Store::apply_once`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Change {
-    column: &'static str,
-    kind: ChangeKind,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum ChangeKind {
-    /// Adds to a numeric column.
-    Add(String),
-    /// Sets the column to a value, as serde writes it.
-    Set(serde_json::Value),
-    /// Sets the column to NaN or an infinity, which only a `double precision` column holds
-    /// (JSON has no such number).
-    SetNonFinite(f64),
-    /// A change that cannot be sent, and why.
-    Invalid(String),
-}
-
-impl Change {
-    /// Adds `amount` to the numeric effect column `column` (its stored name):
-    /// `balance = balance + amount`. A NULL column counts as 0.
-    pub fn add(column: &'static str, amount: i64) -> Self {
-        Change {
-            column,
-            kind: ChangeKind::Add(amount.to_string()),
-        }
-    }
-
-    /// Adds a float `amount` to the numeric effect column `column`, as [`Change::add`]. A
-    /// non-finite amount is refused by [`Store::apply_once`].
-    pub fn add_float(column: &'static str, amount: f64) -> Self {
-        Change {
-            column,
-            kind: if amount.is_finite() {
-                ChangeKind::Add(amount.to_string())
-            } else {
-                ChangeKind::Invalid(format!("{amount} is not a finite amount"))
-            },
-        }
-    }
-
-    /// Sets the effect column `column` (its stored name) to `value`. A value that does not
-    /// serialize is refused by [`Store::apply_once`] with [`Error::Serialize`]. NaN and the
-    /// infinities are stored as an upsert stores them, in a `double precision` column.
-    pub fn set<V: Serialize>(column: &'static str, value: &V) -> Self {
-        Change {
-            column,
-            kind: match json::to_json(value) {
-                Ok(value) => ChangeKind::Set(value),
-                Err(JsonError::NonFinite { path, value }) if path.is_empty() => {
-                    ChangeKind::SetNonFinite(value)
-                }
-                Err(error) => ChangeKind::Invalid(error.message()),
-            },
-        }
-    }
-}
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -147,27 +87,26 @@ impl Store {
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
             let mut assignments = Vec::with_capacity(changes.len() + 1);
+            change::check_distinct(changes, &document)?;
             for change in changes {
                 let field = model
                     .effect_fields()
-                    .find(|field| field.stored_name() == change.column)
-                    .ok_or_else(|| refuse(change.column))?;
+                    .find(|field| field.stored_name() == change.field)
+                    .ok_or_else(|| refuse(change.field))?;
                 let column = table
                     .column_of(field)
                     .map(|index| &table.columns[index])
-                    .ok_or_else(|| refuse(change.column))?;
+                    .ok_or_else(|| refuse(change.field))?;
                 let sql_type = column.sql_type();
                 let name = quote(column.name);
+                let placeholder = format!("${}::text::{sql_type}", parameters.len() + 1);
                 let (value, assignment) = match &change.kind {
                     ChangeKind::Add(amount)
                         if matches!(sql_type, "bigint" | "double precision") =>
                     {
                         (
-                            Some(amount.clone()),
-                            format!(
-                                "{name} = COALESCE(t.{name}, 0) + ${}::text::{sql_type}",
-                                parameters.len() + 1
-                            ),
+                            Some(amount.to_string()),
+                            format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
                         )
                     }
                     ChangeKind::Add(_) => {
@@ -180,36 +119,40 @@ impl Store {
                         })
                     }
                     ChangeKind::Invalid(problem) => {
-                        return Err(Error::Serialize {
-                            document: Box::new(document),
-                            message: format!("the change of column {:?}: {problem}", column.name),
-                        })
+                        return Err(change::invalid(&document, change.field, problem))
                     }
-                    ChangeKind::Set(value) => (
-                        column_text(column, Some(value)).map_err(|expected| Error::Serialize {
-                            document: Box::new(document.clone()),
-                            message: format!(
-                                "column {:?} holds {expected}, not {value}",
-                                column.name
-                            ),
-                        })?,
-                        format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
-                    ),
-                    ChangeKind::SetNonFinite(float) if column.shape == ColumnShape::Float => (
-                        Some(json::show_float(*float)),
-                        format!("{name} = ${}::text::{sql_type}", parameters.len() + 1),
-                    ),
-                    ChangeKind::SetNonFinite(float) => {
-                        return Err(Error::Serialize {
-                            document: Box::new(document),
-                            message: format!(
-                                "column {:?} is {sql_type}, which cannot hold {}: only a double \
-                                 precision column holds NaN and the infinities",
-                                column.name,
-                                json::show_float(*float)
-                            ),
-                        })
-                    }
+                    ChangeKind::Set(value) => match &value.json {
+                        SqlValue::Json(value) => (
+                            column_text(column, Some(value)).map_err(|expected| {
+                                Error::Serialize {
+                                    document: Box::new(document.clone()),
+                                    message: format!(
+                                        "column {:?} holds {expected}, not {value}",
+                                        column.name
+                                    ),
+                                }
+                            })?,
+                            format!("{name} = {placeholder}"),
+                        ),
+                        SqlValue::NonFinite(float) if column.shape == ColumnShape::Float => (
+                            Some(json::show_float(*float)),
+                            format!("{name} = {placeholder}"),
+                        ),
+                        SqlValue::NonFinite(float) => {
+                            return Err(Error::Serialize {
+                                document: Box::new(document),
+                                message: format!(
+                                    "column {:?} is {sql_type}, which cannot hold {}: only a \
+                                     double precision column holds NaN and the infinities",
+                                    column.name,
+                                    json::show_float(*float)
+                                ),
+                            })
+                        }
+                        SqlValue::Invalid(problem) => {
+                            return Err(change::invalid(&document, change.field, problem))
+                        }
+                    },
                 };
                 parameters.push(value);
                 assignments.push(assignment);

@@ -66,7 +66,7 @@ mod connection;
 mod driver;
 mod effects;
 mod errors;
-mod json;
+pub(crate) mod json;
 mod read;
 mod row;
 mod schema;
@@ -97,8 +97,8 @@ pub use errors::driver_error;
 use errors::postgres_error;
 use schema::{check_again, check_table, survey_table};
 
+pub use crate::change::Change;
 pub use crate::model::APPLIED_OPS_FIELD;
-pub use effects::Change;
 
 /// How many rows [`Store::upsert_many`] sends per statement by default; see
 /// [`Store::with_batch_chunk`].
