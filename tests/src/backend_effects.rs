@@ -18,6 +18,21 @@ impl Db {
         }
     }
 
+    /// Applies `changes` to the effect fields of the document `id`, once per `op`.
+    pub async fn apply_once<T: Idempotent>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[idem_core::Change],
+    ) -> Result<Applied, Error> {
+        match self {
+            Db::Mongo { store, .. } => store.apply_once::<T>(id, op, changes).await,
+            Db::Postgres { store, client, .. } => {
+                store.apply_once::<T, _>(client, id, op, changes).await
+            }
+        }
+    }
+
     /// Adds `amount` to the effect field `field` (its stored name) of the document `id`, once
     /// per `op`.
     pub async fn credit_once<T: Idempotent>(
@@ -27,12 +42,7 @@ impl Db {
         field: &'static str,
         amount: i64,
     ) -> Result<Applied, Error> {
-        let changes = [idem_core::Change::add(field, amount)];
-        match self {
-            Db::Mongo { store, .. } => store.apply_once::<T>(id, op, &changes).await,
-            Db::Postgres { store, client, .. } => {
-                store.apply_once::<T, _>(client, id, op, &changes).await
-            }
-        }
+        self.apply_once::<T>(id, op, &[idem_core::Change::add(field, amount)])
+            .await
     }
 }

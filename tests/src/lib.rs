@@ -3,6 +3,7 @@
 
 pub mod allocations;
 mod backend_effects;
+mod backend_races;
 pub mod backends;
 pub mod chaos;
 pub mod chaos_workload;

@@ -1,6 +1,6 @@
 //! What the effect primitives cost on MongoDB, from the driver's command monitoring: the round
 //! trips of a derived set, a unique push and a retried event. What they do, alone and racing, is
-//! the same on every backend and tested on each in `conformance.rs`.
+//! the same on every backend and tested on each in the contract suite (`contract/`).
 
 use idem_core::mongo::Store;
 use idem_core::{Idempotent, Outcome, Pushed};

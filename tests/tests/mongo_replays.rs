@@ -2,8 +2,8 @@
 //! one write per chunk, writes split by the size a command may carry), refusals told to their
 //! own document across write commands, and a write that a fail point holds back while a newer
 //! one lands. What replays and batches do (the stale guard, deletion markers, batches that agree
-//! with single upserts, racing clients) is the same on every backend and tested on each in
-//! `conformance.rs`.
+//! with single upserts, racing clients) is the same on every backend and tested on each in the
+//! contract suite (`contract/`).
 
 use idem_core::mongo::Store;
 use idem_core::{Error, Idempotent, Outcome};

@@ -1,6 +1,6 @@
 //! The store with every timestamp type and with generic documents: what the derive accepts, the
 //! server stores and reads back. (A sub-millisecond change of a timestamp, which keeps the id, is
-//! refused on every backend: `bad_input.rs`.)
+//! refused on every backend: the contract suite's `contract/frozen.rs`.)
 
 use idem_core::mongo::Store;
 use idem_core::{Idempotent, Outcome};

@@ -1,14 +1,11 @@
-//! `Store::upsert` against a real server: outcomes, round trips, guards, races, lost
-//! acknowledgements, and the stored form.
-
-use std::sync::Arc;
+//! `Store::upsert` against a real server: outcomes, round trips, guards, and the stored form.
+//! (Racing upserts and a lost acknowledgement, the same on every backend: the contract suite's
+//! `races.rs`.)
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Error, Outcome};
 use idem_tests::fixtures::{post, Post};
-use idem_tests::{
-    clear_fail_point, fresh_database, lose_next_acknowledgements, raw_documents, stored_documents,
-};
+use idem_tests::{fresh_database, raw_documents, stored_documents};
 use mongodb::bson::{doc, Document};
 
 async fn indexed_store(test: &str) -> (Store, idem_tests::CommandLog) {
@@ -261,142 +258,6 @@ async fn the_first_write_creates_a_missing_natural_key_index() {
         Err(Error::FrozenFieldChanged { .. })
     ));
     assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixteen_racing_identical_upserts_insert_exactly_once() {
-    let (store, _log) = indexed_store("race_identical").await;
-    let store = Arc::new(store);
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { store.upsert(&post()).await })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for task in tasks {
-        outcomes.push(task.await.unwrap().expect("every racing upsert succeeds"));
-    }
-    assert_eq!(
-        outcomes
-            .iter()
-            .filter(|outcome| **outcome == Outcome::Inserted)
-            .count(),
-        1,
-        "{outcomes:?}"
-    );
-    assert!(outcomes
-        .iter()
-        .all(|outcome| matches!(outcome, Outcome::Inserted | Outcome::Unchanged)));
-    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_upserts_with_different_timestamps_never_fork() {
-    let (store, _log) = indexed_store("race_fork").await;
-    let store = Arc::new(store);
-    let tasks: Vec<_> = (0..16)
-        .map(|attempt| {
-            let store = Arc::clone(&store);
-            let candidate = Post {
-                published_at: 1_700_000_000_000 + attempt,
-                ..post()
-            };
-            tokio::spawn(async move { store.upsert(&candidate).await })
-        })
-        .collect();
-    let mut inserted = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            Ok(Outcome::Inserted) => inserted += 1,
-            Err(Error::FrozenFieldChanged {
-                field: "published_at",
-                ..
-            }) => {}
-            other => panic!("expected Inserted or a refusal naming published_at, got {other:?}"),
-        }
-    }
-    assert_eq!(inserted, 1);
-    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_edits_of_one_document_converge_on_one_of_them() {
-    let (store, _log) = indexed_store("race_edits").await;
-    let store = Arc::new(store);
-    // Several races, each on a new document: the first write of a document is where a server
-    // may retry a racing insert as an update, and exactly one racer inserted it.
-    for round in 0..8 {
-        let slug = format!("race-{round}");
-        let tasks: Vec<_> = (0..16)
-            .map(|edit| {
-                let store = Arc::clone(&store);
-                let candidate = Post {
-                    slug: slug.clone(),
-                    body: format!("edit {edit}"),
-                    ..post()
-                };
-                tokio::spawn(async move { store.upsert(&candidate).await })
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for task in tasks {
-            outcomes.push(task.await.unwrap().expect("every racing edit succeeds"));
-        }
-        assert_eq!(
-            outcomes
-                .iter()
-                .filter(|outcome| **outcome == Outcome::Inserted)
-                .count(),
-            1,
-            "round {round}: {outcomes:?}"
-        );
-        let stored: Vec<_> = stored_documents(store.database(), "posts")
-            .await
-            .into_iter()
-            .filter(|stored| stored.get_str("slug") == Ok(slug.as_str()))
-            .collect();
-        assert_eq!(stored.len(), 1);
-        let winner = Post {
-            slug: slug.clone(),
-            body: stored[0].get_str("body").unwrap().to_owned(),
-            ..post()
-        };
-        assert_eq!(
-            stored[0].get_str("sourceHash").unwrap(),
-            winner.content_hash().unwrap().to_hex()
-        );
-    }
-}
-
-#[tokio::test]
-async fn a_lost_acknowledgement_then_a_retry_converges_on_one_document() {
-    let (store, log) = indexed_store("lost_ack").await;
-    let client = store.database().client().clone();
-    lose_next_acknowledgements(store.database(), &["findAndModify"], 1).await;
-    let first = store.upsert(&post()).await;
-    clear_fail_point(&client).await;
-    let error = first.expect_err("the acknowledgement was lost");
-    let driver_error = error.as_mongo().expect("a driver error, kept whole");
-    assert!(
-        matches!(
-            driver_error.kind.as_ref(),
-            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(_))
-        ),
-        "{driver_error:?}"
-    );
-    // The write landed before its acknowledgement was lost…
-    assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
-    let _ = log.take();
-    // …so the retry finds it and writes nothing.
-    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Unchanged);
-    assert_eq!(log.take().documents_written, 0);
-    let stored = stored_documents(store.database(), "posts").await;
-    assert_eq!(stored.len(), 1);
-    assert_eq!(
-        stored[0].get_str("_id").unwrap(),
-        post().id().unwrap().to_string()
-    );
 }
 
 /// `post()` as another tool stored it under the id idem derives: its fields, no content hash and

@@ -1,7 +1,7 @@
 //! What only the PostgreSQL backend has, on every PostgreSQL server under test: the inserted-row
 //! signal it relies on, its table (DDL, typed columns, the check before the first write), the
 //! caller's transactions, rows another tool wrote, other unique constraints, and input a table
-//! cannot hold. The behaviour it shares with MongoDB is in `conformance.rs`.
+//! cannot hold. The behaviour it shares with MongoDB is in the contract suite (`contract/`).
 
 use std::collections::BTreeMap;
 
@@ -443,7 +443,7 @@ struct Gauge {
 
 /// The columns a migration adds are NULL in the rows written before it: they read back as the
 /// field's default where serde has one (a field that is neither left out nor defaulted reads a
-/// NULL back as null: `conformance.rs`).
+/// NULL back as null: the contract suite's `contract/reads.rs`).
 #[tokio::test]
 async fn a_null_in_a_column_serde_can_default_reads_back_as_the_default() {
     for (label, client) in fresh_schemas("defaults").await {

@@ -1,0 +1,399 @@
+//! `apply_once` and effect fields: an operation applies once however often it is retried or
+//! raced, within the op window; its fields are owned by operations, so no upsert undoes or
+//! writes back an effect, and an update of any other field is refused with nothing written.
+//! Op ids derive from the triggering document.
+
+use idem_core::{Applied, Change, Error, Id, Idempotent, OpId, Outcome};
+use idem_tests::backends::{fresh_backends, Db};
+use idem_tests::fixtures::{account, Account, Payment};
+use mongodb::bson::doc;
+use serde::{Deserialize, Serialize};
+
+use crate::support::{assert_db_wrote_nothing, forget_commands, ledger, stored_balance, Ledger};
+
+/// An account whose balance only operations move; the holder's name is the upsert's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "wallets")]
+#[serde(rename_all = "camelCase")]
+struct Wallet {
+    #[idem(key)]
+    owner: String,
+    holder_name: String,
+    #[idem(effect)]
+    balance: i64,
+}
+
+fn wallet(owner: &str, holder_name: &str) -> Wallet {
+    Wallet {
+        owner: owner.into(),
+        holder_name: holder_name.into(),
+        balance: 0,
+    }
+}
+
+async fn balance(db: &Db, owner: &str) -> i64 {
+    let stored = db.stored::<Wallet>().await;
+    let wallet = stored
+        .iter()
+        .find(|doc| doc["owner"] == owner)
+        .unwrap_or_else(|| panic!("{db}: no wallet of {owner}"));
+    wallet["balance"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{db}: {wallet:?}"))
+}
+
+/// An operation applies once however often it is retried or raced, an upsert never undoes it,
+/// and an update of another field is refused with nothing written.
+#[tokio::test]
+async fn an_operation_applies_once_and_no_upsert_undoes_it() {
+    for db in fresh_backends("apply_once").await {
+        db.ensure::<Wallet>().await;
+        let ada = wallet("ada", "Ada");
+        let id = ada.id().unwrap();
+        let credit = OpId::new("webhook-1");
+        assert!(
+            matches!(
+                db.credit_once::<Wallet>(id, &credit, "balance", 100).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&ada).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(
+            db.credit_once::<Wallet>(id, &credit, "balance", 100)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        assert_eq!(
+            db.credit_once::<Wallet>(id, &credit, "balance", 100)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+        // The owner's name changes: the upsert writes it and leaves the balance alone.
+        assert_eq!(
+            db.upsert(&wallet("ada", "Ada L.")).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(db.upsert(&ada).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(balance(&db, "ada").await, 100, "{db}");
+        let before = db.raw::<Wallet>().await;
+        match db
+            .credit_once::<Wallet>(id, &OpId::new("typo"), "balanse", 1)
+            .await
+        {
+            Err(Error::NotAnEffectField { path, .. }) => assert_eq!(path, "balanse", "{db}"),
+            other => panic!("{db}: expected a refusal, got {other:?}"),
+        }
+        assert!(
+            matches!(
+                db.credit_once::<Wallet>(id, &OpId::new("x"), "holderName", 1)
+                    .await,
+                Err(Error::NotAnEffectField { .. })
+            ),
+            "{db}"
+        );
+        assert_eq!(db.raw::<Wallet>().await, before, "{db}: nothing written");
+
+        // 8 racers retry the same 10 operations: each applies once.
+        let mut racers = Vec::new();
+        for _ in 0..8 {
+            let racer = db.another().await;
+            racers.push(tokio::spawn(async move {
+                let mut applied = 0;
+                for n in 0..10 {
+                    let op = OpId::new(format!("op-{n}"));
+                    if racer
+                        .credit_once::<Wallet>(id, &op, "balance", 10)
+                        .await
+                        .unwrap()
+                        == Applied::Applied
+                    {
+                        applied += 1;
+                    }
+                }
+                applied
+            }));
+        }
+        let mut applied = 0;
+        for racer in racers {
+            applied += racer.await.unwrap();
+        }
+        assert_eq!(applied, 10, "{db}");
+        assert_eq!(balance(&db, "ada").await, 200, "{db}");
+    }
+}
+
+/// A transfer: the same op id debits one wallet and credits another; retried after a failure
+/// between the steps, each step applies exactly once.
+#[tokio::test]
+async fn a_transfer_retried_whole_moves_the_money_exactly_once() {
+    for db in fresh_backends("transfer").await {
+        db.ensure::<Wallet>().await;
+        let (from, to) = (wallet("ada", "Ada"), wallet("bob", "Bob"));
+        db.upsert_many(&[from.clone(), to.clone()]).await.unwrap();
+        let transfer = OpId::new("transfer-1");
+        // The first attempt stops after the debit.
+        db.credit_once::<Wallet>(from.id().unwrap(), &transfer, "balance", -30)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            db.credit_once::<Wallet>(from.id().unwrap(), &transfer, "balance", -30)
+                .await
+                .unwrap();
+            db.credit_once::<Wallet>(to.id().unwrap(), &transfer, "balance", 30)
+                .await
+                .unwrap();
+        }
+        assert_eq!(balance(&db, "ada").await, -30, "{db}");
+        assert_eq!(balance(&db, "bob").await, 30, "{db}");
+    }
+}
+
+/// A store remembers the latest `with_op_window` op ids of a document: a retry within the
+/// window is recognised; one past it applies again (the documented limit).
+#[tokio::test]
+async fn a_document_remembers_only_its_latest_op_window() {
+    for db in fresh_backends("op_window").await {
+        db.ensure::<Wallet>().await;
+        let db = db.with_op_window(3).await;
+        let ada = wallet("ada", "Ada");
+        db.upsert(&ada).await.unwrap();
+        let id = ada.id().unwrap();
+        let credit = |n: usize| {
+            let db = &db;
+            async move {
+                db.credit_once::<Wallet>(id, &OpId::new(format!("op-{n}")), "balance", 1)
+                    .await
+                    .unwrap()
+            }
+        };
+        for n in 0..5 {
+            assert_eq!(credit(n).await, Applied::Applied, "{db}: op-{n}");
+        }
+        for n in 2..5 {
+            assert_eq!(credit(n).await, Applied::AlreadyApplied, "{db}: op-{n}");
+        }
+        assert_eq!(balance(&db, "ada").await, 5, "{db}");
+        assert_eq!(
+            credit(1).await,
+            Applied::Applied,
+            "{db}: op-1 is past the window of 3"
+        );
+        assert_eq!(balance(&db, "ada").await, 6, "{db}");
+    }
+}
+
+#[tokio::test]
+async fn apply_once_on_a_missing_document_is_not_found() {
+    for db in fresh_backends("apply_missing").await {
+        db.ensure::<Account>().await;
+        forget_commands(&db);
+        let ghost = account("ghost");
+        let id = ghost.id().unwrap();
+        match db
+            .credit_once::<Account>(id, &"op-1".into(), "balance", 100)
+            .await
+        {
+            Err(Error::NotFound { document }) => {
+                assert_eq!(document.collection, "accounts", "{db}");
+                assert_eq!(document.id, Some(id), "{db}");
+            }
+            other => panic!("{db}: expected NotFound, got {other:?}"),
+        }
+        assert_db_wrote_nothing(&db);
+        assert!(
+            db.raw::<Account>().await.is_empty(),
+            "{db}: nothing written"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Effect fields
+
+/// Promise catalogue case 14: fields that operations change are owned by `apply_once`; an
+/// upsert never undoes an effect.
+#[tokio::test]
+async fn an_upsert_never_undoes_an_apply_once_effect() {
+    for db in fresh_backends("p14_effect_kept").await {
+        db.ensure::<Ledger>().await;
+        assert_eq!(
+            db.upsert(&ledger("Ada")).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let id = ledger("Ada").id().unwrap();
+        let credit = OpId::from("payment-1:credit");
+        assert_eq!(
+            db.credit_once::<Ledger>(id, &credit, "balance", 500)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+
+        // The owner is renamed; the document in hand still says balance 0.
+        let renamed = ledger("Ada Lovelace");
+        assert_eq!(db.upsert(&renamed).await.unwrap(), Outcome::Updated, "{db}");
+        let stored = db.stored::<Ledger>().await;
+        assert_eq!(stored[0]["owner"], "Ada Lovelace", "{db}");
+        assert_eq!(stored_balance(&db).await, 500, "{db}: the credit stands");
+        // The balance is not content: the renamed account with any balance is a retry.
+        let with_other_balance = Ledger {
+            balance: 7,
+            ..renamed.clone()
+        };
+        assert_eq!(
+            db.upsert(&with_other_balance).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        assert_eq!(
+            db.credit_once::<Ledger>(id, &credit, "balance", 500)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+        assert_eq!(stored_balance(&db).await, 500, "{db}");
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "purses")]
+struct Purse {
+    #[idem(key)]
+    owner: String,
+    label: String,
+    #[idem(effect)]
+    points: Option<i64>,
+}
+
+/// An effect field is written when its document is inserted and never again: once another
+/// route removed it, no upsert brings it back, whatever the stored document holds.
+#[tokio::test]
+async fn an_upsert_never_writes_back_an_effect_field_that_was_removed() {
+    for db in fresh_backends("effect_removed").await {
+        db.ensure::<Purse>().await;
+        let wallet = Purse {
+            owner: "ada".into(),
+            label: "first".into(),
+            points: Some(10),
+        };
+        assert_eq!(db.upsert(&wallet).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(db.stored::<Purse>().await[0]["points"], 10, "{db}");
+        db.clear_field::<Purse>("points").await;
+        let relabelled = Purse {
+            label: "second".into(),
+            ..wallet.clone()
+        };
+        assert_eq!(
+            db.upsert(&relabelled).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        let stored = db.stored::<Purse>().await;
+        assert_eq!(stored[0]["label"], "second", "{db}");
+        assert!(
+            !stored[0].contains_key("points"),
+            "{db}: the removed effect field came back: {stored:?}"
+        );
+    }
+}
+
+/// An update `apply_once` is asked to make: a numeric credit, or a field set to a text.
+enum Update {
+    Add(&'static str, i64),
+    Set(&'static str, &'static str),
+}
+
+/// Applies `update` to the ledger `id` once per `op`: `Change::add` or `Change::set`, the same
+/// on every backend.
+async fn apply(db: &Db, id: Id, op: &OpId, update: Update) -> Result<Applied, Error> {
+    match update {
+        Update::Add(field, amount) => db.credit_once::<Ledger>(id, op, field, amount).await,
+        Update::Set(field, value) => {
+            db.apply_once::<Ledger>(id, op, &[Change::set(field, &value)])
+                .await
+        }
+    }
+}
+
+/// Applies `update` under a fresh op id: refused as touching `path`, nothing written (the op id
+/// is not recorded either, so the same op id applies a correct update afterwards).
+async fn assert_not_an_effect_field(test: &str, update: fn() -> Update, path: &str) {
+    for db in fresh_backends(test).await {
+        db.ensure::<Ledger>().await;
+        db.upsert(&ledger("Ada")).await.unwrap();
+        let id = ledger("Ada").id().unwrap();
+        let before = db.raw::<Ledger>().await;
+        let op = OpId::from("op-1");
+        match apply(&db, id, &op, update()).await {
+            Err(Error::NotAnEffectField { path: refused, .. }) => {
+                assert_eq!(refused, path, "{db}")
+            }
+            other => panic!("{db}: expected NotAnEffectField {path:?}, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Ledger>().await, before, "{db}: nothing written");
+        assert_eq!(
+            db.credit_once::<Ledger>(id, &op, "balance", 5)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        assert_eq!(stored_balance(&db).await, 5, "{db}");
+    }
+}
+
+/// Promise catalogue case 14: `apply_once` refuses a field the type does not have.
+#[tokio::test]
+async fn apply_once_refuses_a_field_the_type_does_not_have() {
+    // A typo would otherwise create a new field and leave the balance as it was.
+    assert_not_an_effect_field("p14_typo", || Update::Add("balnce", 5), "balnce").await;
+}
+
+/// Promise catalogue case 14: `apply_once` refuses a field that upserts own.
+#[tokio::test]
+async fn apply_once_refuses_a_field_that_upserts_own() {
+    // The next upsert would overwrite it: only effect fields belong to operations.
+    assert_not_an_effect_field("p14_upserted_field", || Update::Set("owner", "x"), "owner").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op ids
+
+/// Op ids derive from the triggering document and the operation's purpose.
+#[test]
+fn op_ids_derive_from_the_triggering_document() {
+    let ada = account("ada");
+    assert_eq!(ada.op_id("points").unwrap(), ada.op_id("points").unwrap());
+    assert_ne!(ada.op_id("points").unwrap(), ada.op_id("streak").unwrap());
+    assert_ne!(
+        ada.op_id("points").unwrap(),
+        account("bob").op_id("points").unwrap()
+    );
+}
+
+/// Promise catalogue case 16: an event's op ids derive from its idempotency key and the
+/// operation's purpose.
+#[test]
+fn an_event_op_id_derives_from_its_idempotency_key_and_purpose() {
+    let payment = |key: &str, amount_cents| Payment {
+        request_key: key.into(),
+        amount_cents,
+    };
+    let credit = payment("req-1", 1_000)
+        .op_id("credit")
+        .expect("an event has op ids: the README's webhook-credits-an-account flow");
+    assert_eq!(credit, payment("req-1", 1_000).op_id("credit").unwrap());
+    // The key names the request: the same key is the same request, whatever its payload says.
+    assert_eq!(credit, payment("req-1", 2_000).op_id("credit").unwrap());
+    assert_ne!(credit, payment("req-1", 1_000).op_id("refund").unwrap());
+    assert_ne!(credit, payment("req-2", 1_000).op_id("credit").unwrap());
+}

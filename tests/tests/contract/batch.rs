@@ -1,0 +1,499 @@
+//! `upsert_many`: a batch gives each document exactly the outcome upserting them one by one, in
+//! input order, gives; copies of one document share the fate of the copy that was sent; a
+//! refused document is refused alone and the rest of its batch is written.
+
+use idem_core::{Error, Outcome, TimestampProblem};
+use idem_tests::backends::{fresh_backends, Db};
+use idem_tests::fixtures::{entry, post, Entry, Post};
+
+use crate::support::{
+    assert_db_wrote_nothing, assert_stored_as_serde, forget_commands, oversized_post, scored_post,
+    ScoredPost,
+};
+
+/// A batch answers each document as upserting them one by one, in order, would.
+#[tokio::test]
+async fn a_batch_agrees_with_single_upserts_in_input_order() {
+    for db in fresh_backends("batch").await {
+        db.ensure::<Entry>().await;
+        db.upsert(&entry("a", 5, "five")).await.unwrap();
+        let batch = [
+            entry("a", 4, "old"),
+            entry("b", 1, "new"),
+            entry("a", 6, "six"),
+            entry("b", 1, "new"),
+            entry("a", 6, "six, again"),
+            entry("c", 1, "c"),
+        ];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes: Vec<Outcome> = report
+            .outcomes()
+            .iter()
+            .map(|outcome| *outcome.as_ref().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Stale,
+                Outcome::Inserted,
+                Outcome::Updated,
+                Outcome::Unchanged,
+                Outcome::Stale,
+                Outcome::Inserted
+            ],
+            "{db}"
+        );
+        // The second b is identical to the first: not sent, it shares its fate.
+        assert_eq!(report.collapsed(), 1, "{db}");
+        let before = db.raw::<Entry>().await;
+        let again = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(
+            again.count(Outcome::Inserted) + again.count(Outcome::Updated),
+            0,
+            "{db}"
+        );
+        assert_eq!(
+            db.raw::<Entry>().await,
+            before,
+            "{db}: a replayed batch writes nothing"
+        );
+        let texts: Vec<_> = db
+            .stored::<Entry>()
+            .await
+            .iter()
+            .map(|doc| doc["text"].clone())
+            .collect();
+        assert_eq!(texts.len(), 3, "{db}");
+        assert!(texts.contains(&"six".into()), "{db}: {texts:?}");
+
+        // The same documents upserted one by one, in order, in an empty store, give the same
+        // outcomes and leave the same documents.
+        let batched = db.stored::<Entry>().await;
+        let alone = db.reset::<Entry>().await;
+        alone.upsert(&entry("a", 5, "five")).await.unwrap();
+        let mut one_by_one = Vec::new();
+        for doc in &batch {
+            one_by_one.push(alone.upsert(doc).await.unwrap());
+        }
+        assert_eq!(outcomes, one_by_one, "{db}");
+        assert_eq!(alone.stored::<Entry>().await, batched, "{db}");
+    }
+}
+
+/// A refused document (a moved timestamp, an empty key) is refused alone: the rest of its batch
+/// is written.
+#[tokio::test]
+async fn a_refused_document_does_not_stop_the_rest_of_its_batch() {
+    for db in fresh_backends("batch_refusal").await {
+        db.ensure::<Entry>().await;
+        db.upsert(&entry("moved", 1, "x")).await.unwrap();
+        let moved = Entry {
+            created_at: 1_600_000_000_000,
+            ..entry("moved", 2, "x")
+        };
+        let batch = [
+            entry("a", 1, "a"),
+            moved,
+            entry("b", 1, "b"),
+            entry("", 1, ""),
+        ];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(
+            matches!(outcomes[0], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(
+                &outcomes[1],
+                Err(Error::FrozenFieldChanged {
+                    field: "created_at",
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[1]
+        );
+        assert!(
+            matches!(outcomes[2], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(
+                &outcomes[3],
+                Err(Error::EmptyKey {
+                    field: "entry_id",
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[3]
+        );
+        assert_eq!(report.refused(), 2, "{db}");
+        assert_eq!(db.stored::<Entry>().await.len(), 3, "{db}");
+    }
+}
+
+/// Copies left out of a batch (identical to one sent) get the outcome of the copy that was
+/// sent, a refusal included.
+#[tokio::test]
+async fn collapsed_copies_share_the_fate_of_the_copy_that_was_sent() {
+    for db in fresh_backends("batch_collapse_fate").await {
+        db.ensure::<Entry>().await;
+        db.upsert(&entry("gone", 1, "x")).await.unwrap();
+        let gone = Entry {
+            deleted_at: Some(1),
+            ..entry("gone", 1, "x")
+        };
+        db.delete(&gone).await.unwrap();
+        db.upsert(&entry("moved", 1, "x")).await.unwrap();
+        let moved = Entry {
+            created_at: 1,
+            ..entry("moved", 2, "y")
+        };
+        let batch = [
+            entry("gone", 1, "x"),
+            entry("gone", 1, "x"),
+            moved.clone(),
+            moved,
+        ];
+        let before = db.raw::<Entry>().await;
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        for (index, outcome) in outcomes.iter().enumerate().take(2) {
+            assert!(
+                matches!(outcome, Ok(Outcome::Deleted)),
+                "{db}: {index}: {outcome:?}"
+            );
+        }
+        for (index, outcome) in outcomes.iter().enumerate().skip(2) {
+            assert!(
+                matches!(
+                    outcome,
+                    Err(Error::FrozenFieldChanged {
+                        field: "created_at",
+                        ..
+                    })
+                ),
+                "{db}: {index}: {outcome:?}"
+            );
+        }
+        assert_eq!(report.collapsed(), 2, "{db}");
+        assert_eq!(db.raw::<Entry>().await, before, "{db}: nothing written");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies in one batch
+
+/// The fixture post by another author: a frozen field changed, so refused once `post()` is stored.
+fn post_by(author: &str) -> Post {
+    Post {
+        author_id: author.into(),
+        ..post()
+    }
+}
+
+fn retitled() -> Post {
+    Post {
+        title: "Hello again".into(),
+        ..post()
+    }
+}
+
+/// Asserts `result` is the refusal of a changed `author_id` whose incoming value is `author`'s.
+fn assert_author_refused(db: &Db, result: &Result<Outcome, Error>, author: &str) {
+    match result {
+        Err(Error::FrozenFieldChanged {
+            field,
+            stored,
+            incoming,
+            ..
+        }) => {
+            assert_eq!(*field, "author_id", "{db}");
+            assert!(stored.contains("ada"), "{db}: stored: {stored}");
+            assert!(
+                incoming.contains(author),
+                "{db}: the refusal shows this document's own value {author:?}, not another \
+                 copy's: incoming {incoming}"
+            );
+        }
+        other => panic!("{db}: expected FrozenFieldChanged for `author_id`, got {other:?}"),
+    }
+}
+
+/// Promise catalogue case 8: a batch gives each document exactly the outcome upserting them one
+/// by one, in order, gives. A valid copy is written though a later copy is refused.
+#[tokio::test]
+async fn a_valid_copy_in_a_batch_is_written_though_a_later_copy_is_refused() {
+    for db in fresh_backends("p8_valid_then_invalid").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post()).await.unwrap();
+        // One by one: the retitled post is Updated, then the other author is refused.
+        let report = db.upsert_many(&[retitled(), post_by("bob")]).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(
+            matches!(outcomes[0], Ok(Outcome::Updated)),
+            "{db}: the valid copy: {:?}",
+            outcomes[0]
+        );
+        assert_author_refused(&db, &outcomes[1], "bob");
+        assert_stored_as_serde(&db, &retitled()).await;
+    }
+}
+
+/// Promise catalogue case 8: an invalid copy is refused though a later copy is valid.
+#[tokio::test]
+async fn an_invalid_copy_in_a_batch_is_refused_though_a_later_copy_is_valid() {
+    for db in fresh_backends("p8_invalid_then_valid").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post()).await.unwrap();
+        // One by one: the other author is refused, then the retitled post is Updated.
+        let report = db.upsert_many(&[post_by("bob"), retitled()]).await.unwrap();
+        let outcomes = report.outcomes();
+        assert_author_refused(&db, &outcomes[0], "bob");
+        assert!(
+            matches!(outcomes[1], Ok(Outcome::Updated)),
+            "{db}: the valid copy: {:?}",
+            outcomes[1]
+        );
+        assert_stored_as_serde(&db, &retitled()).await;
+    }
+}
+
+/// Promise catalogue case 8: each refused copy shows its own value, not another copy's.
+#[tokio::test]
+async fn each_refused_copy_in_a_batch_shows_its_own_value() {
+    for db in fresh_backends("p8_each_own_value").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post()).await.unwrap();
+        let before = db.raw::<Post>().await;
+        let report = db
+            .upsert_many(&[post_by("bob"), post_by("carol")])
+            .await
+            .unwrap();
+        assert_author_refused(&db, &report.outcomes()[0], "bob");
+        assert_author_refused(&db, &report.outcomes()[1], "carol");
+        assert_eq!(db.raw::<Post>().await, before, "{db}: nothing written");
+    }
+}
+
+/// Promise catalogue case 8: equal versions in a batch keep the first copy, as single upserts do.
+#[tokio::test]
+async fn equal_versions_in_a_batch_keep_the_first_copy_as_single_upserts_do() {
+    for db in fresh_backends("p8_equal_versions").await {
+        db.ensure::<Entry>().await;
+        // One by one: the first is Inserted; the second, same version with other content, is
+        // Stale.
+        let batch = [entry("e1", 1, "first"), entry("e1", 1, "second")];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes: Vec<Outcome> = report
+            .outcomes()
+            .iter()
+            .map(|outcome| *outcome.as_ref().unwrap())
+            .collect();
+        assert_eq!(outcomes, [Outcome::Inserted, Outcome::Stale], "{db}");
+        let stored = db.stored::<Entry>().await;
+        assert_eq!(stored.len(), 1, "{db}");
+        assert_eq!(stored[0]["text"], "first", "{db}");
+    }
+}
+
+#[tokio::test]
+async fn duplicate_ids_in_one_batch_get_the_outcomes_of_writing_them_one_by_one() {
+    for db in fresh_backends("batch_duplicates").await {
+        db.ensure::<Entry>().await;
+        db.ensure::<ScoredPost>().await;
+        forget_commands(&db);
+
+        let batch = [
+            entry("e1", 1, "one"),   // first: Inserted
+            entry("e2", 1, "x"),     // alone: Inserted
+            entry("e1", 3, "three"), // newer: Updated
+            entry("e1", 2, "two"),   // older than what is stored by then: Stale
+            entry("e1", 3, "three"), // what is stored by then: Unchanged
+            entry("e2", 1, "x"),     // a copy of the previous e2: not sent, Unchanged
+        ];
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes: Vec<Outcome> = report
+            .outcomes()
+            .iter()
+            .map(|o| *o.as_ref().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Inserted,
+                Outcome::Inserted,
+                Outcome::Updated,
+                Outcome::Stale,
+                Outcome::Unchanged,
+                Outcome::Unchanged,
+            ],
+            "{db}"
+        );
+        assert_eq!(report.collapsed(), 1, "{db}");
+        if let Some(log) = db.command_log() {
+            let commands = log.take();
+            assert_eq!(commands.documents_written, 3, "{db}");
+            // `update` commands, or without update pipelines an `insert` of the new documents
+            // and one pinned `update` per replacement.
+            let writes = ["update", "insert"];
+            assert_eq!(
+                commands
+                    .names
+                    .iter()
+                    .filter(|n| writes.contains(&n.as_str()))
+                    .count(),
+                2,
+                "{db}: one write command per round that writes: {:?}",
+                commands.names
+            );
+        }
+        let stored = db.stored::<Entry>().await;
+        assert_eq!(stored.len(), 2, "{db}");
+        let e1 = stored
+            .iter()
+            .find(|d| d["entryId"] == "e1")
+            .unwrap_or_else(|| panic!("{db}: no e1: {stored:?}"));
+        assert_eq!(e1["revision"], 3, "{db}");
+        assert_eq!(e1["text"], "three", "{db}");
+
+        // Replaying the whole batch writes nothing.
+        let before = db.raw::<Entry>().await;
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(report.count(Outcome::Unchanged), 4, "{db}: {report}");
+        assert_eq!(report.count(Outcome::Stale), 2, "{db}: {report}");
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Entry>().await, before, "{db}: nothing written");
+
+        // Without versions, each copy replaces the one before it, as one by one: the last stays.
+        let report = db
+            .upsert_many(&[
+                ScoredPost {
+                    title: "first".into(),
+                    ..scored_post("p")
+                },
+                ScoredPost {
+                    title: "last".into(),
+                    ..scored_post("p")
+                },
+            ])
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                report.outcomes(),
+                [Ok(Outcome::Inserted), Ok(Outcome::Updated)]
+            ),
+            "{db}: {:?}",
+            report.outcomes()
+        );
+        let posts = db.stored::<ScoredPost>().await;
+        assert_eq!(posts.len(), 1, "{db}");
+        assert_eq!(posts[0]["title"], "last", "{db}");
+    }
+}
+
+/// Each kind of refusal inside one batch, beside documents that are written. On MongoDB the
+/// batch also carries a document over the 16 MiB BSON limit, which PostgreSQL does not have.
+#[tokio::test]
+async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
+    for db in fresh_backends("batch_refusals").await {
+        db.ensure::<ScoredPost>().await;
+        let kept = scored_post("kept");
+        let other = scored_post("other");
+        db.upsert(&kept).await.unwrap();
+        db.upsert(&other).await.unwrap();
+        let before = db.raw::<ScoredPost>().await;
+        forget_commands(&db);
+
+        let mut batch = vec![
+            scored_post("a"),
+            ScoredPost {
+                published_at: -1,
+                ..scored_post("early")
+            },
+            scored_post(""),
+            ScoredPost {
+                author_id: "eve".into(),
+                ..kept.clone()
+            },
+        ];
+        let oversized = !db.is_postgres();
+        if oversized {
+            batch.push(oversized_post("big"));
+        }
+        batch.extend([other.clone(), scored_post("b")]);
+        let report = db.upsert_many(&batch).await.unwrap();
+        let outcomes = report.outcomes();
+        assert!(
+            matches!(outcomes[0], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(
+                outcomes[1],
+                Err(Error::TimestampOutOfRange {
+                    problem: TimestampProblem::BeforeUnixEpoch,
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[1]
+        );
+        assert!(
+            matches!(outcomes[2], Err(Error::EmptyKey { field: "slug", .. })),
+            "{db}: {:?}",
+            outcomes[2]
+        );
+        assert!(
+            matches!(
+                outcomes[3],
+                Err(Error::FrozenFieldChanged {
+                    field: "author_id",
+                    ..
+                })
+            ),
+            "{db}: {:?}",
+            outcomes[3]
+        );
+        if oversized {
+            assert!(
+                matches!(outcomes[4], Err(Error::DocumentTooLarge { .. })),
+                "{db}: {:?}",
+                outcomes[4]
+            );
+        }
+        let last = outcomes.len() - 1;
+        assert!(
+            matches!(outcomes[last - 1], Ok(Outcome::Unchanged)),
+            "{db}: {outcomes:?}"
+        );
+        assert!(
+            matches!(outcomes[last], Ok(Outcome::Inserted)),
+            "{db}: {outcomes:?}"
+        );
+        assert_eq!(report.refused(), 3 + usize::from(oversized), "{db}");
+        if let Some(log) = db.command_log() {
+            assert_eq!(log.take().documents_written, 2, "{db}");
+        }
+
+        // The two new documents are stored; the two that were stored are intact.
+        let mut slugs: Vec<String> = db
+            .stored::<ScoredPost>()
+            .await
+            .iter()
+            .map(|d| d["slug"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        slugs.sort_unstable();
+        assert_eq!(slugs, ["a", "b", "kept", "other"], "{db}");
+        let after = db.raw::<ScoredPost>().await;
+        for untouched in &before {
+            assert!(
+                after.contains(untouched),
+                "{db}: a stored document changed: {untouched} is gone from {after:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! `delete` and `delete_by_id`: only the delete route writes the tombstone, a delete needs its
+//! marker, and racing deletes mark a document once, keeping the marker of the one that did.
+//! (A tombstone never written over, and the first marker kept: `versions.rs`.)
+
+use idem_core::{Error, Outcome};
+use idem_tests::backends::fresh_backends;
+use idem_tests::fixtures::{entry, Entry};
+
+use crate::support::{line_up, stored_entry};
+
+/// Only the delete route writes the tombstone: an upsert of a marked document stores it
+/// unmarked, and a delete without a marker is refused.
+#[tokio::test]
+async fn upserts_never_write_the_tombstone_and_deleting_needs_a_marker() {
+    for db in fresh_backends("tombstone_route").await {
+        db.ensure::<Entry>().await;
+        let marked = Entry {
+            deleted_at: Some(1),
+            ..entry("e1", 1, "hello")
+        };
+        assert_eq!(db.upsert(&marked).await.unwrap(), Outcome::Inserted, "{db}");
+        assert_eq!(
+            stored_entry(&db, "e1").await.get("deletedAt"),
+            None,
+            "{db}: only the delete route writes the marker"
+        );
+        let before = db.raw::<Entry>().await;
+        match db.delete(&entry("e1", 1, "hello")).await {
+            Err(Error::TombstoneNotSet { field, .. }) => assert_eq!(field, "deleted_at", "{db}"),
+            other => panic!("{db}: expected TombstoneNotSet, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Entry>().await, before, "{db}: nothing written");
+    }
+}
+
+/// Eight racing deletes of one stored entry, beside eight racing newer upserts of it: exactly one
+/// delete marks it and its marker stays; each upsert lands before it or finds it deleted. Eight
+/// racing deletes of an entry never stored store it deleted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
+    for db in fresh_backends("delete_race").await {
+        db.ensure::<Entry>().await;
+        db.upsert(&entry("stored", 1, "x")).await.unwrap();
+        for entry_id in ["stored", "never-stored"] {
+            let with_upserts = entry_id == "stored";
+            let line = line_up(if with_upserts { 16 } else { 8 });
+            let mut deletes = Vec::new();
+            let mut upserts = Vec::new();
+            for n in 0..8_i64 {
+                let racer = db.another().await;
+                let waiting = line.clone();
+                deletes.push(tokio::spawn(async move {
+                    let marked = Entry {
+                        deleted_at: Some(100 + n),
+                        ..entry(entry_id, 1, "x")
+                    };
+                    waiting.wait().await;
+                    (100 + n, racer.delete(&marked).await)
+                }));
+                if with_upserts {
+                    let racer = db.another().await;
+                    let waiting = line.clone();
+                    upserts.push(tokio::spawn(async move {
+                        waiting.wait().await;
+                        racer.upsert(&entry(entry_id, 2 + n, "newer")).await
+                    }));
+                }
+            }
+            let mut winners = Vec::new();
+            for delete in deletes {
+                let (marker, outcome) = delete.await.unwrap();
+                match outcome {
+                    Ok(Outcome::Deleted) => winners.push(marker),
+                    Ok(Outcome::Unchanged) => {}
+                    other => panic!("{db}: {entry_id}: a racing delete: {other:?}"),
+                }
+            }
+            for upsert in upserts {
+                let outcome = upsert.await.unwrap();
+                assert!(
+                    matches!(
+                        outcome,
+                        Ok(Outcome::Updated | Outcome::Stale | Outcome::Deleted)
+                    ),
+                    "{db}: {entry_id}: a racing upsert: {outcome:?}"
+                );
+            }
+            assert_eq!(winners.len(), 1, "{db}: {entry_id}: {winners:?}");
+            assert_eq!(
+                stored_entry(&db, entry_id).await["deletedAt"],
+                winners[0],
+                "{db}: {entry_id}: the marker of the delete that marked it"
+            );
+            assert_eq!(
+                db.upsert(&entry(entry_id, 99, "later")).await.unwrap(),
+                Outcome::Deleted,
+                "{db}: {entry_id}"
+            );
+        }
+        assert_eq!(db.stored::<Entry>().await.len(), 2, "{db}");
+    }
+}

@@ -1,0 +1,398 @@
+//! Floats in the content hash and in storage: every NaN hashes alike and -0.0 as 0.0, so a
+//! replay of either writes nothing; a frozen NaN is not a change; NaN and the infinities in a
+//! float field are stored as they are, never lost to null. (Inside a structured value, where
+//! PostgreSQL's `jsonb` cannot hold them: `postgres_only.rs`.)
+
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::backends::{fresh_backends, Db};
+use idem_tests::stored_documents;
+use serde::{Deserialize, Serialize};
+
+use crate::support::{
+    assert_db_wrote_nothing, forget_commands, scored_post, shown_non_finite, ScoredPost,
+};
+
+/// A measurement whose frozen reading may be NaN (a sensor that had no value).
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "readings")]
+struct Reading {
+    #[idem(key)]
+    sensor: String,
+    #[idem(frozen)]
+    calibration: f64,
+    note: String,
+}
+
+/// A gauge whose readings may be NaN or infinite, in a float field and in an optional one.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "gauges")]
+struct Gauge {
+    #[idem(key)]
+    name: String,
+    value: f64,
+    peak: Option<f64>,
+}
+
+/// The float stored in `field` of the document or row of `collection` whose `key_field` is
+/// `key`, exactly as the server holds it: a BSON double, or a `double precision` column.
+async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, field: &str) -> f64 {
+    match db {
+        Db::Mongo { store, .. } => stored_documents(store.database(), collection)
+            .await
+            .into_iter()
+            .find(|document| document.get_str(key_field) == Ok(key))
+            .unwrap_or_else(|| panic!("{db}: no {collection} document with {key_field} {key}"))
+            .get_f64(field)
+            .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}")),
+        Db::Postgres { client, .. } => {
+            let sql =
+                format!("SELECT \"{field}\" FROM \"{collection}\" WHERE \"{key_field}\" = $1");
+            client
+                .query_one(&sql, &[&key])
+                .await
+                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"))
+                .get(0)
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_nan_payload_hashes_alike_so_a_nan_replay_writes_nothing() {
+    let nans = [
+        f64::NAN,
+        -f64::NAN,
+        f64::from_bits(0x7ff8_0000_0000_0001), // another quiet NaN payload
+        f64::from_bits(0x7ff0_0000_0000_0001), // a signalling NaN
+        f64::from_bits(0xfff0_dead_beef_0000),
+    ];
+    let with = |score: f64| ScoredPost {
+        score,
+        ..scored_post("nan")
+    };
+    let hash = with(nans[0]).content_hash().unwrap();
+    for nan in nans {
+        assert!(nan.is_nan());
+        assert_eq!(
+            with(nan).content_hash().unwrap(),
+            hash,
+            "{:#x}",
+            nan.to_bits()
+        );
+    }
+    assert_ne!(with(f64::INFINITY).content_hash().unwrap(), hash);
+
+    for db in fresh_backends("nan").await {
+        db.ensure::<ScoredPost>().await;
+        assert_eq!(
+            db.upsert(&with(nans[0])).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let before = db.raw::<ScoredPost>().await;
+        forget_commands(&db);
+        for nan in nans {
+            assert_eq!(
+                db.upsert(&with(nan)).await.unwrap(),
+                Outcome::Unchanged,
+                "{db}: {:#x}",
+                nan.to_bits()
+            );
+        }
+        let batch: Vec<ScoredPost> = nans.into_iter().map(with).collect();
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(
+            report.count(Outcome::Unchanged),
+            nans.len(),
+            "{db}: {report}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(
+            db.raw::<ScoredPost>().await,
+            before,
+            "{db}: nothing written"
+        );
+        assert!(
+            stored_float(&db, "posts", "slug", "nan", "score")
+                .await
+                .is_nan(),
+            "{db}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn negative_zero_hashes_as_zero_so_a_zero_turned_negative_writes_nothing() {
+    let zero = scored_post("zero");
+    let negative = ScoredPost {
+        score: -0.0,
+        ..zero.clone()
+    };
+    assert!(negative.score.is_sign_negative());
+    assert_eq!(
+        zero.content_hash().unwrap(),
+        negative.content_hash().unwrap()
+    );
+    assert_ne!(
+        zero.content_hash().unwrap(),
+        ScoredPost {
+            score: f64::MIN_POSITIVE,
+            ..zero.clone()
+        }
+        .content_hash()
+        .unwrap()
+    );
+
+    for db in fresh_backends("negative_zero").await {
+        db.ensure::<ScoredPost>().await;
+        assert_eq!(db.upsert(&zero).await.unwrap(), Outcome::Inserted, "{db}");
+        let before = db.raw::<ScoredPost>().await;
+        forget_commands(&db);
+        assert_eq!(
+            db.upsert(&negative).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(
+            db.raw::<ScoredPost>().await,
+            before,
+            "{db}: nothing written"
+        );
+        // The stored value is still +0.0, bit for bit.
+        assert_eq!(
+            stored_float(&db, "posts", "slug", "zero", "score")
+                .await
+                .to_bits(),
+            0,
+            "{db}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_nan_in_a_frozen_field_is_not_a_change() {
+    // Every deviation on every backend is collected, then reported.
+    let mut problems = Vec::new();
+    for db in fresh_backends("frozen_nan").await {
+        db.ensure::<Reading>().await;
+        let reading = Reading {
+            sensor: "s1".into(),
+            calibration: f64::NAN,
+            note: "no calibration yet".into(),
+        };
+        assert_eq!(
+            db.upsert(&reading).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        let before = db.raw::<Reading>().await;
+        forget_commands(&db);
+
+        // MongoDB's own filter treats NaN as equal to NaN; idem's judgement of a stored document
+        // must agree with it, alone and in a batch, on every backend.
+        let retry = db.upsert(&reading).await;
+        if !matches!(retry, Ok(Outcome::Unchanged)) {
+            problems.push(format!(
+                "{db}: a plain retry: expected Unchanged, got {retry:?}"
+            ));
+        }
+        let batch = db
+            .upsert_many(std::slice::from_ref(&reading))
+            .await
+            .unwrap();
+        if !matches!(batch.outcomes(), [Ok(Outcome::Unchanged)]) {
+            problems.push(format!(
+                "{db}: a retry in a batch: expected Unchanged, got {:?}",
+                batch.outcomes()
+            ));
+        }
+        if let Some(log) = db.command_log() {
+            let written = log.take().documents_written;
+            if written != 0 {
+                problems.push(format!("{db}: the retries wrote {written} documents"));
+            }
+        }
+        if db.raw::<Reading>().await != before {
+            problems.push(format!("{db}: the retries changed the stored document"));
+        }
+
+        // An edit that keeps the frozen NaN is an edit, not a frozen change.
+        let edited = Reading {
+            note: "still none".into(),
+            ..reading.clone()
+        };
+        let edit = db.upsert_many(std::slice::from_ref(&edited)).await.unwrap();
+        if !matches!(edit.outcomes(), [Ok(Outcome::Updated)]) {
+            problems.push(format!(
+                "{db}: an edit beside the frozen NaN in a batch: expected Updated, got {:?}",
+                edit.outcomes()
+            ));
+        }
+        let edited = Reading {
+            note: "none at all".into(),
+            ..reading.clone()
+        };
+        let edit = db.upsert(&edited).await;
+        if !matches!(edit, Ok(Outcome::Updated)) {
+            problems.push(format!(
+                "{db}: an edit beside the frozen NaN: expected Updated, got {edit:?}"
+            ));
+        }
+        let stored = stored_float(&db, "readings", "sensor", "s1", "calibration").await;
+        if !stored.is_nan() {
+            problems.push(format!("{db}: the frozen NaN is stored as {stored}"));
+        }
+
+        // A frozen NaN that became a number is a real change, and refused, alone and in a batch.
+        let before = db.raw::<Reading>().await;
+        forget_commands(&db);
+        let calibrated = Reading {
+            calibration: 1.5,
+            ..edited.clone()
+        };
+        match db.upsert(&calibrated).await {
+            Err(Error::FrozenFieldChanged {
+                field: "calibration",
+                stored,
+                incoming,
+                ..
+            }) if stored.contains("NaN") && incoming == "1.5" => {}
+            refused => problems.push(format!(
+                "{db}: NaN changed to 1.5: expected FrozenFieldChanged from NaN to 1.5, got \
+                 {refused:?}"
+            )),
+        }
+        let refused = db
+            .upsert_many(std::slice::from_ref(&calibrated))
+            .await
+            .unwrap();
+        if !matches!(
+            refused.outcomes(),
+            [Err(Error::FrozenFieldChanged {
+                field: "calibration",
+                ..
+            })]
+        ) {
+            problems.push(format!(
+                "{db}: NaN changed to 1.5 in a batch: expected FrozenFieldChanged, got {:?}",
+                refused.outcomes()
+            ));
+        }
+        if let Some(log) = db.command_log() {
+            let written = log.take().documents_written;
+            if written != 0 {
+                problems.push(format!("{db}: the refusals wrote {written} documents"));
+            }
+        }
+        if db.raw::<Reading>().await != before {
+            problems.push(format!("{db}: the refusals changed the stored document"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[tokio::test]
+async fn nan_and_the_infinities_in_a_float_field_are_stored_and_a_replay_writes_nothing() {
+    let values = [
+        ("nan", f64::NAN, "NaN"),
+        ("inf", f64::INFINITY, "Infinity"),
+        ("-inf", f64::NEG_INFINITY, "-Infinity"),
+    ];
+    let gauge = |name: &str, value: f64| Gauge {
+        name: name.into(),
+        value,
+        peak: Some(value),
+    };
+    for db in fresh_backends("non_finite").await {
+        db.ensure::<Gauge>().await;
+        for (name, value, _) in values {
+            assert_eq!(
+                db.upsert(&gauge(name, value)).await.unwrap(),
+                Outcome::Inserted,
+                "{db}: {name}"
+            );
+        }
+        let stored = db.stored::<Gauge>().await;
+        assert_eq!(stored.len(), values.len(), "{db}: {stored:?}");
+        for (name, value, text) in values {
+            let document = stored
+                .iter()
+                .find(|document| document["name"] == name)
+                .unwrap_or_else(|| panic!("{db}: no gauge {name}: {stored:?}"));
+            // Neither field is lost to null (which `stored` would leave out).
+            assert_eq!(
+                document["value"],
+                shown_non_finite(&db, text),
+                "{db}: {name}"
+            );
+            assert_eq!(
+                document["peak"],
+                shown_non_finite(&db, text),
+                "{db}: {name}"
+            );
+            for field in ["value", "peak"] {
+                let read = stored_float(&db, "gauges", "name", name, field).await;
+                assert!(
+                    read.to_bits() == value.to_bits() || (read.is_nan() && value.is_nan()),
+                    "{db}: {name}.{field} stored as {read}"
+                );
+            }
+        }
+        let before = db.raw::<Gauge>().await;
+        if db.is_postgres() {
+            for text in ["NaN", "Infinity", "-Infinity"] {
+                assert!(
+                    before
+                        .iter()
+                        .any(|row| row.contains(&format!(",{text},{text},"))),
+                    "{db}: no row holds {text}: {before:?}"
+                );
+            }
+        }
+
+        // A replay, alone and in a batch, writes nothing.
+        forget_commands(&db);
+        for (name, value, _) in values {
+            assert_eq!(
+                db.upsert(&gauge(name, value)).await.unwrap(),
+                Outcome::Unchanged,
+                "{db}: {name}"
+            );
+        }
+        let batch: Vec<Gauge> = values
+            .iter()
+            .map(|&(name, value, _)| gauge(name, value))
+            .collect();
+        let report = db.upsert_many(&batch).await.unwrap();
+        assert_eq!(
+            report.count(Outcome::Unchanged),
+            values.len(),
+            "{db}: {report}"
+        );
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Gauge>().await, before, "{db}: nothing written");
+
+        // NaN becomes a number and a number NaN again: each an update, none lost.
+        assert_eq!(
+            db.upsert(&gauge("nan", 2.0)).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert_eq!(
+            stored_float(&db, "gauges", "name", "nan", "value").await,
+            2.0,
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&gauge("nan", f64::NAN)).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        assert!(
+            stored_float(&db, "gauges", "name", "nan", "value")
+                .await
+                .is_nan(),
+            "{db}"
+        );
+    }
+}

@@ -1,0 +1,379 @@
+//! `push`: an item appended once however often and however concurrently it is sent, items told
+//! apart by their whole key, and an item without a usable key refused before anything is sent.
+
+use idem_core::{Error, Idempotent, Outcome, Pushed};
+use idem_tests::backends::{fresh_backends, Db};
+use serde::{Deserialize, Serialize};
+
+use crate::support::{assert_db_sent_nothing, forget_commands};
+
+/// A thread of comments, pushed once each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "threads")]
+struct Thread {
+    #[idem(key)]
+    topic: String,
+    title: String,
+    #[idem(push_by = "commentId")]
+    comments: Vec<Comment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Comment {
+    comment_id: String,
+    text: String,
+}
+
+/// The texts of the stored thread's comments, in list order.
+async fn comment_texts(db: &Db) -> Vec<serde_json::Value> {
+    let stored = db.stored::<Thread>().await;
+    stored[0]["comments"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{db}: {stored:?}"))
+        .iter()
+        .map(|comment| comment["text"].clone())
+        .collect()
+}
+
+/// A retried push never appends twice (an item with the same key is the same item, whatever
+/// else it says), racing pushes of one item append it once, and an upsert neither overwrites
+/// nor hashes the pushed list.
+#[tokio::test]
+async fn a_push_appends_once_however_often_and_however_concurrently_it_is_sent() {
+    for db in fresh_backends("push").await {
+        db.ensure::<Thread>().await;
+        let thread = Thread {
+            topic: "rust".into(),
+            title: "Rust".into(),
+            comments: Vec::new(),
+        };
+        let id = thread.id().unwrap();
+        let comment = |n: usize| Comment {
+            comment_id: format!("c{n}"),
+            text: format!("comment {n}"),
+        };
+        assert!(
+            matches!(
+                db.push::<Thread, _>(id, "comments", &comment(0)).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&thread).await.unwrap(), Outcome::Inserted, "{db}");
+        assert!(
+            comment_texts(&db).await.is_empty(),
+            "{db}: the list starts empty"
+        );
+        assert_eq!(
+            db.push::<Thread, _>(id, "comments", &comment(0))
+                .await
+                .unwrap(),
+            Pushed::Appended,
+            "{db}"
+        );
+        assert_eq!(
+            db.push::<Thread, _>(id, "comments", &comment(0))
+                .await
+                .unwrap(),
+            Pushed::AlreadyPresent,
+            "{db}"
+        );
+        let edited = Comment {
+            text: "edited".into(),
+            ..comment(0)
+        };
+        assert_eq!(
+            db.push::<Thread, _>(id, "comments", &edited).await.unwrap(),
+            Pushed::AlreadyPresent,
+            "{db}: the same key is the same comment"
+        );
+        assert_eq!(comment_texts(&db).await, ["comment 0"], "{db}");
+        let mut racers = Vec::new();
+        for _ in 0..8 {
+            let racer = db.another().await;
+            racers.push(tokio::spawn(async move {
+                let mut appended = 0;
+                for n in 1..5 {
+                    if racer
+                        .push::<Thread, _>(id, "comments", &comment(n))
+                        .await
+                        .unwrap()
+                        == Pushed::Appended
+                    {
+                        appended += 1;
+                    }
+                }
+                appended
+            }));
+        }
+        let mut appended = 0;
+        for racer in racers {
+            appended += racer.await.unwrap();
+        }
+        assert_eq!(appended, 4, "{db}");
+        // An upsert of the thread leaves the list alone, whatever list it carries: the list is
+        // not content.
+        assert_eq!(
+            db.upsert(&thread).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        let with_other_list = Thread {
+            comments: vec![comment(7)],
+            ..thread.clone()
+        };
+        assert_eq!(
+            thread.content_hash().unwrap(),
+            with_other_list.content_hash().unwrap(),
+            "{db}"
+        );
+        assert_eq!(
+            db.upsert(&with_other_list).await.unwrap(),
+            Outcome::Unchanged,
+            "{db}"
+        );
+        // An edit keeps the pushed comments.
+        let retitled = Thread {
+            title: "Rust!".into(),
+            ..with_other_list
+        };
+        assert_eq!(
+            db.upsert(&retitled).await.unwrap(),
+            Outcome::Updated,
+            "{db}"
+        );
+        let stored = db.stored::<Thread>().await;
+        assert_eq!(stored[0]["title"], "Rust!", "{db}");
+        assert_eq!(comment_texts(&db).await.len(), 5, "{db}");
+        assert!(
+            matches!(
+                db.push::<Thread, _>(id, "topic", &comment(9)).await,
+                Err(Error::NotAPushedField { .. })
+            ),
+            "{db}"
+        );
+    }
+}
+
+/// A schedule whose slots are told apart by a composite key: a struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "schedules")]
+struct Schedule {
+    #[idem(key)]
+    room: String,
+    #[idem(push_by = "at")]
+    slots: Vec<Slot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Slot {
+    at: SlotKey,
+    booked_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SlotKey {
+    day: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hour: Option<u32>,
+    seats: Vec<u32>,
+}
+
+/// Items are the same item when their keys are equal, not when one key holds the other: a
+/// composite key that is a part of a stored one (fewer fields, fewer list entries) is another
+/// item, and is appended.
+#[tokio::test]
+async fn a_composite_item_key_is_compared_whole() {
+    let slot = |day: &str, hour: Option<u32>, seats: &[u32], who: &str| Slot {
+        at: SlotKey {
+            day: day.into(),
+            hour,
+            seats: seats.to_vec(),
+        },
+        booked_by: who.into(),
+    };
+    for db in fresh_backends("composite_push").await {
+        db.ensure::<Schedule>().await;
+        let schedule = Schedule {
+            room: "blue".into(),
+            slots: Vec::new(),
+        };
+        db.upsert(&schedule).await.unwrap();
+        let id = schedule.id().unwrap();
+        let pushes = [
+            (slot("mon", Some(9), &[1, 2], "ada"), Pushed::Appended),
+            (slot("mon", Some(9), &[1, 2], "bob"), Pushed::AlreadyPresent),
+            (slot("mon", None, &[1, 2], "cy"), Pushed::Appended),
+            (slot("mon", Some(9), &[1], "di"), Pushed::Appended),
+            (slot("mon", Some(9), &[], "ed"), Pushed::Appended),
+            (slot("mon", Some(9), &[1], "fay"), Pushed::AlreadyPresent),
+        ];
+        for (item, expected) in &pushes {
+            assert_eq!(
+                db.push::<Schedule, _>(id, "slots", item).await.unwrap(),
+                *expected,
+                "{db}: {item:?}"
+            );
+        }
+        let stored = db.get::<Schedule>(id).await.unwrap().unwrap();
+        let booked: Vec<&str> = stored.slots.iter().map(|s| s.booked_by.as_str()).collect();
+        assert_eq!(booked, ["ada", "cy", "di", "ed"], "{db}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Items without their key
+
+/// A comment whose key serde leaves out when it has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct LooseComment {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comment_id: Option<String>,
+    text: String,
+}
+
+/// A thread whose comments are pushed by a key they may lack.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "threads")]
+struct LooseThread {
+    #[idem(key)]
+    slug: String,
+    title: String,
+    #[idem(push_by = "comment_id")]
+    comments: Vec<LooseComment>,
+}
+
+/// `thread.push_comments(…)`, the generated method, on `db`'s backend.
+async fn push_comment(
+    db: &Db,
+    thread: &LooseThread,
+    comment: &LooseComment,
+) -> Result<Pushed, Error> {
+    match db {
+        Db::Mongo { store, .. } => thread.push_comments(store, comment).await,
+        Db::Postgres { store, client, .. } => {
+            thread.push_comments(&store.on(client), comment).await
+        }
+    }
+}
+
+/// A comment as another client's type writes it: camelCase.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RenamedComment {
+    comment_id: String,
+    text: String,
+}
+
+/// A comment keyed by a list.
+#[derive(Serialize)]
+struct ListKeyComment {
+    comment_id: Vec<String>,
+    text: String,
+}
+
+/// A comment whose missing key serde writes as null.
+#[derive(Serialize)]
+struct NullKeyComment {
+    comment_id: Option<String>,
+    text: String,
+}
+
+#[tokio::test]
+async fn pushing_an_item_without_its_key_is_refused() {
+    for db in fresh_backends("item_without_key").await {
+        db.ensure::<LooseThread>().await;
+        let thread = LooseThread {
+            slug: "launch".into(),
+            title: "Launch".into(),
+            comments: Vec::new(),
+        };
+        db.upsert(&thread).await.unwrap();
+        let before = db.raw::<LooseThread>().await;
+        forget_commands(&db);
+
+        let anonymous = LooseComment {
+            comment_id: None,
+            text: "who am I?".into(),
+        };
+        match push_comment(&db, &thread, &anonymous).await {
+            Err(Error::ItemWithoutKey {
+                document,
+                field,
+                item_key,
+                written,
+            }) => {
+                assert_eq!(field, "comments", "{db}");
+                assert_eq!(item_key, "comment_id", "{db}");
+                assert_eq!(written, ["text"], "{db}: what the item writes instead");
+                assert_eq!(document.id, Some(thread.id().unwrap()), "{db}");
+            }
+            other => panic!("{db}: expected ItemWithoutKey, got {other:?}"),
+        }
+        // An item type whose `rename_all` the list's `push_by` does not spell: the error shows
+        // the name it writes the key under.
+        let renamed = RenamedComment {
+            comment_id: "c1".into(),
+            text: "hello".into(),
+        };
+        let error = db
+            .push::<LooseThread, _>(thread.id().unwrap(), "comments", &renamed)
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "has no `comment_id` field to tell it apart; it writes `commentId`, `text`"
+            ),
+            "{db}: {error}"
+        );
+        // A key serde writes as null is no key: two such items would fold into one, the
+        // second answered `AlreadyPresent` and lost.
+        let null_key = NullKeyComment {
+            comment_id: None,
+            text: "who am I?".into(),
+        };
+        let error = db
+            .push::<LooseThread, _>(thread.id().unwrap(), "comments", &null_key)
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("has no `comment_id` field to tell it apart; it writes `text`"),
+            "{db}: {error}"
+        );
+        // A key that is a list: MongoDB would match it element by element, so `["c1"]` would
+        // pass for any stored item holding "c1" among its keys.
+        let listed = ListKeyComment {
+            comment_id: vec!["c1".into(), "c2".into()],
+            text: "two at once".into(),
+        };
+        let error = db
+            .push::<LooseThread, _>(thread.id().unwrap(), "comments", &listed)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::Serialize { .. })
+                && error
+                    .to_string()
+                    .contains("has a list under its key `comment_id`"),
+            "{db}: {error}"
+        );
+        // An item that is not a document at all has no key either.
+        assert!(
+            matches!(
+                db.push::<LooseThread, _>(thread.id().unwrap(), "comments", &"just text")
+                    .await,
+                Err(Error::ItemWithoutKey { .. })
+            ),
+            "{db}"
+        );
+        assert_db_sent_nothing(&db);
+        assert_eq!(
+            db.raw::<LooseThread>().await,
+            before,
+            "{db}: nothing written"
+        );
+    }
+}

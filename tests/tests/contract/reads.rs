@@ -1,0 +1,285 @@
+//! `get` and `find`: a stored document reads back as its type, by id and by natural key, exactly
+//! as it was written (nulls, defaults, flattened entries, NaN and the infinities included); a
+//! stored document that does not read as its type is an error naming the value.
+
+use idem_core::{Error, Idempotent, Outcome};
+use idem_tests::backends::{fresh_backends, Db};
+use serde::{Deserialize, Serialize};
+
+/// A card read back exactly as it was written: a key serde stores as a 32-bit integer, an
+/// optional field serde omits and one it stores as null, an infinite score, a list, and a
+/// tombstone; `deny_unknown_fields`, so any field of idem's own left in the read would fail it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "cards")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Card {
+    #[idem(key)]
+    handle: String,
+    #[idem(key)]
+    shard: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bio: Option<String>,
+    nickname: Option<String>,
+    score: f64,
+    tags: Vec<String>,
+    #[idem(tombstone)]
+    deleted_at: Option<i64>,
+}
+
+/// A type whose unknown fields serde keeps in a flattened map, with a field stored under the
+/// name a query gives its table (`t`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "labels")]
+struct Label {
+    #[idem(key)]
+    name: String,
+    reading: f64,
+    #[serde(rename = "t")]
+    tally: i32,
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, String>,
+}
+
+/// `get` by id and the generated `find` by natural key return what was written, as the type;
+/// `None` for what is not stored; a deleted document with its tombstone set.
+#[tokio::test]
+async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
+    let card = Card {
+        handle: "ada".into(),
+        shard: 7,
+        bio: None,
+        nickname: None,
+        score: f64::INFINITY,
+        tags: vec!["first".into(), "second".into()],
+        deleted_at: None,
+    };
+    let label = Label {
+        name: "sensor".into(),
+        reading: f64::NAN,
+        tally: 3,
+        extra: [("unit".to_owned(), "kPa".to_owned())].into(),
+    };
+    for db in fresh_backends("typed_reads").await {
+        db.ensure::<Card>().await;
+        db.ensure::<Label>().await;
+        db.upsert(&card).await.unwrap();
+        db.upsert(&label).await.unwrap();
+        let id = card.id().unwrap();
+
+        assert_eq!(
+            db.get::<Card>(id).await.unwrap(),
+            Some(card.clone()),
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<Card>(card.natural_key()).await.unwrap(),
+            Some(card.clone()),
+            "{db}"
+        );
+        // The generated lookup, with the key values in declaration order.
+        let found = match &db {
+            Db::Mongo { store, .. } => Card::find(store, "ada", 7).await,
+            Db::Postgres { store, client, .. } => Card::find(&store.on(client), "ada", 7).await,
+        };
+        assert_eq!(found.unwrap(), Some(card.clone()), "{db}");
+
+        let other = Card {
+            shard: 8,
+            ..card.clone()
+        };
+        assert_eq!(
+            db.get::<Card>(other.id().unwrap()).await.unwrap(),
+            None,
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<Card>(other.natural_key()).await.unwrap(),
+            None,
+            "{db}"
+        );
+
+        let read = db.get::<Label>(label.id().unwrap()).await.unwrap();
+        let read = read.unwrap_or_else(|| panic!("{db}: the label is stored"));
+        assert!(read.reading.is_nan(), "{db}: {read:?}");
+        assert_eq!(read.extra, label.extra, "{db}: the flattened entries");
+        assert_eq!(read.tally, 3, "{db}");
+
+        let deleted = Card {
+            deleted_at: Some(1_700_000_000_000),
+            ..card.clone()
+        };
+        assert_eq!(db.delete(&deleted).await.unwrap(), Outcome::Deleted, "{db}");
+        assert_eq!(db.get::<Card>(id).await.unwrap(), Some(deleted), "{db}");
+    }
+}
+
+/// A reading whose fields serialize as null without being `Option`s, beside fields serde may
+/// leave out and read back with their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "nullable_readings")]
+struct NullableReading {
+    #[idem(key)]
+    sensor: String,
+    /// Any JSON, null included; serde has no default for a missing one.
+    meta: serde_json::Value,
+    /// A unit struct: stored as null.
+    marker: (),
+    /// Left out when empty, read back empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+    /// Always written; read back with its default when a row has no value.
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+/// A field stored as null that is not an `Option` reads back as null, not as missing; one serde
+/// left out reads back as its default. Then the same row written with values reads back with them.
+#[tokio::test]
+async fn a_stored_null_reads_back_as_null_and_a_left_out_field_as_its_default() {
+    let reading = NullableReading {
+        sensor: "s-1".into(),
+        meta: serde_json::Value::Null,
+        marker: (),
+        notes: Vec::new(),
+        labels: Vec::new(),
+    };
+    let filled = NullableReading {
+        meta: serde_json::json!({ "unit": "kPa", "scale": null }),
+        notes: vec!["calibrated".into()],
+        labels: vec!["roof".into()],
+        ..reading.clone()
+    };
+    for db in fresh_backends("nullable_reads").await {
+        db.ensure::<NullableReading>().await;
+        let id = reading.id().unwrap();
+        assert_eq!(
+            db.upsert(&reading).await.unwrap(),
+            Outcome::Inserted,
+            "{db}"
+        );
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<NullableReading>(reading.natural_key())
+                .await
+                .unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&filled).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(filled.clone()),
+            "{db}"
+        );
+        assert_eq!(db.upsert(&reading).await.unwrap(), Outcome::Updated, "{db}");
+        assert_eq!(
+            db.get::<NullableReading>(id).await.unwrap(),
+            Some(reading.clone()),
+            "{db}"
+        );
+    }
+}
+
+/// A type serde defaults as a whole, whose default differs from what is written: `None` and an
+/// empty list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "retry_policies")]
+#[serde(default)]
+struct RetryPolicy {
+    #[idem(key)]
+    name: String,
+    retries: Option<u32>,
+    backoff_ms: Vec<u32>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            name: String::new(),
+            retries: Some(3),
+            backoff_ms: vec![100, 200],
+        }
+    }
+}
+
+/// What was written reads back, not serde's default: a `None` stored as null stays `None`.
+#[tokio::test]
+async fn a_written_none_reads_back_as_none_where_the_default_is_some() {
+    let policy = RetryPolicy {
+        name: "no-retries".into(),
+        retries: None,
+        backoff_ms: Vec::new(),
+    };
+    for db in fresh_backends("defaulted_reads").await {
+        db.ensure::<RetryPolicy>().await;
+        db.upsert(&policy).await.unwrap();
+        assert_eq!(
+            db.get::<RetryPolicy>(policy.id().unwrap()).await.unwrap(),
+            Some(policy.clone()),
+            "{db}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads of what other code wrote
+
+/// A station as the application reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "stations")]
+struct Station {
+    #[idem(key)]
+    code: String,
+    site: Site,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Site {
+    city: String,
+}
+
+/// The same station as other code wrote it: the city a number.
+#[derive(Serialize, Idempotent)]
+#[idem(collection = "stations")]
+struct MistypedStation {
+    #[idem(key)]
+    code: String,
+    site: MistypedSite,
+}
+
+#[derive(Serialize)]
+struct MistypedSite {
+    city: i64,
+}
+
+/// A stored document that does not read as its type is `Error::Deserialize`, naming the
+/// document and the path of the value that does not fit, and the read changes nothing.
+#[tokio::test]
+async fn a_document_that_does_not_read_as_its_type_names_the_value() {
+    for db in fresh_backends("misread").await {
+        db.ensure::<Station>().await;
+        let mistyped = MistypedStation {
+            code: "ost".into(),
+            site: MistypedSite { city: 7 },
+        };
+        db.write_as_another_tool(&mistyped).await;
+        let before = db.raw::<Station>().await;
+        let id = mistyped.id().unwrap();
+        match db.get::<Station>(id).await {
+            Err(error @ Error::Deserialize { .. }) => {
+                assert_eq!(error.document().id, Some(id), "{db}");
+                let shown = error.to_string();
+                assert!(
+                    shown.contains("site.city: invalid type: integer `7`, expected a string"),
+                    "{db}: {shown}"
+                );
+            }
+            other => panic!("{db}: expected Deserialize, got {other:?}"),
+        }
+        assert_eq!(db.raw::<Station>().await, before, "{db}: nothing written");
+    }
+}
