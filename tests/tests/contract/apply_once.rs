@@ -397,3 +397,81 @@ fn an_event_op_id_derives_from_its_idempotency_key_and_purpose() {
     assert_ne!(credit, payment("req-1", 1_000).op_id("refund").unwrap());
     assert_ne!(credit, payment("req-2", 1_000).op_id("credit").unwrap());
 }
+
+/// A tab: an integer and a float total, and the last note, all moved by operations only.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "tabs")]
+#[serde(rename_all = "camelCase")]
+struct Tab {
+    #[idem(key)]
+    name: String,
+    #[idem(effect)]
+    visits: i64,
+    #[idem(effect)]
+    total: f64,
+    #[idem(effect)]
+    last_note: Option<String>,
+}
+
+/// The typed changes mean the same on every backend: integer and float additions (a missing
+/// field counts as 0), a set value read back as set; a field changed twice in one operation and
+/// a non-finite amount are refused before anything is sent, and the op id stays unused.
+#[tokio::test]
+async fn typed_changes_add_and_set_the_same_on_every_backend() {
+    for db in fresh_backends("typed_changes").await {
+        db.ensure::<Tab>().await;
+        let tab = Tab {
+            name: "corner".into(),
+            visits: 0,
+            total: 0.0,
+            last_note: None,
+        };
+        db.upsert(&tab).await.unwrap();
+        let id = tab.id().unwrap();
+        let first = OpId::new("visit-1");
+        let changes = [
+            Change::add("visits", 2),
+            Change::add_float("total", 2.5),
+            Change::set("lastNote", &"paid in cash"),
+        ];
+        assert_eq!(
+            db.apply_once::<Tab>(id, &first, &changes).await.unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        assert_eq!(
+            db.apply_once::<Tab>(id, &first, &changes).await.unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+        let before = db.raw::<Tab>().await;
+        let second = OpId::new("visit-2");
+        let twice = [Change::add("visits", 1), Change::add("visits", 1)];
+        match db.apply_once::<Tab>(id, &second, &twice).await {
+            Err(Error::Serialize { message, .. }) => {
+                assert!(message.contains("`visits` twice"), "{db}: {message}")
+            }
+            other => panic!("{db}: a field changed twice is refused: {other:?}"),
+        }
+        match db
+            .apply_once::<Tab>(id, &second, &[Change::add_float("total", f64::NAN)])
+            .await
+        {
+            Err(Error::Serialize { message, .. }) => {
+                assert!(message.contains("not a finite amount"), "{db}: {message}")
+            }
+            other => panic!("{db}: a NaN amount is refused: {other:?}"),
+        }
+        assert_eq!(db.raw::<Tab>().await, before, "{db}: nothing written");
+        let more = [Change::add("visits", 1), Change::add_float("total", 0.25)];
+        assert_eq!(
+            db.apply_once::<Tab>(id, &second, &more).await.unwrap(),
+            Applied::Applied,
+            "{db}: the refused op id was not recorded"
+        );
+        let read: Tab = db.get::<Tab>(id).await.unwrap().expect("stored");
+        assert_eq!(read.visits, 3, "{db}");
+        assert_eq!(read.total, 2.75, "{db}");
+        assert_eq!(read.last_note.as_deref(), Some("paid in cash"), "{db}");
+    }
+}
