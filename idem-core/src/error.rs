@@ -122,12 +122,33 @@ pub enum Error {
         /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
         /// tool wrote).
         stored_id: String,
-        /// The field that differs (`_id` if only the id itself differs).
+        /// The field that differs.
         field: &'static str,
         /// The stored value, as shown.
         stored: String,
         /// The incoming value, as shown.
         incoming: String,
+    },
+
+    /// The document's natural key is stored under another id than the one it derives, and no
+    /// stored field says why (the timestamp reads back the same): another tool stored it under
+    /// its own id (an ObjectId, say), the type's id scheme changed, or the timestamp's stored
+    /// form is coarser than the id's milliseconds (a time stored in seconds) and the
+    /// milliseconds moved. Writing it would fork the natural key into a second document.
+    /// Nothing was written; `adopt` moves documents another tool stored to their derived ids.
+    #[error(
+        "{document}: its natural key is stored under _id {stored_id}, not under the id it \
+         derives, {derived_id} (another tool's id, an id scheme that changed, or a timestamp \
+         stored coarser than milliseconds whose milliseconds moved); nothing was written"
+    )]
+    IdChanged {
+        /// The document refused.
+        document: Box<DocumentRef>,
+        /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
+        /// tool wrote).
+        stored_id: String,
+        /// The id the incoming document derives.
+        derived_id: String,
     },
 
     /// A field idem must read back is not in the serialized document under its expected name:
@@ -283,7 +304,8 @@ pub enum Error {
     /// `record`: the event's idempotency key is already stored, under an `_id` that idem did not
     /// assign (a document another tool wrote). Nothing was written. An upsert, a delete or an
     /// `insert_new` that meets a natural key stored under another id reports
-    /// [`Error::FrozenFieldChanged`] on `_id` instead.
+    /// [`Error::IdChanged`] instead (or [`Error::FrozenFieldChanged`] on the timestamp, if that
+    /// moved).
     #[error(
         "{document}: the key is already stored under _id {stored_id}, which idem did not assign; \
          nothing was written"
@@ -490,6 +512,7 @@ impl Error {
             | Error::AmbiguousKey { document, .. }
             | Error::EmptyKey { document, .. }
             | Error::FrozenFieldChanged { document, .. }
+            | Error::IdChanged { document, .. }
             | Error::FieldNotSerialized { document, .. }
             | Error::Serialize { document, .. }
             | Error::Deserialize { document, .. }

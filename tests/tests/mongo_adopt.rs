@@ -407,7 +407,9 @@ async fn adopt_races_with_idem_writers_without_losing_or_forking() {
                             assert_eq!(outcome, Outcome::Updated, "judged against the adopted");
                             break;
                         }
-                        Err(Error::FrozenFieldChanged { .. }) => {
+                        // Stored under another tool's id until adopt moves it, then held by
+                        // adopt's claim on the derived id while it moves.
+                        Err(Error::IdChanged { .. } | Error::FrozenFieldChanged { .. }) => {
                             refusals += 1;
                             tokio::time::sleep(Duration::from_millis(2)).await;
                         }

@@ -230,7 +230,7 @@ async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
                         match store.upsert(&client, &doc).await {
                             Ok(Outcome::Updated) => *last = Some(title),
                             Ok(other) => panic!("writer {writer}: {other:?}"),
-                            Err(Error::FrozenFieldChanged { field: "_id", .. }) => {}
+                            Err(Error::IdChanged { .. }) => {}
                             Err(error) => panic!("writer {writer}: {error:?}"),
                         }
                     }

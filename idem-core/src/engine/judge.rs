@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{Driver, StoredDigest, WriteKind};
 use crate::error::Error;
-use crate::model::{Field, ID_FIELD};
+use crate::model::Field;
 use crate::outcome::Outcome;
 use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
 
@@ -144,14 +144,10 @@ fn id_change<D: Driver>(
     });
     match moved {
         Some(field) => refusal(driver, doc, stored, field),
-        None => Error::FrozenFieldChanged {
+        None => Error::IdChanged {
             document: Box::new(doc.document.clone()),
-            stored_id: stored_id.clone().unwrap_or_default(),
-            field: ID_FIELD,
-            stored_name: ID_FIELD,
-            stored: stored_id
-                .map_or_else(|| "(missing)".to_owned(), |id| Value::from(id).to_string()),
-            incoming: Value::from(doc.id_text.as_str()).to_string(),
+            stored_id: stored_id.unwrap_or_else(|| "(missing)".to_owned()),
+            derived_id: doc.id_text.clone(),
         },
     }
 }

@@ -406,12 +406,16 @@ async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
             );
             match &outcomes[1] {
                 // The stored timestamp reads as the incoming one: the ids differ all the same.
-                Err(Error::FrozenFieldChanged { field, .. }) => refused.push(*field),
+                Err(Error::IdChanged { derived_id, .. }) => refused.push(derived_id.clone()),
                 other => panic!("{db} {how}: expected the second id refused, got {other:?}"),
             }
         }
         assert_eq!(
-            refused[0], refused[1],
+            refused,
+            [
+                moved.id().unwrap().to_string(),
+                moved.id().unwrap().to_string()
+            ],
             "{db}: the same refusal one by one and in a batch"
         );
         assert_eq!(report.collapsed(), 0, "{db}");
@@ -427,8 +431,8 @@ async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
             "{db}"
         );
         match &inserted.results()[1] {
-            Err(Error::FrozenFieldChanged { field, .. }) => {
-                assert_eq!(*field, refused[0], "{db}: as one by one")
+            Err(Error::IdChanged { derived_id, .. }) => {
+                assert_eq!(*derived_id, refused[0], "{db}: as one by one")
             }
             other => panic!("{db} insert_new: expected the second id refused, got {other:?}"),
         }
