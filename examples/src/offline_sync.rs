@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use idem_core::{BatchReport, Idempotent, Outcome};
+use idem_core::{BatchReport, Deletion, Idempotent};
 use serde::{Deserialize, Serialize};
 
 /// A journal entry, as the device keeps it and the server stores it.
@@ -102,8 +102,8 @@ pub const MAX_ATTEMPTS: u32 = 5;
 pub struct SyncReply {
     /// The live copies of entries, upserted.
     pub entries: BatchReport,
-    /// One outcome per deletion in the batch: `Deleted`, or `Unchanged` if it already was.
-    pub deletions: Vec<Outcome>,
+    /// One outcome per deletion in the batch: `Deleted`, or `AlreadyDeleted` if it already was.
+    pub deletions: Vec<Deletion>,
     /// Entries credited by this call, and entries whose points an earlier call had credited.
     pub credited: usize,
     pub already_credited: usize,

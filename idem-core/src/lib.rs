@@ -166,7 +166,7 @@ pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use insert::{InsertReport, Insertion};
 pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
-pub use outcome::{Applied, Outcome, Pushed, Recorded};
+pub use outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 pub use read::Finding;
 pub use version::{OrderedVersion, VersionKey};
 

@@ -51,6 +51,48 @@ impl Outcome {
     }
 }
 
+/// What a delete did: `delete` and `delete_by_id` on every store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Deletion {
+    /// This call set the deletion marker (storing the document deleted if it was not stored,
+    /// so a later replay of its creation does not bring it back).
+    Deleted,
+    /// It was marked deleted already; the first marker stays and nothing was written.
+    AlreadyDeleted,
+}
+
+impl Deletion {
+    /// The outcome's name, as shown in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Deletion::Deleted => "Deleted",
+            Deletion::AlreadyDeleted => "AlreadyDeleted",
+        }
+    }
+
+    /// Whether this call wrote the marker.
+    pub const fn wrote(self) -> bool {
+        matches!(self, Deletion::Deleted)
+    }
+
+    /// The deletion an engine outcome of a delete stands for: written (`Deleted`), or
+    /// found deleted (`Unchanged`).
+    #[cfg(any(feature = "mongodb", feature = "postgres"))]
+    pub(crate) fn of(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Deleted => Deletion::Deleted,
+            _ => Deletion::AlreadyDeleted,
+        }
+    }
+}
+
+impl fmt::Display for Deletion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What a unique push did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -49,6 +49,7 @@ macro_rules! shown_as_displayed {
 
 shown_as_displayed!(
     crate::outcome::Outcome,
+    crate::outcome::Deletion,
     crate::outcome::Pushed,
     crate::outcome::Applied,
     crate::outcome::Recorded,

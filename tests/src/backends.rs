@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use idem_core::{BatchReport, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
+use idem_core::{BatchReport, Deletion, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_postgres::NoTls;
@@ -199,7 +199,7 @@ impl Db {
     pub async fn delete<T: Idempotent + Serialize + Sync>(
         &self,
         doc: &T,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<Deletion, Error> {
         match self {
             Db::Mongo { store, .. } => store.delete(doc).await,
             Db::Postgres { store, client, .. } => store.delete(client, doc).await,
@@ -210,7 +210,7 @@ impl Db {
         &self,
         id: Id,
         marker: &M,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<Deletion, Error> {
         match self {
             Db::Mongo { store, .. } => store.delete_by_id::<T, M>(id, marker).await,
             Db::Postgres { store, client, .. } => {

@@ -210,7 +210,7 @@ impl Backend for MongoBackend {
             .map_err(|e| Failure::of(&e))
     }
 
-    async fn delete(&self, note: Note) -> Result<Outcome, Failure> {
+    async fn delete(&self, note: Note) -> Result<idem_core::Deletion, Failure> {
         self.store.delete(&note).await.map_err(|e| Failure::of(&e))
     }
 

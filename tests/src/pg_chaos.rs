@@ -263,7 +263,7 @@ impl Backend for PgBackend {
             .map_err(|e| Failure::of(&e))
     }
 
-    async fn delete(&self, note: Note) -> Result<Outcome, Failure> {
+    async fn delete(&self, note: Note) -> Result<idem_core::Deletion, Failure> {
         let client = self.client()?;
         self.store
             .delete(client, &note)

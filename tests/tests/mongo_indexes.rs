@@ -7,7 +7,7 @@
 //! starts a list another tool left null.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Idempotent, Insertion, Outcome, Pushed};
+use idem_core::{Deletion, Error, Idempotent, Insertion, Outcome, Pushed};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
@@ -235,7 +235,7 @@ async fn delete_by_id_with_a_null_marker_is_refused_before_anything_is_sent() {
         if let Some(log) = db.command_log() {
             let _ = log.take();
         }
-        let expect_refusal = |result: Result<Outcome, Error>| match result {
+        let expect_refusal = |result: Result<Deletion, Error>| match result {
             Err(Error::TombstoneNotSet { field, .. }) => assert_eq!(field, "deleted_at", "{db}"),
             other => panic!("{db}: expected TombstoneNotSet, got {other:?}"),
         };

@@ -5,7 +5,7 @@
 //! the commands sent, and the switch when a server refuses a pipeline.
 
 use idem_core::mongo::Store;
-use idem_core::{Applied, Change, OpId, Outcome};
+use idem_core::{Applied, Change, Deletion, OpId, Outcome};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
 use idem_tests::{fresh_database, refuse_next, stored_documents, CommandLog};
 use mongodb::bson::{doc, Document};
@@ -68,7 +68,7 @@ async fn write_everything(store: &Store) {
         deleted_at: Some(5),
         ..entry("e2", 1, "two")
     };
-    assert_eq!(store.delete(&deleted).await.unwrap(), Outcome::Deleted);
+    assert_eq!(store.delete(&deleted).await.unwrap(), Deletion::Deleted);
     assert_eq!(
         store.upsert(&entry("e2", 2, "back")).await.unwrap(),
         Outcome::Deleted

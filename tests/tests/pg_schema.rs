@@ -389,7 +389,7 @@ async fn no_column_of_the_users_stands_in_for_a_name_the_statements_use() {
             ..captured(None, "B")
         };
         let outcome = Store::new().delete(&client, &deleted).await.unwrap();
-        assert_eq!(outcome, Outcome::Deleted, "{label}");
+        assert_eq!(outcome, idem_core::Deletion::Deleted, "{label}");
     }
 }
 

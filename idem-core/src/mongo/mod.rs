@@ -70,7 +70,7 @@ use crate::engine::{self, WriteKind};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Backend, DocumentRef, Idempotent, Model};
-use crate::outcome::{Outcome, Pushed};
+use crate::outcome::{Deletion, Outcome, Pushed};
 use schema::natural_key_pattern;
 
 pub use errors::driver_error;
@@ -231,8 +231,9 @@ impl Store {
 
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
     /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
-    /// its creation does not bring it back. Returns `Deleted`, or `Unchanged` if it already was.
-    pub async fn delete<T>(&self, doc: &T) -> Result<Outcome, Error>
+    /// its creation does not bring it back. Returns `Deleted`, or `AlreadyDeleted` if it already
+    /// was.
+    pub async fn delete<T>(&self, doc: &T) -> Result<Deletion, Error>
     where
         T: Idempotent + Serialize + Sync,
     {
@@ -247,16 +248,18 @@ impl Store {
                 });
             }
             self.verify_indexes(&T::MODEL, &write.document).await?;
-            self.settle_one(WriteKind::Delete, &write).await
+            self.settle_one(WriteKind::Delete, &write)
+                .await
+                .map(Deletion::of)
         })
         .await
     }
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
-    /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
-    /// [`Error::NotFound`] if no document has that id. A marker that serializes as null (`None`,
-    /// `()`) would mark nothing: it is [`Error::TombstoneNotSet`], and nothing is sent.
-    pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Outcome, Error>
+    /// field). Returns `Deleted`, or `AlreadyDeleted` if it already was (the first marker
+    /// stays); [`Error::NotFound`] if no document has that id. A marker that serializes as null
+    /// (`None`, `()`) would mark nothing: it is [`Error::TombstoneNotSet`], and nothing is sent.
+    pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Deletion, Error>
     where
         T: Idempotent,
         M: Serialize + Sync,
@@ -289,7 +292,9 @@ impl Store {
                     None => Err(Error::NotFound {
                         document: Box::new(document.clone()),
                     }),
-                    Some(stored) if is_tombstoned(model, &stored) => Ok(Some(Outcome::Unchanged)),
+                    Some(stored) if is_tombstoned(model, &stored) => {
+                        Ok(Some(Deletion::AlreadyDeleted))
+                    }
                     Some(_) => Ok(None),
                 }
             };
@@ -298,7 +303,7 @@ impl Store {
                 document,
                 &filter,
                 &update,
-                Outcome::Deleted,
+                Deletion::Deleted,
                 explain,
             )
             .await

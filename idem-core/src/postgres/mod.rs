@@ -88,7 +88,7 @@ use crate::model::{
     item_key_is_a_list, item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model,
     ID_FIELD,
 };
-use crate::outcome::{Outcome, Pushed};
+use crate::outcome::{Deletion, Outcome, Pushed};
 use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};
 use table::{InsertedSignal, Table};
@@ -267,8 +267,9 @@ impl Store {
 
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
     /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
-    /// its creation does not bring it back. Returns `Deleted`, or `Unchanged` if it already was.
-    pub async fn delete<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
+    /// its creation does not bring it back. Returns `Deleted`, or `AlreadyDeleted` if it already
+    /// was.
+    pub async fn delete<T, C>(&self, client: &C, doc: &T) -> Result<Deletion, Error>
     where
         T: Idempotent + Serialize + Sync,
         C: Connection,
@@ -294,19 +295,20 @@ impl Store {
             outcomes
                 .pop()
                 .unwrap_or_else(|| Err(engine::contention(&row.document)))
+                .map(Deletion::of)
         })
         .await
     }
 
     /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
-    /// field). Returns `Deleted`, or `Unchanged` if it already was (the first marker stays);
-    /// [`Error::NotFound`] if no row has that id. One statement.
+    /// field). Returns `Deleted`, or `AlreadyDeleted` if it already was (the first marker
+    /// stays); [`Error::NotFound`] if no row has that id. One statement.
     pub async fn delete_by_id<T, M, C>(
         &self,
         client: &C,
         id: Id,
         marker: &M,
-    ) -> Result<Outcome, Error>
+    ) -> Result<Deletion, Error>
     where
         T: Idempotent,
         M: Serialize + Sync,
@@ -357,8 +359,8 @@ impl Store {
             let marked: i64 = row.get(0);
             let deleted: Option<bool> = row.get(1);
             match (marked, deleted) {
-                (1.., _) => Ok(Outcome::Deleted),
-                (_, Some(true)) => Ok(Outcome::Unchanged),
+                (1.., _) => Ok(Deletion::Deleted),
+                (_, Some(true)) => Ok(Deletion::AlreadyDeleted),
                 _ => Err(Error::NotFound {
                     document: Box::new(document),
                 }),

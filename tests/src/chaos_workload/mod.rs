@@ -398,7 +398,10 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         notes: Vec<Note>,
     ) -> impl Future<Output = Result<BatchReport, Failure>> + Send;
-    fn delete(&self, note: Note) -> impl Future<Output = Result<Outcome, Failure>> + Send;
+    fn delete(
+        &self,
+        note: Note,
+    ) -> impl Future<Output = Result<idem_core::Deletion, Failure>> + Send;
     fn insert_new(
         &self,
         awards: Vec<Award>,

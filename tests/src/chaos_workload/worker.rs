@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Applied, BatchReport, Id, Idempotent, OpId, Outcome};
+use idem_core::{Applied, BatchReport, Deletion, Id, Idempotent, OpId, Outcome};
 
 use super::rng::derive_seed;
 use super::{
@@ -376,7 +376,7 @@ impl<B: Backend> Worker<B> {
         }
     }
 
-    async fn delete_note(&mut self, note: &Note) -> Step<(Outcome, bool)> {
+    async fn delete_note(&mut self, note: &Note) -> Step<(Deletion, bool)> {
         self.call("delete", |backend| Box::pin(backend.delete(note.clone())))
             .await
     }
@@ -643,8 +643,8 @@ impl<B: Backend> Worker<B> {
         let before = self.notes[index].stored;
         let (outcome, retried) = self.delete_note(&key.note(rev, true)).await?;
         let fine = match before {
-            Some((_, true)) => outcome == Outcome::Unchanged,
-            _ => outcome == Outcome::Deleted || (retried && outcome == Outcome::Unchanged),
+            Some((_, true)) => outcome == Deletion::AlreadyDeleted,
+            _ => outcome == Deletion::Deleted || (retried && outcome == Deletion::AlreadyDeleted),
         };
         if !fine {
             self.wrong(format!(
@@ -809,9 +809,9 @@ impl<B: Backend> Worker<B> {
             let rev = counter.load(Ordering::Relaxed).max(1);
             let (outcome, _) = self.delete_note(&key.note(rev, true)).await?;
             let fine = if deleted_before {
-                outcome == Outcome::Unchanged
+                outcome == Deletion::AlreadyDeleted
             } else {
-                matches!(outcome, Outcome::Deleted | Outcome::Unchanged)
+                matches!(outcome, Deletion::Deleted | Deletion::AlreadyDeleted)
             };
             if !fine {
                 self.wrong(format!("delete of racy note {key} answered {outcome}"));

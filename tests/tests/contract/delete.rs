@@ -2,7 +2,7 @@
 //! marker, and racing deletes mark a document once, keeping the marker of the one that did.
 //! (A tombstone never written over, and the first marker kept: `versions.rs`.)
 
-use idem_core::{Error, Outcome};
+use idem_core::{Deletion, Error, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, Entry};
 
@@ -70,8 +70,8 @@ async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
             for delete in deletes {
                 let (marker, outcome) = delete.await.unwrap();
                 match outcome {
-                    Ok(Outcome::Deleted) => winners.push(marker),
-                    Ok(Outcome::Unchanged) => {}
+                    Ok(Deletion::Deleted) => winners.push(marker),
+                    Ok(Deletion::AlreadyDeleted) => {}
                     other => panic!("{db}: {entry_id}: a racing delete: {other:?}"),
                 }
             }

@@ -2,7 +2,7 @@
 //! as it was written (nulls, defaults, flattened entries, NaN and the infinities included); a
 //! stored document that does not read as its type is an error naming the value.
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Deletion, Error, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +108,11 @@ async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
             deleted_at: Some(1_700_000_000_000),
             ..card.clone()
         };
-        assert_eq!(db.delete(&deleted).await.unwrap(), Outcome::Deleted, "{db}");
+        assert_eq!(
+            db.delete(&deleted).await.unwrap(),
+            Deletion::Deleted,
+            "{db}"
+        );
         assert_eq!(db.get::<Card>(id).await.unwrap(), Some(deleted), "{db}");
     }
 }

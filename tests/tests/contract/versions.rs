@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Deletion, Error, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, Entry};
 use serde::Serialize;
@@ -61,12 +61,20 @@ async fn versions_order_replays_and_tombstones_never_come_back() {
         );
         let mut deleted = entry("e1", 10, "ten");
         deleted.deleted_at = Some(1_800_000_000_000);
-        assert_eq!(db.delete(&deleted).await.unwrap(), Outcome::Deleted, "{db}");
+        assert_eq!(
+            db.delete(&deleted).await.unwrap(),
+            Deletion::Deleted,
+            "{db}"
+        );
         let again = Entry {
             deleted_at: Some(1_900_000_000_000),
             ..deleted.clone()
         };
-        assert_eq!(db.delete(&again).await.unwrap(), Outcome::Unchanged, "{db}");
+        assert_eq!(
+            db.delete(&again).await.unwrap(),
+            Deletion::AlreadyDeleted,
+            "{db}"
+        );
         assert_eq!(
             stored_entry(&db, "e1").await["deletedAt"],
             1_800_000_000_000_i64,
@@ -86,7 +94,7 @@ async fn versions_order_replays_and_tombstones_never_come_back() {
         // Deleted before it was ever stored: a replay of its creation does not bring it back.
         let mut early = entry("e2", 1, "x");
         early.deleted_at = Some(1);
-        assert_eq!(db.delete(&early).await.unwrap(), Outcome::Deleted, "{db}");
+        assert_eq!(db.delete(&early).await.unwrap(), Deletion::Deleted, "{db}");
         assert_eq!(
             db.upsert(&entry("e2", 1, "x")).await.unwrap(),
             Outcome::Deleted,
@@ -108,12 +116,12 @@ async fn versions_order_replays_and_tombstones_never_come_back() {
         db.upsert(&entry("e3", 1, "x")).await.unwrap();
         assert_eq!(
             db.delete_by_id::<Entry, _>(id, &5_i64).await.unwrap(),
-            Outcome::Deleted,
+            Deletion::Deleted,
             "{db}"
         );
         assert_eq!(
             db.delete_by_id::<Entry, _>(id, &6_i64).await.unwrap(),
-            Outcome::Unchanged,
+            Deletion::AlreadyDeleted,
             "{db}"
         );
         let e3 = stored_entry(&db, "e3").await;
