@@ -2,8 +2,9 @@
 
 use std::future::Future;
 
+use crate::backend::Backend;
 use crate::error::Error;
-use crate::model::{Backend, Idempotent, NaturalKey};
+use crate::model::{Idempotent, NaturalKey};
 use crate::outcome::{Outcome, Pushed};
 use crate::read::Finding;
 

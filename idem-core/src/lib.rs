@@ -57,7 +57,7 @@
 //! # async fn run(post: Post) -> Result<(), Box<dyn std::error::Error>> {
 //! let client = mongodb::Client::with_uri_str("mongodb://localhost:27017/?retryWrites=false").await?;
 //! let store = idem_core::mongo::Store::new(client.database("blog"));
-//! Post::ensure_indexes(&store).await?;
+//! Post::ensure_schema(&store).await?;
 //! let outcome = post.upsert(&store).await?; // Inserted, then Unchanged on every retry
 //! # Ok(()) }
 //! ```
@@ -118,7 +118,7 @@
 //!   any [`IdKey`] value or reference (`Post::derive_id("hello", "en", &ts)` gives the same id
 //!   as the `String` fields would); the timestamp is a reference to the field's type;
 //! - `post.id()`, `post.content_hash()`, `post.upsert(&store)` and
-//!   `Post::ensure_indexes(&store)` as inherent methods, so no trait import is needed;
+//!   `Post::ensure_schema(&store)` as inherent methods, so no trait import is needed;
 //! - for each `push_by` list `comments`, `post.push_comments(&store, &item)`.
 //!
 //! An event type (with `idempotency_key`) gets no `derive_id` or inherent `id()`: its id is
@@ -135,6 +135,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+mod backend;
 mod backend_calls;
 pub mod batch;
 mod change;
@@ -158,6 +159,7 @@ pub mod verdict;
 pub mod version;
 
 pub use audit::{AdoptReport, AuditProgress, AuditReport};
+pub use backend::Backend;
 pub use batch::BatchReport;
 pub use change::Change;
 pub use column::{Column, ColumnShape};
@@ -165,7 +167,7 @@ pub use error::{BackendError, Error, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use insert::{InsertReport, Insertion};
-pub use model::{Backend, DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
+pub use model::{DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
 pub use outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 pub use read::Finding;
 pub use version::{OrderedVersion, VersionKey};

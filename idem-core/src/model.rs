@@ -2,12 +2,10 @@
 //! each field, under the names serde stores them.
 
 use std::fmt;
-use std::future::Future;
 
 use crate::error::Error;
 use crate::hash::{ContentHash, HashAlgorithm};
 use crate::id::{Id, IdScheme, KeyValue};
-use crate::outcome::{Outcome, Pushed};
 use crate::version::VersionKey;
 
 /// A type whose writes are idempotent by construction. Derive it with `#[derive(Idempotent)]`.
@@ -617,42 +615,4 @@ impl fmt::Display for OpId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// A database idem can write to. The generated `upsert` and `ensure_indexes` methods call it,
-/// so the derive stays backend-neutral.
-pub trait Backend: Sync {
-    /// Writes `doc` so that retries, replays and races converge; see the backend's docs.
-    fn upsert<T>(&self, doc: &T) -> impl Future<Output = Result<Outcome, Error>> + Send
-    where
-        T: Idempotent + serde::Serialize + Sync;
-
-    /// Creates the unique index on `T`'s natural key. Idempotent.
-    fn ensure_indexes<T>(&self) -> impl Future<Output = Result<(), Error>> + Send
-    where
-        T: Idempotent;
-
-    /// The document stored under `id`, as `T`; `None` if none is. A deleted document is
-    /// returned with its tombstone set. [`Error::Deserialize`] if it does not read as `T`.
-    fn get<T>(&self, id: Id) -> impl Future<Output = Result<Option<T>, Error>> + Send
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send;
-
-    /// The document stored under the natural key `key` (as [`Idempotent::natural_key`] gives
-    /// it, or the generated `find` builds it), as `T`; `None` if none is.
-    fn find<T>(&self, key: NaturalKey) -> impl Future<Output = Result<Option<T>, Error>> + Send
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send;
-
-    /// Appends `item` to the pushed list `field` (its Rust name) of the document `id`, unless an
-    /// item with the same key is there already.
-    fn push<T, I>(
-        &self,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> impl Future<Output = Result<Pushed, Error>> + Send
-    where
-        T: Idempotent,
-        I: serde::Serialize + Sync;
 }

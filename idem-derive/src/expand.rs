@@ -99,7 +99,8 @@ fn expand(input: &Input) -> TokenStream {
          back with its tombstone set. Callable when `{type_name}` is `DeserializeOwned`."
     );
     let index_doc = format!(
-        "Creates the unique index on the natural key of `{type_name}` in `store`. Idempotent."
+        "Makes what writes of `{type_name}` need in `store`: the unique index on its natural key \
+         (MongoDB), its table with its constraints (PostgreSQL). Idempotent."
     );
     let captures = future_captures(input.generics);
     // Spanned on the attribute's value: without idem-core's `blake3` feature the variant does not
@@ -259,7 +260,7 @@ fn expand(input: &Input) -> TokenStream {
                 }
 
                 #[doc = #index_doc]
-                #vis fn ensure_indexes<'__a, __B: __idem::Backend>(
+                #vis fn ensure_schema<'__a, __B: __idem::Backend>(
                     store: &'__a __B,
                 ) -> impl __idem::__private::Future<
                     Output = __idem::__private::Result<(), __idem::Error>,
@@ -267,7 +268,7 @@ fn expand(input: &Input) -> TokenStream {
                 where
                     Self: '__a,
                 {
-                    __idem::Backend::ensure_indexes::<Self>(store)
+                    __idem::Backend::ensure_schema::<Self>(store)
                 }
 
                 #(#push_methods)*
@@ -309,7 +310,7 @@ fn column_spec(input: &Input, field: &Field) -> Option<TokenStream> {
     })
 }
 
-/// The `use<…>` bound of the futures `upsert`, `ensure_indexes` and `push_<field>` return: the store's borrow
+/// The `use<…>` bound of the futures `upsert`, `ensure_schema` and `push_<field>` return: the store's borrow
 /// `'__a`, every parameter of the type (the future holds `Self`), and the backend `__B`. Spelled
 /// out because in an edition 2021 crate `impl Trait` captures no lifetime it does not name, so a
 /// type with a lifetime parameter would not compile.

@@ -207,7 +207,7 @@ async fn stored_field_names_follow_serde() {
 async fn ensure_indexes_creates_one_named_unique_index_and_is_idempotent() {
     let (store, _log) = indexed_store("indexes").await;
     store.ensure_indexes::<Post>().await.unwrap();
-    Post::ensure_indexes(&store).await.unwrap();
+    Post::ensure_schema(&store).await.unwrap();
     let mut cursor = store
         .database()
         .collection::<Document>("posts")

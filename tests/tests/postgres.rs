@@ -410,7 +410,7 @@ async fn a_chunk_of_any_size_is_one_statement_under_the_bind_parameter_limit() {
 async fn the_generated_methods_write_through_store_on_a_client_or_a_transaction() {
     for (label, mut client) in fresh_schemas("generated").await {
         let store = Store::new();
-        Post::ensure_indexes(&store.on(&client)).await.unwrap();
+        Post::ensure_schema(&store.on(&client)).await.unwrap();
         let tx = client.transaction().await.unwrap();
         assert_eq!(
             post().upsert(&store.on(&tx)).await.unwrap(),

@@ -66,10 +66,11 @@ pub use crate::batch::BatchReport;
 pub use crate::outcome::Recorded;
 pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
+use crate::backend::Backend;
 use crate::engine::{self, WriteKind};
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{Backend, DocumentRef, Idempotent, Model};
+use crate::model::{DocumentRef, Idempotent, Model};
 use crate::outcome::{Deletion, Outcome, Pushed};
 use schema::natural_key_pattern;
 
@@ -195,6 +196,12 @@ impl Store {
     pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
         self.create_natural_key_index(&T::MODEL, &DocumentRef::collection(&T::MODEL))
             .await
+    }
+
+    /// [`ensure_indexes`](Store::ensure_indexes) under the name every store gives it: makes what
+    /// `T`'s writes need (here, the unique natural-key index).
+    pub async fn ensure_schema<T: Idempotent>(&self) -> Result<(), Error> {
+        self.ensure_indexes::<T>().await
     }
 
     /// Writes `doc` under its derived id, converging under retries, replays and races.
@@ -370,11 +377,81 @@ impl Backend for Store {
         Store::upsert(self, doc)
     }
 
-    fn ensure_indexes<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    fn upsert_many<T>(
+        &self,
+        docs: &[T],
+    ) -> impl std::future::Future<Output = Result<BatchReport, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Store::upsert_many(self, docs)
+    }
+
+    fn delete<T>(
+        &self,
+        doc: &T,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Store::delete(self, doc)
+    }
+
+    fn delete_by_id<T, M>(
+        &self,
+        id: Id,
+        marker: &M,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        Store::delete_by_id::<T, M>(self, id, marker)
+    }
+
+    fn insert_new<T>(
+        &self,
+        members: &[T],
+    ) -> impl std::future::Future<Output = Result<crate::InsertReport<T>, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        Store::insert_new(self, members)
+    }
+
+    fn push<T, I>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        Store::push::<T, I>(self, id, field, item)
+    }
+
+    fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &crate::OpId,
+        changes: &[crate::Change],
+    ) -> impl std::future::Future<Output = Result<crate::Applied, Error>> + Send
     where
         T: Idempotent,
     {
-        Store::ensure_indexes::<T>(self)
+        Store::apply_once::<T>(self, id, op, changes)
+    }
+
+    fn record<T>(
+        &self,
+        event: &T,
+    ) -> impl std::future::Future<Output = Result<Recorded, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Store::record(self, event)
     }
 
     fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
@@ -391,17 +468,11 @@ impl Backend for Store {
         Store::find::<T>(self, &key).await
     }
 
-    fn push<T, I>(
-        &self,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
+    fn ensure_schema<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
     where
         T: Idempotent,
-        I: Serialize + Sync,
     {
-        Store::push::<T, I>(self, id, field, item)
+        Store::ensure_indexes::<T>(self)
     }
 }
 

@@ -79,15 +79,17 @@ pub use connection::Connection;
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::backend::Backend;
 use crate::batch::{BatchPlanner, BatchReport, Planned};
 use crate::engine::{self, WriteKind};
 use crate::error::Error;
 use crate::id::Id;
 use crate::insert::{copy_insertion, InsertReport, Insertion};
 use crate::model::{
-    item_key_is_a_list, item_without_key, pushed_list, Backend, DocumentRef, Idempotent, Model,
-    ID_FIELD,
+    item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent, Model, NaturalKey,
+    OpId, ID_FIELD,
 };
+use crate::outcome::{Applied, Recorded};
 use crate::outcome::{Deletion, Outcome, Pushed};
 use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};
@@ -540,7 +542,8 @@ impl Store {
     }
 
     /// This store writing through `client`: what the derive's generated methods take
-    /// (`post.upsert(&store.on(&client))`, `Post::ensure_indexes(&store.on(&tx))`).
+    /// (`post.upsert(&store.on(&client))`, `Post::ensure_schema(&store.on(&tx))`), and the API
+    /// every store shares ([`Session`]).
     pub fn on<'a, C: Connection>(&'a self, client: &'a C) -> Session<'a, C> {
         Session {
             store: self,
@@ -685,11 +688,146 @@ impl Store {
     }
 }
 
-/// A [`Store`] and the client it writes through, for the derive's generated methods.
+/// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the
+/// same methods with the same arguments and results as every other store ([`Backend`]).
+///
+/// ```no_run
+/// # use idem_core::Idempotent;
+/// # #[derive(serde::Serialize, Idempotent)]
+/// # struct Post { #[idem(key)] slug: String, title: String }
+/// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+/// let store = idem_core::postgres::Store::new();
+/// let idem = store.on(&client);
+/// idem.ensure_schema::<Post>().await?;
+/// let outcome = idem.upsert(&post).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Session<'a, C> {
     store: &'a Store,
     client: &'a C,
+}
+
+impl<C> Clone for Session<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for Session<'_, C> {}
+
+impl<'a, C: Connection> Session<'a, C> {
+    /// The store this session writes for.
+    pub fn store(&self) -> &'a Store {
+        self.store
+    }
+
+    /// The client or transaction it writes through.
+    pub fn client(&self) -> &'a C {
+        self.client
+    }
+
+    /// [`Store::upsert`] through this session's client.
+    pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.upsert(self.client, doc).await
+    }
+
+    /// [`Store::upsert_many`] through this session's client.
+    pub async fn upsert_many<T>(&self, docs: &[T]) -> Result<BatchReport, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.upsert_many(self.client, docs).await
+    }
+
+    /// [`Store::delete`] through this session's client.
+    pub async fn delete<T>(&self, doc: &T) -> Result<Deletion, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.delete(self.client, doc).await
+    }
+
+    /// [`Store::delete_by_id`] through this session's client.
+    pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Deletion, Error>
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        self.store
+            .delete_by_id::<T, M, C>(self.client, id, marker)
+            .await
+    }
+
+    /// [`Store::insert_new`] through this session's client.
+    pub async fn insert_new<T>(&self, members: &[T]) -> Result<InsertReport<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        self.store.insert_new(self.client, members).await
+    }
+
+    /// [`Store::push`] through this session's client.
+    pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        self.store
+            .push::<T, I, C>(self.client, id, field, item)
+            .await
+    }
+
+    /// [`Store::apply_once`] through this session's client.
+    pub async fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        self.store
+            .apply_once::<T, C>(self.client, id, op, changes)
+            .await
+    }
+
+    /// [`Store::record`] through this session's client.
+    pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.record(self.client, event).await
+    }
+
+    /// [`Store::get`] through this session's client.
+    pub async fn get<T>(&self, id: Id) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned,
+    {
+        self.store.get::<T, C>(self.client, id).await
+    }
+
+    /// [`Store::find`] through this session's client.
+    pub async fn find<T>(&self, key: &NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned,
+    {
+        self.store.find::<T, C>(self.client, key).await
+    }
+
+    /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`]),
+    /// and checks it.
+    pub async fn ensure_schema<T>(&self) -> Result<(), Error>
+    where
+        T: Idempotent,
+    {
+        self.store.ensure_table::<T, C>(self.client).await
+    }
 }
 
 impl<C: Connection> Backend for Session<'_, C> {
@@ -697,30 +835,49 @@ impl<C: Connection> Backend for Session<'_, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.upsert(self.client, doc)
+        Session::upsert(self, doc)
     }
 
-    /// Creates the table with its unique natural-key constraint if it does not exist
-    /// ([`Store::ensure_table`]).
-    fn ensure_indexes<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    fn upsert_many<T>(
+        &self,
+        docs: &[T],
+    ) -> impl std::future::Future<Output = Result<BatchReport, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::upsert_many(self, docs)
+    }
+
+    fn delete<T>(
+        &self,
+        doc: &T,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::delete(self, doc)
+    }
+
+    fn delete_by_id<T, M>(
+        &self,
+        id: Id,
+        marker: &M,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
     where
         T: Idempotent,
+        M: Serialize + Sync,
     {
-        self.store.ensure_table::<T, C>(self.client)
+        Session::delete_by_id::<T, M>(self, id, marker)
     }
 
-    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
+    fn insert_new<T>(
+        &self,
+        members: &[T],
+    ) -> impl std::future::Future<Output = Result<InsertReport<T>, Error>> + Send
     where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
+        T: Idempotent + Serialize + Sync + Clone,
     {
-        self.store.get::<T, C>(self.client, id)
-    }
-
-    async fn find<T>(&self, key: crate::model::NaturalKey) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
-    {
-        self.store.find::<T, C>(self.client, &key).await
+        Session::insert_new(self, members)
     }
 
     fn push<T, I>(
@@ -733,7 +890,50 @@ impl<C: Connection> Backend for Session<'_, C> {
         T: Idempotent,
         I: Serialize + Sync,
     {
-        self.store.push::<T, I, C>(self.client, id, field, item)
+        Session::push::<T, I>(self, id, field, item)
+    }
+
+    fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> impl std::future::Future<Output = Result<Applied, Error>> + Send
+    where
+        T: Idempotent,
+    {
+        Session::apply_once::<T>(self, id, op, changes)
+    }
+
+    fn record<T>(
+        &self,
+        event: &T,
+    ) -> impl std::future::Future<Output = Result<Recorded, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::record(self, event)
+    }
+
+    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Session::get::<T>(self, id)
+    }
+
+    async fn find<T>(&self, key: NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Session::find::<T>(self, &key).await
+    }
+
+    fn ensure_schema<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    where
+        T: Idempotent,
+    {
+        Session::ensure_schema::<T>(self)
     }
 }
 

@@ -14,6 +14,7 @@
 //!
 //! The cases are organised by primitive or concern, one module each:
 //!
+//! - [`api`]: one generic function over `idem_core::Backend`, every primitive, every store;
 //! - [`upsert`], [`batch`] (`upsert_many`), [`delete`], [`insert_new`], [`push`],
 //!   [`apply_once`] (and effect fields and op ids), [`record`], [`reads`] (`get`, `find`);
 //! - [`versions`], [`frozen`] (frozen fields and id-feeding timestamps), [`refusals`] (input
@@ -45,6 +46,7 @@
 //! table, transactions and server limits) is in `mongo_*.rs`, `postgres*.rs` and `pg_*.rs`; the
 //! model-based property test over every backend is `model_promises.rs`.
 
+mod api;
 mod apply_once;
 mod batch;
 mod delete;

@@ -48,14 +48,14 @@ fn generic_id<K: IdKey + StoredKey + Clone, Ts: IdTimestamp>(key: &K, at: &Ts) -
     Keyed::<K, Ts>::derive_id(key, at).unwrap()
 }
 
-// The futures of the generated `upsert` and `ensure_indexes` compile for a document with a
+// The futures of the generated `upsert` and `ensure_schema` compile for a document with a
 // lifetime parameter, and are `Send`.
 fn writes<'a, B: Backend>(
     store: &'a B,
     doc: &'a Borrowed<'a, str>,
 ) -> impl Future<Output = ()> + Send + 'a {
     async move {
-        let _ = Borrowed::<str>::ensure_indexes(store).await;
+        let _ = Borrowed::<str>::ensure_schema(store).await;
         let _ = doc.upsert(store).await;
     }
 }
