@@ -1,5 +1,6 @@
 //! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
-//! idempotency key, and operations applied once to a row's `#[idem(effect)]` columns.
+//! idempotency key, operations applied once to a row's `#[idem(effect)]` columns, derived sets
+//! whose members are inserted once, and pushes that append an item once.
 
 use super::Connection;
 use serde::Serialize;
@@ -7,16 +8,22 @@ use serde::Serialize;
 use super::json;
 use super::row::{column_text, PreparedRow};
 use super::schema::query_checked_one;
-use super::table::quote;
-use super::Store;
+use super::table::{self, quote};
+use super::{connection, postgres_error, unique_conflict, RowState, Store};
+use crate::batch::{BatchPlanner, Planned};
 use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
 use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{idempotency_key, DocumentRef, Idempotent, OpId, APPLIED_OPS_FIELD, ID_FIELD};
-use crate::outcome::{Applied, Recorded};
+use crate::insert::{copy_insertion, InsertReport, Insertion};
+use crate::model::{
+    idempotency_key, item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent,
+    OpId, APPLIED_OPS_FIELD, ID_FIELD,
+};
+use crate::outcome::{Applied, Pushed, Recorded};
 use crate::trace::{Call, CallKind};
+use tokio_postgres::types::{ToSql, Type};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -191,6 +198,176 @@ impl Store {
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Applied::Applied),
                 (_, true) => Ok(Applied::AlreadyApplied),
+                _ => Err(Error::NotFound {
+                    document: Box::new(document),
+                }),
+            }
+        })
+        .await
+    }
+
+    /// Inserts the members of a derived set (the awards a rule says a user has earned) and
+    /// reports, per member in input order, whether this call inserted it, found it stored
+    /// already, or refused it; [`InsertReport::inserted`] gives
+    /// exactly the members this call inserted, in input order: one statement.
+    ///
+    /// Call it with the full set every time: members already stored are skipped by the
+    /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a
+    /// disjoint share, so an effect run for each inserted member runs once. A member whose
+    /// natural key is stored under another id (its timestamp moved) is refused with
+    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
+    /// stored without conflict.
+    pub async fn insert_new<T, C>(
+        &self,
+        client: &C,
+        members: &[T],
+    ) -> Result<InsertReport<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+        C: Connection,
+    {
+        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
+            None::<crate::id::Id>
+        });
+        call.run(async move {
+            let collection = DocumentRef::collection(&T::MODEL);
+            let table = self.table::<T, C>(client, &collection).await?;
+            // Copies collapse by id, never by natural key alone: a member with the natural key
+            // of an earlier one under another id goes in a later round, and is refused there.
+            let prepared: Vec<PreparedRow> = members
+                .iter()
+                .map(|member| PreparedRow::new(member, &table))
+                .collect::<Result<_, _>>()?;
+            let mut planner = BatchPlanner::default();
+            for (index, row) in prepared.iter().enumerate() {
+                let planned = Planned {
+                    id: &row.id_text,
+                    natural_key: &row.document.natural_key,
+                    hash: &row.hash,
+                };
+                planner.add(index, planned);
+            }
+            let plan = planner.plan;
+            let mut results = vec![Ok(Insertion::AlreadyStored); members.len()];
+            let chunks = plan
+                .rounds
+                .iter()
+                .flat_map(|round| round.chunks(self.batch_chunk));
+            for chunk in chunks {
+                let rows: Vec<&PreparedRow> = chunk.iter().map(|&index| &prepared[index]).collect();
+                let mut attempts = 0;
+                let states = loop {
+                    attempts += 1;
+                    if attempts > 1 {
+                        crate::trace::retry("a racing caller inserted one of these ids");
+                    }
+                    match self
+                        .write_rows(client, &table, &rows, &table.insert_new, &collection)
+                        .await
+                    {
+                        Ok(states) => break states,
+                        // A racing caller inserted one of these ids between the natural-key check
+                        // and the insert: nothing of this statement was written; it goes again and
+                        // meets that row.
+                        Err(error)
+                            if attempts < crate::MAX_ATTEMPTS
+                                && unique_conflict(&error, &table)
+                                    == Some(engine::Conflict::Key) => {}
+                        Err(error) => return Err(error),
+                    }
+                };
+                for ((&index, row), state) in chunk.iter().zip(&rows).zip(states) {
+                    match state {
+                        RowState::Written { .. } => results[index] = Ok(Insertion::Inserted),
+                        RowState::Stopped(stored) if stored.id != row.id_text => {
+                            let driver = self.driver(client, &table);
+                            if let Some(refusal) = engine::stored_elsewhere(&driver, row, &stored) {
+                                results[index] = Err(refusal);
+                            }
+                        }
+                        // Stored already, or by a racing caller whose share it is.
+                        RowState::Stopped(_) | RowState::Unseen => {}
+                    }
+                }
+            }
+            for (copy, first) in plan.copies {
+                results[copy] = copy_insertion(&results[first]);
+            }
+            Ok(InsertReport::new(members, results))
+        })
+        .await
+    }
+
+    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
+    /// the row stored under `id`, unless an item with the same key is there already. One
+    /// statement, guarded by the absence of an item whose key equals this one, so a retried push
+    /// never appends twice: a racing push waits for the row and re-checks the guard on what the
+    /// other wrote.
+    pub async fn push<T, I, C>(
+        &self,
+        client: &C,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+        C: Connection,
+    {
+        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let list = pushed_list(model, field, &document)?;
+            let table = self.table::<T, C>(client, &document).await?;
+            let item = json::to_json(item).map_err(|error| Error::Serialize {
+                document: Box::new(document.clone()),
+                message: error.message(),
+            })?;
+            let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+                let written = item.as_object().into_iter().flat_map(|entries| {
+                    entries
+                        .iter()
+                        .filter(|(_, value)| !value.is_null())
+                        .map(|(name, _)| name)
+                });
+                return Err(item_without_key(document, list, written));
+            };
+            if item_key.is_array() {
+                return Err(item_key_is_a_list(document, list));
+            }
+            let item_key = item_key.to_string();
+            let item = item.to_string();
+            // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
+            // a composite key holding a part of another's fields or list entries would pass for
+            // it. A NULL list (a row another tool wrote) is an empty one.
+            let sql = format!(
+                "WITH pushed AS (UPDATE {table} \
+                 SET {list} = COALESCE({list}, '[]'::jsonb) || jsonb_build_array($2::text::jsonb) \
+                 WHERE {id} = $1 AND NOT EXISTS (\
+                 SELECT 1 FROM jsonb_array_elements(COALESCE({list}, '[]'::jsonb)) AS stored(item) \
+                 WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                table = table.name(),
+                list = table::quote(list.stored_name()),
+                id = table::quote(ID_FIELD),
+            );
+            let id_text = id.to_string();
+            crate::trace::round_trip("UPDATE");
+            let item_key_field = list.item_key();
+            let parameters: [(&(dyn ToSql + Sync), Type); 4] = [
+                (&id_text, Type::TEXT),
+                (&item, Type::TEXT),
+                (&item_key, Type::TEXT),
+                (&item_key_field, Type::TEXT),
+            ];
+            let reply = connection::contained(client, client.query_typed_one(&sql, &parameters))
+                .await
+                .map_err(|source| postgres_error(&document, source))?;
+            match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
+                (1.., _) => Ok(Pushed::Appended),
+                (_, true) => Ok(Pushed::AlreadyPresent),
                 _ => Err(Error::NotFound {
                     document: Box::new(document),
                 }),

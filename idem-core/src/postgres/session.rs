@@ -1,0 +1,268 @@
+//! A store and the caller's client or transaction: idem's API on PostgreSQL, method for method
+//! the API of every other store ([`Backend`]).
+
+use serde::Serialize;
+
+use super::{Connection, Store};
+use crate::backend::Backend;
+use crate::batch::BatchReport;
+use crate::change::Change;
+use crate::error::Error;
+use crate::id::Id;
+use crate::insert::InsertReport;
+use crate::model::{Idempotent, NaturalKey, OpId};
+use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
+
+/// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the
+/// same methods with the same arguments and results as every other store ([`Backend`]).
+///
+/// ```no_run
+/// # use idem_core::Idempotent;
+/// # #[derive(serde::Serialize, Idempotent)]
+/// # struct Post { #[idem(key)] slug: String, title: String }
+/// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+/// let store = idem_core::postgres::Store::new();
+/// let idem = store.on(&client);
+/// idem.ensure_schema::<Post>().await?;
+/// let outcome = idem.upsert(&post).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Session<'a, C> {
+    store: &'a Store,
+    client: &'a C,
+}
+
+impl<C> Clone for Session<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for Session<'_, C> {}
+
+impl<'a, C: Connection> Session<'a, C> {
+    /// `store` writing through `client` ([`Store::on`]).
+    pub(super) fn new(store: &'a Store, client: &'a C) -> Self {
+        Session { store, client }
+    }
+
+    /// The store this session writes for.
+    pub fn store(&self) -> &'a Store {
+        self.store
+    }
+
+    /// The client or transaction it writes through.
+    pub fn client(&self) -> &'a C {
+        self.client
+    }
+
+    /// [`Store::upsert`] through this session's client.
+    pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.upsert(self.client, doc).await
+    }
+
+    /// [`Store::upsert_many`] through this session's client.
+    pub async fn upsert_many<T>(&self, docs: &[T]) -> Result<BatchReport, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.upsert_many(self.client, docs).await
+    }
+
+    /// [`Store::delete`] through this session's client.
+    pub async fn delete<T>(&self, doc: &T) -> Result<Deletion, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.delete(self.client, doc).await
+    }
+
+    /// [`Store::delete_by_id`] through this session's client.
+    pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Deletion, Error>
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        self.store
+            .delete_by_id::<T, M, C>(self.client, id, marker)
+            .await
+    }
+
+    /// [`Store::insert_new`] through this session's client.
+    pub async fn insert_new<T>(&self, members: &[T]) -> Result<InsertReport<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        self.store.insert_new(self.client, members).await
+    }
+
+    /// [`Store::push`] through this session's client.
+    pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        self.store
+            .push::<T, I, C>(self.client, id, field, item)
+            .await
+    }
+
+    /// [`Store::apply_once`] through this session's client.
+    pub async fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        self.store
+            .apply_once::<T, C>(self.client, id, op, changes)
+            .await
+    }
+
+    /// [`Store::record`] through this session's client.
+    pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        self.store.record(self.client, event).await
+    }
+
+    /// [`Store::get`] through this session's client.
+    pub async fn get<T>(&self, id: Id) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned,
+    {
+        self.store.get::<T, C>(self.client, id).await
+    }
+
+    /// [`Store::find`] through this session's client.
+    pub async fn find<T>(&self, key: &NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned,
+    {
+        self.store.find::<T, C>(self.client, key).await
+    }
+
+    /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`]),
+    /// and checks it.
+    pub async fn ensure_schema<T>(&self) -> Result<(), Error>
+    where
+        T: Idempotent,
+    {
+        self.store.ensure_table::<T, C>(self.client).await
+    }
+}
+
+impl<C: Connection> Backend for Session<'_, C> {
+    fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::upsert(self, doc)
+    }
+
+    fn upsert_many<T>(
+        &self,
+        docs: &[T],
+    ) -> impl std::future::Future<Output = Result<BatchReport, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::upsert_many(self, docs)
+    }
+
+    fn delete<T>(
+        &self,
+        doc: &T,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::delete(self, doc)
+    }
+
+    fn delete_by_id<T, M>(
+        &self,
+        id: Id,
+        marker: &M,
+    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        Session::delete_by_id::<T, M>(self, id, marker)
+    }
+
+    fn insert_new<T>(
+        &self,
+        members: &[T],
+    ) -> impl std::future::Future<Output = Result<InsertReport<T>, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        Session::insert_new(self, members)
+    }
+
+    fn push<T, I>(
+        &self,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        Session::push::<T, I>(self, id, field, item)
+    }
+
+    fn apply_once<T>(
+        &self,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> impl std::future::Future<Output = Result<Applied, Error>> + Send
+    where
+        T: Idempotent,
+    {
+        Session::apply_once::<T>(self, id, op, changes)
+    }
+
+    fn record<T>(
+        &self,
+        event: &T,
+    ) -> impl std::future::Future<Output = Result<Recorded, Error>> + Send
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Session::record(self, event)
+    }
+
+    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Session::get::<T>(self, id)
+    }
+
+    async fn find<T>(&self, key: NaturalKey) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + serde::de::DeserializeOwned + Send,
+    {
+        Session::find::<T>(self, &key).await
+    }
+
+    fn ensure_schema<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
+    where
+        T: Idempotent,
+    {
+        Session::ensure_schema::<T>(self)
+    }
+}
