@@ -44,6 +44,11 @@ pub(crate) fn judge<D: Driver>(
     if let Some(field) = driver.key_differs(doc, stored) {
         return Judged::Refused(refusal(driver, doc, stored, field));
     }
+    if kind == WriteKind::InsertNew {
+        // A member of a derived set is there or not; what it holds is the rule's, not this
+        // call's.
+        return Judged::Settled(Outcome::Unchanged);
+    }
     if kind == WriteKind::Delete {
         // Deleting checks no other field: the marker is all it writes.
         return match driver.is_tombstoned(stored) {
@@ -59,18 +64,6 @@ pub(crate) fn judge<D: Driver>(
         Verdict::Settled(outcome) => Judged::Settled(outcome),
         Verdict::Refused(field) => Judged::Refused(refusal(driver, doc, stored, field)),
     }
-}
-
-/// The refusal of `doc` when `stored`, found by its natural key, is under another id: what
-/// `insert_new` and `record` check of a document they did not write.
-pub(crate) fn stored_elsewhere<D: Driver>(
-    driver: &D,
-    doc: &D::Doc,
-    stored: &D::Stored,
-) -> Option<Error> {
-    let stored_id = driver.stored_id(stored);
-    (stored_id.as_deref() != Some(doc.id_text.as_str()))
-        .then(|| id_change(driver, doc, stored, stored_id))
 }
 
 /// A stored document reduced to what the verdict reads, compared as the server guard compares.

@@ -18,6 +18,7 @@
 //! values stored by another tool, versions) are [`judge`]'s.
 
 pub(crate) mod batch;
+pub(crate) mod insert;
 pub(crate) mod judge;
 pub(crate) mod record;
 
@@ -36,7 +37,7 @@ use crate::MAX_ATTEMPTS;
 /// [`Error::Contention`]: enough for dozens of writers racing one document.
 const UNGUARDED_ATTEMPTS: usize = 64;
 
-pub(crate) use judge::{judge, stored_elsewhere, Judged};
+pub(crate) use judge::{judge, Judged};
 
 /// Which guarded write a statement makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +49,9 @@ pub(crate) enum WriteKind {
     /// Insert the document unless its natural key (an event's idempotency key) is stored; the
     /// reply of a document left alone is what holds the key.
     Record,
+    /// Insert the member of a derived set unless it is stored: stored under its id, it is
+    /// there already (`Unchanged`), whatever it holds.
+    InsertNew,
 }
 
 impl WriteKind {
@@ -55,8 +59,12 @@ impl WriteKind {
     fn written(self, inserted: bool) -> Outcome {
         match (self, inserted) {
             (WriteKind::Delete, _) => Outcome::Deleted,
-            (WriteKind::Upsert | WriteKind::Record, true) => Outcome::Inserted,
+            (WriteKind::Upsert | WriteKind::Record | WriteKind::InsertNew, true) => {
+                Outcome::Inserted
+            }
             (WriteKind::Upsert | WriteKind::Record, false) => Outcome::Updated,
+            // An insert updates nothing: what it met was there already.
+            (WriteKind::InsertNew, false) => Outcome::Unchanged,
         }
     }
 }
@@ -83,6 +91,9 @@ pub(crate) enum Reply<S> {
 /// Which unique index refused a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Conflict {
+    /// The id's own index, as the server named it: a document is stored under this id. What it
+    /// holds decides, except for a derived set's member, which is there already.
+    Id,
     /// The id or the natural key: what is stored there decides.
     Key,
     /// Another unique index, named: a permanent refusal.
@@ -96,6 +107,18 @@ pub(crate) enum Conflict {
         /// The index, as far as the server named it.
         index: String,
     },
+}
+
+impl Conflict {
+    /// Whether what the conflict met must be read to settle the write: every conflict but
+    /// another named index, and a derived set's member stored under its id.
+    fn needs_a_read(&self, kind: WriteKind) -> bool {
+        match self {
+            Conflict::Other { .. } => false,
+            Conflict::Id => kind != WriteKind::InsertNew,
+            Conflict::Key | Conflict::Unclear { .. } => true,
+        }
+    }
 }
 
 /// A stored guarded field's digest, as a driver reads it.
@@ -195,6 +218,22 @@ pub(crate) trait Driver: Sync {
         true
     }
 
+    /// What each conflict of `docs` collided with, in their order: the document under its id,
+    /// else one holding its natural key under another id. One read per document unless the
+    /// driver reads them together.
+    fn read_conflicts(
+        &self,
+        docs: &[&Self::Doc],
+    ) -> impl Future<Output = Result<Vec<Option<Self::Stored>>, Error>> + Send {
+        async move {
+            let mut stored = Vec::with_capacity(docs.len());
+            for doc in docs {
+                stored.push(self.read_conflict(doc).await?);
+            }
+            Ok(stored)
+        }
+    }
+
     /// What a conflict collided with: the document under `doc`'s id, else one holding its
     /// natural key under another id.
     fn read_conflict(
@@ -270,8 +309,34 @@ pub(crate) async fn settle<D: Driver>(
                 }
                 Err(error) => return Err(error),
             };
+            // The documents a conflict stopped are read together, in one round trip where the
+            // driver can.
+            let mut conflicted = Vec::new();
             for (&index, reply) in group.iter().zip(replies) {
-                outcomes[index] = settle_reply(driver, kind, docs[index], reply).await?;
+                match reply {
+                    Reply::Conflict(conflict) if conflict.needs_a_read(kind) => {
+                        conflicted.push((index, conflict));
+                    }
+                    reply => {
+                        outcomes[index] = settle_reply(driver, kind, docs[index], reply).await?
+                    }
+                }
+            }
+            if conflicted.is_empty() {
+                continue;
+            }
+            let read: Vec<&D::Doc> = conflicted.iter().map(|&(index, _)| docs[index]).collect();
+            let stored = driver.read_conflicts(&read).await?;
+            for ((index, conflict), stored) in conflicted.into_iter().zip(stored) {
+                outcomes[index] = match (stored, conflict) {
+                    (Some(stored), _) => settle_stopped(driver, kind, docs[index], &stored).await?,
+                    (None, Conflict::Unclear { index: name } | Conflict::Other { index: name }) => {
+                        Some(Err(unique_index_conflict(&docs[index].document, name)))
+                    }
+                    // The holder of the id or natural key is gone since the write (deleted, or
+                    // moved by `adopt`): the write goes again.
+                    (None, Conflict::Id | Conflict::Key) => None,
+                };
             }
         }
     }
@@ -297,18 +362,11 @@ async fn settle_reply<D: Driver>(
         Reply::Conflict(Conflict::Other { index }) => {
             Ok(Some(Err(unique_index_conflict(&doc.document, index))))
         }
-        Reply::Conflict(conflict) => {
-            let stored = driver.read_conflict(doc).await?;
-            match (stored, conflict) {
-                (Some(stored), _) => settle_stopped(driver, kind, doc, &stored).await,
-                (None, Conflict::Unclear { index } | Conflict::Other { index }) => {
-                    Ok(Some(Err(unique_index_conflict(&doc.document, index))))
-                }
-                // The holder of the id or natural key is gone since the write (deleted, or
-                // moved by `adopt`): the write goes again.
-                (None, Conflict::Key) => Ok(None),
-            }
-        }
+        // A member of a derived set stored under its id is there already: no read needed, so a
+        // set sent whole again costs one round trip.
+        Reply::Conflict(Conflict::Id) => Ok(Some(Ok(Outcome::Unchanged))),
+        // Read first, by `settle`.
+        Reply::Conflict(Conflict::Key | Conflict::Unclear { .. }) => Ok(None),
     }
 }
 
@@ -339,7 +397,7 @@ pub(crate) async fn settle_stopped<D: Driver>(
 pub(crate) fn pinned_outcome<S>(doc: &Prepared, reply: Reply<S>) -> Option<Result<Outcome, Error>> {
     match reply {
         Reply::Written { .. } => Some(Ok(Outcome::Updated)),
-        Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Key) => None,
+        Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Id | Conflict::Key) => None,
         Reply::Conflict(Conflict::Other { index } | Conflict::Unclear { index }) => {
             Some(Err(unique_index_conflict(&doc.document, index)))
         }

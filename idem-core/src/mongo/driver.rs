@@ -55,9 +55,8 @@ impl MongoDriver<'_> {
     /// there decides), another (a permanent refusal), or none the message shows.
     fn conflict(&self, message: &str) -> Conflict {
         match index_in_message(message) {
-            index if index == "_id_" || index == self.store.natural_key_index(self.model) => {
-                Conflict::Key
-            }
+            index if index == "_id_" => Conflict::Id,
+            index if index == self.store.natural_key_index(self.model) => Conflict::Key,
             index if index == "(unnamed)" => Conflict::Unclear { index },
             index => Conflict::Other { index },
         }
@@ -315,6 +314,7 @@ impl Driver for MongoDriver<'_> {
     ) -> Result<Vec<Reply<Document>>, Error> {
         match (kind, docs) {
             (WriteKind::Upsert, writes) if !self.pipelines() => self.insert_all(writes).await,
+            (WriteKind::InsertNew, writes) => self.insert_all(writes).await,
             (WriteKind::Upsert, [write]) if !self.batched => {
                 Ok(vec![self.upsert_one(write).await?])
             }
@@ -365,6 +365,24 @@ impl Driver for MongoDriver<'_> {
 
     fn guards_on_server(&self, kind: WriteKind) -> bool {
         kind != WriteKind::Upsert || self.pipelines()
+    }
+
+    /// One read of the ids (a server may report the natural-key index for a document stored
+    /// under the same id), then, for each not found, the reads by id and natural key.
+    async fn read_conflicts(
+        &self,
+        writes: &[&PreparedWrite],
+    ) -> Result<Vec<Option<Document>>, Error> {
+        if let [write] = writes {
+            return Ok(vec![self.read_conflict(write).await?]);
+        }
+        let mut stored = self.read_stored(writes).await?;
+        for (write, found) in writes.iter().zip(&mut stored) {
+            if found.is_none() {
+                *found = self.read_conflict(write).await?;
+            }
+        }
+        Ok(stored)
     }
 
     async fn read_conflict(&self, write: &PreparedWrite) -> Result<Option<Document>, Error> {

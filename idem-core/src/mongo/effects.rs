@@ -1,22 +1,15 @@
 //! The primitives that keep side effects exact when acknowledgements are lost: derived sets,
 //! unique pushes and operations applied once.
 
-use std::collections::{HashMap, HashSet};
-
 use mongodb::bson::{self, doc, Bson, Document};
 use serde::Serialize;
 
-use super::batch::refused_by_server;
-use super::write::{nul_name_problem, PreparedWrite};
-use super::{
-    find_by_id, find_ids, index_in_message, mongo_error, update_or_explain, Store,
-    APPLIED_OPS_FIELD, DUPLICATE_KEY, MAX_ATTEMPTS,
-};
+use super::write::nul_name_problem;
+use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
-use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
-use crate::insert::{copy_insertion, InsertReport, Insertion};
+use crate::insert::InsertReport;
 use crate::model::{
     item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId,
 };
@@ -30,7 +23,8 @@ impl Store {
     /// inserted, in input order.
     ///
     /// Call it with the full set every time: members already stored are skipped by the unique
-    /// `_id`, in the same round trip. Callers racing with overlapping sets each get a disjoint
+    /// `_id`, in the same round trip (plus one read of their ids on a server that names the
+    /// natural-key index first). Callers racing with overlapping sets each get a disjoint
     /// share, so an effect run for each inserted member (a notification) runs once. This holds
     /// when the rule is pure (the same inputs derive the same members, with the same ids) and
     /// monotonic (a member once earned stays earned).
@@ -53,142 +47,13 @@ impl Store {
             None::<crate::id::Id>
         });
         call.run(async move {
-            let model = &T::MODEL;
-            // Each id is inserted once, by its first member; a later member with that id is a
-            // copy, answered as that first one was. Until settled, a member answers as one that
-            // contention kept from settling.
-            let mut first_with_id = HashMap::new();
-            let mut candidates = Vec::new();
-            let mut copies = Vec::new();
-            let mut results = Vec::with_capacity(members.len());
-            for (index, member) in members.iter().enumerate() {
-                let write = PreparedWrite::new(member)?;
-                results.push(Err(Error::Contention {
-                    document: Box::new(write.document.clone()),
-                }));
-                match *first_with_id.entry(write.id).or_insert(index) {
-                    first if first == index => candidates.push((index, write)),
-                    first => copies.push((index, first)),
-                }
-            }
-            if !candidates.is_empty() {
-                self.verify_indexes(model, &DocumentRef::collection(model))
+            if !members.is_empty() {
+                self.verify_indexes(&T::MODEL, &DocumentRef::collection(&T::MODEL))
                     .await?;
             }
-            let mut pending: Vec<&(usize, PreparedWrite)> = candidates.iter().collect();
-            for attempt in 0..MAX_ATTEMPTS {
-                if pending.is_empty() {
-                    break;
-                }
-                if attempt > 0 {
-                    crate::trace::retry("the holder of a natural key was removed meanwhile");
-                }
-                let writes: Vec<&PreparedWrite> = pending.iter().map(|(_, write)| write).collect();
-                let settled = self.insert_once(model, &writes).await?;
-                let mut again = Vec::new();
-                for (candidate, result) in pending.into_iter().zip(settled) {
-                    match result {
-                        Some(result) => results[candidate.0] = result,
-                        None => again.push(candidate),
-                    }
-                }
-                pending = again;
-            }
-            for (copy, first) in copies {
-                results[copy] = copy_insertion(&results[first]);
-            }
-            Ok(InsertReport::new(members, results))
+            crate::engine::insert::insert_new(&self.driver(&T::MODEL, true), members).await
         })
         .await
-    }
-
-    /// One insert of `writes` (in more commands if they exceed the server's limits), and what
-    /// each member met: `Some` result, or `None` for a member to insert again (the holder of its
-    /// natural key was removed meanwhile).
-    async fn insert_once(
-        &self,
-        model: &Model,
-        writes: &[&PreparedWrite],
-    ) -> Result<Vec<Option<Result<Insertion, Error>>>, Error> {
-        let documents: Vec<(usize, Document)> = writes
-            .iter()
-            .enumerate()
-            .map(|(index, write)| (index, write.inserted_document()))
-            .collect();
-        let mut settled = vec![Some(Ok(Insertion::Inserted)); writes.len()];
-        let mut collided = Vec::new();
-        for (index, error) in self.insert_documents(model, documents).await? {
-            if error.get_i32("code").ok() != Some(DUPLICATE_KEY) {
-                let refusal = refused_by_server(&writes[index].document, &error, "");
-                settled[index] = Some(Err(refusal));
-                continue;
-            }
-            // The index the duplicate is in, as the server reports it (`keyPattern`): on
-            // `_id`, the member is stored already; on another, or unreported, the stored
-            // documents are read to tell.
-            let on_id = error
-                .get_document("keyPattern")
-                .is_ok_and(|pattern| pattern.keys().eq(["_id"]));
-            if on_id {
-                settled[index] = Some(Ok(Insertion::AlreadyStored));
-            } else {
-                let message = error.get_str("errmsg").unwrap_or_default().to_owned();
-                collided.push((index, message));
-            }
-        }
-        self.settle_collisions(model, writes, &collided, &mut settled)
-            .await?;
-        Ok(settled)
-    }
-
-    /// What the members whose insert collided in an index other than `_id` met (`collided`:
-    /// indexes into `writes`, with the server's message): stored under their own id (one read
-    /// of their ids: a server may report the natural-key index for a document stored under the
-    /// same id); their natural key stored under another id (a field feeding the id changed:
-    /// refused as `upsert` refuses it); another unique index (refused naming it); or nothing any
-    /// more (`None`: inserted again).
-    async fn settle_collisions(
-        &self,
-        model: &Model,
-        writes: &[&PreparedWrite],
-        collided: &[(usize, String)],
-        settled: &mut [Option<Result<Insertion, Error>>],
-    ) -> Result<(), Error> {
-        if collided.is_empty() {
-            return Ok(());
-        }
-        let collection = self.raw_collection(model);
-        let ids: Vec<&str> = collided
-            .iter()
-            .map(|(index, _)| writes[*index].id_text.as_str())
-            .collect();
-        let stored_ids: HashSet<String> =
-            find_ids(&collection, &DocumentRef::collection(model), &ids)
-                .await?
-                .into_iter()
-                .collect();
-        let natural_key_index = self.natural_key_index(model);
-        for (index, message) in collided {
-            let write = writes[*index];
-            settled[*index] = if stored_ids.contains(&write.id_text) {
-                Some(Ok(Insertion::AlreadyStored))
-            } else {
-                match self.read_conflict(&collection, write).await? {
-                    // Stored under its id since the read: a racing writer inserted it.
-                    (Some(_), _) => Some(Ok(Insertion::AlreadyStored)),
-                    (None, Some(stored)) => {
-                        let driver = self.driver(write.model, true);
-                        engine::stored_elsewhere(&driver, write, &stored).map(Err)
-                    }
-                    (None, None) if index_in_message(message) == natural_key_index => None,
-                    (None, None) => Some(Err(engine::unique_index_conflict(
-                        &write.document,
-                        index_in_message(message),
-                    ))),
-                }
-            };
-        }
-        Ok(())
     }
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of

@@ -537,26 +537,6 @@ async fn find_by_id(
         .map_err(|source| mongo_error(document, source))
 }
 
-/// Which of `ids` are stored, in one round trip: the limit and batch size let the server answer
-/// in one batch and close the cursor.
-async fn find_ids(
-    collection: &Collection<Document>,
-    document: &DocumentRef,
-    ids: &[&str],
-) -> Result<Vec<String>, Error> {
-    crate::trace::round_trip("find");
-    let find = collection
-        .find(doc! { "_id": { "$in": ids } })
-        .projection(doc! { "_id": 1 })
-        .limit(i64::try_from(ids.len()).unwrap_or(i64::MAX))
-        .batch_size(u32::try_from(ids.len() + 1).unwrap_or(u32::MAX));
-    Ok(collect(find, document)
-        .await?
-        .iter()
-        .filter_map(|stored| Some(stored.get_str("_id").ok()?.to_owned()))
-        .collect())
-}
-
 /// Every document a find returns, in one batch where the server allows.
 async fn collect(
     find: mongodb::action::Find<'_, Document>,

@@ -84,7 +84,7 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
         let statement = match kind {
             WriteKind::Upsert => &self.table.upsert,
             WriteKind::Delete => &self.table.delete,
-            WriteKind::Record => &self.table.insert_new,
+            WriteKind::Record | WriteKind::InsertNew => &self.table.insert_new,
         };
         let document = &docs[0].document;
         match self

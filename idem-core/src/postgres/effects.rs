@@ -9,14 +9,13 @@ use super::json;
 use super::row::{column_text, PreparedRow};
 use super::schema::query_checked_one;
 use super::table::{self, quote};
-use super::{connection, postgres_error, unique_conflict, RowState, Store};
-use crate::batch::{BatchPlanner, Planned};
+use super::{connection, postgres_error, Store};
 use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
 use crate::engine;
 use crate::error::Error;
 use crate::id::Id;
-use crate::insert::{copy_insertion, InsertReport, Insertion};
+use crate::insert::InsertReport;
 use crate::model::{
     idempotency_key, item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent,
     OpId, APPLIED_OPS_FIELD, ID_FIELD,
@@ -232,68 +231,7 @@ impl Store {
         call.run(async move {
             let collection = DocumentRef::collection(&T::MODEL);
             let table = self.table::<T, C>(client, &collection).await?;
-            // Copies collapse by id, never by natural key alone: a member with the natural key
-            // of an earlier one under another id goes in a later round, and is refused there.
-            let prepared: Vec<PreparedRow> = members
-                .iter()
-                .map(|member| PreparedRow::new(member, &table))
-                .collect::<Result<_, _>>()?;
-            let mut planner = BatchPlanner::default();
-            for (index, row) in prepared.iter().enumerate() {
-                let planned = Planned {
-                    id: &row.id_text,
-                    natural_key: &row.document.natural_key,
-                    hash: &row.hash,
-                };
-                planner.add(index, planned);
-            }
-            let plan = planner.plan;
-            let mut results = vec![Ok(Insertion::AlreadyStored); members.len()];
-            let chunks = plan
-                .rounds
-                .iter()
-                .flat_map(|round| round.chunks(self.batch_chunk));
-            for chunk in chunks {
-                let rows: Vec<&PreparedRow> = chunk.iter().map(|&index| &prepared[index]).collect();
-                let mut attempts = 0;
-                let states = loop {
-                    attempts += 1;
-                    if attempts > 1 {
-                        crate::trace::retry("a racing caller inserted one of these ids");
-                    }
-                    match self
-                        .write_rows(client, &table, &rows, &table.insert_new, &collection)
-                        .await
-                    {
-                        Ok(states) => break states,
-                        // A racing caller inserted one of these ids between the natural-key check
-                        // and the insert: nothing of this statement was written; it goes again and
-                        // meets that row.
-                        Err(error)
-                            if attempts < crate::MAX_ATTEMPTS
-                                && unique_conflict(&error, &table)
-                                    == Some(engine::Conflict::Key) => {}
-                        Err(error) => return Err(error),
-                    }
-                };
-                for ((&index, row), state) in chunk.iter().zip(&rows).zip(states) {
-                    match state {
-                        RowState::Written { .. } => results[index] = Ok(Insertion::Inserted),
-                        RowState::Stopped(stored) if stored.id != row.id_text => {
-                            let driver = self.driver(client, &table);
-                            if let Some(refusal) = engine::stored_elsewhere(&driver, row, &stored) {
-                                results[index] = Err(refusal);
-                            }
-                        }
-                        // Stored already, or by a racing caller whose share it is.
-                        RowState::Stopped(_) | RowState::Unseen => {}
-                    }
-                }
-            }
-            for (copy, first) in plan.copies {
-                results[copy] = copy_insertion(&results[first]);
-            }
-            Ok(InsertReport::new(members, results))
+            crate::engine::insert::insert_new(&self.driver(client, &table), members).await
         })
         .await
     }
