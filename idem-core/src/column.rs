@@ -147,11 +147,18 @@ pub trait Scalar {
     const SHAPE: ColumnShape;
 }
 
+/// A scalar that is not itself an `Option`: what an `Option` of a scalar column may hold. A
+/// double option (`Option<Option<T>>`, serde's "not given, cleared or set") is no scalar: its
+/// column is `jsonb`, which tells a written null from a field left out, as no scalar column can.
+#[doc(hidden)]
+pub trait NotAnOption {}
+
 macro_rules! scalars {
     ($shape:ident: $($ty:ty),*) => {
         $(impl Scalar for $ty {
             const SHAPE: ColumnShape = ColumnShape::$shape;
-        })*
+        }
+        impl NotAnOption for $ty {})*
     };
 }
 
@@ -164,7 +171,9 @@ impl<T: Scalar + ?Sized> Scalar for &T {
     const SHAPE: ColumnShape = T::SHAPE;
 }
 
-impl<T: Scalar> Scalar for Option<T> {
+impl<T: NotAnOption + ?Sized> NotAnOption for &T {}
+
+impl<T: Scalar + NotAnOption> Scalar for Option<T> {
     const SHAPE: ColumnShape = T::SHAPE;
 }
 
@@ -192,9 +201,11 @@ mod tests {
             (&&Probe::<Vec<String>>::NEW).shape(),
             ColumnShape::Structured
         );
+        assert_eq!((&&Probe::<Option<&str>>::NEW).shape(), ColumnShape::Text);
+        // A double option is `jsonb`: a written null and a field left out differ there.
         assert_eq!(
             (&&Probe::<Option<Option<i64>>>::NEW).shape(),
-            ColumnShape::Integer
+            ColumnShape::Structured
         );
     }
 }
