@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::model::DocumentRef;
+use crate::model::{DocumentRef, Model};
 
 /// One change an operation makes to an `#[idem(effect)]` field (named by its stored name), for
 /// `apply_once` on every store: add to a number, or set a value.
@@ -130,10 +130,24 @@ impl Change {
     }
 }
 
-/// Refuses, before anything is sent, an operation that changes one field twice: its changes
-/// would not say in which order they apply.
-pub(crate) fn check_distinct(changes: &[Change], document: &DocumentRef) -> Result<(), Error> {
+/// Refuses, before anything is sent, an operation that changes a field the type does not give
+/// to operations ([`Error::NotAnEffectField`]: upserts own the others), or one field twice (its
+/// changes would not say in which order they apply).
+pub(crate) fn check(
+    model: &Model,
+    changes: &[Change],
+    document: &DocumentRef,
+) -> Result<(), Error> {
     for (at, change) in changes.iter().enumerate() {
+        if !model
+            .effect_fields()
+            .any(|field| field.stored_name() == change.field)
+        {
+            return Err(Error::NotAnEffectField {
+                document: Box::new(document.clone()),
+                path: change.field.to_owned(),
+            });
+        }
         if changes[..at]
             .iter()
             .any(|earlier| earlier.field == change.field)

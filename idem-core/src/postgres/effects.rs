@@ -93,7 +93,7 @@ impl Store {
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
             let mut assignments = Vec::with_capacity(changes.len() + 1);
-            change::check_distinct(changes, &document)?;
+            change::check(model, changes, &document)?;
             for change in changes {
                 let field = model
                     .effect_fields()
