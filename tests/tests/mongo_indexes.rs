@@ -434,9 +434,9 @@ async fn insert_new_refuses_a_member_colliding_in_another_unique_index_naming_it
         other => panic!("expected UniqueIndexConflict, got {other:?}"),
     }
     assert_eq!(report.inserted(), [member("bob")]);
-    // The insert alone: the server names the index, and the collision is permanent (no read,
+    // The write alone: the server names the index, and the collision is permanent (no read,
     // no retry).
-    assert_eq!(log.take().names, ["insert"]);
+    assert_eq!(log.take().names, ["update"]);
     assert_eq!(
         raw_documents(store.database(), "members").await.len(),
         before.len() + 1

@@ -91,9 +91,6 @@ pub(crate) enum Reply<S> {
 /// Which unique index refused a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Conflict {
-    /// The id's own index, as the server named it: a document is stored under this id. What it
-    /// holds decides, except for a derived set's member, which is there already.
-    Id,
     /// The id or the natural key: what is stored there decides.
     Key,
     /// Another unique index, named: a permanent refusal.
@@ -111,13 +108,9 @@ pub(crate) enum Conflict {
 
 impl Conflict {
     /// Whether what the conflict met must be read to settle the write: every conflict but
-    /// another named index, and a derived set's member stored under its id.
-    fn needs_a_read(&self, kind: WriteKind) -> bool {
-        match self {
-            Conflict::Other { .. } => false,
-            Conflict::Id => kind != WriteKind::InsertNew,
-            Conflict::Key | Conflict::Unclear { .. } => true,
-        }
+    /// another named index.
+    fn needs_a_read(&self) -> bool {
+        !matches!(self, Conflict::Other { .. })
     }
 }
 
@@ -314,7 +307,7 @@ pub(crate) async fn settle<D: Driver>(
             let mut conflicted = Vec::new();
             for (&index, reply) in group.iter().zip(replies) {
                 match reply {
-                    Reply::Conflict(conflict) if conflict.needs_a_read(kind) => {
+                    Reply::Conflict(conflict) if conflict.needs_a_read() => {
                         conflicted.push((index, conflict));
                     }
                     reply => {
@@ -335,7 +328,7 @@ pub(crate) async fn settle<D: Driver>(
                     }
                     // The holder of the id or natural key is gone since the write (deleted, or
                     // moved by `adopt`): the write goes again.
-                    (None, Conflict::Id | Conflict::Key) => None,
+                    (None, Conflict::Key) => None,
                 };
             }
         }
@@ -362,9 +355,6 @@ async fn settle_reply<D: Driver>(
         Reply::Conflict(Conflict::Other { index }) => {
             Ok(Some(Err(unique_index_conflict(&doc.document, index))))
         }
-        // A member of a derived set stored under its id is there already: no read needed, so a
-        // set sent whole again costs one round trip.
-        Reply::Conflict(Conflict::Id) => Ok(Some(Ok(Outcome::Unchanged))),
         // Read first, by `settle`.
         Reply::Conflict(Conflict::Key | Conflict::Unclear { .. }) => Ok(None),
     }
@@ -397,7 +387,7 @@ pub(crate) async fn settle_stopped<D: Driver>(
 pub(crate) fn pinned_outcome<S>(doc: &Prepared, reply: Reply<S>) -> Option<Result<Outcome, Error>> {
     match reply {
         Reply::Written { .. } => Some(Ok(Outcome::Updated)),
-        Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Id | Conflict::Key) => None,
+        Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Key) => None,
         Reply::Conflict(Conflict::Other { index } | Conflict::Unclear { index }) => {
             Some(Err(unique_index_conflict(&doc.document, index)))
         }

@@ -55,8 +55,9 @@ impl MongoDriver<'_> {
     /// there decides), another (a permanent refusal), or none the message shows.
     fn conflict(&self, message: &str) -> Conflict {
         match index_in_message(message) {
-            index if index == "_id_" => Conflict::Id,
-            index if index == self.store.natural_key_index(self.model) => Conflict::Key,
+            index if index == "_id_" || index == self.store.natural_key_index(self.model) => {
+                Conflict::Key
+            }
             index if index == "(unnamed)" => Conflict::Unclear { index },
             index => Conflict::Other { index },
         }
@@ -116,6 +117,58 @@ impl MongoDriver<'_> {
                 Some(error) => Reply::Refused(refused_by_server(&write.document, &error, "")),
             })
             .collect())
+    }
+
+    /// `insert_new`: one `update` command whose statements insert each member unless its id
+    /// and natural key are stored (`$setOnInsert`, operators only). A member stored so is
+    /// matched and left alone; a duplicate key means its id or natural key holds another
+    /// document, which the engine reads.
+    async fn insert_missing(
+        &self,
+        writes: &[&PreparedWrite],
+    ) -> Result<Vec<Reply<Document>>, Error> {
+        let statements: Vec<(usize, Document)> = writes
+            .iter()
+            .enumerate()
+            .map(|(index, write)| {
+                let statement = doc! {
+                    "q": write.query(),
+                    "u": { "$setOnInsert": write.inserted_document() },
+                    "upsert": true,
+                    "multi": false,
+                };
+                (index, statement)
+            })
+            .collect();
+        let whole = DocumentRef::collection(self.model);
+        let limits = self.store.limits_for(self.model, &statements).await?;
+        let mut replies: Vec<Reply<Document>> = writes
+            .iter()
+            .map(|_| Reply::Written { inserted: false })
+            .collect();
+        for command in write_commands(statements, limits) {
+            let (indexes, statements): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let command =
+                doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
+            let reply = self.store.run_write_command(&whole, command).await?;
+            for statement in statement_indexes(&reply, "upserted") {
+                if let Some(&index) = indexes.get(statement) {
+                    replies[index] = Reply::Written { inserted: true };
+                }
+            }
+            for (statement, error) in write_errors(&reply) {
+                let Some(&index) = indexes.get(statement) else {
+                    continue;
+                };
+                replies[index] = match error.get_i32("code").ok() {
+                    Some(DUPLICATE_KEY) => {
+                        Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
+                    }
+                    _ => Reply::Refused(refused_by_server(&writes[index].document, error, "")),
+                };
+            }
+        }
+        Ok(replies)
     }
 
     /// `record`: inserts the event unless its idempotency key is stored, in one
@@ -314,7 +367,7 @@ impl Driver for MongoDriver<'_> {
     ) -> Result<Vec<Reply<Document>>, Error> {
         match (kind, docs) {
             (WriteKind::Upsert, writes) if !self.pipelines() => self.insert_all(writes).await,
-            (WriteKind::InsertNew, writes) => self.insert_all(writes).await,
+            (WriteKind::InsertNew, writes) => self.insert_missing(writes).await,
             (WriteKind::Upsert, [write]) if !self.batched => {
                 Ok(vec![self.upsert_one(write).await?])
             }

@@ -22,9 +22,9 @@ impl Store {
     /// already, or refused it; [`InsertReport::inserted`] gives exactly the members this call
     /// inserted, in input order.
     ///
-    /// Call it with the full set every time: members already stored are skipped by the unique
-    /// `_id`, in the same round trip (plus one read of their ids on a server that names the
-    /// natural-key index first). Callers racing with overlapping sets each get a disjoint
+    /// Call it with the full set every time: members already stored (under their id, with their
+    /// natural key) are matched and left alone, in the same round trip: one `update` command of
+    /// `$setOnInsert` statements per chunk, no pipeline. Callers racing with overlapping sets each get a disjoint
     /// share, so an effect run for each inserted member (a notification) runs once. This holds
     /// when the rule is pure (the same inputs derive the same members, with the same ids) and
     /// monotonic (a member once earned stays earned).

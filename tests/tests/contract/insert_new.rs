@@ -150,3 +150,33 @@ async fn insert_new_refuses_a_member_whose_timestamp_moved_as_upsert_does() {
         assert_eq!(db.raw::<Badge>().await, before, "{db}: nothing written");
     }
 }
+
+/// A document another tool stored under a member's derived id, with another natural key, is not
+/// that member: the member is refused naming the key field that differs, on every backend, the
+/// other members are inserted, and the foreign document is left as it was.
+#[tokio::test]
+async fn a_member_whose_id_holds_another_natural_key_is_refused_not_taken_as_stored() {
+    for db in fresh_backends("insert_new_foreign_id").await {
+        db.ensure::<Award>().await;
+        let member = award("b1");
+        let mut foreign = serde_json::Map::new();
+        foreign.insert("userId".into(), "someone-else".into());
+        foreign.insert("badge".into(), "b1".into());
+        foreign.insert("points".into(), 99.into());
+        db.write_json_as_another_tool::<Award>(&member.id().unwrap().to_string(), foreign)
+            .await;
+        let before = db.raw::<Award>().await;
+        let report = db.insert_new(&[member, award("b2")]).await.unwrap();
+        match &report.results()[0] {
+            Err(Error::FrozenFieldChanged { field, .. }) => assert_eq!(*field, "user_id", "{db}"),
+            other => panic!("{db}: the member is refused, not taken as stored: {other:?}"),
+        }
+        assert_eq!(report.inserted(), [award("b2")], "{db}");
+        let after = db.raw::<Award>().await;
+        assert_eq!(after.len(), 2, "{db}");
+        assert!(
+            after.contains(&before[0]),
+            "{db}: the foreign document is intact"
+        );
+    }
+}
