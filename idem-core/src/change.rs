@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::column::{Column, ColumnShape};
 use crate::error::Error;
 use crate::model::{DocumentRef, Model};
 
@@ -131,10 +132,13 @@ impl Change {
 }
 
 /// Refuses, before anything is sent, an operation that changes a field the type does not give
-/// to operations ([`Error::NotAnEffectField`]: upserts own the others), or one field twice (its
-/// changes would not say in which order they apply).
+/// to operations ([`Error::NotAnEffectField`]: upserts own the others), one field twice (its
+/// changes would not say in which order they apply), or adds to a field that is not a number
+/// of that kind (`columns`: the type's, [`crate::Idempotent::stored_columns`]), which one store
+/// would refuse and another turn into a float.
 pub(crate) fn check(
     model: &Model,
+    columns: &[Column],
     changes: &[Change],
     document: &DocumentRef,
 ) -> Result<(), Error> {
@@ -147,6 +151,29 @@ pub(crate) fn check(
                 document: Box::new(document.clone()),
                 path: change.field.to_owned(),
             });
+        }
+        if let ChangeKind::Add(amount) = &change.kind {
+            let shape = columns
+                .iter()
+                .find(|column| column.stored_name() == change.field)
+                .map(Column::shape);
+            let adds = matches!(
+                (amount, shape),
+                (
+                    Amount::Integer(_),
+                    Some(ColumnShape::Integer | ColumnShape::Float)
+                ) | (Amount::Float(_), Some(ColumnShape::Float))
+            );
+            if !adds {
+                return Err(Error::Serialize {
+                    document: Box::new(document.clone()),
+                    message: format!(
+                        "cannot add {amount} to `{}`: add integers to an integer or float \
+                         field, floats to a float field",
+                        change.field
+                    ),
+                });
+            }
         }
         if changes[..at]
             .iter()

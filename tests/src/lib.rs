@@ -214,6 +214,14 @@ pub async fn delay_next(database: &Database, command: &str, millis: i32) {
     arm_fail_point(database, &[command], 1, delay).await;
 }
 
+/// Held by a test while it arms and uses the `failCommand` fail point: the server keeps one
+/// configuration of it, so two tests of one binary arming it at once would each undo the
+/// other's.
+pub fn fail_point_lock() -> &'static tokio::sync::Mutex<()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    &LOCK
+}
+
 /// Arms the `failCommand` fail point for the client of `database` alone: its next command named
 /// `command` fails with the server error `code`, as a server that refuses it would answer.
 pub async fn refuse_next(database: &Database, command: &str, code: i32) {

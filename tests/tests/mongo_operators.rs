@@ -7,7 +7,7 @@
 use idem_core::mongo::Store;
 use idem_core::{Applied, Change, Deletion, OpId, Outcome};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
-use idem_tests::{fresh_database, refuse_next, stored_documents, CommandLog};
+use idem_tests::{fail_point_lock, fresh_database, refuse_next, stored_documents, CommandLog};
 use mongodb::bson::{doc, Document};
 
 /// MongoDB's `NotImplemented`, as FerretDB answers an update pipeline.
@@ -147,6 +147,7 @@ async fn a_refused_update_pipeline_switches_the_store_to_operators_for_good() {
     let (database, log) = fresh_database("ops_learned_single").await;
     let store = Store::new(database.clone());
     store.ensure_indexes::<Post>().await.unwrap();
+    let _fail_point = fail_point_lock().lock().await;
     refuse_next(&database, "findAndModify", NOT_IMPLEMENTED).await;
     let _ = log.take();
     assert!(store.uses_update_pipelines());
@@ -181,6 +182,7 @@ async fn a_batch_whose_update_pipelines_are_refused_is_written_with_operators() 
     let store = Store::new(database.clone());
     store.ensure_indexes::<Entry>().await.unwrap();
     store.upsert_many(&[entry("e0", 1, "zero")]).await.unwrap();
+    let _fail_point = fail_point_lock().lock().await;
     refuse_next(&database, "update", FAILED_TO_PARSE).await;
     let _ = log.take();
     let batch = [
@@ -210,4 +212,46 @@ async fn a_batch_whose_update_pipelines_are_refused_is_written_with_operators() 
     assert!(texts.contains(&"zero, edited"), "{texts:?}");
     // The refused command's three statements, and none after.
     assert_eq!(log.take().update_pipelines, 3);
+}
+
+/// A batch whose first pipeline is the pinned step over a document another tool stored (no
+/// digests, so the server guard cannot judge it) learns the refusal there, and settles every
+/// document with operators.
+#[tokio::test]
+async fn a_refused_pinned_step_over_another_tools_document_switches_the_batch() {
+    let (database, log) = fresh_database("ops_learned_pinned").await;
+    let store = Store::new(database.clone());
+    store.ensure_indexes::<Entry>().await.unwrap();
+    let foreign = entry("e0", 1, "zero");
+    database
+        .collection::<Document>("entries")
+        .insert_one(doc! {
+            "_id": foreign.id().unwrap().to_string(),
+            "userId": "u1",
+            "entryId": "e0",
+            "createdAt": foreign.created_at,
+            "revision": 1_i64,
+            "text": "zero",
+        })
+        .await
+        .unwrap();
+    let _fail_point = fail_point_lock().lock().await;
+    refuse_next(&database, "update", NOT_IMPLEMENTED).await;
+    let outcomes: Vec<Outcome> = store
+        .upsert_many(&[entry("e0", 2, "zero, edited"), entry("e1", 1, "one")])
+        .await
+        .unwrap()
+        .into_outcomes()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(outcomes, [Outcome::Updated, Outcome::Inserted]);
+    assert!(!store.uses_update_pipelines(), "{:?}", log.take().names);
+    let stored = stored_documents(store.database(), "entries").await;
+    let texts: Vec<&str> = stored
+        .iter()
+        .map(|stored| stored.get_str("text").unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts.contains(&"zero, edited"), "{texts:?}");
 }

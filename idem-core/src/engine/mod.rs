@@ -194,8 +194,8 @@ pub(crate) trait Driver: Sync {
     ) -> impl Future<Output = Result<Vec<Reply<Self::Stored>>, Error>> + Send;
 
     /// Replaces `stored`, a document the server guard cannot compare (another tool's, without
-    /// digests, or one without the version's order key), with `doc`, only while it is as it
-    /// was read. Replies `Written`, `Unseen` if it changed meanwhile, or the conflict or refusal
+    /// digests, or one without the version's order key; any, where the driver's writes carry
+    /// no guard), with `doc`, only while it is as it was read. Replies `Written`, `Unseen` if it changed meanwhile, or the conflict or refusal
     /// the server answered for it.
     fn write_pinned(
         &self,
@@ -259,7 +259,8 @@ pub(crate) trait Driver: Sync {
 }
 
 /// Sends `docs` until each is settled: written, or judged from what stopped it. Documents that
-/// meet a writer committed meanwhile go again, at most [`MAX_ATTEMPTS`] times. When a write of
+/// meet a writer committed meanwhile go again, at most [`MAX_ATTEMPTS`] times (64 where the
+/// driver's writes carry no guard: [`Driver::guards_on_server`]). When a write of
 /// several documents fails for what one of them holds (a value the server refuses, another
 /// constraint), each goes alone, so the others are written and the one is named by its reply.
 pub(crate) async fn settle<D: Driver>(
@@ -411,7 +412,7 @@ pub(crate) fn unique_index_conflict(document: &DocumentRef, index: String) -> Er
     }
 }
 
-/// The error of a document still contended after [`MAX_ATTEMPTS`].
+/// The error of a document still contended after its attempts.
 pub(crate) fn contention(document: &DocumentRef) -> Error {
     Error::Contention {
         document: Box::new(document.clone()),

@@ -121,7 +121,8 @@ impl Store {
     ///
     /// A writer upserting `K` with the same timestamp targets `D`. Before the reserve, `K` is held by
     /// `L` under another id; from the reserve to the claim, `D` is held by `R`, whose key differs:
-    /// either way the writer is refused with [`Error::FrozenFieldChanged`], exactly as it was before
+    /// either way the writer is refused ([`Error::IdChanged`] while `L` holds the key,
+    /// [`Error::FrozenFieldChanged`] while `R` holds the id), exactly as it was before
     /// adoption began, and nothing is written. After the claim it meets the adopted document and is
     /// judged as any write is: `Updated`, `Unchanged`, `Stale`, `Deleted` or refused. Its write is
     /// never lost to the move and never forks the document.

@@ -267,9 +267,12 @@ impl MongoDriver<'_> {
             reply => Some(reply?),
         };
         let errors = reply.as_ref().map(write_errors).unwrap_or_default();
-        let refused_pipelines = errors
-            .values()
-            .any(|error| error.get_i32("code").is_ok_and(refuses_update_pipelines));
+        // Every statement refused with such a code: the shape, not a document (a generic code
+        // on some statements only is each one's own refusal, and the others were written).
+        let refused_pipelines = errors.len() == indexes.len()
+            && errors
+                .values()
+                .all(|error| error.get_i32("code").is_ok_and(refuses_update_pipelines));
         let (Some(reply), false) = (&reply, refused_pipelines) else {
             // Nothing was written: every statement is the same pipeline.
             self.store.stop_using_update_pipelines();
@@ -412,6 +415,13 @@ impl Driver for MongoDriver<'_> {
             Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
                 self.conflict(duplicate_key_message(&error)),
             )),
+            // The first pipeline this store sent (a batch over another tool's documents): it
+            // does without from now on, and the write goes again, read with the fields a
+            // replacement without a pipeline copies.
+            Err(error) if server_code(&error).is_some_and(refuses_update_pipelines) => {
+                self.store.stop_using_update_pipelines();
+                Ok(Reply::Unseen)
+            }
             Err(source) => Err(mongo_error(&write.document, source)),
         }
     }

@@ -190,7 +190,7 @@ impl Store {
         T: Idempotent,
     {
         let document = DocumentRef::by_id(&T::MODEL, id);
-        change::check(&T::MODEL, changes, &document)?;
+        change::check(&T::MODEL, &T::stored_columns(), changes, &document)?;
         let mut increments = Document::new();
         let mut sets = Document::new();
         for change in changes {

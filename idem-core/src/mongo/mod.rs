@@ -209,8 +209,11 @@ impl Store {
     /// Every outcome takes one round trip, and so does the refusal of a changed frozen field;
     /// the refusal of a changed field feeding the id takes three (the write, then a read by
     /// `_id` and one by natural key). A document another tool stored without digests takes a
-    /// second, pinned write. Refuses with [`Error::FrozenFieldChanged`] a write that would
-    /// change a frozen field or store the natural key under a second id; nothing is written then.
+    /// second, pinned write; without update pipelines ([`Store::with_update_pipelines`]) an
+    /// insert or an update takes two (a read, then the write). Refuses with
+    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
+    /// the id, and with [`Error::IdChanged`] one whose natural key is stored under another id
+    /// for no reason a stored field shows; nothing is written then.
     /// An event type (with an `idempotency_key`) is written as by [`record`](Store::record).
     pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
     where

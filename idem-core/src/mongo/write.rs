@@ -360,7 +360,24 @@ impl PreparedWrite {
         replacement.extend(self.body.clone());
         for (name, pushed) in self.owned_fields() {
             let value = stored.get(name).cloned();
-            query.insert(name, doc! { "$eq": value.clone().unwrap_or(Bson::Null) });
+            let appended_only = pushed || name == APPLIED_OPS_FIELD;
+            match &value {
+                // A pushed list or the op ids only grow at their end (a push; an op id recorded
+                // and the oldest cut): the length and last item tell that one changed, so the
+                // query does not carry the whole list a second time beside the replacement.
+                Some(Bson::Array(items)) if appended_only => {
+                    query.insert(name, doc! { "$size": items.len() as i64 });
+                    if let Some(last) = items.last() {
+                        query.insert(
+                            format!("{name}.{}", items.len() - 1),
+                            doc! { "$eq": last.clone() },
+                        );
+                    }
+                }
+                value => {
+                    query.insert(name, doc! { "$eq": value.clone().unwrap_or(Bson::Null) });
+                }
+            }
             let kept = match value {
                 // A list another tool left null or missing starts empty, as a first write has it.
                 None | Some(Bson::Null) if pushed => Some(Bson::Array(Vec::new())),

@@ -88,7 +88,8 @@ impl Store {
     /// reported instead, for the next run.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
-    /// and is refused with [`Error::FrozenFieldChanged`] as before adoption began; once `L` is
+    /// and is refused ([`Error::IdChanged`], or [`Error::FrozenFieldChanged`] if its timestamp
+    /// moved) as before adoption began; once `L` is
     /// moved, it meets the adopted row and is judged as any write is. The statement is atomic:
     /// no writer ever sees the key absent or held twice, and a crash leaves each row moved or
     /// not. Running `adopt` again finishes the job; a row moved is under its derived id and is

@@ -17,7 +17,10 @@ const ROLL_BACK: &str = "ROLLBACK TO SAVEPOINT idem_statement; RELEASE SAVEPOINT
 /// Inside a `Transaction`, each write statement that may fail (a racing writer's row met on
 /// the primary key, another unique constraint, a CHECK) runs in a savepoint, so that idem can
 /// retry it or split a batch one row at a time, and the transaction stays usable after any
-/// refusal idem reports. The savepoint travels in the statement's own round trip.
+/// refusal idem reports. The savepoint travels in the statement's own round trip, and is
+/// released after it: each is a subtransaction, and a transaction of more than 64 of them
+/// (an `upsert_many` of more than 64 chunks, say) pays PostgreSQL's cost of many
+/// subtransactions; commit large ingests in several transactions.
 ///
 /// A transaction opened on a `Client` with a plain `BEGIN` is not one idem can see: a failed
 /// statement aborts it, as any statement would. Open it with `Client::transaction` instead.
@@ -69,17 +72,18 @@ where
         client.batch_execute(RELEASE),
     )
     .await;
-    match (opened, result) {
-        (Ok(()), Ok(written)) => {
-            released?;
-            Ok(written)
-        }
-        (Ok(()), Err(error)) => {
+    match (opened, result, released) {
+        (Ok(()), Ok(written), released) => released.map(|()| written),
+        // The server ran the statement and released the savepoint; the client refused its
+        // reply: nothing to roll back, and the transaction is as the statement left it.
+        (Ok(()), Err(error), Ok(())) => Err(error),
+        (Ok(()), Err(error), Err(_)) => {
             crate::trace::round_trip("ROLLBACK TO SAVEPOINT");
-            client.batch_execute(ROLL_BACK).await?;
+            // The statement's error is the one to report, whatever the rollback answers.
+            let _ = client.batch_execute(ROLL_BACK).await;
             Err(error)
         }
         // The transaction was aborted before this call: the statement's error says so.
-        (Err(_), result) => result,
+        (Err(_), result, _) => result,
     }
 }

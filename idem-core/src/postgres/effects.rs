@@ -93,7 +93,7 @@ impl Store {
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
             let mut assignments = Vec::with_capacity(changes.len() + 1);
-            change::check(model, changes, &document)?;
+            change::check(model, &T::stored_columns(), changes, &document)?;
             for change in changes {
                 let field = model
                     .effect_fields()
@@ -208,7 +208,9 @@ impl Store {
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
     /// reports, per member in input order, whether this call inserted it, found it stored
     /// already, or refused it; [`InsertReport::inserted`] gives
-    /// exactly the members this call inserted, in input order: one statement.
+    /// exactly the members this call inserted, in input order: one statement per chunk of a
+    /// round (a member sharing a natural key with an earlier one goes in a later round), and a
+    /// read where a member's id holds another row.
     ///
     /// Call it with the full set every time: members already stored are skipped by the
     /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a

@@ -206,8 +206,9 @@ impl Store {
 
     /// Writes `doc` under its derived id, converging under retries, replays and races: one
     /// statement for every outcome, and a second for a row another tool wrote. Refuses with
-    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or store the
-    /// natural key under a second id; nothing is written then.
+    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
+    /// the id, and with [`Error::IdChanged`] one whose natural key is stored under another id
+    /// for no reason a stored field shows; nothing is written then.
     pub async fn upsert<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,

@@ -62,7 +62,8 @@ where
 /// Sends `sql`, a statement of one row whose parameters are `values` (as text) then the checked
 /// tables' ids, and whose column `ok` says whether it met a table the store checked; if not,
 /// checks the table the search path leads to and sends it again ([`check_again`]). `command`
-/// names the round trip.
+/// names the round trip; any but `SELECT` is a write, contained in a savepoint inside the
+/// caller's transaction ([`super::connection`]).
 pub(super) async fn query_checked_one<C, V>(
     client: &C,
     table: &Table,
@@ -84,9 +85,15 @@ where
             .collect();
         parameters.push((&checked, Type::OID_ARRAY));
         crate::trace::round_trip(command);
-        let row = super::connection::contained(client, client.query_typed_one(sql, &parameters))
-            .await
-            .map_err(|source| postgres_error(document, source))?;
+        // A write (`apply_once`) may fail for what the row holds; a read fails only with the
+        // transaction, and needs no savepoint.
+        let row = match command {
+            "SELECT" => client.query_typed_one(sql, &parameters).await,
+            _ => {
+                super::connection::contained(client, client.query_typed_one(sql, &parameters)).await
+            }
+        }
+        .map_err(|source| postgres_error(document, source))?;
         if row.get::<_, bool>(ok) {
             return Ok(row);
         }

@@ -414,8 +414,9 @@ struct Tab {
 }
 
 /// The typed changes mean the same on every backend: integer and float additions (a missing
-/// field counts as 0), a set value read back as set; a field changed twice in one operation and
-/// a non-finite amount are refused before anything is sent, and the op id stays unused.
+/// field counts as 0), a set value read back as set; a field changed twice in one operation, a
+/// non-finite amount and a float added to an integer field are refused before anything is sent,
+/// and the op id stays unused.
 #[tokio::test]
 async fn typed_changes_add_and_set_the_same_on_every_backend() {
     for db in fresh_backends("typed_changes").await {
@@ -461,6 +462,19 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
                 assert!(message.contains("not a finite amount"), "{db}: {message}")
             }
             other => panic!("{db}: a NaN amount is refused: {other:?}"),
+        }
+        // One store would refuse it, another turn the integer into a float: both refuse it.
+        match db
+            .apply_once::<Tab>(id, &second, &[Change::add_float("visits", 0.5)])
+            .await
+        {
+            Err(Error::Serialize { message, .. }) => {
+                assert!(
+                    message.contains("cannot add 0.5 to `visits`"),
+                    "{db}: {message}"
+                )
+            }
+            other => panic!("{db}: a float added to an integer is refused: {other:?}"),
         }
         assert_eq!(db.raw::<Tab>().await, before, "{db}: nothing written");
         let more = [Change::add("visits", 1), Change::add_float("total", 0.25)];
