@@ -184,6 +184,7 @@ impl MongoDriver<'_> {
                 doc! { "$setOnInsert": write.inserted_document() },
             )
             .upsert(true)
+            .collation(super::schema::simple_collation())
             .return_document(ReturnDocument::After)
             .await;
         match after {

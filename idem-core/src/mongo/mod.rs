@@ -356,6 +356,7 @@ impl Store {
         crate::trace::round_trip("find");
         let by_natural_key = collection
             .find_one(write.natural_key_filter())
+            .collation(schema::simple_collation())
             .await
             .map_err(|source| mongo_error(&write.document, source))?;
         // A writer racing between the two reads may have stored this very document since.

@@ -61,6 +61,7 @@ impl Store {
             .database
             .collection::<Document>(model.collection())
             .find_one(filter)
+            .collation(super::schema::simple_collation())
             .await
             .map_err(|source| mongo_error(&document, source))?;
         let Some(stored) = stored else {

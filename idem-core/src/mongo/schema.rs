@@ -51,7 +51,7 @@ impl Store {
         let options = IndexOptions::builder()
             .name(NATURAL_KEY_INDEX.to_owned())
             .unique(true)
-            .collation(Collation::builder().locale("simple").build())
+            .collation(simple_collation())
             .build();
         let index = IndexModel::builder()
             .keys(natural_key_pattern(model))
@@ -339,4 +339,12 @@ pub(super) fn natural_key_pattern(model: &Model) -> Document {
         .natural_key_fields()
         .map(|field| (field.stored_name().to_owned(), Bson::Int32(1)))
         .collect()
+}
+
+/// The simple collation, which idem's natural-key index is built under. A read by natural key
+/// names it, so that the server can use that index whatever the collection's default (a
+/// server that matches an index's collation to the query's, as SecantusDB does, otherwise
+/// scans the collection).
+pub(super) fn simple_collation() -> Collation {
+    Collation::builder().locale("simple").build()
 }
