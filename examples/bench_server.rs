@@ -1224,7 +1224,11 @@ async fn reference_ingest(
         let stored = collection
             .find_one(doc! { "slug": post.slug.as_str(), "lang": post.lang.as_str() })
             // As the natural-key index is built, so the server can use it.
-            .collation(mongodb::options::Collation::builder().locale("simple").build())
+            .collation(
+                mongodb::options::Collation::builder()
+                    .locale("simple")
+                    .build(),
+            )
             .projection(doc! { hash_field: 1 })
             .await?;
         let hash = post.content_hash()?.to_hex();
