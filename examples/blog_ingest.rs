@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem_core::mongo::Store;
-use idem_core::{Error, Id, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Id, Idempotent, Outcome};
 use idem_examples::cli::{exit_code, Fatal, Flags};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::event::command::CommandEvent;
@@ -375,14 +375,14 @@ fn read_posts(dir: &Path) -> Result<Vec<PostFile>, Fatal> {
 
 /// A driver or server failure rather than a refusal by idem: the write may be retried.
 fn is_failure(error: &Error) -> bool {
-    error.as_backend().is_some() || matches!(error, Error::Contention { .. })
+    error.as_backend().is_some() || matches!(error.kind(), ErrorKind::Contention)
 }
 
 /// The table cell for an error; the full text is printed below the table.
 fn summary(error: &Error) -> String {
-    match error {
-        Error::FrozenFieldChanged { field, .. } => format!("REFUSED: `{field}` may not change"),
-        Error::Backend { .. } | Error::Contention { .. } => "FAILED (see below)".to_owned(),
+    match error.kind() {
+        ErrorKind::FrozenFieldChanged { field, .. } => format!("REFUSED: `{field}` may not change"),
+        ErrorKind::Backend { .. } | ErrorKind::Contention => "FAILED (see below)".to_owned(),
         _ => "REFUSED (see below)".to_owned(),
     }
 }

@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_core::mongo::Store;
-use idem_core::{Applied, Change, DocumentRef, Error, Idempotent, Outcome};
+use idem_core::{Applied, Change, DocumentRef, Error, ErrorKind, Idempotent, Outcome};
 use idem_examples::cli::{exit_code, Fatal, Flags};
 use idem_examples::offline_sync::{
     badges_for, compare, describe_pushed, expected_state, report_step, scenario, Account, Award,
@@ -164,9 +164,13 @@ async fn live_entries(store: &Store, user: &str) -> Result<Vec<Entry>, Error> {
         Ok(entries)
     };
     // As an idem error, so that the client decides on retries the same way for every failure.
-    read.await.map_err(|source| Error::Backend {
-        document: Box::new(DocumentRef::collection(&Entry::MODEL)),
-        source: idem_core::mongo::driver_error(source),
+    read.await.map_err(|source| {
+        Error::new(
+            DocumentRef::collection(&Entry::MODEL),
+            ErrorKind::Backend {
+                source: idem_core::mongo::driver_error(source),
+            },
+        )
     })
 }
 
@@ -195,12 +199,9 @@ async fn push(store: &Store, batch: &[Entry]) -> Result<(SyncReply, u32), Error>
 
 /// The error as one line.
 fn brief(error: &Error) -> String {
-    match error {
-        Error::Backend { document, .. } => match error.as_mongo() {
-            Some(source) => format!("{document}: {}", driver_brief(source)),
-            None => error.to_string(),
-        },
-        other => other.to_string(),
+    match error.as_mongo() {
+        Some(source) => format!("{}: {}", error.document(), driver_brief(source)),
+        None => error.to_string(),
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
-use crate::error::Error;
+use crate::error::ErrorKind;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
@@ -539,16 +539,16 @@ pub(crate) fn derive_from_stored(
         (None, _) => None,
     };
     let timestamp = millis.as_ref().map(|millis| millis as &dyn IdTimestamp);
-    derive_id(model, &keys, timestamp).map_err(|error| match error {
-        Error::EmptyKey { field, .. } => format!("key field `{field}` is empty"),
-        Error::AmbiguousKey { field, value, .. } => format!(
+    derive_id(model, &keys, timestamp).map_err(|error| match error.kind() {
+        ErrorKind::EmptyKey { field, .. } => format!("key field `{field}` is empty"),
+        ErrorKind::AmbiguousKey { field, value, .. } => format!(
             "key field `{field}` = {value:?} contains ':', which the joined scheme cannot tell \
              from its separator"
         ),
-        Error::TimestampOutOfRange { field, problem, .. } => {
+        ErrorKind::TimestampOutOfRange { field, problem, .. } => {
             format!("timestamp field `{field}`: {problem}")
         }
-        other => other.to_string(),
+        _ => error.to_string(),
     })
 }
 

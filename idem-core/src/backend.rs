@@ -77,7 +77,7 @@ pub trait Backend: Sync {
         T: Idempotent + serde::Serialize + Sync;
 
     /// The document stored under `id`, as `T`; `None` if none is. A deleted document is
-    /// returned with its tombstone set. [`Error::Deserialize`] if it does not read as `T`.
+    /// returned with its tombstone set. [`ErrorKind::Deserialize`](crate::ErrorKind::Deserialize) if it does not read as `T`.
     fn get<T>(&self, id: Id) -> impl Future<Output = Result<Option<T>, Error>> + Send
     where
         T: Idempotent + serde::de::DeserializeOwned + Send;

@@ -216,6 +216,7 @@ impl<'r> IntoIterator for &'r BatchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     /// A natural key of one text field.
     fn key(value: &str) -> NaturalKey {
@@ -263,13 +264,14 @@ mod tests {
 
     #[test]
     fn a_report_iterates_with_each_inputs_index_and_offers_the_errors_alone() {
-        let refusal = Error::Contention {
-            document: Box::new(crate::model::DocumentRef {
+        let refusal = Error::new(
+            crate::model::DocumentRef {
                 collection: "posts",
                 natural_key: crate::model::NaturalKey::new(Vec::new()),
                 id: None,
-            }),
-        };
+            },
+            ErrorKind::Contention,
+        );
         let report = BatchReport {
             outcomes: vec![Ok(Outcome::Inserted), Err(refusal), Ok(Outcome::Unchanged)],
             collapsed: 0,

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::column::{Column, ColumnShape};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{DocumentRef, Model};
 
 /// One change an operation makes to an `#[idem(effect)]` field (named by its stored name), for
@@ -83,7 +83,7 @@ impl Change {
     }
 
     /// Adds a float `amount` to the numeric effect field `field`, as [`Change::add`]. A
-    /// non-finite amount is refused by `apply_once` with [`Error::Serialize`], before anything
+    /// non-finite amount is refused by `apply_once` with [`ErrorKind::Serialize`], before anything
     /// is sent.
     pub fn add_float(field: &'static str, amount: f64) -> Self {
         Change {
@@ -97,7 +97,7 @@ impl Change {
     }
 
     /// Sets the effect field `field` (its stored name) to `value`, as an upsert would store it.
-    /// A value that does not serialize is refused by `apply_once` with [`Error::Serialize`].
+    /// A value that does not serialize is refused by `apply_once` with [`ErrorKind::Serialize`].
     /// NaN and the infinities are stored as an upsert stores them (a `double precision` column
     /// on PostgreSQL).
     #[cfg_attr(
@@ -132,7 +132,7 @@ impl Change {
 }
 
 /// Refuses, before anything is sent, an operation that changes a field the type does not give
-/// to operations ([`Error::NotAnEffectField`]: upserts own the others), one field twice (its
+/// to operations ([`ErrorKind::NotAnEffectField`]: upserts own the others), one field twice (its
 /// changes would not say in which order they apply), or adds to a field that is not a number
 /// of that kind (`columns`: the type's, [`crate::Idempotent::stored_columns`]), which one store
 /// would refuse and another turn into a float.
@@ -147,10 +147,12 @@ pub(crate) fn check(
             .effect_fields()
             .any(|field| field.stored_name() == change.field)
         {
-            return Err(Error::NotAnEffectField {
-                document: Box::new(document.clone()),
-                path: change.field.to_owned(),
-            });
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::NotAnEffectField {
+                    path: change.field.to_owned(),
+                },
+            ));
         }
         if let ChangeKind::Add(amount) = &change.kind {
             let shape = columns
@@ -165,27 +167,31 @@ pub(crate) fn check(
                 ) | (Amount::Float(_), Some(ColumnShape::Float))
             );
             if !adds {
-                return Err(Error::Serialize {
-                    document: Box::new(document.clone()),
-                    message: format!(
-                        "cannot add {amount} to `{}`: add integers to an integer or float \
+                return Err(Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: format!(
+                            "cannot add {amount} to `{}`: add integers to an integer or float \
                          field, floats to a float field",
-                        change.field
-                    ),
-                });
+                            change.field
+                        ),
+                    },
+                ));
             }
         }
         if changes[..at]
             .iter()
             .any(|earlier| earlier.field == change.field)
         {
-            return Err(Error::Serialize {
-                document: Box::new(document.clone()),
-                message: format!(
-                    "the operation changes `{}` twice; make it one change",
-                    change.field
-                ),
-            });
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::Serialize {
+                    message: format!(
+                        "the operation changes `{}` twice; make it one change",
+                        change.field
+                    ),
+                },
+            ));
         }
     }
     Ok(())
@@ -193,8 +199,10 @@ pub(crate) fn check(
 
 /// The refusal of a change that cannot be sent.
 pub(crate) fn invalid(document: &DocumentRef, field: &str, problem: &str) -> Error {
-    Error::Serialize {
-        document: Box::new(document.clone()),
-        message: format!("the change of field {field:?}: {problem}"),
-    }
+    Error::new(
+        document.clone(),
+        ErrorKind::Serialize {
+            message: format!("the change of field {field:?}: {problem}"),
+        },
+    )
 }

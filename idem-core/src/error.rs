@@ -51,18 +51,16 @@ fn shown_names(names: &[String]) -> String {
     names.join(", ")
 }
 
-/// Everything that can go wrong in idem.
+/// What went wrong, without the document it went wrong for (which [`Error`] holds).
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// The timestamp field cannot be an id's time part; it is never wrapped or clamped.
     #[error(
-        "{document}: timestamp field {} = {value} cannot be an id: {problem}",
+        "timestamp field {} = {value} cannot be an id: {problem}",
         shown_field(.field, .stored_name)
     )]
     TimestampOutOfRange {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The timestamp field's stored name (what serde writes).
         stored_name: &'static str,
         /// The timestamp field.
@@ -76,15 +74,13 @@ pub enum Error {
     /// A key value contains the separator of the `joined` id scheme, so two different keys could
     /// get the same id.
     #[error(
-        "{document}: key field {} = {value:?} contains ':', which the `joined` id scheme \
+        "key field {} = {value:?} contains ':', which the `joined` id scheme \
          cannot tell from its separator; use `id_scheme = \"v1\"` or remove the ':'",
         shown_field(.field, .stored_name)
     )]
     AmbiguousKey {
         /// The key field's stored name (what serde writes).
         stored_name: &'static str,
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The key field.
         field: &'static str,
         /// Its value.
@@ -94,14 +90,12 @@ pub enum Error {
     /// A key value is the empty string: almost always a missing value, and every such document
     /// would get the same id.
     #[error(
-        "{document}: key field {} is empty; a key must identify the document",
+        "key field {} is empty; a key must identify the document",
         shown_field(.field, .stored_name)
     )]
     EmptyKey {
         /// The key field's stored name (what serde writes).
         stored_name: &'static str,
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The key field.
         field: &'static str,
     },
@@ -110,15 +104,13 @@ pub enum Error {
     /// field that feeds the id (changing it would derive a new id and orphan the stored
     /// document). Nothing was written.
     #[error(
-        "{document}: field {} may not change once written (stored as {stored_id}): \
+        "field {} may not change once written (stored as {stored_id}): \
          stored {stored}, incoming {incoming}; nothing was written",
         shown_field(.field, .stored_name)
     )]
     FrozenFieldChanged {
         /// The field's stored name (what serde writes).
         stored_name: &'static str,
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
         /// tool wrote).
         stored_id: String,
@@ -137,13 +129,11 @@ pub enum Error {
     /// milliseconds moved. Writing it would fork the natural key into a second document.
     /// Nothing was written; `adopt` moves documents another tool stored to their derived ids.
     #[error(
-        "{document}: its natural key is stored under _id {stored_id}, not under the id it \
+        "its natural key is stored under _id {stored_id}, not under the id it \
          derives, {derived_id} (another tool's id, an id scheme that changed, or a timestamp \
          stored coarser than milliseconds whose milliseconds moved); nothing was written"
     )]
     IdChanged {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The `_id` the stored document has, as text (an ObjectId's hex for a document another
         /// tool wrote).
         stored_id: String,
@@ -154,10 +144,8 @@ pub enum Error {
     /// A field idem must read back is not in the serialized document under its expected name:
     /// the type's `Serialize` impl does not write it (for example a custom impl, or serde
     /// attributes the derive could not see).
-    #[error("{document}: field `{field}` is not written by serde under the name {stored_name:?}")]
+    #[error("field `{field}` is not written by serde under the name {stored_name:?}")]
     FieldNotSerialized {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The field.
         field: &'static str,
         /// The name idem expected serde to write.
@@ -165,41 +153,32 @@ pub enum Error {
     },
 
     /// The document's `Serialize` impl failed.
-    #[error("{document}: could not serialize the document: {message}")]
+    #[error("could not serialize the document: {message}")]
     Serialize {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// What the serializer said.
         message: String,
     },
 
     /// A stored document did not deserialize into the type it was read as (written by other
     /// code, or by an older version of the type). Nothing was changed.
-    #[error("{document}: the stored document does not read as the type: {message}")]
+    #[error("the stored document does not read as the type: {message}")]
     Deserialize {
-        /// The document read.
-        document: Box<DocumentRef>,
         /// What the deserializer said.
         message: String,
     },
 
     /// The concurrent writers on this document did not let a write settle after several
     /// attempts. Nothing was lost; retrying the call is safe.
-    #[error("{document}: concurrent writes kept changing the document; retrying is safe")]
-    Contention {
-        /// The document.
-        document: Box<DocumentRef>,
-    },
+    #[error("concurrent writes kept changing the document; retrying is safe")]
+    Contention,
 
     /// An event's idempotency key was used before with another payload: a retry must send the
     /// same request. Nothing was written.
     #[error(
-        "{document}: idempotency key `{field}` was first used for another payload (stored as \
+        "idempotency key `{field}` was first used for another payload (stored as \
          {stored_id}); nothing was written"
     )]
     IdempotencyKeyReused {
-        /// The event refused.
-        document: Box<DocumentRef>,
         /// The idempotency-key field.
         field: &'static str,
         /// The id of the event first recorded under this key.
@@ -207,35 +186,23 @@ pub enum Error {
     },
 
     /// No document is stored under this id.
-    #[error("{document}: no such document")]
-    NotFound {
-        /// The document looked for.
-        document: Box<DocumentRef>,
-    },
+    #[error("no such document")]
+    NotFound,
 
     /// `delete` needs the tombstone field set to the marker to store.
-    #[error(
-        "{document}: tombstone field `{field}` is None; set it to the deletion marker to store"
-    )]
+    #[error("tombstone field `{field}` is None; set it to the deletion marker to store")]
     TombstoneNotSet {
-        /// The document.
-        document: Box<DocumentRef>,
         /// The tombstone field.
         field: &'static str,
     },
 
     /// `delete` was called for a type without a `#[idem(tombstone)]` field.
-    #[error("{document}: the type has no `#[idem(tombstone)]` field to mark deletions with")]
-    NoTombstoneField {
-        /// The document.
-        document: Box<DocumentRef>,
-    },
+    #[error("the type has no `#[idem(tombstone)]` field to mark deletions with")]
+    NoTombstoneField,
 
     /// A push named a field that is not a `#[idem(push_by = "…")]` list of the type.
-    #[error("{document}: `{field}` is not a `#[idem(push_by = \"…\")]` field")]
+    #[error("`{field}` is not a `#[idem(push_by = \"…\")]` field")]
     NotAPushedField {
-        /// The document.
-        document: Box<DocumentRef>,
         /// The field named.
         field: &'static str,
     },
@@ -244,13 +211,11 @@ pub enum Error {
     /// `None`, or the item writes it under another name (a `rename_all` on the item type that
     /// `push_by` does not spell), which `written` shows.
     #[error(
-        "{document}: the item pushed to `{field}` has no `{item_key}` field to tell it apart; \
+        "the item pushed to `{field}` has no `{item_key}` field to tell it apart; \
          it writes {}",
         shown_names(.written)
     )]
     ItemWithoutKey {
-        /// The document pushed to.
-        document: Box<DocumentRef>,
         /// The pushed list.
         field: &'static str,
         /// The stored name of the item key.
@@ -261,12 +226,8 @@ pub enum Error {
     },
 
     /// The stored document would exceed the server's size limit; refused before sending.
-    #[error(
-        "{document}: the stored document would be {size} bytes, over the server's limit of {limit}"
-    )]
+    #[error("the stored document would be {size} bytes, over the server's limit of {limit}")]
     DocumentTooLarge {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// Its BSON size in bytes.
         size: usize,
         /// The server's `maxBsonObjectSize`.
@@ -277,12 +238,10 @@ pub enum Error {
     /// reserved `idem…` field), for example through a `#[serde(flatten)]` map. Nothing was
     /// written.
     #[error(
-        "{document}: the document writes a field named {stored_name:?}, which idem writes itself; \
+        "the document writes a field named {stored_name:?}, which idem writes itself; \
          rename the entry; nothing was written"
     )]
     ReservedName {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The stored name.
         stored_name: String,
     },
@@ -291,12 +250,10 @@ pub enum Error {
     /// natural-key index (a unique `email`, or an index left by an older key set). Retrying gives
     /// the same answer. Nothing was written.
     #[error(
-        "{document}: another stored document has the same value in unique index `{index}`; \
+        "another stored document has the same value in unique index `{index}`; \
          nothing was written"
     )]
     UniqueIndexConflict {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The index, as the server named it.
         index: String,
     },
@@ -304,15 +261,13 @@ pub enum Error {
     /// `record`: the event's idempotency key is already stored, under an `_id` that idem did not
     /// assign (a document another tool wrote). Nothing was written. An upsert, a delete or an
     /// `insert_new` that meets a natural key stored under another id reports
-    /// [`Error::IdChanged`] instead (or [`Error::FrozenFieldChanged`] on the timestamp, if that
+    /// [`ErrorKind::IdChanged`] instead (or [`ErrorKind::FrozenFieldChanged`] on the timestamp, if that
     /// moved).
     #[error(
-        "{document}: the key is already stored under _id {stored_id}, which idem did not assign; \
+        "the key is already stored under _id {stored_id}, which idem did not assign; \
          nothing was written"
     )]
     ForeignId {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The stored `_id`, as text.
         stored_id: String,
     },
@@ -320,29 +275,22 @@ pub enum Error {
     /// `apply_once` was given an update that touches a field it does not own: only
     /// `#[idem(effect)]` fields are changed by operations. Nothing was written.
     #[error(
-        "{document}: the update touches `{path}`, which is not an `#[idem(effect)]` field of the \
+        "the update touches `{path}`, which is not an `#[idem(effect)]` field of the \
          type; operations change only effect fields; nothing was written"
     )]
     NotAnEffectField {
-        /// The document the update was for.
-        document: Box<DocumentRef>,
         /// The path in the update.
         path: String,
     },
 
     /// Event types (with an `idempotency_key` and no `key`) get a random id at their first write:
     /// there is none to derive. `Store::record` returns it.
-    #[error("{document}: an event's id is assigned by its first write, not derived")]
-    NoDerivedId {
-        /// The event.
-        document: Box<DocumentRef>,
-    },
+    #[error("an event's id is assigned by its first write, not derived")]
+    NoDerivedId,
 
     /// The server refused one write of a batch with an error of its own.
-    #[error("{document}: the server refused the write: {message} (code {code})")]
+    #[error("the server refused the write: {message} (code {code})")]
     WriteRefused {
-        /// The document refused.
-        document: Box<DocumentRef>,
         /// The server's error code.
         code: i32,
         /// The server's message.
@@ -353,10 +301,8 @@ pub enum Error {
 
     /// The server applied a batch but did not confirm it (a write-concern error): the writes may
     /// or may not have landed. Retrying the same call is safe and converges.
-    #[error("{document}: the server did not confirm the write ({message}, code {code}); retrying is safe")]
+    #[error("the server did not confirm the write ({message}, code {code}); retrying is safe")]
     NotConfirmed {
-        /// The collection written to.
-        document: Box<DocumentRef>,
         /// The server's error code.
         code: i32,
         /// The server's message.
@@ -366,10 +312,8 @@ pub enum Error {
     /// The table or collection does not match the model (a column missing or of another type,
     /// no unique constraint or index on exactly the natural key): found before any write, or
     /// by the server refusing a statement for the table's shape. Nothing was written.
-    #[error("{document}: `{collection}` does not match the model: {problem}")]
+    #[error("`{collection}` does not match the model: {problem}")]
     SchemaMismatch {
-        /// The document whose write needed the check.
-        document: Box<DocumentRef>,
         /// The table or collection.
         collection: String,
         /// What is wrong, naming the column or index.
@@ -380,13 +324,11 @@ pub enum Error {
     /// key. No document being written is at fault, and idem writes nothing to the collection
     /// until the duplicates are gone; an audit lists them all.
     #[error(
-        "{document}: the unique index `{index}` cannot be built: more than one stored document \
+        "the unique index `{index}` cannot be built: more than one stored document \
          has the natural key {duplicate_key}; run an audit (`idem audit`, or `Store::audit`) to \
          list every duplicate, then merge or remove them (`Store::adopt` can, by a rule you give)"
     )]
     DuplicateNaturalKeys {
-        /// The collection (or table) whose index is refused.
-        document: Box<DocumentRef>,
         /// The index, as idem names it.
         index: String,
         /// One natural key held by more than one document, as the server showed it (or as a
@@ -395,10 +337,8 @@ pub enum Error {
     },
 
     /// The database or its driver failed; the driver's error is kept whole as the source.
-    #[error("{document}: {source}")]
+    #[error("{source}")]
     Backend {
-        /// The document being written, or the collection alone for collection-wide calls.
-        document: Box<DocumentRef>,
         /// The driver's error, with the backend's code and whether retrying may help.
         source: BackendError,
     },
@@ -504,37 +444,50 @@ impl std::error::Error for BackendError {
     }
 }
 
+/// Everything that can go wrong in idem: what went wrong ([`Error::kind`]) and the document it
+/// went wrong for ([`Error::document`]), shown as `<document>: <what>`.
+///
+/// ```
+/// # use idem_core::{Error, ErrorKind};
+/// fn frozen_field(error: &Error) -> Option<&'static str> {
+///     match error.kind() {
+///         ErrorKind::FrozenFieldChanged { field, .. } => Some(*field),
+///         _ => None,
+///     }
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Error(Box<Failure>);
+
+/// An error's parts, boxed so that a `Result<_, Error>` stays one pointer wider than its value.
+#[derive(Clone, Debug)]
+struct Failure {
+    document: DocumentRef,
+    kind: ErrorKind,
+}
+
 impl Error {
-    /// The document this error is about.
+    /// The error `kind` for `document`.
+    pub fn new(document: impl Into<DocumentRef>, kind: ErrorKind) -> Self {
+        Error(Box::new(Failure {
+            document: document.into(),
+            kind,
+        }))
+    }
+
+    /// The document this error is about (for collection-wide calls, the collection alone).
     pub fn document(&self) -> &DocumentRef {
-        match self {
-            Error::TimestampOutOfRange { document, .. }
-            | Error::AmbiguousKey { document, .. }
-            | Error::EmptyKey { document, .. }
-            | Error::FrozenFieldChanged { document, .. }
-            | Error::IdChanged { document, .. }
-            | Error::FieldNotSerialized { document, .. }
-            | Error::Serialize { document, .. }
-            | Error::Deserialize { document, .. }
-            | Error::Contention { document }
-            | Error::IdempotencyKeyReused { document, .. }
-            | Error::NotFound { document }
-            | Error::NoTombstoneField { document }
-            | Error::NotAPushedField { document, .. }
-            | Error::TombstoneNotSet { document, .. }
-            | Error::ItemWithoutKey { document, .. }
-            | Error::DocumentTooLarge { document, .. }
-            | Error::NoDerivedId { document }
-            | Error::ReservedName { document, .. }
-            | Error::UniqueIndexConflict { document, .. }
-            | Error::ForeignId { document, .. }
-            | Error::NotAnEffectField { document, .. }
-            | Error::WriteRefused { document, .. }
-            | Error::NotConfirmed { document, .. }
-            | Error::SchemaMismatch { document, .. }
-            | Error::DuplicateNaturalKeys { document, .. }
-            | Error::Backend { document, .. } => document,
-        }
+        &self.0.document
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+
+    /// What went wrong, by value.
+    pub fn into_kind(self) -> ErrorKind {
+        self.0.kind
     }
 
     /// Whether the write was refused because of the document itself (a frozen field changed, a
@@ -542,14 +495,14 @@ impl Error {
     /// Nothing was written, and sending the same document again gives the same refusal. A failure
     /// of the database or the connection is no refusal, and neither is contention.
     pub fn is_refusal(&self) -> bool {
-        match self {
-            Error::Contention { .. }
-            | Error::NotConfirmed { .. }
-            | Error::SchemaMismatch { .. }
-            | Error::Deserialize { .. }
-            | Error::DuplicateNaturalKeys { .. } => false,
-            Error::Backend { source, .. } => source.refuses_document(),
-            Error::WriteRefused { retryable, .. } => !retryable,
+        match self.kind() {
+            ErrorKind::Contention
+            | ErrorKind::NotConfirmed { .. }
+            | ErrorKind::SchemaMismatch { .. }
+            | ErrorKind::Deserialize { .. }
+            | ErrorKind::DuplicateNaturalKeys { .. } => false,
+            ErrorKind::Backend { source } => source.refuses_document(),
+            ErrorKind::WriteRefused { retryable, .. } => !retryable,
             _ => true,
         }
     }
@@ -558,18 +511,18 @@ impl Error {
     /// not confirm the write, or concurrent writers kept changing the document. Every idem write
     /// is safe to retry.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Contention { .. } | Error::NotConfirmed { .. } => true,
-            Error::WriteRefused { retryable, .. } => *retryable,
-            Error::Backend { source, .. } => source.is_retryable(),
+        match self.kind() {
+            ErrorKind::Contention | ErrorKind::NotConfirmed { .. } => true,
+            ErrorKind::WriteRefused { retryable, .. } => *retryable,
+            ErrorKind::Backend { source } => source.is_retryable(),
             _ => false,
         }
     }
 
     /// The database's error, if the database or its driver failed.
     pub fn as_backend(&self) -> Option<&BackendError> {
-        match self {
-            Error::Backend { source, .. } => Some(source),
+        match self.kind() {
+            ErrorKind::Backend { source } => Some(source),
             _ => None,
         }
     }
@@ -586,5 +539,28 @@ impl Error {
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&self) -> Option<&tokio_postgres::Error> {
         self.as_backend()?.driver_error().downcast_ref()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.document(), self.kind())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("document", self.document())
+            .field("kind", self.kind())
+            .finish()
+    }
+}
+
+/// The source is the driver's error for [`ErrorKind::Backend`], and nothing otherwise: the kind's
+/// own message is already in this error's.
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(self.kind())
     }
 }

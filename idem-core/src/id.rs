@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, TimestampProblem};
+use crate::error::{Error, ErrorKind, TimestampProblem};
 use crate::model::{DocumentRef, Model, NaturalKey};
 
 /// The largest millisecond count a ULID's 48-bit time part holds (year 10889).
@@ -461,12 +461,16 @@ pub fn derive_id(
     };
     timestamp_ms
         .and_then(|millis| Id::from_parts(millis, hash_part))
-        .map_err(|problem| Error::TimestampOutOfRange {
-            document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
-            field,
-            stored_name,
-            value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
-            problem,
+        .map_err(|problem| {
+            Error::new(
+                DocumentRef::new(model, natural_key(model, keys)),
+                ErrorKind::TimestampOutOfRange {
+                    field,
+                    stored_name,
+                    value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
+                    problem,
+                },
+            )
         })
 }
 
@@ -483,11 +487,10 @@ pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
 
 fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
     let (field, stored_name) = key_names(model, index);
-    Error::EmptyKey {
-        document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
-        field,
-        stored_name,
-    }
+    Error::new(
+        DocumentRef::new(model, natural_key(model, keys)),
+        ErrorKind::EmptyKey { field, stored_name },
+    )
 }
 
 /// The Rust and stored names of key field `index`.
@@ -569,12 +572,14 @@ fn hash_part_joined(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Erro
         }
         if text.contains(JOINED_SEPARATOR) {
             let (field, stored_name) = key_names(model, index);
-            return Err(Error::AmbiguousKey {
-                document: Box::new(DocumentRef::new(model, natural_key(model, keys))),
-                field,
-                stored_name,
-                value: text.to_owned(),
-            });
+            return Err(Error::new(
+                DocumentRef::new(model, natural_key(model, keys)),
+                ErrorKind::AmbiguousKey {
+                    field,
+                    stored_name,
+                    value: text.to_owned(),
+                },
+            ));
         }
         hasher.update(text.as_bytes());
     }

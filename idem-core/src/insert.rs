@@ -127,15 +127,17 @@ impl<T> fmt::Display for InsertReport<T> {
 mod tests {
     use super::*;
     use crate::model::{DocumentRef, NaturalKey};
+    use crate::ErrorKind;
 
     fn refusal() -> Error {
-        Error::NotFound {
-            document: Box::new(DocumentRef {
+        Error::new(
+            DocumentRef {
                 collection: "awards",
                 natural_key: NaturalKey::new(Vec::new()),
                 id: None,
-            }),
-        }
+            },
+            ErrorKind::NotFound,
+        )
     }
 
     #[test]
@@ -172,8 +174,8 @@ mod tests {
             Some(Insertion::AlreadyStored)
         );
         assert!(matches!(
-            copy_insertion(&Err(refusal())),
-            Err(Error::NotFound { .. })
+            copy_insertion(&Err(refusal())).map_err(Error::into_kind),
+            Err(ErrorKind::NotFound)
         ));
     }
 }

@@ -96,7 +96,7 @@
 //! |---|---|
 //! | `key` | identifies the document: feeds the id's hash part and the unique natural-key index; frozen. At least one. The type must implement [`IdKey`] and [`StoredKey`]. |
 //! | `timestamp` | gives the id its time part; frozen. At most one. The type must implement [`IdTimestamp`]. Without it the time part is zero. |
-//! | `frozen` | may never change once written: a write that changes it is refused with [`Error::FrozenFieldChanged`]. |
+//! | `frozen` | may never change once written: a write that changes it is refused with [`ErrorKind::FrozenFieldChanged`]. |
 //! | `volatile` | stored, but not part of the content hash: a change to it alone writes nothing. |
 //! | `version` | orders replays: a write replaces the stored document only if this is strictly newer; an older one is [`Outcome::Stale`]. At most one. The type must implement [`OrderedVersion`]. |
 //! | `tombstone` | an `Option<…>` deletion marker written only by `delete` and `delete_by_id` ([`mongo::Store::delete`], `postgres::Store::delete`); upserts never write or clear it, and a deleted document answers [`Outcome::Deleted`]. At most one. |
@@ -128,7 +128,7 @@
 //!
 //! A field that feeds the id (a key, the timestamp) can never change: a new value derives a new
 //! id, and writing it would leave the old document behind under the old id. idem refuses such a
-//! write, and any write that changes a `frozen` field, with [`Error::FrozenFieldChanged`]; nothing
+//! write, and any write that changes a `frozen` field, with [`ErrorKind::FrozenFieldChanged`]; nothing
 //! is written and the stored document is intact. To really move a document, delete the old one
 //! and write the new one as two deliberate steps.
 
@@ -163,7 +163,7 @@ pub use backend::Backend;
 pub use batch::BatchReport;
 pub use change::Change;
 pub use column::{Column, ColumnShape};
-pub use error::{BackendError, Error, TimestampProblem};
+pub use error::{BackendError, Error, ErrorKind, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
 pub use insert::{InsertReport, Insertion};

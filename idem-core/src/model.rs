@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::hash::{ContentHash, HashAlgorithm};
 use crate::id::{Id, IdScheme, KeyValue};
 use crate::version::VersionKey;
@@ -27,10 +27,8 @@ pub trait Idempotent {
     where
         Self: serde::Serialize,
     {
-        crate::hash::content_hash(self, &Self::MODEL).map_err(|message| Error::Serialize {
-            document: Box::new(self.document_ref()),
-            message,
-        })
+        crate::hash::content_hash(self, &Self::MODEL)
+            .map_err(|message| Error::new(self.document_ref(), ErrorKind::Serialize { message }))
     }
 
     /// The collection and natural key, as errors name the document.
@@ -134,25 +132,24 @@ pub(crate) fn pushed_list(
         .fields()
         .iter()
         .find(|f| f.name() == field && f.role() == Role::Pushed)
-        .ok_or_else(|| Error::NotAPushedField {
-            document: Box::new(document.clone()),
-            field,
-        })
+        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NotAPushedField { field }))
 }
 
 /// The refusal of an item pushed to `list` whose key is a list: keys compare whole, and MongoDB
 /// would match a list against each of its elements, so two items could pass for one.
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
-    Error::Serialize {
-        document: Box::new(document),
-        message: format!(
-            "the item pushed to `{}` has a list under its key `{}`; a key is compared whole, \
+    Error::new(
+        document,
+        ErrorKind::Serialize {
+            message: format!(
+                "the item pushed to `{}` has a list under its key `{}`; a key is compared whole, \
              so it is a scalar or a struct, not a list",
-            list.name(),
-            list.item_key()
-        ),
-    }
+                list.name(),
+                list.item_key()
+            ),
+        },
+    )
 }
 
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
@@ -164,30 +161,32 @@ pub(crate) fn item_without_key<'a>(
     list: &Field,
     written: impl IntoIterator<Item = &'a String>,
 ) -> Error {
-    Error::ItemWithoutKey {
-        document: Box::new(document),
-        field: list.name(),
-        item_key: list.item_key(),
-        written: written.into_iter().cloned().collect(),
-    }
+    Error::new(
+        document,
+        ErrorKind::ItemWithoutKey {
+            field: list.name(),
+            item_key: list.item_key(),
+            written: written.into_iter().cloned().collect(),
+        },
+    )
 }
 
 /// The idempotency key of an event, as text; an empty key is refused, since requests that lost
 /// their key would all fold into the first one.
 pub(crate) fn idempotency_key<T: Idempotent + ?Sized>(event: &T) -> Result<String, Error> {
     match event.natural_key().parts() {
-        [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::EmptyKey {
-            document: Box::new(event.document_ref()),
-            field,
-            stored_name: T::MODEL
-                .idempotency_key_field()
-                .map_or(field, |key| key.stored_name()),
-        }),
+        [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::new(
+            event.document_ref(),
+            ErrorKind::EmptyKey {
+                field,
+                stored_name: T::MODEL
+                    .idempotency_key_field()
+                    .map_or(field, |key| key.stored_name()),
+            },
+        )),
         [(_, KeyValue::Text(text))] => Ok(text.clone()),
         [(_, other)] => Ok(other.to_string()),
-        _ => Err(Error::NoDerivedId {
-            document: Box::new(event.document_ref()),
-        }),
+        _ => Err(Error::new(event.document_ref(), ErrorKind::NoDerivedId)),
     }
 }
 

@@ -301,11 +301,11 @@ mod enabled {
         result
     }
 
-    /// The error's variant, as the span's `outcome` shows a failed call.
+    /// The error's kind, as the span's `outcome` shows a failed call (`ErrorKind::Contention`).
     fn error_name(error: &Error) -> String {
-        let shown = format!("{error:?}");
+        let shown = format!("{:?}", error.kind());
         let end = shown.find([' ', '{', '(']).unwrap_or(shown.len());
-        format!("Error::{}", &shown[..end])
+        format!("ErrorKind::{}", &shown[..end])
     }
 
     fn with_current(count: impl FnOnce(&Counts)) {

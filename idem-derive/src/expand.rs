@@ -113,9 +113,10 @@ fn expand(input: &Input) -> TokenStream {
     let is_event = input.idempotency_key_field().is_some();
     let trait_id_body = if is_event {
         quote! {
-            __idem::__private::Result::Err(__idem::Error::NoDerivedId {
-                document: ::std::boxed::Box::new(<Self as __idem::Idempotent>::document_ref(self)),
-            })
+            __idem::__private::Result::Err(__idem::Error::new(
+                <Self as __idem::Idempotent>::document_ref(self),
+                __idem::ErrorKind::NoDerivedId,
+            ))
         }
     } else {
         quote! {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idem_core::{Error, Id, Idempotent, TimestampProblem};
+use idem_core::{ErrorKind, Id, Idempotent, TimestampProblem};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -113,14 +113,13 @@ fn joined_ids_are_byte_identical_to_the_reference_helper() {
 #[test]
 fn joined_refuses_a_key_containing_the_separator() {
     let error = LegacyPost::derive_id("a:b".to_string(), "en".to_string(), &1).unwrap_err();
-    match &error {
-        Error::AmbiguousKey {
-            document,
+    match error.kind() {
+        ErrorKind::AmbiguousKey {
             field,
             stored_name,
             value,
         } => {
-            assert_eq!(document.collection, "posts");
+            assert_eq!(error.document().collection, "posts");
             assert_eq!(*field, "slug");
             assert_eq!(*stored_name, "slug");
             assert_eq!(value, "a:b");
@@ -138,8 +137,8 @@ fn empty_text_keys_are_refused_under_both_schemes() {
     ] {
         assert!(
             matches!(
-                error,
-                Error::EmptyKey {
+                error.kind(),
+                ErrorKind::EmptyKey {
                     field: "lang" | "slug",
                     ..
                 }
@@ -156,19 +155,15 @@ fn timestamps_outside_the_ulid_range_are_refused_never_clamped() {
         (1 << 48, TimestampProblem::AfterUlidRange),
     ];
     for (millis, expected) in cases {
-        match post("hello", "en", millis).id().unwrap_err() {
-            Error::TimestampOutOfRange {
-                document,
-                field,
-                problem,
-                ..
-            } => {
+        let error = post("hello", "en", millis).id().unwrap_err();
+        match error.kind() {
+            ErrorKind::TimestampOutOfRange { field, problem, .. } => {
                 assert_eq!(
-                    document.natural_key.to_string(),
+                    error.document().natural_key.to_string(),
                     r#"{slug: "hello", lang: "en"}"#
                 );
-                assert_eq!(field, "published_at");
-                assert_eq!(problem, expected);
+                assert_eq!(*field, "published_at");
+                assert_eq!(*problem, expected);
             }
             other => panic!("expected TimestampOutOfRange, got {other:?}"),
         }
@@ -295,8 +290,8 @@ fn time_types_before_the_epoch_are_refused() {
     for error in errors {
         assert!(
             matches!(
-                error,
-                Error::TimestampOutOfRange {
+                error.kind(),
+                ErrorKind::TimestampOutOfRange {
                     problem: TimestampProblem::BeforeUnixEpoch,
                     field: "at",
                     ..

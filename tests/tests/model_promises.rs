@@ -26,7 +26,7 @@ use std::fmt::{self, Debug};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use idem_core::{Deletion, Error, Idempotent, Outcome};
+use idem_core::{Deletion, Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use mongodb::bson;
 use proptest::collection::{btree_map, hash_map, vec};
@@ -127,15 +127,15 @@ fn written_and_differs<T: PartialEq>(
 #[derive(Debug, PartialEq)]
 enum Expected {
     Outcome(Outcome),
-    /// `Error::FrozenFieldChanged`, naming one of these fields (all of which changed).
+    /// `ErrorKind::FrozenFieldChanged`, naming one of these fields (all of which changed).
     Refused(Vec<&'static str>),
 }
 
 impl Expected {
     fn agrees_with(&self, observed: &Result<Outcome, Error>) -> bool {
-        match (self, observed) {
+        match (self, observed.as_ref().map_err(Error::kind)) {
             (Expected::Outcome(expected), Ok(outcome)) => expected == outcome,
-            (Expected::Refused(fields), Err(Error::FrozenFieldChanged { field, .. })) => {
+            (Expected::Refused(fields), Err(ErrorKind::FrozenFieldChanged { field, .. })) => {
                 fields.contains(field)
             }
             _ => false,
@@ -156,8 +156,12 @@ impl fmt::Display for Expected {
 fn describe(observed: &Result<Outcome, Error>) -> String {
     match observed {
         Ok(outcome) => outcome.name().to_owned(),
-        Err(Error::FrozenFieldChanged { field, .. }) => format!("FrozenFieldChanged on {field:?}"),
-        Err(error) => format!("the error {error:?}"),
+        Err(error) => match error.kind() {
+            ErrorKind::FrozenFieldChanged { field, .. } => {
+                format!("FrozenFieldChanged on {field:?}")
+            }
+            _ => format!("the error {error:?}"),
+        },
     }
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use idem_core::mongo::{AdoptOptions, DuplicateRule, Store, NATURAL_KEY_INDEX};
-use idem_core::{AuditProgress, Error, Idempotent, Outcome};
+use idem_core::{AuditProgress, ErrorKind, Idempotent, Outcome};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post, T0};
 use idem_tests::{fresh_database, stored_documents};
 use mongodb::bson::oid::ObjectId;
@@ -216,11 +216,11 @@ async fn duplicates_fail_the_index_naming_it_the_key_and_the_audit() {
     let store = Store::new(database.clone());
     insert_legacy(&database, &[&post("twice", "A"), &post("twice", "B")]).await;
     let error = store.ensure_indexes::<Post>().await.unwrap_err();
-    let Error::DuplicateNaturalKeys {
-        ref index,
-        ref duplicate_key,
+    let ErrorKind::DuplicateNaturalKeys {
+        index,
+        duplicate_key,
         ..
-    } = error
+    } = error.kind()
     else {
         panic!("expected DuplicateNaturalKeys, got {error:?}");
     };
@@ -234,7 +234,7 @@ async fn duplicates_fail_the_index_naming_it_the_key_and_the_audit() {
 
     let innocent = store.upsert(&post("innocent", "I")).await.unwrap_err();
     assert!(
-        matches!(innocent, Error::DuplicateNaturalKeys { .. }),
+        matches!(innocent.kind(), ErrorKind::DuplicateNaturalKeys { .. }),
         "{innocent:?}"
     );
     assert!(!innocent.is_refusal());
@@ -300,8 +300,8 @@ async fn adopt_moves_legacy_documents_and_writes_converge_on_them() {
     let mut moved_on = post("b", "B");
     moved_on.published_at += 1;
     assert!(matches!(
-        store.upsert(&moved_on).await.unwrap_err(),
-        Error::FrozenFieldChanged { .. }
+        store.upsert(&moved_on).await.unwrap_err().into_kind(),
+        ErrorKind::FrozenFieldChanged { .. }
     ));
     // Adopting again finds nothing to move.
     let again = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
@@ -409,7 +409,12 @@ async fn adopt_races_with_idem_writers_without_losing_or_forking() {
                         }
                         // Stored under another tool's id until adopt moves it, then held by
                         // adopt's claim on the derived id while it moves.
-                        Err(Error::IdChanged { .. } | Error::FrozenFieldChanged { .. }) => {
+                        Err(error)
+                            if matches!(
+                                error.kind(),
+                                ErrorKind::IdChanged { .. } | ErrorKind::FrozenFieldChanged { .. }
+                            ) =>
+                        {
                             refusals += 1;
                             tokio::time::sleep(Duration::from_millis(2)).await;
                         }

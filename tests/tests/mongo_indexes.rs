@@ -7,7 +7,7 @@
 //! starts a list another tool left null.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Deletion, Error, Idempotent, Insertion, Outcome, Pushed};
+use idem_core::{Deletion, Error, ErrorKind, Idempotent, Insertion, Outcome, Pushed};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
 use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
@@ -71,8 +71,8 @@ async fn a_unique_index_on_the_natural_key_under_another_name_serves_as_it() {
         assert_eq!(log.take().names, ["listIndexes", "findAndModify"], "{keys}");
         assert!(
             matches!(
-                writer.upsert(&moved_post()).await,
-                Err(Error::FrozenFieldChanged { .. })
+                writer.upsert(&moved_post()).await.map_err(Error::into_kind),
+                Err(ErrorKind::FrozenFieldChanged { .. })
             ),
             "{keys}"
         );
@@ -81,7 +81,10 @@ async fn a_unique_index_on_the_natural_key_under_another_name_serves_as_it() {
             .await
             .unwrap();
         assert!(
-            matches!(report.results()[0], Err(Error::FrozenFieldChanged { .. })),
+            matches!(
+                report.results()[0].as_ref().map_err(Error::kind),
+                Err(ErrorKind::FrozenFieldChanged { .. })
+            ),
             "{keys}: {:?}",
             report.results()
         );
@@ -136,7 +139,7 @@ async fn a_natural_key_index_another_tool_creates_meanwhile_is_used() {
 /// `what` is wrong with it, from `ensure_indexes` and from the first write, with nothing written.
 async fn assert_refused(store: &Store, index: &str, what: &str) {
     let check = |result: Result<(), Error>| match result {
-        Err(error @ Error::SchemaMismatch { .. }) => {
+        Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
             let message = error.to_string();
             assert!(message.contains(index), "{message}");
             assert!(message.contains(what), "{message}");
@@ -210,11 +213,11 @@ async fn an_index_on_the_natural_key_that_cannot_serve_is_not_used() {
             );
             assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Inserted);
             assert!(matches!(
-                store.upsert(&moved_post()).await,
-                Err(Error::FrozenFieldChanged { .. })
+                store.upsert(&moved_post()).await.map_err(Error::into_kind),
+                Err(ErrorKind::FrozenFieldChanged { .. })
             ));
         }
-        Err(error @ Error::SchemaMismatch { .. }) => {
+        Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
             let message = error.to_string();
             assert!(message.contains("posts_by_key is not unique"), "{message}");
         }
@@ -235,10 +238,13 @@ async fn delete_by_id_with_a_null_marker_is_refused_before_anything_is_sent() {
         if let Some(log) = db.command_log() {
             let _ = log.take();
         }
-        let expect_refusal = |result: Result<Deletion, Error>| match result {
-            Err(Error::TombstoneNotSet { field, .. }) => assert_eq!(field, "deleted_at", "{db}"),
-            other => panic!("{db}: expected TombstoneNotSet, got {other:?}"),
-        };
+        let expect_refusal =
+            |result: Result<Deletion, Error>| match result.map_err(Error::into_kind) {
+                Err(ErrorKind::TombstoneNotSet { field, .. }) => {
+                    assert_eq!(field, "deleted_at", "{db}")
+                }
+                other => panic!("{db}: expected TombstoneNotSet, got {other:?}"),
+            };
         expect_refusal(db.delete_by_id::<Entry, _>(id, &None::<i64>).await);
         expect_refusal(db.delete_by_id::<Entry, _>(id, &()).await);
         if let Some(log) = db.command_log() {
@@ -277,8 +283,8 @@ async fn record_refuses_an_event_colliding_in_another_unique_index_naming_it() {
     let before = raw_documents(store.database(), "signups").await;
     let _ = log.take();
     match store.record(&signup("req-2")).await {
-        Err(error @ Error::UniqueIndexConflict { .. }) => {
-            let Error::UniqueIndexConflict { index, .. } = &error else {
+        Err(error) if matches!(error.kind(), ErrorKind::UniqueIndexConflict { .. }) => {
+            let ErrorKind::UniqueIndexConflict { index, .. } = error.kind() else {
                 unreachable!()
             };
             assert_eq!(index, "signups_email");
@@ -327,7 +333,7 @@ async fn insert_new_reports_what_it_inserted_beside_a_member_the_server_refused(
     let store = Store::new(database);
     let members = [award("first"), award("forbidden"), award("third")];
     let expect_refused = |result: &Result<Insertion, Error>| match result {
-        Err(error @ Error::WriteRefused { code: 121, .. }) => {
+        Err(error) if matches!(error.kind(), ErrorKind::WriteRefused { code: 121, .. }) => {
             assert!(error.to_string().contains("forbidden"), "{error}");
         }
         other => panic!("expected the validator's refusal, got {other:?}"),
@@ -364,12 +370,13 @@ async fn insert_new_reports_what_it_inserted_beside_a_member_whose_id_changed() 
             ..post()
         };
         let members = [moved_post(), other.clone(), other.clone()];
-        let expect_refused = |result: &Result<Insertion, Error>| match result {
-            Err(Error::FrozenFieldChanged { field, .. }) => {
-                assert_eq!(*field, "published_at", "{db}")
-            }
-            other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
-        };
+        let expect_refused =
+            |result: &Result<Insertion, Error>| match result.as_ref().map_err(Error::kind) {
+                Err(ErrorKind::FrozenFieldChanged { field, .. }) => {
+                    assert_eq!(*field, "published_at", "{db}")
+                }
+                other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
+            };
 
         let report = db.insert_new(&members).await.unwrap();
         assert_eq!(report.inserted(), std::slice::from_ref(&other), "{db}");
@@ -427,10 +434,13 @@ async fn insert_new_refuses_a_member_colliding_in_another_unique_index_naming_it
     let _ = log.take();
     let report = store.insert_new(&[impostor, member("bob")]).await.unwrap();
     match &report.results()[0] {
-        Err(error @ Error::UniqueIndexConflict { index, .. }) => {
-            assert_eq!(index, "email_unique");
-            assert!(!error.is_retryable(), "{error}");
-        }
+        Err(error) => match error.kind() {
+            ErrorKind::UniqueIndexConflict { index, .. } => {
+                assert_eq!(index, "email_unique");
+                assert!(!error.is_retryable(), "{error}");
+            }
+            _ => panic!("expected UniqueIndexConflict, got {error:?}"),
+        },
         other => panic!("expected UniqueIndexConflict, got {other:?}"),
     }
     assert_eq!(report.inserted(), [member("bob")]);
@@ -523,7 +533,7 @@ async fn a_push_onto_a_field_that_is_not_a_list_is_refused_naming_it() {
         .push::<Thread, _>(id, "comments", &comment("c1"))
         .await
     {
-        Err(error @ Error::Deserialize { .. }) => {
+        Err(error) if matches!(error.kind(), ErrorKind::Deserialize { .. }) => {
             let message = error.to_string();
             assert!(
                 message.contains("`comments` is stored as String"),

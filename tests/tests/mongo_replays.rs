@@ -6,7 +6,7 @@
 //! contract suite (`contract/`).
 
 use idem_core::mongo::Store;
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::fixtures::{entry, Entry};
 use idem_tests::{delay_next, fresh_database, stored_documents, CommandLog};
 use mongodb::bson::doc;
@@ -171,8 +171,8 @@ async fn a_conflict_in_the_second_write_command_is_told_to_its_own_document() {
         if index == 35 {
             assert!(
                 matches!(
-                    outcome,
-                    Err(Error::FrozenFieldChanged {
+                    outcome.as_ref().map_err(Error::kind),
+                    Err(ErrorKind::FrozenFieldChanged {
                         field: "created_at",
                         ..
                     })

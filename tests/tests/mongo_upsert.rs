@@ -3,7 +3,7 @@
 //! `races.rs`.)
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Error, Outcome};
+use idem_core::{Error, ErrorKind, Outcome};
 use idem_tests::fixtures::{post, Post};
 use idem_tests::{fresh_database, raw_documents, stored_documents};
 use mongodb::bson::{doc, Document};
@@ -90,18 +90,17 @@ async fn a_changed_frozen_field_is_refused_and_the_stored_document_is_intact() {
         ..post()
     };
     let error = store.upsert(&reassigned).await.unwrap_err();
-    match &error {
-        Error::FrozenFieldChanged {
-            document,
+    match error.kind() {
+        ErrorKind::FrozenFieldChanged {
             stored_id,
             field,
             stored_name,
             stored,
             incoming,
         } => {
-            assert_eq!(document.collection, "posts");
+            assert_eq!(error.document().collection, "posts");
             assert_eq!(
-                document.natural_key.to_string(),
+                error.document().natural_key.to_string(),
                 r#"{slug: "hello-world", lang: "en"}"#
             );
             assert_eq!(*stored_id, post().id().unwrap().to_string());
@@ -138,8 +137,8 @@ async fn a_changed_timestamp_is_refused_because_it_would_orphan_the_document() {
         ..post()
     };
     assert_ne!(moved.id().unwrap(), post().id().unwrap());
-    match store.upsert(&moved).await.unwrap_err() {
-        Error::FrozenFieldChanged {
+    match store.upsert(&moved).await.unwrap_err().into_kind() {
+        ErrorKind::FrozenFieldChanged {
             stored_id,
             field,
             stored,
@@ -254,8 +253,8 @@ async fn the_first_write_creates_a_missing_natural_key_index() {
         ..post()
     };
     assert!(matches!(
-        other.upsert(&moved).await,
-        Err(Error::FrozenFieldChanged { .. })
+        other.upsert(&moved).await.map_err(Error::into_kind),
+        Err(ErrorKind::FrozenFieldChanged { .. })
     ));
     assert_eq!(stored_documents(store.database(), "posts").await.len(), 1);
 }
@@ -302,8 +301,8 @@ async fn a_document_another_tool_stored_is_compared_here_and_replaced_in_a_pinne
 async fn a_changed_frozen_field_of_a_document_another_tool_stored_is_refused() {
     let (store, _log) = indexed_store("written_elsewhere_frozen").await;
     let before = store_without_idem(&store, "eve").await;
-    match store.upsert(&post()).await {
-        Err(Error::FrozenFieldChanged {
+    match store.upsert(&post()).await.map_err(Error::into_kind) {
+        Err(ErrorKind::FrozenFieldChanged {
             field,
             stored,
             incoming,

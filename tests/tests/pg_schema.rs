@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use idem_core::postgres::{Change, Store};
-use idem_core::{Applied, Error, Idempotent, OpId, Outcome};
+use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use tokio_postgres::error::SqlState;
 
 /// Whether `error` is the table check's refusal, with a problem holding `expected`.
 fn is_schema_mismatch(error: &Error, expected: &str) -> bool {
-    matches!(error, Error::SchemaMismatch { problem, .. } if problem.contains(expected))
+    matches!(error.kind(), ErrorKind::SchemaMismatch { problem, .. } if problem.contains(expected))
 }
 
 /// Waits until the session `pid` waits for a lock another session holds.
@@ -182,7 +182,10 @@ async fn a_primary_key_a_migration_named_is_told_from_other_unique_constraints()
             .unwrap();
         let error = store.upsert(&client, &doc).await.unwrap_err();
         assert!(
-            matches!(&error, Error::FrozenFieldChanged { field: "key", .. }),
+            matches!(
+                error.kind(),
+                ErrorKind::FrozenFieldChanged { field: "key", .. }
+            ),
             "{label}: {error:?}"
         );
 
@@ -192,7 +195,7 @@ async fn a_primary_key_a_migration_named_is_told_from_other_unique_constraints()
         };
         let error = store.upsert(&client, &same_title).await.unwrap_err();
         assert!(
-            matches!(&error, Error::UniqueIndexConflict { index, .. } if index == "title_unique"),
+            matches!(error.kind(), ErrorKind::UniqueIndexConflict { index, .. } if index == "title_unique"),
             "{label}: {error:?}"
         );
     }
@@ -642,7 +645,7 @@ async fn each_schema_a_store_meets_is_checked() {
         no_key.batch_execute(&ddl).await.unwrap();
         let error = store.upsert(&no_key, &keyed("k")).await.unwrap_err();
         assert!(
-            matches!(error, Error::SchemaMismatch { .. }),
+            matches!(error.kind(), ErrorKind::SchemaMismatch { .. }),
             "{label}: {error:?}"
         );
 
@@ -693,7 +696,10 @@ async fn each_schema_a_store_meets_is_checked() {
             .unwrap();
         let error = store.upsert(&named, &keyed("m")).await.unwrap_err();
         assert!(
-            matches!(&error, Error::FrozenFieldChanged { field: "key", .. }),
+            matches!(
+                error.kind(),
+                ErrorKind::FrozenFieldChanged { field: "key", .. }
+            ),
             "{label}: {error:?}"
         );
         assert_eq!(
@@ -849,8 +855,8 @@ async fn apply_once_sets_a_float_effect_to_nan_or_an_infinity() {
             .unwrap_err();
         assert!(
             matches!(
-                &error,
-                Error::Serialize { message, .. }
+                error.kind(),
+                ErrorKind::Serialize { message, .. }
                     if message.contains("\"count\"") && message.contains("NaN")
             ),
             "{label}: {error:?}"

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
-use idem_core::{Applied, Error, Idempotent, OpId, Outcome, Pushed};
+use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome, Pushed};
 use idem_tests::backends::{fresh_schema, postgres_servers};
 use idem_tests::fixtures::{account, post, Account, Post};
 use serde::{Deserialize, Serialize};
@@ -172,7 +172,7 @@ async fn a_table_that_does_not_match_the_model_is_refused_before_any_write() {
             let error = Store::new().upsert(&client, &post()).await.unwrap_err();
             let message = error.to_string();
             assert!(
-                matches!(&error, Error::SchemaMismatch { collection, .. } if collection == "posts"),
+                matches!(error.kind(), ErrorKind::SchemaMismatch { collection, .. } if collection == "posts"),
                 "{label}, {case}: {error:?}"
             );
             assert!(message.contains(expected), "{label}, {case}: {message}");
@@ -212,8 +212,11 @@ async fn writes_join_the_callers_transaction_and_a_refusal_leaves_it_usable() {
         };
         assert!(
             matches!(
-                store.upsert(&tx, &other_author).await,
-                Err(Error::FrozenFieldChanged {
+                store
+                    .upsert(&tx, &other_author)
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::FrozenFieldChanged {
                     field: "author_id",
                     ..
                 })
@@ -262,8 +265,12 @@ async fn a_row_another_tool_wrote_is_compared_exactly_and_replaced_only_as_read(
         };
         insert_foreign("grace").await;
         let before = rows(&client, "posts").await;
-        match store.upsert(&client, &post()).await {
-            Err(Error::FrozenFieldChanged {
+        match store
+            .upsert(&client, &post())
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::FrozenFieldChanged {
                 field,
                 stored,
                 incoming,
@@ -333,7 +340,7 @@ async fn another_unique_constraint_is_a_refusal_naming_it_and_spares_the_rest_of
         store.upsert(&client, &member("ada", "a@x")).await.unwrap();
         let before = rows(&client, "members").await;
         match store.upsert(&client, &member("eve", "a@x")).await {
-            Err(error @ Error::UniqueIndexConflict { .. }) => {
+            Err(error) if matches!(error.kind(), ErrorKind::UniqueIndexConflict { .. }) => {
                 assert!(
                     error.to_string().contains("members_email_key"),
                     "{label}: {error}"
@@ -357,7 +364,10 @@ async fn another_unique_constraint_is_a_refusal_naming_it_and_spares_the_rest_of
         let outcomes = report.outcomes();
         assert_eq!(outcomes[0].as_ref().unwrap(), &Outcome::Inserted, "{label}");
         assert!(
-            matches!(outcomes[1], Err(Error::UniqueIndexConflict { .. })),
+            matches!(
+                outcomes[1].as_ref().map_err(Error::kind),
+                Err(ErrorKind::UniqueIndexConflict { .. })
+            ),
             "{label}"
         );
         assert_eq!(outcomes[2].as_ref().unwrap(), &Outcome::Inserted, "{label}");
@@ -376,7 +386,7 @@ async fn a_value_a_column_cannot_hold_is_refused_naming_the_column() {
             .await
             .unwrap_err();
         assert!(
-            matches!(error, Error::Serialize { .. }),
+            matches!(error.kind(), ErrorKind::Serialize { .. }),
             "{label}: {error:?}"
         );
         assert!(
@@ -633,8 +643,8 @@ struct LongName {
 async fn a_name_postgresql_would_cut_is_refused_before_a_table_is_made() {
     for (label, client) in fresh_schemas("long_names").await {
         let store = Store::new();
-        let refused = |error: Error| match error {
-            Error::SchemaMismatch { problem, .. } => assert!(
+        let refused = |error: Error| match error.into_kind() {
+            ErrorKind::SchemaMismatch { problem, .. } => assert!(
                 problem.contains(
                     "column \"a_field_name_generated_from_a_schema_file_that_is_longer_than_63\" \
                      is 64 bytes"
@@ -806,10 +816,13 @@ async fn a_batch_refused_in_part_inside_a_transaction_names_the_row_and_keeps_it
             other => panic!("{label}: the CHECK constraint refuses the row: {other:?}"),
         }
         match &outcomes[2] {
-            Err(Error::UniqueIndexConflict { index, document }) => {
-                assert_eq!(index, "posts_body_unique", "{label}");
-                assert!(document.to_string().contains("clashing"), "{label}");
-            }
+            Err(error) => match error.kind() {
+                ErrorKind::UniqueIndexConflict { index } => {
+                    assert_eq!(index, "posts_body_unique", "{label}");
+                    assert!(error.document().to_string().contains("clashing"), "{label}");
+                }
+                _ => panic!("{label}: the other unique index refuses the row: {error:?}"),
+            },
             other => panic!("{label}: the other unique index refuses the row: {other:?}"),
         }
         assert!(

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use idem_core::postgres::Store;
-use idem_core::{Error, Outcome};
+use idem_core::{ErrorKind, Outcome};
 use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
 
@@ -230,7 +230,7 @@ async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
                         match store.upsert(&client, &doc).await {
                             Ok(Outcome::Updated) => *last = Some(title),
                             Ok(other) => panic!("writer {writer}: {other:?}"),
-                            Err(Error::IdChanged { .. }) => {}
+                            Err(error) if matches!(error.kind(), ErrorKind::IdChanged { .. }) => {}
                             Err(error) => panic!("writer {writer}: {error:?}"),
                         }
                     }

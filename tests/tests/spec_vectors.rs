@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 
 use idem_core::hash::{canonical_bytes, canonical_document_bytes, content_hash, hash_value};
 use idem_core::id::{derive_id, encode_key_v1};
-use idem_core::{Error, Field, Id, IdKey, IdScheme, IdTimestamp, Model, Role, TimestampProblem};
+use idem_core::{
+    Error, ErrorKind, Field, Id, IdKey, IdScheme, IdTimestamp, Model, Role, TimestampProblem,
+};
 use serde::ser::{
     SerializeMap, SerializeSeq, SerializeStruct, SerializeStructVariant, SerializeTuple,
     SerializeTupleVariant,
@@ -230,7 +232,7 @@ fn problem_name(problem: &TimestampProblem) -> &'static str {
 /// What is wrong with one `derive_id` result, if anything.
 fn check_result(vector: &IdVector, result: Result<Id, Error>) -> Option<String> {
     let expected_field = vector.error_key_index.map(|index| format!("k{index}"));
-    match (result, vector.error.as_deref()) {
+    match (result.map_err(Error::into_kind), vector.error.as_deref()) {
         (Ok(id), None) => {
             let text = id.to_string();
             let expected_ms = match &vector.timestamp_ns {
@@ -257,14 +259,14 @@ fn check_result(vector: &IdVector, result: Result<Id, Error>) -> Option<String> 
                 None
             }
         }
-        (Err(Error::AmbiguousKey { field, .. }), Some("ambiguous_key"))
-        | (Err(Error::EmptyKey { field, .. }), Some("empty_key"))
+        (Err(ErrorKind::AmbiguousKey { field, .. }), Some("ambiguous_key"))
+        | (Err(ErrorKind::EmptyKey { field, .. }), Some("empty_key"))
             if Some(field) == expected_field.as_deref() =>
         {
             None
         }
         (
-            Err(Error::TimestampOutOfRange {
+            Err(ErrorKind::TimestampOutOfRange {
                 field: "ts",
                 problem,
                 ..

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use idem_core::mongo::AdoptOptions;
-use idem_core::{Error, Outcome};
+use idem_core::{Error, ErrorKind, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{post, Post};
 use tracing::field::{Field, Visit};
@@ -148,14 +148,14 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
             ..first.clone()
         };
         assert!(matches!(
-            db.upsert(&moved).await,
-            Err(Error::FrozenFieldChanged { .. })
+            db.upsert(&moved).await.map_err(Error::into_kind),
+            Err(ErrorKind::FrozenFieldChanged { .. })
         ));
         let seen = capture.take();
         let upserts = spans(&seen, "idem.upsert");
         assert_eq!(
             upserts[0].field("outcome"),
-            "Error::FrozenFieldChanged",
+            "ErrorKind::FrozenFieldChanged",
             "{db}"
         );
         let refused = seen.iter().find(|seen| seen.name == "refused");

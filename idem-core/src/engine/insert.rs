@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::batch::BatchDriver;
 use super::{settle, WriteKind};
 use crate::batch::{BatchPlanner, Planned};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::insert::{copy_insertion, InsertReport, Insertion};
 use crate::model::{DocumentRef, Idempotent};
 use crate::outcome::Outcome;
@@ -43,11 +43,7 @@ where
     let collection = DocumentRef::collection(&T::MODEL);
     let mut results: Vec<Result<Insertion, Error>> = members
         .iter()
-        .map(|_| {
-            Err(Error::Contention {
-                document: Box::new(collection.clone()),
-            })
-        })
+        .map(|_| Err(Error::new(collection.clone(), ErrorKind::Contention)))
         .collect();
     for round in &plan.rounds {
         for chunk in round.chunks(driver.chunk().max(1)) {

@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::{Driver, StoredDigest, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::Field;
 use crate::outcome::Outcome;
 use crate::verdict::{Guarded, Stored, StoredVersion, Verdict};
@@ -137,11 +137,13 @@ fn id_change<D: Driver>(
     });
     match moved {
         Some(field) => refusal(driver, doc, stored, field),
-        None => Error::IdChanged {
-            document: Box::new(doc.document.clone()),
-            stored_id: stored_id.unwrap_or_else(|| "(missing)".to_owned()),
-            derived_id: doc.id_text.clone(),
-        },
+        None => Error::new(
+            doc.document.clone(),
+            ErrorKind::IdChanged {
+                stored_id: stored_id.unwrap_or_else(|| "(missing)".to_owned()),
+                derived_id: doc.id_text.clone(),
+            },
+        ),
     }
 }
 
@@ -152,18 +154,20 @@ fn refusal<D: Driver>(
     stored: &D::Stored,
     field: &'static Field,
 ) -> Error {
-    Error::FrozenFieldChanged {
-        document: Box::new(doc.document.clone()),
-        stored_id: driver
-            .stored_id(stored)
-            .unwrap_or_else(|| doc.id_text.clone()),
-        field: field.name(),
-        stored_name: field.stored_name(),
-        stored: driver
-            .stored_shown(stored, field)
-            .unwrap_or_else(|| "(missing)".to_owned()),
-        incoming: driver.incoming_shown(doc, field),
-    }
+    Error::new(
+        doc.document.clone(),
+        ErrorKind::FrozenFieldChanged {
+            stored_id: driver
+                .stored_id(stored)
+                .unwrap_or_else(|| doc.id_text.clone()),
+            field: field.name(),
+            stored_name: field.stored_name(),
+            stored: driver
+                .stored_shown(stored, field)
+                .unwrap_or_else(|| "(missing)".to_owned()),
+            incoming: driver.incoming_shown(doc, field),
+        },
+    )
 }
 
 /// Whether two values in the neutral form are the same value: numbers by value whatever their

@@ -26,7 +26,7 @@ use std::future::Future;
 
 use serde_json::Value;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{DocumentRef, Field, Model};
 use crate::outcome::Outcome;
@@ -34,7 +34,7 @@ use crate::verdict::StoredVersion;
 use crate::MAX_ATTEMPTS;
 
 /// How often a document written without a server guard goes again before
-/// [`Error::Contention`]: enough for dozens of writers racing one document.
+/// [`ErrorKind::Contention`]: enough for dozens of writers racing one document.
 const UNGUARDED_ATTEMPTS: usize = 64;
 
 pub(crate) use judge::{judge, Judged};
@@ -406,15 +406,10 @@ pub(crate) fn refuses_a_document(error: &Error) -> bool {
 
 /// The refusal of a write that collides with a unique index other than the natural key's.
 pub(crate) fn unique_index_conflict(document: &DocumentRef, index: String) -> Error {
-    Error::UniqueIndexConflict {
-        document: Box::new(document.clone()),
-        index,
-    }
+    Error::new(document.clone(), ErrorKind::UniqueIndexConflict { index })
 }
 
 /// The error of a document still contended after its attempts.
 pub(crate) fn contention(document: &DocumentRef) -> Error {
-    Error::Contention {
-        document: Box::new(document.clone()),
-    }
+    Error::new(document.clone(), ErrorKind::Contention)
 }

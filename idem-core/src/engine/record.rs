@@ -2,7 +2,7 @@
 //! fresh id of its first write; a retry with the same key finds it.
 
 use super::{unique_index_conflict, Conflict, Driver, Reply, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::Field;
 use crate::outcome::{Outcome, Recorded};
@@ -10,8 +10,8 @@ use crate::MAX_ATTEMPTS;
 
 /// Records `event`, prepared under a fresh id: `Inserted` if this call stored its key,
 /// `Unchanged` with the first id if a call with the same payload did,
-/// [`Error::IdempotencyKeyReused`] for another payload under the same key, and
-/// [`Error::ForeignId`] for a key another tool stored under an id idem did not assign.
+/// [`ErrorKind::IdempotencyKeyReused`] for another payload under the same key, and
+/// [`ErrorKind::ForeignId`] for a key another tool stored under an id idem did not assign.
 pub(crate) async fn record<D: Driver>(
     driver: &D,
     event: &D::Doc,
@@ -47,10 +47,10 @@ pub(crate) async fn record<D: Driver>(
         };
         let stored_id = driver.stored_id(&stored).unwrap_or_default();
         let Ok(first_id) = stored_id.parse::<Id>() else {
-            return Err(Error::ForeignId {
-                document: Box::new(event.document.clone()),
-                stored_id,
-            });
+            return Err(Error::new(
+                event.document.clone(),
+                ErrorKind::ForeignId { stored_id },
+            ));
         };
         if first_id == id {
             return Ok(Recorded::new(id, Outcome::Inserted));
@@ -58,11 +58,13 @@ pub(crate) async fn record<D: Driver>(
         if driver.stored_hash(&stored) == Some(event.hash.as_str()) {
             return Ok(Recorded::new(first_id, Outcome::Unchanged));
         }
-        return Err(Error::IdempotencyKeyReused {
-            document: Box::new(event.document.clone()),
-            field: key_field.name(),
-            stored_id: first_id,
-        });
+        return Err(Error::new(
+            event.document.clone(),
+            ErrorKind::IdempotencyKeyReused {
+                field: key_field.name(),
+                stored_id: first_id,
+            },
+        ));
     }
     Err(super::contention(&event.document))
 }

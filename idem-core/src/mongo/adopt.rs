@@ -17,7 +17,7 @@ use super::audit::{
 use super::write::{guarded_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
 use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{
     DocumentRef, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
@@ -121,8 +121,8 @@ impl Store {
     ///
     /// A writer upserting `K` with the same timestamp targets `D`. Before the reserve, `K` is held by
     /// `L` under another id; from the reserve to the claim, `D` is held by `R`, whose key differs:
-    /// either way the writer is refused ([`Error::IdChanged`] while `L` holds the key,
-    /// [`Error::FrozenFieldChanged`] while `R` holds the id), exactly as it was before
+    /// either way the writer is refused ([`ErrorKind::IdChanged`] while `L` holds the key,
+    /// [`ErrorKind::FrozenFieldChanged`] while `R` holds the id), exactly as it was before
     /// adoption began, and nothing is written. After the claim it meets the adopted document and is
     /// judged as any write is: `Updated`, `Unchanged`, `Stale`, `Deleted` or refused. Its write is
     /// never lost to the move and never forks the document.
@@ -190,9 +190,10 @@ impl Store {
         options: AdoptOptions,
     ) -> Result<AdoptReport, Error> {
         if model.idempotency_key_field().is_some() {
-            return Err(Error::NoDerivedId {
-                document: Box::new(DocumentRef::collection(model)),
-            });
+            return Err(Error::new(
+                DocumentRef::collection(model),
+                ErrorKind::NoDerivedId,
+            ));
         }
         let mut adoption = Adoption {
             store: self,
@@ -243,7 +244,7 @@ impl Adoption<'_> {
             Ok(()) => true,
             // Idem writers cannot write either while duplicates block the index, so moves are
             // safe without it; a rule may remove the duplicates below.
-            Err(Error::DuplicateNaturalKeys { .. }) => false,
+            Err(error) if matches!(error.kind(), ErrorKind::DuplicateNaturalKeys { .. }) => false,
             Err(other) => return Err(other),
         };
         if let Err(stopped) = self.move_misplaced().await? {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::write::{bson_size, PreparedWrite};
 use super::{mongo_error, Store};
 use crate::batch::BatchReport;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{DocumentRef, Idempotent, Model};
 use crate::trace::{Call, CallKind};
 
@@ -97,7 +97,7 @@ impl Store {
     }
 
     /// Sends a write command; a write concern the server did not confirm is
-    /// [`Error::NotConfirmed`], and retrying the call is then safe.
+    /// [`ErrorKind::NotConfirmed`], and retrying the call is then safe.
     pub(super) async fn run_write_command(
         &self,
         whole: &DocumentRef,
@@ -111,11 +111,13 @@ impl Store {
             .await
             .map_err(|source| mongo_error(whole, source))?;
         if let Ok(concern) = reply.get_document("writeConcernError") {
-            return Err(Error::NotConfirmed {
-                document: Box::new(whole.clone()),
-                code: concern.get_i32("code").unwrap_or(0),
-                message: concern.get_str("errmsg").unwrap_or("no message").to_owned(),
-            });
+            return Err(Error::new(
+                whole.clone(),
+                ErrorKind::NotConfirmed {
+                    code: concern.get_i32("code").unwrap_or(0),
+                    message: concern.get_str("errmsg").unwrap_or("no message").to_owned(),
+                },
+            ));
         }
         Ok(reply)
     }
@@ -265,14 +267,16 @@ pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
 pub(super) fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {
     let message = error.get_str("errmsg").unwrap_or("no message");
     let code = error.get_i32("code").unwrap_or(0);
-    Error::WriteRefused {
-        document: Box::new(document.clone()),
-        code,
-        retryable: super::is_transient_code(code),
-        message: if note.is_empty() {
-            message.to_owned()
-        } else {
-            format!("{message}; {note}")
+    Error::new(
+        document.clone(),
+        ErrorKind::WriteRefused {
+            code,
+            retryable: super::is_transient_code(code),
+            message: if note.is_empty() {
+                message.to_owned()
+            } else {
+                format!("{message}; {note}")
+            },
         },
-    }
+    )
 }

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{
     DocumentRef, Field, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
@@ -204,10 +204,12 @@ impl MongoDriver<'_> {
     async fn delete_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
         let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
         else {
-            return Err(Error::TombstoneNotSet {
-                document: Box::new(write.document.clone()),
-                field: self.model.tombstone_field().map_or("", Field::name),
-            });
+            return Err(Error::new(
+                write.document.clone(),
+                ErrorKind::TombstoneNotSet {
+                    field: self.model.tombstone_field().map_or("", Field::name),
+                },
+            ));
         };
         let mut filter = write.query();
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::write::nul_name_problem;
 use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::insert::InsertReport;
 use crate::model::{
@@ -31,9 +31,9 @@ impl Store {
     ///
     /// A refusal concerns its member alone, and the others are stored and reported beside it: a
     /// member whose natural key is stored under another id (its timestamp moved) is
-    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it; one colliding in another unique
-    /// index is [`Error::UniqueIndexConflict`], naming it; one the server refuses (a collection
-    /// validator) is [`Error::WriteRefused`]. A member that cannot be prepared (its id cannot be
+    /// [`ErrorKind::FrozenFieldChanged`], as `upsert` refuses it; one colliding in another unique
+    /// index is [`ErrorKind::UniqueIndexConflict`], naming it; one the server refuses (a collection
+    /// validator) is [`ErrorKind::WriteRefused`]. A member that cannot be prepared (its id cannot be
     /// derived) fails the call before anything is sent.
     ///
     /// If the acknowledgement is lost, the call fails; the retry finds the members stored and
@@ -61,7 +61,7 @@ impl Store {
     /// round trip when it appends, guarded by `$not: {$elemMatch}` so a retried push never
     /// appends twice. A missing list is started by the push; a list another tool set to null is
     /// an empty one, started with this item after two reads (once: afterwards it is a list). A
-    /// field stored as anything else is [`Error::Deserialize`].
+    /// field stored as anything else is [`ErrorKind::Deserialize`].
     pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
     where
         T: Idempotent,
@@ -72,10 +72,9 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
-            let serialize_error = |message| Error::Serialize {
-                document: Box::new(document.clone()),
+            let serialize_error = |message| Error::new(document.clone(), ErrorKind::Serialize {
                 message,
-            };
+            });
             let item = match bson::to_bson(item) {
                 Ok(Bson::Document(item)) => item,
                 Ok(_) => return Err(item_without_key(document, list, [])),
@@ -131,9 +130,7 @@ impl Store {
                     return Ok(Some(Pushed::AlreadyPresent));
                 }
                 let Some(stored) = find_by_id(collection, document, id_text).await? else {
-                    return Err(Error::NotFound {
-                        document: Box::new(document.clone()),
-                    });
+                    return Err(Error::new(document.clone(), ErrorKind::NotFound));
                 };
                 match stored.get(name) {
                     Some(Bson::Null) => {
@@ -147,15 +144,14 @@ impl Store {
                     }
                     // Changed between the push and the reads: the push goes again.
                     Some(Bson::Array(_)) | None => Ok(None),
-                    Some(other) => Err(Error::Deserialize {
-                        document: Box::new(document.clone()),
+                    Some(other) => Err(Error::new(document.clone(), ErrorKind::Deserialize {
                         message: format!(
                             "`{}` is stored as {:?}, not a list, so nothing can be pushed to it; \
                              store a list (or null) there",
                             list.name(),
                             other.element_type()
                         ),
-                    }),
+                    })),
                 }
             };
             update_or_explain(
@@ -173,13 +169,13 @@ impl Store {
 
     /// Applies `changes` to the `#[idem(effect)]` fields of the document stored under `id` only
     /// if `op` has not been applied to it, recording `op` in the same atomic update. Returns
-    /// `Applied`, or `AlreadyApplied` (nothing written); [`Error::NotFound`] if no document has
+    /// `Applied`, or `AlreadyApplied` (nothing written); [`ErrorKind::NotFound`] if no document has
     /// that id. The same call on every store; [`apply_update_once`](Store::apply_update_once)
     /// takes any MongoDB update instead.
     ///
     /// A change of a field that is not an effect field of the type is refused with
-    /// [`Error::NotAnEffectField`], and a field changed twice or a value that does not
-    /// serialize with [`Error::Serialize`], before anything is sent.
+    /// [`ErrorKind::NotAnEffectField`], and a field changed twice or a value that does not
+    /// serialize with [`ErrorKind::Serialize`], before anything is sent.
     pub async fn apply_once<T>(
         &self,
         id: Id,
@@ -229,7 +225,7 @@ impl Store {
     /// The update may touch only `#[idem(effect)]` fields (by their stored names, or paths inside
     /// them): upserts never overwrite those, so a replayed upsert cannot undo an operation. Any
     /// other path, a field the type does not have included, is refused with
-    /// [`Error::NotAnEffectField`] before anything is sent.
+    /// [`ErrorKind::NotAnEffectField`] before anything is sent.
     ///
     /// An operation that spans documents (credit one account, debit another) uses the same op id
     /// on each step; after a failure between steps, retrying the whole operation applies each
@@ -251,10 +247,7 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             if let Some(path) = unowned_path(model, &update) {
-                return Err(Error::NotAnEffectField {
-                    document: Box::new(document),
-                    path,
-                });
+                return Err(Error::new(document, ErrorKind::NotAnEffectField { path }));
             }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
@@ -270,9 +263,7 @@ impl Store {
                     .await
                     .map_err(|source| mongo_error(document, source))?;
                 let Some(stored) = stored else {
-                    return Err(Error::NotFound {
-                        document: Box::new(document.clone()),
-                    });
+                    return Err(Error::new(document.clone(), ErrorKind::NotFound));
                 };
                 let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
                     ops.iter()

@@ -1,17 +1,19 @@
 //! MongoDB's errors as idem reports them: the server's code, whether a retry may help (from the
 //! error's kind, labels and codes, never its message), and the index a duplicate key names.
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::DocumentRef;
 
 /// MongoDB's error code for a duplicate key.
 pub(super) const DUPLICATE_KEY: i32 = 11000;
 
 pub(super) fn mongo_error(document: &DocumentRef, source: mongodb::error::Error) -> Error {
-    Error::Backend {
-        document: Box::new(document.clone()),
-        source: driver_error(source),
-    }
+    Error::new(
+        document.clone(),
+        ErrorKind::Backend {
+            source: driver_error(source),
+        },
+    )
 }
 
 /// A driver error as idem reports it: kept whole, with its code and whether a retry may help.

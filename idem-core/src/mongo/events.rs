@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::write::PreparedWrite;
 use super::Store;
 use crate::engine;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{idempotency_key, Idempotent};
 use crate::outcome::Recorded;
@@ -16,12 +16,12 @@ impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
     /// key stores it under a fresh random ULID; a retry with the same key and the same payload
     /// returns that first id with `Unchanged`; the same key with another payload is
-    /// [`Error::IdempotencyKeyReused`]. Nothing is written but the first time. One round trip.
+    /// [`ErrorKind::IdempotencyKeyReused`]. Nothing is written but the first time. One round trip.
     ///
-    /// An empty key is refused ([`Error::EmptyKey`]): requests that lost their key would all
+    /// An empty key is refused ([`ErrorKind::EmptyKey`]): requests that lost their key would all
     /// fold into the first one. A key already stored by another tool, under an `_id` idem did
-    /// not assign, is [`Error::ForeignId`]. An event colliding in another unique index is
-    /// [`Error::UniqueIndexConflict`], naming it, in the same round trip.
+    /// not assign, is [`ErrorKind::ForeignId`]. An event colliding in another unique index is
+    /// [`ErrorKind::UniqueIndexConflict`], naming it, in the same round trip.
     pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -33,9 +33,7 @@ impl Store {
             let model = &T::MODEL;
             let key_field = model
                 .idempotency_key_field()
-                .ok_or_else(|| Error::NoDerivedId {
-                    document: Box::new(event.document_ref()),
-                })?;
+                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
             idempotency_key(event)?;
             // Prepared first: a refused event sends nothing, not even the index check.
             let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;

@@ -20,14 +20,14 @@
 //! another content hash), inserts it if no document has that `_id`, and returns the document as
 //! the command left it. That image classifies the write in the same round trip: holding this
 //! write's marker (`idemWrite`), it was `Inserted` or `Updated` here; otherwise the guard left it
-//! alone, and it is `Unchanged`, `Stale`, `Deleted` or a refusal ([`Error::FrozenFieldChanged`]),
+//! alone, and it is `Unchanged`, `Stale`, `Deleted` or a refusal ([`ErrorKind::FrozenFieldChanged`]),
 //! judged by [`crate::verdict`], the rule the guard states. A server that retries a racing
 //! insert as an update may return no document; the command is then sent again and reads its own
 //! marker back, so two racing writers never both report `Inserted`.
 //!
 //! A duplicate-key error means the natural key is stored under another id, because a field
 //! feeding the id changed (a refusal, after a read by `_id` and one by natural key), or another
-//! unique index collides ([`Error::UniqueIndexConflict`]). Nothing was written either way.
+//! unique index collides ([`ErrorKind::UniqueIndexConflict`]). Nothing was written either way.
 //!
 //! No read precedes a write, so there is no window in which a concurrent writer's update can be
 //! lost; the unique index on the natural key makes a fork (two documents for one natural key)
@@ -68,7 +68,7 @@ pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 use crate::backend::Backend;
 use crate::engine::{self, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{DocumentRef, Idempotent, Model};
 use crate::outcome::{Deletion, Outcome, Pushed};
@@ -190,7 +190,7 @@ impl Store {
     /// [`NATURAL_KEY_INDEX`], unless a unique index on exactly the natural-key fields is there
     /// already under another name, which serves as well. Idempotent: calling it again changes
     /// nothing. A [`NATURAL_KEY_INDEX`] that cannot serve (not unique, partial, sparse, under a
-    /// collation, or on other fields) is [`Error::SchemaMismatch`], naming it and what is wrong,
+    /// collation, or on other fields) is [`ErrorKind::SchemaMismatch`], naming it and what is wrong,
     /// and so is another index on those fields that keeps the server from building it; every
     /// write refuses them the same way before anything is written.
     pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
@@ -211,8 +211,8 @@ impl Store {
     /// `_id` and one by natural key). A document another tool stored without digests takes a
     /// second, pinned write; without update pipelines ([`Store::with_update_pipelines`]) an
     /// insert or an update takes two (a read, then the write). Refuses with
-    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
-    /// the id, and with [`Error::IdChanged`] one whose natural key is stored under another id
+    /// [`ErrorKind::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
+    /// the id, and with [`ErrorKind::IdChanged`] one whose natural key is stored under another id
     /// for no reason a stored field shows; nothing is written then.
     /// An event type (with an `idempotency_key`) is written as by [`record`](Store::record).
     pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
@@ -252,10 +252,12 @@ impl Store {
             let write = PreparedWrite::new(doc)?;
             let tombstone = tombstone_field(&T::MODEL, &write.document)?;
             if write.tombstone.is_none() {
-                return Err(Error::TombstoneNotSet {
-                    document: Box::new(write.document.clone()),
-                    field: tombstone.name(),
-                });
+                return Err(Error::new(
+                    write.document.clone(),
+                    ErrorKind::TombstoneNotSet {
+                        field: tombstone.name(),
+                    },
+                ));
             }
             self.verify_indexes(&T::MODEL, &write.document).await?;
             self.settle_one(WriteKind::Delete, &write)
@@ -267,8 +269,8 @@ impl Store {
 
     /// Marks the document stored under `id` deleted with `marker` (the value of its tombstone
     /// field). Returns `Deleted`, or `AlreadyDeleted` if it already was (the first marker
-    /// stays); [`Error::NotFound`] if no document has that id. A marker that serializes as null
-    /// (`None`, `()`) would mark nothing: it is [`Error::TombstoneNotSet`], and nothing is sent.
+    /// stays); [`ErrorKind::NotFound`] if no document has that id. A marker that serializes as null
+    /// (`None`, `()`) would mark nothing: it is [`ErrorKind::TombstoneNotSet`], and nothing is sent.
     pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Deletion, Error>
     where
         T: Idempotent,
@@ -279,17 +281,23 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let tombstone = tombstone_field(model, &document)?;
-            let marker = mongodb::bson::to_bson(marker).map_err(|error| Error::Serialize {
-                document: Box::new(document.clone()),
-                message: error.to_string(),
+            let marker = mongodb::bson::to_bson(marker).map_err(|error| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: error.to_string(),
+                    },
+                )
             })?;
             // A stored null is no marker: the update would match, store null, and answer
             // `Deleted` for a document still live.
             if marker == Bson::Null {
-                return Err(Error::TombstoneNotSet {
-                    document: Box::new(document),
-                    field: tombstone.name(),
-                });
+                return Err(Error::new(
+                    document,
+                    ErrorKind::TombstoneNotSet {
+                        field: tombstone.name(),
+                    },
+                ));
             }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
@@ -299,9 +307,7 @@ impl Store {
             let (collection, document, id_text) = (&collection, &document, id_text.as_str());
             let explain = move || async move {
                 match find_by_id(collection, document, id_text).await? {
-                    None => Err(Error::NotFound {
-                        document: Box::new(document.clone()),
-                    }),
+                    None => Err(Error::new(document.clone(), ErrorKind::NotFound)),
                     Some(stored) if is_tombstoned(model, &stored) => {
                         Ok(Some(Deletion::AlreadyDeleted))
                     }
@@ -487,9 +493,7 @@ fn tombstone_field(
 ) -> Result<&'static crate::model::Field, Error> {
     model
         .tombstone_field()
-        .ok_or_else(|| Error::NoTombstoneField {
-            document: Box::new(document.clone()),
-        })
+        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }
 
 /// Sends `update` to the document `filter` selects by its `_id` until it matches, which answers
@@ -523,9 +527,7 @@ where
             return Ok(answer);
         }
     }
-    Err(Error::Contention {
-        document: Box::new(document.clone()),
-    })
+    Err(Error::new(document.clone(), ErrorKind::Contention))
 }
 
 /// The document stored under `id_text`; an error names `document`.

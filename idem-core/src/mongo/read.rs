@@ -4,7 +4,7 @@ use mongodb::bson::{self, Bson, Document};
 use serde::de::DeserializeOwned;
 
 use super::{mongo_error, Store};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::model::{DocumentRef, Idempotent, NaturalKey};
 use crate::read::read_as;
@@ -13,7 +13,7 @@ use crate::trace::{Call, CallKind};
 impl Store {
     /// The document stored under `id`, as `T`; `None` if none is. A deleted document is
     /// returned with its tombstone set. A stored document that does not read as `T` (written by
-    /// other code, or by an older version of the type) is [`Error::Deserialize`]. One `find`.
+    /// other code, or by an older version of the type) is [`ErrorKind::Deserialize`]. One `find`.
     pub async fn get<T>(&self, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
@@ -73,10 +73,7 @@ impl Store {
             .collect();
         read_as(bson::Deserializer::new(Bson::Document(own)))
             .map(Some)
-            .map_err(|message| Error::Deserialize {
-                document: Box::new(document),
-                message,
-            })
+            .map_err(|message| Error::new(document, ErrorKind::Deserialize { message }))
     }
 }
 

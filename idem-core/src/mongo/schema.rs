@@ -12,7 +12,7 @@ use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
 
 use super::{duplicate_key_message, is_duplicate_key, mongo_error, Store, NATURAL_KEY_INDEX};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{DocumentRef, Model};
 
 /// MongoDB's error codes for an index that cannot be built because one on the same fields
@@ -66,11 +66,13 @@ impl Store {
             }
             // Stored documents share a natural key: the collection's fault, not the document's
             // whose write needed the index.
-            Err(error) if is_duplicate_key(&error) => Err(Error::DuplicateNaturalKeys {
-                document: Box::new(DocumentRef::collection(model)),
-                index: NATURAL_KEY_INDEX.to_owned(),
-                duplicate_key: self.duplicated_key(model, &error).await,
-            }),
+            Err(error) if is_duplicate_key(&error) => Err(Error::new(
+                DocumentRef::collection(model),
+                ErrorKind::DuplicateNaturalKeys {
+                    index: NATURAL_KEY_INDEX.to_owned(),
+                    duplicate_key: self.duplicated_key(model, &error).await,
+                },
+            )),
             // An index on the same fields keeps the server from building idem's: one created
             // since the listing, which may serve, or one the server will not have a second index
             // beside, which cannot.
@@ -307,11 +309,13 @@ fn index_refused(
 }
 
 fn schema_mismatch(model: &Model, document: &DocumentRef, problem: String) -> Error {
-    Error::SchemaMismatch {
-        document: Box::new(document.clone()),
-        collection: model.collection().to_owned(),
-        problem,
-    }
+    Error::new(
+        document.clone(),
+        ErrorKind::SchemaMismatch {
+            collection: model.collection().to_owned(),
+            problem,
+        },
+    )
 }
 
 fn index_name(index: &IndexModel) -> Option<&str> {

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::compare::show;
 use crate::engine::Prepared;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{
     path_step, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
@@ -63,10 +63,8 @@ impl PreparedWrite {
     pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
         let document = doc.document_ref();
-        let serialize_error = |message: String| Error::Serialize {
-            document: Box::new(document.clone()),
-            message,
-        };
+        let serialize_error =
+            |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
         let hash = doc.content_hash()?.to_hex();
         let mut body =
             bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
@@ -75,10 +73,12 @@ impl PreparedWrite {
             return Err(serialize_error(problem));
         }
         if let Some(reserved) = body.keys().find(|name| model.is_reserved(name)) {
-            return Err(Error::ReservedName {
-                document: Box::new(document),
-                stored_name: reserved.clone(),
-            });
+            return Err(Error::new(
+                document,
+                ErrorKind::ReservedName {
+                    stored_name: reserved.clone(),
+                },
+            ));
         }
         // Keys feed the id and find the document; an absent guarded field is one never written.
         let must_be_stored = model
@@ -87,11 +87,13 @@ impl PreparedWrite {
             .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
         for field in must_be_stored {
             if !body.contains_key(field.stored_name()) {
-                return Err(Error::FieldNotSerialized {
-                    document: Box::new(document),
-                    field: field.name(),
-                    stored_name: field.stored_name(),
-                });
+                return Err(Error::new(
+                    document,
+                    ErrorKind::FieldNotSerialized {
+                        field: field.name(),
+                        stored_name: field.stored_name(),
+                    },
+                ));
             }
         }
         let tombstone = model
@@ -150,11 +152,13 @@ impl PreparedWrite {
         };
         let size = bson_size(&write.inserted_document());
         if size > MAX_DOCUMENT_BYTES {
-            return Err(Error::DocumentTooLarge {
-                document: Box::new(write.prepared.document),
-                size,
-                limit: MAX_DOCUMENT_BYTES,
-            });
+            return Err(Error::new(
+                write.prepared.document,
+                ErrorKind::DocumentTooLarge {
+                    size,
+                    limit: MAX_DOCUMENT_BYTES,
+                },
+            ));
         }
         Ok(write)
     }

@@ -19,7 +19,7 @@ use super::row::PreparedRow;
 use super::table::{quote, Content, Table};
 use super::{postgres_error, Store};
 use crate::audit::AdoptReport;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{DocumentRef, Idempotent, ID_FIELD};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
@@ -88,7 +88,7 @@ impl Store {
     /// reported instead, for the next run.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
-    /// and is refused ([`Error::IdChanged`], or [`Error::FrozenFieldChanged`] if its timestamp
+    /// and is refused ([`ErrorKind::IdChanged`], or [`ErrorKind::FrozenFieldChanged`] if its timestamp
     /// moved) as before adoption began; once `L` is
     /// moved, it meets the adopted row and is judged as any write is. The statement is atomic:
     /// no writer ever sees the key absent or held twice, and a crash leaves each row moved or
@@ -122,9 +122,7 @@ impl Store {
             let model = &T::MODEL;
             let collection = DocumentRef::collection(model);
             if model.idempotency_key_field().is_some() {
-                return Err(Error::NoDerivedId {
-                    document: Box::new(collection),
-                });
+                return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = self.table::<T, C>(client, &collection).await?;
             let mut report = AdoptReport::new(model.collection());
@@ -311,10 +309,12 @@ where
 
 fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<ReadRow, Error> {
     let Value::Object(stored) = row.get::<_, Value>(0) else {
-        return Err(Error::Deserialize {
-            document: Box::new(document.clone()),
-            message: "a row did not read as an object".into(),
-        });
+        return Err(Error::new(
+            document.clone(),
+            ErrorKind::Deserialize {
+                message: "a row did not read as an object".into(),
+            },
+        ));
     };
     let place = match row.get::<_, Option<String>>(1) {
         Some(id) => Place::Id(id),

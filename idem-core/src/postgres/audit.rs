@@ -35,7 +35,7 @@ use super::{postgres_error, survey_table, Store};
 use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
 };
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
@@ -148,10 +148,12 @@ where
     while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
         let row = row.map_err(|source| postgres_error(&document, source))?;
         let Value::Object(stored) = row.get::<_, Value>(0) else {
-            return Err(Error::Deserialize {
-                document: Box::new(document),
-                message: "a row did not read as an object".into(),
-            });
+            return Err(Error::new(
+                document,
+                ErrorKind::Deserialize {
+                    message: "a row did not read as an object".into(),
+                },
+            ));
         };
         report.scanned += 1;
         let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));

@@ -13,7 +13,7 @@ use super::{connection, postgres_error, Store};
 use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
 use crate::engine;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::insert::InsertReport;
 use crate::model::{
@@ -28,12 +28,12 @@ impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
     /// key stores it under a fresh random ULID; a retry with the same key and the same payload
     /// returns that first id with `Unchanged`; the same key with another payload is
-    /// [`Error::IdempotencyKeyReused`]. One statement (`ON CONFLICT DO NOTHING` on the key, and
+    /// [`ErrorKind::IdempotencyKeyReused`]. One statement (`ON CONFLICT DO NOTHING` on the key, and
     /// the stored row in the same statement when the key is taken).
     ///
-    /// An empty key is refused ([`Error::EmptyKey`]). A key stored by another tool, under an
-    /// `_id` that is not a ULID, is [`Error::ForeignId`]. An event colliding in another unique
-    /// constraint is [`Error::UniqueIndexConflict`], naming it.
+    /// An empty key is refused ([`ErrorKind::EmptyKey`]). A key stored by another tool, under an
+    /// `_id` that is not a ULID, is [`ErrorKind::ForeignId`]. An event colliding in another unique
+    /// constraint is [`ErrorKind::UniqueIndexConflict`], naming it.
     pub async fn record<T, C>(&self, client: &C, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -46,9 +46,7 @@ impl Store {
             let model = &T::MODEL;
             let key_field = model
                 .idempotency_key_field()
-                .ok_or_else(|| Error::NoDerivedId {
-                    document: Box::new(event.document_ref()),
-                })?;
+                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
             idempotency_key(event)?;
             let table = self.table::<T, C>(client, &event.document_ref()).await?;
             let id = Id::from(ulid::Ulid::generate());
@@ -60,11 +58,11 @@ impl Store {
 
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
     /// recording `op` in the same statement. Returns `Applied`, or `AlreadyApplied` (nothing
-    /// written); [`Error::NotFound`] if no row has that id.
+    /// written); [`ErrorKind::NotFound`] if no row has that id.
     ///
     /// The changes may touch only `#[idem(effect)]` columns: upserts never overwrite those, so
     /// a replayed upsert cannot undo an operation. Any other column, one the type does not have
-    /// included, is refused with [`Error::NotAnEffectField`] before anything is sent.
+    /// included, is refused with [`ErrorKind::NotAnEffectField`] before anything is sent.
     ///
     /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
     /// another) commits whole or not at all; outside one, retrying the whole operation with the
@@ -86,9 +84,13 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let table = self.table::<T, C>(client, &document).await?;
-            let refuse = |path: &str| Error::NotAnEffectField {
-                document: Box::new(document.clone()),
-                path: path.to_owned(),
+            let refuse = |path: &str| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::NotAnEffectField {
+                        path: path.to_owned(),
+                    },
+                )
             };
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
@@ -116,13 +118,15 @@ impl Store {
                         )
                     }
                     ChangeKind::Add(_) => {
-                        return Err(Error::Serialize {
-                            document: Box::new(document),
-                            message: format!(
-                                "cannot add to column {:?}, which is {sql_type}",
-                                column.name
-                            ),
-                        })
+                        return Err(Error::new(
+                            document,
+                            ErrorKind::Serialize {
+                                message: format!(
+                                    "cannot add to column {:?}, which is {sql_type}",
+                                    column.name
+                                ),
+                            },
+                        ))
                     }
                     ChangeKind::Invalid(problem) => {
                         return Err(change::invalid(&document, change.field, problem))
@@ -130,13 +134,15 @@ impl Store {
                     ChangeKind::Set(value) => match &value.json {
                         SqlValue::Json(value) => (
                             column_text(column, Some(value)).map_err(|expected| {
-                                Error::Serialize {
-                                    document: Box::new(document.clone()),
-                                    message: format!(
-                                        "column {:?} holds {expected}, not {value}",
-                                        column.name
-                                    ),
-                                }
+                                Error::new(
+                                    document.clone(),
+                                    ErrorKind::Serialize {
+                                        message: format!(
+                                            "column {:?} holds {expected}, not {value}",
+                                            column.name
+                                        ),
+                                    },
+                                )
                             })?,
                             format!("{name} = {placeholder}"),
                         ),
@@ -145,15 +151,17 @@ impl Store {
                             format!("{name} = {placeholder}"),
                         ),
                         SqlValue::NonFinite(float) => {
-                            return Err(Error::Serialize {
-                                document: Box::new(document),
-                                message: format!(
-                                    "column {:?} is {sql_type}, which cannot hold {}: only a \
+                            return Err(Error::new(
+                                document,
+                                ErrorKind::Serialize {
+                                    message: format!(
+                                        "column {:?} is {sql_type}, which cannot hold {}: only a \
                                      double precision column holds NaN and the infinities",
-                                    column.name,
-                                    json::show_float(*float)
-                                ),
-                            })
+                                        column.name,
+                                        json::show_float(*float)
+                                    ),
+                                },
+                            ))
                         }
                         SqlValue::Invalid(problem) => {
                             return Err(change::invalid(&document, change.field, problem))
@@ -197,9 +205,7 @@ impl Store {
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Applied::Applied),
                 (_, true) => Ok(Applied::AlreadyApplied),
-                _ => Err(Error::NotFound {
-                    document: Box::new(document),
-                }),
+                _ => Err(Error::new(document, ErrorKind::NotFound)),
             }
         })
         .await
@@ -216,7 +222,7 @@ impl Store {
     /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a
     /// disjoint share, so an effect run for each inserted member runs once. A member whose
     /// natural key is stored under another id (its timestamp moved) is refused with
-    /// [`Error::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
+    /// [`ErrorKind::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
     /// stored without conflict.
     pub async fn insert_new<T, C>(
         &self,
@@ -261,10 +267,9 @@ impl Store {
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
             let table = self.table::<T, C>(client, &document).await?;
-            let item = json::to_json(item).map_err(|error| Error::Serialize {
-                document: Box::new(document.clone()),
+            let item = json::to_json(item).map_err(|error| Error::new(document.clone(), ErrorKind::Serialize {
                 message: error.message(),
-            })?;
+            }))?;
             let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
                 let written = item.as_object().into_iter().flat_map(|entries| {
                     entries
@@ -308,9 +313,7 @@ impl Store {
             match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
                 (1.., _) => Ok(Pushed::Appended),
                 (_, true) => Ok(Pushed::AlreadyPresent),
-                _ => Err(Error::NotFound {
-                    document: Box::new(document),
-                }),
+                _ => Err(Error::new(document, ErrorKind::NotFound)),
             }
         })
         .await

@@ -2,7 +2,7 @@
 //! server refused a row for what it holds, and a refusal that says the table is not the one
 //! checked.
 
-use crate::error::{BackendError, Error};
+use crate::error::{BackendError, Error, ErrorKind};
 use crate::model::DocumentRef;
 
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
@@ -41,15 +41,19 @@ pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
 
 pub(super) fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Error {
     match schema_problem(&source) {
-        Some(problem) => Error::SchemaMismatch {
-            document: Box::new(document.clone()),
-            collection: document.collection.to_owned(),
-            problem,
-        },
-        None => Error::Backend {
-            document: Box::new(document.clone()),
-            source: driver_error(source),
-        },
+        Some(problem) => Error::new(
+            document.clone(),
+            ErrorKind::SchemaMismatch {
+                collection: document.collection.to_owned(),
+                problem,
+            },
+        ),
+        None => Error::new(
+            document.clone(),
+            ErrorKind::Backend {
+                source: driver_error(source),
+            },
+        ),
     }
 }
 

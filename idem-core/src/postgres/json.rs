@@ -24,7 +24,7 @@ pub(crate) enum JsonError {
 }
 
 impl JsonError {
-    /// The error as the message of [`crate::Error::Serialize`].
+    /// The error as the message of [`crate::ErrorKind::Serialize`].
     pub fn message(&self) -> String {
         match self {
             JsonError::NonFinite { path, value } => format!(

@@ -26,7 +26,7 @@
 //! [`Store::ensure_table`] runs it. Before its first write to a table the store checks that
 //! the table has every column with its type, a primary key on `_id` and a unique constraint on
 //! the natural key, neither `DEFERRABLE`, and no nondeterministic collation on a key column, and
-//! fails with [`Error::SchemaMismatch`] naming what is wrong otherwise. It checks the table each
+//! fails with [`ErrorKind::SchemaMismatch`] naming what is wrong otherwise. It checks the table each
 //! client's search path leads to: every statement makes sure, in the same round trip, that its
 //! table is one the store checked, so a client of another schema, or a table made again (or
 //! rolled back with the transaction that made it), is checked before it is written or read. A
@@ -83,7 +83,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::batch::BatchReport;
 use crate::engine::{self, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{DocumentRef, Idempotent, Model, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
@@ -188,11 +188,13 @@ impl Store {
         // Refused before anything is created: a table with a cut name would never match, and
         // one with a system column's name cannot be made.
         if let Some(problem) = Table::of::<T>(InsertedSignal::Xmax).unstorable_name() {
-            return Err(Error::SchemaMismatch {
-                document: Box::new(document),
-                collection: T::MODEL.collection().to_owned(),
-                problem,
-            });
+            return Err(Error::new(
+                document,
+                ErrorKind::SchemaMismatch {
+                    collection: T::MODEL.collection().to_owned(),
+                    problem,
+                },
+            ));
         }
         crate::trace::round_trip("CREATE TABLE");
         client
@@ -206,8 +208,8 @@ impl Store {
 
     /// Writes `doc` under its derived id, converging under retries, replays and races: one
     /// statement for every outcome, and a second for a row another tool wrote. Refuses with
-    /// [`Error::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
-    /// the id, and with [`Error::IdChanged`] one whose natural key is stored under another id
+    /// [`ErrorKind::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
+    /// the id, and with [`ErrorKind::IdChanged`] one whose natural key is stored under another id
     /// for no reason a stored field shows; nothing is written then.
     pub async fn upsert<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
     where
@@ -284,10 +286,12 @@ impl Store {
                 .and_then(|index| row.value_of(&table, index))
                 .is_some();
             if !marked {
-                return Err(Error::TombstoneNotSet {
-                    document: Box::new(document),
-                    field: tombstone.name(),
-                });
+                return Err(Error::new(
+                    document,
+                    ErrorKind::TombstoneNotSet {
+                        field: tombstone.name(),
+                    },
+                ));
             }
             let driver = self.driver(client, &table);
             let mut outcomes = engine::settle(&driver, WriteKind::Delete, &[&row]).await?;
@@ -301,7 +305,7 @@ impl Store {
 
     /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
     /// field). Returns `Deleted`, or `AlreadyDeleted` if it already was (the first marker
-    /// stays); [`Error::NotFound`] if no row has that id. One statement.
+    /// stays); [`ErrorKind::NotFound`] if no row has that id. One statement.
     pub async fn delete_by_id<T, M, C>(
         &self,
         client: &C,
@@ -319,19 +323,25 @@ impl Store {
             let document = DocumentRef::by_id(model, id);
             let tombstone = tombstone_field(model, &document)?;
             let table = self.table::<T, C>(client, &document).await?;
-            let marker = json::to_json(marker).map_err(|error| Error::Serialize {
-                document: Box::new(document.clone()),
-                message: error.message(),
+            let marker = json::to_json(marker).map_err(|error| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: error.message(),
+                    },
+                )
             })?;
             let column = table
                 .column_of(tombstone)
                 .map(|index| &table.columns[index]);
             let (marker_text, sql_type) = match (column, &marker) {
                 (_, serde_json::Value::Null) => {
-                    return Err(Error::TombstoneNotSet {
-                        document: Box::new(document),
-                        field: tombstone.name(),
-                    })
+                    return Err(Error::new(
+                        document,
+                        ErrorKind::TombstoneNotSet {
+                            field: tombstone.name(),
+                        },
+                    ))
                 }
                 (Some(column), serde_json::Value::String(text)) if column.sql_type() == "text" => {
                     (text.clone(), "text")
@@ -360,9 +370,7 @@ impl Store {
             match (marked, deleted) {
                 (1.., _) => Ok(Deletion::Deleted),
                 (_, Some(true)) => Ok(Deletion::AlreadyDeleted),
-                _ => Err(Error::NotFound {
-                    document: Box::new(document),
-                }),
+                _ => Err(Error::new(document, ErrorKind::NotFound)),
             }
         })
         .await
@@ -523,14 +531,16 @@ fn column_arrays<'r>(
         vec![Vec::with_capacity(rows.len()); table.sent.len()];
     for row in rows {
         if row.values.len() != columns.len() {
-            return Err(Error::Serialize {
-                document: Box::new(document.clone()),
-                message: format!(
-                    "a row of {} values for {} columns",
-                    row.values.len(),
-                    columns.len()
-                ),
-            });
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::Serialize {
+                    message: format!(
+                        "a row of {} values for {} columns",
+                        row.values.len(),
+                        columns.len()
+                    ),
+                },
+            ));
         }
         for (column, value) in columns.iter_mut().zip(&row.values) {
             column.push(value.as_deref());
@@ -579,7 +589,5 @@ fn tombstone_field(
 ) -> Result<&'static crate::model::Field, Error> {
     model
         .tombstone_field()
-        .ok_or_else(|| Error::NoTombstoneField {
-            document: Box::new(document.clone()),
-        })
+        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }

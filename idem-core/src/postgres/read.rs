@@ -9,14 +9,14 @@ use super::schema::query_checked_one;
 use super::table::{quote, Content, Table};
 use super::Store;
 use crate::column::ColumnShape;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::model::{DocumentRef, Idempotent, NaturalKey, ID_FIELD};
 use crate::trace::{Call, CallKind};
 
 impl Store {
     /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
-    /// its tombstone set. A row that does not read as `T` is [`Error::Deserialize`]. One
+    /// its tombstone set. A row that does not read as `T` is [`ErrorKind::Deserialize`]. One
     /// statement (and the table check before the first statement to a table).
     pub async fn get<T, C>(&self, client: &C, id: Id) -> Result<Option<T>, Error>
     where
@@ -105,10 +105,8 @@ where
         table.name()
     );
     let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
-    let deserialize_error = |message: String| Error::Deserialize {
-        document: Box::new(document.clone()),
-        message,
-    };
+    let deserialize_error =
+        |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
     let stored = match row.get::<_, Option<Value>>(1) {
         None => return Ok(None),
         Some(Value::Object(stored)) => stored,

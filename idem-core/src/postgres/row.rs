@@ -9,7 +9,7 @@ use super::json;
 use super::table::{Content, Table, TableColumn};
 use crate::column::ColumnShape;
 use crate::engine::Prepared;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{Field, Idempotent, Model, Role};
 
@@ -97,10 +97,8 @@ impl PreparedRow {
     ) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
         let document = doc.document_ref();
-        let serialize_error = |message: String| Error::Serialize {
-            document: Box::new(document.clone()),
-            message,
-        };
+        let serialize_error =
+            |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
         let hash = doc.content_hash()?.to_hex();
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
@@ -119,10 +117,12 @@ impl PreparedRow {
                 .map(|&(_, value)| value)
         };
         if let Some(reserved) = entries.keys().find(|name| model.is_reserved(name)) {
-            return Err(Error::ReservedName {
-                document: Box::new(document),
-                stored_name: reserved.clone(),
-            });
+            return Err(Error::new(
+                document,
+                ErrorKind::ReservedName {
+                    stored_name: reserved.clone(),
+                },
+            ));
         }
         let must_be_stored = model
             .fields()
@@ -130,11 +130,13 @@ impl PreparedRow {
             .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
         for field in must_be_stored {
             if entries.get(field.stored_name()).is_none_or(Value::is_null) {
-                return Err(Error::FieldNotSerialized {
-                    document: Box::new(document),
-                    field: field.name(),
-                    stored_name: field.stored_name(),
-                });
+                return Err(Error::new(
+                    document,
+                    ErrorKind::FieldNotSerialized {
+                        field: field.name(),
+                        stored_name: field.stored_name(),
+                    },
+                ));
             }
         }
         let guarded = model

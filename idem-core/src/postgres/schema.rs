@@ -10,7 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::errors::postgres_error;
 use super::table::{self, Table};
 use crate::engine;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::{DocumentRef, ID_FIELD};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
@@ -33,11 +33,13 @@ where
             Ok(())
         }
         // A table the survey did not find has that problem.
-        _ => Err(Error::SchemaMismatch {
-            document: Box::new(document.clone()),
-            collection: table.model.collection().to_owned(),
-            problem: survey.problems.into_iter().next().unwrap_or_default(),
-        }),
+        _ => Err(Error::new(
+            document.clone(),
+            ErrorKind::SchemaMismatch {
+                collection: table.model.collection().to_owned(),
+                problem: survey.problems.into_iter().next().unwrap_or_default(),
+            },
+        )),
     }
 }
 

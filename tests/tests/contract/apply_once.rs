@@ -3,7 +3,7 @@
 //! writes back an effect, and an update of any other field is refused with nothing written.
 //! Op ids derive from the triggering document.
 
-use idem_core::{Applied, Change, Error, Id, Idempotent, OpId, Outcome};
+use idem_core::{Applied, Change, Error, ErrorKind, Id, Idempotent, OpId, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{account, Account, Payment};
 use mongodb::bson::doc;
@@ -53,8 +53,10 @@ async fn an_operation_applies_once_and_no_upsert_undoes_it() {
         let credit = OpId::new("webhook-1");
         assert!(
             matches!(
-                db.credit_once::<Wallet>(id, &credit, "balance", 100).await,
-                Err(Error::NotFound { .. })
+                db.credit_once::<Wallet>(id, &credit, "balance", 100)
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::NotFound)
             ),
             "{db}"
         );
@@ -85,15 +87,17 @@ async fn an_operation_applies_once_and_no_upsert_undoes_it() {
         match db
             .credit_once::<Wallet>(id, &OpId::new("typo"), "balanse", 1)
             .await
+            .map_err(Error::into_kind)
         {
-            Err(Error::NotAnEffectField { path, .. }) => assert_eq!(path, "balanse", "{db}"),
+            Err(ErrorKind::NotAnEffectField { path, .. }) => assert_eq!(path, "balanse", "{db}"),
             other => panic!("{db}: expected a refusal, got {other:?}"),
         }
         assert!(
             matches!(
                 db.credit_once::<Wallet>(id, &OpId::new("x"), "holderName", 1)
-                    .await,
-                Err(Error::NotAnEffectField { .. })
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::NotAnEffectField { .. })
             ),
             "{db}"
         );
@@ -199,9 +203,9 @@ async fn apply_once_on_a_missing_document_is_not_found() {
             .credit_once::<Account>(id, &"op-1".into(), "balance", 100)
             .await
         {
-            Err(Error::NotFound { document }) => {
-                assert_eq!(document.collection, "accounts", "{db}");
-                assert_eq!(document.id, Some(id), "{db}");
+            Err(error) if matches!(error.kind(), ErrorKind::NotFound) => {
+                assert_eq!(error.document().collection, "accounts", "{db}");
+                assert_eq!(error.document().id, Some(id), "{db}");
             }
             other => panic!("{db}: expected NotFound, got {other:?}"),
         }
@@ -333,8 +337,11 @@ async fn assert_not_an_effect_field(test: &str, update: fn() -> Update, path: &s
         let id = ledger("Ada").id().unwrap();
         let before = db.raw::<Ledger>().await;
         let op = OpId::from("op-1");
-        match apply(&db, id, &op, update()).await {
-            Err(Error::NotAnEffectField { path: refused, .. }) => {
+        match apply(&db, id, &op, update())
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::NotAnEffectField { path: refused, .. }) => {
                 assert_eq!(refused, path, "{db}")
             }
             other => panic!("{db}: expected NotAnEffectField {path:?}, got {other:?}"),
@@ -448,8 +455,12 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
         let before = db.raw::<Tab>().await;
         let second = OpId::new("visit-2");
         let twice = [Change::add("visits", 1), Change::add("visits", 1)];
-        match db.apply_once::<Tab>(id, &second, &twice).await {
-            Err(Error::Serialize { message, .. }) => {
+        match db
+            .apply_once::<Tab>(id, &second, &twice)
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::Serialize { message, .. }) => {
                 assert!(message.contains("`visits` twice"), "{db}: {message}")
             }
             other => panic!("{db}: a field changed twice is refused: {other:?}"),
@@ -457,8 +468,9 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
         match db
             .apply_once::<Tab>(id, &second, &[Change::add_float("total", f64::NAN)])
             .await
+            .map_err(Error::into_kind)
         {
-            Err(Error::Serialize { message, .. }) => {
+            Err(ErrorKind::Serialize { message, .. }) => {
                 assert!(message.contains("not a finite amount"), "{db}: {message}")
             }
             other => panic!("{db}: a NaN amount is refused: {other:?}"),
@@ -467,8 +479,9 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
         match db
             .apply_once::<Tab>(id, &second, &[Change::add_float("visits", 0.5)])
             .await
+            .map_err(Error::into_kind)
         {
-            Err(Error::Serialize { message, .. }) => {
+            Err(ErrorKind::Serialize { message, .. }) => {
                 assert!(
                     message.contains("cannot add 0.5 to `visits`"),
                     "{db}: {message}"

@@ -2,7 +2,7 @@
 //! input order, gives; copies of one document share the fate of the copy that was sent; a
 //! refused document is refused alone and the rest of its batch is written.
 
-use idem_core::{Error, Outcome, TimestampProblem};
+use idem_core::{Error, ErrorKind, Outcome, TimestampProblem};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, post, Entry, Post};
 
@@ -105,8 +105,8 @@ async fn a_refused_document_does_not_stop_the_rest_of_its_batch() {
         );
         assert!(
             matches!(
-                &outcomes[1],
-                Err(Error::FrozenFieldChanged {
+                outcomes[1].as_ref().map_err(Error::kind),
+                Err(ErrorKind::FrozenFieldChanged {
                     field: "created_at",
                     ..
                 })
@@ -120,8 +120,8 @@ async fn a_refused_document_does_not_stop_the_rest_of_its_batch() {
         );
         assert!(
             matches!(
-                &outcomes[3],
-                Err(Error::EmptyKey {
+                outcomes[3].as_ref().map_err(Error::kind),
+                Err(ErrorKind::EmptyKey {
                     field: "entry_id",
                     ..
                 })
@@ -169,8 +169,8 @@ async fn collapsed_copies_share_the_fate_of_the_copy_that_was_sent() {
         for (index, outcome) in outcomes.iter().enumerate().skip(2) {
             assert!(
                 matches!(
-                    outcome,
-                    Err(Error::FrozenFieldChanged {
+                    outcome.as_ref().map_err(Error::kind),
+                    Err(ErrorKind::FrozenFieldChanged {
                         field: "created_at",
                         ..
                     })
@@ -203,8 +203,8 @@ fn retitled() -> Post {
 
 /// Asserts `result` is the refusal of a changed `author_id` whose incoming value is `author`'s.
 fn assert_author_refused(db: &Db, result: &Result<Outcome, Error>, author: &str) {
-    match result {
-        Err(Error::FrozenFieldChanged {
+    match result.as_ref().map_err(Error::kind) {
+        Err(ErrorKind::FrozenFieldChanged {
             field,
             stored,
             incoming,
@@ -433,8 +433,8 @@ async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
         );
         assert!(
             matches!(
-                outcomes[1],
-                Err(Error::TimestampOutOfRange {
+                outcomes[1].as_ref().map_err(Error::kind),
+                Err(ErrorKind::TimestampOutOfRange {
                     problem: TimestampProblem::BeforeUnixEpoch,
                     ..
                 })
@@ -443,14 +443,17 @@ async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
             outcomes[1]
         );
         assert!(
-            matches!(outcomes[2], Err(Error::EmptyKey { field: "slug", .. })),
+            matches!(
+                outcomes[2].as_ref().map_err(Error::kind),
+                Err(ErrorKind::EmptyKey { field: "slug", .. })
+            ),
             "{db}: {:?}",
             outcomes[2]
         );
         assert!(
             matches!(
-                outcomes[3],
-                Err(Error::FrozenFieldChanged {
+                outcomes[3].as_ref().map_err(Error::kind),
+                Err(ErrorKind::FrozenFieldChanged {
                     field: "author_id",
                     ..
                 })
@@ -460,7 +463,10 @@ async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
         );
         if oversized {
             assert!(
-                matches!(outcomes[4], Err(Error::DocumentTooLarge { .. })),
+                matches!(
+                    outcomes[4].as_ref().map_err(Error::kind),
+                    Err(ErrorKind::DocumentTooLarge { .. })
+                ),
                 "{db}: {:?}",
                 outcomes[4]
             );

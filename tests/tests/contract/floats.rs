@@ -3,7 +3,7 @@
 //! float field are stored as they are, never lost to null. (Inside a structured value, where
 //! PostgreSQL's `jsonb` cannot hold them: `postgres_only.rs`.)
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::stored_documents;
 use serde::{Deserialize, Serialize};
@@ -250,8 +250,8 @@ async fn a_nan_in_a_frozen_field_is_not_a_change() {
             calibration: 1.5,
             ..edited.clone()
         };
-        match db.upsert(&calibrated).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&calibrated).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field: "calibration",
                 stored,
                 incoming,
@@ -268,10 +268,13 @@ async fn a_nan_in_a_frozen_field_is_not_a_change() {
             .unwrap();
         if !matches!(
             refused.outcomes(),
-            [Err(Error::FrozenFieldChanged {
-                field: "calibration",
-                ..
-            })]
+            [outcome] if matches!(
+                outcome.as_ref().map_err(Error::kind),
+                Err(ErrorKind::FrozenFieldChanged {
+                    field: "calibration",
+                    ..
+                })
+            )
         ) {
             problems.push(format!(
                 "{db}: NaN changed to 1.5 in a batch: expected FrozenFieldChanged, got {:?}",

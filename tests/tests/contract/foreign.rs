@@ -4,7 +4,7 @@
 //! idem's from the first write on.
 
 use idem_core::model::APPLIED_OPS_FIELD;
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, post, Entry, Payment, Post};
 use mongodb::bson::oid::ObjectId;
@@ -69,8 +69,8 @@ async fn a_refusal_over_a_legacy_document_names_the_id_it_is_stored_under() {
 
         // The same post with another publication time: a new id, so the stored one would be
         // orphaned.
-        match db.upsert(&post()).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&post()).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field,
                 stored_id,
                 stored,
@@ -108,8 +108,10 @@ async fn recording_an_event_stored_by_another_tool_reports_its_foreign_id() {
         let legacy_id = write_under_foreign_id(&db, &payment(1_000)).await;
         let before = db.raw::<Payment>().await;
 
-        let expect_foreign_id = |result: Result<Outcome, Error>| match result {
-            Err(Error::ForeignId { stored_id, .. }) => assert_eq!(stored_id, legacy_id, "{db}"),
+        let expect_foreign_id = |result: Result<Outcome, Error>| match result
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::ForeignId { stored_id, .. }) => assert_eq!(stored_id, legacy_id, "{db}"),
             other => panic!("{db}: expected ForeignId {legacy_id}, got {other:?}"),
         };
         for amount_cents in [1_000, 2_000] {
@@ -190,8 +192,8 @@ async fn numbers_another_tool_stored_compare_by_value() {
             },
             ..reading.clone()
         };
-        match db.upsert(&other_gain).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&other_gain).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field: "calibration",
                 ..
             }) => {}

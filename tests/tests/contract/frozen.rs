@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{post, Post};
 use serde::{Deserialize, Serialize};
@@ -25,8 +25,8 @@ async fn a_changed_frozen_field_or_timestamp_is_refused_and_nothing_is_written()
             author_id: "grace".into(),
             ..post()
         };
-        match db.upsert(&other_author).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&other_author).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field,
                 stored,
                 incoming,
@@ -42,8 +42,8 @@ async fn a_changed_frozen_field_or_timestamp_is_refused_and_nothing_is_written()
             published_at: post().published_at + 1,
             ..post()
         };
-        match db.upsert(&moved).await {
-            Err(Error::FrozenFieldChanged { field, .. }) => {
+        match db.upsert(&moved).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged { field, .. }) => {
                 assert_eq!(field, "published_at", "{db}")
             }
             other => panic!("{db}: expected a refusal, got {other:?}"),
@@ -82,8 +82,8 @@ async fn a_frozen_list_holding_a_null_cannot_be_overwritten() {
             answers: vec![Some("no".into()), None],
             ..cast.clone()
         };
-        match db.upsert(&rigged).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&rigged).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field,
                 stored_id,
                 stored,
@@ -212,8 +212,12 @@ async fn a_frozen_option_left_out_while_none_is_written_once_then_frozen() {
         );
         let before = db.raw::<Ticket>().await;
         // …and never changed afterwards.
-        match db.upsert(&ticket(Some("bob"))).await {
-            Err(Error::FrozenFieldChanged { field, .. }) => {
+        match db
+            .upsert(&ticket(Some("bob")))
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::FrozenFieldChanged { field, .. }) => {
                 assert_eq!(field, "closed_by", "{db}")
             }
             other => panic!("{db}: expected FrozenFieldChanged for `closed_by`, got {other:?}"),
@@ -289,8 +293,8 @@ async fn a_frozen_null_is_a_value_and_only_a_none_may_be_set_later() {
                         .remove(0),
                 ),
             ] {
-                match outcome {
-                    Err(Error::FrozenFieldChanged { field: refused, .. }) => {
+                match outcome.map_err(Error::into_kind) {
+                    Err(ErrorKind::FrozenFieldChanged { field: refused, .. }) => {
                         assert_eq!(refused, field, "{db} {how}")
                     }
                     other => panic!("{db} {how}: a frozen null changed to a value: {other:?}"),
@@ -310,8 +314,8 @@ async fn a_frozen_null_is_a_value_and_only_a_none_may_be_set_later() {
         };
         assert!(
             matches!(
-                db.upsert(&reissued).await,
-                Err(Error::FrozenFieldChanged {
+                db.upsert(&reissued).await.map_err(Error::into_kind),
+                Err(ErrorKind::FrozenFieldChanged {
                     field: "issuer",
                     ..
                 })
@@ -328,8 +332,8 @@ async fn a_frozen_null_is_a_value_and_only_a_none_may_be_set_later() {
         };
         assert!(
             matches!(
-                db.upsert(&changed).await,
-                Err(Error::FrozenFieldChanged { field: "meta", .. })
+                db.upsert(&changed).await.map_err(Error::into_kind),
+                Err(ErrorKind::FrozenFieldChanged { field: "meta", .. })
             ),
             "{db}: another tool's frozen null changed to a value"
         );
@@ -404,9 +408,9 @@ async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
                 Some(&Outcome::Inserted),
                 "{db} {how}"
             );
-            match &outcomes[1] {
+            match outcomes[1].as_ref().map_err(Error::kind) {
                 // The stored timestamp reads as the incoming one: the ids differ all the same.
-                Err(Error::IdChanged { derived_id, .. }) => refused.push(derived_id.clone()),
+                Err(ErrorKind::IdChanged { derived_id, .. }) => refused.push(derived_id.clone()),
                 other => panic!("{db} {how}: expected the second id refused, got {other:?}"),
             }
         }
@@ -430,8 +434,8 @@ async fn one_natural_key_under_two_ids_is_refused_in_a_batch_as_one_by_one() {
             Some(&idem_core::Insertion::Inserted),
             "{db}"
         );
-        match &inserted.results()[1] {
-            Err(Error::IdChanged { derived_id, .. }) => {
+        match inserted.results()[1].as_ref().map_err(Error::kind) {
+            Err(ErrorKind::IdChanged { derived_id, .. }) => {
                 assert_eq!(*derived_id, refused[0], "{db}: as one by one")
             }
             other => panic!("{db} insert_new: expected the second id refused, got {other:?}"),
@@ -478,8 +482,8 @@ async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
         let before = db.raw::<Meeting>().await;
         forget_commands(&db);
 
-        match db.upsert(&nudged).await {
-            Err(Error::FrozenFieldChanged {
+        match db.upsert(&nudged).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged {
                 field, stored_id, ..
             }) => {
                 assert_eq!(field, "starts_at", "{db}");
@@ -491,10 +495,13 @@ async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
         assert!(
             matches!(
                 report.outcomes(),
-                [Err(Error::FrozenFieldChanged {
-                    field: "starts_at",
-                    ..
-                })]
+                [outcome] if matches!(
+                    outcome.as_ref().map_err(Error::kind),
+                    Err(ErrorKind::FrozenFieldChanged {
+                        field: "starts_at",
+                        ..
+                    })
+                )
             ),
             "{db}: {:?}",
             report.outcomes()
@@ -513,8 +520,8 @@ async fn a_sub_millisecond_timestamp_change_keeps_the_id_but_is_refused() {
         db.ensure::<Deploy>().await;
         db.upsert(&deploy).await.unwrap();
         let before = db.raw::<Deploy>().await;
-        match db.upsert(&nudged_deploy).await {
-            Err(Error::FrozenFieldChanged { field, .. }) => assert_eq!(field, "at", "{db}"),
+        match db.upsert(&nudged_deploy).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged { field, .. }) => assert_eq!(field, "at", "{db}"),
             other => panic!("{db}: expected FrozenFieldChanged, got {other:?}"),
         }
         assert_eq!(db.raw::<Deploy>().await, before, "{db}: nothing written");

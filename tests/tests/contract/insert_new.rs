@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use idem_core::{Error, Idempotent};
+use idem_core::{Error, ErrorKind, Idempotent};
 use idem_tests::backends::{fresh_backends, Db};
 use serde::{Deserialize, Serialize};
 
@@ -110,8 +110,8 @@ fn assert_moved_timestamp_refused<T: std::fmt::Debug>(
     result: Result<T, Error>,
     stored_as: &Badge,
 ) {
-    match result {
-        Err(Error::FrozenFieldChanged {
+    match result.map_err(Error::into_kind) {
+        Err(ErrorKind::FrozenFieldChanged {
             field, stored_id, ..
         }) => {
             assert_eq!(field, "earned_at", "{db}");
@@ -167,8 +167,10 @@ async fn a_member_whose_id_holds_another_natural_key_is_refused_not_taken_as_sto
             .await;
         let before = db.raw::<Award>().await;
         let report = db.insert_new(&[member, award("b2")]).await.unwrap();
-        match &report.results()[0] {
-            Err(Error::FrozenFieldChanged { field, .. }) => assert_eq!(*field, "user_id", "{db}"),
+        match report.results()[0].as_ref().map_err(Error::kind) {
+            Err(ErrorKind::FrozenFieldChanged { field, .. }) => {
+                assert_eq!(*field, "user_id", "{db}")
+            }
             other => panic!("{db}: the member is refused, not taken as stored: {other:?}"),
         }
         assert_eq!(report.inserted(), [award("b2")], "{db}");

@@ -5,7 +5,7 @@
 //! `Change` names the one column it changes). They use `idem_core::mongo::Store` directly.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
-use idem_core::{Applied, Error, Idempotent, OpId, Outcome};
+use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::{fresh_database, raw_documents as raw, stored_documents, CommandLog};
 use mongodb::bson::{self, doc, Document};
 use mongodb::options::IndexOptions;
@@ -72,13 +72,14 @@ async fn a_document_over_the_limit_only_with_the_bytes_idem_adds_is_too_large() 
     );
     assert!(bson_len(&stored_form) > MAX_DOCUMENT_BYTES);
 
-    let expect_too_large = |result: &Result<Outcome, Error>| match result {
-        Err(Error::DocumentTooLarge { size, limit, .. }) => {
-            assert_eq!(*limit, MAX_DOCUMENT_BYTES);
-            assert!(size > limit, "size {size}");
-        }
-        other => panic!("expected DocumentTooLarge, got {other:?}"),
-    };
+    let expect_too_large =
+        |result: &Result<Outcome, Error>| match result.as_ref().map_err(Error::kind) {
+            Err(ErrorKind::DocumentTooLarge { size, limit, .. }) => {
+                assert_eq!(*limit, MAX_DOCUMENT_BYTES);
+                assert!(size > limit, "size {size}");
+            }
+            other => panic!("expected DocumentTooLarge, got {other:?}"),
+        };
     expect_too_large(&store.upsert(&upload).await);
     assert!(raw(store.database(), "uploads").await.is_empty());
 
@@ -101,26 +102,26 @@ async fn a_document_over_16_mib_is_refused_before_anything_is_sent() {
     let before = raw(store.database(), "posts").await;
     let _ = log.take();
 
-    match store.upsert(&oversized_post("big")).await.unwrap_err() {
-        Error::DocumentTooLarge {
-            document,
-            size,
-            limit,
-        } => {
-            assert_eq!(limit, 16 * 1024 * 1024);
+    let error = store.upsert(&oversized_post("big")).await.unwrap_err();
+    match error.kind() {
+        ErrorKind::DocumentTooLarge { size, limit } => {
+            assert_eq!(*limit, 16 * 1024 * 1024);
             assert!(size > limit, "{size} > {limit}");
             assert_eq!(
-                document.natural_key.parts(),
+                error.document().natural_key.parts(),
                 [text_key("slug", "big"), text_key("lang", "en")]
             );
         }
-        other => panic!("expected DocumentTooLarge, got {other:?}"),
+        _ => panic!("expected DocumentTooLarge, got {error:?}"),
     }
     assert_nothing_sent(&log);
     // An edit of a stored document that would grow it past the limit: refused the same way.
     assert!(matches!(
-        store.upsert(&oversized_post("kept")).await,
-        Err(Error::DocumentTooLarge { .. })
+        store
+            .upsert(&oversized_post("kept"))
+            .await
+            .map_err(Error::into_kind),
+        Err(ErrorKind::DocumentTooLarge { .. })
     ));
     assert_nothing_sent(&log);
     assert_eq!(raw(store.database(), "posts").await, before);
@@ -168,8 +169,8 @@ async fn the_largest_document_idem_accepts_is_one_the_server_stores() {
     // One byte more is refused before sending.
     let over = post_of_stored_size("over", largest + 1);
     assert!(matches!(
-        store.upsert(&over).await,
-        Err(Error::DocumentTooLarge { .. })
+        store.upsert(&over).await.map_err(Error::into_kind),
+        Err(ErrorKind::DocumentTooLarge { .. })
     ));
     assert_nothing_sent(&log);
 
@@ -185,11 +186,8 @@ async fn the_largest_document_idem_accepts_is_one_the_server_stores() {
     assert!(
         matches!(
             report.outcomes(),
-            [
-                Ok(Outcome::Inserted),
-                Ok(Outcome::Inserted),
-                Err(Error::DocumentTooLarge { .. })
-            ]
+            [Ok(Outcome::Inserted), Ok(Outcome::Inserted), Err(error)]
+                if matches!(error.kind(), ErrorKind::DocumentTooLarge { .. })
         ),
         "{:?}",
         report.outcomes()
@@ -225,13 +223,16 @@ struct Member {
 
 fn assert_unique_index_conflict(result: &Result<Outcome, Error>, expected_index: &str) {
     match result {
-        Err(error @ Error::UniqueIndexConflict { index, .. }) => {
-            assert_eq!(index, expected_index);
-            assert!(
-                !error.is_retryable(),
-                "the same write meets the same index every time"
-            );
-        }
+        Err(error) => match error.kind() {
+            ErrorKind::UniqueIndexConflict { index, .. } => {
+                assert_eq!(index, expected_index);
+                assert!(
+                    !error.is_retryable(),
+                    "the same write meets the same index every time"
+                );
+            }
+            _ => panic!("expected UniqueIndexConflict on {expected_index}, got {error:?}"),
+        },
         other => panic!("expected UniqueIndexConflict on {expected_index}, got {other:?}"),
     }
 }
@@ -302,7 +303,7 @@ async fn a_stale_natural_key_index_is_refused_before_any_write_naming_it() {
         store.upsert(&seat("1b")).await,
     ] {
         match attempt {
-            Err(error @ Error::SchemaMismatch { .. }) => {
+            Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
                 let message = error.to_string();
                 assert!(message.contains(NATURAL_KEY_INDEX), "{message}");
                 assert!(
@@ -335,8 +336,12 @@ async fn apply_once_refuses_renaming_an_effect_field_out_of_the_effect_fields() 
     let before = raw(store.database(), "ledgers").await;
     let op = OpId::from("op-1");
     let rename = doc! { "$rename": { "balance": "owner" } };
-    match store.apply_update_once::<Ledger>(id, &op, rename).await {
-        Err(Error::NotAnEffectField { path, .. }) => assert_eq!(path, "owner"),
+    match store
+        .apply_update_once::<Ledger>(id, &op, rename)
+        .await
+        .map_err(Error::into_kind)
+    {
+        Err(ErrorKind::NotAnEffectField { path, .. }) => assert_eq!(path, "owner"),
         other => panic!("expected NotAnEffectField \"owner\", got {other:?}"),
     }
     assert_eq!(raw(store.database(), "ledgers").await, before);

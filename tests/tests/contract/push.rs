@@ -1,7 +1,7 @@
 //! `push`: an item appended once however often and however concurrently it is sent, items told
 //! apart by their whole key, and an item without a usable key refused before anything is sent.
 
-use idem_core::{Error, Idempotent, Outcome, Pushed};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome, Pushed};
 use idem_tests::backends::{fresh_backends, Db};
 use serde::{Deserialize, Serialize};
 
@@ -55,8 +55,10 @@ async fn a_push_appends_once_however_often_and_however_concurrently_it_is_sent()
         };
         assert!(
             matches!(
-                db.push::<Thread, _>(id, "comments", &comment(0)).await,
-                Err(Error::NotFound { .. })
+                db.push::<Thread, _>(id, "comments", &comment(0))
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::NotFound)
             ),
             "{db}"
         );
@@ -148,8 +150,10 @@ async fn a_push_appends_once_however_often_and_however_concurrently_it_is_sent()
         assert_eq!(comment_texts(&db).await.len(), 5, "{db}");
         assert!(
             matches!(
-                db.push::<Thread, _>(id, "topic", &comment(9)).await,
-                Err(Error::NotAPushedField { .. })
+                db.push::<Thread, _>(id, "topic", &comment(9))
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::NotAPushedField { .. })
             ),
             "{db}"
         );
@@ -298,17 +302,19 @@ async fn pushing_an_item_without_its_key_is_refused() {
             text: "who am I?".into(),
         };
         match push_comment(&db, &thread, &anonymous).await {
-            Err(Error::ItemWithoutKey {
-                document,
-                field,
-                item_key,
-                written,
-            }) => {
-                assert_eq!(field, "comments", "{db}");
-                assert_eq!(item_key, "comment_id", "{db}");
-                assert_eq!(written, ["text"], "{db}: what the item writes instead");
-                assert_eq!(document.id, Some(thread.id().unwrap()), "{db}");
-            }
+            Err(error) => match error.kind() {
+                ErrorKind::ItemWithoutKey {
+                    field,
+                    item_key,
+                    written,
+                } => {
+                    assert_eq!(*field, "comments", "{db}");
+                    assert_eq!(*item_key, "comment_id", "{db}");
+                    assert_eq!(*written, ["text"], "{db}: what the item writes instead");
+                    assert_eq!(error.document().id, Some(thread.id().unwrap()), "{db}");
+                }
+                _ => panic!("{db}: expected ItemWithoutKey, got {error:?}"),
+            },
             other => panic!("{db}: expected ItemWithoutKey, got {other:?}"),
         }
         // An item type whose `rename_all` the list's `push_by` does not spell: the error shows
@@ -354,7 +360,7 @@ async fn pushing_an_item_without_its_key_is_refused() {
             .await
             .unwrap_err();
         assert!(
-            matches!(error, Error::Serialize { .. })
+            matches!(error.kind(), ErrorKind::Serialize { .. })
                 && error
                     .to_string()
                     .contains("has a list under its key `comment_id`"),
@@ -364,8 +370,9 @@ async fn pushing_an_item_without_its_key_is_refused() {
         assert!(
             matches!(
                 db.push::<LooseThread, _>(thread.id().unwrap(), "comments", &"just text")
-                    .await,
-                Err(Error::ItemWithoutKey { .. })
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::ItemWithoutKey { .. })
             ),
             "{db}"
         );

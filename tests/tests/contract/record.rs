@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::Payment;
 use serde::{Deserialize, Serialize};
@@ -53,8 +53,12 @@ async fn an_event_is_recorded_once_under_its_idempotency_key() {
             first.id.to_string(),
             "{db}: stored under the id it was recorded with"
         );
-        match db.record(&charge("req-1", 900)).await {
-            Err(Error::IdempotencyKeyReused {
+        match db
+            .record(&charge("req-1", 900))
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::IdempotencyKeyReused {
                 field, stored_id, ..
             }) => {
                 assert_eq!(field, "request_key", "{db}");
@@ -63,7 +67,10 @@ async fn an_event_is_recorded_once_under_its_idempotency_key() {
             other => panic!("{db}: expected a refusal, got {other:?}"),
         }
         assert!(
-            matches!(db.record(&charge("", 1)).await, Err(Error::EmptyKey { .. })),
+            matches!(
+                db.record(&charge("", 1)).await.map_err(Error::into_kind),
+                Err(ErrorKind::EmptyKey { .. })
+            ),
             "{db}"
         );
         assert_eq!(db.raw::<Charge>().await, before, "{db}: nothing written");
@@ -100,7 +107,10 @@ fn an_event_has_no_derived_id() {
         request_key: "req-1".into(),
         amount_cents: 1,
     };
-    assert!(matches!(payment.id(), Err(Error::NoDerivedId { .. })));
+    assert!(matches!(
+        payment.id().map_err(Error::into_kind),
+        Err(ErrorKind::NoDerivedId)
+    ));
 }
 
 /// Promise catalogue case 7: an empty idempotency key is refused, as an empty key is, and
@@ -113,10 +123,11 @@ async fn an_empty_idempotency_key_is_refused_and_nothing_is_written() {
             request_key: String::new(),
             amount_cents: 1_000,
         };
-        let expect_empty_key = |result: Result<Outcome, Error>| match result {
-            Err(Error::EmptyKey { field, .. }) => assert_eq!(field, "request_key", "{db}"),
-            other => panic!("{db}: expected EmptyKey for `request_key`, got {other:?}"),
-        };
+        let expect_empty_key =
+            |result: Result<Outcome, Error>| match result.map_err(Error::into_kind) {
+                Err(ErrorKind::EmptyKey { field, .. }) => assert_eq!(field, "request_key", "{db}"),
+                other => panic!("{db}: expected EmptyKey for `request_key`, got {other:?}"),
+            };
         expect_empty_key(db.record(&blank).await.map(|recorded| recorded.outcome));
         // Another request without a key must not fold into the first one either.
         let other_blank = Payment {
@@ -150,24 +161,23 @@ async fn an_idempotency_key_reused_with_another_payload_is_refused() {
             ..payment.clone()
         };
         match db.record(&reused).await {
-            Err(Error::IdempotencyKeyReused {
-                document,
-                field,
-                stored_id,
-            }) => {
-                assert_eq!(field, "request_key", "{db}");
-                assert_eq!(stored_id, first.id, "{db}");
-                assert_eq!(
-                    document.natural_key.parts(),
-                    [text_key("request_key", "req-1")],
-                    "{db}"
-                );
-            }
+            Err(error) => match error.kind() {
+                ErrorKind::IdempotencyKeyReused { field, stored_id } => {
+                    assert_eq!(*field, "request_key", "{db}");
+                    assert_eq!(*stored_id, first.id, "{db}");
+                    assert_eq!(
+                        error.document().natural_key.parts(),
+                        [text_key("request_key", "req-1")],
+                        "{db}"
+                    );
+                }
+                _ => panic!("{db}: expected IdempotencyKeyReused, got {error:?}"),
+            },
             other => panic!("{db}: expected IdempotencyKeyReused, got {other:?}"),
         }
         // Through `upsert` and `upsert_many`, which record events the same way.
-        match db.upsert(&reused).await {
-            Err(Error::IdempotencyKeyReused { stored_id, .. }) => {
+        match db.upsert(&reused).await.map_err(Error::into_kind) {
+            Err(ErrorKind::IdempotencyKeyReused { stored_id, .. }) => {
                 assert_eq!(stored_id, first.id, "{db}")
             }
             other => panic!("{db}: expected IdempotencyKeyReused, got {other:?}"),
@@ -176,10 +186,8 @@ async fn an_idempotency_key_reused_with_another_payload_is_refused() {
         assert!(
             matches!(
                 report.outcomes(),
-                [
-                    Err(Error::IdempotencyKeyReused { .. }),
-                    Ok(Outcome::Unchanged)
-                ]
+                [Err(error), Ok(Outcome::Unchanged)]
+                    if matches!(error.kind(), ErrorKind::IdempotencyKeyReused { .. })
             ),
             "{db}: {:?}",
             report.outcomes()
@@ -221,7 +229,7 @@ async fn an_event_that_cannot_be_stored_is_refused_before_anything_is_sent() {
             tags: [("request_key".to_owned(), "other".to_owned())].into(),
         };
         match db.record(&event).await {
-            Err(error @ Error::Serialize { .. }) => assert!(
+            Err(error) if matches!(error.kind(), ErrorKind::Serialize { .. }) => assert!(
                 error
                     .to_string()
                     .contains("the name `request_key` is written twice"),
@@ -262,8 +270,12 @@ async fn recording_an_event_that_collides_in_another_unique_index_is_refused_nam
         let first = db.record(&invite("r1", "a@x")).await.unwrap();
         assert_eq!(first.outcome, Outcome::Inserted, "{db}");
         let before = db.raw::<Invite>().await;
-        match db.record(&invite("r2", "a@x")).await {
-            Err(Error::UniqueIndexConflict { index, .. }) => {
+        match db
+            .record(&invite("r2", "a@x"))
+            .await
+            .map_err(Error::into_kind)
+        {
+            Err(ErrorKind::UniqueIndexConflict { index, .. }) => {
                 assert!(index.contains("invites_email"), "{db}: {index}")
             }
             other => panic!("{db}: expected a refusal naming invites_email, got {other:?}"),

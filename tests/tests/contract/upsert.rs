@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::{Error, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{post, Post};
 use serde::{Deserialize, Serialize};
@@ -168,8 +168,8 @@ async fn a_second_unique_index_is_a_refusal_naming_it_on_every_path() {
                 .await
                 .unwrap();
             for (how, outcome) in [("single", &single), ("batch", &batch.outcomes()[0])] {
-                match outcome {
-                    Err(Error::UniqueIndexConflict { index, .. }) => {
+                match outcome.as_ref().map_err(Error::kind) {
+                    Err(ErrorKind::UniqueIndexConflict { index, .. }) => {
                         assert!(index.contains("members_email"), "{db} {how}: {index}")
                     }
                     other => panic!(

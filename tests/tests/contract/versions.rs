@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idem_core::{Deletion, Error, Idempotent, Outcome};
+use idem_core::{Deletion, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, Entry};
 use serde::Serialize;
@@ -109,7 +109,9 @@ async fn versions_order_replays_and_tombstones_never_come_back() {
         assert!(
             matches!(
                 db.delete_by_id::<Entry, _>(id, &5_i64).await,
-                Err(Error::NotFound { document }) if document.id == Some(id)
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::NotFound)
+                        && error.document().id == Some(id)
             ),
             "{db}: the missing document is named"
         );
