@@ -4,10 +4,12 @@ use std::future::Future;
 
 use crate::batch::BatchReport;
 use crate::change::Change;
+use crate::document::NaturalKey;
 use crate::error::Error;
 use crate::id::Id;
+use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{Idempotent, NaturalKey, OpId};
+use crate::model::OpId;
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 
 /// A database idem writes to, through the caller's connection where it has one: a

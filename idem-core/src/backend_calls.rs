@@ -3,8 +3,9 @@
 use std::future::Future;
 
 use crate::backend::Backend;
+use crate::document::NaturalKey;
 use crate::error::Error;
-use crate::model::{Idempotent, NaturalKey};
+use crate::idempotent::Idempotent;
 use crate::outcome::{Outcome, Pushed};
 use crate::read::Finding;
 

@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::document::NaturalKey;
 use crate::error::Error;
-use crate::model::NaturalKey;
 use crate::outcome::Outcome;
 
 /// How a batch is sent.
@@ -265,9 +265,9 @@ mod tests {
     #[test]
     fn a_report_iterates_with_each_inputs_index_and_offers_the_errors_alone() {
         let refusal = Error::new(
-            crate::model::DocumentRef {
+            crate::document::DocumentRef {
                 collection: "posts",
-                natural_key: crate::model::NaturalKey::new(Vec::new()),
+                natural_key: crate::document::NaturalKey::new(Vec::new()),
                 id: None,
             },
             ErrorKind::Contention,

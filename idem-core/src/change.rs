@@ -5,8 +5,9 @@
 use serde::Serialize;
 
 use crate::column::{Column, ColumnShape};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::{DocumentRef, Model};
+use crate::model::Model;
 
 /// One change an operation makes to an `#[idem(effect)]` field (named by its stored name), for
 /// `apply_once` on every store: add to a number, or set a value.

@@ -7,29 +7,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::document::DocumentRef;
 use crate::id::Id;
-use crate::model::DocumentRef;
-
-/// Why a timestamp cannot be an id's time part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TimestampProblem {
-    /// Before 1970-01-01T00:00:00Z: a ULID's time part is unsigned.
-    BeforeUnixEpoch,
-    /// After 2^48 − 1 ms since the epoch (10889-08-02T05:31:50.655Z).
-    AfterUlidRange,
-}
-
-impl fmt::Display for TimestampProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TimestampProblem::BeforeUnixEpoch => "it is before the Unix epoch (1970-01-01)",
-            TimestampProblem::AfterUlidRange => {
-                "it is past the last ULID millisecond (2^48 - 1 ms, year 10889)"
-            }
-        })
-    }
-}
+pub use crate::id::TimestampProblem;
 
 /// A field as an error names it: its Rust name, and the name serde stores it under when that
 /// differs (`published_at` (stored as `publishedAt`)), so the message leads to the struct and to

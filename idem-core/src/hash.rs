@@ -35,33 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::Model;
 
-/// The hash function over the canonical bytes. Chosen per type with
-/// `#[idem(hash_algorithm = "…")]`; recorded in the stored hash, so hashes of two algorithms
-/// never compare equal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[non_exhaustive]
-pub enum HashAlgorithm {
-    /// SHA-256, stored as 64 lowercase hex digits. The default: the fastest here for documents
-    /// of a few KB (the CPU's SHA extensions).
-    #[default]
-    Sha256,
-    /// BLAKE3 (feature `blake3`), stored as `blake3:` and 64 lowercase hex digits. Several times
-    /// faster than SHA-256 on documents of tens of KB, slower on small ones.
-    #[cfg(feature = "blake3")]
-    Blake3,
-}
-
-impl HashAlgorithm {
-    /// The prefix of the stored form: none for SHA-256, so hashes stored before algorithms were
-    /// selectable stay valid.
-    const fn prefix(self) -> &'static str {
-        match self {
-            HashAlgorithm::Sha256 => "",
-            #[cfg(feature = "blake3")]
-            HashAlgorithm::Blake3 => "blake3:",
-        }
-    }
-}
+pub use crate::model::HashAlgorithm;
 
 /// A content hash, stored as 64 lowercase hex digits (SHA-256) or `blake3:` and 64 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

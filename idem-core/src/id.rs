@@ -19,16 +19,36 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::SystemTime;
 
-use sha2::{Digest, Sha256};
+mod derivation;
 
-use crate::error::{Error, ErrorKind, TimestampProblem};
-use crate::model::{DocumentRef, Model, NaturalKey};
+pub use derivation::{derive_id, natural_key};
 
 /// The largest millisecond count a ULID's 48-bit time part holds (year 10889).
 pub const MAX_TIMESTAMP_MS: u64 = (1 << 48) - 1;
 
 /// The separator of [`IdScheme::Joined`].
 pub const JOINED_SEPARATOR: char = ':';
+
+/// Why a timestamp cannot be an id's time part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimestampProblem {
+    /// Before 1970-01-01T00:00:00Z: a ULID's time part is unsigned.
+    BeforeUnixEpoch,
+    /// After 2^48 − 1 ms since the epoch (10889-08-02T05:31:50.655Z).
+    AfterUlidRange,
+}
+
+impl fmt::Display for TimestampProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimestampProblem::BeforeUnixEpoch => "it is before the Unix epoch (1970-01-01)",
+            TimestampProblem::AfterUlidRange => {
+                "it is past the last ULID millisecond (2^48 - 1 ms, year 10889)"
+            }
+        })
+    }
+}
 
 /// A document id: a ULID, displayed as its 26-character Crockford base32 form and stored as the
 /// `_id` string.
@@ -435,78 +455,6 @@ impl IdTimestamp for time::OffsetDateTime {
     }
 }
 
-/// Derives an id from key values in declaration order and an optional timestamp.
-///
-/// This is what the generated `T::derive_id` calls. It allocates nothing unless it fails: the
-/// key encoding streams into the hasher.
-pub fn derive_id(
-    model: &Model,
-    keys: &[&dyn IdKey],
-    timestamp: Option<&dyn IdTimestamp>,
-) -> Result<Id, Error> {
-    let hash_part = match model.id_scheme() {
-        IdScheme::V1 => hash_part_v1(model, keys)?,
-        IdScheme::Joined => hash_part_joined(model, keys)?,
-    };
-    debug_assert_eq!(
-        timestamp.is_some(),
-        model.timestamp_field().is_some(),
-        "a timestamp is passed exactly when the model has a timestamp field"
-    );
-    let (timestamp_ms, field, stored_name) = match (timestamp, model.timestamp_field()) {
-        (Some(timestamp), Some(field)) => {
-            (timestamp.unix_millis(), field.name(), field.stored_name())
-        }
-        _ => (Ok(0), "", ""),
-    };
-    timestamp_ms
-        .and_then(|millis| Id::from_parts(millis, hash_part))
-        .map_err(|problem| {
-            Error::new(
-                DocumentRef::new(model, natural_key(model, keys)),
-                ErrorKind::TimestampOutOfRange {
-                    field,
-                    stored_name,
-                    value: timestamp.map(IdTimestamp::describe).unwrap_or_default(),
-                    problem,
-                },
-            )
-        })
-}
-
-/// The natural key of a document from its key values in declaration order.
-pub fn natural_key(model: &Model, keys: &[&dyn IdKey]) -> NaturalKey {
-    NaturalKey::new(
-        model
-            .natural_key_fields()
-            .zip(keys)
-            .map(|(field, key)| (field.name(), key.key_part().to_key_value()))
-            .collect(),
-    )
-}
-
-fn refuse_empty(model: &Model, keys: &[&dyn IdKey], index: usize) -> Error {
-    let (field, stored_name) = key_names(model, index);
-    Error::new(
-        DocumentRef::new(model, natural_key(model, keys)),
-        ErrorKind::EmptyKey { field, stored_name },
-    )
-}
-
-/// The Rust and stored names of key field `index`.
-fn key_names(model: &Model, index: usize) -> (&'static str, &'static str) {
-    model
-        .key_fields()
-        .nth(index)
-        .map_or(("", ""), |field| (field.name(), field.stored_name()))
-}
-
-fn first_ten(digest: &[u8]) -> [u8; 10] {
-    let mut part = [0u8; 10];
-    part.copy_from_slice(&digest[..10]);
-    part
-}
-
 /// Appends the `v1` encoding of one key to `out`: the bytes that feed SHA-256.
 pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
     let mut utf8 = [0u8; 4];
@@ -531,95 +479,6 @@ pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
             }
         },
         KeyPart::Bool(value) => out(&[0x04, u8::from(value)]),
-    }
-}
-
-fn hash_part_v1(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Error> {
-    let mut hasher = Sha256::new();
-    for (index, key) in keys.iter().enumerate() {
-        let part = key.key_part();
-        if matches!(part, KeyPart::Text("")) {
-            return Err(refuse_empty(model, keys, index));
-        }
-        encode_key_v1(part, |bytes| hasher.update(bytes));
-    }
-    Ok(first_ten(&hasher.finalize()))
-}
-
-fn hash_part_joined(model: &Model, keys: &[&dyn IdKey]) -> Result<[u8; 10], Error> {
-    let mut hasher = Sha256::new();
-    for (index, key) in keys.iter().enumerate() {
-        if index > 0 {
-            hasher.update([JOINED_SEPARATOR as u8]);
-        }
-        let mut digits = DigitBuffer::default();
-        let mut utf8 = [0u8; 4];
-        let text = match key.key_part() {
-            KeyPart::Text(text) => text,
-            KeyPart::Char(c) => c.encode_utf8(&mut utf8),
-            KeyPart::Integer(value) => digits.format(value),
-            KeyPart::LargeUnsigned(value) => digits.format(value),
-            KeyPart::Bool(value) => {
-                if value {
-                    "true"
-                } else {
-                    "false"
-                }
-            }
-        };
-        if text.is_empty() {
-            return Err(refuse_empty(model, keys, index));
-        }
-        if text.contains(JOINED_SEPARATOR) {
-            let (field, stored_name) = key_names(model, index);
-            return Err(Error::new(
-                DocumentRef::new(model, natural_key(model, keys)),
-                ErrorKind::AmbiguousKey {
-                    field,
-                    stored_name,
-                    value: text.to_owned(),
-                },
-            ));
-        }
-        hasher.update(text.as_bytes());
-    }
-    Ok(first_ten(&hasher.finalize()))
-}
-
-/// Formats an integer on the stack, so the joined scheme allocates nothing either.
-struct DigitBuffer {
-    bytes: [u8; 40],
-    len: usize,
-}
-
-impl Default for DigitBuffer {
-    fn default() -> Self {
-        DigitBuffer {
-            bytes: [0; 40],
-            len: 0,
-        }
-    }
-}
-
-impl DigitBuffer {
-    fn format(&mut self, value: impl fmt::Display) -> &str {
-        use fmt::Write;
-        self.len = 0;
-        // 40 bytes hold every i128 and u128 in decimal, so this write cannot fail.
-        let _ = write!(self, "{value}");
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
-}
-
-impl fmt::Write for DigitBuffer {
-    fn write_str(&mut self, text: &str) -> fmt::Result {
-        let end = self.len + text.len();
-        self.bytes
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(text.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 

@@ -126,7 +126,7 @@ impl<T> fmt::Display for InsertReport<T> {
 #[cfg(all(test, any(feature = "mongodb", feature = "postgres")))]
 mod tests {
     use super::*;
-    use crate::model::{DocumentRef, NaturalKey};
+    use crate::document::{DocumentRef, NaturalKey};
     use crate::ErrorKind;
 
     fn refusal() -> Error {

@@ -140,11 +140,13 @@ mod backend_calls;
 pub mod batch;
 mod change;
 pub mod column;
+pub mod document;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod engine;
 pub mod error;
 pub mod hash;
 pub mod id;
+mod idempotent;
 pub mod insert;
 pub mod model;
 #[cfg(feature = "mongodb")]
@@ -152,6 +154,8 @@ pub mod mongo;
 pub mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+mod push;
 pub mod read;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod trace;
@@ -163,11 +167,13 @@ pub use backend::Backend;
 pub use batch::BatchReport;
 pub use change::Change;
 pub use column::{Column, ColumnShape};
+pub use document::{DocumentRef, NaturalKey};
 pub use error::{BackendError, Error, ErrorKind, TimestampProblem};
 pub use hash::{ContentHash, HashAlgorithm};
 pub use id::{Id, IdKey, IdScheme, IdTimestamp, KeyPart, KeyValue, StoredKey};
+pub use idempotent::Idempotent;
 pub use insert::{InsertReport, Insertion};
-pub use model::{DocumentRef, Field, Idempotent, Model, NaturalKey, OpId, Role};
+pub use model::{Field, Model, OpId, Role};
 pub use outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 pub use read::Finding;
 pub use version::{OrderedVersion, VersionKey};

@@ -3,190 +3,33 @@
 
 use std::fmt;
 
-use crate::error::{Error, ErrorKind};
-use crate::hash::{ContentHash, HashAlgorithm};
-use crate::id::{Id, IdScheme, KeyValue};
-use crate::version::VersionKey;
+use crate::id::IdScheme;
 
-/// A type whose writes are idempotent by construction. Derive it with `#[derive(Idempotent)]`.
-pub trait Idempotent {
-    /// The type's collection, id scheme and field roles.
-    const MODEL: Model;
+/// The hash function over the canonical bytes. Chosen per type with
+/// `#[idem(hash_algorithm = "…")]`; recorded in the stored hash, so hashes of two algorithms
+/// never compare equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[non_exhaustive]
+pub enum HashAlgorithm {
+    /// SHA-256, stored as 64 lowercase hex digits. The default: the fastest here for documents
+    /// of a few KB (the CPU's SHA extensions).
+    #[default]
+    Sha256,
+    /// BLAKE3 (feature `blake3`), stored as `blake3:` and 64 lowercase hex digits. Several times
+    /// faster than SHA-256 on documents of tens of KB, slower on small ones.
+    #[cfg(feature = "blake3")]
+    Blake3,
+}
 
-    /// The document's deterministic id, from its key fields and timestamp.
-    fn id(&self) -> Result<Id, Error>;
-
-    /// The values of the key fields, in declaration order.
-    fn natural_key(&self) -> NaturalKey;
-
-    /// The content hash: the model's hash algorithm (SHA-256 unless `hash_algorithm` says
-    /// otherwise) over the canonical encoding of every stored field except the hash field and
-    /// those other routes own or that do not count as content: volatile, tombstone, pushed and
-    /// effect fields.
-    fn content_hash(&self) -> Result<ContentHash, Error>
-    where
-        Self: serde::Serialize,
-    {
-        crate::hash::content_hash(self, &Self::MODEL)
-            .map_err(|message| Error::new(self.document_ref(), ErrorKind::Serialize { message }))
-    }
-
-    /// The collection and natural key, as errors name the document.
-    fn document_ref(&self) -> DocumentRef {
-        DocumentRef::new(&Self::MODEL, self.natural_key())
-    }
-
-    /// A deterministic operation id for an effect of this document, for
-    /// [`apply_once`](crate::mongo::Store::apply_once): the same document and purpose always give
-    /// the same op id, so the effect applies once however often the document is written, and
-    /// two different (document, purpose) pairs never give the same op id, so neither effect is
-    /// skipped as already applied.
-    ///
-    /// A document's op id is `{id}:{purpose}`: the id's 26 characters, `:` and the purpose.
-    ///
-    /// An event type's id is assigned by its first write, so its op id comes from its
-    /// collection and idempotency key instead: `{collection}:{key}:{purpose}`, where the
-    /// collection and the key (its text; an integer in decimal, a boolean as `true` or
-    /// `false`) are each written as they are if they are not empty and hold no `:`, and
-    /// otherwise as `:`, their length in UTF-8 bytes in decimal, `:` and themselves. The key
-    /// `r:bonus` with the purpose `credit` gives `payments::7:r:bonus:credit`, the key `r` with
-    /// the purpose `bonus:credit` gives `payments:r:bonus:credit`. A collection of 26 Crockford
-    /// base32 characters (in either case), which could be a document's id, is length-prefixed
-    /// too, so an event's op id never reads as `{id}:{purpose}`. Keys and collections without
-    /// `:` keep the op ids earlier versions gave them, so an event replayed after an upgrade is
-    /// still recognised as applied. docs/SPEC.md (section 4) specifies the layout.
-    fn op_id(&self, purpose: &str) -> Result<OpId, Error> {
-        /// `text` as a part of an event's op id: as is, or length-prefixed where it could be
-        /// misread (empty, holding the separator, or, for the collection, reading as an id).
-        fn part(text: &str, could_read_as_id: bool) -> std::borrow::Cow<'_, str> {
-            let reads_as_id = could_read_as_id
-                && text.len() == 26
-                && text.bytes().all(|byte| {
-                    byte.is_ascii_alphanumeric()
-                        && !matches!(byte.to_ascii_uppercase(), b'I' | b'L' | b'O' | b'U')
-                });
-            if text.is_empty() || text.contains(':') || reads_as_id {
-                format!(":{}:{text}", text.len()).into()
-            } else {
-                text.into()
-            }
+impl HashAlgorithm {
+    /// The prefix of the stored form: none for SHA-256, so hashes stored before algorithms were
+    /// selectable stay valid.
+    pub(crate) const fn prefix(self) -> &'static str {
+        match self {
+            HashAlgorithm::Sha256 => "",
+            #[cfg(feature = "blake3")]
+            HashAlgorithm::Blake3 => "blake3:",
         }
-        if Self::MODEL.idempotency_key_field().is_some() {
-            let key = idempotency_key(self)?;
-            return Ok(OpId::new(format!(
-                "{}:{}:{purpose}",
-                part(Self::MODEL.collection(), true),
-                part(&key, false)
-            )));
-        }
-        Ok(OpId::new(format!("{}:{purpose}", self.id()?)))
-    }
-
-    /// The order key of the document's `#[idem(version)]` field, if it has one.
-    fn version_key(&self) -> Option<VersionKey> {
-        None
-    }
-
-    /// The order key of a stored value of the `#[idem(version)]` field, read back as its type:
-    /// how a document stored without idem's order key is ordered. `None` for a type without
-    /// versions, or a value that does not read as the field's type.
-    #[doc(hidden)]
-    fn stored_version_key(_value: &serde_json::Value) -> Option<VersionKey>
-    where
-        Self: Sized,
-    {
-        None
-    }
-
-    /// Every field serde writes, in declaration order, with the kind of value it holds: what a
-    /// backend with typed columns makes its table of. The derive lists every field that is not
-    /// `#[serde(skip)]`ped.
-    fn stored_columns() -> Vec<crate::column::Column>
-    where
-        Self: Sized,
-    {
-        Vec::new()
-    }
-}
-
-/// The step to the field or map key `key` in a path a message shows: `.name`, or `["odd key"]`
-/// for a key that is not a plain name.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
-pub(crate) fn path_step(key: &str) -> String {
-    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        format!(".{key}")
-    } else {
-        format!("[{key:?}]")
-    }
-}
-
-/// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
-/// backends check before a push.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
-pub(crate) fn pushed_list(
-    model: &'static Model,
-    field: &'static str,
-    document: &DocumentRef,
-) -> Result<&'static Field, Error> {
-    model
-        .fields()
-        .iter()
-        .find(|f| f.name() == field && f.role() == Role::Pushed)
-        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NotAPushedField { field }))
-}
-
-/// The refusal of an item pushed to `list` whose key is a list: keys compare whole, and MongoDB
-/// would match a list against each of its elements, so two items could pass for one.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
-pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
-    Error::new(
-        document,
-        ErrorKind::Serialize {
-            message: format!(
-                "the item pushed to `{}` has a list under its key `{}`; a key is compared whole, \
-             so it is a scalar or a struct, not a list",
-                list.name(),
-                list.item_key()
-            ),
-        },
-    )
-}
-
-/// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
-/// items without a key would all fold into the first one pushed. `written` lists the stored
-/// names the item writes a value under, in its order.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
-pub(crate) fn item_without_key<'a>(
-    document: DocumentRef,
-    list: &Field,
-    written: impl IntoIterator<Item = &'a String>,
-) -> Error {
-    Error::new(
-        document,
-        ErrorKind::ItemWithoutKey {
-            field: list.name(),
-            item_key: list.item_key(),
-            written: written.into_iter().cloned().collect(),
-        },
-    )
-}
-
-/// The idempotency key of an event, as text; an empty key is refused, since requests that lost
-/// their key would all fold into the first one.
-pub(crate) fn idempotency_key<T: Idempotent + ?Sized>(event: &T) -> Result<String, Error> {
-    match event.natural_key().parts() {
-        [(field, KeyValue::Text(text))] if text.is_empty() => Err(Error::new(
-            event.document_ref(),
-            ErrorKind::EmptyKey {
-                field,
-                stored_name: T::MODEL
-                    .idempotency_key_field()
-                    .map_or(field, |key| key.stored_name()),
-            },
-        )),
-        [(_, KeyValue::Text(text))] => Ok(text.clone()),
-        [(_, other)] => Ok(other.to_string()),
-        _ => Err(Error::new(event.document_ref(), ErrorKind::NoDerivedId)),
     }
 }
 
@@ -507,79 +350,6 @@ impl Model {
     }
 }
 
-/// The key values of one document, by field name, in declaration order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NaturalKey(Vec<(&'static str, KeyValue)>);
-
-impl NaturalKey {
-    /// A natural key from `(field, value)` pairs in declaration order.
-    pub fn new(parts: Vec<(&'static str, KeyValue)>) -> Self {
-        NaturalKey(parts)
-    }
-
-    /// The `(field, value)` pairs.
-    pub fn parts(&self) -> &[(&'static str, KeyValue)] {
-        &self.0
-    }
-}
-
-impl fmt::Display for NaturalKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("{")?;
-        for (index, (field, value)) in self.0.iter().enumerate() {
-            let separator = if index == 0 { "" } else { ", " };
-            write!(f, "{separator}{field}: {value}")?;
-        }
-        f.write_str("}")
-    }
-}
-
-/// Which document an error is about: its collection and natural key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct DocumentRef {
-    /// The collection.
-    pub collection: &'static str,
-    /// The natural key; empty for errors about a whole collection or a document known by id.
-    pub natural_key: NaturalKey,
-    /// The id, when the call named the document by id.
-    pub id: Option<Id>,
-}
-
-impl DocumentRef {
-    /// The document of `model` with this natural key.
-    pub fn new(model: &Model, natural_key: NaturalKey) -> Self {
-        DocumentRef {
-            collection: model.collection(),
-            natural_key,
-            id: None,
-        }
-    }
-
-    /// The document of `model` stored under `id`.
-    pub fn by_id(model: &Model, id: Id) -> Self {
-        DocumentRef {
-            id: Some(id),
-            ..DocumentRef::collection(model)
-        }
-    }
-
-    /// The collection of `model` as a whole.
-    pub fn collection(model: &Model) -> Self {
-        DocumentRef::new(model, NaturalKey::new(Vec::new()))
-    }
-}
-
-impl fmt::Display for DocumentRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.id, self.natural_key.0.is_empty()) {
-            (Some(id), true) => write!(f, "`{}` document {id}", self.collection),
-            (None, true) => write!(f, "collection `{}`", self.collection),
-            (_, false) => write!(f, "`{}` {}", self.collection, self.natural_key),
-        }
-    }
-}
-
 /// The id of one operation applied by [`apply_once`](crate::mongo::Store::apply_once): the same
 /// op id is applied to a document at most once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -587,7 +357,7 @@ pub struct OpId(String);
 
 impl OpId {
     /// An op id from any text that identifies the operation (a request id, a ULID, or
-    /// [`Idempotent::op_id`] of a triggering document).
+    /// [`Idempotent::op_id`](crate::Idempotent::op_id) of a triggering document).
     pub fn new(text: impl Into<String>) -> Self {
         OpId(text.into())
     }

@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use super::{contention, judge, settle, Driver, Judged, WriteKind};
 use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement, Planned};
+use crate::document::DocumentRef;
 use crate::error::Error;
-use crate::model::{DocumentRef, Idempotent};
+use crate::idempotent::Idempotent;
 use crate::outcome::Outcome;
 
 /// A driver that can prepare documents of any type and send them in chunks.

@@ -10,9 +10,10 @@ use serde::Serialize;
 use super::batch::BatchDriver;
 use super::{settle, WriteKind};
 use crate::batch::{BatchPlanner, Planned};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
+use crate::idempotent::Idempotent;
 use crate::insert::{copy_insertion, InsertReport, Insertion};
-use crate::model::{DocumentRef, Idempotent};
 use crate::outcome::Outcome;
 
 /// Inserts the members of `members` that are not stored, through `driver`, and reports each: a

@@ -26,9 +26,10 @@ use std::future::Future;
 
 use serde_json::Value;
 
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Model};
+use crate::model::{Field, Model};
 use crate::outcome::Outcome;
 use crate::verdict::StoredVersion;
 use crate::MAX_ATTEMPTS;

@@ -17,11 +17,11 @@ use super::audit::{
 use super::write::{guarded_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
 use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{
-    DocumentRef, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
-};
+use crate::idempotent::Idempotent;
+use crate::model::{Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 

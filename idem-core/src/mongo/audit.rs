@@ -26,10 +26,12 @@ use super::{mongo_error, natural_key_pattern, Store};
 use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
 };
+use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::idempotent::Idempotent;
+use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
 use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 

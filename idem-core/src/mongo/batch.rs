@@ -9,8 +9,10 @@ use serde::Serialize;
 use super::write::{bson_size, PreparedWrite};
 use super::{mongo_error, Store};
 use crate::batch::BatchReport;
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::{DocumentRef, Idempotent, Model};
+use crate::idempotent::Idempotent;
+use crate::model::Model;
 use crate::trace::{Call, CallKind};
 
 /// The server's limits on one write command.

@@ -27,12 +27,12 @@ use super::{
     collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
     DUPLICATE_KEY,
 };
+use crate::document::DocumentRef;
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
 use crate::error::{Error, ErrorKind};
-use crate::model::{
-    DocumentRef, Field, Idempotent, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
-};
+use crate::idempotent::Idempotent;
+use crate::model::{Field, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::verdict::StoredVersion;
 
 /// Writes one type's documents to its collection.

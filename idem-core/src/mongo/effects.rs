@@ -7,13 +7,14 @@ use serde::Serialize;
 use super::write::nul_name_problem;
 use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
+use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{
-    item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent, Model, OpId,
-};
+use crate::model::{Model, OpId};
 use crate::outcome::{Applied, Pushed};
+use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
 use crate::trace::{Call, CallKind};
 
 impl Store {

@@ -1,8 +1,8 @@
 //! MongoDB's errors as idem reports them: the server's code, whether a retry may help (from the
 //! error's kind, labels and codes, never its message), and the index a duplicate key names.
 
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::DocumentRef;
 
 /// MongoDB's error code for a duplicate key.
 pub(super) const DUPLICATE_KEY: i32 = 11000;

@@ -8,7 +8,7 @@ use super::Store;
 use crate::engine;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{idempotency_key, Idempotent};
+use crate::idempotent::{idempotency_key, Idempotent};
 use crate::outcome::Recorded;
 use crate::trace::{Call, CallKind};
 

@@ -67,10 +67,12 @@ pub use crate::outcome::Recorded;
 pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 use crate::backend::Backend;
+use crate::document::DocumentRef;
 use crate::engine::{self, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{DocumentRef, Idempotent, Model};
+use crate::idempotent::Idempotent;
+use crate::model::Model;
 use crate::outcome::{Deletion, Outcome, Pushed};
 use schema::natural_key_pattern;
 
@@ -471,7 +473,7 @@ impl Backend for Store {
         Store::get::<T>(self, id)
     }
 
-    async fn find<T>(&self, key: crate::model::NaturalKey) -> Result<Option<T>, Error>
+    async fn find<T>(&self, key: crate::document::NaturalKey) -> Result<Option<T>, Error>
     where
         T: Idempotent + serde::de::DeserializeOwned + Send,
     {

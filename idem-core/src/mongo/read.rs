@@ -4,9 +4,10 @@ use mongodb::bson::{self, Bson, Document};
 use serde::de::DeserializeOwned;
 
 use super::{mongo_error, Store};
+use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
-use crate::model::{DocumentRef, Idempotent, NaturalKey};
+use crate::idempotent::Idempotent;
 use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 

@@ -12,8 +12,9 @@ use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
 
 use super::{duplicate_key_message, is_duplicate_key, mongo_error, Store, NATURAL_KEY_INDEX};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::{DocumentRef, Model};
+use crate::model::Model;
 
 /// MongoDB's error codes for an index that cannot be built because one on the same fields
 /// exists with other options or another name (IndexOptionsConflict, IndexKeySpecsConflict).

@@ -17,11 +17,13 @@ use super::compare::show;
 use crate::engine::Prepared;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
+use crate::idempotent::Idempotent;
 use crate::model::{
-    path_step, Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
-    VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
+    Field, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+    WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
+use crate::push::path_step;
 
 /// The prefixes of a write marker: the write inserted the document, or replaced it.
 const INSERTED: &str = "i:";

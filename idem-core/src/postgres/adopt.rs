@@ -19,8 +19,10 @@ use super::row::PreparedRow;
 use super::table::{quote, Content, Table};
 use super::{postgres_error, Store};
 use crate::audit::AdoptReport;
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::{DocumentRef, Idempotent, ID_FIELD};
+use crate::idempotent::Idempotent;
+use crate::model::ID_FIELD;
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 

@@ -35,9 +35,11 @@ use super::{postgres_error, survey_table, Store};
 use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
 };
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{DocumentRef, Field, Idempotent, Model, ID_FIELD};
+use crate::idempotent::Idempotent;
+use crate::model::{Field, Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 
 impl Store {

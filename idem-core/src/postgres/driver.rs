@@ -13,7 +13,8 @@ use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
-use crate::model::{Field, Idempotent};
+use crate::idempotent::Idempotent;
+use crate::model::Field;
 use crate::verdict::StoredVersion;
 
 /// Writes to one checked table through one client.

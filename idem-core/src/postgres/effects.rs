@@ -12,15 +12,15 @@ use super::table::{self, quote};
 use super::{connection, postgres_error, Store};
 use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
+use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
+use crate::idempotent::{idempotency_key, Idempotent};
 use crate::insert::InsertReport;
-use crate::model::{
-    idempotency_key, item_key_is_a_list, item_without_key, pushed_list, DocumentRef, Idempotent,
-    OpId, APPLIED_OPS_FIELD, ID_FIELD,
-};
+use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
+use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
 use crate::trace::{Call, CallKind};
 use tokio_postgres::types::{ToSql, Type};
 

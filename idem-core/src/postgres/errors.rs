@@ -2,8 +2,8 @@
 //! server refused a row for what it holds, and a refusal that says the table is not the one
 //! checked.
 
+use crate::document::DocumentRef;
 use crate::error::{BackendError, Error, ErrorKind};
-use crate::model::DocumentRef;
 
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
 /// (class 22: a value out of range, a bad encoding), an integrity constraint (23: another

@@ -7,7 +7,7 @@
 
 use serde::ser::{self, Serialize};
 
-use crate::model::path_step;
+use crate::push::path_step;
 use serde_json::{Map, Number, Value};
 use std::cell::RefCell;
 use std::fmt;

@@ -82,10 +82,12 @@ pub use session::Session;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::batch::BatchReport;
+use crate::document::DocumentRef;
 use crate::engine::{self, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{DocumentRef, Idempotent, Model, ID_FIELD};
+use crate::idempotent::Idempotent;
+use crate::model::{Model, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
 use crate::trace::{Call, CallKind};
 use row::{PreparedRow, StoredRow};

@@ -9,9 +9,11 @@ use super::schema::query_checked_one;
 use super::table::{quote, Content, Table};
 use super::Store;
 use crate::column::ColumnShape;
+use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
-use crate::model::{DocumentRef, Idempotent, NaturalKey, ID_FIELD};
+use crate::idempotent::Idempotent;
+use crate::model::ID_FIELD;
 use crate::trace::{Call, CallKind};
 
 impl Store {

@@ -11,7 +11,8 @@ use crate::column::ColumnShape;
 use crate::engine::Prepared;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{Field, Idempotent, Model, Role};
+use crate::idempotent::Idempotent;
+use crate::model::{Field, Model, Role};
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
 /// it dereferences to).
@@ -291,7 +292,7 @@ pub(crate) fn column_text(
 /// The refusal of a non-finite float that only a `double precision` column could hold.
 fn non_finite_outside_float(name: &str, float: f64) -> String {
     json::JsonError::NonFinite {
-        path: crate::model::path_step(name),
+        path: crate::push::path_step(name),
         value: float,
     }
     .message()

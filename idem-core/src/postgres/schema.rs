@@ -9,9 +9,10 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
+use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::{Error, ErrorKind};
-use crate::model::{DocumentRef, ID_FIELD};
+use crate::model::ID_FIELD;
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
 /// the model, each of its type, a primary key on `_id` and a unique constraint (or unique index

@@ -7,10 +7,12 @@ use super::{Connection, Store};
 use crate::backend::Backend;
 use crate::batch::BatchReport;
 use crate::change::Change;
+use crate::document::NaturalKey;
 use crate::error::Error;
 use crate::id::Id;
+use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{Idempotent, NaturalKey, OpId};
+use crate::model::OpId;
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 
 /// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the

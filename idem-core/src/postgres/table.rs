@@ -11,9 +11,10 @@ use std::sync::{PoisonError, RwLock};
 use tokio_postgres::Row;
 
 use crate::column::{Column, ColumnShape};
+use crate::idempotent::Idempotent;
 use crate::model::{
-    Field, Idempotent, Model, Role, APPLIED_OPS_FIELD, EXTRA_FIELDS_FIELD, FROZEN_DIGESTS_FIELD,
-    ID_FIELD, VERSION_KEY_FIELD,
+    Field, Model, Role, APPLIED_OPS_FIELD, EXTRA_FIELDS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
+    VERSION_KEY_FIELD,
 };
 
 /// What a column of idem's table holds.

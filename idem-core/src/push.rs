@@ -1,0 +1,67 @@
+//! What every store checks before a push: the list named, and the item's key.
+
+use crate::document::DocumentRef;
+use crate::error::{Error, ErrorKind};
+use crate::model::{Field, Model, Role};
+
+/// The step to the field or map key `key` in a path a message shows: `.name`, or `["odd key"]`
+/// for a key that is not a plain name.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn path_step(key: &str) -> String {
+    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        format!(".{key}")
+    } else {
+        format!("[{key:?}]")
+    }
+}
+
+/// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
+/// backends check before a push.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn pushed_list(
+    model: &'static Model,
+    field: &'static str,
+    document: &DocumentRef,
+) -> Result<&'static Field, Error> {
+    model
+        .fields()
+        .iter()
+        .find(|f| f.name() == field && f.role() == Role::Pushed)
+        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NotAPushedField { field }))
+}
+
+/// The refusal of an item pushed to `list` whose key is a list: keys compare whole, and MongoDB
+/// would match a list against each of its elements, so two items could pass for one.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
+    Error::new(
+        document,
+        ErrorKind::Serialize {
+            message: format!(
+                "the item pushed to `{}` has a list under its key `{}`; a key is compared whole, \
+             so it is a scalar or a struct, not a list",
+                list.name(),
+                list.item_key()
+            ),
+        },
+    )
+}
+
+/// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
+/// items without a key would all fold into the first one pushed. `written` lists the stored
+/// names the item writes a value under, in its order.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn item_without_key<'a>(
+    document: DocumentRef,
+    list: &Field,
+    written: impl IntoIterator<Item = &'a String>,
+) -> Error {
+    Error::new(
+        document,
+        ErrorKind::ItemWithoutKey {
+            field: list.name(),
+            item_key: list.item_key(),
+            written: written.into_iter().cloned().collect(),
+        },
+    )
+}
