@@ -18,6 +18,7 @@
 //! values stored by another tool, versions) are [`judge`]'s.
 
 pub(crate) mod batch;
+pub(crate) mod by_id;
 pub(crate) mod insert;
 pub(crate) mod judge;
 pub(crate) mod record;

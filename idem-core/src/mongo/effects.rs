@@ -8,6 +8,7 @@ use super::write::nul_name_problem;
 use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
 use crate::document::DocumentRef;
+use crate::engine::by_id::ById;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -128,10 +129,10 @@ impl Store {
                     .await
                     .map_err(|source| mongo_error(document, source))?;
                 if found.is_some() {
-                    return Ok(Some(Pushed::AlreadyPresent));
+                    return Ok(ById::Answered(Pushed::AlreadyPresent));
                 }
                 let Some(stored) = find_by_id(collection, document, id_text).await? else {
-                    return Err(Error::new(document.clone(), ErrorKind::NotFound));
+                    return Ok(ById::Missing);
                 };
                 match stored.get(name) {
                     Some(Bson::Null) => {
@@ -141,10 +142,13 @@ impl Store {
                             .await
                             .map_err(|source| mongo_error(document, source))?;
                         // Unmatched: another push started it meanwhile; the push goes again.
-                        Ok((started.matched_count > 0).then_some(Pushed::Appended))
+                        Ok(match started.matched_count {
+                            0 => ById::Changed,
+                            _ => ById::Answered(Pushed::Appended),
+                        })
                     }
                     // Changed between the push and the reads: the push goes again.
-                    Some(Bson::Array(_)) | None => Ok(None),
+                    Some(Bson::Array(_)) | None => Ok(ById::Changed),
                     Some(other) => Err(Error::new(document.clone(), ErrorKind::Deserialize {
                         message: format!(
                             "`{}` is stored as {:?}, not a list, so nothing can be pushed to it; \
@@ -264,7 +268,7 @@ impl Store {
                     .await
                     .map_err(|source| mongo_error(document, source))?;
                 let Some(stored) = stored else {
-                    return Err(Error::new(document.clone(), ErrorKind::NotFound));
+                    return Ok(ById::Missing);
                 };
                 let applied = stored.get_array(APPLIED_OPS_FIELD).is_ok_and(|ops| {
                     ops.iter()
@@ -272,7 +276,10 @@ impl Store {
                 });
                 // Not applied, yet the guarded update matched nothing: the document changed in
                 // between; the update goes again.
-                Ok(applied.then_some(Applied::AlreadyApplied))
+                Ok(match applied {
+                    true => ById::Answered(Applied::AlreadyApplied),
+                    false => ById::Changed,
+                })
             };
             update_or_explain(
                 collection,

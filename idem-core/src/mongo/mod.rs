@@ -68,6 +68,7 @@ pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 use crate::backend::Backend;
 use crate::document::DocumentRef;
+use crate::engine::by_id::{settle_by_id, ById};
 use crate::engine::{self, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -97,7 +98,6 @@ pub const DEFAULT_OP_WINDOW: usize = 1000;
 pub const DEFAULT_BATCH_CHUNK: usize = 250;
 
 use crate::trace::{Call, CallKind};
-use crate::MAX_ATTEMPTS;
 
 /// A MongoDB database that idem writes to. Cheap to clone; clones share the index checks.
 #[derive(Clone, Debug)]
@@ -308,13 +308,13 @@ impl Store {
             let update = doc! { "$set": { tombstone.stored_name(): marker } };
             let (collection, document, id_text) = (&collection, &document, id_text.as_str());
             let explain = move || async move {
-                match find_by_id(collection, document, id_text).await? {
-                    None => Err(Error::new(document.clone(), ErrorKind::NotFound)),
+                Ok(match find_by_id(collection, document, id_text).await? {
+                    None => ById::Missing,
                     Some(stored) if is_tombstoned(model, &stored) => {
-                        Ok(Some(Deletion::AlreadyDeleted))
+                        ById::Answered(Deletion::AlreadyDeleted)
                     }
-                    Some(_) => Ok(None),
-                }
+                    Some(_) => ById::Changed,
+                })
             };
             update_or_explain(
                 collection,
@@ -498,10 +498,8 @@ fn tombstone_field(
         .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }
 
-/// Sends `update` to the document `filter` selects by its `_id` until it matches, which answers
-/// `matched`. When it matches nothing, `explain` reads what is stored: `Some(answer)` ends the
-/// call; `None` means the document changed between the write and the read, and the update goes
-/// again. Contention is reported after [`MAX_ATTEMPTS`].
+/// Sends the guarded `update` (its `filter` holds the guard) until the call is answered (see
+/// [`settle_by_id`]): `matched` when it matched, else what `explain` reads from what is stored.
 async fn update_or_explain<R, Explained>(
     collection: &Collection<Document>,
     document: &DocumentRef,
@@ -511,25 +509,24 @@ async fn update_or_explain<R, Explained>(
     mut explain: impl FnMut() -> Explained,
 ) -> Result<R, Error>
 where
-    Explained: std::future::Future<Output = Result<Option<R>, Error>>,
+    R: Clone,
+    Explained: std::future::Future<Output = Result<ById<R>, Error>>,
 {
-    for attempt in 0..MAX_ATTEMPTS {
-        if attempt > 0 {
-            crate::trace::retry("a concurrent writer changed the document");
+    settle_by_id(document, || {
+        let (matched, explained) = (matched.clone(), explain());
+        async move {
+            crate::trace::round_trip("update");
+            let result = collection
+                .update_one(filter.clone(), update.clone())
+                .await
+                .map_err(|source| mongo_error(document, source))?;
+            if result.matched_count > 0 {
+                return Ok(ById::Answered(matched));
+            }
+            explained.await
         }
-        crate::trace::round_trip("update");
-        let result = collection
-            .update_one(filter.clone(), update.clone())
-            .await
-            .map_err(|source| mongo_error(document, source))?;
-        if result.matched_count > 0 {
-            return Ok(matched);
-        }
-        if let Some(answer) = explain().await? {
-            return Ok(answer);
-        }
-    }
-    Err(Error::new(document.clone(), ErrorKind::Contention))
+    })
+    .await
 }
 
 /// The document stored under `id_text`; an error names `document`.

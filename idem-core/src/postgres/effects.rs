@@ -14,6 +14,7 @@ use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::engine;
+use crate::engine::by_id::{answered_in_one, settle_by_id};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::{idempotency_key, Idempotent};
@@ -199,14 +200,18 @@ impl Store {
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
             );
-            let reply =
-                query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
-                    .await?;
-            match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
-                (1.., _) => Ok(Applied::Applied),
-                (_, true) => Ok(Applied::AlreadyApplied),
-                _ => Err(Error::new(document, ErrorKind::NotFound)),
-            }
+            settle_by_id(&document, || async {
+                let reply =
+                    query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
+                        .await?;
+                Ok(answered_in_one(
+                    reply.get::<_, i64>(0) > 0,
+                    reply.get(1),
+                    Applied::Applied,
+                    Applied::AlreadyApplied,
+                ))
+            })
+            .await
         })
         .await
     }
@@ -299,7 +304,6 @@ impl Store {
                 id = table::quote(ID_FIELD),
             );
             let id_text = id.to_string();
-            crate::trace::round_trip("UPDATE");
             let item_key_field = list.item_key();
             let parameters: [(&(dyn ToSql + Sync), Type); 4] = [
                 (&id_text, Type::TEXT),
@@ -307,14 +311,20 @@ impl Store {
                 (&item_key, Type::TEXT),
                 (&item_key_field, Type::TEXT),
             ];
-            let reply = connection::contained(client, client.query_typed_one(&sql, &parameters))
-                .await
-                .map_err(|source| postgres_error(&document, source))?;
-            match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
-                (1.., _) => Ok(Pushed::Appended),
-                (_, true) => Ok(Pushed::AlreadyPresent),
-                _ => Err(Error::new(document, ErrorKind::NotFound)),
-            }
+            settle_by_id(&document, || async {
+                crate::trace::round_trip("UPDATE");
+                let reply =
+                    connection::contained(client, client.query_typed_one(&sql, &parameters))
+                        .await
+                        .map_err(|source| postgres_error(&document, source))?;
+                Ok(answered_in_one(
+                    reply.get::<_, i64>(0) > 0,
+                    reply.get(1),
+                    Pushed::Appended,
+                    Pushed::AlreadyPresent,
+                ))
+            })
+            .await
         })
         .await
     }

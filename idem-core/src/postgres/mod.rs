@@ -83,6 +83,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
+use crate::engine::by_id::{settle_by_id, ById};
 use crate::engine::{self, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -361,19 +362,25 @@ impl Store {
                 id = table::quote(ID_FIELD),
             );
             let id_text = id.to_string();
-            crate::trace::round_trip("UPDATE");
             let parameters: [(&(dyn ToSql + Sync), Type); 2] =
                 [(&id_text, Type::TEXT), (&marker_text, Type::TEXT)];
-            let row = connection::contained(client, client.query_typed_one(&sql, &parameters))
-                .await
-                .map_err(|source| postgres_error(&document, source))?;
-            let marked: i64 = row.get(0);
-            let deleted: Option<bool> = row.get(1);
-            match (marked, deleted) {
-                (1.., _) => Ok(Deletion::Deleted),
-                (_, Some(true)) => Ok(Deletion::AlreadyDeleted),
-                _ => Err(Error::new(document, ErrorKind::NotFound)),
-            }
+            settle_by_id(&document, || async {
+                crate::trace::round_trip("UPDATE");
+                let row = connection::contained(client, client.query_typed_one(&sql, &parameters))
+                    .await
+                    .map_err(|source| postgres_error(&document, source))?;
+                let marked: i64 = row.get(0);
+                let deleted: Option<bool> = row.get(1);
+                Ok(match (marked, deleted) {
+                    (1.., _) => ById::Answered(Deletion::Deleted),
+                    (_, Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
+                    // Live, yet left unmarked: a writer cleared the marker between the
+                    // statement's update and its read.
+                    (_, Some(false)) => ById::Changed,
+                    (_, None) => ById::Missing,
+                })
+            })
+            .await
         })
         .await
     }

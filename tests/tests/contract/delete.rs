@@ -106,3 +106,44 @@ async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
         assert_eq!(db.stored::<Entry>().await.len(), 2, "{db}");
     }
 }
+
+/// Eight racing `delete_by_id`s of one live entry, five rounds: exactly one marks it, every other
+/// finds it deleted (never "not found": the document is there the whole time), and the marker
+/// of the one that marked it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_deletes_by_id_mark_a_live_document_once() {
+    for db in fresh_backends("delete_by_id_race").await {
+        db.ensure::<Entry>().await;
+        for round in 0..5 {
+            let entry_id = format!("live-{round}");
+            let live = entry(&entry_id, 1, "x");
+            db.upsert(&live).await.unwrap();
+            let id = live.id().unwrap();
+            let line = line_up(8);
+            let mut deletes = Vec::new();
+            for n in 0..8_i64 {
+                let racer = db.another().await;
+                let waiting = line.clone();
+                deletes.push(tokio::spawn(async move {
+                    waiting.wait().await;
+                    (n, racer.delete_by_id::<Entry, _>(id, &n).await)
+                }));
+            }
+            let mut winners = Vec::new();
+            for delete in deletes {
+                let (marker, outcome) = delete.await.unwrap();
+                match outcome {
+                    Ok(Deletion::Deleted) => winners.push(marker),
+                    Ok(Deletion::AlreadyDeleted) => {}
+                    other => panic!("{db}: round {round}: a racing delete_by_id: {other:?}"),
+                }
+            }
+            assert_eq!(winners.len(), 1, "{db}: round {round}: {winners:?}");
+            assert_eq!(
+                stored_entry(&db, &entry_id).await["deletedAt"],
+                winners[0],
+                "{db}: round {round}: the marker of the delete that marked it"
+            );
+        }
+    }
+}
