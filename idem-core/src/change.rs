@@ -110,11 +110,9 @@ impl Change {
             #[cfg(feature = "mongodb")]
             bson: mongodb::bson::to_bson(value).map_err(|error| error.to_string()),
             #[cfg(feature = "postgres")]
-            json: match crate::postgres::json::to_json(value) {
+            json: match crate::sql::json::to_json(value) {
                 Ok(value) => SqlValue::Json(value),
-                Err(crate::postgres::json::JsonError::NonFinite { path, value })
-                    if path.is_empty() =>
-                {
+                Err(crate::sql::json::JsonError::NonFinite { path, value }) if path.is_empty() => {
                     SqlValue::NonFinite(value)
                 }
                 Err(error) => SqlValue::Invalid(error.message()),

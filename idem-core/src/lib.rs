@@ -157,6 +157,8 @@ pub mod postgres;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod push;
 pub mod read;
+#[cfg(feature = "postgres")]
+mod sql;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod trace;
 pub mod verdict;

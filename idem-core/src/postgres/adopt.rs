@@ -15,14 +15,15 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::audit::shown_row_id;
 use super::read::row_as;
-use super::row::PreparedRow;
-use super::table::{quote, Content, Table};
+use super::table::{quote, sql_type, Table};
 use super::{postgres_error, Store};
 use crate::audit::AdoptReport;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::idempotent::Idempotent;
 use crate::model::ID_FIELD;
+use crate::sql::layout::Content;
+use crate::sql::row::PreparedRow;
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -359,7 +360,7 @@ where
                 "{} = ${}::{}",
                 quote(table.columns[index].name),
                 values.len(),
-                table.columns[index].sql_type()
+                sql_type(&table.columns[index])
             ));
         }
     }

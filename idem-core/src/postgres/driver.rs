@@ -7,14 +7,14 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::types::Type;
 
-use super::row::{self, PreparedRow, StoredRow};
 use super::table::Table;
 use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
-use crate::model::Field;
+use crate::model::{Field, Model};
+use crate::sql::row::{self, PreparedRow, StoredRow};
 use crate::verdict::StoredVersion;
 
 /// Writes to one checked table through one client.
@@ -128,7 +128,7 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
             .await
             .map_err(|source| postgres_error(&doc.document, source))?;
         Ok(found.map(|found| {
-            let (mut stored, keys) = StoredRow::read(&found, 0, self.table.model);
+            let (mut stored, keys) = read_stored(&found, 0, self.table.model);
             stored.natural_key = Some((keys..found.len()).map(|at| found.get(at)).collect());
             stored
         }))
@@ -245,4 +245,37 @@ fn reply(state: RowState) -> Reply<StoredRow> {
         RowState::Stopped(stored) => Reply::Stopped(*stored),
         RowState::Unseen => Reply::Unseen,
     }
+}
+
+/// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
+/// each guarded field's text, then the version field's for a type with versions
+/// ([`Table`]'s stored state). Returns the row and the column after it.
+pub(super) fn read_stored(
+    row: &tokio_postgres::Row,
+    at: usize,
+    model: &Model,
+) -> (StoredRow, usize) {
+    let digests_text: Option<String> = row.get(at + 3);
+    let guarded = model.digested_fields().count();
+    let after_guarded = at + 5 + guarded;
+    let (version_value, next) = match model.version_field() {
+        Some(_) => (row.get(after_guarded), after_guarded + 1),
+        None => (None, after_guarded),
+    };
+    let stored = StoredRow {
+        id: row.get(at),
+        tombstoned: row.get::<_, Option<bool>>(at + 1).unwrap_or(false),
+        hash: row.get(at + 2),
+        digests: digests_text
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok()),
+        digests_text,
+        version_key: row.get(at + 4),
+        guarded_values: (at + 5..after_guarded)
+            .map(|index| row.get(index))
+            .collect(),
+        version_value,
+        natural_key: None,
+    };
+    (stored, next)
 }

@@ -5,10 +5,8 @@
 use super::Connection;
 use serde::Serialize;
 
-use super::json;
-use super::row::{column_text, PreparedRow};
 use super::schema::query_checked_one;
-use super::table::{self, quote};
+use super::table::{self, quote, sql_type};
 use super::{connection, postgres_error, Store};
 use crate::change::{self, Change, ChangeKind, SqlValue};
 use crate::column::ColumnShape;
@@ -22,6 +20,8 @@ use crate::insert::InsertReport;
 use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
 use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
+use crate::sql::json;
+use crate::sql::row::{column_text, PreparedRow};
 use crate::trace::{Call, CallKind};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -106,7 +106,7 @@ impl Store {
                     .column_of(field)
                     .map(|index| &table.columns[index])
                     .ok_or_else(|| refuse(change.field))?;
-                let sql_type = column.sql_type();
+                let sql_type = sql_type(column);
                 let name = quote(column.name);
                 let placeholder = format!("${}::text::{sql_type}", parameters.len() + 1);
                 let (value, assignment) = match &change.kind {

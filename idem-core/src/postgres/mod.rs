@@ -66,9 +66,7 @@ mod connection;
 mod driver;
 mod effects;
 mod errors;
-pub(crate) mod json;
 mod read;
-mod row;
 mod schema;
 mod session;
 mod table;
@@ -90,9 +88,10 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
+use crate::sql::json;
+use crate::sql::row::{PreparedRow, StoredRow};
 use crate::trace::{Call, CallKind};
-use row::{PreparedRow, StoredRow};
-use table::{InsertedSignal, Table};
+use table::{sql_type, InsertedSignal, Table};
 
 pub use errors::driver_error;
 use errors::postgres_error;
@@ -346,10 +345,10 @@ impl Store {
                         },
                     ))
                 }
-                (Some(column), serde_json::Value::String(text)) if column.sql_type() == "text" => {
+                (Some(column), serde_json::Value::String(text)) if sql_type(column) == "text" => {
                     (text.clone(), "text")
                 }
-                (Some(column), other) => (other.to_string(), column.sql_type()),
+                (Some(column), other) => (other.to_string(), sql_type(column)),
                 (None, other) => (other.to_string(), "jsonb"),
             };
             let sql = format!(
@@ -427,7 +426,7 @@ impl Store {
             let incoming: String = reply.get(0);
             let state = match reply.get::<_, Option<bool>>(1) {
                 Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(Box::new(StoredRow::read(&reply, 2, table.model).0)),
+                None => RowState::Stopped(Box::new(driver::read_stored(&reply, 2, table.model).0)),
             };
             states.insert(incoming, state);
         }

@@ -4,9 +4,8 @@ use super::Connection;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::json::{self, Cell};
 use super::schema::query_checked_one;
-use super::table::{quote, Content, Table};
+use super::table::{quote, sql_type, Table};
 use super::Store;
 use crate::column::ColumnShape;
 use crate::document::{DocumentRef, NaturalKey};
@@ -14,6 +13,8 @@ use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::idempotent::Idempotent;
 use crate::model::ID_FIELD;
+use crate::sql::json::{self, Cell};
+use crate::sql::layout::Content;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -75,7 +76,7 @@ impl Store {
                     "t.{} = ${}::{}",
                     quote(field.stored_name()),
                     values.len(),
-                    table.columns[index].sql_type()
+                    sql_type(&table.columns[index])
                 ));
             }
             read_one(client, &table, &conditions.join(" AND "), &values, document).await

@@ -13,77 +13,20 @@ use tokio_postgres::Row;
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{
-    Field, Model, Role, APPLIED_OPS_FIELD, EXTRA_FIELDS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD,
-    VERSION_KEY_FIELD,
+    Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
+use crate::sql::layout::{Content, Layout, TableColumn};
 
-/// What a column of idem's table holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Content {
-    /// The derived id.
-    Id,
-    /// A field serde writes, with its role if it has one.
-    Stored(Option<&'static Field>),
-    /// The content hash.
-    Hash,
-    /// The digests of the guarded fields (JSON object).
-    Digests,
-    /// The version's order key.
-    VersionKey,
-    /// The entries of flattened fields (JSON object).
-    Extra,
-}
-
-/// One column: its name (the stored name), its SQL type and what it holds.
-#[derive(Clone, Debug)]
-pub(crate) struct TableColumn {
-    pub name: &'static str,
-    pub shape: ColumnShape,
-    pub content: Content,
-    /// Whether a NULL here reads back as the field absent (serde may do without it), not as null.
-    pub null_is_absent: bool,
-}
-
-impl TableColumn {
-    /// The column's SQL type, as `information_schema.columns.data_type` spells it.
-    pub fn sql_type(&self) -> &'static str {
-        match (self.content, self.shape) {
-            (Content::Digests | Content::Extra, _) => "jsonb",
-            (Content::Id | Content::Hash | Content::VersionKey, _) => "text",
-            (_, ColumnShape::Text) => "text",
-            (_, ColumnShape::Integer) => "bigint",
-            (_, ColumnShape::Float) => "double precision",
-            (_, ColumnShape::Boolean) => "boolean",
-            (_, ColumnShape::Structured | ColumnShape::Flattened) => "jsonb",
-        }
-    }
-
-    fn role(&self) -> Option<Role> {
-        match self.content {
-            Content::Stored(Some(field)) => Some(field.role()),
-            _ => None,
-        }
-    }
-
-    /// Whether the value is sent with each write (pushed lists start empty by default).
-    fn is_sent(&self) -> bool {
-        self.role() != Some(Role::Pushed)
-    }
-
-    /// Whether an upsert that replaces the row writes it: not the id, the natural key (equal by
-    /// the conflict), nor what other routes own.
-    fn is_replaced(&self) -> bool {
-        self.content != Content::Id
-            && !matches!(
-                self.role(),
-                Some(
-                    Role::Key
-                        | Role::IdempotencyKey
-                        | Role::Tombstone
-                        | Role::Pushed
-                        | Role::Effect
-                )
-            )
+/// A column's PostgreSQL type, as `information_schema.columns.data_type` spells it.
+pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
+    match (column.content, column.shape) {
+        (Content::Digests | Content::Extra, _) => "jsonb",
+        (Content::Id | Content::Hash | Content::VersionKey, _) => "text",
+        (_, ColumnShape::Text) => "text",
+        (_, ColumnShape::Integer) => "bigint",
+        (_, ColumnShape::Float) => "double precision",
+        (_, ColumnShape::Boolean) => "boolean",
+        (_, ColumnShape::Structured | ColumnShape::Flattened) => "jsonb",
     }
 }
 
@@ -108,17 +51,11 @@ pub(crate) struct Checked {
     pub natural_key_constraints: Vec<String>,
 }
 
-/// A type's table and the statements idem sends to it.
+/// A type's table and the statements idem sends to it: its [`Layout`] (which it dereferences
+/// to), the statements built from it for PostgreSQL, and the tables the checks found.
 #[derive(Debug)]
 pub(crate) struct Table {
-    pub model: &'static Model,
-    /// The type's stored fields the table was made of, to tell it from another type's table of
-    /// the same name.
-    stored: Vec<Column>,
-    /// Every column, in table order.
-    pub columns: Vec<TableColumn>,
-    /// The indexes into `columns` of the values sent with each write, in parameter order.
-    pub sent: Vec<usize>,
+    layout: Layout,
     /// The upsert of `unnest`ed rows, returning each row written or what stopped it.
     pub upsert: String,
     /// `delete`: the same, storing the tombstone.
@@ -132,6 +69,14 @@ pub(crate) struct Table {
     /// The tables of this type the store checked, one per schema a client's search path led it
     /// to: the only ones its statements write or read (see [`Table::checked_guard`]).
     checked: RwLock<Vec<Checked>>,
+}
+
+impl std::ops::Deref for Table {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
 }
 
 /// How a statement tells the rows it inserted from the rows it updated, in its own `RETURNING`
@@ -214,59 +159,9 @@ impl Table {
         })
     }
 
-    /// Whether this is the table of the type with `model` and `stored` fields.
-    pub fn is_of(&self, model: &Model, stored: &[Column]) -> bool {
-        *self.model == *model && self.stored == stored
-    }
-
     pub fn new(model: &'static Model, stored: &[Column], signal: InsertedSignal) -> Table {
-        let mut columns = vec![TableColumn {
-            name: ID_FIELD,
-            shape: ColumnShape::Text,
-            content: Content::Id,
-            null_is_absent: false,
-        }];
-        let mut flattened = false;
-        for column in stored {
-            if column.shape() == ColumnShape::Flattened {
-                flattened = true;
-                continue;
-            }
-            let field = model
-                .fields()
-                .iter()
-                .find(|field| field.stored_name() == column.stored_name());
-            columns.push(TableColumn {
-                name: column.stored_name(),
-                shape: column.shape(),
-                content: Content::Stored(field),
-                null_is_absent: column.can_be_absent(),
-            });
-        }
-        let extra = |name, content| TableColumn {
-            name,
-            shape: ColumnShape::Structured,
-            content,
-            null_is_absent: true,
-        };
-        columns.push(extra(model.hash_field(), Content::Hash));
-        if model.digested_fields().next().is_some() {
-            columns.push(extra(FROZEN_DIGESTS_FIELD, Content::Digests));
-        }
-        if model.version_field().is_some() {
-            columns.push(extra(VERSION_KEY_FIELD, Content::VersionKey));
-        }
-        if flattened {
-            columns.push(extra(EXTRA_FIELDS_FIELD, Content::Extra));
-        }
-        let sent = (0..columns.len())
-            .filter(|&index| columns[index].is_sent())
-            .collect();
         let mut table = Table {
-            model,
-            stored: stored.to_vec(),
-            columns,
-            sent,
+            layout: Layout::new(model, stored),
             upsert: String::new(),
             delete: String::new(),
             insert_new: String::new(),
@@ -386,7 +281,7 @@ impl Table {
     pub fn create_sql(&self) -> String {
         let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
         for column in &self.columns {
-            let _ = write!(sql, "    {} {}", quote(column.name), column.sql_type());
+            let _ = write!(sql, "    {} {}", quote(column.name), sql_type(column));
             match (column.content, column.role()) {
                 (Content::Id, _) => sql.push_str(" PRIMARY KEY"),
                 (Content::VersionKey, _) => sql.push_str(" COLLATE \"C\""),
@@ -410,7 +305,7 @@ impl Table {
     pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
         self.columns
             .iter()
-            .map(|column| (column.name, column.sql_type()))
+            .map(|column| (column.name, sql_type(column)))
             .chain([(APPLIED_OPS_FIELD, "jsonb")])
     }
 
@@ -422,23 +317,6 @@ impl Table {
             .map(|field| quote(field.stored_name()))
             .collect();
         names.join(", ")
-    }
-
-    /// The column index of a stored field.
-    pub fn column_of(&self, field: &Field) -> Option<usize> {
-        self.column_named(field.stored_name())
-    }
-
-    /// The column index of the stored name `name`.
-    pub fn column_named(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|column| column.name == name)
-    }
-
-    /// The column that holds `content`.
-    pub fn column_with(&self, content: Content) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|column| column.content == content)
     }
 
     /// `incoming` as a table expression: one `text[]` parameter per sent column, unnested into
@@ -464,7 +342,7 @@ impl Table {
     /// The incoming value of column `index`, cast to the column's type.
     fn cast(&self, index: usize) -> String {
         let column = &self.columns[index];
-        match column.sql_type() {
+        match sql_type(column) {
             "text" => format!("i.c{index}"),
             sql_type => format!("i.c{index}::{sql_type}"),
         }

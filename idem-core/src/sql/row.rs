@@ -1,25 +1,25 @@
 //! One document ready to write as a row: the text of each sent column, its hash, digests and
 //! version key; and what a statement returns of a stored row, read as the engine asks
-//! ([`super::driver`]).
+//! (the SQL drivers').
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::json;
-use super::table::{Content, Table, TableColumn};
+use super::layout::{Content, Layout, TableColumn};
 use crate::column::ColumnShape;
 use crate::engine::Prepared;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, Role};
+use crate::sql::json;
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
 /// it dereferences to).
 #[derive(Debug)]
 pub(crate) struct PreparedRow {
     prepared: Prepared,
-    /// The text of each sent column (`None`: NULL), in [`Table::sent`] order.
+    /// The text of each sent column (`None`: NULL), in [`Layout::sent`] order.
     pub values: Vec<Option<String>>,
     /// Each guarded field's incoming value and the value as shown, in `digests` order.
     pub guarded: Vec<(Value, String)>,
@@ -53,40 +53,9 @@ pub(crate) struct StoredRow {
     pub natural_key: Option<Vec<Option<String>>>,
 }
 
-impl StoredRow {
-    /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
-    /// each guarded field's text, then the version field's for a type with versions
-    /// ([`super::table::Table`]'s stored state). Returns the row and the column after it.
-    pub fn read(row: &tokio_postgres::Row, at: usize, model: &Model) -> (StoredRow, usize) {
-        let digests_text: Option<String> = row.get(at + 3);
-        let guarded = model.digested_fields().count();
-        let after_guarded = at + 5 + guarded;
-        let (version_value, next) = match model.version_field() {
-            Some(_) => (row.get(after_guarded), after_guarded + 1),
-            None => (None, after_guarded),
-        };
-        let stored = StoredRow {
-            id: row.get(at),
-            tombstoned: row.get::<_, Option<bool>>(at + 1).unwrap_or(false),
-            hash: row.get(at + 2),
-            digests: digests_text
-                .as_deref()
-                .and_then(|text| serde_json::from_str(text).ok()),
-            digests_text,
-            version_key: row.get(at + 4),
-            guarded_values: (at + 5..after_guarded)
-                .map(|index| row.get(index))
-                .collect(),
-            version_value,
-            natural_key: None,
-        };
-        (stored, next)
-    }
-}
-
 impl PreparedRow {
     /// Prepares `doc` under its derived id.
-    pub fn new<T: Idempotent + Serialize>(doc: &T, table: &Table) -> Result<Self, Error> {
+    pub fn new<T: Idempotent + Serialize>(doc: &T, table: &Layout) -> Result<Self, Error> {
         PreparedRow::with_id(doc, doc.id()?, table)
     }
 
@@ -94,7 +63,7 @@ impl PreparedRow {
     pub fn with_id<T: Idempotent + Serialize>(
         doc: &T,
         id: Id,
-        table: &Table,
+        table: &Layout,
     ) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
         let document = doc.document_ref();
@@ -234,7 +203,7 @@ impl PreparedRow {
     }
 
     /// The row's value of sent column `index` of `table`.
-    pub fn value_of(&self, table: &Table, index: usize) -> Option<&str> {
+    pub fn value_of(&self, table: &Layout, index: usize) -> Option<&str> {
         let position = table.sent.iter().position(|&sent| sent == index)?;
         self.values[position].as_deref()
     }
@@ -242,7 +211,7 @@ impl PreparedRow {
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
     /// digests, version key and version, and guarded values, as read.
     /// The statement's conditions follow the table's columns, and so do these.
-    pub fn pinned_parameters(&self, table: &Table, stored: &StoredRow) -> Vec<Option<String>> {
+    pub fn pinned_parameters(&self, table: &Layout, stored: &StoredRow) -> Vec<Option<String>> {
         let mut parameters = vec![stored.hash.clone()];
         if table.column_with(Content::Digests).is_some() {
             parameters.push(stored.digests_text.clone());
@@ -299,7 +268,7 @@ fn non_finite_outside_float(name: &str, float: f64) -> String {
 }
 
 /// The shape of `field`'s column.
-pub(super) fn shape_of(table: &Table, field: &Field) -> ColumnShape {
+pub(crate) fn shape_of(table: &Layout, field: &Field) -> ColumnShape {
     table
         .column_of(field)
         .map_or(ColumnShape::Structured, |index| table.columns[index].shape)
@@ -307,7 +276,7 @@ pub(super) fn shape_of(table: &Table, field: &Field) -> ColumnShape {
 
 /// A stored value, read back as text from its column, as the JSON value serde wrote (a
 /// non-finite float, which JSON cannot hold, as the text PostgreSQL wrote).
-pub(super) fn stored_value(table: &Table, field: &Field, text: &str) -> Value {
+pub(crate) fn stored_value(table: &Layout, field: &Field, text: &str) -> Value {
     let shape = shape_of(table, field);
     let parsed = match shape {
         ColumnShape::Text => return Value::from(text),

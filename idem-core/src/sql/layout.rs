@@ -1,0 +1,155 @@
+//! A type's table as every SQL backend lays it out: one column per stored field, in declaration
+//! order after the id, then idem's own (the content hash, the guarded fields' digests, the
+//! version's order key, a flattened field's entries); which of them a write sends; and where
+//! each field's column is. The types of the columns and the statements are each dialect's.
+
+use crate::column::{Column, ColumnShape};
+use crate::model::{
+    Field, Model, Role, EXTRA_FIELDS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+};
+
+/// What a column of idem's table holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// The derived id.
+    Id,
+    /// A field serde writes, with its role if it has one.
+    Stored(Option<&'static Field>),
+    /// The content hash.
+    Hash,
+    /// The digests of the guarded fields (JSON object).
+    Digests,
+    /// The version's order key.
+    VersionKey,
+    /// The entries of flattened fields (JSON object).
+    Extra,
+}
+
+/// One column: its name (the stored name), its SQL type and what it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct TableColumn {
+    pub name: &'static str,
+    pub shape: ColumnShape,
+    pub content: Content,
+    /// Whether a NULL here reads back as the field absent (serde may do without it), not as null.
+    pub null_is_absent: bool,
+}
+
+impl TableColumn {
+    pub fn role(&self) -> Option<Role> {
+        match self.content {
+            Content::Stored(Some(field)) => Some(field.role()),
+            _ => None,
+        }
+    }
+
+    /// Whether the value is sent with each write (pushed lists start empty by default).
+    pub fn is_sent(&self) -> bool {
+        self.role() != Some(Role::Pushed)
+    }
+
+    /// Whether an upsert that replaces the row writes it: not the id, the natural key (equal by
+    /// the conflict), nor what other routes own.
+    pub fn is_replaced(&self) -> bool {
+        self.content != Content::Id
+            && !matches!(
+                self.role(),
+                Some(
+                    Role::Key
+                        | Role::IdempotencyKey
+                        | Role::Tombstone
+                        | Role::Pushed
+                        | Role::Effect
+                )
+            )
+    }
+}
+
+/// A type's columns, in table order, and the ones a write sends.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    pub model: &'static Model,
+    /// The type's stored fields the table was made of, to tell it from another type's table of
+    /// the same name.
+    stored: Vec<Column>,
+    /// Every column, in table order.
+    pub columns: Vec<TableColumn>,
+    /// The indexes into `columns` of the values sent with each write, in parameter order.
+    pub sent: Vec<usize>,
+}
+
+impl Layout {
+    /// The layout of the type with `model` and `stored` fields.
+    pub fn new(model: &'static Model, stored: &[Column]) -> Layout {
+        let mut columns = vec![TableColumn {
+            name: ID_FIELD,
+            shape: ColumnShape::Text,
+            content: Content::Id,
+            null_is_absent: false,
+        }];
+        let mut flattened = false;
+        for column in stored {
+            if column.shape() == ColumnShape::Flattened {
+                flattened = true;
+                continue;
+            }
+            let field = model
+                .fields()
+                .iter()
+                .find(|field| field.stored_name() == column.stored_name());
+            columns.push(TableColumn {
+                name: column.stored_name(),
+                shape: column.shape(),
+                content: Content::Stored(field),
+                null_is_absent: column.can_be_absent(),
+            });
+        }
+        let extra = |name, content| TableColumn {
+            name,
+            shape: ColumnShape::Structured,
+            content,
+            null_is_absent: true,
+        };
+        columns.push(extra(model.hash_field(), Content::Hash));
+        if model.digested_fields().next().is_some() {
+            columns.push(extra(FROZEN_DIGESTS_FIELD, Content::Digests));
+        }
+        if model.version_field().is_some() {
+            columns.push(extra(VERSION_KEY_FIELD, Content::VersionKey));
+        }
+        if flattened {
+            columns.push(extra(EXTRA_FIELDS_FIELD, Content::Extra));
+        }
+        let sent = (0..columns.len())
+            .filter(|&index| columns[index].is_sent())
+            .collect();
+        Layout {
+            model,
+            stored: stored.to_vec(),
+            columns,
+            sent,
+        }
+    }
+
+    /// Whether this is the table of the type with `model` and `stored` fields.
+    pub fn is_of(&self, model: &Model, stored: &[Column]) -> bool {
+        *self.model == *model && self.stored == stored
+    }
+
+    /// The column index of a stored field.
+    pub fn column_of(&self, field: &Field) -> Option<usize> {
+        self.column_named(field.stored_name())
+    }
+
+    /// The column index of the stored name `name`.
+    pub fn column_named(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|column| column.name == name)
+    }
+
+    /// The column that holds `content`.
+    pub fn column_with(&self, content: Content) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|column| column.content == content)
+    }
+}
