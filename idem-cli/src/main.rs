@@ -7,16 +7,21 @@
 //! idem adopt   (the same flags)
 //! ```
 //!
-//! Both print a human summary, or with `--json` the report as JSON, on stdout; `audit` draws a
-//! progress bar on stderr when it is a terminal. Exit status: 0 when the collection needs nothing (or
-//! adoption completed), 1 when the audit found problems (or adoption left some), 2 on an error.
+//! Both print a human summary, or with `--json` the report as JSON, on stdout, and draw a progress
+//! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
+//! it moves documents only with `--yes`, and never when the stored documents were written with
+//! another model than the flags describe (a `--timestamp` forgotten, a wrong `--scheme` or
+//! `--key`): it names the flag that is likely wrong instead. Exit status: 0 when the collection
+//! needs nothing (or adoption completed), 1 when the audit found problems (or adoption left some,
+//! or `--yes` was not given), 2 on an error (a wrong model, a missing collection, a server that
+//! cannot be reached).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idem_core::mongo::{AdoptOptions, Store};
-use idem_core::{AuditProgress, Field, IdScheme, Model, Role};
+use idem_core::{AuditProgress, AuditReport, Field, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Audit and adopt MongoDB collections for idem.
@@ -40,12 +45,20 @@ enum Command {
     },
     /// Move documents to their derived ids (safe while idem writers run; run it again after an
     /// interruption to finish). Duplicates by natural key are reported and left in place.
+    /// Without `--yes`, prints what it would do (the audit) and moves nothing.
     Adopt {
         #[command(flatten)]
         target: Target,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Move the documents; without it, only the plan is printed.
+        #[arg(long)]
+        yes: bool,
+        /// Move documents even if the stored ones were written with another model than these
+        /// flags describe (a deliberate change of keys, timestamp or scheme).
+        #[arg(long)]
+        ignore_model_check: bool,
         /// Stop after this many writes; running it again goes on.
         #[arg(long)]
         max_steps: Option<u64>,
@@ -175,30 +188,89 @@ async fn run(command: Command) -> Result<bool, String> {
     let model = target.model();
     let field_order: Vec<&str> = target.fields.iter().map(String::as_str).collect();
     let done = match &command {
-        Command::Audit { .. } => {
-            let bar = progress_bar();
-            let audited = store
-                .audit_model(model, &field_order, |progress| {
-                    show_progress(&bar, progress)
-                })
-                .await;
-            bar.finish_and_clear();
-            audited.map(|report| (print(&report, json), report.is_clean()))
-        }
-        Command::Adopt { max_steps, .. } => {
+        Command::Audit { .. } => audit(&store, model, &field_order).await.map(|report| {
+            if let Some(mismatch) = &report.model_mismatch {
+                eprintln!("idem: {mismatch}");
+            }
+            (print(&report, json), report.is_clean())
+        }),
+        Command::Adopt {
+            max_steps,
+            yes,
+            ignore_model_check,
+            ..
+        } => {
             let mut options = AdoptOptions::default();
             if let Some(steps) = *max_steps {
                 options = options.with_max_steps(steps);
             }
-            let adopted = store.adopt_model(model, &field_order, options).await;
-            adopted.map(|report| (print(&report, json), report.is_complete()))
+            if *ignore_model_check {
+                options = options.ignoring_model_check();
+            }
+            adopt(&store, model, &field_order, options, *yes, json).await
         }
     };
     // Closed before the runtime stops: a client dropped while it stops cannot end its sessions.
     client.shutdown().await;
-    let (printed, done) = done.map_err(|error| error.to_string())?;
+    let (printed, done) = done?;
     printed?;
     Ok(done)
+}
+
+/// The audit, with a progress bar.
+async fn audit(store: &Store, model: &Model, field_order: &[&str]) -> Result<AuditReport, String> {
+    let bar = progress_bar();
+    let audited = store
+        .audit_model(model, field_order, |progress| show_progress(&bar, progress))
+        .await;
+    bar.finish_and_clear();
+    audited.map_err(|error| error.to_string())
+}
+
+/// `adopt`: the plan first (the audit); the moves only with `yes`, and never over a model
+/// mismatch unless `options` ignore it.
+async fn adopt(
+    store: &Store,
+    model: &Model,
+    field_order: &[&str],
+    options: AdoptOptions,
+    yes: bool,
+    json: bool,
+) -> Result<(Result<(), String>, bool), String> {
+    let plan = audit(store, model, field_order).await?;
+    if let (Some(mismatch), false) = (&plan.model_mismatch, options.ignore_model_check) {
+        return Err(format!(
+            "{mismatch}; nothing was moved (if the model changed on purpose, pass \
+             --ignore-model-check)"
+        ));
+    }
+    let to_move = plan.legacy_ids.count + plan.orphans.count;
+    if !yes {
+        let printed = print(&plan, json);
+        eprintln!(
+            "idem: nothing was moved; this was the plan: {} to move to {} derived id{}. Run \
+             again with --yes to move {}.",
+            count(to_move, "document"),
+            if to_move == 1 { "its" } else { "their" },
+            if to_move == 1 { "" } else { "s" },
+            if to_move == 1 { "it" } else { "them" },
+        );
+        return Ok((printed, to_move == 0 && plan.is_clean()));
+    }
+    let adopted = store
+        .adopt_model(model, field_order, options)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok((print(&adopted, json), adopted.is_complete()))
+}
+
+/// `n` and the noun, singular for one.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[tokio::main]

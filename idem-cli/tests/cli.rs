@@ -58,6 +58,32 @@ fn stored(id: bson::Bson, post: &Post, hash: Option<String>) -> Document {
     document
 }
 
+/// Every document of `database`'s `posts`, in `_id` order.
+async fn stored_documents(database: &mongodb::Database) -> Vec<Document> {
+    let mut cursor = database
+        .collection::<Document>("posts")
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .unwrap();
+    let mut documents = Vec::new();
+    while cursor.advance().await.unwrap() {
+        documents.push(cursor.deserialize_current().unwrap());
+    }
+    documents
+}
+
+/// `idem` with `args` and the model's flags, `model` (defaulting to the flags of `Post`).
+fn idem_with(args: &[&str], database: &str, model: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .args(["--database", database, "--collection", "posts"])
+        .args(model)
+        .env("MONGODB_URI", server_uri())
+        .output()
+        .unwrap()
+}
+
 fn idem(args: &[&str], database: &str) -> Output {
     let model = [
         "--database",
@@ -195,7 +221,23 @@ async fn audit_and_adopt_a_collection_with_every_kind_of_problem() {
         "{summary}"
     );
 
-    let adopt = idem(&["adopt", "--json"], &name);
+    // Without --yes, the plan: the audit, and nothing moved.
+    let before = stored_documents(&database).await;
+    let plan = idem(&["adopt", "--json"], &name);
+    assert_eq!(plan.status.code(), Some(1), "something to move");
+    let planned: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(planned, expected, "the plan is the audit");
+    assert!(
+        String::from_utf8_lossy(&plan.stderr).contains(
+            "nothing was moved; this was the plan: 4 documents to move to their derived ids. \
+             Run again with --yes to move them."
+        ),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    assert_eq!(stored_documents(&database).await, before, "nothing moved");
+
+    let adopt = idem(&["adopt", "--json", "--yes"], &name);
     assert_eq!(
         adopt.status.code(),
         Some(1),
@@ -238,4 +280,140 @@ fn a_server_that_cannot_be_reached_is_an_error_not_a_report() {
         String::from_utf8_lossy(&output.stderr).starts_with("idem: cannot connect to not-a-uri")
     );
     assert!(output.stdout.is_empty());
+}
+
+/// The flags of `Post`, the model its documents were written with.
+const POST_FLAGS: [&str; 10] = [
+    "--key",
+    "slug,lang",
+    "--timestamp",
+    "publishedAt",
+    "--scheme",
+    "v1",
+    "--volatile",
+    "fetchedAt",
+    "--fields",
+    "slug,lang,publishedAt,title,fetchedAt",
+];
+
+/// `POST_FLAGS` with `flag`'s value replaced by `value`, or the flag left out for `None`.
+fn flags_with(flag: &str, value: Option<&str>) -> Vec<String> {
+    let mut flags = Vec::new();
+    for pair in POST_FLAGS.chunks(2) {
+        match (pair[0] == flag, value) {
+            (true, Some(value)) => flags.extend([flag.to_owned(), value.to_owned()]),
+            (true, None) => {}
+            (false, _) => flags.extend(pair.iter().map(|part| (*part).to_owned())),
+        }
+    }
+    flags
+}
+
+/// A collection idem wrote correctly, adopted with one flag wrong: the audit says the model is
+/// wrong and names the flag, `adopt --yes` refuses naming it, and not one document moves; with
+/// the right flags there is nothing to move.
+#[tokio::test]
+async fn adopt_with_a_wrong_flag_moves_nothing_and_names_the_flag() {
+    let name = format!("idem_cli_flags_{}", std::process::id());
+    let client = mongodb::Client::with_uri_str(server_uri()).await.unwrap();
+    let database = client.database(&name);
+    database.drop().await.unwrap();
+    let seeded: Vec<Document> = (0..20)
+        .map(|n| {
+            let post = post(&format!("post-{n}"), T0 + n * 1_000, "Title");
+            let id = bson::Bson::String(post.id().unwrap().to_string());
+            stored(id, &post, Some(post.content_hash().unwrap().to_hex()))
+        })
+        .collect();
+    database
+        .collection::<Document>("posts")
+        .insert_many(seeded)
+        .await
+        .unwrap();
+    let before = stored_documents(&database).await;
+
+    let right = idem_with(&["adopt", "--json", "--yes"], &name, &POST_FLAGS);
+    assert_eq!(
+        right.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    let adopted: serde_json::Value = serde_json::from_slice(&right.stdout).unwrap();
+    assert_eq!(adopted["moved"]["count"], 0, "{adopted}");
+
+    let cases = [
+        (flags_with("--timestamp", None), "--timestamp publishedAt"),
+        (flags_with("--scheme", Some("joined")), "--scheme v1"),
+        (flags_with("--key", Some("slug")), "--key slug,lang"),
+        (
+            flags_with("--key", Some("slug,lang,title")),
+            "--key slug,lang",
+        ),
+    ];
+    for (flags, likely) in cases {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let audit = idem_with(&["audit"], &name, &flags);
+        assert_eq!(audit.status.code(), Some(1), "{flags:?}");
+        let summary = String::from_utf8_lossy(&audit.stdout);
+        assert!(
+            summary.contains("WRONG MODEL") && summary.contains(&format!("(likely {likely})")),
+            "{flags:?}: {summary}"
+        );
+        for adopt in [
+            idem_with(&["adopt", "--yes"], &name, &flags),
+            idem_with(&["adopt"], &name, &flags),
+        ] {
+            assert_eq!(adopt.status.code(), Some(2), "{flags:?}");
+            let message = String::from_utf8_lossy(&adopt.stderr);
+            assert!(
+                message.contains(&format!("(likely {likely})"))
+                    && message.contains("nothing was moved"),
+                "{flags:?}: {message}"
+            );
+        }
+        assert_eq!(
+            stored_documents(&database).await,
+            before,
+            "{flags:?}: not one document moved"
+        );
+    }
+    database.drop().await.unwrap();
+    client.shutdown().await;
+}
+
+/// A collection or a database that does not exist is an error naming it, not an audit of
+/// nothing that finds no problem.
+#[tokio::test]
+async fn a_missing_collection_or_database_is_an_error_naming_it() {
+    let name = format!("idem_cli_missing_{}", std::process::id());
+    let client = mongodb::Client::with_uri_str(server_uri()).await.unwrap();
+    let database = client.database(&name);
+    database.drop().await.unwrap();
+    for command in [&["audit"][..], &["adopt", "--yes"][..]] {
+        let output = idem_with(command, &name, &POST_FLAGS);
+        assert_eq!(output.status.code(), Some(2), "{command:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains(&format!("database `{name}` holds no collection")),
+            "{command:?}: {message}"
+        );
+        assert!(output.stdout.is_empty(), "{command:?}");
+    }
+    database
+        .collection::<Document>("comments")
+        .insert_one(doc! { "_id": 1 })
+        .await
+        .unwrap();
+    let output = idem_with(&["audit"], &name, &POST_FLAGS);
+    assert_eq!(output.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains(&format!(
+            "there is no such collection in database `{name}`, which holds comments"
+        )),
+        "{message}"
+    );
+    database.drop().await.unwrap();
+    client.shutdown().await;
 }

@@ -219,6 +219,12 @@ pub struct AuditReport {
     /// on the natural key. Always empty for a MongoDB collection, whose index idem builds.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub table_problems: Vec<String>,
+    /// For a model given at run time: the stored documents were written with another model
+    /// (see [`crate::model_check`]), so the orphans and legacy ids counted here are the flags'
+    /// mistake, and `adopt` refuses to move them.
+    #[cfg(feature = "mongodb")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_mismatch: Option<crate::model_check::ModelMismatch>,
 }
 
 impl AuditReport {
@@ -234,7 +240,15 @@ impl AuditReport {
 
     /// Whether the audit found nothing to fix: idem can take the collection over as it is.
     pub fn is_clean(&self) -> bool {
-        self.clean == self.scanned && self.table_problems.is_empty()
+        self.clean == self.scanned && self.table_problems.is_empty() && !self.has_model_mismatch()
+    }
+
+    /// Whether the documents were written with another model than the one audited with.
+    pub fn has_model_mismatch(&self) -> bool {
+        #[cfg(feature = "mongodb")]
+        return self.model_mismatch.is_some();
+        #[cfg(not(feature = "mongodb"))]
+        return false;
     }
 
     /// The kinds of problems found per document, with how each is named in the summary.
@@ -276,6 +290,10 @@ impl fmt::Display for AuditReport {
             "`{}`: {} documents scanned, {} clean",
             self.collection, self.scanned, self.clean
         )?;
+        #[cfg(feature = "mongodb")]
+        if let Some(mismatch) = &self.model_mismatch {
+            writeln!(f, "  WRONG MODEL: {mismatch}")?;
+        }
         if !self.table_problems.is_empty() {
             writeln!(f, "  the table lacks what idem's writes need:")?;
             for problem in &self.table_problems {

@@ -149,6 +149,9 @@ pub mod id;
 mod idempotent;
 pub mod insert;
 pub mod model;
+// Only a model given at run time can be wrong, and only MongoDB audits one (the `idem` command).
+#[cfg(feature = "mongodb")]
+pub mod model_check;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;

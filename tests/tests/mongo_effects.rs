@@ -79,6 +79,16 @@ async fn insert_new_sends_one_write_and_no_read_for_members_stored_already() {
         .inserted()
         .is_empty());
     assert_eq!(stored_documents(store.database(), "awards").await.len(), 4);
+    // A set larger than the store's chunk (the size of a batch's read) is still one command:
+    // no read precedes an insert, and the command is split only by the server's limits.
+    let _ = log.take();
+    let set = awards("ada", 0..1_000);
+    assert_eq!(store.insert_new(&set).await.unwrap().inserted(), &set[4..]);
+    assert_eq!(
+        log.take().names,
+        ["update"],
+        "one round trip for 1,000 members"
+    );
 }
 
 fn thread() -> Thread {

@@ -23,6 +23,12 @@ pub(crate) trait BatchDriver: Driver {
     /// Documents per write statement.
     fn chunk(&self) -> usize;
 
+    /// Members of an `insert_new` per write: [`BatchDriver::chunk`] unless the driver splits its
+    /// inserts itself. No read precedes an insert, so nothing bounds it but the write.
+    fn insert_chunk(&self) -> usize {
+        self.chunk()
+    }
+
     /// What must hold before the first write (an index checked, the server's limits known):
     /// called once, and only if some document is sent.
     fn ready(&self) -> impl Future<Output = Result<(), Error>> + Send;

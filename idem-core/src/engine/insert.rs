@@ -19,8 +19,8 @@ use crate::outcome::Outcome;
 /// Inserts the members of `members` that are not stored, through `driver`, and reports each: a
 /// member stored under its id is there already, whatever it holds; one whose natural key is
 /// stored under another id is refused. A member that cannot be prepared fails the call before
-/// anything is sent. The caller has checked the index or table; an insert needs no more (no
-/// batch limits: the driver splits its own commands).
+/// anything is sent. The caller has checked the index or table; an insert needs no more. Each
+/// round goes in chunks of [`BatchDriver::insert_chunk`] members.
 pub(crate) async fn insert_new<D, T>(driver: &D, members: &[T]) -> Result<InsertReport<T>, Error>
 where
     D: BatchDriver,
@@ -47,7 +47,7 @@ where
         .map(|_| Err(Error::new(collection.clone(), ErrorKind::Contention)))
         .collect();
     for round in &plan.rounds {
-        for chunk in round.chunks(driver.chunk().max(1)) {
+        for chunk in round.chunks(driver.insert_chunk().max(1)) {
             let sent: Vec<&D::Doc> = chunk.iter().map(|&index| &prepared[index]).collect();
             let settled = settle(driver, WriteKind::InsertNew, &sent).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {

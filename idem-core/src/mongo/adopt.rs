@@ -60,12 +60,23 @@ pub struct AdoptOptions {
     /// Stop after this many writes (each move takes three, each archived duplicate two), leaving
     /// the collection in a state the next run finishes: to bound the work of one call.
     pub max_steps: Option<u64>,
+    /// [`Store::adopt_model`] moves documents even when the stored ones were written with
+    /// another model than the one given (see [`crate::model_check`]): for a deliberate change
+    /// of keys, timestamp or scheme. Off by default, when such a run is refused.
+    pub ignore_model_check: bool,
 }
 
 impl AdoptOptions {
     /// Duplicates are handled by `rule`.
     pub fn with_duplicates(mut self, rule: DuplicateRule) -> Self {
         self.duplicates = rule;
+        self
+    }
+
+    /// Moves documents even when the stored ones match another model than the one given; see
+    /// [`AdoptOptions::ignore_model_check`].
+    pub fn ignoring_model_check(mut self) -> Self {
+        self.ignore_model_check = true;
         self
     }
 
@@ -162,12 +173,32 @@ impl Store {
     /// [`audit_model`](Store::audit_model) for when that hash is the type's). A hash that is not
     /// the type's only makes the next upsert of the document write once more. `field_order` is
     /// as for [`audit_model`](Store::audit_model).
+    ///
+    /// Before anything moves, it checks that the model is the one the stored documents were
+    /// written with ([`crate::model_check`]): if most documents under a ULID are under the id a
+    /// model differing in one flag derives, and not under the one `model` derives, it refuses
+    /// with [`ErrorKind::SchemaMismatch`] naming that flag, and nothing is moved (unless
+    /// [`AdoptOptions::ignore_model_check`]). A collection that does not exist is refused the
+    /// same way.
     pub async fn adopt_model(
         &self,
         model: &Model,
         field_order: &[&str],
         options: AdoptOptions,
     ) -> Result<AdoptReport, Error> {
+        self.require_collection(model).await?;
+        if !options.ignore_model_check {
+            let plan = self.audit_model(model, field_order, |_| {}).await?;
+            if let Some(mismatch) = plan.model_mismatch {
+                return Err(Error::new(
+                    DocumentRef::collection(model),
+                    ErrorKind::SchemaMismatch {
+                        collection: model.collection().to_owned(),
+                        problem: format!("{mismatch}; nothing was moved"),
+                    },
+                ));
+            }
+        }
         self.adopt_collection(model, Reading::Stored { field_order }, options)
             .await
     }

@@ -27,11 +27,12 @@ use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
 };
 use crate::document::DocumentRef;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::model_check::ModelCheck;
 use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 
@@ -174,10 +175,10 @@ pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) ->
 /// The id derived from a stored document's key fields and timestamp ([`crate::audit`]'s
 /// rule), a BSON date read as its milliseconds.
 pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id, String> {
-    let neutral = |field: &Field| match stored.get(field.stored_name()) {
-        None => serde_json::Value::Null,
-        Some(Bson::DateTime(date)) => serde_json::Value::from(date.timestamp_millis()),
-        Some(value) => value.clone().into_relaxed_extjson(),
+    let neutral = |field: &Field| {
+        stored
+            .get(field.stored_name())
+            .map_or(serde_json::Value::Null, neutral)
     };
     let key: Vec<serde_json::Value> = model.natural_key_fields().map(neutral).collect();
     let timestamp = model.timestamp_field().map(neutral);
@@ -370,7 +371,47 @@ impl Store {
         field_order: &[&str],
         mut progress: impl FnMut(&AuditProgress),
     ) -> Result<AuditReport, Error> {
+        self.require_collection(model).await?;
         audit_collection(self, model, Reading::Stored { field_order }, &mut progress).await
+    }
+
+    /// [`ErrorKind::SchemaMismatch`] unless `model`'s collection exists: an operator naming a
+    /// collection (or database) that is not there has mistyped it, and an audit of nothing
+    /// would answer "no problems".
+    pub(super) async fn require_collection(&self, model: &Model) -> Result<(), Error> {
+        let whole = DocumentRef::collection(model);
+        crate::trace::round_trip("listCollections");
+        let names = self
+            .database
+            .list_collection_names()
+            .await
+            .map_err(|source| mongo_error(&whole, source))?;
+        if names.iter().any(|name| name == model.collection()) {
+            return Ok(());
+        }
+        let database = self.database.name();
+        let problem = if names.is_empty() {
+            format!("database `{database}` holds no collection (it does not exist, or is empty)")
+        } else {
+            let mut names = names;
+            names.sort();
+            let shown = names.len().min(10);
+            let more = match names.len() - shown {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            format!(
+                "there is no such collection in database `{database}`, which holds {}{more}",
+                names[..shown].join(", ")
+            )
+        };
+        Err(Error::new(
+            whole,
+            ErrorKind::SchemaMismatch {
+                collection: model.collection().to_owned(),
+                problem,
+            },
+        ))
     }
 }
 
@@ -401,6 +442,8 @@ async fn scan_collection(
     let typed = matches!(reading, Reading::Typed(_));
     let mut report = AuditReport::new(model.collection(), typed);
     let mut duplicates = DuplicateTracker::new();
+    // A model given at run time may not be the documents' (a flag forgotten or wrong).
+    let mut model_check = (!typed).then(|| ModelCheck::new(model));
     while cursor
         .advance()
         .await
@@ -416,6 +459,9 @@ async fn scan_collection(
             report.moves_in_progress.record(id, None);
         } else {
             let inspection = inspect(model, reading, &stored);
+            if let Some(check) = model_check.as_mut().filter(|check| !check.is_done()) {
+                check.examine(&inspection.stored_id, &neutral_fields(&stored));
+            }
             let clean = record_problems(&mut report, &inspection);
             let key = DocumentKey(stored_natural_key(model, &stored));
             duplicates.count(&mut report, Some(key), &inspection.stored_id, clean);
@@ -423,7 +469,25 @@ async fn scan_collection(
         progress(&AuditProgress::new(report.scanned, total));
     }
     duplicates.finish(&mut report);
+    report.model_mismatch = model_check.and_then(|check| check.finding());
     Ok(report)
+}
+
+/// A stored document's top-level fields in the neutral form the audit derives ids from (a date
+/// as its milliseconds, other values as relaxed extended JSON).
+fn neutral_fields(stored: &Document) -> serde_json::Map<String, serde_json::Value> {
+    stored
+        .iter()
+        .map(|(name, value)| (name.clone(), neutral(value)))
+        .collect()
+}
+
+/// `value` in the neutral form: a date as its milliseconds.
+fn neutral(value: &Bson) -> serde_json::Value {
+    match value {
+        Bson::DateTime(date) => serde_json::Value::from(date.timestamp_millis()),
+        value => value.clone().into_relaxed_extjson(),
+    }
 }
 
 /// Counts the problems of one document; returns whether it has none.

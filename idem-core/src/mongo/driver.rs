@@ -532,6 +532,13 @@ impl BatchDriver for MongoDriver<'_> {
         self.store.batch_chunk
     }
 
+    /// Every member in one `update` command, which `insert_missing` splits by the server's
+    /// limits (`maxWriteBatchSize`, the message size): no read precedes it, so the store's
+    /// chunk (the size of a read) does not bound it.
+    fn insert_chunk(&self) -> usize {
+        usize::MAX
+    }
+
     async fn ready(&self) -> Result<(), Error> {
         let whole = DocumentRef::collection(self.model);
         self.store.verify_indexes(self.model, &whole).await?;

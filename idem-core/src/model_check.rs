@@ -1,0 +1,363 @@
+//! Whether a model given at run time (the `idem` command's flags) is the one the stored documents
+//! were written with. A forgotten `--timestamp`, a wrong `--scheme` or a key field too many or too
+//! few makes every document idem wrote look misplaced, and `adopt` would move correct documents
+//! to wrong ids. Documents idem wrote carry ids with 80 bits of their keys' hash, so a model under
+//! which most of them are where they belong is the one they were written with: when the given
+//! model places a minority of the examined documents and a model differing in one flag places a
+//! majority, the flags are wrong, and that flag is named.
+//!
+//! A collection whose documents idem never wrote (ObjectIds, other tools' ids) gives no evidence
+//! either way: only documents stored under a ULID are examined.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use serde_json::{Map, Value};
+
+use crate::audit::derive_from_stored;
+use crate::id::IdScheme;
+use crate::model::{Field, Model, Role, ID_FIELD};
+
+/// How many documents under a ULID a check examines: enough for a clear majority, few enough to
+/// cost a fraction of a second.
+pub const DOCUMENTS_EXAMINED: u64 = 1_000;
+
+/// The finding of a check: the flags describe another model than the one the stored documents
+/// were written with.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ModelMismatch {
+    /// Documents stored under a ULID that the check examined.
+    pub examined: u64,
+    /// How many of them are under the id the given model derives.
+    pub placed_by_given: u64,
+    /// The change of the flags that places the most of them: `--timestamp publishedAt`,
+    /// `no --timestamp`, `--scheme joined`, `--key slug,lang`.
+    pub likely_flags: String,
+    /// How many of them are under the id the model with that change derives.
+    pub placed_by_likely: u64,
+}
+
+impl fmt::Display for ModelMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the flags do not describe the model the documents were written with: of {} \
+             documents stored under a ULID, {} are under the id these flags derive, and {} under \
+             the id derived with {}; check the flags (likely {}), since adopting would move \
+             correct documents to wrong ids",
+            self.examined,
+            self.placed_by_given,
+            self.placed_by_likely,
+            self.likely_flags,
+            self.likely_flags
+        )
+    }
+}
+
+/// A model differing from the given one in one flag, and that flag as the command spells it.
+struct Candidate {
+    model: Model,
+    flags: String,
+    placed: u64,
+}
+
+/// A check in progress: feed it the stored documents with [`ModelCheck::examine`], then ask
+/// [`ModelCheck::finding`].
+pub(crate) struct ModelCheck<'m> {
+    model: &'m Model,
+    examined: u64,
+    placed_by_given: u64,
+    /// Built from the first document examined, whose fields name the candidates' keys and
+    /// timestamps.
+    candidates: Option<Vec<Candidate>>,
+}
+
+impl<'m> ModelCheck<'m> {
+    /// A check of `model`.
+    pub fn new(model: &'m Model) -> Self {
+        ModelCheck {
+            model,
+            examined: 0,
+            placed_by_given: 0,
+            candidates: None,
+        }
+    }
+
+    /// Whether the check has seen enough documents.
+    pub fn is_done(&self) -> bool {
+        self.examined >= DOCUMENTS_EXAMINED
+    }
+
+    /// Examines a stored document: its id as text, and its fields in the neutral form
+    /// ([`derive_from_stored`]'s: a date as its milliseconds). Documents not under a ULID are
+    /// passed over.
+    pub fn examine(&mut self, stored_id: &str, fields: &Map<String, Value>) {
+        if self.is_done() || stored_id.parse::<ulid::Ulid>().is_err() {
+            return;
+        }
+        self.examined += 1;
+        if places(self.model, stored_id, fields) {
+            self.placed_by_given += 1;
+        }
+        let model = self.model;
+        let candidates = self
+            .candidates
+            .get_or_insert_with(|| candidates(model, fields));
+        for candidate in candidates.iter_mut() {
+            if places(&candidate.model, stored_id, fields) {
+                candidate.placed += 1;
+            }
+        }
+    }
+
+    /// The mismatch, if the given model places a minority of the examined documents and a
+    /// candidate a majority.
+    pub fn finding(&self) -> Option<ModelMismatch> {
+        let majority = |placed: u64| placed * 2 > self.examined;
+        if majority(self.placed_by_given) || self.placed_by_given * 2 == self.examined {
+            return None;
+        }
+        let best = self
+            .candidates
+            .iter()
+            .flatten()
+            .max_by_key(|candidate| candidate.placed)?;
+        majority(best.placed).then(|| ModelMismatch {
+            examined: self.examined,
+            placed_by_given: self.placed_by_given,
+            likely_flags: best.flags.clone(),
+            placed_by_likely: best.placed,
+        })
+    }
+}
+
+/// Whether `model` derives `stored_id` from the document's keys and timestamp.
+fn places(model: &Model, stored_id: &str, fields: &Map<String, Value>) -> bool {
+    let value = |field: &Field| fields.get(field.stored_name()).cloned();
+    let key: Vec<Value> = model
+        .natural_key_fields()
+        .map(|field| value(field).unwrap_or(Value::Null))
+        .collect();
+    let timestamp = model.timestamp_field().and_then(value);
+    derive_from_stored(model, &key, timestamp.as_ref())
+        .is_ok_and(|derived| derived.to_string() == stored_id)
+}
+
+/// The models that differ from `model` in one flag, with the stored fields of `example` as the
+/// keys and timestamps they may name: the other id scheme; the timestamp left out, or taken from
+/// another field holding an integer; one key field left out, or one more inserted at any place.
+fn candidates(model: &Model, example: &Map<String, Value>) -> Vec<Candidate> {
+    let keys: Vec<&'static str> = model.key_fields().map(Field::stored_name).collect();
+    let timestamp = model.timestamp_field().map(Field::stored_name);
+    let other_fields: Vec<&str> = example
+        .keys()
+        .map(String::as_str)
+        .filter(|name| {
+            *name != ID_FIELD
+                && *name != model.hash_field()
+                && !keys.contains(name)
+                && Some(*name) != timestamp
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut push = |keys: &[&str], timestamp: Option<&str>, scheme: IdScheme, flags: String| {
+        out.push(Candidate {
+            model: model_of(model, keys, timestamp, scheme),
+            flags,
+            placed: 0,
+        });
+    };
+    let scheme = model.id_scheme();
+    let other_scheme = match scheme {
+        IdScheme::V1 => IdScheme::Joined,
+        IdScheme::Joined => IdScheme::V1,
+    };
+    push(
+        &keys,
+        timestamp,
+        other_scheme,
+        format!("--scheme {}", scheme_flag(other_scheme)),
+    );
+    if timestamp.is_some() {
+        push(&keys, None, scheme, "no --timestamp".to_owned());
+    }
+    for name in &other_fields {
+        if example.get(*name).is_some_and(Value::is_i64) {
+            push(&keys, Some(name), scheme, format!("--timestamp {name}"));
+        }
+    }
+    if keys.len() > 1 {
+        for left_out in 0..keys.len() {
+            let fewer: Vec<&str> = keys
+                .iter()
+                .enumerate()
+                .filter(|&(index, _)| index != left_out)
+                .map(|(_, name)| *name)
+                .collect();
+            push(
+                &fewer,
+                timestamp,
+                scheme,
+                format!("--key {}", fewer.join(",")),
+            );
+        }
+    }
+    for name in &other_fields {
+        let keyable = matches!(
+            example.get(*name),
+            Some(Value::String(_) | Value::Bool(_) | Value::Number(_))
+        );
+        if !keyable {
+            continue;
+        }
+        for at in 0..=keys.len() {
+            let mut more: Vec<&str> = keys.clone();
+            more.insert(at, name);
+            push(
+                &more,
+                timestamp,
+                scheme,
+                format!("--key {}", more.join(",")),
+            );
+        }
+    }
+    out
+}
+
+/// A model like `model` with these keys, timestamp and scheme: what derives ids, nothing more.
+fn model_of(model: &Model, keys: &[&str], timestamp: Option<&str>, scheme: IdScheme) -> Model {
+    let fields: Vec<Field> = keys
+        .iter()
+        .map(|name| (*name, Role::Key))
+        .chain(timestamp.map(|name| (name, Role::Timestamp)))
+        .map(|(name, role)| {
+            let name = interned_name(name);
+            Field::new(name, name, role)
+        })
+        .collect();
+    Model::new(
+        model.collection(),
+        scheme,
+        model.hash_field(),
+        interned_fields(fields),
+    )
+}
+
+/// `name` with the `'static` lifetime a [`Field`] holds, each distinct name allocated once for
+/// the process: candidates name the stored fields of the documents examined, and a [`Model`]
+/// holds `'static` names (the derive writes them as literals).
+fn interned_name(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+/// `fields` with the `'static` lifetime a [`Model`] holds, each distinct list allocated once
+/// for the process, so that checking a collection again allocates nothing more.
+fn interned_fields(fields: Vec<Field>) -> &'static [Field] {
+    static LISTS: OnceLock<Mutex<Vec<&'static [Field]>>> = OnceLock::new();
+    let mut lists = LISTS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = lists.iter().find(|known| ***known == fields[..]) {
+        return known;
+    }
+    let leaked: &'static [Field] = Box::leak(fields.into_boxed_slice());
+    lists.push(leaked);
+    leaked
+}
+
+/// The `--scheme` value of `scheme`.
+fn scheme_flag(scheme: IdScheme) -> &'static str {
+    match scheme {
+        IdScheme::V1 => "v1",
+        IdScheme::Joined => "joined",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static WRITTEN_WITH: Model = Model::new(
+        "posts",
+        IdScheme::V1,
+        "sourceHash",
+        &[
+            Field::new("slug", "slug", Role::Key),
+            Field::new("publishedAt", "publishedAt", Role::Timestamp),
+        ],
+    );
+    static WITHOUT_TIMESTAMP: Model = Model::new(
+        "posts",
+        IdScheme::V1,
+        "sourceHash",
+        &[Field::new("slug", "slug", Role::Key)],
+    );
+
+    /// A document `WRITTEN_WITH` stored, under the id it derives.
+    fn written(n: i64) -> (String, Map<String, Value>) {
+        let fields: Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "slug": format!("post-{n}"),
+            "publishedAt": 1_700_000_000_000_i64 + n,
+            "title": "Title",
+        }))
+        .unwrap();
+        let id = derive_from_stored(
+            &WRITTEN_WITH,
+            &[fields["slug"].clone()],
+            Some(&fields["publishedAt"]),
+        )
+        .unwrap();
+        (id.to_string(), fields)
+    }
+
+    #[test]
+    fn a_forgotten_timestamp_is_named() {
+        let mut check = ModelCheck::new(&WITHOUT_TIMESTAMP);
+        for n in 0..10 {
+            let (id, fields) = written(n);
+            check.examine(&id, &fields);
+        }
+        let finding = check.finding().expect("a mismatch");
+        assert_eq!(finding.likely_flags, "--timestamp publishedAt");
+        assert_eq!((finding.examined, finding.placed_by_given), (10, 0));
+        assert_eq!(finding.placed_by_likely, 10);
+    }
+
+    #[test]
+    fn the_right_model_with_a_few_orphans_is_no_mismatch() {
+        let mut check = ModelCheck::new(&WRITTEN_WITH);
+        for n in 0..10 {
+            let (id, mut fields) = written(n);
+            if n < 3 {
+                // An orphan: its timestamp was edited after idem wrote it.
+                fields.insert("publishedAt".into(), Value::from(n));
+            }
+            check.examine(&id, &fields);
+        }
+        assert_eq!(check.finding(), None);
+    }
+
+    #[test]
+    fn documents_not_under_a_ulid_give_no_evidence() {
+        let mut check = ModelCheck::new(&WITHOUT_TIMESTAMP);
+        for n in 0..10 {
+            let (_, fields) = written(n);
+            check.examine(&format!("65000000000000000000000{n}"), &fields);
+        }
+        assert_eq!(check.finding(), None);
+        assert_eq!(check.examined, 0);
+    }
+}
