@@ -149,7 +149,7 @@ async fn audit_and_adopt_a_collection_with_every_kind_of_problem() {
         "no progress bar without a terminal"
     );
     let report: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
-    let derived = |slug: &str, at: i64| format!("derived id {}", post(slug, at, "").id().unwrap());
+    let derived = |slug: &str, at: i64| post(slug, at, "").id().unwrap().to_string();
     let expected = json!({
         "collection": "posts",
         "scanned": 7,
@@ -166,14 +166,14 @@ async fn audit_and_adopt_a_collection_with_every_kind_of_problem() {
         "legacy_ids": {
             "count": 3,
             "samples": [
-                { "id": oid(3).to_hex(), "detail": derived("legacy", T0) },
-                { "id": oid(1).to_hex(), "detail": derived("twice", T0) },
-                { "id": oid(2).to_hex(), "detail": derived("twice", T0 + 1) },
+                { "id": oid(3).to_hex(), "derived_id": derived("legacy", T0) },
+                { "id": oid(1).to_hex(), "derived_id": derived("twice", T0) },
+                { "id": oid(2).to_hex(), "derived_id": derived("twice", T0 + 1) },
             ],
         },
         "orphans": {
             "count": 1,
-            "samples": [{ "id": orphan_id.to_string(), "detail": derived("orphan", T0 + 1) }],
+            "samples": [{ "id": orphan_id.to_string(), "derived_id": derived("orphan", T0 + 1) }],
         },
         "underivable": {
             "count": 1,

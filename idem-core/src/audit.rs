@@ -53,10 +53,54 @@ pub struct Finding {
 impl Finding {
     /// Counts one more document, keeping it as a sample while there is room.
     pub fn record(&mut self, id: String, detail: Option<String>) {
+        self.keep(Sample {
+            id,
+            derived_id: None,
+            detail,
+        });
+    }
+
+    /// Counts one more document that belongs under `derived_id`, keeping it as a sample while
+    /// there is room.
+    pub fn record_misplaced(&mut self, id: String, derived_id: String) {
+        self.keep(Sample {
+            id,
+            derived_id: Some(derived_id),
+            detail: None,
+        });
+    }
+
+    fn keep(&mut self, sample: Sample) {
         self.count += 1;
         if self.samples.len() < SAMPLES_PER_KIND {
-            self.samples.push(Sample { id, detail });
+            self.samples.push(sample);
         }
+    }
+
+    /// The finding as a summary shows it: `name: count`, its samples, how many more there are,
+    /// and what to do about them (`advice`).
+    fn show(&self, f: &mut fmt::Formatter<'_>, name: &str, advice: &str) -> fmt::Result {
+        writeln!(f, "  {name}: {}", self.count)?;
+        for sample in &self.samples {
+            let shown = match (&sample.derived_id, &sample.detail) {
+                (Some(derived), Some(detail)) => format!(" (derived id {derived}; {detail})"),
+                (Some(derived), None) => format!(" (derived id {derived})"),
+                (None, Some(detail)) => format!(" ({detail})"),
+                (None, None) => String::new(),
+            };
+            writeln!(f, "    {}{shown}", sample.id)?;
+        }
+        let more = self.count - self.samples.len() as u64;
+        if more > 0 {
+            writeln!(
+                f,
+                "    … and {more} more (a report keeps the first {SAMPLES_PER_KIND})"
+            )?;
+        }
+        if !advice.is_empty() {
+            writeln!(f, "    to do: {advice}")?;
+        }
+        Ok(())
     }
 
     /// Whether no document has this problem.
@@ -71,8 +115,12 @@ impl Finding {
 pub struct Sample {
     /// The stored id as text (an ObjectId as its 24 hex digits).
     pub id: String,
-    /// What the audit saw, where the id alone does not say: the derived id a misplaced document
-    /// belongs under, or why no id can be derived or the document does not deserialize.
+    /// The id a misplaced document belongs under (a legacy id, an orphan), or a moved one was
+    /// moved to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub derived_id: Option<String>,
+    /// What the audit saw, where the ids do not say: why no id can be derived, the document does
+    /// not deserialize, or could not be moved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -251,37 +299,99 @@ impl AuditReport {
         return false;
     }
 
-    /// The kinds of problems found per document, with how each is named in the summary.
-    fn findings(&self) -> Vec<(&'static str, &Finding)> {
+    /// The kinds of problems found per document, with how each is named in the summary and
+    /// what to do about it.
+    fn findings(&self) -> Vec<(&'static str, &'static str, &Finding)> {
         let mut findings = vec![
             (
-                "legacy ids (not idem ids; `adopt` moves them)",
+                "legacy ids (not idem ids)",
+                "`idem adopt --yes` (or `Store::adopt`) moves them to their derived ids",
                 &self.legacy_ids,
             ),
             (
                 "orphans (an idem id, but not the one derived from the content)",
+                "a key or the timestamp was changed after idem wrote them; if that was meant, \
+                 `idem adopt --yes` moves them to the id the content derives now",
                 &self.orphans,
             ),
             (
                 "no id can be derived (a key or the timestamp is missing or unusable)",
+                "fix or remove these documents: `adopt` leaves them, and idem's writes never \
+                 touch them",
                 &self.underivable,
             ),
-            ("without a content hash", &self.missing_hash),
+            (
+                "without a content hash",
+                "nothing to do: the next upsert of each writes its hash (`adopt` does too)",
+                &self.missing_hash,
+            ),
             (
                 "stored content hash differs from the content",
+                "another tool changed them after idem wrote them: the next upsert of each \
+                 writes it again",
                 &self.hash_mismatch,
             ),
         ];
         if let Some(undeserializable) = &self.undeserializable {
-            findings.push(("do not deserialize into the type", undeserializable));
+            findings.push((
+                "do not deserialize into the type",
+                "fix these documents or the type: idem reads them as the type",
+                undeserializable,
+            ));
         }
         findings.push((
-            "half moved by an interrupted `adopt` (run it again)",
+            "half moved by an interrupted `adopt`",
+            "run `adopt` again: it finishes them first",
             &self.moves_in_progress,
         ));
         findings
     }
 }
+
+/// `n` and `noun`, singular for one: `1 key`, `2 keys`.
+fn counted(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
+/// The duplicated natural keys as a summary shows them, with `heading` and what to do.
+fn show_duplicates(
+    f: &mut fmt::Formatter<'_>,
+    duplicates: &Duplicates,
+    heading: &str,
+    advice: &str,
+) -> fmt::Result {
+    writeln!(
+        f,
+        "  {heading}: {} held by {}",
+        counted(duplicates.keys, "key"),
+        counted(duplicates.documents, "document")
+    )?;
+    for duplicate in &duplicates.samples {
+        writeln!(
+            f,
+            "    {} in {}: {}",
+            duplicate.key,
+            counted(duplicate.documents, "document"),
+            duplicate.sample_ids.join(", ")
+        )?;
+    }
+    let more = duplicates.keys - duplicates.samples.len() as u64;
+    if more > 0 {
+        writeln!(
+            f,
+            "    … and {} more (a report keeps the first {SAMPLES_PER_KIND})",
+            counted(more, "key")
+        )?;
+    }
+    writeln!(f, "    to do: {advice}")
+}
+
+/// What to do about duplicated natural keys.
+const DUPLICATES_ADVICE: &str = "keep one document per key: merge or remove the others by \
+     hand, or let `Store::adopt` pick one by a `DuplicateRule` (the others are archived)";
 
 impl fmt::Display for AuditReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -301,32 +411,17 @@ impl fmt::Display for AuditReport {
             }
         }
         if self.duplicates.keys > 0 {
-            writeln!(
+            show_duplicates(
                 f,
-                "  natural-key duplicates: {} keys held by {} documents; they block the unique \
-                 natural-key index, and idem's writes with it",
-                self.duplicates.keys, self.duplicates.documents
+                &self.duplicates,
+                "natural-key duplicates (they block the unique natural-key index, and idem's \
+                 writes with it)",
+                DUPLICATES_ADVICE,
             )?;
-            for duplicate in &self.duplicates.samples {
-                writeln!(
-                    f,
-                    "    {} in {} documents: {}",
-                    duplicate.key,
-                    duplicate.documents,
-                    duplicate.sample_ids.join(", ")
-                )?;
-            }
         }
-        for (name, finding) in self.findings() {
-            if finding.is_empty() {
-                continue;
-            }
-            writeln!(f, "  {name}: {}", finding.count)?;
-            for sample in &finding.samples {
-                match &sample.detail {
-                    Some(detail) => writeln!(f, "    {} ({detail})", sample.id)?,
-                    None => writeln!(f, "    {}", sample.id)?,
-                }
+        for (name, advice, finding) in self.findings() {
+            if !finding.is_empty() {
+                finding.show(f, name, advice)?;
             }
         }
         if self.is_clean() {
@@ -377,38 +472,31 @@ impl fmt::Display for AdoptReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "`{}`:", self.collection)?;
         let findings = [
-            ("moved", &self.moved),
-            ("half moved before, finished now", &self.finished),
-            ("duplicates set aside to the archive", &self.archived),
-            ("could not be moved", &self.failed),
+            ("moved", "", &self.moved),
+            ("half moved before, finished now", "", &self.finished),
+            (
+                "duplicates set aside to the archive",
+                "nothing is lost: each is whole in the archive collection, under its own id",
+                &self.archived,
+            ),
+            (
+                "could not be moved",
+                "each says why; fix those documents and run `adopt` again",
+                &self.failed,
+            ),
         ];
-        for (name, finding) in findings {
-            if finding.is_empty() {
-                continue;
-            }
-            writeln!(f, "  {name}: {}", finding.count)?;
-            for sample in &finding.samples {
-                match &sample.detail {
-                    Some(detail) => writeln!(f, "    {} ({detail})", sample.id)?,
-                    None => writeln!(f, "    {}", sample.id)?,
-                }
+        for (name, advice, finding) in findings {
+            if !finding.is_empty() {
+                finding.show(f, name, advice)?;
             }
         }
         if self.duplicates.keys > 0 {
-            writeln!(
+            show_duplicates(
                 f,
-                "  natural-key duplicates left in place: {} keys held by {} documents",
-                self.duplicates.keys, self.duplicates.documents
+                &self.duplicates,
+                "natural-key duplicates left in place",
+                DUPLICATES_ADVICE,
             )?;
-            for duplicate in &self.duplicates.samples {
-                writeln!(
-                    f,
-                    "    {} in {} documents: {}",
-                    duplicate.key,
-                    duplicate.documents,
-                    duplicate.sample_ids.join(", ")
-                )?;
-            }
         }
         if self.stopped {
             writeln!(f, "  stopped at the step limit: run it again to go on")?;
@@ -607,9 +695,49 @@ mod tests {
             .duplicates
             .record(key, 2, vec!["x".into(), "y".into()]);
         report.missing_hash.record("x".into(), None);
+        for n in 0..7 {
+            report
+                .legacy_ids
+                .record_misplaced(format!("legacy-{n}"), format!("derived-{n}"));
+        }
         let summary = report.to_string();
         assert!(summary.contains("{slug: \"a\", lang: null} in 2 documents: x, y"));
-        assert!(summary.contains("without a content hash: 1\n    x\n"));
+        assert!(
+            summary.contains(": 1 key held by 2 documents\n"),
+            "{summary}"
+        );
+        assert!(summary.contains("without a content hash: 1\n    x\n    to do: "));
+        assert!(
+            summary
+                .contains("  legacy ids (not idem ids): 7\n    legacy-0 (derived id derived-0)\n"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains(
+                "    legacy-4 (derived id derived-4)\n    … and 2 more (a report \
+                 keeps the first 5)\n    to do: `idem adopt --yes`"
+            ),
+            "{summary}"
+        );
+        // Every problem the summary lists says what to do about it.
+        let problems = summary
+            .lines()
+            .filter(|line| line.starts_with("  "))
+            .count()
+            - summary
+                .lines()
+                .filter(|line| line.starts_with("    "))
+                .count();
+        assert_eq!(
+            summary.matches("    to do: ").count(),
+            problems,
+            "{summary}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["legacy_ids"]["samples"][0],
+            serde_json::json!({ "id": "legacy-0", "derived_id": "derived-0" })
+        );
         assert!(!report.is_clean());
     }
 }

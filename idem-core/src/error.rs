@@ -84,7 +84,7 @@ pub enum ErrorKind {
     /// field that feeds the id (changing it would derive a new id and orphan the stored
     /// document). Nothing was written.
     #[error(
-        "field {} may not change once written (stored as {stored_id}): \
+        "field {} may not change once written (the document stored under _id {stored_id}): \
          stored {stored}, incoming {incoming}; nothing was written",
         shown_field(.field, .stored_name)
     )]
@@ -155,7 +155,7 @@ pub enum ErrorKind {
     /// An event's idempotency key was used before with another payload: a retry must send the
     /// same request. Nothing was written.
     #[error(
-        "idempotency key `{field}` was first used for another payload (stored as \
+        "idempotency key `{field}` was first used for another payload (stored under _id \
          {stored_id}); nothing was written"
     )]
     IdempotencyKeyReused {

@@ -122,18 +122,16 @@ async fn the_audit_finds_every_kind_of_problem_in_one_pass() {
     // one that is not a `Post` is derived from its stored key values.
     assert_eq!(report.legacy_ids.count, 4, "{report}");
     assert_eq!(
-        report.legacy_ids.samples[0].detail.as_deref(),
-        Some(format!("derived id {}", post("legacy", "").id().unwrap()).as_str()),
+        report.legacy_ids.samples[0].derived_id,
+        Some(post("legacy", "").id().unwrap().to_string()),
     );
     assert_eq!(sample_ids(&report.orphans), [orphan_id.as_str()]);
     assert_eq!(
-        report.orphans.samples[0].detail.as_deref(),
+        report.orphans.samples[0].derived_id,
         Some(
-            format!(
-                "derived id {}",
-                Post::derive_id("orphaned", "en", &(T0 + 1)).unwrap()
-            )
-            .as_str()
+            Post::derive_id("orphaned", "en", &(T0 + 1))
+                .unwrap()
+                .to_string()
         ),
     );
     assert_eq!(sample_ids(&report.underivable), [keyless_id.to_hex()]);
@@ -273,8 +271,8 @@ async fn adopt_moves_legacy_documents_and_writes_converge_on_them() {
     assert_eq!(report.moved.count, 3);
     assert_eq!(report.moved.samples[0].id, ids[0].to_hex());
     assert_eq!(
-        report.moved.samples[0].detail.as_deref(),
-        Some(format!("to {}", originals[0].id().unwrap()).as_str())
+        report.moved.samples[0].derived_id,
+        Some(originals[0].id().unwrap().to_string())
     );
     for original in &originals {
         let stored = posts(&database)

@@ -49,16 +49,20 @@ fn id_of(post: &Post) -> String {
     post.id().unwrap().to_string()
 }
 
+/// Each sample's id, with the derived id a misplaced row belongs under, or else its detail.
 fn samples(finding: &Finding) -> Vec<(String, Option<String>)> {
     finding
         .samples
         .iter()
-        .map(|sample| (sample.id.clone(), sample.detail.clone()))
+        .map(|sample| {
+            let shown = sample.derived_id.clone().or_else(|| sample.detail.clone());
+            (sample.id.clone(), shown)
+        })
         .collect()
 }
 
 fn derived(post: &Post) -> Option<String> {
-    Some(format!("derived id {}", post.id().unwrap()))
+    Some(post.id().unwrap().to_string())
 }
 
 /// A table other code created and filled, with every kind of problem each in its own rows: the

@@ -427,7 +427,7 @@ impl Adoption<'_> {
         };
         let (from, to) = (id_text(&plan.from), plan.derived.to_string());
         match self.move_document(Some(plan), false).await? {
-            Ok(Claimed::Done) => self.report.moved.record(from, Some(format!("to {to}"))),
+            Ok(Claimed::Done) => self.report.moved.record_misplaced(from, to),
             Ok(Claimed::Conflict(why)) => self.report.failed.record(from, Some(why)),
             Err(stopped) => return Ok(Err(stopped)),
         }

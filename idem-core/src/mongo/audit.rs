@@ -498,13 +498,13 @@ fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
         Placement::Legacy(derived) => {
             report
                 .legacy_ids
-                .record(id.clone(), Some(format!("derived id {derived}")));
+                .record_misplaced(id.clone(), derived.to_string());
             clean = false;
         }
         Placement::Orphan(derived) => {
             report
                 .orphans
-                .record(id.clone(), Some(format!("derived id {derived}")));
+                .record_misplaced(id.clone(), derived.to_string());
             clean = false;
         }
         Placement::Underivable(why) => {

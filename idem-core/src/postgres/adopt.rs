@@ -186,8 +186,7 @@ where
         match move_row(client, table, &row.place, &row.version, &prepared).await? {
             Move::InPlace => return Ok(()),
             Move::Moved => {
-                let detail = format!("derived id {}", prepared.id_text);
-                report.moved.record(id, Some(detail));
+                report.moved.record_misplaced(id, prepared.id_text.clone());
                 return Ok(());
             }
             Move::Taken => {

@@ -254,7 +254,7 @@ where
                     _ => Some(&mut report.legacy_ids),
                 };
                 if let Some(finding) = finding {
-                    finding.record(id.clone(), Some(format!("derived id {derived}")));
+                    finding.record_misplaced(id.clone(), derived.to_string());
                     clean = false;
                 }
             }
