@@ -417,3 +417,34 @@ async fn a_missing_collection_or_database_is_an_error_naming_it() {
     database.drop().await.unwrap();
     client.shutdown().await;
 }
+
+/// A server that cannot be reached: one readable line naming the address and saying a retry may
+/// help, after one server selection (two would take at least twice the timeout).
+#[test]
+fn an_unreachable_server_is_one_line_after_one_server_selection() {
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "audit",
+            "--uri",
+            "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=2000",
+        ])
+        .args(["--database", "d", "--collection", "c", "--key", "k"])
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(output.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("no server could be reached")
+            && message.contains("127.0.0.1:1")
+            && message.contains("retrying may help")
+            && !message.contains("Topology"),
+        "{message}"
+    );
+    assert!(
+        elapsed < std::time::Duration::from_millis(3_900),
+        "one server selection of 2 s, not two: {elapsed:?}"
+    );
+}

@@ -1,117 +1,10 @@
-//! The rule that makes a batch agree with single writes: `upsert_many(docs)` gives each document
-//! the outcome that upserting the documents one by one, in input order, would give, and leaves
-//! the same stored state. Backend-neutral.
-//!
-//! A batch is sent in rounds: a document goes in the round after the last one that holds its id
-//! or its natural key, so no round touches a document twice (a multi-row statement may not, and
-//! two ids of one natural key would collide in one) and the rounds replay the input order. A
-//! document whose id and content hash equal those of the previous document with its id is not
-//! sent at all: written one by one it would meet what that document left, so its outcome follows
-//! from that document's ([`copy_outcome`]). Copies are found by id, never by natural key alone: a
-//! document with the natural key of an earlier one under another id (a moved timestamp) is a
-//! write of its own, refused as a single upsert would refuse it.
+//! What one `upsert_many` did: an outcome or error per input document, in input order (see the
+//! engine's batch plan for how a batch gives each the outcome single writes would).
 
-use std::collections::HashMap;
 use std::fmt;
 
-use crate::document::NaturalKey;
 use crate::error::Error;
 use crate::outcome::Outcome;
-
-/// How a batch is sent.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BatchPlan {
-    /// Input indexes per round, in input order within each round.
-    pub rounds: Vec<Vec<usize>>,
-    /// Each document not sent, with the earlier document (same id, same content) whose outcome
-    /// decides its own, in input order.
-    pub copies: Vec<(usize, usize)>,
-}
-
-/// One input of a batch, as the plan needs it.
-#[derive(Clone, Copy, Debug)]
-pub struct Planned<'a> {
-    /// The derived id.
-    pub id: &'a str,
-    /// The natural key.
-    pub natural_key: &'a NaturalKey,
-    /// The content hash.
-    pub hash: &'a str,
-}
-
-/// Plans a batch (`None` for an input refused before sending).
-pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<Planned<'a>>>) -> BatchPlan {
-    let mut planner = BatchPlanner::default();
-    for (index, input) in inputs.into_iter().enumerate() {
-        if let Some(input) = input {
-            planner.add(index, input);
-        }
-    }
-    planner.plan
-}
-
-/// [`plan_batch`] one input at a time: an input's place depends only on the inputs before it,
-/// so a backend can send the first round's rows while it prepares the next ones.
-#[derive(Debug, Default)]
-pub struct BatchPlanner {
-    /// The plan so far.
-    pub plan: BatchPlan,
-    /// Per id: the last input with that id and its content hash.
-    last: HashMap<String, (usize, String)>,
-    /// Per id, and per natural key: the rounds used so far (the next round it may go in).
-    rounds_by_id: HashMap<String, usize>,
-    rounds_by_key: HashMap<NaturalKey, usize>,
-}
-
-/// Where [`BatchPlanner::add`] put an input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// Sent in this round.
-    Round(usize),
-    /// Not sent: it copies the earlier input with this index.
-    CopyOf(usize),
-}
-
-impl BatchPlanner {
-    /// Places input `index` (after every earlier one).
-    pub fn add(&mut self, index: usize, input: Planned<'_>) -> Placement {
-        if let Some((previous, previous_hash)) = self.last.get(input.id) {
-            if previous_hash == input.hash {
-                self.plan.copies.push((index, *previous));
-                return Placement::CopyOf(*previous);
-            }
-        }
-        let round = self
-            .rounds_by_id
-            .get(input.id)
-            .into_iter()
-            .chain(self.rounds_by_key.get(input.natural_key))
-            .max()
-            .copied()
-            .unwrap_or(0);
-        if self.plan.rounds.len() == round {
-            self.plan.rounds.push(Vec::new());
-        }
-        self.plan.rounds[round].push(index);
-        self.last
-            .insert(input.id.to_owned(), (index, input.hash.to_owned()));
-        self.rounds_by_id.insert(input.id.to_owned(), round + 1);
-        self.rounds_by_key
-            .insert(input.natural_key.clone(), round + 1);
-        Placement::Round(round)
-    }
-}
-
-/// The outcome of a document not sent, from that of the earlier document with the same id and
-/// content: after it was written or found written, the same content is `Unchanged`; `Stale`,
-/// `Deleted` and refusals repeat, since the same content meets the same stored document.
-pub fn copy_outcome(original: &Result<Outcome, Error>) -> Result<Outcome, Error> {
-    match original {
-        Ok(Outcome::Inserted | Outcome::Updated | Outcome::Unchanged) => Ok(Outcome::Unchanged),
-        Ok(other) => Ok(*other),
-        Err(error) => Err(error.clone()),
-    }
-}
 
 /// What one `upsert_many` did: an outcome or error per input document, in input order.
 #[derive(Debug)]
@@ -217,50 +110,6 @@ impl<'r> IntoIterator for &'r BatchReport {
 mod tests {
     use super::*;
     use crate::ErrorKind;
-
-    /// A natural key of one text field.
-    fn key(value: &str) -> NaturalKey {
-        NaturalKey::new(vec![("k", crate::KeyValue::Text(value.to_owned()))])
-    }
-
-    #[test]
-    fn each_distinct_content_of_an_id_goes_in_its_own_round_in_input_order() {
-        let keys: Vec<NaturalKey> = ["a", "b"].map(key).into();
-        let input = |id: &'static str, hash| {
-            Some(Planned {
-                id,
-                natural_key: &keys[usize::from(id == "b")],
-                hash,
-            })
-        };
-        let inputs = [
-            input("a", "1"),
-            input("b", "1"),
-            input("a", "2"),
-            None,
-            input("a", "2"),
-            input("a", "1"),
-            input("b", "1"),
-        ];
-        let plan = plan_batch(inputs);
-        assert_eq!(plan.rounds, vec![vec![0, 1], vec![2], vec![5]]);
-        assert_eq!(plan.copies, vec![(4, 2), (6, 1)]);
-    }
-
-    #[test]
-    fn one_natural_key_under_two_ids_is_two_writes_in_two_rounds_never_a_copy() {
-        let one_key = key("k");
-        let input = |id, hash| {
-            Some(Planned {
-                id,
-                natural_key: &one_key,
-                hash,
-            })
-        };
-        let plan = plan_batch([input("a", "1"), input("b", "1"), input("a", "1")]);
-        assert_eq!(plan.rounds, vec![vec![0], vec![1]]);
-        assert_eq!(plan.copies, vec![(2, 0)]);
-    }
 
     #[test]
     fn a_report_iterates_with_each_inputs_index_and_offers_the_errors_alone() {

@@ -78,6 +78,22 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `derive` | yes | `#[derive(Idempotent)]`, re-exported from `idem-derive` |
+//! | `mongodb` | yes | the MongoDB store ([`mongo`]), `bson::DateTime` timestamps, the re-exported driver (`idem_core::mongodb`) |
+//! | `postgres` | no | the PostgreSQL store (`postgres`, over tokio-postgres, re-exported as `idem_core::tokio_postgres`) |
+//! | `tracing` | no | a `tracing` span per call (collection, id, outcome, round trips, retries) and events for contention, refusals and index creation; nothing when off |
+//! | `chrono` | no | `chrono::DateTime<Tz>` as an id timestamp |
+//! | `time` | no | `time::OffsetDateTime` as an id timestamp |
+//! | `blake3` | no | BLAKE3 as the content hash (`hash_algorithm = "blake3"`) |
+//!
+//! A PostgreSQL-only build needs neither the MongoDB driver nor BSON:
+//! `idem-core = { version = "0.1", default-features = false, features = ["derive", "postgres"] }`.
+//! Use the drivers idem re-exports, so that your versions and idem's cannot differ.
+//!
 //! # Attributes
 //!
 //! On the struct:
@@ -137,9 +153,9 @@
 pub mod audit;
 mod backend;
 mod backend_calls;
-pub mod batch;
+mod batch;
 mod change;
-pub mod column;
+mod column;
 pub mod document;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod engine;
@@ -164,7 +180,8 @@ pub mod read;
 mod sql;
 #[cfg(any(feature = "mongodb", feature = "postgres"))]
 mod trace;
-pub mod verdict;
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+mod verdict;
 pub mod version;
 
 pub use audit::{AdoptReport, AuditProgress, AuditReport};

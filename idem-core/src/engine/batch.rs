@@ -11,8 +11,9 @@ use std::task::{Context, Poll, Waker};
 
 use serde::Serialize;
 
+use super::plan::{copy_outcome, BatchPlanner, Placement, Planned};
 use super::{contention, judge, settle, Driver, Judged, WriteKind};
-use crate::batch::{copy_outcome, BatchPlanner, BatchReport, Placement, Planned};
+use crate::batch::BatchReport;
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::idempotent::Idempotent;

@@ -8,8 +8,8 @@
 use serde::Serialize;
 
 use super::batch::BatchDriver;
+use super::plan::{BatchPlanner, Planned};
 use super::{settle, WriteKind};
-use crate::batch::{BatchPlanner, Planned};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::idempotent::Idempotent;

@@ -21,6 +21,7 @@ pub(crate) mod batch;
 pub(crate) mod by_id;
 pub(crate) mod insert;
 pub(crate) mod judge;
+pub(crate) mod plan;
 pub(crate) mod record;
 
 use std::future::Future;

@@ -40,7 +40,7 @@ impl Store {
     /// Upserts a batch, converging like [`upsert`](Store::upsert) for each document.
     ///
     /// Each document gets the outcome that upserting the documents one by one, in input order,
-    /// would give it ([`crate::batch`]): a document with the same id and content as the previous
+    /// would give it: a document with the same id and content as the previous
     /// one with that id is not sent, and the other documents sharing an id go in later rounds.
     /// Each round goes in chunks of
     /// [`with_batch_chunk`](Store::with_batch_chunk) documents (250 by default); per chunk, one

@@ -26,7 +26,53 @@ pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
         _ => None,
     };
     let code = code.map(|code| code.to_string());
-    crate::BackendError::new("MongoDB", code, is_transient(&source), source)
+    let shown = match source.kind.as_ref() {
+        ErrorKind::ServerSelection { message, .. } => Some(unreachable_servers(message)),
+        _ => None,
+    };
+    let error = crate::BackendError::new("MongoDB", code, is_transient(&source), source);
+    match shown {
+        Some(shown) => error.with_message(shown),
+        None => error,
+    }
+}
+
+/// A server-selection failure as one line: which servers could not be used and why, instead of
+/// the driver's dump of its topology (`Topology: { Type: Unknown, Servers: [ { Address: …,
+/// Error: Kind: I/O error: Connection refused … } ] }`), which names the same in several lines
+/// of detail. What the dump holds is read only for this message.
+fn unreachable_servers(message: &str) -> String {
+    let servers: Vec<String> = message
+        .split("Address: ")
+        .skip(1)
+        .map(|server| {
+            let address = server.split(',').next().unwrap_or_default().trim();
+            let why = server
+                .split_once("Error: ")
+                .map(|(_, error)| error.split(", labels:").next().unwrap_or(error))
+                .map(|error| {
+                    error
+                        .trim_start_matches("Kind: ")
+                        .replace("I/O error: ", "")
+                });
+            match why {
+                Some(why) => format!("{address} ({why})"),
+                None => address.to_owned(),
+            }
+        })
+        .collect();
+    let servers = match servers.is_empty() {
+        true => message
+            .split(". Topology")
+            .next()
+            .unwrap_or(message)
+            .to_owned(),
+        false => servers.join(", "),
+    };
+    format!(
+        "no server could be reached within the server selection timeout \
+         (serverSelectionTimeoutMS in the URI, 30 s by default): {servers}; retrying may help"
+    )
 }
 
 /// The server's message of a duplicate-key error. Read only to name the index in a refusal:
@@ -116,4 +162,23 @@ pub(crate) fn is_transient(error: &mongodb::error::Error) -> bool {
 /// Whether a server error code leaves the write worth retrying.
 pub(crate) fn is_transient_code(code: i32) -> bool {
     TRANSIENT_CODES.contains(&code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_server_reads_as_one_line() {
+        let dump = "Server selection timeout: No available servers. Topology: { Type: Unknown, \
+                    Servers: [ { Address: 127.0.0.1:1, Type: Unknown, Error: Kind: I/O error: \
+                    Connection refused (os error 111), labels: {\"RetryableError\"}, source: \
+                    None, server response: None } ] }";
+        assert_eq!(
+            unreachable_servers(dump),
+            "no server could be reached within the server selection timeout \
+             (serverSelectionTimeoutMS in the URI, 30 s by default): 127.0.0.1:1 (Connection \
+             refused (os error 111)); retrying may help"
+        );
+    }
 }

@@ -21,7 +21,7 @@
 //! the command left it. That image classifies the write in the same round trip: holding this
 //! write's marker (`idemWrite`), it was `Inserted` or `Updated` here; otherwise the guard left it
 //! alone, and it is `Unchanged`, `Stale`, `Deleted` or a refusal ([`ErrorKind::FrozenFieldChanged`]),
-//! judged by [`crate::verdict`], the rule the guard states. A server that retries a racing
+//! judged by the rule the guard states (the engine's verdict). A server that retries a racing
 //! insert as an update may return no document; the command is then sent again and reads its own
 //! marker back, so two racing writers never both report `Inserted`.
 //!

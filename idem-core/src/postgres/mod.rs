@@ -36,7 +36,7 @@
 //! # How an upsert converges
 //!
 //! One statement: `INSERT … ON CONFLICT (natural key) DO UPDATE … WHERE <guard>`, whose guard
-//! states the rule of [`crate::verdict`] (not deleted; no frozen field changed; a strictly newer
+//! states the engine's verdict (not deleted; no frozen field changed; a strictly newer
 //! version, or without versions another content hash). It returns each row it wrote, inserted or
 //! updated as the server itself reports it (`old IS NULL` on PostgreSQL 18, `xmax = 0` before),
 //! and, in the same statement, the stored state of each row the guard stopped, which is judged
@@ -47,7 +47,7 @@
 //!
 //! A batch is the same statement over many rows (`unnest` of one `text[]` per column), in
 //! rounds that never hold one natural key twice, with the outcome each row would get if the
-//! documents were upserted one by one ([`crate::batch`]).
+//! documents were upserted one by one.
 //!
 //! # Transactions
 //!
