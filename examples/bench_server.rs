@@ -1121,9 +1121,9 @@ impl Bench {
                 idem.returned.unwrap_or(0)
             ),
         );
-        // A member stored already is told from one whose timestamp moved (a refusal) by its
-        // `_id`: free where the server reports the duplicate on `_id`, one read of the ids where
-        // it reports the natural-key index (the test server does).
+        // One `update` of `$setOnInsert` statements keyed by id and natural key: a member stored
+        // already is matched and left alone, with no read; only a member whose natural key is
+        // stored under another id (a refusal) costs a read, and this set has none.
         report.target(
             true,
             idem.counts.round_trips() <= samples[0][0].counts.round_trips() + 1

@@ -59,9 +59,9 @@ enum Command {
         /// flags describe (a deliberate change of keys, timestamp or scheme).
         #[arg(long)]
         ignore_model_check: bool,
-        /// Stop after this many writes; running it again goes on.
+        /// Stop after moving this many documents; running it again goes on.
         #[arg(long)]
-        max_steps: Option<u64>,
+        max_documents: Option<u64>,
     },
 }
 
@@ -195,14 +195,14 @@ async fn run(command: Command) -> Result<bool, String> {
             (print(&report, json), report.is_clean())
         }),
         Command::Adopt {
-            max_steps,
+            max_documents,
             yes,
             ignore_model_check,
             ..
         } => {
             let mut options = AdoptOptions::default();
-            if let Some(steps) = *max_steps {
-                options = options.with_max_steps(steps);
+            if let Some(documents) = *max_documents {
+                options = options.with_max_documents(documents);
             }
             if *ignore_model_check {
                 options = options.ignoring_model_check();

@@ -448,7 +448,8 @@ pub struct AdoptReport {
     pub archived: Finding,
     /// Documents that could not be moved, each with the reason; nothing was lost.
     pub failed: Finding,
-    /// Whether the adoption stopped at its step limit before the end: running it again goes on.
+    /// Whether the adoption stopped at its limit (documents or writes) before the end: running
+    /// it again goes on.
     pub stopped: bool,
 }
 
@@ -499,7 +500,7 @@ impl fmt::Display for AdoptReport {
             )?;
         }
         if self.stopped {
-            writeln!(f, "  stopped at the step limit: run it again to go on")?;
+            writeln!(f, "  stopped at the limit: run it again to go on")?;
         }
         if self.moved.is_empty() && self.finished.is_empty() && self.is_complete() {
             writeln!(

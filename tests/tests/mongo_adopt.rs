@@ -325,7 +325,7 @@ async fn adopt_resumes_after_an_interruption_at_any_step() {
         let mut runs = 0;
         loop {
             let report = store
-                .adopt::<Post>(AdoptOptions::default().with_max_steps(steps))
+                .adopt::<Post>(AdoptOptions::default().with_max_writes(steps))
                 .await
                 .unwrap();
             runs += 1;
@@ -459,7 +459,7 @@ async fn a_writer_in_the_gap_of_a_move_is_reported_with_both_ids() {
     let store = Store::new(database.clone());
     insert_legacy(&database, &[&post("a", "legacy A")]).await;
     let stopped = store
-        .adopt::<Post>(AdoptOptions::default().with_max_steps(2))
+        .adopt::<Post>(AdoptOptions::default().with_max_writes(2))
         .await
         .unwrap();
     assert!(stopped.stopped);
@@ -544,5 +544,35 @@ async fn duplicates_are_reported_or_resolved_by_the_rule_never_silently() {
         indexes.contains(&NATURAL_KEY_INDEX.to_owned()),
         "{indexes:?}"
     );
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+}
+
+/// `with_max_documents(n)` moves n documents whole, then stops; each run after it moves the next
+/// n, until none is left.
+#[tokio::test]
+async fn max_documents_counts_documents_moved() {
+    let (database, _log) = fresh_database("adopt_max_documents").await;
+    let store = Store::new(database.clone());
+    let originals: Vec<Post> = (0..5)
+        .map(|n| post(&format!("p{n}"), &format!("P{n}")))
+        .collect();
+    insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+    let mut moved = Vec::new();
+    for expected in [2, 2, 1] {
+        let report = store
+            .adopt::<Post>(AdoptOptions::default().with_max_documents(2))
+            .await
+            .unwrap();
+        assert_eq!(report.moved.count, expected, "{report}");
+        assert_eq!(report.stopped, expected == 2, "{report}");
+        assert!(
+            report.finished.is_empty(),
+            "no move left half done: {report}"
+        );
+        moved.extend(report.moved.samples.iter().map(|sample| sample.id.clone()));
+    }
+    moved.sort();
+    moved.dedup();
+    assert_eq!(moved.len(), 5, "each moved once: {moved:?}");
     assert!(store.audit::<Post>().await.unwrap().is_clean());
 }

@@ -57,9 +57,14 @@ impl fmt::Debug for DuplicateRule {
 pub struct AdoptOptions {
     /// What to do with documents sharing a natural key.
     pub duplicates: DuplicateRule,
-    /// Stop after this many writes (each move takes three, each archived duplicate two), leaving
-    /// the collection in a state the next run finishes: to bound the work of one call.
-    pub max_steps: Option<u64>,
+    /// Stop before the document after this many (moved, finished or archived), leaving the
+    /// collection in a state the next run finishes: to bound the work of one call.
+    pub max_documents: Option<u64>,
+    /// Stop after this many writes (each move takes three, each archived duplicate two), even in
+    /// the middle of a document's move: what an interruption at any point leaves, for tests of
+    /// the resumption. [`AdoptOptions::max_documents`] is the limit to bound a run with.
+    #[doc(hidden)]
+    pub max_writes: Option<u64>,
     /// [`Store::adopt_model`] moves documents even when the stored ones were written with
     /// another model than the one given (see [`crate::model_check`]): for a deliberate change
     /// of keys, timestamp or scheme. Off by default, when such a run is refused.
@@ -80,14 +85,21 @@ impl AdoptOptions {
         self
     }
 
-    /// Stop after `steps` writes; see [`AdoptOptions::max_steps`].
-    pub fn with_max_steps(mut self, steps: u64) -> Self {
-        self.max_steps = Some(steps);
+    /// Stop after `documents` documents; see [`AdoptOptions::max_documents`].
+    pub fn with_max_documents(mut self, documents: u64) -> Self {
+        self.max_documents = Some(documents);
+        self
+    }
+
+    /// Stop after `writes` writes, even inside a move; see [`AdoptOptions::max_writes`].
+    #[doc(hidden)]
+    pub fn with_max_writes(mut self, writes: u64) -> Self {
+        self.max_writes = Some(writes);
         self
     }
 }
 
-/// The step limit was reached: the run stops where it is, which the next run finishes.
+/// A limit was reached: the run stops where it is, which the next run finishes.
 struct Stopped;
 
 /// One adoption run: its options, its report and the writes it made.
@@ -98,7 +110,10 @@ struct Adoption<'a> {
     collection: Collection<Document>,
     options: AdoptOptions,
     report: AdoptReport,
+    /// Writes made.
     steps: u64,
+    /// Documents begun: moved, finished or archived.
+    documents: u64,
 }
 
 impl Store {
@@ -234,6 +249,7 @@ impl Store {
             options,
             report: AdoptReport::new(model.collection()),
             steps: 0,
+            documents: 0,
         };
         if adoption.run().await?.is_err() {
             adoption.report.stopped = true;
@@ -247,16 +263,30 @@ impl Adoption<'_> {
         DocumentRef::collection(self.model)
     }
 
-    /// Counts one write; `Err(Stopped)` once the step limit is reached, before the write.
+    /// Counts one write; `Err(Stopped)` once the write limit is reached, before the write.
     fn step(&mut self) -> Result<(), Stopped> {
         if self
             .options
-            .max_steps
+            .max_writes
             .is_some_and(|limit| self.steps >= limit)
         {
             return Err(Stopped);
         }
         self.steps += 1;
+        Ok(())
+    }
+
+    /// Counts one document begun; `Err(Stopped)` once the document limit is reached, before its
+    /// first write.
+    fn begin_document(&mut self) -> Result<(), Stopped> {
+        if self
+            .options
+            .max_documents
+            .is_some_and(|limit| self.documents >= limit)
+        {
+            return Err(Stopped);
+        }
+        self.documents += 1;
         Ok(())
     }
 
@@ -331,17 +361,20 @@ impl Adoption<'_> {
                         continue;
                     }
                 },
-                None => match self.claim(&derived, &from).await? {
-                    Ok(claimed) => Ok(claimed),
-                    Err(stopped) => return Ok(Err(stopped)),
-                },
+                None => {
+                    if let Err(stopped) = self.begin_document() {
+                        return Ok(Err(stopped));
+                    }
+                    match self.claim(&derived, &from).await? {
+                        Ok(claimed) => Ok(claimed),
+                        Err(stopped) => return Ok(Err(stopped)),
+                    }
+                }
             };
             match moved {
                 Ok(Claimed::Done) => {
                     let from = id_text(&from);
-                    self.report
-                        .finished
-                        .record(from, Some(format!("to {derived}")));
+                    self.report.finished.record_misplaced(from, derived);
                 }
                 Ok(Claimed::Conflict(why)) => {
                     let from = id_text(&from);
@@ -501,6 +534,9 @@ impl Adoption<'_> {
         let Some(mut plan) = plan else {
             return Ok(Ok(Claimed::Done));
         };
+        if let Err(stopped) = self.begin_document() {
+            return Ok(Err(stopped));
+        }
         let derived = plan.derived.to_string();
         for _ in 0..MAX_ATTEMPTS {
             if !reserved_already {
@@ -671,6 +707,9 @@ impl Adoption<'_> {
             .store
             .database
             .collection(&format!("{}{ARCHIVE_SUFFIX}", self.model.collection()));
+        if let Err(stopped) = self.begin_document() {
+            return Ok(Err(stopped));
+        }
         if let Err(stopped) = self.step() {
             return Ok(Err(stopped));
         }
