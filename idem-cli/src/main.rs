@@ -9,9 +9,9 @@
 //!
 //! Both print a human summary, or with `--json` the report as JSON, on stdout, and draw a progress
 //! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
-//! it moves documents only with `--yes`, and never when the stored documents were written with
-//! another model than the flags describe (a `--timestamp` forgotten, a wrong `--scheme` or
-//! `--key`): it names the flag that is likely wrong instead. Exit status: 0 when the collection
+//! it moves documents only with `--yes`, and not when a model with one flag changed (a
+//! `--timestamp` forgotten, another `--scheme`, keys too many, too few, swapped or another field)
+//! fits the stored documents far better than the flags do: it names that flag instead. Exit status: 0 when the collection
 //! needs nothing (or adoption completed), 1 when the audit found problems (or adoption left some,
 //! or `--yes` was not given), 2 on an error (a wrong model, a missing collection, a server that
 //! cannot be reached).
@@ -257,8 +257,9 @@ async fn adopt(
         );
         return Ok((printed, to_move == 0 && plan.is_clean()));
     }
+    // The plan was checked against the stored documents just above: no second check.
     let adopted = store
-        .adopt_model(model, field_order, options)
+        .adopt_model(model, field_order, options.ignoring_model_check())
         .await
         .map_err(|error| error.to_string())?;
     Ok((print(&adopted, json), adopted.is_complete()))

@@ -537,8 +537,8 @@ impl fmt::Debug for Error {
     }
 }
 
-/// The source is the driver's error for [`ErrorKind::Backend`], and nothing otherwise: the kind's
-/// own message is already in this error's.
+/// The source is the [`BackendError`] of [`ErrorKind::Backend`] (whose own source is the driver's
+/// error), and nothing otherwise: the kind's own message is already in this error's.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(self.kind())

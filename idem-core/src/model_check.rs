@@ -1,13 +1,16 @@
 //! Whether a model given at run time (the `idem` command's flags) is the one the stored documents
-//! were written with. A forgotten `--timestamp`, a wrong `--scheme` or a key field too many or too
-//! few makes every document idem wrote look misplaced, and `adopt` would move correct documents
-//! to wrong ids. Documents idem wrote carry ids with 80 bits of their keys' hash, so a model under
-//! which most of them are where they belong is the one they were written with: when the given
-//! model places a minority of the examined documents and a model differing in one flag places a
-//! majority, the flags are wrong, and that flag is named.
+//! were written with. A forgotten `--timestamp`, a wrong `--scheme`, or key fields too many, too
+//! few, in another order or one of them another field, makes every document idem wrote look
+//! misplaced, and `adopt` would move correct documents to wrong ids. Documents idem wrote carry
+//! ids with 80 bits of their keys' hash, which no other model reproduces by chance: when a model
+//! differing in one such flag places at least [`MIN_EVIDENCE`] of the examined documents and more
+//! than twice as many as the given model does, the given model is wrong, and that flag is named.
+//! Orphans (a key edited after idem wrote the document) are what the given model misplaces and no
+//! candidate places either, so they never make a mismatch.
 //!
 //! A collection whose documents idem never wrote (ObjectIds, other tools' ids) gives no evidence
-//! either way: only documents stored under a ULID are examined.
+//! either way: only documents stored under a ULID are examined. Two flags wrong at once are not
+//! recognised, and the candidates' fields are those of the first document examined.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -22,6 +25,10 @@ use crate::model::{Field, Model, Role, ID_FIELD};
 /// How many documents under a ULID a check examines: enough for a clear majority, few enough to
 /// cost a fraction of a second.
 pub const DOCUMENTS_EXAMINED: u64 = 1_000;
+
+/// The fewest documents another model must place to count as evidence: one or two documents of an
+/// older version of the type are no reason to refuse.
+pub const MIN_EVIDENCE: u64 = 3;
 
 /// The finding of a check: the flags describe another model than the one the stored documents
 /// were written with.
@@ -43,14 +50,13 @@ impl fmt::Display for ModelMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the flags do not describe the model the documents were written with: of {} \
-             documents stored under a ULID, {} are under the id these flags derive, and {} under \
-             the id derived with {}; check the flags (likely {}), since adopting would move \
-             correct documents to wrong ids",
+            "the model given is not the one the documents were written with (likely {}): of {} \
+             documents stored under a ULID, {} are under the id it derives and {} under the id \
+             derived with {}; adopting would move correct documents to wrong ids",
+            self.likely_flags,
             self.examined,
             self.placed_by_given,
             self.placed_by_likely,
-            self.likely_flags,
             self.likely_flags
         )
     }
@@ -90,11 +96,17 @@ impl<'m> ModelCheck<'m> {
         self.examined >= DOCUMENTS_EXAMINED
     }
 
+    /// Whether the check would examine a document stored under `stored_id`: one under a ULID,
+    /// while the check is not done. Asked first, so that no other document is converted for it.
+    pub fn wants(&self, stored_id: &str) -> bool {
+        !self.is_done() && stored_id.parse::<ulid::Ulid>().is_ok()
+    }
+
     /// Examines a stored document: its id as text, and its fields in the neutral form
     /// ([`derive_from_stored`]'s: a date as its milliseconds). Documents not under a ULID are
     /// passed over.
     pub fn examine(&mut self, stored_id: &str, fields: &Map<String, Value>) {
-        if self.is_done() || stored_id.parse::<ulid::Ulid>().is_err() {
+        if !self.wants(stored_id) {
             return;
         }
         self.examined += 1;
@@ -112,19 +124,19 @@ impl<'m> ModelCheck<'m> {
         }
     }
 
-    /// The mismatch, if the given model places a minority of the examined documents and a
-    /// candidate a majority.
+    /// The mismatch, if a candidate places at least [`MIN_EVIDENCE`] documents and more than
+    /// twice as many as the given model (the first such candidate, in the order flags are tried,
+    /// when several place as many).
     pub fn finding(&self) -> Option<ModelMismatch> {
-        let majority = |placed: u64| placed * 2 > self.examined;
-        if majority(self.placed_by_given) || self.placed_by_given * 2 == self.examined {
-            return None;
-        }
         let best = self
             .candidates
             .iter()
             .flatten()
+            .rev()
             .max_by_key(|candidate| candidate.placed)?;
-        majority(best.placed).then(|| ModelMismatch {
+        let convincing =
+            best.placed >= MIN_EVIDENCE && best.placed > self.placed_by_given.saturating_mul(2);
+        convincing.then(|| ModelMismatch {
             examined: self.examined,
             placed_by_given: self.placed_by_given,
             likely_flags: best.flags.clone(),
@@ -147,7 +159,8 @@ fn places(model: &Model, stored_id: &str, fields: &Map<String, Value>) -> bool {
 
 /// The models that differ from `model` in one flag, with the stored fields of `example` as the
 /// keys and timestamps they may name: the other id scheme; the timestamp left out, or taken from
-/// another field holding an integer; one key field left out, or one more inserted at any place.
+/// another field holding an integer; one key field left out, two swapped, one more inserted at
+/// any place, or one replaced by another field.
 fn candidates(model: &Model, example: &Map<String, Value>) -> Vec<Candidate> {
     let keys: Vec<&'static str> = model.key_fields().map(Field::stored_name).collect();
     let timestamp = model.timestamp_field().map(Field::stored_name);
@@ -204,14 +217,27 @@ fn candidates(model: &Model, example: &Map<String, Value>) -> Vec<Candidate> {
             );
         }
     }
-    for name in &other_fields {
-        let keyable = matches!(
-            example.get(*name),
-            Some(Value::String(_) | Value::Bool(_) | Value::Number(_))
-        );
-        if !keyable {
-            continue;
+    // Two keys in each other's place.
+    for first in 0..keys.len() {
+        for second in first + 1..keys.len() {
+            let mut swapped = keys.clone();
+            swapped.swap(first, second);
+            push(
+                &swapped,
+                timestamp,
+                scheme,
+                format!("--key {}", swapped.join(",")),
+            );
         }
+    }
+    let keyable = |name: &&&str| {
+        matches!(
+            example.get(**name),
+            Some(Value::String(_) | Value::Bool(_) | Value::Number(_))
+        )
+    };
+    for name in other_fields.iter().filter(keyable) {
+        // One key more, at any place.
         for at in 0..=keys.len() {
             let mut more: Vec<&str> = keys.clone();
             more.insert(at, name);
@@ -220,6 +246,17 @@ fn candidates(model: &Model, example: &Map<String, Value>) -> Vec<Candidate> {
                 timestamp,
                 scheme,
                 format!("--key {}", more.join(",")),
+            );
+        }
+        // One key another field.
+        for at in 0..keys.len() {
+            let mut replaced: Vec<&str> = keys.clone();
+            replaced[at] = name;
+            push(
+                &replaced,
+                timestamp,
+                scheme,
+                format!("--key {}", replaced.join(",")),
             );
         }
     }
@@ -348,6 +385,70 @@ mod tests {
             check.examine(&id, &fields);
         }
         assert_eq!(check.finding(), None);
+    }
+
+    #[test]
+    fn documents_no_model_places_do_not_hide_a_mismatch() {
+        // Most documents are under random ULIDs (the application's own, before idem): the
+        // documents idem wrote are still evidence enough.
+        let mut check = ModelCheck::new(&WITHOUT_TIMESTAMP);
+        for n in 0..60 {
+            let (_, fields) = written(n);
+            check.examine(&ulid::Ulid::from_parts(1, n as u128).to_string(), &fields);
+        }
+        for n in 60..100 {
+            let (id, fields) = written(n);
+            check.examine(&id, &fields);
+        }
+        let finding = check.finding().expect("a mismatch");
+        assert_eq!(finding.likely_flags, "--timestamp publishedAt");
+        assert_eq!(finding.placed_by_likely, 40);
+    }
+
+    #[test]
+    fn one_or_two_documents_of_another_model_are_no_evidence() {
+        let mut check = ModelCheck::new(&WITHOUT_TIMESTAMP);
+        for n in 0..2 {
+            let (id, fields) = written(n);
+            check.examine(&id, &fields);
+        }
+        assert_eq!(check.finding(), None);
+    }
+
+    #[test]
+    fn keys_in_another_order_are_named() {
+        static SLUG_LANG: Model = Model::new(
+            "posts",
+            IdScheme::V1,
+            "sourceHash",
+            &[
+                Field::new("slug", "slug", Role::Key),
+                Field::new("lang", "lang", Role::Key),
+            ],
+        );
+        static LANG_SLUG: Model = Model::new(
+            "posts",
+            IdScheme::V1,
+            "sourceHash",
+            &[
+                Field::new("lang", "lang", Role::Key),
+                Field::new("slug", "slug", Role::Key),
+            ],
+        );
+        let mut check = ModelCheck::new(&LANG_SLUG);
+        for n in 0..5 {
+            let fields: Map<String, Value> = serde_json::from_value(
+                serde_json::json!({ "slug": format!("post-{n}"), "lang": "en" }),
+            )
+            .unwrap();
+            let key = [fields["slug"].clone(), fields["lang"].clone()];
+            let id = derive_from_stored(&SLUG_LANG, &key, None).unwrap();
+            check.examine(&id.to_string(), &fields);
+        }
+        assert_eq!(
+            check.finding().map(|finding| finding.likely_flags),
+            Some("--key slug,lang".to_owned())
+        );
     }
 
     #[test]

@@ -112,8 +112,6 @@ struct Adoption<'a> {
     report: AdoptReport,
     /// Writes made.
     steps: u64,
-    /// Documents begun: moved, finished or archived.
-    documents: u64,
 }
 
 impl Store {
@@ -203,13 +201,15 @@ impl Store {
     ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
         if !options.ignore_model_check {
-            let plan = self.audit_model(model, field_order, |_| {}).await?;
-            if let Some(mismatch) = plan.model_mismatch {
+            if let Some(mismatch) = self.model_mismatch(model).await? {
                 return Err(Error::new(
                     DocumentRef::collection(model),
                     ErrorKind::SchemaMismatch {
                         collection: model.collection().to_owned(),
-                        problem: format!("{mismatch}; nothing was moved"),
+                        problem: format!(
+                            "{mismatch}; nothing was moved (for a deliberate change of the \
+                             model, adopt with AdoptOptions::ignoring_model_check)"
+                        ),
                     },
                 ));
             }
@@ -249,7 +249,6 @@ impl Store {
             options,
             report: AdoptReport::new(model.collection()),
             steps: 0,
-            documents: 0,
         };
         if adoption.run().await?.is_err() {
             adoption.report.stopped = true;
@@ -276,18 +275,16 @@ impl Adoption<'_> {
         Ok(())
     }
 
-    /// Counts one document begun; `Err(Stopped)` once the document limit is reached, before its
-    /// first write.
+    /// `Err(Stopped)` once the document limit is reached, before the next document's first
+    /// write: documents moved, finished or archived count, not those that could not be moved
+    /// (else a run whose first documents always fail would never get past them).
     fn begin_document(&mut self) -> Result<(), Stopped> {
-        if self
-            .options
-            .max_documents
-            .is_some_and(|limit| self.documents >= limit)
-        {
-            return Err(Stopped);
+        let report = &self.report;
+        let done = report.moved.count + report.finished.count + report.archived.count;
+        match self.options.max_documents {
+            Some(limit) if done >= limit => Err(Stopped),
+            _ => Ok(()),
         }
-        self.documents += 1;
-        Ok(())
     }
 
     /// Finishes interrupted moves, makes sure of the index, then moves every misplaced

@@ -381,14 +381,26 @@ impl Store {
     pub(super) async fn require_collection(&self, model: &Model) -> Result<(), Error> {
         let whole = DocumentRef::collection(model);
         crate::trace::round_trip("listCollections");
+        // By name, and only among those the user may use: a role limited to some collections is
+        // refused a plain listing.
+        let named = self
+            .database
+            .list_collection_names()
+            .filter(doc! { "name": model.collection() })
+            .authorized_collections(true)
+            .await
+            .map_err(|source| mongo_error(&whole, source))?;
+        if !named.is_empty() {
+            return Ok(());
+        }
+        // What is there, to name in the error; a user who may not list them gets the error alone.
+        crate::trace::round_trip("listCollections");
         let names = self
             .database
             .list_collection_names()
+            .authorized_collections(true)
             .await
-            .map_err(|source| mongo_error(&whole, source))?;
-        if names.iter().any(|name| name == model.collection()) {
-            return Ok(());
-        }
+            .unwrap_or_default();
         let database = self.database.name();
         let problem = if names.is_empty() {
             format!("database `{database}` holds no collection (it does not exist, or is empty)")
@@ -459,7 +471,10 @@ async fn scan_collection(
             report.moves_in_progress.record(id, None);
         } else {
             let inspection = inspect(model, reading, &stored);
-            if let Some(check) = model_check.as_mut().filter(|check| !check.is_done()) {
+            if let Some(check) = model_check
+                .as_mut()
+                .filter(|check| check.wants(&inspection.stored_id))
+            {
                 check.examine(&inspection.stored_id, &neutral_fields(&stored));
             }
             let clean = record_problems(&mut report, &inspection);
@@ -471,6 +486,39 @@ async fn scan_collection(
     duplicates.finish(&mut report);
     report.model_mismatch = model_check.and_then(|check| check.finding());
     Ok(report)
+}
+
+impl Store {
+    /// Checks `model` against the documents stored under a ULID ([`crate::model_check`]): reads
+    /// those whose `_id` is a string until enough are examined, not the whole collection.
+    pub(super) async fn model_mismatch(
+        &self,
+        model: &Model,
+    ) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
+        let collection = self.database.collection::<Document>(model.collection());
+        let whole = DocumentRef::collection(model);
+        let mut check = ModelCheck::new(model);
+        crate::trace::round_trip("find");
+        let mut cursor = collection
+            .find(doc! { ID_FIELD: { "$type": "string" } })
+            .await
+            .map_err(|source| mongo_error(&whole, source))?;
+        while !check.is_done()
+            && cursor
+                .advance()
+                .await
+                .map_err(|source| mongo_error(&whole, source))?
+        {
+            let stored: Document = cursor
+                .deserialize_current()
+                .map_err(|source| mongo_error(&whole, source))?;
+            let id = stored_id_text(&stored).unwrap_or_default();
+            if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
+                check.examine(&id, &neutral_fields(&stored));
+            }
+        }
+        Ok(check.finding())
+    }
 }
 
 /// A stored document's top-level fields in the neutral form the audit derives ids from (a date

@@ -373,8 +373,9 @@ impl Store {
                 Ok(match (marked, deleted) {
                     (1.., _) => ById::Answered(Deletion::Deleted),
                     (_, Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
-                    // Live, yet left unmarked: a writer cleared the marker between the
-                    // statement's update and its read.
+                    // Unmarked in the statement's snapshot, yet not updated: a racing delete
+                    // marked it after the snapshot (the update re-checks the newest version of
+                    // the row, the read sees the snapshot). Going again sees the marker.
                     (_, Some(false)) => ById::Changed,
                     (_, None) => ById::Missing,
                 })
