@@ -362,7 +362,7 @@ impl Adoption<'_> {
                     if let Err(stopped) = self.begin_document() {
                         return Ok(Err(stopped));
                     }
-                    match self.claim(&derived, &from).await? {
+                    match self.claim(&derived, &from, None).await? {
                         Ok(claimed) => Ok(claimed),
                         Err(stopped) => return Ok(Err(stopped)),
                     }
@@ -549,7 +549,9 @@ impl Adoption<'_> {
                 return Ok(Err(stopped));
             }
             match self.release(&plan).await? {
-                Released::Done => return self.claim(&derived, &plan.from).await,
+                Released::Done => {
+                    return self.claim(&derived, &plan.from, Some(&plan.reserved)).await
+                }
                 Released::Changed(now) => match self.prepare(&now) {
                     Ok(Some(fresh)) if fresh.derived == plan.derived => plan = fresh,
                     // Changed into a document with another key or id: the reservation is
@@ -639,10 +641,21 @@ impl Adoption<'_> {
         &mut self,
         derived: &str,
         from: &Bson,
+        reserved: Option<&Document>,
     ) -> Result<Result<Claimed, Stopped>, Error> {
         let collection_ref = self.collection_ref();
-        let Some(reserved) = find_by_id(&self.collection, &collection_ref, derived).await? else {
-            return Ok(Ok(Claimed::Done));
+        // The reservation this run wrote needs no read: the update below is pinned to it by its
+        // id and `idemAdopt.from`, and matches nothing if a racing run claimed it first.
+        let read;
+        let reserved = match reserved {
+            Some(reserved) => reserved,
+            None => match find_by_id(&self.collection, &collection_ref, derived).await? {
+                Some(found) => {
+                    read = found;
+                    &read
+                }
+                None => return Ok(Ok(Claimed::Done)),
+            },
         };
         let Ok(key) = reserved
             .get_document(ADOPTION_FIELD)
