@@ -576,3 +576,45 @@ async fn max_documents_counts_documents_moved() {
     assert_eq!(moved.len(), 5, "each moved once: {moved:?}");
     assert!(store.audit::<Post>().await.unwrap().is_clean());
 }
+
+/// Moves go in batches: 300 legacy documents take one insert, one delete and one update command
+/// per 100 documents, not three commands per document, and all of them land under their derived
+/// ids with nothing left reserved.
+#[tokio::test]
+async fn adopt_moves_documents_in_batches_of_commands() {
+    let (database, log) = fresh_database("adopt_batches").await;
+    let store = Store::new(database.clone());
+    let originals: Vec<Post> = (0..300)
+        .map(|n| post(&format!("p{n:03}"), &format!("P{n}")))
+        .collect();
+    insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+    let _ = log.take();
+    let started = std::time::Instant::now();
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(report.moved.count, 300, "{report}");
+    assert!(report.is_complete(), "{report}");
+    let names = log.take().names;
+    let count = |name: &str| names.iter().filter(|sent| *sent == name).count();
+    assert_eq!(
+        (count("insert"), count("delete"), count("update")),
+        (3, 3, 3),
+        "one command per step and batch of 100: {names:?}"
+    );
+    eprintln!(
+        "adopted 300 legacy documents in {elapsed:?} ({:.0} a second)",
+        300.0 / elapsed.as_secs_f64()
+    );
+    let stored = stored_documents(&database, "posts").await;
+    assert_eq!(stored.len(), 300);
+    for original in &originals {
+        let id = original.id().unwrap().to_string();
+        let found = stored
+            .iter()
+            .find(|doc| doc.get_str("_id") == Ok(id.as_str()))
+            .unwrap_or_else(|| panic!("{} is not under its derived id", original.slug));
+        assert!(!found.contains_key("idemAdopt"), "{found:?}");
+        assert_eq!(found.get_str("title"), Ok(original.title.as_str()));
+    }
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+}

@@ -3,6 +3,7 @@
 //!
 //! The move, and why it is safe, is documented on [`Store::adopt`].
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use mongodb::bson::{doc, Bson, Document};
@@ -14,6 +15,7 @@ use super::audit::{
     inspect, read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key,
     Inspection, Reading, ADOPTION_FIELD,
 };
+use super::batch::{write_commands, write_errors};
 use super::write::{guarded_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
 use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
@@ -24,6 +26,11 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
+
+/// How many documents an adoption moves together: each of the three steps of their moves is one
+/// command for all of them (a reserve of each, then a release of each, then a claim of each), so a
+/// move costs three round trips per batch, not per document.
+const MOVES_PER_BATCH: usize = 100;
 
 /// The suffix of the collection that duplicates set aside by a [`DuplicateRule::Keep`] rule are
 /// moved to.
@@ -112,6 +119,8 @@ struct Adoption<'a> {
     report: AdoptReport,
     /// Writes made.
     steps: u64,
+    /// Moves planned and not sent yet: they go together, [`MOVES_PER_BATCH`] at a time.
+    pending: Vec<Plan>,
 }
 
 impl Store {
@@ -249,6 +258,7 @@ impl Store {
             options,
             report: AdoptReport::new(model.collection()),
             steps: 0,
+            pending: Vec::new(),
         };
         if adoption.run().await?.is_err() {
             adoption.report.stopped = true;
@@ -280,7 +290,10 @@ impl Adoption<'_> {
     /// (else a run whose first documents always fail would never get past them).
     fn begin_document(&mut self) -> Result<(), Stopped> {
         let report = &self.report;
-        let done = report.moved.count + report.finished.count + report.archived.count;
+        let done = report.moved.count
+            + report.finished.count
+            + report.archived.count
+            + self.pending.len() as u64;
         match self.options.max_documents {
             Some(limit) if done >= limit => Err(Stopped),
             _ => Ok(()),
@@ -385,6 +398,15 @@ impl Adoption<'_> {
 
     /// Streams the collection sorted by natural key, one key's documents at a time.
     async fn move_misplaced(&mut self) -> Result<Result<(), Stopped>, Error> {
+        let scanned = self.scan_misplaced().await;
+        // What was planned goes, whether the scan ended, stopped at a limit or failed.
+        self.send_pending().await?;
+        scanned
+    }
+
+    /// The scan of [`Adoption::move_misplaced`]: each group of one natural key adopted, moves
+    /// batched in `pending`.
+    async fn scan_misplaced(&mut self) -> Result<Result<(), Stopped>, Error> {
         let collection_ref = self.collection_ref();
         let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
         let mut group: Vec<Document> = Vec::new();
@@ -455,6 +477,23 @@ impl Adoption<'_> {
                 return Ok(Ok(()));
             }
         };
+        // A write limit stops a run between any two writes: such a run moves one document at
+        // a time, as the limit counts them.
+        if self.options.max_writes.is_none() {
+            if let Err(stopped) = self.begin_document() {
+                return Ok(Err(stopped));
+            }
+            self.pending.push(plan);
+            if self.pending.len() >= MOVES_PER_BATCH {
+                self.send_pending().await?;
+            }
+            return Ok(Ok(()));
+        }
+        self.move_one(plan).await
+    }
+
+    /// Moves one document, step by step, and reports it.
+    async fn move_one(&mut self, plan: Plan) -> Result<Result<(), Stopped>, Error> {
         let (from, to) = (id_text(&plan.from), plan.derived.to_string());
         match self.move_document(Some(plan), false).await? {
             Ok(Claimed::Done) => self.report.moved.record_misplaced(from, to),
@@ -462,6 +501,164 @@ impl Adoption<'_> {
             Err(stopped) => return Ok(Err(stopped)),
         }
         Ok(Ok(()))
+    }
+
+    /// Moves the pending documents together: one insert of every reservation, one delete of every
+    /// original still as read, one update claiming every reservation whose original is gone. Each
+    /// step is the one a single move makes, for many documents at once, and in the same order, so
+    /// what a crash leaves is what it leaves of single moves. A document any step of which does
+    /// not go as planned (its derived id held, its original changed, its key taken meanwhile)
+    /// goes on alone from where it is, as a single move would.
+    async fn send_pending(&mut self) -> Result<(), Error> {
+        let plans = std::mem::take(&mut self.pending);
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let whole = self.collection_ref();
+        let limits = self.store.server_limits(self.model).await?;
+        let collection = self.model.collection();
+        // 1. Reserve.
+        let statements: Vec<(usize, Document)> = plans
+            .iter()
+            .enumerate()
+            .map(|(index, plan)| (index, plan.reserved.clone()))
+            .collect();
+        let mut not_reserved = HashSet::new();
+        for command in write_commands(statements, limits) {
+            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let reply = self
+                .store
+                .run_write_command(
+                    &whole,
+                    doc! { "insert": collection, "documents": documents, "ordered": false },
+                )
+                .await?;
+            not_reserved.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
+        }
+        // 2. Release.
+        let reserved: Vec<usize> = (0..plans.len())
+            .filter(|index| !not_reserved.contains(index))
+            .collect();
+        let statements: Vec<(usize, Document)> = reserved
+            .iter()
+            .map(|&index| {
+                (
+                    index,
+                    doc! { "q": unchanged(&plans[index].original), "limit": 1 },
+                )
+            })
+            .collect();
+        let mut deleted = 0;
+        for command in write_commands(statements, limits) {
+            let deletes: Vec<Document> = command.into_iter().map(|(_, delete)| delete).collect();
+            let reply = self
+                .store
+                .run_write_command(
+                    &whole,
+                    doc! { "delete": collection, "deletes": deletes, "ordered": false },
+                )
+                .await?;
+            deleted += reply
+                .get_i32("n")
+                .map(i64::from)
+                .or_else(|_| reply.get_i64("n"))
+                .unwrap_or(0);
+        }
+        let mut still_there = HashSet::new();
+        if usize::try_from(deleted).unwrap_or(0) < reserved.len() {
+            // Which originals another writer changed since the read: those stay.
+            let ids: Vec<Bson> = reserved
+                .iter()
+                .map(|&index| plans[index].from.clone())
+                .collect();
+            crate::trace::round_trip("find");
+            let mut cursor = self
+                .collection
+                .find(doc! { ID_FIELD: { "$in": ids } })
+                .projection(doc! { ID_FIELD: 1 })
+                .await
+                .map_err(|source| mongo_error(&whole, source))?;
+            let position: HashMap<String, usize> = reserved
+                .iter()
+                .map(|&index| (id_text(&plans[index].from), index))
+                .collect();
+            while cursor
+                .advance()
+                .await
+                .map_err(|source| mongo_error(&whole, source))?
+            {
+                let found: Document = cursor
+                    .deserialize_current()
+                    .map_err(|source| mongo_error(&whole, source))?;
+                let id = found.get(ID_FIELD).map(id_text).unwrap_or_default();
+                if let Some(&index) = position.get(&id) {
+                    still_there.insert(index);
+                }
+            }
+        }
+        // 3. Claim.
+        let released: Vec<usize> = reserved
+            .iter()
+            .copied()
+            .filter(|index| !still_there.contains(index))
+            .collect();
+        let mut statements = Vec::new();
+        for &index in &released {
+            let plan = &plans[index];
+            let Ok(key) = plan
+                .reserved
+                .get_document(ADOPTION_FIELD)
+                .and_then(|adoption| adoption.get_document(KEY))
+            else {
+                continue;
+            };
+            let claim = doc! {
+                "q": {
+                    ID_FIELD: plan.derived.to_string(),
+                    format!("{ADOPTION_FIELD}.{FROM}"): plan.from.clone(),
+                },
+                "u": { "$set": key.clone(), "$unset": { ADOPTION_FIELD: "" } },
+            };
+            statements.push((index, claim));
+        }
+        let mut not_claimed = HashSet::new();
+        for command in write_commands(statements, limits) {
+            let (indexes, updates): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
+            let reply = self
+                .store
+                .run_write_command(
+                    &whole,
+                    doc! { "update": collection, "updates": updates, "ordered": false },
+                )
+                .await?;
+            not_claimed.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
+        }
+        // The documents below were counted against the document limit when they were planned.
+        let limit = self.options.max_documents.take();
+        for (index, plan) in plans.into_iter().enumerate() {
+            let (from, to) = (id_text(&plan.from), plan.derived.to_string());
+            let outcome = if not_reserved.contains(&index) {
+                // Its derived id or another unique value is held: the single move says which.
+                self.move_document(Some(plan), false).await?
+            } else if still_there.contains(&index) {
+                // Reserved, and its original changed: the single move refreshes and goes on.
+                self.move_document(Some(plan), true).await?
+            } else if not_claimed.contains(&index) {
+                let derived = plan.derived.to_string();
+                self.claim(&derived, &plan.from, Some(&plan.reserved))
+                    .await?
+            } else {
+                Ok(Claimed::Done)
+            };
+            match outcome {
+                Ok(Claimed::Done) => self.report.moved.record_misplaced(from, to),
+                Ok(Claimed::Conflict(why)) => self.report.failed.record(from, Some(why)),
+                // No write limit in a batched run, and the document limit is lifted.
+                Err(Stopped) => {}
+            }
+        }
+        self.options.max_documents = limit;
+        Ok(())
     }
 
     /// What moving `stored` takes: `Ok(None)` if it is under its derived id already, `Err` with
