@@ -150,6 +150,9 @@ impl Store {
     /// 3. **claim**: in one update of `R` (found by `D` and `idemAdopt.from`), restore `K` and remove
     ///    `idemAdopt`.
     ///
+    /// Documents move 100 at a time: each step is one command for all of them, sent after the
+    /// previous step's command, so each document goes through the same states in the same order.
+    ///
     /// # Under concurrent idem writers
     ///
     /// A writer upserting `K` with the same timestamp targets `D`. Before the reserve, `K` is held by
