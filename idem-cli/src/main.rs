@@ -258,10 +258,17 @@ async fn adopt(
         return Ok((printed, to_move == 0 && plan.is_clean()));
     }
     // The plan was checked against the stored documents just above: no second check.
+    let bar = progress_bar();
     let adopted = store
-        .adopt_model(model, field_order, options.ignoring_model_check())
-        .await
-        .map_err(|error| error.to_string())?;
+        .adopt_model_with_progress(
+            model,
+            field_order,
+            options.ignoring_model_check(),
+            |progress| show_progress(&bar, progress),
+        )
+        .await;
+    bar.finish_and_clear();
+    let adopted = adopted.map_err(|error| error.to_string())?;
     Ok((print(&adopted, json), adopted.is_complete()))
 }
 

@@ -618,3 +618,26 @@ async fn adopt_moves_documents_in_batches_of_commands() {
     }
     assert!(store.audit::<Post>().await.unwrap().is_clean());
 }
+
+/// `adopt_model_with_progress` tells its progress after each document it reads, with the
+/// collection's estimated size, as the audit does: what `idem adopt` draws its bar with.
+#[tokio::test]
+async fn adopt_reports_its_progress_per_document() {
+    let (database, _log) = fresh_database("adopt_progress").await;
+    let store = Store::new(database.clone());
+    let originals: Vec<Post> = (0..12)
+        .map(|n| post(&format!("p{n:02}"), &format!("P{n}")))
+        .collect();
+    insert_legacy(&database, &originals.iter().collect::<Vec<_>>()).await;
+    let mut seen = Vec::new();
+    let report = store
+        .adopt_model_with_progress(&Post::MODEL, &[], AdoptOptions::default(), |progress| {
+            seen.push(*progress)
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.moved.count, 12, "{report}");
+    let scanned: Vec<u64> = seen.iter().map(|progress| progress.scanned).collect();
+    assert_eq!(scanned, (1..=12).collect::<Vec<u64>>());
+    assert!(seen.iter().all(|progress| progress.total == Some(12)), "{seen:?}");
+}

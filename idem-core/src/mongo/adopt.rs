@@ -18,7 +18,7 @@ use super::audit::{
 use super::batch::{write_commands, write_errors};
 use super::write::{guarded_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
-use crate::audit::{AdoptReport, SAMPLES_PER_KIND};
+use crate::audit::{AdoptReport, AuditProgress, SAMPLES_PER_KIND};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -121,6 +121,11 @@ struct Adoption<'a> {
     steps: u64,
     /// Moves planned and not sent yet: they go together, [`MOVES_PER_BATCH`] at a time.
     pending: Vec<Plan>,
+    /// Told after each document the scan reads.
+    progress: &'a mut (dyn FnMut(&AuditProgress) + Send),
+    /// Documents the scan read, and how many the server estimates the collection holds.
+    scanned: u64,
+    total: Option<u64>,
 }
 
 impl Store {
@@ -189,8 +194,13 @@ impl Store {
     where
         T: Idempotent + Serialize + DeserializeOwned,
     {
-        self.adopt_collection(&T::MODEL, Reading::Typed(read_typed::<T>), options)
-            .await
+        self.adopt_collection(
+            &T::MODEL,
+            Reading::Typed(read_typed::<T>),
+            options,
+            &mut |_| {},
+        )
+        .await
     }
 
     /// [`adopt`](Store::adopt) for a model given at run time: ids are derived from the stored
@@ -211,6 +221,20 @@ impl Store {
         field_order: &[&str],
         options: AdoptOptions,
     ) -> Result<AdoptReport, Error> {
+        self.adopt_model_with_progress(model, field_order, options, |_| {})
+            .await
+    }
+
+    /// [`adopt_model`](Store::adopt_model), calling `progress` after each document it reads,
+    /// with the server's estimate of the collection's size: to draw a progress bar, as
+    /// [`audit_with_progress`](Store::audit_with_progress) does.
+    pub async fn adopt_model_with_progress(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+        mut progress: impl FnMut(&AuditProgress) + Send,
+    ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
         if !options.ignore_model_check {
             if let Some(mismatch) = self.model_mismatch(model).await? {
@@ -226,8 +250,13 @@ impl Store {
                 ));
             }
         }
-        self.adopt_collection(model, Reading::Stored { field_order }, options)
-            .await
+        self.adopt_collection(
+            model,
+            Reading::Stored { field_order },
+            options,
+            &mut progress,
+        )
+        .await
     }
 
     async fn adopt_collection(
@@ -235,9 +264,11 @@ impl Store {
         model: &Model,
         reading: Reading<'_>,
         options: AdoptOptions,
+        progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run(self.move_documents(model, reading, options)).await
+        call.run(self.move_documents(model, reading, options, progress))
+            .await
     }
 
     /// The adoption's moves, in the span of the call.
@@ -246,6 +277,7 @@ impl Store {
         model: &Model,
         reading: Reading<'_>,
         options: AdoptOptions,
+        progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
         if model.idempotency_key_field().is_some() {
             return Err(Error::new(
@@ -262,6 +294,9 @@ impl Store {
             report: AdoptReport::new(model.collection()),
             steps: 0,
             pending: Vec::new(),
+            progress,
+            scanned: 0,
+            total: None,
         };
         if adoption.run().await?.is_err() {
             adoption.report.stopped = true;
@@ -411,6 +446,8 @@ impl Adoption<'_> {
     /// batched in `pending`.
     async fn scan_misplaced(&mut self) -> Result<Result<(), Stopped>, Error> {
         let collection_ref = self.collection_ref();
+        // An estimate from the collection's metadata: cheap, and only used to draw progress.
+        self.total = self.collection.estimated_document_count().await.ok();
         let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
         let mut group: Vec<Document> = Vec::new();
         while cursor
@@ -421,6 +458,8 @@ impl Adoption<'_> {
             let stored: Document = cursor
                 .deserialize_current()
                 .map_err(|source| mongo_error(&collection_ref, source))?;
+            self.scanned += 1;
+            (self.progress)(&AuditProgress::new(self.scanned, self.total));
             // Reserved by this run, whose claim has not been made, or by a racing run.
             if stored.contains_key(ADOPTION_FIELD) {
                 continue;
