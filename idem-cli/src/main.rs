@@ -20,7 +20,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idem_core::mongo::{AdoptOptions, Store};
+use idem_core::mongo::{AdoptOptions, DuplicateRule, Store};
 use idem_core::{AuditProgress, AuditReport, Field, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -62,6 +62,11 @@ enum Command {
         /// Stop after moving this many documents; running it again goes on.
         #[arg(long)]
         max_documents: Option<u64>,
+        /// Resolve natural-key duplicates: keep the document with the greatest (`greatest:FIELD`)
+        /// or least (`least:FIELD`) value of a stored field, and move the others to the
+        /// `<collection>_idem_duplicates` collection. Without it, duplicates are left and listed.
+        #[arg(long, value_name = "greatest:FIELD|least:FIELD", value_parser = parse_keep)]
+        keep_duplicate: Option<DuplicateRule>,
     },
 }
 
@@ -196,6 +201,7 @@ async fn run(command: Command) -> Result<bool, String> {
         }),
         Command::Adopt {
             max_documents,
+            keep_duplicate,
             yes,
             ignore_model_check,
             ..
@@ -203,6 +209,9 @@ async fn run(command: Command) -> Result<bool, String> {
             let mut options = AdoptOptions::default();
             if let Some(documents) = *max_documents {
                 options = options.with_max_documents(documents);
+            }
+            if let Some(rule) = *keep_duplicate {
+                options = options.with_duplicates(rule);
             }
             if *ignore_model_check {
                 options = options.ignoring_model_check();
@@ -270,6 +279,20 @@ async fn adopt(
     bar.finish_and_clear();
     let adopted = adopted.map_err(|error| error.to_string())?;
     Ok((print(&adopted, json), adopted.is_complete()))
+}
+
+/// `--keep-duplicate`'s rule: `greatest:FIELD` or `least:FIELD`.
+fn parse_keep(text: &str) -> Result<DuplicateRule, String> {
+    let leak = |field: &str| -> &'static str { Box::leak(field.to_owned().into_boxed_str()) };
+    match text.split_once(':') {
+        Some(("greatest", field)) if !field.is_empty() => {
+            Ok(DuplicateRule::KeepGreatest(leak(field)))
+        }
+        Some(("least", field)) if !field.is_empty() => Ok(DuplicateRule::KeepLeast(leak(field))),
+        _ => Err(format!(
+            "{text:?}: expected greatest:FIELD or least:FIELD (a stored field, such as updatedAt)"
+        )),
+    }
 }
 
 /// `n` and the noun, singular for one.

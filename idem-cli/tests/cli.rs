@@ -448,3 +448,78 @@ fn an_unreachable_server_is_one_line_after_one_server_selection() {
         "one server selection of 2 s, not two: {elapsed:?}"
     );
 }
+
+/// `--keep-duplicate greatest:FIELD` resolves natural-key duplicates from the command line: the
+/// document with the greatest value stays and moves to its derived id, the other is archived
+/// whole; a value that is no rule is a usage error.
+#[tokio::test]
+async fn duplicates_are_resolved_by_a_flag() {
+    let name = format!("idem_cli_keep_{}", std::process::id());
+    let client = mongodb::Client::with_uri_str(server_uri()).await.unwrap();
+    let database = client.database(&name);
+    database.drop().await.unwrap();
+    let older = post("twice", T0, "Older");
+    let newer = post("twice", T0 + 1, "Newer");
+    database
+        .collection::<Document>("posts")
+        .insert_many([
+            stored(oid(1).into(), &older, None),
+            stored(oid(2).into(), &newer, None),
+        ])
+        .await
+        .unwrap();
+    let wrong = idem_with(
+        &["adopt", "--yes", "--keep-duplicate", "newest"],
+        &name,
+        &POST_FLAGS,
+    );
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("expected greatest:FIELD or least:FIELD"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let adopt = idem_with(
+        &[
+            "adopt",
+            "--yes",
+            "--json",
+            "--keep-duplicate",
+            "greatest:publishedAt",
+        ],
+        &name,
+        &POST_FLAGS,
+    );
+    assert_eq!(
+        adopt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&adopt.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&adopt.stdout).unwrap();
+    assert_eq!(report["archived"]["count"], 1, "{report}");
+    assert_eq!(report["moved"]["count"], 1, "{report}");
+    let stored = stored_documents(&database).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].get_str("_id"),
+        Ok(newer.id().unwrap().to_string().as_str())
+    );
+    assert_eq!(stored[0].get_str("title"), Ok("Newer"));
+    let archived: Vec<Document> = {
+        let mut cursor = database
+            .collection::<Document>("posts_idem_duplicates")
+            .find(doc! {})
+            .await
+            .unwrap();
+        let mut documents = Vec::new();
+        while cursor.advance().await.unwrap() {
+            documents.push(cursor.deserialize_current().unwrap());
+        }
+        documents
+    };
+    assert_eq!(archived.len(), 1);
+    assert_eq!(archived[0].get_object_id("_id"), Ok(oid(1)));
+    database.drop().await.unwrap();
+    client.shutdown().await;
+}

@@ -391,7 +391,8 @@ fn show_duplicates(
 
 /// What to do about duplicated natural keys.
 const DUPLICATES_ADVICE: &str = "keep one document per key: merge or remove the others by \
-     hand, or let `Store::adopt` pick one by a `DuplicateRule` (the others are archived)";
+     hand, or let adopt keep one by a field's value (`idem adopt --keep-duplicate \
+     greatest:updatedAt`, or a `DuplicateRule`); the others are archived";
 
 impl fmt::Display for AuditReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -639,5 +639,8 @@ async fn adopt_reports_its_progress_per_document() {
     assert_eq!(report.moved.count, 12, "{report}");
     let scanned: Vec<u64> = seen.iter().map(|progress| progress.scanned).collect();
     assert_eq!(scanned, (1..=12).collect::<Vec<u64>>());
-    assert!(seen.iter().all(|progress| progress.total == Some(12)), "{seen:?}");
+    assert!(
+        seen.iter().all(|progress| progress.total == Some(12)),
+        "{seen:?}"
+    );
 }

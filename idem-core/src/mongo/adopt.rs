@@ -47,6 +47,76 @@ pub enum DuplicateRule {
     /// in the order the collection returns them) and move the others to the archive collection.
     /// An index out of range keeps them all and reports them.
     Keep(fn(&[Document]) -> usize),
+    /// Keep the document with the greatest value of this stored field (the newest by an
+    /// `updatedAt`, the highest revision) and archive the others. Numbers compare by value, dates
+    /// by instant, text by its UTF-8 bytes; a key whose greatest value is held twice, or whose
+    /// documents lack the field or hold values of different kinds, is left and reported.
+    KeepGreatest(&'static str),
+    /// The same, keeping the document with the least value of the field (the first written).
+    KeepLeast(&'static str),
+}
+
+impl DuplicateRule {
+    /// The index of the document to keep among `group`, or `None` to leave them all.
+    fn choose(&self, group: &[Document]) -> Option<usize> {
+        match *self {
+            DuplicateRule::Report => None,
+            DuplicateRule::Keep(choose) => Some(choose(group)).filter(|&at| at < group.len()),
+            DuplicateRule::KeepGreatest(field) => {
+                extreme(group, field, std::cmp::Ordering::Greater)
+            }
+            DuplicateRule::KeepLeast(field) => extreme(group, field, std::cmp::Ordering::Less),
+        }
+    }
+}
+
+/// A stored value as the duplicate rules order it: numbers by value, dates by instant, text by
+/// bytes; any other kind is not ordered.
+#[derive(PartialEq, PartialOrd)]
+enum Ordered<'a> {
+    Number(f64),
+    Date(i64),
+    Text(&'a str),
+}
+
+fn ordered(value: Option<&Bson>) -> Option<Ordered<'_>> {
+    match value? {
+        Bson::Int32(n) => Some(Ordered::Number(f64::from(*n))),
+        Bson::Int64(n) => Some(Ordered::Number(*n as f64)),
+        Bson::Double(n) if !n.is_nan() => Some(Ordered::Number(*n)),
+        Bson::DateTime(date) => Some(Ordered::Date(date.timestamp_millis())),
+        Bson::String(text) => Some(Ordered::Text(text)),
+        _ => None,
+    }
+}
+
+/// The index of the one document of `group` whose `field` is the most `direction`; `None` if the
+/// values are missing, not ordered, of different kinds, or the extreme is held twice.
+fn extreme(group: &[Document], field: &str, direction: std::cmp::Ordering) -> Option<usize> {
+    let values: Vec<Ordered<'_>> = group
+        .iter()
+        .map(|document| ordered(document.get(field)))
+        .collect::<Option<_>>()?;
+    let kind = std::mem::discriminant(values.first()?);
+    if values
+        .iter()
+        .any(|value| std::mem::discriminant(value) != kind)
+    {
+        return None;
+    }
+    let mut best = 0;
+    let mut tied = false;
+    for at in 1..values.len() {
+        match values[at].partial_cmp(&values[best])? {
+            ordering if ordering == direction => {
+                best = at;
+                tied = false;
+            }
+            std::cmp::Ordering::Equal => tied = true,
+            _ => {}
+        }
+    }
+    (!tied).then_some(best)
 }
 
 impl fmt::Debug for DuplicateRule {
@@ -54,6 +124,8 @@ impl fmt::Debug for DuplicateRule {
         match self {
             DuplicateRule::Report => f.write_str("Report"),
             DuplicateRule::Keep(_) => f.write_str("Keep(…)"),
+            DuplicateRule::KeepGreatest(field) => write!(f, "KeepGreatest({field:?})"),
+            DuplicateRule::KeepLeast(field) => write!(f, "KeepLeast({field:?})"),
         }
     }
 }
@@ -489,11 +561,14 @@ impl Adoption<'_> {
         &mut self,
         mut group: Vec<Document>,
     ) -> Result<Result<(), Stopped>, Error> {
-        let keep = match (group.len(), self.options.duplicates) {
-            (0, _) => return Ok(Ok(())),
-            (1, _) => 0,
-            (_, DuplicateRule::Keep(choose)) if choose(&group) < group.len() => choose(&group),
-            _ => {
+        let chosen = match group.len() {
+            0 => return Ok(Ok(())),
+            1 => Some(0),
+            _ => self.options.duplicates.choose(&group),
+        };
+        let keep = match chosen {
+            Some(keep) => keep,
+            None => {
                 let key = shown_key(&stored_natural_key(self.model, &group[0]));
                 let ids = group
                     .iter()
@@ -1033,4 +1108,37 @@ fn unchanged(document: &Document) -> Document {
 /// A stored `_id` as reports show it: an ObjectId as its hex digits, text as itself.
 fn id_text(id: &Bson) -> String {
     stored_id_text(&doc! { ID_FIELD: id.clone() }).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::DateTime;
+
+    fn group(values: &[Bson]) -> Vec<Document> {
+        values
+            .iter()
+            .map(|value| doc! { "at": value.clone() })
+            .collect()
+    }
+
+    #[test]
+    fn the_greatest_or_least_value_is_kept_and_a_tie_is_left() {
+        let numbers = group(&[Bson::Int32(3), Bson::Double(5.5), Bson::Int64(1)]);
+        assert_eq!(DuplicateRule::KeepGreatest("at").choose(&numbers), Some(1));
+        assert_eq!(DuplicateRule::KeepLeast("at").choose(&numbers), Some(2));
+        let dates = group(&[
+            Bson::DateTime(DateTime::from_millis(20)),
+            Bson::DateTime(DateTime::from_millis(10)),
+        ]);
+        assert_eq!(DuplicateRule::KeepGreatest("at").choose(&dates), Some(0));
+        let tied = group(&[Bson::Int32(5), Bson::Int32(3), Bson::Int64(5)]);
+        assert_eq!(DuplicateRule::KeepGreatest("at").choose(&tied), None);
+        assert_eq!(DuplicateRule::KeepLeast("at").choose(&tied), Some(1));
+        let mixed = group(&[Bson::Int32(5), Bson::String("6".into())]);
+        assert_eq!(DuplicateRule::KeepGreatest("at").choose(&mixed), None);
+        let missing = vec![doc! { "at": 1 }, doc! {}];
+        assert_eq!(DuplicateRule::KeepGreatest("at").choose(&missing), None);
+        assert_eq!(DuplicateRule::Report.choose(&numbers), None);
+    }
 }
