@@ -60,8 +60,13 @@ fn stored(id: bson::Bson, post: &Post, hash: Option<String>) -> Document {
 
 /// Every document of `database`'s `posts`, in `_id` order.
 async fn stored_documents(database: &mongodb::Database) -> Vec<Document> {
+    documents_in(database, "posts").await
+}
+
+/// Every document of `database`'s `collection`, in `_id` order.
+async fn documents_in(database: &mongodb::Database, collection: &str) -> Vec<Document> {
     let mut cursor = database
-        .collection::<Document>("posts")
+        .collection::<Document>(collection)
         .find(doc! {})
         .sort(doc! { "_id": 1 })
         .await
@@ -506,18 +511,7 @@ async fn duplicates_are_resolved_by_a_flag() {
         Ok(newer.id().unwrap().to_string().as_str())
     );
     assert_eq!(stored[0].get_str("title"), Ok("Newer"));
-    let archived: Vec<Document> = {
-        let mut cursor = database
-            .collection::<Document>("posts_idem_duplicates")
-            .find(doc! {})
-            .await
-            .unwrap();
-        let mut documents = Vec::new();
-        while cursor.advance().await.unwrap() {
-            documents.push(cursor.deserialize_current().unwrap());
-        }
-        documents
-    };
+    let archived = documents_in(&database, "posts_idem_duplicates").await;
     assert_eq!(archived.len(), 1);
     assert_eq!(archived[0].get_object_id("_id"), Ok(oid(1)));
     database.drop().await.unwrap();

@@ -171,12 +171,7 @@ pub struct ShownKey(pub Vec<(String, ShownValue)>);
 
 impl fmt::Display for ShownKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("{")?;
-        for (index, (field, value)) in self.0.iter().enumerate() {
-            let separator = if index == 0 { "" } else { ", " };
-            write!(f, "{separator}{field}: {value}")?;
-        }
-        f.write_str("}")
+        crate::document::show_key(f, self.0.iter().map(|(field, value)| (field, value)))
     }
 }
 

@@ -96,3 +96,132 @@ pub trait Backend: Sync {
     where
         T: Idempotent;
 }
+
+/// Implements [`Backend`] for a store by its inherent methods of the same names and arguments:
+/// each store writes every method once, as an inherent one (so that no trait import is needed),
+/// and this makes them the trait's. `[generics] Type`, as in
+/// `backend_by_inherent_methods!([C: Connection] Session<'_, C>)`.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+macro_rules! backend_by_inherent_methods {
+    ([$($generics:tt)*] $store:ty) => {
+        impl<$($generics)*> $crate::Backend for $store {
+            fn upsert<T>(
+                &self,
+                doc: &T,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Outcome, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                <$store>::upsert(self, doc)
+            }
+
+            fn upsert_many<T>(
+                &self,
+                docs: &[T],
+            ) -> impl ::std::future::Future<Output = Result<$crate::BatchReport, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                <$store>::upsert_many(self, docs)
+            }
+
+            fn delete<T>(
+                &self,
+                doc: &T,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Deletion, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                <$store>::delete(self, doc)
+            }
+
+            fn delete_by_id<T, M>(
+                &self,
+                id: $crate::Id,
+                marker: &M,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Deletion, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent,
+                M: ::serde::Serialize + Sync,
+            {
+                <$store>::delete_by_id::<T, M>(self, id, marker)
+            }
+
+            fn insert_new<T>(
+                &self,
+                members: &[T],
+            ) -> impl ::std::future::Future<
+                Output = Result<$crate::InsertReport<T>, $crate::Error>,
+            > + Send
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync + Clone,
+            {
+                <$store>::insert_new(self, members)
+            }
+
+            fn push<T, I>(
+                &self,
+                id: $crate::Id,
+                field: &'static str,
+                item: &I,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Pushed, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent,
+                I: ::serde::Serialize + Sync,
+            {
+                <$store>::push::<T, I>(self, id, field, item)
+            }
+
+            fn apply_once<T>(
+                &self,
+                id: $crate::Id,
+                op: &$crate::OpId,
+                changes: &[$crate::Change],
+            ) -> impl ::std::future::Future<Output = Result<$crate::Applied, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent,
+            {
+                <$store>::apply_once::<T>(self, id, op, changes)
+            }
+
+            fn record<T>(
+                &self,
+                event: &T,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Recorded, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                <$store>::record(self, event)
+            }
+
+            fn get<T>(
+                &self,
+                id: $crate::Id,
+            ) -> impl ::std::future::Future<Output = Result<Option<T>, $crate::Error>> + Send
+            where
+                T: $crate::Idempotent + ::serde::de::DeserializeOwned + Send,
+            {
+                <$store>::get::<T>(self, id)
+            }
+
+            async fn find<T>(&self, key: $crate::NaturalKey) -> Result<Option<T>, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::de::DeserializeOwned + Send,
+            {
+                <$store>::find::<T>(self, &key).await
+            }
+
+            fn ensure_schema<T>(
+                &self,
+            ) -> impl ::std::future::Future<Output = Result<(), $crate::Error>> + Send
+            where
+                T: $crate::Idempotent,
+            {
+                <$store>::ensure_schema::<T>(self)
+            }
+        }
+    };
+}
+
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) use backend_by_inherent_methods;

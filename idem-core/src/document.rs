@@ -23,13 +23,21 @@ impl NaturalKey {
 
 impl fmt::Display for NaturalKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("{")?;
-        for (index, (field, value)) in self.0.iter().enumerate() {
-            let separator = if index == 0 { "" } else { ", " };
-            write!(f, "{separator}{field}: {value}")?;
-        }
-        f.write_str("}")
+        show_key(f, self.0.iter().map(|(field, value)| (field, value)))
     }
+}
+
+/// A natural key as messages and reports show it: `{slug: "hello", lang: "en"}`.
+pub(crate) fn show_key<F: fmt::Display, V: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    parts: impl IntoIterator<Item = (F, V)>,
+) -> fmt::Result {
+    f.write_str("{")?;
+    for (index, (field, value)) in parts.into_iter().enumerate() {
+        let separator = if index == 0 { "" } else { ", " };
+        write!(f, "{separator}{field}: {value}")?;
+    }
+    f.write_str("}")
 }
 
 /// Which document an error is about: its collection and natural key.

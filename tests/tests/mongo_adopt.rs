@@ -37,6 +37,18 @@ async fn insert_legacy(database: &Database, documents: &[&Post]) -> Vec<ObjectId
     ids
 }
 
+/// `original`'s document among `stored`: under its derived id, its move finished (no `idemAdopt`
+/// left on it).
+fn moved_whole<'s>(stored: &'s [Document], original: &Post) -> &'s Document {
+    let id = original.id().unwrap().to_string();
+    let found = stored
+        .iter()
+        .find(|doc| doc.get_str("_id") == Ok(id.as_str()))
+        .unwrap_or_else(|| panic!("{} is not under its derived id", original.slug));
+    assert!(!found.contains_key("idemAdopt"), "{found:?}");
+    found
+}
+
 fn sample_ids(finding: &idem_core::audit::Finding) -> Vec<String> {
     finding
         .samples
@@ -608,12 +620,7 @@ async fn adopt_moves_documents_in_batches_of_commands() {
     let stored = stored_documents(&database, "posts").await;
     assert_eq!(stored.len(), 300);
     for original in &originals {
-        let id = original.id().unwrap().to_string();
-        let found = stored
-            .iter()
-            .find(|doc| doc.get_str("_id") == Ok(id.as_str()))
-            .unwrap_or_else(|| panic!("{} is not under its derived id", original.slug));
-        assert!(!found.contains_key("idemAdopt"), "{found:?}");
+        let found = moved_whole(&stored, original);
         assert_eq!(found.get_str("title"), Ok(original.title.as_str()));
     }
     assert!(store.audit::<Post>().await.unwrap().is_clean());
@@ -699,12 +706,7 @@ async fn legacy_documents_edited_while_they_move_in_batches_keep_the_last_edit()
     let stored = stored_documents(&database, "posts").await;
     assert_eq!(stored.len(), 300, "nothing lost, nothing twice");
     for (n, original) in originals.iter().enumerate() {
-        let id = original.id().unwrap().to_string();
-        let found = stored
-            .iter()
-            .find(|doc| doc.get_str("_id") == Ok(id.as_str()))
-            .unwrap_or_else(|| panic!("{} is not under its derived id", original.slug));
-        assert!(!found.contains_key("idemAdopt"), "{found:?}");
+        let found = moved_whole(&stored, original);
         let expected = last.get(&n).map_or("original", String::as_str);
         assert_eq!(found.get_str("title"), Ok(expected), "{}", original.slug);
     }

@@ -31,7 +31,7 @@ use serde_json::Value;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
-use crate::model::{Field, Model};
+use crate::model::{Field, Model, Role};
 use crate::outcome::Outcome;
 use crate::verdict::StoredVersion;
 use crate::MAX_ATTEMPTS;
@@ -128,6 +128,43 @@ pub(crate) enum StoredDigest<'s> {
     Digest(&'s str),
     /// Something that is not a digest.
     Other,
+}
+
+/// Refuses a serialized document, before anything is sent, that writes a name idem writes itself
+/// (an entry of a `#[serde(flatten)]` map named `_id`, say), or that leaves out a key field or the
+/// idempotency key (a custom `Serialize` impl): keys feed the id and find the document. `names`
+/// are the stored names the document writes; `holds_key(name)` says whether it wrote a value a
+/// key can be read from under `name` (each encoding tells its own nulls).
+pub(crate) fn check_written_names<'n>(
+    model: &Model,
+    document: &DocumentRef,
+    mut names: impl Iterator<Item = &'n String>,
+    holds_key: impl Fn(&str) -> bool,
+) -> Result<(), Error> {
+    if let Some(reserved) = names.find(|name| model.is_reserved(name)) {
+        return Err(Error::new(
+            document.clone(),
+            ErrorKind::ReservedName {
+                stored_name: reserved.clone(),
+            },
+        ));
+    }
+    let keys = model
+        .fields()
+        .iter()
+        .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
+    for field in keys {
+        if !holds_key(field.stored_name()) {
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::FieldNotSerialized {
+                    field: field.name(),
+                    stored_name: field.stored_name(),
+                },
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What every driver's prepared document holds beside its own encoding, computed before any

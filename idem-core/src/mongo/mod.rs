@@ -66,7 +66,6 @@ pub use crate::batch::BatchReport;
 pub use crate::outcome::Recorded;
 pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
-use crate::backend::Backend;
 use crate::document::DocumentRef;
 use crate::engine::by_id::{settle_by_id, ById};
 use crate::engine::{self, WriteKind};
@@ -74,7 +73,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
-use crate::outcome::{Deletion, Outcome, Pushed};
+use crate::outcome::{Deletion, Outcome};
 use schema::natural_key_pattern;
 
 pub use errors::driver_error;
@@ -381,112 +380,7 @@ impl Store {
     }
 }
 
-impl Backend for Store {
-    fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Store::upsert(self, doc)
-    }
-
-    fn upsert_many<T>(
-        &self,
-        docs: &[T],
-    ) -> impl std::future::Future<Output = Result<BatchReport, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Store::upsert_many(self, docs)
-    }
-
-    fn delete<T>(
-        &self,
-        doc: &T,
-    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Store::delete(self, doc)
-    }
-
-    fn delete_by_id<T, M>(
-        &self,
-        id: Id,
-        marker: &M,
-    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
-    where
-        T: Idempotent,
-        M: Serialize + Sync,
-    {
-        Store::delete_by_id::<T, M>(self, id, marker)
-    }
-
-    fn insert_new<T>(
-        &self,
-        members: &[T],
-    ) -> impl std::future::Future<Output = Result<crate::InsertReport<T>, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync + Clone,
-    {
-        Store::insert_new(self, members)
-    }
-
-    fn push<T, I>(
-        &self,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
-    where
-        T: Idempotent,
-        I: Serialize + Sync,
-    {
-        Store::push::<T, I>(self, id, field, item)
-    }
-
-    fn apply_once<T>(
-        &self,
-        id: Id,
-        op: &crate::OpId,
-        changes: &[crate::Change],
-    ) -> impl std::future::Future<Output = Result<crate::Applied, Error>> + Send
-    where
-        T: Idempotent,
-    {
-        Store::apply_once::<T>(self, id, op, changes)
-    }
-
-    fn record<T>(
-        &self,
-        event: &T,
-    ) -> impl std::future::Future<Output = Result<Recorded, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Store::record(self, event)
-    }
-
-    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
-    {
-        Store::get::<T>(self, id)
-    }
-
-    async fn find<T>(&self, key: crate::document::NaturalKey) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
-    {
-        Store::find::<T>(self, &key).await
-    }
-
-    fn ensure_schema<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
-    where
-        T: Idempotent,
-    {
-        Store::ensure_indexes::<T>(self)
-    }
-}
+crate::backend::backend_by_inherent_methods!([] Store);
 
 /// The tombstone field of `model`, or the error for a type without one.
 fn tombstone_field(

@@ -14,7 +14,7 @@ use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
 use super::compare::show;
-use crate::engine::Prepared;
+use crate::engine::{check_written_names, Prepared};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -74,30 +74,10 @@ impl PreparedWrite {
         if let Some(problem) = nul_name_problem(&body) {
             return Err(serialize_error(problem));
         }
-        if let Some(reserved) = body.keys().find(|name| model.is_reserved(name)) {
-            return Err(Error::new(
-                document,
-                ErrorKind::ReservedName {
-                    stored_name: reserved.clone(),
-                },
-            ));
-        }
-        // Keys feed the id and find the document; an absent guarded field is one never written.
-        let must_be_stored = model
-            .fields()
-            .iter()
-            .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
-        for field in must_be_stored {
-            if !body.contains_key(field.stored_name()) {
-                return Err(Error::new(
-                    document,
-                    ErrorKind::FieldNotSerialized {
-                        field: field.name(),
-                        stored_name: field.stored_name(),
-                    },
-                ));
-            }
-        }
+        // Present, even as null: MongoDB stores and indexes a null key as any other value.
+        check_written_names(model, &document, body.keys(), |name| {
+            body.contains_key(name)
+        })?;
         let tombstone = model
             .tombstone_field()
             .and_then(|field| body.get(field.stored_name()))

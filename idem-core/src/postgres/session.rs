@@ -4,7 +4,6 @@
 use serde::Serialize;
 
 use super::{Connection, Store};
-use crate::backend::Backend;
 use crate::batch::BatchReport;
 use crate::change::Change;
 use crate::document::NaturalKey;
@@ -16,7 +15,7 @@ use crate::model::OpId;
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 
 /// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the
-/// same methods with the same arguments and results as every other store ([`Backend`]).
+/// same methods with the same arguments and results as every other store ([`Backend`](crate::Backend)).
 ///
 /// ```no_run
 /// # use idem_core::Idempotent;
@@ -162,109 +161,4 @@ impl<'a, C: Connection> Session<'a, C> {
     }
 }
 
-impl<C: Connection> Backend for Session<'_, C> {
-    fn upsert<T>(&self, doc: &T) -> impl std::future::Future<Output = Result<Outcome, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Session::upsert(self, doc)
-    }
-
-    fn upsert_many<T>(
-        &self,
-        docs: &[T],
-    ) -> impl std::future::Future<Output = Result<BatchReport, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Session::upsert_many(self, docs)
-    }
-
-    fn delete<T>(
-        &self,
-        doc: &T,
-    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Session::delete(self, doc)
-    }
-
-    fn delete_by_id<T, M>(
-        &self,
-        id: Id,
-        marker: &M,
-    ) -> impl std::future::Future<Output = Result<Deletion, Error>> + Send
-    where
-        T: Idempotent,
-        M: Serialize + Sync,
-    {
-        Session::delete_by_id::<T, M>(self, id, marker)
-    }
-
-    fn insert_new<T>(
-        &self,
-        members: &[T],
-    ) -> impl std::future::Future<Output = Result<InsertReport<T>, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync + Clone,
-    {
-        Session::insert_new(self, members)
-    }
-
-    fn push<T, I>(
-        &self,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> impl std::future::Future<Output = Result<Pushed, Error>> + Send
-    where
-        T: Idempotent,
-        I: Serialize + Sync,
-    {
-        Session::push::<T, I>(self, id, field, item)
-    }
-
-    fn apply_once<T>(
-        &self,
-        id: Id,
-        op: &OpId,
-        changes: &[Change],
-    ) -> impl std::future::Future<Output = Result<Applied, Error>> + Send
-    where
-        T: Idempotent,
-    {
-        Session::apply_once::<T>(self, id, op, changes)
-    }
-
-    fn record<T>(
-        &self,
-        event: &T,
-    ) -> impl std::future::Future<Output = Result<Recorded, Error>> + Send
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        Session::record(self, event)
-    }
-
-    fn get<T>(&self, id: Id) -> impl std::future::Future<Output = Result<Option<T>, Error>> + Send
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
-    {
-        Session::get::<T>(self, id)
-    }
-
-    async fn find<T>(&self, key: NaturalKey) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + serde::de::DeserializeOwned + Send,
-    {
-        Session::find::<T>(self, &key).await
-    }
-
-    fn ensure_schema<T>(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send
-    where
-        T: Idempotent,
-    {
-        Session::ensure_schema::<T>(self)
-    }
-}
+crate::backend::backend_by_inherent_methods!([C: Connection] Session<'_, C>);

@@ -7,11 +7,11 @@ use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout, TableColumn};
 use crate::column::ColumnShape;
-use crate::engine::Prepared;
+use crate::engine::{check_written_names, Prepared};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, Role};
+use crate::model::{Field, Model};
 use crate::sql::json;
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
@@ -86,29 +86,10 @@ impl PreparedRow {
                 .find(|(kept, _)| kept == name)
                 .map(|&(_, value)| value)
         };
-        if let Some(reserved) = entries.keys().find(|name| model.is_reserved(name)) {
-            return Err(Error::new(
-                document,
-                ErrorKind::ReservedName {
-                    stored_name: reserved.clone(),
-                },
-            ));
-        }
-        let must_be_stored = model
-            .fields()
-            .iter()
-            .filter(|field| matches!(field.role(), Role::Key | Role::IdempotencyKey));
-        for field in must_be_stored {
-            if entries.get(field.stored_name()).is_none_or(Value::is_null) {
-                return Err(Error::new(
-                    document,
-                    ErrorKind::FieldNotSerialized {
-                        field: field.name(),
-                        stored_name: field.stored_name(),
-                    },
-                ));
-            }
-        }
+        // A key column cannot hold a null: JSON's null is no key here.
+        check_written_names(model, &document, entries.keys(), |name| {
+            entries.get(name).is_some_and(|value| !value.is_null())
+        })?;
         let guarded = model
             .digested_fields()
             .map(|field| {

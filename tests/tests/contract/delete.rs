@@ -72,15 +72,7 @@ async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
                     }));
                 }
             }
-            let mut winners = Vec::new();
-            for delete in deletes {
-                let (marker, outcome) = delete.await.unwrap();
-                match outcome {
-                    Ok(Deletion::Deleted) => winners.push(marker),
-                    Ok(Deletion::AlreadyDeleted) => {}
-                    other => panic!("{db}: {entry_id}: a racing delete: {other:?}"),
-                }
-            }
+            let winners = markers_that_deleted(deletes, &format!("{db}: {entry_id}")).await;
             for upsert in upserts {
                 let outcome = upsert.await.unwrap();
                 assert!(
@@ -129,15 +121,7 @@ async fn racing_deletes_by_id_mark_a_live_document_once() {
                     (n, racer.delete_by_id::<Entry, _>(id, &n).await)
                 }));
             }
-            let mut winners = Vec::new();
-            for delete in deletes {
-                let (marker, outcome) = delete.await.unwrap();
-                match outcome {
-                    Ok(Deletion::Deleted) => winners.push(marker),
-                    Ok(Deletion::AlreadyDeleted) => {}
-                    other => panic!("{db}: round {round}: a racing delete_by_id: {other:?}"),
-                }
-            }
+            let winners = markers_that_deleted(deletes, &format!("{db}: round {round}")).await;
             assert_eq!(winners.len(), 1, "{db}: round {round}: {winners:?}");
             assert_eq!(
                 stored_entry(&db, &entry_id).await["deletedAt"],
@@ -146,4 +130,22 @@ async fn racing_deletes_by_id_mark_a_live_document_once() {
             );
         }
     }
+}
+
+/// The markers of the racing deletes that marked the document: every other one must have found
+/// it deleted already; anything else fails the test, named by `context`.
+async fn markers_that_deleted(
+    deletes: Vec<tokio::task::JoinHandle<(i64, Result<Deletion, Error>)>>,
+    context: &str,
+) -> Vec<i64> {
+    let mut winners = Vec::new();
+    for delete in deletes {
+        let (marker, outcome) = delete.await.unwrap();
+        match outcome {
+            Ok(Deletion::Deleted) => winners.push(marker),
+            Ok(Deletion::AlreadyDeleted) => {}
+            other => panic!("{context}: a racing delete: {other:?}"),
+        }
+    }
+    winners
 }
