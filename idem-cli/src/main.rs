@@ -1,11 +1,16 @@
-//! `idem`: audit a MongoDB collection before idem takes it over, and adopt it (move its documents
-//! to their derived ids), without writing Rust. The model is given by flags:
+//! `idem`: audit a MongoDB collection or a PostgreSQL table before idem takes it over, and adopt
+//! it (move its documents to their derived ids), without writing Rust. The model is given by
+//! flags:
 //!
 //! ```text
 //! idem audit --uri mongodb://localhost:27017 --database blog --collection posts \
 //!     --key slug,lang --timestamp publishedAt --scheme joined --hash-field sourceHash
+//! idem audit --uri postgres://me@localhost/blog --table posts --key slug,lang
 //! idem adopt   (the same flags)
 //! ```
+//!
+//! The URI's scheme chooses the server: `mongodb://` or `mongodb+srv://`, `postgres://` or
+//! `postgresql://` (whose path names the database; `--database` overrides it).
 //!
 //! Both print a human summary, or with `--json` the report as JSON, on stdout, and draw a progress
 //! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
@@ -20,11 +25,11 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idem_core::mongo::{AdoptOptions, DuplicateRule, Store};
-use idem_core::{AuditProgress, AuditReport, Field, IdScheme, Model, Role};
+use idem_core::mongo::DuplicateRule;
+use idem_core::{AdoptReport, AuditProgress, AuditReport, Field, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Audit and adopt MongoDB collections for idem.
+/// Audit and adopt MongoDB collections and PostgreSQL tables for idem.
 #[derive(Parser)]
 #[command(name = "idem", version, about)]
 struct Cli {
@@ -65,6 +70,8 @@ enum Command {
         /// Resolve natural-key duplicates: keep the document with the greatest (`greatest:FIELD`)
         /// or least (`least:FIELD`) value of a stored field, and move the others to the
         /// `<collection>_idem_duplicates` collection. Without it, duplicates are left and listed.
+        /// MongoDB only: a PostgreSQL table adopt moves has a unique constraint on the natural
+        /// key, so it holds no duplicates.
         #[arg(long, value_name = "greatest:FIELD|least:FIELD", value_parser = parse_keep)]
         keep_duplicate: Option<DuplicateRule>,
     },
@@ -73,14 +80,14 @@ enum Command {
 /// Where the collection is, and its model.
 #[derive(Args)]
 struct Target {
-    /// The server's connection string.
+    /// The server's connection string: `mongodb://…` or `postgres://…`.
     #[arg(long, env = "MONGODB_URI")]
     uri: String,
-    /// The database.
+    /// The database (MongoDB: required; PostgreSQL: the URI's unless given).
     #[arg(long)]
-    database: String,
-    /// The collection.
-    #[arg(long)]
+    database: Option<String>,
+    /// The collection, or the table (resolved through the search path).
+    #[arg(long, visible_alias = "table")]
     collection: String,
     /// The key fields as stored, in declaration order, separated by commas.
     #[arg(long, value_delimiter = ',', required = true)]
@@ -141,10 +148,160 @@ impl Target {
         )))
     }
 
-    async fn client(&self) -> Result<idem_core::mongodb::Client, String> {
-        idem_core::mongodb::Client::with_uri_str(&self.uri)
-            .await
-            .map_err(|error| format!("cannot connect to {}: {error}", self.uri))
+    /// The URI as messages show it: a password in it is not.
+    fn shown_uri(&self) -> String {
+        let Some((scheme, rest)) = self.uri.split_once("://") else {
+            return self.uri.clone();
+        };
+        match rest.split_once('@') {
+            Some((user, host)) if user.contains(':') => {
+                let name = user.split(':').next().unwrap_or_default();
+                format!("{scheme}://{name}:***@{host}")
+            }
+            _ => self.uri.clone(),
+        }
+    }
+
+    /// Connects to the server the URI names.
+    async fn connect(&self) -> Result<Server, String> {
+        let scheme = self.uri.split_once("://").map(|(scheme, _)| scheme);
+        match scheme {
+            Some("postgres" | "postgresql") => {
+                use idem_core::tokio_postgres;
+                let mut config: tokio_postgres::Config = self
+                    .uri
+                    .parse()
+                    .map_err(|error| format!("{}: {error}", self.shown_uri()))?;
+                if let Some(database) = &self.database {
+                    config.dbname(database);
+                }
+                // Without one the system's TCP timeout applies, minutes for an unreachable host.
+                if config.get_connect_timeout().is_none() {
+                    config.connect_timeout(std::time::Duration::from_secs(10));
+                }
+                let (client, connection) =
+                    config
+                        .connect(tokio_postgres::NoTls)
+                        .await
+                        .map_err(|error| {
+                            format!(
+                                "cannot connect to PostgreSQL at {}: {}",
+                                self.shown_uri(),
+                                with_causes(&error)
+                            )
+                        })?;
+                let connection = tokio::spawn(connection);
+                Ok(Server::Postgres { client, connection })
+            }
+            Some("mongodb" | "mongodb+srv") => {
+                let database = self.database.as_deref().ok_or_else(|| {
+                    "--database is required for MongoDB (the database of the collection)".to_owned()
+                })?;
+                let client = idem_core::mongodb::Client::with_uri_str(&self.uri)
+                    .await
+                    .map_err(|error| format!("cannot connect to {}: {error}", self.shown_uri()))?;
+                let store = idem_core::mongo::Store::new(client.database(database));
+                Ok(Server::Mongo { client, store })
+            }
+            _ => Err(format!(
+                "{}: expected a mongodb:// or postgres:// connection string",
+                self.shown_uri()
+            )),
+        }
+    }
+}
+
+/// The server connected to, with its store.
+enum Server {
+    Mongo {
+        client: idem_core::mongodb::Client,
+        store: idem_core::mongo::Store,
+    },
+    Postgres {
+        client: idem_core::tokio_postgres::Client,
+        connection: tokio::task::JoinHandle<Result<(), idem_core::tokio_postgres::Error>>,
+    },
+}
+
+/// What `adopt` is asked to do besides moving.
+#[derive(Clone, Copy, Default)]
+struct AdoptFlags {
+    max_documents: Option<u64>,
+    keep_duplicate: Option<DuplicateRule>,
+    ignore_model_check: bool,
+}
+
+impl Server {
+    async fn audit(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        progress: impl FnMut(&AuditProgress) + Send,
+    ) -> Result<AuditReport, idem_core::Error> {
+        match self {
+            Server::Mongo { store, .. } => store.audit_model(model, field_order, progress).await,
+            Server::Postgres { client, .. } => {
+                idem_core::postgres::Store::new()
+                    .audit_model(client, model, field_order, progress)
+                    .await
+            }
+        }
+    }
+
+    async fn adopt(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        flags: AdoptFlags,
+        progress: impl FnMut(&AuditProgress) + Send,
+    ) -> Result<AdoptReport, String> {
+        let adopted = match self {
+            Server::Mongo { store, .. } => {
+                let mut options = idem_core::mongo::AdoptOptions::default();
+                if let Some(documents) = flags.max_documents {
+                    options = options.with_max_documents(documents);
+                }
+                if let Some(rule) = flags.keep_duplicate {
+                    options = options.with_duplicates(rule);
+                }
+                if flags.ignore_model_check {
+                    options = options.ignoring_model_check();
+                }
+                store
+                    .adopt_model_with_progress(model, field_order, options, progress)
+                    .await
+            }
+            Server::Postgres { client, .. } => {
+                let mut options = idem_core::postgres::AdoptOptions::default();
+                if let Some(documents) = flags.max_documents {
+                    options = options.with_max_documents(documents);
+                }
+                if flags.ignore_model_check {
+                    options = options.ignoring_model_check();
+                }
+                idem_core::postgres::Store::new()
+                    .adopt_model_with_progress(client, model, field_order, options, progress)
+                    .await
+            }
+        };
+        adopted.map_err(|error| error.to_string())
+    }
+
+    /// Whether `--keep-duplicate` means anything here.
+    fn resolves_duplicates(&self) -> bool {
+        matches!(self, Server::Mongo { .. })
+    }
+
+    async fn close(self) {
+        match self {
+            // Closed before the runtime stops: a client dropped while it stops cannot end its
+            // sessions.
+            Server::Mongo { client, .. } => client.shutdown().await,
+            Server::Postgres { client, connection } => {
+                drop(client);
+                let _ = connection.await;
+            }
+        }
     }
 }
 
@@ -188,12 +345,11 @@ async fn run(command: Command) -> Result<bool, String> {
     let (target, json) = match &command {
         Command::Audit { target, json } | Command::Adopt { target, json, .. } => (target, *json),
     };
-    let client = target.client().await?;
-    let store = Store::new(client.database(&target.database));
+    let server = target.connect().await?;
     let model = target.model();
     let field_order: Vec<&str> = target.fields.iter().map(String::as_str).collect();
     let done = match &command {
-        Command::Audit { .. } => audit(&store, model, &field_order).await.map(|report| {
+        Command::Audit { .. } => audit(&server, model, &field_order).await.map(|report| {
             if let Some(mismatch) = &report.model_mismatch {
                 eprintln!("idem: {mismatch}");
             }
@@ -206,48 +362,54 @@ async fn run(command: Command) -> Result<bool, String> {
             ignore_model_check,
             ..
         } => {
-            let mut options = AdoptOptions::default();
-            if let Some(documents) = *max_documents {
-                options = options.with_max_documents(documents);
-            }
-            if let Some(rule) = *keep_duplicate {
-                options = options.with_duplicates(rule);
-            }
-            if *ignore_model_check {
-                options = options.ignoring_model_check();
-            }
-            adopt(&store, model, &field_order, options, *yes, json).await
+            let flags = AdoptFlags {
+                max_documents: *max_documents,
+                keep_duplicate: *keep_duplicate,
+                ignore_model_check: *ignore_model_check,
+            };
+            adopt(&server, model, &field_order, flags, *yes, json).await
         }
     };
-    // Closed before the runtime stops: a client dropped while it stops cannot end its sessions.
-    client.shutdown().await;
+    server.close().await;
     let (printed, done) = done?;
     printed?;
     Ok(done)
 }
 
 /// The audit, with a progress bar.
-async fn audit(store: &Store, model: &Model, field_order: &[&str]) -> Result<AuditReport, String> {
+async fn audit(
+    server: &Server,
+    model: &Model,
+    field_order: &[&str],
+) -> Result<AuditReport, String> {
     let bar = progress_bar();
-    let audited = store
-        .audit_model(model, field_order, |progress| show_progress(&bar, progress))
+    let audited = server
+        .audit(model, field_order, |progress| show_progress(&bar, progress))
         .await;
     bar.finish_and_clear();
     audited.map_err(|error| error.to_string())
 }
 
 /// `adopt`: the plan first (the audit); the moves only with `yes`, and never over a model
-/// mismatch unless `options` ignore it.
+/// mismatch unless `flags` ignore it.
 async fn adopt(
-    store: &Store,
+    server: &Server,
     model: &Model,
     field_order: &[&str],
-    options: AdoptOptions,
+    flags: AdoptFlags,
     yes: bool,
     json: bool,
 ) -> Result<(Result<(), String>, bool), String> {
-    let plan = audit(store, model, field_order).await?;
-    if let (Some(mismatch), false) = (&plan.model_mismatch, options.ignore_model_check) {
+    if flags.keep_duplicate.is_some() && !server.resolves_duplicates() {
+        return Err(
+            "--keep-duplicate is for MongoDB: a PostgreSQL table adopt moves has a unique \
+                    constraint on the natural key, so no duplicates to choose between (the audit \
+                    lists those that block the constraint: remove them by hand)"
+                .to_owned(),
+        );
+    }
+    let plan = audit(server, model, field_order).await?;
+    if let (Some(mismatch), false) = (&plan.model_mismatch, flags.ignore_model_check) {
         return Err(format!(
             "{mismatch}; nothing was moved (if the model changed on purpose, pass \
              --ignore-model-check)"
@@ -267,17 +429,18 @@ async fn adopt(
         return Ok((printed, to_move == 0 && plan.is_clean()));
     }
     // The plan was checked against the stored documents just above: no second check.
+    let flags = AdoptFlags {
+        ignore_model_check: true,
+        ..flags
+    };
     let bar = progress_bar();
-    let adopted = store
-        .adopt_model_with_progress(
-            model,
-            field_order,
-            options.ignoring_model_check(),
-            |progress| show_progress(&bar, progress),
-        )
+    let adopted = server
+        .adopt(model, field_order, flags, |progress| {
+            show_progress(&bar, progress)
+        })
         .await;
     bar.finish_and_clear();
-    let adopted = adopted.map_err(|error| error.to_string())?;
+    let adopted = adopted?;
     Ok((print(&adopted, json), adopted.is_complete()))
 }
 
@@ -293,6 +456,22 @@ fn parse_keep(text: &str) -> Result<DuplicateRule, String> {
             "{text:?}: expected greatest:FIELD or least:FIELD (a stored field, such as updatedAt)"
         )),
     }
+}
+
+/// `error` and each of its causes, on one line: tokio-postgres says "db error" and keeps what
+/// the server said in the cause.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let shown = inner.to_string();
+        if !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// `n` and the noun, singular for one.

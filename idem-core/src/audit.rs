@@ -252,6 +252,12 @@ pub struct AuditReport {
     /// Documents whose stored content hash is not the hash of their stored content: changed by
     /// another tool after idem wrote them.
     pub hash_mismatch: Finding,
+    /// Documents whose stored content hash an audit without the type cannot check: it differs
+    /// from the hash of their stored values, but they hold nested objects, which the type may
+    /// have hashed as structs in an order the store does not keep (PostgreSQL's `jsonb` keeps
+    /// none). Not a problem: the audit with the type (`Store::audit::<T>`) checks them. Always
+    /// empty for a typed audit.
+    pub hash_unchecked: Finding,
     /// Documents that do not deserialize into the type: only checked by a typed audit (`None`
     /// when the model was given at run time).
     pub undeserializable: Option<Finding>,
@@ -265,7 +271,7 @@ pub struct AuditReport {
     /// For a model given at run time: the stored documents were written with another model
     /// (see [`crate::model_check`]), so the orphans and legacy ids counted here are the flags'
     /// mistake, and `adopt` refuses to move them.
-    #[cfg(feature = "mongodb")]
+    #[cfg(any(feature = "mongodb", feature = "postgres"))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_mismatch: Option<crate::model_check::ModelMismatch>,
 }
@@ -288,9 +294,9 @@ impl AuditReport {
 
     /// Whether the documents were written with another model than the one audited with.
     pub fn has_model_mismatch(&self) -> bool {
-        #[cfg(feature = "mongodb")]
+        #[cfg(any(feature = "mongodb", feature = "postgres"))]
         return self.model_mismatch.is_some();
-        #[cfg(not(feature = "mongodb"))]
+        #[cfg(not(any(feature = "mongodb", feature = "postgres")))]
         return false;
     }
 
@@ -386,8 +392,8 @@ fn show_duplicates(
 
 /// What to do about duplicated natural keys.
 const DUPLICATES_ADVICE: &str = "keep one document per key: merge or remove the others by \
-     hand, or let adopt keep one by a field's value (`idem adopt --keep-duplicate \
-     greatest:updatedAt`, or a `DuplicateRule`); the others are archived";
+     hand, or on MongoDB let adopt keep one by a field's value (`idem adopt --keep-duplicate \
+     greatest:updatedAt`, or a `DuplicateRule`), which archives the others";
 
 impl fmt::Display for AuditReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -396,7 +402,7 @@ impl fmt::Display for AuditReport {
             "`{}`: {} documents scanned, {} clean",
             self.collection, self.scanned, self.clean
         )?;
-        #[cfg(feature = "mongodb")]
+        #[cfg(any(feature = "mongodb", feature = "postgres"))]
         if let Some(mismatch) = &self.model_mismatch {
             writeln!(f, "  WRONG MODEL: {mismatch}")?;
         }
@@ -420,10 +426,70 @@ impl fmt::Display for AuditReport {
                 finding.show(f, name, advice)?;
             }
         }
+        if !self.hash_unchecked.is_empty() {
+            self.hash_unchecked.show(
+                f,
+                "content hash not checked (nested objects, whose order only the type knows)",
+                "nothing, or audit with the type (`Store::audit::<T>`), which checks them",
+            )?;
+        }
         if self.is_clean() {
             writeln!(f, "  no problems found")?;
         }
         Ok(())
+    }
+}
+
+/// A document's stored content hash against the hashes its content may have.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) struct HashCheck {
+    /// The stored content hash, if the document has one.
+    pub stored: Option<String>,
+    /// The hashes of the content: the type's, for a typed reading; for a model given at run
+    /// time, one per reading of the stored values (a null column read as null or as absent).
+    /// The first is the one to store. Empty if none can be computed.
+    pub computed: Vec<crate::hash::ContentHash>,
+    /// Whether the content holds nested objects read without the type, whose hash the type may
+    /// compute otherwise (a struct, in an order the store may not keep).
+    pub nested_unknown: bool,
+}
+
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+impl HashCheck {
+    /// Whether the stored hash is one the content has.
+    fn matches(&self) -> bool {
+        let stored = self.stored.as_deref();
+        self.computed
+            .iter()
+            .any(|hash| Some(hash.to_hex().as_str()) == stored)
+    }
+
+    /// Counts the document's hash in `report`; returns whether it is no problem.
+    pub fn record(&self, report: &mut AuditReport, id: &str) -> bool {
+        match &self.stored {
+            None => {
+                report.missing_hash.record(id.to_owned(), None);
+                false
+            }
+            Some(_) if self.computed.is_empty() || self.matches() => true,
+            Some(_) if self.nested_unknown => {
+                report.hash_unchecked.record(id.to_owned(), None);
+                true
+            }
+            Some(_) => {
+                report.hash_mismatch.record(id.to_owned(), None);
+                false
+            }
+        }
+    }
+
+    /// The hash an adopted document stores: the stored one where it may be right (it matches,
+    /// or cannot be checked), else the content's; `None` if neither is known.
+    pub fn to_store(&self) -> Option<String> {
+        match &self.stored {
+            Some(stored) if self.matches() || self.nested_unknown => Some(stored.clone()),
+            _ => self.computed.first().map(|hash| hash.to_hex()),
+        }
     }
 }
 

@@ -175,6 +175,66 @@ pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Stri
     Ok(bytes)
 }
 
+/// The content hash of a document read as its stored fields, for a model given at run time:
+/// the document is encoded as the struct it was serialized from (its hashed fields in the
+/// type's order, as `docs/SPEC.md` specifies a struct) and each value as the canonical encoding
+/// of its stored form. The type's order is `field_order`; fields it does not list follow in
+/// stored order. Fields idem writes itself (the id, the hash, [`RESERVED_FIELDS`]) and volatile
+/// ones are left out.
+///
+/// It equals the hash of the type's value when every stored value reads back as what the type
+/// serialized. A nested struct or an enum does not: the type encodes a struct, where the stored
+/// object reads as a map.
+///
+/// [`RESERVED_FIELDS`]: crate::model::RESERVED_FIELDS
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn stored_fields_hash<V: Serialize>(
+    model: &Model,
+    field_order: &[&str],
+    stored: &[(&str, V)],
+) -> Result<ContentHash, String> {
+    // The tags of a struct and of text in the canonical encoding (docs/SPEC.md).
+    const STRUCT_START: u8 = 0x0b;
+    const STRUCT_END: u8 = 0x0c;
+    const TEXT: u8 = 0x05;
+    let listed = field_order
+        .iter()
+        .filter_map(|name| stored.iter().find(|(stored, _)| stored == name));
+    let unlisted = stored
+        .iter()
+        .filter(|(name, _)| !field_order.contains(name));
+    let mut bytes = vec![STRUCT_START];
+    for (name, value) in listed.chain(unlisted) {
+        if !is_hashed_stored_field(model, name) {
+            continue;
+        }
+        bytes.push(TEXT);
+        bytes.extend_from_slice(&(name.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(name.as_bytes());
+        value.serialize(Encoder {
+            sink: &mut bytes,
+            top_level: None,
+            unique_names: false,
+        })?;
+    }
+    bytes.push(STRUCT_END);
+    Ok(match model.hash_algorithm() {
+        HashAlgorithm::Sha256 => ContentHash::from_bytes(Sha256::digest(&bytes).into()),
+        #[cfg(feature = "blake3")]
+        HashAlgorithm::Blake3 => {
+            ContentHash::from_parts(HashAlgorithm::Blake3, blake3::hash(&bytes).into())
+        }
+    })
+}
+
+/// Whether the stored field `name` is in the content hash: not a field idem writes itself (the
+/// id, the hash, [`RESERVED_FIELDS`](crate::model::RESERVED_FIELDS)), nor a volatile one.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+pub(crate) fn is_hashed_stored_field(model: &Model, name: &str) -> bool {
+    use crate::model::{ID_FIELD, RESERVED_FIELDS};
+    name != ID_FIELD && !RESERVED_FIELDS.contains(&name) && model.is_hashed(name)
+}
+
 /// SHA-256 over the canonical encoding of any value, every field included.
 pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, String> {
     hash_with::<Sha256, SHA256_BATCH, T>(value, None)

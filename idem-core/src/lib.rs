@@ -164,9 +164,11 @@ pub mod hash;
 pub mod id;
 mod idempotent;
 pub mod insert;
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
+mod intern;
 pub mod model;
-// Only a model given at run time can be wrong, and only MongoDB audits one (the `idem` command).
-#[cfg(feature = "mongodb")]
+// Only a model given at run time (the `idem` command's flags) can be wrong.
+#[cfg(any(feature = "mongodb", feature = "postgres"))]
 pub mod model_check;
 #[cfg(feature = "mongodb")]
 pub mod mongo;

@@ -12,9 +12,7 @@
 //! either way: only documents stored under a ULID are examined. Two flags wrong at once are not
 //! recognised, and the candidates' fields are those of the first document examined.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Mutex, OnceLock, PoisonError};
 
 use serde_json::{Map, Value};
 
@@ -270,7 +268,7 @@ fn model_of(model: &Model, keys: &[&str], timestamp: Option<&str>, scheme: IdSch
         .map(|name| (*name, Role::Key))
         .chain(timestamp.map(|name| (name, Role::Timestamp)))
         .map(|(name, role)| {
-            let name = interned_name(name);
+            let name = crate::intern::name(name);
             Field::new(name, name, role)
         })
         .collect();
@@ -278,41 +276,8 @@ fn model_of(model: &Model, keys: &[&str], timestamp: Option<&str>, scheme: IdSch
         model.collection(),
         scheme,
         model.hash_field(),
-        interned_fields(fields),
+        crate::intern::fields(fields),
     )
-}
-
-/// `name` with the `'static` lifetime a [`Field`] holds, each distinct name allocated once for
-/// the process: candidates name the stored fields of the documents examined, and a [`Model`]
-/// holds `'static` names (the derive writes them as literals).
-fn interned_name(name: &str) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(known) = names.get(name) {
-        return known;
-    }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(leaked);
-    leaked
-}
-
-/// `fields` with the `'static` lifetime a [`Model`] holds, each distinct list allocated once
-/// for the process, so that checking a collection again allocates nothing more.
-fn interned_fields(fields: Vec<Field>) -> &'static [Field] {
-    static LISTS: OnceLock<Mutex<Vec<&'static [Field]>>> = OnceLock::new();
-    let mut lists = LISTS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(known) = lists.iter().find(|known| ***known == fields[..]) {
-        return known;
-    }
-    let leaked: &'static [Field] = Box::leak(fields.into_boxed_slice());
-    lists.push(leaked);
-    leaked
 }
 
 /// The `--scheme` value of `scheme`.

@@ -218,8 +218,8 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
             report.table_problems[..3],
             [
                 r#"column "fetchedAt" is integer, expected bigint"#,
-                r#"column "idemFrozen" is missing (expected jsonb)"#,
-                r#"column "idemAppliedOps" is missing (expected jsonb)"#,
+                r#"column "idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
+                r#"column "idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
             "{label}"
         );
@@ -438,11 +438,11 @@ async fn a_table_without_idem_id_hash_or_a_key_column_is_reported_row_by_row() {
         assert_eq!(
             missing,
             [
-                r#""_id" is missing (expected text)"#,
-                r#""lang" is missing (expected text)"#,
-                r#""sourceHash" is missing (expected text)"#,
-                r#""idemFrozen" is missing (expected jsonb)"#,
-                r#""idemAppliedOps" is missing (expected jsonb)"#,
+                r#""_id" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "_id" text UNIQUE"#,
+                r#""lang" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "lang" text"#,
+                r#""sourceHash" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "sourceHash" text"#,
+                r#""idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
+                r#""idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
             "{label}"
         );

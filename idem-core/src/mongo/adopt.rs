@@ -793,7 +793,8 @@ impl Adoption<'_> {
             },
         };
         let hash = inspection
-            .content_hash
+            .hash
+            .to_store()
             .ok_or_else(|| "its content hash cannot be computed".to_owned())?;
         let from = stored.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
         let mut adopted = doc! { ID_FIELD: derived.to_string() };
@@ -802,7 +803,7 @@ impl Adoption<'_> {
                 adopted.insert(name.clone(), value.clone());
             }
         }
-        adopted.insert(self.model.hash_field(), hash.to_hex());
+        adopted.insert(self.model.hash_field(), hash);
         let digests: Document = self
             .model
             .digested_fields()

@@ -18,17 +18,16 @@ use mongodb::bson::{self, doc, Bson, Document};
 use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::compare::{bson_equal, show};
 use super::write::stored_id_text;
 use super::{mongo_error, natural_key_pattern, Store};
 use crate::audit::{
-    AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
+    AuditProgress, AuditReport, DuplicateTracker, HashCheck, ScannedKey, ShownKey, ShownValue,
 };
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::hash::{canonical_bytes, ContentHash, HashAlgorithm};
+use crate::hash::{is_hashed_stored_field, ContentHash};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
@@ -112,11 +111,9 @@ pub(crate) struct Inspection {
     /// The stored `_id` as text.
     pub stored_id: String,
     pub placement: Placement,
-    /// The hash of the document's content: from the type for a typed reading, else from the
-    /// stored fields; `None` if it cannot be computed.
-    pub content_hash: Option<ContentHash>,
-    /// The stored content hash, if the document has one.
-    pub stored_hash: Option<String>,
+    /// The stored content hash against the hash of the document's content: from the type for
+    /// a typed reading, else from the stored fields.
+    pub hash: HashCheck,
     /// Why the document does not deserialize into the type (typed readings only).
     pub undeserializable: Option<String>,
     /// The version's order key, from a typed reading.
@@ -156,19 +153,36 @@ pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) ->
             },
         }
     };
-    let content_hash = match (typed_hash, &undeserializable) {
-        (Some(hash), _) => hash.ok(),
+    let (content_hash, nested_unknown) = match (typed_hash, &undeserializable) {
+        (Some(hash), _) => (hash.ok(), false),
         // A document that is not a `T` has no hash of a `T`.
-        (None, Some(_)) => None,
-        (None, None) => stored_content_hash(model, field_order, stored).ok(),
+        (None, Some(_)) => (None, false),
+        (None, None) => (
+            stored_content_hash(model, field_order, stored).ok(),
+            stored
+                .iter()
+                .any(|(name, value)| is_hashed_stored_field(model, name) && holds_document(value)),
+        ),
     };
     Inspection {
         stored_id,
         placement,
-        content_hash,
-        stored_hash: stored.get_str(model.hash_field()).ok().map(str::to_owned),
+        hash: HashCheck {
+            stored: stored.get_str(model.hash_field()).ok().map(str::to_owned),
+            computed: content_hash.into_iter().collect(),
+            nested_unknown,
+        },
         undeserializable,
         version_key,
+    }
+}
+
+/// Whether `value` holds a sub-document at any depth.
+fn holds_document(value: &Bson) -> bool {
+    match value {
+        Bson::Document(_) => true,
+        Bson::Array(items) => items.iter().any(holds_document),
+        _ => false,
     }
 }
 
@@ -185,55 +199,22 @@ pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id,
     crate::audit::derive_from_stored(model, &key, timestamp.as_ref())
 }
 
-/// The content hash of a stored document from its stored fields, for a model given at run time:
-/// the top-level document is encoded as the struct it was serialized from (its hashed fields in
-/// the type's order, as `docs/SPEC.md` specifies a struct), and each value as the canonical
-/// encoding of its BSON value. The type's order is `field_order`; fields it does not list follow
-/// in stored order. With an empty `field_order` the stored order is taken, which is the type's
-/// only if the server kept the order the document was written in (servers may not: SecantusDB
-/// puts a batch upsert's fields in another order).
-///
-/// It equals the hash of the type's value when every stored value reads back as what the type
-/// serialized: text, numbers, booleans, nulls, arrays, maps and BSON dates. A nested struct or an
-/// enum is encoded by the type in a form BSON does not keep (a nested struct as a struct, where
-/// the stored sub-document reads as a map), so for such types only the typed audit checks
-/// hashes exactly.
+/// The content hash of a stored document from its stored fields, for a model given at run time
+/// ([`stored_fields_hash`](crate::hash::stored_fields_hash)'s rule). With an empty
+/// `field_order` the stored order is taken, which is the type's only if the server kept the
+/// order the document was written in (servers may not: SecantusDB puts a batch upsert's fields
+/// in another order). A nested struct is stored as a sub-document in the order it was written,
+/// but reads as a map: for such types only the typed audit checks hashes exactly.
 pub(crate) fn stored_content_hash(
     model: &Model,
     field_order: &[&str],
     stored: &Document,
 ) -> Result<ContentHash, String> {
-    // The tags of a struct and of text in the canonical encoding (docs/SPEC.md).
-    const STRUCT_START: u8 = 0x0b;
-    const STRUCT_END: u8 = 0x0c;
-    const TEXT: u8 = 0x05;
-    let mut bytes = vec![STRUCT_START];
-    let listed = field_order
-        .iter()
-        .filter_map(|name| Some((*name, stored.get(name)?)));
-    let unlisted = stored
+    let fields: Vec<(&str, &Bson)> = stored
         .iter()
         .map(|(name, value)| (name.as_str(), value))
-        .filter(|(name, _)| !field_order.contains(name));
-    for (name, value) in listed.chain(unlisted) {
-        let idem_writes_it =
-            name == ID_FIELD || name == ADOPTION_FIELD || RESERVED_FIELDS.contains(&name);
-        if idem_writes_it || !model.is_hashed(name) {
-            continue;
-        }
-        bytes.push(TEXT);
-        bytes.extend_from_slice(&(name.len() as u64).to_be_bytes());
-        bytes.extend_from_slice(name.as_bytes());
-        bytes.extend(canonical_bytes(value)?);
-    }
-    bytes.push(STRUCT_END);
-    Ok(match model.hash_algorithm() {
-        HashAlgorithm::Sha256 => ContentHash::from_bytes(Sha256::digest(&bytes).into()),
-        #[cfg(feature = "blake3")]
-        HashAlgorithm::Blake3 => {
-            ContentHash::from_parts(HashAlgorithm::Blake3, blake3::hash(&bytes).into())
-        }
-    })
+        .collect();
+    crate::hash::stored_fields_hash(model, field_order, &fields)
 }
 
 /// The natural-key values of a stored document, missing fields as null (as a unique index
@@ -561,17 +542,7 @@ fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
         }
         Placement::Derived | Placement::Unchecked => {}
     }
-    match (&inspection.stored_hash, &inspection.content_hash) {
-        (None, _) => {
-            report.missing_hash.record(id.clone(), None);
-            clean = false;
-        }
-        (Some(stored), Some(content)) if *stored != content.to_hex() => {
-            report.hash_mismatch.record(id.clone(), None);
-            clean = false;
-        }
-        _ => {}
-    }
+    clean &= inspection.hash.record(report, &id);
     if let (Some(why), Some(finding)) = (&inspection.undeserializable, &mut report.undeserializable)
     {
         finding.record(id, Some(why.clone()));

@@ -13,17 +13,18 @@ use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::audit::shown_row_id;
-use super::read::row_as;
+use super::audit::{estimated_rows, shown_row_id};
+use super::schema::survey_table;
+use super::stored::{stored_destination, stored_table, Destination, Reading};
 use super::table::{quote, sql_type, Table};
 use super::{postgres_error, Store};
-use crate::audit::AdoptReport;
+use crate::audit::{AdoptReport, AuditProgress};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
+use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::ID_FIELD;
-use crate::sql::layout::Content;
-use crate::sql::row::PreparedRow;
+use crate::model::{Model, ID_FIELD};
+use crate::model_check::ModelCheck;
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -118,81 +119,230 @@ impl Store {
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
-        let call = Call::new(CallKind::Adopt, T::MODEL.collection(), || {
-            None::<crate::id::Id>
-        });
+        let model = &T::MODEL;
+        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         call.run(async move {
-            let model = &T::MODEL;
             let collection = DocumentRef::collection(model);
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = self.table::<T, C>(client, &collection).await?;
-            let mut report = AdoptReport::new(model.collection());
-            // The rows with an `_id` in its order, then those without one in physical order: a
-            // moved row has an id, and a row that could not move keeps its place behind the
-            // cursor, so each pass ends.
-            for pass in [Pass::ById, Pass::WithoutId] {
-                let mut after: Option<String> = None;
-                loop {
-                    let page =
-                        read_page(client, &table, pass, after.as_deref(), &collection).await?;
-                    let Some(last) = page.last() else {
-                        break;
-                    };
-                    after = Some(match &last.place {
-                        Place::Id(id) | Place::Location(id) => id.clone(),
-                    });
-                    for row in page {
-                        adopt_row::<T, C>(client, &table, row, &mut report).await?;
-                    }
+            let reading = Reading::typed::<T>();
+            move_rows(
+                client,
+                &table,
+                reading,
+                AdoptOptions::default(),
+                &mut |_| {},
+            )
+            .await
+        })
+        .await
+    }
+
+    /// [`adopt`](Store::adopt) for a model given at run time (the `idem` command's flags), as
+    /// [`audit_model`](Store::audit_model) reads it: each row moves to the id its stored key
+    /// values (and integer timestamp) derive, with the content hash of its stored values
+    /// written, or its stored hash kept where that may be the type's (nested objects). A hash
+    /// that is not the type's only makes the next upsert of the row write once more.
+    ///
+    /// The table must be one idem can write (its primary key on `_id`, the content hash column,
+    /// the unique constraint on the natural key: [`audit_model`](Store::audit_model) lists what
+    /// it lacks), else [`ErrorKind::SchemaMismatch`] names the first thing missing and nothing
+    /// moves. So is a model the stored rows were not written with ([`crate::model_check`]),
+    /// unless [`AdoptOptions::ignore_model_check`].
+    pub async fn adopt_model<C: Connection>(
+        &self,
+        client: &C,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+    ) -> Result<AdoptReport, Error> {
+        self.adopt_model_with_progress(client, model, field_order, options, |_| {})
+            .await
+    }
+
+    /// [`adopt_model`](Store::adopt_model), calling `progress` after each row it reads, with the
+    /// planner's estimate of the table's size: to draw a progress bar, as
+    /// [`audit_with_progress`](Store::audit_with_progress) does.
+    pub async fn adopt_model_with_progress<C: Connection>(
+        &self,
+        client: &C,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+        mut progress: impl FnMut(&AuditProgress) + Send,
+    ) -> Result<AdoptReport, Error> {
+        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
+        call.run(async move {
+            let collection = DocumentRef::collection(model);
+            if model.idempotency_key_field().is_some() {
+                return Err(Error::new(collection, ErrorKind::NoDerivedId));
+            }
+            let table = stored_table(client, model).await?;
+            let refuse = |problem: String| {
+                Error::new(
+                    collection.clone(),
+                    ErrorKind::SchemaMismatch {
+                        collection: model.collection().to_owned(),
+                        problem,
+                    },
+                )
+            };
+            let survey = survey_table(client, &table, &collection, false).await?;
+            if let Some(problem) = survey.problems.into_iter().next() {
+                return Err(refuse(format!("{problem}; nothing was moved")));
+            }
+            if !options.ignore_model_check {
+                if let Some(mismatch) = model_mismatch(client, &table).await? {
+                    return Err(refuse(format!(
+                        "{mismatch}; nothing was moved (for a deliberate change of the model, \
+                         adopt with AdoptOptions::ignoring_model_check)"
+                    )));
                 }
             }
-            Ok(report)
+            let reading = Reading::Stored { field_order };
+            move_rows(client, &table, reading, options, &mut progress).await
         })
         .await
     }
 }
 
-/// Moves one row, reading it again while it changes under the move.
-async fn adopt_row<T, C>(
+/// How [`Store::adopt_model`] runs.
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct AdoptOptions {
+    /// Stop before the row after this many moved, leaving the table in a state the next run
+    /// finishes: to bound the work of one call.
+    pub max_documents: Option<u64>,
+    /// Move rows even when the stored ones were written with another model than the one given
+    /// (see [`crate::model_check`]): for a deliberate change of keys, timestamp or scheme. Off
+    /// by default, when such a run is refused.
+    pub ignore_model_check: bool,
+}
+
+impl AdoptOptions {
+    /// Moves rows even when the stored ones match another model than the one given; see
+    /// [`AdoptOptions::ignore_model_check`].
+    pub fn ignoring_model_check(mut self) -> Self {
+        self.ignore_model_check = true;
+        self
+    }
+
+    /// Stop after `documents` rows moved; see [`AdoptOptions::max_documents`].
+    pub fn with_max_documents(mut self, documents: u64) -> Self {
+        self.max_documents = Some(documents);
+        self
+    }
+}
+
+/// Checks the model of `table` (given at run time) against rows stored under a ULID
+/// ([`crate::model_check`]), reading no more of them than the check examines.
+async fn model_mismatch<C: Connection>(
     client: &C,
     table: &Table,
+) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
+    let document = DocumentRef::collection(table.model);
+    let mut check = ModelCheck::new(table.model);
+    let sql = format!(
+        "SELECT {}, t.{id} FROM {} t WHERE length(t.{id}) = 26 LIMIT $1",
+        table.row_json("t", |_| true),
+        table.name(),
+        id = quote(ID_FIELD),
+    );
+    let limit = crate::model_check::DOCUMENTS_EXAMINED as i64;
+    crate::trace::round_trip("SELECT");
+    let rows = client
+        .query_typed(&sql, &[(&limit, Type::INT8)])
+        .await
+        .map_err(|source| postgres_error(&document, source))?;
+    for row in &rows {
+        if let (Value::Object(stored), id) = (row.get::<_, Value>(0), row.get::<_, String>(1)) {
+            check.examine(&id, &stored);
+        }
+    }
+    Ok(check.finding())
+}
+
+/// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
+async fn move_rows<C: Connection>(
+    client: &C,
+    table: &Table,
+    reading: Reading<'_>,
+    options: AdoptOptions,
+    progress: &mut (dyn FnMut(&AuditProgress) + Send),
+) -> Result<AdoptReport, Error> {
+    let model = table.model;
+    let collection = DocumentRef::collection(model);
+    let total = estimated_rows(client, model, &collection).await?;
+    let mut report = AdoptReport::new(model.collection());
+    let mut scanned = 0;
+    // The rows with an `_id` in its order, then those without one in physical order: a moved
+    // row has an id, and a row that could not move keeps its place behind the cursor, so each
+    // pass ends.
+    for pass in [Pass::ById, Pass::WithoutId] {
+        let mut after: Option<String> = None;
+        loop {
+            let page = read_page(client, table, pass, after.as_deref(), &collection).await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            after = Some(match &last.place {
+                Place::Id(id) | Place::Location(id) => id.clone(),
+            });
+            for row in page {
+                if options
+                    .max_documents
+                    .is_some_and(|limit| report.moved.count >= limit)
+                {
+                    report.stopped = true;
+                    return Ok(report);
+                }
+                adopt_row(client, table, reading, row, &mut report).await?;
+                scanned += 1;
+                progress(&AuditProgress::new(scanned, total));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Moves one row, reading it again while it changes under the move.
+async fn adopt_row<C>(
+    client: &C,
+    table: &Table,
+    reading: Reading<'_>,
     mut row: ReadRow,
     report: &mut AdoptReport,
 ) -> Result<(), Error>
 where
-    T: Idempotent + Serialize + DeserializeOwned,
     C: Connection,
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
-        let value: T = match row_as(table, row.stored) {
-            Ok(value) => value,
-            Err(error) => {
-                report
-                    .failed
-                    .record(id, Some(format!("does not read as its type: {error}")));
+        let destination = match reading {
+            Reading::Typed { destination, .. } => destination(table, row.stored),
+            Reading::Stored { field_order } => stored_destination(table, field_order, row.stored),
+        };
+        let destination = match destination {
+            Ok(destination) => destination,
+            Err(why) => {
+                report.failed.record(id, Some(why));
                 return Ok(());
             }
         };
-        let prepared = match PreparedRow::new(&value, table) {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                report.failed.record(id, Some(error.to_string()));
-                return Ok(());
-            }
-        };
-        match move_row(client, table, &row.place, &row.version, &prepared).await? {
+        match move_row(client, table, &row.place, &row.version, &destination).await? {
             Move::InPlace => return Ok(()),
             Move::Moved => {
-                report.moved.record_misplaced(id, prepared.id_text.clone());
+                report
+                    .moved
+                    .record_misplaced(id, destination.id_text.clone());
                 return Ok(());
             }
             Move::Taken => {
                 let detail = format!(
                     "derived id {} is held by another row; run adopt again once that row is moved",
-                    prepared.id_text
+                    destination.id_text
                 );
                 report.failed.record(id, Some(detail));
                 return Ok(());
@@ -206,7 +356,7 @@ where
                     );
                     return Ok(());
                 };
-                match read_row(client, table, stored_id, &prepared.document).await? {
+                match read_row(client, table, stored_id, &destination.document).await? {
                     Some(again) => {
                         crate::trace::retry("another writer changed the row being moved");
                         row = again;
@@ -329,21 +479,21 @@ fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<Re
     })
 }
 
-/// The move of the row at `place`, at row version `version`, to `prepared`'s id, with its hash,
-/// digests and version key: one statement that also tells why nothing moved.
+/// The move of the row at `place`, at row version `version`, to `destination`'s id, with its
+/// hash, digests and version key: one statement that also tells why nothing moved.
 async fn move_row<C>(
     client: &C,
     table: &Table,
     place: &Place,
     version: &str,
-    prepared: &PreparedRow,
+    destination: &Destination,
 ) -> Result<Move, Error>
 where
     C: Connection,
 {
     let id_column = quote(ID_FIELD);
     let (found, at) = match place {
-        Place::Id(id) if *id == prepared.id_text => return Ok(Move::InPlace),
+        Place::Id(id) if *id == destination.id_text => return Ok(Move::InPlace),
         Place::Id(id) => (format!("t.{id_column} = $1"), id),
         Place::Location(location) => (
             format!("t.ctid = $1::tid AND t.{id_column} IS NULL"),
@@ -351,17 +501,15 @@ where
         ),
     };
     let mut set = vec![format!("{id_column} = $3")];
-    let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&prepared.id_text)];
-    for content in [Content::Hash, Content::Digests, Content::VersionKey] {
-        if let Some(index) = table.column_with(content) {
-            values.push(prepared.value_of(table, index));
-            set.push(format!(
-                "{} = ${}::{}",
-                quote(table.columns[index].name),
-                values.len(),
-                sql_type(&table.columns[index])
-            ));
-        }
+    let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&destination.id_text)];
+    for (index, value) in &destination.contents {
+        values.push(value.as_deref());
+        set.push(format!(
+            "{} = ${}::{}",
+            quote(table.columns[*index].name),
+            values.len(),
+            sql_type(&table.columns[*index])
+        ));
     }
     let sql = format!(
         "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \
@@ -385,7 +533,7 @@ where
             Err(source) if source.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                 return Ok(Move::Taken)
             }
-            Err(source) => return Err(postgres_error(&prepared.document, source)),
+            Err(source) => return Err(postgres_error(&destination.document, source)),
         };
     Ok(match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
         (1.., _) => Move::Moved,

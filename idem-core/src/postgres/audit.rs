@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_postgres::types::{ToSql, Type};
 
-use super::read::row_as;
+use super::stored::{judge, stored_table, Reading};
 use super::table::{quote, InsertedSignal, Table};
 use super::{postgres_error, survey_table, Store};
 use crate::audit::{
@@ -40,6 +40,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD};
+use crate::model_check::ModelCheck;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -104,25 +105,62 @@ impl Store {
         C: Connection,
     {
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
-        call.run(scan_table::<T, C>(client, &mut progress)).await
+        // Only its columns are used: the statements, which depend on the signal, are never sent.
+        let table = Table::of::<T>(InsertedSignal::Xmax);
+        call.run(scan_table(
+            client,
+            &table,
+            Reading::typed::<T>(),
+            &mut progress,
+        ))
+        .await
+    }
+
+    /// [`audit`](Store::audit) for a model given at run time (the `idem` command's flags), as
+    /// [`mongo::Store::audit_model`](crate::mongo::Store::audit_model) does: the table is laid
+    /// out from its catalog (every column other than idem's own is a stored field, in column
+    /// order), ids are derived from the stored key values and an integer timestamp, and content
+    /// hashes computed from the stored values in `field_order` (the type's order; the table's
+    /// column order if empty, which is the type's in a table idem made). A hash that differs
+    /// but may be the type's (nested objects in `jsonb`, whose key order only the type knows)
+    /// is counted in [`AuditReport::hash_unchecked`], not as changed. Column types are not
+    /// checked: only the type knows them.
+    ///
+    /// It also checks that the model is the one the rows were written with
+    /// ([`crate::model_check`]): [`AuditReport::model_mismatch`] names the flag that is likely
+    /// wrong. A table that does not exist, or lacks a column the model names, is an error
+    /// ([`ErrorKind::SchemaMismatch`]).
+    pub async fn audit_model<C: Connection>(
+        &self,
+        client: &C,
+        model: &Model,
+        field_order: &[&str],
+        mut progress: impl FnMut(&AuditProgress),
+    ) -> Result<AuditReport, Error> {
+        let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
+        call.run(async {
+            let table = stored_table(client, model).await?;
+            let reading = Reading::Stored { field_order };
+            scan_table(client, &table, reading, &mut progress).await
+        })
+        .await
     }
 }
 
 /// The audit's catalog survey and one pass over the rows.
-async fn scan_table<T, C>(
+async fn scan_table<C>(
     client: &C,
+    table: &Table,
+    reading: Reading<'_>,
     progress: &mut impl FnMut(&AuditProgress),
 ) -> Result<AuditReport, Error>
 where
-    T: Idempotent + Serialize + DeserializeOwned,
     C: Connection,
 {
-    let model = &T::MODEL;
+    let model = table.model;
     let document = DocumentRef::collection(model);
-    // Only its columns are used: the statements, which depend on the signal, are never sent.
-    let table = Table::of::<T>(InsertedSignal::Xmax);
-    let survey = survey_table(client, &table, &document).await?;
-    let mut report = AuditReport::new(model.collection(), true);
+    let survey = survey_table(client, table, &document, reading.is_typed()).await?;
+    let mut report = AuditReport::new(model.collection(), reading.is_typed());
     report.table_problems = survey.problems;
     if survey.present.is_empty() {
         return Ok(report);
@@ -147,6 +185,8 @@ where
         .map_err(|source| postgres_error(&document, source))?;
     let mut rows = pin!(rows);
     let mut duplicates = DuplicateTracker::new();
+    // A model given at run time may not be the rows' (a flag forgotten or wrong).
+    let mut model_check = (!reading.is_typed()).then(|| ModelCheck::new(model));
     while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
         let row = row.map_err(|source| postgres_error(&document, source))?;
         let Value::Object(stored) = row.get::<_, Value>(0) else {
@@ -158,7 +198,14 @@ where
             ));
         };
         report.scanned += 1;
-        let audited = audit_row::<T>(&mut report, &table, stored, row.get(1));
+        if let Some(check) = &mut model_check {
+            if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
+                if check.wants(id) {
+                    check.examine(id, &stored);
+                }
+            }
+        }
+        let audited = audit_row(&mut report, table, reading, stored, row.get(1));
         // A key with a NULL part collides with no other, as in a unique constraint.
         let key = (!audited.key.iter().any(Value::is_null)).then(|| {
             RowKey(
@@ -173,11 +220,12 @@ where
         progress(&AuditProgress::new(report.scanned, total));
     }
     duplicates.finish(&mut report);
+    report.model_mismatch = model_check.and_then(|check| check.finding());
     Ok(report)
 }
 
 /// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.
-async fn estimated_rows<C>(
+pub(super) async fn estimated_rows<C>(
     client: &C,
     model: &Model,
     document: &DocumentRef,
@@ -207,75 +255,52 @@ struct AuditedRow {
     clean: bool,
 }
 
-/// Counts the problems of one row: its id, its content hash, whether it reads as `T`.
-fn audit_row<T>(
+/// Counts the problems of one row: its id, its content hash, whether it reads as the type.
+fn audit_row(
     report: &mut AuditReport,
     table: &Table,
+    reading: Reading<'_>,
     stored: Map<String, Value>,
     location: String,
-) -> AuditedRow
-where
-    T: Idempotent + Serialize + DeserializeOwned,
-{
-    let model = &T::MODEL;
+) -> AuditedRow {
+    let model = table.model;
     let stored_id = stored
         .get(ID_FIELD)
         .and_then(Value::as_str)
         .map(str::to_owned);
     let id = shown_row_id(stored.get(ID_FIELD), &location);
-    let stored_hash = stored
-        .get(model.hash_field())
-        .and_then(Value::as_str)
-        .map(str::to_owned);
     let key: Vec<Value> = model
         .natural_key_fields()
-        .map(|field| stored_value(&stored, field))
+        .map(|field| {
+            stored
+                .get(field.stored_name())
+                .cloned()
+                .unwrap_or(Value::Null)
+        })
         .collect();
-    let timestamp = model
-        .timestamp_field()
-        .map(|field| stored_value(&stored, field));
-    let read: Result<T, String> = row_as(table, stored).map_err(|error| error.to_string());
+    let judged = judge(table, reading, stored);
     let mut clean = true;
-    // An event's id is random, assigned by its first write: there is none to derive.
-    if model.idempotency_key_field().is_none() {
-        let derived = match &read {
-            Ok(value) => value.id().map_err(|error| error.to_string()),
-            Err(_) => crate::audit::derive_from_stored(model, &key, timestamp.as_ref()),
-        };
-        match derived {
-            Err(why) => {
-                report.underivable.record(id.clone(), Some(why));
+    match judged.derived {
+        // An event's id is random, assigned by its first write: there is none to derive.
+        None => {}
+        Some(Err(why)) => {
+            report.underivable.record(id.clone(), Some(why));
+            clean = false;
+        }
+        Some(Ok(derived)) => {
+            let finding = match stored_id.as_deref() {
+                Some(text) if text == derived.to_string() => None,
+                Some(text) if text.parse::<Id>().is_ok() => Some(&mut report.orphans),
+                _ => Some(&mut report.legacy_ids),
+            };
+            if let Some(finding) = finding {
+                finding.record_misplaced(id.clone(), derived.to_string());
                 clean = false;
             }
-            Ok(derived) => {
-                let finding = match stored_id.as_deref() {
-                    Some(text) if text == derived.to_string() => None,
-                    Some(text) if text.parse::<Id>().is_ok() => Some(&mut report.orphans),
-                    _ => Some(&mut report.legacy_ids),
-                };
-                if let Some(finding) = finding {
-                    finding.record_misplaced(id.clone(), derived.to_string());
-                    clean = false;
-                }
-            }
         }
     }
-    let content_hash = read
-        .as_ref()
-        .ok()
-        .and_then(|value| value.content_hash().ok());
-    match (stored_hash, content_hash) {
-        (None, _) => {
-            report.missing_hash.record(id.clone(), None);
-            clean = false;
-        }
-        (Some(stored), Some(content)) if stored != content.to_hex() => {
-            report.hash_mismatch.record(id.clone(), None);
-            clean = false;
-        }
-        _ => {}
-    }
-    if let (Err(why), Some(finding)) = (read, &mut report.undeserializable) {
+    clean &= judged.hash.record(report, &id);
+    if let (Some(why), Some(finding)) = (judged.undeserializable, &mut report.undeserializable) {
         finding.record(id.clone(), Some(why));
         clean = false;
     }
@@ -290,14 +315,6 @@ pub(super) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
         Some(Value::String(text)) => text.clone(),
         Some(other) => other.to_string(),
     }
-}
-
-/// The stored value of `field`, NULL if the table has no such column.
-fn stored_value(stored: &Map<String, Value>, field: &Field) -> Value {
-    stored
-        .get(field.stored_name())
-        .cloned()
-        .unwrap_or(Value::Null)
 }
 
 /// A natural key as stored: each key column's stored name and value.

@@ -69,11 +69,13 @@ mod errors;
 mod read;
 mod schema;
 mod session;
+mod stored;
 mod table;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub use adopt::AdoptOptions;
 pub use connection::Connection;
 use serde::Serialize;
 pub use session::Session;

@@ -13,6 +13,7 @@ use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::{Error, ErrorKind};
 use crate::model::ID_FIELD;
+use crate::sql::layout::Content;
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
 /// the model, each of its type, a primary key on `_id` and a unique constraint (or unique index
@@ -27,7 +28,7 @@ pub(super) async fn check_table<C>(
 where
     C: Connection,
 {
-    let survey = survey_table(client, table, document).await?;
+    let survey = survey_table(client, table, document, true).await?;
     match survey.checked {
         Some(checked) if survey.problems.is_empty() => {
             table.accept(checked);
@@ -131,11 +132,14 @@ pub(super) struct UniqueIndex {
 }
 
 /// Reads `table`'s columns and unique constraints from the catalog: what the check before the
-/// first write refuses on, and what an audit of a table other code made reports.
+/// first write refuses on, and what an audit of a table other code made reports. Without
+/// `stored_types` the types of the stored fields' columns are not checked (a model given at
+/// run time does not know them); those of idem's columns are.
 pub(super) async fn survey_table<C>(
     client: &C,
     table: &Table,
     document: &DocumentRef,
+    stored_types: bool,
 ) -> Result<TableSurvey, Error>
 where
     C: Connection,
@@ -176,11 +180,24 @@ where
         columns.iter().map(|row| (row.get(0), row.get(1))).collect();
     let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
+        let typed = stored_types
+            || !matches!(
+                table
+                    .column_named(column)
+                    .map(|index| table.columns[index].content),
+                Some(Content::Stored(_))
+            );
         match present.get(column) {
             None => problems.push(format!(
-                "column {column:?} is missing (expected {expected})"
+                "column {column:?} is missing (expected {expected}): ALTER TABLE {} ADD COLUMN \
+                 {} {expected}{}",
+                table.name(),
+                table::quote(column),
+                // Unique, not the primary key: the rows it is added to have no id yet, and
+                // `adopt` gives them theirs.
+                if column == ID_FIELD { " UNIQUE" } else { "" },
             )),
-            Some(found) if found != expected => {
+            Some(found) if typed && found != expected => {
                 problems.push(format!("column {column:?} is {found}, expected {expected}"))
             }
             Some(_) => {}
