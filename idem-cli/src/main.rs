@@ -23,6 +23,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idem_core::mongo::DuplicateRule;
@@ -306,25 +307,62 @@ impl Server {
 }
 
 /// A progress bar on stderr when it is a terminal, hidden otherwise (a pipe, a log file).
-fn progress_bar() -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-    if std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-    }
-    if let Ok(style) =
-        ProgressStyle::with_template("{spinner} {pos}/{len} documents scanned ({per_sec}, {eta})")
-    {
-        bar.set_style(style);
-    }
-    bar
+struct Progress {
+    bar: ProgressBar,
+    /// Whether the bar shows the time left yet.
+    estimating: AtomicBool,
 }
 
-fn show_progress(bar: &ProgressBar, progress: &AuditProgress) {
-    if let Some(total) = progress.total {
-        // An estimate: the scan may find more documents than it said.
-        bar.set_length(total.max(progress.scanned));
+impl Progress {
+    fn new() -> Self {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        if std::io::stderr().is_terminal() {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        set_template(&bar, WITHOUT_ETA);
+        Progress {
+            bar,
+            estimating: AtomicBool::new(false),
+        }
     }
-    bar.set_position(progress.scanned);
+
+    fn show(&self, progress: &AuditProgress) {
+        if let Some(total) = progress.total {
+            // An estimate: the scan may find more documents than it said.
+            self.bar.set_length(total.max(progress.scanned));
+        }
+        let wanted = template(progress.total, progress.scanned, self.bar.elapsed());
+        // Restyled once: restyling on every document would cost more than the scan.
+        if wanted == WITH_ETA && !self.estimating.swap(true, Ordering::Relaxed) {
+            set_template(&self.bar, wanted);
+        }
+        self.bar.set_position(progress.scanned);
+    }
+
+    fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The bar before an estimate of the time left means anything.
+const WITHOUT_ETA: &str = "{spinner} {pos} documents scanned ({per_sec})";
+/// The bar once it does.
+const WITH_ETA: &str = "{spinner} {pos}/{len} documents scanned ({per_sec}, about {eta} left)";
+
+fn set_template(bar: &ProgressBar, template: &'static str) {
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+}
+
+/// Which template the bar shows: the time left only once the server estimated the total and a
+/// second has passed with documents scanned, so that the first estimate is one of a rate, not
+/// of the connection's start-up.
+fn template(total: Option<u64>, scanned: u64, elapsed: std::time::Duration) -> &'static str {
+    match total {
+        Some(_) if scanned > 0 && elapsed >= std::time::Duration::from_secs(1) => WITH_ETA,
+        _ => WITHOUT_ETA,
+    }
 }
 
 fn print<R: std::fmt::Display + serde::Serialize>(report: &R, json: bool) -> Result<(), String> {
@@ -382,11 +420,11 @@ async fn audit(
     model: &Model,
     field_order: &[&str],
 ) -> Result<AuditReport, String> {
-    let bar = progress_bar();
+    let bar = Progress::new();
     let audited = server
-        .audit(model, field_order, |progress| show_progress(&bar, progress))
+        .audit(model, field_order, |progress| bar.show(progress))
         .await;
-    bar.finish_and_clear();
+    bar.finish();
     audited.map_err(|error| error.to_string())
 }
 
@@ -433,13 +471,11 @@ async fn adopt(
         ignore_model_check: true,
         ..flags
     };
-    let bar = progress_bar();
+    let bar = Progress::new();
     let adopted = server
-        .adopt(model, field_order, flags, |progress| {
-            show_progress(&bar, progress)
-        })
+        .adopt(model, field_order, flags, |progress| bar.show(progress))
         .await;
-    bar.finish_and_clear();
+    bar.finish();
     let adopted = adopted?;
     Ok((print(&adopted, json), adopted.is_complete()))
 }
@@ -493,5 +529,32 @@ async fn main() -> ExitCode {
             eprintln!("idem: {message}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_time_left_shows_once_it_can_be_estimated() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            template(None, 500, 10 * second),
+            WITHOUT_ETA,
+            "no total known"
+        );
+        assert_eq!(
+            template(Some(1_000), 0, 10 * second),
+            WITHOUT_ETA,
+            "nothing scanned"
+        );
+        assert_eq!(
+            template(Some(1_000), 20, Duration::from_millis(300)),
+            WITHOUT_ETA,
+            "the first documents of a scan that just started"
+        );
+        assert_eq!(template(Some(1_000), 20, second), WITH_ETA);
     }
 }
