@@ -1,6 +1,9 @@
 //! The changes an operation makes to a document's `#[idem(effect)]` fields, for `apply_once` on
 //! every backend: typed, and encoded for each backend when made.
-#![cfg_attr(not(any(feature = "mongodb", feature = "postgres")), allow(dead_code))]
+#![cfg_attr(
+    not(any(feature = "mongodb", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
 
 use serde::Serialize;
 
@@ -56,12 +59,12 @@ pub(crate) struct SetValue {
     #[cfg(feature = "mongodb")]
     pub bson: Result<mongodb::bson::Bson, String>,
     /// In the neutral JSON form a SQL column is written from.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub json: SqlValue,
 }
 
 /// A set value as a SQL column takes it.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum SqlValue {
     /// As serde writes it.
@@ -102,14 +105,14 @@ impl Change {
     /// NaN and the infinities are stored as an upsert stores them (a `double precision` column
     /// on PostgreSQL).
     #[cfg_attr(
-        not(any(feature = "mongodb", feature = "postgres")),
+        not(any(feature = "mongodb", feature = "postgres", feature = "sqlite")),
         allow(unused_variables)
     )]
     pub fn set<V: Serialize + ?Sized>(field: &'static str, value: &V) -> Self {
         let value = SetValue {
             #[cfg(feature = "mongodb")]
             bson: mongodb::bson::to_bson(value).map_err(|error| error.to_string()),
-            #[cfg(feature = "postgres")]
+            #[cfg(any(feature = "postgres", feature = "sqlite"))]
             json: match crate::sql::json::to_json(value) {
                 Ok(value) => SqlValue::Json(value),
                 Err(crate::sql::json::JsonError::NonFinite { path, value }) if path.is_empty() => {

@@ -243,7 +243,7 @@ pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, Strin
 /// The digest a guard compares for a stored value: [`hash_value`] in hex, in whose encoding maps
 /// compare whatever their order; `None` for a null value (`is_null`), a field never written.
 /// Every backend's guards and judgements use this one function.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 pub(crate) fn guard_digest<T: Serialize + ?Sized>(
     value: &T,
     is_null: bool,

@@ -56,7 +56,7 @@ pub struct InsertReport<T> {
 
 impl<T: Clone> InsertReport<T> {
     /// The report of `members`, with `results` one per member in the same order.
-    #[cfg(any(feature = "mongodb", feature = "postgres"))]
+    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
     pub(crate) fn new(members: &[T], results: Vec<Result<Insertion, Error>>) -> Self {
         debug_assert_eq!(members.len(), results.len(), "one result per member");
         let inserted = members
@@ -123,7 +123,10 @@ impl<T> fmt::Display for InsertReport<T> {
     }
 }
 
-#[cfg(all(test, any(feature = "mongodb", feature = "postgres")))]
+#[cfg(all(
+    test,
+    any(feature = "mongodb", feature = "postgres", feature = "sqlite")
+))]
 mod tests {
     use super::*;
     use crate::document::{DocumentRef, NaturalKey};

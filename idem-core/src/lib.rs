@@ -157,7 +157,7 @@ mod batch;
 mod change;
 mod column;
 pub mod document;
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 mod engine;
 pub mod error;
 pub mod hash;
@@ -175,14 +175,16 @@ pub mod mongo;
 pub mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 mod push;
 pub mod read;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod sql;
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 mod trace;
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 mod verdict;
 pub mod version;
 
@@ -208,12 +210,14 @@ pub use idem_derive::Idempotent;
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
+#[cfg(feature = "sqlite")]
+pub use sqlx;
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 
 /// How often a write starts over when concurrent writers change the document between its write
 /// and its read. Each attempt is safe; contention this long is reported, not hidden.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// What generated code calls. Not public API: it changes without notice.

@@ -26,7 +26,10 @@ pub(crate) enum CallKind {
     DeleteById,
     Get,
     Find,
+    // Not yet offered by the SQLite store.
+    #[cfg(any(feature = "mongodb", feature = "postgres"))]
     Audit,
+    #[cfg(any(feature = "mongodb", feature = "postgres"))]
     Adopt,
 }
 
@@ -254,7 +257,9 @@ mod enabled {
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
             CallKind::Find => call_span!("idem.find", collection),
+            #[cfg(any(feature = "mongodb", feature = "postgres"))]
             CallKind::Audit => call_span!("idem.audit", collection),
+            #[cfg(any(feature = "mongodb", feature = "postgres"))]
             CallKind::Adopt => call_span!("idem.adopt", collection),
         };
         if !span.is_disabled() {

@@ -15,6 +15,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.record(event).await,
             Db::Postgres { store, client, .. } => store.record(client, event).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.record(&mut *connection.lock().await, event).await,
         }
     }
 
@@ -29,6 +32,13 @@ impl Db {
             Db::Mongo { store, .. } => store.apply_once::<T>(id, op, changes).await,
             Db::Postgres { store, client, .. } => {
                 store.apply_once::<T, _>(client, id, op, changes).await
+            }
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .apply_once::<T>(&mut *connection.lock().await, id, op, changes)
+                    .await
             }
         }
     }

@@ -63,6 +63,10 @@ impl Db {
                 );
                 outcome
             }
+            Db::Sqlite { .. } => panic!(
+                "{self}: an embedded database answers in the caller's process: no \
+                 acknowledgement to lose (the case runs on fresh_server_backends)"
+            ),
         }
     }
 
@@ -91,6 +95,10 @@ impl Db {
                     .unwrap_or_else(|error| panic!("{self}: reading {id} back: {error}"))
                     .unwrap_or_else(|| panic!("{self}: no row {id} in {collection}"))
                     .get(0)
+            }
+            Db::Sqlite { connection, .. } => {
+                crate::sqlite_rows::stored_content_hash::<T>(&mut *connection.lock().await, &id)
+                    .await
             }
         }
     }

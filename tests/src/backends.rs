@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use idem_core::sqlx::{ConnectOptions, SqliteConnection};
 use idem_core::{BatchReport, Deletion, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -85,6 +86,41 @@ pub enum Db {
         client: tokio_postgres::Client,
         store: idem_core::postgres::Store,
     },
+    /// SQLite: a fresh database file, in WAL mode, and one connection to it.
+    Sqlite {
+        path: std::path::PathBuf,
+        connection: tokio::sync::Mutex<SqliteConnection>,
+        store: idem_core::sqlite::Store,
+    },
+}
+
+/// A connection to the SQLite database file `path` as an application opens one: created if
+/// missing, WAL mode (readers do not block the writer), a busy timeout for racing writers.
+pub async fn sqlite_connection(path: &std::path::Path) -> SqliteConnection {
+    let options = idem_core::sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(idem_core::sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(std::time::Duration::from_secs(30));
+    options
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("opening {}: {error}", path.display()))
+}
+
+/// A fresh SQLite database file for `test`, named after it and the process.
+pub async fn fresh_sqlite(test: &str) -> Db {
+    let directory = std::env::temp_dir().join("idem-tests");
+    std::fs::create_dir_all(&directory).expect("a directory for the test databases");
+    let path = directory.join(format!("{test}_{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    Db::Sqlite {
+        connection: tokio::sync::Mutex::new(sqlite_connection(&path).await),
+        path,
+        store: idem_core::sqlite::Store::new(),
+    }
 }
 
 impl fmt::Display for Db {
@@ -95,6 +131,7 @@ impl fmt::Display for Db {
             }
             Db::Mongo { .. } => f.write_str("mongodb"),
             Db::Postgres { label, .. } => f.write_str(label),
+            Db::Sqlite { .. } => f.write_str("sqlite"),
         }
     }
 }
@@ -125,6 +162,17 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
             store: idem_core::postgres::Store::new(),
         });
     }
+    backends.push(fresh_sqlite(test).await);
+    backends
+}
+
+/// [`fresh_backends`] but the embedded one: for a fault only a server has (a reply lost on the
+/// network after the write committed), which an embedded database, answering in the caller's
+/// own process, cannot meet; and for the audit and the adoption, which the SQLite store does not
+/// offer yet.
+pub async fn fresh_server_backends(test: &str) -> Vec<Db> {
+    let mut backends = fresh_backends(test).await;
+    backends.retain(|db| !matches!(db, Db::Sqlite { .. }));
     backends
 }
 
@@ -134,12 +182,22 @@ impl Db {
         matches!(self, Db::Postgres { .. })
     }
 
+    /// Whether this is the SQLite store.
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, Db::Sqlite { .. })
+    }
+
+    /// Whether this store writes rows of a SQL table (PostgreSQL, SQLite).
+    pub fn is_sql(&self) -> bool {
+        self.is_postgres() || self.is_sqlite()
+    }
+
     /// The commands this store's client sent, on MongoDB; `None` on PostgreSQL, where
     /// [`Db::raw`] (each row's version) shows a write instead.
     pub fn command_log(&self) -> Option<&CommandLog> {
         match self {
             Db::Mongo { log, .. } => Some(log),
-            Db::Postgres { .. } => None,
+            Db::Postgres { .. } | Db::Sqlite { .. } => None,
         }
     }
 
@@ -164,6 +222,11 @@ impl Db {
                 client: postgres_client(uri, schema).await,
                 store: store.clone(),
             },
+            Db::Sqlite { path, store, .. } => Db::Sqlite {
+                path: path.clone(),
+                connection: tokio::sync::Mutex::new(sqlite_connection(path).await),
+                store: store.clone(),
+            },
         }
     }
 
@@ -172,6 +235,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.ensure_indexes::<T>().await,
             Db::Postgres { store, client, .. } => store.ensure_table::<T, _>(client).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.ensure_table::<T>(&mut *connection.lock().await).await,
         }
         .unwrap_or_else(|error| panic!("{self}: preparing {}: {error}", T::MODEL.collection()))
     }
@@ -183,6 +249,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.upsert(doc).await,
             Db::Postgres { store, client, .. } => store.upsert(client, doc).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.upsert(&mut *connection.lock().await, doc).await,
         }
     }
 
@@ -193,6 +262,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.upsert_many(docs).await,
             Db::Postgres { store, client, .. } => store.upsert_many(client, docs).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.upsert_many(&mut *connection.lock().await, docs).await,
         }
     }
 
@@ -203,6 +275,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.delete(doc).await,
             Db::Postgres { store, client, .. } => store.delete(client, doc).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.delete(&mut *connection.lock().await, doc).await,
         }
     }
 
@@ -216,6 +291,13 @@ impl Db {
             Db::Postgres { store, client, .. } => {
                 store.delete_by_id::<T, M, _>(client, id, marker).await
             }
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .delete_by_id::<T, M>(&mut *connection.lock().await, id, marker)
+                    .await
+            }
         }
     }
 
@@ -226,6 +308,13 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.insert_new(members).await,
             Db::Postgres { store, client, .. } => store.insert_new(client, members).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .insert_new(&mut *connection.lock().await, members)
+                    .await
+            }
         }
     }
 
@@ -240,6 +329,13 @@ impl Db {
             Db::Postgres { store, client, .. } => {
                 store.push::<T, I, _>(client, id, field, item).await
             }
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .push::<T, I>(&mut *connection.lock().await, id, field, item)
+                    .await
+            }
         }
     }
 
@@ -251,6 +347,9 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => store.get::<T>(id).await,
             Db::Postgres { store, client, .. } => store.get::<T, _>(client, id).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => store.get::<T>(&mut *connection.lock().await, id).await,
         }
     }
 
@@ -264,6 +363,12 @@ impl Db {
         match self {
             Db::Mongo { store, .. } => Backend::find::<T>(store, key).await,
             Db::Postgres { store, client, .. } => Backend::find::<T>(&store.on(client), key).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                Backend::find::<T>(&store.on(&mut connection), key).await
+            }
         }
     }
 
@@ -288,6 +393,9 @@ impl Db {
                     Err(error) if error.code().map(|c| c.code()) == Some("42P01") => Vec::new(),
                     Err(error) => panic!("{self}: reading back: {error}"),
                 }
+            }
+            Db::Sqlite { connection, .. } => {
+                crate::sqlite_rows::raw::<T>(&mut *connection.lock().await).await
             }
         }
     }
@@ -344,6 +452,9 @@ impl Db {
                     })
                     .collect()
             }
+            Db::Sqlite { connection, .. } => {
+                crate::sqlite_rows::stored::<T>(&mut *connection.lock().await).await
+            }
         }
     }
 
@@ -388,6 +499,19 @@ impl Db {
                 fresh.ensure::<T>().await;
                 fresh
             }
+            Db::Sqlite {
+                path, connection, ..
+            } => {
+                let drop = format!("DROP TABLE IF EXISTS {}", Db::quoted(collection));
+                crate::sqlite_rows::run(&mut *connection.lock().await, &drop).await;
+                let fresh = Db::Sqlite {
+                    path: path.clone(),
+                    connection: tokio::sync::Mutex::new(sqlite_connection(path).await),
+                    store: idem_core::sqlite::Store::new(),
+                };
+                fresh.ensure::<T>().await;
+                fresh
+            }
         }
     }
 
@@ -399,7 +523,9 @@ impl Db {
             Db::Mongo { .. } => mongodb::bson::to_document(doc)
                 .map(|document| mongodb::bson::Bson::Document(document).into_relaxed_extjson())
                 .map_err(|error| error.to_string()),
-            Db::Postgres { .. } => serde_json::to_value(doc).map_err(|error| error.to_string()),
+            Db::Postgres { .. } | Db::Sqlite { .. } => {
+                serde_json::to_value(doc).map_err(|error| error.to_string())
+            }
         };
         match written {
             Ok(Value::Object(entries)) => entries
@@ -429,7 +555,7 @@ impl Db {
                 self.replace_document(store, collection, &id, document)
                     .await;
             }
-            Db::Postgres { .. } => {
+            Db::Postgres { .. } | Db::Sqlite { .. } => {
                 let Ok(Value::Object(entries)) = serde_json::to_value(doc) else {
                     panic!("{self}: serde wrote no fields for a document of {collection}");
                 };
@@ -497,6 +623,14 @@ impl Db {
                     .await
                     .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
             }
+            Db::Sqlite { connection, .. } => {
+                crate::sqlite_rows::write_as_another_tool::<T>(
+                    &mut *connection.lock().await,
+                    id,
+                    entries,
+                )
+                .await
+            }
         }
     }
 
@@ -532,6 +666,9 @@ impl Db {
                 .batch_execute(sql)
                 .await
                 .unwrap_or_else(|error| panic!("{self}: running {sql}: {error}")),
+            Db::Sqlite { connection, .. } => {
+                crate::sqlite_rows::run(&mut *connection.lock().await, sql).await
+            }
         }
     }
 
@@ -579,6 +716,7 @@ impl Db {
         self.reconfigured(
             |store| store.with_op_window(window),
             |store| store.with_op_window(window),
+            |store| store.with_op_window(window),
         )
         .await
     }
@@ -587,6 +725,7 @@ impl Db {
     /// either backend), on a connection of its own.
     pub async fn with_batch_chunk(&self, rows: usize) -> Db {
         self.reconfigured(
+            |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
         )
@@ -598,6 +737,7 @@ impl Db {
         &self,
         mongo: impl FnOnce(idem_core::mongo::Store) -> idem_core::mongo::Store,
         postgres: impl FnOnce(idem_core::postgres::Store) -> idem_core::postgres::Store,
+        sqlite: impl FnOnce(idem_core::sqlite::Store) -> idem_core::sqlite::Store,
     ) -> Db {
         match self.another().await {
             Db::Mongo { store, log } => Db::Mongo {
@@ -616,6 +756,15 @@ impl Db {
                 schema,
                 client,
                 store: postgres(store),
+            },
+            Db::Sqlite {
+                path,
+                connection,
+                store,
+            } => Db::Sqlite {
+                path,
+                connection,
+                store: sqlite(store),
             },
         }
     }

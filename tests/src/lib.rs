@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod pg_chaos;
 pub mod pg_proxy;
 pub mod proxy;
+pub mod sqlite_rows;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -14,7 +14,7 @@ use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
-use crate::sql::row::{self, PreparedRow, StoredRow};
+use crate::sql::row::{PreparedRow, RowReader, StoredRow};
 use crate::verdict::StoredVersion;
 
 /// Writes to one checked table through one client.
@@ -35,41 +35,8 @@ impl<C: Connection> PgDriver<'_, C> {
         }
     }
 
-    /// Where `field` is among the guarded fields, whose values stored rows carry.
-    fn guarded_position(&self, field: &Field) -> Option<usize> {
-        self.table
-            .model
-            .digested_fields()
-            .position(|guarded| guarded.stored_name() == field.stored_name())
-    }
-
-    /// Where `field` is among the natural-key fields.
-    fn key_position(&self, field: &Field) -> Option<usize> {
-        self.table
-            .model
-            .natural_key_fields()
-            .position(|key| key.stored_name() == field.stored_name())
-    }
-
-    /// The stored text of `field`, if the row read carries it.
-    fn stored_text<'s>(&self, stored: &'s StoredRow, field: &Field) -> Option<&'s str> {
-        if field.role() == crate::Role::Version {
-            return stored.version_value.as_deref();
-        }
-        match self.guarded_position(field) {
-            Some(at) => stored.guarded_values.get(at)?.as_deref(),
-            None => stored
-                .natural_key
-                .as_ref()?
-                .get(self.key_position(field)?)?
-                .as_deref(),
-        }
-    }
-
-    /// The incoming text of a natural-key field's column.
-    fn incoming_key_text<'d>(&self, doc: &'d PreparedRow, field: &Field) -> Option<&'d str> {
-        let column = self.table.column_of(field)?;
-        doc.value_of(self.table, column)
+    fn rows(&self) -> RowReader<'_> {
+        RowReader::new(self.table)
     }
 }
 
@@ -135,21 +102,11 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
     }
 
     fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
-        match self.guarded_position(field) {
-            Some(at) => doc.guarded[at].0.clone(),
-            None => self
-                .incoming_key_text(doc, field)
-                .map_or(Value::Null, |text| {
-                    row::stored_value(self.table, field, text)
-                }),
-        }
+        self.rows().incoming_value(doc, field)
     }
 
     fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
-        match self.guarded_position(field) {
-            Some(at) => doc.guarded[at].1.clone(),
-            None => self.incoming_value(doc, field).to_string(),
-        }
+        self.rows().incoming_shown(doc, field)
     }
 
     fn stored_id(&self, stored: &StoredRow) -> Option<String> {
@@ -165,53 +122,23 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
     }
 
     fn stored_digest<'s>(&self, stored: &'s StoredRow, field: &Field) -> StoredDigest<'s> {
-        let Some(digests) = &stored.digests else {
-            return StoredDigest::NoDigests;
-        };
-        match digests.get(field.stored_name()) {
-            None | Some(Value::Null) => StoredDigest::Unwritten,
-            Some(Value::String(digest)) => StoredDigest::Digest(digest),
-            Some(_) => StoredDigest::Other,
-        }
+        stored.digest(field)
     }
 
     fn stored_version<'s>(&self, stored: &'s StoredRow) -> StoredVersion<'s> {
-        stored
-            .version_key
-            .as_deref()
-            .map_or(StoredVersion::Absent, StoredVersion::Key)
+        stored.version()
     }
 
     fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
-        // A column holds a value or NULL: never "missing", but for a key the row read lacks.
-        let carried = field.role() == crate::Role::Version
-            || self.guarded_position(field).is_some()
-            || stored.natural_key.is_some();
-        match self.stored_text(stored, field) {
-            Some(text) => Some(row::stored_value(self.table, field, text)),
-            None => carried.then_some(Value::Null),
-        }
+        self.rows().stored_value(stored, field)
     }
 
     fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
-        let text = self.stored_text(stored, field)?;
-        Some(match row::stored_value(self.table, field, text) {
-            // NaN or an infinity, shown as PostgreSQL writes it, like the incoming one.
-            Value::String(_) if row::shape_of(self.table, field) == crate::ColumnShape::Float => {
-                text.to_owned()
-            }
-            value => value.to_string(),
-        })
+        self.rows().stored_shown(stored, field)
     }
 
     fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
-        let keys = stored.natural_key.as_ref()?;
-        self.table
-            .model
-            .natural_key_fields()
-            .zip(keys)
-            .find(|(field, stored)| stored.as_deref() != self.incoming_key_text(doc, field))
-            .map(|(field, _)| field)
+        self.rows().key_differs(doc, stored)
     }
 }
 
@@ -255,27 +182,14 @@ pub(super) fn read_stored(
     at: usize,
     model: &Model,
 ) -> (StoredRow, usize) {
-    let digests_text: Option<String> = row.get(at + 3);
     let guarded = model.digested_fields().count();
-    let after_guarded = at + 5 + guarded;
-    let (version_value, next) = match model.version_field() {
-        Some(_) => (row.get(after_guarded), after_guarded + 1),
-        None => (None, after_guarded),
-    };
-    let stored = StoredRow {
-        id: row.get(at),
-        tombstoned: row.get::<_, Option<bool>>(at + 1).unwrap_or(false),
-        hash: row.get(at + 2),
-        digests: digests_text
-            .as_deref()
-            .and_then(|text| serde_json::from_str(text).ok()),
-        digests_text,
-        version_key: row.get(at + 4),
-        guarded_values: (at + 5..after_guarded)
-            .map(|index| row.get(index))
-            .collect(),
-        version_value,
-        natural_key: None,
-    };
-    (stored, next)
+    let next = at + 5 + guarded + usize::from(model.version_field().is_some());
+    let texts: Vec<Option<String>> = (at..next)
+        .map(|index| match index == at + 1 {
+            true => None,
+            false => row.get(index),
+        })
+        .collect();
+    let tombstoned = row.get::<_, Option<bool>>(at + 1).unwrap_or(false);
+    (StoredRow::from_texts(model, &texts, tombstoned), next)
 }

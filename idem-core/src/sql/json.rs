@@ -28,13 +28,14 @@ impl JsonError {
     pub fn message(&self) -> String {
         match self {
             JsonError::NonFinite { path, value } => format!(
-                "{} holds {}, which PostgreSQL stores only in a double precision column of \
-                 its own, not inside jsonb",
+                "{} holds {}, which a SQL store keeps only in a float column of its own \
+                 (PostgreSQL's double precision, SQLite's REAL), not inside jsonb or JSON text",
                 shown_path(path),
                 show_float(*value)
             ),
             JsonError::Nul { path } => format!(
-                "{} holds the character U+0000, which PostgreSQL text and jsonb cannot store",
+                "{} holds the character U+0000, which the SQL stores do not keep (PostgreSQL text and \
+                 jsonb refuse it, SQLite's text functions end at it)",
                 shown_path(path)
             ),
             JsonError::Other(message) => message.clone(),

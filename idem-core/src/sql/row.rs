@@ -7,12 +7,13 @@ use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout, TableColumn};
 use crate::column::ColumnShape;
-use crate::engine::{check_written_names, Prepared};
+use crate::engine::{check_written_names, Prepared, StoredDigest};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
 use crate::sql::json;
+use crate::verdict::StoredVersion;
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
 /// it dereferences to).
@@ -51,6 +52,151 @@ pub(crate) struct StoredRow {
     /// The natural-key columns as text, for a row read by id; `None` for a row found by its
     /// natural key, which holds the incoming one.
     pub natural_key: Option<Vec<Option<String>>>,
+}
+
+impl StoredRow {
+    /// A row's stored state from its texts, in the order the SQL drivers select it: id, (the
+    /// deletion, given as `tombstoned`), hash, digests, version key, each guarded field, then
+    /// the version field for a type with versions.
+    pub fn from_texts(model: &Model, texts: &[Option<String>], tombstoned: bool) -> StoredRow {
+        let text = |at: usize| texts.get(at).cloned().flatten();
+        let guarded = model.digested_fields().count();
+        let digests_text = text(3);
+        StoredRow {
+            id: text(0).unwrap_or_default(),
+            tombstoned,
+            hash: text(2),
+            digests: digests_text
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
+            digests_text,
+            version_key: text(4),
+            guarded_values: (5..5 + guarded).map(text).collect(),
+            version_value: model.version_field().and_then(|_| text(5 + guarded)),
+            natural_key: None,
+        }
+    }
+
+    /// The stored digest of a guarded field.
+    pub fn digest(&self, field: &Field) -> StoredDigest<'_> {
+        let Some(digests) = &self.digests else {
+            return StoredDigest::NoDigests;
+        };
+        match digests.get(field.stored_name()) {
+            None | Some(Value::Null) => StoredDigest::Unwritten,
+            Some(Value::String(digest)) => StoredDigest::Digest(digest),
+            Some(_) => StoredDigest::Other,
+        }
+    }
+
+    /// The stored version order key.
+    pub fn version(&self) -> StoredVersion<'_> {
+        self.version_key
+            .as_deref()
+            .map_or(StoredVersion::Absent, StoredVersion::Key)
+    }
+}
+
+/// What the engine asks of a row, incoming or stored, on a table of `layout`: every SQL
+/// driver's answers, from the texts both carry.
+pub(crate) struct RowReader<'a> {
+    layout: &'a Layout,
+}
+
+impl<'a> RowReader<'a> {
+    pub fn new(layout: &'a Layout) -> Self {
+        RowReader { layout }
+    }
+
+    /// Where `field` is among the guarded fields, whose values stored rows carry.
+    fn guarded_position(&self, field: &Field) -> Option<usize> {
+        self.layout
+            .model
+            .digested_fields()
+            .position(|guarded| guarded.stored_name() == field.stored_name())
+    }
+
+    /// Where `field` is among the natural-key fields.
+    fn key_position(&self, field: &Field) -> Option<usize> {
+        self.layout
+            .model
+            .natural_key_fields()
+            .position(|key| key.stored_name() == field.stored_name())
+    }
+
+    /// The stored text of `field`, if the row read carries it.
+    fn stored_text<'s>(&self, stored: &'s StoredRow, field: &Field) -> Option<&'s str> {
+        if field.role() == crate::Role::Version {
+            return stored.version_value.as_deref();
+        }
+        match self.guarded_position(field) {
+            Some(at) => stored.guarded_values.get(at)?.as_deref(),
+            None => stored
+                .natural_key
+                .as_ref()?
+                .get(self.key_position(field)?)?
+                .as_deref(),
+        }
+    }
+
+    /// The incoming text of a natural-key field's column.
+    fn incoming_key_text<'d>(&self, doc: &'d PreparedRow, field: &Field) -> Option<&'d str> {
+        let column = self.layout.column_of(field)?;
+        doc.value_of(self.layout, column)
+    }
+
+    /// The incoming value of a guarded field, in the neutral form.
+    pub fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
+        match self.guarded_position(field) {
+            Some(at) => doc.guarded[at].0.clone(),
+            None => self
+                .incoming_key_text(doc, field)
+                .map_or(Value::Null, |text| stored_value(self.layout, field, text)),
+        }
+    }
+
+    /// The incoming value of `field`, as a refusal shows it.
+    pub fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
+        match self.guarded_position(field) {
+            Some(at) => doc.guarded[at].1.clone(),
+            None => self.incoming_value(doc, field).to_string(),
+        }
+    }
+
+    /// The stored value of `field` in the neutral form.
+    pub fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
+        // A column holds a value or NULL: never "missing", but for a key the row read lacks.
+        let carried = field.role() == crate::Role::Version
+            || self.guarded_position(field).is_some()
+            || stored.natural_key.is_some();
+        match self.stored_text(stored, field) {
+            Some(text) => Some(stored_value(self.layout, field, text)),
+            None => carried.then_some(Value::Null),
+        }
+    }
+
+    /// The stored value of `field`, as a refusal shows it.
+    pub fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
+        let text = self.stored_text(stored, field)?;
+        Some(match stored_value(self.layout, field, text) {
+            // NaN or an infinity, shown as the database writes it, like the incoming one.
+            Value::String(_) if shape_of(self.layout, field) == ColumnShape::Float => {
+                text.to_owned()
+            }
+            value => value.to_string(),
+        })
+    }
+
+    /// The first natural-key field whose stored text is not `doc`'s.
+    pub fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
+        let keys = stored.natural_key.as_ref()?;
+        self.layout
+            .model
+            .natural_key_fields()
+            .zip(keys)
+            .find(|(field, stored)| stored.as_deref() != self.incoming_key_text(doc, field))
+            .map(|(field, _)| field)
+    }
 }
 
 impl PreparedRow {
@@ -258,7 +404,12 @@ pub(crate) fn shape_of(table: &Layout, field: &Field) -> ColumnShape {
 /// A stored value, read back as text from its column, as the JSON value serde wrote (a
 /// non-finite float, which JSON cannot hold, as the text PostgreSQL wrote).
 pub(crate) fn stored_value(table: &Layout, field: &Field, text: &str) -> Value {
-    let shape = shape_of(table, field);
+    value_from_text(shape_of(table, field), text)
+}
+
+/// A column's value of `shape`, read back as text, as the JSON value serde wrote (a
+/// non-finite float, which JSON cannot hold, as its text).
+pub(crate) fn value_from_text(shape: ColumnShape, text: &str) -> Value {
     let parsed = match shape {
         ColumnShape::Text => return Value::from(text),
         ColumnShape::Integer => text.parse::<i64>().ok().map(Value::from),

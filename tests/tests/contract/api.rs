@@ -123,6 +123,12 @@ async fn code_written_against_the_backend_trait_runs_on_every_store() {
         match &db {
             Db::Mongo { store, .. } => every_primitive(store, &label).await,
             Db::Postgres { store, client, .. } => every_primitive(&store.on(client), &label).await,
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                every_primitive(&store.on(&mut connection), &label).await
+            }
         }
     }
 }

@@ -53,6 +53,15 @@ async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, fie
                 .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"))
                 .get(0)
         }
+        Db::Sqlite { connection, .. } => {
+            let sql =
+                format!("SELECT \"{field}\" FROM \"{collection}\" WHERE \"{key_field}\" = ?1");
+            idem_core::sqlx::query_scalar::<_, f64>(idem_core::sqlx::AssertSqlSafe(sql))
+                .bind(key)
+                .fetch_one(&mut *connection.lock().await)
+                .await
+                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"))
+        }
     }
 }
 

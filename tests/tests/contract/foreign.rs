@@ -49,7 +49,26 @@ async fn write_under_foreign_id<T: Idempotent + Serialize>(db: &Db, doc: &T) -> 
                 .unwrap_or_else(|error| panic!("{db}: writing as another tool: {error}"))
                 .get(0)
         }
+        Db::Sqlite { connection, .. } => {
+            let Ok(Value::Object(row)) = serde_json::to_value(doc) else {
+                panic!("{db}: serde wrote no fields for a document of {collection}");
+            };
+            // A random id of another tool's form: 32 hex digits, not a ULID.
+            let id = format!("{:032x}", rand_id());
+            idem_tests::sqlite_rows::write_as_another_tool::<T>(
+                &mut *connection.lock().await,
+                &id,
+                row,
+            )
+            .await;
+            id
+        }
     }
+}
+
+/// A random 128-bit number, as another tool's ids are.
+fn rand_id() -> u128 {
+    u128::from(ulid::Ulid::generate())
 }
 
 /// Promise catalogue case 6, legacy data: a document another tool stored (under an id idem

@@ -259,6 +259,14 @@ async fn push_comment(
         Db::Postgres { store, client, .. } => {
             thread.push_comments(&store.on(client), comment).await
         }
+        Db::Sqlite {
+            store, connection, ..
+        } => {
+            let mut connection = connection.lock().await;
+            thread
+                .push_comments(&store.on(&mut connection), comment)
+                .await
+        }
     }
 }
 

@@ -1,0 +1,317 @@
+//! SQLite's side of the write engine ([`crate::engine`]): one `INSERT … ON CONFLICT … RETURNING`
+//! per chunk, telling the rows it inserted from those it updated by the write marker each
+//! statement sets (SQLite has no `xmax`), then one `SELECT` of the rows it left alone, both in
+//! one savepoint: the write lock taken by the first is held through the second, so what the
+//! second reads is what stopped the first.
+
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{Row, SqliteConnection};
+use tokio::sync::Mutex;
+
+use super::errors::{sqlite_error, unique_conflict};
+use super::table::{Statement, Table};
+use super::{bind_row, Store};
+use crate::engine::batch::BatchDriver;
+use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
+use crate::error::Error;
+use crate::idempotent::Idempotent;
+use crate::model::Field;
+use crate::sql::row::{PreparedRow, RowReader, StoredRow};
+use crate::verdict::StoredVersion;
+
+/// Writes to one checked table through one connection.
+pub(super) struct SqliteDriver<'a, 'c> {
+    pub store: &'a Store,
+    pub connection: &'a Mutex<&'c mut SqliteConnection>,
+    pub table: &'a Table,
+}
+
+impl SqliteDriver<'_, '_> {
+    fn rows(&self) -> RowReader<'_> {
+        RowReader::new(self.table)
+    }
+
+    /// The reply of a write of one row that failed with `error`.
+    fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
+        match unique_conflict(&error, self.table) {
+            Some(conflict) => Ok(Reply::Conflict(conflict)),
+            None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
+            None => Err(error),
+        }
+    }
+
+    /// One write of `docs` and the read of the rows it left alone, in one savepoint.
+    async fn write_and_read(
+        &self,
+        statement: Statement,
+        docs: &[&PreparedRow],
+    ) -> Result<Vec<Reply<StoredRow>>, Error> {
+        let document = &docs[0].document;
+        let nonce = ulid::Ulid::generate().to_string();
+        let (insert_marker, update_marker) = (format!("i{nonce}"), format!("u{nonce}"));
+        let sql = self.table.write_sql(statement, docs.len());
+        let inserted = self.table.inserted(statement);
+        let mut connection = self.connection.lock().await;
+        let connection: &mut SqliteConnection = &mut connection;
+        savepoint(connection, document).await?;
+        let written = async {
+            let mut query = sqlx::query(super::statement(&sql));
+            for doc in docs {
+                query = bind_row(query, self.table, doc, &inserted);
+            }
+            query = query.bind(&insert_marker).bind(&update_marker);
+            crate::trace::round_trip("INSERT … ON CONFLICT");
+            let rows = query.fetch_all(&mut *connection).await?;
+            let written: Vec<(String, bool)> = rows
+                .iter()
+                .map(|row| {
+                    let marker: Option<String> = row.get(1);
+                    (
+                        row.get(0),
+                        marker.as_deref() == Some(insert_marker.as_str()),
+                    )
+                })
+                .collect();
+            let left: Vec<&&PreparedRow> = docs
+                .iter()
+                .filter(|doc| !written.iter().any(|(id, _)| *id == doc.id_text))
+                .collect();
+            let stored = match left.is_empty() {
+                true => Vec::new(),
+                false => {
+                    let left: Vec<&PreparedRow> = left.into_iter().copied().collect();
+                    select_stored(connection, self.table, &left).await?
+                }
+            };
+            Ok::<_, sqlx::Error>((written, stored))
+        }
+        .await;
+        let (written, stored) = finish(connection, written, document).await?;
+        Ok(docs
+            .iter()
+            .map(|doc| {
+                if let Some((_, inserted)) = written.iter().find(|(id, _)| *id == doc.id_text) {
+                    return Reply::Written {
+                        inserted: *inserted,
+                    };
+                }
+                match stopping(self.rows(), doc, &stored) {
+                    Some(stored) => Reply::Stopped(stored.clone()),
+                    // Neither its id nor its natural key is stored, and nothing was written:
+                    // the row that stopped it went away meanwhile.
+                    None => Reply::Unseen,
+                }
+            })
+            .collect())
+    }
+}
+
+impl Driver for SqliteDriver<'_, '_> {
+    type Doc = PreparedRow;
+    type Stored = StoredRow;
+
+    async fn write(
+        &self,
+        kind: WriteKind,
+        docs: &[&PreparedRow],
+    ) -> Result<Vec<Reply<StoredRow>>, Error> {
+        let statement = match kind {
+            WriteKind::Upsert => Statement::Upsert,
+            WriteKind::Delete => Statement::Delete,
+            WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
+        };
+        match self.write_and_read(statement, docs).await {
+            Ok(replies) => Ok(replies),
+            Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn write_pinned(
+        &self,
+        doc: &PreparedRow,
+        stored: &StoredRow,
+    ) -> Result<Reply<StoredRow>, Error> {
+        let sql = self.table.pinned_sql();
+        let all: Vec<usize> = (0..self.table.sent.len()).collect();
+        let mut query = bind_row(sqlx::query(super::statement(&sql)), self.table, doc, &all);
+        query = query
+            .bind(format!("u{}", ulid::Ulid::generate()))
+            .bind(&doc.id_text);
+        for value in doc.pinned_parameters(self.table, stored) {
+            query = query.bind(value);
+        }
+        let mut connection = self.connection.lock().await;
+        crate::trace::round_trip("UPDATE");
+        match query.fetch_optional(&mut **connection).await {
+            Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
+            Ok(None) => Ok(Reply::Unseen),
+            Err(source) => self.reply_to_error(sqlite_error(&doc.document, source)),
+        }
+    }
+
+    async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
+        let mut connection = self.connection.lock().await;
+        let stored = select_stored(&mut connection, self.table, &[doc])
+            .await
+            .map_err(|source| sqlite_error(&doc.document, source))?;
+        // Under its id first: what a conflict on the id met.
+        Ok(stored
+            .iter()
+            .find(|stored| stored.id == doc.id_text)
+            .or_else(|| stopping(self.rows(), doc, &stored))
+            .cloned())
+    }
+
+    fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
+        self.rows().incoming_value(doc, field)
+    }
+
+    fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
+        self.rows().incoming_shown(doc, field)
+    }
+
+    fn stored_id(&self, stored: &StoredRow) -> Option<String> {
+        Some(stored.id.clone())
+    }
+
+    fn is_tombstoned(&self, stored: &StoredRow) -> bool {
+        stored.tombstoned
+    }
+
+    fn stored_hash<'s>(&self, stored: &'s StoredRow) -> Option<&'s str> {
+        stored.hash.as_deref()
+    }
+
+    fn stored_digest<'s>(&self, stored: &'s StoredRow, field: &Field) -> StoredDigest<'s> {
+        stored.digest(field)
+    }
+
+    fn stored_version<'s>(&self, stored: &'s StoredRow) -> StoredVersion<'s> {
+        stored.version()
+    }
+
+    fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
+        self.rows().stored_value(stored, field)
+    }
+
+    fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
+        self.rows().stored_shown(stored, field)
+    }
+
+    fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
+        self.rows().key_differs(doc, stored)
+    }
+}
+
+impl BatchDriver for SqliteDriver<'_, '_> {
+    fn chunk(&self) -> usize {
+        self.store.batch_chunk.min(self.table.max_rows())
+    }
+
+    async fn ready(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<PreparedRow, Error> {
+        PreparedRow::new(doc, self.table)
+    }
+
+    async fn read_many(
+        &self,
+        _docs: &[&PreparedRow],
+    ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
+        // The write reads the rows it left alone: nothing to read first.
+        Ok(None)
+    }
+}
+
+/// Opens idem's savepoint: a transaction of its own outside the caller's, a nested one inside.
+pub(super) async fn savepoint(
+    connection: &mut SqliteConnection,
+    document: &crate::document::DocumentRef,
+) -> Result<(), Error> {
+    sqlx::query("SAVEPOINT idem")
+        .execute(&mut *connection)
+        .await
+        .map(drop)
+        .map_err(|source| sqlite_error(document, source))
+}
+
+/// Releases idem's savepoint after `outcome`, or rolls back to it on an error, so that a failed
+/// statement leaves neither a half-written batch nor an open transaction.
+pub(super) async fn finish<R>(
+    connection: &mut SqliteConnection,
+    outcome: Result<R, sqlx::Error>,
+    document: &crate::document::DocumentRef,
+) -> Result<R, Error> {
+    match outcome {
+        Ok(value) => {
+            sqlx::query("RELEASE idem")
+                .execute(&mut *connection)
+                .await
+                .map_err(|source| sqlite_error(document, source))?;
+            Ok(value)
+        }
+        Err(source) => {
+            // What failed is the error to report; the rollback's own failure would hide it.
+            let _ = sqlx::query("ROLLBACK TO idem; RELEASE idem")
+                .execute(&mut *connection)
+                .await;
+            Err(sqlite_error(document, source))
+        }
+    }
+}
+
+/// The stored state of the rows under `docs`' ids or holding their natural keys.
+pub(super) async fn select_stored(
+    connection: &mut SqliteConnection,
+    table: &Table,
+    docs: &[&PreparedRow],
+) -> Result<Vec<StoredRow>, sqlx::Error> {
+    let sql = table.select_stored_sql(docs.len());
+    let mut query = sqlx::query(super::statement(&sql));
+    for doc in docs {
+        query = query.bind(&doc.id_text);
+    }
+    for doc in docs {
+        for field in table.model.natural_key_fields() {
+            let text = table
+                .column_of(field)
+                .and_then(|index| doc.value_of(table, index));
+            query = query.bind(text);
+        }
+    }
+    crate::trace::round_trip("SELECT");
+    let rows = query.fetch_all(&mut *connection).await?;
+    let keys = table.model.natural_key_fields().count();
+    rows.iter()
+        .map(|row| {
+            let texts: Vec<Option<String>> = (0..row.len())
+                .map(|index| match index {
+                    1 => None,
+                    _ => row.try_get(index).ok().flatten(),
+                })
+                .collect();
+            let tombstoned: bool = row.try_get::<Option<bool>, _>(1)?.unwrap_or(false);
+            let mut stored =
+                StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
+            stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
+            Ok(stored)
+        })
+        .collect()
+}
+
+/// Among `stored` (rows read with their natural keys), the one that stopped a write of `doc`:
+/// the row holding its natural key, else the one under its id.
+fn stopping<'s>(
+    rows: RowReader<'_>,
+    doc: &PreparedRow,
+    stored: &'s [StoredRow],
+) -> Option<&'s StoredRow> {
+    stored
+        .iter()
+        .find(|row| row.natural_key.is_some() && rows.key_differs(doc, row).is_none())
+        .or_else(|| stored.iter().find(|row| row.id == doc.id_text))
+}

@@ -1,0 +1,278 @@
+//! The primitives that keep side effects exact on SQLite: operations applied once to a row's
+//! `#[idem(effect)]` columns and pushes that append an item once. Each is one `UPDATE` guarded
+//! by the absence of the op id or of the item's key, and, when it updates nothing, a read of
+//! whether the row exists, in one savepoint.
+
+use serde::Serialize;
+use sqlx::SqliteConnection;
+use tokio::sync::Mutex;
+
+use super::driver::{finish, savepoint};
+use super::table::{literal, quote, sql_type};
+use super::{bind_text, statement, Store};
+use crate::change::{self, Change, ChangeKind, SqlValue};
+use crate::column::ColumnShape;
+use crate::document::DocumentRef;
+use crate::engine::by_id::{answered_in_one, settle_by_id};
+use crate::error::{Error, ErrorKind};
+use crate::id::Id;
+use crate::idempotent::Idempotent;
+use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::outcome::{Applied, Pushed};
+use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
+use crate::sql::json;
+use crate::sql::row::column_text;
+use crate::trace::{Call, CallKind};
+
+impl Store {
+    /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
+    /// recording `op` in the same statement. `Applied`, or `AlreadyApplied` (nothing written);
+    /// [`ErrorKind::NotFound`] if no row has that id. The changes may touch only
+    /// `#[idem(effect)]` columns ([`ErrorKind::NotAnEffectField`] otherwise, before anything is
+    /// sent). The latest [`with_op_window`](Store::with_op_window) op ids are kept.
+    pub async fn apply_once<T>(
+        &self,
+        connection: &mut SqliteConnection,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let table = self.table::<T>(connection, &document).await?;
+            let refuse = |path: &str| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::NotAnEffectField {
+                        path: path.to_owned(),
+                    },
+                )
+            };
+            change::check(model, &T::stored_columns(), changes, &document)?;
+            // ?1 the id, ?2 the op id, then one value per change.
+            let mut values: Vec<(ColumnShape, Option<String>)> = Vec::new();
+            let mut assignments = Vec::with_capacity(changes.len() + 1);
+            for change in changes {
+                let field = model
+                    .effect_fields()
+                    .find(|field| field.stored_name() == change.field)
+                    .ok_or_else(|| refuse(change.field))?;
+                let column = table
+                    .column_of(field)
+                    .map(|index| &table.columns[index])
+                    .ok_or_else(|| refuse(change.field))?;
+                let name = quote(column.name);
+                let placeholder = format!("?{}", values.len() + 3);
+                let (value, assignment) = match &change.kind {
+                    ChangeKind::Add(amount)
+                        if matches!(column.shape, ColumnShape::Integer | ColumnShape::Float) =>
+                    {
+                        (
+                            Some(amount.to_string()),
+                            format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
+                        )
+                    }
+                    ChangeKind::Add(_) => {
+                        return Err(Error::new(
+                            document,
+                            ErrorKind::Serialize {
+                                message: format!(
+                                    "cannot add to column {:?}, which is {}",
+                                    column.name,
+                                    sql_type(column)
+                                ),
+                            },
+                        ))
+                    }
+                    ChangeKind::Invalid(problem) => {
+                        return Err(change::invalid(&document, change.field, problem))
+                    }
+                    ChangeKind::Set(value) => match &value.json {
+                        SqlValue::Json(value) => (
+                            column_text(column, Some(value)).map_err(|expected| {
+                                Error::new(
+                                    document.clone(),
+                                    ErrorKind::Serialize {
+                                        message: format!(
+                                            "column {:?} holds {expected}, not {value}",
+                                            column.name
+                                        ),
+                                    },
+                                )
+                            })?,
+                            format!("{name} = {placeholder}"),
+                        ),
+                        SqlValue::NonFinite(float) if column.shape == ColumnShape::Float => (
+                            Some(json::show_float(*float)),
+                            format!("{name} = {placeholder}"),
+                        ),
+                        SqlValue::NonFinite(float) => {
+                            return Err(Error::new(
+                                document,
+                                ErrorKind::Serialize {
+                                    message: format!(
+                                        "column {:?} is {}, which cannot hold {}: only a REAL \
+                                         column holds NaN and the infinities",
+                                        column.name,
+                                        sql_type(column),
+                                        json::show_float(*float)
+                                    ),
+                                },
+                            ))
+                        }
+                        SqlValue::Invalid(problem) => {
+                            return Err(change::invalid(&document, change.field, problem))
+                        }
+                    },
+                };
+                values.push((column.shape, value));
+                assignments.push(assignment);
+            }
+            let column = quote(APPLIED_OPS_FIELD);
+            // A NULL list (a row another tool wrote) is an empty one.
+            let ops = format!("COALESCE(t.{column}, '[]')");
+            // The op ids, oldest first, keeping the latest `op_window`.
+            assignments.push(format!(
+                "{column} = (SELECT json_group_array(kept.value ORDER BY kept.key) FROM \
+                 (SELECT key, value FROM json_each(json_insert({ops}, '$[#]', ?2)) \
+                 ORDER BY key DESC LIMIT {window}) kept)",
+                window = self.op_window,
+            ));
+            let sql = format!(
+                "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM json_each({ops}) applied WHERE applied.value = ?2) \
+                 RETURNING 1",
+                table = table.name(),
+                assignments = assignments.join(", "),
+                id = quote(ID_FIELD),
+            );
+            let id_text = id.to_string();
+            let connection = Mutex::new(connection);
+            settle_by_id(&document, || async {
+                let mut query = sqlx::query(statement(&sql))
+                    .bind(&id_text)
+                    .bind(op.as_str());
+                for (shape, value) in &values {
+                    query = bind_text(query, *shape, value.as_deref());
+                }
+                update_once(&connection, query, &table, &id_text, &document)
+                    .await
+                    .map(|(written, exists)| {
+                        answered_in_one(written, exists, Applied::Applied, Applied::AlreadyApplied)
+                    })
+            })
+            .await
+        })
+        .await
+    }
+
+    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
+    /// the row stored under `id`, unless an item with the same key is there already.
+    pub async fn push<T, I>(
+        &self,
+        connection: &mut SqliteConnection,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+        call.run(async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let list = pushed_list(model, field, &document)?;
+            let table = self.table::<T>(connection, &document).await?;
+            let item = json::to_json(item).map_err(|error| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: error.message(),
+                    },
+                )
+            })?;
+            let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+                let written = item.as_object().into_iter().flat_map(|entries| {
+                    entries
+                        .iter()
+                        .filter(|(_, value)| !value.is_null())
+                        .map(|(name, _)| name)
+                });
+                return Err(item_without_key(document, list, written));
+            };
+            if item_key.is_array() {
+                return Err(item_key_is_a_list(document, list));
+            }
+            let item_key = item_key.to_string();
+            let item = item.to_string();
+            // Keys compare whole, as JSON texts of what serde wrote. A NULL list (a row another
+            // tool wrote) is an empty one.
+            let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
+            let sql = format!(
+                "UPDATE {table} AS t SET {list} = json_insert(COALESCE(t.{list}, '[]'), '$[#]', \
+                 json(?2)) WHERE t.{id} = ?1 AND NOT EXISTS (SELECT 1 FROM \
+                 json_each(COALESCE(t.{list}, '[]')) stored WHERE \
+                 json_quote(json_extract(stored.value, {path})) = json(?3)) RETURNING 1",
+                table = table.name(),
+                list = quote(list.stored_name()),
+                id = quote(ID_FIELD),
+            );
+            let id_text = id.to_string();
+            let connection = Mutex::new(connection);
+            settle_by_id(&document, || async {
+                let query = sqlx::query(statement(&sql))
+                    .bind(&id_text)
+                    .bind(&item)
+                    .bind(&item_key);
+                update_once(&connection, query, &table, &id_text, &document)
+                    .await
+                    .map(|(written, exists)| {
+                        answered_in_one(written, exists, Pushed::Appended, Pushed::AlreadyPresent)
+                    })
+            })
+            .await
+        })
+        .await
+    }
+}
+
+/// Runs a guarded `UPDATE … RETURNING 1` of the row under `id` and, if it updated nothing,
+/// reads whether that row exists, in one savepoint: whether it wrote, and whether the row is
+/// there.
+async fn update_once<'q>(
+    connection: &Mutex<&mut SqliteConnection>,
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    table: &super::table::Table,
+    id: &str,
+    document: &DocumentRef,
+) -> Result<(bool, bool), Error> {
+    let mut connection = connection.lock().await;
+    let connection: &mut SqliteConnection = &mut connection;
+    savepoint(connection, document).await?;
+    let answer = async {
+        crate::trace::round_trip("UPDATE");
+        if query.fetch_optional(&mut *connection).await?.is_some() {
+            return Ok((true, true));
+        }
+        crate::trace::round_trip("SELECT");
+        let look = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ?1)",
+            table.name(),
+            quote(ID_FIELD)
+        );
+        let exists: bool = sqlx::query_scalar(statement(&look))
+            .bind(id)
+            .fetch_one(&mut *connection)
+            .await?;
+        Ok((false, exists))
+    }
+    .await;
+    finish(connection, answer, document).await
+}

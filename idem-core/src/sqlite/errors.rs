@@ -1,0 +1,109 @@
+//! SQLite's errors as idem reports them: the extended result code, whether a retry may help
+//! (`SQLITE_BUSY` and `SQLITE_LOCKED` that outlived the busy timeout), and which unique
+//! constraint a refused write met.
+
+use crate::document::DocumentRef;
+use crate::engine::Conflict;
+use crate::error::{BackendError, Error, ErrorKind};
+use crate::model::ID_FIELD;
+
+use super::table::Table;
+
+/// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
+const UNIQUE_CODES: [&str; 2] = ["1555", "2067"];
+
+/// A driver error as idem reports it: kept whole, with its code and whether a retry may help.
+pub fn driver_error(source: sqlx::Error) -> BackendError {
+    let code = source
+        .as_database_error()
+        .and_then(|error| error.code())
+        .map(|code| code.into_owned());
+    // The primary result code is the low byte of the extended one.
+    let primary = code
+        .as_deref()
+        .and_then(|code| code.parse::<i32>().ok())
+        .map(|code| code & 0xff);
+    let retryable = match &source {
+        // BUSY, LOCKED: another connection held the lock past the busy timeout.
+        sqlx::Error::Database(_) => matches!(primary, Some(5 | 6)),
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    // CONSTRAINT (a CHECK, NOT NULL, a foreign key, another unique index), TOOBIG, MISMATCH:
+    // the row's values, not the call.
+    let refuses_document = matches!(primary, Some(18..=20))
+        && !code
+            .as_deref()
+            .is_some_and(|code| UNIQUE_CODES.contains(&code));
+    let error = BackendError::new("SQLite", code, retryable, source);
+    match refuses_document {
+        true => error.refusing_document(),
+        false => error,
+    }
+}
+
+/// `source` as the error of a call concerning `document`: a table that is not there is a schema
+/// problem, anything else the driver's.
+pub(super) fn sqlite_error(document: &DocumentRef, source: sqlx::Error) -> Error {
+    let missing_table = source
+        .as_database_error()
+        .is_some_and(|error| error.message().starts_with("no such table"));
+    match missing_table {
+        true => Error::new(
+            document.clone(),
+            ErrorKind::SchemaMismatch {
+                collection: document.collection.to_owned(),
+                problem: format!(
+                    "{}: the table is not there (dropped, or made by a transaction that rolled \
+                     back); create it with Store::ensure_table::<T>() or from \
+                     Store::create_table_sql::<T>()",
+                    source
+                ),
+            },
+        ),
+        false => Error::new(
+            document.clone(),
+            ErrorKind::Backend {
+                source: driver_error(source),
+            },
+        ),
+    }
+}
+
+/// Which unique constraint a unique violation of a single write met: the id's or the natural
+/// key's (`Conflict::Key`), or another, named by its columns.
+pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
+    let backend = error.as_backend()?;
+    if !backend
+        .code()
+        .is_some_and(|code| UNIQUE_CODES.contains(&code))
+    {
+        return None;
+    }
+    // "UNIQUE constraint failed: posts.slug, posts.lang"
+    let message = backend.to_string();
+    let columns: Vec<&str> = message
+        .rsplit_once("failed: ")
+        .map(|(_, columns)| columns)
+        .unwrap_or_default()
+        .split(", ")
+        .filter_map(|column| column.rsplit_once('.').map(|(_, name)| name))
+        .collect();
+    let mut natural_key: Vec<&str> = table
+        .model
+        .natural_key_fields()
+        .map(|field| field.stored_name())
+        .collect();
+    natural_key.sort_unstable();
+    let mut met = columns.clone();
+    met.sort_unstable();
+    Some(match met.as_slice() {
+        // A message of another form: which index, the read of what is stored tells.
+        [] => Conflict::Unclear { index: message },
+        [ID_FIELD] => Conflict::Key,
+        met if met == natural_key.as_slice() => Conflict::Key,
+        _ => Conflict::Other {
+            index: columns.join(", "),
+        },
+    })
+}

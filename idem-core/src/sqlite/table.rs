@@ -1,0 +1,398 @@
+//! A type's SQLite table: its columns and declared types, the DDL that creates it, and the
+//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
+//! shares.
+//!
+//! Values are bound one parameter per column and row (`VALUES (?1, ?2, …), (…)`), as SQLite
+//! has no array parameters; a batch is cut into chunks that stay under SQLite's limit of bound
+//! parameters. A column's declared type gives it its affinity; booleans are integers, nested
+//! values JSON text. A float JSON cannot hold (NaN, an infinity) is stored as its text, which a
+//! `REAL` column keeps as it is.
+
+use std::fmt::Write as _;
+
+use crate::column::{Column, ColumnShape};
+use crate::idempotent::Idempotent;
+use crate::model::{
+    Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+    WRITE_MARKER_FIELD,
+};
+use crate::sql::layout::{Content, Layout, TableColumn};
+
+/// SQLite's limit of bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER` since
+/// 3.32), less room for the statement's own.
+pub(crate) const MAX_PARAMETERS: usize = 32_000;
+
+/// A column's declared type.
+pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
+    match (column.content, column.shape) {
+        (Content::Id | Content::Hash | Content::VersionKey, _) => "TEXT",
+        (Content::Digests | Content::Extra, _) => "TEXT",
+        (_, ColumnShape::Text) => "TEXT",
+        (_, ColumnShape::Integer | ColumnShape::Boolean) => "INTEGER",
+        (_, ColumnShape::Float) => "REAL",
+        (_, ColumnShape::Structured | ColumnShape::Flattened) => "TEXT",
+    }
+}
+
+/// Which write a statement makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Statement {
+    Upsert,
+    Delete,
+    InsertNew,
+}
+
+/// A type's table and the parts of the statements idem sends to it.
+#[derive(Debug)]
+pub(crate) struct Table {
+    layout: Layout,
+    /// The name of the unique constraint on the natural key that `ensure_table` creates.
+    pub natural_key_constraint: String,
+}
+
+impl std::ops::Deref for Table {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+impl Table {
+    pub fn of<T: Idempotent>() -> Table {
+        Table::new(&T::MODEL, &T::stored_columns())
+    }
+
+    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
+        Table {
+            layout: Layout::new(model, stored),
+            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+        }
+    }
+
+    /// The quoted table name.
+    pub fn name(&self) -> String {
+        quote(self.model.collection())
+    }
+
+    /// How many rows one statement may carry.
+    pub fn max_rows(&self) -> usize {
+        (MAX_PARAMETERS / (self.sent.len() + 1)).max(1)
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
+    pub fn create_sql(&self) -> String {
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
+        for column in &self.columns {
+            let _ = write!(sql, "    {} {}", quote(column.name), sql_type(column));
+            match (column.content, column.role()) {
+                (Content::Id, _) => sql.push_str(" PRIMARY KEY NOT NULL"),
+                (_, Some(Role::Key | Role::IdempotencyKey)) => sql.push_str(" NOT NULL"),
+                (_, Some(Role::Pushed)) => sql.push_str(" NOT NULL DEFAULT '[]'"),
+                _ => {}
+            }
+            sql.push_str(",\n");
+        }
+        let _ = write!(
+            sql,
+            "    {} TEXT NOT NULL DEFAULT '[]',\n    {} TEXT,\n    CONSTRAINT {} UNIQUE ({})\n)",
+            quote(APPLIED_OPS_FIELD),
+            quote(WRITE_MARKER_FIELD),
+            quote(&self.natural_key_constraint),
+            self.natural_key_list(),
+        );
+        sql
+    }
+
+    /// Every column the table must have, with its declared type.
+    pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.columns
+            .iter()
+            .map(|column| (column.name, sql_type(column)))
+            .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
+    }
+
+    /// The natural-key columns, quoted and comma-separated: the conflict target.
+    pub fn natural_key_list(&self) -> String {
+        let names: Vec<String> = self
+            .model
+            .natural_key_fields()
+            .map(|field| quote(field.stored_name()))
+            .collect();
+        names.join(", ")
+    }
+
+    /// The columns an insert of `statement` writes, as indexes into `sent` order: all sent
+    /// columns, the tombstone only for a delete.
+    pub fn inserted(&self, statement: Statement) -> Vec<usize> {
+        (0..self.sent.len())
+            .filter(|&position| {
+                statement == Statement::Delete
+                    || self.columns[self.sent[position]].role() != Some(Role::Tombstone)
+            })
+            .collect()
+    }
+
+    /// The write of `rows` rows for `statement`: an insert of the inserted columns, numbered
+    /// parameters row after row, then the write marker of an insert (`?{m}`) and of an update
+    /// (`?{m + 1}`), returning the id and the marker of each row written.
+    pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
+        let inserted = self.inserted(statement);
+        let mut names: Vec<String> = inserted
+            .iter()
+            .map(|&position| quote(self.columns[self.sent[position]].name))
+            .collect();
+        names.push(quote(WRITE_MARKER_FIELD));
+        let width = inserted.len();
+        let insert_marker = rows * width + 1;
+        let update_marker = insert_marker + 1;
+        let mut values = String::new();
+        for row in 0..rows {
+            if row > 0 {
+                values.push_str(", ");
+            }
+            values.push('(');
+            for column in 0..width {
+                let _ = write!(values, "?{}, ", row * width + column + 1);
+            }
+            let _ = write!(values, "?{insert_marker})");
+        }
+        let id = quote(ID_FIELD);
+        let marker = quote(WRITE_MARKER_FIELD);
+        let conflict = match statement {
+            Statement::Upsert => {
+                let set: Vec<String> = self
+                    .columns
+                    .iter()
+                    .filter(|column| column.is_replaced())
+                    .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
+                    .collect();
+                format!(
+                    "ON CONFLICT ({key}) DO UPDATE SET {set}, {marker} = ?{update_marker} \
+                     WHERE t.{id} = excluded.{id} AND {guard} ON CONFLICT ({id}) DO NOTHING",
+                    key = self.natural_key_list(),
+                    set = set.join(", "),
+                    guard = self.guard(),
+                )
+            }
+            Statement::Delete => {
+                let tombstone = self.tombstone_column();
+                format!(
+                    "ON CONFLICT ({key}) DO UPDATE SET {tombstone} = excluded.{tombstone}, \
+                     {marker} = ?{update_marker} \
+                     WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL \
+                     ON CONFLICT ({id}) DO NOTHING",
+                    key = self.natural_key_list(),
+                )
+            }
+            Statement::InsertNew => "ON CONFLICT DO NOTHING".to_owned(),
+        };
+        format!(
+            "INSERT INTO {table} AS t ({names}) VALUES {values} {conflict} \
+             RETURNING {id}, {marker}",
+            table = self.name(),
+            names = names.join(", "),
+        )
+    }
+
+    /// The stored state of the rows under the ids `?1…?{ids}` or holding the natural keys that
+    /// follow (one parameter per key column and row), then their natural-key columns as text.
+    pub fn select_stored_sql(&self, rows: usize) -> String {
+        let keys = self.model.natural_key_fields().count();
+        let ids: Vec<String> = (1..=rows).map(|at| format!("?{at}")).collect();
+        let tuples: Vec<String> = (0..rows)
+            .map(|row| {
+                let parts: Vec<String> = (0..keys)
+                    .map(|key| format!("?{}", rows + row * keys + key + 1))
+                    .collect();
+                format!("({})", parts.join(", "))
+            })
+            .collect();
+        let key_texts: Vec<String> = self
+            .model
+            .natural_key_fields()
+            .map(|field| self.text_of("t", field.stored_name()))
+            .collect();
+        format!(
+            "SELECT {}, {} FROM {} t WHERE t.{} IN ({}) OR ({}) IN (VALUES {})",
+            self.stored_state("t"),
+            key_texts.join(", "),
+            self.name(),
+            quote(ID_FIELD),
+            ids.join(", "),
+            key_texts.join(", "),
+            tuples.join(", "),
+        )
+    }
+
+    /// A column as the text the stored state carries: booleans as `true` or `false`, numbers
+    /// and JSON as their text.
+    pub fn text_of(&self, alias: &str, name: &str) -> String {
+        let shape = self
+            .column_named(name)
+            .map(|index| self.columns[index].shape);
+        let column = format!("{alias}.{}", quote(name));
+        match shape {
+            Some(ColumnShape::Boolean) => format!(
+                "(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)"
+            ),
+            Some(ColumnShape::Integer | ColumnShape::Float) => {
+                format!("CAST({column} AS TEXT)")
+            }
+            _ => column,
+        }
+    }
+
+    /// What a row that stopped a write holds, as text: its id, whether it is deleted, its
+    /// hash, digests and version key, the guarded fields' values and the version field's.
+    fn stored_state(&self, t: &str) -> String {
+        let text_of = |content: Content| {
+            self.column_with(content)
+                .map_or("NULL".to_owned(), |index| {
+                    format!("{t}.{}", quote(self.columns[index].name))
+                })
+        };
+        let tombstoned = match self.model.tombstone_field() {
+            Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
+            None => "0".to_owned(),
+        };
+        let mut state = vec![
+            format!("{t}.{}", quote(ID_FIELD)),
+            tombstoned,
+            text_of(Content::Hash),
+            text_of(Content::Digests),
+            text_of(Content::VersionKey),
+        ];
+        for field in self
+            .model
+            .digested_fields()
+            .chain(self.model.version_field())
+        {
+            state.push(self.text_of(t, field.stored_name()));
+        }
+        state.join(", ")
+    }
+
+    /// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
+    fn tombstone_column(&self) -> String {
+        self.model
+            .tombstone_field()
+            .map_or("NULL".to_owned(), |field| quote(field.stored_name()))
+    }
+
+    /// The condition under which an upsert replaces the stored row `t` with `excluded`: the
+    /// engine's rule as far as SQL can tell it, as on PostgreSQL.
+    fn guard(&self) -> String {
+        let mut conditions = Vec::new();
+        if let Some(field) = self.model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        }
+        let digests = quote(FROZEN_DIGESTS_FIELD);
+        for field in self.model.digested_fields() {
+            let path = json_path(field.stored_name());
+            let unwritten = match field.null_is_unwritten() {
+                true => format!("t.{} IS NULL", quote(field.stored_name())),
+                false => "0".to_owned(),
+            };
+            conditions.push(format!(
+                "(CASE WHEN t.{digests} IS NULL THEN {unwritten} \
+                 ELSE json_extract(t.{digests}, {path}) IS NULL \
+                 OR json_extract(t.{digests}, {path}) = json_extract(excluded.{digests}, {path}) END)",
+            ));
+        }
+        match self.column_with(Content::VersionKey) {
+            Some(_) => {
+                let key = quote(VERSION_KEY_FIELD);
+                let never_versioned = match self.model.version_field() {
+                    Some(field) => format!(
+                        "(t.{key} IS NULL AND t.{} IS NULL)",
+                        quote(field.stored_name())
+                    ),
+                    None => format!("t.{key} IS NULL"),
+                };
+                // BINARY: order keys compare byte by byte.
+                conditions.push(format!(
+                    "({never_versioned} OR t.{key} COLLATE BINARY < excluded.{key} COLLATE BINARY)"
+                ));
+            }
+            None => {
+                let hash = quote(self.model.hash_field());
+                conditions.push(format!("t.{hash} IS NOT excluded.{hash}"));
+            }
+        }
+        conditions.join(" AND ")
+    }
+
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while
+    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
+    /// then the stored hash, digests, version key and version, and each guarded field's text.
+    pub fn pinned_sql(&self) -> String {
+        let mut parameter = 0;
+        let mut next = || {
+            parameter += 1;
+            format!("?{parameter}")
+        };
+        let mut set = Vec::new();
+        for &index in &self.sent {
+            let placeholder = next();
+            if self.columns[index].is_replaced() {
+                set.push(format!(
+                    "{} = {placeholder}",
+                    quote(self.columns[index].name)
+                ));
+            }
+        }
+        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
+        let mut conditions = vec![format!("t.{} = {}", quote(ID_FIELD), next())];
+        if let Some(field) = self.model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        }
+        conditions.push(format!(
+            "t.{} IS {}",
+            quote(self.model.hash_field()),
+            next()
+        ));
+        if self.column_with(Content::Digests).is_some() {
+            conditions.push(format!("t.{} IS {}", quote(FROZEN_DIGESTS_FIELD), next()));
+        }
+        if self.column_with(Content::VersionKey).is_some() {
+            conditions.push(format!("t.{} IS {}", quote(VERSION_KEY_FIELD), next()));
+            if let Some(field) = self.model.version_field() {
+                conditions.push(format!(
+                    "{} IS {}",
+                    self.text_of("t", field.stored_name()),
+                    next()
+                ));
+            }
+        }
+        for field in self.model.digested_fields() {
+            conditions.push(format!(
+                "{} IS {}",
+                self.text_of("t", field.stored_name()),
+                next()
+            ));
+        }
+        format!(
+            "UPDATE {} AS t SET {} WHERE {} RETURNING t.{}",
+            self.name(),
+            set.join(", "),
+            conditions.join(" AND "),
+            quote(ID_FIELD),
+        )
+    }
+}
+
+/// The JSON path of the top-level entry `name`, as a SQL literal.
+fn json_path(name: &str) -> String {
+    literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
+}
+
+/// A quoted SQL identifier.
+pub(crate) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A quoted SQL string literal.
+pub(crate) fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}

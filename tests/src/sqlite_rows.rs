@@ -1,0 +1,201 @@
+//! Reading and writing SQLite rows as the tests see them, without idem: each row's values by
+//! the types SQLite stored them as, and rows written as another tool writes them.
+
+use idem_core::sqlx::{self, Column, Row, SqliteConnection, TypeInfo, ValueRef};
+use idem_core::{ColumnShape, Idempotent};
+use serde_json::{Map, Value};
+
+/// A quoted SQL identifier.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Each row of `collection` in `_id` order, as its columns' names and stored values (SQLite's
+/// own types: integers, reals, text, NULL); empty if there is no such table.
+pub async fn rows(
+    connection: &mut SqliteConnection,
+    collection: &str,
+) -> Vec<Vec<(String, Value)>> {
+    let sql = format!("SELECT * FROM {} ORDER BY \"_id\"", quoted(collection));
+    let rows = match sqlx::query(sqlx::AssertSqlSafe(sql))
+        .fetch_all(&mut *connection)
+        .await
+    {
+        Ok(rows) => rows,
+        Err(error) if error.to_string().contains("no such table") => return Vec::new(),
+        Err(error) => panic!("sqlite: reading back {collection}: {error}"),
+    };
+    rows.iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|index| {
+                    let name = row.column(index).name().to_owned();
+                    let raw = row.try_get_raw(index).expect("a column");
+                    let value = match raw.type_info().name() {
+                        "NULL" => Value::Null,
+                        "INTEGER" => Value::from(row.get::<i64, _>(index)),
+                        "REAL" => serde_json::Number::from_f64(row.get::<f64, _>(index))
+                            .map_or(Value::Null, Value::Number),
+                        _ => Value::from(row.get::<String, _>(index)),
+                    };
+                    (name, value)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What `T`'s table holds exactly, one line per row in `_id` order, with the write marker
+/// every statement of idem's sets anew: equal before and after a call, nothing was written.
+pub async fn raw<T: Idempotent>(connection: &mut SqliteConnection) -> Vec<String> {
+    rows(connection, T::MODEL.collection())
+        .await
+        .into_iter()
+        .map(|row| serde_json::to_string(&row).expect("a row as JSON"))
+        .collect()
+}
+
+/// The stored fields of each row of `T`, in `_id` order, as serde wrote them (booleans and
+/// nested values read back by their columns' shapes, a flattened field's entries beside the
+/// others), with `_id`, without idem's own columns and without nulls.
+pub async fn stored<T: Idempotent>(connection: &mut SqliteConnection) -> Vec<Map<String, Value>> {
+    let model = &T::MODEL;
+    let columns = T::stored_columns();
+    let shape = |name: &str| {
+        columns
+            .iter()
+            .find(|column| column.stored_name() == name)
+            .map(|column| column.shape())
+    };
+    rows(connection, model.collection())
+        .await
+        .into_iter()
+        .map(|row| {
+            let mut document = Map::new();
+            for (name, value) in row {
+                if name == idem_core::model::EXTRA_FIELDS_FIELD {
+                    if let Some(Value::Object(extra)) = value
+                        .as_str()
+                        .and_then(|text| serde_json::from_str(text).ok())
+                    {
+                        document.extend(extra);
+                    }
+                    continue;
+                }
+                let own = name != "_id"
+                    && (name == model.hash_field()
+                        || idem_core::model::RESERVED_FIELDS.contains(&name.as_str()));
+                if own || value.is_null() {
+                    continue;
+                }
+                let value = match (shape(&name), value) {
+                    (Some(ColumnShape::Boolean), Value::Number(flag)) => {
+                        Value::Bool(flag.as_i64() != Some(0))
+                    }
+                    (Some(ColumnShape::Structured), Value::String(text)) => {
+                        serde_json::from_str(&text).unwrap_or(Value::String(text))
+                    }
+                    (_, value) => value,
+                };
+                if !value.is_null() {
+                    document.insert(name, value);
+                }
+            }
+            document
+        })
+        .collect()
+}
+
+/// Replaces the row under `id` with `entries`, as a tool that knows nothing of idem writes it:
+/// no hash, digests or version key; op ids and pushed lists empty; the entries no column holds
+/// (a flattened field's) where idem keeps them.
+pub async fn write_as_another_tool<T: Idempotent>(
+    connection: &mut SqliteConnection,
+    id: &str,
+    entries: Map<String, Value>,
+) {
+    let table = quoted(T::MODEL.collection());
+    let columns: Vec<&'static str> = T::stored_columns()
+        .iter()
+        .filter(|column| column.shape() != ColumnShape::Flattened)
+        .map(|column| column.stored_name())
+        .collect();
+    let (mut row, extra): (Map<String, Value>, Map<String, Value>) = entries
+        .into_iter()
+        .partition(|(name, _)| columns.contains(&name.as_str()));
+    row.insert(idem_core::model::ID_FIELD.to_owned(), Value::from(id));
+    row.insert(
+        idem_core::model::APPLIED_OPS_FIELD.to_owned(),
+        Value::String("[]".into()),
+    );
+    for field in T::MODEL.pushed_fields() {
+        let list = row
+            .entry(field.stored_name())
+            .or_insert(Value::Array(Vec::new()));
+        if list.is_null() {
+            *list = Value::Array(Vec::new());
+        }
+    }
+    if !extra.is_empty() {
+        row.insert(
+            idem_core::model::EXTRA_FIELDS_FIELD.to_owned(),
+            Value::String(Value::Object(extra).to_string()),
+        );
+    }
+    let delete = format!("DELETE FROM {table} WHERE \"_id\" = ?1");
+    sqlx::query(sqlx::AssertSqlSafe(delete))
+        .bind(id)
+        .execute(&mut *connection)
+        .await
+        .unwrap_or_else(|error| panic!("sqlite: deleting as another tool: {error}"));
+    let names: Vec<String> = row.keys().map(|name| quoted(name)).collect();
+    let placeholders: Vec<String> = (1..=row.len()).map(|at| format!("?{at}")).collect();
+    let insert = format!(
+        "INSERT INTO {table} ({}) VALUES ({})",
+        names.join(", "),
+        placeholders.join(", ")
+    );
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(insert));
+    for value in row.values() {
+        query = match value {
+            Value::Null => query.bind(None::<String>),
+            Value::Bool(flag) => query.bind(*flag),
+            Value::Number(number) => match number.as_i64() {
+                Some(integer) => query.bind(integer),
+                None => query.bind(number.as_f64()),
+            },
+            Value::String(text) => query.bind(text.clone()),
+            nested => query.bind(nested.to_string()),
+        };
+    }
+    query
+        .execute(&mut *connection)
+        .await
+        .unwrap_or_else(|error| panic!("sqlite: writing as another tool: {error}"));
+}
+
+/// Runs `sql`, a change another tool makes.
+pub async fn run(connection: &mut SqliteConnection, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *connection)
+        .await
+        .unwrap_or_else(|error| panic!("sqlite: running {sql}: {error}"));
+}
+
+/// The content hash the row `id` of `T` is stored with.
+pub async fn stored_content_hash<T: Idempotent>(
+    connection: &mut SqliteConnection,
+    id: &str,
+) -> Option<String> {
+    let model = &T::MODEL;
+    let sql = format!(
+        "SELECT {} FROM {} WHERE \"_id\" = ?1",
+        quoted(model.hash_field()),
+        quoted(model.collection())
+    );
+    sqlx::query_scalar::<_, Option<String>>(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_one(&mut *connection)
+        .await
+        .unwrap_or_else(|error| panic!("sqlite: reading {id} back: {error}"))
+}
