@@ -31,8 +31,9 @@ pub async fn rows(
                 .map(|index| {
                     let name = row.column(index).name().to_owned();
                     let raw = row.try_get_raw(index).expect("a column");
+                    // A NULL's type is the column's declared one: asked first.
                     let value = match raw.type_info().name() {
-                        "NULL" => Value::Null,
+                        _ if raw.is_null() => Value::Null,
                         "INTEGER" => Value::from(row.get::<i64, _>(index)),
                         "REAL" => serde_json::Number::from_f64(row.get::<f64, _>(index))
                             .map_or(Value::Null, Value::Number),

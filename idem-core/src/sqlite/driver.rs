@@ -13,7 +13,7 @@ use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
+use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::Field;
@@ -32,9 +32,18 @@ impl SqliteDriver<'_, '_> {
         RowReader::new(self.table)
     }
 
-    /// The reply of a write of one row that failed with `error`.
-    fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
+    /// The reply of a write of one row that failed with `error`: a unique index it met (named
+    /// as the schema names it: SQLite's message names only its columns), or a value of the row
+    /// SQLite refuses; any other error concerns the call.
+    async fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
         match unique_conflict(&error, self.table) {
+            Some(Conflict::Other { index: columns }) => {
+                let mut connection = self.connection.lock().await;
+                let index = index_on(&mut connection, self.table, &columns)
+                    .await
+                    .unwrap_or(columns);
+                Ok(Reply::Conflict(Conflict::Other { index }))
+            }
             Some(conflict) => Ok(Reply::Conflict(conflict)),
             None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
             None => Err(error),
@@ -123,7 +132,9 @@ impl Driver for SqliteDriver<'_, '_> {
         };
         match self.write_and_read(statement, docs).await {
             Ok(replies) => Ok(replies),
-            Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
+            Err(error) if docs.len() == 1 => {
+                self.reply_to_error(error).await.map(|reply| vec![reply])
+            }
             Err(error) => Err(error),
         }
     }
@@ -147,7 +158,10 @@ impl Driver for SqliteDriver<'_, '_> {
         match query.fetch_optional(&mut **connection).await {
             Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
             Ok(None) => Ok(Reply::Unseen),
-            Err(source) => self.reply_to_error(sqlite_error(&doc.document, source)),
+            Err(source) => {
+                self.reply_to_error(sqlite_error(&doc.document, source))
+                    .await
+            }
         }
     }
 
@@ -314,4 +328,28 @@ fn stopping<'s>(
         .iter()
         .find(|row| row.natural_key.is_some() && rows.key_differs(doc, row).is_none())
         .or_else(|| stored.iter().find(|row| row.id == doc.id_text))
+}
+
+/// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
+/// comma-separated), if there is one.
+async fn index_on(
+    connection: &mut SqliteConnection,
+    table: &Table,
+    columns: &str,
+) -> Option<String> {
+    let mut wanted: Vec<&str> = columns.split(", ").collect();
+    wanted.sort_unstable();
+    let sql = format!(
+        "SELECT l.name FROM pragma_index_list({}) l WHERE l.\"unique\" AND \
+         (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) i \
+         ORDER BY i.name)) = ?1",
+        super::table::literal(table.model.collection())
+    );
+    crate::trace::round_trip("SELECT");
+    sqlx::query_scalar(super::statement(&sql))
+        .bind(wanted.join(","))
+        .fetch_optional(&mut *connection)
+        .await
+        .ok()
+        .flatten()
 }

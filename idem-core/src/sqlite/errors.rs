@@ -29,12 +29,9 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
         _ => false,
     };
-    // CONSTRAINT (a CHECK, NOT NULL, a foreign key, another unique index), TOOBIG, MISMATCH:
-    // the row's values, not the call.
-    let refuses_document = matches!(primary, Some(18..=20))
-        && !code
-            .as_deref()
-            .is_some_and(|code| UNIQUE_CODES.contains(&code));
+    // CONSTRAINT (a CHECK, NOT NULL, a foreign key, a unique index), TOOBIG, MISMATCH: the
+    // row's values, not the call; a batch goes row by row to tell which.
+    let refuses_document = matches!(primary, Some(18..=20));
     let error = BackendError::new("SQLite", code, retryable, source);
     match refuses_document {
         true => error.refusing_document(),

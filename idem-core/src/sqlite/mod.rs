@@ -79,6 +79,9 @@ use table::{quote, Table};
 /// parameters allows fewer.
 pub const DEFAULT_BATCH_CHUNK: usize = 1000;
 
+/// The tables a store checked, by name: one per type stored there.
+type CheckedTables = HashMap<&'static str, Vec<Arc<Table>>>;
+
 /// How many op ids `apply_once` keeps per row, unless set otherwise.
 pub const DEFAULT_OP_WINDOW: usize = 1000;
 
@@ -86,7 +89,7 @@ pub const DEFAULT_OP_WINDOW: usize = 1000;
 /// the store learned (the tables it checked).
 #[derive(Clone, Debug)]
 pub struct Store {
-    tables: Arc<SyncMutex<HashMap<&'static str, Vec<Arc<Table>>>>>,
+    tables: Arc<SyncMutex<CheckedTables>>,
     batch_chunk: usize,
     op_window: usize,
 }

@@ -185,7 +185,12 @@ impl Table {
                     key = self.natural_key_list(),
                 )
             }
-            Statement::InsertNew => "ON CONFLICT DO NOTHING".to_owned(),
+            // Only the natural key and the id: a conflict in another unique index is a refusal
+            // naming it, not a member left alone.
+            Statement::InsertNew => format!(
+                "ON CONFLICT ({}) DO NOTHING ON CONFLICT ({id}) DO NOTHING",
+                self.natural_key_list()
+            ),
         };
         format!(
             "INSERT INTO {table} AS t ({names}) VALUES {values} {conflict} \
@@ -373,7 +378,7 @@ impl Table {
             ));
         }
         format!(
-            "UPDATE {} AS t SET {} WHERE {} RETURNING t.{}",
+            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
             self.name(),
             set.join(", "),
             conditions.join(" AND "),

@@ -54,13 +54,23 @@ async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, fie
                 .get(0)
         }
         Db::Sqlite { connection, .. } => {
-            let sql =
-                format!("SELECT \"{field}\" FROM \"{collection}\" WHERE \"{key_field}\" = ?1");
-            idem_core::sqlx::query_scalar::<_, f64>(idem_core::sqlx::AssertSqlSafe(sql))
+            // A REAL, or the text of NaN or an infinity, which idem stores as such.
+            let sql = format!(
+                "SELECT typeof(\"{field}\"), \"{field}\", CAST(\"{field}\" AS TEXT) \
+                 FROM \"{collection}\" WHERE \"{key_field}\" = ?1"
+            );
+            use idem_core::sqlx::Row;
+            let row = idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(sql))
                 .bind(key)
                 .fetch_one(&mut *connection.lock().await)
                 .await
-                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"))
+                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"));
+            match row.get::<String, _>(0).as_str() {
+                "real" => row.get(1),
+                _ => row.get::<String, _>(2).parse().unwrap_or_else(|error| {
+                    panic!("{db}: {collection}.{field} of {key} is no float: {error}")
+                }),
+            }
         }
     }
 }

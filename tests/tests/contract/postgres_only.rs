@@ -250,6 +250,10 @@ async fn a_natural_key_too_long_for_the_postgres_index_is_an_error_naming_the_do
     };
     for db in fresh_backends("long_key").await {
         if !db.is_postgres() {
+            // SQLite's indexes hold keys of any length.
+            if db.is_sqlite() {
+                db.ensure::<ScoredPost>().await;
+            }
             assert_eq!(db.upsert(&long).await.unwrap(), Outcome::Inserted, "{db}");
             continue;
         }

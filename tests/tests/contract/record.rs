@@ -218,8 +218,8 @@ struct TaggedEvent {
 #[tokio::test]
 async fn an_event_that_cannot_be_stored_is_refused_before_anything_is_sent() {
     for db in fresh_backends("event_refused").await {
-        // PostgreSQL checks the table before it prepares a row: the table must exist.
-        if db.is_postgres() {
+        // The SQL stores check the table before they prepare a row: the table must exist.
+        if db.is_sql() {
             db.ensure::<TaggedEvent>().await;
         }
         let before = db.raw::<TaggedEvent>().await;

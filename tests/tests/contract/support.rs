@@ -240,11 +240,12 @@ pub fn assert_db_wrote_nothing(db: &Db) {
     }
 }
 
-/// The JSON value [`Db::stored`] shows for the non-finite float PostgreSQL writes as `text`
+/// The JSON value [`Db::stored`] shows for the non-finite float a SQL store writes as `text`
 /// (`NaN`, `Infinity`, `-Infinity`): that text as a string on PostgreSQL (`to_jsonb` of a
-/// `double precision`), relaxed extended JSON on MongoDB.
+/// `double precision`) and SQLite (the text its `REAL` column keeps), relaxed extended JSON on
+/// MongoDB.
 pub fn shown_non_finite(db: &Db, text: &str) -> Value {
-    if db.is_postgres() {
+    if db.is_sql() {
         Value::from(text)
     } else {
         json!({ "$numberDouble": text })
