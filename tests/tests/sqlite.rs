@@ -1,0 +1,312 @@
+//! What only the embedded store has to show: a write lock held past the busy timeout is a
+//! retryable error that writes nothing; idem's writes commit or roll back with the caller's
+//! transaction; the write marker tells inserts from updates exactly under racing writers on
+//! several connections to one file; and a batch of wide rows stays within SQLite's limit of
+//! bound parameters whatever chunk it is given.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::sqlite::Store;
+use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use idem_core::sqlx::{self, ConnectOptions, Connection, SqliteConnection};
+use idem_core::{Idempotent, Outcome};
+use idem_tests::fixtures::{post, Post};
+use idem_tests::sqlite_rows;
+use serde::{Deserialize, Serialize};
+
+/// A fresh database file for `test`.
+fn fresh_path(test: &str) -> std::path::PathBuf {
+    let directory = std::env::temp_dir().join("idem-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join(format!("sqlite_{test}_{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+async fn connect(path: &std::path::Path, busy_timeout: Duration) -> SqliteConnection {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(busy_timeout)
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_lock_held_past_the_busy_timeout_is_retryable_and_writes_nothing() {
+    let path = fresh_path("busy");
+    let store = Store::new();
+    let mut holder = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Post>(&mut holder).await.unwrap();
+    let mut writer = connect(&path, Duration::from_millis(50)).await;
+    // The writer checks the table first, while no one holds the lock.
+    assert_eq!(
+        store
+            .get::<Post>(&mut writer, post().id().unwrap())
+            .await
+            .unwrap(),
+        None
+    );
+
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let error = store.upsert(&mut writer, &post()).await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    let code = error
+        .as_backend()
+        .and_then(|backend| backend.code())
+        .map(str::to_owned);
+    assert!(
+        matches!(code.as_deref(), Some("5" | "517")),
+        "{error}: {code:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    assert!(
+        sqlite_rows::raw::<Post>(&mut holder).await.is_empty(),
+        "nothing written"
+    );
+    // The connection is usable, and the retry converges.
+    assert_eq!(
+        store.upsert(&mut writer, &post()).await.unwrap(),
+        Outcome::Inserted
+    );
+    assert_eq!(
+        store.upsert(&mut writer, &post()).await.unwrap(),
+        Outcome::Unchanged
+    );
+}
+
+#[tokio::test]
+async fn writes_commit_or_roll_back_with_the_callers_transaction() {
+    let path = fresh_path("transaction");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+
+    let mut transaction = connection.begin().await.unwrap();
+    assert_eq!(
+        store.upsert(&mut transaction, &post()).await.unwrap(),
+        Outcome::Inserted
+    );
+    // Inside the transaction, its own write is seen.
+    assert_eq!(
+        store
+            .get::<Post>(&mut transaction, post().id().unwrap())
+            .await
+            .unwrap(),
+        Some(post())
+    );
+    transaction.rollback().await.unwrap();
+    assert_eq!(
+        store
+            .get::<Post>(&mut connection, post().id().unwrap())
+            .await
+            .unwrap(),
+        None
+    );
+
+    let mut transaction = connection.begin().await.unwrap();
+    assert_eq!(
+        store.upsert(&mut transaction, &post()).await.unwrap(),
+        Outcome::Inserted
+    );
+    // A refusal inside the transaction leaves it usable.
+    let moved = Post {
+        published_at: post().published_at + 1,
+        ..post()
+    };
+    assert!(store.upsert(&mut transaction, &moved).await.is_err());
+    transaction.commit().await.unwrap();
+    assert_eq!(
+        store
+            .get::<Post>(&mut connection, post().id().unwrap())
+            .await
+            .unwrap(),
+        Some(post())
+    );
+}
+
+/// Eight connections to one file write the same posts at once, each with its own title, 30
+/// rounds: each post is inserted by exactly one writer and updated or left unchanged by the
+/// others, never inserted twice or updated before it exists; what stays is one writer's whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_writers_on_one_file_are_told_inserted_or_updated_exactly() {
+    let path = fresh_path("race");
+    let store = Store::new();
+    let mut setup = connect(&path, Duration::from_secs(30)).await;
+    store.ensure_table::<Post>(&mut setup).await.unwrap();
+    for round in 0..30 {
+        let barrier = Arc::new(tokio::sync::Barrier::new(8));
+        let mut writers = Vec::new();
+        for writer in 0..8 {
+            let (store, path, barrier) = (store.clone(), path.clone(), barrier.clone());
+            writers.push(tokio::spawn(async move {
+                let mut connection = connect(&path, Duration::from_secs(30)).await;
+                let doc = Post {
+                    slug: format!("round-{round}"),
+                    title: format!("by {writer}"),
+                    ..post()
+                };
+                barrier.wait().await;
+                store.upsert(&mut connection, &doc).await
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for writer in writers {
+            outcomes.push(writer.await.unwrap().unwrap());
+        }
+        let inserted = outcomes
+            .iter()
+            .filter(|outcome| **outcome == Outcome::Inserted)
+            .count();
+        assert_eq!(inserted, 1, "round {round}: {outcomes:?}");
+        assert!(
+            outcomes.iter().all(|outcome| matches!(
+                outcome,
+                Outcome::Inserted | Outcome::Updated | Outcome::Unchanged
+            )),
+            "round {round}: {outcomes:?}"
+        );
+        let stored = store
+            .get::<Post>(
+                &mut setup,
+                Post {
+                    slug: format!("round-{round}"),
+                    ..post()
+                }
+                .id()
+                .unwrap(),
+            )
+            .await
+            .unwrap()
+            .expect("stored");
+        assert!(stored.title.starts_with("by "), "{}", stored.title);
+    }
+    // One row per round, under its derived id.
+    assert_eq!(sqlite_rows::raw::<Post>(&mut setup).await.len(), 30);
+}
+
+/// A type of 40 columns.
+#[derive(Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "wide")]
+struct Wide {
+    #[idem(key)]
+    key: String,
+    c01: i64,
+    c02: i64,
+    c03: i64,
+    c04: i64,
+    c05: i64,
+    c06: i64,
+    c07: i64,
+    c08: i64,
+    c09: i64,
+    c10: i64,
+    c11: i64,
+    c12: i64,
+    c13: i64,
+    c14: i64,
+    c15: i64,
+    c16: i64,
+    c17: i64,
+    c18: i64,
+    c19: i64,
+    c20: i64,
+    c21: i64,
+    c22: i64,
+    c23: i64,
+    c24: i64,
+    c25: i64,
+    c26: i64,
+    c27: i64,
+    c28: i64,
+    c29: i64,
+    c30: i64,
+    c31: i64,
+    c32: i64,
+    c33: i64,
+    c34: i64,
+    c35: i64,
+    c36: i64,
+    c37: i64,
+    c38: i64,
+    c39: i64,
+}
+
+fn wide(n: i64) -> Wide {
+    Wide {
+        key: format!("w{n}"),
+        c01: n,
+        c02: n,
+        c03: n,
+        c04: n,
+        c05: n,
+        c06: n,
+        c07: n,
+        c08: n,
+        c09: n,
+        c10: n,
+        c11: n,
+        c12: n,
+        c13: n,
+        c14: n,
+        c15: n,
+        c16: n,
+        c17: n,
+        c18: n,
+        c19: n,
+        c20: n,
+        c21: n,
+        c22: n,
+        c23: n,
+        c24: n,
+        c25: n,
+        c26: n,
+        c27: n,
+        c28: n,
+        c29: n,
+        c30: n,
+        c31: n,
+        c32: n,
+        c33: n,
+        c34: n,
+        c35: n,
+        c36: n,
+        c37: n,
+        c38: n,
+        c39: n,
+    }
+}
+
+/// 3,000 rows of 43 values each are 129,000 parameters: asked for one chunk, the store still
+/// sends statements SQLite accepts (at most 32,766 parameters each), and a re-ingest writes
+/// nothing.
+#[tokio::test]
+async fn a_batch_of_wide_rows_stays_within_the_parameter_limit() {
+    let path = fresh_path("wide");
+    let store = Store::new().with_batch_chunk(100_000);
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Wide>(&mut connection).await.unwrap();
+    let rows: Vec<Wide> = (0..3_000).map(wide).collect();
+    let report = store.upsert_many(&mut connection, &rows).await.unwrap();
+    assert_eq!(report.count(Outcome::Inserted), 3_000, "{report}");
+    let before = sqlite_rows::raw::<Wide>(&mut connection).await;
+    let again = store.upsert_many(&mut connection, &rows).await.unwrap();
+    assert_eq!(again.count(Outcome::Unchanged), 3_000, "{again}");
+    assert_eq!(
+        sqlite_rows::raw::<Wide>(&mut connection).await,
+        before,
+        "nothing written"
+    );
+}
