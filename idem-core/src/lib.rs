@@ -239,3 +239,8 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples, the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/GUIDE.md")]
+pub struct GuideDoctests;

@@ -4,6 +4,8 @@
 //! one savepoint: the write lock taken by the first is held through the second, so what the
 //! second reads is what stopped the first.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::{Row, SqliteConnection};
@@ -67,12 +69,14 @@ impl SqliteDriver<'_, '_> {
         let written = async {
             let mut query = sqlx::query(super::statement(&sql));
             for doc in docs {
-                query = bind_row(query, self.table, doc, &inserted);
+                query = bind_row(query, self.table, doc, &inserted).bind(&insert_marker);
             }
-            query = query.bind(&insert_marker).bind(&update_marker);
+            if statement != Statement::InsertNew {
+                query = query.bind(&update_marker);
+            }
             crate::trace::round_trip("INSERT … ON CONFLICT");
             let rows = query.fetch_all(&mut *connection).await?;
-            let written: Vec<(String, bool)> = rows
+            let written: HashMap<String, bool> = rows
                 .iter()
                 .map(|row| {
                     let marker: Option<String> = row.get(1);
@@ -84,7 +88,7 @@ impl SqliteDriver<'_, '_> {
                 .collect();
             let left: Vec<&&PreparedRow> = docs
                 .iter()
-                .filter(|doc| !written.iter().any(|(id, _)| *id == doc.id_text))
+                .filter(|doc| !written.contains_key(&doc.id_text))
                 .collect();
             let stored = match left.is_empty() {
                 true => Vec::new(),
@@ -97,15 +101,16 @@ impl SqliteDriver<'_, '_> {
         }
         .await;
         let (written, stored) = finish(connection, written, document).await?;
+        let stored = StoppingRows::new(&stored);
         Ok(docs
             .iter()
             .map(|doc| {
-                if let Some((_, inserted)) = written.iter().find(|(id, _)| *id == doc.id_text) {
+                if let Some(inserted) = written.get(&doc.id_text) {
                     return Reply::Written {
                         inserted: *inserted,
                     };
                 }
-                match stopping(self.rows(), doc, &stored) {
+                match stored.stopping(self.table, doc) {
                     Some(stored) => Reply::Stopped(stored.clone()),
                     // Neither its id nor its natural key is stored, and nothing was written:
                     // the row that stopped it went away meanwhile.
@@ -174,7 +179,7 @@ impl Driver for SqliteDriver<'_, '_> {
         Ok(stored
             .iter()
             .find(|stored| stored.id == doc.id_text)
-            .or_else(|| stopping(self.rows(), doc, &stored))
+            .or_else(|| StoppingRows::new(&stored).stopping(self.table, doc))
             .cloned())
     }
 
@@ -291,10 +296,13 @@ pub(super) async fn select_stored(
     }
     for doc in docs {
         for field in table.model.natural_key_fields() {
-            let text = table
-                .column_of(field)
-                .and_then(|index| doc.value_of(table, index));
-            query = query.bind(text);
+            let column = table.column_of(field);
+            let text = column.and_then(|index| doc.value_of(table, index));
+            // Bound as the column holds it, so that the join meets the key's index.
+            let shape = column.map_or(crate::column::ColumnShape::Text, |index| {
+                table.columns[index].shape
+            });
+            query = super::bind_text(query, shape, text);
         }
     }
     crate::trace::round_trip("SELECT");
@@ -317,17 +325,41 @@ pub(super) async fn select_stored(
         .collect()
 }
 
-/// Among `stored` (rows read with their natural keys), the one that stopped a write of `doc`:
-/// the row holding its natural key, else the one under its id.
-fn stopping<'s>(
-    rows: RowReader<'_>,
-    doc: &PreparedRow,
-    stored: &'s [StoredRow],
-) -> Option<&'s StoredRow> {
-    stored
-        .iter()
-        .find(|row| row.natural_key.is_some() && rows.key_differs(doc, row).is_none())
-        .or_else(|| stored.iter().find(|row| row.id == doc.id_text))
+/// The rows a write left alone, read with their natural keys, found by natural key or id.
+struct StoppingRows<'s> {
+    by_key: HashMap<&'s [Option<String>], &'s StoredRow>,
+    by_id: HashMap<&'s str, &'s StoredRow>,
+}
+
+impl<'s> StoppingRows<'s> {
+    fn new(stored: &'s [StoredRow]) -> Self {
+        StoppingRows {
+            by_key: stored
+                .iter()
+                .filter_map(|row| Some((row.natural_key.as_deref()?, row)))
+                .collect(),
+            by_id: stored.iter().map(|row| (row.id.as_str(), row)).collect(),
+        }
+    }
+
+    /// The row that stopped a write of `doc`: the one holding its natural key, else the one
+    /// under its id.
+    fn stopping(&self, table: &Table, doc: &PreparedRow) -> Option<&'s StoredRow> {
+        let key: Vec<Option<String>> = table
+            .model
+            .natural_key_fields()
+            .map(|field| {
+                table
+                    .column_of(field)
+                    .and_then(|index| doc.value_of(table, index))
+                    .map(str::to_owned)
+            })
+            .collect();
+        self.by_key
+            .get(key.as_slice())
+            .or_else(|| self.by_id.get(doc.id_text.as_str()))
+            .copied()
+    }
 }
 
 /// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
