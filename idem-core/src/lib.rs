@@ -164,11 +164,11 @@ pub mod hash;
 pub mod id;
 mod idempotent;
 pub mod insert;
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 mod intern;
 pub mod model;
 // Only a model given at run time (the `idem` command's flags) can be wrong.
-#[cfg(any(feature = "mongodb", feature = "postgres"))]
+#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
 pub mod model_check;
 #[cfg(feature = "mongodb")]
 pub mod mongo;

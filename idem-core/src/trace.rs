@@ -26,10 +26,9 @@ pub(crate) enum CallKind {
     DeleteById,
     Get,
     Find,
-    // Not yet offered by the SQLite store.
-    #[cfg(any(feature = "mongodb", feature = "postgres"))]
+    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
     Audit,
-    #[cfg(any(feature = "mongodb", feature = "postgres"))]
+    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
     Adopt,
 }
 
@@ -117,16 +116,19 @@ impl Call {
         collection: &str,
         id: impl FnOnce() -> Option<I>,
     ) -> Self {
+        #[cfg(feature = "tracing")]
+        let span = enabled::span(kind, collection, id);
         Call {
             #[cfg(feature = "tracing")]
-            span: enabled::span(kind, collection, id),
+            counts: std::sync::Arc::new(enabled::Counts::of(span.clone())),
             #[cfg(feature = "tracing")]
-            counts: std::sync::Arc::default(),
+            span,
         }
     }
 
     /// Runs `call` in the span, counting the round trips and retries it makes, and records its
     /// outcome (or its error, and a refusal event) when it ends.
+    #[cfg(any(feature = "mongodb", feature = "postgres"))]
     #[inline]
     pub async fn run<O, F>(self, call: F) -> Result<O, Error>
     where
@@ -135,7 +137,28 @@ impl Call {
     {
         #[cfg(feature = "tracing")]
         {
-            enabled::run(self, call).await
+            enabled::run(self, call, false).await
+        }
+        #[cfg(not(feature = "tracing"))]
+        {
+            call.await
+        }
+    }
+
+    /// [`run`](Call::run) for a driver that hands the span current when it sends a command to
+    /// a worker thread, which holds it until the command is done (sqlx's SQLite connection): the
+    /// call's future runs outside its span, so that the span ends with the call, and idem's
+    /// events still name the call's span as their parent.
+    #[cfg(feature = "sqlite")]
+    #[inline]
+    pub async fn run_detached<O, F>(self, call: F) -> Result<O, Error>
+    where
+        O: Shown,
+        F: Future<Output = Result<O, Error>>,
+    {
+        #[cfg(feature = "tracing")]
+        {
+            enabled::run(self, call, true).await
         }
         #[cfg(not(feature = "tracing"))]
         {
@@ -166,7 +189,9 @@ pub(crate) fn retry(why: &'static str) {
 #[allow(unused_variables)]
 pub(crate) fn index_created(collection: &str) {
     #[cfg(feature = "tracing")]
-    tracing::info!(target: "idem", collection, "created the natural-key index");
+    enabled::in_call(
+        || tracing::info!(target: "idem", collection, "created the natural-key index"),
+    );
 }
 
 /// A batch of `documents` goes in `rounds` rounds (an id's second content in the batch waits for
@@ -175,7 +200,7 @@ pub(crate) fn index_created(collection: &str) {
 #[allow(unused_variables)]
 pub(crate) fn batch_split(documents: usize, rounds: usize, chunk: usize) {
     #[cfg(feature = "tracing")]
-    tracing::debug!(target: "idem", documents, rounds, chunk, "batch split");
+    enabled::in_call(|| tracing::debug!(target: "idem", documents, rounds, chunk, "batch split"));
 }
 
 #[cfg(feature = "tracing")]
@@ -193,11 +218,30 @@ mod enabled {
     use super::{Call, CallKind, Shown};
     use crate::error::Error;
 
-    /// The round trips and retries of one call.
-    #[derive(Default)]
+    /// The round trips and retries of one call, and its span: the parent of idem's events.
     pub(super) struct Counts {
         round_trips: AtomicU64,
         retries: AtomicU64,
+        span: tracing::Span,
+    }
+
+    impl Counts {
+        pub(super) fn of(span: tracing::Span) -> Self {
+            Counts {
+                round_trips: AtomicU64::new(0),
+                retries: AtomicU64::new(0),
+                span,
+            }
+        }
+    }
+
+    /// Runs `emit` (which sends an event) in the span of the call being polled, if there is one.
+    pub(super) fn in_call(emit: impl FnOnce()) {
+        let span = CURRENT.with(|current| current.borrow().as_ref().map(|c| c.span.clone()));
+        match span {
+            Some(span) => span.in_scope(emit),
+            None => emit(),
+        }
     }
 
     thread_local! {
@@ -257,9 +301,9 @@ mod enabled {
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
             CallKind::Find => call_span!("idem.find", collection),
-            #[cfg(any(feature = "mongodb", feature = "postgres"))]
+            #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
             CallKind::Audit => call_span!("idem.audit", collection),
-            #[cfg(any(feature = "mongodb", feature = "postgres"))]
+            #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
             CallKind::Adopt => call_span!("idem.adopt", collection),
         };
         if !span.is_disabled() {
@@ -270,7 +314,7 @@ mod enabled {
         span
     }
 
-    pub(super) async fn run<O, F>(call: Call, future: F) -> Result<O, Error>
+    pub(super) async fn run<O, F>(call: Call, future: F, detached: bool) -> Result<O, Error>
     where
         O: Shown,
         F: Future<Output = Result<O, Error>>,
@@ -280,7 +324,10 @@ mod enabled {
             counts: counts.clone(),
             inner: Box::pin(future),
         };
-        let result = counted.instrument(span.clone()).await;
+        let result = match detached {
+            true => counted.instrument(tracing::Span::none()).await,
+            false => counted.instrument(span.clone()).await,
+        };
         span.record("round_trips", counts.round_trips.load(Ordering::Relaxed));
         span.record("retries", counts.retries.load(Ordering::Relaxed));
         match &result {
@@ -325,13 +372,13 @@ mod enabled {
         with_current(|counts| {
             counts.round_trips.fetch_add(1, Ordering::Relaxed);
         });
-        tracing::trace!(target: "idem", command, "round trip");
+        in_call(|| tracing::trace!(target: "idem", command, "round trip"));
     }
 
     pub(super) fn retry(why: &'static str) {
         with_current(|counts| {
             counts.retries.fetch_add(1, Ordering::Relaxed);
         });
-        tracing::debug!(target: "idem", why, "contention, going again");
+        in_call(|| tracing::debug!(target: "idem", why, "contention, going again"));
     }
 }

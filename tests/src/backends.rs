@@ -168,8 +168,7 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
 
 /// [`fresh_backends`] but the embedded one: for a fault only a server has (a reply lost on the
 /// network after the write committed), which an embedded database, answering in the caller's
-/// own process, cannot meet; and for the audit and the adoption, which the SQLite store does not
-/// offer yet.
+/// own process, cannot meet.
 pub async fn fresh_server_backends(test: &str) -> Vec<Db> {
     let mut backends = fresh_backends(test).await;
     backends.retain(|db| !matches!(db, Db::Sqlite { .. }));

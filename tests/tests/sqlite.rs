@@ -310,3 +310,128 @@ async fn a_batch_of_wide_rows_stays_within_the_parameter_limit() {
         "nothing written"
     );
 }
+
+/// Rows another tool wrote (its own ids, no hashes) and a key edited behind idem's back: the
+/// audit finds each, the adoption moves them to their derived ids, and the audit then finds the
+/// table clean; an upsert of each post writes nothing.
+#[tokio::test]
+async fn the_audit_finds_what_other_tools_did_and_adoption_fixes_it() {
+    let path = fresh_path("adopt");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let posts: Vec<Post> = (0..3)
+        .map(|n| Post {
+            slug: format!("post-{n}"),
+            ..post()
+        })
+        .collect();
+    store.upsert_many(&mut connection, &posts).await.unwrap();
+    let legacy: Vec<Post> = (0..2)
+        .map(|n| Post {
+            slug: format!("legacy-{n}"),
+            ..post()
+        })
+        .collect();
+    for (n, doc) in legacy.iter().enumerate() {
+        let Ok(serde_json::Value::Object(row)) = serde_json::to_value(doc) else {
+            panic!("a post serializes to fields");
+        };
+        sqlite_rows::write_as_another_tool::<Post>(&mut connection, &format!("old-{n}"), row).await;
+    }
+    sqlite_rows::run(
+        &mut connection,
+        "UPDATE posts SET slug = 'post-2-renamed' WHERE slug = 'post-2'",
+    )
+    .await;
+
+    let report = store.audit::<Post>(&mut connection).await.unwrap();
+    assert_eq!(report.scanned, 5, "{report}");
+    assert_eq!(report.legacy_ids.count, 2, "{report}");
+    assert_eq!(report.orphans.count, 1, "{report}");
+    assert_eq!(report.missing_hash.count, 2, "{report}");
+    assert_eq!(report.hash_mismatch.count, 1, "{report}");
+    assert!(report.table_problems.is_empty(), "{report}");
+    // The same by flags: the same findings but what needs the type.
+    static FIELDS: [idem_core::Field; 4] = [
+        idem_core::Field::new("slug", "slug", idem_core::Role::Key),
+        idem_core::Field::new("lang", "lang", idem_core::Role::Key),
+        idem_core::Field::new("publishedAt", "publishedAt", idem_core::Role::Timestamp),
+        idem_core::Field::new("fetchedAt", "fetchedAt", idem_core::Role::Volatile),
+    ];
+    let model = idem_core::Model::new("posts", idem_core::IdScheme::V1, "sourceHash", &FIELDS);
+    let by_flags = store
+        .audit_model(&mut connection, &model, &[], |_| {})
+        .await
+        .unwrap();
+    assert_eq!(by_flags.legacy_ids, report.legacy_ids, "{by_flags}");
+    assert_eq!(by_flags.orphans, report.orphans, "{by_flags}");
+    assert_eq!(by_flags.missing_hash, report.missing_hash, "{by_flags}");
+    assert_eq!(by_flags.hash_mismatch, report.hash_mismatch, "{by_flags}");
+    assert!(by_flags.model_mismatch.is_none(), "{by_flags}");
+
+    let adopted = store.adopt::<Post>(&mut connection).await.unwrap();
+    assert_eq!(adopted.moved.count, 3, "{adopted}");
+    assert!(adopted.is_complete(), "{adopted}");
+    let after = store.audit::<Post>(&mut connection).await.unwrap();
+    assert!(after.is_clean(), "{after}");
+    let before = sqlite_rows::raw::<Post>(&mut connection).await;
+    let renamed = Post {
+        slug: "post-2-renamed".into(),
+        ..post()
+    };
+    for doc in posts[..2].iter().chain(&legacy).chain([&renamed]) {
+        assert_eq!(
+            store.upsert(&mut connection, doc).await.unwrap(),
+            Outcome::Unchanged
+        );
+    }
+    assert_eq!(sqlite_rows::raw::<Post>(&mut connection).await, before);
+}
+
+/// Flags that do not match the stored rows (the timestamp forgotten): the audit says so, and
+/// the adoption by flags moves nothing.
+#[tokio::test]
+async fn adoption_by_wrong_flags_moves_nothing() {
+    let path = fresh_path("wrong_flags");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let posts: Vec<Post> = (0..10)
+        .map(|n| Post {
+            slug: format!("post-{n}"),
+            ..post()
+        })
+        .collect();
+    store.upsert_many(&mut connection, &posts).await.unwrap();
+    let before = sqlite_rows::raw::<Post>(&mut connection).await;
+    static FIELDS: [idem_core::Field; 2] = [
+        idem_core::Field::new("slug", "slug", idem_core::Role::Key),
+        idem_core::Field::new("lang", "lang", idem_core::Role::Key),
+    ];
+    let model = idem_core::Model::new("posts", idem_core::IdScheme::V1, "sourceHash", &FIELDS);
+    let audit = store
+        .audit_model(&mut connection, &model, &[], |_| {})
+        .await
+        .unwrap();
+    let mismatch = audit.model_mismatch.expect("a wrong model");
+    assert_eq!(mismatch.likely_flags, "--timestamp publishedAt");
+    let refused = store
+        .adopt_model(&mut connection, &model, &[], Default::default())
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("(likely --timestamp publishedAt)"),
+        "{refused}"
+    );
+    assert_eq!(sqlite_rows::raw::<Post>(&mut connection).await, before);
+    // A table that is not there is an error naming it.
+    let missing = idem_core::Model::new("nothing", idem_core::IdScheme::V1, "sourceHash", &FIELDS);
+    let error = store
+        .audit_model(&mut connection, &missing, &[], |_| {})
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("no table `nothing`"), "{error}");
+}

@@ -13,9 +13,9 @@ use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::audit::{estimated_rows, shown_row_id};
+use super::audit::estimated_rows;
 use super::schema::survey_table;
-use super::stored::{stored_destination, stored_table, Destination, Reading};
+use super::stored::stored_table;
 use super::table::{quote, sql_type, Table};
 use super::{postgres_error, Store};
 use crate::audit::{AdoptReport, AuditProgress};
@@ -25,6 +25,8 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
+use crate::sql::audit::shown_row_id;
+use crate::sql::judge::{stored_destination, AdoptOptions, Destination, Reading};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -51,7 +53,7 @@ impl Place {
     fn shown(&self) -> String {
         match self {
             Place::Id(id) => id.clone(),
-            Place::Location(location) => shown_row_id(None, location),
+            Place::Location(location) => shown_row_id(None, &format!("ctid {location}")),
         }
     }
 }
@@ -205,34 +207,6 @@ impl Store {
             move_rows(client, &table, reading, options, &mut progress).await
         })
         .await
-    }
-}
-
-/// How [`Store::adopt_model`] runs.
-#[derive(Clone, Copy, Debug, Default)]
-#[non_exhaustive]
-pub struct AdoptOptions {
-    /// Stop before the row after this many moved, leaving the table in a state the next run
-    /// finishes: to bound the work of one call.
-    pub max_documents: Option<u64>,
-    /// Move rows even when the stored ones were written with another model than the one given
-    /// (see [`crate::model_check`]): for a deliberate change of keys, timestamp or scheme. Off
-    /// by default, when such a run is refused.
-    pub ignore_model_check: bool,
-}
-
-impl AdoptOptions {
-    /// Moves rows even when the stored ones match another model than the one given; see
-    /// [`AdoptOptions::ignore_model_check`].
-    pub fn ignoring_model_check(mut self) -> Self {
-        self.ignore_model_check = true;
-        self
-    }
-
-    /// Stop after `documents` rows moved; see [`AdoptOptions::max_documents`].
-    pub fn with_max_documents(mut self, documents: u64) -> Self {
-        self.max_documents = Some(documents);
-        self
     }
 }
 

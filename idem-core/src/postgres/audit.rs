@@ -26,21 +26,20 @@ use super::Connection;
 use futures_core::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::stored::{judge, stored_table, Reading};
+use super::stored::stored_table;
 use super::table::{quote, InsertedSignal, Table};
 use super::{postgres_error, survey_table, Store};
-use crate::audit::{
-    AuditProgress, AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue,
-};
+use crate::audit::{AuditProgress, AuditReport};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, ID_FIELD};
-use crate::model_check::ModelCheck;
+use crate::model::{Field, Model};
+use crate::sql::audit::RowScan;
+use crate::sql::judge::Reading;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -184,9 +183,7 @@ where
         .await
         .map_err(|source| postgres_error(&document, source))?;
     let mut rows = pin!(rows);
-    let mut duplicates = DuplicateTracker::new();
-    // A model given at run time may not be the rows' (a flag forgotten or wrong).
-    let mut model_check = (!reading.is_typed()).then(|| ModelCheck::new(model));
+    let mut scan = RowScan::new(table, reading);
     while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
         let row = row.map_err(|source| postgres_error(&document, source))?;
         let Value::Object(stored) = row.get::<_, Value>(0) else {
@@ -197,30 +194,11 @@ where
                 },
             ));
         };
-        report.scanned += 1;
-        if let Some(check) = &mut model_check {
-            if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
-                if check.wants(id) {
-                    check.examine(id, &stored);
-                }
-            }
-        }
-        let audited = audit_row(&mut report, table, reading, stored, row.get(1));
-        // A key with a NULL part collides with no other, as in a unique constraint.
-        let key = (!audited.key.iter().any(Value::is_null)).then(|| {
-            RowKey(
-                model
-                    .natural_key_fields()
-                    .map(|field| field.stored_name())
-                    .zip(audited.key)
-                    .collect(),
-            )
-        });
-        duplicates.count(&mut report, key, &audited.id, audited.clean);
+        let location = format!("ctid {}", row.get::<_, &str>(1));
+        scan.row(&mut report, stored, &location);
         progress(&AuditProgress::new(report.scanned, total));
     }
-    duplicates.finish(&mut report);
-    report.model_mismatch = model_check.and_then(|check| check.finding());
+    scan.finish(&mut report);
     Ok(report)
 }
 
@@ -243,107 +221,4 @@ where
         .map_err(|source| postgres_error(document, source))?;
     // -1: never vacuumed or analyzed.
     Ok(estimate.and_then(|row| u64::try_from(row.get::<_, i64>(0)).ok()))
-}
-
-/// One row as the audit saw it.
-struct AuditedRow {
-    /// The stored `_id` as text, or where the row is if it has none.
-    id: String,
-    /// The natural-key values, in declaration order; NULL for a missing column.
-    key: Vec<Value>,
-    /// Whether the row has no problem of its own.
-    clean: bool,
-}
-
-/// Counts the problems of one row: its id, its content hash, whether it reads as the type.
-fn audit_row(
-    report: &mut AuditReport,
-    table: &Table,
-    reading: Reading<'_>,
-    stored: Map<String, Value>,
-    location: String,
-) -> AuditedRow {
-    let model = table.model;
-    let stored_id = stored
-        .get(ID_FIELD)
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = shown_row_id(stored.get(ID_FIELD), &location);
-    let key: Vec<Value> = model
-        .natural_key_fields()
-        .map(|field| {
-            stored
-                .get(field.stored_name())
-                .cloned()
-                .unwrap_or(Value::Null)
-        })
-        .collect();
-    let judged = judge(table, reading, stored);
-    let mut clean = true;
-    match judged.derived {
-        // An event's id is random, assigned by its first write: there is none to derive.
-        None => {}
-        Some(Err(why)) => {
-            report.underivable.record(id.clone(), Some(why));
-            clean = false;
-        }
-        Some(Ok(derived)) => {
-            let finding = match stored_id.as_deref() {
-                Some(text) if text == derived.to_string() => None,
-                Some(text) if text.parse::<Id>().is_ok() => Some(&mut report.orphans),
-                _ => Some(&mut report.legacy_ids),
-            };
-            if let Some(finding) = finding {
-                finding.record_misplaced(id.clone(), derived.to_string());
-                clean = false;
-            }
-        }
-    }
-    clean &= judged.hash.record(report, &id);
-    if let (Some(why), Some(finding)) = (judged.undeserializable, &mut report.undeserializable) {
-        finding.record(id.clone(), Some(why));
-        clean = false;
-    }
-    AuditedRow { id, key, clean }
-}
-
-/// A row as a report shows it: its `_id`, or where it is if it has none (valid until the row is
-/// next written).
-pub(super) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
-    match id {
-        None | Some(Value::Null) => format!("(no _id, at ctid {location})"),
-        Some(Value::String(text)) => text.clone(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// A natural key as stored: each key column's stored name and value.
-struct RowKey(Vec<(&'static str, Value)>);
-
-impl ScannedKey for RowKey {
-    fn collides_with(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-
-    fn shown(&self) -> ShownKey {
-        ShownKey(
-            self.0
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), shown_value(value.clone())))
-                .collect(),
-        )
-    }
-}
-
-fn shown_value(value: Value) -> ShownValue {
-    match value {
-        Value::String(text) => ShownValue::Text(text),
-        Value::Bool(flag) => ShownValue::Bool(flag),
-        Value::Null => ShownValue::Null,
-        Value::Number(number) => match number.as_i64() {
-            Some(integer) => ShownValue::Integer(integer),
-            None => ShownValue::Other(number.to_string()),
-        },
-        other => ShownValue::Other(other.to_string()),
-    }
 }

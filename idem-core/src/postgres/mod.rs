@@ -75,7 +75,7 @@ mod table;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-pub use adopt::AdoptOptions;
+pub use crate::sql::judge::AdoptOptions;
 pub use connection::Connection;
 use serde::Serialize;
 pub use session::Session;

@@ -7,14 +7,12 @@ use serde_json::Value;
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
 use super::Store;
-use crate::column::ColumnShape;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::idempotent::Idempotent;
 use crate::model::ID_FIELD;
-use crate::sql::json::{self, Cell};
-use crate::sql::layout::Content;
+use crate::sql::row::row_as;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -122,47 +120,4 @@ where
     row_as(table, stored)
         .map(Some)
         .map_err(|error| deserialize_error(error.to_string()))
-}
-
-/// A row of `table`, as [`Table::row_json`] writes it, read as `T`: the one reading of `get`,
-/// `find`, the audit and the adoption.
-pub(super) fn row_as<T: DeserializeOwned>(
-    table: &Table,
-    stored: serde_json::Map<String, Value>,
-) -> Result<T, String> {
-    json::from_cells(row_cells(table, stored))
-}
-
-/// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
-/// flattened fields back beside the others, a column [`Table::row_json`] left out (NULL where
-/// serde may do without the field, [`Column::may_be_absent`](crate::Column::may_be_absent)) as
-/// absent, any other NULL as null, and NaN and the infinities as floats (`to_jsonb` writes them
-/// as text).
-fn row_cells(table: &Table, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
-    let mut cells = Vec::with_capacity(stored.len());
-    for (name, value) in stored {
-        let Some(column) = table.column_named(&name).map(|index| &table.columns[index]) else {
-            // A column the model does not know (added by a migration): not the type's.
-            continue;
-        };
-        match (column.content, column.shape, value) {
-            (Content::Extra, _, Value::Object(extra)) => {
-                cells.extend(
-                    extra
-                        .into_iter()
-                        .map(|(name, value)| (name, Cell::Json(value))),
-                );
-            }
-            (Content::Stored(_), ColumnShape::Float, Value::String(text)) => {
-                match text.parse::<f64>() {
-                    Ok(float) => cells.push((name, Cell::Float(float))),
-                    Err(_) => cells.push((name, Cell::Json(Value::String(text)))),
-                }
-            }
-            (Content::Stored(_), _, value) => cells.push((name, Cell::Json(value))),
-            // The id, the hash, the digests, the version key and the op ids are idem's.
-            _ => {}
-        }
-    }
-    cells
 }

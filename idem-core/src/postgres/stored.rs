@@ -1,245 +1,14 @@
-//! How the audit and adoption read a row: as the type (`Store::audit::<T>`), or with a model
-//! given at run time (`Store::audit_model`, the `idem` command), whose table is laid out from
-//! the catalog's columns and whose ids and hashes come from the stored values.
-//!
-//! # Hashes without the type
-//!
-//! The hash of a row read without the type is the hash of its stored values, each column in the
-//! type's order (the `field_order` given, else the table's column order, which is the type's
-//! declaration order in a table idem made): a `double precision` column as a float, whatever
-//! digits `to_jsonb` printed, and a NULL column both as null and as absent (a field serde skips
-//! when `None`), whichever matches. A nested object in a `jsonb` column reads as a map with its
-//! keys sorted, where the type may have hashed a struct in its declaration order: such a row
-//! whose hash matches no reading is counted as not checked ([`HashCheck`]), not as changed, and
-//! adoption keeps its stored hash.
+//! The table of a model given at run time (`Store::audit_model`, the `idem` command), laid out
+//! from the catalog's columns; how its rows are judged is [`crate::sql::judge`]'s.
 
-use serde::de::DeserializeOwned;
-use serde::ser::{Serialize, Serializer};
-use serde_json::{Map, Value};
 use tokio_postgres::types::Type;
 
-use super::read::row_as;
 use super::table::{InsertedSignal, Table};
 use super::{postgres_error, Connection};
-use crate::audit::HashCheck;
-use crate::column::{Column, ColumnShape};
+use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::hash::ContentHash;
-use crate::id::Id;
-use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
-use crate::sql::layout::Content;
-use crate::sql::row::PreparedRow;
-
-/// How rows are read.
-#[derive(Clone, Copy)]
-pub(super) enum Reading<'a> {
-    /// As the type: `read` gives a row's id and content hash, `destination` what adopting it
-    /// writes; either says why the row does not read as the type.
-    Typed {
-        read: fn(&Table, Map<String, Value>) -> Result<TypedRow, String>,
-        destination: fn(&Table, Map<String, Value>) -> Result<Destination, String>,
-    },
-    /// As stored, for a model given at run time, the hashed columns in `field_order` (the
-    /// type's order; the table's if empty).
-    Stored { field_order: &'a [&'a str] },
-}
-
-impl Reading<'_> {
-    /// The reading of `T`.
-    pub fn typed<T: Idempotent + Serialize + DeserializeOwned>() -> Self {
-        Reading::Typed {
-            read: read_typed::<T>,
-            destination: typed_destination::<T>,
-        }
-    }
-
-    pub fn is_typed(&self) -> bool {
-        matches!(self, Reading::Typed { .. })
-    }
-}
-
-/// A row read as the type.
-pub(super) struct TypedRow {
-    id: Result<Id, String>,
-    hash: Option<ContentHash>,
-}
-
-fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
-    table: &Table,
-    stored: Map<String, Value>,
-) -> Result<TypedRow, String> {
-    let value: T = row_as(table, stored)?;
-    Ok(TypedRow {
-        id: value.id().map_err(|error| error.to_string()),
-        hash: value.content_hash().ok(),
-    })
-}
-
-/// Where adoption moves a row: its derived id, and the values of idem's columns it writes with
-/// it (the content hash, the digests, the version key), by column index.
-pub(super) struct Destination {
-    pub id_text: String,
-    pub document: DocumentRef,
-    pub contents: Vec<(usize, Option<String>)>,
-}
-
-fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
-    table: &Table,
-    stored: Map<String, Value>,
-) -> Result<Destination, String> {
-    let value: T =
-        row_as(table, stored).map_err(|error| format!("does not read as its type: {error}"))?;
-    let prepared = PreparedRow::new(&value, table).map_err(|error| error.to_string())?;
-    let contents = [Content::Hash, Content::Digests, Content::VersionKey]
-        .into_iter()
-        .filter_map(|content| table.column_with(content))
-        .map(|index| (index, prepared.value_of(table, index).map(str::to_owned)))
-        .collect();
-    Ok(Destination {
-        id_text: prepared.id_text.clone(),
-        document: prepared.document.clone(),
-        contents,
-    })
-}
-
-/// One row as the audit and adoption judge it.
-pub(super) struct Judged {
-    /// The id derived from the row, `None` for an event type (its id is random).
-    pub derived: Option<Result<Id, String>>,
-    pub hash: HashCheck,
-    /// Why the row does not read as the type (typed readings only).
-    pub undeserializable: Option<String>,
-}
-
-/// Judges one row of `table`, its columns as `to_jsonb` gives them.
-pub(super) fn judge(table: &Table, reading: Reading<'_>, stored: Map<String, Value>) -> Judged {
-    let model = table.model;
-    let stored_value = |field: &Field| {
-        stored
-            .get(field.stored_name())
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
-    let key: Vec<Value> = model.natural_key_fields().map(stored_value).collect();
-    let timestamp = model.timestamp_field().map(stored_value);
-    let from_stored = || crate::audit::derive_from_stored(model, &key, timestamp.as_ref());
-    let stored_hash = stored
-        .get(model.hash_field())
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let (derived, computed, nested_unknown, undeserializable) = match reading {
-        Reading::Typed { read, .. } => match read(table, stored) {
-            Ok(row) => (row.id, row.hash.into_iter().collect(), false, None),
-            Err(why) => (from_stored(), Vec::new(), false, Some(why)),
-        },
-        Reading::Stored { field_order } => {
-            let (computed, nested) = stored_hashes(table, field_order, &stored);
-            (from_stored(), computed, nested, None)
-        }
-    };
-    Judged {
-        derived: model.idempotency_key_field().is_none().then_some(derived),
-        hash: HashCheck {
-            stored: stored_hash,
-            computed,
-            nested_unknown,
-        },
-        undeserializable,
-    }
-}
-
-/// Where a run-time adoption moves a row: under the id its stored values derive, with the hash
-/// [`HashCheck::to_store`] keeps.
-pub(super) fn stored_destination(
-    table: &Table,
-    field_order: &[&str],
-    stored: Map<String, Value>,
-) -> Result<Destination, String> {
-    let digests: Map<String, Value> = table
-        .model
-        .digested_fields()
-        .filter_map(|field| {
-            let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
-            let unwritten = value.is_null() && field.null_is_unwritten();
-            let digest = crate::hash::guard_digest(value, unwritten).ok()??;
-            Some((field.stored_name().to_owned(), Value::from(digest)))
-        })
-        .collect();
-    let judged = judge(table, Reading::Stored { field_order }, stored);
-    let id = judged.derived.unwrap_or_else(|| {
-        Err("an event's id is assigned by its first write: there is none to move to".into())
-    })?;
-    let hash = judged
-        .hash
-        .to_store()
-        .ok_or_else(|| "its content hash cannot be computed".to_owned())?;
-    let contents = [
-        (Content::Hash, Some(hash)),
-        (Content::Digests, Some(Value::Object(digests).to_string())),
-    ]
-    .into_iter()
-    .filter_map(|(content, value)| Some((table.column_with(content)?, value)))
-    .collect();
-    Ok(Destination {
-        id_text: id.to_string(),
-        document: DocumentRef::by_id(table.model, id),
-        contents,
-    })
-}
-
-/// A stored value as it is hashed: a float column's number as a float.
-enum Hashed<'a> {
-    Json(&'a Value),
-    Float(f64),
-}
-
-impl Serialize for Hashed<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Hashed::Json(value) => value.serialize(serializer),
-            Hashed::Float(float) => serializer.serialize_f64(*float),
-        }
-    }
-}
-
-/// The hashes a row's stored values may have (NULLs read as null, then as absent), and whether
-/// it holds values whose hash only the type knows (nested objects, a flattened field's entries).
-fn stored_hashes(
-    table: &Table,
-    field_order: &[&str],
-    stored: &Map<String, Value>,
-) -> (Vec<ContentHash>, bool) {
-    let model = table.model;
-    let mut fields: Vec<(&str, Hashed<'_>)> = Vec::new();
-    let mut nested = table.column_with(Content::Extra).is_some();
-    for column in &table.columns {
-        let (Content::Stored(_), Some(value)) = (column.content, stored.get(column.name)) else {
-            continue;
-        };
-        let hashed = match (column.shape, value) {
-            (ColumnShape::Float, Value::Number(number)) => {
-                Hashed::Float(number.as_f64().unwrap_or(f64::NAN))
-            }
-            // `to_jsonb` writes NaN and the infinities as text.
-            (ColumnShape::Float, Value::String(text)) => match text.parse::<f64>() {
-                Ok(float) => Hashed::Float(float),
-                Err(_) => Hashed::Json(value),
-            },
-            (_, value) => Hashed::Json(value),
-        };
-        nested |= crate::hash::is_hashed_stored_field(model, column.name) && holds_object(value);
-        fields.push((column.name, hashed));
-    }
-    let mut hashes = Vec::new();
-    hashes.extend(crate::hash::stored_fields_hash(model, field_order, &fields).ok());
-    if stored.values().any(Value::is_null) {
-        fields.retain(|(_, value)| !matches!(value, Hashed::Json(Value::Null)));
-        hashes.extend(crate::hash::stored_fields_hash(model, field_order, &fields).ok());
-    }
-    (hashes, nested)
-}
+use crate::model::Model;
 
 /// The table of a model given at run time, laid out from the catalog: every column other than
 /// idem's own is a stored field, in column order, of the shape its type has. A table that does
@@ -281,28 +50,11 @@ pub(super) async fn stored_table<C: Connection>(client: &C, model: &Model) -> Re
             place.get::<_, String>(1),
         )));
     }
-    let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-    if let Some(field) = model
-        .fields()
+    let catalog: Vec<(String, ColumnShape)> = rows
         .iter()
-        .find(|field| !names.iter().any(|name| name == field.stored_name()))
-    {
-        return Err(refuse(format!(
-            "the table has no column `{}` (its columns: {})",
-            field.stored_name(),
-            names.join(", ")
-        )));
-    }
-    let columns: Vec<Column> = rows
-        .iter()
-        .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-        .filter(|(name, _)| {
-            name != ID_FIELD
-                && name != model.hash_field()
-                && !RESERVED_FIELDS.contains(&name.as_str())
-        })
-        .map(|(name, sql_type)| Column::new(crate::intern::name(&name), shape_of(&sql_type)))
+        .map(|row| (row.get(0), shape_of(row.get(1))))
         .collect();
+    let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
     Ok(Table::new(
         crate::intern::model(model),
         &columns,
@@ -320,14 +72,5 @@ fn shape_of(sql_type: &str) -> ColumnShape {
         "double precision" | "real" => ColumnShape::Float,
         "boolean" => ColumnShape::Boolean,
         _ => ColumnShape::Structured,
-    }
-}
-
-/// Whether `value` holds an object at any depth.
-fn holds_object(value: &Value) -> bool {
-    match value {
-        Value::Object(_) => true,
-        Value::Array(items) => items.iter().any(holds_object),
-        _ => false,
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
-use crate::sql::json;
+use crate::sql::json::{self, Cell};
 use crate::verdict::StoredVersion;
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
@@ -427,4 +427,46 @@ pub(crate) fn value_from_text(shape: ColumnShape, text: &str) -> Value {
 /// The digest of a float JSON cannot hold, as the content hash encodes it.
 fn float_digest(float: f64) -> Result<Option<String>, String> {
     crate::hash::guard_digest(&float, false)
+}
+
+/// A row of `table`, its columns as JSON (PostgreSQL's `to_jsonb` of the row, SQLite's values by
+/// their shapes), read as `T`: the one reading of `get`, `find`, the audit and the adoption.
+pub(crate) fn row_as<T: serde::de::DeserializeOwned>(
+    table: &Layout,
+    stored: serde_json::Map<String, Value>,
+) -> Result<T, String> {
+    json::from_cells(row_cells(table, stored))
+}
+
+/// The stored fields of a row as serde reads them: idem's own columns left out, the entries of
+/// flattened fields back beside the others, a column the row left out (NULL where
+/// serde may do without the field, [`Column::may_be_absent`](crate::Column::may_be_absent)) as
+/// absent, any other NULL as null, and NaN and the infinities as floats (held as their text).
+fn row_cells(table: &Layout, stored: serde_json::Map<String, Value>) -> Vec<(String, Cell)> {
+    let mut cells = Vec::with_capacity(stored.len());
+    for (name, value) in stored {
+        let Some(column) = table.column_named(&name).map(|index| &table.columns[index]) else {
+            // A column the model does not know (added by a migration): not the type's.
+            continue;
+        };
+        match (column.content, column.shape, value) {
+            (Content::Extra, _, Value::Object(extra)) => {
+                cells.extend(
+                    extra
+                        .into_iter()
+                        .map(|(name, value)| (name, Cell::Json(value))),
+                );
+            }
+            (Content::Stored(_), ColumnShape::Float, Value::String(text)) => {
+                match text.parse::<f64>() {
+                    Ok(float) => cells.push((name, Cell::Float(float))),
+                    Err(_) => cells.push((name, Cell::Json(Value::String(text)))),
+                }
+            }
+            (Content::Stored(_), _, value) => cells.push((name, Cell::Json(value))),
+            // The id, the hash, the digests, the version key and the op ids are idem's.
+            _ => {}
+        }
+    }
+    cells
 }

@@ -265,6 +265,16 @@ pub(super) async fn finish<R>(
     outcome: Result<R, sqlx::Error>,
     document: &crate::document::DocumentRef,
 ) -> Result<R, Error> {
+    let outcome = outcome.map_err(|source| sqlite_error(document, source));
+    finish_with(connection, outcome, document).await
+}
+
+/// [`finish`] for an outcome whose error is idem's already.
+pub(super) async fn finish_with<R>(
+    connection: &mut SqliteConnection,
+    outcome: Result<R, Error>,
+    document: &crate::document::DocumentRef,
+) -> Result<R, Error> {
     match outcome {
         Ok(value) => {
             sqlx::query("RELEASE idem")
@@ -273,12 +283,12 @@ pub(super) async fn finish<R>(
                 .map_err(|source| sqlite_error(document, source))?;
             Ok(value)
         }
-        Err(source) => {
+        Err(error) => {
             // What failed is the error to report; the rollback's own failure would hide it.
             let _ = sqlx::query("ROLLBACK TO idem; RELEASE idem")
                 .execute(&mut *connection)
                 .await;
-            Err(sqlite_error(document, source))
+            Err(error)
         }
     }
 }

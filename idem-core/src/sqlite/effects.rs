@@ -41,7 +41,7 @@ impl Store {
         T: Idempotent,
     {
         let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
-        call.run(async move {
+        call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let table = self.table::<T>(connection, &document).await?;
@@ -185,7 +185,7 @@ impl Store {
         I: Serialize + Sync,
     {
         let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
-        call.run(async move {
+        call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;

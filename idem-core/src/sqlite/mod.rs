@@ -39,6 +39,7 @@
 //! an error whose [`is_retryable`](crate::Error::is_retryable) is true, never a wrong outcome.
 //! Use WAL mode (`journal_mode=WAL`) so that readers do not block the writer.
 
+mod audit;
 mod driver;
 mod effects;
 mod errors;
@@ -70,6 +71,7 @@ use crate::sql::json;
 use crate::sql::row::PreparedRow;
 use crate::trace::{Call, CallKind};
 
+pub use crate::sql::judge::AdoptOptions;
 pub use errors::driver_error;
 pub use session::Session;
 
@@ -163,7 +165,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
-        call.run(async move {
+        call.run_detached(async move {
             if T::MODEL.idempotency_key_field().is_some() {
                 return self
                     .record(connection, doc)
@@ -193,7 +195,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
-        call.run(async move {
+        call.run_detached(async move {
             if T::MODEL.idempotency_key_field().is_some() {
                 let mut outcomes = Vec::with_capacity(docs.len());
                 for doc in docs {
@@ -224,7 +226,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
-        call.run(async move {
+        call.run_detached(async move {
             let document = doc.document_ref();
             let tombstone = tombstone_field(&T::MODEL, &document)?;
             let table = self.table::<T>(connection, &document).await?;
@@ -265,7 +267,7 @@ impl Store {
         M: Serialize + Sync,
     {
         let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
-        call.run(async move {
+        call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let tombstone = tombstone_field(model, &document)?;
@@ -366,7 +368,7 @@ impl Store {
         T: Idempotent + Serialize + Sync + Clone,
     {
         let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || None::<Id>);
-        call.run(async move {
+        call.run_detached(async move {
             let collection = DocumentRef::collection(&T::MODEL);
             let table = self.table::<T>(connection, &collection).await?;
             let connection = Mutex::new(connection);
@@ -385,7 +387,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
     {
         let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
-        call.run(async move {
+        call.run_detached(async move {
             let model = &T::MODEL;
             let key_field = model
                 .idempotency_key_field()

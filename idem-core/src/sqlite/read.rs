@@ -30,7 +30,7 @@ impl Store {
         T: Idempotent + DeserializeOwned,
     {
         let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
-        call.run(async move {
+        call.run_detached(async move {
             let document = DocumentRef::by_id(&T::MODEL, id);
             let table = self.table::<T>(connection, &document).await?;
             let condition = format!("t.{} = ?1", quote(ID_FIELD));
@@ -57,7 +57,7 @@ impl Store {
         T: Idempotent + DeserializeOwned,
     {
         let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
-        call.run(async move {
+        call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
             let table = self.table::<T>(connection, &document).await?;
