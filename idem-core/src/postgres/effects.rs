@@ -8,8 +8,7 @@ use serde::Serialize;
 use super::schema::query_checked_one;
 use super::table::{self, quote, sql_type};
 use super::{connection, postgres_error, Store};
-use crate::change::{self, Change, ChangeKind, SqlValue};
-use crate::column::ColumnShape;
+use crate::change::{self, Change};
 use crate::document::DocumentRef;
 use crate::engine;
 use crate::engine::by_id::{answered_in_one, settle_by_id};
@@ -21,7 +20,7 @@ use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
 use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
 use crate::sql::json;
-use crate::sql::row::{column_text, PreparedRow};
+use crate::sql::row::PreparedRow;
 use crate::trace::{Call, CallKind};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -85,92 +84,22 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let table = self.table::<T, C>(client, &document).await?;
-            let refuse = |path: &str| {
-                Error::new(
-                    document.clone(),
-                    ErrorKind::NotAnEffectField {
-                        path: path.to_owned(),
-                    },
-                )
-            };
+            change::check(model, &T::stored_columns(), changes, &document)?;
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
             let mut assignments = Vec::with_capacity(changes.len() + 1);
-            change::check(model, &T::stored_columns(), changes, &document)?;
-            for change in changes {
-                let field = model
-                    .effect_fields()
-                    .find(|field| field.stored_name() == change.field)
-                    .ok_or_else(|| refuse(change.field))?;
-                let column = table
-                    .column_of(field)
-                    .map(|index| &table.columns[index])
-                    .ok_or_else(|| refuse(change.field))?;
-                let sql_type = sql_type(column);
-                let name = quote(column.name);
-                let placeholder = format!("${}::text::{sql_type}", parameters.len() + 1);
-                let (value, assignment) = match &change.kind {
-                    ChangeKind::Add(amount)
-                        if matches!(sql_type, "bigint" | "double precision") =>
-                    {
-                        (
-                            Some(amount.to_string()),
-                            format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-                        )
-                    }
-                    ChangeKind::Add(_) => {
-                        return Err(Error::new(
-                            document,
-                            ErrorKind::Serialize {
-                                message: format!(
-                                    "cannot add to column {:?}, which is {sql_type}",
-                                    column.name
-                                ),
-                            },
-                        ))
-                    }
-                    ChangeKind::Invalid(problem) => {
-                        return Err(change::invalid(&document, change.field, problem))
-                    }
-                    ChangeKind::Set(value) => match &value.json {
-                        SqlValue::Json(value) => (
-                            column_text(column, Some(value)).map_err(|expected| {
-                                Error::new(
-                                    document.clone(),
-                                    ErrorKind::Serialize {
-                                        message: format!(
-                                            "column {:?} holds {expected}, not {value}",
-                                            column.name
-                                        ),
-                                    },
-                                )
-                            })?,
-                            format!("{name} = {placeholder}"),
-                        ),
-                        SqlValue::NonFinite(float) if column.shape == ColumnShape::Float => (
-                            Some(json::show_float(*float)),
-                            format!("{name} = {placeholder}"),
-                        ),
-                        SqlValue::NonFinite(float) => {
-                            return Err(Error::new(
-                                document,
-                                ErrorKind::Serialize {
-                                    message: format!(
-                                        "column {:?} is {sql_type}, which cannot hold {}: only a \
-                                     double precision column holds NaN and the infinities",
-                                        column.name,
-                                        json::show_float(*float)
-                                    ),
-                                },
-                            ))
-                        }
-                        SqlValue::Invalid(problem) => {
-                            return Err(change::invalid(&document, change.field, problem))
-                        }
-                    },
-                };
-                parameters.push(value);
-                assignments.push(assignment);
+            for encoded in crate::sql::change::encode(&table, changes, &document, sql_type)? {
+                let name = quote(encoded.column.name);
+                let placeholder = format!(
+                    "${}::text::{}",
+                    parameters.len() + 1,
+                    sql_type(encoded.column)
+                );
+                assignments.push(match encoded.adds {
+                    true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
+                    false => format!("{name} = {placeholder}"),
+                });
+                parameters.push(encoded.value);
             }
             let column = quote(APPLIED_OPS_FIELD);
             // A NULL list (a row another tool wrote, in a table whose migration allows it) is

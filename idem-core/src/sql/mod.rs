@@ -4,6 +4,7 @@
 //! statements and error codes are its driver's.
 
 pub(crate) mod audit;
+pub(crate) mod change;
 pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;

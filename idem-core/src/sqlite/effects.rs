@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 use super::driver::{finish, savepoint};
 use super::table::{literal, quote, sql_type};
 use super::{bind_text, statement, Store};
-use crate::change::{self, Change, ChangeKind, SqlValue};
+use crate::change::{self, Change};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::engine::by_id::{answered_in_one, settle_by_id};
@@ -21,7 +21,6 @@ use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed};
 use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
 use crate::sql::json;
-use crate::sql::row::column_text;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -45,93 +44,18 @@ impl Store {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let table = self.table::<T>(connection, &document).await?;
-            let refuse = |path: &str| {
-                Error::new(
-                    document.clone(),
-                    ErrorKind::NotAnEffectField {
-                        path: path.to_owned(),
-                    },
-                )
-            };
             change::check(model, &T::stored_columns(), changes, &document)?;
             // ?1 the id, ?2 the op id, then one value per change.
             let mut values: Vec<(ColumnShape, Option<String>)> = Vec::new();
             let mut assignments = Vec::with_capacity(changes.len() + 1);
-            for change in changes {
-                let field = model
-                    .effect_fields()
-                    .find(|field| field.stored_name() == change.field)
-                    .ok_or_else(|| refuse(change.field))?;
-                let column = table
-                    .column_of(field)
-                    .map(|index| &table.columns[index])
-                    .ok_or_else(|| refuse(change.field))?;
-                let name = quote(column.name);
+            for encoded in crate::sql::change::encode(&table, changes, &document, sql_type)? {
+                let name = quote(encoded.column.name);
                 let placeholder = format!("?{}", values.len() + 3);
-                let (value, assignment) = match &change.kind {
-                    ChangeKind::Add(amount)
-                        if matches!(column.shape, ColumnShape::Integer | ColumnShape::Float) =>
-                    {
-                        (
-                            Some(amount.to_string()),
-                            format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-                        )
-                    }
-                    ChangeKind::Add(_) => {
-                        return Err(Error::new(
-                            document,
-                            ErrorKind::Serialize {
-                                message: format!(
-                                    "cannot add to column {:?}, which is {}",
-                                    column.name,
-                                    sql_type(column)
-                                ),
-                            },
-                        ))
-                    }
-                    ChangeKind::Invalid(problem) => {
-                        return Err(change::invalid(&document, change.field, problem))
-                    }
-                    ChangeKind::Set(value) => match &value.json {
-                        SqlValue::Json(value) => (
-                            column_text(column, Some(value)).map_err(|expected| {
-                                Error::new(
-                                    document.clone(),
-                                    ErrorKind::Serialize {
-                                        message: format!(
-                                            "column {:?} holds {expected}, not {value}",
-                                            column.name
-                                        ),
-                                    },
-                                )
-                            })?,
-                            format!("{name} = {placeholder}"),
-                        ),
-                        SqlValue::NonFinite(float) if column.shape == ColumnShape::Float => (
-                            Some(json::show_float(*float)),
-                            format!("{name} = {placeholder}"),
-                        ),
-                        SqlValue::NonFinite(float) => {
-                            return Err(Error::new(
-                                document,
-                                ErrorKind::Serialize {
-                                    message: format!(
-                                        "column {:?} is {}, which cannot hold {}: only a REAL \
-                                         column holds NaN and the infinities",
-                                        column.name,
-                                        sql_type(column),
-                                        json::show_float(*float)
-                                    ),
-                                },
-                            ))
-                        }
-                        SqlValue::Invalid(problem) => {
-                            return Err(change::invalid(&document, change.field, problem))
-                        }
-                    },
-                };
-                values.push((column.shape, value));
-                assignments.push(assignment);
+                assignments.push(match encoded.adds {
+                    true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
+                    false => format!("{name} = {placeholder}"),
+                });
+                values.push((encoded.column.shape, encoded.value));
             }
             let column = quote(APPLIED_OPS_FIELD);
             // A NULL list (a row another tool wrote) is an empty one.
