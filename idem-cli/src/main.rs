@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The URI's scheme chooses the server: `mongodb://` or `mongodb+srv://`, `postgres://` or
-//! `postgresql://` (whose path names the database; `--database` overrides it).
+//! `postgresql://` (whose path names the database; `--database` overrides it), or `sqlite:PATH`
+//! (an existing SQLite file).
 //!
 //! Both print a human summary, or with `--json` the report as JSON, on stdout, and draw a progress
 //! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
@@ -194,6 +195,30 @@ impl Target {
                 let connection = tokio::spawn(connection);
                 Ok(Server::Postgres { client, connection })
             }
+            _ if self.uri.starts_with("sqlite:") => {
+                use idem_core::sqlx::sqlite::SqliteConnectOptions;
+                use idem_core::sqlx::ConnectOptions;
+                if self.database.is_some() {
+                    return Err(
+                        "--database is for MongoDB and PostgreSQL: a SQLite file is \
+                                one database"
+                            .to_owned(),
+                    );
+                }
+                // An existing file only: a typo must not create an empty database to audit.
+                let options: SqliteConnectOptions = self
+                    .uri
+                    .parse()
+                    .map_err(|error| format!("{}: {error}", self.shown_uri()))?;
+                let connection = options
+                    .create_if_missing(false)
+                    .connect()
+                    .await
+                    .map_err(|error| format!("cannot open {}: {error}", self.shown_uri()))?;
+                Ok(Server::Sqlite {
+                    connection: tokio::sync::Mutex::new(connection),
+                })
+            }
             Some("mongodb" | "mongodb+srv") => {
                 let database = self.database.as_deref().ok_or_else(|| {
                     "--database is required for MongoDB (the database of the collection)".to_owned()
@@ -205,7 +230,7 @@ impl Target {
                 Ok(Server::Mongo { client, store })
             }
             _ => Err(format!(
-                "{}: expected a mongodb:// or postgres:// connection string",
+                "{}: expected a mongodb://, postgres:// or sqlite: connection string",
                 self.shown_uri()
             )),
         }
@@ -222,6 +247,9 @@ enum Server {
         client: idem_core::tokio_postgres::Client,
         connection: tokio::task::JoinHandle<Result<(), idem_core::tokio_postgres::Error>>,
     },
+    Sqlite {
+        connection: tokio::sync::Mutex<idem_core::sqlx::SqliteConnection>,
+    },
 }
 
 /// What `adopt` is asked to do besides moving.
@@ -230,6 +258,20 @@ struct AdoptFlags {
     max_documents: Option<u64>,
     keep_duplicate: Option<DuplicateRule>,
     ignore_model_check: bool,
+}
+
+impl AdoptFlags {
+    /// The options of a SQL store's adoption (which has no duplicates to resolve).
+    fn sql(self) -> idem_core::postgres::AdoptOptions {
+        let mut options = idem_core::postgres::AdoptOptions::default();
+        if let Some(documents) = self.max_documents {
+            options = options.with_max_documents(documents);
+        }
+        if self.ignore_model_check {
+            options = options.ignoring_model_check();
+        }
+        options
+    }
 }
 
 impl Server {
@@ -244,6 +286,11 @@ impl Server {
             Server::Postgres { client, .. } => {
                 idem_core::postgres::Store::new()
                     .audit_model(client, model, field_order, progress)
+                    .await
+            }
+            Server::Sqlite { connection } => {
+                idem_core::sqlite::Store::new()
+                    .audit_model(&mut *connection.lock().await, model, field_order, progress)
                     .await
             }
         }
@@ -273,15 +320,19 @@ impl Server {
                     .await
             }
             Server::Postgres { client, .. } => {
-                let mut options = idem_core::postgres::AdoptOptions::default();
-                if let Some(documents) = flags.max_documents {
-                    options = options.with_max_documents(documents);
-                }
-                if flags.ignore_model_check {
-                    options = options.ignoring_model_check();
-                }
                 idem_core::postgres::Store::new()
-                    .adopt_model_with_progress(client, model, field_order, options, progress)
+                    .adopt_model_with_progress(client, model, field_order, flags.sql(), progress)
+                    .await
+            }
+            Server::Sqlite { connection } => {
+                idem_core::sqlite::Store::new()
+                    .adopt_model_with_progress(
+                        &mut *connection.lock().await,
+                        model,
+                        field_order,
+                        flags.sql(),
+                        progress,
+                    )
                     .await
             }
         };
@@ -301,6 +352,10 @@ impl Server {
             Server::Postgres { client, connection } => {
                 drop(client);
                 let _ = connection.await;
+            }
+            Server::Sqlite { connection } => {
+                use idem_core::sqlx::Connection;
+                let _ = connection.into_inner().close().await;
             }
         }
     }

@@ -1,0 +1,166 @@
+//! The `idem` binary on a SQLite file (`--uri sqlite:PATH`): a table idem wrote, with rows
+//! another tool added under its own ids, is audited by flags and adopted; wrong flags move
+//! nothing; a file that does not exist is an error, not a new empty database.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use idem_core::sqlite::Store;
+use idem_core::sqlx::sqlite::SqliteConnectOptions;
+use idem_core::sqlx::{ConnectOptions, SqliteConnection};
+use idem_core::Idempotent;
+use serde_json::Value;
+
+#[derive(Clone, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+struct Post {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+}
+
+fn post(n: i64) -> Post {
+    Post {
+        slug: format!("post-{n}"),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000 + n,
+        title: format!("Title {n}"),
+    }
+}
+
+const FLAGS: [&str; 6] = [
+    "--table",
+    "posts",
+    "--key",
+    "slug,lang",
+    "--timestamp",
+    "publishedAt",
+];
+
+fn fresh_path(test: &str) -> std::path::PathBuf {
+    let directory = std::env::temp_dir().join("idem-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join(format!("cli_{test}_{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+async fn connect(path: &std::path::Path) -> SqliteConnection {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .busy_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn idem(path: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .args(FLAGS)
+        .arg("--uri")
+        .arg(format!("sqlite:{}", path.display()))
+        .env_remove("MONGODB_URI")
+        .output()
+        .unwrap()
+}
+
+fn report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "not JSON: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+#[tokio::test]
+async fn a_sqlite_table_is_audited_and_adopted_by_flags() {
+    let path = fresh_path("adopt");
+    let mut connection = connect(&path).await;
+    let store = Store::new();
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let posts: Vec<Post> = (0..5).map(post).collect();
+    store.upsert_many(&mut connection, &posts).await.unwrap();
+    idem_core::sqlx::raw_sql(
+        "INSERT INTO posts (\"_id\", slug, lang, \"publishedAt\", title) VALUES \
+         ('legacy-1', 'old-1', 'en', 1700000000100, 'Old'), \
+         ('legacy-2', 'old-2', 'en', 1700000000200, 'Old')",
+    )
+    .execute(&mut connection)
+    .await
+    .unwrap();
+
+    let audit = idem(&path, &["audit", "--json"]);
+    assert_eq!(
+        audit.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    let audited = report(&audit);
+    assert_eq!(audited["scanned"], 7, "{audited}");
+    assert_eq!(audited["legacy_ids"]["count"], 2, "{audited}");
+    assert_eq!(audited["missing_hash"]["count"], 2, "{audited}");
+    assert_eq!(audited["clean"], 5, "{audited}");
+
+    // Wrong flags: named, and nothing moves.
+    let before = idem(&path, &["audit", "--json"]).stdout;
+    let wrong = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "adopt",
+            "--yes",
+            "--table",
+            "posts",
+            "--key",
+            "slug,lang",
+            "--uri",
+        ])
+        .arg(format!("sqlite:{}", path.display()))
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("(likely --timestamp publishedAt)"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+
+    assert_eq!(
+        idem(&path, &["audit", "--json"]).stdout,
+        before,
+        "nothing moved"
+    );
+    let adopt = idem(&path, &["adopt", "--json", "--yes"]);
+    assert_eq!(
+        adopt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&adopt.stderr)
+    );
+    assert_eq!(report(&adopt)["moved"]["count"], 2);
+    let typed = store.audit::<Post>(&mut connection).await.unwrap();
+    assert!(typed.is_clean(), "{typed}");
+}
+
+#[test]
+fn a_sqlite_file_that_does_not_exist_is_an_error() {
+    let path = fresh_path("missing");
+    let output = idem(&path, &["audit"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.starts_with("idem: cannot open sqlite:"),
+        "{message}"
+    );
+    assert!(!path.exists(), "no database was created");
+}
