@@ -164,3 +164,47 @@ fn a_sqlite_file_that_does_not_exist_is_an_error() {
     );
     assert!(!path.exists(), "no database was created");
 }
+
+/// One document idem wrote is evidence enough: flags that forget the timestamp would move it to
+/// another id, and are refused.
+#[tokio::test]
+async fn one_document_idem_wrote_is_enough_to_refuse_wrong_flags() {
+    let path = fresh_path("one");
+    let mut connection = connect(&path).await;
+    let store = Store::new();
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    store.upsert(&mut connection, &post(0)).await.unwrap();
+    let before = idem(&path, &["audit", "--json"]).stdout;
+    let wrong = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "adopt",
+            "--yes",
+            "--table",
+            "posts",
+            "--key",
+            "slug,lang",
+            "--uri",
+        ])
+        .arg(format!("sqlite:{}", path.display()))
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("(likely --timestamp publishedAt)"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    assert_eq!(
+        idem(&path, &["audit", "--json"]).stdout,
+        before,
+        "nothing moved"
+    );
+    assert_eq!(
+        store
+            .get::<Post>(&mut connection, post(0).id().unwrap())
+            .await
+            .unwrap()
+            .map(|p| p.title),
+        Some(post(0).title)
+    );
+}
