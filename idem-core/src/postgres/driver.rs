@@ -4,18 +4,16 @@
 
 use super::Connection;
 use serde::Serialize;
-use serde_json::Value;
 use tokio_postgres::types::Type;
 
 use super::table::Table;
 use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Driver, Reply, StoredDigest, WriteKind};
+use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model};
-use crate::sql::row::{PreparedRow, RowReader, StoredRow};
-use crate::verdict::StoredVersion;
+use crate::model::Model;
+use crate::sql::row::{PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
 pub(super) struct PgDriver<'a, C> {
@@ -33,10 +31,6 @@ impl<C: Connection> PgDriver<'_, C> {
             None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
             None => Err(error),
         }
-    }
-
-    fn rows(&self) -> RowReader<'_> {
-        RowReader::new(self.table)
     }
 }
 
@@ -101,45 +95,7 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
         }))
     }
 
-    fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
-        self.rows().incoming_value(doc, field)
-    }
-
-    fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
-        self.rows().incoming_shown(doc, field)
-    }
-
-    fn stored_id(&self, stored: &StoredRow) -> Option<String> {
-        Some(stored.id.clone())
-    }
-
-    fn is_tombstoned(&self, stored: &StoredRow) -> bool {
-        stored.tombstoned
-    }
-
-    fn stored_hash<'s>(&self, stored: &'s StoredRow) -> Option<&'s str> {
-        stored.hash.as_deref()
-    }
-
-    fn stored_digest<'s>(&self, stored: &'s StoredRow, field: &Field) -> StoredDigest<'s> {
-        stored.digest(field)
-    }
-
-    fn stored_version<'s>(&self, stored: &'s StoredRow) -> StoredVersion<'s> {
-        stored.version()
-    }
-
-    fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
-        self.rows().stored_value(stored, field)
-    }
-
-    fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
-        self.rows().stored_shown(stored, field)
-    }
-
-    fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
-        self.rows().key_differs(doc, stored)
-    }
+    crate::sql::reads_rows_as_sql!();
 }
 
 impl<C: Connection> BatchDriver for PgDriver<'_, C> {

@@ -9,3 +9,77 @@ pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;
 pub(crate) mod row;
+
+/// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
+/// answers them: from [`RowReader`] over the driver's table (`self.table`).
+macro_rules! reads_rows_as_sql {
+    () => {
+        fn incoming_value(
+            &self,
+            doc: &$crate::sql::row::PreparedRow,
+            field: &$crate::model::Field,
+        ) -> ::serde_json::Value {
+            $crate::sql::row::RowReader::new(self.table).incoming_value(doc, field)
+        }
+
+        fn incoming_shown(
+            &self,
+            doc: &$crate::sql::row::PreparedRow,
+            field: &$crate::model::Field,
+        ) -> String {
+            $crate::sql::row::RowReader::new(self.table).incoming_shown(doc, field)
+        }
+
+        fn stored_id(&self, stored: &$crate::sql::row::StoredRow) -> Option<String> {
+            Some(stored.id.clone())
+        }
+
+        fn is_tombstoned(&self, stored: &$crate::sql::row::StoredRow) -> bool {
+            stored.tombstoned
+        }
+
+        fn stored_hash<'s>(&self, stored: &'s $crate::sql::row::StoredRow) -> Option<&'s str> {
+            stored.hash.as_deref()
+        }
+
+        fn stored_digest<'s>(
+            &self,
+            stored: &'s $crate::sql::row::StoredRow,
+            field: &$crate::model::Field,
+        ) -> $crate::engine::StoredDigest<'s> {
+            stored.digest(field)
+        }
+
+        fn stored_version<'s>(
+            &self,
+            stored: &'s $crate::sql::row::StoredRow,
+        ) -> $crate::verdict::StoredVersion<'s> {
+            stored.version()
+        }
+
+        fn stored_value(
+            &self,
+            stored: &$crate::sql::row::StoredRow,
+            field: &$crate::model::Field,
+        ) -> Option<::serde_json::Value> {
+            $crate::sql::row::RowReader::new(self.table).stored_value(stored, field)
+        }
+
+        fn stored_shown(
+            &self,
+            stored: &$crate::sql::row::StoredRow,
+            field: &$crate::model::Field,
+        ) -> Option<String> {
+            $crate::sql::row::RowReader::new(self.table).stored_shown(stored, field)
+        }
+
+        fn key_differs(
+            &self,
+            doc: &$crate::sql::row::PreparedRow,
+            stored: &$crate::sql::row::StoredRow,
+        ) -> Option<&'static $crate::model::Field> {
+            $crate::sql::row::RowReader::new(self.table).key_differs(doc, stored)
+        }
+    };
+}
+pub(crate) use reads_rows_as_sql;

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use serde_json::Value;
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Mutex;
 
@@ -15,12 +14,10 @@ use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
+use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
-use crate::model::Field;
-use crate::sql::row::{PreparedRow, RowReader, StoredRow};
-use crate::verdict::StoredVersion;
+use crate::sql::row::{PreparedRow, StoredRow};
 
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
@@ -30,10 +27,6 @@ pub(super) struct SqliteDriver<'a, 'c> {
 }
 
 impl SqliteDriver<'_, '_> {
-    fn rows(&self) -> RowReader<'_> {
-        RowReader::new(self.table)
-    }
-
     /// The reply of a write of one row that failed with `error`: a unique index it met (named
     /// as the schema names it: SQLite's message names only its columns), or a value of the row
     /// SQLite refuses; any other error concerns the call.
@@ -183,45 +176,7 @@ impl Driver for SqliteDriver<'_, '_> {
             .cloned())
     }
 
-    fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
-        self.rows().incoming_value(doc, field)
-    }
-
-    fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
-        self.rows().incoming_shown(doc, field)
-    }
-
-    fn stored_id(&self, stored: &StoredRow) -> Option<String> {
-        Some(stored.id.clone())
-    }
-
-    fn is_tombstoned(&self, stored: &StoredRow) -> bool {
-        stored.tombstoned
-    }
-
-    fn stored_hash<'s>(&self, stored: &'s StoredRow) -> Option<&'s str> {
-        stored.hash.as_deref()
-    }
-
-    fn stored_digest<'s>(&self, stored: &'s StoredRow, field: &Field) -> StoredDigest<'s> {
-        stored.digest(field)
-    }
-
-    fn stored_version<'s>(&self, stored: &'s StoredRow) -> StoredVersion<'s> {
-        stored.version()
-    }
-
-    fn stored_value(&self, stored: &StoredRow, field: &Field) -> Option<Value> {
-        self.rows().stored_value(stored, field)
-    }
-
-    fn stored_shown(&self, stored: &StoredRow, field: &Field) -> Option<String> {
-        self.rows().stored_shown(stored, field)
-    }
-
-    fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
-        self.rows().key_differs(doc, stored)
-    }
+    crate::sql::reads_rows_as_sql!();
 }
 
 impl BatchDriver for SqliteDriver<'_, '_> {
