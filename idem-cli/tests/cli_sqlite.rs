@@ -63,14 +63,34 @@ async fn connect(path: &std::path::Path) -> SqliteConnection {
 }
 
 fn idem(path: &std::path::Path, args: &[&str]) -> Output {
+    idem_with(path, args, &FLAGS)
+}
+
+/// `idem` with `args` and the model's flags `flags`.
+fn idem_with(path: &std::path::Path, args: &[&str], flags: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(args)
-        .args(FLAGS)
+        .args(flags)
         .arg("--uri")
         .arg(format!("sqlite:{}", path.display()))
         .env_remove("MONGODB_URI")
         .output()
         .unwrap()
+}
+
+/// Adopting with the timestamp forgotten is refused, naming it.
+fn assert_wrong_flags_refused(path: &std::path::Path) {
+    let wrong = idem_with(
+        path,
+        &["adopt", "--yes"],
+        &["--table", "posts", "--key", "slug,lang"],
+    );
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("(likely --timestamp publishedAt)"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
 }
 
 fn report(output: &Output) -> Value {
@@ -115,25 +135,7 @@ async fn a_sqlite_table_is_audited_and_adopted_by_flags() {
 
     // Wrong flags: named, and nothing moves.
     let before = idem(&path, &["audit", "--json"]).stdout;
-    let wrong = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args([
-            "adopt",
-            "--yes",
-            "--table",
-            "posts",
-            "--key",
-            "slug,lang",
-            "--uri",
-        ])
-        .arg(format!("sqlite:{}", path.display()))
-        .output()
-        .unwrap();
-    assert_eq!(wrong.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&wrong.stderr).contains("(likely --timestamp publishedAt)"),
-        "{}",
-        String::from_utf8_lossy(&wrong.stderr)
-    );
+    assert_wrong_flags_refused(&path);
 
     assert_eq!(
         idem(&path, &["audit", "--json"]).stdout,
@@ -175,25 +177,7 @@ async fn one_document_idem_wrote_is_enough_to_refuse_wrong_flags() {
     store.ensure_table::<Post>(&mut connection).await.unwrap();
     store.upsert(&mut connection, &post(0)).await.unwrap();
     let before = idem(&path, &["audit", "--json"]).stdout;
-    let wrong = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args([
-            "adopt",
-            "--yes",
-            "--table",
-            "posts",
-            "--key",
-            "slug,lang",
-            "--uri",
-        ])
-        .arg(format!("sqlite:{}", path.display()))
-        .output()
-        .unwrap();
-    assert_eq!(wrong.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&wrong.stderr).contains("(likely --timestamp publishedAt)"),
-        "{}",
-        String::from_utf8_lossy(&wrong.stderr)
-    );
+    assert_wrong_flags_refused(&path);
     assert_eq!(
         idem(&path, &["audit", "--json"]).stdout,
         before,
