@@ -8,6 +8,9 @@
 //! cargo run --release -p idem-examples --example bench_sqlite -- [--rounds N] [--rows N] [--tsv PATH]
 //! ```
 //!
+//! `--only-idem` runs idem's writes alone (no baselines, no ratios): what to run under a
+//! profiler.
+//!
 //! Exit status 0 when every exact target (rows written) was met, 1 when one was missed.
 
 use std::path::{Path, PathBuf};
@@ -216,6 +219,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let mut rounds = 5;
     let mut count = 10_000;
     let mut tsv: Option<PathBuf> = None;
+    let mut only_idem = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -223,6 +227,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
             "--rounds" => rounds = value()?.parse()?,
             "--rows" => count = value()?.parse()?,
             "--tsv" => tsv = Some(value()?.into()),
+            "--only-idem" => only_idem = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -250,6 +255,22 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
             rows: changed,
         },
     ];
+    if only_idem {
+        for scenario in &scenarios {
+            for _ in 0..rounds {
+                let (took, _) = measure(
+                    &directory,
+                    Way::Idem,
+                    scenario.stored.as_deref(),
+                    &scenario.rows,
+                )
+                .await?;
+                println!("{}: {}", scenario.name, fmt_duration(took));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&directory);
+        return Ok(true);
+    }
     let mut table = vec![vec![
         "scenario".to_owned(),
         "way".to_owned(),
