@@ -19,6 +19,11 @@
 //! `publishedAt` is in milliseconds since the Unix epoch. The bundled sample data is in
 //! `examples/data/posts/`.
 //!
+//! Without `MONGODB_URI` (or with `--sqlite PATH`) it runs on an embedded SQLite file instead,
+//! nothing to install: `cargo run -p idem-examples --example blog_ingest` twice shows every post
+//! `Inserted`, then `Unchanged` with 0 rows written. The file defaults to `idem_blog_demo.db` in
+//! the system's temporary directory; `--drop` deletes it.
+//!
 //! Run it against any MongoDB-compatible server (`scripts/demo-blog` runs the full story):
 //!
 //! ```text
@@ -99,14 +104,15 @@ impl PostFile {
 
 const DEFAULT_DATABASE: &str = "idem_blog_demo";
 const USAGE: &str = "\
-usage: blog_ingest [--data DIR] [--database NAME]
-       blog_ingest --show SLUG LANG [--database NAME]
-       blog_ingest --drop [--database NAME]
+usage: blog_ingest [--data DIR] [--database NAME | --sqlite PATH]
+       blog_ingest --show SLUG LANG [--database NAME | --sqlite PATH]
+       blog_ingest --drop [--database NAME | --sqlite PATH]
 
 Upserts every post (*.json) of DIR (default: the bundled examples/data/posts) into the `posts`
-collection of database NAME (default: idem_blog_demo) on the server named by MONGODB_URI, and
-prints one row per post with its outcome. --show prints one stored post, raw; --drop drops
-the database.";
+collection of database NAME (default: idem_blog_demo) on the server named by MONGODB_URI, or,
+without MONGODB_URI or with --sqlite, into the `posts` table of the SQLite file PATH (default:
+idem_blog_demo.db in the temporary directory), and prints one row per post with its outcome.
+--show prints one stored post; --drop drops the database (deletes the file).";
 
 /// What the command line asks for.
 enum Mode {
@@ -118,6 +124,8 @@ enum Mode {
 struct Args {
     mode: Mode,
     database: String,
+    /// The SQLite file, when the posts go to one.
+    sqlite: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -133,22 +141,178 @@ async fn run() -> Result<ExitCode, Fatal> {
             return Ok(ExitCode::SUCCESS);
         }
     };
-    let uri = std::env::var("MONGODB_URI").map_err(|_| {
-        Fatal(
-            "MONGODB_URI is not set: point it at a MongoDB-compatible server, for example \
-             `eval \"$(scripts/test-server start)\"`"
-                .to_owned(),
-        )
-    })?;
+    let uri = match (std::env::var("MONGODB_URI"), &args.sqlite) {
+        (Ok(uri), None) => uri,
+        (_, sqlite) => {
+            let path = sqlite
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join(format!("{DEFAULT_DATABASE}.db")));
+            return run_sqlite(args.mode, &path).await;
+        }
+    };
     let (client, monitor) = monitored_client(&uri).await?;
     let store = Store::new(client.database(&args.database));
     match args.mode {
-        Mode::Ingest { data } => ingest(&store, &monitor, &data).await,
+        Mode::Ingest { data } => {
+            let target = Target::Mongo { store, monitor };
+            ingest(&target, &data).await
+        }
         Mode::Show { slug, lang } => show(&store, &slug, &lang).await,
         Mode::Drop => {
             store.database().drop().await?;
             println!("dropped database {}", args.database);
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The same modes on the SQLite file `path`.
+async fn run_sqlite(mode: Mode, path: &Path) -> Result<ExitCode, Fatal> {
+    use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+    use idem_core::sqlx::ConnectOptions;
+    if let Mode::Drop = mode {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        println!("deleted {}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let connection = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .connect()
+        .await
+        .map_err(|error| Fatal(format!("opening {}: {error}", path.display())))?;
+    println!("SQLite file {}", path.display());
+    let target = Target::Sqlite {
+        store: idem_core::sqlite::Store::new(),
+        connection: tokio::sync::Mutex::new(connection),
+    };
+    match mode {
+        Mode::Ingest { data } => ingest(&target, &data).await,
+        Mode::Show { slug, lang } => {
+            let Target::Sqlite { store, connection } = &target else {
+                unreachable!("a SQLite target")
+            };
+            let key = Post {
+                slug: slug.clone(),
+                lang: lang.clone(),
+                published_at: 0,
+                title: String::new(),
+                body: String::new(),
+                fetched_at: 0,
+                author_id: String::new(),
+            }
+            .natural_key();
+            let mut connection = connection.lock().await;
+            match store.find::<Post>(&mut connection, &key).await? {
+                Some(post) => {
+                    println!("{}", serde_json::to_string_pretty(&post)?);
+                    println!("_id: {}", post.id()?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    println!("no stored post with slug {slug:?} and lang {lang:?}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Mode::Drop => unreachable!("handled above"),
+    }
+}
+
+/// Where the posts go.
+enum Target {
+    Mongo {
+        store: Store,
+        monitor: Monitor,
+    },
+    Sqlite {
+        store: idem_core::sqlite::Store,
+        connection: tokio::sync::Mutex<idem_core::sqlx::SqliteConnection>,
+    },
+}
+
+impl Target {
+    async fn ensure(&self) -> Result<(), Error> {
+        match self {
+            Target::Mongo { store, .. } => store.ensure_indexes::<Post>().await,
+            Target::Sqlite { store, connection } => {
+                store
+                    .ensure_table::<Post>(&mut *connection.lock().await)
+                    .await
+            }
+        }
+    }
+
+    async fn upsert(&self, post: &Post) -> Result<Outcome, Error> {
+        match self {
+            Target::Mongo { store, .. } => store.upsert(post).await,
+            Target::Sqlite { store, connection } => {
+                store.upsert(&mut *connection.lock().await, post).await
+            }
+        }
+    }
+
+    /// Each stored post's write marker, by id. Every write stamps what it stores with a fresh
+    /// marker (`idemWrite`), so the posts whose marker is new or changed after a run are exactly
+    /// the posts the run wrote: a count no `findAndModify` reply gives, since it does not say
+    /// whether its conditional replacement changed the document.
+    async fn write_markers(&self) -> Result<BTreeMap<String, String>, Fatal> {
+        match self {
+            Target::Mongo { store, .. } => mongo_write_markers(store).await,
+            Target::Sqlite { connection, .. } => {
+                use idem_core::sqlx::Row;
+                let rows = idem_core::sqlx::query("SELECT \"_id\", \"idemWrite\" FROM posts")
+                    .fetch_all(&mut *connection.lock().await)
+                    .await
+                    .map_err(|error| Fatal(format!("reading the write markers: {error}")))?;
+                Ok(rows
+                    .iter()
+                    .map(|row| {
+                        (
+                            row.get(0),
+                            row.get::<Option<String>, _>(1).unwrap_or_default(),
+                        )
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// The commands sent since the last call, where the driver counts them.
+    fn sent(&self) -> Option<String> {
+        match self {
+            Target::Mongo { monitor, .. } => Some(monitor.take().describe()),
+            Target::Sqlite { .. } => None,
+        }
+    }
+
+    /// How many posts are stored, and where.
+    async fn stored(&self) -> Result<String, Fatal> {
+        match self {
+            Target::Mongo { store, .. } => {
+                let stored = store
+                    .collection::<Post>()
+                    .count_documents(doc! {})
+                    .await
+                    .map_err(|error| Fatal(format!("counting the stored posts: {error}")))?;
+                Ok(format!(
+                    "collection `{}` holds {stored} documents",
+                    Post::MODEL.collection()
+                ))
+            }
+            Target::Sqlite { connection, .. } => {
+                let stored: i64 = idem_core::sqlx::query_scalar("SELECT count(*) FROM posts")
+                    .fetch_one(&mut *connection.lock().await)
+                    .await
+                    .map_err(|error| Fatal(format!("counting the stored posts: {error}")))?;
+                Ok(format!(
+                    "table `{}` holds {stored} rows",
+                    Post::MODEL.collection()
+                ))
+            }
         }
     }
 }
@@ -159,6 +323,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
     let mut show = None;
     let mut drop = false;
     let mut database = None;
+    let mut sqlite = None;
     let mut flags = Flags::new(args, USAGE);
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -166,6 +331,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             "--drop" => drop = true,
             "--data" => data = Some(PathBuf::from(flags.value("--data")?)),
             "--database" => database = Some(flags.value("--database")?),
+            "--sqlite" => sqlite = Some(PathBuf::from(flags.value("--sqlite")?)),
             "--show" => {
                 let slug = flags.value("--show")?;
                 let lang = flags.value("--show")?;
@@ -188,14 +354,18 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             }),
         },
     };
+    if database.is_some() && sqlite.is_some() {
+        return Err(flags.error("--database and --sqlite exclude each other"));
+    }
     Ok(Some(Args {
         mode,
         database: database.unwrap_or_else(|| DEFAULT_DATABASE.to_owned()),
+        sqlite,
     }))
 }
 
 /// Upserts every post of `data` and prints the report. Exit status 1 if any post was not stored.
-async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCode, Fatal> {
+async fn ingest(target: &Target, data: &Path) -> Result<ExitCode, Fatal> {
     // One clock reading per run: `fetched_at` is volatile, so it never makes a post "changed".
     let fetched_at = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let fetched_at = i64::try_from(fetched_at)?;
@@ -205,23 +375,23 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         .collect();
     println!("{} posts from {}", posts.len(), data.display());
 
-    store
-        .ensure_indexes::<Post>()
+    target
+        .ensure()
         .await
-        .map_err(|error| Fatal(format!("creating the indexes: {error}")))?;
+        .map_err(|error| Fatal(format!("creating the index or table: {error}")))?;
 
-    let markers_before = write_markers(store).await?;
-    let _ = monitor.take();
+    let markers_before = target.write_markers().await?;
+    let _ = target.sent();
     let mut rows = Vec::with_capacity(posts.len());
     for post in &posts {
         let id = post
             .id()
             .map_or_else(|_| "-".to_owned(), |id| id.to_string());
-        let result = store.upsert(post).await;
+        let result = target.upsert(post).await;
         rows.push((post, id, result));
     }
-    let commands = monitor.take();
-    let markers_after = write_markers(store).await?;
+    let commands = target.sent();
+    let markers_after = target.write_markers().await?;
     let documents_written = markers_after
         .iter()
         .filter(|(id, marker)| markers_before.get(*id) != Some(*marker))
@@ -276,16 +446,10 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
         posts.len(),
         documents_written,
     );
-    println!("commands sent: {}", commands.describe());
-    let stored = store
-        .collection::<Post>()
-        .count_documents(doc! {})
-        .await
-        .map_err(|error| Fatal(format!("counting the stored posts: {error}")))?;
-    println!(
-        "collection `{}` holds {stored} documents",
-        Post::MODEL.collection()
-    );
+    if let Some(commands) = commands {
+        println!("commands sent: {commands}");
+    }
+    println!("{}", target.stored().await?);
 
     if problems.is_empty() {
         Ok(ExitCode::SUCCESS)
@@ -298,11 +462,8 @@ async fn ingest(store: &Store, monitor: &Monitor, data: &Path) -> Result<ExitCod
     }
 }
 
-/// Each stored post's write marker, by id. Every write stamps the document it stores with a
-/// fresh random marker (`idemWrite`), so the documents whose marker is new or changed after a run
-/// are exactly the documents the run wrote: a count no command reply gives, since a
-/// `findAndModify` reply does not say whether its conditional replacement changed the document.
-async fn write_markers(store: &Store) -> Result<BTreeMap<String, Bson>, Fatal> {
+/// Each stored document's write marker, by id, on MongoDB ([`Target::write_markers`]).
+async fn mongo_write_markers(store: &Store) -> Result<BTreeMap<String, String>, Fatal> {
     let collection = store
         .database()
         .collection::<Document>(Post::MODEL.collection());
@@ -316,8 +477,8 @@ async fn write_markers(store: &Store) -> Result<BTreeMap<String, Bson>, Fatal> {
         let id = stored.get("_id").map(Bson::to_string).unwrap_or_default();
         let marker = stored
             .get(idem_core::model::WRITE_MARKER_FIELD)
-            .cloned()
-            .unwrap_or(Bson::Null);
+            .map(Bson::to_string)
+            .unwrap_or_default();
         markers.insert(id, marker);
     }
     Ok(markers)
