@@ -85,6 +85,12 @@ async fn a_lock_held_past_the_busy_timeout_is_retryable_and_writes_nothing() {
         store.upsert(&mut writer, &post()).await.unwrap(),
         Outcome::Unchanged
     );
+    // And committed: the failed call left no savepoint open on the writer's connection.
+    assert_eq!(
+        sqlite_rows::raw::<Post>(&mut holder).await.len(),
+        1,
+        "seen from another connection"
+    );
 }
 
 #[tokio::test]
