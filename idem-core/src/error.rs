@@ -455,6 +455,19 @@ impl Error {
         }))
     }
 
+    /// [`ErrorKind::SchemaMismatch`] for the collection or table of `model`: `problem` says what
+    /// it lacks.
+    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+    pub(crate) fn schema_mismatch(model: &crate::model::Model, problem: String) -> Self {
+        Error::new(
+            DocumentRef::collection(model),
+            ErrorKind::SchemaMismatch {
+                collection: model.collection().to_owned(),
+                problem,
+            },
+        )
+    }
+
     /// The document this error is about (for collection-wide calls, the collection alone).
     pub fn document(&self) -> &DocumentRef {
         &self.0.document

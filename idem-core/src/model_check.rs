@@ -64,6 +64,20 @@ impl fmt::Display for ModelMismatch {
     }
 }
 
+impl ModelMismatch {
+    /// The refusal of an adoption of `model`'s collection or table over this mismatch: nothing
+    /// was moved.
+    pub(crate) fn refusal(&self, model: &Model) -> crate::error::Error {
+        crate::error::Error::schema_mismatch(
+            model,
+            format!(
+                "{self}; nothing was moved (for a deliberate change of the model, adopt with \
+                 AdoptOptions::ignoring_model_check)"
+            ),
+        )
+    }
+}
+
 /// A model differing from the given one in one flag, and that flag as the command spells it.
 struct Candidate {
     model: Model,

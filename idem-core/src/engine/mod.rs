@@ -298,6 +298,18 @@ pub(crate) trait Driver: Sync {
     fn key_differs(&self, doc: &Self::Doc, stored: &Self::Stored) -> Option<&'static Field>;
 }
 
+/// [`settle`] for one document: its outcome.
+pub(crate) async fn settle_one<D: Driver>(
+    driver: &D,
+    kind: WriteKind,
+    doc: &D::Doc,
+) -> Result<Outcome, Error> {
+    let mut outcomes = settle(driver, kind, &[doc]).await?;
+    outcomes
+        .pop()
+        .unwrap_or_else(|| Err(contention(&doc.document)))
+}
+
 /// Sends `docs` until each is settled: written, or judged from what stopped it. Documents that
 /// meet a writer committed meanwhile go again, at most [`MAX_ATTEMPTS`] times (64 where the
 /// driver's writes carry no guard: [`Driver::guards_on_server`]). When a write of

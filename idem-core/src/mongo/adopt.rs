@@ -310,16 +310,7 @@ impl Store {
         self.require_collection(model).await?;
         if !options.ignore_model_check {
             if let Some(mismatch) = self.model_mismatch(model).await? {
-                return Err(Error::new(
-                    DocumentRef::collection(model),
-                    ErrorKind::SchemaMismatch {
-                        collection: model.collection().to_owned(),
-                        problem: format!(
-                            "{mismatch}; nothing was moved (for a deliberate change of the \
-                             model, adopt with AdoptOptions::ignoring_model_check)"
-                        ),
-                    },
-                ));
+                return Err(mismatch.refusal(model));
             }
         }
         self.adopt_collection(

@@ -330,11 +330,7 @@ impl Store {
 
     /// Writes one prepared document through the engine until its outcome is settled.
     async fn settle_one(&self, kind: WriteKind, write: &PreparedWrite) -> Result<Outcome, Error> {
-        let driver = self.driver(write.model, false);
-        let mut outcomes = engine::settle(&driver, kind, &[write]).await?;
-        outcomes
-            .pop()
-            .unwrap_or_else(|| Err(engine::contention(&write.document)))
+        engine::settle_one(&self.driver(write.model, false), kind, write).await
     }
 
     /// The engine's driver writing documents of `model`, in batches or one by one.

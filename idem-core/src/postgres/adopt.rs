@@ -9,7 +9,7 @@
 use super::Connection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -26,7 +26,10 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
 use crate::sql::audit::shown_row_id;
-use crate::sql::judge::{stored_destination, AdoptOptions, Destination, Reading};
+use crate::sql::judge::{
+    stored_destination, typed_destination, AdoptOptions, Destination, Destined,
+};
+use crate::sql::layout::Layout;
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -129,11 +132,10 @@ impl Store {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = self.table::<T, C>(client, &collection).await?;
-            let reading = Reading::typed::<T>();
             move_rows(
                 client,
                 &table,
-                reading,
+                &typed_destination::<T>,
                 AdoptOptions::default(),
                 &mut |_| {},
             )
@@ -182,29 +184,20 @@ impl Store {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = stored_table(client, model).await?;
-            let refuse = |problem: String| {
-                Error::new(
-                    collection.clone(),
-                    ErrorKind::SchemaMismatch {
-                        collection: model.collection().to_owned(),
-                        problem,
-                    },
-                )
-            };
+            let refuse = |problem: String| Error::schema_mismatch(model, problem);
             let survey = survey_table(client, &table, &collection, false).await?;
             if let Some(problem) = survey.problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
             if !options.ignore_model_check {
                 if let Some(mismatch) = model_mismatch(client, &table).await? {
-                    return Err(refuse(format!(
-                        "{mismatch}; nothing was moved (for a deliberate change of the model, \
-                         adopt with AdoptOptions::ignoring_model_check)"
-                    )));
+                    return Err(mismatch.refusal(model));
                 }
             }
-            let reading = Reading::Stored { field_order };
-            move_rows(client, &table, reading, options, &mut progress).await
+            let destination = |layout: &Layout, stored: Map<String, Value>| {
+                stored_destination(layout, field_order, stored)
+            };
+            move_rows(client, &table, &destination, options, &mut progress).await
         })
         .await
     }
@@ -242,7 +235,7 @@ async fn model_mismatch<C: Connection>(
 async fn move_rows<C: Connection>(
     client: &C,
     table: &Table,
-    reading: Reading<'_>,
+    destination: &Destined<'_>,
     options: AdoptOptions,
     progress: &mut (dyn FnMut(&AuditProgress) + Send),
 ) -> Result<AdoptReport, Error> {
@@ -272,7 +265,7 @@ async fn move_rows<C: Connection>(
                     report.stopped = true;
                     return Ok(report);
                 }
-                adopt_row(client, table, reading, row, &mut report).await?;
+                adopt_row(client, table, destination, row, &mut report).await?;
                 scanned += 1;
                 progress(&AuditProgress::new(scanned, total));
             }
@@ -285,7 +278,7 @@ async fn move_rows<C: Connection>(
 async fn adopt_row<C>(
     client: &C,
     table: &Table,
-    reading: Reading<'_>,
+    destination: &Destined<'_>,
     mut row: ReadRow,
     report: &mut AdoptReport,
 ) -> Result<(), Error>
@@ -294,10 +287,7 @@ where
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
-        let destination = match reading {
-            Reading::Typed { destination, .. } => destination(table, row.stored),
-            Reading::Stored { field_order } => stored_destination(table, field_order, row.stored),
-        };
+        let destination = destination(table, row.stored);
         let destination = match destination {
             Ok(destination) => destination,
             Err(why) => {

@@ -231,10 +231,7 @@ impl Store {
             let table = self.table::<T, C>(client, &doc.document_ref()).await?;
             let row = PreparedRow::new(doc, &table)?;
             let driver = self.driver(client, &table);
-            let mut outcomes = engine::settle(&driver, WriteKind::Upsert, &[&row]).await?;
-            outcomes
-                .pop()
-                .unwrap_or_else(|| Err(engine::contention(&row.document)))
+            engine::settle_one(&driver, WriteKind::Upsert, &row).await
         })
         .await
     }
@@ -298,10 +295,8 @@ impl Store {
                 ));
             }
             let driver = self.driver(client, &table);
-            let mut outcomes = engine::settle(&driver, WriteKind::Delete, &[&row]).await?;
-            outcomes
-                .pop()
-                .unwrap_or_else(|| Err(engine::contention(&row.document)))
+            engine::settle_one(&driver, WriteKind::Delete, &row)
+                .await
                 .map(Deletion::of)
         })
         .await

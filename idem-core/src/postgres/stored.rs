@@ -7,7 +7,7 @@ use super::table::{InsertedSignal, Table};
 use super::{postgres_error, Connection};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::model::Model;
 
 /// The table of a model given at run time, laid out from the catalog: every column other than
@@ -25,15 +25,7 @@ pub(super) async fn stored_table<C: Connection>(client: &C, model: &Model) -> Re
         )
         .await
         .map_err(|source| postgres_error(&document, source))?;
-    let refuse = |problem: String| {
-        Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: model.collection().to_owned(),
-                problem,
-            },
-        )
-    };
+    let refuse = |problem: String| Error::schema_mismatch(model, problem);
     if rows.is_empty() {
         crate::trace::round_trip("SELECT");
         let place = client

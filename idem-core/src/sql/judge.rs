@@ -27,11 +27,10 @@ use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
 
 #[derive(Clone, Copy)]
 pub(crate) enum Reading<'a> {
-    /// As the type: `read` gives a row's id and content hash, `destination` what adopting it
-    /// writes; either says why the row does not read as the type.
+    /// As the type: `read` gives a row's id and content hash, or why the row does not read as
+    /// the type.
     Typed {
         read: fn(&Layout, Map<String, Value>) -> Result<TypedRow, String>,
-        destination: fn(&Layout, Map<String, Value>) -> Result<Destination, String>,
     },
     /// As stored, for a model given at run time, the hashed columns in `field_order` (the
     /// type's order; the table's if empty).
@@ -43,7 +42,6 @@ impl Reading<'_> {
     pub fn typed<T: Idempotent + Serialize + DeserializeOwned>() -> Self {
         Reading::Typed {
             read: read_typed::<T>,
-            destination: typed_destination::<T>,
         }
     }
 
@@ -69,6 +67,11 @@ fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
     })
 }
 
+/// Where adoption moves a row, or why it cannot: [`typed_destination`], or
+/// [`stored_destination`] for a model given at run time.
+pub(crate) type Destined<'d> =
+    dyn Fn(&Layout, Map<String, Value>) -> Result<Destination, String> + Sync + 'd;
+
 /// Where adoption moves a row: its derived id, and the values of idem's columns it writes with
 /// it (the content hash, the digests, the version key), by column index.
 pub(crate) struct Destination {
@@ -77,7 +80,9 @@ pub(crate) struct Destination {
     pub contents: Vec<(usize, Option<String>)>,
 }
 
-fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
+/// Where adopting a row of `T` moves it: under the id `T` derives, with the hash, digests and
+/// version key of the row read as `T`.
+pub(crate) fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
     table: &Layout,
     stored: Map<String, Value>,
 ) -> Result<Destination, String> {

@@ -25,7 +25,7 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::model_check::ModelCheck;
 use crate::sql::audit::{shown_row_id, RowScan};
-use crate::sql::judge::{stored_destination, AdoptOptions, Destination, Reading};
+use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Destined, Reading};
 use crate::sql::layout::Content;
 use crate::sql::layout::Layout;
 use crate::sql::row::value_from_text;
@@ -115,13 +115,10 @@ impl Store {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = self.table::<T>(connection, &collection).await?;
-            let Reading::Typed { destination, .. } = Reading::typed::<T>() else {
-                unreachable!("a typed reading")
-            };
             move_rows(
                 connection,
                 &table,
-                &destination,
+                &typed_destination::<T>,
                 AdoptOptions::default(),
                 &mut |_| {},
             )
@@ -163,28 +160,15 @@ impl Store {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
             let table = stored_table(connection, model).await?;
-            let refuse = |problem: String| {
-                Error::new(
-                    collection.clone(),
-                    ErrorKind::SchemaMismatch {
-                        collection: model.collection().to_owned(),
-                        problem,
-                    },
-                )
-            };
-            let problems = super::schema::table_problems(connection, &table, &collection).await?;
-            if let Some(problem) = problems
-                .into_iter()
-                .find(|problem| !is_stored_type_problem(&table, problem))
-            {
+            let refuse = |problem: String| Error::schema_mismatch(model, problem);
+            let problems =
+                super::schema::table_problems(connection, &table, &collection, false).await?;
+            if let Some(problem) = problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
             if !options.ignore_model_check {
                 if let Some(mismatch) = model_mismatch(connection, &table).await? {
-                    return Err(refuse(format!(
-                        "{mismatch}; nothing was moved (for a deliberate change of the model, \
-                         adopt with AdoptOptions::ignoring_model_check)"
-                    )));
+                    return Err(mismatch.refusal(model));
                 }
             }
             let destination = |layout: &Layout, stored: Map<String, Value>| {
@@ -195,9 +179,6 @@ impl Store {
         .await
     }
 }
-
-/// Where a row of the table moves, or why it cannot.
-type Destined<'d> = dyn Fn(&Layout, Map<String, Value>) -> Result<Destination, String> + Sync + 'd;
 
 /// The moves of every row of `table` not under its derived id, page by page.
 async fn move_rows(
@@ -310,12 +291,9 @@ async fn scan(
     let model = table.model;
     let document = DocumentRef::collection(model);
     let mut report = AuditReport::new(model.collection(), reading.is_typed());
-    report.table_problems = super::schema::table_problems(connection, table, &document)
-        .await?
-        .into_iter()
-        // A model given at run time does not know the stored fields' types.
-        .filter(|problem| reading.is_typed() || !is_stored_type_problem(table, problem))
-        .collect();
+    // A model given at run time does not know the stored fields' types.
+    report.table_problems =
+        super::schema::table_problems(connection, table, &document, reading.is_typed()).await?;
     let present = present_columns(connection, table, &document).await?;
     if present.is_empty() {
         return Ok(report);
@@ -354,15 +332,6 @@ async fn scan(
     Ok(report)
 }
 
-/// Whether `problem` is a stored field's column of another type than idem makes.
-fn is_stored_type_problem(table: &Table, problem: &str) -> bool {
-    table.columns.iter().any(|column| {
-        matches!(column.content, Content::Stored(_))
-            && problem.starts_with(&format!("column {:?} is ", column.name))
-            && !problem.contains("is missing")
-    })
-}
-
 /// The table of a model given at run time, laid out from its schema.
 async fn stored_table(connection: &mut SqliteConnection, model: &Model) -> Result<Table, Error> {
     let document = DocumentRef::collection(model);
@@ -375,15 +344,7 @@ async fn stored_table(connection: &mut SqliteConnection, model: &Model) -> Resul
         .fetch_all(&mut *connection)
         .await
         .map_err(|source| sqlite_error(&document, source))?;
-    let refuse = |problem: String| {
-        Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: model.collection().to_owned(),
-                problem,
-            },
-        )
-    };
+    let refuse = |problem: String| Error::schema_mismatch(model, problem);
     if rows.is_empty() {
         return Err(refuse(format!(
             "the database has no table `{}`",

@@ -177,10 +177,7 @@ impl Store {
             let row = PreparedRow::new(doc, &table)?;
             let connection = Mutex::new(connection);
             let driver = self.driver(&connection, &table);
-            let mut outcomes = engine::settle(&driver, WriteKind::Upsert, &[&row]).await?;
-            outcomes
-                .pop()
-                .unwrap_or_else(|| Err(engine::contention(&row.document)))
+            engine::settle_one(&driver, WriteKind::Upsert, &row).await
         })
         .await
     }
@@ -246,10 +243,8 @@ impl Store {
             }
             let connection = Mutex::new(connection);
             let driver = self.driver(&connection, &table);
-            let mut outcomes = engine::settle(&driver, WriteKind::Delete, &[&row]).await?;
-            outcomes
-                .pop()
-                .unwrap_or_else(|| Err(engine::contention(&row.document)))
+            engine::settle_one(&driver, WriteKind::Delete, &row)
+                .await
                 .map(Deletion::of)
         })
         .await

@@ -9,12 +9,16 @@ use super::table::{literal, Table};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::model::ID_FIELD;
+use crate::sql::layout::Content;
 
-/// What `table` lacks for idem's writes, every problem at once; empty if nothing.
+/// What `table` lacks for idem's writes, every problem at once; empty if nothing. Without
+/// `stored_types` the declared types of the stored fields' columns are not checked (a model
+/// given at run time does not know them); those of idem's columns are.
 pub(super) async fn table_problems(
     connection: &mut SqliteConnection,
     table: &Table,
     document: &DocumentRef,
+    stored_types: bool,
 ) -> Result<Vec<String>, Error> {
     let name = literal(table.model.collection());
     crate::trace::round_trip("SELECT");
@@ -36,6 +40,13 @@ pub(super) async fn table_problems(
         .collect();
     let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
+        let typed = stored_types
+            || !matches!(
+                table
+                    .column_named(column)
+                    .map(|index| table.columns[index].content),
+                Some(Content::Stored(_))
+            );
         match present.iter().find(|(name, _, _)| name == column) {
             None => problems.push(format!(
                 "column {column:?} is missing (expected {expected}): ALTER TABLE {} ADD COLUMN \
@@ -43,7 +54,7 @@ pub(super) async fn table_problems(
                 table.name(),
                 super::table::quote(column),
             )),
-            Some((_, found, _)) if found != expected => {
+            Some((_, found, _)) if typed && found != expected => {
                 problems.push(format!("column {column:?} is {found}, expected {expected}"))
             }
             Some(_) => {}
@@ -104,7 +115,7 @@ pub(super) async fn check_table(
     table: &Table,
     document: &DocumentRef,
 ) -> Result<(), Error> {
-    let problems = table_problems(connection, table, document).await?;
+    let problems = table_problems(connection, table, document, true).await?;
     match problems.into_iter().next() {
         None => Ok(()),
         Some(problem) => Err(Error::new(
