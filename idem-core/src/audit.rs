@@ -9,14 +9,14 @@ use std::fmt;
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use serde_json::Value;
 
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::error::ErrorKind;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::model::{Field, Model};
 
 /// How many sample ids a report keeps for each kind of problem, and how many duplicated natural
@@ -271,7 +271,7 @@ pub struct AuditReport {
     /// For a model given at run time: the stored documents were written with another model
     /// (see [`crate::model_check`]), so the orphans and legacy ids counted here are the flags'
     /// mistake, and `adopt` refuses to move them.
-    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_mismatch: Option<crate::model_check::ModelMismatch>,
 }
@@ -294,9 +294,9 @@ impl AuditReport {
 
     /// Whether the documents were written with another model than the one audited with.
     pub fn has_model_mismatch(&self) -> bool {
-        #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
         return self.model_mismatch.is_some();
-        #[cfg(not(any(feature = "mongodb", feature = "postgres", feature = "sqlite")))]
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
         return false;
     }
 
@@ -402,7 +402,7 @@ impl fmt::Display for AuditReport {
             "`{}`: {} documents scanned, {} clean",
             self.collection, self.scanned, self.clean
         )?;
-        #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
         if let Some(mismatch) = &self.model_mismatch {
             writeln!(f, "  WRONG MODEL: {mismatch}")?;
         }
@@ -441,7 +441,7 @@ impl fmt::Display for AuditReport {
 }
 
 /// A document's stored content hash against the hashes its content may have.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) struct HashCheck {
     /// The stored content hash, if the document has one.
     pub stored: Option<String>,
@@ -454,7 +454,7 @@ pub(crate) struct HashCheck {
     pub nested_unknown: bool,
 }
 
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 impl HashCheck {
     /// Whether the stored hash is one the content has.
     fn matches(&self) -> bool {
@@ -575,7 +575,7 @@ impl fmt::Display for AdoptReport {
 }
 
 /// A natural key as a scan in natural-key order compares and shows it.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) trait ScannedKey {
     /// Whether `self` and `other` collide in the unique natural-key index.
     fn collides_with(&self, other: &Self) -> bool;
@@ -586,12 +586,12 @@ pub(crate) trait ScannedKey {
 /// The holders of the natural key a scan in natural-key order is at: documents or rows sharing a
 /// key come one after the other, so finding duplicates needs only the current key and its first
 /// few ids, whatever the size of the collection or table. Both backends' audits count with it.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) struct DuplicateTracker<K> {
     current: Option<KeyHolders<K>>,
 }
 
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 struct KeyHolders<K> {
     key: K,
     holders: u64,
@@ -601,7 +601,7 @@ struct KeyHolders<K> {
     first_was_clean: bool,
 }
 
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 impl<K: ScannedKey> DuplicateTracker<K> {
     /// A scan that has met no key yet.
     pub fn new() -> Self {
@@ -654,10 +654,10 @@ impl<K: ScannedKey> DuplicateTracker<K> {
 }
 
 /// A key value read from a stored document.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 struct StoredKeyValue<'a>(KeyPart<'a>);
 
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 impl IdKey for StoredKeyValue<'_> {
     fn key_part(&self) -> KeyPart<'_> {
         self.0
@@ -670,7 +670,7 @@ impl IdKey for StoredKeyValue<'_> {
 /// gives a stored date as its milliseconds). Other stored types (a chrono timestamp stored as
 /// text, a `SystemTime` stored as a struct) need the typed audit. Every backend's audit derives
 /// ids of untyped documents here.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) fn derive_from_stored(
     model: &Model,
     key: &[Value],
@@ -722,7 +722,7 @@ pub(crate) fn derive_from_stored(
 }
 
 /// Why a stored value cannot feed the id.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 fn unusable(field: &Field, value: &Value, expected: &str) -> String {
     match value {
         Value::Null => format!("`{}` is missing", field.stored_name()),

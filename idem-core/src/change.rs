@@ -1,7 +1,7 @@
 //! The changes an operation makes to a document's `#[idem(effect)]` fields, for `apply_once` on
 //! every backend: typed, and encoded for each backend when made.
 #![cfg_attr(
-    not(any(feature = "mongodb", feature = "postgres", feature = "sqlite")),
+    not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
     allow(dead_code)
 )]
 
@@ -59,12 +59,12 @@ pub(crate) struct SetValue {
     #[cfg(feature = "mongodb")]
     pub bson: Result<mongodb::bson::Bson, String>,
     /// In the neutral JSON form a SQL column is written from.
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
     pub json: SqlValue,
 }
 
 /// A set value as a SQL column takes it.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum SqlValue {
     /// As serde writes it.
@@ -105,14 +105,14 @@ impl Change {
     /// NaN and the infinities are stored as an upsert stores them (a `double precision` column
     /// on PostgreSQL).
     #[cfg_attr(
-        not(any(feature = "mongodb", feature = "postgres", feature = "sqlite")),
+        not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
         allow(unused_variables)
     )]
     pub fn set<V: Serialize + ?Sized>(field: &'static str, value: &V) -> Self {
         let value = SetValue {
             #[cfg(feature = "mongodb")]
             bson: mongodb::bson::to_bson(value).map_err(|error| error.to_string()),
-            #[cfg(any(feature = "postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "_postgres", feature = "sqlite"))]
             json: match crate::sql::json::to_json(value) {
                 Ok(value) => SqlValue::Json(value),
                 Err(crate::sql::json::JsonError::NonFinite { path, value }) if path.is_empty() => {

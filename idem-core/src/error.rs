@@ -334,6 +334,8 @@ pub struct BackendError {
     retryable: bool,
     refuses_document: bool,
     message: String,
+    /// The constraint the server named, and the schema of its table.
+    constraint: Option<(String, Option<String>)>,
     source: Arc<dyn std::error::Error + Send + Sync + 'static>,
 }
 
@@ -353,6 +355,7 @@ impl BackendError {
             retryable,
             refuses_document: false,
             message: source.to_string(),
+            constraint: None,
             source: Arc::new(source),
         }
     }
@@ -370,6 +373,23 @@ impl BackendError {
     pub fn refusing_document(mut self) -> Self {
         self.refuses_document = true;
         self
+    }
+
+    /// The same error, naming the constraint the server reported and its table's schema.
+    pub fn with_constraint(mut self, name: String, schema: Option<String>) -> Self {
+        self.constraint = Some((name, schema));
+        self
+    }
+
+    /// The constraint or index the server named in its refusal (a unique violation's, a
+    /// CHECK's), if it named one.
+    pub fn constraint(&self) -> Option<&str> {
+        self.constraint.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// The schema of the table whose constraint the server named.
+    pub fn constraint_schema(&self) -> Option<&str> {
+        self.constraint.as_ref()?.1.as_deref()
     }
 
     /// Whether the server refused the document itself, not the call (see
@@ -457,7 +477,7 @@ impl Error {
 
     /// [`ErrorKind::SchemaMismatch`] for the collection or table of `model`: `problem` says what
     /// it lacks.
-    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     pub(crate) fn schema_mismatch(model: &crate::model::Model, problem: String) -> Self {
         Error::new(
             DocumentRef::collection(model),
@@ -531,6 +551,13 @@ impl Error {
     /// [`BackendError::code`].
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&self) -> Option<&tokio_postgres::Error> {
+        self.as_backend()?.driver_error().downcast_ref()
+    }
+
+    /// sqlx's error, if a call through sqlx failed (SQLite, or PostgreSQL through sqlx); its
+    /// SQLSTATE or SQLite code is also in [`BackendError::code`].
+    #[cfg(any(feature = "sqlite", feature = "sqlx-postgres"))]
+    pub fn as_sqlx(&self) -> Option<&sqlx::Error> {
         self.as_backend()?.driver_error().downcast_ref()
     }
 }

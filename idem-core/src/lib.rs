@@ -157,34 +157,34 @@ mod batch;
 mod change;
 mod column;
 pub mod document;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod engine;
 pub mod error;
 pub mod hash;
 pub mod id;
 mod idempotent;
 pub mod insert;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod intern;
 pub mod model;
 // Only a model given at run time (the `idem` command's flags) can be wrong.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub mod model_check;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;
-#[cfg(feature = "postgres")]
+#[cfg(feature = "_postgres")]
 pub mod postgres;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod push;
 pub mod read;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod trace;
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod verdict;
 pub mod version;
 
@@ -210,14 +210,14 @@ pub use idem_derive::Idempotent;
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "sqlx-postgres"))]
 pub use sqlx;
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 
 /// How often a write starts over when concurrent writers change the document between its write
 /// and its read. Each attempt is safe; contention this long is reported, not hidden.
-#[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// What generated code calls. Not public API: it changes without notice.

@@ -26,9 +26,9 @@ pub(crate) enum CallKind {
     DeleteById,
     Get,
     Find,
-    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     Audit,
-    #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     Adopt,
 }
 
@@ -128,7 +128,7 @@ impl Call {
 
     /// Runs `call` in the span, counting the round trips and retries it makes, and records its
     /// outcome (or its error, and a refusal event) when it ends.
-    #[cfg(any(feature = "mongodb", feature = "postgres"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres"))]
     #[inline]
     pub async fn run<O, F>(self, call: F) -> Result<O, Error>
     where
@@ -301,9 +301,9 @@ mod enabled {
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
             CallKind::Find => call_span!("idem.find", collection),
-            #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
             CallKind::Audit => call_span!("idem.audit", collection),
-            #[cfg(any(feature = "mongodb", feature = "postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
             CallKind::Adopt => call_span!("idem.adopt", collection),
         };
         if !span.is_disabled() {

@@ -6,18 +6,16 @@
 //! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
 //! documented on [`Store::adopt`].
 
-use super::Connection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{ToSql, Type};
 
 use super::audit::estimated_rows;
 use super::schema::survey_table;
 use super::stored::stored_table;
 use super::table::{quote, sql_type, Table};
-use super::{postgres_error, Store};
+use super::wire::{self, Cells, Connection, Param, Wire};
+use super::{postgres_error, Store, UNIQUE_VIOLATION};
 use crate::audit::{AdoptReport, AuditProgress};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -119,11 +117,13 @@ impl Store {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
-    pub async fn adopt<T, C>(&self, client: &C) -> Result<AdoptReport, Error>
+    pub async fn adopt<T, C>(&self, client: C) -> Result<AdoptReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let model = &T::MODEL;
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         call.run(async move {
@@ -131,7 +131,7 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let table = self.table::<T, C>(client, &collection).await?;
+            let table = self.table::<T, _>(client, &collection).await?;
             move_rows(
                 client,
                 &table,
@@ -157,11 +157,13 @@ impl Store {
     /// unless [`AdoptOptions::ignore_model_check`].
     pub async fn adopt_model<C: Connection>(
         &self,
-        client: &C,
+        client: C,
         model: &Model,
         field_order: &[&str],
         options: AdoptOptions,
     ) -> Result<AdoptReport, Error> {
+        let wire = client.wire();
+        let client = &wire;
         self.adopt_model_with_progress(client, model, field_order, options, |_| {})
             .await
     }
@@ -171,12 +173,14 @@ impl Store {
     /// [`audit_with_progress`](Store::audit_with_progress) does.
     pub async fn adopt_model_with_progress<C: Connection>(
         &self,
-        client: &C,
+        client: C,
         model: &Model,
         field_order: &[&str],
         options: AdoptOptions,
         mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AdoptReport, Error> {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         call.run(async move {
             let collection = DocumentRef::collection(model);
@@ -205,7 +209,7 @@ impl Store {
 
 /// Checks the model of `table` (given at run time) against rows stored under a ULID
 /// ([`crate::model_check`]), reading no more of them than the check examines.
-async fn model_mismatch<C: Connection>(
+async fn model_mismatch<C: Wire>(
     client: &C,
     table: &Table,
 ) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
@@ -220,19 +224,19 @@ async fn model_mismatch<C: Connection>(
     let limit = crate::model_check::DOCUMENTS_EXAMINED as i64;
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query_typed(&sql, &[(&limit, Type::INT8)])
+        .query(&sql, &[Param::Int8(limit)])
         .await
         .map_err(|source| postgres_error(&document, source))?;
     for row in &rows {
-        if let (Value::Object(stored), id) = (row.get::<_, Value>(0), row.get::<_, String>(1)) {
-            check.examine(&id, &stored);
+        if let (Some(Value::Object(stored)), Some(id)) = (row.json(0), row.text(1)) {
+            check.examine(id, &stored);
         }
     }
     Ok(check.finding())
 }
 
 /// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
-async fn move_rows<C: Connection>(
+async fn move_rows<C: Wire>(
     client: &C,
     table: &Table,
     destination: &Destined<'_>,
@@ -283,7 +287,7 @@ async fn adopt_row<C>(
     report: &mut AdoptReport,
 ) -> Result<(), Error>
 where
-    C: Connection,
+    C: Wire,
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
@@ -356,7 +360,7 @@ async fn read_page<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let id = quote(ID_FIELD);
     let (condition, order) = match pass {
@@ -374,7 +378,7 @@ where
         client,
         table,
         &clause,
-        &[(&after, Type::TEXT), (&PAGE_ROWS, Type::INT8)],
+        &[Param::Text(after), Param::Int8(PAGE_ROWS)],
         document,
     )
     .await
@@ -388,10 +392,10 @@ async fn read_row<C>(
     document: &DocumentRef,
 ) -> Result<Option<ReadRow>, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let clause = format!("WHERE t.{} = $1", quote(ID_FIELD));
-    let rows = select_rows(client, table, &clause, &[(&id, Type::TEXT)], document).await?;
+    let rows = select_rows(client, table, &clause, &[Param::Text(Some(id))], document).await?;
     Ok(rows.into_iter().next())
 }
 
@@ -401,11 +405,11 @@ async fn select_rows<C>(
     client: &C,
     table: &Table,
     clause: &str,
-    parameters: &[(&(dyn ToSql + Sync), Type)],
+    parameters: &[Param<'_>],
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let sql = format!(
         "SELECT {}, t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
@@ -415,7 +419,7 @@ where
     );
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query_typed(&sql, parameters)
+        .query(&sql, parameters)
         .await
         .map_err(|source| postgres_error(document, source))?;
     rows.iter()
@@ -423,8 +427,8 @@ where
         .collect()
 }
 
-fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<ReadRow, Error> {
-    let Value::Object(stored) = row.get::<_, Value>(0) else {
+fn read_row_from<R: Cells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
+    let Some(Value::Object(stored)) = row.json(0) else {
         return Err(Error::new(
             document.clone(),
             ErrorKind::Deserialize {
@@ -432,14 +436,14 @@ fn read_row_from(row: &tokio_postgres::Row, document: &DocumentRef) -> Result<Re
             },
         ));
     };
-    let place = match row.get::<_, Option<String>>(1) {
-        Some(id) => Place::Id(id),
-        None => Place::Location(row.get(2)),
+    let place = match row.text(1) {
+        Some(id) => Place::Id(id.to_owned()),
+        None => Place::Location(row.text(2).unwrap_or_default().to_owned()),
     };
     Ok(ReadRow {
         stored,
         place,
-        version: row.get(3),
+        version: row.text(3).unwrap_or_default().to_owned(),
     })
 }
 
@@ -453,7 +457,7 @@ async fn move_row<C>(
     destination: &Destination,
 ) -> Result<Move, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let id_column = quote(ID_FIELD);
     let (found, at) = match place {
@@ -484,24 +488,26 @@ where
         table = table.name(),
         set = set.join(", "),
     );
-    let parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
-        .iter()
-        .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-        .collect();
+    let parameters: Vec<Param> = values.iter().map(|value| Param::Text(*value)).collect();
     crate::trace::round_trip("UPDATE");
-    let reply =
-        match super::connection::contained(client, client.query_typed_one(&sql, &parameters)).await
-        {
-            Ok(reply) => reply,
-            // Another tool inserted a row under the derived id since the check.
-            Err(source) if source.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                return Ok(Move::Taken)
-            }
-            Err(source) => return Err(postgres_error(&destination.document, source)),
-        };
-    Ok(match (reply.get::<_, i64>(0), reply.get::<_, bool>(1)) {
-        (1.., _) => Move::Moved,
-        (_, true) => Move::Taken,
-        _ => Move::Changed,
-    })
+    let reply = match client
+        .write(&sql, &parameters)
+        .await
+        .and_then(|rows| wire::one(rows, "UPDATE"))
+    {
+        Ok(reply) => reply,
+        // Another tool inserted a row under the derived id since the check.
+        Err(source) if source.code() == Some(UNIQUE_VIOLATION) => return Ok(Move::Taken),
+        Err(source) => return Err(postgres_error(&destination.document, source)),
+    };
+    Ok(
+        match (
+            reply.int8(0).unwrap_or(0),
+            reply.boolean(1).unwrap_or(false),
+        ) {
+            (1.., _) => Move::Moved,
+            (_, true) => Move::Taken,
+            _ => Move::Changed,
+        },
+    )
 }

@@ -5,9 +5,9 @@
 //!
 //! # Bounded memory
 //!
-//! The rows come from one `SELECT` read as a stream (`query_typed_raw`): the driver hands each
-//! batch of rows over only when the previous one is taken, and stops reading the socket until
-//! then, so the server waits on its send rather than the client buffering the table. That is one
+//! The rows come from one `SELECT` read as a stream (tokio-postgres's `query_typed_raw`, sqlx's
+//! `fetch`): the driver hands each batch of rows over only when the previous one is taken, and
+//! stops reading the socket until then, so the server waits on its send rather than the client buffering the table. That is one
 //! statement and one snapshot, on a plain client as inside the caller's transaction. The
 //! alternatives cost more: a `DECLARE … CURSOR` needs a transaction the caller may not have
 //! opened (and one round trip per `FETCH`); keyset pages by natural key need a unique order a
@@ -19,18 +19,13 @@
 //! bounded memory (spilling to disk past `work_mem`) or walks an index on the key. The report
 //! keeps counts and at most [`SAMPLES_PER_KIND`] samples of each kind.
 
-use std::future::poll_fn;
-use std::pin::pin;
-
-use super::Connection;
-use futures_core::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use tokio_postgres::types::{ToSql, Type};
 
 use super::stored::stored_table;
 use super::table::{quote, InsertedSignal, Table};
+use super::wire::{Cells, Connection, Param, Wire};
 use super::{postgres_error, survey_table, Store};
 use crate::audit::{AuditProgress, AuditReport};
 use crate::document::DocumentRef;
@@ -83,12 +78,14 @@ impl Store {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
-    pub async fn audit<T, C>(&self, client: &C) -> Result<AuditReport, Error>
+    pub async fn audit<T, C>(&self, client: C) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
-        self.audit_with_progress::<T, C>(client, |_| {}).await
+        let wire = client.wire();
+        let client = &wire;
+        self.audit_with_progress::<T, _>(client, |_| {}).await
     }
 
     /// [`audit`](Store::audit), calling `progress` after each row with the count so far and the
@@ -96,13 +93,15 @@ impl Store {
     /// vacuumed or analyzed).
     pub async fn audit_with_progress<T, C>(
         &self,
-        client: &C,
+        client: C,
         mut progress: impl FnMut(&AuditProgress),
     ) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
         // Only its columns are used: the statements, which depend on the signal, are never sent.
         let table = Table::of::<T>(InsertedSignal::Xmax);
@@ -131,11 +130,13 @@ impl Store {
     /// ([`ErrorKind::SchemaMismatch`]).
     pub async fn audit_model<C: Connection>(
         &self,
-        client: &C,
+        client: C,
         model: &Model,
         field_order: &[&str],
         mut progress: impl FnMut(&AuditProgress),
     ) -> Result<AuditReport, Error> {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
         call.run(async {
             let table = stored_table(client, model).await?;
@@ -154,7 +155,7 @@ async fn scan_table<C>(
     progress: &mut impl FnMut(&AuditProgress),
 ) -> Result<AuditReport, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let model = table.model;
     let document = DocumentRef::collection(model);
@@ -178,26 +179,23 @@ where
         key_columns.concat()
     );
     crate::trace::round_trip("SELECT");
-    let rows = client
-        .query_typed_raw(&sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>())
-        .await
-        .map_err(|source| postgres_error(&document, source))?;
-    let mut rows = pin!(rows);
     let mut scan = RowScan::new(table, reading);
-    while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
-        let row = row.map_err(|source| postgres_error(&document, source))?;
-        let Value::Object(stored) = row.get::<_, Value>(0) else {
-            return Err(Error::new(
-                document,
-                ErrorKind::Deserialize {
-                    message: "a row did not read as an object".into(),
-                },
-            ));
-        };
-        let location = format!("ctid {}", row.get::<_, &str>(1));
-        scan.row(&mut report, stored, &location);
-        progress(&AuditProgress::new(report.scanned, total));
-    }
+    client
+        .scan(&sql, &document, |row| {
+            let Some(Value::Object(stored)) = row.json(0) else {
+                return Err(Error::new(
+                    document.clone(),
+                    ErrorKind::Deserialize {
+                        message: "a row did not read as an object".into(),
+                    },
+                ));
+            };
+            let location = format!("ctid {}", row.text(1).unwrap_or_default());
+            scan.row(&mut report, stored, &location);
+            progress(&AuditProgress::new(report.scanned, total));
+            Ok(())
+        })
+        .await?;
     scan.finish(&mut report);
     Ok(report)
 }
@@ -209,16 +207,19 @@ pub(super) async fn estimated_rows<C>(
     document: &DocumentRef,
 ) -> Result<Option<u64>, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     crate::trace::round_trip("SELECT");
     let estimate = client
-        .query_typed_opt(
+        .query(
             "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
-            &[(&model.collection(), Type::TEXT)],
+            &[Param::Text(Some(model.collection()))],
         )
         .await
         .map_err(|source| postgres_error(document, source))?;
     // -1: never vacuumed or analyzed.
-    Ok(estimate.and_then(|row| u64::try_from(row.get::<_, i64>(0)).ok()))
+    Ok(estimate
+        .first()
+        .and_then(|row| row.int8(0))
+        .and_then(|rows| u64::try_from(rows).ok()))
 }

@@ -2,11 +2,10 @@
 //! statement per write, whose rows say what it did, and the reading of the stored rows it
 //! returns.
 
-use super::Connection;
 use serde::Serialize;
-use tokio_postgres::types::Type;
 
 use super::table::Table;
+use super::wire::{Cells, Param, Wire};
 use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
 use crate::engine::{Driver, Reply, WriteKind};
@@ -22,7 +21,7 @@ pub(super) struct PgDriver<'a, C> {
     pub table: &'a Table,
 }
 
-impl<C: Connection> PgDriver<'_, C> {
+impl<C: Wire> PgDriver<'_, C> {
     /// The reply of a write of one row that failed with `error`: a unique constraint it met, or
     /// a value of the row the server refuses; any other error concerns the call.
     fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
@@ -34,7 +33,7 @@ impl<C: Connection> PgDriver<'_, C> {
     }
 }
 
-impl<C: Connection> Driver for PgDriver<'_, C> {
+impl<C: Wire> Driver for PgDriver<'_, C> {
     type Doc = PreparedRow;
     type Stored = StoredRow;
 
@@ -82,15 +81,19 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
         crate::trace::round_trip("SELECT");
         let found = self
             .client
-            .query_typed_opt(
+            .query(
                 &self.table.select_stored_by_id(),
-                &[(&doc.id_text, Type::TEXT)],
+                &[Param::Text(Some(&doc.id_text))],
             )
             .await
             .map_err(|source| postgres_error(&doc.document, source))?;
-        Ok(found.map(|found| {
-            let (mut stored, keys) = read_stored(&found, 0, self.table.model);
-            stored.natural_key = Some((keys..found.len()).map(|at| found.get(at)).collect());
+        Ok(found.first().map(|found| {
+            let (mut stored, keys) = read_stored(found, 0, self.table.model);
+            stored.natural_key = Some(
+                (keys..found.len())
+                    .map(|at| found.text(at).map(str::to_owned))
+                    .collect(),
+            );
             stored
         }))
     }
@@ -98,7 +101,7 @@ impl<C: Connection> Driver for PgDriver<'_, C> {
     crate::sql::reads_rows_as_sql!();
 }
 
-impl<C: Connection> BatchDriver for PgDriver<'_, C> {
+impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
     }
@@ -133,19 +136,15 @@ fn reply(state: RowState) -> Reply<StoredRow> {
 /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
 /// each guarded field's text, then the version field's for a type with versions
 /// ([`Table`]'s stored state). Returns the row and the column after it.
-pub(super) fn read_stored(
-    row: &tokio_postgres::Row,
-    at: usize,
-    model: &Model,
-) -> (StoredRow, usize) {
+pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
     let guarded = model.digested_fields().count();
     let next = at + 5 + guarded + usize::from(model.version_field().is_some());
     let texts: Vec<Option<String>> = (at..next)
         .map(|index| match index == at + 1 {
             true => None,
-            false => row.get(index),
+            false => row.text(index).map(str::to_owned),
         })
         .collect();
-    let tombstoned = row.get::<_, Option<bool>>(at + 1).unwrap_or(false);
+    let tombstoned = row.boolean(at + 1).unwrap_or(false);
     (StoredRow::from_texts(model, &texts, tombstoned), next)
 }

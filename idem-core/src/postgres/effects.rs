@@ -2,12 +2,12 @@
 //! idempotency key, operations applied once to a row's `#[idem(effect)]` columns, derived sets
 //! whose members are inserted once, and pushes that append an item once.
 
-use super::Connection;
 use serde::Serialize;
 
 use super::schema::query_checked_one;
 use super::table::{self, quote, sql_type};
-use super::{connection, postgres_error, Store};
+use super::wire::{self, Cells, Connection, Param, Wire};
+use super::{postgres_error, Store};
 use crate::change::{self, Change};
 use crate::document::DocumentRef;
 use crate::engine;
@@ -22,7 +22,6 @@ use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
 use crate::sql::json;
 use crate::sql::row::PreparedRow;
 use crate::trace::{Call, CallKind};
-use tokio_postgres::types::{ToSql, Type};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -34,11 +33,13 @@ impl Store {
     /// An empty key is refused ([`ErrorKind::EmptyKey`]). A key stored by another tool, under an
     /// `_id` that is not a ULID, is [`ErrorKind::ForeignId`]. An event colliding in another unique
     /// constraint is [`ErrorKind::UniqueIndexConflict`], naming it.
-    pub async fn record<T, C>(&self, client: &C, event: &T) -> Result<Recorded, Error>
+    pub async fn record<T, C>(&self, client: C, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Record, T::MODEL.collection(), || {
             None::<crate::id::Id>
         });
@@ -48,7 +49,7 @@ impl Store {
                 .idempotency_key_field()
                 .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
             idempotency_key(event)?;
-            let table = self.table::<T, C>(client, &event.document_ref()).await?;
+            let table = self.table::<T, _>(client, &event.document_ref()).await?;
             let id = Id::from(ulid::Ulid::generate());
             let row = PreparedRow::with_id(event, id, &table)?;
             engine::record::record(&self.driver(client, &table), &row, key_field).await
@@ -70,7 +71,7 @@ impl Store {
     /// [`with_op_window`](Store::with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
     pub async fn apply_once<T, C>(
         &self,
-        client: &C,
+        client: C,
         id: Id,
         op: &OpId,
         changes: &[Change],
@@ -79,11 +80,13 @@ impl Store {
         T: Idempotent,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             change::check(model, &T::stored_columns(), changes, &document)?;
             let mut parameters: Vec<Option<String>> =
                 vec![Some(id.to_string()), Some(op.as_str().to_owned())];
@@ -134,8 +137,8 @@ impl Store {
                     query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
                         .await?;
                 Ok(answered_in_one(
-                    reply.get::<_, i64>(0) > 0,
-                    reply.get(1),
+                    reply.int8(0).unwrap_or(0) > 0,
+                    reply.boolean(1).unwrap_or(false),
                     Applied::Applied,
                     Applied::AlreadyApplied,
                 ))
@@ -158,21 +161,19 @@ impl Store {
     /// natural key is stored under another id (its timestamp moved) is refused with
     /// [`ErrorKind::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
     /// stored without conflict.
-    pub async fn insert_new<T, C>(
-        &self,
-        client: &C,
-        members: &[T],
-    ) -> Result<InsertReport<T>, Error>
+    pub async fn insert_new<T, C>(&self, client: C, members: &[T]) -> Result<InsertReport<T>, Error>
     where
         T: Idempotent + Serialize + Sync + Clone,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
             None::<crate::id::Id>
         });
         call.run(async move {
             let collection = DocumentRef::collection(&T::MODEL);
-            let table = self.table::<T, C>(client, &collection).await?;
+            let table = self.table::<T, _>(client, &collection).await?;
             crate::engine::insert::insert_new(&self.driver(client, &table), members).await
         })
         .await
@@ -185,7 +186,7 @@ impl Store {
     /// other wrote.
     pub async fn push<T, I, C>(
         &self,
-        client: &C,
+        client: C,
         id: Id,
         field: &'static str,
         item: &I,
@@ -195,12 +196,14 @@ impl Store {
         I: Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             let item = json::to_json(item).map_err(|error| Error::new(document.clone(), ErrorKind::Serialize {
                 message: error.message(),
             }))?;
@@ -234,21 +237,23 @@ impl Store {
             );
             let id_text = id.to_string();
             let item_key_field = list.item_key();
-            let parameters: [(&(dyn ToSql + Sync), Type); 4] = [
-                (&id_text, Type::TEXT),
-                (&item, Type::TEXT),
-                (&item_key, Type::TEXT),
-                (&item_key_field, Type::TEXT),
+            let (item, item_key) = (item.to_string(), item_key.to_string());
+            let parameters = [
+                Param::Text(Some(&id_text)),
+                Param::Text(Some(&item)),
+                Param::Text(Some(&item_key)),
+                Param::Text(Some(item_key_field)),
             ];
             settle_by_id(&document, || async {
                 crate::trace::round_trip("UPDATE");
-                let reply =
-                    connection::contained(client, client.query_typed_one(&sql, &parameters))
-                        .await
-                        .map_err(|source| postgres_error(&document, source))?;
+                let reply = client
+                    .write(&sql, &parameters)
+                    .await
+                    .and_then(|rows| wire::one(rows, "UPDATE"))
+                    .map_err(|source| postgres_error(&document, source))?;
                 Ok(answered_in_one(
-                    reply.get::<_, i64>(0) > 0,
-                    reply.get(1),
+                    reply.int8(0).unwrap_or(0) > 0,
+                    reply.boolean(1).unwrap_or(false),
                     Pushed::Appended,
                     Pushed::AlreadyPresent,
                 ))

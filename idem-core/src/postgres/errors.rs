@@ -2,8 +2,9 @@
 //! server refused a row for what it holds, and a refusal that says the table is not the one
 //! checked.
 
+use super::wire::DbFailure;
 use crate::document::DocumentRef;
-use crate::error::{BackendError, Error, ErrorKind};
+use crate::error::{Error, ErrorKind};
 
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
 /// (class 22: a value out of range, a bad encoding), an integrity constraint (23: another
@@ -15,31 +16,23 @@ pub(super) fn refuses_row(code: &str) -> bool {
         .any(|class| code.starts_with(class))
 }
 
-/// A driver error as idem reports it: kept whole, with its SQLSTATE and whether a retry may
-/// help.
-pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
-    let code = source.code().map(|state| state.code().to_owned());
-    let retryable = is_transient(&source);
-    // The driver's own text of a server error is only "db error": show what the server said.
-    let message = source.as_db_error().map(|db| {
-        let mut message = format!("{} ({}): {}", db.severity(), db.code().code(), db.message());
-        if let Some(detail) = db.detail() {
-            message.push_str(&format!("; {detail}"));
-        }
-        message
-    });
-    let refuses_document = source.code().is_some_and(|state| refuses_row(state.code()));
-    let mut error = BackendError::new("PostgreSQL", code, retryable, source);
-    if refuses_document {
-        error = error.refusing_document();
+/// How a server error is shown: its severity, SQLSTATE, message and detail.
+pub(super) fn server_text(
+    severity: &str,
+    code: &str,
+    message: &str,
+    detail: Option<&str>,
+) -> String {
+    let mut shown = format!("{severity} ({code}): {message}");
+    if let Some(detail) = detail {
+        shown.push_str(&format!("; {detail}"));
     }
-    match message {
-        Some(message) => error.with_message(message),
-        None => error,
-    }
+    shown
 }
 
-pub(super) fn postgres_error(document: &DocumentRef, source: tokio_postgres::Error) -> Error {
+/// A statement's failure as idem reports it: a refusal naming what is wrong with the table if
+/// the server refused the statement for the table's shape, else the driver's error.
+pub(super) fn postgres_error(document: &DocumentRef, source: DbFailure) -> Error {
     match schema_problem(&source) {
         Some(problem) => Error::new(
             document.clone(),
@@ -51,7 +44,7 @@ pub(super) fn postgres_error(document: &DocumentRef, source: tokio_postgres::Err
         None => Error::new(
             document.clone(),
             ErrorKind::Backend {
-                source: driver_error(source),
+                source: source.into_error(),
             },
         ),
     }
@@ -61,16 +54,16 @@ pub(super) fn postgres_error(document: &DocumentRef, source: tokio_postgres::Err
 /// table's shape: the statement met a table other than the one the store checked (it was
 /// dropped, its creating transaction rolled back, a migration changed it, or the client's search
 /// path leads to another schema's table, which does not even parse).
-pub(super) fn schema_problem(source: &tokio_postgres::Error) -> Option<String> {
-    let refusal = source.as_db_error()?;
-    let found = match refusal.code().code() {
+pub(super) fn schema_problem(source: &DbFailure) -> Option<String> {
+    let message = source.server_message()?;
+    let found = match source.code()? {
         // undefined_table
         "42P01" => {
             return Some(format!(
                 "{}: it is not in the client's search path (dropped, or made by a transaction \
                  that rolled back); create it with Store::ensure_table::<T>() or from \
                  Store::create_table_sql::<T>()",
-                refusal.message()
+                message
             ))
         }
         // invalid_column_reference: ON CONFLICT found no unique constraint for its target
@@ -86,28 +79,18 @@ pub(super) fn schema_problem(source: &tokio_postgres::Error) -> Option<String> {
     Some(format!(
         "{}: {found}; the store checked another table (this one changed since, or the client's \
          search path leads to another schema): make it as Store::create_table_sql::<T>() prints it",
-        refusal.message()
+        message
     ))
 }
 
-/// Whether the same call may succeed if made again: the connection failed or closed, or the
-/// server asked for a retry (serialization failure, deadlock, shutdown, too many connections),
-/// or gave up waiting (`lock_timeout`, `statement_timeout`: another transaction held the row).
-pub(super) fn is_transient(error: &tokio_postgres::Error) -> bool {
-    if error.is_closed() {
-        return true;
-    }
-    match error.code() {
-        Some(state) => {
-            let code = state.code();
-            code.starts_with("08")
-                || matches!(
-                    code,
-                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014"
-                )
-        }
-        // No SQLSTATE: the connection or the protocol failed, not the statement.
-        None => std::error::Error::source(error)
-            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
-    }
+/// Whether SQLSTATE `code` says the same call may succeed if made again: the connection
+/// failed (class 08), the server asked for a retry (serialization failure, deadlock, shutdown,
+/// too many connections), or gave up waiting (`lock_timeout`, `statement_timeout`: another
+/// transaction held the row).
+pub(super) fn transient_code(code: &str) -> bool {
+    code.starts_with("08")
+        || matches!(
+            code,
+            "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014"
+        )
 }

@@ -62,24 +62,28 @@
 
 mod adopt;
 mod audit;
-mod connection;
 mod driver;
 mod effects;
 mod errors;
 mod read;
 mod schema;
 mod session;
+#[cfg(feature = "sqlx-postgres")]
+mod sqlx_wire;
 mod stored;
 mod table;
+#[cfg(feature = "postgres")]
+mod tokio_wire;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use crate::sql::judge::AdoptOptions;
-pub use connection::Connection;
 use serde::Serialize;
 pub use session::Session;
-use tokio_postgres::types::{ToSql, Type};
+pub use wire::Connection;
+use wire::{Cells, Param, Wire};
 
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
@@ -95,9 +99,10 @@ use crate::sql::row::{PreparedRow, StoredRow};
 use crate::trace::{Call, CallKind};
 use table::{sql_type, InsertedSignal, Table};
 
-pub use errors::driver_error;
 use errors::postgres_error;
 use schema::{check_again, check_table, survey_table};
+#[cfg(feature = "postgres")]
+pub use tokio_wire::driver_error;
 
 pub use crate::change::Change;
 pub use crate::model::APPLIED_OPS_FIELD;
@@ -183,11 +188,13 @@ impl Store {
 
     /// Creates `T`'s table if it does not exist, then checks it as every first write does.
     /// Idempotent.
-    pub async fn ensure_table<T, C>(&self, client: &C) -> Result<(), Error>
+    pub async fn ensure_table<T, C>(&self, client: C) -> Result<(), Error>
     where
         T: Idempotent,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let document = DocumentRef::collection(&T::MODEL);
         // Refused before anything is created: a table with a cut name would never match, and
         // one with a system column's name cannot be made.
@@ -202,12 +209,12 @@ impl Store {
         }
         crate::trace::round_trip("CREATE TABLE");
         client
-            .batch_execute(&Store::create_table_sql::<T>())
+            .execute(&Store::create_table_sql::<T>())
             .await
             .map_err(|source| postgres_error(&document, source))?;
         crate::trace::index_created(T::MODEL.collection());
         self.forget_table(&T::MODEL);
-        self.table::<T, C>(client, &document).await.map(drop)
+        self.table::<T, _>(client, &document).await.map(drop)
     }
 
     /// Writes `doc` under its derived id, converging under retries, replays and races: one
@@ -215,11 +222,13 @@ impl Store {
     /// [`ErrorKind::FrozenFieldChanged`] a write that would change a frozen field or a field feeding
     /// the id, and with [`ErrorKind::IdChanged`] one whose natural key is stored under another id
     /// for no reason a stored field shows; nothing is written then.
-    pub async fn upsert<T, C>(&self, client: &C, doc: &T) -> Result<Outcome, Error>
+    pub async fn upsert<T, C>(&self, client: C, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             if T::MODEL.idempotency_key_field().is_some() {
@@ -228,7 +237,7 @@ impl Store {
                     .await
                     .map(|recorded| recorded.outcome);
             }
-            let table = self.table::<T, C>(client, &doc.document_ref()).await?;
+            let table = self.table::<T, _>(client, &doc.document_ref()).await?;
             let row = PreparedRow::new(doc, &table)?;
             let driver = self.driver(client, &table);
             engine::settle_one(&driver, WriteKind::Upsert, &row).await
@@ -240,11 +249,13 @@ impl Store {
     /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store::with_batch_chunk)
     /// at a time, one statement per chunk; a re-ingest of unchanged documents writes no row.
     /// A refused document does not stop the others.
-    pub async fn upsert_many<T, C>(&self, client: &C, docs: &[T]) -> Result<BatchReport, Error>
+    pub async fn upsert_many<T, C>(&self, client: C, docs: &[T]) -> Result<BatchReport, Error>
     where
         T: Idempotent + Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || {
             None::<crate::id::Id>
         });
@@ -261,7 +272,7 @@ impl Store {
                 }
                 return Ok(BatchReport::new(outcomes, 0));
             }
-            let table = self.table::<T, C>(client, &collection).await?;
+            let table = self.table::<T, _>(client, &collection).await?;
             engine::batch::upsert_many(&self.driver(client, &table), docs).await
         })
         .await
@@ -271,16 +282,18 @@ impl Store {
     /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
     /// its creation does not bring it back. Returns `Deleted`, or `AlreadyDeleted` if it already
     /// was.
-    pub async fn delete<T, C>(&self, client: &C, doc: &T) -> Result<Deletion, Error>
+    pub async fn delete<T, C>(&self, client: C, doc: &T) -> Result<Deletion, Error>
     where
         T: Idempotent + Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             let document = doc.document_ref();
             let tombstone = tombstone_field(&T::MODEL, &document)?;
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             let row = PreparedRow::new(doc, &table)?;
             let marked = table
                 .column_of(tombstone)
@@ -307,7 +320,7 @@ impl Store {
     /// stays); [`ErrorKind::NotFound`] if no row has that id. One statement.
     pub async fn delete_by_id<T, M, C>(
         &self,
-        client: &C,
+        client: C,
         id: Id,
         marker: &M,
     ) -> Result<Deletion, Error>
@@ -316,12 +329,14 @@ impl Store {
         M: Serialize + Sync,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
             let tombstone = tombstone_field(model, &document)?;
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             let marker = json::to_json(marker).map_err(|error| {
                 Error::new(
                     document.clone(),
@@ -358,15 +373,16 @@ impl Store {
                 id = table::quote(ID_FIELD),
             );
             let id_text = id.to_string();
-            let parameters: [(&(dyn ToSql + Sync), Type); 2] =
-                [(&id_text, Type::TEXT), (&marker_text, Type::TEXT)];
+            let parameters = [Param::Text(Some(&id_text)), Param::Text(Some(&marker_text))];
             settle_by_id(&document, || async {
                 crate::trace::round_trip("UPDATE");
-                let row = connection::contained(client, client.query_typed_one(&sql, &parameters))
+                let row = client
+                    .write(&sql, &parameters)
                     .await
+                    .and_then(|rows| wire::one(rows, "UPDATE"))
                     .map_err(|source| postgres_error(&document, source))?;
-                let marked: i64 = row.get(0);
-                let deleted: Option<bool> = row.get(1);
+                let marked = row.int8(0).unwrap_or(0);
+                let deleted = row.boolean(1);
                 Ok(match (marked, deleted) {
                     (1.., _) => ById::Answered(Deletion::Deleted),
                     (_, Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
@@ -385,8 +401,8 @@ impl Store {
     /// This store writing through `client`: what the derive's generated methods take
     /// (`post.upsert(&store.on(&client))`, `Post::ensure_schema(&store.on(&tx))`), and the API
     /// every store shares ([`Session`]).
-    pub fn on<'a, C: Connection>(&'a self, client: &'a C) -> Session<'a, C> {
-        Session::new(self, client)
+    pub fn on<C: Connection>(&self, client: C) -> Session<'_, C> {
+        Session::new(self, client.wire())
     }
 
     /// Sends one write statement for `rows` and reads what it did to each.
@@ -399,19 +415,18 @@ impl Store {
         document: &DocumentRef,
     ) -> Result<Vec<RowState>, Error>
     where
-        C: Connection,
+        C: Wire,
     {
         let columns = column_arrays(table, rows, document)?;
         let mut checked_again = false;
         let replies = loop {
             let checked = table.checked_oids();
-            let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = columns
-                .iter()
-                .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
-                .collect();
-            parameters.push((&checked, Type::OID_ARRAY));
+            let mut parameters: Vec<Param> =
+                columns.iter().map(|column| Param::Texts(column)).collect();
+            parameters.push(Param::Oids(&checked));
             crate::trace::round_trip("INSERT … ON CONFLICT");
-            let replies = connection::contained(client, client.query_typed(statement, &parameters))
+            let replies = client
+                .write(statement, &parameters)
                 .await
                 .map_err(|source| postgres_error(document, source))?;
             if !table::missed_guard(&replies) {
@@ -420,13 +435,15 @@ impl Store {
             check_again(client, table, document, &mut checked_again).await?;
         };
         let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
-        for reply in replies {
-            let incoming: String = reply.get(0);
-            let state = match reply.get::<_, Option<bool>>(1) {
-                Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(Box::new(driver::read_stored(&reply, 2, table.model).0)),
+        for reply in &replies {
+            let Some(incoming) = reply.text(0) else {
+                continue;
             };
-            states.insert(incoming, state);
+            let state = match reply.boolean(1) {
+                Some(inserted) => RowState::Written { inserted },
+                None => RowState::Stopped(Box::new(driver::read_stored(reply, 2, table.model).0)),
+            };
+            states.insert(incoming.to_owned(), state);
         }
         Ok(rows
             .iter()
@@ -444,26 +461,18 @@ impl Store {
         stored: &StoredRow,
     ) -> Result<Option<Outcome>, Error>
     where
-        C: Connection,
+        C: Wire,
     {
         let columns = column_arrays(table, &[row], &row.document)?;
         let pinned = row.pinned_parameters(table, stored);
-        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = columns
-            .iter()
-            .map(|column| (column as &(dyn ToSql + Sync), Type::TEXT_ARRAY))
-            .collect();
-        parameters.extend(
-            pinned
-                .iter()
-                .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT)),
-        );
+        let mut parameters: Vec<Param> =
+            columns.iter().map(|column| Param::Texts(column)).collect();
+        parameters.extend(wire::texts(&pinned));
         crate::trace::round_trip("UPDATE");
-        let replaced = connection::contained(
-            client,
-            client.query_typed(&table.pinned_replacement, &parameters),
-        )
-        .await
-        .map_err(|source| postgres_error(&row.document, source))?;
+        let replaced = client
+            .write(&table.pinned_replacement, &parameters)
+            .await
+            .map_err(|source| postgres_error(&row.document, source))?;
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
 
@@ -480,7 +489,7 @@ impl Store {
     async fn table<T, C>(&self, client: &C, document: &DocumentRef) -> Result<Arc<Table>, Error>
     where
         T: Idempotent,
-        C: Connection,
+        C: Wire,
     {
         let model = &T::MODEL;
         let stored = T::stored_columns();
@@ -502,10 +511,11 @@ impl Store {
             None => {
                 crate::trace::round_trip("SELECT");
                 let version = client
-                    .query_typed_one("SELECT current_setting('server_version_num')::int", &[])
+                    .query("SELECT current_setting('server_version_num')::int8", &[])
                     .await
+                    .and_then(|rows| wire::one(rows, "SELECT"))
                     .map_err(|source| postgres_error(document, source))?;
-                InsertedSignal::for_server(version.get(0))
+                InsertedSignal::for_server(version.int8(0).unwrap_or(0))
             }
         };
         let table = Arc::new(Table::of::<T>(signal));
@@ -559,8 +569,8 @@ fn column_arrays<'r>(
 /// or the natural key's (this id is stored with another natural key, or a racing writer stored
 /// the document after the statement's snapshot), another one (a refusal naming it), or none.
 fn unique_conflict(error: &Error, table: &Table) -> Option<engine::Conflict> {
-    let violation = error.as_postgres()?.as_db_error()?;
-    if violation.code().code() != UNIQUE_VIOLATION {
+    let violation = error.as_backend()?;
+    if violation.code() != Some(UNIQUE_VIOLATION) {
         return None;
     }
     let Some(name) = violation.constraint() else {
@@ -571,7 +581,7 @@ fn unique_conflict(error: &Error, table: &Table) -> Option<engine::Conflict> {
     // By the names the check read in the violated table's schema: a migration may have named
     // the primary key, and PostgreSQL shortens the name it makes for a long table name.
     let ours = violation
-        .schema()
+        .constraint_schema()
         .and_then(|schema| table.checked_in(schema))
         .is_some_and(|checked| {
             checked

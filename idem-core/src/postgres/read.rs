@@ -1,11 +1,11 @@
 //! Typed reads: a row by id or by natural key, as its type.
 
-use super::Connection;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
+use super::wire::{Cells, Connection, Wire};
 use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
@@ -19,15 +19,17 @@ impl Store {
     /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
     /// its tombstone set. A row that does not read as `T` is [`ErrorKind::Deserialize`]. One
     /// statement (and the table check before the first statement to a table).
-    pub async fn get<T, C>(&self, client: &C, id: Id) -> Result<Option<T>, Error>
+    pub async fn get<T, C>(&self, client: C, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
         call.run(async move {
             let document = DocumentRef::by_id(&T::MODEL, id);
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             let condition = format!("t.{} = $1", quote(ID_FIELD));
             read_one(
                 client,
@@ -44,16 +46,18 @@ impl Store {
     /// The row stored under the natural key `key`, as `T`; `None` if none is. The generated
     /// `find` builds the key from its values: `Post::find(&store.on(&client), "hello", "en")`.
     /// One statement, through the unique natural-key constraint.
-    pub async fn find<T, C>(&self, client: &C, key: &NaturalKey) -> Result<Option<T>, Error>
+    pub async fn find<T, C>(&self, client: C, key: &NaturalKey) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
         C: Connection,
     {
+        let wire = client.wire();
+        let client = &wire;
         let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
-            let table = self.table::<T, C>(client, &document).await?;
+            let table = self.table::<T, _>(client, &document).await?;
             let mut conditions = Vec::new();
             let mut values = Vec::new();
             for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
@@ -95,7 +99,7 @@ async fn read_one<T, C>(
 ) -> Result<Option<T>, Error>
 where
     T: DeserializeOwned,
-    C: Connection,
+    C: Wire,
 {
     // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
     // (no `WITH`), as a read is told from a write by its first word.
@@ -108,7 +112,7 @@ where
     let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
     let deserialize_error =
         |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
-    let stored = match row.get::<_, Option<Value>>(1) {
+    let stored = match row.json(1) {
         None => return Ok(None),
         Some(Value::Object(stored)) => stored,
         Some(_) => {

@@ -4,8 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::Connection;
-use tokio_postgres::types::{ToSql, Type};
+use super::wire::{self, Cells, Param, Wire};
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
@@ -26,7 +25,7 @@ pub(super) async fn check_table<C>(
     document: &DocumentRef,
 ) -> Result<(), Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let survey = survey_table(client, table, document, true).await?;
     match survey.checked {
@@ -55,7 +54,7 @@ pub(super) async fn check_again<C>(
     checked_again: &mut bool,
 ) -> Result<(), Error>
 where
-    C: Connection,
+    C: Wire,
 {
     if std::mem::replace(checked_again, true) {
         return Err(engine::contention(document));
@@ -68,37 +67,32 @@ where
 /// checks the table the search path leads to and sends it again ([`check_again`]). `command`
 /// names the round trip; any but `SELECT` is a write, contained in a savepoint inside the
 /// caller's transaction ([`super::connection`]).
-pub(super) async fn query_checked_one<C, V>(
+pub(super) async fn query_checked_one<C>(
     client: &C,
     table: &Table,
     document: &DocumentRef,
     (sql, ok): (&str, usize),
-    values: &[V],
-    command: &str,
-) -> Result<tokio_postgres::Row, Error>
+    values: &[Option<String>],
+    command: &'static str,
+) -> Result<C::Row, Error>
 where
-    C: Connection,
-    V: ToSql + Sync,
+    C: Wire,
 {
     let mut checked_again = false;
     loop {
         let checked = table.checked_oids();
-        let mut parameters: Vec<(&(dyn ToSql + Sync), Type)> = values
-            .iter()
-            .map(|value| (value as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        parameters.push((&checked, Type::OID_ARRAY));
+        let mut parameters = wire::texts(values);
+        parameters.push(Param::Oids(&checked));
         crate::trace::round_trip(command);
         // A write (`apply_once`) may fail for what the row holds; a read fails only with the
         // transaction, and needs no savepoint.
         let row = match command {
-            "SELECT" => client.query_typed_one(sql, &parameters).await,
-            _ => {
-                super::connection::contained(client, client.query_typed_one(sql, &parameters)).await
-            }
+            "SELECT" => client.query(sql, &parameters).await,
+            _ => client.write(sql, &parameters).await,
         }
+        .and_then(|rows| wire::one(rows, command))
         .map_err(|source| postgres_error(document, source))?;
-        if row.get::<_, bool>(ok) {
+        if row.boolean(ok).unwrap_or(false) {
             return Ok(row);
         }
         check_again(client, table, document, &mut checked_again).await?;
@@ -142,7 +136,7 @@ pub(super) async fn survey_table<C>(
     stored_types: bool,
 ) -> Result<TableSurvey, Error>
 where
-    C: Connection,
+    C: Wire,
 {
     let absent = |problem| TableSurvey {
         present: HashMap::new(),
@@ -156,14 +150,14 @@ where
     // Resolved through the search path, as the statements resolve the table.
     crate::trace::round_trip("SELECT");
     let columns = client
-        .query_typed(
+        .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.oid, \
              n.nspname::text, coll.collname::text, coll.collisdeterministic \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
              LEFT JOIN pg_collation coll ON coll.oid = a.attcollation \
              WHERE c.oid = to_regclass(quote_ident($1))",
-            &[(&name, Type::TEXT)],
+            &[Param::Text(Some(name))],
         )
         .await
         .map_err(|source| postgres_error(document, source))?;
@@ -174,10 +168,15 @@ where
             table.create_sql()
         )));
     };
-    let oid: u32 = first.get(2);
-    let schema: String = first.get(3);
-    let present: HashMap<String, String> =
-        columns.iter().map(|row| (row.get(0), row.get(1))).collect();
+    let oid = first.oid(2).unwrap_or(0);
+    let schema = first.text(3).unwrap_or_default().to_owned();
+    let present: HashMap<String, String> = columns
+        .iter()
+        .map(|row| {
+            let column = row.text(0).unwrap_or_default().to_owned();
+            (column, row.text(1).unwrap_or_default().to_owned())
+        })
+        .collect();
     let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
         let typed = stored_types
@@ -211,18 +210,18 @@ where
     natural_key.sort();
     let is_key = |column: &str| column == ID_FIELD || natural_key.iter().any(|key| key == column);
     for row in &columns {
-        let (column, collation): (String, Option<String>) = (row.get(0), row.get(4));
-        if is_key(&column) && row.get::<_, Option<bool>>(5) == Some(false) {
+        let (column, collation) = (row.text(0).unwrap_or_default(), row.text(4));
+        if is_key(column) && row.boolean(5) == Some(false) {
             problems.push(nondeterministic(
                 table,
-                &column,
-                &collation.unwrap_or_default(),
+                column,
+                collation.unwrap_or_default(),
             ));
         }
     }
     crate::trace::round_trip("SELECT");
     let unique: Vec<UniqueIndex> = client
-        .query_typed(
+        .query(
             "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
              array_agg(a.attname::text ORDER BY a.attname), \
              array_agg(a.attname::text ORDER BY a.attname) \
@@ -237,21 +236,21 @@ where
              WHERE x.indrelid = $1 AND x.indisunique AND x.indpred IS NULL \
              AND x.indexprs IS NULL AND k.n <= x.indnkeyatts \
              GROUP BY i.relname, x.indisprimary, x.indimmediate",
-            &[(&oid, Type::OID)],
+            &[Param::Oid(oid)],
         )
         .await
         .map_err(|source| postgres_error(document, source))?
         .iter()
         .map(|row| UniqueIndex {
-            name: row.get(0),
-            primary: row.get(1),
-            immediate: row.get(2),
-            columns: row.get(3),
+            name: row.text(0).unwrap_or_default().to_owned(),
+            primary: row.boolean(1).unwrap_or(false),
+            immediate: row.boolean(2).unwrap_or(false),
+            columns: row.texts(3).unwrap_or_default(),
             nondeterministic: row
-                .get::<_, Option<Vec<String>>>(4)
+                .texts(4)
                 .unwrap_or_default()
                 .into_iter()
-                .zip(row.get::<_, Option<Vec<String>>>(5).unwrap_or_default())
+                .zip(row.texts(5).unwrap_or_default())
                 .collect(),
         })
         .collect();

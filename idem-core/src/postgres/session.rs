@@ -28,24 +28,34 @@ use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 /// let outcome = idem.upsert(&post).await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
-pub struct Session<'a, C> {
+pub struct Session<'a, C: Connection> {
     store: &'a Store,
-    client: &'a C,
+    wire: C::Wire,
 }
 
-impl<C> Clone for Session<'_, C> {
-    fn clone(&self) -> Self {
-        *self
+impl<C: Connection> std::fmt::Debug for Session<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("store", self.store)
+            .finish_non_exhaustive()
     }
 }
 
-impl<C> Copy for Session<'_, C> {}
+impl<C: Connection<Wire: Clone>> Clone for Session<'_, C> {
+    fn clone(&self) -> Self {
+        Session {
+            store: self.store,
+            wire: self.wire.clone(),
+        }
+    }
+}
+
+impl<C: Connection<Wire: Copy>> Copy for Session<'_, C> {}
 
 impl<'a, C: Connection> Session<'a, C> {
-    /// `store` writing through `client` ([`Store::on`]).
-    pub(super) fn new(store: &'a Store, client: &'a C) -> Self {
-        Session { store, client }
+    /// `store` writing through `wire` ([`Store::on`]).
+    pub(super) fn new(store: &'a Store, wire: C::Wire) -> Self {
+        Session { store, wire }
     }
 
     /// The store this session writes for.
@@ -53,17 +63,12 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store
     }
 
-    /// The client or transaction it writes through.
-    pub fn client(&self) -> &'a C {
-        self.client
-    }
-
     /// [`Store::upsert`] through this session's client.
     pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.upsert(self.client, doc).await
+        self.store.upsert(&self.wire, doc).await
     }
 
     /// [`Store::upsert_many`] through this session's client.
@@ -71,7 +76,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.upsert_many(self.client, docs).await
+        self.store.upsert_many(&self.wire, docs).await
     }
 
     /// [`Store::delete`] through this session's client.
@@ -79,7 +84,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.delete(self.client, doc).await
+        self.store.delete(&self.wire, doc).await
     }
 
     /// [`Store::delete_by_id`] through this session's client.
@@ -89,7 +94,7 @@ impl<'a, C: Connection> Session<'a, C> {
         M: Serialize + Sync,
     {
         self.store
-            .delete_by_id::<T, M, C>(self.client, id, marker)
+            .delete_by_id::<T, M, _>(&self.wire, id, marker)
             .await
     }
 
@@ -98,7 +103,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        self.store.insert_new(self.client, members).await
+        self.store.insert_new(&self.wire, members).await
     }
 
     /// [`Store::push`] through this session's client.
@@ -108,7 +113,7 @@ impl<'a, C: Connection> Session<'a, C> {
         I: Serialize + Sync,
     {
         self.store
-            .push::<T, I, C>(self.client, id, field, item)
+            .push::<T, I, _>(&self.wire, id, field, item)
             .await
     }
 
@@ -123,7 +128,7 @@ impl<'a, C: Connection> Session<'a, C> {
         T: Idempotent,
     {
         self.store
-            .apply_once::<T, C>(self.client, id, op, changes)
+            .apply_once::<T, _>(&self.wire, id, op, changes)
             .await
     }
 
@@ -132,7 +137,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.record(self.client, event).await
+        self.store.record(&self.wire, event).await
     }
 
     /// [`Store::get`] through this session's client.
@@ -140,7 +145,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + serde::de::DeserializeOwned,
     {
-        self.store.get::<T, C>(self.client, id).await
+        self.store.get::<T, _>(&self.wire, id).await
     }
 
     /// [`Store::find`] through this session's client.
@@ -148,7 +153,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + serde::de::DeserializeOwned,
     {
-        self.store.find::<T, C>(self.client, key).await
+        self.store.find::<T, _>(&self.wire, key).await
     }
 
     /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`]),
@@ -157,7 +162,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent,
     {
-        self.store.ensure_table::<T, C>(self.client).await
+        self.store.ensure_table::<T, _>(&self.wire).await
     }
 }
 

@@ -1,10 +1,9 @@
 //! The table of a model given at run time (`Store::audit_model`, the `idem` command), laid out
 //! from the catalog's columns; how its rows are judged is [`crate::sql::judge`]'s.
 
-use tokio_postgres::types::Type;
-
+use super::postgres_error;
 use super::table::{InsertedSignal, Table};
-use super::{postgres_error, Connection};
+use super::wire::{self, Cells, Param, Wire};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
@@ -13,15 +12,15 @@ use crate::model::Model;
 /// The table of a model given at run time, laid out from the catalog: every column other than
 /// idem's own is a stored field, in column order, of the shape its type has. A table that does
 /// not exist, or lacks a column the model names, is an error naming it.
-pub(super) async fn stored_table<C: Connection>(client: &C, model: &Model) -> Result<Table, Error> {
+pub(super) async fn stored_table<C: Wire>(client: &C, model: &Model) -> Result<Table, Error> {
     let document = DocumentRef::collection(model);
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query_typed(
+        .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
              WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 \
              AND NOT a.attisdropped ORDER BY a.attnum",
-            &[(&model.collection(), Type::TEXT)],
+            &[Param::Text(Some(model.collection()))],
         )
         .await
         .map_err(|source| postgres_error(&document, source))?;
@@ -29,22 +28,26 @@ pub(super) async fn stored_table<C: Connection>(client: &C, model: &Model) -> Re
     if rows.is_empty() {
         crate::trace::round_trip("SELECT");
         let place = client
-            .query_typed_one(
+            .query(
                 "SELECT current_database()::text, current_setting('search_path')",
                 &[],
             )
             .await
+            .and_then(|rows| wire::one(rows, "SELECT"))
             .map_err(|source| postgres_error(&document, source))?;
         return Err(refuse(format!(
             "database `{}` has no table `{}` in the search path ({})",
-            place.get::<_, String>(0),
+            place.text(0).unwrap_or_default(),
             model.collection(),
-            place.get::<_, String>(1),
+            place.text(1).unwrap_or_default(),
         )));
     }
     let catalog: Vec<(String, ColumnShape)> = rows
         .iter()
-        .map(|row| (row.get(0), shape_of(row.get(1))))
+        .map(|row| {
+            let name = row.text(0).unwrap_or_default().to_owned();
+            (name, shape_of(row.text(1).unwrap_or_default()))
+        })
         .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
     Ok(Table::new(

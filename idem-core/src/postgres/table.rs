@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::sync::{PoisonError, RwLock};
 
-use tokio_postgres::Row;
+use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
@@ -93,7 +93,7 @@ pub(crate) enum InsertedSignal {
 
 impl InsertedSignal {
     /// The signal of a server of version `server_version_num`.
-    pub fn for_server(server_version_num: i32) -> Self {
+    pub fn for_server(server_version_num: i64) -> Self {
         if server_version_num >= 180_000 {
             InsertedSignal::OldRow
         } else {
@@ -650,10 +650,8 @@ impl Table {
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
 /// holds a row without an id.
-pub(crate) fn missed_guard(replies: &[Row]) -> bool {
-    replies
-        .iter()
-        .any(|reply| reply.get::<_, Option<&str>>(0).is_none())
+pub(crate) fn missed_guard<R: Cells>(replies: &[R]) -> bool {
+    replies.iter().any(|reply| reply.text(0).is_none())
 }
 
 /// A quoted SQL identifier.
