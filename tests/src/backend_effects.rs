@@ -14,7 +14,12 @@ impl Db {
     ) -> Result<Recorded, Error> {
         match self {
             Db::Mongo { store, .. } => store.record(event).await,
-            Db::Postgres { store, client, .. } => store.record(client, event).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => crate::through_postgres!(sqlx, client, |c| store.record(c, event).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.record(&mut *connection.lock().await, event).await,
@@ -30,9 +35,14 @@ impl Db {
     ) -> Result<Applied, Error> {
         match self {
             Db::Mongo { store, .. } => store.apply_once::<T>(id, op, changes).await,
-            Db::Postgres { store, client, .. } => {
-                store.apply_once::<T, _>(client, id, op, changes).await
-            }
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => crate::through_postgres!(sqlx, client, |c| {
+                store.apply_once::<T, _>(c, id, op, changes).await
+            }),
             Db::Sqlite {
                 store, connection, ..
             } => {

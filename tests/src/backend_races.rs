@@ -2,6 +2,7 @@
 //! acknowledgement is lost after the write landed (MongoDB's `failCommand` fail point, or the
 //! PostgreSQL wire proxy), and the content hash a document is stored with.
 
+use idem_core::sqlx::ConnectOptions;
 use idem_core::{Error, Id, Idempotent, Outcome};
 use serde::Serialize;
 
@@ -34,7 +35,11 @@ impl Db {
                 outcome
             }
             Db::Postgres {
-                uri, schema, store, ..
+                uri,
+                schema,
+                store,
+                sqlx,
+                ..
             } => {
                 let base: tokio_postgres::Config = uri
                     .parse()
@@ -48,13 +53,33 @@ impl Db {
                 let proxy = Proxy::start(&upstream, PostgresWire, ProxyConfig::new(1, faults))
                     .await
                     .unwrap_or_else(|error| panic!("{self}: starting the proxy: {error}"));
-                let through_proxy = pg_chaos::connection_config(&base, schema, Some(proxy.addr()));
-                let client = pg_chaos::connect(&through_proxy)
-                    .await
-                    .unwrap_or_else(|error| {
-                        panic!("{self}: connecting through the proxy: {error}")
-                    });
-                let outcome = store.upsert(&client, doc).await;
+                let outcome = match sqlx {
+                    None => {
+                        let through_proxy =
+                            pg_chaos::connection_config(&base, schema, Some(proxy.addr()));
+                        let client =
+                            pg_chaos::connect(&through_proxy)
+                                .await
+                                .unwrap_or_else(|error| {
+                                    panic!("{self}: connecting through the proxy: {error}")
+                                });
+                        store.upsert(&client, doc).await
+                    }
+                    Some(_) => {
+                        let options: idem_core::sqlx::postgres::PgConnectOptions =
+                            uri.parse().expect("POSTGRES_URI parses");
+                        let mut connection = options
+                            .host(&proxy.addr().ip().to_string())
+                            .port(proxy.addr().port())
+                            .options([("search_path", schema.as_str())])
+                            .connect()
+                            .await
+                            .unwrap_or_else(|error| {
+                                panic!("{self}: connecting through the proxy: {error}")
+                            });
+                        store.upsert(&mut connection, doc).await
+                    }
+                };
                 let stats = proxy.shutdown().await;
                 assert_eq!(
                     (stats.write_requests, stats.replies_dropped),

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use idem_core::sqlx::{ConnectOptions, SqliteConnection};
+use idem_core::sqlx::{ConnectOptions, PgConnection, SqliteConnection};
 use idem_core::{BatchReport, Deletion, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -54,6 +54,36 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
+/// A sqlx connection to the server at `uri` whose `search_path` is `schema`.
+pub async fn sqlx_connection(uri: &str, schema: &str) -> PgConnection {
+    let options: idem_core::sqlx::postgres::PgConnectOptions =
+        uri.parse().expect("POSTGRES_URI parses");
+    options
+        .options([("search_path", schema)])
+        .connect()
+        .await
+        .expect("connecting to PostgreSQL through sqlx")
+}
+
+/// Calls the PostgreSQL store of a [`Db::Postgres`] through the driver it is under test with:
+/// `$client` (tokio-postgres) or the connection in `$sqlx`, bound to `$c` for `$call`.
+#[macro_export]
+macro_rules! through_postgres {
+    ($sqlx:expr, $client:expr, |$c:ident| $call:expr) => {
+        match $sqlx {
+            Some(connection) => {
+                let mut connection = connection.lock().await;
+                let $c = &mut *connection;
+                $call
+            }
+            None => {
+                let $c = $client;
+                $call
+            }
+        }
+    };
+}
+
 /// An empty schema on the server at `uri`, named `{prefix}_{test}_{process id}` (dropped first
 /// if an earlier run left it), and a client whose `search_path` is that schema.
 pub async fn fresh_schema(uri: &str, prefix: &str, test: &str) -> (String, tokio_postgres::Client) {
@@ -78,12 +108,14 @@ pub enum Db {
         store: idem_core::mongo::Store,
         log: CommandLog,
     },
-    /// PostgreSQL: a fresh schema on one server.
+    /// PostgreSQL: a fresh schema on one server, written through tokio-postgres, or through
+    /// sqlx where `sqlx` holds a connection (`client` then only inspects what was stored).
     Postgres {
         label: String,
         uri: String,
         schema: String,
         client: tokio_postgres::Client,
+        sqlx: Option<tokio::sync::Mutex<PgConnection>>,
         store: idem_core::postgres::Store,
     },
     /// SQLite: a fresh database file, in WAL mode, and one connection to it.
@@ -155,7 +187,19 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
     for (label, uri) in postgres_servers() {
         let (schema, client) = fresh_schema(&uri, "t", test).await;
         backends.push(Db::Postgres {
-            label,
+            label: label.clone(),
+            uri: uri.clone(),
+            schema,
+            client,
+            sqlx: None,
+            store: idem_core::postgres::Store::new(),
+        });
+        let (schema, client) = fresh_schema(&uri, "s", test).await;
+        backends.push(Db::Postgres {
+            label: format!("{label}-sqlx"),
+            sqlx: Some(tokio::sync::Mutex::new(
+                sqlx_connection(&uri, &schema).await,
+            )),
             uri,
             schema,
             client,
@@ -213,12 +257,17 @@ impl Db {
                 uri,
                 schema,
                 store,
+                sqlx,
                 ..
             } => Db::Postgres {
                 label: label.clone(),
                 uri: uri.clone(),
                 schema: schema.clone(),
                 client: postgres_client(uri, schema).await,
+                sqlx: match sqlx {
+                    Some(_) => Some(tokio::sync::Mutex::new(sqlx_connection(uri, schema).await)),
+                    None => None,
+                },
                 store: store.clone(),
             },
             Db::Sqlite { path, store, .. } => Db::Sqlite {
@@ -233,7 +282,12 @@ impl Db {
     pub async fn ensure<T: Idempotent>(&self) {
         match self {
             Db::Mongo { store, .. } => store.ensure_indexes::<T>().await,
-            Db::Postgres { store, client, .. } => store.ensure_table::<T, _>(client).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.ensure_table::<T, _>(c).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.ensure_table::<T>(&mut *connection.lock().await).await,
@@ -247,7 +301,12 @@ impl Db {
     ) -> Result<Outcome, Error> {
         match self {
             Db::Mongo { store, .. } => store.upsert(doc).await,
-            Db::Postgres { store, client, .. } => store.upsert(client, doc).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.upsert(c, doc).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.upsert(&mut *connection.lock().await, doc).await,
@@ -260,7 +319,12 @@ impl Db {
     ) -> Result<BatchReport, Error> {
         match self {
             Db::Mongo { store, .. } => store.upsert_many(docs).await,
-            Db::Postgres { store, client, .. } => store.upsert_many(client, docs).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.upsert_many(c, docs).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.upsert_many(&mut *connection.lock().await, docs).await,
@@ -273,7 +337,12 @@ impl Db {
     ) -> Result<Deletion, Error> {
         match self {
             Db::Mongo { store, .. } => store.delete(doc).await,
-            Db::Postgres { store, client, .. } => store.delete(client, doc).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.delete(c, doc).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.delete(&mut *connection.lock().await, doc).await,
@@ -287,9 +356,14 @@ impl Db {
     ) -> Result<Deletion, Error> {
         match self {
             Db::Mongo { store, .. } => store.delete_by_id::<T, M>(id, marker).await,
-            Db::Postgres { store, client, .. } => {
-                store.delete_by_id::<T, M, _>(client, id, marker).await
-            }
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| {
+                store.delete_by_id::<T, M, _>(c, id, marker).await
+            }),
             Db::Sqlite {
                 store, connection, ..
             } => {
@@ -306,7 +380,12 @@ impl Db {
     ) -> Result<InsertReport<T>, Error> {
         match self {
             Db::Mongo { store, .. } => store.insert_new(members).await,
-            Db::Postgres { store, client, .. } => store.insert_new(client, members).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.insert_new(c, members).await),
             Db::Sqlite {
                 store, connection, ..
             } => {
@@ -325,9 +404,14 @@ impl Db {
     ) -> Result<Pushed, Error> {
         match self {
             Db::Mongo { store, .. } => store.push::<T, I>(id, field, item).await,
-            Db::Postgres { store, client, .. } => {
-                store.push::<T, I, _>(client, id, field, item).await
-            }
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| {
+                store.push::<T, I, _>(c, id, field, item).await
+            }),
             Db::Sqlite {
                 store, connection, ..
             } => {
@@ -345,7 +429,12 @@ impl Db {
     {
         match self {
             Db::Mongo { store, .. } => store.get::<T>(id).await,
-            Db::Postgres { store, client, .. } => store.get::<T, _>(client, id).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.get::<T, _>(c, id).await),
             Db::Sqlite {
                 store, connection, ..
             } => store.get::<T>(&mut *connection.lock().await, id).await,
@@ -361,7 +450,13 @@ impl Db {
         use idem_core::Backend;
         match self {
             Db::Mongo { store, .. } => Backend::find::<T>(store, key).await,
-            Db::Postgres { store, client, .. } => Backend::find::<T>(&store.on(client), key).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| Backend::find::<T>(&store.on(c), key)
+                .await),
             Db::Sqlite {
                 store, connection, ..
             } => {
@@ -482,6 +577,7 @@ impl Db {
                 uri,
                 schema,
                 client,
+                sqlx,
                 ..
             } => {
                 client
@@ -493,6 +589,12 @@ impl Db {
                     uri: uri.clone(),
                     schema: schema.clone(),
                     client: postgres_client(uri, schema).await,
+                    sqlx: match sqlx {
+                        Some(_) => {
+                            Some(tokio::sync::Mutex::new(sqlx_connection(uri, schema).await))
+                        }
+                        None => None,
+                    },
                     store: idem_core::postgres::Store::new(),
                 };
                 fresh.ensure::<T>().await;
@@ -748,12 +850,14 @@ impl Db {
                 uri,
                 schema,
                 client,
+                sqlx,
                 store,
             } => Db::Postgres {
                 label,
                 uri,
                 schema,
                 client,
+                sqlx,
                 store: postgres(store),
             },
             Db::Sqlite {

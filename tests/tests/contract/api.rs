@@ -122,7 +122,16 @@ async fn code_written_against_the_backend_trait_runs_on_every_store() {
         let label = db.to_string();
         match &db {
             Db::Mongo { store, .. } => every_primitive(store, &label).await,
-            Db::Postgres { store, client, .. } => every_primitive(&store.on(client), &label).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => idem_tests::through_postgres!(sqlx, client, |c| every_primitive(
+                &store.on(c),
+                &label
+            )
+            .await),
             Db::Sqlite {
                 store, connection, ..
             } => {

@@ -256,9 +256,14 @@ async fn push_comment(
 ) -> Result<Pushed, Error> {
     match db {
         Db::Mongo { store, .. } => thread.push_comments(store, comment).await,
-        Db::Postgres { store, client, .. } => {
-            thread.push_comments(&store.on(client), comment).await
-        }
+        Db::Postgres {
+            store,
+            client,
+            sqlx,
+            ..
+        } => idem_tests::through_postgres!(sqlx, client, |c| {
+            thread.push_comments(&store.on(c), comment).await
+        }),
         Db::Sqlite {
             store, connection, ..
         } => {

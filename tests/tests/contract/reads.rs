@@ -79,7 +79,15 @@ async fn a_document_reads_back_as_its_type_by_id_and_by_natural_key() {
         // The generated lookup, with the key values in declaration order.
         let found = match &db {
             Db::Mongo { store, .. } => Card::find(store, "ada", 7).await,
-            Db::Postgres { store, client, .. } => Card::find(&store.on(client), "ada", 7).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => {
+                idem_tests::through_postgres!(sqlx, client, |c| Card::find(&store.on(c), "ada", 7)
+                    .await)
+            }
             Db::Sqlite {
                 store, connection, ..
             } => Card::find(&store.on(&mut *connection.lock().await), "ada", 7).await,
