@@ -7,7 +7,7 @@
 use idem_core::postgres::Store;
 use idem_core::sqlx::postgres::{PgPool, PgPoolOptions};
 use idem_core::sqlx::{Connection, PgConnection};
-use idem_core::{Error, ErrorKind, Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Outcome};
 use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
 use idem_tests::fixtures::{post, Post};
 use serde_json::json;
