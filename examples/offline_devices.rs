@@ -18,8 +18,9 @@
 //! The example checks itself: the devices and the server hold the same ids, the server one row
 //! per entry, each award once, the points once per entry, and each device played each
 //! celebration once. The server is an embedded SQLite file unless `POSTGRES_URI` names a
-//! PostgreSQL server (the same code over `idem_core::Backend`; each push is a PostgreSQL
-//! transaction there, in a schema `idem_offline_devices` the example makes afresh):
+//! PostgreSQL server, reached through sqlx as an axum + sqlx service would (the same code over
+//! `idem_core::Backend`; each push is a sqlx transaction there, in a schema
+//! `idem_offline_devices` the example makes afresh):
 //!
 //! ```text
 //! cargo run -p idem-examples --example offline_devices            # nothing to install
@@ -34,7 +35,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
-use idem_core::sqlx::{self, ConnectOptions, Connection, Row, SqliteConnection};
+use idem_core::sqlx::{
+    self, ConnectOptions, Connection, Executor, PgConnection, Row, SqliteConnection,
+};
 use idem_core::{Backend, Change, Idempotent};
 use idem_examples::offline_sync::{badges_for, Account, Award, Entry, DAY_0, DAY_MS, USER};
 
@@ -166,7 +169,7 @@ enum Server {
         store: idem_core::sqlite::Store,
     },
     Postgres {
-        client: tokio::sync::Mutex<idem_core::tokio_postgres::Client>,
+        connection: tokio::sync::Mutex<PgConnection>,
         store: idem_core::postgres::Store,
     },
 }
@@ -175,23 +178,20 @@ impl Server {
     async fn start(directory: &Path) -> Result<Server, Failure> {
         let server = match std::env::var("POSTGRES_URI") {
             Ok(uri) => {
-                let (client, connection) =
-                    idem_core::tokio_postgres::connect(&uri, idem_core::tokio_postgres::NoTls)
-                        .await?;
-                tokio::spawn(connection);
+                let mut connection = PgConnection::connect(&uri).await?;
                 // A schema of its own, made afresh: nothing else of the database is touched.
-                client
-                    .batch_execute(
+                connection
+                    .execute(sqlx::raw_sql(
                         "SET client_min_messages = warning; \
                          DROP SCHEMA IF EXISTS idem_offline_devices CASCADE; \
                          CREATE SCHEMA idem_offline_devices; \
                          SET search_path = idem_offline_devices",
-                    )
+                    ))
                     .await?;
                 let store = idem_core::postgres::Store::new();
-                println!("server: PostgreSQL (POSTGRES_URI)");
+                println!("server: PostgreSQL (POSTGRES_URI), through sqlx");
                 Server::Postgres {
-                    client: tokio::sync::Mutex::new(client),
+                    connection: tokio::sync::Mutex::new(connection),
                     store,
                 }
             }
@@ -210,7 +210,9 @@ impl Server {
                 let idem = store.on(&mut connection);
                 prepare(&idem).await?;
             }
-            Server::Postgres { client, store } => prepare(&store.on(&*client.lock().await)).await?,
+            Server::Postgres { connection, store } => {
+                prepare(&store.on(&mut *connection.lock().await)).await?
+            }
         }
         Ok(server)
     }
@@ -227,11 +229,11 @@ impl Server {
                 transaction.commit().await?;
                 awards
             }
-            Server::Postgres { client, store } => {
-                let mut client = client.lock().await;
-                let transaction = client.transaction().await?;
-                let live = live_created_at_postgres(&transaction, batch).await?;
-                let awards = handle(&store.on(&transaction), batch, live).await?;
+            Server::Postgres { connection, store } => {
+                let mut connection = connection.lock().await;
+                let mut transaction = connection.begin().await?;
+                let live = live_created_at_postgres(&mut transaction, batch).await?;
+                let awards = handle(&store.on(&mut transaction), batch, live).await?;
                 transaction.commit().await?;
                 awards
             }
@@ -251,14 +253,11 @@ impl Server {
                     .fetch_all(&mut *connection.lock().await)
                     .await?
             }
-            Server::Postgres { client, .. } => client
-                .lock()
-                .await
-                .query(&sql, &[])
-                .await?
-                .iter()
-                .map(|row| row.get(0))
-                .collect(),
+            Server::Postgres { connection, .. } => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_all(&mut *connection.lock().await)
+                    .await?
+            }
         })
     }
 
@@ -274,8 +273,10 @@ impl Server {
                     .get::<Account>(&mut *connection.lock().await, id)
                     .await?
             }
-            Server::Postgres { client, store } => {
-                store.get::<Account, _>(&*client.lock().await, id).await?
+            Server::Postgres { connection, store } => {
+                store
+                    .get::<Account, _>(&mut *connection.lock().await, id)
+                    .await?
             }
         };
         Ok(account.map_or(0, |account| account.points))
@@ -375,19 +376,19 @@ async fn live_created_at_sqlite(
 }
 
 async fn live_created_at_postgres(
-    client: &idem_core::tokio_postgres::Transaction<'_>,
+    connection: &mut PgConnection,
     batch: &[Entry],
 ) -> Result<Vec<i64>, Failure> {
-    let stored = client
-        .query(
-            "SELECT \"entryId\", \"createdAt\", \"deletedAt\" IS NOT NULL FROM entries \
-             WHERE \"userId\" = $1",
-            &[&USER],
-        )
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2)))
-        .collect();
+    let stored = sqlx::query(
+        "SELECT \"entryId\", \"createdAt\", \"deletedAt\" IS NOT NULL FROM entries \
+         WHERE \"userId\" = $1",
+    )
+    .bind(USER)
+    .fetch_all(connection)
+    .await?
+    .iter()
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .collect();
     Ok(live_after(stored, batch))
 }
 
@@ -592,8 +593,10 @@ async fn server_entry(server: &Server, entry: &Entry) -> Result<Option<Entry>, F
                 .get::<Entry>(&mut *connection.lock().await, id)
                 .await?
         }
-        Server::Postgres { client, store } => {
-            store.get::<Entry, _>(&*client.lock().await, id).await?
+        Server::Postgres { connection, store } => {
+            store
+                .get::<Entry, _>(&mut *connection.lock().await, id)
+                .await?
         }
     })
 }

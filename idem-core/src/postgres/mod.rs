@@ -1,6 +1,7 @@
 //! The PostgreSQL store: converging upserts guarded against orphaning writes, batch upserts,
-//! deletions that stay deleted and derived sets, over the caller's tokio-postgres client or
-//! transaction.
+//! deletions that stay deleted and derived sets, over the caller's client or transaction of
+//! tokio-postgres (feature `postgres`) or sqlx (feature `sqlx-postgres`): the same statements,
+//! the same table and the same answers through either.
 //!
 //! ```no_run
 //! # use idem_core::Idempotent;
@@ -51,14 +52,29 @@
 //!
 //! # Transactions
 //!
-//! Every method takes a [`Connection`]: a `Client` (a pooled client dereferences to one) or a
-//! `Transaction`, so idem's writes commit or roll back with the caller's. Inside a
-//! `Transaction` each write statement runs in a savepoint sent in its own round trip, so a
+//! Every method takes a [`Connection`]: tokio-postgres's `&Client` (a pooled client dereferences
+//! to one) or `&Transaction`, or sqlx's `&mut PgConnection`, `&mut PoolConnection<Postgres>` or
+//! `&mut Transaction<Postgres>`, so idem's writes commit or roll back with the caller's. Inside a
+//! transaction each write statement runs in a savepoint (in the statement's own round trip on
+//! tokio-postgres, which pipelines; as two more round trips on sqlx, which does not), so a
 //! statement the server refuses (a racing writer's row met on the primary key, another unique
 //! constraint, a CHECK) is retried, or its batch split row by row, and the transaction stays
 //! usable after every refusal idem reports: sixteen transactions racing one new row give one
-//! `Inserted` and fifteen `Unchanged`, as outside a transaction. A transaction opened on a
-//! `Client` with a plain `BEGIN` is not one idem can see; open it with `Client::transaction`.
+//! `Inserted` and fifteen `Unchanged`, as outside a transaction. A transaction opened with a
+//! plain `BEGIN` statement is not one idem can see; open it with the driver's transaction API.
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlx-postgres")]
+//! # async fn run(pool: idem_core::sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! # #[derive(serde::Serialize, idem_core::Idempotent)]
+//! # struct Post { #[idem(key)] slug: String, title: String }
+//! # let post = Post { slug: "hello".into(), title: "Hello".into() };
+//! let store = idem_core::postgres::Store::new();
+//! let mut tx = pool.begin().await?;
+//! store.upsert(&mut tx, &post).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
 
 mod adopt;
 mod audit;
