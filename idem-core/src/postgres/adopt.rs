@@ -162,8 +162,6 @@ impl Store {
         field_order: &[&str],
         options: AdoptOptions,
     ) -> Result<AdoptReport, Error> {
-        let wire = client.wire();
-        let client = &wire;
         self.adopt_model_with_progress(client, model, field_order, options, |_| {})
             .await
     }

@@ -83,8 +83,6 @@ impl Store {
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
         self.audit_with_progress::<T, _>(client, |_| {}).await
     }
 

@@ -249,7 +249,7 @@ impl Store {
         call.run(async move {
             if T::MODEL.idempotency_key_field().is_some() {
                 return self
-                    .record(client, doc)
+                    .record(wire::Lent(client), doc)
                     .await
                     .map(|recorded| recorded.outcome);
             }
@@ -281,7 +281,7 @@ impl Store {
                 let mut outcomes = Vec::with_capacity(docs.len());
                 for doc in docs {
                     outcomes.push(
-                        self.record(client, doc)
+                        self.record(wire::Lent(client), doc)
                             .await
                             .map(|recorded| recorded.outcome),
                     );

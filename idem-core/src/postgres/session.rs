@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::wire::Lent;
 use super::{Connection, Store};
 use crate::batch::BatchReport;
 use crate::change::Change;
@@ -68,7 +69,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.upsert(&self.wire, doc).await
+        self.store.upsert(Lent(&self.wire), doc).await
     }
 
     /// [`Store::upsert_many`] through this session's client.
@@ -76,7 +77,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.upsert_many(&self.wire, docs).await
+        self.store.upsert_many(Lent(&self.wire), docs).await
     }
 
     /// [`Store::delete`] through this session's client.
@@ -84,7 +85,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.delete(&self.wire, doc).await
+        self.store.delete(Lent(&self.wire), doc).await
     }
 
     /// [`Store::delete_by_id`] through this session's client.
@@ -94,7 +95,7 @@ impl<'a, C: Connection> Session<'a, C> {
         M: Serialize + Sync,
     {
         self.store
-            .delete_by_id::<T, M, _>(&self.wire, id, marker)
+            .delete_by_id::<T, M, _>(Lent(&self.wire), id, marker)
             .await
     }
 
@@ -103,7 +104,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        self.store.insert_new(&self.wire, members).await
+        self.store.insert_new(Lent(&self.wire), members).await
     }
 
     /// [`Store::push`] through this session's client.
@@ -113,7 +114,7 @@ impl<'a, C: Connection> Session<'a, C> {
         I: Serialize + Sync,
     {
         self.store
-            .push::<T, I, _>(&self.wire, id, field, item)
+            .push::<T, I, _>(Lent(&self.wire), id, field, item)
             .await
     }
 
@@ -128,7 +129,7 @@ impl<'a, C: Connection> Session<'a, C> {
         T: Idempotent,
     {
         self.store
-            .apply_once::<T, _>(&self.wire, id, op, changes)
+            .apply_once::<T, _>(Lent(&self.wire), id, op, changes)
             .await
     }
 
@@ -137,7 +138,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.store.record(&self.wire, event).await
+        self.store.record(Lent(&self.wire), event).await
     }
 
     /// [`Store::get`] through this session's client.
@@ -145,7 +146,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + serde::de::DeserializeOwned,
     {
-        self.store.get::<T, _>(&self.wire, id).await
+        self.store.get::<T, _>(Lent(&self.wire), id).await
     }
 
     /// [`Store::find`] through this session's client.
@@ -153,7 +154,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent + serde::de::DeserializeOwned,
     {
-        self.store.find::<T, _>(&self.wire, key).await
+        self.store.find::<T, _>(Lent(&self.wire), key).await
     }
 
     /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`]),
@@ -162,7 +163,7 @@ impl<'a, C: Connection> Session<'a, C> {
     where
         T: Idempotent,
     {
-        self.store.ensure_table::<T, _>(&self.wire).await
+        self.store.ensure_table::<T, _>(Lent(&self.wire)).await
     }
 }
 

@@ -11,7 +11,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
 use super::errors::{refuses_row, transient_code};
-use super::wire::{Cells, DbFailure, Param, Wire};
+use super::wire::{Cells, Connection, DbFailure, Param, Wire};
 use crate::document::DocumentRef;
 use crate::error::{BackendError, Error};
 
@@ -153,6 +153,22 @@ macro_rules! tokio_wire {
 }
 
 tokio_wire!(tokio_postgres::Client, tokio_postgres::Transaction<'_>);
+
+impl<'c> Connection for &'c tokio_postgres::Client {
+    type Wire = &'c tokio_postgres::Client;
+
+    fn wire(self) -> Self::Wire {
+        self
+    }
+}
+
+impl<'c, 't> Connection for &'c tokio_postgres::Transaction<'t> {
+    type Wire = &'c tokio_postgres::Transaction<'t>;
+
+    fn wire(self) -> Self::Wire {
+        self
+    }
+}
 
 impl Cells for Row {
     fn len(&self) -> usize {

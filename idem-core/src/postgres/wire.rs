@@ -200,7 +200,7 @@ struct NoRow(&'static str);
 #[diagnostic::on_unimplemented(
     message = "idem's PostgreSQL store writes through a tokio-postgres `&Client` or `&Transaction`, or a sqlx `&mut PgConnection` or `&mut Transaction<Postgres>`, not `{Self}`",
     label = "not a PostgreSQL client idem writes through",
-    note = "pass a reference: `&client`, `&tx` (tokio-postgres), `&mut *conn`, `&mut tx` (sqlx); a pooled tokio-postgres client dereferences to a `Client` (`&**object` from deadpool-postgres)"
+    note = "pass a reference: `&client`, `&tx` (tokio-postgres), `&mut *conn`, `&mut tx` (sqlx); from a sqlx `PgPool`, `&mut pool.acquire().await?` or `&mut pool.begin().await?`; a pooled tokio-postgres client dereferences to a `Client` (`&**object` from deadpool-postgres)"
 )]
 pub trait Connection: private::Sealed {
     /// The session statements are sent through.
@@ -212,18 +212,28 @@ pub trait Connection: private::Sealed {
     fn wire(self) -> Self::Wire;
 }
 
-/// A wire idem already holds (a [`super::Session`]'s) is a connection to write through again.
-impl<'w, W: Wire> Connection for &'w W {
+/// A wire a [`super::Session`] holds, lent to the store's methods for one call. Not for
+/// callers: a session is made with [`super::Store::on`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Lent<'w, W>(pub(super) &'w W);
+
+#[doc(hidden)]
+impl<'w, W: Wire> Connection for Lent<'w, W> {
     type Wire = &'w W;
 
     fn wire(self) -> &'w W {
-        self
+        self.0
     }
 }
 
 pub(super) mod private {
     pub trait Sealed {}
-    impl<W: super::Wire> Sealed for &W {}
+    impl<W: super::Wire> Sealed for super::Lent<'_, W> {}
+    #[cfg(feature = "postgres")]
+    impl Sealed for &tokio_postgres::Client {}
+    #[cfg(feature = "postgres")]
+    impl Sealed for &tokio_postgres::Transaction<'_> {}
     #[cfg(feature = "sqlx-postgres")]
     impl Sealed for &mut sqlx::PgConnection {}
     #[cfg(feature = "sqlx-postgres")]
