@@ -200,7 +200,7 @@ struct NoRow(&'static str);
 #[diagnostic::on_unimplemented(
     message = "idem's PostgreSQL store writes through a tokio-postgres `&Client` or `&Transaction`, or a sqlx `&mut PgConnection` or `&mut Transaction<Postgres>`, not `{Self}`",
     label = "not a PostgreSQL client idem writes through",
-    note = "pass a reference: `&client`, `&tx` (tokio-postgres), `&mut *conn`, `&mut tx` (sqlx); from a sqlx `PgPool`, `&mut pool.acquire().await?` or `&mut pool.begin().await?`; a pooled tokio-postgres client dereferences to a `Client` (`&**object` from deadpool-postgres)"
+    note = "pass a reference: `&client`, `&tx` (tokio-postgres), `&mut *conn`, `&mut tx` (sqlx); from a sqlx `PgPool`, `&mut pool.acquire().await?`, or `&mut tx` of `pool.begin()`; a pooled tokio-postgres client dereferences to a `Client` (`&**object` from deadpool-postgres)"
 )]
 pub trait Connection: private::Sealed {
     /// The session statements are sent through.
