@@ -44,6 +44,19 @@ pub(crate) trait BatchDriver: Driver {
         &self,
         docs: &[&Self::Doc],
     ) -> impl Future<Output = Result<Option<Vec<Option<Self::Stored>>>, Error>> + Send;
+
+    /// Which of `docs` are stored exactly as they would be written (the same id, natural key,
+    /// content hash, digests and version key, not deleted), from one light read that sends
+    /// each document's id, key and hashes but none of its content: those settle `Unchanged`
+    /// with nothing written, and only the others are sent whole. `None`: the driver does not
+    /// look first (it is not worth a round trip here, or the driver reads whole documents).
+    /// Only a cost: a document the read misses is written with the guard, as without it.
+    fn unchanged(
+        &self,
+        _docs: &[&Self::Doc],
+    ) -> impl Future<Output = Result<Option<Vec<bool>>, Error>> + Send {
+        std::future::ready(Ok(None))
+    }
 }
 
 /// One chunk's write under way: each input index with its outcome, once settled.
@@ -150,12 +163,44 @@ where
 }
 
 /// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
-/// guard): judged from one read first where the driver reads first, then the documents that
-/// need it written.
+/// guard): those the driver finds stored unchanged ([`BatchDriver::unchanged`]) settle with
+/// nothing sent; the others are judged from one read first where the driver reads first, then
+/// the documents that need it written.
 pub(crate) async fn settle_read_first<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    let Some(unchanged) = driver.unchanged(docs).await? else {
+        return settle_stored_first(driver, docs).await;
+    };
+    let changed: Vec<&D::Doc> = docs
+        .iter()
+        .zip(&unchanged)
+        .filter(|(_, &unchanged)| !unchanged)
+        .map(|(doc, _)| *doc)
+        .collect();
+    let mut written = settle_stored_first(driver, &changed).await?.into_iter();
+    Ok(unchanged
+        .iter()
+        .zip(docs)
+        .map(|(&unchanged, doc)| match unchanged {
+            true => Ok(Outcome::Unchanged),
+            false => written
+                .next()
+                .unwrap_or_else(|| Err(contention(&doc.document))),
+        })
+        .collect())
+}
+
+/// [`settle_read_first`] once the documents stored unchanged are set aside: the stored
+/// documents read first where the driver reads first, then the writes.
+async fn settle_stored_first<D: BatchDriver>(
+    driver: &D,
+    docs: &[&D::Doc],
+) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    if docs.is_empty() {
+        return Ok(Vec::new());
+    }
     let Some(stored) = driver.read_many(docs).await? else {
         return settle(driver, WriteKind::Upsert, docs).await;
     };

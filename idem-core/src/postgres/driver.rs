@@ -2,9 +2,13 @@
 //! statement per write, whose rows say what it did, and the reading of the stored rows it
 //! returns.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Serialize;
 
-use super::table::Table;
+use super::schema::check_again;
+use super::table::{missed_guard, Table};
 use super::wire::{Cells, Param, Wire};
 use super::{postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::BatchDriver;
@@ -14,11 +18,19 @@ use crate::idempotent::Idempotent;
 use crate::model::Model;
 use crate::sql::row::{PreparedRow, StoredRow};
 
+/// The fewest rows of a batch's chunk worth the light read of [`BatchDriver::unchanged`]:
+/// below them the rows' bytes cost less than its round trip.
+const PROBE_MIN_ROWS: usize = 64;
+
 /// Writes to one checked table through one client.
 pub(super) struct PgDriver<'a, C> {
     pub store: &'a Store,
     pub client: &'a C,
     pub table: &'a Table,
+    /// Whether the next chunk is looked up first ([`BatchDriver::unchanged`]): so while at
+    /// least half of the last chunk was stored unchanged, which a first ingest's first chunk
+    /// shows is not so (its later chunks then go without the extra round trip).
+    pub probing: AtomicBool,
 }
 
 impl<C: Wire> PgDriver<'_, C> {
@@ -53,7 +65,18 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             .write_rows(self.client, self.table, docs, statement, document)
             .await
         {
-            Ok(states) => Ok(states.into_iter().map(reply).collect()),
+            Ok(states) => {
+                if kind == WriteKind::Upsert && docs.len() >= PROBE_MIN_ROWS {
+                    let stopped = states
+                        .iter()
+                        .filter(|state| matches!(state, RowState::Stopped(_)))
+                        .count();
+                    if stopped * 2 >= docs.len() {
+                        self.probing.store(true, Ordering::Relaxed);
+                    }
+                }
+                Ok(states.into_iter().map(reply).collect())
+            }
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
             Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
@@ -121,6 +144,50 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
         // The statement returns the rows its guard stopped: nothing to read first.
         Ok(None)
+    }
+
+    async fn unchanged(&self, docs: &[&PreparedRow]) -> Result<Option<Vec<bool>>, Error> {
+        let Some((sql, positions)) = &self.table.unchanged_probe else {
+            return Ok(None);
+        };
+        if docs.len() < PROBE_MIN_ROWS || !self.probing.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let document = &docs[0].document;
+        let columns: Vec<Vec<Option<&str>>> = positions
+            .iter()
+            .map(|&at| {
+                docs.iter()
+                    .map(|doc| doc.values.get(at).and_then(|value| value.as_deref()))
+                    .collect()
+            })
+            .collect();
+        let mut checked_again = false;
+        let replies = loop {
+            let checked = self.table.checked_oids();
+            let mut parameters: Vec<Param> =
+                columns.iter().map(|column| Param::Texts(column)).collect();
+            parameters.push(Param::Oids(&checked));
+            crate::trace::round_trip("SELECT");
+            let replies = self
+                .client
+                .query(sql, &parameters)
+                .await
+                .map_err(|source| postgres_error(document, source))?;
+            if !missed_guard(&replies) {
+                break replies;
+            }
+            check_again(self.client, self.table, document, &mut checked_again).await?;
+        };
+        let changed: HashSet<&str> = replies.iter().filter_map(|reply| reply.text(0)).collect();
+        let unchanged: Vec<bool> = docs
+            .iter()
+            .map(|doc| !changed.contains(doc.id_text.as_str()))
+            .collect();
+        let found = unchanged.iter().filter(|&&unchanged| unchanged).count();
+        self.probing
+            .store(found * 2 >= docs.len(), Ordering::Relaxed);
+        Ok(Some(unchanged))
     }
 }
 

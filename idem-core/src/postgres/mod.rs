@@ -498,6 +498,7 @@ impl Store {
             store: self,
             client,
             table,
+            probing: std::sync::atomic::AtomicBool::new(true),
         }
     }
 

@@ -64,6 +64,9 @@ pub(crate) struct Table {
     pub insert_new: String,
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
+    /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
+    /// in a prepared row's values of the columns it sends, one `text[]` each.
+    pub unchanged_probe: Option<(String, Vec<usize>)>,
     /// The name of the unique constraint on the natural key that `ensure_table` creates.
     pub natural_key_constraint: String,
     /// The tables of this type the store checked, one per schema a client's search path led it
@@ -166,6 +169,7 @@ impl Table {
             delete: String::new(),
             insert_new: String::new(),
             pinned_replacement: String::new(),
+            unchanged_probe: None,
             natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
             checked: RwLock::default(),
         };
@@ -180,6 +184,7 @@ impl Table {
             .write_statement(Statement::InsertNew)
             .replace("{inserted}", &inserted);
         table.pinned_replacement = table.pinned_statement();
+        table.unchanged_probe = table.probe_statement();
         table
     }
 
@@ -421,6 +426,65 @@ impl Table {
             stored = self.stored_state(Some("t")),
             join = self.natural_key_join(),
         )
+    }
+
+    /// The ids of the incoming rows not stored exactly as they would be written: a row under
+    /// the same id with the same natural key, content hash, digests and version key, not
+    /// deleted, is one the upsert would leave alone and judge `Unchanged`
+    /// ([`Table::unchanged_filter`]). Sent before a batch's upsert with each row's id, key and
+    /// hashes only, so that an unchanged re-ingest sends none of the rows' content; then only
+    /// the rows it names are upserted. Guarded as every statement is (one row without an id
+    /// when the table is not one the store checked). Returns the statement and the positions
+    /// of its columns among the sent ones; `None` if one of them is not sent.
+    fn probe_statement(&self) -> Option<(String, Vec<usize>)> {
+        let mut probed = vec![0];
+        for content in [Content::Hash, Content::Digests, Content::VersionKey] {
+            probed.extend(self.column_with(content));
+        }
+        probed.extend(
+            self.model
+                .natural_key_fields()
+                .filter_map(|field| self.column_of(field)),
+        );
+        let positions: Vec<usize> = probed
+            .iter()
+            .map(|index| self.sent.iter().position(|sent| sent == index))
+            .collect::<Option<_>>()?;
+        let arrays: Vec<String> = (1..=probed.len())
+            .map(|parameter| format!("${parameter}::text[]"))
+            .collect();
+        let names: Vec<String> = probed.iter().map(|index| format!("c{index}")).collect();
+        let mut same = vec![format!("s.{} = i.c0", quote(ID_FIELD))];
+        for &index in &probed[1..] {
+            let column = &self.columns[index];
+            same.push(match column.content {
+                Content::Stored(_) => format!("s.{} = {}", quote(column.name), self.cast(index)),
+                _ => format!(
+                    "s.{} IS NOT DISTINCT FROM {}",
+                    quote(column.name),
+                    self.cast(index)
+                ),
+            });
+        }
+        if let Some(field) = self.model.tombstone_field() {
+            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
+        }
+        let incoming = self.relation_name("incoming");
+        let checked = self.relation_name("checked");
+        let sql = format!(
+            "WITH {checked_cte}, {incoming} AS (SELECT i.* FROM unnest({arrays}) AS i({names}), \
+             {checked} c WHERE c.ok) \
+             SELECT i.c0 FROM {incoming} i \
+             LEFT JOIN LATERAL (SELECT true AS stored FROM {table} s WHERE {same} LIMIT 1) \
+             unchanged ON true WHERE unchanged.stored IS NULL \
+             UNION ALL SELECT NULL FROM {checked} c WHERE NOT c.ok",
+            checked_cte = self.checked_cte(probed.len() + 1),
+            arrays = arrays.join(", "),
+            names = names.join(", "),
+            table = self.name(),
+            same = same.join(" AND "),
+        );
+        Some((sql, positions))
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, content hash,

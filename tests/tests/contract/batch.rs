@@ -504,3 +504,141 @@ async fn a_refused_document_inside_a_batch_does_not_stop_the_others() {
         }
     }
 }
+
+/// Each outcome as text: the outcome's name, or the refusal's message.
+fn shown(outcomes: &[Result<Outcome, Error>]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(outcome) => format!("{outcome:?}"),
+            Err(error) => error.to_string(),
+        })
+        .collect()
+}
+
+/// `slug`'s post with the fixture's other fields.
+fn post_at(slug: &str) -> Post {
+    Post {
+        slug: slug.into(),
+        ..post()
+    }
+}
+
+/// 140 posts stored by idem (five of them then rewritten by another tool, one with its key
+/// edited behind idem's back), and the batch that re-ingests them: most unchanged, some
+/// edited, some with a frozen field changed, ten new, and two copies at the end.
+async fn stored_posts_and_their_reingest(db: &Db) -> Vec<Post> {
+    db.ensure::<Post>().await;
+    let stored: Vec<Post> = (0..140).map(|n| post_at(&format!("p{n:03}"))).collect();
+    db.upsert_many(&stored).await.unwrap();
+    for doc in &stored[100..105] {
+        db.write_as_another_tool(doc).await;
+    }
+    db.run_raw(
+        "UPDATE \"posts\" SET \"slug\" = 'p110-edited' WHERE \"slug\" = 'p110'",
+        mongodb::bson::doc! {
+            "update": "posts",
+            "updates": [{ "q": { "slug": "p110" }, "u": { "$set": { "slug": "p110-edited" } } }],
+        },
+    )
+    .await;
+    let mut batch = stored;
+    for doc in &mut batch[120..125] {
+        doc.title = "Edited".into();
+    }
+    for doc in &mut batch[125..128] {
+        doc.author_id = "grace".into();
+    }
+    batch.extend((140..150).map(|n| post_at(&format!("p{n:03}"))));
+    batch.push(post_at("p005"));
+    batch.push(Post {
+        title: "Second copy".into(),
+        ..post_at("p006")
+    });
+    batch
+}
+
+/// 100 entries stored at revision 2 (ten of them deleted), and their re-ingest: most the same,
+/// some older, some at the same revision with other text, deleted ones sent live or deleted,
+/// some newer, and ten new.
+async fn stored_entries_and_their_reingest(db: &Db) -> Vec<Entry> {
+    db.ensure::<Entry>().await;
+    let stored: Vec<Entry> = (0..100)
+        .map(|n| entry(&format!("e{n:03}"), 2, "text"))
+        .collect();
+    db.upsert_many(&stored).await.unwrap();
+    for doc in &stored[75..85] {
+        db.delete(&Entry {
+            deleted_at: Some(1_700_000_500_000),
+            ..doc.clone()
+        })
+        .await
+        .unwrap();
+    }
+    let mut batch = stored;
+    for doc in &mut batch[60..70] {
+        doc.revision = 1;
+        doc.text = "older".into();
+    }
+    for doc in &mut batch[70..75] {
+        doc.text = "same revision, other text".into();
+    }
+    for doc in &mut batch[80..85] {
+        doc.deleted_at = Some(1_700_000_500_000);
+    }
+    for doc in &mut batch[85..90] {
+        doc.revision = 3;
+        doc.text = "newer".into();
+    }
+    batch.extend((100..110).map(|n| entry(&format!("e{n:03}"), 1, "new")));
+    batch
+}
+
+/// A re-ingest of many stored rows, each in another state (unchanged, edited, refused, stored
+/// by another tool, a key edited behind idem's back, deleted, older, newer, new, copies), sent
+/// in chunks of 64: every row gets what a single upsert of it gives. On PostgreSQL such chunks
+/// are first looked up by id, key and hashes alone, and only the rows not stored unchanged are
+/// sent whole; that shortcut must answer as the full statement does.
+#[tokio::test]
+async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
+    for db in fresh_backends("reingest_states").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let batch = stored_posts_and_their_reingest(&chunked).await;
+        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
+        let single = db.reset::<Post>().await;
+        let batch = stored_posts_and_their_reingest(&single).await;
+        let mut one_by_one = Vec::new();
+        for doc in &batch {
+            one_by_one.push(single.upsert(doc).await);
+        }
+        assert_eq!(whole, shown(&one_by_one), "{db}: posts");
+        assert_eq!(
+            whole.iter().filter(|shown| *shown == "Unchanged").count(),
+            // The unchanged posts, and the first copy of p005 once the batch wrote it.
+            140 - 5 - 1 - 5 - 3 + 1,
+            "{db}: {whole:?}"
+        );
+
+        let batch = stored_entries_and_their_reingest(&chunked).await;
+        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
+        let single = db.reset::<Entry>().await;
+        let batch = stored_entries_and_their_reingest(&single).await;
+        let mut one_by_one = Vec::new();
+        for doc in &batch {
+            one_by_one.push(single.upsert(doc).await);
+        }
+        assert_eq!(whole, shown(&one_by_one), "{db}: entries");
+        let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
+        assert_eq!(
+            (
+                count("Unchanged"),
+                count("Stale"),
+                count("Deleted"),
+                count("Updated"),
+                count("Inserted")
+            ),
+            (70, 15, 10, 5, 10),
+            "{db}: {whole:?}"
+        );
+    }
+}
