@@ -76,18 +76,23 @@ impl ContentHash {
         text
     }
 
-    /// The 64 lowercase hex digits of the bytes, by a table: formatting each byte with `{:02x}`
-    /// was a measurable part of preparing a batch (one hash and several digests per document).
+    /// The 64 lowercase hex digits of the bytes.
     fn hex_digits(&self) -> String {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut digits = Vec::with_capacity(64);
-        for byte in self.bytes {
-            digits.push(DIGITS[usize::from(byte >> 4)]);
-            digits.push(DIGITS[usize::from(byte & 0x0f)]);
-        }
-        // Only ASCII digits were pushed.
-        String::from_utf8(digits).unwrap_or_default()
+        lower_hex(&self.bytes)
     }
+}
+
+/// The lowercase hex digits of `bytes`, by a table: formatting each byte with `{:02x}` was a
+/// measurable part of preparing a batch (one hash and several digests per document).
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = Vec::with_capacity(2 * bytes.len());
+    for byte in bytes {
+        digits.push(DIGITS[usize::from(byte >> 4)]);
+        digits.push(DIGITS[usize::from(byte & 0x0f)]);
+    }
+    // Only ASCII digits were pushed.
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 impl fmt::Display for ContentHash {

@@ -198,6 +198,60 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
     }
 }
 
+/// On PostgreSQL a batch's chunk is first looked up by ids, keys and hash fingerprints, and
+/// only the rows not stored unchanged are sent whole: an unchanged re-ingest is one lookup per
+/// chunk and no write; a first ingest pays the lookup once (its first chunk finds nothing
+/// stored, and the later chunks go without); a re-ingest with edits in one chunk writes that
+/// chunk only. Counted in the call's span, on both drivers.
+#[tokio::test]
+async fn a_postgres_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    for db in fresh_backends("tracing_lookup").await {
+        if !db.is_postgres() {
+            continue;
+        }
+        db.ensure::<Post>().await;
+        let db = db.with_batch_chunk(100).await;
+        let mut docs: Vec<Post> = (0..300)
+            .map(|n| Post {
+                slug: format!("post-{n}"),
+                ..post()
+            })
+            .collect();
+        let round_trips = |report: &idem_core::BatchReport| {
+            let seen = capture.take();
+            let batches = spans(&seen, "idem.upsert_many");
+            assert_eq!(batches[0].field("outcome"), report.to_string(), "{db}");
+            batches[0].field("round_trips").to_owned()
+        };
+        let first = db.upsert_many(&docs).await.unwrap();
+        assert_eq!(first.count(Outcome::Inserted), 300, "{db}");
+        assert_eq!(round_trips(&first), "4", "{db}: one lookup, three writes");
+        let again = db.upsert_many(&docs).await.unwrap();
+        assert_eq!(again.count(Outcome::Unchanged), 300, "{db}");
+        assert_eq!(
+            round_trips(&again),
+            "3",
+            "{db}: one lookup per chunk, no write"
+        );
+        for doc in &mut docs[150..160] {
+            doc.title = "Edited".into();
+        }
+        let edited = db.upsert_many(&docs).await.unwrap();
+        assert_eq!(
+            (
+                edited.count(Outcome::Unchanged),
+                edited.count(Outcome::Updated)
+            ),
+            (290, 10),
+            "{db}"
+        );
+        assert_eq!(round_trips(&edited), "4", "{db}: three lookups, one write");
+    }
+}
+
 /// An audit and an adoption are one span each, whose outcome sums up their report.
 #[tokio::test]
 async fn audit_and_adopt_are_spans_with_their_reports() {

@@ -154,14 +154,23 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             return Ok(None);
         }
         let document = &docs[0].document;
-        let columns: Vec<Vec<Option<&str>>> = positions
+        let fingerprints: Vec<String> = docs
             .iter()
-            .map(|&at| {
-                docs.iter()
-                    .map(|doc| doc.values.get(at).and_then(|value| value.as_deref()))
-                    .collect()
-            })
+            .map(|doc| self.table.unchanged_fingerprint(doc))
             .collect();
+        let column = |at: usize| -> Vec<Option<&str>> {
+            docs.iter()
+                .map(|doc| doc.values.get(at).and_then(|value| value.as_deref()))
+                .collect()
+        };
+        let mut columns = vec![column(positions[0])];
+        columns.push(
+            fingerprints
+                .iter()
+                .map(|text| Some(text.as_str()))
+                .collect(),
+        );
+        columns.extend(positions[1..].iter().map(|&at| column(at)));
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::sync::{PoisonError, RwLock};
 
 use super::wire::Cells;
+use crate::sql::row::PreparedRow;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
@@ -432,39 +433,53 @@ impl Table {
     /// the same id with the same natural key, content hash, digests and version key, not
     /// deleted, is one the upsert would leave alone and judge `Unchanged`
     /// ([`Table::unchanged_filter`]). Sent before a batch's upsert with each row's id, key and
-    /// hashes only, so that an unchanged re-ingest sends none of the rows' content; then only
-    /// the rows it names are upserted. Guarded as every statement is (one row without an id
-    /// when the table is not one the store checked). Returns the statement and the positions
-    /// of its columns among the sent ones; `None` if one of them is not sent.
+    /// the fingerprint of its hash, digests and version key ([`unchanged_fingerprint`]) only,
+    /// so that an unchanged re-ingest sends none of the rows' content; then only the rows it
+    /// names are upserted. Guarded as every statement is (one row without an id when the table
+    /// is not one the store checked). Parameters: the ids, the fingerprints, then each key
+    /// column; returns the statement and the positions of the ids and keys among the sent
+    /// values; `None` if one of them is not sent.
     fn probe_statement(&self) -> Option<(String, Vec<usize>)> {
-        let mut probed = vec![0];
-        for content in [Content::Hash, Content::Digests, Content::VersionKey] {
-            probed.extend(self.column_with(content));
-        }
-        probed.extend(
-            self.model
-                .natural_key_fields()
-                .filter_map(|field| self.column_of(field)),
-        );
-        let positions: Vec<usize> = probed
-            .iter()
-            .map(|index| self.sent.iter().position(|sent| sent == index))
+        let keys: Vec<usize> = self
+            .model
+            .natural_key_fields()
+            .filter_map(|field| self.column_of(field))
+            .collect();
+        let positions: Vec<usize> = std::iter::once(0)
+            .chain(keys.iter().copied())
+            .map(|index| self.sent.iter().position(|&sent| sent == index))
             .collect::<Option<_>>()?;
-        let arrays: Vec<String> = (1..=probed.len())
+        let mut names = vec!["c0".to_owned(), "fingerprint".to_owned()];
+        names.extend(keys.iter().map(|index| format!("c{index}")));
+        let arrays: Vec<String> = (1..=names.len())
             .map(|parameter| format!("${parameter}::text[]"))
             .collect();
-        let names: Vec<String> = probed.iter().map(|index| format!("c{index}")).collect();
-        let mut same = vec![format!("s.{} = i.c0", quote(ID_FIELD))];
-        for &index in &probed[1..] {
-            let column = &self.columns[index];
-            same.push(match column.content {
-                Content::Stored(_) => format!("s.{} = {}", quote(column.name), self.cast(index)),
-                _ => format!(
-                    "s.{} IS NOT DISTINCT FROM {}",
-                    quote(column.name),
-                    self.cast(index)
-                ),
-            });
+        // The stored row's fingerprint, as `unchanged_fingerprint` makes the incoming one: each
+        // part marked present (`v…`) or absent (`n`), separated by U+001F, which neither a hash
+        // nor jsonb's text holds.
+        let parts: Vec<String> = [Content::Hash, Content::Digests, Content::VersionKey]
+            .into_iter()
+            .filter_map(|content| self.column_with(content))
+            .map(|index| {
+                format!(
+                    "COALESCE('v' || s.{}::text, 'n')",
+                    quote(self.columns[index].name)
+                )
+            })
+            .collect();
+        let mut same = vec![
+            format!("s.{} = i.c0", quote(ID_FIELD)),
+            format!(
+                "encode(sha256(convert_to(concat_ws(chr(31), {}), 'UTF8')), 'hex') = i.fingerprint",
+                parts.join(", ")
+            ),
+        ];
+        for &index in &keys {
+            same.push(format!(
+                "s.{} = {}",
+                quote(self.columns[index].name),
+                self.cast(index)
+            ));
         }
         if let Some(field) = self.model.tombstone_field() {
             same.push(format!("s.{} IS NULL", quote(field.stored_name())));
@@ -478,13 +493,34 @@ impl Table {
              LEFT JOIN LATERAL (SELECT true AS stored FROM {table} s WHERE {same} LIMIT 1) \
              unchanged ON true WHERE unchanged.stored IS NULL \
              UNION ALL SELECT NULL FROM {checked} c WHERE NOT c.ok",
-            checked_cte = self.checked_cte(probed.len() + 1),
+            checked_cte = self.checked_cte(names.len() + 1),
             arrays = arrays.join(", "),
             names = names.join(", "),
             table = self.name(),
             same = same.join(" AND "),
         );
         Some((sql, positions))
+    }
+
+    /// The fingerprint [`Table::probe_statement`] compares with a stored row's: SHA-256, in
+    /// hex, of `row`'s content hash, digests (as jsonb writes them back as text) and version
+    /// key, for those of them the table has, each marked present or absent. Equal
+    /// fingerprints are equal parts, as equal content hashes are equal content; a digests
+    /// text jsonb would write otherwise only costs the row its shortcut.
+    pub fn unchanged_fingerprint(&self, row: &PreparedRow) -> String {
+        let mut parts: Vec<String> = vec![format!("v{}", row.hash)];
+        if self.column_with(Content::Digests).is_some() {
+            parts.push(format!("v{}", jsonb_text(&row.digests)));
+        }
+        if self.column_with(Content::VersionKey).is_some() {
+            parts.push(
+                row.version_key
+                    .as_ref()
+                    .map_or("n".to_owned(), |key| format!("v{key}")),
+            );
+        }
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(parts.join("\u{1f}").as_bytes());
+        crate::hash::lower_hex(&digest)
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, content hash,
@@ -710,6 +746,27 @@ impl Table {
             quote(ID_FIELD),
         )
     }
+}
+
+/// The digests as PostgreSQL writes a `jsonb` object of them back as text: keys shorter first,
+/// then bytewise, each `"key": "value"`, separated by `, `.
+fn jsonb_text(digests: &[(&'static crate::model::Field, Option<String>)]) -> String {
+    let mut entries: Vec<(&str, &str)> = digests
+        .iter()
+        .filter_map(|(field, digest)| Some((field.stored_name(), digest.as_deref()?)))
+        .collect();
+    entries.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    let shown: Vec<String> = entries
+        .iter()
+        .map(|(name, digest)| {
+            format!(
+                "{}: {}",
+                serde_json::Value::from(*name),
+                serde_json::Value::from(*digest)
+            )
+        })
+        .collect();
+    format!("{{{}}}", shown.join(", "))
 }
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
