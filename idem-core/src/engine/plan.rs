@@ -52,16 +52,25 @@ pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<Planned<'a>>>) -> 
 }
 
 /// [`plan_batch`] one input at a time: an input's place depends only on the inputs before it,
-/// so a backend can send the first round's rows while it prepares the next ones.
+/// so a backend can send the first round's rows while it prepares the next ones. It borrows the
+/// inputs' ids, keys and hashes rather than copy them: planning was a tenth of a batch's time
+/// when each input cost three owned map keys.
 #[derive(Debug, Default)]
-pub struct BatchPlanner {
+pub struct BatchPlanner<'a> {
     /// The plan so far.
     pub plan: BatchPlan,
-    /// Per id: the last input with that id and its content hash.
-    last: HashMap<String, (usize, String)>,
-    /// Per id, and per natural key: the rounds used so far (the next round it may go in).
-    rounds_by_id: HashMap<String, usize>,
-    rounds_by_key: HashMap<NaturalKey, usize>,
+    /// Per id: the last input with that id, its content hash, and the next round it may go in.
+    by_id: HashMap<&'a str, LastOfId<'a>>,
+    /// Per natural key: the next round it may go in.
+    rounds_by_key: HashMap<&'a NaturalKey, usize>,
+}
+
+/// What the planner remembers of an id.
+#[derive(Debug)]
+struct LastOfId<'a> {
+    index: usize,
+    hash: &'a str,
+    next_round: usize,
 }
 
 /// Where [`BatchPlanner::add`] put an input.
@@ -73,32 +82,33 @@ pub enum Placement {
     CopyOf(usize),
 }
 
-impl BatchPlanner {
+impl<'a> BatchPlanner<'a> {
     /// Places input `index` (after every earlier one).
-    pub fn add(&mut self, index: usize, input: Planned<'_>) -> Placement {
-        if let Some((previous, previous_hash)) = self.last.get(input.id) {
-            if previous_hash == input.hash {
-                self.plan.copies.push((index, *previous));
-                return Placement::CopyOf(*previous);
-            }
+    pub fn add(&mut self, index: usize, input: Planned<'a>) -> Placement {
+        let last = self.by_id.get(input.id);
+        if let Some(last) = last.filter(|last| last.hash == input.hash) {
+            self.plan.copies.push((index, last.index));
+            return Placement::CopyOf(last.index);
         }
-        let round = self
-            .rounds_by_id
-            .get(input.id)
+        let round = last
+            .map(|last| last.next_round)
             .into_iter()
-            .chain(self.rounds_by_key.get(input.natural_key))
+            .chain(self.rounds_by_key.get(input.natural_key).copied())
             .max()
-            .copied()
             .unwrap_or(0);
         if self.plan.rounds.len() == round {
             self.plan.rounds.push(Vec::new());
         }
         self.plan.rounds[round].push(index);
-        self.last
-            .insert(input.id.to_owned(), (index, input.hash.to_owned()));
-        self.rounds_by_id.insert(input.id.to_owned(), round + 1);
-        self.rounds_by_key
-            .insert(input.natural_key.clone(), round + 1);
+        self.by_id.insert(
+            input.id,
+            LastOfId {
+                index,
+                hash: input.hash,
+                next_round: round + 1,
+            },
+        );
+        self.rounds_by_key.insert(input.natural_key, round + 1);
         Placement::Round(round)
     }
 }
