@@ -198,18 +198,20 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
     }
 }
 
-/// On PostgreSQL a batch's chunk is first looked up by ids, keys and hash fingerprints, and
-/// only the rows not stored unchanged are sent whole: an unchanged re-ingest is one lookup per
-/// chunk and no write; a first ingest pays the lookup once (its first chunk finds nothing
-/// stored, and the later chunks go without); a re-ingest with edits in one chunk writes that
-/// chunk only. Counted in the call's span, on both drivers.
+/// A batch's chunk is first looked up, and only the rows not stored unchanged are written: on
+/// PostgreSQL by ids, keys and hash fingerprints (the rows' content is sent only for what
+/// differs), on SQLite by reading the stored rows (an unchanged re-ingest takes no write lock).
+/// An unchanged re-ingest is one lookup per chunk and no write; a first ingest pays the lookup
+/// once (its first chunk finds nothing stored, and the later chunks go without); a re-ingest
+/// with edits in one chunk writes that chunk only. Counted in the call's span, on both
+/// PostgreSQL drivers and on SQLite.
 #[tokio::test]
-async fn a_postgres_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
+async fn a_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
     let capture = Capture::default();
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     for db in fresh_backends("tracing_lookup").await {
-        if !db.is_postgres() {
+        if !db.is_sql() {
             continue;
         }
         db.ensure::<Post>().await;

@@ -5,6 +5,7 @@
 //! second reads is what stopped the first.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use sqlx::{Row, SqliteConnection};
@@ -19,11 +20,19 @@ use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::sql::row::{PreparedRow, StoredRow};
 
+/// The fewest rows of a batch's chunk worth reading before writing them.
+const READ_FIRST_MIN_ROWS: usize = 64;
+
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
     pub store: &'a Store,
     pub connection: &'a Mutex<&'c mut SqliteConnection>,
     pub table: &'a Table,
+    /// Whether the next chunk's stored rows are read before it is written
+    /// ([`BatchDriver::read_many`]): so while at least half of the last chunk was stored, which
+    /// a first ingest's first chunk shows is not so. A re-ingest then judges its unchanged rows
+    /// from a read, with no write statement and no write lock.
+    pub reading_first: AtomicBool,
 }
 
 impl SqliteDriver<'_, '_> {
@@ -129,7 +138,19 @@ impl Driver for SqliteDriver<'_, '_> {
             WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
         };
         match self.write_and_read(statement, docs).await {
-            Ok(replies) => Ok(replies),
+            Ok(replies) => {
+                let stopped = replies
+                    .iter()
+                    .filter(|reply| matches!(reply, Reply::Stopped(_)))
+                    .count();
+                if kind == WriteKind::Upsert
+                    && docs.len() >= READ_FIRST_MIN_ROWS
+                    && stopped * 2 >= docs.len()
+                {
+                    self.reading_first.store(true, Ordering::Relaxed);
+                }
+                Ok(replies)
+            }
             Err(error) if docs.len() == 1 => {
                 self.reply_to_error(error).await.map(|reply| vec![reply])
             }
@@ -194,10 +215,26 @@ impl BatchDriver for SqliteDriver<'_, '_> {
 
     async fn read_many(
         &self,
-        _docs: &[&PreparedRow],
+        docs: &[&PreparedRow],
     ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
-        // The write reads the rows it left alone: nothing to read first.
-        Ok(None)
+        // Small chunks, and chunks after one found mostly new, go straight to the write, which
+        // reads the rows it left alone itself.
+        if docs.len() < READ_FIRST_MIN_ROWS || !self.reading_first.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let mut connection = self.connection.lock().await;
+        let stored = select_stored(&mut connection, self.table, docs)
+            .await
+            .map_err(|source| sqlite_error(&docs[0].document, source))?;
+        let stopping = StoppingRows::new(&stored);
+        let found: Vec<Option<StoredRow>> = docs
+            .iter()
+            .map(|doc| stopping.stopping(self.table, doc).cloned())
+            .collect();
+        let stored_count = found.iter().filter(|found| found.is_some()).count();
+        self.reading_first
+            .store(stored_count * 2 >= docs.len(), Ordering::Relaxed);
+        Ok(Some(found))
     }
 }
 

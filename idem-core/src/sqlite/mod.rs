@@ -407,6 +407,7 @@ impl Store {
             store: self,
             connection,
             table,
+            reading_first: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
