@@ -29,8 +29,9 @@ pub(super) struct SqliteDriver<'a, 'c> {
     pub connection: &'a Mutex<&'c mut SqliteConnection>,
     pub table: &'a Table,
     /// Whether the next chunk's stored rows are read before it is written
-    /// ([`BatchDriver::read_many`]): so while at least half of the last chunk was stored, which
-    /// a first ingest's first chunk shows is not so. A re-ingest then judges its unchanged rows
+    /// ([`BatchDriver::read_many`]): so while at least half of the last chunk was stored as it
+    /// came, which the first chunk of a first ingest (or of a re-ingest that changes every row)
+    /// shows is not so. A re-ingest then judges its unchanged rows
     /// from a read, with no write statement and no write lock.
     pub reading_first: AtomicBool,
 }
@@ -231,9 +232,18 @@ impl BatchDriver for SqliteDriver<'_, '_> {
             .iter()
             .map(|doc| stopping.stopping(self.table, doc).cloned())
             .collect();
-        let stored_count = found.iter().filter(|found| found.is_some()).count();
+        // Worth it again while most rows are stored as they come: the same hash, not deleted.
+        let unchanged = docs
+            .iter()
+            .zip(&found)
+            .filter(|(doc, found)| {
+                found.as_ref().is_some_and(|stored| {
+                    !stored.tombstoned && stored.hash.as_deref() == Some(doc.hash.as_str())
+                })
+            })
+            .count();
         self.reading_first
-            .store(stored_count * 2 >= docs.len(), Ordering::Relaxed);
+            .store(unchanged * 2 >= docs.len(), Ordering::Relaxed);
         Ok(Some(found))
     }
 }
