@@ -688,6 +688,9 @@ struct Args {
     tsv: Option<String>,
     /// The steps to run (`check`, `1`, `2`, `3`); all when empty.
     only: Vec<String>,
+    /// Whether the server runs with `fsync`, `full_page_writes` and `synchronous_commit` on
+    /// for the run (set with `ALTER SYSTEM` and reset afterwards).
+    durable: bool,
 }
 
 impl Args {
@@ -697,7 +700,7 @@ impl Args {
 }
 
 const USAGE: &str = "\
-usage: bench_postgres [--rounds N] [--rows N] [--chunk N] [--only LIST] [--tsv FILE]
+usage: bench_postgres [--rounds N] [--rows N] [--chunk N] [--only LIST] [--durable] [--tsv FILE]
 
 Benchmarks idem's upsert_many against hand-written writes on the PostgreSQL server named by
 POSTGRES_URI (15 or later).
@@ -705,6 +708,9 @@ POSTGRES_URI (15 or later).
   --rows N     rows of each scenario (default 10000; a multiple of 10)
   --chunk N    rows per statement of idem and of the multi-row statements (default 1000)
   --only LIST  only these steps, comma-separated: check,1,2,3 (default: all)
+  --durable    turn fsync, full_page_writes and synchronous_commit on for the run (ALTER SYSTEM,
+               reset at the end; needs a superuser), as a production server runs: the test
+               servers turn them off, which hides the cost of the writes idem avoids
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
@@ -714,6 +720,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
         chunk: idem_core::postgres::DEFAULT_BATCH_CHUNK,
         tsv: None,
         only: Vec::new(),
+        durable: false,
     };
     let mut flags = Flags::new(args, USAGE);
     while let Some(flag) = flags.next_flag() {
@@ -724,6 +731,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             "--chunk" => parsed.chunk = flags.number("--chunk")?,
             "--tsv" => parsed.tsv = Some(flags.value("--tsv")?),
             "--only" => parsed.only = flags.list("--only", &["check", "1", "2", "3"])?,
+            "--durable" => parsed.durable = true,
             other => return Err(flags.unexpected(other)),
         }
     }
@@ -738,6 +746,36 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
         )));
     }
     Ok(Some(parsed))
+}
+
+/// The settings a durable server runs with, which the test servers turn off.
+const DURABILITY: [&str; 3] = ["fsync", "full_page_writes", "synchronous_commit"];
+
+/// Turns [`DURABILITY`] on (`ALTER SYSTEM`, one statement each: it cannot run in a transaction
+/// block) or back to the configuration file's, reloads the configuration and waits until the
+/// session sees the change.
+async fn durable(client: &Client, on: bool) -> Result<(), Fatal> {
+    for setting in DURABILITY {
+        let sql = match on {
+            true => format!("ALTER SYSTEM SET {setting} = on"),
+            false => format!("ALTER SYSTEM RESET {setting}"),
+        };
+        client.batch_execute(&sql).await?;
+    }
+    client.batch_execute("SELECT pg_reload_conf()").await?;
+    for _ in 0..100 {
+        let fsync: String = client
+            .query_one("SELECT setting FROM pg_settings WHERE name = 'fsync'", &[])
+            .await?
+            .get(0);
+        if !on || fsync == "on" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(fatal(
+        "the server did not take fsync = on after pg_reload_conf()",
+    ))
 }
 
 #[tokio::main]
@@ -765,6 +803,9 @@ async fn run() -> Result<ExitCode, Fatal> {
              pg_stat_force_next_flush() (PostgreSQL 15 and later)"
         )));
     }
+    if args.durable {
+        durable(&client, true).await?;
+    }
     let schema = format!("idem_bench_{}", std::process::id());
     client
         .batch_execute(&format!(
@@ -777,13 +818,19 @@ async fn run() -> Result<ExitCode, Fatal> {
         Ok(bench) => bench.run_all(&args).await,
         Err(error) => Err(error),
     };
-    // The schema goes whatever happened; a failure to drop it is only reported.
+    // The schema goes whatever happened, and the server's settings come back; a failure of
+    // either is only reported.
     if let Ok(cleanup) = connect(&uri, Arc::default()).await {
         if let Err(error) = cleanup
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .await
         {
             eprintln!("bench_postgres: dropping schema {schema}: {error}");
+        }
+        if args.durable {
+            if let Err(Fatal(error)) = durable(&cleanup, false).await {
+                eprintln!("bench_postgres: resetting the durability settings: {error}");
+            }
         }
     }
     let report = outcome?;
