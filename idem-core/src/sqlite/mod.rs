@@ -183,7 +183,9 @@ impl Store {
     }
 
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
-    /// in input order, would give it; one statement per chunk of rows.
+    /// in input order, would give it; one statement per chunk of rows. A chunk of 64 rows or
+    /// more is first read (while the last one was mostly stored as it came), so the rows stored
+    /// unchanged settle with no write statement and no write lock.
     pub async fn upsert_many<T>(
         &self,
         connection: &mut SqliteConnection,
