@@ -846,3 +846,59 @@ async fn a_batch_refused_in_part_inside_a_transaction_names_the_row_and_keeps_it
         assert_eq!(slugs, ["after", "first", "last", "taken"], "{label}");
     }
 }
+
+/// A batch whose rows the guard refuses (a frozen field changed) is judged from the lookup
+/// before its write: no row is written or even locked, so the refused rows' `xmin` and `xmax`
+/// stay as they were (a lock taken by `ON CONFLICT DO UPDATE` sets `xmax`).
+#[tokio::test]
+async fn rows_a_batch_refuses_are_neither_written_nor_locked() {
+    for (label, client) in fresh_schemas("refused_unlocked").await {
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let stored: Vec<Post> = (0..200)
+            .map(|n| Post {
+                slug: format!("post-{n}"),
+                ..post()
+            })
+            .collect();
+        store.upsert_many(&client, &stored).await.unwrap();
+        let before = row_versions(&client).await;
+        let moved: Vec<Post> = stored
+            .iter()
+            .map(|doc| Post {
+                author_id: "grace".into(),
+                ..doc.clone()
+            })
+            .collect();
+        let report = store.upsert_many(&client, &moved).await.unwrap();
+        assert!(
+            report.outcomes().iter().all(|outcome| matches!(
+                outcome.as_ref().map_err(Error::kind),
+                Err(ErrorKind::FrozenFieldChanged {
+                    field: "author_id",
+                    ..
+                })
+            )),
+            "{label}: {report}"
+        );
+        assert_eq!(
+            row_versions(&client).await,
+            before,
+            "{label}: the refused rows are neither written nor locked"
+        );
+    }
+}
+
+/// Each post's `xmin` and `xmax`: what a write or a row lock changes.
+async fn row_versions(client: &tokio_postgres::Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT xmin::text || ' ' || xmax::text FROM posts ORDER BY \"_id\"",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}

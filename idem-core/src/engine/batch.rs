@@ -45,18 +45,31 @@ pub(crate) trait BatchDriver: Driver {
         docs: &[&Self::Doc],
     ) -> impl Future<Output = Result<Option<Vec<Option<Self::Stored>>>, Error>> + Send;
 
-    /// Which of `docs` are stored exactly as they would be written (the same id, natural key,
-    /// content hash, digests and version key, not deleted), from one light read that sends
-    /// each document's id, key and hashes but none of its content: those settle `Unchanged`
-    /// with nothing written, and only the others are sent whole. `None`: the driver does not
-    /// look first (it is not worth a round trip here, or the driver reads whole documents).
-    /// Only a cost: a document the read misses is written with the guard, as without it.
-    fn unchanged(
+    /// What is stored for each of `docs`, from one light read that sends each document's id,
+    /// key and hashes but none of its content: [`Looked::Unchanged`] for a document stored
+    /// exactly as it would be written (the same id, natural key, content hash, digests and
+    /// version key, not deleted), which settles with nothing written; otherwise the stored
+    /// document it meets, if any, judged before anything is sent, so that only the documents a
+    /// write would change are sent whole, and a refused one is never locked. `None`: the driver
+    /// does not look first (it is not worth a round trip here, or it reads whole documents with
+    /// [`read_many`](BatchDriver::read_many)). Only a cost: what the read misses is written with
+    /// the guard, as without it.
+    fn look_up(
         &self,
         _docs: &[&Self::Doc],
-    ) -> impl Future<Output = Result<Option<Vec<bool>>, Error>> + Send {
+    ) -> impl Future<Output = Result<Option<Vec<Looked<Self::Stored>>>, Error>> + Send {
         std::future::ready(Ok(None))
     }
+}
+
+/// What [`BatchDriver::look_up`] found for one document.
+#[derive(Debug)]
+pub(crate) enum Looked<S> {
+    /// Stored exactly as it would be written: `Unchanged`.
+    Unchanged,
+    /// Stored otherwise: the document under its id, else the one holding its natural key;
+    /// `None` if neither is stored.
+    Stored(Option<S>),
 }
 
 /// One chunk's write under way: each input index with its outcome, once settled.
@@ -163,47 +176,53 @@ where
 }
 
 /// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
-/// guard): those the driver finds stored unchanged ([`BatchDriver::unchanged`]) settle with
-/// nothing sent; the others are judged from one read first where the driver reads first, then
-/// the documents that need it written.
+/// guard): those the driver's lookup finds stored unchanged ([`BatchDriver::look_up`]) settle
+/// with nothing sent, and the others are judged from what it found; without a lookup, judged
+/// from one read first where the driver reads first; then the documents that need it written.
 pub(crate) async fn settle_read_first<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    let Some(unchanged) = driver.unchanged(docs).await? else {
-        return settle_stored_first(driver, docs).await;
+    let Some(looked) = driver.look_up(docs).await? else {
+        return match driver.read_many(docs).await? {
+            Some(stored) => settle_judged(driver, docs, stored).await,
+            None => settle(driver, WriteKind::Upsert, docs).await,
+        };
     };
-    let changed: Vec<&D::Doc> = docs
-        .iter()
-        .zip(&unchanged)
-        .filter(|(_, &unchanged)| !unchanged)
-        .map(|(doc, _)| *doc)
-        .collect();
-    let mut written = settle_stored_first(driver, &changed).await?.into_iter();
-    Ok(unchanged
-        .iter()
+    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
+    let (mut rest, mut stored) = (Vec::new(), Vec::new());
+    for (index, looked) in looked.into_iter().enumerate().take(docs.len()) {
+        match looked {
+            Looked::Unchanged => outcomes[index] = Some(Ok(Outcome::Unchanged)),
+            Looked::Stored(found) => {
+                rest.push(index);
+                stored.push(found);
+            }
+        }
+    }
+    let sent: Vec<&D::Doc> = rest.iter().map(|&index| docs[index]).collect();
+    let settled = settle_judged(driver, &sent, stored).await?;
+    for (index, outcome) in rest.into_iter().zip(settled) {
+        outcomes[index] = Some(outcome);
+    }
+    Ok(outcomes
+        .into_iter()
         .zip(docs)
-        .map(|(&unchanged, doc)| match unchanged {
-            true => Ok(Outcome::Unchanged),
-            false => written
-                .next()
-                .unwrap_or_else(|| Err(contention(&doc.document))),
-        })
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
         .collect())
 }
 
-/// [`settle_read_first`] once the documents stored unchanged are set aside: the stored
-/// documents read first where the driver reads first, then the writes.
-async fn settle_stored_first<D: BatchDriver>(
+/// Upserts of `docs` judged from `stored`, what was read for each: settled with nothing
+/// written, refused, replaced in a second step pinned to what was read (a document the server
+/// guard cannot compare), or written.
+async fn settle_judged<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
+    stored: Vec<Option<D::Stored>>,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
     if docs.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(stored) = driver.read_many(docs).await? else {
-        return settle(driver, WriteKind::Upsert, docs).await;
-    };
     let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
     let mut to_write = Vec::new();
     for (index, (doc, stored)) in docs.iter().zip(&stored).enumerate() {

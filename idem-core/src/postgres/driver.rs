@@ -2,7 +2,7 @@
 //! statement per write, whose rows say what it did, and the reading of the stored rows it
 //! returns.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
@@ -11,7 +11,7 @@ use super::schema::check_again;
 use super::table::{missed_guard, Table};
 use super::wire::{Cells, Param, Wire};
 use super::{postgres_error, unique_conflict, RowState, Store};
-use crate::engine::batch::BatchDriver;
+use crate::engine::batch::{BatchDriver, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
@@ -146,7 +146,10 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         Ok(None)
     }
 
-    async fn unchanged(&self, docs: &[&PreparedRow]) -> Result<Option<Vec<bool>>, Error> {
+    async fn look_up(
+        &self,
+        docs: &[&PreparedRow],
+    ) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let Some((sql, positions)) = &self.table.unchanged_probe else {
             return Ok(None);
         };
@@ -188,15 +191,36 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             }
             check_again(self.client, self.table, document, &mut checked_again).await?;
         };
-        let changed: HashSet<&str> = replies.iter().filter_map(|reply| reply.text(0)).collect();
-        let unchanged: Vec<bool> = docs
+        let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
+        for reply in &replies {
+            let Some(incoming) = reply.text(0) else {
+                continue;
+            };
+            let stored = reply.text(1).is_some().then(|| {
+                let (mut stored, keys) = read_stored(reply, 1, self.table.model);
+                stored.natural_key = Some(
+                    (keys..reply.len())
+                        .map(|at| reply.text(at).map(str::to_owned))
+                        .collect(),
+                );
+                stored
+            });
+            found.insert(incoming, stored);
+        }
+        let looked: Vec<Looked<StoredRow>> = docs
             .iter()
-            .map(|doc| !changed.contains(doc.id_text.as_str()))
+            .map(|doc| match found.remove(doc.id_text.as_str()) {
+                Some(stored) => Looked::Stored(stored),
+                None => Looked::Unchanged,
+            })
             .collect();
-        let found = unchanged.iter().filter(|&&unchanged| unchanged).count();
+        let unchanged = looked
+            .iter()
+            .filter(|looked| matches!(looked, Looked::Unchanged))
+            .count();
         self.probing
-            .store(found * 2 >= docs.len(), Ordering::Relaxed);
-        Ok(Some(unchanged))
+            .store(unchanged * 2 >= docs.len(), Ordering::Relaxed);
+        Ok(Some(looked))
     }
 }
 

@@ -429,13 +429,16 @@ impl Table {
         )
     }
 
-    /// The ids of the incoming rows not stored exactly as they would be written: a row under
-    /// the same id with the same natural key, content hash, digests and version key, not
+    /// The incoming rows not stored exactly as they would be written, each with what is stored
+    /// for it (the row under its id, else the one holding its natural key, as
+    /// [`Table::select_stored_by_id`] reads it: the stored state, then the key as text): a row
+    /// under the same id with the same natural key, content hash, digests and version key, not
     /// deleted, is one the upsert would leave alone and judge `Unchanged`
-    /// ([`Table::unchanged_filter`]). Sent before a batch's upsert with each row's id, key and
-    /// the fingerprint of its hash, digests and version key ([`unchanged_fingerprint`]) only,
-    /// so that an unchanged re-ingest sends none of the rows' content; then only the rows it
-    /// names are upserted. Guarded as every statement is (one row without an id when the table
+    /// ([`Table::unchanged_filter`]), and is not returned. Sent before a batch's upsert with
+    /// each row's id, key and the fingerprint of its hash, digests and version key
+    /// ([`Table::unchanged_fingerprint`]) only, so that an unchanged re-ingest sends none of
+    /// the rows' content; the rows it returns are judged before anything is written, so a
+    /// refused or stale one is never locked. Guarded as every statement is (one row without an id when the table
     /// is not one the store checked). Parameters: the ids, the fingerprints, then each key
     /// column; returns the statement and the positions of the ids and keys among the sent
     /// values; `None` if one of them is not sent.
@@ -486,18 +489,45 @@ impl Table {
         }
         let incoming = self.relation_name("incoming");
         let checked = self.relation_name("checked");
+        let key_texts: Vec<String> = keys
+            .iter()
+            .map(|&index| format!("s.{}::text", quote(self.columns[index].name)))
+            .collect();
+        let key_nulls = vec!["NULL::text"; keys.len()].join(", ");
+        let by_key: Vec<String> = keys
+            .iter()
+            .map(|&index| {
+                format!(
+                    "t.{} = {}",
+                    quote(self.columns[index].name),
+                    self.cast(index)
+                )
+            })
+            .collect();
+        // For a row not stored unchanged: the row under its id, else the one holding its
+        // natural key, as a write would meet them, with its natural key.
         let sql = format!(
             "WITH {checked_cte}, {incoming} AS (SELECT i.* FROM unnest({arrays}) AS i({names}), \
              {checked} c WHERE c.ok) \
-             SELECT i.c0 FROM {incoming} i \
+             SELECT i.c0, {stored}, {key_texts} FROM {incoming} i \
              LEFT JOIN LATERAL (SELECT true AS stored FROM {table} s WHERE {same} LIMIT 1) \
-             unchanged ON true WHERE unchanged.stored IS NULL \
-             UNION ALL SELECT NULL FROM {checked} c WHERE NOT c.ok",
+             unchanged ON true \
+             LEFT JOIN LATERAL (SELECT * FROM (\
+             SELECT t.* FROM {table} t WHERE t.{id} = i.c0 UNION ALL \
+             SELECT t.* FROM {table} t WHERE {by_key}) found \
+             ORDER BY found.{id} <> i.c0 LIMIT 1) s ON true \
+             WHERE unchanged.stored IS NULL \
+             UNION ALL SELECT NULL, {nulls}, {key_nulls} FROM {checked} c WHERE NOT c.ok",
             checked_cte = self.checked_cte(names.len() + 1),
             arrays = arrays.join(", "),
             names = names.join(", "),
             table = self.name(),
             same = same.join(" AND "),
+            stored = self.stored_state(Some("s")),
+            key_texts = key_texts.join(", "),
+            nulls = self.stored_state(None),
+            by_key = by_key.join(" AND "),
+            id = quote(ID_FIELD),
         );
         Some((sql, positions))
     }
@@ -523,8 +553,8 @@ impl Table {
         crate::hash::lower_hex(&digest)
     }
 
-    /// Leaves out of an upsert's insert the rows stored already with the same id, content hash,
-    /// digests and version key, not deleted: the guard would stop them, but only after locking
+    /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
+    /// content hash, digests and version key, not deleted: the guard would stop them, but only after locking
     /// the row, which writes WAL and dirties its page for nothing. They come back through the
     /// stopped rows' branch and are judged `Unchanged` like any row the guard stops.
     ///
@@ -538,6 +568,18 @@ impl Table {
             if let Some(index) = self.column_with(content) {
                 conditions.push(format!(
                     "s.{} IS NOT DISTINCT FROM {}",
+                    quote(self.columns[index].name),
+                    self.cast(index)
+                ));
+            }
+        }
+        // The same natural key too: a row whose key was edited behind idem's back is not the
+        // one the stopped rows' branch finds by key, and leaving it out would make the write go
+        // again and again; written, it meets the primary key and is refused for its key.
+        for field in self.model.natural_key_fields() {
+            if let Some(index) = self.column_of(field) {
+                conditions.push(format!(
+                    "s.{} = {}",
                     quote(self.columns[index].name),
                     self.cast(index)
                 ));

@@ -612,6 +612,11 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
             one_by_one.push(single.upsert(doc).await);
         }
         assert_eq!(whole, shown(&one_by_one), "{db}: posts");
+        assert!(
+            whole[110].contains("`slug` may not change"),
+            "{db}: the post whose key was edited behind idem's back is refused for its key: {}",
+            whole[110]
+        );
         assert_eq!(
             whole.iter().filter(|shown| *shown == "Unchanged").count(),
             // The unchanged posts, and the first copy of p005 once the batch wrote it.
