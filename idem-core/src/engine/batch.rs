@@ -63,6 +63,8 @@ pub(crate) trait BatchDriver: Driver {
 }
 
 /// What [`BatchDriver::look_up`] found for one document.
+// Only the PostgreSQL store looks up; the engine reads it on every build.
+#[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) enum Looked<S> {
     /// Stored exactly as it would be written: `Unchanged`.
