@@ -54,6 +54,24 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
+/// How [`rows_shown`] shows a row with its version (`xmin`), which any write changes.
+pub const WITH_VERSION: &str = "t.xmin::text || ' ' || t::text";
+
+/// Each row of `table`, ordered by id, as `shown` (an SQL expression over the row `t`, such as
+/// [`WITH_VERSION`]) writes it.
+pub async fn rows_shown(client: &tokio_postgres::Client, table: &str, shown: &str) -> Vec<String> {
+    client
+        .query(
+            &format!("SELECT {shown} FROM \"{table}\" t ORDER BY \"_id\""),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|error| panic!("reading {table}: {error}"))
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
 /// A sqlx connection to the server at `uri` whose `search_path` is `schema`.
 pub async fn sqlx_connection(uri: &str, schema: &str) -> PgConnection {
     let options: idem_core::sqlx::postgres::PgConnectOptions =

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
 use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome, Pushed};
-use idem_tests::backends::{fresh_schema, postgres_servers};
+use idem_tests::backends::{fresh_schema, postgres_servers, rows_shown, WITH_VERSION};
 use idem_tests::fixtures::{account, post, Account, Post};
 use serde::{Deserialize, Serialize};
 
@@ -20,17 +20,9 @@ async fn fresh_schemas(test: &str) -> Vec<(String, tokio_postgres::Client)> {
     clients
 }
 
+/// Each row of `table` with its row version, which any write changes.
 async fn rows(client: &tokio_postgres::Client, table: &str) -> Vec<String> {
-    client
-        .query(
-            &format!("SELECT t.xmin::text || ' ' || t::text FROM \"{table}\" t ORDER BY \"_id\""),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    rows_shown(client, table, WITH_VERSION).await
 }
 
 /// The signal `upsert` reads to tell an insert from an update, in the statement's own
@@ -891,14 +883,5 @@ async fn rows_a_batch_refuses_are_neither_written_nor_locked() {
 
 /// Each post's `xmin` and `xmax`: what a write or a row lock changes.
 async fn row_versions(client: &tokio_postgres::Client) -> Vec<String> {
-    client
-        .query(
-            "SELECT xmin::text || ' ' || xmax::text FROM posts ORDER BY \"_id\"",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    rows_shown(client, "posts", "t.xmin::text || ' ' || t.xmax::text").await
 }

@@ -8,7 +8,9 @@ use idem_core::postgres::Store;
 use idem_core::sqlx::postgres::{PgPool, PgPoolOptions};
 use idem_core::sqlx::{Connection, PgConnection};
 use idem_core::{Error, ErrorKind, Outcome};
-use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
+use idem_tests::backends::{
+    fresh_schema, postgres_servers, rows_shown, sqlx_connection, WITH_VERSION,
+};
 use idem_tests::fixtures::{post, Post};
 use serde_json::json;
 
@@ -26,16 +28,7 @@ async fn fresh(test: &str) -> Vec<(String, PgConnection, tokio_postgres::Client,
 
 /// Each row of `table` with its row version, which any write changes.
 async fn rows(client: &tokio_postgres::Client, table: &str) -> Vec<String> {
-    client
-        .query(
-            &format!("SELECT t.xmin::text || ' ' || t::text FROM \"{table}\" t ORDER BY \"_id\""),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    rows_shown(client, table, WITH_VERSION).await
 }
 
 /// idem's writes join a sqlx transaction: a rollback undoes them, a commit keeps them, and a

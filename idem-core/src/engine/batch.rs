@@ -207,11 +207,7 @@ pub(crate) async fn settle_read_first<D: BatchDriver>(
     for (index, outcome) in rest.into_iter().zip(settled) {
         outcomes[index] = Some(outcome);
     }
-    Ok(outcomes
-        .into_iter()
-        .zip(docs)
-        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
-        .collect())
+    Ok(settled_or_contention(outcomes, docs))
 }
 
 /// Upserts of `docs` judged from `stored`, what was read for each: settled with nothing
@@ -252,11 +248,20 @@ async fn settle_judged<D: BatchDriver>(
     for (index, outcome) in to_write.into_iter().zip(written) {
         outcomes[index] = Some(outcome);
     }
-    Ok(outcomes
+    Ok(settled_or_contention(outcomes, docs))
+}
+
+/// Each document's outcome, or contention for one that none settled (which the loops that
+/// fill `outcomes` leave to a write that kept meeting changes).
+fn settled_or_contention<Doc: std::ops::Deref<Target = super::Prepared>>(
+    outcomes: Vec<Option<Result<Outcome, Error>>>,
+    docs: &[&Doc],
+) -> Vec<Result<Outcome, Error>> {
+    outcomes
         .into_iter()
         .zip(docs)
         .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
-        .collect())
+        .collect()
 }
 
 /// Polls `chunk` once, which sends its first write to the connection, so that the server works
