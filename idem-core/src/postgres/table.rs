@@ -16,7 +16,17 @@ use crate::idempotent::Idempotent;
 use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
+pub(crate) use crate::sql::guard::{literal, quote};
+use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
+
+/// How PostgreSQL writes the guard's words.
+const POSTGRES: Dialect = Dialect {
+    false_literal: "false",
+    bytewise: "\"C\"",
+    distinct: "IS DISTINCT FROM",
+    json_text: |column, name| format!("({column} ->> {})", literal(name)),
+};
 
 /// A column's PostgreSQL type, as `information_schema.columns.data_type` spells it.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
@@ -382,12 +392,12 @@ impl Table {
                 format!(
                     "DO UPDATE SET {} WHERE t.{id} = excluded.{id} AND {}",
                     set.join(", "),
-                    self.guard(),
+                    upsert_guard(self, &POSTGRES),
                     id = quote(ID_FIELD),
                 )
             }
             Statement::Delete => {
-                let tombstone = self.tombstone_column();
+                let tombstone = tombstone_column(self);
                 format!(
                     "DO UPDATE SET {tombstone} = excluded.{tombstone} \
                      WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL",
@@ -666,63 +676,6 @@ impl Table {
         conditions.join(" AND ")
     }
 
-    /// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
-    fn tombstone_column(&self) -> String {
-        self.model
-            .tombstone_field()
-            .map_or("NULL".to_owned(), |field| quote(field.stored_name()))
-    }
-
-    /// The condition under which an upsert replaces the stored row `t` with `excluded`: the same
-    /// rule as [`crate::verdict::Stored::judge`], as far as the server can tell it. Not deleted;
-    /// each guarded field never written or holding the incoming digest (a row without digests
-    /// only where none of them is written); a strictly newer version key, or without versions
-    /// another content hash.
-    fn guard(&self) -> String {
-        let mut conditions = Vec::new();
-        if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
-        }
-        let digests = quote(FROZEN_DIGESTS_FIELD);
-        for field in self.model.digested_fields() {
-            let name = literal(field.stored_name());
-            // Without digests, a NULL is "never written" only in an `Option` field; in any
-            // other the guard cannot compare it, and the engine does.
-            let unwritten = match field.null_is_unwritten() {
-                true => format!("t.{} IS NULL", quote(field.stored_name())),
-                false => "false".to_owned(),
-            };
-            conditions.push(format!(
-                "(CASE WHEN t.{digests} IS NULL THEN {unwritten} \
-                 ELSE (t.{digests} ->> {name}) IS NULL \
-                 OR (t.{digests} ->> {name}) = (excluded.{digests} ->> {name}) END)",
-            ));
-        }
-        match self.column_with(Content::VersionKey) {
-            Some(_) => {
-                let key = quote(VERSION_KEY_FIELD);
-                // Order keys compare byte by byte, whatever collation a migration gave the column.
-                // A version stored without its order key is compared by the engine, which
-                // writes it in a second step pinned to what it read.
-                let never_versioned = match self.model.version_field() {
-                    Some(field) => format!(
-                        "(t.{key} IS NULL AND t.{} IS NULL)",
-                        quote(field.stored_name())
-                    ),
-                    None => format!("t.{key} IS NULL"),
-                };
-                conditions.push(format!(
-                    "({never_versioned} OR t.{key} COLLATE \"C\" < excluded.{key} COLLATE \"C\")"
-                ));
-            }
-            None => {
-                let hash = quote(self.model.hash_field());
-                conditions.push(format!("t.{hash} IS DISTINCT FROM excluded.{hash}"));
-            }
-        }
-        conditions.join(" AND ")
-    }
-
     /// The replacement of a row another tool wrote (no digests, or no version order key),
     /// matched only while it is as it was read: not deleted, the same hash, digests, version key
     /// and version, and the same guarded values (as text). Parameters after the sent columns:
@@ -815,14 +768,4 @@ fn jsonb_text(digests: &[(&'static crate::model::Field, Option<String>)]) -> Str
 /// holds a row without an id.
 pub(crate) fn missed_guard<R: Cells>(replies: &[R]) -> bool {
     replies.iter().any(|reply| reply.text(0).is_none())
-}
-
-/// A quoted SQL identifier.
-pub(crate) fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// A quoted SQL string literal.
-fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }

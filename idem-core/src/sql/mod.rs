@@ -5,6 +5,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod change;
+pub(crate) mod guard;
 pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;

@@ -16,7 +16,17 @@ use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
     WRITE_MARKER_FIELD,
 };
+pub(crate) use crate::sql::guard::{literal, quote};
+use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
+
+/// How SQLite writes the guard's words.
+const SQLITE: Dialect = Dialect {
+    false_literal: "0",
+    bytewise: "BINARY",
+    distinct: "IS NOT",
+    json_text: |column, name| format!("json_extract({column}, {})", json_path(name)),
+};
 
 /// SQLite's limit of bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER` since
 /// 3.32), less room for the statement's own.
@@ -165,11 +175,11 @@ impl Table {
                      WHERE t.{id} = excluded.{id} AND {guard} ON CONFLICT ({id}) DO NOTHING",
                     key = self.natural_key_list(),
                     set = set.join(", "),
-                    guard = self.guard(),
+                    guard = upsert_guard(self, &SQLITE),
                 )
             }
             Statement::Delete => {
-                let tombstone = self.tombstone_column();
+                let tombstone = tombstone_column(self);
                 format!(
                     "ON CONFLICT ({key}) DO UPDATE SET {tombstone} = excluded.{tombstone}, \
                      {marker} = {update_marker} \
@@ -274,56 +284,6 @@ impl Table {
         state.join(", ")
     }
 
-    /// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
-    fn tombstone_column(&self) -> String {
-        self.model
-            .tombstone_field()
-            .map_or("NULL".to_owned(), |field| quote(field.stored_name()))
-    }
-
-    /// The condition under which an upsert replaces the stored row `t` with `excluded`: the
-    /// engine's rule as far as SQL can tell it, as on PostgreSQL.
-    fn guard(&self) -> String {
-        let mut conditions = Vec::new();
-        if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
-        }
-        let digests = quote(FROZEN_DIGESTS_FIELD);
-        for field in self.model.digested_fields() {
-            let path = json_path(field.stored_name());
-            let unwritten = match field.null_is_unwritten() {
-                true => format!("t.{} IS NULL", quote(field.stored_name())),
-                false => "0".to_owned(),
-            };
-            conditions.push(format!(
-                "(CASE WHEN t.{digests} IS NULL THEN {unwritten} \
-                 ELSE json_extract(t.{digests}, {path}) IS NULL \
-                 OR json_extract(t.{digests}, {path}) = json_extract(excluded.{digests}, {path}) END)",
-            ));
-        }
-        match self.column_with(Content::VersionKey) {
-            Some(_) => {
-                let key = quote(VERSION_KEY_FIELD);
-                let never_versioned = match self.model.version_field() {
-                    Some(field) => format!(
-                        "(t.{key} IS NULL AND t.{} IS NULL)",
-                        quote(field.stored_name())
-                    ),
-                    None => format!("t.{key} IS NULL"),
-                };
-                // BINARY: order keys compare byte by byte.
-                conditions.push(format!(
-                    "({never_versioned} OR t.{key} COLLATE BINARY < excluded.{key} COLLATE BINARY)"
-                ));
-            }
-            None => {
-                let hash = quote(self.model.hash_field());
-                conditions.push(format!("t.{hash} IS NOT excluded.{hash}"));
-            }
-        }
-        conditions.join(" AND ")
-    }
-
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
     /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
     /// then the stored hash, digests, version key and version, and each guarded field's text.
@@ -386,14 +346,4 @@ impl Table {
 /// The JSON path of the top-level entry `name`, as a SQL literal.
 fn json_path(name: &str) -> String {
     literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
-}
-
-/// A quoted SQL identifier.
-pub(crate) fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// A quoted SQL string literal.
-pub(crate) fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
