@@ -106,6 +106,19 @@ impl Device {
         Ok(entries)
     }
 
+    /// [`Device::push`] with its reply kept, each celebration it played noted under the
+    /// device's name.
+    async fn push_and_play(
+        &mut self,
+        server: &Server,
+        played: &mut Vec<(&'static str, String)>,
+    ) -> Result<(), Failure> {
+        let name = self.name;
+        let celebrated = self.push(server, false).await?;
+        played.extend(celebrated.into_iter().map(|badge| (name, badge)));
+        Ok(())
+    }
+
     /// Pushes the outbox; on a reply, empties what was sent and plays each award not played on
     /// this device yet. Returns the awards it played now.
     async fn push(&mut self, server: &Server, lose_reply: bool) -> Result<Vec<String>, Failure> {
@@ -451,7 +464,7 @@ async fn run() -> Result<Vec<String>, Failure> {
     let e1 = entry("e1", 0, "Started a journal.");
     let e2 = entry("e2", 1, "Rain; read two chapters.");
     let e3 = entry("e3", 2, "Long run by the river.");
-    let mut played: Vec<(&str, String)> = Vec::new();
+    let mut played: Vec<(&'static str, String)> = Vec::new();
 
     println!("1. offline: the phone records e1 and e2, the laptop e3 and a copy of e1");
     let mut phone = Device::open("phone", &directory.join("phone.db")).await?;
@@ -468,22 +481,10 @@ async fn run() -> Result<Vec<String>, Failure> {
     println!("3. the phone app is relaunched, its outbox still full, and pushes again");
     let path = phone.quit().await?;
     let mut phone = Device::open("phone", &path).await?;
-    played.extend(
-        phone
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("phone", badge)),
-    );
+    phone.push_and_play(&server, &mut played).await?;
 
     println!("4. the laptop pushes e3 and its overlapping copy of e1");
-    played.extend(
-        laptop
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("laptop", badge)),
-    );
+    laptop.push_and_play(&server, &mut played).await?;
 
     println!("5. the phone deletes e2; the laptop, which had a copy, re-pushes it live");
     let e2_deleted = Entry {
@@ -491,37 +492,13 @@ async fn run() -> Result<Vec<String>, Failure> {
         ..e2.clone()
     };
     phone.record(&e2_deleted).await?;
-    played.extend(
-        phone
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("phone", badge)),
-    );
+    phone.push_and_play(&server, &mut played).await?;
     laptop.record(&e2).await?;
-    played.extend(
-        laptop
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("laptop", badge)),
-    );
+    laptop.push_and_play(&server, &mut played).await?;
 
     println!("6. both push again with nothing queued");
-    played.extend(
-        phone
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("phone", badge)),
-    );
-    played.extend(
-        laptop
-            .push(&server, false)
-            .await?
-            .into_iter()
-            .map(|badge| ("laptop", badge)),
-    );
+    phone.push_and_play(&server, &mut played).await?;
+    laptop.push_and_play(&server, &mut played).await?;
 
     // The checks.
     let mut problems = Vec::new();
