@@ -50,8 +50,9 @@ pub(crate) trait BatchDriver: Driver {
     /// exactly as it would be written (the same id, natural key, content hash, digests and
     /// version key, not deleted), which settles with nothing written; otherwise the stored
     /// document it meets, if any, judged before anything is sent, so that only the documents a
-    /// write would change are sent whole, and a refused one is never locked. `None`: the driver
-    /// does not look first (it is not worth a round trip here, or it reads whole documents with
+    /// write would change are sent whole, and a refused one is never locked. The engine asks
+    /// for chunks of 64 documents or more while the last chunk was mostly unchanged. `None`:
+    /// the driver has no lookup (or reads whole documents with
     /// [`read_many`](BatchDriver::read_many)). Only a cost: what the read misses is written with
     /// the guard, as without it.
     fn look_up(
@@ -90,6 +91,8 @@ where
     let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
     let mut planner = BatchPlanner::default();
     let mut ready = false;
+    // Whether the next chunk is looked up before its write ([`record`] decides).
+    let mut look_up = true;
     // The documents are prepared one slice at a time, and each slice's first-round documents
     // are sent while the next slice is prepared: the server writes one chunk while the client
     // hashes and encodes the next. An input's round depends only on the inputs before it.
@@ -123,7 +126,7 @@ where
                 }
             }
             if let Some(previous) = in_flight.take() {
-                record(previous.await?, &mut outcomes);
+                look_up = record(previous.await?, &mut outcomes);
             }
             if first_round.is_empty() {
                 continue;
@@ -134,7 +137,7 @@ where
             }
             let mut chunk: Settling<'_> = Box::pin(async move {
                 let sent: Vec<&D::Doc> = first_round.iter().map(|&(_, doc)| doc).collect();
-                let settled = settle_read_first(driver, &sent).await?;
+                let settled = settle_read_first(driver, &sent, look_up).await?;
                 Ok(first_round
                     .iter()
                     .map(|&(index, _)| index)
@@ -142,12 +145,12 @@ where
                     .collect())
             });
             match send_now(chunk.as_mut()) {
-                Poll::Ready(settled) => record(settled?, &mut outcomes),
+                Poll::Ready(settled) => look_up = record(settled?, &mut outcomes),
                 Poll::Pending => in_flight = Some(chunk),
             }
         }
         if let Some(previous) = in_flight.take() {
-            record(previous.await?, &mut outcomes);
+            look_up = record(previous.await?, &mut outcomes);
         }
     }
     let plan = planner.plan;
@@ -157,7 +160,7 @@ where
     for round in plan.rounds.iter().skip(1) {
         for chunk in round.chunks(slice_len) {
             let sent: Vec<&D::Doc> = chunk.iter().filter_map(|&index| prepared(index)).collect();
-            let settled = settle_read_first(driver, &sent).await?;
+            let settled = settle_read_first(driver, &sent, look_up).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -184,8 +187,13 @@ where
 pub(crate) async fn settle_read_first<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
+    look_up: bool,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    let Some(looked) = driver.look_up(docs).await? else {
+    let looked = match look_up && docs.len() >= LOOK_UP_MIN_DOCS {
+        true => driver.look_up(docs).await?,
+        false => None,
+    };
+    let Some(looked) = looked else {
         return match driver.read_many(docs).await? {
             Some(stored) => settle_judged(driver, docs, stored).await,
             None => settle(driver, WriteKind::Upsert, docs).await,
@@ -271,12 +279,25 @@ fn send_now<F: Future + ?Sized>(chunk: Pin<&mut F>) -> Poll<F::Output> {
     chunk.poll(&mut Context::from_waker(Waker::noop()))
 }
 
-/// Stores the outcome of each settled input.
+/// Stores the outcome of each settled input, and says whether the next chunk is worth a
+/// lookup before its write ([`BatchDriver::look_up`]): so while at least half of this one was
+/// stored unchanged, which the first chunk of a first ingest (or of a re-ingest that changes
+/// every document) shows is not so; its later chunks then go without the extra round trip.
 fn record(
     settled: Vec<(usize, Result<Outcome, Error>)>,
     outcomes: &mut [Option<Result<Outcome, Error>>],
-) {
+) -> bool {
+    let unchanged = settled
+        .iter()
+        .filter(|(_, outcome)| matches!(outcome, Ok(Outcome::Unchanged)))
+        .count();
+    let worth_a_look = unchanged * 2 >= settled.len();
     for (index, outcome) in settled {
         outcomes[index] = Some(outcome);
     }
+    worth_a_look
 }
+
+/// The fewest documents of a chunk worth a lookup before its write: below, sending them costs
+/// less than the lookup's round trip.
+const LOOK_UP_MIN_DOCS: usize = 64;

@@ -3,7 +3,6 @@
 //! returns.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -18,19 +17,11 @@ use crate::idempotent::Idempotent;
 use crate::model::Model;
 use crate::sql::row::{PreparedRow, StoredRow};
 
-/// The fewest rows of a batch's chunk worth the light read of [`BatchDriver::unchanged`]:
-/// below them the rows' bytes cost less than its round trip.
-const PROBE_MIN_ROWS: usize = 64;
-
 /// Writes to one checked table through one client.
 pub(super) struct PgDriver<'a, C> {
     pub store: &'a Store,
     pub client: &'a C,
     pub table: &'a Table,
-    /// Whether the next chunk is looked up first ([`BatchDriver::unchanged`]): so while at
-    /// least half of the last chunk was stored unchanged, which a first ingest's first chunk
-    /// shows is not so (its later chunks then go without the extra round trip).
-    pub probing: AtomicBool,
 }
 
 impl<C: Wire> PgDriver<'_, C> {
@@ -65,18 +56,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             .write_rows(self.client, self.table, docs, statement, document)
             .await
         {
-            Ok(states) => {
-                if kind == WriteKind::Upsert && docs.len() >= PROBE_MIN_ROWS {
-                    let stopped = states
-                        .iter()
-                        .filter(|state| matches!(state, RowState::Stopped(_)))
-                        .count();
-                    if stopped * 2 >= docs.len() {
-                        self.probing.store(true, Ordering::Relaxed);
-                    }
-                }
-                Ok(states.into_iter().map(reply).collect())
-            }
+            Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
             Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
@@ -153,9 +133,6 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let Some((sql, positions)) = &self.table.unchanged_probe else {
             return Ok(None);
         };
-        if docs.len() < PROBE_MIN_ROWS || !self.probing.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
         let document = &docs[0].document;
         let fingerprints: Vec<String> = docs
             .iter()
@@ -207,20 +184,14 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             });
             found.insert(incoming, stored);
         }
-        let looked: Vec<Looked<StoredRow>> = docs
-            .iter()
-            .map(|doc| match found.remove(doc.id_text.as_str()) {
-                Some(stored) => Looked::Stored(stored),
-                None => Looked::Unchanged,
-            })
-            .collect();
-        let unchanged = looked
-            .iter()
-            .filter(|looked| matches!(looked, Looked::Unchanged))
-            .count();
-        self.probing
-            .store(unchanged * 2 >= docs.len(), Ordering::Relaxed);
-        Ok(Some(looked))
+        Ok(Some(
+            docs.iter()
+                .map(|doc| match found.remove(doc.id_text.as_str()) {
+                    Some(stored) => Looked::Stored(stored),
+                    None => Looked::Unchanged,
+                })
+                .collect(),
+        ))
     }
 }
 

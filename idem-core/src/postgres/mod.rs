@@ -501,7 +501,6 @@ impl Store {
             store: self,
             client,
             table,
-            probing: std::sync::atomic::AtomicBool::new(true),
         }
     }
 

@@ -5,7 +5,6 @@
 //! second reads is what stopped the first.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use sqlx::{Row, SqliteConnection};
@@ -14,26 +13,17 @@ use tokio::sync::Mutex;
 use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
-use crate::engine::batch::BatchDriver;
+use crate::engine::batch::{BatchDriver, Looked};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::sql::row::{PreparedRow, StoredRow};
-
-/// The fewest rows of a batch's chunk worth reading before writing them.
-const READ_FIRST_MIN_ROWS: usize = 64;
 
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
     pub store: &'a Store,
     pub connection: &'a Mutex<&'c mut SqliteConnection>,
     pub table: &'a Table,
-    /// Whether the next chunk's stored rows are read before it is written
-    /// ([`BatchDriver::read_many`]): so while at least half of the last chunk was stored as it
-    /// came, which the first chunk of a first ingest (or of a re-ingest that changes every row)
-    /// shows is not so. A re-ingest then judges its unchanged rows
-    /// from a read, with no write statement and no write lock.
-    pub reading_first: AtomicBool,
 }
 
 impl SqliteDriver<'_, '_> {
@@ -139,19 +129,7 @@ impl Driver for SqliteDriver<'_, '_> {
             WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
         };
         match self.write_and_read(statement, docs).await {
-            Ok(replies) => {
-                let stopped = replies
-                    .iter()
-                    .filter(|reply| matches!(reply, Reply::Stopped(_)))
-                    .count();
-                if kind == WriteKind::Upsert
-                    && docs.len() >= READ_FIRST_MIN_ROWS
-                    && stopped * 2 >= docs.len()
-                {
-                    self.reading_first.store(true, Ordering::Relaxed);
-                }
-                Ok(replies)
-            }
+            Ok(replies) => Ok(replies),
             Err(error) if docs.len() == 1 => {
                 self.reply_to_error(error).await.map(|reply| vec![reply])
             }
@@ -216,35 +194,28 @@ impl BatchDriver for SqliteDriver<'_, '_> {
 
     async fn read_many(
         &self,
-        docs: &[&PreparedRow],
+        _docs: &[&PreparedRow],
     ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
-        // Small chunks, and chunks after one found mostly new, go straight to the write, which
-        // reads the rows it left alone itself.
-        if docs.len() < READ_FIRST_MIN_ROWS || !self.reading_first.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
+        // The write reads the rows it left alone: nothing to read first.
+        Ok(None)
+    }
+
+    /// One read of the stored rows by id and natural key; the engine judges each from it, so
+    /// the rows stored unchanged settle with no write statement and no write lock.
+    async fn look_up(
+        &self,
+        docs: &[&PreparedRow],
+    ) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let mut connection = self.connection.lock().await;
         let stored = select_stored(&mut connection, self.table, docs)
             .await
             .map_err(|source| sqlite_error(&docs[0].document, source))?;
         let stopping = StoppingRows::new(&stored);
-        let found: Vec<Option<StoredRow>> = docs
-            .iter()
-            .map(|doc| stopping.stopping(self.table, doc).cloned())
-            .collect();
-        // Worth it again while most rows are stored as they come: the same hash, not deleted.
-        let unchanged = docs
-            .iter()
-            .zip(&found)
-            .filter(|(doc, found)| {
-                found.as_ref().is_some_and(|stored| {
-                    !stored.tombstoned && stored.hash.as_deref() == Some(doc.hash.as_str())
-                })
-            })
-            .count();
-        self.reading_first
-            .store(unchanged * 2 >= docs.len(), Ordering::Relaxed);
-        Ok(Some(found))
+        Ok(Some(
+            docs.iter()
+                .map(|doc| Looked::Stored(stopping.stopping(self.table, doc).cloned()))
+                .collect(),
+        ))
     }
 }
 

@@ -409,7 +409,6 @@ impl Store {
             store: self,
             connection,
             table,
-            reading_first: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
