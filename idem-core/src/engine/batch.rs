@@ -37,6 +37,17 @@ pub(crate) trait BatchDriver: Driver {
     /// `doc` ready to send.
     fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<Self::Doc, Error>;
 
+    /// `doc` ready for a lookup ([`BatchDriver::look_up`]): light where the driver can vouch
+    /// that preparing it whole would succeed, so that a document the lookup finds unchanged
+    /// costs no encoding of its content; else whole, or the refusal [`BatchDriver::prepare`]
+    /// gives. A light document is prepared whole again before anything of it is written.
+    fn prepare_light<T: Idempotent + Serialize>(
+        &self,
+        doc: &T,
+    ) -> Result<Ready<Self::Light, Self::Doc>, Error> {
+        self.prepare(doc).map(Ready::Whole)
+    }
+
     /// The stored state of `docs` in one read, for a driver whose batch write cannot return the
     /// documents its guard stopped (MongoDB's `update` command). `None`: the write returns them
     /// itself, and nothing is read first.
@@ -57,7 +68,7 @@ pub(crate) trait BatchDriver: Driver {
     /// the guard, as without it.
     fn look_up(
         &self,
-        _docs: &[&Self::Doc],
+        _docs: &[&Self::Light],
     ) -> impl Future<Output = Result<Option<Vec<Looked<Self::Stored>>>, Error>> + Send {
         std::future::ready(Ok(None))
     }
@@ -75,6 +86,76 @@ pub(crate) enum Looked<S> {
     Stored(Option<S>),
 }
 
+/// A document prepared for its chunk: light, for a chunk looked up before its write
+/// ([`BatchDriver::prepare_light`]), or whole.
+pub(crate) enum Ready<L, D> {
+    // Only the SQL stores prepare light.
+    #[cfg_attr(not(any(feature = "_postgres", feature = "sqlite")), allow(dead_code))]
+    Light(L),
+    Whole(D),
+}
+
+/// A document of `D` prepared for its chunk.
+type ReadyOf<D> = Ready<<D as super::Driver>::Light, <D as super::Driver>::Doc>;
+
+/// One slice of a batch as prepared: each document, or the refusal that kept it from being sent.
+type PreparedSlice<D> = Vec<Result<ReadyOf<D>, Error>>;
+
+impl<L, D> std::ops::Deref for Ready<L, D>
+where
+    L: std::ops::Deref<Target = super::Prepared>,
+    D: std::ops::Deref<Target = super::Prepared>,
+{
+    type Target = super::Prepared;
+
+    fn deref(&self) -> &super::Prepared {
+        match self {
+            Ready::Light(light) => light,
+            Ready::Whole(doc) => doc,
+        }
+    }
+}
+
+impl<L, D> Ready<L, D> {
+    /// What a lookup reads of the document.
+    fn light<'r, B: BatchDriver<Light = L, Doc = D>>(&'r self, driver: &B) -> &'r L {
+        match self {
+            Ready::Light(light) => light,
+            Ready::Whole(doc) => driver.light_of(doc),
+        }
+    }
+}
+
+/// A document of a chunk made whole to be written: as prepared, or prepared again from its
+/// original.
+enum Whole<'r, D> {
+    Prepared(&'r D),
+    Again(D),
+}
+
+impl<D> std::ops::Deref for Whole<'_, D> {
+    type Target = D;
+
+    fn deref(&self) -> &D {
+        match self {
+            Whole::Prepared(doc) => doc,
+            Whole::Again(doc) => doc,
+        }
+    }
+}
+
+/// `ready` whole, to be written: prepared again from `original` if it was prepared light.
+fn whole<'r, D: BatchDriver, T: Idempotent + Serialize>(
+    driver: &D,
+    ready: &'r ReadyOf<D>,
+    original: &T,
+) -> Result<Whole<'r, D::Doc>, Error> {
+    match ready {
+        Ready::Whole(doc) => Ok(Whole::Prepared(doc)),
+        Ready::Light(_) => driver.prepare(original).map(Whole::Again),
+    }
+}
+
 /// One chunk's write under way: each input index with its outcome, once settled.
 type Settling<'f> =
     Pin<Box<dyn Future<Output = Result<Vec<(usize, Result<Outcome, Error>)>, Error>> + Send + 'f>>;
@@ -89,25 +170,34 @@ where
     let collection = DocumentRef::collection(&T::MODEL);
     let slice_len = driver.chunk().max(1);
     let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
-    let mut planner = BatchPlanner::default();
+    let mut planner = BatchPlanner::with_capacity(docs.len());
     let mut ready = false;
     // Whether the next chunk is looked up before its write ([`record`] decides).
     let mut look_up = true;
     // The documents are prepared one slice at a time, and each slice's first-round documents
     // are sent while the next slice is prepared: the server writes one chunk while the client
     // hashes and encodes the next. An input's round depends only on the inputs before it.
-    let mut slices: Vec<Vec<Result<D::Doc, Error>>> =
-        docs.chunks(slice_len).map(|_| Vec::new()).collect();
+    let mut slices: Vec<PreparedSlice<D>> = docs.chunks(slice_len).map(|_| Vec::new()).collect();
     {
         let mut in_flight: Option<Settling<'_>> = None;
-        let mut rest: &mut [Vec<Result<D::Doc, Error>>] = &mut slices;
+        let mut rest: &mut [PreparedSlice<D>] = &mut slices;
         for (number, slice) in docs.chunks(slice_len).enumerate() {
             let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
                 break;
             };
             rest = tail;
-            *prepared = slice.iter().map(|doc| driver.prepare(doc)).collect();
-            let prepared: &Vec<Result<D::Doc, Error>> = prepared;
+            // A chunk to be looked up needs its documents light only. Whether it is looked up
+            // is known when the chunk before it settles, after this; the last one settled
+            // foretells it.
+            let light = look_up && slice.len() >= LOOK_UP_MIN_DOCS;
+            *prepared = slice
+                .iter()
+                .map(|doc| match light {
+                    true => driver.prepare_light(doc),
+                    false => driver.prepare(doc).map(Ready::Whole),
+                })
+                .collect();
+            let prepared: &PreparedSlice<D> = prepared;
             let mut first_round = Vec::new();
             for (offset, doc) in prepared.iter().enumerate() {
                 let index = number * slice_len + offset;
@@ -136,8 +226,11 @@ where
                 ready = true;
             }
             let mut chunk: Settling<'_> = Box::pin(async move {
-                let sent: Vec<&D::Doc> = first_round.iter().map(|&(_, doc)| doc).collect();
-                let settled = settle_read_first(driver, &sent, look_up).await?;
+                let sent: Vec<(&ReadyOf<D>, &T)> = first_round
+                    .iter()
+                    .map(|&(index, doc)| (doc, &docs[index]))
+                    .collect();
+                let settled = settle_chunk(driver, &sent, look_up).await?;
                 Ok(first_round
                     .iter()
                     .map(|&(index, _)| index)
@@ -159,8 +252,11 @@ where
     // The later rounds: an id's second distinct content in the batch, and so on.
     for round in plan.rounds.iter().skip(1) {
         for chunk in round.chunks(slice_len) {
-            let sent: Vec<&D::Doc> = chunk.iter().filter_map(|&index| prepared(index)).collect();
-            let settled = settle_read_first(driver, &sent, look_up).await?;
+            let sent: Vec<(&ReadyOf<D>, &T)> = chunk
+                .iter()
+                .filter_map(|&index| Some((prepared(index)?, &docs[index])))
+                .collect();
+            let settled = settle_chunk(driver, &sent, look_up).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -180,95 +276,167 @@ where
     Ok(BatchReport::new(outcomes, plan.copies.len()))
 }
 
-/// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
-/// guard): those the driver's lookup finds stored unchanged ([`BatchDriver::look_up`]) settle
-/// with nothing sent, and the others are judged from what it found; without a lookup, judged
-/// from one read first where the driver reads first; then the documents that need it written.
-pub(crate) async fn settle_read_first<D: BatchDriver>(
+/// Upserts of one chunk's documents, each with its original: those the driver's lookup finds
+/// stored unchanged ([`BatchDriver::look_up`]) settle with nothing sent, the others are judged
+/// from what it found, and only those a write would change are made whole and written.
+/// Without a lookup, [`settle_read_first`].
+async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
-    docs: &[&D::Doc],
+    docs: &[(&ReadyOf<D>, &T)],
     look_up: bool,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
     let looked = match look_up && docs.len() >= LOOK_UP_MIN_DOCS {
-        true => driver.look_up(docs).await?,
+        true => {
+            let lights: Vec<&D::Light> =
+                docs.iter().map(|(ready, _)| ready.light(driver)).collect();
+            driver.look_up(&lights).await?
+        }
         false => None,
-    };
-    let Some(looked) = looked else {
-        return match driver.read_many(docs).await? {
-            Some(stored) => settle_judged(driver, docs, stored).await,
-            None => settle(driver, WriteKind::Upsert, docs).await,
-        };
     };
     let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
     let (mut rest, mut stored) = (Vec::new(), Vec::new());
-    for (index, looked) in looked.into_iter().enumerate().take(docs.len()) {
-        match looked {
-            Looked::Unchanged => outcomes[index] = Some(Ok(Outcome::Unchanged)),
-            Looked::Stored(found) => {
-                rest.push(index);
-                stored.push(found);
-            }
-        }
-    }
-    let sent: Vec<&D::Doc> = rest.iter().map(|&index| docs[index]).collect();
-    let settled = settle_judged(driver, &sent, stored).await?;
-    for (index, outcome) in rest.into_iter().zip(settled) {
-        outcomes[index] = Some(outcome);
-    }
-    Ok(settled_or_contention(outcomes, docs))
-}
-
-/// Upserts of `docs` judged from `stored`, what was read for each: settled with nothing
-/// written, refused, replaced in a second step pinned to what was read (a document the server
-/// guard cannot compare), or written.
-async fn settle_judged<D: BatchDriver>(
-    driver: &D,
-    docs: &[&D::Doc],
-    stored: Vec<Option<D::Stored>>,
-) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    if docs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
-    let mut to_write = Vec::new();
-    for (index, (doc, stored)) in docs.iter().zip(&stored).enumerate() {
-        let Some(stored) = stored else {
-            to_write.push(index);
-            continue;
-        };
-        match judge(driver, WriteKind::Upsert, doc, stored) {
-            Judged::Settled(outcome) => outcomes[index] = Some(Ok(outcome)),
-            Judged::Refused(refusal) => outcomes[index] = Some(Err(refusal)),
-            Judged::Replace { foreign }
-                if foreign || !driver.guards_on_server(WriteKind::Upsert) =>
-            {
-                match super::pinned_outcome(doc, driver.write_pinned(doc, stored).await?) {
-                    Some(outcome) => outcomes[index] = Some(outcome),
-                    // Changed since the read: written again.
-                    None => to_write.push(index),
+    match looked {
+        Some(looked) => {
+            for (index, looked) in looked.into_iter().enumerate().take(docs.len()) {
+                match looked {
+                    Looked::Unchanged => outcomes[index] = Some(Ok(Outcome::Unchanged)),
+                    Looked::Stored(found) => {
+                        rest.push(index);
+                        stored.push(found);
+                    }
                 }
             }
-            Judged::Replace { .. } => to_write.push(index),
+            let lights: Vec<&D::Light> = rest
+                .iter()
+                .map(|&index| docs[index].0.light(driver))
+                .collect();
+            let settled = settle_judged(driver, &lights, stored, |at| {
+                let (ready, original) = docs[rest[at]];
+                whole(driver, ready, original)
+            })
+            .await?;
+            for (&index, outcome) in rest.iter().zip(settled) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+        None => {
+            let mut wholes = Vec::new();
+            for (index, &(ready, original)) in docs.iter().enumerate() {
+                match whole(driver, ready, original) {
+                    Ok(doc) => {
+                        rest.push(index);
+                        wholes.push(doc);
+                    }
+                    Err(refusal) => outcomes[index] = Some(Err(refusal)),
+                }
+            }
+            let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
+            let settled = settle_read_first(driver, &sent).await?;
+            for (&index, outcome) in rest.iter().zip(settled) {
+                outcomes[index] = Some(outcome);
+            }
         }
     }
-    let sent: Vec<&D::Doc> = to_write.iter().map(|&index| docs[index]).collect();
+    Ok(settled_or_contention(
+        outcomes,
+        docs.iter().map(|(ready, _)| &ready.document),
+    ))
+}
+
+/// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
+/// guard): judged from one read first where the driver reads first, then the documents that
+/// need it written.
+pub(crate) async fn settle_read_first<D: BatchDriver>(
+    driver: &D,
+    docs: &[&D::Doc],
+) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    match driver.read_many(docs).await? {
+        Some(stored) => {
+            let lights: Vec<&D::Light> = docs.iter().map(|doc| driver.light_of(doc)).collect();
+            settle_judged(driver, &lights, stored, |at| Ok(Whole::Prepared(docs[at]))).await
+        }
+        None => settle(driver, WriteKind::Upsert, docs).await,
+    }
+}
+
+/// Upserts of the documents read as `lights`, judged from `stored`, what was read for each:
+/// settled with nothing written, refused, replaced in a second step pinned to what was read (a
+/// document the server guard cannot compare), or written. Only the documents written are made
+/// whole (`whole(at)` for the one at `at`), so a refused or stale one is never encoded.
+async fn settle_judged<'r, D: BatchDriver>(
+    driver: &D,
+    lights: &[&D::Light],
+    stored: Vec<Option<D::Stored>>,
+    whole: impl Fn(usize) -> Result<Whole<'r, D::Doc>, Error>,
+) -> Result<Vec<Result<Outcome, Error>>, Error>
+where
+    D::Doc: 'r,
+{
+    if lights.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; lights.len()];
+    let (mut to_write, mut wholes) = (Vec::new(), Vec::new());
+    for (index, (light, stored)) in lights.iter().zip(&stored).enumerate() {
+        let pinned = match stored {
+            None => None,
+            Some(stored) => match judge(driver, WriteKind::Upsert, light, stored) {
+                Judged::Settled(outcome) => {
+                    outcomes[index] = Some(Ok(outcome));
+                    continue;
+                }
+                Judged::Refused(refusal) => {
+                    outcomes[index] = Some(Err(refusal));
+                    continue;
+                }
+                Judged::Replace { foreign }
+                    if foreign || !driver.guards_on_server(WriteKind::Upsert) =>
+                {
+                    Some(stored)
+                }
+                Judged::Replace { .. } => None,
+            },
+        };
+        let doc = match whole(index) {
+            Ok(doc) => doc,
+            Err(refusal) => {
+                outcomes[index] = Some(Err(refusal));
+                continue;
+            }
+        };
+        if let Some(stored) = pinned {
+            if let Some(outcome) =
+                super::pinned_outcome(&doc, driver.write_pinned(&doc, stored).await?)
+            {
+                outcomes[index] = Some(outcome);
+                continue;
+            }
+            // Changed since the read: written again.
+        }
+        to_write.push(index);
+        wholes.push(doc);
+    }
+    let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
     let written = settle(driver, WriteKind::Upsert, &sent).await?;
     for (index, outcome) in to_write.into_iter().zip(written) {
         outcomes[index] = Some(outcome);
     }
-    Ok(settled_or_contention(outcomes, docs))
+    Ok(settled_or_contention(
+        outcomes,
+        lights.iter().map(|light| &light.document),
+    ))
 }
 
 /// Each document's outcome, or contention for one that none settled (which the loops that
 /// fill `outcomes` leave to a write that kept meeting changes).
-fn settled_or_contention<Doc: std::ops::Deref<Target = super::Prepared>>(
+fn settled_or_contention<'d>(
     outcomes: Vec<Option<Result<Outcome, Error>>>,
-    docs: &[&Doc],
+    documents: impl Iterator<Item = &'d DocumentRef>,
 ) -> Vec<Result<Outcome, Error>> {
     outcomes
         .into_iter()
-        .zip(docs)
-        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
+        .zip(documents)
+        .map(|(outcome, document)| outcome.unwrap_or_else(|| Err(contention(document))))
         .collect()
 }
 

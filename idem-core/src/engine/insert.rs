@@ -30,7 +30,7 @@ where
         .iter()
         .map(|member| driver.prepare(member))
         .collect::<Result<_, _>>()?;
-    let mut planner = BatchPlanner::default();
+    let mut planner = BatchPlanner::with_capacity(members.len());
     for (index, doc) in prepared.iter().enumerate() {
         let planned = Planned {
             id: &doc.id_text,

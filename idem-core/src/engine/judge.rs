@@ -34,7 +34,7 @@ pub(crate) enum Judged {
 pub(crate) fn judge<D: Driver>(
     driver: &D,
     kind: WriteKind,
-    doc: &D::Doc,
+    doc: &D::Light,
     stored: &D::Stored,
 ) -> Judged {
     let stored_id = driver.stored_id(stored);
@@ -67,7 +67,7 @@ pub(crate) fn judge<D: Driver>(
 }
 
 /// A stored document reduced to what the verdict reads, compared as the server guard compares.
-fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Stored<'s> {
+fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> Stored<'s> {
     let guarded = doc
         .digests
         .iter()
@@ -107,7 +107,7 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Doc, stored: &'s D::Stored) -> Sto
 /// another tool (or idem before the type had versions) stored there still orders replays.
 fn stored_version_field<'s, D: Driver>(
     driver: &D,
-    doc: &D::Doc,
+    doc: &D::Light,
     stored: &'s D::Stored,
 ) -> StoredVersion<'s> {
     let Some(field) = doc.model.version_field() else {
@@ -126,7 +126,7 @@ fn stored_version_field<'s, D: Driver>(
 /// derived another way, or another tool chose it).
 fn id_change<D: Driver>(
     driver: &D,
-    doc: &D::Doc,
+    doc: &D::Light,
     stored: &D::Stored,
     stored_id: Option<String>,
 ) -> Error {
@@ -150,7 +150,7 @@ fn id_change<D: Driver>(
 /// The refusal of a write that would change `field`.
 fn refusal<D: Driver>(
     driver: &D,
-    doc: &D::Doc,
+    doc: &D::Light,
     stored: &D::Stored,
     field: &'static Field,
 ) -> Error {

@@ -220,7 +220,11 @@ impl Prepared {
 /// One database's side of a write: it encodes and sends, the engine decides.
 pub(crate) trait Driver: Sync {
     /// A document ready to send.
-    type Doc: std::ops::Deref<Target = Prepared> + Sync;
+    type Doc: std::ops::Deref<Target = Prepared> + Send + Sync;
+    /// What a judgement reads of a document: its id, natural key, hashes and guarded values,
+    /// which a driver may prepare without encoding the rest
+    /// ([`batch::BatchDriver::prepare_light`]).
+    type Light: std::ops::Deref<Target = Prepared> + Sync;
     /// What the driver read of a stored document.
     type Stored: Send + Sync;
 
@@ -274,10 +278,12 @@ pub(crate) trait Driver: Sync {
         doc: &Self::Doc,
     ) -> impl Future<Output = Result<Option<Self::Stored>, Error>> + Send;
 
+    /// What a judgement reads of a whole document.
+    fn light_of<'d>(&self, doc: &'d Self::Doc) -> &'d Self::Light;
     /// The incoming value of a guarded field, in the neutral form.
-    fn incoming_value(&self, doc: &Self::Doc, field: &Field) -> Value;
+    fn incoming_value(&self, doc: &Self::Light, field: &Field) -> Value;
     /// The incoming value of `field`, as a refusal shows it.
-    fn incoming_shown(&self, doc: &Self::Doc, field: &Field) -> String;
+    fn incoming_shown(&self, doc: &Self::Light, field: &Field) -> String;
     /// The stored id as text, whoever wrote it.
     fn stored_id(&self, stored: &Self::Stored) -> Option<String>;
     /// Whether the deletion marker is set.
@@ -295,7 +301,7 @@ pub(crate) trait Driver: Sync {
     fn stored_shown(&self, stored: &Self::Stored, field: &Field) -> Option<String>;
     /// The first natural-key field whose stored value is not `doc`'s, as the database's unique
     /// index compares them.
-    fn key_differs(&self, doc: &Self::Doc, stored: &Self::Stored) -> Option<&'static Field>;
+    fn key_differs(&self, doc: &Self::Light, stored: &Self::Stored) -> Option<&'static Field>;
 }
 
 /// [`settle`] for one document: its outcome.
@@ -423,7 +429,7 @@ pub(crate) async fn settle_stopped<D: Driver>(
     doc: &D::Doc,
     stored: &D::Stored,
 ) -> Result<Option<Result<Outcome, Error>>, Error> {
-    match judge(driver, kind, doc, stored) {
+    match judge(driver, kind, driver.light_of(doc), stored) {
         Judged::Settled(outcome) => Ok(Some(Ok(outcome))),
         Judged::Refused(refusal) => Ok(Some(Err(refusal))),
         Judged::Replace { foreign } if foreign || !driver.guards_on_server(kind) => {

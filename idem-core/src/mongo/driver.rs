@@ -364,7 +364,13 @@ impl MongoDriver<'_> {
 
 impl Driver for MongoDriver<'_> {
     type Doc = PreparedWrite;
+    /// A document is prepared whole: no lookup reads less of it.
+    type Light = PreparedWrite;
     type Stored = Document;
+
+    fn light_of<'d>(&self, doc: &'d PreparedWrite) -> &'d PreparedWrite {
+        doc
+    }
 
     async fn write(
         &self,

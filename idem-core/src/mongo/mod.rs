@@ -230,8 +230,7 @@ impl Store {
             if !self.uses_update_pipelines() {
                 // Read first: the write carries no guard.
                 let driver = self.driver(write.model, true);
-                let mut outcomes =
-                    engine::batch::settle_read_first(&driver, &[&write], false).await?;
+                let mut outcomes = engine::batch::settle_read_first(&driver, &[&write]).await?;
                 return outcomes
                     .pop()
                     .unwrap_or_else(|| Err(engine::contention(&write.document)));

@@ -10,12 +10,12 @@ use super::schema::check_again;
 use super::table::{missed_guard, Table};
 use super::wire::{Cells, Param, Wire};
 use super::{postgres_error, unique_conflict, RowState, Store};
-use crate::engine::batch::{BatchDriver, Looked};
+use crate::engine::batch::{BatchDriver, Looked, Ready};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
-use crate::sql::row::{PreparedRow, StoredRow};
+use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
 pub(super) struct PgDriver<'a, C> {
@@ -38,7 +38,12 @@ impl<C: Wire> PgDriver<'_, C> {
 
 impl<C: Wire> Driver for PgDriver<'_, C> {
     type Doc = PreparedRow;
+    type Light = LightRow;
     type Stored = StoredRow;
+
+    fn light_of<'d>(&self, doc: &'d PreparedRow) -> &'d LightRow {
+        &doc.light
+    }
 
     async fn write(
         &self,
@@ -118,6 +123,13 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         PreparedRow::new(doc, self.table)
     }
 
+    fn prepare_light<T: Idempotent + Serialize>(
+        &self,
+        doc: &T,
+    ) -> Result<Ready<LightRow, PreparedRow>, Error> {
+        crate::sql::row::prepare_light(doc, self.table)
+    }
+
     async fn read_many(
         &self,
         _docs: &[&PreparedRow],
@@ -126,11 +138,8 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         Ok(None)
     }
 
-    async fn look_up(
-        &self,
-        docs: &[&PreparedRow],
-    ) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
-        let Some((sql, positions)) = &self.table.unchanged_probe else {
+    async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
+        let Some(sql) = &self.table.unchanged_probe else {
             return Ok(None);
         };
         let document = &docs[0].document;
@@ -138,19 +147,20 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             .iter()
             .map(|doc| self.table.unchanged_fingerprint(doc))
             .collect();
-        let column = |at: usize| -> Vec<Option<&str>> {
-            docs.iter()
-                .map(|doc| doc.values.get(at).and_then(|value| value.as_deref()))
-                .collect()
-        };
-        let mut columns = vec![column(positions[0])];
-        columns.push(
+        let mut columns: Vec<Vec<Option<&str>>> = vec![
+            docs.iter().map(|doc| Some(doc.id_text.as_str())).collect(),
             fingerprints
                 .iter()
                 .map(|text| Some(text.as_str()))
                 .collect(),
-        );
-        columns.extend(positions[1..].iter().map(|&at| column(at)));
+        ];
+        for key in 0..self.table.model.natural_key_fields().count() {
+            columns.push(
+                docs.iter()
+                    .map(|doc| doc.key_texts.get(key).and_then(|text| text.as_deref()))
+                    .collect(),
+            );
+        }
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::sync::{PoisonError, RwLock};
 
 use super::wire::Cells;
-use crate::sql::row::PreparedRow;
+use crate::sql::row::LightRow;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
@@ -77,7 +77,7 @@ pub(crate) struct Table {
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
     /// in a prepared row's values of the columns it sends, one `text[]` each.
-    pub unchanged_probe: Option<(String, Vec<usize>)>,
+    pub unchanged_probe: Option<String>,
     /// The name of the unique constraint on the natural key that `ensure_table` creates.
     pub natural_key_constraint: String,
     /// The tables of this type the store checked, one per schema a client's search path led it
@@ -449,18 +449,13 @@ impl Table {
     /// ([`Table::unchanged_fingerprint`]) only, so that an unchanged re-ingest sends none of
     /// the rows' content; the rows it returns are judged before anything is written, so a
     /// refused or stale one is never locked. Guarded as every statement is (one row without an id when the table
-    /// is not one the store checked). Parameters: the ids, the fingerprints, then each key
-    /// column; returns the statement and the positions of the ids and keys among the sent
-    /// values; `None` if one of them is not sent.
-    fn probe_statement(&self) -> Option<(String, Vec<usize>)> {
+    /// is not one the store checked). Parameters: the ids, the fingerprints, then each
+    /// natural-key column; `None` if a natural-key field has no column.
+    fn probe_statement(&self) -> Option<String> {
         let keys: Vec<usize> = self
             .model
             .natural_key_fields()
-            .filter_map(|field| self.column_of(field))
-            .collect();
-        let positions: Vec<usize> = std::iter::once(0)
-            .chain(keys.iter().copied())
-            .map(|index| self.sent.iter().position(|&sent| sent == index))
+            .map(|field| self.column_of(field))
             .collect::<Option<_>>()?;
         let mut names = vec!["c0".to_owned(), "fingerprint".to_owned()];
         names.extend(keys.iter().map(|index| format!("c{index}")));
@@ -539,7 +534,7 @@ impl Table {
             by_key = by_key.join(" AND "),
             id = quote(ID_FIELD),
         );
-        Some((sql, positions))
+        Some(sql)
     }
 
     /// The fingerprint [`Table::probe_statement`] compares with a stored row's: SHA-256, in
@@ -547,7 +542,7 @@ impl Table {
     /// key, for those of them the table has, each marked present or absent. Equal
     /// fingerprints are equal parts, as equal content hashes are equal content; a digests
     /// text jsonb would write otherwise only costs the row its shortcut.
-    pub fn unchanged_fingerprint(&self, row: &PreparedRow) -> String {
+    pub fn unchanged_fingerprint(&self, row: &LightRow) -> String {
         let mut parts: Vec<String> = vec![format!("v{}", row.hash)];
         if self.column_with(Content::Digests).is_some() {
             parts.push(format!("v{}", jsonb_text(&row.digests)));

@@ -373,13 +373,7 @@ impl ser::SerializeMap for Object<'_> {
     type Ok = Value;
     type Error = JsonError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), JsonError> {
-        let key = key.serialize(MapKey)?;
-        if key.contains('\0') {
-            return Err(JsonError::Nul {
-                path: path_step(&key),
-            });
-        }
-        self.key = Some(key);
+        self.key = Some(map_key(key)?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
@@ -453,6 +447,17 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
     fn end(self) -> Result<Value, JsonError> {
         Ok(Self::wrap(self.variant, Value::Object(self.inner.entries)))
     }
+}
+
+/// `key` as the string a JSON object's key is, as serde_json makes it, unless it holds U+0000.
+pub(crate) fn map_key<T: Serialize + ?Sized>(key: &T) -> Result<String, JsonError> {
+    let key = key.serialize(MapKey)?;
+    if key.contains('\0') {
+        return Err(JsonError::Nul {
+            path: path_step(&key),
+        });
+    }
+    Ok(key)
 }
 
 /// A map key as the string JSON needs, as serde_json makes it.

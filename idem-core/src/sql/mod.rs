@@ -10,6 +10,7 @@ pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;
 pub(crate) mod row;
+pub(crate) mod scan;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
 /// answers them: from [`RowReader`] over the driver's table (`self.table`).
@@ -17,7 +18,7 @@ macro_rules! reads_rows_as_sql {
     () => {
         fn incoming_value(
             &self,
-            doc: &$crate::sql::row::PreparedRow,
+            doc: &$crate::sql::row::LightRow,
             field: &$crate::model::Field,
         ) -> ::serde_json::Value {
             $crate::sql::row::RowReader::new(self.table).incoming_value(doc, field)
@@ -25,7 +26,7 @@ macro_rules! reads_rows_as_sql {
 
         fn incoming_shown(
             &self,
-            doc: &$crate::sql::row::PreparedRow,
+            doc: &$crate::sql::row::LightRow,
             field: &$crate::model::Field,
         ) -> String {
             $crate::sql::row::RowReader::new(self.table).incoming_shown(doc, field)
@@ -76,7 +77,7 @@ macro_rules! reads_rows_as_sql {
 
         fn key_differs(
             &self,
-            doc: &$crate::sql::row::PreparedRow,
+            doc: &$crate::sql::row::LightRow,
             stored: &$crate::sql::row::StoredRow,
         ) -> Option<&'static $crate::model::Field> {
             $crate::sql::row::RowReader::new(self.table).key_differs(doc, stored)

@@ -7,30 +7,51 @@ use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout, TableColumn};
 use crate::column::ColumnShape;
+use crate::engine::batch::Ready;
 use crate::engine::{check_written_names, Prepared, StoredDigest};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
 use crate::sql::json::{self, Cell};
+use crate::sql::scan;
 use crate::verdict::StoredVersion;
+
+/// What a lookup sends of a document and a judgement reads of it, without its columns: the
+/// engine's part ([`Prepared`], which it dereferences to), the text of each natural-key column,
+/// and each guarded field's value. [`LightRow::new`] prepares only this, where the columns of a
+/// row that may never be written are not worth encoding.
+#[derive(Debug)]
+pub(crate) struct LightRow {
+    prepared: Prepared,
+    /// The text of each natural-key field's column, in [`Model::natural_key_fields`] order.
+    pub key_texts: Vec<Option<String>>,
+    /// Each guarded field's incoming value and the value as shown, in `digests` order.
+    pub guarded: Vec<(Value, String)>,
+}
+
+impl std::ops::Deref for LightRow {
+    type Target = Prepared;
+
+    fn deref(&self) -> &Prepared {
+        &self.prepared
+    }
+}
 
 /// A document as the columns of its row, and what the engine reads of it ([`Prepared`], which
 /// it dereferences to).
 #[derive(Debug)]
 pub(crate) struct PreparedRow {
-    prepared: Prepared,
+    pub light: LightRow,
     /// The text of each sent column (`None`: NULL), in [`Layout::sent`] order.
     pub values: Vec<Option<String>>,
-    /// Each guarded field's incoming value and the value as shown, in `digests` order.
-    pub guarded: Vec<(Value, String)>,
 }
 
 impl std::ops::Deref for PreparedRow {
     type Target = Prepared;
 
     fn deref(&self) -> &Prepared {
-        &self.prepared
+        &self.light.prepared
     }
 }
 
@@ -140,13 +161,12 @@ impl<'a> RowReader<'a> {
     }
 
     /// The incoming text of a natural-key field's column.
-    fn incoming_key_text<'d>(&self, doc: &'d PreparedRow, field: &Field) -> Option<&'d str> {
-        let column = self.layout.column_of(field)?;
-        doc.value_of(self.layout, column)
+    fn incoming_key_text<'d>(&self, doc: &'d LightRow, field: &Field) -> Option<&'d str> {
+        doc.key_texts.get(self.key_position(field)?)?.as_deref()
     }
 
     /// The incoming value of a guarded field, in the neutral form.
-    pub fn incoming_value(&self, doc: &PreparedRow, field: &Field) -> Value {
+    pub fn incoming_value(&self, doc: &LightRow, field: &Field) -> Value {
         match self.guarded_position(field) {
             Some(at) => doc.guarded[at].0.clone(),
             None => self
@@ -156,7 +176,7 @@ impl<'a> RowReader<'a> {
     }
 
     /// The incoming value of `field`, as a refusal shows it.
-    pub fn incoming_shown(&self, doc: &PreparedRow, field: &Field) -> String {
+    pub fn incoming_shown(&self, doc: &LightRow, field: &Field) -> String {
         match self.guarded_position(field) {
             Some(at) => doc.guarded[at].1.clone(),
             None => self.incoming_value(doc, field).to_string(),
@@ -188,7 +208,7 @@ impl<'a> RowReader<'a> {
     }
 
     /// The first natural-key field whose stored text is not `doc`'s.
-    pub fn key_differs(&self, doc: &PreparedRow, stored: &StoredRow) -> Option<&'static Field> {
+    pub fn key_differs(&self, doc: &LightRow, stored: &StoredRow) -> Option<&'static Field> {
         let keys = stored.natural_key.as_ref()?;
         self.layout
             .model
@@ -196,6 +216,84 @@ impl<'a> RowReader<'a> {
             .zip(keys)
             .find(|(field, stored)| stored.as_deref() != self.incoming_key_text(doc, field))
             .map(|(field, _)| field)
+    }
+}
+
+/// `doc` prepared for a lookup on `table` ([`crate::engine::batch::BatchDriver::prepare_light`]):
+/// light where [`LightRow::new`] vouches for it, else whole.
+pub(crate) fn prepare_light<T: Idempotent + Serialize>(
+    doc: &T,
+    table: &Layout,
+) -> Result<Ready<LightRow, PreparedRow>, Error> {
+    match LightRow::new(doc, table)? {
+        Some(light) => Ok(Ready::Light(light)),
+        None => PreparedRow::new(doc, table).map(Ready::Whole),
+    }
+}
+
+impl LightRow {
+    /// `doc`'s light form under its derived id, or `None` where [`scan`] cannot vouch that its
+    /// whole row would encode ([`PreparedRow::new`], which says what is wrong).
+    pub fn new<T: Idempotent + Serialize>(
+        doc: &T,
+        table: &Layout,
+    ) -> Result<Option<LightRow>, Error> {
+        let model: &'static Model = &T::MODEL;
+        let Some(picked) = scan::picked_fields(doc, table) else {
+            return Ok(None);
+        };
+        let picked_value = |name: &str| {
+            picked
+                .iter()
+                .find(|(picked, _)| *picked == name)
+                .map(|(_, value)| value)
+        };
+        // Each picked value as its column would take it.
+        for (name, value) in &picked {
+            let fits = match table.column_named(name) {
+                Some(index) => {
+                    let column = &table.columns[index];
+                    matches!(column.content, Content::Stored(_))
+                        && column_text(column, Some(value)).is_ok()
+                }
+                None => table.column_with(Content::Extra).is_some(),
+            };
+            if !fits {
+                return Ok(None);
+            }
+        }
+        let document = doc.document_ref();
+        let holds_key = |name: &str| picked_value(name).is_some_and(|value| !value.is_null());
+        if check_written_names(model, &document, std::iter::empty(), holds_key).is_err() {
+            return Ok(None);
+        }
+        let id = doc.id()?;
+        let hash = doc.content_hash()?.to_hex();
+        let mut digests = Vec::new();
+        let mut guarded = Vec::new();
+        for field in model.digested_fields() {
+            let value = picked_value(field.stored_name()).unwrap_or(&Value::Null);
+            let unwritten = value.is_null() && field.null_is_unwritten();
+            let Ok(digest) = crate::hash::guard_digest(value, unwritten) else {
+                return Ok(None);
+            };
+            digests.push((field, digest));
+            guarded.push((value.clone(), value.to_string()));
+        }
+        let key_texts = model
+            .natural_key_fields()
+            .map(|field| {
+                let column = &table.columns[table.column_of(field)?];
+                column_text(column, picked_value(field.stored_name()))
+                    .ok()
+                    .flatten()
+            })
+            .collect();
+        Ok(Some(LightRow {
+            prepared: Prepared::new(doc, document, id, hash, digests),
+            key_texts,
+            guarded,
+        }))
     }
 }
 
@@ -322,10 +420,21 @@ impl PreparedRow {
                 }
             }
         }
+        let key_texts = model
+            .natural_key_fields()
+            .map(|field| {
+                let column = table.column_of(field)?;
+                let position = table.sent.iter().position(|&sent| sent == column)?;
+                values[position].clone()
+            })
+            .collect();
         Ok(PreparedRow {
-            prepared,
+            light: LightRow {
+                prepared,
+                key_texts,
+                guarded,
+            },
             values,
-            guarded,
         })
     }
 
@@ -469,4 +578,54 @@ fn row_cells(table: &Layout, stored: serde_json::Map<String, Value>) -> Vec<(Str
         }
     }
     cells
+}
+
+/// How `doc`'s light preparation ([`LightRow::new`]) compares with its whole one
+/// ([`PreparedRow::new`]) on the table of `T`, for the tests that hold the first to the
+/// second: `Ok(true)` where the light one vouched for the document and both agree on all a
+/// lookup sends and a judgement reads, `Ok(false)` where it did not vouch (the whole one then
+/// decides, refusal included); `Err` says how they disagree.
+pub fn light_row_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool, String> {
+    let table = Layout::new(&T::MODEL, &T::stored_columns());
+    let light = LightRow::new(doc, &table);
+    let whole = PreparedRow::new(doc, &table);
+    let (light, whole) = match (light, whole) {
+        (Ok(None), _) => return Ok(false),
+        (Ok(Some(light)), Ok(whole)) => (light, whole.light),
+        (Ok(Some(_)), Err(refusal)) => {
+            return Err(format!("vouched for a document the row refuses: {refusal}"))
+        }
+        (Err(light), Err(whole)) if light.to_string() == whole.to_string() => return Ok(false),
+        (Err(light), whole) => {
+            return Err(format!(
+                "refused with {light}, where the row gives {whole:?}"
+            ))
+        }
+    };
+    let digests = |row: &LightRow| -> Vec<(&'static str, Option<String>)> {
+        row.digests
+            .iter()
+            .map(|(field, digest)| (field.stored_name(), digest.clone()))
+            .collect()
+    };
+    let parts = |row: &LightRow| {
+        format!(
+            "id {} hash {} version key {:?} document {:?} digests {:?} keys {:?} guarded {:?}",
+            row.id_text,
+            row.hash,
+            row.version_key,
+            row.document,
+            digests(row),
+            row.key_texts,
+            row.guarded
+        )
+    };
+    match parts(&light) == parts(&whole) {
+        true => Ok(true),
+        false => Err(format!(
+            "light: {}\nwhole: {}",
+            parts(&light),
+            parts(&whole)
+        )),
+    }
 }

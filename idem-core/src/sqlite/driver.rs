@@ -13,11 +13,11 @@ use tokio::sync::Mutex;
 use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
-use crate::engine::batch::{BatchDriver, Looked};
+use crate::engine::batch::{BatchDriver, Looked, Ready};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
-use crate::sql::row::{PreparedRow, StoredRow};
+use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
@@ -86,7 +86,7 @@ impl SqliteDriver<'_, '_> {
             let stored = match left.is_empty() {
                 true => Vec::new(),
                 false => {
-                    let left: Vec<&PreparedRow> = left.into_iter().copied().collect();
+                    let left: Vec<&LightRow> = left.into_iter().map(|doc| &doc.light).collect();
                     select_stored(connection, self.table, &left).await?
                 }
             };
@@ -103,7 +103,7 @@ impl SqliteDriver<'_, '_> {
                         inserted: *inserted,
                     };
                 }
-                match stored.stopping(self.table, doc) {
+                match stored.stopping(&doc.light) {
                     Some(stored) => Reply::Stopped(stored.clone()),
                     // Neither its id nor its natural key is stored, and nothing was written:
                     // the row that stopped it went away meanwhile.
@@ -116,7 +116,12 @@ impl SqliteDriver<'_, '_> {
 
 impl Driver for SqliteDriver<'_, '_> {
     type Doc = PreparedRow;
+    type Light = LightRow;
     type Stored = StoredRow;
+
+    fn light_of<'d>(&self, doc: &'d PreparedRow) -> &'d LightRow {
+        &doc.light
+    }
 
     async fn write(
         &self,
@@ -165,14 +170,14 @@ impl Driver for SqliteDriver<'_, '_> {
 
     async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
         let mut connection = self.connection.lock().await;
-        let stored = select_stored(&mut connection, self.table, &[doc])
+        let stored = select_stored(&mut connection, self.table, &[&doc.light])
             .await
             .map_err(|source| sqlite_error(&doc.document, source))?;
         // Under its id first: what a conflict on the id met.
         Ok(stored
             .iter()
             .find(|stored| stored.id == doc.id_text)
-            .or_else(|| StoppingRows::new(&stored).stopping(self.table, doc))
+            .or_else(|| StoppingRows::new(&stored).stopping(&doc.light))
             .cloned())
     }
 
@@ -192,6 +197,13 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         PreparedRow::new(doc, self.table)
     }
 
+    fn prepare_light<T: Idempotent + Serialize>(
+        &self,
+        doc: &T,
+    ) -> Result<Ready<LightRow, PreparedRow>, Error> {
+        crate::sql::row::prepare_light(doc, self.table)
+    }
+
     async fn read_many(
         &self,
         _docs: &[&PreparedRow],
@@ -202,10 +214,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
 
     /// One read of the stored rows by id and natural key; the engine judges each from it, so
     /// the rows stored unchanged settle with no write statement and no write lock.
-    async fn look_up(
-        &self,
-        docs: &[&PreparedRow],
-    ) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
+    async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let mut connection = self.connection.lock().await;
         let stored = select_stored(&mut connection, self.table, docs)
             .await
@@ -213,7 +222,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         let stopping = StoppingRows::new(&stored);
         Ok(Some(
             docs.iter()
-                .map(|doc| Looked::Stored(stopping.stopping(self.table, doc).cloned()))
+                .map(|doc| Looked::Stored(stopping.stopping(doc).cloned()))
                 .collect(),
         ))
     }
@@ -270,7 +279,7 @@ pub(super) async fn finish_with<R>(
 pub(super) async fn select_stored(
     connection: &mut SqliteConnection,
     table: &Table,
-    docs: &[&PreparedRow],
+    docs: &[&LightRow],
 ) -> Result<Vec<StoredRow>, sqlx::Error> {
     let sql = table.select_stored_sql(docs.len());
     let mut query = sqlx::query(super::statement(&sql));
@@ -278,9 +287,9 @@ pub(super) async fn select_stored(
         query = query.bind(&doc.id_text);
     }
     for doc in docs {
-        for field in table.model.natural_key_fields() {
+        for (field, text) in table.model.natural_key_fields().zip(&doc.key_texts) {
             let column = table.column_of(field);
-            let text = column.and_then(|index| doc.value_of(table, index));
+            let text = text.as_deref();
             // Bound as the column holds it, so that the join meets the key's index.
             let shape = column.map_or(crate::column::ColumnShape::Text, |index| {
                 table.columns[index].shape
@@ -327,19 +336,9 @@ impl<'s> StoppingRows<'s> {
 
     /// The row that stopped a write of `doc`: the one holding its natural key, else the one
     /// under its id.
-    fn stopping(&self, table: &Table, doc: &PreparedRow) -> Option<&'s StoredRow> {
-        let key: Vec<Option<String>> = table
-            .model
-            .natural_key_fields()
-            .map(|field| {
-                table
-                    .column_of(field)
-                    .and_then(|index| doc.value_of(table, index))
-                    .map(str::to_owned)
-            })
-            .collect();
+    fn stopping(&self, doc: &LightRow) -> Option<&'s StoredRow> {
         self.by_key
-            .get(key.as_slice())
+            .get(doc.key_texts.as_slice())
             .or_else(|| self.by_id.get(doc.id_text.as_str()))
             .copied()
     }
