@@ -72,7 +72,7 @@ impl ContentHash {
     pub fn to_hex(&self) -> String {
         let mut text = String::with_capacity(self.algorithm.prefix().len() + 64);
         text.push_str(self.algorithm.prefix());
-        text.push_str(&self.hex_digits());
+        push_lower_hex(&mut text, &self.bytes);
         text
     }
 
@@ -85,14 +85,18 @@ impl ContentHash {
 /// The lowercase hex digits of `bytes`, by a table: formatting each byte with `{:02x}` was a
 /// measurable part of preparing a batch (one hash and several digests per document).
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(2 * bytes.len());
+    push_lower_hex(&mut text, bytes);
+    text
+}
+
+/// [`lower_hex`] onto the end of `text`.
+fn push_lower_hex(text: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = Vec::with_capacity(2 * bytes.len());
     for byte in bytes {
-        digits.push(DIGITS[usize::from(byte >> 4)]);
-        digits.push(DIGITS[usize::from(byte & 0x0f)]);
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
-    // Only ASCII digits were pushed.
-    String::from_utf8(digits).unwrap_or_default()
 }
 
 impl fmt::Display for ContentHash {

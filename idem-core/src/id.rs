@@ -115,6 +115,15 @@ impl From<Id> for mongodb::bson::Bson {
     }
 }
 
+impl Id {
+    /// The id as stored: its 26 characters, without the formatting machinery `to_string`
+    /// goes through (once per document of a batch).
+    pub(crate) fn to_text(self) -> String {
+        let mut buffer = [0u8; ulid::ULID_LEN];
+        self.0.array_to_str(&mut buffer).to_owned()
+    }
+}
+
 impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buffer = [0u8; ulid::ULID_LEN];

@@ -885,3 +885,69 @@ async fn rows_a_batch_refuses_are_neither_written_nor_locked() {
 async fn row_versions(client: &tokio_postgres::Client) -> Vec<String> {
     rows_shown(client, "posts", "t.xmin::text || ' ' || t.xmax::text").await
 }
+
+/// A release: a frozen owner and a version, so that a stored row carries digests and a
+/// version key beside its content hash.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "releases")]
+struct Release {
+    #[idem(key)]
+    name: String,
+    #[idem(frozen)]
+    owner: String,
+    #[idem(version)]
+    revision: u32,
+    notes: String,
+}
+
+/// An unchanged re-ingest is settled by its lookup's shortcut: the fingerprint each row is sent
+/// with (of its content hash, digests and version key) is the one the server makes of the
+/// stored row, so the lookup reads one index entry per row and returns nothing. A fingerprint
+/// made otherwise on either side would cost nothing but speed (each row would come back, two
+/// more index scans, and be judged `Unchanged` from what was read), so the scans are counted.
+#[tokio::test]
+async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
+    for (label, client) in fresh_schemas("fingerprint").await {
+        let store = Store::new();
+        store.ensure_table::<Release, _>(&client).await.unwrap();
+        let releases: Vec<Release> = (0..100)
+            .map(|n| Release {
+                name: format!("release-{n}"),
+                owner: "ada".into(),
+                revision: n,
+                notes: format!("notes \"{n}\"\n"),
+            })
+            .collect();
+        store.upsert_many(&client, &releases).await.unwrap();
+        let before = index_scans(&client, "releases").await;
+        let report = store.upsert_many(&client, &releases).await.unwrap();
+        assert!(
+            report
+                .outcomes()
+                .iter()
+                .all(|outcome| matches!(outcome, Ok(Outcome::Unchanged))),
+            "{label}: {report}"
+        );
+        let scans = index_scans(&client, "releases").await - before;
+        assert_eq!(
+            scans, 100,
+            "{label}: one index scan per row, none to read a row back"
+        );
+    }
+}
+
+/// The index scans of `table` so far, with this connection's own counted.
+async fn index_scans(client: &tokio_postgres::Client, table: &str) -> i64 {
+    client
+        .batch_execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    client
+        .query_one(
+            "SELECT COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)",
+            &[&table],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

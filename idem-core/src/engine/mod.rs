@@ -205,7 +205,7 @@ impl Prepared {
             model: &T::MODEL,
             document,
             id,
-            id_text: id.to_string(),
+            id_text: id.to_text(),
             hash,
             version_key: T::MODEL
                 .version_field()

@@ -543,19 +543,28 @@ impl Table {
     /// fingerprints are equal parts, as equal content hashes are equal content; a digests
     /// text jsonb would write otherwise only costs the row its shortcut.
     pub fn unchanged_fingerprint(&self, row: &LightRow) -> String {
-        let mut parts: Vec<String> = vec![format!("v{}", row.hash)];
+        use sha2::Digest as _;
+        // Fed part by part, as the statement joins them: no text of the whole is built.
+        let mut fingerprint = sha2::Sha256::new();
+        fingerprint.update(b"v");
+        fingerprint.update(row.hash.as_bytes());
         if self.column_with(Content::Digests).is_some() {
-            parts.push(format!("v{}", jsonb_text(&row.digests)));
+            fingerprint.update("\u{1f}v".as_bytes());
+            jsonb_text(&row.digests, &mut |text| {
+                fingerprint.update(text.as_bytes())
+            });
         }
         if self.column_with(Content::VersionKey).is_some() {
-            parts.push(
-                row.version_key
-                    .as_ref()
-                    .map_or("n".to_owned(), |key| format!("v{key}")),
-            );
+            fingerprint.update("\u{1f}".as_bytes());
+            match &row.version_key {
+                Some(key) => {
+                    fingerprint.update(b"v");
+                    fingerprint.update(key.as_bytes());
+                }
+                None => fingerprint.update(b"n"),
+            }
         }
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(parts.join("\u{1f}").as_bytes());
-        crate::hash::lower_hex(&digest)
+        crate::hash::lower_hex(&fingerprint.finalize())
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
@@ -738,25 +747,39 @@ impl Table {
     }
 }
 
-/// The digests as PostgreSQL writes a `jsonb` object of them back as text: keys shorter first,
-/// then bytewise, each `"key": "value"`, separated by `, `.
-fn jsonb_text(digests: &[(&'static crate::model::Field, Option<String>)]) -> String {
+/// The digests as PostgreSQL writes a `jsonb` object of them back as text, given to `write`
+/// piece by piece: keys shorter first, then bytewise, each `"key": "value"`, separated by `, `.
+fn jsonb_text(
+    digests: &[(&'static crate::model::Field, Option<String>)],
+    write: &mut impl FnMut(&str),
+) {
     let mut entries: Vec<(&str, &str)> = digests
         .iter()
         .filter_map(|(field, digest)| Some((field.stored_name(), digest.as_deref()?)))
         .collect();
     entries.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
-    let shown: Vec<String> = entries
-        .iter()
-        .map(|(name, digest)| {
-            format!(
-                "{}: {}",
-                serde_json::Value::from(*name),
-                serde_json::Value::from(*digest)
-            )
-        })
-        .collect();
-    format!("{{{}}}", shown.join(", "))
+    write("{");
+    for (at, (name, digest)) in entries.into_iter().enumerate() {
+        if at > 0 {
+            write(", ");
+        }
+        json_string(name, write);
+        write(": ");
+        json_string(digest, write);
+    }
+    write("}");
+}
+
+/// `text` as a JSON string, escaped as jsonb writes it back.
+fn json_string(text: &str, write: &mut impl FnMut(&str)) {
+    match text.contains(|c: char| c == '"' || c == '\\' || c.is_control()) {
+        false => {
+            write("\"");
+            write(text);
+            write("\"");
+        }
+        true => write(&serde_json::Value::from(text).to_string()),
+    }
 }
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
