@@ -816,8 +816,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             "--durable" => parsed.durable = true,
             "--link-mbit" => {
                 let mbit = flags.number("--link-mbit")?;
-                let mbit = u32::try_from(mbit)
-                    .map_err(|_| fatal(format!("--link-mbit {mbit} is more than a link carries")))?;
+                let mbit = u32::try_from(mbit).map_err(|_| {
+                    fatal(format!("--link-mbit {mbit} is more than a link carries"))
+                })?;
                 parsed.link_mbit = Some(mbit);
             }
             other => return Err(flags.unexpected(other)),

@@ -1,9 +1,10 @@
-//! A re-ingest's lookup prepares each row light: its id, natural key, hashes and guarded values,
-//! without encoding its columns, which a row stored unchanged never needs. The light preparation
-//! must never vouch for a document whose whole row would be refused (it would then settle
-//! `Unchanged` where a single upsert refuses it), and where it vouches it must agree with the
-//! whole row on everything the lookup sends and a judgement reads. These tests hold it to that
-//! on every shape the row encoding refuses or treats apart, and on generated documents.
+//! A row is prepared without the intermediate JSON where a pass over what serde writes vouches
+//! for the document: light (its id, natural key, hashes and guarded values, all a re-ingest's
+//! lookup sends and a judgement reads), or whole, each column's text straight from serde. The
+//! pass must never vouch for a document the encoding through JSON refuses (a row stored
+//! unchanged would then settle `Unchanged` where a single upsert refuses it), and where it
+//! vouches, both must give what the JSON encoding gives. These tests hold it to that on every
+//! shape the row encoding refuses or treats apart, and on generated documents.
 
 use std::collections::BTreeMap;
 
@@ -12,11 +13,21 @@ use proptest::prelude::*;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
+/// Whether the pass vouched for `doc`, after checking that its light and whole rows agree with
+/// the JSON encoding's, and that it vouched for both or neither.
 fn agreement<T: Idempotent + Serialize>(doc: &T) -> bool {
-    match idem_core::__private::light_row_agreement(doc) {
-        Ok(vouched) => vouched,
-        Err(disagreement) => panic!("{disagreement}"),
-    }
+    let light = idem_core::__private::light_row_agreement(doc)
+        .unwrap_or_else(|disagreement| panic!("light: {disagreement}"));
+    let whole = match doc.id() {
+        Ok(_) => idem_core::__private::row_encoding_agreement(doc)
+            .unwrap_or_else(|disagreement| panic!("whole: {disagreement}")),
+        Err(_) => false,
+    };
+    assert_eq!(
+        light, whole,
+        "the light and the whole row are vouched for alike"
+    );
+    light
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,6 +115,13 @@ fn an_ordinary_document_is_prepared_light_and_agrees_with_its_row() {
     more.level = Level::Low;
     more.wide = u64::MAX;
     assert!(agreement(&more));
+    // Floats and integers written as JSON writes them.
+    for score in [1.0, -0.0, 1e20, 1.5e-7, 5e-324, f64::MAX] {
+        assert!(agreement(&Article { score, ..article() }), "{score}");
+    }
+    for views in [i64::MIN, -1, 0, i64::MAX] {
+        assert!(agreement(&Article { views, ..article() }), "{views}");
+    }
 }
 
 #[test]

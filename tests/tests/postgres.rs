@@ -951,3 +951,70 @@ async fn index_scans(client: &tokio_postgres::Client, table: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// After a chunk inserted whole, the next goes as a plain insert of fresh rows; a CHECK that
+/// one of its rows fails makes that insert fail whole, and the rows go the guarded way: that
+/// row alone is refused, naming the constraint, and the others are inserted.
+#[tokio::test]
+async fn a_check_that_fails_a_fresh_chunk_refuses_only_its_row() {
+    for (label, client) in fresh_schemas("fresh_check").await {
+        let store = Store::new().with_batch_chunk(64);
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        client
+            .batch_execute(
+                "ALTER TABLE posts ADD CONSTRAINT title_is_short CHECK (length(title) < 30)",
+            )
+            .await
+            .unwrap();
+        let mut posts: Vec<Post> = (0..128)
+            .map(|n| Post {
+                slug: format!("post-{n}"),
+                ..post()
+            })
+            .collect();
+        posts[100].title = "a title far too long for the check".into();
+        let report = store.upsert_many(&client, &posts).await.unwrap();
+        for (at, outcome) in report.outcomes().iter().enumerate() {
+            match (at, outcome) {
+                (100, Err(error)) => {
+                    let backend = error.as_backend().expect("the server's refusal");
+                    assert_eq!(backend.constraint(), Some("title_is_short"), "{label}");
+                }
+                (100, other) => panic!("{label}: the long title is refused: {other:?}"),
+                (_, outcome) => {
+                    assert!(
+                        matches!(outcome, Ok(Outcome::Inserted)),
+                        "{label}: {at}: {outcome:?}"
+                    )
+                }
+            }
+        }
+        let stored = rows_shown(&client, "posts", "t.slug").await;
+        assert_eq!(stored.len(), 127, "{label}: every other post is stored");
+        assert!(!stored.contains(&"post-100".to_owned()), "{label}");
+
+        // In a transaction, the failed insert is undone to its savepoint, and the transaction
+        // goes on.
+        let mut client = client;
+        let tx = client.transaction().await.unwrap();
+        for post in &mut posts {
+            post.slug = format!("{}-again", post.slug);
+        }
+        let report = store.upsert_many(&tx, &posts).await.unwrap();
+        assert_eq!(
+            report
+                .outcomes()
+                .iter()
+                .filter(|outcome| outcome.is_err())
+                .count(),
+            1
+        );
+        tx.commit().await.unwrap();
+        let stored = rows_shown(&client, "posts", "t.slug").await;
+        assert_eq!(
+            stored.len(),
+            2 * 127,
+            "{label}: the transaction's posts are stored"
+        );
+    }
+}

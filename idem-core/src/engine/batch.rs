@@ -72,6 +72,49 @@ pub(crate) trait BatchDriver: Driver {
     ) -> impl Future<Output = Result<Option<Vec<Looked<Self::Stored>>>, Error>> + Send {
         std::future::ready(Ok(None))
     }
+
+    /// Inserts `docs` (distinct ids and natural keys) with one plain insert, which a stored
+    /// row's id or natural key makes fail whole: what a first ingest's chunks are sent as once
+    /// the last chunk was inserted whole, since an insert is cheaper than a guarded upsert. The
+    /// engine asks for chunks of 64 documents or more. [`Fresh::Met`] when it wrote nothing
+    /// (the documents then go the guarded way, as without it); `None`: the driver has no such
+    /// insert.
+    fn insert_fresh(
+        &self,
+        _docs: &[&Self::Doc],
+    ) -> impl Future<Output = Result<Option<Fresh>, Error>> + Send {
+        std::future::ready(Ok(None))
+    }
+}
+
+/// What the last chunk settled foretells of the next ([`record`]).
+#[derive(Clone, Copy, Debug)]
+struct Foresight {
+    /// Look it up before its write ([`BatchDriver::look_up`]).
+    look_up: bool,
+    /// Insert it as fresh rows ([`BatchDriver::insert_fresh`]).
+    fresh: bool,
+}
+
+impl Foresight {
+    /// Before any chunk settled: a lookup, which a re-ingest gains by and a first ingest pays
+    /// once.
+    const FIRST: Foresight = Foresight {
+        look_up: true,
+        fresh: false,
+    };
+}
+
+/// What [`BatchDriver::insert_fresh`] did.
+// Only the SQL stores insert fresh rows.
+#[cfg_attr(not(any(feature = "_postgres", feature = "sqlite")), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fresh {
+    /// Every document was inserted.
+    Inserted,
+    /// Nothing was written: the insert met a stored row (or a value the table refuses), and
+    /// the documents go the guarded way.
+    Met,
 }
 
 /// What [`BatchDriver::look_up`] found for one document.
@@ -172,8 +215,8 @@ where
     let mut outcomes: Vec<Option<Result<Outcome, Error>>> = vec![None; docs.len()];
     let mut planner = BatchPlanner::with_capacity(docs.len());
     let mut ready = false;
-    // Whether the next chunk is looked up before its write ([`record`] decides).
-    let mut look_up = true;
+    // How the next chunk is sent ([`record`] decides).
+    let mut foresight = Foresight::FIRST;
     // The documents are prepared one slice at a time, and each slice's first-round documents
     // are sent while the next slice is prepared: the server writes one chunk while the client
     // hashes and encodes the next. An input's round depends only on the inputs before it.
@@ -189,7 +232,7 @@ where
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
-            let light = look_up && slice.len() >= LOOK_UP_MIN_DOCS;
+            let light = foresight.look_up && slice.len() >= LOOK_UP_MIN_DOCS;
             *prepared = slice
                 .iter()
                 .map(|doc| match light {
@@ -216,7 +259,7 @@ where
                 }
             }
             if let Some(previous) = in_flight.take() {
-                look_up = record(previous.await?, &mut outcomes);
+                foresight = record(previous.await?, &mut outcomes);
             }
             if first_round.is_empty() {
                 continue;
@@ -230,7 +273,7 @@ where
                     .iter()
                     .map(|&(index, doc)| (doc, &docs[index]))
                     .collect();
-                let settled = settle_chunk(driver, &sent, look_up).await?;
+                let settled = settle_chunk(driver, &sent, foresight).await?;
                 Ok(first_round
                     .iter()
                     .map(|&(index, _)| index)
@@ -238,12 +281,12 @@ where
                     .collect())
             });
             match send_now(chunk.as_mut()) {
-                Poll::Ready(settled) => look_up = record(settled?, &mut outcomes),
+                Poll::Ready(settled) => foresight = record(settled?, &mut outcomes),
                 Poll::Pending => in_flight = Some(chunk),
             }
         }
         if let Some(previous) = in_flight.take() {
-            look_up = record(previous.await?, &mut outcomes);
+            foresight = record(previous.await?, &mut outcomes);
         }
     }
     let plan = planner.plan;
@@ -256,7 +299,12 @@ where
                 .iter()
                 .filter_map(|&index| Some((prepared(index)?, &docs[index])))
                 .collect();
-            let settled = settle_chunk(driver, &sent, look_up).await?;
+            // A later round's documents met an earlier one's id or key: none is fresh.
+            let later = Foresight {
+                fresh: false,
+                ..foresight
+            };
+            let settled = settle_chunk(driver, &sent, later).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -283,9 +331,9 @@ where
 async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
     docs: &[(&ReadyOf<D>, &T)],
-    look_up: bool,
+    foresight: Foresight,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    let looked = match look_up && docs.len() >= LOOK_UP_MIN_DOCS {
+    let looked = match foresight.look_up && docs.len() >= LOOK_UP_MIN_DOCS {
         true => {
             let lights: Vec<&D::Light> =
                 docs.iter().map(|(ready, _)| ready.light(driver)).collect();
@@ -331,7 +379,14 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                 }
             }
             let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
-            let settled = settle_read_first(driver, &sent).await?;
+            let fresh = match foresight.fresh && sent.len() >= LOOK_UP_MIN_DOCS {
+                true => driver.insert_fresh(&sent).await?,
+                false => None,
+            };
+            let settled = match fresh {
+                Some(Fresh::Inserted) => sent.iter().map(|_| Ok(Outcome::Inserted)).collect(),
+                Some(Fresh::Met) | None => settle_read_first(driver, &sent).await?,
+            };
             for (&index, outcome) in rest.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -447,23 +502,29 @@ fn send_now<F: Future + ?Sized>(chunk: Pin<&mut F>) -> Poll<F::Output> {
     chunk.poll(&mut Context::from_waker(Waker::noop()))
 }
 
-/// Stores the outcome of each settled input, and says whether the next chunk is worth a
-/// lookup before its write ([`BatchDriver::look_up`]): so while at least half of this one was
-/// stored unchanged, which the first chunk of a first ingest (or of a re-ingest that changes
-/// every document) shows is not so; its later chunks then go without the extra round trip.
+/// Stores the outcome of each settled input, and says how the next chunk is best sent: looked
+/// up before its write ([`BatchDriver::look_up`]) while at least half of this one was stored
+/// unchanged, which the first chunk of a first ingest (or of a re-ingest that changes every
+/// document) shows is not so, and its later chunks then go without the extra round trip; and
+/// inserted as fresh rows ([`BatchDriver::insert_fresh`]) while this one was inserted whole.
 fn record(
     settled: Vec<(usize, Result<Outcome, Error>)>,
     outcomes: &mut [Option<Result<Outcome, Error>>],
-) -> bool {
-    let unchanged = settled
-        .iter()
-        .filter(|(_, outcome)| matches!(outcome, Ok(Outcome::Unchanged)))
-        .count();
-    let worth_a_look = unchanged * 2 >= settled.len();
+) -> Foresight {
+    let count = |wanted: Outcome| {
+        settled
+            .iter()
+            .filter(|(_, outcome)| outcome.as_ref().ok() == Some(&wanted))
+            .count()
+    };
+    let foresight = Foresight {
+        look_up: count(Outcome::Unchanged) * 2 >= settled.len(),
+        fresh: !settled.is_empty() && count(Outcome::Inserted) == settled.len(),
+    };
     for (index, outcome) in settled {
         outcomes[index] = Some(outcome);
     }
-    worth_a_look
+    foresight
 }
 
 /// The fewest documents of a chunk worth a lookup before its write: below, sending them costs

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::schema::check_again;
 use super::table::{missed_guard, Table};
 use super::wire::{Cells, Param, Wire};
-use super::{postgres_error, unique_conflict, RowState, Store};
-use crate::engine::batch::{BatchDriver, Looked, Ready};
+use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
+use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
@@ -136,6 +136,40 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
         // The statement returns the rows its guard stopped: nothing to read first.
         Ok(None)
+    }
+
+    async fn insert_fresh(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
+        let document = &docs[0].document;
+        let columns = column_arrays(self.table, docs, document)?;
+        let checked = self.table.checked_oids();
+        let mut parameters: Vec<Param> =
+            columns.iter().map(|column| Param::Texts(column)).collect();
+        parameters.push(Param::Oids(&checked));
+        crate::trace::round_trip("INSERT");
+        match self
+            .client
+            .write(&self.table.insert_fresh, &parameters)
+            .await
+        {
+            Ok(rows) => {
+                let inserted = rows.first().and_then(|row| row.int8(0));
+                Ok(Some(match inserted == i64::try_from(docs.len()).ok() {
+                    true => Fresh::Inserted,
+                    // None at all: the guard found the table unchecked, which the guarded
+                    // write checks again.
+                    false => Fresh::Met,
+                }))
+            }
+            Err(source) => {
+                let error = postgres_error(document, source);
+                match unique_conflict(&error, self.table).is_some()
+                    || crate::engine::refuses_a_document(&error)
+                {
+                    true => Ok(Some(Fresh::Met)),
+                    false => Err(error),
+                }
+            }
+        }
     }
 
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {

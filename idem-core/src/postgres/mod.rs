@@ -557,7 +557,7 @@ impl Store {
 
 /// One `text[]` per sent column, holding that column's value for each row. Every array has one
 /// entry per row: `unnest` would pad a shorter one with NULLs without a word.
-fn column_arrays<'r>(
+pub(super) fn column_arrays<'r>(
     table: &Table,
     rows: &[&'r PreparedRow],
     document: &DocumentRef,

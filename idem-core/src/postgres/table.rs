@@ -73,6 +73,8 @@ pub(crate) struct Table {
     pub delete: String,
     /// `insert_new`: inserts rows whose natural key is not stored.
     pub insert_new: String,
+    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
+    pub insert_fresh: String,
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
@@ -179,6 +181,7 @@ impl Table {
             upsert: String::new(),
             delete: String::new(),
             insert_new: String::new(),
+            insert_fresh: String::new(),
             pinned_replacement: String::new(),
             unchanged_probe: None,
             natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
@@ -194,6 +197,7 @@ impl Table {
         table.insert_new = table
             .write_statement(Statement::InsertNew)
             .replace("{inserted}", &inserted);
+        table.insert_fresh = table.fresh_statement();
         table.pinned_replacement = table.pinned_statement();
         table.unchanged_probe = table.probe_statement();
         table
@@ -364,9 +368,9 @@ impl Table {
         }
     }
 
-    /// The insert of the incoming rows, with the `ON CONFLICT` clause of `statement`, returning
-    /// the id of each row written and whether it was inserted.
-    fn write_statement(&self, statement: Statement) -> String {
+    /// The columns an insert of `statement` writes, and their values from the incoming row `i`:
+    /// those sent, but the deletion marker outside a delete (a row starts live).
+    fn inserted_columns(&self, statement: Statement) -> (String, String) {
         let inserted: Vec<usize> = self
             .sent
             .iter()
@@ -381,6 +385,32 @@ impl Table {
             .map(|&index| quote(self.columns[index].name))
             .collect();
         let values: Vec<String> = inserted.iter().map(|&index| self.cast(index)).collect();
+        (names.join(", "), values.join(", "))
+    }
+
+    /// The plain insert of the incoming rows as fresh ones
+    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]): without `ON CONFLICT`, so a
+    /// stored row's id or natural key fails it whole, and cheaper than the upsert for it (no
+    /// speculative insertion, no lookup of the rows it may stop at). Returns how many rows it
+    /// inserted: none when the table the search path resolves is not one the store checked.
+    fn fresh_statement(&self) -> String {
+        let (names, values) = self.inserted_columns(Statement::Upsert);
+        format!(
+            "WITH {checked}, {incoming}, {written} AS (\
+             INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
+             SELECT count(*)::int8 FROM {written}",
+            checked = self.checked_cte(self.sent.len() + 1),
+            incoming = self.incoming(true),
+            incoming_name = self.relation_name("incoming"),
+            written = self.relation_name("written"),
+            table = self.name(),
+        )
+    }
+
+    /// The insert of the incoming rows, with the `ON CONFLICT` clause of `statement`, returning
+    /// the id of each row written and whether it was inserted.
+    fn write_statement(&self, statement: Statement) -> String {
+        let (names, values) = self.inserted_columns(statement);
         let conflict = match statement {
             Statement::Upsert => {
                 let set: Vec<String> = self
@@ -425,8 +455,6 @@ impl Table {
             incoming_name = self.relation_name("incoming"),
             written = self.relation_name("written"),
             table = self.name(),
-            names = names.join(", "),
-            values = values.join(", "),
             skip = match statement {
                 Statement::Upsert => self.unchanged_filter(),
                 Statement::Delete | Statement::InsertNew => String::new(),

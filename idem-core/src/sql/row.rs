@@ -238,10 +238,21 @@ impl LightRow {
         doc: &T,
         table: &Layout,
     ) -> Result<Option<LightRow>, Error> {
+        match scan::walk(doc, table, false) {
+            Some(walked) => LightRow::from_picked(doc, doc.id()?, table, &walked.picked),
+            None => Ok(None),
+        }
+    }
+
+    /// The light form of `doc` under `id`, from the values [`scan::walk`] picked; `None` where
+    /// one of them is not what its column or the key takes.
+    fn from_picked<T: Idempotent + Serialize>(
+        doc: &T,
+        id: Id,
+        table: &Layout,
+        picked: &[(&'static str, Value)],
+    ) -> Result<Option<LightRow>, Error> {
         let model: &'static Model = &T::MODEL;
-        let Some(picked) = scan::picked_fields(doc, table) else {
-            return Ok(None);
-        };
         let picked_value = |name: &str| {
             picked
                 .iter()
@@ -249,7 +260,7 @@ impl LightRow {
                 .map(|(_, value)| value)
         };
         // Each picked value as its column would take it.
-        for (name, value) in &picked {
+        for (name, value) in picked {
             let fits = match table.column_named(name) {
                 Some(index) => {
                     let column = &table.columns[index];
@@ -267,7 +278,6 @@ impl LightRow {
         if check_written_names(model, &document, std::iter::empty(), holds_key).is_err() {
             return Ok(None);
         }
-        let id = doc.id()?;
         let hash = doc.content_hash()?.to_hex();
         let mut digests = Vec::new();
         let mut guarded = Vec::new();
@@ -297,14 +307,69 @@ impl LightRow {
     }
 }
 
+/// The digests column's text: each written digest by the field's stored name.
+fn digests_text(digests: &[(&'static Field, Option<String>)]) -> String {
+    let digests: Map<String, Value> = digests
+        .iter()
+        .filter_map(|(field, digest)| {
+            Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
+        })
+        .collect();
+    Value::Object(digests).to_string()
+}
+
 impl PreparedRow {
     /// Prepares `doc` under its derived id.
     pub fn new<T: Idempotent + Serialize>(doc: &T, table: &Layout) -> Result<Self, Error> {
         PreparedRow::with_id(doc, doc.id()?, table)
     }
 
-    /// Prepares `doc` under `id` (an event's id is not derived).
+    /// Prepares `doc` under `id` (an event's id is not derived): straight from what serde
+    /// writes where [`scan::walk`] vouches for it, else through JSON.
     pub fn with_id<T: Idempotent + Serialize>(
+        doc: &T,
+        id: Id,
+        table: &Layout,
+    ) -> Result<Self, Error> {
+        match PreparedRow::walked(doc, id, table)? {
+            Some(row) => Ok(row),
+            None => PreparedRow::through_json(doc, id, table),
+        }
+    }
+
+    /// `doc`'s row under `id` from [`scan::walk`]'s texts, or `None` where it could not vouch
+    /// for the document.
+    fn walked<T: Idempotent + Serialize>(
+        doc: &T,
+        id: Id,
+        table: &Layout,
+    ) -> Result<Option<Self>, Error> {
+        let Some(walked) = scan::walk(doc, table, true) else {
+            return Ok(None);
+        };
+        let Some(light) = LightRow::from_picked(doc, id, table, &walked.picked)? else {
+            return Ok(None);
+        };
+        let mut values = walked.columns;
+        let mut extra = Some(walked.extra).filter(|extra| !extra.is_empty());
+        for (value, &index) in values.iter_mut().zip(&table.sent) {
+            match table.columns[index].content {
+                Content::Id => *value = Some(light.id_text.clone()),
+                Content::Hash => *value = Some(light.hash.clone()),
+                Content::VersionKey => value.clone_from(&light.version_key),
+                Content::Digests => *value = Some(digests_text(&light.digests)),
+                Content::Extra => {
+                    *value = extra.take().map(|extra| Value::Object(extra).to_string())
+                }
+                Content::Stored(_) => {}
+            }
+        }
+        Ok(Some(PreparedRow { light, values }))
+    }
+
+    /// `doc`'s row under `id` through its JSON ([`json::to_document`]): every refusal of a
+    /// document's content is this encoding's.
+    fn through_json<T: Idempotent + Serialize>(
         doc: &T,
         id: Id,
         table: &Layout,
@@ -358,16 +423,7 @@ impl PreparedRow {
                 Content::Id => Some(prepared.id_text.clone()),
                 Content::Hash => Some(prepared.hash.clone()),
                 Content::VersionKey => prepared.version_key.clone(),
-                Content::Digests => {
-                    let digests: Map<String, Value> = prepared
-                        .digests
-                        .iter()
-                        .filter_map(|(field, digest)| {
-                            Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
-                        })
-                        .collect();
-                    Some(Value::Object(digests).to_string())
-                }
+                Content::Digests => Some(digests_text(&prepared.digests)),
                 // Filled last, from what no column took.
                 Content::Extra => None,
                 Content::Stored(_) => {
@@ -602,30 +658,76 @@ pub fn light_row_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool, S
             ))
         }
     };
-    let digests = |row: &LightRow| -> Vec<(&'static str, Option<String>)> {
-        row.digests
-            .iter()
-            .map(|(field, digest)| (field.stored_name(), digest.clone()))
-            .collect()
-    };
-    let parts = |row: &LightRow| {
-        format!(
-            "id {} hash {} version key {:?} document {:?} digests {:?} keys {:?} guarded {:?}",
-            row.id_text,
-            row.hash,
-            row.version_key,
-            row.document,
-            digests(row),
-            row.key_texts,
-            row.guarded
-        )
-    };
-    match parts(&light) == parts(&whole) {
+    match light_parts(&light) == light_parts(&whole) {
         true => Ok(true),
         false => Err(format!(
             "light: {}\nwhole: {}",
-            parts(&light),
-            parts(&whole)
+            light_parts(&light),
+            light_parts(&whole)
         )),
     }
+}
+
+/// How `doc`'s row straight from what serde writes ([`scan::walk`]) compares with its row
+/// through JSON, on the table of `T`, for the tests that hold the first to the second:
+/// `Ok(true)` where the walk vouched for the document and both rows are the same (the extra
+/// column's entries compared as JSON, whatever their order), `Ok(false)` where it did not;
+/// `Err` says how they differ.
+pub fn row_encoding_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool, String> {
+    let table = Layout::new(&T::MODEL, &T::stored_columns());
+    let id = doc.id().map_err(|error| error.to_string())?;
+    let (walked, json) = match (
+        PreparedRow::walked(doc, id, &table),
+        PreparedRow::through_json(doc, id, &table),
+    ) {
+        (Ok(None), _) => return Ok(false),
+        (Ok(Some(walked)), Ok(json)) => (walked, json),
+        (Ok(Some(_)), Err(refusal)) => {
+            return Err(format!(
+                "walked a document the JSON encoding refuses: {refusal}"
+            ))
+        }
+        (Err(walked), Err(json)) if walked.to_string() == json.to_string() => return Ok(false),
+        (Err(walked), json) => {
+            return Err(format!(
+                "refused with {walked}, where the JSON encoding gives {json:?}"
+            ))
+        }
+    };
+    if light_parts(&walked.light) != light_parts(&json.light) {
+        return Err(format!(
+            "walked: {}\njson:   {}",
+            light_parts(&walked.light),
+            light_parts(&json.light)
+        ));
+    }
+    for ((walked, json), &index) in walked.values.iter().zip(&json.values).zip(&table.sent) {
+        let column = &table.columns[index];
+        let same = match (column.content, walked, json) {
+            (Content::Extra, Some(walked), Some(json)) => {
+                serde_json::from_str::<Value>(walked).ok() == serde_json::from_str(json).ok()
+            }
+            _ => walked == json,
+        };
+        if !same {
+            return Err(format!(
+                "column {:?}: walked {walked:?}, json {json:?}",
+                column.name
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// All a lookup sends and a judgement reads of `row`, as text to compare.
+fn light_parts(row: &LightRow) -> String {
+    let digests: Vec<(&'static str, Option<String>)> = row
+        .digests
+        .iter()
+        .map(|(field, digest)| (field.stored_name(), digest.clone()))
+        .collect();
+    format!(
+        "id {} hash {} version key {:?} document {:?} digests {:?} keys {:?} guarded {:?}",
+        row.id_text, row.hash, row.version_key, row.document, digests, row.key_texts, row.guarded
+    )
 }

@@ -1,47 +1,69 @@
-//! What a lookup needs of a document, without encoding its columns: the values of its guarded
-//! and natural-key fields, once a pass over the rest has vouched that encoding the whole row
-//! ([`super::row::PreparedRow::new`]) would succeed.
+//! A document's row without the intermediate JSON: the values of its guarded and natural-key
+//! fields (all a lookup and a judgement read), and, for a row to be written, the text of each
+//! column straight from what serde writes, once a pass over it has vouched that the encoding
+//! through JSON ([`super::row::PreparedRow::new`]'s, which says what is wrong with a document)
+//! would give the same.
 //!
 //! An unchanged re-ingest settles most rows from a lookup that sends only ids, keys and hashes,
-//! so building every column's text for them is wasted work: about half of the client's time in
-//! one. The pass here walks what serde writes without building it, and answers `None` (prepare
-//! the row whole, which says what is wrong) at the first value it cannot vouch for: a shape its
-//! column does not take, a string holding U+0000, a NaN or an infinity, a map key that is not
-//! text, a name idem writes itself, a field the table has no column for. It may refuse more
-//! than the whole encoding does (that costs the row its shortcut, never its outcome); it must
-//! never vouch for less, or a row stored unchanged would settle where a single upsert refuses
-//! it. `tests` holds both passes to that on every shape the row encoding knows.
+//! so building every column's text for them is wasted work; and building a JSON value of every
+//! field, then its text, was most of the time of preparing a row to write. The pass here walks
+//! what serde writes and answers `None` (encode through JSON) at the first value it cannot vouch
+//! for: a shape its column does not take, a string holding U+0000, a NaN or an infinity, a map
+//! key that is not text, a name idem writes itself, a field the table has no column for. It may
+//! give up on more than the JSON encoding refuses (that costs the row its shortcut, never its
+//! outcome); it must never vouch for less, or a row stored unchanged would settle where a
+//! single upsert refuses it, nor encode a column otherwise. `tests/tests/light_rows.rs` holds it
+//! to both on every shape the row encoding knows and on generated documents.
 
 use std::fmt;
 
 use serde::ser::{self, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::json;
 use super::layout::{Content, Layout};
+use super::row::column_text;
 use crate::column::ColumnShape;
 use crate::model::Model;
 
-/// The guarded and natural-key fields' values, by stored name, of a document the pass vouched
-/// for; `None` if it could not.
-pub(crate) fn picked_fields<T: Serialize + ?Sized>(
-    doc: &T,
-    table: &Layout,
-) -> Option<Vec<(&'static str, Value)>> {
+/// What the pass took of a document it vouched for.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    /// The guarded and natural-key fields' values, by stored name.
+    pub picked: Vec<(&'static str, Value)>,
+    /// For a whole row: the text of each sent column serde wrote a value for, in
+    /// [`Layout::sent`] order (idem's own columns are the caller's to fill).
+    pub columns: Vec<Option<String>>,
+    /// For a whole row: the entries no column takes (a flattened field's), for the extra
+    /// column.
+    pub extra: Map<String, Value>,
+}
+
+/// The pass over `doc` for `table`: with `whole`, also the columns' texts; `None` if it could
+/// not vouch for the document.
+pub(crate) fn walk<T: Serialize + ?Sized>(doc: &T, table: &Layout, whole: bool) -> Option<Walked> {
     let wanted: Vec<&'static str> = table
         .model
         .digested_fields()
         .chain(table.model.natural_key_fields())
         .map(|field| field.stored_name())
         .collect();
-    let mut picked = Vec::with_capacity(wanted.len());
+    let mut walked = Walked {
+        picked: Vec::with_capacity(wanted.len()),
+        columns: match whole {
+            true => vec![None; table.sent.len()],
+            false => Vec::new(),
+        },
+        extra: Map::new(),
+    };
     doc.serialize(Top {
         table,
         wanted: &wanted,
-        picked: &mut picked,
+        whole,
+        walked: &mut walked,
     })
     .ok()?;
-    Some(picked)
+    Some(walked)
 }
 
 /// The pass could not vouch for the value: the whole encoding decides.
@@ -91,7 +113,8 @@ fn fits(shape: ColumnShape, kind: Kind) -> bool {
 struct Top<'p> {
     table: &'p Layout,
     wanted: &'p [&'static str],
-    picked: &'p mut Vec<(&'static str, Value)>,
+    whole: bool,
+    walked: &'p mut Walked,
 }
 
 impl Top<'_> {
@@ -100,23 +123,75 @@ impl Top<'_> {
         if model.is_reserved(name) {
             return Err(Unvouched);
         }
+        let table = self.table;
+        let index = table.column_named(name);
+        let has_extra = table.column_with(Content::Extra).is_some();
+        // Where the value goes in a whole row: the position of its column among the sent ones.
+        let sent_at = |index: usize| {
+            let column = &table.columns[index];
+            match (column.content, column.is_sent()) {
+                (Content::Stored(_), true) => table.sent.iter().position(|&sent| sent == index),
+                _ => None,
+            }
+        };
         if let Some(&wanted) = self.wanted.iter().find(|wanted| **wanted == name) {
-            // A top-level NaN is kept apart by the whole encoding: not vouched for here.
+            // A top-level NaN is kept apart by the JSON encoding: not vouched for here.
             let value = json::to_json(value).map_err(|_| Unvouched)?;
-            self.picked.retain(|(picked, _)| *picked != wanted);
-            self.picked.push((wanted, value));
+            if self.whole {
+                match index {
+                    Some(index) => {
+                        let at = sent_at(index).ok_or(Unvouched)?;
+                        let column = &table.columns[index];
+                        self.walked.columns[at] =
+                            column_text(column, Some(&value)).map_err(|_| Unvouched)?;
+                    }
+                    None if has_extra => {
+                        self.walked.extra.insert(name.to_owned(), value.clone());
+                    }
+                    None => return Err(Unvouched),
+                }
+            }
+            self.walked.picked.retain(|(picked, _)| *picked != wanted);
+            self.walked.picked.push((wanted, value));
             return Ok(());
         }
-        let kind = value.serialize(Check)?;
-        let column = match self.table.column_named(name) {
-            Some(index) => &self.table.columns[index],
-            None if self.table.column_with(Content::Extra).is_some() => return Ok(()),
-            None => return Err(Unvouched),
+        let Some(index) = index else {
+            if !has_extra {
+                return Err(Unvouched);
+            }
+            match self.whole {
+                true => {
+                    let value = json::to_json(value).map_err(|_| Unvouched)?;
+                    self.walked.extra.insert(name.to_owned(), value);
+                }
+                false => drop(value.serialize(Check)?),
+            }
+            return Ok(());
         };
-        match column.content {
-            Content::Stored(_) if !column.is_sent() || fits(column.shape, kind) => Ok(()),
-            _ => Err(Unvouched),
+        let column = &table.columns[index];
+        if !matches!(column.content, Content::Stored(_)) {
+            return Err(Unvouched);
         }
+        if !column.is_sent() {
+            // A pushed list: never written by an upsert, but encoded all the same.
+            return value.serialize(Check).map(drop);
+        }
+        if !self.whole {
+            let kind = value.serialize(Check)?;
+            return match fits(column.shape, kind) {
+                true => Ok(()),
+                false => Err(Unvouched),
+            };
+        }
+        let at = sent_at(index).ok_or(Unvouched)?;
+        self.walked.columns[at] = match column.shape {
+            ColumnShape::Structured | ColumnShape::Flattened => {
+                let value = json::to_json(value).map_err(|_| Unvouched)?;
+                column_text(column, Some(&value)).map_err(|_| Unvouched)?
+            }
+            shape => value.serialize(Scalar(shape))?,
+        };
+        Ok(())
     }
 }
 
@@ -536,5 +611,169 @@ impl ser::SerializeStructVariant for Check {
     }
     fn end(self) -> Result<Kind, Unvouched> {
         Ok(Kind::Compound)
+    }
+}
+
+/// The text of a value in a column of a scalar shape, as [`column_text`] writes the value's
+/// JSON: `None` for a null.
+struct Scalar(ColumnShape);
+
+impl Scalar {
+    fn integer(
+        &self,
+        value: impl fmt::Display,
+        fits_i64: bool,
+    ) -> Result<Option<String>, Unvouched> {
+        match (self.0, fits_i64) {
+            (ColumnShape::Integer, true) | (ColumnShape::Float, _) => Ok(Some(value.to_string())),
+            _ => Err(Unvouched),
+        }
+    }
+
+    fn float(&self, value: f64) -> Result<Option<String>, Unvouched> {
+        match (self.0, serde_json::Number::from_f64(value)) {
+            (ColumnShape::Float, Some(number)) => Ok(Some(number.to_string())),
+            _ => Err(Unvouched),
+        }
+    }
+
+    fn text(&self, value: &str) -> Result<Option<String>, Unvouched> {
+        match self.0 == ColumnShape::Text && !value.contains('\0') {
+            true => Ok(Some(value.to_owned())),
+            false => Err(Unvouched),
+        }
+    }
+}
+
+type NoScalar = ser::Impossible<Option<String>, Unvouched>;
+
+impl ser::Serializer for Scalar {
+    type Ok = Option<String>;
+    type Error = Unvouched;
+    type SerializeSeq = NoScalar;
+    type SerializeTuple = NoScalar;
+    type SerializeTupleStruct = NoScalar;
+    type SerializeTupleVariant = NoScalar;
+    type SerializeMap = NoScalar;
+    type SerializeStruct = NoScalar;
+    type SerializeStructVariant = NoScalar;
+
+    fn serialize_bool(self, v: bool) -> Result<Option<String>, Unvouched> {
+        match self.0 {
+            ColumnShape::Boolean => Ok(Some(v.to_string())),
+            _ => Err(Unvouched),
+        }
+    }
+    fn serialize_i8(self, v: i8) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_i16(self, v: i16) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_i32(self, v: i32) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_i64(self, v: i64) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_u8(self, v: u8) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_u16(self, v: u16) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_u32(self, v: u32) -> Result<Option<String>, Unvouched> {
+        self.integer(v, true)
+    }
+    fn serialize_u64(self, v: u64) -> Result<Option<String>, Unvouched> {
+        self.integer(v, i64::try_from(v).is_ok())
+    }
+    fn serialize_f32(self, v: f32) -> Result<Option<String>, Unvouched> {
+        self.float(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<Option<String>, Unvouched> {
+        self.float(v)
+    }
+    fn serialize_char(self, v: char) -> Result<Option<String>, Unvouched> {
+        self.text(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Result<Option<String>, Unvouched> {
+        self.text(v)
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<Option<String>, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_none(self) -> Result<Option<String>, Unvouched> {
+        Ok(None)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Option<String>, Unvouched> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<Option<String>, Unvouched> {
+        Ok(None)
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<Option<String>, Unvouched> {
+        Ok(None)
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<Option<String>, Unvouched> {
+        self.text(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<Option<String>, Unvouched> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<Option<String>, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<NoScalar, Unvouched> {
+        Err(Unvouched)
     }
 }

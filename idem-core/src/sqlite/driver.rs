@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
-use crate::engine::batch::{BatchDriver, Looked, Ready};
+use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
@@ -212,6 +212,40 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         Ok(None)
     }
 
+    async fn insert_fresh(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
+        let document = &docs[0].document;
+        let marker = format!("i{}", ulid::Ulid::generate());
+        let sql = self.table.fresh_sql(docs.len());
+        let inserted = self.table.inserted(Statement::Upsert);
+        let mut connection = self.connection.lock().await;
+        let connection: &mut SqliteConnection = &mut connection;
+        savepoint(connection, document).await?;
+        let mut query = sqlx::query(super::statement(&sql));
+        for doc in docs {
+            query = bind_row(query, self.table, doc, &inserted).bind(&marker);
+        }
+        crate::trace::round_trip("INSERT");
+        let met = match query.execute(&mut *connection).await {
+            Ok(done) if done.rows_affected() == docs.len() as u64 => {
+                finish_with(connection, Ok(()), document).await?;
+                return Ok(Some(Fresh::Inserted));
+            }
+            // Fewer rows without an error: a trigger dropped some.
+            Ok(_) => None,
+            Err(source) => Some(sqlite_error(document, source)),
+        };
+        roll_back(connection).await;
+        match met {
+            Some(error)
+                if unique_conflict(&error, self.table).is_none()
+                    && !crate::engine::refuses_a_document(&error) =>
+            {
+                Err(error)
+            }
+            _ => Ok(Some(Fresh::Met)),
+        }
+    }
+
     /// One read of the stored rows by id and natural key; the engine judges each from it, so
     /// the rows stored unchanged settle with no write statement and no write lock.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
@@ -266,13 +300,18 @@ pub(super) async fn finish_with<R>(
             Ok(value)
         }
         Err(error) => {
-            // What failed is the error to report; the rollback's own failure would hide it.
-            let _ = sqlx::query("ROLLBACK TO idem; RELEASE idem")
-                .execute(&mut *connection)
-                .await;
+            roll_back(connection).await;
             Err(error)
         }
     }
+}
+
+/// Undoes what was written since idem's savepoint, and closes it. Only after a failure, which
+/// is the error to report: the rollback's own failure would hide it.
+async fn roll_back(connection: &mut SqliteConnection) {
+    let _ = sqlx::query("ROLLBACK TO idem; RELEASE idem")
+        .execute(&mut *connection)
+        .await;
 }
 
 /// The stored state of the rows under `docs`' ids or holding their natural keys.

@@ -151,14 +151,6 @@ impl Table {
     /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
     /// made binding quadratic (measured: more than half the time of a 10,000-row batch).
     pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
-        let inserted = self.inserted(statement);
-        let mut names: Vec<String> = inserted
-            .iter()
-            .map(|&position| quote(self.columns[self.sent[position]].name))
-            .collect();
-        names.push(quote(WRITE_MARKER_FIELD));
-        let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
-        let values = vec![row.as_str(); rows].join(", ");
         let update_marker = "?";
         let id = quote(ID_FIELD);
         let marker = quote(WRITE_MARKER_FIELD);
@@ -196,11 +188,36 @@ impl Table {
             ),
         };
         format!(
-            "INSERT INTO {table} AS t ({names}) VALUES {values} {conflict} \
-             RETURNING {id}, {marker}",
+            "{insert} {conflict} RETURNING {id}, {marker}",
+            insert = self.insert_rows(statement, rows),
+        )
+    }
+
+    /// The insert of `rows` rows for `statement`, each its inserted columns then its write
+    /// marker, with nothing after its `VALUES`.
+    fn insert_rows(&self, statement: Statement, rows: usize) -> String {
+        let inserted = self.inserted(statement);
+        let mut names: Vec<String> = inserted
+            .iter()
+            .map(|&position| quote(self.columns[self.sent[position]].name))
+            .collect();
+        names.push(quote(WRITE_MARKER_FIELD));
+        let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
+        format!(
+            "INSERT INTO {table} AS t ({names}) VALUES {values}",
             table = self.name(),
             names = names.join(", "),
+            values = vec![row.as_str(); rows].join(", "),
         )
+    }
+
+    /// The plain insert of `rows` rows as fresh ones
+    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]): without `ON CONFLICT`, so a
+    /// stored row's id or natural key fails it whole, and without `RETURNING`, whose rows
+    /// cost as much as the insert's own through sqlx. Parameters as [`Table::write_sql`]'s,
+    /// without the update's marker.
+    pub fn fresh_sql(&self, rows: usize) -> String {
+        self.insert_rows(Statement::Upsert, rows)
     }
 
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the

@@ -647,3 +647,72 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
         );
     }
 }
+
+/// A first ingest, sent in chunks of 64, that meets ten posts stored before it (one rewritten
+/// by another tool, one with its key edited behind idem's back, one edited in the batch, one
+/// with a frozen field changed), between chunks of new posts.
+async fn fresh_posts_meeting_stored(db: &Db) -> Vec<Post> {
+    db.ensure::<Post>().await;
+    let stored: Vec<Post> = (200..210).map(|n| post_at(&format!("p{n:03}"))).collect();
+    db.upsert_many(&stored).await.unwrap();
+    db.write_as_another_tool(&stored[0]).await;
+    db.run_raw(
+        "UPDATE \"posts\" SET \"slug\" = 'p201-edited' WHERE \"slug\" = 'p201'",
+        mongodb::bson::doc! {
+            "update": "posts",
+            "updates": [{ "q": { "slug": "p201" }, "u": { "$set": { "slug": "p201-edited" } } }],
+        },
+    )
+    .await;
+    let new = |n: usize| post_at(&format!("p{n:03}"));
+    let mut batch: Vec<Post> = (0..128).map(new).collect();
+    batch.extend((128..182).map(new));
+    batch.extend(stored.iter().cloned());
+    batch[182 + 2].title = "Edited".into();
+    batch[182 + 3].author_id = "grace".into();
+    batch.extend((300..364).map(new));
+    batch
+}
+
+/// Once a chunk of a first ingest was inserted whole, the next goes as a plain insert of fresh
+/// rows, which a stored row's id or natural key makes fail whole; its rows then go the guarded
+/// way. Every row gets what a single upsert of it gives: the chunks of new rows, the chunk that
+/// meets stored rows, and the new chunk after it.
+#[tokio::test]
+async fn a_first_ingest_that_meets_stored_rows_agrees_with_single_upserts() {
+    for db in fresh_backends("fresh_chunks").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let batch = fresh_posts_meeting_stored(&chunked).await;
+        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
+        let stored = chunked.stored::<Post>().await;
+        let single = db.reset::<Post>().await;
+        let batch = fresh_posts_meeting_stored(&single).await;
+        let mut one_by_one = Vec::new();
+        for doc in &batch {
+            one_by_one.push(single.upsert(doc).await);
+        }
+        assert_eq!(whole, shown(&one_by_one), "{db}");
+        assert_eq!(
+            stored.len(),
+            10 + 128 + 54 + 64,
+            "{db}: every new post is stored"
+        );
+        assert_eq!(
+            stored,
+            single.stored::<Post>().await,
+            "{db}: the same posts are stored"
+        );
+        let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
+        assert_eq!(
+            (count("Inserted"), count("Unchanged"), count("Updated")),
+            (128 + 54 + 64, 6, 2),
+            "{db}: {whole:?}"
+        );
+        assert!(
+            whole[183].contains("`slug` may not change"),
+            "{db}: {}",
+            whole[183]
+        );
+        assert!(whole[185].contains("author_id"), "{db}: {}", whole[185]);
+    }
+}
