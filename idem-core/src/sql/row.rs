@@ -636,8 +636,8 @@ fn row_cells(table: &Layout, stored: serde_json::Map<String, Value>) -> Vec<(Str
     cells
 }
 
-/// How `doc`'s light preparation ([`LightRow::new`]) compares with its whole one
-/// ([`PreparedRow::new`]) on the table of `T`, for the tests that hold the first to the
+/// How `doc`'s light preparation (`LightRow::new`) compares with its whole one
+/// (`PreparedRow::new`) on the table of `T`, for the tests that hold the first to the
 /// second: `Ok(true)` where the light one vouched for the document and both agree on all a
 /// lookup sends and a judgement reads, `Ok(false)` where it did not vouch (the whole one then
 /// decides, refusal included); `Err` says how they disagree.
@@ -668,7 +668,7 @@ pub fn light_row_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool, S
     }
 }
 
-/// How `doc`'s row straight from what serde writes ([`scan::walk`]) compares with its row
+/// How `doc`'s row straight from what serde writes (`scan::walk`) compares with its row
 /// through JSON, on the table of `T`, for the tests that hold the first to the second:
 /// `Ok(true)` where the walk vouched for the document and both rows are the same (the extra
 /// column's entries compared as JSON, whatever their order), `Ok(false)` where it did not;
