@@ -232,7 +232,7 @@ where
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
-            let light = foresight.look_up && slice.len() >= LOOK_UP_MIN_DOCS;
+            let light = foresight.look_up && slice.len() >= SHORTCUT_MIN_DOCS;
             *prepared = slice
                 .iter()
                 .map(|doc| match light {
@@ -333,7 +333,7 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     docs: &[(&ReadyOf<D>, &T)],
     foresight: Foresight,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    let looked = match foresight.look_up && docs.len() >= LOOK_UP_MIN_DOCS {
+    let looked = match foresight.look_up && docs.len() >= SHORTCUT_MIN_DOCS {
         true => {
             let lights: Vec<&D::Light> =
                 docs.iter().map(|(ready, _)| ready.light(driver)).collect();
@@ -379,13 +379,9 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                 }
             }
             let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
-            let fresh = match foresight.fresh && sent.len() >= LOOK_UP_MIN_DOCS {
-                true => driver.insert_fresh(&sent).await?,
-                false => None,
-            };
-            let settled = match fresh {
-                Some(Fresh::Inserted) => sent.iter().map(|_| Ok(Outcome::Inserted)).collect(),
-                Some(Fresh::Met) | None => settle_read_first(driver, &sent).await?,
+            let settled = match insert_fresh(driver, &sent, foresight.fresh).await? {
+                Some(inserted) => inserted,
+                None => settle_read_first(driver, &sent).await?,
             };
             for (&index, outcome) in rest.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
@@ -472,7 +468,12 @@ where
         wholes.push(doc);
     }
     let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
-    let written = settle(driver, WriteKind::Upsert, &sent).await?;
+    // Read as stored nowhere, all of them: likely fresh.
+    let absent = to_write.iter().all(|&index| stored[index].is_none());
+    let written = match insert_fresh(driver, &sent, absent).await? {
+        Some(inserted) => inserted,
+        None => settle(driver, WriteKind::Upsert, &sent).await?,
+    };
     for (index, outcome) in to_write.into_iter().zip(written) {
         outcomes[index] = Some(outcome);
     }
@@ -480,6 +481,23 @@ where
         outcomes,
         lights.iter().map(|light| &light.document),
     ))
+}
+
+/// `docs` inserted as fresh rows where that is `likely` and they are enough to be worth it
+/// ([`BatchDriver::insert_fresh`]): each `Inserted`; `None` where they were not, nothing was
+/// written, and they go the guarded way.
+async fn insert_fresh<D: BatchDriver>(
+    driver: &D,
+    docs: &[&D::Doc],
+    likely: bool,
+) -> Result<Option<Vec<Result<Outcome, Error>>>, Error> {
+    if !likely || docs.len() < SHORTCUT_MIN_DOCS {
+        return Ok(None);
+    }
+    Ok(match driver.insert_fresh(docs).await? {
+        Some(Fresh::Inserted) => Some(docs.iter().map(|_| Ok(Outcome::Inserted)).collect()),
+        Some(Fresh::Met) | None => None,
+    })
 }
 
 /// Each document's outcome, or contention for one that none settled (which the loops that
@@ -527,6 +545,7 @@ fn record(
     foresight
 }
 
-/// The fewest documents of a chunk worth a lookup before its write: below, sending them costs
-/// less than the lookup's round trip.
-const LOOK_UP_MIN_DOCS: usize = 64;
+/// The fewest documents of a chunk worth a shortcut: a lookup before its write, or a plain
+/// insert of fresh rows. Below, the guarded write alone costs less than the round trip a
+/// shortcut adds (always for a lookup, when it misses for an insert).
+const SHORTCUT_MIN_DOCS: usize = 64;

@@ -66,9 +66,30 @@ fn shown_path(path: &str) -> String {
     }
 }
 
+/// Whether `text` holds U+0000, which neither PostgreSQL's text nor SQLite's text functions
+/// keep.
+pub(crate) fn holds_nul(text: &str) -> bool {
+    memchr::memchr(0, text.as_bytes()).is_some()
+}
+
+/// `text` onto `out` as a JSON string, escaped as `serde_json` escapes it.
+pub(crate) fn push_string(out: &mut String, text: &str) {
+    match text
+        .bytes()
+        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    {
+        false => {
+            out.push('"');
+            out.push_str(text);
+            out.push('"');
+        }
+        true => out.push_str(&Value::from(text).to_string()),
+    }
+}
+
 /// `text` as a JSON string, unless it holds U+0000.
 fn string(text: &str) -> Result<Value, JsonError> {
-    if text.contains('\0') {
+    if holds_nul(text) {
         return Err(JsonError::Nul {
             path: String::new(),
         });
@@ -452,7 +473,7 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
 /// `key` as the string a JSON object's key is, as serde_json makes it, unless it holds U+0000.
 pub(crate) fn map_key<T: Serialize + ?Sized>(key: &T) -> Result<String, JsonError> {
     let key = key.serialize(MapKey)?;
-    if key.contains('\0') {
+    if holds_nul(&key) {
         return Err(JsonError::Nul {
             path: path_step(&key),
         });
@@ -703,6 +724,29 @@ impl<'de> serde::Deserializer<'de> for Cell {
         match self {
             Cell::Json(value) => value.deserialize_newtype_struct(name, visitor),
             float @ Cell::Float(_) => visitor.visit_newtype_struct(float),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_is_pushed_as_serde_json_writes_it() {
+        for text in [
+            "",
+            "plain",
+            "say \"hi\"",
+            "back\\slash",
+            "line\nfeed",
+            "\u{1}",
+            "é ✓",
+            "\u{7f}",
+        ] {
+            let mut pushed = String::new();
+            push_string(&mut pushed, text);
+            assert_eq!(pushed, Value::from(text).to_string(), "{text:?}");
         }
     }
 }

@@ -26,8 +26,9 @@ pub(crate) struct LightRow {
     prepared: Prepared,
     /// The text of each natural-key field's column, in [`Model::natural_key_fields`] order.
     pub key_texts: Vec<Option<String>>,
-    /// Each guarded field's incoming value and the value as shown, in `digests` order.
-    pub guarded: Vec<(Value, String)>,
+    /// Each guarded field's incoming value, in `digests` order, and how a refusal shows it
+    /// where that is not its JSON (a NaN, which JSON cannot hold).
+    pub guarded: Vec<(Value, Option<String>)>,
 }
 
 impl std::ops::Deref for LightRow {
@@ -178,7 +179,10 @@ impl<'a> RowReader<'a> {
     /// The incoming value of `field`, as a refusal shows it.
     pub fn incoming_shown(&self, doc: &LightRow, field: &Field) -> String {
         match self.guarded_position(field) {
-            Some(at) => doc.guarded[at].1.clone(),
+            Some(at) => {
+                let (value, shown) = &doc.guarded[at];
+                shown.clone().unwrap_or_else(|| value.to_string())
+            }
             None => self.incoming_value(doc, field).to_string(),
         }
     }
@@ -288,7 +292,7 @@ impl LightRow {
                 return Ok(None);
             };
             digests.push((field, digest));
-            guarded.push((value.clone(), value.to_string()));
+            guarded.push((value.clone(), None));
         }
         let key_texts = model
             .natural_key_fields()
@@ -307,15 +311,24 @@ impl LightRow {
     }
 }
 
-/// The digests column's text: each written digest by the field's stored name.
+/// The digests column's text: each written digest by the field's stored name, a JSON object
+/// as `serde_json` writes one, without building it.
 fn digests_text(digests: &[(&'static Field, Option<String>)]) -> String {
-    let digests: Map<String, Value> = digests
-        .iter()
-        .filter_map(|(field, digest)| {
-            Some((field.stored_name().to_owned(), Value::from(digest.clone()?)))
-        })
-        .collect();
-    Value::Object(digests).to_string()
+    let mut text = String::with_capacity(2 + digests.len() * 80);
+    text.push('{');
+    for (field, digest) in digests {
+        let Some(digest) = digest else {
+            continue;
+        };
+        if text.len() > 1 {
+            text.push(',');
+        }
+        json::push_string(&mut text, field.stored_name());
+        text.push(':');
+        json::push_string(&mut text, digest);
+    }
+    text.push('}');
+    text
 }
 
 impl PreparedRow {
@@ -405,13 +418,13 @@ impl PreparedRow {
                 if let Some(float) = non_finite_of(field.stored_name()) {
                     let digest = float_digest(float).map_err(&serialize_error)?;
                     let shown = json::show_float(float);
-                    return Ok(((field, digest), (Value::from(shown.as_str()), shown)));
+                    return Ok(((field, digest), (Value::from(shown.as_str()), Some(shown))));
                 }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
                 let unwritten = value.is_null() && field.null_is_unwritten();
                 let digest =
                     crate::hash::guard_digest(value, unwritten).map_err(&serialize_error)?;
-                Ok(((field, digest), (value.clone(), value.to_string())))
+                Ok(((field, digest), (value.clone(), None)))
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();

@@ -381,7 +381,7 @@ fn float(value: f64) -> Result<Kind, Unvouched> {
 }
 
 fn text(value: &str) -> Result<Kind, Unvouched> {
-    match value.contains('\0') {
+    match super::json::holds_nul(value) {
         true => Err(Unvouched),
         false => Ok(Kind::Text),
     }
@@ -638,7 +638,7 @@ impl Scalar {
     }
 
     fn text(&self, value: &str) -> Result<Option<String>, Unvouched> {
-        match self.0 == ColumnShape::Text && !value.contains('\0') {
+        match self.0 == ColumnShape::Text && !super::json::holds_nul(value) {
             true => Ok(Some(value.to_owned())),
             false => Err(Unvouched),
         }
