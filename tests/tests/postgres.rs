@@ -1018,3 +1018,52 @@ async fn a_check_that_fails_a_fresh_chunk_refuses_only_its_row() {
         );
     }
 }
+
+/// A trigger that drops some rows of an insert (returns NULL): a chunk sent as fresh rows
+/// that loses one to it must not keep the others (they would then be taken for stored rows and
+/// answered `Unchanged`). The insert fails whole, and the rows go the guarded way: the others
+/// are `Inserted`, as single upserts answer them, and the dropped one is contended.
+#[tokio::test]
+async fn a_trigger_that_drops_rows_of_a_fresh_chunk_leaves_no_half_of_it() {
+    for (label, client) in fresh_schemas("fresh_trigger").await {
+        let store = Store::new().with_batch_chunk(64);
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        client
+            .batch_execute(
+                "CREATE FUNCTION drop_hidden() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN IF NEW.title = 'hidden' THEN RETURN NULL; END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER drop_hidden BEFORE INSERT ON posts \
+                 FOR EACH ROW EXECUTE FUNCTION drop_hidden()",
+            )
+            .await
+            .unwrap();
+        let mut posts: Vec<Post> = (0..128)
+            .map(|n| Post {
+                slug: format!("post-{n}"),
+                ..post()
+            })
+            .collect();
+        posts[100].title = "hidden".into();
+        let report = store.upsert_many(&client, &posts).await.unwrap();
+        for (at, outcome) in report.outcomes().iter().enumerate() {
+            match at {
+                100 => assert!(
+                    matches!(
+                        outcome.as_ref().map_err(Error::kind),
+                        Err(ErrorKind::Contention)
+                    ),
+                    "{label}: the dropped row: {outcome:?}"
+                ),
+                _ => assert!(
+                    matches!(outcome, Ok(Outcome::Inserted)),
+                    "{label}: {at}: {outcome:?}"
+                ),
+            }
+        }
+        assert_eq!(
+            rows_shown(&client, "posts", "t.slug").await.len(),
+            127,
+            "{label}"
+        );
+    }
+}

@@ -441,3 +441,56 @@ async fn adoption_by_wrong_flags_moves_nothing() {
         .unwrap_err();
     assert!(error.to_string().contains("no table `nothing`"), "{error}");
 }
+
+/// A table made by hand whose natural-key constraint says `ON CONFLICT REPLACE`: a plain insert
+/// of a row with a stored natural key under another id (its timestamp moved) would delete the
+/// stored row and take its place. A batch's chunk sent as fresh rows (after a chunk inserted
+/// whole) that holds such rows still fails whole, so they go the guarded way and are refused as
+/// single upserts refuse them, and the stored rows stay as they were.
+#[tokio::test]
+async fn a_fresh_chunk_never_replaces_a_stored_row_whatever_the_tables_conflict_rule() {
+    let path = fresh_path("conflict_replace");
+    let store = Store::new().with_batch_chunk(64);
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    let create = Store::create_table_sql::<Post>();
+    let unique = create
+        .find(" UNIQUE (")
+        .expect("the natural-key constraint");
+    let close = unique + create[unique..].find(')').expect("its columns");
+    let replacing = format!(
+        "{} ON CONFLICT REPLACE{}",
+        &create[..=close],
+        &create[close + 1..]
+    );
+    sqlite_rows::run(&mut connection, &replacing).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let at = |n: usize| Post {
+        slug: format!("post-{n}"),
+        ..post()
+    };
+    let stored: Vec<Post> = (100..110).map(at).collect();
+    store.upsert_many(&mut connection, &stored).await.unwrap();
+    let before = sqlite_rows::stored::<Post>(&mut connection).await;
+
+    let mut batch: Vec<Post> = (0..100).chain(200..218).map(at).collect();
+    batch.extend(stored.iter().map(|post| Post {
+        published_at: post.published_at + 1,
+        ..post.clone()
+    }));
+    let report = store.upsert_many(&mut connection, &batch).await.unwrap();
+    let outcomes = report.outcomes();
+    assert!(outcomes[..118]
+        .iter()
+        .all(|outcome| matches!(outcome, Ok(Outcome::Inserted))));
+    for outcome in &outcomes[118..] {
+        assert!(
+            outcome.is_err(),
+            "a moved timestamp is refused, not stored over the row: {outcome:?}"
+        );
+    }
+    let after = sqlite_rows::stored::<Post>(&mut connection).await;
+    assert_eq!(after.len(), 128);
+    for row in &before {
+        assert!(after.contains(row), "{}: as it was", row["slug"]);
+    }
+}

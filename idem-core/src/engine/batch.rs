@@ -299,7 +299,8 @@ where
                 .iter()
                 .filter_map(|&index| Some((prepared(index)?, &docs[index])))
                 .collect();
-            // A later round's documents met an earlier one's id or key: none is fresh.
+            // A later round's documents share an id or key with an earlier one's, so the last
+            // chunk foretells nothing of them; a lookup finding them all absent still may.
             let later = Foresight {
                 fresh: false,
                 ..foresight

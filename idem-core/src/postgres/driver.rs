@@ -160,15 +160,11 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                     false => Fresh::Met,
                 }))
             }
-            Err(source) => {
-                let error = postgres_error(document, source);
-                match unique_conflict(&error, self.table).is_some()
-                    || crate::engine::refuses_a_document(&error)
-                {
-                    true => Ok(Some(Fresh::Met)),
-                    false => Err(error),
-                }
-            }
+            // The server refused the statement, which wrote nothing: a stored row's key, a
+            // CHECK, a trigger that dropped rows. The guarded write decides, and reports what
+            // it meets.
+            Err(source) if source.code().is_some() => Ok(Some(Fresh::Met)),
+            Err(source) => Err(postgres_error(document, source)),
         }
     }
 

@@ -393,12 +393,16 @@ impl Table {
     /// stored row's id or natural key fails it whole, and cheaper than the upsert for it (no
     /// speculative insertion, no lookup of the rows it may stop at). Returns how many rows it
     /// inserted: none when the table the search path resolves is not one the store checked.
+    /// It fails, writing nothing, if it inserted fewer rows than it was given (a trigger
+    /// dropped some): what it did write would otherwise stay, and be taken for stored rows.
     fn fresh_statement(&self) -> String {
         let (names, values) = self.inserted_columns(Statement::Upsert);
         format!(
             "WITH {checked}, {incoming}, {written} AS (\
              INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
-             SELECT count(*)::int8 FROM {written}",
+             SELECT (CASE WHEN count(*) = (SELECT count(*) FROM {incoming_name}) \
+             THEN count(*)::text ELSE 'rows the insert was given were dropped' END)::int8 \
+             FROM {written}",
             checked = self.checked_cte(self.sent.len() + 1),
             incoming = self.incoming(true),
             incoming_name = self.relation_name("incoming"),

@@ -688,6 +688,20 @@ impl ser::Serializer for Scalar {
     fn serialize_u64(self, v: u64) -> Result<Option<String>, Unvouched> {
         self.integer(v, i64::try_from(v).is_ok())
     }
+    fn serialize_i128(self, v: i128) -> Result<Option<String>, Unvouched> {
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(_), _) => self.integer(v, true),
+            (_, Ok(_)) => self.integer(v, false),
+            _ => Err(Unvouched),
+        }
+    }
+    fn serialize_u128(self, v: u128) -> Result<Option<String>, Unvouched> {
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(_), _) => self.integer(v, true),
+            (_, Ok(_)) => self.integer(v, false),
+            _ => Err(Unvouched),
+        }
+    }
     fn serialize_f32(self, v: f32) -> Result<Option<String>, Unvouched> {
         self.float(f64::from(v))
     }

@@ -293,10 +293,12 @@ pub(super) async fn finish_with<R>(
 ) -> Result<R, Error> {
     match outcome {
         Ok(value) => {
-            sqlx::query("RELEASE idem")
-                .execute(&mut *connection)
-                .await
-                .map_err(|source| sqlite_error(document, source))?;
+            let released = sqlx::query("RELEASE idem").execute(&mut *connection).await;
+            if let Err(source) = released {
+                // Not released (a busy commit): undone, so that no write of it is left open.
+                roll_back(connection).await;
+                return Err(sqlite_error(document, source));
+            }
             Ok(value)
         }
         Err(error) => {

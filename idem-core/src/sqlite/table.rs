@@ -189,13 +189,13 @@ impl Table {
         };
         format!(
             "{insert} {conflict} RETURNING {id}, {marker}",
-            insert = self.insert_rows(statement, rows),
+            insert = self.insert_rows("INSERT INTO", statement, rows),
         )
     }
 
-    /// The insert of `rows` rows for `statement`, each its inserted columns then its write
-    /// marker, with nothing after its `VALUES`.
-    fn insert_rows(&self, statement: Statement, rows: usize) -> String {
+    /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns then its
+    /// write marker, with nothing after its `VALUES`.
+    fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
         let inserted = self.inserted(statement);
         let mut names: Vec<String> = inserted
             .iter()
@@ -204,7 +204,7 @@ impl Table {
         names.push(quote(WRITE_MARKER_FIELD));
         let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
         format!(
-            "INSERT INTO {table} AS t ({names}) VALUES {values}",
+            "{verb} {table} AS t ({names}) VALUES {values}",
             table = self.name(),
             names = names.join(", "),
             values = vec![row.as_str(); rows].join(", "),
@@ -214,10 +214,12 @@ impl Table {
     /// The plain insert of `rows` rows as fresh ones
     /// ([`crate::engine::batch::BatchDriver::insert_fresh`]): without `ON CONFLICT`, so a
     /// stored row's id or natural key fails it whole, and without `RETURNING`, whose rows
-    /// cost as much as the insert's own through sqlx. Parameters as [`Table::write_sql`]'s,
-    /// without the update's marker.
+    /// cost as much as the insert's own through sqlx. `OR ABORT`: whatever conflict rule a
+    /// table made by hand gives its constraints (`ON CONFLICT REPLACE` would delete the stored
+    /// row), a conflict fails the statement. Parameters as [`Table::write_sql`]'s, without the
+    /// update's marker.
     pub fn fresh_sql(&self, rows: usize) -> String {
-        self.insert_rows(Statement::Upsert, rows)
+        self.insert_rows("INSERT OR ABORT INTO", Statement::Upsert, rows)
     }
 
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
