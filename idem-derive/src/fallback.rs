@@ -22,11 +22,11 @@ pub fn stub(input: &DeriveInput, runtime: Option<syn::Path>) -> TokenStream {
                 const MODEL: __idem::Model = __idem::Model::new("", __idem::IdScheme::V1, "", &[]);
 
                 fn id(&self) -> __idem::__private::Result<__idem::Id, __idem::Error> {
-                    ::core::unreachable!()
+                    ::core::unreachable!("idem's stub beside its compile errors never runs")
                 }
 
                 fn natural_key(&self) -> __idem::NaturalKey {
-                    ::core::unreachable!()
+                    ::core::unreachable!("idem's stub beside its compile errors never runs")
                 }
             }
         };

@@ -36,6 +36,14 @@ pub fn post() -> Post {
     }
 }
 
+/// [`post`] under the slug `post-{n}`: the `n`th of many.
+pub fn numbered_post(n: usize) -> Post {
+    Post {
+        slug: format!("post-{n}"),
+        ..post()
+    }
+}
+
 /// An entry of an offline-first journal: edited on devices, replayed in batches; versioned and
 /// deletable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]

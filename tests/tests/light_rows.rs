@@ -399,7 +399,12 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    // Failures print the minimal input; nothing is written next to the sources.
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// Whatever the document holds, the light preparation vouches only for a row that encodes,
     /// and then agrees with it.

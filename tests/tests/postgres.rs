@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
 use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome, Pushed};
 use idem_tests::backends::{fresh_schema, postgres_servers, rows_shown, WITH_VERSION};
-use idem_tests::fixtures::{account, post, Account, Post};
+use idem_tests::fixtures::{account, numbered_post, post, Account, Post};
 use serde::{Deserialize, Serialize};
 
 /// A client on a fresh schema of each server, with the server's label.
@@ -847,12 +847,7 @@ async fn rows_a_batch_refuses_are_neither_written_nor_locked() {
     for (label, client) in fresh_schemas("refused_unlocked").await {
         let store = Store::new();
         store.ensure_table::<Post, _>(&client).await.unwrap();
-        let stored: Vec<Post> = (0..200)
-            .map(|n| Post {
-                slug: format!("post-{n}"),
-                ..post()
-            })
-            .collect();
+        let stored: Vec<Post> = (0..200).map(numbered_post).collect();
         store.upsert_many(&client, &stored).await.unwrap();
         let before = row_versions(&client).await;
         let moved: Vec<Post> = stored
@@ -966,12 +961,7 @@ async fn a_check_that_fails_a_fresh_chunk_refuses_only_its_row() {
             )
             .await
             .unwrap();
-        let mut posts: Vec<Post> = (0..128)
-            .map(|n| Post {
-                slug: format!("post-{n}"),
-                ..post()
-            })
-            .collect();
+        let mut posts: Vec<Post> = (0..128).map(numbered_post).collect();
         posts[100].title = "a title far too long for the check".into();
         let report = store.upsert_many(&client, &posts).await.unwrap();
         for (at, outcome) in report.outcomes().iter().enumerate() {
@@ -1037,12 +1027,7 @@ async fn a_trigger_that_drops_rows_of_a_fresh_chunk_leaves_no_half_of_it() {
             )
             .await
             .unwrap();
-        let mut posts: Vec<Post> = (0..128)
-            .map(|n| Post {
-                slug: format!("post-{n}"),
-                ..post()
-            })
-            .collect();
+        let mut posts: Vec<Post> = (0..128).map(numbered_post).collect();
         posts[100].title = "hidden".into();
         let report = store.upsert_many(&client, &posts).await.unwrap();
         for (at, outcome) in report.outcomes().iter().enumerate() {

@@ -11,7 +11,7 @@ use idem_core::sqlite::Store;
 use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use idem_core::sqlx::{self, ConnectOptions, Connection, SqliteConnection};
 use idem_core::{Idempotent, Outcome};
-use idem_tests::fixtures::{post, Post};
+use idem_tests::fixtures::{numbered_post, post, Post};
 use idem_tests::sqlite_rows;
 use serde::{Deserialize, Serialize};
 
@@ -326,12 +326,7 @@ async fn the_audit_finds_what_other_tools_did_and_adoption_fixes_it() {
     let store = Store::new();
     let mut connection = connect(&path, Duration::from_secs(5)).await;
     store.ensure_table::<Post>(&mut connection).await.unwrap();
-    let posts: Vec<Post> = (0..3)
-        .map(|n| Post {
-            slug: format!("post-{n}"),
-            ..post()
-        })
-        .collect();
+    let posts: Vec<Post> = (0..3).map(numbered_post).collect();
     store.upsert_many(&mut connection, &posts).await.unwrap();
     let legacy: Vec<Post> = (0..2)
         .map(|n| Post {
@@ -403,12 +398,7 @@ async fn adoption_by_wrong_flags_moves_nothing() {
     let store = Store::new();
     let mut connection = connect(&path, Duration::from_secs(5)).await;
     store.ensure_table::<Post>(&mut connection).await.unwrap();
-    let posts: Vec<Post> = (0..10)
-        .map(|n| Post {
-            slug: format!("post-{n}"),
-            ..post()
-        })
-        .collect();
+    let posts: Vec<Post> = (0..10).map(numbered_post).collect();
     store.upsert_many(&mut connection, &posts).await.unwrap();
     let before = sqlite_rows::raw::<Post>(&mut connection).await;
     static FIELDS: [idem_core::Field; 2] = [
@@ -464,15 +454,11 @@ async fn a_fresh_chunk_never_replaces_a_stored_row_whatever_the_tables_conflict_
     );
     sqlite_rows::run(&mut connection, &replacing).await;
     store.ensure_table::<Post>(&mut connection).await.unwrap();
-    let at = |n: usize| Post {
-        slug: format!("post-{n}"),
-        ..post()
-    };
-    let stored: Vec<Post> = (100..110).map(at).collect();
+    let stored: Vec<Post> = (100..110).map(numbered_post).collect();
     store.upsert_many(&mut connection, &stored).await.unwrap();
     let before = sqlite_rows::stored::<Post>(&mut connection).await;
 
-    let mut batch: Vec<Post> = (0..100).chain(200..218).map(at).collect();
+    let mut batch: Vec<Post> = (0..100).chain(200..218).map(numbered_post).collect();
     batch.extend(stored.iter().map(|post| Post {
         published_at: post.published_at + 1,
         ..post.clone()

@@ -380,7 +380,7 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                 }
             }
             let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
-            let settled = match insert_fresh(driver, &sent, foresight.fresh).await? {
+            let settled = match settle_fresh(driver, &sent, foresight.fresh).await? {
                 Some(inserted) => inserted,
                 None => settle_read_first(driver, &sent).await?,
             };
@@ -471,7 +471,7 @@ where
     let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
     // Read as stored nowhere, all of them: likely fresh.
     let absent = to_write.iter().all(|&index| stored[index].is_none());
-    let written = match insert_fresh(driver, &sent, absent).await? {
+    let written = match settle_fresh(driver, &sent, absent).await? {
         Some(inserted) => inserted,
         None => settle(driver, WriteKind::Upsert, &sent).await?,
     };
@@ -487,7 +487,7 @@ where
 /// `docs` inserted as fresh rows where that is `likely` and they are enough to be worth it
 /// ([`BatchDriver::insert_fresh`]): each `Inserted`; `None` where they were not, nothing was
 /// written, and they go the guarded way.
-async fn insert_fresh<D: BatchDriver>(
+async fn settle_fresh<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
     likely: bool,

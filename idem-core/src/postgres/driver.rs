@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::schema::check_again;
 use super::table::{missed_guard, Table};
-use super::wire::{Cells, Param, Wire};
+use super::wire::{self, Cells, Param, Wire};
 use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
 use crate::engine::{Driver, Reply, WriteKind};
@@ -95,15 +95,9 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             )
             .await
             .map_err(|source| postgres_error(&doc.document, source))?;
-        Ok(found.first().map(|found| {
-            let (mut stored, keys) = read_stored(found, 0, self.table.model);
-            stored.natural_key = Some(
-                (keys..found.len())
-                    .map(|at| found.text(at).map(str::to_owned))
-                    .collect(),
-            );
-            stored
-        }))
+        Ok(found
+            .first()
+            .map(|found| read_stored_with_key(found, 0, self.table.model)))
     }
 
     crate::sql::reads_rows_as_sql!();
@@ -142,9 +136,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let document = &docs[0].document;
         let columns = column_arrays(self.table, docs, document)?;
         let checked = self.table.checked_oids();
-        let mut parameters: Vec<Param> =
-            columns.iter().map(|column| Param::Texts(column)).collect();
-        parameters.push(Param::Oids(&checked));
+        let parameters = wire::unnested(&columns, &checked);
         crate::trace::round_trip("INSERT");
         match self
             .client
@@ -194,9 +186,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();
-            let mut parameters: Vec<Param> =
-                columns.iter().map(|column| Param::Texts(column)).collect();
-            parameters.push(Param::Oids(&checked));
+            let parameters = wire::unnested(&columns, &checked);
             crate::trace::round_trip("SELECT");
             let replies = self
                 .client
@@ -213,15 +203,10 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             let Some(incoming) = reply.text(0) else {
                 continue;
             };
-            let stored = reply.text(1).is_some().then(|| {
-                let (mut stored, keys) = read_stored(reply, 1, self.table.model);
-                stored.natural_key = Some(
-                    (keys..reply.len())
-                        .map(|at| reply.text(at).map(str::to_owned))
-                        .collect(),
-                );
-                stored
-            });
+            let stored = reply
+                .text(1)
+                .is_some()
+                .then(|| read_stored_with_key(reply, 1, self.table.model));
             found.insert(incoming, stored);
         }
         Ok(Some(
@@ -242,6 +227,18 @@ fn reply(state: RowState) -> Reply<StoredRow> {
         RowState::Stopped(stored) => Reply::Stopped(*stored),
         RowState::Unseen => Reply::Unseen,
     }
+}
+
+/// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
+/// the last: what a read by id returns.
+fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
+    let (mut stored, keys) = read_stored(row, at, model);
+    stored.natural_key = Some(
+        (keys..row.len())
+            .map(|at| row.text(at).map(str::to_owned))
+            .collect(),
+    );
+    stored
 }
 
 /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,

@@ -440,9 +440,7 @@ impl Store {
         let mut checked_again = false;
         let replies = loop {
             let checked = table.checked_oids();
-            let mut parameters: Vec<Param> =
-                columns.iter().map(|column| Param::Texts(column)).collect();
-            parameters.push(Param::Oids(&checked));
+            let parameters = wire::unnested(&columns, &checked);
             crate::trace::round_trip("INSERT … ON CONFLICT");
             let replies = client
                 .write(statement, &parameters)

@@ -795,23 +795,11 @@ fn jsonb_text(
         if at > 0 {
             write(", ");
         }
-        json_string(name, write);
+        crate::sql::json::write_string(name, write);
         write(": ");
-        json_string(digest, write);
+        crate::sql::json::write_string(digest, write);
     }
     write("}");
-}
-
-/// `text` as a JSON string, escaped as jsonb writes it back.
-fn json_string(text: &str, write: &mut impl FnMut(&str)) {
-    match text.contains(|c: char| c == '"' || c == '\\' || c.is_control()) {
-        false => {
-            write("\"");
-            write(text);
-            write("\"");
-        }
-        true => write(&serde_json::Value::from(text).to_string()),
-    }
 }
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer

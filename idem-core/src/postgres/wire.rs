@@ -27,6 +27,17 @@ pub enum Param<'a> {
 }
 
 /// Parameters of `text` type, one per value.
+/// The parameters of a statement over `unnest`ed columns: one text array per column, then the
+/// oids of the tables its guard accepts ([`super::table::Table::checked_oids`]).
+pub(super) fn unnested<'p>(
+    columns: &'p [Vec<Option<&'p str>>],
+    checked: &'p [u32],
+) -> Vec<Param<'p>> {
+    let mut parameters: Vec<Param> = columns.iter().map(|column| Param::Texts(column)).collect();
+    parameters.push(Param::Oids(checked));
+    parameters
+}
+
 pub(super) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
     values
         .iter()

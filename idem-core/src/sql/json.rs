@@ -72,19 +72,25 @@ pub(crate) fn holds_nul(text: &str) -> bool {
     memchr::memchr(0, text.as_bytes()).is_some()
 }
 
-/// `text` onto `out` as a JSON string, escaped as `serde_json` escapes it.
-pub(crate) fn push_string(out: &mut String, text: &str) {
+/// `text` as a JSON string, escaped as `serde_json` escapes it (and as PostgreSQL writes a
+/// `jsonb` string back), given to `write` piece by piece.
+pub(crate) fn write_string(text: &str, write: &mut impl FnMut(&str)) {
     match text
         .bytes()
         .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
     {
         false => {
-            out.push('"');
-            out.push_str(text);
-            out.push('"');
+            write("\"");
+            write(text);
+            write("\"");
         }
-        true => out.push_str(&Value::from(text).to_string()),
+        true => write(&Value::from(text).to_string()),
     }
+}
+
+/// [`write_string`] onto the end of `out`.
+pub(crate) fn push_string(out: &mut String, text: &str) {
+    write_string(text, &mut |piece| out.push_str(piece));
 }
 
 /// `text` as a JSON string, unless it holds U+0000.

@@ -248,8 +248,8 @@ impl LightRow {
         }
     }
 
-    /// The light form of `doc` under `id`, from the values [`scan::walk`] picked; `None` where
-    /// one of them is not what its column or the key takes.
+    /// The light form of `doc` under `id`, from the values [`scan::walk`] picked (each as its
+    /// column takes it); `None` where the key is missing or null, or a digest cannot be made.
     fn from_picked<T: Idempotent + Serialize>(
         doc: &T,
         id: Id,
@@ -263,20 +263,6 @@ impl LightRow {
                 .find(|(picked, _)| *picked == name)
                 .map(|(_, value)| value)
         };
-        // Each picked value as its column would take it.
-        for (name, value) in picked {
-            let fits = match table.column_named(name) {
-                Some(index) => {
-                    let column = &table.columns[index];
-                    matches!(column.content, Content::Stored(_))
-                        && column_text(column, Some(value)).is_ok()
-                }
-                None => table.column_with(Content::Extra).is_some(),
-            };
-            if !fits {
-                return Ok(None);
-            }
-        }
         let document = doc.document_ref();
         let holds_key = |name: &str| picked_value(name).is_some_and(|value| !value.is_null());
         if check_written_names(model, &document, std::iter::empty(), holds_key).is_err() {

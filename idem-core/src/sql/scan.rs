@@ -109,6 +109,22 @@ fn fits(shape: ColumnShape, kind: Kind) -> bool {
     }
 }
 
+/// `Serializer` methods that give up on what they are handed: the pass does not vouch for it.
+/// Each is `name(argument types) -> what it would return`, with `<T>` for a value of any
+/// `Serialize` type.
+macro_rules! give_up {
+    ($($method:ident $(<$value:ident>)? ($($argument:ty),*) -> $ok:ty;)*) => {
+        $(
+            fn $method$(<$value: Serialize + ?Sized>)?(
+                self,
+                $(_: $argument),*
+            ) -> Result<$ok, Unvouched> {
+                Err(Unvouched)
+            }
+        )*
+    };
+}
+
 /// The top of a document: a struct, or a map (a flattened field's).
 struct Top<'p> {
     table: &'p Layout,
@@ -137,19 +153,22 @@ impl Top<'_> {
         if let Some(&wanted) = self.wanted.iter().find(|wanted| **wanted == name) {
             // A top-level NaN is kept apart by the JSON encoding: not vouched for here.
             let value = json::to_json(value).map_err(|_| Unvouched)?;
-            if self.whole {
-                match index {
-                    Some(index) => {
-                        let at = sent_at(index).ok_or(Unvouched)?;
-                        let column = &table.columns[index];
-                        self.walked.columns[at] =
-                            column_text(column, Some(&value)).map_err(|_| Unvouched)?;
+            // As its column takes it, in either pass: the light one sends keys as these texts.
+            match index {
+                Some(index) => {
+                    let at = sent_at(index).ok_or(Unvouched)?;
+                    let text =
+                        column_text(&table.columns[index], Some(&value)).map_err(|_| Unvouched)?;
+                    if self.whole {
+                        self.walked.columns[at] = text;
                     }
-                    None if has_extra => {
+                }
+                None if has_extra => {
+                    if self.whole {
                         self.walked.extra.insert(name.to_owned(), value.clone());
                     }
-                    None => return Err(Unvouched),
                 }
+                None => return Err(Unvouched),
             }
             self.walked.picked.retain(|(picked, _)| *picked != wanted);
             self.walked.picked.push((wanted, value));
@@ -206,105 +225,33 @@ impl<'p> ser::Serializer for Top<'p> {
     type SerializeStruct = Self;
     type SerializeStructVariant = ser::Impossible<(), Unvouched>;
 
-    fn serialize_bool(self, _v: bool) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_i8(self, _v: i8) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_i16(self, _v: i16) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_i32(self, _v: i32) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_u8(self, _v: u8) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_u16(self, _v: u16) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_u32(self, _v: u32) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_f32(self, _v: f32) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_char(self, _v: char) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_i64(self, _v: i64) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_u64(self, _v: u64) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_f64(self, _v: f64) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_str(self, _v: &str) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_none(self) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_unit(self) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-    ) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<(), Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleStruct, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleVariant, Unvouched> {
-        Err(Unvouched)
+    give_up! {
+        serialize_bool(bool) -> ();
+        serialize_i8(i8) -> ();
+        serialize_i16(i16) -> ();
+        serialize_i32(i32) -> ();
+        serialize_i64(i64) -> ();
+        serialize_u8(u8) -> ();
+        serialize_u16(u16) -> ();
+        serialize_u32(u32) -> ();
+        serialize_u64(u64) -> ();
+        serialize_f32(f32) -> ();
+        serialize_f64(f64) -> ();
+        serialize_char(char) -> ();
+        serialize_str(&str) -> ();
+        serialize_bytes(&[u8]) -> ();
+        serialize_none() -> ();
+        serialize_some<T>(&T) -> ();
+        serialize_unit() -> ();
+        serialize_unit_struct(&'static str) -> ();
+        serialize_unit_variant(&'static str, u32, &'static str) -> ();
+        serialize_newtype_struct<T>(&'static str, &T) -> ();
+        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> ();
+        serialize_seq(Option<usize>) -> Self::SerializeSeq;
+        serialize_tuple(usize) -> Self::SerializeTuple;
+        serialize_tuple_struct(&'static str, usize) -> Self::SerializeTupleStruct;
+        serialize_tuple_variant(&'static str, u32, &'static str, usize) -> Self::SerializeTupleVariant;
+        serialize_struct_variant(&'static str, u32, &'static str, usize) -> Self::SerializeStructVariant;
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<TopMap<'p>, Unvouched> {
         Ok(TopMap {
@@ -314,15 +261,6 @@ impl<'p> ser::Serializer for Top<'p> {
     }
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self, Unvouched> {
         Ok(self)
-    }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStructVariant, Unvouched> {
-        Err(Unvouched)
     }
 }
 
@@ -526,48 +464,35 @@ impl ser::Serializer for Check {
     }
 }
 
-impl ser::SerializeSeq for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
+/// A compound value below the top: each element or field checked, keys aside.
+macro_rules! checks_each {
+    ($($compound:ident::$method:ident($($key:ty)?);)*) => {
+        $(
+            impl ser::$compound for Check {
+                type Ok = Kind;
+                type Error = Unvouched;
+                fn $method<T: Serialize + ?Sized>(
+                    &mut self,
+                    $(_: $key,)?
+                    value: &T,
+                ) -> Result<(), Unvouched> {
+                    value.serialize(Check).map(drop)
+                }
+                fn end(self) -> Result<Kind, Unvouched> {
+                    Ok(Kind::Compound)
+                }
+            }
+        )*
+    };
 }
 
-impl ser::SerializeTuple for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
-}
-
-impl ser::SerializeTupleStruct for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
-}
-
-impl ser::SerializeTupleVariant for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
+checks_each! {
+    SerializeSeq::serialize_element();
+    SerializeTuple::serialize_element();
+    SerializeTupleStruct::serialize_field();
+    SerializeTupleVariant::serialize_field();
+    SerializeStruct::serialize_field(&'static str);
+    SerializeStructVariant::serialize_field(&'static str);
 }
 
 impl ser::SerializeMap for Check {
@@ -577,36 +502,6 @@ impl ser::SerializeMap for Check {
         json::map_key(key).map(drop).map_err(|_| Unvouched)
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
-}
-
-impl ser::SerializeStruct for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), Unvouched> {
-        value.serialize(Check).map(drop)
-    }
-    fn end(self) -> Result<Kind, Unvouched> {
-        Ok(Kind::Compound)
-    }
-}
-
-impl ser::SerializeStructVariant for Check {
-    type Ok = Kind;
-    type Error = Unvouched;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), Unvouched> {
         value.serialize(Check).map(drop)
     }
     fn end(self) -> Result<Kind, Unvouched> {
@@ -714,9 +609,6 @@ impl ser::Serializer for Scalar {
     fn serialize_str(self, v: &str) -> Result<Option<String>, Unvouched> {
         self.text(v)
     }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<Option<String>, Unvouched> {
-        Err(Unvouched)
-    }
     fn serialize_none(self) -> Result<Option<String>, Unvouched> {
         Ok(None)
     }
@@ -744,50 +636,15 @@ impl ser::Serializer for Scalar {
     ) -> Result<Option<String>, Unvouched> {
         value.serialize(self)
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<Option<String>, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_seq(self, _len: Option<usize>) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple(self, _len: usize) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_map(self, _len: Option<usize>) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
-    }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<NoScalar, Unvouched> {
-        Err(Unvouched)
+    give_up! {
+        serialize_bytes(&[u8]) -> Option<String>;
+        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> Option<String>;
+        serialize_seq(Option<usize>) -> NoScalar;
+        serialize_tuple(usize) -> NoScalar;
+        serialize_tuple_struct(&'static str, usize) -> NoScalar;
+        serialize_tuple_variant(&'static str, u32, &'static str, usize) -> NoScalar;
+        serialize_map(Option<usize>) -> NoScalar;
+        serialize_struct(&'static str, usize) -> NoScalar;
+        serialize_struct_variant(&'static str, u32, &'static str, usize) -> NoScalar;
     }
 }
