@@ -77,8 +77,9 @@ pub(crate) trait BatchDriver: Driver {
     /// row's id or natural key makes fail whole: what a first ingest's chunks are sent as once
     /// the last chunk was inserted whole, since an insert is cheaper than a guarded upsert. The
     /// engine asks for chunks of 64 documents or more. [`Fresh::Met`] when it wrote nothing
-    /// (the documents then go the guarded way, as without it); `None`: the driver has no such
-    /// insert.
+    /// and the server did not refuse it (a trigger dropped rows, the table was not the checked
+    /// one); an error the database answered with writes nothing either. Either way the
+    /// documents go the guarded way, as without it. `None`: the driver has no such insert.
     fn insert_fresh(
         &self,
         _docs: &[&Self::Doc],
@@ -495,10 +496,23 @@ async fn settle_fresh<D: BatchDriver>(
     if !likely || docs.len() < SHORTCUT_MIN_DOCS {
         return Ok(None);
     }
-    Ok(match driver.insert_fresh(docs).await? {
-        Some(Fresh::Inserted) => Some(docs.iter().map(|_| Ok(Outcome::Inserted)).collect()),
-        Some(Fresh::Met) | None => None,
-    })
+    match driver.insert_fresh(docs).await {
+        Ok(Some(Fresh::Inserted)) => Ok(Some(docs.iter().map(|_| Ok(Outcome::Inserted)).collect())),
+        Ok(Some(Fresh::Met) | None) => Ok(None),
+        // The database refused the statement, which wrote nothing: a stored row's id or key, a
+        // CHECK, a trigger that dropped rows. The guarded write decides, and reports what it
+        // meets, as it does any refusal.
+        Err(error) if answered_by_the_database(&error) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether the database itself answered with `error` (it carries the database's code), as
+/// opposed to a failure to reach it.
+fn answered_by_the_database(error: &Error) -> bool {
+    error
+        .as_backend()
+        .is_some_and(|backend| backend.code().is_some())
 }
 
 /// Each document's outcome, or contention for one that none settled (which the loops that

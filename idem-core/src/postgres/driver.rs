@@ -152,10 +152,6 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                     false => Fresh::Met,
                 }))
             }
-            // The server refused the statement, which wrote nothing: a stored row's key, a
-            // CHECK, a trigger that dropped rows. The guarded write decides, and reports what
-            // it meets.
-            Err(source) if source.code().is_some() => Ok(Some(Fresh::Met)),
             Err(source) => Err(postgres_error(document, source)),
         }
     }

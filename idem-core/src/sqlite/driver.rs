@@ -236,13 +236,8 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         };
         roll_back(connection).await;
         match met {
-            Some(error)
-                if unique_conflict(&error, self.table).is_none()
-                    && !crate::engine::refuses_a_document(&error) =>
-            {
-                Err(error)
-            }
-            _ => Ok(Some(Fresh::Met)),
+            Some(error) => Err(error),
+            None => Ok(Some(Fresh::Met)),
         }
     }
 
