@@ -563,20 +563,20 @@ pub(super) fn column_arrays<'r>(
     let mut columns: Vec<Vec<Option<&str>>> =
         vec![Vec::with_capacity(rows.len()); table.sent.len()];
     for row in rows {
-        if row.values.len() != columns.len() {
+        if row.sent_len() != columns.len() {
             return Err(Error::new(
                 document.clone(),
                 ErrorKind::Serialize {
                     message: format!(
                         "a row of {} values for {} columns",
-                        row.values.len(),
+                        row.sent_len(),
                         columns.len()
                     ),
                 },
             ));
         }
-        for (column, value) in columns.iter_mut().zip(&row.values) {
-            column.push(value.as_deref());
+        for (position, column) in columns.iter_mut().enumerate() {
+            column.push(row.sent_value(table, position));
         }
     }
     Ok(columns)

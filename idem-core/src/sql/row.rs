@@ -44,8 +44,10 @@ impl std::ops::Deref for LightRow {
 #[derive(Debug)]
 pub(crate) struct PreparedRow {
     pub light: LightRow,
-    /// The text of each sent column (`None`: NULL), in [`Layout::sent`] order.
-    pub values: Vec<Option<String>>,
+    /// The text of each sent column (`None`: NULL), in [`Layout::sent`] order; `None` too for
+    /// the id, the hash and the version key, which [`PreparedRow::sent_value`] reads from the
+    /// prepared document instead of a copy of each per row.
+    values: Vec<Option<String>>,
 }
 
 impl std::ops::Deref for PreparedRow {
@@ -353,9 +355,7 @@ impl PreparedRow {
         let mut extra = Some(walked.extra).filter(|extra| !extra.is_empty());
         for (value, &index) in values.iter_mut().zip(&table.sent) {
             match table.columns[index].content {
-                Content::Id => *value = Some(light.id_text.clone()),
-                Content::Hash => *value = Some(light.hash.clone()),
-                Content::VersionKey => value.clone_from(&light.version_key),
+                Content::Id | Content::Hash | Content::VersionKey => *value = None,
                 Content::Digests => *value = Some(digests_text(&light.digests)),
                 Content::Extra => {
                     *value = extra.take().map(|extra| Value::Object(extra).to_string())
@@ -419,9 +419,7 @@ impl PreparedRow {
         for &index in &table.sent {
             let column = &table.columns[index];
             let text = match column.content {
-                Content::Id => Some(prepared.id_text.clone()),
-                Content::Hash => Some(prepared.hash.clone()),
-                Content::VersionKey => prepared.version_key.clone(),
+                Content::Id | Content::Hash | Content::VersionKey => None,
                 Content::Digests => Some(digests_text(&prepared.digests)),
                 // Filled last, from what no column took.
                 Content::Extra => None,
@@ -496,7 +494,26 @@ impl PreparedRow {
     /// The row's value of sent column `index` of `table`.
     pub fn value_of(&self, table: &Layout, index: usize) -> Option<&str> {
         let position = table.sent.iter().position(|&sent| sent == index)?;
-        self.values[position].as_deref()
+        self.sent_value(table, position)
+    }
+
+    /// The text of the sent column at `position` (in [`Layout::sent`] order) of `table`, the
+    /// table the row was prepared for.
+    pub fn sent_value<'r>(&'r self, table: &Layout, position: usize) -> Option<&'r str> {
+        match table.columns[table.sent[position]].content {
+            Content::Id => Some(&self.id_text),
+            Content::Hash => Some(&self.hash),
+            Content::VersionKey => self.version_key.as_deref(),
+            _ => self.values.get(position)?.as_deref(),
+        }
+    }
+
+    /// How many sent columns the row holds a value for: as many as `table` sends, for the table
+    /// it was prepared for.
+    // Only PostgreSQL's column arrays check it (a short one would be padded with NULLs).
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    pub fn sent_len(&self) -> usize {
+        self.values.len()
     }
 
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
@@ -700,7 +717,11 @@ pub fn row_encoding_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool
             light_parts(&json.light)
         ));
     }
-    for ((walked, json), &index) in walked.values.iter().zip(&json.values).zip(&table.sent) {
+    for (position, &index) in table.sent.iter().enumerate() {
+        let (walked, json) = (
+            walked.sent_value(&table, position),
+            json.sent_value(&table, position),
+        );
         let column = &table.columns[index];
         let same = match (column.content, walked, json) {
             (Content::Extra, Some(walked), Some(json)) => {

@@ -486,7 +486,7 @@ pub(super) fn bind_row<'q>(
             crate::sql::layout::Content::Stored(_) => column.shape,
             _ => ColumnShape::Text,
         };
-        query = bind_text(query, shape, doc.values[position].as_deref());
+        query = bind_text(query, shape, doc.sent_value(table, position));
     }
     query
 }
