@@ -355,6 +355,7 @@ impl PreparedRow {
         let mut extra = Some(walked.extra).filter(|extra| !extra.is_empty());
         for (value, &index) in values.iter_mut().zip(&table.sent) {
             match table.columns[index].content {
+                // Read from the light row itself ([`PreparedRow::sent_value`]).
                 Content::Id | Content::Hash | Content::VersionKey => *value = None,
                 Content::Digests => *value = Some(digests_text(&light.digests)),
                 Content::Extra => {
@@ -419,6 +420,7 @@ impl PreparedRow {
         for &index in &table.sent {
             let column = &table.columns[index];
             let text = match column.content {
+                // Read from the prepared document itself ([`PreparedRow::sent_value`]).
                 Content::Id | Content::Hash | Content::VersionKey => None,
                 Content::Digests => Some(digests_text(&prepared.digests)),
                 // Filled last, from what no column took.
@@ -504,7 +506,9 @@ impl PreparedRow {
             Content::Id => Some(&self.id_text),
             Content::Hash => Some(&self.hash),
             Content::VersionKey => self.version_key.as_deref(),
-            _ => self.values.get(position)?.as_deref(),
+            Content::Stored(_) | Content::Digests | Content::Extra => {
+                self.values.get(position)?.as_deref()
+            }
         }
     }
 
