@@ -540,6 +540,9 @@ struct Sample {
     dead: i64,
     wal: u64,
     wall: Duration,
+    /// The CPU time of the server's process for the connection, where the server runs on this
+    /// machine (read from `/proc/<pid>/schedstat`).
+    server_cpu: Option<Duration>,
 }
 
 /// A row of the table: a variant's samples over the rounds, and its ratios to the baseline.
@@ -554,6 +557,7 @@ struct ReportRow {
     wal_bytes: u64,
     wall: Duration,
     per_row: Duration,
+    server_cpu: Option<Duration>,
     /// Median over rounds of (this / baseline) wall time, and each round's ratio.
     ratio: Option<(f64, Vec<f64>)>,
     is_baseline: bool,
@@ -623,6 +627,11 @@ impl Report {
                 wal_bytes,
                 wall,
                 per_row: wall / u32::try_from(rows.max(1)).unwrap_or(u32::MAX),
+                server_cpu: runs
+                    .iter()
+                    .map(|run| run.server_cpu)
+                    .collect::<Option<Vec<_>>>()
+                    .map(|cpu| median_duration(cpu.into_iter())),
                 ratio,
                 is_baseline: index == 0,
             });
@@ -648,6 +657,7 @@ impl Report {
             "dead tuples",
             "WAL",
             "wall (median)",
+            "server CPU",
             "ratio",
             "ratio per round",
         ];
@@ -670,6 +680,7 @@ impl Report {
                     fmt_duration(row.wall),
                     fmt_duration(row.per_row)
                 ),
+                row.server_cpu.map_or_else(|| "n/a".to_owned(), fmt_duration),
                 ratio,
                 rounds,
             ]);
@@ -692,7 +703,7 @@ impl Report {
                 .as_ref()
                 .map_or_else(String::new, |(ratio, _)| format!("{ratio:.3}"));
             out.push_str(&format!(
-                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\n",
+                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\t{}\n",
                 row.variant,
                 row.statements,
                 row.sent,
@@ -702,7 +713,8 @@ impl Report {
                 row.wal_bytes,
                 fmt_duration(row.wall),
                 fmt_duration(row.per_row),
-                u8::from(row.is_baseline)
+                u8::from(row.is_baseline),
+                row.server_cpu.map_or_else(String::new, fmt_duration),
             ));
         }
         out.push_str(&targets_tsv(&self.targets));
@@ -953,6 +965,8 @@ enum Variant {
     Copy,
     /// `store.upsert_many`.
     Idem,
+    /// `store.upsert_many` through `&mut Client`, which idem holds alone: fresh chunks by `COPY`.
+    IdemHeld,
 }
 
 impl Variant {
@@ -963,6 +977,7 @@ impl Variant {
             Variant::Naive => "naive: multi-row INSERT … ON CONFLICT DO UPDATE SET … per chunk",
             Variant::Copy => "COPY … FROM STDIN (FORMAT binary)",
             Variant::Idem => "idem store.upsert_many",
+            Variant::IdemHeld => "idem store.upsert_many, &mut Client (COPY)",
         }
     }
 }
@@ -997,7 +1012,9 @@ struct Datasets {
 }
 
 struct Bench {
-    client: Client,
+    /// The one connection every variant writes through (a lock, since one variant borrows it
+    /// mutably), whose statistics are flushed before each count.
+    client: tokio::sync::Mutex<Client>,
     wire: Arc<WireCounts>,
     store: Store,
     rounds: usize,
@@ -1008,6 +1025,9 @@ struct Bench {
     /// The multi-row upserts by row count, prepared before any timing.
     multi: HashMap<usize, Statement>,
     copy: Statement,
+    /// The process of the server serving the connection: its CPU time is read where the server
+    /// runs on this machine.
+    server_pid: Option<i32>,
 }
 
 impl Bench {
@@ -1036,8 +1056,12 @@ impl Bench {
             }
         }
         let copy = client.prepare(&copy_sql()).await?;
+        let server_pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
         Ok(Bench {
-            client,
+            client: tokio::sync::Mutex::new(client),
             wire,
             store,
             rounds: args.rounds,
@@ -1046,12 +1070,13 @@ impl Bench {
             single,
             multi,
             copy,
+            server_pid: Some(server_pid),
         })
     }
 
     async fn run_all(&self, args: &Args) -> Result<Report, Fatal> {
         let server: String = self
-            .client
+            .client.lock().await
             .query_one(
                 "SELECT 'PostgreSQL ' || current_setting('server_version')",
                 &[],
@@ -1059,7 +1084,7 @@ impl Bench {
             .await?
             .get(0);
         let settings: Vec<String> = self
-            .client
+            .client.lock().await
             .query(
                 "SELECT name || ' ' || setting FROM pg_settings WHERE name IN \
                  ('fsync', 'synchronous_commit', 'full_page_writes') ORDER BY name",
@@ -1100,6 +1125,7 @@ impl Bench {
                         Variant::MultiRow,
                         Variant::Copy,
                         Variant::Idem,
+                        Variant::IdemHeld,
                     ],
                     None,
                     &data.originals,
@@ -1148,7 +1174,7 @@ impl Bench {
     /// The rows idem stores for `posts`: written by idem into the empty table, read back.
     async fn rows_of(&self, posts: &[Post]) -> Result<Vec<Row>, Fatal> {
         self.reset(None).await?;
-        let report = self.store.upsert_many(&self.client, posts).await?;
+        let report = self.store.upsert_many(&*self.client.lock().await, posts).await?;
         expect_outcomes(
             &report,
             &[(Outcome::Inserted, posts.len())],
@@ -1159,7 +1185,7 @@ impl Bench {
             columns()[..9].join(", ")
         );
         let mut stored: HashMap<(String, String), Row> = HashMap::new();
-        for row in self.client.query(&sql, &[]).await? {
+        for row in self.client.lock().await.query(&sql, &[]).await? {
             let frozen: String = row.get(9);
             let values = Row {
                 id: row.get(0),
@@ -1207,13 +1233,13 @@ impl Bench {
 
     /// Empties the table, stores `seed` (with `COPY`) and vacuums it.
     async fn reset(&self, seed: Option<&[Row]>) -> Result<(), Fatal> {
-        self.client
+        self.client.lock().await
             .batch_execute(&format!("TRUNCATE {TABLE}"))
             .await?;
         if let Some(rows) = seed {
             self.copy_rows(rows).await?;
         }
-        self.client
+        self.client.lock().await
             .batch_execute(&format!("VACUUM {TABLE}"))
             .await?;
         Ok(())
@@ -1222,11 +1248,11 @@ impl Bench {
     /// Flushes this connection's pending statistics, then reads the table's counters.
     async fn table_stats(&self) -> Result<TableStats, Fatal> {
         // The flush happens when the statement ends, before the server answers it.
-        self.client
+        self.client.lock().await
             .batch_execute("SELECT pg_stat_force_next_flush()")
             .await?;
         let row = self
-            .client
+            .client.lock().await
             .query_one(
                 "SELECT n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables \
                  WHERE relid = to_regclass($1)",
@@ -1243,7 +1269,7 @@ impl Bench {
     /// The WAL insert position, in bytes.
     async fn wal_position(&self) -> Result<u64, Fatal> {
         let text: String = self
-            .client
+            .client.lock().await
             .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .await?
             .get(0);
@@ -1251,6 +1277,15 @@ impl Bench {
     }
 
     /// Runs `run` once, timed, with its statements, rows written, dead tuples and WAL bytes.
+    /// The CPU time the server's process for the connection has used, if the server runs on
+    /// this machine.
+    fn server_cpu(&self) -> Option<Duration> {
+        let pid = self.server_pid?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        let nanos = stat.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(nanos))
+    }
+
     async fn measure<F>(&self, what: &str, run: F) -> Result<(Sample, u64, u64), Fatal>
     where
         F: Future<Output = Result<Done, Fatal>>,
@@ -1258,9 +1293,13 @@ impl Bench {
         let before = self.table_stats().await?;
         let wal_start = self.wal_position().await?;
         let wire_start = self.wire.snapshot();
+        let cpu_start = self.server_cpu();
         let started = Instant::now();
         let done = run.await?;
         let wall = started.elapsed();
+        let server_cpu = cpu_start
+            .zip(self.server_cpu())
+            .map(|(start, end)| end.saturating_sub(start));
         let wire = self.wire.snapshot().since(wire_start);
         let wal_end = self.wal_position().await?;
         let after = self.table_stats().await?;
@@ -1285,6 +1324,7 @@ impl Bench {
             dead: after.dead - before.dead,
             wal: wal_end.saturating_sub(wal_start),
             wall,
+            server_cpu,
         };
         Ok((sample, wal_start, wal_end))
     }
@@ -1303,7 +1343,7 @@ impl Bench {
                 let mut written = 0;
                 let mut calls = 0;
                 for row in &data.rows {
-                    written += self.client.execute(&self.single, &row.params()).await?;
+                    written += self.client.lock().await.execute(&self.single, &row.params()).await?;
                     calls += 1;
                 }
                 Ok(Done {
@@ -1320,7 +1360,7 @@ impl Bench {
                     })?;
                     let params: Vec<&(dyn ToSql + Sync)> =
                         chunk.iter().flat_map(Row::params).collect();
-                    written += self.client.execute(statement, &params).await?;
+                    written += self.client.lock().await.execute(statement, &params).await?;
                     calls += 1;
                 }
                 Ok(Done {
@@ -1332,8 +1372,12 @@ impl Bench {
                 written: self.copy_rows(&data.rows).await?,
                 calls: Some(1),
             }),
-            Variant::Idem => {
-                let report = self.store.upsert_many(&self.client, &data.posts).await?;
+            Variant::Idem | Variant::IdemHeld => {
+                let mut client = self.client.lock().await;
+                let report = match variant {
+                    Variant::IdemHeld => self.store.upsert_many(&mut *client, &data.posts).await?,
+                    _ => self.store.upsert_many(&*client, &data.posts).await?,
+                };
                 expect_outcomes(&report, expected, "upsert_many")?;
                 let written = report.count(Outcome::Inserted) + report.count(Outcome::Updated);
                 Ok(Done {
@@ -1346,7 +1390,7 @@ impl Bench {
 
     /// Binary `COPY` of `rows`: one statement. Returns the rows copied.
     async fn copy_rows(&self, rows: &[Row]) -> Result<u64, Fatal> {
-        let sink = self.client.copy_in(&self.copy).await?;
+        let sink = self.client.lock().await.copy_in(&self.copy).await?;
         let mut writer = pin!(BinaryCopyInWriter::new(sink, &TYPES));
         for row in rows {
             writer.as_mut().write(&row.params()).await?;
@@ -1371,7 +1415,7 @@ impl Bench {
         // Planner statistics for the stored rows, once: ANALYZE in every round would churn the
         // catalog (and its autovacuum would write WAL in the measured windows).
         self.reset(seed).await?;
-        self.client
+        self.client.lock().await
             .batch_execute(&format!("ANALYZE {TABLE}"))
             .await?;
         let mut samples = vec![Vec::new(); variants.len()];
@@ -1414,15 +1458,16 @@ impl Bench {
         let chunks = rows.div_ceil(self.chunk) as u64;
         let dead = median_u64(idem.iter().map(|s| s.dead as u64));
         let wal = median_u64(idem.iter().map(|s| s.wal));
-        // The median over rounds of idem's wall time over another variant's, round by round.
-        let ratio_to = |other: usize| {
-            let per_round: Vec<f64> = idem
+        // The median over rounds of one variant's wall time over another's, round by round.
+        let ratio_of = |one: usize, other: usize| {
+            let per_round: Vec<f64> = samples[one]
                 .iter()
                 .zip(&samples[other])
                 .map(|(a, b)| a.wall.as_secs_f64() / b.wall.as_secs_f64())
                 .collect();
             median(&per_round)
         };
+        let ratio_to = |other: usize| ratio_of(idem_index, other);
         let tag = format!("(P{label})");
         // idem looks a chunk up first from 64 rows on; below, the rows cost less than the trip.
         let looked_up = match (self.chunk >= 64, label) {
@@ -1492,6 +1537,15 @@ impl Bench {
                         format!("{tag} idem within 1.5x of binary COPY"),
                         format!("idem/COPY {ratio:.2}x"),
                     );
+                    if let Some(held) = index_of(Variant::IdemHeld) {
+                        let ratio = ratio_of(held, copy);
+                        report.target(
+                            false,
+                            ratio <= 1.5,
+                            format!("{tag} idem on a &mut Client within 1.5x of binary COPY"),
+                            format!("idem (COPY)/COPY {ratio:.2}x"),
+                        );
+                    }
                 }
             }
             "2" => {
@@ -1596,7 +1650,7 @@ impl Bench {
             "CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA {}",
             self.schema
         );
-        match self.client.batch_execute(&sql).await {
+        match self.client.lock().await.batch_execute(&sql).await {
             Ok(()) => true,
             Err(error) => {
                 eprintln!("bench_postgres: check: no {name} ({error}); skipped");
@@ -1741,7 +1795,7 @@ impl Bench {
                 && sample.dead == *want_dead;
             if pgstattuple {
                 let physical: i64 = self
-                    .client
+                    .client.lock().await
                     .query_one(
                         "SELECT dead_tuple_count FROM pgstattuple($1::text::regclass)",
                         &[&TABLE],
@@ -1761,7 +1815,7 @@ impl Bench {
             }
             if *variant != Variant::Idem && *scenario == "P1" {
                 // The hand-written rows are idem's own: idem finds every one unchanged.
-                let again = self.store.upsert_many(&self.client, &dataset.posts).await?;
+                let again = self.store.upsert_many(&*self.client.lock().await, &dataset.posts).await?;
                 let same = again.count(Outcome::Unchanged) == n;
                 line.push_str(if same {
                     "; idem finds the rows unchanged"
@@ -1802,9 +1856,9 @@ impl Bench {
         if end <= start {
             return Ok(String::new());
         }
-        self.client.batch_execute("CHECKPOINT").await?;
+        self.client.lock().await.batch_execute("CHECKPOINT").await?;
         let rows = self
-            .client
+            .client.lock().await
             .query(
                 "SELECT resource_manager || '/' || record_type, count(*), \
                  sum(end_lsn - start_lsn)::bigint \

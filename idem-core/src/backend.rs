@@ -24,6 +24,9 @@ pub trait Backend: Sync {
         T: Idempotent + serde::Serialize + Sync;
 
     /// Upserts `docs`, each with the outcome upserting them one by one in input order gives.
+    /// The documents are prepared a chunk at a time, and a chunk's prepared rows are dropped
+    /// once it is written (unless an id of it comes back later in the batch), so a batch of any
+    /// size holds about two chunks of them at once, beside `docs` itself.
     fn upsert_many<T>(&self, docs: &[T]) -> impl Future<Output = Result<BatchReport, Error>> + Send
     where
         T: Idempotent + serde::Serialize + Sync;

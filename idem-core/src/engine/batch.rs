@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use serde::Serialize;
@@ -221,44 +222,49 @@ where
     // The documents are prepared one slice at a time, and each slice's first-round documents
     // are sent while the next slice is prepared: the server writes one chunk while the client
     // hashes and encodes the next. An input's round depends only on the inputs before it.
-    let mut slices: Vec<PreparedSlice<D>> = docs.chunks(slice_len).map(|_| Vec::new()).collect();
+    // A slice is kept past its chunk only if a later round sends some of its documents;
+    // otherwise it is dropped while the next chunk is in flight, so a batch holds about two
+    // slices at a time, and freeing them is not left to the end.
+    let mut kept: Vec<Option<Arc<PreparedSlice<D>>>> = Vec::new();
     {
         let mut in_flight: Option<Settling<'_>> = None;
-        let mut rest: &mut [PreparedSlice<D>] = &mut slices;
+        // The slice of the chunk sent last, dropped once the next chunk is in flight.
+        let mut last_sent: Option<Arc<PreparedSlice<D>>> = None;
         for (number, slice) in docs.chunks(slice_len).enumerate() {
-            let Some((prepared, tail)) = std::mem::take(&mut rest).split_first_mut() else {
-                break;
-            };
-            rest = tail;
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
             let light = foresight.look_up && slice.len() >= SHORTCUT_MIN_DOCS;
-            *prepared = slice
-                .iter()
-                .map(|doc| match light {
-                    true => driver.prepare_light(doc),
-                    false => driver.prepare(doc).map(Ready::Whole),
-                })
-                .collect();
-            let prepared: &PreparedSlice<D> = prepared;
+            let prepared: Arc<PreparedSlice<D>> = Arc::new(
+                slice
+                    .iter()
+                    .map(|doc| match light {
+                        true => driver.prepare_light(doc),
+                        false => driver.prepare(doc).map(Ready::Whole),
+                    })
+                    .collect(),
+            );
             let mut first_round = Vec::new();
+            let mut in_later_rounds = false;
             for (offset, doc) in prepared.iter().enumerate() {
                 let index = number * slice_len + offset;
                 match doc {
                     Err(refusal) => outcomes[index] = Some(Err(refusal.clone())),
                     Ok(doc) => {
                         let planned = Planned {
-                            id: doc.id_text.as_str(),
+                            id: doc.id,
                             natural_key: &doc.document.natural_key,
                             hash: doc.hash.as_str(),
                         };
-                        if planner.add(index, planned) == Placement::Round(0) {
-                            first_round.push((index, doc));
+                        match planner.add(index, planned) {
+                            Placement::Round(0) => first_round.push(index),
+                            Placement::Round(_) => in_later_rounds = true,
+                            Placement::CopyOf(_) => {}
                         }
                     }
                 }
             }
+            kept.push(in_later_rounds.then(|| Arc::clone(&prepared)));
             if let Some(previous) = in_flight.take() {
                 foresight = record(previous.await?, &mut outcomes);
             }
@@ -269,22 +275,23 @@ where
                 driver.ready().await?;
                 ready = true;
             }
+            let sending = Arc::clone(&prepared);
             let mut chunk: Settling<'_> = Box::pin(async move {
-                let sent: Vec<(&ReadyOf<D>, &T)> = first_round
+                let (indexes, sent): (Vec<usize>, Vec<(&ReadyOf<D>, &T)>) = first_round
                     .iter()
-                    .map(|&(index, doc)| (doc, &docs[index]))
-                    .collect();
+                    .filter_map(|&index| {
+                        let doc = sending[index % slice_len].as_ref().ok()?;
+                        Some((index, (doc, &docs[index])))
+                    })
+                    .unzip();
                 let settled = settle_chunk(driver, &sent, foresight).await?;
-                Ok(first_round
-                    .iter()
-                    .map(|&(index, _)| index)
-                    .zip(settled)
-                    .collect())
+                Ok(indexes.into_iter().zip(settled).collect())
             });
             match send_now(chunk.as_mut()) {
                 Poll::Ready(settled) => foresight = record(settled?, &mut outcomes),
                 Poll::Pending => in_flight = Some(chunk),
             }
+            drop(last_sent.replace(prepared));
         }
         if let Some(previous) = in_flight.take() {
             foresight = record(previous.await?, &mut outcomes);
@@ -292,7 +299,10 @@ where
     }
     let plan = planner.plan;
     crate::trace::batch_split(docs.len(), plan.rounds.len(), slice_len);
-    let prepared = |index: usize| slices[index / slice_len][index % slice_len].as_ref().ok();
+    let prepared = |index: usize| {
+        let slice = kept.get(index / slice_len)?.as_ref()?;
+        slice[index % slice_len].as_ref().ok()
+    };
     // The later rounds: an id's second distinct content in the batch, and so on.
     for round in plan.rounds.iter().skip(1) {
         for chunk in round.chunks(slice_len) {

@@ -33,7 +33,7 @@ where
     let mut planner = BatchPlanner::with_capacity(members.len());
     for (index, doc) in prepared.iter().enumerate() {
         let planned = Planned {
-            id: &doc.id_text,
+            id: doc.id,
             natural_key: &doc.document.natural_key,
             // Members compare by id alone: a copy is the same member, whatever it holds.
             hash: "",

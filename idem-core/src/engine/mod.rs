@@ -224,7 +224,7 @@ pub(crate) trait Driver: Sync {
     /// What a judgement reads of a document: its id, natural key, hashes and guarded values,
     /// which a driver may prepare without encoding the rest
     /// ([`batch::BatchDriver::prepare_light`]).
-    type Light: std::ops::Deref<Target = Prepared> + Sync;
+    type Light: std::ops::Deref<Target = Prepared> + Send + Sync;
     /// What the driver read of a stored document.
     type Stored: Send + Sync;
 

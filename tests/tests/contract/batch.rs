@@ -832,3 +832,26 @@ async fn large_batches_of_every_shape_agree_with_single_upserts() {
         batches_agree_with_single_upserts(&db, "entries", &[first, again]).await;
     }
 }
+
+/// Ids that come back later in a large batch, with other content, across chunks of 64: the
+/// later documents go in later rounds, after every chunk of the first, from whichever chunk they
+/// were prepared in (the first, a middle one, the last); each agrees with single upserts.
+#[tokio::test]
+async fn ids_repeated_across_chunks_of_a_large_batch_agree_with_single_upserts() {
+    for db in fresh_backends("repeated_ids").await {
+        let mut batch: Vec<Entry> = (0..150usize)
+            .map(|n| entry(&format!("r{n:03}"), 2, "first"))
+            .collect();
+        // In the first chunk: a newer revision of an id of that same chunk.
+        batch[40] = entry("r003", 3, "newer, same chunk");
+        // In a middle chunk: an older revision of an id of the first chunk (stale), and a newer
+        // one of an id of the chunk before it.
+        batch[70] = entry("r010", 1, "older");
+        batch[100] = entry("r065", 4, "newer, next chunk");
+        // In the last chunk: a third content of an id already repeated, and a copy.
+        batch.push(entry("r003", 5, "newest"));
+        batch.push(entry("r065", 4, "newer, next chunk"));
+        batch.push(entry("r149", 3, "newer, last chunk"));
+        batches_agree_with_single_upserts(&db, "repeated entries", &[batch]).await;
+    }
+}
