@@ -38,7 +38,11 @@
 //! variant alone. Autovacuum is off for the table (it would reset `n_dead_tup` behind the
 //! benchmark's back). Variants run interleaved (A, B, C, then C, B, A…); the wall time is the
 //! median over the rounds, and the ratio the median of per-round ratios to the scenario's
-//! baseline (its first variant), each taken within its own round.
+//! baseline (its first variant), each taken within its own round. Beside the wall time, the CPU
+//! time of each side in the window, from Linux's `schedstat` (nanoseconds): the server's process
+//! for the connection (where the server runs on this machine; `n/a` otherwise) and this process,
+//! every thread summed (idem's preparation of the rows, and the connection's I/O). On a machine
+//! whose cores both sides share, the two say which one a variant waits on.
 //!
 //! How each count is made exact:
 //!
@@ -541,8 +545,10 @@ struct Sample {
     wal: u64,
     wall: Duration,
     /// The CPU time of the server's process for the connection, where the server runs on this
-    /// machine (read from `/proc/<pid>/schedstat`).
+    /// machine.
     server_cpu: Option<Duration>,
+    /// The CPU time of this process, every thread (the connection's I/O included).
+    client_cpu: Option<Duration>,
 }
 
 /// A row of the table: a variant's samples over the rounds, and its ratios to the baseline.
@@ -558,6 +564,7 @@ struct ReportRow {
     wall: Duration,
     per_row: Duration,
     server_cpu: Option<Duration>,
+    client_cpu: Option<Duration>,
     /// Median over rounds of (this / baseline) wall time, and each round's ratio.
     ratio: Option<(f64, Vec<f64>)>,
     is_baseline: bool,
@@ -627,11 +634,8 @@ impl Report {
                 wal_bytes,
                 wall,
                 per_row: wall / u32::try_from(rows.max(1)).unwrap_or(u32::MAX),
-                server_cpu: runs
-                    .iter()
-                    .map(|run| run.server_cpu)
-                    .collect::<Option<Vec<_>>>()
-                    .map(|cpu| median_duration(cpu.into_iter())),
+                server_cpu: median_cpu(runs.iter().map(|run| run.server_cpu)),
+                client_cpu: median_cpu(runs.iter().map(|run| run.client_cpu)),
                 ratio,
                 is_baseline: index == 0,
             });
@@ -658,6 +662,7 @@ impl Report {
             "WAL",
             "wall (median)",
             "server CPU",
+            "client CPU",
             "ratio",
             "ratio per round",
         ];
@@ -680,7 +685,8 @@ impl Report {
                     fmt_duration(row.wall),
                     fmt_duration(row.per_row)
                 ),
-                row.server_cpu.map_or_else(|| "n/a".to_owned(), fmt_duration),
+                fmt_cpu(row.server_cpu, "n/a"),
+                fmt_cpu(row.client_cpu, "n/a"),
                 ratio,
                 rounds,
             ]);
@@ -703,7 +709,7 @@ impl Report {
                 .as_ref()
                 .map_or_else(String::new, |(ratio, _)| format!("{ratio:.3}"));
             out.push_str(&format!(
-                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\t{}\n",
+                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\t{}\t{}\n",
                 row.variant,
                 row.statements,
                 row.sent,
@@ -714,12 +720,41 @@ impl Report {
                 fmt_duration(row.wall),
                 fmt_duration(row.per_row),
                 u8::from(row.is_baseline),
-                row.server_cpu.map_or_else(String::new, fmt_duration),
+                fmt_cpu(row.server_cpu, ""),
+                fmt_cpu(row.client_cpu, ""),
             ));
         }
         out.push_str(&targets_tsv(&self.targets));
         out
     }
+}
+
+/// The CPU time a thread or process has run, from its `schedstat` (nanoseconds, exact), where
+/// Linux has it.
+fn schedstat_cpu(path: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let nanos = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// The CPU time this process has used: every thread's, summed.
+fn client_cpu() -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        total += schedstat_cpu(path.to_str()?)?;
+    }
+    Some(total)
+}
+
+/// The median CPU time over the rounds, if every round has one.
+fn median_cpu(values: impl Iterator<Item = Option<Duration>>) -> Option<Duration> {
+    let values: Option<Vec<Duration>> = values.collect();
+    values.map(|values| median_duration(values.into_iter()))
+}
+
+fn fmt_cpu(cpu: Option<Duration>, absent: &str) -> String {
+    cpu.map_or_else(|| absent.to_owned(), fmt_duration)
 }
 
 /// The median of counts over the rounds, with how far apart the rounds were if they differ.
@@ -965,8 +1000,6 @@ enum Variant {
     Copy,
     /// `store.upsert_many`.
     Idem,
-    /// `store.upsert_many` through `&mut Client`, which idem holds alone: fresh chunks by `COPY`.
-    IdemHeld,
 }
 
 impl Variant {
@@ -977,7 +1010,6 @@ impl Variant {
             Variant::Naive => "naive: multi-row INSERT … ON CONFLICT DO UPDATE SET … per chunk",
             Variant::Copy => "COPY … FROM STDIN (FORMAT binary)",
             Variant::Idem => "idem store.upsert_many",
-            Variant::IdemHeld => "idem store.upsert_many, &mut Client (COPY)",
         }
     }
 }
@@ -1012,9 +1044,7 @@ struct Datasets {
 }
 
 struct Bench {
-    /// The one connection every variant writes through (a lock, since one variant borrows it
-    /// mutably), whose statistics are flushed before each count.
-    client: tokio::sync::Mutex<Client>,
+    client: Client,
     wire: Arc<WireCounts>,
     store: Store,
     rounds: usize,
@@ -1025,9 +1055,8 @@ struct Bench {
     /// The multi-row upserts by row count, prepared before any timing.
     multi: HashMap<usize, Statement>,
     copy: Statement,
-    /// The process of the server serving the connection: its CPU time is read where the server
-    /// runs on this machine.
-    server_pid: Option<i32>,
+    /// The server's process for the connection.
+    server_pid: i32,
 }
 
 impl Bench {
@@ -1056,12 +1085,12 @@ impl Bench {
             }
         }
         let copy = client.prepare(&copy_sql()).await?;
-        let server_pid: i32 = client
+        let server_pid = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await?
             .get(0);
         Ok(Bench {
-            client: tokio::sync::Mutex::new(client),
+            client,
             wire,
             store,
             rounds: args.rounds,
@@ -1070,13 +1099,13 @@ impl Bench {
             single,
             multi,
             copy,
-            server_pid: Some(server_pid),
+            server_pid,
         })
     }
 
     async fn run_all(&self, args: &Args) -> Result<Report, Fatal> {
         let server: String = self
-            .client.lock().await
+            .client
             .query_one(
                 "SELECT 'PostgreSQL ' || current_setting('server_version')",
                 &[],
@@ -1084,7 +1113,7 @@ impl Bench {
             .await?
             .get(0);
         let settings: Vec<String> = self
-            .client.lock().await
+            .client
             .query(
                 "SELECT name || ' ' || setting FROM pg_settings WHERE name IN \
                  ('fsync', 'synchronous_commit', 'full_page_writes') ORDER BY name",
@@ -1125,7 +1154,6 @@ impl Bench {
                         Variant::MultiRow,
                         Variant::Copy,
                         Variant::Idem,
-                        Variant::IdemHeld,
                     ],
                     None,
                     &data.originals,
@@ -1174,7 +1202,7 @@ impl Bench {
     /// The rows idem stores for `posts`: written by idem into the empty table, read back.
     async fn rows_of(&self, posts: &[Post]) -> Result<Vec<Row>, Fatal> {
         self.reset(None).await?;
-        let report = self.store.upsert_many(&*self.client.lock().await, posts).await?;
+        let report = self.store.upsert_many(&self.client, posts).await?;
         expect_outcomes(
             &report,
             &[(Outcome::Inserted, posts.len())],
@@ -1185,7 +1213,7 @@ impl Bench {
             columns()[..9].join(", ")
         );
         let mut stored: HashMap<(String, String), Row> = HashMap::new();
-        for row in self.client.lock().await.query(&sql, &[]).await? {
+        for row in self.client.query(&sql, &[]).await? {
             let frozen: String = row.get(9);
             let values = Row {
                 id: row.get(0),
@@ -1233,13 +1261,13 @@ impl Bench {
 
     /// Empties the table, stores `seed` (with `COPY`) and vacuums it.
     async fn reset(&self, seed: Option<&[Row]>) -> Result<(), Fatal> {
-        self.client.lock().await
+        self.client
             .batch_execute(&format!("TRUNCATE {TABLE}"))
             .await?;
         if let Some(rows) = seed {
             self.copy_rows(rows).await?;
         }
-        self.client.lock().await
+        self.client
             .batch_execute(&format!("VACUUM {TABLE}"))
             .await?;
         Ok(())
@@ -1248,11 +1276,11 @@ impl Bench {
     /// Flushes this connection's pending statistics, then reads the table's counters.
     async fn table_stats(&self) -> Result<TableStats, Fatal> {
         // The flush happens when the statement ends, before the server answers it.
-        self.client.lock().await
+        self.client
             .batch_execute("SELECT pg_stat_force_next_flush()")
             .await?;
         let row = self
-            .client.lock().await
+            .client
             .query_one(
                 "SELECT n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables \
                  WHERE relid = to_regclass($1)",
@@ -1269,7 +1297,7 @@ impl Bench {
     /// The WAL insert position, in bytes.
     async fn wal_position(&self) -> Result<u64, Fatal> {
         let text: String = self
-            .client.lock().await
+            .client
             .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .await?
             .get(0);
@@ -1277,13 +1305,10 @@ impl Bench {
     }
 
     /// Runs `run` once, timed, with its statements, rows written, dead tuples and WAL bytes.
-    /// The CPU time the server's process for the connection has used, if the server runs on
+    /// The CPU time the server's process for the connection has used, where the server runs on
     /// this machine.
     fn server_cpu(&self) -> Option<Duration> {
-        let pid = self.server_pid?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
-        let nanos = stat.split_whitespace().next()?.parse().ok()?;
-        Some(Duration::from_nanos(nanos))
+        schedstat_cpu(&format!("/proc/{}/schedstat", self.server_pid))
     }
 
     async fn measure<F>(&self, what: &str, run: F) -> Result<(Sample, u64, u64), Fatal>
@@ -1293,13 +1318,15 @@ impl Bench {
         let before = self.table_stats().await?;
         let wal_start = self.wal_position().await?;
         let wire_start = self.wire.snapshot();
-        let cpu_start = self.server_cpu();
+        let (server_start, client_start) = (self.server_cpu(), client_cpu());
         let started = Instant::now();
         let done = run.await?;
         let wall = started.elapsed();
-        let server_cpu = cpu_start
-            .zip(self.server_cpu())
-            .map(|(start, end)| end.saturating_sub(start));
+        let used = |start: Option<Duration>, end: Option<Duration>| {
+            start.zip(end).map(|(start, end)| end.saturating_sub(start))
+        };
+        let server_cpu = used(server_start, self.server_cpu());
+        let client_cpu = used(client_start, client_cpu());
         let wire = self.wire.snapshot().since(wire_start);
         let wal_end = self.wal_position().await?;
         let after = self.table_stats().await?;
@@ -1325,6 +1352,7 @@ impl Bench {
             wal: wal_end.saturating_sub(wal_start),
             wall,
             server_cpu,
+            client_cpu,
         };
         Ok((sample, wal_start, wal_end))
     }
@@ -1343,7 +1371,7 @@ impl Bench {
                 let mut written = 0;
                 let mut calls = 0;
                 for row in &data.rows {
-                    written += self.client.lock().await.execute(&self.single, &row.params()).await?;
+                    written += self.client.execute(&self.single, &row.params()).await?;
                     calls += 1;
                 }
                 Ok(Done {
@@ -1360,7 +1388,7 @@ impl Bench {
                     })?;
                     let params: Vec<&(dyn ToSql + Sync)> =
                         chunk.iter().flat_map(Row::params).collect();
-                    written += self.client.lock().await.execute(statement, &params).await?;
+                    written += self.client.execute(statement, &params).await?;
                     calls += 1;
                 }
                 Ok(Done {
@@ -1372,12 +1400,8 @@ impl Bench {
                 written: self.copy_rows(&data.rows).await?,
                 calls: Some(1),
             }),
-            Variant::Idem | Variant::IdemHeld => {
-                let mut client = self.client.lock().await;
-                let report = match variant {
-                    Variant::IdemHeld => self.store.upsert_many(&mut *client, &data.posts).await?,
-                    _ => self.store.upsert_many(&*client, &data.posts).await?,
-                };
+            Variant::Idem => {
+                let report = self.store.upsert_many(&self.client, &data.posts).await?;
                 expect_outcomes(&report, expected, "upsert_many")?;
                 let written = report.count(Outcome::Inserted) + report.count(Outcome::Updated);
                 Ok(Done {
@@ -1390,7 +1414,7 @@ impl Bench {
 
     /// Binary `COPY` of `rows`: one statement. Returns the rows copied.
     async fn copy_rows(&self, rows: &[Row]) -> Result<u64, Fatal> {
-        let sink = self.client.lock().await.copy_in(&self.copy).await?;
+        let sink = self.client.copy_in(&self.copy).await?;
         let mut writer = pin!(BinaryCopyInWriter::new(sink, &TYPES));
         for row in rows {
             writer.as_mut().write(&row.params()).await?;
@@ -1415,7 +1439,7 @@ impl Bench {
         // Planner statistics for the stored rows, once: ANALYZE in every round would churn the
         // catalog (and its autovacuum would write WAL in the measured windows).
         self.reset(seed).await?;
-        self.client.lock().await
+        self.client
             .batch_execute(&format!("ANALYZE {TABLE}"))
             .await?;
         let mut samples = vec![Vec::new(); variants.len()];
@@ -1458,16 +1482,15 @@ impl Bench {
         let chunks = rows.div_ceil(self.chunk) as u64;
         let dead = median_u64(idem.iter().map(|s| s.dead as u64));
         let wal = median_u64(idem.iter().map(|s| s.wal));
-        // The median over rounds of one variant's wall time over another's, round by round.
-        let ratio_of = |one: usize, other: usize| {
-            let per_round: Vec<f64> = samples[one]
+        // The median over rounds of idem's wall time over another variant's, round by round.
+        let ratio_to = |other: usize| {
+            let per_round: Vec<f64> = idem
                 .iter()
                 .zip(&samples[other])
                 .map(|(a, b)| a.wall.as_secs_f64() / b.wall.as_secs_f64())
                 .collect();
             median(&per_round)
         };
-        let ratio_to = |other: usize| ratio_of(idem_index, other);
         let tag = format!("(P{label})");
         // idem looks a chunk up first from 64 rows on; below, the rows cost less than the trip.
         let looked_up = match (self.chunk >= 64, label) {
@@ -1525,7 +1548,7 @@ impl Bench {
                     report.target(
                         false,
                         ratio <= 1.0 / 3.0,
-                        format!("{tag} idem at least 3x faster than row by row"),
+                        format!("{tag} idem at least 3x faster than row by row, {rows} rows"),
                         format!("{:.1}x faster (idem/row-by-row {ratio:.3}x)", 1.0 / ratio),
                     );
                 }
@@ -1534,18 +1557,9 @@ impl Bench {
                     report.target(
                         false,
                         ratio <= 1.5,
-                        format!("{tag} idem within 1.5x of binary COPY"),
+                        format!("{tag} idem within 1.5x of binary COPY, {rows} rows"),
                         format!("idem/COPY {ratio:.2}x"),
                     );
-                    if let Some(held) = index_of(Variant::IdemHeld) {
-                        let ratio = ratio_of(held, copy);
-                        report.target(
-                            false,
-                            ratio <= 1.5,
-                            format!("{tag} idem on a &mut Client within 1.5x of binary COPY"),
-                            format!("idem (COPY)/COPY {ratio:.2}x"),
-                        );
-                    }
                 }
             }
             "2" => {
@@ -1650,7 +1664,7 @@ impl Bench {
             "CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA {}",
             self.schema
         );
-        match self.client.lock().await.batch_execute(&sql).await {
+        match self.client.batch_execute(&sql).await {
             Ok(()) => true,
             Err(error) => {
                 eprintln!("bench_postgres: check: no {name} ({error}); skipped");
@@ -1795,7 +1809,7 @@ impl Bench {
                 && sample.dead == *want_dead;
             if pgstattuple {
                 let physical: i64 = self
-                    .client.lock().await
+                    .client
                     .query_one(
                         "SELECT dead_tuple_count FROM pgstattuple($1::text::regclass)",
                         &[&TABLE],
@@ -1815,7 +1829,7 @@ impl Bench {
             }
             if *variant != Variant::Idem && *scenario == "P1" {
                 // The hand-written rows are idem's own: idem finds every one unchanged.
-                let again = self.store.upsert_many(&*self.client.lock().await, &dataset.posts).await?;
+                let again = self.store.upsert_many(&self.client, &dataset.posts).await?;
                 let same = again.count(Outcome::Unchanged) == n;
                 line.push_str(if same {
                     "; idem finds the rows unchanged"
@@ -1856,9 +1870,9 @@ impl Bench {
         if end <= start {
             return Ok(String::new());
         }
-        self.client.lock().await.batch_execute("CHECKPOINT").await?;
+        self.client.batch_execute("CHECKPOINT").await?;
         let rows = self
-            .client.lock().await
+            .client
             .query(
                 "SELECT resource_manager || '/' || record_type, count(*), \
                  sum(end_lsn - start_lsn)::bigint \
