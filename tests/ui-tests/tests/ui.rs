@@ -1,10 +1,15 @@
 //! Compile-time tests of `#[derive(Idempotent)]`: each mistake a user can make is a case under
 //! `ui/<category>/`, with the exact error it must produce in its `.stderr`; the cases under
 //! `ui/pass/` must compile and run. Regenerate the `.stderr` files after a deliberate
-//! message change with `TRYBUILD=overwrite cargo test -p idem-tests --test ui`, then read them.
+//! message change with `TRYBUILD=overwrite cargo test -p idem-ui-tests --test ui`, then read them.
 
 #[test]
 fn ui() {
+    // The cases build as a project of trybuild's own, in a target directory of its own, which
+    // compiles every dependency again and does not inherit the workspace's profile: without
+    // debug information, as the workspace's own test builds are, that build links and writes far
+    // less. The errors the cases must produce do not depend on it.
+    std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "false");
     let t = trybuild::TestCases::new();
     // The input is not a struct with named fields.
     t.compile_fail("ui/structure/*.rs");

@@ -1,7 +1,7 @@
 // Every stored key type, each as a `#[idem(key)]` field of one document. (`Rc<str>` is a key
 // type too, but a document holding one is not `Sync`, which the generated `upsert` requires.)
 // `u64`, `usize`, `u128` and `i128` derive ids (`derive_id` takes them) but are not stored keys:
-// see tests/ui/types/key_u64.rs.
+// see tests/ui-tests/ui/types/key_u64.rs.
 
 use std::borrow::Cow;
 use std::sync::Arc;
