@@ -731,7 +731,7 @@ impl Report {
 
 /// The CPU time a thread or process has run, from its `schedstat` (nanoseconds, exact), where
 /// Linux has it.
-fn schedstat_cpu(path: &str) -> Option<Duration> {
+fn schedstat_cpu(path: impl AsRef<std::path::Path>) -> Option<Duration> {
     let stat = std::fs::read_to_string(path).ok()?;
     let nanos = stat.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(nanos))
@@ -741,8 +741,7 @@ fn schedstat_cpu(path: &str) -> Option<Duration> {
 fn client_cpu() -> Option<Duration> {
     let mut total = Duration::ZERO;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        total += schedstat_cpu(path.to_str()?)?;
+        total += schedstat_cpu(task.ok()?.path().join("schedstat"))?;
     }
     Some(total)
 }
@@ -1308,7 +1307,7 @@ impl Bench {
     /// The CPU time the server's process for the connection has used, where the server runs on
     /// this machine.
     fn server_cpu(&self) -> Option<Duration> {
-        schedstat_cpu(&format!("/proc/{}/schedstat", self.server_pid))
+        schedstat_cpu(format!("/proc/{}/schedstat", self.server_pid))
     }
 
     async fn measure<F>(&self, what: &str, run: F) -> Result<(Sample, u64, u64), Fatal>
