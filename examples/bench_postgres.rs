@@ -42,7 +42,10 @@
 //! time of each side in the window, from Linux's `schedstat` (nanoseconds): the server's process
 //! for the connection (where the server runs on this machine; `n/a` otherwise) and this process,
 //! every thread summed (idem's preparation of the rows, and the connection's I/O). On a machine
-//! whose cores both sides share, the two say which one a variant waits on.
+//! whose cores both sides share, the two say which one a variant waits on. And the heap
+//! allocations per row on the thread that drives the writes (counted by the global allocator,
+//! exact): the preparation of the rows and the encoding of the statements, not the connection's
+//! I/O task.
 //!
 //! How each count is made exact:
 //!
@@ -102,6 +105,7 @@ use idem_examples::bench::{
     Target,
 };
 use idem_examples::cli::{exit_code, fatal, Fatal, Flags};
+use idem_tests::allocations::{Counting, CountingAllocator};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -549,6 +553,9 @@ struct Sample {
     server_cpu: Option<Duration>,
     /// The CPU time of this process, every thread (the connection's I/O included).
     client_cpu: Option<Duration>,
+    /// The heap allocations on the thread that drives the writes (the variant's preparation of
+    /// the rows and the encoding of its statements; not the connection's I/O task).
+    allocations: usize,
 }
 
 /// A row of the table: a variant's samples over the rounds, and its ratios to the baseline.
@@ -565,6 +572,8 @@ struct ReportRow {
     per_row: Duration,
     server_cpu: Option<Duration>,
     client_cpu: Option<Duration>,
+    /// The median allocations over the rounds, per row.
+    allocations_per_row: f64,
     /// Median over rounds of (this / baseline) wall time, and each round's ratio.
     ratio: Option<(f64, Vec<f64>)>,
     is_baseline: bool,
@@ -636,6 +645,9 @@ impl Report {
                 per_row: wall / u32::try_from(rows.max(1)).unwrap_or(u32::MAX),
                 server_cpu: median_cpu(runs.iter().map(|run| run.server_cpu)),
                 client_cpu: median_cpu(runs.iter().map(|run| run.client_cpu)),
+                allocations_per_row: median_u64(runs.iter().map(|run| run.allocations as u64))
+                    as f64
+                    / rows.max(1) as f64,
                 ratio,
                 is_baseline: index == 0,
             });
@@ -663,6 +675,7 @@ impl Report {
             "wall (median)",
             "server CPU",
             "client CPU",
+            "allocations/row",
             "ratio",
             "ratio per round",
         ];
@@ -687,6 +700,7 @@ impl Report {
                 ),
                 fmt_cpu(row.server_cpu, "n/a"),
                 fmt_cpu(row.client_cpu, "n/a"),
+                format!("{:.1}", row.allocations_per_row),
                 ratio,
                 rounds,
             ]);
@@ -709,7 +723,7 @@ impl Report {
                 .as_ref()
                 .map_or_else(String::new, |(ratio, _)| format!("{ratio:.3}"));
             out.push_str(&format!(
-                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\t{}\t{}\n",
+                "row\t{scenario}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{} ({}/row)\t{}\t{ratio}\t{}\t{}\t{:.1}\n",
                 row.variant,
                 row.statements,
                 row.sent,
@@ -722,6 +736,7 @@ impl Report {
                 u8::from(row.is_baseline),
                 fmt_cpu(row.server_cpu, ""),
                 fmt_cpu(row.client_cpu, ""),
+                row.allocations_per_row,
             ));
         }
         out.push_str(&targets_tsv(&self.targets));
@@ -814,6 +829,8 @@ struct Args {
     /// The bandwidth of the measured client's link to the server, each way, in Mbit/s; the
     /// loopback's when `None`.
     link_mbit: Option<u32>,
+    /// Runs idem's writes alone: no hand-written variant, no ratio, no target.
+    only_idem: bool,
 }
 
 impl Args {
@@ -824,7 +841,7 @@ impl Args {
 
 const USAGE: &str = "\
 usage: bench_postgres [--rounds N] [--rows N] [--chunk N] [--only LIST] [--durable]
-                      [--link-mbit N] [--tsv FILE]
+                      [--link-mbit N] [--only-idem] [--tsv FILE]
 
 Benchmarks idem's upsert_many against hand-written writes on the PostgreSQL server named by
 POSTGRES_URI (15 or later).
@@ -838,6 +855,8 @@ POSTGRES_URI (15 or later).
   --link-mbit N  pace the measured client's connection to N Mbit/s each way, as a link of that
                bandwidth would (the loopback's latency stays): where the bytes on the wire
                decide
+  --only-idem  run idem's writes alone (no hand-written variant, no ratio, no target): what to
+               run under a profiler
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
@@ -849,6 +868,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
         only: Vec::new(),
         durable: false,
         link_mbit: None,
+        only_idem: false,
     };
     let mut flags = Flags::new(args, USAGE);
     while let Some(flag) = flags.next_flag() {
@@ -860,6 +880,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             "--tsv" => parsed.tsv = Some(flags.value("--tsv")?),
             "--only" => parsed.only = flags.list("--only", &["check", "1", "2", "3"])?,
             "--durable" => parsed.durable = true,
+            "--only-idem" => parsed.only_idem = true,
             "--link-mbit" => {
                 let mbit = flags.number("--link-mbit")?;
                 let mbit = u32::try_from(mbit).map_err(|_| {
@@ -912,6 +933,10 @@ async fn durable(client: &Client, on: bool) -> Result<(), Fatal> {
         "the server did not take fsync = on after pg_reload_conf()",
     ))
 }
+
+// Counts the heap allocations of the measured windows, on the thread that drives the writes.
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -1056,6 +1081,7 @@ struct Bench {
     copy: Statement,
     /// The server's process for the connection.
     server_pid: i32,
+    only_idem: bool,
 }
 
 impl Bench {
@@ -1099,6 +1125,7 @@ impl Bench {
             multi,
             copy,
             server_pid,
+            only_idem: args.only_idem,
         })
     }
 
@@ -1318,9 +1345,12 @@ impl Bench {
         let wal_start = self.wal_position().await?;
         let wire_start = self.wire.snapshot();
         let (server_start, client_start) = (self.server_cpu(), client_cpu());
+        let counting = Counting::start();
         let started = Instant::now();
-        let done = run.await?;
+        let done = run.await;
         let wall = started.elapsed();
+        let allocations = counting.stop();
+        let done = done?;
         let used = |start: Option<Duration>, end: Option<Duration>| {
             start.zip(end).map(|(start, end)| end.saturating_sub(start))
         };
@@ -1352,6 +1382,7 @@ impl Bench {
             wall,
             server_cpu,
             client_cpu,
+            allocations,
         };
         Ok((sample, wal_start, wal_end))
     }
@@ -1435,6 +1466,10 @@ impl Bench {
         data: &Dataset,
         expected: &[(Outcome, usize)],
     ) -> Result<(), Fatal> {
+        let variants = match self.only_idem {
+            true => &[Variant::Idem],
+            false => variants,
+        };
         // Planner statistics for the stored rows, once: ANALYZE in every round would churn the
         // catalog (and its autovacuum would write WAL in the measured windows).
         self.reset(seed).await?;
@@ -1460,7 +1495,9 @@ impl Bench {
         }
         let rows = data.rows.len();
         report.add_scenario(title, variants, &samples, rows)?;
-        self.targets(report, label, variants, &samples, rows);
+        if !self.only_idem {
+            self.targets(report, label, variants, &samples, rows);
+        }
         Ok(())
     }
 

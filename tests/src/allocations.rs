@@ -67,18 +67,41 @@ unsafe impl GlobalAlloc for CountingAllocator {
 ///
 /// If [`CountingAllocator`] is not the binary's global allocator: every count would be 0.
 pub fn allocations_in<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    COUNTING.with(|counting| counting.set(true));
-    ALLOCATIONS.with(|count| count.set(0));
-    drop(black_box(Box::new(0_u8)));
-    let installed = ALLOCATIONS.with(Cell::get) == 1;
-    ALLOCATIONS.with(|count| count.set(0));
-    if !installed {
-        COUNTING.with(|counting| counting.set(false));
-        panic!(
-            "allocations_in counts nothing: install CountingAllocator as the #[global_allocator]"
-        );
-    }
+    let counting = Counting::start();
     let result = f();
-    COUNTING.with(|counting| counting.set(false));
-    (result, ALLOCATIONS.with(Cell::get))
+    (result, counting.stop())
+}
+
+/// Counts this thread's allocations from [`Counting::start`] to [`Counting::stop`]: for code
+/// that awaits, which a closure given to [`allocations_in`] cannot hold, run where every poll
+/// happens on this thread (a runtime's `block_on`).
+#[must_use = "the count is read with `stop`"]
+pub struct Counting(());
+
+impl Counting {
+    /// Starts counting on this thread, from zero.
+    ///
+    /// # Panics
+    ///
+    /// If [`CountingAllocator`] is not the binary's global allocator: every count would be 0.
+    pub fn start() -> Counting {
+        COUNTING.with(|counting| counting.set(true));
+        ALLOCATIONS.with(|count| count.set(0));
+        drop(black_box(Box::new(0_u8)));
+        let installed = ALLOCATIONS.with(Cell::get) == 1;
+        ALLOCATIONS.with(|count| count.set(0));
+        if !installed {
+            COUNTING.with(|counting| counting.set(false));
+            panic!(
+                "allocations are not counted: install CountingAllocator as the #[global_allocator]"
+            );
+        }
+        Counting(())
+    }
+
+    /// Stops counting and returns the allocations made on this thread since the start.
+    pub fn stop(self) -> usize {
+        COUNTING.with(|counting| counting.set(false));
+        ALLOCATIONS.with(Cell::get)
+    }
 }

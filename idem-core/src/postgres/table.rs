@@ -343,17 +343,42 @@ impl Table {
     /// rows `i(c0, c1, …)` whose columns are numbered by position in `columns`; no row unless
     /// the guard of `checked` (when given) holds.
     fn incoming(&self, checked: bool) -> String {
-        let arrays: Vec<String> = (1..=self.sent.len())
-            .map(|parameter| format!("${parameter}::text[]"))
+        self.unnested("incoming", &self.sent, checked)
+    }
+
+    /// The incoming rows' ids and natural keys only, as `incoming` gives them (`incoming_keys`):
+    /// what a branch that finds stored rows by id or key reads, so that the whole rows, read
+    /// by the insert alone, stream into it instead of being kept for a second reader.
+    fn incoming_keys(&self) -> String {
+        let keys: Vec<usize> = std::iter::once(0)
+            .chain(
+                self.model
+                    .natural_key_fields()
+                    .filter_map(|field| self.column_of(field)),
+            )
+            .filter(|index| self.sent.contains(index))
             .collect();
-        let names: Vec<String> = self.sent.iter().map(|index| format!("c{index}")).collect();
+        self.unnested("incoming_keys", &keys, true)
+    }
+
+    /// The relation `base` as a table expression of the sent columns `columns` (indexes into
+    /// the table's columns): each one's `text[]` parameter (numbered by its position among the
+    /// sent columns), unnested into rows `i(c…)` named by column index; no row unless the guard
+    /// of `checked` (when given) holds.
+    fn unnested(&self, base: &str, columns: &[usize], checked: bool) -> String {
+        let arrays: Vec<String> = columns
+            .iter()
+            .filter_map(|index| self.sent.iter().position(|sent| sent == index))
+            .map(|position| format!("${}::text[]", position + 1))
+            .collect();
+        let names: Vec<String> = columns.iter().map(|index| format!("c{index}")).collect();
         let guard = match checked {
             true => format!(", {} c WHERE c.ok", self.relation_name("checked")),
             false => String::new(),
         };
         format!(
             "{} AS (SELECT i.* FROM unnest({}) AS i({}){guard})",
-            self.relation_name("incoming"),
+            self.relation_name(base),
             arrays.join(", "),
             names.join(", ")
         )
@@ -395,15 +420,21 @@ impl Table {
     /// inserted: none when the table the search path resolves is not one the store checked.
     /// It fails, writing nothing, if it inserted fewer rows than it was given (a trigger
     /// dropped some): what it did write would otherwise stay, and be taken for stored rows.
+    /// The rows it was given are counted from the id parameter, not from `incoming`: read by
+    /// the insert alone, `incoming` streams into it, where a second reader would have the
+    /// server keep a copy of every row (about a sixth of its time for a chunk).
     fn fresh_statement(&self) -> String {
         let (names, values) = self.inserted_columns(Statement::Upsert);
+        let ids = self.sent.iter().position(|&index| index == 0).unwrap_or(0) + 1;
         format!(
             "WITH {checked}, {incoming}, {written} AS (\
              INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
-             SELECT (CASE WHEN count(*) = (SELECT count(*) FROM {incoming_name}) \
+             SELECT (CASE WHEN count(*) = (SELECT CASE WHEN c.ok THEN cardinality(${ids}::text[]) \
+             ELSE 0 END FROM {checked_name} c) \
              THEN count(*)::text ELSE 'rows the insert was given were dropped' END)::int8 \
              FROM {written}",
             checked = self.checked_cte(self.sent.len() + 1),
+            checked_name = self.relation_name("checked"),
             incoming = self.incoming(true),
             incoming_name = self.relation_name("incoming"),
             written = self.relation_name("written"),
@@ -443,13 +474,13 @@ impl Table {
         // The last branch is the guard's answer: one row without an id when the table the
         // search path resolves is not one the store checked (nothing was written then).
         format!(
-            "WITH {checked}, {incoming}, {written} AS (\
+            "WITH {checked}, {incoming}, {incoming_keys}, {written} AS (\
              INSERT INTO {table} AS t ({names}) SELECT {values} FROM {incoming_name} i{skip} \
              ON CONFLICT ({key}) {conflict} \
              RETURNING t.{id} AS id, {{inserted}} AS inserted) \
              SELECT w.id AS incoming_id, w.inserted, {nulls} FROM {written} w \
              UNION ALL \
-             SELECT i.c0, NULL, {stored} FROM {incoming_name} i JOIN {table} t ON {join} \
+             SELECT i.c0, NULL, {stored} FROM {incoming_keys_name} i JOIN {table} t ON {join} \
              WHERE NOT EXISTS (SELECT 1 FROM {written} w WHERE w.id = i.c0) \
              UNION ALL \
              SELECT NULL, NULL, {nulls} FROM {checked_name} c WHERE NOT c.ok",
@@ -457,6 +488,8 @@ impl Table {
             checked_name = self.relation_name("checked"),
             incoming = self.incoming(true),
             incoming_name = self.relation_name("incoming"),
+            incoming_keys = self.incoming_keys(),
+            incoming_keys_name = self.relation_name("incoming_keys"),
             written = self.relation_name("written"),
             table = self.name(),
             skip = match statement {
