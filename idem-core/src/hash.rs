@@ -76,6 +76,20 @@ impl ContentHash {
         text
     }
 
+    /// The stored form, held inline ([`ShortText`](crate::short_text::ShortText)): what a
+    /// prepared document carries.
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    pub(crate) fn to_short_text(self) -> crate::short_text::ShortText {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 64];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(&self.bytes) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        let hex = std::str::from_utf8(&hex).unwrap_or_default();
+        crate::short_text::ShortText::new(&[self.algorithm.prefix(), hex])
+    }
+
     /// The 64 lowercase hex digits of the bytes.
     fn hex_digits(&self) -> String {
         lower_hex(&self.bytes)
@@ -269,11 +283,11 @@ pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, Strin
 pub(crate) fn guard_digest<T: Serialize + ?Sized>(
     value: &T,
     is_null: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<crate::short_text::ShortText>, String> {
     if is_null {
         return Ok(None);
     }
-    hash_value(value).map(|hash| Some(hash.to_hex()))
+    hash_value(value).map(|hash| Some(hash.to_short_text()))
 }
 
 /// Four SHA-256 blocks: one call to the hasher for a document of a few hundred bytes. Smaller
@@ -974,5 +988,33 @@ impl<S: Sink> ser::SerializeMap for Map<'_, S> {
         }
         self.sink.write(&[MAP_END]);
         Ok(())
+    }
+}
+
+#[cfg(all(
+    test,
+    any(feature = "mongodb", feature = "_postgres", feature = "sqlite")
+))]
+mod tests {
+    use super::{ContentHash, HashAlgorithm};
+
+    /// A prepared document holds its hash's text inline: every algorithm's text must fit whole,
+    /// or two hashes could be cut to the same text.
+    #[test]
+    fn every_algorithms_hash_text_fits_inline_whole() {
+        let algorithms = [
+            HashAlgorithm::Sha256,
+            #[cfg(feature = "blake3")]
+            HashAlgorithm::Blake3,
+        ];
+        for algorithm in algorithms {
+            let bytes: [u8; 32] = std::array::from_fn(|at| (at * 37 + 11) as u8);
+            let hash = ContentHash::from_parts(algorithm, bytes);
+            assert_eq!(
+                hash.to_short_text().as_str(),
+                hash.to_hex(),
+                "{algorithm:?}"
+            );
+        }
     }
 }

@@ -119,9 +119,9 @@ impl Id {
     /// The id as stored: its 26 characters, without the formatting machinery `to_string`
     /// goes through (once per document of a batch).
     #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
-    pub(crate) fn to_text(self) -> String {
+    pub(crate) fn to_text(self) -> crate::short_text::ShortText {
         let mut buffer = [0u8; ulid::ULID_LEN];
-        self.0.array_to_str(&mut buffer).to_owned()
+        crate::short_text::ShortText::new(&[self.0.array_to_str(&mut buffer)])
     }
 }
 

@@ -178,6 +178,8 @@ pub mod postgres;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod push;
 pub mod read;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod short_text;
 #[cfg(any(feature = "_postgres", feature = "sqlite"))]
 mod sql;
 #[cfg(feature = "sqlite")]

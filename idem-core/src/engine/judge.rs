@@ -141,7 +141,7 @@ fn id_change<D: Driver>(
             doc.document.clone(),
             ErrorKind::IdChanged {
                 stored_id: stored_id.unwrap_or_else(|| "(missing)".to_owned()),
-                derived_id: doc.id_text.clone(),
+                derived_id: doc.id_text.to_string(),
             },
         ),
     }
@@ -159,7 +159,7 @@ fn refusal<D: Driver>(
         ErrorKind::FrozenFieldChanged {
             stored_id: driver
                 .stored_id(stored)
-                .unwrap_or_else(|| doc.id_text.clone()),
+                .unwrap_or_else(|| doc.id_text.to_string()),
             field: field.name(),
             stored_name: field.stored_name(),
             stored: driver

@@ -33,6 +33,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::model::{Field, Model, Role};
 use crate::outcome::Outcome;
+use crate::short_text::ShortText;
 use crate::verdict::StoredVersion;
 use crate::MAX_ATTEMPTS;
 
@@ -179,13 +180,13 @@ pub(crate) struct Prepared {
     /// The id it is written under.
     pub id: Id,
     /// The id, as stored.
-    pub id_text: String,
+    pub id_text: ShortText,
     /// The content hash, as stored.
-    pub hash: String,
+    pub hash: ShortText,
     /// The version's order key, for a type with versions.
     pub version_key: Option<String>,
     /// Each guarded field with the digest of its incoming value (`None`: never written).
-    pub digests: Vec<(&'static Field, Option<String>)>,
+    pub digests: Vec<(&'static Field, Option<ShortText>)>,
     /// Reads a stored version back as the type's ([`crate::Idempotent::stored_version_key`]).
     pub stored_version: fn(&Value) -> Option<crate::VersionKey>,
 }
@@ -198,8 +199,8 @@ impl Prepared {
         doc: &T,
         document: DocumentRef,
         id: Id,
-        hash: String,
-        digests: Vec<(&'static Field, Option<String>)>,
+        hash: ShortText,
+        digests: Vec<(&'static Field, Option<ShortText>)>,
     ) -> Self {
         Prepared {
             model: &T::MODEL,

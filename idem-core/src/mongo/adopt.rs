@@ -800,7 +800,10 @@ impl Adoption<'_> {
             .digested_fields()
             .filter_map(|field| {
                 let digest = guarded_digest(field, stored.get(field.stored_name())?).ok()??;
-                Some((field.stored_name().to_owned(), Bson::String(digest)))
+                Some((
+                    field.stored_name().to_owned(),
+                    Bson::String(digest.to_string()),
+                ))
             })
             .collect();
         if self.model.digested_fields().next().is_some() {

@@ -357,7 +357,7 @@ impl MongoDriver<'_> {
                 .collect();
         Ok(writes
             .iter()
-            .map(|write| stored.remove(&write.id_text))
+            .map(|write| stored.remove(write.id_text.as_str()))
             .collect())
     }
 }

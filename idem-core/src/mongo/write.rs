@@ -24,6 +24,7 @@ use crate::model::{
 };
 use crate::outcome::Outcome;
 use crate::push::path_step;
+use crate::short_text::ShortText;
 
 /// The prefixes of a write marker: the write inserted the document, or replaced it.
 const INSERTED: &str = "i:";
@@ -67,7 +68,7 @@ impl PreparedWrite {
         let document = doc.document_ref();
         let serialize_error =
             |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?.to_hex();
+        let hash = doc.content_hash()?.to_short_text();
         let mut body =
             bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
         // The driver would fail the whole command on it, a batch's other documents included.
@@ -108,14 +109,14 @@ impl PreparedWrite {
                 Ok((field, digest))
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        body.insert(model.hash_field(), hash.clone());
+        body.insert(model.hash_field(), hash.as_str());
         if !digests.is_empty() {
             let stored_digests: Document = digests
                 .iter()
                 .filter_map(|(field, digest)| {
                     Some((
                         field.stored_name().to_owned(),
-                        Bson::String(digest.clone()?),
+                        Bson::String(digest.as_deref()?.to_owned()),
                     ))
                 })
                 .collect();
@@ -457,7 +458,7 @@ fn is_null(value: &Bson) -> bool {
 
 /// The digest of `field`'s incoming value; `None` for a value never written (an `Option`'s
 /// null: [`Field::null_is_unwritten`]).
-pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<String>, String> {
+pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<ShortText>, String> {
     crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
 }
 

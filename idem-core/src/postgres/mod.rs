@@ -464,7 +464,11 @@ impl Store {
         }
         Ok(rows
             .iter()
-            .map(|row| states.remove(&row.id_text).unwrap_or(RowState::Unseen))
+            .map(|row| {
+                states
+                    .remove(row.id_text.as_str())
+                    .unwrap_or(RowState::Unseen)
+            })
             .collect())
     }
 

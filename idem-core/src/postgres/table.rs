@@ -16,6 +16,7 @@ use crate::idempotent::Idempotent;
 use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
+use crate::short_text::ShortText;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
@@ -815,7 +816,7 @@ impl Table {
 /// The digests as PostgreSQL writes a `jsonb` object of them back as text, given to `write`
 /// piece by piece: keys shorter first, then bytewise, each `"key": "value"`, separated by `, `.
 fn jsonb_text(
-    digests: &[(&'static crate::model::Field, Option<String>)],
+    digests: &[(&'static crate::model::Field, Option<ShortText>)],
     write: &mut impl FnMut(&str),
 ) {
     let mut entries: Vec<(&str, &str)> = digests

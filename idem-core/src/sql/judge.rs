@@ -95,7 +95,7 @@ pub(crate) fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
         .map(|index| (index, prepared.value_of(table, index).map(str::to_owned)))
         .collect();
     Ok(Destination {
-        id_text: prepared.id_text.clone(),
+        id_text: prepared.id_text.to_string(),
         document: prepared.document.clone(),
         contents,
     })
@@ -161,7 +161,7 @@ pub(crate) fn stored_destination(
             let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
             let unwritten = value.is_null() && field.null_is_unwritten();
             let digest = crate::hash::guard_digest(value, unwritten).ok()??;
-            Some((field.stored_name().to_owned(), Value::from(digest)))
+            Some((field.stored_name().to_owned(), Value::from(digest.as_str())))
         })
         .collect();
     let judged = judge(table, Reading::Stored { field_order }, stored);

@@ -76,6 +76,10 @@ pub(crate) struct Layout {
     pub columns: Vec<TableColumn>,
     /// The indexes into `columns` of the values sent with each write, in parameter order.
     pub sent: Vec<usize>,
+    /// The stored names of the guarded fields, then of the natural-key fields: the values a
+    /// pass over a document picks ([`super::scan::walk`]), named once here rather than for
+    /// every document.
+    pub picked_names: Vec<&'static str>,
 }
 
 impl Layout {
@@ -128,6 +132,11 @@ impl Layout {
             stored: stored.to_vec(),
             columns,
             sent,
+            picked_names: model
+                .digested_fields()
+                .chain(model.natural_key_fields())
+                .map(|field| field.stored_name())
+                .collect(),
         }
     }
 

@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
+use crate::short_text::ShortText;
 use crate::sql::json::{self, Cell};
 use crate::sql::scan;
 use crate::verdict::StoredVersion;
@@ -245,18 +246,19 @@ impl LightRow {
         table: &Layout,
     ) -> Result<Option<LightRow>, Error> {
         match scan::walk(doc, table, false) {
-            Some(walked) => LightRow::from_picked(doc, doc.id()?, table, &walked.picked),
+            Some(walked) => LightRow::from_picked(doc, doc.id()?, table, walked.picked),
             None => Ok(None),
         }
     }
 
     /// The light form of `doc` under `id`, from the values [`scan::walk`] picked (each as its
-    /// column takes it); `None` where the key is missing or null, or a digest cannot be made.
+    /// column takes it), which the guarded values are moved out of; `None` where the key is
+    /// missing or null, or a digest cannot be made.
     fn from_picked<T: Idempotent + Serialize>(
         doc: &T,
         id: Id,
         table: &Layout,
-        picked: &[(&'static str, Value)],
+        mut picked: Vec<(&'static str, Value)>,
     ) -> Result<Option<LightRow>, Error> {
         let model: &'static Model = &T::MODEL;
         let picked_value = |name: &str| {
@@ -270,18 +272,6 @@ impl LightRow {
         if check_written_names(model, &document, std::iter::empty(), holds_key).is_err() {
             return Ok(None);
         }
-        let hash = doc.content_hash()?.to_hex();
-        let mut digests = Vec::new();
-        let mut guarded = Vec::new();
-        for field in model.digested_fields() {
-            let value = picked_value(field.stored_name()).unwrap_or(&Value::Null);
-            let unwritten = value.is_null() && field.null_is_unwritten();
-            let Ok(digest) = crate::hash::guard_digest(value, unwritten) else {
-                return Ok(None);
-            };
-            digests.push((field, digest));
-            guarded.push((value.clone(), None));
-        }
         let key_texts = model
             .natural_key_fields()
             .map(|field| {
@@ -291,6 +281,21 @@ impl LightRow {
                     .flatten()
             })
             .collect();
+        let hash = doc.content_hash()?.to_short_text();
+        let mut digests = Vec::with_capacity(table.picked_names.len());
+        let mut guarded = Vec::with_capacity(table.picked_names.len());
+        for field in model.digested_fields() {
+            let value = picked
+                .iter_mut()
+                .find(|(picked, _)| *picked == field.stored_name())
+                .map_or(Value::Null, |(_, value)| std::mem::take(value));
+            let unwritten = value.is_null() && field.null_is_unwritten();
+            let Ok(digest) = crate::hash::guard_digest(&value, unwritten) else {
+                return Ok(None);
+            };
+            digests.push((field, digest));
+            guarded.push((value, None));
+        }
         Ok(Some(LightRow {
             prepared: Prepared::new(doc, document, id, hash, digests),
             key_texts,
@@ -301,7 +306,7 @@ impl LightRow {
 
 /// The digests column's text: each written digest by the field's stored name, a JSON object
 /// as `serde_json` writes one, without building it.
-fn digests_text(digests: &[(&'static Field, Option<String>)]) -> String {
+fn digests_text(digests: &[(&'static Field, Option<ShortText>)]) -> String {
     let mut text = String::with_capacity(2 + digests.len() * 80);
     text.push('{');
     for (field, digest) in digests {
@@ -348,7 +353,7 @@ impl PreparedRow {
         let Some(walked) = scan::walk(doc, table, true) else {
             return Ok(None);
         };
-        let Some(light) = LightRow::from_picked(doc, id, table, &walked.picked)? else {
+        let Some(light) = LightRow::from_picked(doc, id, table, walked.picked)? else {
             return Ok(None);
         };
         let mut values = walked.columns;
@@ -378,7 +383,7 @@ impl PreparedRow {
         let document = doc.document_ref();
         let serialize_error =
             |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?.to_hex();
+        let hash = doc.content_hash()?.to_short_text();
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
         let mut entries = match document_value {
@@ -610,7 +615,7 @@ pub(crate) fn value_from_text(shape: ColumnShape, text: &str) -> Value {
 }
 
 /// The digest of a float JSON cannot hold, as the content hash encodes it.
-fn float_digest(float: f64) -> Result<Option<String>, String> {
+fn float_digest(float: f64) -> Result<Option<ShortText>, String> {
     crate::hash::guard_digest(&float, false)
 }
 
@@ -745,10 +750,10 @@ pub fn row_encoding_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool
 
 /// All a lookup sends and a judgement reads of `row`, as text to compare.
 fn light_parts(row: &LightRow) -> String {
-    let digests: Vec<(&'static str, Option<String>)> = row
+    let digests: Vec<(&'static str, Option<&str>)> = row
         .digests
         .iter()
-        .map(|(field, digest)| (field.stored_name(), digest.clone()))
+        .map(|(field, digest)| (field.stored_name(), digest.as_deref()))
         .collect();
     format!(
         "id {} hash {} version key {:?} document {:?} digests {:?} keys {:?} guarded {:?}",

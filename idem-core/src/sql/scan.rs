@@ -42,12 +42,7 @@ pub(crate) struct Walked {
 /// The pass over `doc` for `table`: with `whole`, also the columns' texts; `None` if it could
 /// not vouch for the document.
 pub(crate) fn walk<T: Serialize + ?Sized>(doc: &T, table: &Layout, whole: bool) -> Option<Walked> {
-    let wanted: Vec<&'static str> = table
-        .model
-        .digested_fields()
-        .chain(table.model.natural_key_fields())
-        .map(|field| field.stored_name())
-        .collect();
+    let wanted = &table.picked_names;
     let mut walked = Walked {
         picked: Vec::with_capacity(wanted.len()),
         columns: match whole {
@@ -58,7 +53,7 @@ pub(crate) fn walk<T: Serialize + ?Sized>(doc: &T, table: &Layout, whole: bool) 
     };
     doc.serialize(Top {
         table,
-        wanted: &wanted,
+        wanted,
         whole,
         walked: &mut walked,
     })

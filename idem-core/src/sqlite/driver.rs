@@ -81,7 +81,7 @@ impl SqliteDriver<'_, '_> {
                 .collect();
             let left: Vec<&&PreparedRow> = docs
                 .iter()
-                .filter(|doc| !written.contains_key(&doc.id_text))
+                .filter(|doc| !written.contains_key(doc.id_text.as_str()))
                 .collect();
             let stored = match left.is_empty() {
                 true => Vec::new(),
@@ -98,7 +98,7 @@ impl SqliteDriver<'_, '_> {
         Ok(docs
             .iter()
             .map(|doc| {
-                if let Some(inserted) = written.get(&doc.id_text) {
+                if let Some(inserted) = written.get(doc.id_text.as_str()) {
                     return Reply::Written {
                         inserted: *inserted,
                     };
@@ -152,7 +152,7 @@ impl Driver for SqliteDriver<'_, '_> {
         let mut query = bind_row(sqlx::query(super::statement(&sql)), self.table, doc, &all);
         query = query
             .bind(format!("u{}", ulid::Ulid::generate()))
-            .bind(&doc.id_text);
+            .bind(doc.id_text.as_str());
         for value in doc.pinned_parameters(self.table, stored) {
             query = query.bind(value);
         }
@@ -176,7 +176,7 @@ impl Driver for SqliteDriver<'_, '_> {
         // Under its id first: what a conflict on the id met.
         Ok(stored
             .iter()
-            .find(|stored| stored.id == doc.id_text)
+            .find(|stored| stored.id == doc.id_text.as_str())
             .or_else(|| StoppingRows::new(&stored).stopping(&doc.light))
             .cloned())
     }
@@ -320,7 +320,7 @@ pub(super) async fn select_stored(
     let sql = table.select_stored_sql(docs.len());
     let mut query = sqlx::query(super::statement(&sql));
     for doc in docs {
-        query = query.bind(&doc.id_text);
+        query = query.bind(doc.id_text.as_str());
     }
     for doc in docs {
         for (field, text) in table.model.natural_key_fields().zip(&doc.key_texts) {
