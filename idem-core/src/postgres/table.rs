@@ -357,22 +357,22 @@ impl Table {
                     .natural_key_fields()
                     .filter_map(|field| self.column_of(field)),
             )
-            .filter(|index| self.sent.contains(index))
             .collect();
         self.unnested("incoming_keys", &keys, true)
     }
 
-    /// The relation `base` as a table expression of the sent columns `columns` (indexes into
-    /// the table's columns): each one's `text[]` parameter (numbered by its position among the
-    /// sent columns), unnested into rows `i(c…)` named by column index; no row unless the guard
-    /// of `checked` (when given) holds.
+    /// The relation `base` as a table expression of the sent columns among `columns` (indexes
+    /// into the table's columns): each one's `text[]` parameter (numbered by its position among
+    /// the sent columns), unnested into rows `i(c…)` named by column index; no row unless the
+    /// guard of `checked` (when given) holds.
     fn unnested(&self, base: &str, columns: &[usize], checked: bool) -> String {
-        let arrays: Vec<String> = columns
+        let (arrays, names): (Vec<String>, Vec<String>) = columns
             .iter()
-            .filter_map(|index| self.sent.iter().position(|sent| sent == index))
-            .map(|position| format!("${}::text[]", position + 1))
-            .collect();
-        let names: Vec<String> = columns.iter().map(|index| format!("c{index}")).collect();
+            .filter_map(|&index| {
+                let position = self.sent.iter().position(|&sent| sent == index)?;
+                Some((format!("${}::text[]", position + 1), format!("c{index}")))
+            })
+            .unzip();
         let guard = match checked {
             true => format!(", {} c WHERE c.ok", self.relation_name("checked")),
             false => String::new(),
