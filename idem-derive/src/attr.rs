@@ -421,14 +421,12 @@ fn string_value(
         skip_meta(meta)?;
         return Ok(None);
     }
-    match meta.value()?.parse::<Expr>()? {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(text),
-            ..
-        }) => Ok(Some(text)),
-        other => {
+    let value = meta.value()?.parse::<Expr>()?;
+    match string_literal(value.clone()) {
+        Some(text) => Ok(Some(text)),
+        None => {
             cx.error_spanned_by(
-                other,
+                value,
                 format!("`{name}` expects a string literal, like `{example}`"),
             );
             Ok(None)
@@ -455,12 +453,16 @@ fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<LitStr>> {
     Ok(name)
 }
 
+/// The string literal `expr` is, also where a `macro_rules!` macro passed it on as a
+/// `$value:literal` or `$value:expr` (which wraps it in invisible delimiters), as serde reads
+/// its own attributes.
 fn string_literal(expr: Expr) -> Option<LitStr> {
     match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Str(text),
             ..
         }) => Some(text),
+        Expr::Group(group) => string_literal(*group.expr),
         _ => None,
     }
 }
