@@ -855,3 +855,108 @@ async fn ids_repeated_across_chunks_of_a_large_batch_agree_with_single_upserts()
         batches_agree_with_single_upserts(&db, "repeated entries", &[batch]).await;
     }
 }
+
+/// A document of a collection named like one of the relations a statement names itself.
+trait NamedLikeARelation: idem_core::Idempotent + serde::Serialize + Sync + Clone {
+    fn new(slug: &str, owner: &str, text: &str) -> Self;
+}
+
+/// Types whose collections are named like the relations idem's statements name themselves
+/// (PostgreSQL's `WITH` queries), which must never stand for the table of that name.
+macro_rules! named_like_a_relation {
+    ($($name:ident => $collection:literal),* $(,)?) => {$(
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, idem_core::Idempotent)]
+        #[idem(collection = $collection)]
+        struct $name {
+            #[idem(key)]
+            slug: String,
+            #[idem(frozen)]
+            owner: String,
+            text: String,
+        }
+
+        impl NamedLikeARelation for $name {
+            fn new(slug: &str, owner: &str, text: &str) -> Self {
+                $name {
+                    slug: slug.into(),
+                    owner: owner.into(),
+                    text: text.into(),
+                }
+            }
+        }
+    )*};
+}
+
+named_like_a_relation! {
+    Incoming => "incoming",
+    IncomingKeys => "incoming_keys",
+    Written => "written",
+    Checked => "checked",
+}
+
+/// Every path of a batch and of a single upsert, on a collection named like a relation: new
+/// rows (a lookup, then the plain insert of fresh rows), an unchanged re-ingest (lookups only),
+/// a changed row beside one whose frozen field changed (judged from the lookup, then the
+/// guarded upsert), and single upserts (the guarded upsert, whose stopped row comes back to be
+/// refused).
+async fn every_path_on_a_collection_named_like_a_relation<T: NamedLikeARelation>(db: &Db) {
+    let collection = T::MODEL.collection();
+    db.ensure::<T>().await;
+    let docs: Vec<T> = (0..100)
+        .map(|n| T::new(&format!("doc-{n:03}"), "ada", "first"))
+        .collect();
+    let first = db.upsert_many(&docs).await.unwrap();
+    assert_eq!(first.count(Outcome::Inserted), 100, "{db} {collection}");
+    let again = db.upsert_many(&docs).await.unwrap();
+    assert_eq!(again.count(Outcome::Unchanged), 100, "{db} {collection}");
+    let mut edited = docs.clone();
+    edited[0] = T::new("doc-000", "ada", "edited");
+    edited[1] = T::new("doc-001", "grace", "first");
+    let before = db.raw::<T>().await;
+    let report = db.upsert_many(&edited).await.unwrap();
+    let outcomes = report.outcomes();
+    assert!(
+        matches!(outcomes[0], Ok(Outcome::Updated)),
+        "{db} {collection}: {:?}",
+        outcomes[0]
+    );
+    assert!(
+        matches!(
+            outcomes[1].as_ref().map_err(Error::kind),
+            Err(ErrorKind::FrozenFieldChanged { field: "owner", .. })
+        ),
+        "{db} {collection}: {:?}",
+        outcomes[1]
+    );
+    assert_eq!(report.count(Outcome::Unchanged), 98, "{db} {collection}");
+    let after = db.raw::<T>().await;
+    let changed = before.iter().filter(|row| !after.contains(row)).count();
+    assert_eq!(
+        changed, 1,
+        "{db} {collection}: only the edited row is written"
+    );
+    let single = db.upsert(&T::new("doc-002", "grace", "first")).await;
+    assert!(
+        matches!(
+            single.as_ref().map_err(Error::kind),
+            Err(ErrorKind::FrozenFieldChanged { field: "owner", .. })
+        ),
+        "{db} {collection}: {single:?}"
+    );
+    let new = db.upsert(&T::new("doc-100", "ada", "new")).await;
+    assert!(
+        matches!(new, Ok(Outcome::Inserted)),
+        "{db} {collection}: {new:?}"
+    );
+    assert_eq!(db.stored::<T>().await.len(), 101, "{db} {collection}");
+}
+
+#[tokio::test]
+async fn collections_named_like_a_statements_own_relations_take_every_path() {
+    for db in fresh_backends("named_like_relations").await {
+        every_path_on_a_collection_named_like_a_relation::<Incoming>(&db).await;
+        every_path_on_a_collection_named_like_a_relation::<IncomingKeys>(&db).await;
+        every_path_on_a_collection_named_like_a_relation::<Written>(&db).await;
+        every_path_on_a_collection_named_like_a_relation::<Checked>(&db).await;
+    }
+}
