@@ -80,14 +80,7 @@ impl ContentHash {
     /// prepared document carries.
     #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     pub(crate) fn to_short_text(self) -> crate::short_text::ShortText {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = [0u8; 64];
-        for (pair, byte) in hex.chunks_exact_mut(2).zip(&self.bytes) {
-            pair[0] = DIGITS[usize::from(byte >> 4)];
-            pair[1] = DIGITS[usize::from(byte & 0x0f)];
-        }
-        let hex = std::str::from_utf8(&hex).unwrap_or_default();
-        crate::short_text::ShortText::new(&[self.algorithm.prefix(), hex])
+        short_lower_hex(self.algorithm.prefix(), &self.bytes)
     }
 
     /// The 64 lowercase hex digits of the bytes.
@@ -102,6 +95,19 @@ pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     let mut text = String::with_capacity(2 * bytes.len());
     push_lower_hex(&mut text, bytes);
     text
+}
+
+/// `prefix` and the 64 lowercase hex digits of `bytes`, held inline.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn short_lower_hex(prefix: &str, bytes: &[u8; 32]) -> crate::short_text::ShortText {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = [0u8; 64];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    }
+    let hex = std::str::from_utf8(&hex).unwrap_or_default();
+    crate::short_text::ShortText::new(&[prefix, hex])
 }
 
 /// [`lower_hex`] onto the end of `text`.

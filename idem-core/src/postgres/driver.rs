@@ -15,6 +15,7 @@ use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
+use crate::short_text::ShortText;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
@@ -161,7 +162,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             return Ok(None);
         };
         let document = &docs[0].document;
-        let fingerprints: Vec<String> = docs
+        let fingerprints: Vec<ShortText> = docs
             .iter()
             .map(|doc| self.table.unchanged_fingerprint(doc))
             .collect();

@@ -608,7 +608,7 @@ impl Table {
     /// key, for those of them the table has, each marked present or absent. Equal
     /// fingerprints are equal parts, as equal content hashes are equal content; a digests
     /// text jsonb would write otherwise only costs the row its shortcut.
-    pub fn unchanged_fingerprint(&self, row: &LightRow) -> String {
+    pub fn unchanged_fingerprint(&self, row: &LightRow) -> ShortText {
         use sha2::Digest as _;
         // Fed part by part, as the statement joins them: no text of the whole is built.
         let mut fingerprint = sha2::Sha256::new();
@@ -630,7 +630,7 @@ impl Table {
                 None => fingerprint.update(b"n"),
             }
         }
-        crate::hash::lower_hex(&fingerprint.finalize())
+        crate::hash::short_lower_hex("", &fingerprint.finalize().into())
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
