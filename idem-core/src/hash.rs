@@ -70,10 +70,8 @@ impl ContentHash {
 
     /// The stored form.
     pub fn to_hex(&self) -> String {
-        let mut text = String::with_capacity(self.algorithm.prefix().len() + 64);
-        text.push_str(self.algorithm.prefix());
-        push_lower_hex(&mut text, &self.bytes);
-        text
+        let digits = hex_digits(&self.bytes);
+        [self.algorithm.prefix(), as_text(&digits)].concat()
     }
 
     /// The stored form, held inline ([`ShortText`](crate::short_text::ShortText)): what a
@@ -82,47 +80,35 @@ impl ContentHash {
     pub(crate) fn to_short_text(self) -> crate::short_text::ShortText {
         short_lower_hex(self.algorithm.prefix(), &self.bytes)
     }
-
-    /// The 64 lowercase hex digits of the bytes.
-    fn hex_digits(&self) -> String {
-        lower_hex(&self.bytes)
-    }
 }
 
-/// The lowercase hex digits of `bytes`, by a table: formatting each byte with `{:02x}` was a
+/// The 64 lowercase hex digits of 32 bytes, by a table: formatting each byte with `{:02x}` was a
 /// measurable part of preparing a batch (one hash and several digests per document).
-pub(crate) fn lower_hex(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(2 * bytes.len());
-    push_lower_hex(&mut text, bytes);
-    text
-}
-
-/// `prefix` and the 64 lowercase hex digits of `bytes`, held inline.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
-pub(crate) fn short_lower_hex(prefix: &str, bytes: &[u8; 32]) -> crate::short_text::ShortText {
+fn hex_digits(bytes: &[u8; 32]) -> [u8; 64] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut hex = [0u8; 64];
     for (pair, byte) in hex.chunks_exact_mut(2).zip(bytes) {
         pair[0] = DIGITS[usize::from(byte >> 4)];
         pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
-    let hex = std::str::from_utf8(&hex).unwrap_or_default();
-    crate::short_text::ShortText::new(&[prefix, hex])
+    hex
 }
 
-/// [`lower_hex`] onto the end of `text`.
-fn push_lower_hex(text: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
+/// [`hex_digits`] as text (they are ASCII, so the check cannot fail).
+fn as_text(digits: &[u8; 64]) -> &str {
+    std::str::from_utf8(digits).unwrap_or_default()
+}
+
+/// `prefix` and the 64 lowercase hex digits of `bytes`, held inline.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn short_lower_hex(prefix: &str, bytes: &[u8; 32]) -> crate::short_text::ShortText {
+    crate::short_text::ShortText::new(&[prefix, as_text(&hex_digits(bytes))])
 }
 
 impl fmt::Display for ContentHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.algorithm.prefix())?;
-        f.write_str(&self.hex_digits())
+        f.write_str(as_text(&hex_digits(&self.bytes)))
     }
 }
 

@@ -254,7 +254,7 @@ where
                         let planned = Planned {
                             id: doc.id,
                             natural_key: &doc.document.natural_key,
-                            hash: doc.hash.as_str(),
+                            hash: doc.hash,
                         };
                         match planner.add(index, planned) {
                             Placement::Round(0) => first_round.push(index),

@@ -36,7 +36,7 @@ where
             id: doc.id,
             natural_key: &doc.document.natural_key,
             // Members compare by id alone: a copy is the same member, whatever it holds.
-            hash: "",
+            hash: crate::short_text::ShortText::new(&[]),
         };
         planner.add(index, planned);
     }
