@@ -374,7 +374,7 @@ impl StoredKey for std::rc::Rc<str> {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[idem(timestamp)]` field: it is not a supported time type",
     label = "not a timestamp type",
-    note = "use `i64`/`u64` unix milliseconds, `std::time::SystemTime`, `bson::DateTime`, `chrono::DateTime<Tz>` (feature `chrono`) or `time::OffsetDateTime` (feature `time`)"
+    note = "use `i64`/`u64` unix milliseconds, `std::time::SystemTime`, `bson::DateTime` (feature `mongodb`), `chrono::DateTime<Tz>` (feature `chrono`) or `time::OffsetDateTime` (feature `time`)"
 )]
 pub trait IdTimestamp {
     /// Milliseconds since the Unix epoch, or why this value has none that fits a ULID.

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[idem(version)]` field: it is not an ordered version type",
     label = "not a version type",
-    note = "a version is an integer revision (`i64`, `u32`, …) or an instant (`SystemTime`, `bson::DateTime`, `chrono::DateTime<Tz>` with feature `chrono`, `time::OffsetDateTime` with feature `time`); text, floats and `Option` do not order replays"
+    note = "a version is an integer revision (`i64`, `u32`, …) or an instant (`SystemTime`, `bson::DateTime` with feature `mongodb`, `chrono::DateTime<Tz>` with feature `chrono`, `time::OffsetDateTime` with feature `time`); text, floats and `Option` do not order replays"
 )]
 pub trait OrderedVersion {
     /// The version as an order key: a later version has a greater key.

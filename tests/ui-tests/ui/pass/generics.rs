@@ -61,7 +61,7 @@ fn writes<'a, B: Backend>(
 }
 
 fn main() {
-    let _ = writes::<idem_core::mongo::Store>;
+    let _ = writes::<idem_core::postgres::Session<'static, &'static idem_core::tokio_postgres::Client>>;
     let doc = Doc {
         id: "a".to_owned(),
         payload: vec![1, 2, 3],

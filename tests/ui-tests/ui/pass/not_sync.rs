@@ -5,7 +5,8 @@
 use std::cell::Cell;
 use std::future::Future;
 
-use idem_core::mongo::Store;
+use idem_core::postgres::Session;
+use idem_core::tokio_postgres::Client;
 use idem_core::{Error, Idempotent, Pushed};
 
 #[derive(serde::Serialize, Idempotent)]
@@ -25,7 +26,7 @@ struct Visitor {
 
 #[allow(dead_code)] // compiled, not run: it needs a server
 fn add_visitor<'a>(
-    store: &'a Store,
+    store: &'a Session<'a, &'a Client>,
     counter: &'a Counter,
     visitor: &'a Visitor,
 ) -> impl Future<Output = Result<Pushed, Error>> + Send + 'a {

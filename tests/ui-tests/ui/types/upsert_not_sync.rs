@@ -3,7 +3,8 @@
 
 use std::cell::Cell;
 
-use idem_core::mongo::Store;
+use idem_core::postgres::Session;
+use idem_core::tokio_postgres::Client;
 use idem_core::Idempotent;
 
 #[derive(serde::Serialize, Idempotent)]
@@ -14,7 +15,7 @@ struct Counter {
     views: Cell<u32>,
 }
 
-async fn save(store: &Store, counter: &Counter) {
+async fn save(store: &Session<'_, &Client>, counter: &Counter) {
     let _ = counter.upsert(store).await;
 }
 
