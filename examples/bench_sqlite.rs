@@ -9,7 +9,8 @@
 //! ```
 //!
 //! `--only-idem` runs idem's writes alone (no baselines, no ratios): what to run under a
-//! profiler.
+//! profiler. `--only LIST` runs only the scenarios named, comma-separated: `new`, `unchanged`,
+//! `changed`.
 //!
 //! Exit status 0 when every exact target (rows written) was met, 1 when one was missed.
 
@@ -197,6 +198,8 @@ async fn measure(
 }
 
 struct Scenario {
+    /// What `--only` calls it.
+    key: &'static str,
     name: &'static str,
     ways: Vec<Way>,
     stored: Option<Vec<Post>>,
@@ -220,6 +223,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let mut count = 10_000;
     let mut tsv: Option<PathBuf> = None;
     let mut only_idem = false;
+    let mut only: Option<Vec<String>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -228,6 +232,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
             "--rows" => count = value()?.parse()?,
             "--tsv" => tsv = Some(value()?.into()),
             "--only-idem" => only_idem = true,
+            "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -237,24 +242,41 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let changed: Vec<Post> = (0..count).map(|n| post(n, "Edited")).collect();
     let scenarios = [
         Scenario {
+            key: "new",
             name: "new rows",
             ways: vec![Way::PlainInsert, Way::UpsertLoop, Way::Idem],
             stored: None,
             rows: first.clone(),
         },
         Scenario {
+            key: "unchanged",
             name: "unchanged re-ingest",
             ways: vec![Way::UpsertLoop, Way::Idem],
             stored: Some(first.clone()),
             rows: first.clone(),
         },
         Scenario {
+            key: "changed",
             name: "changed rows",
             ways: vec![Way::UpsertLoop, Way::Idem],
             stored: Some(first.clone()),
             rows: changed,
         },
     ];
+    if let Some(unknown) = only.iter().flatten().find(|name| {
+        !scenarios
+            .iter()
+            .any(|scenario| scenario.key == name.as_str())
+    }) {
+        return Err(format!("--only: no scenario {unknown:?} (new, unchanged, changed)").into());
+    }
+    let scenarios: Vec<Scenario> = scenarios
+        .into_iter()
+        .filter(|scenario| {
+            only.as_ref()
+                .is_none_or(|only| only.iter().any(|name| name == scenario.key))
+        })
+        .collect();
     if only_idem {
         for scenario in &scenarios {
             for _ in 0..rounds {

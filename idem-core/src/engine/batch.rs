@@ -201,6 +201,13 @@ fn whole<'r, D: BatchDriver, T: Idempotent + Serialize>(
     }
 }
 
+/// How many documents of the next slice are prepared between two polls of the chunk in flight.
+/// A chunk can take several statements (SQLite's savepoint, insert and release; a lookup, then
+/// a write): each poll sends the next once the last is answered, so the database works on the
+/// chunk while the slice after it is prepared, instead of waiting for the whole slice. Polling
+/// an unanswered statement costs a check of its channel.
+const POLL_EVERY: usize = 32;
+
 /// One chunk's write under way: each input index with its outcome, once settled.
 type Settling<'f> =
     Pin<Box<dyn Future<Output = Result<Vec<(usize, Result<Outcome, Error>)>, Error>> + Send + 'f>>;
@@ -235,12 +242,25 @@ where
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
             let light = foresight.look_up && slice.len() >= SHORTCUT_MIN_DOCS;
+            // The chunk in flight, if it settled while this slice was prepared.
+            let mut settled_early = None;
             let prepared: Arc<PreparedSlice<D>> = Arc::new(
                 slice
                     .iter()
-                    .map(|doc| match light {
-                        true => driver.prepare_light(doc),
-                        false => driver.prepare(doc).map(Ready::Whole),
+                    .enumerate()
+                    .map(|(offset, doc)| {
+                        if offset % POLL_EVERY == POLL_EVERY - 1 {
+                            if let Some(previous) = in_flight.as_mut() {
+                                if let Poll::Ready(settled) = send_now(previous.as_mut()) {
+                                    settled_early = Some(settled);
+                                    in_flight = None;
+                                }
+                            }
+                        }
+                        match light {
+                            true => driver.prepare_light(doc),
+                            false => driver.prepare(doc).map(Ready::Whole),
+                        }
                     })
                     .collect(),
             );
@@ -265,7 +285,9 @@ where
                 }
             }
             kept.push(in_later_rounds.then(|| Arc::clone(&prepared)));
-            if let Some(previous) = in_flight.take() {
+            if let Some(settled) = settled_early {
+                foresight = record(settled?, &mut outcomes);
+            } else if let Some(previous) = in_flight.take() {
                 foresight = record(previous.await?, &mut outcomes);
             }
             if first_round.is_empty() {
