@@ -5,6 +5,7 @@
 //! second reads is what stopped the first.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use sqlx::{Row, SqliteConnection};
@@ -53,7 +54,8 @@ impl SqliteDriver<'_, '_> {
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
         let document = &docs[0].document;
         let nonce = ulid::Ulid::generate().to_string();
-        let (insert_marker, update_marker) = (format!("i{nonce}"), format!("u{nonce}"));
+        let insert_marker = super::shared_text(&format!("i{nonce}"));
+        let update_marker = format!("u{nonce}");
         let sql = self.table.write_sql(statement, docs.len());
         let inserted = self.table.inserted(statement);
         let mut connection = self.connection.lock().await;
@@ -62,7 +64,8 @@ impl SqliteDriver<'_, '_> {
         let written = async {
             let mut query = sqlx::query(super::statement(&sql));
             for doc in docs {
-                query = bind_row(query, self.table, doc, &inserted).bind(&insert_marker);
+                query =
+                    bind_row(query, self.table, doc, &inserted).bind(Arc::clone(&insert_marker));
             }
             if statement != Statement::InsertNew {
                 query = query.bind(&update_marker);
@@ -73,10 +76,7 @@ impl SqliteDriver<'_, '_> {
                 .iter()
                 .map(|row| {
                     let marker: Option<String> = row.get(1);
-                    (
-                        row.get(0),
-                        marker.as_deref() == Some(insert_marker.as_str()),
-                    )
+                    (row.get(0), marker.as_deref() == Some(&*insert_marker))
                 })
                 .collect();
             let left: Vec<&&PreparedRow> = docs
@@ -214,7 +214,8 @@ impl BatchDriver for SqliteDriver<'_, '_> {
 
     async fn insert_fresh(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
         let document = &docs[0].document;
-        let marker = format!("i{}", ulid::Ulid::generate());
+        // One text shared by every row's argument.
+        let marker = super::shared_text(&format!("i{}", ulid::Ulid::generate()));
         let sql = self.table.fresh_sql(docs.len());
         let inserted = self.table.inserted(Statement::Upsert);
         let mut connection = self.connection.lock().await;
@@ -222,7 +223,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         savepoint(connection, document).await?;
         let mut query = sqlx::query(super::statement(&sql));
         for doc in docs {
-            query = bind_row(query, self.table, doc, &inserted).bind(&marker);
+            query = bind_row(query, self.table, doc, &inserted).bind(Arc::clone(&marker));
         }
         crate::trace::round_trip("INSERT");
         let met = match query.execute(&mut *connection).await {
@@ -320,7 +321,7 @@ pub(super) async fn select_stored(
     let sql = table.select_stored_sql(docs.len());
     let mut query = sqlx::query(super::statement(&sql));
     for doc in docs {
-        query = query.bind(doc.id_text.as_str());
+        query = query.bind(super::shared_text(&doc.id_text));
     }
     for doc in docs {
         for (field, text) in table.model.natural_key_fields().zip(&doc.key_texts) {

@@ -461,16 +461,22 @@ pub(super) fn bind_text<'q>(
     match shape {
         ColumnShape::Integer => match text.parse::<i64>() {
             Ok(number) => query.bind(number),
-            Err(_) => query.bind(text),
+            Err(_) => query.bind(shared_text(text)),
         },
         ColumnShape::Float => match text.parse::<f64>() {
             Ok(number) if number.is_finite() => query.bind(number),
             // NaN and the infinities as their text, which REAL keeps as it is.
-            _ => query.bind(text),
+            _ => query.bind(shared_text(text)),
         },
         ColumnShape::Boolean => query.bind(text == "true"),
-        _ => query.bind(text),
+        _ => query.bind(shared_text(text)),
     }
+}
+
+/// `text` as sqlx's SQLite arguments hold it: sqlx binds a `&str` as a copy in a `String` in an
+/// `Arc` (two allocations a value), an `Arc<str>` as it is (one, copied once).
+pub(super) fn shared_text(text: &str) -> std::sync::Arc<str> {
+    std::sync::Arc::from(text)
 }
 
 /// A query with `doc`'s values of the sent columns at `positions` bound in order.
