@@ -276,9 +276,17 @@ impl LightRow {
             .natural_key_fields()
             .map(|field| {
                 let column = &table.columns[table.column_of(field)?];
-                column_text(column, picked_value(field.stored_name()))
-                    .ok()
-                    .flatten()
+                let value = picked
+                    .iter_mut()
+                    .find(|(picked, _)| *picked == field.stored_name())
+                    .map(|(_, value)| value);
+                match (column.shape, value) {
+                    // The picked text itself, moved, not copied: a field has one role in the
+                    // model (a key is never also a guarded field, which reads its value below),
+                    // so nothing after this reads it.
+                    (ColumnShape::Text, Some(Value::String(text))) => Some(std::mem::take(text)),
+                    (_, value) => column_text(column, value.as_deref()).ok().flatten(),
+                }
             })
             .collect();
         let hash = doc.content_hash()?.to_short_text();
