@@ -249,13 +249,8 @@ where
                     .iter()
                     .enumerate()
                     .map(|(offset, doc)| {
-                        if offset % POLL_EVERY == POLL_EVERY - 1 {
-                            if let Some(previous) = in_flight.as_mut() {
-                                if let Poll::Ready(settled) = send_now(previous.as_mut()) {
-                                    settled_early = Some(settled);
-                                    in_flight = None;
-                                }
-                            }
+                        if offset % POLL_EVERY == POLL_EVERY - 1 && settled_early.is_none() {
+                            settled_early = settled_if_answered(&mut in_flight);
                         }
                         match light {
                             true => driver.prepare_light(doc),
@@ -565,6 +560,18 @@ fn settled_or_contention<'d>(
 /// the caller's own waker (the no-op waker of this poll is then replaced).
 fn send_now<F: Future + ?Sized>(chunk: Pin<&mut F>) -> Poll<F::Output> {
     chunk.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// The outcome of the chunk in flight if its statements are answered already ([`send_now`]),
+/// which is then no longer in flight.
+fn settled_if_answered<F: Future + ?Sized>(
+    in_flight: &mut Option<Pin<Box<F>>>,
+) -> Option<F::Output> {
+    let Poll::Ready(settled) = send_now(in_flight.as_mut()?.as_mut()) else {
+        return None;
+    };
+    *in_flight = None;
+    Some(settled)
 }
 
 /// Stores the outcome of each settled input, and says how the next chunk is best sent: looked

@@ -516,6 +516,46 @@ fn shown(outcomes: &[Result<Outcome, Error>]) -> Vec<String> {
         .collect()
 }
 
+/// A batch sent both ways: with `upsert_many`, and a document at a time.
+struct BothWays {
+    /// The batch's outcomes, shown.
+    batch: Vec<String>,
+    /// The single upserts' outcomes, shown.
+    one_by_one: Vec<String>,
+    /// The rows the batch left.
+    stored_by_batch: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Where the single upserts wrote.
+    single: Db,
+}
+
+/// The batch `meet` makes (storing first what it is to meet) sent with `upsert_many` on
+/// `chunked`, then made again on a fresh table of `db`'s and sent a document at a time.
+async fn batch_and_one_by_one<T>(
+    chunked: &Db,
+    db: &Db,
+    meet: impl AsyncFn(&Db) -> Vec<T>,
+) -> BothWays
+where
+    T: idem_core::Idempotent + serde::Serialize + Sync,
+{
+    let batch = meet(chunked).await;
+    let outcomes = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
+    // Read before the reset below, which clears the table both write.
+    let stored_by_batch = chunked.stored::<T>().await;
+    let single = db.reset::<T>().await;
+    let batch = meet(&single).await;
+    let mut one_by_one = Vec::new();
+    for doc in &batch {
+        one_by_one.push(single.upsert(doc).await);
+    }
+    BothWays {
+        batch: outcomes,
+        one_by_one: shown(&one_by_one),
+        stored_by_batch,
+        single,
+    }
+}
+
 /// `slug`'s post with the fixture's other fields.
 fn post_at(slug: &str) -> Post {
     Post {
@@ -603,15 +643,9 @@ async fn stored_entries_and_their_reingest(db: &Db) -> Vec<Entry> {
 async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
     for db in fresh_backends("reingest_states").await {
         let chunked = db.with_batch_chunk(64).await;
-        let batch = stored_posts_and_their_reingest(&chunked).await;
-        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
-        let single = db.reset::<Post>().await;
-        let batch = stored_posts_and_their_reingest(&single).await;
-        let mut one_by_one = Vec::new();
-        for doc in &batch {
-            one_by_one.push(single.upsert(doc).await);
-        }
-        assert_eq!(whole, shown(&one_by_one), "{db}: posts");
+        let both = batch_and_one_by_one(&chunked, &db, stored_posts_and_their_reingest).await;
+        let whole = both.batch;
+        assert_eq!(whole, both.one_by_one, "{db}: posts");
         assert!(
             whole[110].contains("`slug` may not change"),
             "{db}: the post whose key was edited behind idem's back is refused for its key: {}",
@@ -624,15 +658,9 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
             "{db}: {whole:?}"
         );
 
-        let batch = stored_entries_and_their_reingest(&chunked).await;
-        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
-        let single = db.reset::<Entry>().await;
-        let batch = stored_entries_and_their_reingest(&single).await;
-        let mut one_by_one = Vec::new();
-        for doc in &batch {
-            one_by_one.push(single.upsert(doc).await);
-        }
-        assert_eq!(whole, shown(&one_by_one), "{db}: entries");
+        let both = batch_and_one_by_one(&chunked, &db, stored_entries_and_their_reingest).await;
+        let whole = both.batch;
+        assert_eq!(whole, both.one_by_one, "{db}: entries");
         let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
         assert_eq!(
             (
@@ -682,16 +710,9 @@ async fn fresh_posts_meeting_stored(db: &Db) -> Vec<Post> {
 async fn a_first_ingest_that_meets_stored_rows_agrees_with_single_upserts() {
     for db in fresh_backends("fresh_chunks").await {
         let chunked = db.with_batch_chunk(64).await;
-        let batch = fresh_posts_meeting_stored(&chunked).await;
-        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
-        let stored = chunked.stored::<Post>().await;
-        let single = db.reset::<Post>().await;
-        let batch = fresh_posts_meeting_stored(&single).await;
-        let mut one_by_one = Vec::new();
-        for doc in &batch {
-            one_by_one.push(single.upsert(doc).await);
-        }
-        assert_eq!(whole, shown(&one_by_one), "{db}");
+        let both = batch_and_one_by_one(&chunked, &db, fresh_posts_meeting_stored).await;
+        let (whole, stored, single) = (both.batch, both.stored_by_batch, both.single);
+        assert_eq!(whole, both.one_by_one, "{db}");
         assert_eq!(
             stored.len(),
             10 + 128 + 54 + 64,
@@ -1018,19 +1039,12 @@ async fn slow_posts_and_their_batch(db: &Db) -> Vec<SlowPost> {
 async fn a_batch_whose_chunks_settle_while_the_next_is_prepared_agrees_with_single_upserts() {
     for db in fresh_backends("settled_early").await {
         let chunked = db.with_batch_chunk(64).await;
-        let batch = slow_posts_and_their_batch(&chunked).await;
-        let whole = shown(chunked.upsert_many(&batch).await.unwrap().outcomes());
-        let stored_by_batch = chunked.stored::<SlowPost>().await;
-        let single = db.reset::<SlowPost>().await;
-        let batch = slow_posts_and_their_batch(&single).await;
-        let mut one_by_one = Vec::new();
-        for doc in &batch {
-            one_by_one.push(single.upsert(doc).await);
-        }
-        assert_eq!(whole, shown(&one_by_one), "{db}");
+        let both = batch_and_one_by_one(&chunked, &db, slow_posts_and_their_batch).await;
+        let whole = both.batch;
+        assert_eq!(whole, both.one_by_one, "{db}");
         assert_eq!(
-            stored_by_batch,
-            single.stored::<SlowPost>().await,
+            both.stored_by_batch,
+            both.single.stored::<SlowPost>().await,
             "{db}: the batch stores what single upserts store"
         );
         let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
