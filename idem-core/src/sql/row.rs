@@ -314,7 +314,7 @@ impl LightRow {
 
 /// The digests column's text: each written digest by the field's stored name, a JSON object
 /// as `serde_json` writes one, without building it.
-fn digests_text(digests: &[(&'static Field, Option<ShortText>)]) -> String {
+pub(crate) fn digests_text(digests: &[(&'static Field, Option<ShortText>)]) -> String {
     let mut text = String::with_capacity(2 + digests.len() * 80);
     text.push('{');
     for (field, digest) in digests {

@@ -4,7 +4,7 @@
 //! one savepoint: the write lock taken by the first is held through the second, so what the
 //! second reads is what stopped the first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -18,7 +18,8 @@ use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
-use crate::sql::row::{LightRow, PreparedRow, StoredRow};
+use crate::sql::layout::Content;
+use crate::sql::row::{digests_text, LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
@@ -242,19 +243,81 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         }
     }
 
-    /// One read of the stored rows by id and natural key; the engine judges each from it, so
-    /// the rows stored unchanged settle with no write statement and no write lock.
+    /// One read ([`Table::look_up_sql`]): the rows stored exactly as they would be written
+    /// settle `Unchanged` with no write statement and no write lock; each other row with what
+    /// it meets, which the engine judges before anything is written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
-        let mut connection = self.connection.lock().await;
-        let stored = select_stored(&mut connection, self.table, docs)
-            .await
-            .map_err(|source| sqlite_error(&docs[0].document, source))?;
-        let stopping = StoppingRows::new(&stored);
-        Ok(Some(
-            docs.iter()
-                .map(|doc| Looked::Stored(stopping.stopping(doc).cloned()))
-                .collect(),
-        ))
+        let document = &docs[0].document;
+        let contents = self.table.compared_contents();
+        let sql = self.table.look_up_sql(docs.len());
+        // Each row's digests as the write stores them, built before the query borrows them.
+        let digests: Vec<Option<String>> = docs
+            .iter()
+            .map(|doc| {
+                contents
+                    .contains(&Content::Digests)
+                    .then(|| digests_text(&doc.digests))
+            })
+            .collect();
+        let mut query = sqlx::query(super::statement(&sql));
+        for (doc, digests) in docs.iter().zip(&digests) {
+            query = query.bind(super::shared_text(&doc.id_text));
+            for content in &contents {
+                let text = match content {
+                    Content::Hash => Some(doc.hash.as_str()),
+                    Content::Digests => digests.as_deref(),
+                    _ => doc.version_key.as_deref(),
+                };
+                query = query.bind(text.map(super::shared_text));
+            }
+            query = bind_keys(query, self.table, doc);
+        }
+        crate::trace::round_trip("SELECT");
+        let rows = {
+            let mut connection = self.connection.lock().await;
+            query.fetch_all(&mut **connection).await
+        };
+        let to_error = |source| sqlite_error(document, source);
+        let rows = rows.map_err(to_error)?;
+        let mut stopping: HashMap<String, StoredRow> = HashMap::with_capacity(rows.len());
+        let mut meeting_none = String::new();
+        let mut unchanged_count = 0_i64;
+        for row in &rows {
+            match row.try_get::<Option<String>, _>(0).map_err(to_error)? {
+                Some(incoming) => {
+                    stopping.insert(incoming, stored_row(row, 1, self.table).map_err(to_error)?);
+                }
+                None => {
+                    meeting_none = row
+                        .try_get::<Option<String>, _>(1)
+                        .map_err(to_error)?
+                        .unwrap_or_default();
+                    unchanged_count = row
+                        .try_get::<Option<i64>, _>(2)
+                        .map_err(to_error)?
+                        .unwrap_or(0);
+                }
+            }
+        }
+        let meeting_none: HashSet<&str> = meeting_none.split(',').collect();
+        let looked: Vec<Looked<StoredRow>> = docs
+            .iter()
+            .map(|doc| match stopping.remove(doc.id_text.as_str()) {
+                Some(stored) => Looked::Stored(Some(stored)),
+                None if meeting_none.contains(doc.id_text.as_str()) => Looked::Stored(None),
+                None => Looked::Unchanged,
+            })
+            .collect();
+        let unchanged = looked
+            .iter()
+            .filter(|looked| matches!(looked, Looked::Unchanged))
+            .count();
+        // A row the read did not account for is not taken as unchanged: the chunk is written
+        // with the guard, as without a lookup.
+        if i64::try_from(unchanged).ok() != Some(unchanged_count) {
+            return Ok(None);
+        }
+        Ok(Some(looked))
     }
 }
 
@@ -324,34 +387,49 @@ pub(super) async fn select_stored(
         query = query.bind(super::shared_text(&doc.id_text));
     }
     for doc in docs {
-        for (field, text) in table.model.natural_key_fields().zip(&doc.key_texts) {
-            let column = table.column_of(field);
-            let text = text.as_deref();
-            // Bound as the column holds it, so that the join meets the key's index.
-            let shape = column.map_or(crate::column::ColumnShape::Text, |index| {
-                table.columns[index].shape
-            });
-            query = super::bind_text(query, shape, text);
-        }
+        query = bind_keys(query, table, doc);
     }
     crate::trace::round_trip("SELECT");
     let rows = query.fetch_all(&mut *connection).await?;
+    rows.iter().map(|row| stored_row(row, 0, table)).collect()
+}
+
+/// `query` with `doc`'s natural-key values bound, each as its column holds it, so that a
+/// comparison with the column meets the key's index.
+fn bind_keys<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    table: &Table,
+    doc: &'q LightRow,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    for (field, text) in table.model.natural_key_fields().zip(&doc.key_texts) {
+        let shape = table
+            .column_of(field)
+            .map_or(crate::column::ColumnShape::Text, |index| {
+                table.columns[index].shape
+            });
+        query = super::bind_text(query, shape, text.as_deref());
+    }
+    query
+}
+
+/// The stored row in `row`'s columns from `at` to the last: its stored state (the id first),
+/// then its natural-key columns as text.
+fn stored_row(
+    row: &sqlx::sqlite::SqliteRow,
+    at: usize,
+    table: &Table,
+) -> Result<StoredRow, sqlx::Error> {
     let keys = table.model.natural_key_fields().count();
-    rows.iter()
-        .map(|row| {
-            let texts: Vec<Option<String>> = (0..row.len())
-                .map(|index| match index {
-                    1 => None,
-                    _ => row.try_get(index).ok().flatten(),
-                })
-                .collect();
-            let tombstoned: bool = row.try_get::<Option<bool>, _>(1)?.unwrap_or(false);
-            let mut stored =
-                StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
-            stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
-            Ok(stored)
+    let texts: Vec<Option<String>> = (at..row.len())
+        .map(|index| match index - at {
+            1 => None,
+            _ => row.try_get(index).ok().flatten(),
         })
-        .collect()
+        .collect();
+    let tombstoned: bool = row.try_get::<Option<bool>, _>(at + 1)?.unwrap_or(false);
+    let mut stored = StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
+    stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
+    Ok(stored)
 }
 
 /// The rows a write left alone, read with their natural keys, found by natural key or id.

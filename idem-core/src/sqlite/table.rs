@@ -255,6 +255,103 @@ impl Table {
         )
     }
 
+    /// The columns of idem's own that [`Table::look_up_sql`] compares with each incoming row's:
+    /// the content hash, digests and version key, those of them the table has, in that order.
+    pub fn compared_contents(&self) -> Vec<Content> {
+        [Content::Hash, Content::Digests, Content::VersionKey]
+            .into_iter()
+            .filter(|&content| self.column_with(content).is_some())
+            .collect()
+    }
+
+    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
+    /// stored under an incoming row's id with the same natural key, content hash, digests and
+    /// version key, not deleted, is stored exactly as it would be written: the engine settles
+    /// that incoming row `Unchanged`. Each other incoming row meets the row holding its natural
+    /// key, else the one under its id, else none. The statement returns, for each incoming row
+    /// that meets one, its id, that row's stored state, then its natural-key columns as text;
+    /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
+    /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
+    /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
+    /// sqlx each costs as much as the lookup itself. Where the table cannot vouch for a row
+    /// that way (no hash column, a guarded field without the digests column, versions without
+    /// the version-key column), none is unchanged, and the engine judges each from what it
+    /// reads. Parameters, row after row: the id, each of [`Table::compared_contents`], then
+    /// each natural-key column's value.
+    pub fn look_up_sql(&self, rows: usize) -> String {
+        let keys: Vec<&str> = self
+            .model
+            .natural_key_fields()
+            .map(|field| field.stored_name())
+            .collect();
+        let contents = self.compared_contents();
+        // The incoming values, as SQLite names the columns of `VALUES`.
+        let incoming = |position: usize| format!("v.column{}", position + 1);
+        let key_at = |at: usize| incoming(1 + contents.len() + at);
+        let same_key = |alias: &str| -> Vec<String> {
+            keys.iter()
+                .enumerate()
+                .map(|(at, name)| format!("{alias}.{} = {}", quote(name), key_at(at)))
+                .collect()
+        };
+        let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
+        same.extend(same_key("u"));
+        for (at, &content) in contents.iter().enumerate() {
+            if let Some(index) = self.column_with(content) {
+                same.push(format!(
+                    "u.{} IS {}",
+                    quote(self.columns[index].name),
+                    incoming(1 + at)
+                ));
+            }
+        }
+        if let Some(field) = self.model.tombstone_field() {
+            same.push(format!("u.{} IS NULL", quote(field.stored_name())));
+        }
+        let vouches = contents.contains(&Content::Hash)
+            && (self.model.digested_fields().next().is_none()
+                || contents.contains(&Content::Digests))
+            && (self.model.version_field().is_none() || contents.contains(&Content::VersionKey));
+        if !vouches {
+            same.push("0".to_owned());
+        }
+        let by_key = match same_key("f") {
+            none if none.is_empty() => "0".to_owned(),
+            key => key.join(" AND "),
+        };
+        let tuple = format!(
+            "({})",
+            vec!["?"; 1 + contents.len() + keys.len()].join(", ")
+        );
+        let mut selected = vec!["k.i".to_owned()];
+        selected.extend(self.stored_state_columns("s"));
+        selected.extend(keys.iter().map(|name| self.text_of("s", name)));
+        let mut summary = vec![
+            "NULL",
+            "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
+            "sum(k.stopping = '')",
+        ];
+        summary.resize(selected.len(), "NULL");
+        // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
+        // it meets, else NULL.
+        format!(
+            "WITH k AS MATERIALIZED (SELECT {id_in} AS i, \
+             CASE WHEN EXISTS (SELECT 1 FROM {table} u WHERE {same}) THEN '' ELSE \
+             COALESCE((SELECT f.{id} FROM {table} f WHERE {by_key}), \
+             (SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in})) END AS stopping \
+             FROM (VALUES {tuples}) v) \
+             SELECT {selected} FROM k JOIN {table} s ON s.{id} = k.stopping \
+             UNION ALL SELECT {summary} FROM k",
+            id_in = incoming(0),
+            table = self.name(),
+            id = quote(ID_FIELD),
+            same = same.join(" AND "),
+            tuples = vec![tuple.as_str(); rows].join(", "),
+            selected = selected.join(", "),
+            summary = summary.join(", "),
+        )
+    }
+
     /// A column as the text the stored state carries: booleans as `true` or `false`, numbers
     /// and JSON as their text.
     pub fn text_of(&self, alias: &str, name: &str) -> String {
@@ -276,6 +373,11 @@ impl Table {
     /// What a row that stopped a write holds, as text: its id, whether it is deleted, its
     /// hash, digests and version key, the guarded fields' values and the version field's.
     fn stored_state(&self, t: &str) -> String {
+        self.stored_state_columns(t).join(", ")
+    }
+
+    /// [`Table::stored_state`]'s columns, one expression each.
+    fn stored_state_columns(&self, t: &str) -> Vec<String> {
         let text_of = |content: Content| {
             self.column_with(content)
                 .map_or("NULL".to_owned(), |index| {
@@ -300,7 +402,7 @@ impl Table {
         {
             state.push(self.text_of(t, field.stored_name()));
         }
-        state.join(", ")
+        state
     }
 
     /// The replacement of a row the guard cannot compare (another tool's), matched only while

@@ -676,6 +676,53 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
     }
 }
 
+/// 64 entries stored, the first twenty then deleted, and their re-ingest in one chunk (the one
+/// a batch always looks up first): ten of the deleted sent live as they were stored, ten sent
+/// deleted as they are stored, the rest unchanged.
+async fn deleted_entries_and_their_reingest(db: &Db) -> Vec<Entry> {
+    db.ensure::<Entry>().await;
+    let stored: Vec<Entry> = (0..64)
+        .map(|n| entry(&format!("e{n:03}"), 2, "text"))
+        .collect();
+    db.upsert_many(&stored).await.unwrap();
+    let deleted = |doc: &Entry| Entry {
+        deleted_at: Some(1_700_000_500_000),
+        ..doc.clone()
+    };
+    for doc in &stored[..20] {
+        db.delete(&deleted(doc)).await.unwrap();
+    }
+    let mut batch = stored;
+    for doc in &mut batch[10..20] {
+        *doc = deleted(doc);
+    }
+    batch
+}
+
+/// A deleted row holds the content hash and version of the document it was, which is not
+/// left out of the write as stored unchanged: sent live or deleted, it stays deleted, in a
+/// batch as in single upserts, also where the batch looks it up first.
+#[tokio::test]
+async fn a_lookup_that_meets_deleted_rows_leaves_them_deleted() {
+    for db in fresh_backends("reingest_deleted").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let both = batch_and_one_by_one(&chunked, &db, deleted_entries_and_their_reingest).await;
+        assert_eq!(both.batch, both.one_by_one, "{db}");
+        let count = |name: &str| both.batch.iter().filter(|shown| *shown == name).count();
+        assert_eq!(
+            (count("Deleted"), count("Unchanged")),
+            (20, 44),
+            "{db}: {:?}",
+            both.batch
+        );
+        assert_eq!(
+            both.stored_by_batch,
+            both.single.stored::<Entry>().await,
+            "{db}"
+        );
+    }
+}
+
 /// A first ingest, sent in chunks of 64, that meets ten posts stored before it (one rewritten
 /// by another tool, one with its key edited behind idem's back, one edited in the batch, one
 /// with a frozen field changed), between chunks of new posts.
