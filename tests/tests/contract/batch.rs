@@ -723,6 +723,105 @@ async fn a_lookup_that_meets_deleted_rows_leaves_them_deleted() {
     }
 }
 
+/// A document whose natural key is an integer (under another name) and a boolean, with a
+/// frozen field serde omits while it is `None`, a frozen map, and a float.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, idem_core::Idempotent)]
+#[idem(collection = "tickets")]
+#[serde(rename_all = "PascalCase")]
+struct Ticket {
+    #[idem(key)]
+    #[serde(rename = "no")]
+    number: i64,
+    #[idem(key)]
+    open: bool,
+    #[idem(frozen)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assignee: Option<String>,
+    #[idem(frozen)]
+    labels: std::collections::BTreeMap<String, i64>,
+    status: String,
+    score: f64,
+    #[idem(volatile)]
+    polled_at: i64,
+}
+
+/// Ticket `number`, open, unassigned, labelled by its parity.
+fn ticket(number: i64) -> Ticket {
+    Ticket {
+        number,
+        open: number % 3 != 0,
+        assignee: None,
+        labels: [(format!("p{}", number % 2), number)].into(),
+        status: "new".into(),
+        score: number as f64 / 4.0,
+        polled_at: number,
+    }
+}
+
+/// 130 tickets stored (the first ten assigned), and their re-ingest: most unchanged but polled
+/// again, some with another status or score, some assigned for the first time (a frozen field
+/// written once), some reassigned or relabelled (refused), some closed (another natural key:
+/// new under another id), and ten new.
+async fn stored_tickets_and_their_reingest(db: &Db) -> Vec<Ticket> {
+    db.ensure::<Ticket>().await;
+    let stored: Vec<Ticket> = (0..130)
+        .map(|number| Ticket {
+            assignee: (number < 10).then(|| "ada".to_owned()),
+            ..ticket(number)
+        })
+        .collect();
+    db.upsert_many(&stored).await.unwrap();
+    let mut batch = stored;
+    for doc in &mut batch {
+        doc.polled_at += 1_000;
+    }
+    for doc in &mut batch[20..25] {
+        doc.status = "triaged".into();
+    }
+    for doc in &mut batch[25..30] {
+        doc.score = -0.0 - doc.score - 0.5;
+    }
+    for doc in &mut batch[70..75] {
+        doc.assignee = Some("grace".into());
+    }
+    for doc in &mut batch[0..3] {
+        doc.assignee = Some("grace".into());
+    }
+    for doc in &mut batch[75..78] {
+        doc.labels.insert("extra".into(), 1);
+    }
+    for doc in &mut batch[100..105] {
+        doc.open = !doc.open;
+    }
+    batch.extend((130..140).map(ticket));
+    batch
+}
+
+/// The lookup before a chunk's write matches keys of every kind as the write does: a batch of
+/// documents with an integer and a boolean natural key, a frozen field absent until it is set
+/// and a frozen map, re-ingested in chunks of 64, answers each as single upserts do.
+#[tokio::test]
+async fn a_reingest_with_integer_and_boolean_keys_agrees_with_single_upserts() {
+    for db in fresh_backends("reingest_tickets").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let both = batch_and_one_by_one(&chunked, &db, stored_tickets_and_their_reingest).await;
+        assert_eq!(both.batch, both.one_by_one, "{db}");
+        assert_eq!(
+            both.stored_by_batch,
+            both.single.stored::<Ticket>().await,
+            "{db}"
+        );
+        let count = |name: &str| both.batch.iter().filter(|shown| *shown == name).count();
+        assert_eq!(
+            (count("Unchanged"), count("Updated"), count("Inserted")),
+            // Closed or reopened, a ticket is another natural key, so another id: inserted.
+            (130 - 10 - 5 - 3 - 3 - 5, 10 + 5, 5 + 10),
+            "{db}: {:?}",
+            both.batch
+        );
+    }
+}
+
 /// A first ingest, sent in chunks of 64, that meets ten posts stored before it (one rewritten
 /// by another tool, one with its key edited behind idem's back, one edited in the batch, one
 /// with a frozen field changed), between chunks of new posts.
