@@ -266,7 +266,9 @@ impl BatchDriver for SqliteDriver<'_, '_> {
                 let text = match content {
                     Content::Hash => Some(doc.hash.as_str()),
                     Content::Digests => digests.as_deref(),
-                    _ => doc.version_key.as_deref(),
+                    Content::VersionKey => doc.version_key.as_deref(),
+                    // Not among the compared contents.
+                    _ => None,
                 };
                 query = query.bind(text.map(super::shared_text));
             }
