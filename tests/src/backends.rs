@@ -570,7 +570,8 @@ impl Db {
         }
     }
 
-    /// `T`'s collection or table emptied, in a store that starts afresh, in place of this one.
+    /// `T`'s collection or table emptied, in a store of this one's configuration that starts
+    /// afresh (`unlearned`), in place of this one.
     /// MongoDB: the collection dropped, and a new store that has not checked its index yet (a
     /// store remembers the indexes it made, and the dropped collection's went with it).
     /// PostgreSQL: the table dropped and made again by a new store, on a new connection (a
@@ -586,7 +587,7 @@ impl Db {
                     .await
                     .unwrap_or_else(|error| panic!("{self}: dropping {collection}: {error}"));
                 Db::Mongo {
-                    store: idem_core::mongo::Store::new(store.database().clone()),
+                    store: store.unlearned(),
                     log: log.clone(),
                 }
             }
@@ -596,7 +597,7 @@ impl Db {
                 schema,
                 client,
                 sqlx,
-                ..
+                store,
             } => {
                 client
                     .batch_execute(&format!("DROP TABLE IF EXISTS {}", Db::quoted(collection)))
@@ -613,20 +614,22 @@ impl Db {
                         }
                         None => None,
                     },
-                    store: idem_core::postgres::Store::new(),
+                    store: store.unlearned(),
                 };
                 fresh.ensure::<T>().await;
                 fresh
             }
             Db::Sqlite {
-                path, connection, ..
+                path,
+                connection,
+                store,
             } => {
                 let drop = format!("DROP TABLE IF EXISTS {}", Db::quoted(collection));
                 crate::sqlite_rows::run(&mut *connection.lock().await, &drop).await;
                 let fresh = Db::Sqlite {
                     path: path.clone(),
                     connection: tokio::sync::Mutex::new(sqlite_connection(path).await),
-                    store: idem_core::sqlite::Store::new(),
+                    store: store.unlearned(),
                 };
                 fresh.ensure::<T>().await;
                 fresh
@@ -847,6 +850,18 @@ impl Db {
             |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
+        )
+        .await
+    }
+
+    /// The same store taking a batch's shortcuts (the lookup before a chunk's write, the plain
+    /// insert of fresh rows) on chunks of `docs` documents or more, on a connection of its own.
+    /// MongoDB's store has neither shortcut and stays as it is.
+    pub async fn with_shortcuts_from(&self, docs: usize) -> Db {
+        self.reconfigured(
+            |store| store,
+            |store| store.with_shortcuts_from(docs),
+            |store| store.with_shortcuts_from(docs),
         )
         .await
     }

@@ -25,6 +25,12 @@ pub(crate) trait BatchDriver: Driver {
     /// Documents per write statement.
     fn chunk(&self) -> usize;
 
+    /// The fewest documents of a chunk worth a shortcut ([`SHORTCUT_MIN_DOCS`] unless the
+    /// store was told otherwise, as the tests do to take the shortcuts on chunks of any size).
+    fn shortcut_min_docs(&self) -> usize {
+        SHORTCUT_MIN_DOCS
+    }
+
     /// Members of an `insert_new` per write: [`BatchDriver::chunk`] unless the driver splits its
     /// inserts itself. No read precedes an insert, so nothing bounds it but the write.
     fn insert_chunk(&self) -> usize {
@@ -241,7 +247,7 @@ where
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
-            let light = foresight.look_up && slice.len() >= SHORTCUT_MIN_DOCS;
+            let light = foresight.look_up && slice.len() >= driver.shortcut_min_docs();
             // The chunk in flight, if it settled while this slice was prepared.
             let mut settled_early = None;
             let prepared: Arc<PreparedSlice<D>> = Arc::new(
@@ -362,7 +368,7 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     docs: &[(&ReadyOf<D>, &T)],
     foresight: Foresight,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-    let looked = match foresight.look_up && docs.len() >= SHORTCUT_MIN_DOCS {
+    let looked = match foresight.look_up && docs.len() >= driver.shortcut_min_docs() {
         true => {
             let lights: Vec<&D::Light> =
                 docs.iter().map(|(ready, _)| ready.light(driver)).collect();
@@ -520,7 +526,7 @@ async fn settle_fresh<D: BatchDriver>(
     docs: &[&D::Doc],
     likely: bool,
 ) -> Result<Option<Vec<Result<Outcome, Error>>>, Error> {
-    if !likely || docs.len() < SHORTCUT_MIN_DOCS {
+    if !likely || docs.len() < driver.shortcut_min_docs() {
         return Ok(None);
     }
     match driver.insert_fresh(docs).await {
@@ -602,4 +608,4 @@ fn record(
 /// The fewest documents of a chunk worth a shortcut: a lookup before its write, or a plain
 /// insert of fresh rows. Below, the guarded write alone costs less than the round trip a
 /// shortcut adds (always for a lookup, when it misses for an insert).
-const SHORTCUT_MIN_DOCS: usize = 64;
+pub(crate) const SHORTCUT_MIN_DOCS: usize = 64;

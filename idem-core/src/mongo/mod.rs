@@ -125,6 +125,21 @@ impl Store {
         }
     }
 
+    /// For tests: a store of the same configuration that has learned nothing of its collections
+    /// yet (their indexes), as a new one would be, for a collection dropped behind its back; it
+    /// keeps whether the server takes update pipelines. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn unlearned(&self) -> Self {
+        Store {
+            natural_key_indexes: Arc::default(),
+            update_pipelines: Arc::new(AtomicBool::new(
+                self.update_pipelines
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            )),
+            ..self.clone()
+        }
+    }
+
     /// Whether upserts may use update pipelines (`true` by default). A server without them
     /// (MongoDB before 4.2, FerretDB 1.x, and other MongoDB-protocol engines; check yours) is
     /// also learned from its refusal of the first one, after which the store does without.

@@ -109,6 +109,10 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         self.store.batch_chunk
     }
 
+    fn shortcut_min_docs(&self) -> usize {
+        self.store.shortcut_min_docs
+    }
+
     async fn ready(&self) -> Result<(), Error> {
         // The table was checked before the documents were prepared for it.
         Ok(())

@@ -190,6 +190,10 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         self.store.batch_chunk.min(self.table.max_rows())
     }
 
+    fn shortcut_min_docs(&self) -> usize {
+        self.store.shortcut_min_docs
+    }
+
     async fn ready(&self) -> Result<(), Error> {
         Ok(())
     }

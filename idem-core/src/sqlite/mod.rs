@@ -94,6 +94,7 @@ pub const DEFAULT_OP_WINDOW: usize = 1000;
 pub struct Store {
     tables: Arc<SyncMutex<CheckedTables>>,
     batch_chunk: usize,
+    shortcut_min_docs: usize,
     op_window: usize,
 }
 
@@ -109,6 +110,7 @@ impl Store {
         Store {
             tables: Arc::default(),
             batch_chunk: DEFAULT_BATCH_CHUNK,
+            shortcut_min_docs: crate::engine::batch::SHORTCUT_MIN_DOCS,
             op_window: DEFAULT_OP_WINDOW,
         }
     }
@@ -130,6 +132,27 @@ impl Store {
     /// Sends batches `rows` rows per statement (at least one).
     pub fn with_batch_chunk(mut self, rows: usize) -> Self {
         self.batch_chunk = rows.max(1);
+        self
+    }
+
+    /// For tests: a store of the same configuration that has learned nothing of its tables yet,
+    /// as a new one would be, for a table dropped and made again behind its back. Not part of
+    /// the stable API.
+    #[doc(hidden)]
+    pub fn unlearned(&self) -> Self {
+        Store {
+            tables: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// For tests: takes a batch's shortcuts (the lookup before a chunk's write, the plain
+    /// insert of fresh rows) on chunks of `docs` documents or more (64 by default, below which
+    /// they cost more than they save), so that they are tested on chunks of any size. Not part
+    /// of the stable API.
+    #[doc(hidden)]
+    pub fn with_shortcuts_from(mut self, docs: usize) -> Self {
+        self.shortcut_min_docs = docs.max(1);
         self
     }
 
