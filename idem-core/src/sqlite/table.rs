@@ -122,13 +122,17 @@ impl Table {
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
     }
 
+    /// The natural-key columns' names, in [`Model::natural_key_fields`] order.
+    fn natural_key_names(&self) -> Vec<&'static str> {
+        self.model
+            .natural_key_fields()
+            .map(|field| field.stored_name())
+            .collect()
+    }
+
     /// The natural-key columns, quoted and comma-separated: the conflict target.
     pub fn natural_key_list(&self) -> String {
-        let names: Vec<String> = self
-            .model
-            .natural_key_fields()
-            .map(|field| quote(field.stored_name()))
-            .collect();
+        let names: Vec<String> = self.natural_key_names().into_iter().map(quote).collect();
         names.join(", ")
     }
 
@@ -228,11 +232,7 @@ impl Table {
     /// Two lookups, each through its unique index (the primary key, the natural key's), not a
     /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
     pub fn select_stored_sql(&self, rows: usize) -> String {
-        let keys: Vec<&str> = self
-            .model
-            .natural_key_fields()
-            .map(|field| field.stored_name())
-            .collect();
+        let keys = self.natural_key_names();
         // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
         let ids = vec!["?"; rows];
         let tuple = format!("({})", vec!["?"; keys.len()].join(", "));
@@ -256,7 +256,8 @@ impl Table {
     }
 
     /// The columns of idem's own that [`Table::look_up_sql`] compares with each incoming row's:
-    /// the content hash, digests and version key, those of them the table has, in that order.
+    /// the content hash, and the digests and version key where the model has them, in that
+    /// order.
     pub fn compared_contents(&self) -> Vec<Content> {
         [Content::Hash, Content::Digests, Content::VersionKey]
             .into_iter()
@@ -273,17 +274,10 @@ impl Table {
     /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
     /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
     /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
-    /// sqlx each costs as much as the lookup itself. Where the table cannot vouch for a row
-    /// that way (no hash column, a guarded field without the digests column, versions without
-    /// the version-key column), none is unchanged, and the engine judges each from what it
-    /// reads. Parameters, row after row: the id, each of [`Table::compared_contents`], then
-    /// each natural-key column's value.
+    /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
+    /// [`Table::compared_contents`], then each natural-key column's value.
     pub fn look_up_sql(&self, rows: usize) -> String {
-        let keys: Vec<&str> = self
-            .model
-            .natural_key_fields()
-            .map(|field| field.stored_name())
-            .collect();
+        let keys = self.natural_key_names();
         let contents = self.compared_contents();
         // The incoming values, as SQLite names the columns of `VALUES`.
         let incoming = |position: usize| format!("v.column{}", position + 1);
@@ -307,13 +301,6 @@ impl Table {
         }
         if let Some(field) = self.model.tombstone_field() {
             same.push(format!("u.{} IS NULL", quote(field.stored_name())));
-        }
-        let vouches = contents.contains(&Content::Hash)
-            && (self.model.digested_fields().next().is_none()
-                || contents.contains(&Content::Digests))
-            && (self.model.version_field().is_none() || contents.contains(&Content::VersionKey));
-        if !vouches {
-            same.push("0".to_owned());
         }
         let by_key = match same_key("f") {
             none if none.is_empty() => "0".to_owned(),

@@ -556,6 +556,11 @@ where
     }
 }
 
+/// How many of the outcomes `shown` show as `name`.
+fn count_shown(shown: &[String], name: &str) -> usize {
+    shown.iter().filter(|shown| *shown == name).count()
+}
+
 /// `slug`'s post with the fixture's other fields.
 fn post_at(slug: &str) -> Post {
     Post {
@@ -652,7 +657,7 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
             whole[110]
         );
         assert_eq!(
-            whole.iter().filter(|shown| *shown == "Unchanged").count(),
+            count_shown(&whole, "Unchanged"),
             // The unchanged posts, and the first copy of p005 once the batch wrote it.
             140 - 5 - 1 - 5 - 3 + 1,
             "{db}: {whole:?}"
@@ -661,7 +666,7 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
         let both = batch_and_one_by_one(&chunked, &db, stored_entries_and_their_reingest).await;
         let whole = both.batch;
         assert_eq!(whole, both.one_by_one, "{db}: entries");
-        let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
+        let count = |name: &str| count_shown(&whole, name);
         assert_eq!(
             (
                 count("Unchanged"),
@@ -708,7 +713,7 @@ async fn a_lookup_that_meets_deleted_rows_leaves_them_deleted() {
         let chunked = db.with_batch_chunk(64).await;
         let both = batch_and_one_by_one(&chunked, &db, deleted_entries_and_their_reingest).await;
         assert_eq!(both.batch, both.one_by_one, "{db}");
-        let count = |name: &str| both.batch.iter().filter(|shown| *shown == name).count();
+        let count = |name: &str| count_shown(&both.batch, name);
         assert_eq!(
             (count("Deleted"), count("Unchanged")),
             (20, 44),
@@ -811,7 +816,7 @@ async fn a_reingest_with_integer_and_boolean_keys_agrees_with_single_upserts() {
             both.single.stored::<Ticket>().await,
             "{db}"
         );
-        let count = |name: &str| both.batch.iter().filter(|shown| *shown == name).count();
+        let count = |name: &str| count_shown(&both.batch, name);
         assert_eq!(
             (count("Unchanged"), count("Updated"), count("Inserted")),
             // Closed or reopened, a ticket is another natural key, so another id: inserted.
@@ -869,7 +874,7 @@ async fn a_first_ingest_that_meets_stored_rows_agrees_with_single_upserts() {
             single.stored::<Post>().await,
             "{db}: the same posts are stored"
         );
-        let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
+        let count = |name: &str| count_shown(&whole, name);
         assert_eq!(
             (count("Inserted"), count("Unchanged"), count("Updated")),
             (128 + 54 + 64, 6, 2),
@@ -1193,7 +1198,7 @@ async fn a_batch_whose_chunks_settle_while_the_next_is_prepared_agrees_with_sing
             both.single.stored::<SlowPost>().await,
             "{db}: the batch stores what single upserts store"
         );
-        let count = |name: &str| whole.iter().filter(|shown| *shown == name).count();
+        let count = |name: &str| count_shown(&whole, name);
         assert_eq!(
             (count("Inserted"), count("Updated"), count("Unchanged")),
             (200, 3, 62),
