@@ -81,7 +81,9 @@ pub(crate) enum Reply<S> {
         /// Whether the document was inserted.
         inserted: bool,
     },
-    /// Left alone by the guard; what is stored under the id or natural key.
+    /// Left alone by the guard; what is stored under the id, else under the natural key. Every
+    /// driver reports the row under the id when two rows hold the id and the key apart, so that
+    /// one such document gets one refusal (its key changed) whichever path wrote it.
     Stopped(S),
     /// Stopped by a document the write could not see (committed meanwhile): go again.
     Unseen,

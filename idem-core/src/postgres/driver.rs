@@ -232,7 +232,7 @@ fn reply(state: RowState) -> Reply<StoredRow> {
 
 /// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
 /// the last: what a read by id returns.
-fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
+pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
     let (mut stored, keys) = read_stored(row, at, model);
     stored.natural_key = Some(
         (keys..row.len())

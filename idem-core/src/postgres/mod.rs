@@ -164,7 +164,7 @@ impl Default for Store {
 enum RowState {
     /// Written: inserted, or updated.
     Written { inserted: bool },
-    /// Stopped by the guard; the stored row holding its natural key.
+    /// Stopped by the guard; the stored row met: under its id, else holding its natural key.
     Stopped(Box<StoredRow>),
     /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
     Unseen,
@@ -481,7 +481,11 @@ impl Store {
             };
             let state = match reply.boolean(1) {
                 Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(Box::new(driver::read_stored(reply, 2, table.model).0)),
+                None => RowState::Stopped(Box::new(driver::read_stored_with_key(
+                    reply,
+                    2,
+                    table.model,
+                ))),
             };
             states.insert(incoming.to_owned(), state);
         }

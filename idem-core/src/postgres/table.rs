@@ -481,7 +481,7 @@ impl Table {
              RETURNING t.{id} AS id, {{inserted}} AS inserted) \
              SELECT w.id AS incoming_id, w.inserted, {nulls} FROM {written} w \
              UNION ALL \
-             SELECT i.c0, NULL, {stored} FROM {incoming_keys_name} i JOIN {table} t ON {join} \
+             SELECT i.c0, NULL, {stored} FROM {incoming_keys_name} i JOIN LATERAL {met} ON true \
              WHERE NOT EXISTS (SELECT 1 FROM {written} w WHERE w.id = i.c0) \
              UNION ALL \
              SELECT NULL, NULL, {nulls} FROM {checked_name} c WHERE NOT c.ok",
@@ -501,13 +501,13 @@ impl Table {
             id = quote(ID_FIELD),
             nulls = self.stored_state(None),
             stored = self.stored_state(Some("t")),
-            join = self.natural_key_join(),
+            met = self.row_met("t"),
         )
     }
 
     /// The incoming rows not stored exactly as they would be written, each with what is stored
     /// for it (the row under its id, else the one holding its natural key, as
-    /// [`Table::select_stored_by_id`] reads it: the stored state, then the key as text): a row
+    /// [`Table::select_stored_by_id`] reads it: its stored state): a row
     /// under the same id with the same natural key, content hash, digests and version key, not
     /// deleted, is one the upsert would leave alone and judge `Unchanged`
     /// ([`Table::unchanged_filter`]), and is not returned. Sent before a batch's upsert with
@@ -560,45 +560,24 @@ impl Table {
         }
         let incoming = self.relation_name("incoming");
         let checked = self.relation_name("checked");
-        let key_texts: Vec<String> = keys
-            .iter()
-            .map(|&index| format!("s.{}::text", quote(self.columns[index].name)))
-            .collect();
-        let key_nulls = vec!["NULL::text"; keys.len()].join(", ");
-        let by_key: Vec<String> = keys
-            .iter()
-            .map(|&index| {
-                format!(
-                    "t.{} = {}",
-                    quote(self.columns[index].name),
-                    self.cast(index)
-                )
-            })
-            .collect();
-        // For a row not stored unchanged: the row under its id, else the one holding its
-        // natural key, as a write would meet them, with its natural key.
+        // For a row not stored unchanged: the row it meets, with its natural key.
         let sql = format!(
             "WITH {checked_cte}, {incoming} AS (SELECT i.* FROM unnest({arrays}) AS i({names}), \
              {checked} c WHERE c.ok) \
-             SELECT i.c0, {stored}, {key_texts} FROM {incoming} i \
+             SELECT i.c0, {stored} FROM {incoming} i \
              LEFT JOIN LATERAL (SELECT true AS stored FROM {table} s WHERE {same} LIMIT 1) \
              unchanged ON true \
-             LEFT JOIN LATERAL (SELECT * FROM (\
-             SELECT t.* FROM {table} t WHERE t.{id} = i.c0 UNION ALL \
-             SELECT t.* FROM {table} t WHERE {by_key}) found \
-             ORDER BY found.{id} <> i.c0 LIMIT 1) s ON true \
+             LEFT JOIN LATERAL {met} ON true \
              WHERE unchanged.stored IS NULL \
-             UNION ALL SELECT NULL, {nulls}, {key_nulls} FROM {checked} c WHERE NOT c.ok",
+             UNION ALL SELECT NULL, {nulls} FROM {checked} c WHERE NOT c.ok",
             checked_cte = self.checked_cte(names.len() + 1),
             arrays = arrays.join(", "),
             names = names.join(", "),
             table = self.name(),
             same = same.join(" AND "),
             stored = self.stored_state(Some("s")),
-            key_texts = key_texts.join(", "),
             nulls = self.stored_state(None),
-            by_key = by_key.join(" AND "),
-            id = quote(ID_FIELD),
+            met = self.row_met("s"),
         );
         Some(sql)
     }
@@ -678,7 +657,9 @@ impl Table {
 
     /// What a row that stopped a write holds, as text columns: its id, whether it is deleted,
     /// its hash, digests and version key, the guarded fields' values (for a row without
-    /// digests) and the version field's (for a row without an order key). `None`: the same columns, null, for the rows written.
+    /// digests), the version field's (for a row without an order key), then its natural key's
+    /// (the row met may be the one under the id, keyed otherwise). `None`: the same columns,
+    /// null, for the rows written.
     fn stored_state(&self, table: Option<&str>) -> String {
         let column = |expression: String| match table {
             Some(_) => expression,
@@ -709,23 +690,35 @@ impl Table {
         {
             state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
         }
+        for field in self.model.natural_key_fields() {
+            state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
+        }
         state.join(", ")
     }
 
-    /// The stored state of the row under the id `$1`, then its natural-key columns as text:
-    /// what a write that collided with the primary key met.
+    /// The stored state of the row under the id `$1`: what a write that collided with the
+    /// primary key met.
     pub(crate) fn select_stored_by_id(&self) -> String {
-        let keys: Vec<String> = self
-            .model
-            .natural_key_fields()
-            .map(|field| format!("t.{}::text", quote(field.stored_name())))
-            .collect();
         format!(
-            "SELECT {}, {} FROM {} t WHERE t.{} = $1",
+            "SELECT {} FROM {} t WHERE t.{} = $1",
             self.stored_state(Some("t")),
-            keys.join(", "),
             self.name(),
             quote(ID_FIELD)
+        )
+    }
+
+    /// The stored row an incoming row `i` meets, as a lateral subquery named `alias`: the row
+    /// under its id, else the one holding its natural key (the engine's rule, which a write's
+    /// stopped rows and the probe before it both follow). Two probes, each through its unique
+    /// index.
+    fn row_met(&self, alias: &str) -> String {
+        format!(
+            "(SELECT * FROM (SELECT t.* FROM {table} t WHERE t.{id} = i.c0 UNION ALL \
+             SELECT t.* FROM {table} t WHERE {by_key}) found \
+             ORDER BY found.{id} <> i.c0 LIMIT 1) {alias}",
+            table = self.name(),
+            id = quote(ID_FIELD),
+            by_key = self.natural_key_join(),
         )
     }
 

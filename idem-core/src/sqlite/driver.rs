@@ -174,12 +174,7 @@ impl Driver for SqliteDriver<'_, '_> {
         let stored = select_stored(&mut connection, self.table, &[&doc.light])
             .await
             .map_err(|source| sqlite_error(&doc.document, source))?;
-        // Under its id first: what a conflict on the id met.
-        Ok(stored
-            .iter()
-            .find(|stored| stored.id == doc.id_text.as_str())
-            .or_else(|| StoppingRows::new(&stored).stopping(&doc.light))
-            .cloned())
+        Ok(StoppingRows::new(&stored).stopping(&doc.light).cloned())
     }
 
     crate::sql::reads_rows_as_sql!();
@@ -455,12 +450,12 @@ impl<'s> StoppingRows<'s> {
         }
     }
 
-    /// The row that stopped a write of `doc`: the one holding its natural key, else the one
-    /// under its id.
+    /// The row a write of `doc` met: the one under its id, else the one holding its natural
+    /// key (the engine's rule, [`crate::engine::Reply::Stopped`]).
     fn stopping(&self, doc: &LightRow) -> Option<&'s StoredRow> {
-        self.by_key
-            .get(doc.key_texts.as_slice())
-            .or_else(|| self.by_id.get(doc.id_text.as_str()))
+        self.by_id
+            .get(doc.id_text.as_str())
+            .or_else(|| self.by_key.get(doc.key_texts.as_slice()))
             .copied()
     }
 }

@@ -268,8 +268,8 @@ impl Table {
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
     /// stored under an incoming row's id with the same natural key, content hash, digests and
     /// version key, not deleted, is stored exactly as it would be written: the engine settles
-    /// that incoming row `Unchanged`. Each other incoming row meets the row holding its natural
-    /// key, else the one under its id, else none. The statement returns, for each incoming row
+    /// that incoming row `Unchanged`. Each other incoming row meets the row under its id, else
+    /// the one holding its natural key, else none. The statement returns, for each incoming row
     /// that meets one, its id, that row's stored state, then its natural-key columns as text;
     /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
     /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
@@ -324,8 +324,8 @@ impl Table {
         format!(
             "WITH k AS MATERIALIZED (SELECT {id_in} AS i, \
              CASE WHEN EXISTS (SELECT 1 FROM {table} u WHERE {same}) THEN '' ELSE \
-             COALESCE((SELECT f.{id} FROM {table} f WHERE {by_key}), \
-             (SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in})) END AS stopping \
+             COALESCE((SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in}), \
+             (SELECT f.{id} FROM {table} f WHERE {by_key})) END AS stopping \
              FROM (VALUES {tuples}) v) \
              SELECT {selected} FROM k JOIN {table} s ON s.{id} = k.stopping \
              UNION ALL SELECT {summary} FROM k",

@@ -1211,3 +1211,115 @@ async fn a_batch_whose_chunks_settle_while_the_next_is_prepared_agrees_with_sing
         );
     }
 }
+
+/// 140 posts stored, and two pairs of them rewritten behind idem's back so that a post's id
+/// and its natural key are held by two different rows: p010's id by the row now keyed
+/// `p010-moved`, its key by p011's row; p120 and p121 likewise. Their re-ingest edits the
+/// first 40 titles, so that in chunks of 64 the first chunk (p010) is looked up before its
+/// write and the second (p120), mostly changed before it, is written with the guard alone.
+async fn posts_whose_id_and_key_are_held_apart(db: &Db) -> Vec<Post> {
+    db.ensure::<Post>().await;
+    let stored: Vec<Post> = (0..140).map(|n| post_at(&format!("p{n:03}"))).collect();
+    db.upsert_many(&stored).await.unwrap();
+    for (moved, taken) in [("p010", "p011"), ("p120", "p121")] {
+        let renames = [
+            (moved.to_owned(), format!("{moved}-moved")),
+            (taken.to_owned(), moved.to_owned()),
+        ];
+        for (from, to) in renames {
+            db.run_raw(
+                &format!("UPDATE \"posts\" SET \"slug\" = '{to}' WHERE \"slug\" = '{from}'"),
+                mongodb::bson::doc! {
+                    "update": "posts",
+                    "updates": [{ "q": { "slug": &from }, "u": { "$set": { "slug": &to } } }],
+                },
+            )
+            .await;
+        }
+    }
+    let mut batch = stored;
+    for doc in &mut batch[..40] {
+        doc.title = "Edited".into();
+    }
+    batch
+}
+
+/// A post whose id is held by one stored row and whose natural key by another meets the row
+/// under its id, whichever way it is written: a single upsert, a batch chunk looked up first,
+/// a chunk written with the guard alone. So it gets one refusal everywhere (its key may not
+/// change), and neither row changes.
+#[tokio::test]
+async fn a_post_whose_id_and_key_are_held_by_two_rows_gets_one_refusal_everywhere() {
+    for db in fresh_backends("held_apart").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let both = batch_and_one_by_one(&chunked, &db, posts_whose_id_and_key_are_held_apart).await;
+        assert_eq!(both.batch, both.one_by_one, "{db}");
+        for (at, slug) in [(10, "p010"), (120, "p120")] {
+            let refusal = &both.batch[at];
+            assert!(
+                refusal.contains("field `slug` may not change")
+                    && refusal.contains(&format!("stored \"{slug}-moved\", incoming \"{slug}\"")),
+                "{db}: {slug} meets the row under its id, now keyed {slug}-moved: {refusal}"
+            );
+        }
+        let count = |name: &str| count_shown(&both.batch, name);
+        assert_eq!(
+            (count("Updated"), count("Unchanged")),
+            (40 - 2, 140 - 40 - 2),
+            "{db}: {:?}",
+            both.batch
+        );
+        assert_eq!(
+            both.stored_by_batch,
+            both.single.stored::<Post>().await,
+            "{db}"
+        );
+    }
+}
+
+/// Deleting and `insert_new` meet the row under the id too: an entry whose id is held by the
+/// row now keyed `e0-moved` and whose key by e1's row is refused for its key by a delete, an
+/// `insert_new` and an upsert alike, and neither row changes.
+#[tokio::test]
+async fn a_delete_and_insert_new_of_an_entry_held_by_two_rows_meet_the_row_under_its_id() {
+    for db in fresh_backends("held_apart_delete").await {
+        db.ensure::<Entry>().await;
+        let stored: Vec<Entry> = (0..4).map(|n| entry(&format!("e{n}"), 1, "t")).collect();
+        db.upsert_many(&stored).await.unwrap();
+        for (from, to) in [("e0", "e0-moved"), ("e1", "e0")] {
+            db.run_raw(
+                &format!(
+                    "UPDATE \"entries\" SET \"entryId\" = '{to}' WHERE \"entryId\" = '{from}'"
+                ),
+                mongodb::bson::doc! {
+                    "update": "entries",
+                    "updates": [{ "q": { "entryId": from }, "u": { "$set": { "entryId": to } } }],
+                },
+            )
+            .await;
+        }
+        let before = db.stored::<Entry>().await;
+        let deletion = Entry {
+            deleted_at: Some(1_700_000_500_000),
+            ..stored[0].clone()
+        };
+        let refusals = [
+            ("delete", db.delete(&deletion).await.map(drop)),
+            ("insert_new", {
+                let report = db.insert_new(&stored[..1]).await.unwrap();
+                report.results()[0].as_ref().map(drop).map_err(Clone::clone)
+            }),
+            ("upsert", db.upsert(&stored[0]).await.map(drop)),
+        ];
+        for (call, refusal) in refusals {
+            let refusal = refusal.expect_err(&format!("{db}: {call} of e0 is refused"));
+            let shown = refusal.to_string();
+            assert!(
+                shown.contains("field `entry_id` (stored as `entryId`) may not change")
+                    && shown.contains(r#"stored "e0-moved", incoming "e0""#),
+                "{db}: {call} of e0 meets the row under its id, now keyed e0-moved: {shown}"
+            );
+        }
+        assert_eq!(db.stored::<Entry>().await, before, "{db}: nothing changed");
+    }
+}
