@@ -1,7 +1,9 @@
 //! The SQLite store beside the hand-written ways, measured in one run: new rows, an unchanged
 //! re-ingest and changed rows, each against a plain multi-row `INSERT` in one transaction (the
 //! floor for new rows) and a row-by-row `INSERT … ON CONFLICT DO UPDATE` loop in one transaction
-//! (what an application writes by hand). Rows written are counted exactly (`total_changes()`);
+//! (what an application writes by hand). New rows are also written as the very rows idem stores
+//! (its hash, digests and marker columns too) with the same plain `INSERT`: the floor for rows
+//! of that size, which tells what the rows cost from what idem's work on them costs. Rows written are counted exactly (`total_changes()`);
 //! times are medians over rounds whose variants alternate order, each on a fresh database file.
 //!
 //! ```text
@@ -66,8 +68,61 @@ enum Way {
     PlainInsert,
     /// One `INSERT … ON CONFLICT DO UPDATE` per row, one transaction.
     UpsertLoop,
+    /// Multi-row `INSERT`, 500 rows per statement, one transaction, of the very rows idem
+    /// stores (its table, every column, the values read back from a table idem wrote).
+    PlainInsertOfIdemRows,
     /// `upsert_many`.
     Idem,
+}
+
+/// A stored value, as SQLite typed it.
+#[derive(Clone)]
+enum Cell {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+}
+
+/// The rows idem stores for the new rows: the column names, then each row's values. Read once,
+/// before any timing, from a table idem wrote ([`read_idem_rows`]); what
+/// [`Way::PlainInsertOfIdemRows`] writes.
+static IDEM_ROWS: std::sync::OnceLock<(Vec<String>, Vec<Vec<Cell>>)> = std::sync::OnceLock::new();
+
+/// The rows idem stores for `rows`, read back from a fresh table it wrote them to.
+async fn read_idem_rows(
+    directory: &Path,
+    rows: &[Post],
+) -> Result<(Vec<String>, Vec<Vec<Cell>>), Box<dyn std::error::Error>> {
+    use sqlx::{Column, Row, TypeInfo, ValueRef};
+    let (mut connection, path) = fresh(directory, Way::Idem, Some(rows)).await?;
+    let read = sqlx::query("SELECT * FROM posts ORDER BY rowid")
+        .fetch_all(&mut connection)
+        .await?;
+    let names: Vec<String> = read[0]
+        .columns()
+        .iter()
+        .map(|column| column.name().to_owned())
+        .collect();
+    let mut cells = Vec::with_capacity(read.len());
+    for row in &read {
+        let mut values = Vec::with_capacity(names.len());
+        for index in 0..names.len() {
+            let kind = row.try_get_raw(index)?.type_info().name().to_owned();
+            values.push(match kind.as_str() {
+                "NULL" => Cell::Null,
+                "INTEGER" => Cell::Integer(row.try_get(index)?),
+                "REAL" => Cell::Real(row.try_get(index)?),
+                _ => Cell::Text(row.try_get(index)?),
+            });
+        }
+        cells.push(values);
+    }
+    connection.close().await?;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    Ok((names, cells))
 }
 
 impl Way {
@@ -75,6 +130,7 @@ impl Way {
         match self {
             Way::PlainInsert => "plain multi-row INSERT, one transaction",
             Way::UpsertLoop => "INSERT … ON CONFLICT per row, one transaction",
+            Way::PlainInsertOfIdemRows => "plain multi-row INSERT of idem's rows, one transaction",
             Way::Idem => "idem upsert_many",
         }
     }
@@ -99,7 +155,9 @@ async fn fresh(
     let path = directory.join(format!("bench-{}.db", ulid::Ulid::generate()));
     let mut connection = connect(&path).await?;
     match way {
-        Way::Idem => Store::new().ensure_table::<Post>(&mut connection).await?,
+        Way::Idem | Way::PlainInsertOfIdemRows => {
+            Store::new().ensure_table::<Post>(&mut connection).await?
+        }
         _ => sqlx::raw_sql(HAND_TABLE)
             .execute(&mut connection)
             .await
@@ -144,6 +202,32 @@ async fn write(
                         .bind(&post.title)
                         .bind(&post.body)
                         .bind(post.score);
+                }
+                query.execute(&mut *transaction).await?;
+            }
+            transaction.commit().await?;
+        }
+        Way::PlainInsertOfIdemRows => {
+            let (names, cells) = IDEM_ROWS.get().ok_or("idem's rows were not read")?;
+            let quoted: Vec<String> = names.iter().map(|name| format!("\"{name}\"")).collect();
+            let tuple = format!("({})", vec!["?"; names.len()].join(", "));
+            let mut transaction = connection.begin().await?;
+            for chunk in cells.chunks(500) {
+                let sql = format!(
+                    "INSERT INTO posts ({}) VALUES {}",
+                    quoted.join(", "),
+                    vec![tuple.as_str(); chunk.len()].join(", ")
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for row in chunk {
+                    for cell in row {
+                        query = match cell {
+                            Cell::Null => query.bind(None::<&str>),
+                            Cell::Integer(value) => query.bind(*value),
+                            Cell::Real(value) => query.bind(*value),
+                            Cell::Text(value) => query.bind(value.as_str()),
+                        };
+                    }
                 }
                 query.execute(&mut *transaction).await?;
             }
@@ -240,11 +324,22 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&directory)?;
     let first: Vec<Post> = (0..count).map(|n| post(n, "Title")).collect();
     let changed: Vec<Post> = (0..count).map(|n| post(n, "Edited")).collect();
+    let wants_new = only
+        .as_ref()
+        .is_none_or(|only| only.iter().any(|name| name == "new"));
+    if wants_new && !only_idem {
+        let _ = IDEM_ROWS.set(read_idem_rows(&directory, &first).await?);
+    }
     let scenarios = [
         Scenario {
             key: "new",
             name: "new rows",
-            ways: vec![Way::PlainInsert, Way::UpsertLoop, Way::Idem],
+            ways: vec![
+                Way::PlainInsert,
+                Way::PlainInsertOfIdemRows,
+                Way::UpsertLoop,
+                Way::Idem,
+            ],
             stored: None,
             rows: first.clone(),
         },
