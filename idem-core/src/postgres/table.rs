@@ -632,9 +632,9 @@ impl Table {
                 ));
             }
         }
-        // The same natural key too: a row whose key was edited behind idem's back is not the
-        // one the stopped rows' branch finds by key, and leaving it out would make the write go
-        // again and again; written, it meets the primary key and is refused for its key.
+        // The same natural key too: a row under this id whose key was edited behind idem's back
+        // is not stored as this write would store it, so it is not skipped as unchanged:
+        // written, it meets the primary key and is refused for its key.
         for field in self.model.natural_key_fields() {
             if let Some(index) = self.column_of(field) {
                 conditions.push(format!(
