@@ -1,15 +1,17 @@
 //! idem's promises, checked against a model over many serde shapes, on every backend under test:
-//! MongoDB at `MONGODB_URI` and each PostgreSQL server (see `idem_tests::backends`).
+//! MongoDB at `MONGODB_URI`, each PostgreSQL server and SQLite (see `idem_tests::backends`).
 //!
 //! For each shape family (optional, omitted, flattened, renamed and nested fields; a frozen
 //! map, a frozen list with nulls, frozen optional values; a version of every ordered type, with a
 //! tombstone), proptest generates sequences of upserts, replays of documents sent before, deletes,
-//! writes by another tool (what serde writes, without idem's hash, digests or version key) and
-//! batches with duplicates, over three keys so that the calls keep meeting the same
-//! documents. A model written here from the README's rules, on the typed values and without
-//! idem's hashing or comparisons, predicts each call's outcome and every stored document; the test
-//! checks both against what idem answers and what the server then holds, in the shape every
-//! backend reads back: what serde wrote, under `_id`, without idem's own fields or nulls.
+//! writes by another tool (what serde writes, without idem's hash, digests or version key), keys
+//! edited by another tool (the document keeps the id its old key derived, so an id and a key can
+//! point at two documents) and batches with duplicates, over three keys so that the calls keep
+//! meeting the same documents. A model written here from the README's rules, on the typed
+//! values and without idem's hashing or comparisons, predicts each call's outcome and every
+//! stored document; the test checks both against what idem answers and what the server then
+//! holds, in the shape every backend reads back: what serde wrote, under `_id`, without idem's
+//! own fields or nulls.
 //!
 //! Each family checks two properties on each backend: single calls, then the same with
 //! `upsert_many`, whose outcomes must be those of upserting its documents one by one, in order.
@@ -26,7 +28,7 @@ use std::fmt::{self, Debug};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use idem_core::{Deletion, Error, ErrorKind, Idempotent, Outcome};
+use idem_core::{Deletion, Error, ErrorKind, Id, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use mongodb::bson;
 use proptest::collection::{btree_map, hash_map, vec};
@@ -62,6 +64,8 @@ trait Shape:
     type Key: Ord + Clone + Debug;
     /// The stored name of the key field, to file the stored documents the same way.
     const KEY_FIELD: &'static str;
+    /// The key field's name in Rust, as a refusal of a changed key names it.
+    const KEY_NAME: &'static str;
     /// The stored name of the tombstone, for a shape with one.
     const TOMBSTONE_FIELD: Option<&'static str> = None;
 
@@ -75,6 +79,10 @@ trait Shape:
     }
 
     fn key(&self) -> Self::Key;
+
+    /// The same document under `key`: what another tool leaves when it edits the key of a stored
+    /// document behind idem's back (the id stays the one the old key derived).
+    fn with_key(self, key: Self::Key) -> Self;
 
     /// The deletion marker this document carries.
     fn tombstone(&self) -> Option<i64> {
@@ -129,6 +137,9 @@ enum Expected {
     Outcome(Outcome),
     /// `ErrorKind::FrozenFieldChanged`, naming one of these fields (all of which changed).
     Refused(Vec<&'static str>),
+    /// `ErrorKind::IdChanged`: the natural key is stored under another id, and no field feeding
+    /// the id differs from the stored one (another tool edited a key onto it).
+    IdChanged,
 }
 
 impl Expected {
@@ -138,6 +149,7 @@ impl Expected {
             (Expected::Refused(fields), Err(ErrorKind::FrozenFieldChanged { field, .. })) => {
                 fields.contains(field)
             }
+            (Expected::IdChanged, Err(ErrorKind::IdChanged { .. })) => true,
             _ => false,
         }
     }
@@ -148,6 +160,7 @@ impl fmt::Display for Expected {
         match self {
             Expected::Outcome(outcome) => f.write_str(outcome.name()),
             Expected::Refused(fields) => write!(f, "FrozenFieldChanged on one of {fields:?}"),
+            Expected::IdChanged => f.write_str("IdChanged"),
         }
     }
 }
@@ -167,6 +180,9 @@ fn describe(observed: &Result<Outcome, Error>) -> String {
 
 /// What the model knows of one stored document.
 struct Stored<S> {
+    /// The id it is stored under: the one its document derives, unless another tool edited its
+    /// key since.
+    id: Id,
     /// The document the last write stored.
     doc: S,
     /// The marker the first delete stored.
@@ -188,22 +204,45 @@ impl<S: Shape> ModelStore<S> {
         }
     }
 
-    fn upsert(&mut self, doc: &S) -> Expected {
-        let Some(stored) = self.stored.get_mut(&doc.key()) else {
-            let inserted = Stored {
-                doc: doc.clone(),
-                deleted: None,
-                foreign: false,
+    /// The key of the stored document a write of `doc` meets: the one under its id, else the one
+    /// holding its natural key (`Ok(None)`: neither is stored); or the refusal of the write: the
+    /// document under its id holds another key (edited behind idem's back), or its key is
+    /// stored under another id (a field feeding the id moved, or another tool edited that key
+    /// onto another document). Refused even when the document met is deleted, since the write
+    /// is not to it.
+    fn meet(&self, doc: &S) -> Result<Option<S::Key>, Expected> {
+        let id = doc.id().expect("the model's documents have an id");
+        if let Some((key, _)) = self.stored.iter().find(|(_, stored)| stored.id == id) {
+            return match *key == doc.key() {
+                true => Ok(Some(doc.key())),
+                false => Err(Expected::Refused(vec![S::KEY_NAME])),
             };
-            self.stored.insert(doc.key(), inserted);
-            return Expected::Outcome(Outcome::Inserted);
-        };
-        // Another id for a stored key would fork the document: refused even when it is deleted,
-        // since the write is not to the deleted document.
-        let moved = doc.changed_id_fields(&stored.doc);
-        if !moved.is_empty() {
-            return Expected::Refused(moved);
         }
+        match self.stored.get(&doc.key()) {
+            None => Ok(None),
+            Some(stored) => match doc.changed_id_fields(&stored.doc) {
+                moved if moved.is_empty() => Err(Expected::IdChanged),
+                moved => Err(Expected::Refused(moved)),
+            },
+        }
+    }
+
+    fn upsert(&mut self, doc: &S) -> Expected {
+        let key = match self.meet(doc) {
+            Err(refused) => return refused,
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                let inserted = Stored {
+                    id: doc.id().expect("the model's documents have an id"),
+                    doc: doc.clone(),
+                    deleted: None,
+                    foreign: false,
+                };
+                self.stored.insert(doc.key(), inserted);
+                return Expected::Outcome(Outcome::Inserted);
+            }
+        };
+        let stored = self.stored.get_mut(&key).expect("met");
         // A deleted document is never resurrected, whatever the write carries.
         if stored.deleted.is_some() {
             return Expected::Outcome(Outcome::Deleted);
@@ -238,18 +277,21 @@ impl<S: Shape> ModelStore<S> {
         Expected::Outcome(outcome)
     }
 
-    /// Another tool writes `doc` under its derived id, replacing what is stored there. Skipped
-    /// (`false`) when the key is stored under another id: the natural-key index refuses that
-    /// tool's write too.
+    /// Another tool writes `doc` under its derived id, replacing what is stored there (under
+    /// whatever key). Skipped (`false`) when the key is stored under another id: the
+    /// natural-key index refuses that tool's write too.
     fn foreign_write(&mut self, doc: &S) -> bool {
-        let moved = self
+        let id = doc.id().expect("the model's documents have an id");
+        if self
             .stored
             .get(&doc.key())
-            .is_some_and(|stored| !doc.changed_id_fields(&stored.doc).is_empty());
-        if moved {
+            .is_some_and(|stored| stored.id != id)
+        {
             return false;
         }
+        self.stored.retain(|_, stored| stored.id != id);
         let written = Stored {
+            id,
             doc: doc.clone(),
             deleted: doc.tombstone(),
             foreign: true,
@@ -258,22 +300,40 @@ impl<S: Shape> ModelStore<S> {
         true
     }
 
+    /// Another tool edits the key of the document stored under `from`'s key to `to`'s, behind
+    /// idem's back. Skipped (`false`) when nothing is stored under `from`'s key, or something is
+    /// under `to`'s (the natural-key index refuses the edit).
+    fn rekey(&mut self, from: &S, to: &S) -> bool {
+        if self.stored.contains_key(&to.key()) {
+            return false;
+        }
+        let Some(mut stored) = self.stored.remove(&from.key()) else {
+            return false;
+        };
+        stored.doc = stored.doc.with_key(to.key());
+        self.stored.insert(to.key(), stored);
+        true
+    }
+
     fn delete(&mut self, doc: &S) -> Expected {
         let marker = doc.tombstone().expect("a deletion carries its marker");
-        let Some(stored) = self.stored.get_mut(&doc.key()) else {
-            // Deleted before its creation arrived: stored deleted, so the creation stays away.
-            let deleted = Stored {
-                doc: doc.clone(),
-                deleted: Some(marker),
-                foreign: false,
-            };
-            self.stored.insert(doc.key(), deleted);
-            return Expected::Outcome(Outcome::Deleted);
+        let key = match self.meet(doc) {
+            Err(refused) => return refused,
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                // Deleted before its creation arrived: stored deleted, so the creation stays
+                // away.
+                let deleted = Stored {
+                    id: doc.id().expect("the model's documents have an id"),
+                    doc: doc.clone(),
+                    deleted: Some(marker),
+                    foreign: false,
+                };
+                self.stored.insert(doc.key(), deleted);
+                return Expected::Outcome(Outcome::Deleted);
+            }
         };
-        let moved = doc.changed_id_fields(&stored.doc);
-        if !moved.is_empty() {
-            return Expected::Refused(moved);
-        }
+        let stored = self.stored.get_mut(&key).expect("met");
         if stored.deleted.is_some() {
             // The first marker stays.
             return Expected::Outcome(Outcome::Unchanged);
@@ -292,8 +352,7 @@ impl<S: Shape> ModelStore<S> {
             .values()
             .map(|stored| {
                 let mut expected = db.as_stored(&stored.doc);
-                let id = stored.doc.id().expect("the model's documents have an id");
-                expected.insert("_id".to_owned(), Value::from(id.to_string()));
+                expected.insert("_id".to_owned(), Value::from(stored.id.to_string()));
                 if let (Some(field), Some(marker)) = (S::TOMBSTONE_FIELD, stored.deleted) {
                     expected.insert(field.to_owned(), Value::from(marker));
                 }
@@ -327,6 +386,9 @@ enum Op<S> {
     Delete(S),
     /// The document as another tool writes it: what serde writes, under the derived `_id`.
     Foreign(S),
+    /// Another tool edits the key of the document stored under the first one's key to the
+    /// second one's, leaving its id: the id and the key then point at different documents.
+    Rekey(S, S),
 }
 
 /// Which calls a property's sequences make.
@@ -343,6 +405,12 @@ fn sequences<S: Shape>(calls: Calls) -> BoxedStrategy<Vec<Op<S>>> {
         (5, S::documents().prop_map(Op::Upsert).boxed()),
         (2, (0..REPLAY_DEPTH).prop_map(Op::Replay).boxed()),
         (1, S::documents().prop_map(Op::Foreign).boxed()),
+        (
+            1,
+            (S::documents(), S::documents())
+                .prop_map(|(from, to)| Op::Rekey(from, to))
+                .boxed(),
+        ),
     ];
     if let Some(deletions) = S::deletions() {
         ops.push((1, deletions.prop_map(Op::Delete).boxed()));
@@ -428,6 +496,11 @@ async fn run_sequence<S: Shape>(db: &Db, ops: &[Op<S>]) -> Result<(), TestCaseEr
                     db.write_as_another_tool(doc).await;
                 }
             }
+            Op::Rekey(from, to) => {
+                if model.rekey(from, to) {
+                    rekey(db, from, to).await;
+                }
+            }
             Op::UpsertMany(docs) => {
                 // The batch must answer as the same upserts one by one, in order.
                 let expected: Vec<Expected> = docs.iter().map(|doc| model.upsert(doc)).collect();
@@ -457,6 +530,38 @@ async fn run_sequence<S: Shape>(db: &Db, ops: &[Op<S>]) -> Result<(), TestCaseEr
     }
     compare_stored(db, &model).await?;
     compare_typed_reads(db, &model).await
+}
+
+/// Edits the key of the document stored under `from`'s key to `to`'s, as another tool would.
+async fn rekey<S: Shape>(db: &Db, from: &S, to: &S) {
+    let key_of =
+        |doc: &S| serde_json::to_value(doc).expect("a document serializes")[S::KEY_FIELD].clone();
+    let (old, new) = (key_of(from), key_of(to));
+    let literal = |key: &Value| match key {
+        Value::String(text) => format!("'{}'", text.replace('\'', "''")),
+        other => other.to_string(),
+    };
+    let bson_of = |key: &Value| match key {
+        Value::String(text) => bson::Bson::String(text.clone()),
+        other => bson::Bson::Int64(other.as_i64().expect("an integer or text key")),
+    };
+    let collection = S::MODEL.collection();
+    db.run_raw(
+        &format!(
+            "UPDATE \"{collection}\" SET \"{field}\" = {new} WHERE \"{field}\" = {old}",
+            field = S::KEY_FIELD,
+            new = literal(&new),
+            old = literal(&old),
+        ),
+        bson::doc! {
+            "update": collection,
+            "updates": [{
+                "q": { S::KEY_FIELD: bson_of(&old) },
+                "u": { "$set": { S::KEY_FIELD: bson_of(&new) } },
+            }],
+        },
+    )
+    .await;
 }
 
 async fn upsert_one<S: Shape>(
@@ -558,7 +663,7 @@ async fn compare_typed_reads<S: Shape>(
 ) -> Result<(), TestCaseError> {
     for stored in model.stored.values() {
         let expected = stored.doc.clone().with_tombstone(stored.deleted);
-        let id = expected.id().expect("the model's documents have an id");
+        let id = stored.id;
         let by_id = db.get::<S>(id).await;
         let by_key = db.find::<S>(expected.natural_key()).await;
         for (how, read) in [("get", by_id), ("find", by_key)] {
@@ -662,6 +767,7 @@ struct Address {
 impl Shape for Profile {
     type Key = String;
     const KEY_FIELD: &'static str = "handle";
+    const KEY_NAME: &'static str = "handle";
 
     fn documents() -> BoxedStrategy<Self> {
         let address = (
@@ -723,6 +829,10 @@ impl Shape for Profile {
         self.handle.clone()
     }
 
+    fn with_key(self, handle: String) -> Self {
+        Self { handle, ..self }
+    }
+
     fn changed_id_fields(&self, stored: &Self) -> Vec<&'static str> {
         differs("joined_at", &stored.joined_at, &self.joined_at)
             .into_iter()
@@ -770,6 +880,7 @@ fn hash_map_in_order(entries: &[(&str, i64)]) -> HashMap<String, i64> {
 impl Shape for Listing {
     type Key = i64;
     const KEY_FIELD: &'static str = "ref";
+    const KEY_NAME: &'static str = "listing_id";
 
     fn documents() -> BoxedStrategy<Self> {
         // Mostly the same entries; sometimes a value changed, an entry dropped, or none; in
@@ -794,6 +905,10 @@ impl Shape for Listing {
 
     fn key(&self) -> i64 {
         self.listing_id
+    }
+
+    fn with_key(self, listing_id: i64) -> Self {
+        Self { listing_id, ..self }
     }
 
     fn changed_frozen_fields(&self, stored: &Self) -> Vec<&'static str> {
@@ -829,6 +944,7 @@ struct Ballot {
 impl Shape for Ballot {
     type Key = String;
     const KEY_FIELD: &'static str = "voter";
+    const KEY_NAME: &'static str = "voter";
 
     fn documents() -> BoxedStrategy<Self> {
         let choices = prop_oneof![
@@ -861,6 +977,10 @@ impl Shape for Ballot {
 
     fn key(&self) -> String {
         self.voter.clone()
+    }
+
+    fn with_key(self, voter: String) -> Self {
+        Self { voter, ..self }
     }
 
     fn changed_id_fields(&self, stored: &Self) -> Vec<&'static str> {
@@ -903,6 +1023,7 @@ struct Claim {
 impl Shape for Claim {
     type Key = i64;
     const KEY_FIELD: &'static str = "Ticket";
+    const KEY_NAME: &'static str = "ticket";
 
     fn documents() -> BoxedStrategy<Self> {
         (
@@ -922,6 +1043,10 @@ impl Shape for Claim {
 
     fn key(&self) -> i64 {
         self.ticket
+    }
+
+    fn with_key(self, ticket: i64) -> Self {
+        Self { ticket, ..self }
     }
 
     fn changed_frozen_fields(&self, stored: &Self) -> Vec<&'static str> {
@@ -1022,6 +1147,7 @@ impl VersionValue for bson::DateTime {
 impl<V: VersionValue> Shape for Revision<V> {
     type Key = String;
     const KEY_FIELD: &'static str = "noteId";
+    const KEY_NAME: &'static str = "note_id";
     const TOMBSTONE_FIELD: Option<&'static str> = Some("deletedAt");
 
     fn documents() -> BoxedStrategy<Self> {
@@ -1052,6 +1178,10 @@ impl<V: VersionValue> Shape for Revision<V> {
 
     fn key(&self) -> String {
         self.note_id.clone()
+    }
+
+    fn with_key(self, note_id: String) -> Self {
+        Self { note_id, ..self }
     }
 
     fn tombstone(&self) -> Option<i64> {
