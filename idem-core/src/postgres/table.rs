@@ -505,18 +505,17 @@ impl Table {
         )
     }
 
-    /// The incoming rows not stored exactly as they would be written, each with what is stored
-    /// for it (the row under its id, else the one holding its natural key, as
-    /// [`Table::select_stored_by_id`] reads it: its stored state): a row
-    /// under the same id with the same natural key, content hash, digests and version key, not
-    /// deleted, is one the upsert would leave alone and judge `Unchanged`
-    /// ([`Table::unchanged_filter`]), and is not returned. Sent before a batch's upsert with
-    /// each row's id, key and the fingerprint of its hash, digests and version key
-    /// ([`Table::unchanged_fingerprint`]) only, so that an unchanged re-ingest sends none of
-    /// the rows' content; the rows it returns are judged before anything is written, so a
-    /// refused or stale one is never locked. Guarded as every statement is (one row without an id when the table
-    /// is not one the store checked). Parameters: the ids, the fingerprints, then each
-    /// natural-key column; `None` if a natural-key field has no column.
+    /// The incoming rows not stored exactly as they would be written, each with the stored
+    /// state of the row it meets ([`Table::row_met`]: the row under its id, else the one
+    /// holding its natural key): a row under the same id with the same natural key, content
+    /// hash, digests and version key, not deleted, is one the upsert would leave alone and
+    /// judge `Unchanged` ([`Table::unchanged_filter`]), and is not returned. Sent before a
+    /// batch's upsert with each row's id, key and the fingerprint of its hash, digests and
+    /// version key ([`Table::unchanged_fingerprint`]) only, so that an unchanged re-ingest sends
+    /// none of the rows' content; the rows it returns are judged before anything is written, so
+    /// a refused or stale one is never locked. Guarded as every statement is (one row without
+    /// an id when the table is not one the store checked). Parameters: the ids, the
+    /// fingerprints, then each natural-key column; `None` if a natural-key field has no column.
     fn probe_statement(&self) -> Option<String> {
         let keys: Vec<usize> = self
             .model
