@@ -3,7 +3,9 @@
 //! floor for new rows) and a row-by-row `INSERT … ON CONFLICT DO UPDATE` loop in one transaction
 //! (what an application writes by hand). New rows are also written as the very rows idem stores
 //! (its hash, digests and marker columns too) with the same plain `INSERT`: the floor for rows
-//! of that size, which tells what the rows cost from what idem's work on them costs. Rows written are counted exactly (`total_changes()`);
+//! of that size, which tells what the rows cost from what idem's work on them costs. Each
+//! scenario also runs idem inside one transaction of the caller's, as the hand-written ways
+//! run (one commit); the targets are read on idem's own call, a commit per chunk. Rows written are counted exactly (`total_changes()`);
 //! times are medians over rounds whose variants alternate order, each on a fresh database file.
 //!
 //! ```text
@@ -71,6 +73,8 @@ enum Way {
     /// Multi-row `INSERT`, 500 rows per statement, one transaction, of the very rows idem
     /// stores (its table, every column, the values read back from a table idem wrote).
     PlainInsertOfIdemRows,
+    /// `upsert_many` inside the caller's transaction: one commit, as the plain insert's.
+    IdemInTransaction,
     /// `upsert_many`.
     Idem,
 }
@@ -131,6 +135,7 @@ impl Way {
             Way::PlainInsert => "plain multi-row INSERT, one transaction",
             Way::UpsertLoop => "INSERT … ON CONFLICT per row, one transaction",
             Way::PlainInsertOfIdemRows => "plain multi-row INSERT of idem's rows, one transaction",
+            Way::IdemInTransaction => "idem upsert_many inside one transaction",
             Way::Idem => "idem upsert_many",
         }
     }
@@ -155,7 +160,7 @@ async fn fresh(
     let path = directory.join(format!("bench-{}.db", ulid::Ulid::generate()));
     let mut connection = connect(&path).await?;
     match way {
-        Way::Idem | Way::PlainInsertOfIdemRows => {
+        Way::Idem | Way::IdemInTransaction | Way::PlainInsertOfIdemRows => {
             Store::new().ensure_table::<Post>(&mut connection).await?
         }
         _ => sqlx::raw_sql(HAND_TABLE)
@@ -181,6 +186,14 @@ async fn write(
             if report.refused() > 0 {
                 return Err(format!("idem refused rows: {report}").into());
             }
+        }
+        Way::IdemInTransaction => {
+            let mut transaction = connection.begin().await?;
+            let report = Store::new().upsert_many(&mut transaction, rows).await?;
+            if report.refused() > 0 {
+                return Err(format!("idem refused rows: {report}").into());
+            }
+            transaction.commit().await?;
         }
         Way::PlainInsert => {
             let mut transaction = connection.begin().await?;
@@ -338,6 +351,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
                 Way::PlainInsert,
                 Way::PlainInsertOfIdemRows,
                 Way::UpsertLoop,
+                Way::IdemInTransaction,
                 Way::Idem,
             ],
             stored: None,
@@ -346,14 +360,14 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         Scenario {
             key: "unchanged",
             name: "unchanged re-ingest",
-            ways: vec![Way::UpsertLoop, Way::Idem],
+            ways: vec![Way::UpsertLoop, Way::IdemInTransaction, Way::Idem],
             stored: Some(first.clone()),
             rows: first.clone(),
         },
         Scenario {
             key: "changed",
             name: "changed rows",
-            ways: vec![Way::UpsertLoop, Way::Idem],
+            ways: vec![Way::UpsertLoop, Way::IdemInTransaction, Way::Idem],
             stored: Some(first.clone()),
             rows: changed,
         },
