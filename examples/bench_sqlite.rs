@@ -181,18 +181,10 @@ async fn write(
     rows: &[Post],
 ) -> Result<(), Box<dyn std::error::Error>> {
     match way {
-        Way::Idem => {
-            let report = Store::new().upsert_many(connection, rows).await?;
-            if report.refused() > 0 {
-                return Err(format!("idem refused rows: {report}").into());
-            }
-        }
+        Way::Idem => all_written(Store::new().upsert_many(connection, rows).await?)?,
         Way::IdemInTransaction => {
             let mut transaction = connection.begin().await?;
-            let report = Store::new().upsert_many(&mut transaction, rows).await?;
-            if report.refused() > 0 {
-                return Err(format!("idem refused rows: {report}").into());
-            }
+            all_written(Store::new().upsert_many(&mut transaction, rows).await?)?;
             transaction.commit().await?;
         }
         Way::PlainInsert => {
@@ -268,6 +260,14 @@ async fn write(
         }
     }
     Ok(())
+}
+
+/// An error if idem refused any row of `report`: every way must write every row.
+fn all_written(report: idem_core::BatchReport) -> Result<(), Box<dyn std::error::Error>> {
+    match report.refused() {
+        0 => Ok(()),
+        _ => Err(format!("idem refused rows: {report}").into()),
+    }
 }
 
 /// One timed write: its duration and the rows it wrote.

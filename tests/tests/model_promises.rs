@@ -204,6 +204,18 @@ impl<S: Shape> ModelStore<S> {
         }
     }
 
+    /// Stores `doc` under its key and derived id, as a write that met nothing (or another
+    /// tool's) leaves it.
+    fn file(&mut self, doc: &S, deleted: Option<i64>, foreign: bool) {
+        let stored = Stored {
+            id: id_of(doc),
+            doc: doc.clone(),
+            deleted,
+            foreign,
+        };
+        self.stored.insert(doc.key(), stored);
+    }
+
     /// The key of the stored document a write of `doc` meets: the one under its id, else the one
     /// holding its natural key (`Ok(None)`: neither is stored); or the refusal of the write: the
     /// document under its id holds another key (edited behind idem's back), or its key is
@@ -211,7 +223,7 @@ impl<S: Shape> ModelStore<S> {
     /// onto another document). Refused even when the document met is deleted, since the write
     /// is not to it.
     fn meet(&self, doc: &S) -> Result<Option<S::Key>, Expected> {
-        let id = doc.id().expect("the model's documents have an id");
+        let id = id_of(doc);
         if let Some((key, _)) = self.stored.iter().find(|(_, stored)| stored.id == id) {
             return match *key == doc.key() {
                 true => Ok(Some(doc.key())),
@@ -232,13 +244,7 @@ impl<S: Shape> ModelStore<S> {
             Err(refused) => return refused,
             Ok(Some(key)) => key,
             Ok(None) => {
-                let inserted = Stored {
-                    id: doc.id().expect("the model's documents have an id"),
-                    doc: doc.clone(),
-                    deleted: None,
-                    foreign: false,
-                };
-                self.stored.insert(doc.key(), inserted);
+                self.file(doc, None, false);
                 return Expected::Outcome(Outcome::Inserted);
             }
         };
@@ -281,7 +287,7 @@ impl<S: Shape> ModelStore<S> {
     /// whatever key). Skipped (`false`) when the key is stored under another id: the
     /// natural-key index refuses that tool's write too.
     fn foreign_write(&mut self, doc: &S) -> bool {
-        let id = doc.id().expect("the model's documents have an id");
+        let id = id_of(doc);
         if self
             .stored
             .get(&doc.key())
@@ -290,13 +296,7 @@ impl<S: Shape> ModelStore<S> {
             return false;
         }
         self.stored.retain(|_, stored| stored.id != id);
-        let written = Stored {
-            id,
-            doc: doc.clone(),
-            deleted: doc.tombstone(),
-            foreign: true,
-        };
-        self.stored.insert(doc.key(), written);
+        self.file(doc, doc.tombstone(), true);
         true
     }
 
@@ -323,13 +323,7 @@ impl<S: Shape> ModelStore<S> {
             Ok(None) => {
                 // Deleted before its creation arrived: stored deleted, so the creation stays
                 // away.
-                let deleted = Stored {
-                    id: doc.id().expect("the model's documents have an id"),
-                    doc: doc.clone(),
-                    deleted: Some(marker),
-                    foreign: false,
-                };
-                self.stored.insert(doc.key(), deleted);
+                self.file(doc, Some(marker), false);
                 return Expected::Outcome(Outcome::Deleted);
             }
         };
@@ -360,6 +354,11 @@ impl<S: Shape> ModelStore<S> {
             })
             .collect()
     }
+}
+
+/// The id `doc` derives (every generated document has one).
+fn id_of<S: Shape>(doc: &S) -> Id {
+    doc.id().expect("the model's documents have an id")
 }
 
 /// The stored key of a document, as text, to match stored documents with the model's.

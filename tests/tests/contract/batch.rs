@@ -556,6 +556,18 @@ where
     }
 }
 
+impl BothWays {
+    /// Fails unless the batch answered as the single upserts did and left the rows they left.
+    async fn assert_agree<T: idem_core::Idempotent>(&self, db: &Db) {
+        assert_eq!(self.batch, self.one_by_one, "{db}");
+        assert_eq!(
+            self.stored_by_batch,
+            self.single.stored::<T>().await,
+            "{db}: the batch stores what single upserts store"
+        );
+    }
+}
+
 /// How many of the outcomes `shown` show as `name`.
 fn count_shown(shown: &[String], name: &str) -> usize {
     shown.iter().filter(|shown| *shown == name).count()
@@ -712,18 +724,13 @@ async fn a_lookup_that_meets_deleted_rows_leaves_them_deleted() {
     for db in fresh_backends("reingest_deleted").await {
         let chunked = db.with_batch_chunk(64).await;
         let both = batch_and_one_by_one(&chunked, &db, deleted_entries_and_their_reingest).await;
-        assert_eq!(both.batch, both.one_by_one, "{db}");
+        both.assert_agree::<Entry>(&db).await;
         let count = |name: &str| count_shown(&both.batch, name);
         assert_eq!(
             (count("Deleted"), count("Unchanged")),
             (20, 44),
             "{db}: {:?}",
             both.batch
-        );
-        assert_eq!(
-            both.stored_by_batch,
-            both.single.stored::<Entry>().await,
-            "{db}"
         );
     }
 }
@@ -810,12 +817,7 @@ async fn a_reingest_with_integer_and_boolean_keys_agrees_with_single_upserts() {
     for db in fresh_backends("reingest_tickets").await {
         let chunked = db.with_batch_chunk(64).await;
         let both = batch_and_one_by_one(&chunked, &db, stored_tickets_and_their_reingest).await;
-        assert_eq!(both.batch, both.one_by_one, "{db}");
-        assert_eq!(
-            both.stored_by_batch,
-            both.single.stored::<Ticket>().await,
-            "{db}"
-        );
+        both.assert_agree::<Ticket>(&db).await;
         let count = |name: &str| count_shown(&both.batch, name);
         assert_eq!(
             (count("Unchanged"), count("Updated"), count("Inserted")),
@@ -1191,13 +1193,8 @@ async fn a_batch_whose_chunks_settle_while_the_next_is_prepared_agrees_with_sing
     for db in fresh_backends("settled_early").await {
         let chunked = db.with_batch_chunk(64).await;
         let both = batch_and_one_by_one(&chunked, &db, slow_posts_and_their_batch).await;
+        both.assert_agree::<SlowPost>(&db).await;
         let whole = both.batch;
-        assert_eq!(whole, both.one_by_one, "{db}");
-        assert_eq!(
-            both.stored_by_batch,
-            both.single.stored::<SlowPost>().await,
-            "{db}: the batch stores what single upserts store"
-        );
         let count = |name: &str| count_shown(&whole, name);
         assert_eq!(
             (count("Inserted"), count("Updated"), count("Unchanged")),
@@ -1253,7 +1250,7 @@ async fn a_post_whose_id_and_key_are_held_by_two_rows_gets_one_refusal_everywher
     for db in fresh_backends("held_apart").await {
         let chunked = db.with_batch_chunk(64).await;
         let both = batch_and_one_by_one(&chunked, &db, posts_whose_id_and_key_are_held_apart).await;
-        assert_eq!(both.batch, both.one_by_one, "{db}");
+        both.assert_agree::<Post>(&db).await;
         for (at, slug) in [(10, "p010"), (120, "p120")] {
             let refusal = &both.batch[at];
             assert!(
@@ -1268,11 +1265,6 @@ async fn a_post_whose_id_and_key_are_held_by_two_rows_gets_one_refusal_everywher
             (40 - 2, 140 - 40 - 2),
             "{db}: {:?}",
             both.batch
-        );
-        assert_eq!(
-            both.stored_by_batch,
-            both.single.stored::<Post>().await,
-            "{db}"
         );
     }
 }
