@@ -5,11 +5,11 @@
 //! SHA-256 over the document's canonical bytes, computed once outside the loop. What
 //! `content_hash` adds on top is walking the `Serialize` impl and encoding as it goes.
 //!
-//! `hand_encoded_sha256` is the floor of any encoding made before the hash: the same canonical
-//! bytes written field by field into a reused buffer by code that knows the type (names, their
-//! lengths and which fields are hashed fixed when compiled), then SHA-256 over them. What
-//! `content_hash` costs above it is the walk of the `Serialize` impl; what it costs above raw
-//! SHA-256 but not above this, every encoding that runs before its hash pays.
+//! `hand_encoded_sha256` is what code written for `Post` alone does: the same canonical bytes
+//! written field by field into a reused buffer (names, their lengths and which fields are hashed
+//! fixed when compiled), then SHA-256 over them. What `content_hash` costs above it is the walk
+//! of the `Serialize` impl; what it costs above raw SHA-256 but not above this, an encoding that
+//! runs before its hash pays however it is written.
 //!
 //! The BSON rows hash what a hand-rolled helper would: the document serialized to BSON. The
 //! throughput of every row is the canonical size, so the GB/s figures compare per document.
