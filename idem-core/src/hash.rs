@@ -132,16 +132,27 @@ impl FromStr for ContentHash {
             let sha = ContentHash::from_str(hex)?;
             return Ok(ContentHash::from_parts(HashAlgorithm::Blake3, sha.bytes));
         }
-        if text.len() != 64 || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Err(ContentHashParseError);
-        }
-        let mut bytes = [0u8; 32];
-        for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks(2)) {
-            let digits = std::str::from_utf8(pair).map_err(|_| ContentHashParseError)?;
-            *byte = u8::from_str_radix(digits, 16).map_err(|_| ContentHashParseError)?;
-        }
-        Ok(ContentHash::from_bytes(bytes))
+        bytes_of_hex(text)
+            .map(ContentHash::from_bytes)
+            .ok_or(ContentHashParseError)
     }
+}
+
+/// The 32 bytes written as `hex`, 64 hex digits of either case; `None` for any other text.
+pub(crate) fn bytes_of_hex(hex: &str) -> Option<[u8; 32]> {
+    let digit = |byte: u8| {
+        char::from(byte)
+            .to_digit(16)
+            .and_then(|value| u8::try_from(value).ok())
+    };
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(bytes)
 }
 
 impl Serialize for ContentHash {

@@ -15,7 +15,6 @@ use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
-use crate::short_text::ShortText;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
@@ -166,28 +165,32 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             return Ok(None);
         };
         let document = &docs[0].document;
-        let fingerprints: Vec<ShortText> = docs
+        // In the statement's order: the ids, the hashes, the fingerprints (where the table has
+        // them), each natural-key column.
+        let ids: Vec<Option<&str>> = docs.iter().map(|doc| Some(doc.id_text.as_str())).collect();
+        let hashes: Vec<Option<[u8; 32]>> =
+            docs.iter().map(|doc| self.table.hash_bytes(doc)).collect();
+        let fingerprints: Vec<Option<[u8; 32]>> = docs
             .iter()
             .map(|doc| self.table.unchanged_fingerprint(doc))
             .collect();
-        let mut columns: Vec<Vec<Option<&str>>> = vec![
-            docs.iter().map(|doc| Some(doc.id_text.as_str())).collect(),
-            fingerprints
-                .iter()
-                .map(|text| Some(text.as_str()))
-                .collect(),
-        ];
-        for key in 0..self.table.model.natural_key_fields().count() {
-            columns.push(
+        let keys: Vec<Vec<Option<&str>>> = (0..self.table.model.natural_key_fields().count())
+            .map(|key| {
                 docs.iter()
                     .map(|doc| doc.key_texts.get(key).and_then(|text| text.as_deref()))
-                    .collect(),
-            );
-        }
+                    .collect()
+            })
+            .collect();
+        let (hashes, fingerprints) = (byte_slices(&hashes), byte_slices(&fingerprints));
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();
-            let parameters = wire::unnested(&columns, &checked);
+            let mut parameters = vec![Param::Texts(&ids), Param::Byteas(&hashes)];
+            if self.table.fingerprints_rows() {
+                parameters.push(Param::Byteas(&fingerprints));
+            }
+            parameters.extend(keys.iter().map(|column| Param::Texts(column)));
+            parameters.push(Param::Oids(&checked));
             crate::trace::round_trip("SELECT");
             let replies = self
                 .client
@@ -256,4 +259,12 @@ pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (Store
         .collect();
     let tombstoned = row.boolean(at + 1).unwrap_or(false);
     (StoredRow::from_texts(model, &texts, tombstoned), next)
+}
+
+/// Each hash as the bytes a `bytea[]` parameter borrows.
+fn byte_slices(values: &[Option<[u8; 32]>]) -> Vec<Option<&[u8]>> {
+    values
+        .iter()
+        .map(|value| value.as_ref().map(|bytes| &bytes[..]))
+        .collect()
 }

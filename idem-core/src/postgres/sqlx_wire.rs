@@ -72,6 +72,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, DbFailure> {
         let added = match *param {
             Param::Text(value) => arguments.add(value),
             Param::Texts(values) => arguments.add(values),
+            Param::Byteas(values) => arguments.add(values),
             Param::Int8(value) => arguments.add(value),
             Param::Oid(value) => arguments.add(Oid(value)),
             Param::Oids(values) => {

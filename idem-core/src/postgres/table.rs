@@ -510,29 +510,27 @@ impl Table {
     /// holding its natural key): a row under the same id with the same natural key, content
     /// hash, digests and version key, not deleted, is one the upsert would leave alone and
     /// judge `Unchanged` ([`Table::unchanged_filter`]), and is not returned. Sent before a
-    /// batch's upsert with each row's id, key and the fingerprint of its hash, digests and
-    /// version key ([`Table::unchanged_fingerprint`]) only, so that an unchanged re-ingest sends
-    /// none of the rows' content; the rows it returns are judged before anything is written, so
-    /// a refused or stale one is never locked. Guarded as every statement is (one row without
-    /// an id when the table is not one the store checked). Parameters: the ids, the
-    /// fingerprints, then each natural-key column; `None` if a natural-key field has no column.
+    /// batch's upsert with each row's id, key, content hash and the fingerprint of its digests
+    /// and version key ([`Table::unchanged_fingerprint`]) only, the hash and fingerprint as
+    /// bytes, so that an unchanged re-ingest sends none of the rows' content; the rows it
+    /// returns are judged before anything is written, so a refused or stale one is never
+    /// locked. Guarded as every statement is (one row without an id when the table is not one
+    /// the store checked). Parameters ([`Table::probe_parameters`]): the ids, the hashes, the
+    /// fingerprints where the table has digests or a version key, then each natural-key column;
+    /// `None` if a natural-key field has no column.
     fn probe_statement(&self) -> Option<String> {
         let keys: Vec<usize> = self
             .model
             .natural_key_fields()
             .map(|field| self.column_of(field))
             .collect::<Option<_>>()?;
-        let mut names = vec!["c0".to_owned(), "fingerprint".to_owned()];
-        names.extend(keys.iter().map(|index| format!("c{index}")));
-        let arrays: Vec<String> = (1..=names.len())
-            .map(|parameter| format!("${parameter}::text[]"))
-            .collect();
+        let hash_column = self.column_with(Content::Hash)?;
         // The stored row's fingerprint, as `unchanged_fingerprint` makes the incoming one: each
-        // part marked present (`v…`) or absent (`n`), separated by U+001F, which neither a hash
-        // nor jsonb's text holds.
-        let parts: Vec<String> = [Content::Hash, Content::Digests, Content::VersionKey]
-            .into_iter()
-            .filter_map(|content| self.column_with(content))
+        // part marked present (`v…`) or absent (`n`), separated by U+001F, which neither jsonb's
+        // text nor a version key holds. The server's SHA-256 costs it about a microsecond per
+        // hundred bytes, so the hash, compared as it is, is left out of it.
+        let parts: Vec<String> = self
+            .fingerprinted()
             .map(|index| {
                 format!(
                     "COALESCE('v' || s.{}::text, 'n')",
@@ -540,13 +538,34 @@ impl Table {
                 )
             })
             .collect();
+        let mut typed = vec![("c0".to_owned(), "text"), ("hash".to_owned(), "bytea")];
+        if !parts.is_empty() {
+            typed.push(("fingerprint".to_owned(), "bytea"));
+        }
+        typed.extend(keys.iter().map(|index| (format!("c{index}"), "text")));
+        let arrays: Vec<String> = typed
+            .iter()
+            .enumerate()
+            .map(|(at, (_, sql_type))| format!("${}::{sql_type}[]", at + 1))
+            .collect();
+        let names: Vec<&str> = typed.iter().map(|(name, _)| name.as_str()).collect();
+        // The stored text of a hash is the hash function's prefix, then its bytes in lowercase
+        // hex.
+        let prefix = self.model.hash_algorithm().prefix();
+        let hash_text = match prefix {
+            "" => "encode(i.hash, 'hex')".to_owned(),
+            prefix => format!("{} || encode(i.hash, 'hex')", literal(prefix)),
+        };
         let mut same = vec![
             format!("s.{} = i.c0", quote(ID_FIELD)),
-            format!(
-                "encode(sha256(convert_to(concat_ws(chr(31), {}), 'UTF8')), 'hex') = i.fingerprint",
-                parts.join(", ")
-            ),
+            format!("s.{} = {hash_text}", quote(self.columns[hash_column].name)),
         ];
+        if !parts.is_empty() {
+            same.push(format!(
+                "sha256(convert_to(concat_ws(chr(31), {}), 'UTF8')) = i.fingerprint",
+                parts.join(", ")
+            ));
+        }
         for &index in &keys {
             same.push(format!(
                 "s.{} = {}",
@@ -581,34 +600,62 @@ impl Table {
         Some(sql)
     }
 
-    /// The fingerprint [`Table::probe_statement`] compares with a stored row's: SHA-256, in
-    /// hex, of `row`'s content hash, digests (as jsonb writes them back as text) and version
-    /// key, for those of them the table has, each marked present or absent. Equal
-    /// fingerprints are equal parts, as equal content hashes are equal content; a digests
-    /// text jsonb would write otherwise only costs the row its shortcut.
-    pub fn unchanged_fingerprint(&self, row: &LightRow) -> ShortText {
+    /// Whether a lookup sends a fingerprint of each row ([`Table::unchanged_fingerprint`]).
+    pub fn fingerprints_rows(&self) -> bool {
+        self.fingerprinted().next().is_some()
+    }
+
+    /// The columns of idem's own that a lookup's fingerprint covers: the digests and the
+    /// version key, those of them the table has.
+    fn fingerprinted(&self) -> impl Iterator<Item = usize> + '_ {
+        [Content::Digests, Content::VersionKey]
+            .into_iter()
+            .filter_map(|content| self.column_with(content))
+    }
+
+    /// The fingerprint [`Table::probe_statement`] compares with a stored row's: SHA-256 of
+    /// `row`'s digests (as jsonb writes them back as text) and version key, for those of them
+    /// the table has, each marked present or absent; `None` for a table with neither, whose
+    /// rows the hash and key settle alone. A digests text jsonb would write otherwise only
+    /// costs the row its shortcut.
+    pub fn unchanged_fingerprint(&self, row: &LightRow) -> Option<[u8; 32]> {
         use sha2::Digest as _;
         // Fed part by part, as the statement joins them: no text of the whole is built.
         let mut fingerprint = sha2::Sha256::new();
-        fingerprint.update(b"v");
-        fingerprint.update(row.hash.as_bytes());
-        if self.column_with(Content::Digests).is_some() {
-            fingerprint.update("\u{1f}v".as_bytes());
-            jsonb_text(&row.digests, &mut |text| {
-                fingerprint.update(text.as_bytes())
-            });
-        }
-        if self.column_with(Content::VersionKey).is_some() {
-            fingerprint.update("\u{1f}".as_bytes());
-            match &row.version_key {
-                Some(key) => {
+        let mut parts = 0;
+        for index in self.fingerprinted() {
+            if parts > 0 {
+                fingerprint.update("\u{1f}".as_bytes());
+            }
+            parts += 1;
+            match self.columns[index].content {
+                Content::Digests => {
                     fingerprint.update(b"v");
-                    fingerprint.update(key.as_bytes());
+                    jsonb_text(&row.digests, &mut |text| {
+                        fingerprint.update(text.as_bytes())
+                    });
                 }
-                None => fingerprint.update(b"n"),
+                _ => match &row.version_key {
+                    Some(key) => {
+                        fingerprint.update(b"v");
+                        fingerprint.update(key.as_bytes());
+                    }
+                    None => fingerprint.update(b"n"),
+                },
             }
         }
-        crate::hash::short_lower_hex("", &fingerprint.finalize().into())
+        (parts > 0).then(|| fingerprint.finalize().into())
+    }
+
+    /// The bytes a lookup sends of `row`'s content hash, which the statement writes back as
+    /// the stored text: what follows the hash function's prefix, from hex. `None` (a row the
+    /// lookup cannot settle) only for a text that is not a hash.
+    pub fn hash_bytes(&self, row: &LightRow) -> Option<[u8; 32]> {
+        let hex = row
+            .hash
+            .as_str()
+            .strip_prefix(self.model.hash_algorithm().prefix())?;
+        crate::hash::bytes_of_hex(hex)
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,

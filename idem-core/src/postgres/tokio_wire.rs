@@ -41,6 +41,7 @@ fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
         .map(|param| match param {
             Param::Text(value) => (value as &(dyn ToSql + Sync), Type::TEXT),
             Param::Texts(values) => (values as &(dyn ToSql + Sync), Type::TEXT_ARRAY),
+            Param::Byteas(values) => (values as &(dyn ToSql + Sync), Type::BYTEA_ARRAY),
             Param::Int8(value) => (value as &(dyn ToSql + Sync), Type::INT8),
             Param::Oid(value) => (value as &(dyn ToSql + Sync), Type::OID),
             Param::Oids(values) => (values as &(dyn ToSql + Sync), Type::OID_ARRAY),

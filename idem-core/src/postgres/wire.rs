@@ -18,6 +18,8 @@ pub enum Param<'a> {
     Text(Option<&'a str>),
     /// `text[]`: one column's values over a batch's rows.
     Texts(&'a [Option<&'a str>]),
+    /// `bytea[]`: a hash of each of a batch's rows.
+    Byteas(&'a [Option<&'a [u8]>]),
     /// `bigint`.
     Int8(i64),
     /// `oid`.
