@@ -154,6 +154,17 @@ fn refusal<D: Driver>(
     stored: &D::Stored,
     field: &'static Field,
 ) -> Error {
+    let mut shown = driver
+        .stored_shown(stored, field)
+        .unwrap_or_else(|| "(missing)".to_owned());
+    // A guard digest differs while the values read back alike: the digest is not the stored
+    // value's, which only a write outside idem does. Said, since "stored x, incoming x" alone
+    // reads as a refusal without a reason.
+    if let Some(value) = driver.stored_value(stored, field) {
+        if same_value(&value, &driver.incoming_value(doc, field)) {
+            shown.push_str(" (its stored guard digest is another value's: written outside idem?)");
+        }
+    }
     Error::new(
         doc.document.clone(),
         ErrorKind::FrozenFieldChanged {
@@ -162,9 +173,7 @@ fn refusal<D: Driver>(
                 .unwrap_or_else(|| doc.id_text.to_string()),
             field: field.name(),
             stored_name: field.stored_name(),
-            stored: driver
-                .stored_shown(stored, field)
-                .unwrap_or_else(|| "(missing)".to_owned()),
+            stored: shown,
             incoming: driver.incoming_shown(doc, field),
         },
     )

@@ -2,9 +2,11 @@
 //! input order, gives; copies of one document share the fate of the copy that was sent; a
 //! refused document is refused alone and the rest of its batch is written.
 
-use idem_core::{Error, ErrorKind, Outcome, TimestampProblem};
+use idem_core::model::{FROZEN_DIGESTS_FIELD, VERSION_KEY_FIELD};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome, TimestampProblem};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{entry, post, Entry, Post};
+use mongodb::bson::{doc, Document};
 
 use crate::support::{
     assert_db_wrote_nothing, assert_stored_as_serde, forget_commands, oversized_post, scored_post,
@@ -690,6 +692,118 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
             (70, 15, 10, 5, 10),
             "{db}: {whole:?}"
         );
+    }
+}
+
+/// Sets idem's own `field` of the stored row of `T` whose `key` field holds `to` to what the row
+/// whose `key` holds `from` stores there: a write behind idem's back that leaves the row's
+/// content and content hash as they were.
+async fn copy_own_field<T: Idempotent>(db: &Db, field: &str, key: &str, from: &str, to: &str) {
+    let collection = T::MODEL.collection();
+    match db {
+        Db::Mongo { store, .. } => {
+            let documents = store.database().collection::<Document>(collection);
+            let source = documents
+                .find_one(doc! { key: from })
+                .await
+                .unwrap_or_else(|error| panic!("{db}: reading {from}: {error}"))
+                .unwrap_or_else(|| panic!("{db}: {from} is stored"));
+            let value = source
+                .get(field)
+                .unwrap_or_else(|| panic!("{db}: {from} holds {field}"))
+                .clone();
+            documents
+                .update_one(doc! { key: to }, doc! { "$set": { field: value } })
+                .await
+                .unwrap_or_else(|error| panic!("{db}: writing {to}: {error}"));
+        }
+        Db::Postgres { .. } | Db::Sqlite { .. } => {
+            let sql = format!(
+                "UPDATE \"{collection}\" SET \"{field}\" = (SELECT \"{field}\" FROM \"{collection}\" \
+                 WHERE \"{key}\" = '{from}') WHERE \"{key}\" = '{to}'"
+            );
+            db.run_raw(&sql, doc! {}).await;
+        }
+    }
+}
+
+/// 128 posts stored, the second half by another author; then one post of each chunk of 64 given
+/// the guard digests of a post by the other author behind idem's back (its content and content
+/// hash as they were); and their re-ingest, unchanged.
+async fn posts_whose_digests_were_changed_behind_idems_back(db: &Db) -> Vec<Post> {
+    db.ensure::<Post>().await;
+    let stored: Vec<Post> = (0..128)
+        .map(|n| Post {
+            author_id: if n < 64 { "ada" } else { "grace" }.into(),
+            ..post_at(&format!("p{n:03}"))
+        })
+        .collect();
+    db.upsert_many(&stored).await.unwrap();
+    copy_own_field::<Post>(db, FROZEN_DIGESTS_FIELD, "slug", "p100", "p010").await;
+    copy_own_field::<Post>(db, FROZEN_DIGESTS_FIELD, "slug", "p020", "p070").await;
+    stored
+}
+
+/// 128 entries stored, the second half at a later revision; then one entry of each chunk of 64
+/// given the version key of an entry at the other revision behind idem's back (its content and
+/// content hash as they were); and their re-ingest, unchanged.
+async fn entries_whose_version_keys_were_changed_behind_idems_back(db: &Db) -> Vec<Entry> {
+    db.ensure::<Entry>().await;
+    let stored: Vec<Entry> = (0..128)
+        .map(|n| entry(&format!("e{n:03}"), if n < 64 { 2 } else { 5 }, "text"))
+        .collect();
+    db.upsert_many(&stored).await.unwrap();
+    copy_own_field::<Entry>(db, VERSION_KEY_FIELD, "entryId", "e100", "e010").await;
+    copy_own_field::<Entry>(db, VERSION_KEY_FIELD, "entryId", "e020", "e070").await;
+    stored
+}
+
+/// A re-ingest of rows whose guard digests or version key were changed behind idem's back,
+/// their content and content hash left as they were, in chunks of 64: each such row gets what a
+/// single upsert of it gives (a post is refused, saying that its digest is not its value's; an
+/// entry is judged by the version key it now holds), and every other row is `Unchanged`. A
+/// lookup that settled a row from its content hash alone would call these `Unchanged` too.
+#[tokio::test]
+async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agrees_with_single_upserts(
+) {
+    for db in fresh_backends("own_fields_changed").await {
+        let chunked = db.with_batch_chunk(64).await;
+        let both = batch_and_one_by_one(
+            &chunked,
+            &db,
+            posts_whose_digests_were_changed_behind_idems_back,
+        )
+        .await;
+        both.assert_agree::<Post>(&db).await;
+        let changed = [10, 70];
+        for (at, shown) in both.batch.iter().enumerate() {
+            match changed.contains(&at) {
+                true => assert!(
+                    shown.contains("may not change")
+                        && shown.contains("its stored guard digest is another value's"),
+                    "{db}: post {at} is refused, the reason said: {shown}"
+                ),
+                false => assert_eq!(shown, "Unchanged", "{db}: post {at}"),
+            }
+        }
+
+        let both = batch_and_one_by_one(
+            &chunked,
+            &db,
+            entries_whose_version_keys_were_changed_behind_idems_back,
+        )
+        .await;
+        both.assert_agree::<Entry>(&db).await;
+        for (at, shown) in both.batch.iter().enumerate() {
+            let expected = match at {
+                // Its version key now says the later revision: the replay is older.
+                10 => "Stale",
+                // Its version key now says the earlier revision: the replay rewrites it.
+                70 => "Updated",
+                _ => "Unchanged",
+            };
+            assert_eq!(shown, expected, "{db}: entry {at}");
+        }
     }
 }
 
