@@ -906,6 +906,17 @@ struct Note {
     text: String,
 }
 
+/// A type with versions and nothing guarded: its lookup's fingerprint is of the version key alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "drafts")]
+struct Draft {
+    #[idem(key)]
+    name: String,
+    #[idem(version)]
+    revision: u32,
+    text: String,
+}
+
 /// An unchanged re-ingest is settled by its lookup's shortcut: each row is sent with its content
 /// hash as bytes, which the server compares with the stored text (its hex digits, after
 /// `blake3:` for BLAKE3), and a fingerprint of its digests and version key, which the server
@@ -937,6 +948,14 @@ async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
             })
             .collect();
         settled_by_the_lookup(&label, &client, "notes", &notes).await;
+        let drafts: Vec<Draft> = (0..100)
+            .map(|n| Draft {
+                name: format!("draft-{n}"),
+                revision: n % 3,
+                text: format!("{n}"),
+            })
+            .collect();
+        settled_by_the_lookup(&label, &client, "drafts", &drafts).await;
     }
 }
 
