@@ -5,7 +5,7 @@
 //!
 //! - [`settle`] sends a set of prepared documents until each is settled. A driver's [`Reply`]
 //!   for a document is one of: written (inserted or updated, as the server told it in the same
-//!   statement), stopped by what is stored (which [`judge`] reads for `Unchanged`, `Stale`,
+//!   statement), stopped by what is stored (which [`judge()`] reads for `Unchanged`, `Stale`,
 //!   `Deleted` or a refusal), unseen (a writer committed meanwhile: go again), or a conflict on a
 //!   unique index. The retries, the second pinned step over a document another tool stored, the
 //!   reading of a conflict and the refusal of a permanent one live here.
@@ -15,7 +15,7 @@
 //!
 //! A driver implements [`Driver`]: how to send one write, how to read what a conflict collided
 //! with, and how to read the few stored values a judgement needs. The comparison rules (digests,
-//! values stored by another tool, versions) are [`judge`]'s.
+//! values stored by another tool, versions) are [`mod@judge`]'s.
 
 pub(crate) mod batch;
 pub(crate) mod by_id;

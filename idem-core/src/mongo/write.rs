@@ -246,7 +246,7 @@ impl PreparedWrite {
     }
 
     /// The server-side guard: whether this write may replace the stored document (`$$ROOT`).
-    /// [`crate::verdict::Stored::server_may_replace`] states the same rule.
+    /// `Stored::server_may_replace` (in [`crate::verdict`], for its tests) states the same rule.
     fn guard(&self) -> Bson {
         let mut conditions: Vec<Bson> = Vec::new();
         if let Some(tombstone) = self.model.tombstone_field() {

@@ -17,7 +17,7 @@
 //! Ordered by the natural key, the rows sharing a key arrive one after the other: finding
 //! duplicates needs only the current key and its first few ids. The server sorts with its own
 //! bounded memory (spilling to disk past `work_mem`) or walks an index on the key. The report
-//! keeps counts and at most [`SAMPLES_PER_KIND`] samples of each kind.
+//! keeps counts and at most [`crate::audit::SAMPLES_PER_KIND`] samples of each kind.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -186,7 +186,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let replies = loop {
             let checked = self.table.checked_oids();
             let mut parameters = vec![Param::Texts(&ids), Param::Byteas(&hashes)];
-            if self.table.fingerprints_rows() {
+            if self.table.sends_fingerprints() {
                 parameters.push(Param::Byteas(&fingerprints));
             }
             parameters.extend(keys.iter().map(|column| Param::Texts(column)));

@@ -66,7 +66,7 @@ where
 /// tables' ids, and whose column `ok` says whether it met a table the store checked; if not,
 /// checks the table the search path leads to and sends it again ([`check_again`]). `command`
 /// names the round trip; any but `SELECT` is a write, contained in a savepoint inside the
-/// caller's transaction ([`super::connection`]).
+/// caller's transaction ([`super::wire::Wire::write`]).
 pub(super) async fn query_checked_one<C>(
     client: &C,
     table: &Table,

@@ -1,5 +1,5 @@
 //! A store and the caller's client or transaction: idem's API on PostgreSQL, method for method
-//! the API of every other store ([`Backend`]).
+//! the API of every other store ([`crate::backend::Backend`]).
 
 use serde::Serialize;
 

@@ -266,10 +266,10 @@ impl Table {
         )
     }
 
-    /// The row of the table aliased `alias` as JSON for [`super::read::row_as`], without the
+    /// The row of the table aliased `alias` as JSON for [`crate::sql::row::row_as`], without the
     /// columns that may be absent and are NULL: in such a column NULL is a field serde left
     /// out, told apart from a null serde wrote (which a `jsonb` column holds as JSON `null`,
-    /// see [`super::row::column_text`]). `present` says which columns the table has (all of them
+    /// see [`crate::sql::row::column_text`]). `present` says which columns the table has (all of them
     /// but for an audit of a table idem would refuse).
     pub fn row_json(&self, alias: &str, present: impl Fn(&str) -> bool) -> String {
         let absent: Vec<String> = self
@@ -515,9 +515,10 @@ impl Table {
     /// bytes, so that an unchanged re-ingest sends none of the rows' content; the rows it
     /// returns are judged before anything is written, so a refused or stale one is never
     /// locked. Guarded as every statement is (one row without an id when the table is not one
-    /// the store checked). Parameters ([`Table::probe_parameters`]): the ids, the hashes, the
-    /// fingerprints where the table has digests or a version key, then each natural-key column;
-    /// `None` if a natural-key field has no column.
+    /// the store checked). Parameters, as the driver's lookup binds them: the ids, the hashes,
+    /// the fingerprints where the table has digests or a version key
+    /// ([`Table::sends_fingerprints`]), then each natural-key column; `None` if a natural-key
+    /// field has no column.
     fn probe_statement(&self) -> Option<String> {
         let keys: Vec<usize> = self
             .model
@@ -601,7 +602,7 @@ impl Table {
     }
 
     /// Whether a lookup sends a fingerprint of each row ([`Table::unchanged_fingerprint`]).
-    pub fn fingerprints_rows(&self) -> bool {
+    pub fn sends_fingerprints(&self) -> bool {
         self.fingerprinted().next().is_some()
     }
 

@@ -13,7 +13,7 @@ pub(crate) mod row;
 pub(crate) mod scan;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
-/// answers them: from [`RowReader`] over the driver's table (`self.table`).
+/// answers them: from [`row::RowReader`] over the driver's table (`self.table`).
 macro_rules! reads_rows_as_sql {
     () => {
         fn incoming_value(
