@@ -96,7 +96,9 @@ pub enum ErrorKind {
         stored_id: String,
         /// The field that differs.
         field: &'static str,
-        /// The stored value, as shown.
+        /// The stored value, as shown; followed, in parentheses, by a note where the guard
+        /// refused a value that reads back as the incoming one (its stored digest is not this
+        /// value's).
         stored: String,
         /// The incoming value, as shown.
         incoming: String,

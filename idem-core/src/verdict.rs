@@ -3,8 +3,8 @@
 //! The write engine reads what is stored under the write's id through a driver and reduces it to
 //! a [`Stored`]: whether it carries a deletion marker, how each guarded field compares, its
 //! version's order key and its content hash. [`Stored::judge`] then says what the write does. A
-//! backend's server-side guard must agree with `Stored::server_may_replace` (its tests') exactly: a document
-//! the guard left alone is judged here for its outcome, and a batch sends only the writes this
+//! backend's server-side guard must agree with `Stored::server_may_replace` (its tests')
+//! exactly: a document the guard left alone is judged here for its outcome, and a batch sends only the writes this
 //! side expects the guard to let through, so a guard that disagreed would loop or misreport what
 //! was written.
 

@@ -6,8 +6,11 @@
 use std::collections::BTreeMap;
 
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD};
+use idem_core::sqlx::PgConnection;
 use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome, Pushed};
-use idem_tests::backends::{fresh_schema, postgres_servers, rows_shown, WITH_VERSION};
+use idem_tests::backends::{
+    fresh_schema, postgres_servers, rows_shown, sqlx_connection, WITH_VERSION,
+};
 use idem_tests::fixtures::{account, numbered_post, post, Account, Post};
 use serde::{Deserialize, Serialize};
 
@@ -917,16 +920,19 @@ struct Draft {
     text: String,
 }
 
-/// An unchanged re-ingest is settled by its lookup's shortcut: each row is sent with its content
-/// hash as bytes, which the server compares with the stored text (its hex digits, after
-/// `blake3:` for BLAKE3), and a fingerprint of its digests and version key, which the server
-/// makes of the stored row alike; a type with neither is settled by the hash alone. So the lookup reads one index entry per row and returns nothing.
-/// A hash or fingerprint made otherwise on either side would cost nothing but speed (each row
-/// would come back, two more index scans, and be judged `Unchanged` from what was read), so the
-/// scans are counted.
+/// An unchanged re-ingest is settled by its lookup's shortcut, through tokio-postgres and sqlx:
+/// each row is sent with its content hash as bytes, which the server compares with the stored
+/// text (its hex digits, after `blake3:` for BLAKE3), and a fingerprint of its digests and
+/// version key, which the server makes of the stored row alike; a type with neither is settled
+/// by the hash alone. So the lookup reads one index entry per row and returns nothing. A hash or
+/// fingerprint made otherwise on either side would cost nothing but speed (each row would come
+/// back, two more index scans, and be judged `Unchanged` from what was read), so the scans are
+/// counted.
 #[tokio::test]
-async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
-    for (label, client) in fresh_schemas("fingerprint").await {
+async fn an_unchanged_reingest_is_settled_by_the_lookup() {
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_schema(&uri, "p", "settled_by_lookup").await;
+        let mut sqlx = sqlx_connection(&uri, &schema).await;
         let releases: Vec<Release> = (0..100)
             .map(|n| Release {
                 name: format!("release-{n}"),
@@ -938,8 +944,6 @@ async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
         let members: Vec<Member> = (0..100)
             .map(|n| member(&format!("member-{n}"), &format!("{n}@example.com")))
             .collect();
-        settled_by_the_lookup(&label, &client, "releases", &releases).await;
-        settled_by_the_lookup(&label, &client, "members", &members).await;
         let notes: Vec<Note> = (0..100)
             .map(|n| Note {
                 title: format!("note-{n}"),
@@ -947,7 +951,6 @@ async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
                 text: format!("{n}"),
             })
             .collect();
-        settled_by_the_lookup(&label, &client, "notes", &notes).await;
         let drafts: Vec<Draft> = (0..100)
             .map(|n| Draft {
                 name: format!("draft-{n}"),
@@ -955,15 +958,26 @@ async fn an_unchanged_reingest_is_settled_by_the_lookups_fingerprint() {
                 text: format!("{n}"),
             })
             .collect();
-        settled_by_the_lookup(&label, &client, "drafts", &drafts).await;
+        // Each through tokio-postgres, then through sqlx, which binds the arrays itself.
+        for through_sqlx in [false, true] {
+            let mut sqlx = through_sqlx.then_some(&mut sqlx);
+            let label = format!("{label}{}", if through_sqlx { " (sqlx)" } else { "" });
+            settled_by_the_lookup(&label, &client, sqlx.as_deref_mut(), "releases", &releases)
+                .await;
+            settled_by_the_lookup(&label, &client, sqlx.as_deref_mut(), "members", &members).await;
+            settled_by_the_lookup(&label, &client, sqlx.as_deref_mut(), "notes", &notes).await;
+            settled_by_the_lookup(&label, &client, sqlx, "drafts", &drafts).await;
+        }
     }
 }
 
-/// Writes `docs` into `table`, then again, and checks that the second time each settled
-/// `Unchanged` from the lookup's one index scan per row.
+/// Writes `docs` into `table` (if they are not there yet), then again through `sqlx` if given,
+/// else through `client`, and checks that the second time each settled `Unchanged` from the
+/// lookup's one index scan per row.
 async fn settled_by_the_lookup<T>(
     label: &str,
     client: &tokio_postgres::Client,
+    sqlx: Option<&mut PgConnection>,
     table: &str,
     docs: &[T],
 ) where
@@ -973,7 +987,16 @@ async fn settled_by_the_lookup<T>(
     store.ensure_table::<T, _>(client).await.unwrap();
     store.upsert_many(client, docs).await.unwrap();
     let before = index_scans(client, table).await;
-    let report = store.upsert_many(client, docs).await.unwrap();
+    let (report, after) = match sqlx {
+        Some(connection) => {
+            let report = store.upsert_many(&mut *connection, docs).await.unwrap();
+            (report, index_scans_through_sqlx(connection, table).await)
+        }
+        None => {
+            let report = store.upsert_many(client, docs).await.unwrap();
+            (report, index_scans(client, table).await)
+        }
+    };
     assert!(
         report
             .outcomes()
@@ -981,12 +1004,26 @@ async fn settled_by_the_lookup<T>(
             .all(|outcome| matches!(outcome, Ok(Outcome::Unchanged))),
         "{label}: {table}: {report}"
     );
-    let scans = index_scans(client, table).await - before;
     assert_eq!(
-        scans,
+        after - before,
         i64::try_from(docs.len()).unwrap(),
         "{label}: {table}: one index scan per row, none to read a row back"
     );
+}
+
+/// [`index_scans`] of a sqlx connection, whose own scans it counts.
+async fn index_scans_through_sqlx(connection: &mut PgConnection, table: &str) -> i64 {
+    idem_core::sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    idem_core::sqlx::query_scalar(
+        "SELECT COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)",
+    )
+    .bind(table)
+    .fetch_one(&mut *connection)
+    .await
+    .unwrap()
 }
 
 /// The index scans of `table` so far, with this connection's own counted.

@@ -42,7 +42,7 @@ pub(crate) fn judge<D: Driver>(
         return Judged::Refused(id_change(driver, doc, stored, stored_id));
     }
     if let Some(field) = driver.key_differs(doc, stored) {
-        return Judged::Refused(refusal(driver, doc, stored, field));
+        return Judged::Refused(refusal(driver, doc, stored, field, false));
     }
     if kind == WriteKind::InsertNew {
         // A member of a derived set is there or not; what it holds is the rule's, not this
@@ -62,7 +62,10 @@ pub(crate) fn judge<D: Driver>(
             foreign: reduced.has_foreign(),
         },
         Verdict::Settled(outcome) => Judged::Settled(outcome),
-        Verdict::Refused(field) => Judged::Refused(refusal(driver, doc, stored, field)),
+        Verdict::Refused(field) => {
+            let unexplained = digest_of_a_value_not_stored(driver, doc, stored, field);
+            Judged::Refused(refusal(driver, doc, stored, field, unexplained))
+        }
     }
 }
 
@@ -136,7 +139,7 @@ fn id_change<D: Driver>(
             .is_none_or(|value| !same_value(&value, &driver.incoming_value(doc, field)))
     });
     match moved {
-        Some(field) => refusal(driver, doc, stored, field),
+        Some(field) => refusal(driver, doc, stored, field, false),
         None => Error::new(
             doc.document.clone(),
             ErrorKind::IdChanged {
@@ -147,23 +150,45 @@ fn id_change<D: Driver>(
     }
 }
 
-/// The refusal of a write that would change `field`.
+/// Whether the guard refused `field` for a stored digest that is not the stored value's: both
+/// sides hold a digest, they differ, and yet the stored value reads back as the incoming one.
+/// Only a write outside idem, or a change of the field's type that encodes its values otherwise
+/// (an integer become a float, a struct's fields reordered), leaves a row so.
+fn digest_of_a_value_not_stored<D: Driver>(
+    driver: &D,
+    doc: &D::Light,
+    stored: &D::Stored,
+    field: &'static Field,
+) -> bool {
+    let incoming_digest = doc
+        .digests
+        .iter()
+        .any(|(guarded, digest)| guarded.stored_name() == field.stored_name() && digest.is_some());
+    incoming_digest
+        && matches!(driver.stored_digest(stored, field), StoredDigest::Digest(_))
+        && driver
+            .stored_value(stored, field)
+            .is_some_and(|value| same_value(&value, &driver.incoming_value(doc, field)))
+}
+
+/// The refusal of a write that would change `field`; `digest_not_stored_value`: the stored
+/// guard digest is not the stored value's ([`digest_of_a_value_not_stored`]), said with the
+/// stored value, since "stored x, incoming x" alone reads as a refusal without a reason.
 fn refusal<D: Driver>(
     driver: &D,
     doc: &D::Light,
     stored: &D::Stored,
     field: &'static Field,
+    digest_not_stored_value: bool,
 ) -> Error {
     let mut shown = driver
         .stored_shown(stored, field)
         .unwrap_or_else(|| "(missing)".to_owned());
-    // A guard digest differs while the values read back alike: the digest is not the stored
-    // value's, which only a write outside idem does. Said, since "stored x, incoming x" alone
-    // reads as a refusal without a reason.
-    if let Some(value) = driver.stored_value(stored, field) {
-        if same_value(&value, &driver.incoming_value(doc, field)) {
-            shown.push_str(" (its stored guard digest is another value's: written outside idem?)");
-        }
+    if digest_not_stored_value {
+        shown.push_str(
+            " (its stored guard digest is not this value's: written outside idem, or by a \
+             version of the type that encodes the field otherwise?)",
+        );
     }
     Error::new(
         doc.document.clone(),

@@ -56,8 +56,9 @@ pub fn plan_batch<'a>(inputs: impl IntoIterator<Item = Option<Planned<'a>>>) -> 
     planner.plan
 }
 
-/// `plan_batch` (the rule over a whole batch, as its tests state it) one input at a time: an input's place depends only on the inputs before it,
-/// so a backend can send the first round's rows while it prepares the next ones. It keeps what
+/// `plan_batch` (the rule over a whole batch, as its tests state it) one input at a time: an
+/// input's place depends only on the inputs before it, so a backend can send the first round's
+/// rows while it prepares the next ones. It keeps what
 /// it needs of each input in fixed-size keys (the id, a copy of the content hash's text, which
 /// [`ShortText`] holds whole for every algorithm, a keyed hash of the natural key), borrowing
 /// nothing: the inputs can be dropped as their rounds are

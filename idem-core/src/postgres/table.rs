@@ -269,8 +269,8 @@ impl Table {
     /// The row of the table aliased `alias` as JSON for [`crate::sql::row::row_as`], without the
     /// columns that may be absent and are NULL: in such a column NULL is a field serde left
     /// out, told apart from a null serde wrote (which a `jsonb` column holds as JSON `null`,
-    /// see [`crate::sql::row::column_text`]). `present` says which columns the table has (all of them
-    /// but for an audit of a table idem would refuse).
+    /// see [`crate::sql::row::column_text`]). `present` says which columns the table has (all
+    /// of them but for an audit of a table idem would refuse).
     pub fn row_json(&self, alias: &str, present: impl Fn(&str) -> bool) -> String {
         let absent: Vec<String> = self
             .columns
@@ -636,6 +636,7 @@ impl Table {
                         fingerprint.update(text.as_bytes())
                     });
                 }
+                // The version key: `fingerprinted` yields no other column.
                 _ => match &row.version_key {
                     Some(key) => {
                         fingerprint.update(b"v");
@@ -660,8 +661,8 @@ impl Table {
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
-    /// content hash, digests and version key, not deleted: the guard would stop them, but only after locking
-    /// the row, which writes WAL and dirties its page for nothing. They come back through the
+    /// content hash, digests and version key, not deleted: the guard would stop them, but only
+    /// after locking the row, which writes WAL and dirties its page for nothing. They come back through the
     /// stopped rows' branch and are judged `Unchanged` like any row the guard stops.
     ///
     /// A lateral lookup with `LIMIT 1`, not `NOT EXISTS`: the planner turns `NOT EXISTS` into a

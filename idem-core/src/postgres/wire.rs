@@ -28,7 +28,6 @@ pub enum Param<'a> {
     Oids(&'a [u32]),
 }
 
-/// Parameters of `text` type, one per value.
 /// The parameters of a statement over `unnest`ed columns: one text array per column, then the
 /// oids of the tables its guard accepts ([`super::table::Table::checked_oids`]).
 pub(super) fn unnested<'p>(
@@ -40,6 +39,7 @@ pub(super) fn unnested<'p>(
     parameters
 }
 
+/// Parameters of `text` type, one per value.
 pub(super) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
     values
         .iter()
