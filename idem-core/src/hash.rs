@@ -139,7 +139,7 @@ impl FromStr for ContentHash {
 }
 
 /// The 32 bytes written as `hex`, 64 hex digits of either case; `None` for any other text.
-pub(crate) fn bytes_of_hex(hex: &str) -> Option<[u8; 32]> {
+fn bytes_of_hex(hex: &str) -> Option<[u8; 32]> {
     let digit = |byte: u8| {
         char::from(byte)
             .to_digit(16)

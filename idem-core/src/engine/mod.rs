@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
+use crate::hash::ContentHash;
 use crate::id::Id;
 use crate::model::{Field, Model, Role};
 use crate::outcome::Outcome;
@@ -185,6 +186,10 @@ pub(crate) struct Prepared {
     pub id_text: ShortText,
     /// The content hash, as stored.
     pub hash: ShortText,
+    /// The content hash itself, whose bytes a lookup may send instead of its text.
+    // Read by the PostgreSQL lookup only.
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    pub content_hash: ContentHash,
     /// The version's order key, for a type with versions.
     pub version_key: Option<String>,
     /// Each guarded field with the digest of its incoming value (`None`: never written).
@@ -201,7 +206,7 @@ impl Prepared {
         doc: &T,
         document: DocumentRef,
         id: Id,
-        hash: ShortText,
+        hash: ContentHash,
         digests: Vec<(&'static Field, Option<ShortText>)>,
     ) -> Self {
         Prepared {
@@ -209,7 +214,8 @@ impl Prepared {
             document,
             id,
             id_text: id.to_text(),
-            hash,
+            hash: hash.to_short_text(),
+            content_hash: hash,
             version_key: T::MODEL
                 .version_field()
                 .and(doc.version_key())

@@ -68,7 +68,7 @@ impl PreparedWrite {
         let document = doc.document_ref();
         let serialize_error =
             |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?.to_short_text();
+        let hash = doc.content_hash()?;
         let mut body =
             bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
         // The driver would fail the whole command on it, a batch's other documents included.
@@ -109,9 +109,8 @@ impl PreparedWrite {
                 Ok((field, digest))
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        body.insert(model.hash_field(), hash.as_str());
-        if !digests.is_empty() {
-            let stored_digests: Document = digests
+        let stored_digests = (!digests.is_empty()).then(|| {
+            digests
                 .iter()
                 .filter_map(|(field, digest)| {
                     Some((
@@ -119,10 +118,14 @@ impl PreparedWrite {
                         Bson::String(digest.as_deref()?.to_owned()),
                     ))
                 })
-                .collect();
+                .collect::<Document>()
+        });
+        let prepared = Prepared::new(doc, document, id, hash, digests);
+        // In this order: the hash, the digests, then the version key.
+        body.insert(model.hash_field(), prepared.hash.as_str());
+        if let Some(stored_digests) = stored_digests {
             body.insert(FROZEN_DIGESTS_FIELD, stored_digests);
         }
-        let prepared = Prepared::new(doc, document, id, hash, digests);
         if let Some(key) = &prepared.version_key {
             body.insert(VERSION_KEY_FIELD, key.as_str());
         }

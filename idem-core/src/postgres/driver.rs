@@ -168,8 +168,10 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         // In the statement's order: the ids, the hashes, the fingerprints (where the table has
         // them), each natural-key column.
         let ids: Vec<Option<&str>> = docs.iter().map(|doc| Some(doc.id_text.as_str())).collect();
-        let hashes: Vec<Option<[u8; 32]>> =
-            docs.iter().map(|doc| self.table.hash_bytes(doc)).collect();
+        let hashes: Vec<Option<&[u8]>> = docs
+            .iter()
+            .map(|doc| Some(&doc.content_hash.as_bytes()[..]))
+            .collect();
         let fingerprints: Vec<Option<[u8; 32]>> = docs
             .iter()
             .map(|doc| self.table.unchanged_fingerprint(doc))
@@ -181,7 +183,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                     .collect()
             })
             .collect();
-        let (hashes, fingerprints) = (byte_slices(&hashes), byte_slices(&fingerprints));
+        let fingerprints = byte_slices(&fingerprints);
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();
@@ -261,7 +263,7 @@ pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (Store
     (StoredRow::from_texts(model, &texts, tombstoned), next)
 }
 
-/// Each hash as the bytes a `bytea[]` parameter borrows.
+/// Each fingerprint as the bytes a `bytea[]` parameter borrows.
 fn byte_slices(values: &[Option<[u8; 32]>]) -> Vec<Option<&[u8]>> {
     values
         .iter()

@@ -649,17 +649,6 @@ impl Table {
         (parts > 0).then(|| fingerprint.finalize().into())
     }
 
-    /// The bytes a lookup sends of `row`'s content hash, which the statement writes back as
-    /// the stored text: what follows the hash function's prefix, from hex. `None` (a row the
-    /// lookup cannot settle) only for a text that is not a hash.
-    pub fn hash_bytes(&self, row: &LightRow) -> Option<[u8; 32]> {
-        let hex = row
-            .hash
-            .as_str()
-            .strip_prefix(self.model.hash_algorithm().prefix())?;
-        crate::hash::bytes_of_hex(hex)
-    }
-
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
     /// content hash, digests and version key, not deleted: the guard would stop them, but only
     /// after locking the row, which writes WAL and dirties its page for nothing. They come back through the

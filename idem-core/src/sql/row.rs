@@ -289,7 +289,7 @@ impl LightRow {
                 }
             })
             .collect();
-        let hash = doc.content_hash()?.to_short_text();
+        let hash = doc.content_hash()?;
         let mut digests = Vec::with_capacity(table.picked_names.len());
         let mut guarded = Vec::with_capacity(table.picked_names.len());
         for field in model.digested_fields() {
@@ -391,7 +391,7 @@ impl PreparedRow {
         let document = doc.document_ref();
         let serialize_error =
             |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?.to_short_text();
+        let hash = doc.content_hash()?;
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
         let mut entries = match document_value {

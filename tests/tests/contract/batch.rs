@@ -731,31 +731,43 @@ async fn copy_own_field<T: Idempotent>(db: &Db, field: &str, key: &str, from: &s
 /// the guard digests of a post by the other author behind idem's back (its content and content
 /// hash as they were); and their re-ingest, unchanged.
 async fn posts_whose_digests_were_changed_behind_idems_back(db: &Db) -> Vec<Post> {
-    db.ensure::<Post>().await;
-    let stored: Vec<Post> = (0..128)
+    let slug = |n: usize| format!("p{n:03}");
+    let posts = (0..128)
         .map(|n| Post {
             author_id: if n < 64 { "ada" } else { "grace" }.into(),
-            ..post_at(&format!("p{n:03}"))
+            ..post_at(&slug(n))
         })
         .collect();
-    db.upsert_many(&stored).await.unwrap();
-    copy_own_field::<Post>(db, FROZEN_DIGESTS_FIELD, "slug", "p100", "p010").await;
-    copy_own_field::<Post>(db, FROZEN_DIGESTS_FIELD, "slug", "p020", "p070").await;
-    stored
+    stored_then_given_the_other_halfs(db, posts, FROZEN_DIGESTS_FIELD, "slug", slug).await
+}
+
+/// Stores `docs` (128, whose halves differ in what idem keeps in its own `field`), then gives
+/// documents 10 and 70 (one in each chunk of 64) what documents 100 and 20 hold there, behind
+/// idem's back; `name(n)` is document `n`'s `key` field. Returns `docs`, to be sent again.
+async fn stored_then_given_the_other_halfs<T: Idempotent + serde::Serialize + Sync>(
+    db: &Db,
+    docs: Vec<T>,
+    field: &str,
+    key: &str,
+    name: impl Fn(usize) -> String,
+) -> Vec<T> {
+    db.ensure::<T>().await;
+    db.upsert_many(&docs).await.unwrap();
+    for (from, to) in [(100, 10), (20, 70)] {
+        copy_own_field::<T>(db, field, key, &name(from), &name(to)).await;
+    }
+    docs
 }
 
 /// 128 entries stored, the second half at a later revision; then one entry of each chunk of 64
 /// given the version key of an entry at the other revision behind idem's back (its content and
 /// content hash as they were); and their re-ingest, unchanged.
 async fn entries_whose_version_keys_were_changed_behind_idems_back(db: &Db) -> Vec<Entry> {
-    db.ensure::<Entry>().await;
-    let stored: Vec<Entry> = (0..128)
-        .map(|n| entry(&format!("e{n:03}"), if n < 64 { 2 } else { 5 }, "text"))
+    let name = |n: usize| format!("e{n:03}");
+    let entries = (0..128)
+        .map(|n| entry(&name(n), if n < 64 { 2 } else { 5 }, "text"))
         .collect();
-    db.upsert_many(&stored).await.unwrap();
-    copy_own_field::<Entry>(db, VERSION_KEY_FIELD, "entryId", "e100", "e010").await;
-    copy_own_field::<Entry>(db, VERSION_KEY_FIELD, "entryId", "e020", "e070").await;
-    stored
+    stored_then_given_the_other_halfs(db, entries, VERSION_KEY_FIELD, "entryId", name).await
 }
 
 /// A draft with versions and nothing guarded: its rows hold a version key and no digests.
@@ -773,24 +785,22 @@ struct Draft {
 /// given the version key of a draft at the other revision behind idem's back; and their
 /// re-ingest, unchanged.
 async fn drafts_whose_version_keys_were_changed_behind_idems_back(db: &Db) -> Vec<Draft> {
-    db.ensure::<Draft>().await;
-    let stored: Vec<Draft> = (0..128)
+    let name = |n: usize| format!("d{n:03}");
+    let drafts = (0..128)
         .map(|n| Draft {
-            name: format!("d{n:03}"),
+            name: name(n),
             revision: if n < 64 { 2 } else { 5 },
             text: "text".into(),
         })
         .collect();
-    db.upsert_many(&stored).await.unwrap();
-    copy_own_field::<Draft>(db, VERSION_KEY_FIELD, "name", "d100", "d010").await;
-    copy_own_field::<Draft>(db, VERSION_KEY_FIELD, "name", "d020", "d070").await;
-    stored
+    stored_then_given_the_other_halfs(db, drafts, VERSION_KEY_FIELD, "name", name).await
 }
 
 /// A re-ingest of rows whose guard digests or version key were changed behind idem's back,
 /// their content and content hash left as they were, in chunks of 64: each such row gets what a
 /// single upsert of it gives (a post is refused, saying that its digest is not its value's; an
-/// entry is judged by the version key it now holds), and every other row is `Unchanged`. A
+/// entry or a draft is judged by the version key it now holds), and every other row is
+/// `Unchanged`. A
 /// lookup that settled a row from its content hash alone would call these `Unchanged` too.
 #[tokio::test]
 async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agrees_with_single_upserts(
