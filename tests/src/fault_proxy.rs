@@ -107,6 +107,10 @@ pub struct ProxyConfig {
     pub faults: Faults,
     /// The most relayed connections at once; further ones are refused (closed at once).
     pub max_connections: usize,
+    /// How long each reply is held before the proxy relays it, as a distant server's would be
+    /// (zero: relayed at once). A wire that delays replies holds each request's answer, from its
+    /// first message, this long.
+    pub reply_delay: std::time::Duration,
 }
 
 impl ProxyConfig {
@@ -116,6 +120,7 @@ impl ProxyConfig {
             seed,
             faults,
             max_connections: 256,
+            reply_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -137,6 +142,9 @@ pub struct ProxyStats {
     pub requests_dropped: u64,
     /// Connections reset right after forwarding a write request.
     pub connections_killed: u64,
+    /// The most requests one connection had forwarded and not yet seen answered at once (for a
+    /// wire that counts them): above one where a client pipelines its requests.
+    pub most_outstanding: u64,
 }
 
 #[derive(Default)]
@@ -148,6 +156,7 @@ struct Counters {
     replies_dropped: AtomicU64,
     requests_dropped: AtomicU64,
     connections_killed: AtomicU64,
+    most_outstanding: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -165,6 +174,7 @@ impl Counters {
             replies_dropped: read(&self.replies_dropped),
             requests_dropped: read(&self.requests_dropped),
             connections_killed: read(&self.connections_killed),
+            most_outstanding: read(&self.most_outstanding),
         }
     }
 }
@@ -172,6 +182,7 @@ impl Counters {
 /// State shared by the proxy handle and its tasks.
 struct Shared {
     faults: Faults,
+    reply_delay: std::time::Duration,
     enabled: AtomicBool,
     counters: Counters,
 }
@@ -270,6 +281,17 @@ impl Connection {
     pub fn reply_lost(&self) {
         bump(&self.shared.counters.replies_dropped);
     }
+
+    /// Notes that `requests` forwarded on this connection await their answers.
+    pub fn outstanding(&self, requests: usize) {
+        let requests = u64::try_from(requests).unwrap_or(u64::MAX);
+        (self.shared.counters.most_outstanding).fetch_max(requests, Ordering::Relaxed);
+    }
+
+    /// How long each reply is held before it is relayed ([`ProxyConfig::reply_delay`]).
+    pub fn reply_delay(&self) -> std::time::Duration {
+        self.shared.reply_delay
+    }
 }
 
 /// A running proxy. Dropping it stops it.
@@ -302,6 +324,7 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             faults: config.faults,
+            reply_delay: config.reply_delay,
             enabled: AtomicBool::new(true),
             counters: Counters::default(),
         });

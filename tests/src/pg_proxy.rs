@@ -20,7 +20,10 @@
 //!
 //! Replies are matched to batches by counting: the server answers each `Sync`, `Query` and
 //! `FunctionCall` with exactly one `ReadyForQuery`, and the startup with one more, so the
-//! `ReadyForQuery` messages arrive in the order their requests were forwarded.
+//! `ReadyForQuery` messages arrive in the order their requests were forwarded. That count also
+//! gives the most requests a connection had awaiting their answers at once
+//! ([`ProxyStats::most_outstanding`]), and each answer can be held a while before it is relayed
+//! ([`ProxyConfig::reply_delay`]), as a distant server's would be.
 //!
 //! A startup message over 10,000 bytes, a message over 256 MiB or a held batch over 256 MiB ends
 //! a connection.
@@ -214,7 +217,7 @@ where
             // Simple queries and function calls: answered with a `ReadyForQuery` each.
             b'Q' | b'F' => {
                 batch.extend_from_slice(&message);
-                push(pending, Fate::Relay);
+                push(pending, Fate::Relay, connection);
                 if let Err(end) = connection.forward(Action::Forward, &batch, server).await {
                     return end;
                 }
@@ -238,8 +241,8 @@ where
         // A `Sync`: the batch meets its fate.
         let action = connection.decide(std::mem::take(&mut writes));
         match action {
-            Action::LoseReply => push(pending, Fate::Lose),
-            Action::Forward | Action::Kill => push(pending, Fate::Relay),
+            Action::LoseReply => push(pending, Fate::Lose, connection),
+            Action::Forward | Action::Kill => push(pending, Fate::Relay, connection),
             Action::DropRequest => {}
         }
         if let Err(end) = connection.forward(action, &batch, server).await {
@@ -254,11 +257,11 @@ where
     }
 }
 
-fn push(pending: &Pending, fate: Fate) {
-    pending
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push_back(fate);
+/// Notes the fate of a request about to be forwarded, and how many then await an answer.
+fn push(pending: &Pending, fate: Fate, connection: &Connection) {
+    let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
+    pending.push_back(fate);
+    connection.outstanding(pending.len());
 }
 
 /// Server to client: every message, except those answering a batch whose reply is lost; the
@@ -273,12 +276,18 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    // Whether the next message begins an answer, which is held for the reply delay.
+    let mut begins_answer = true;
     loop {
         let Ok(message) = read_message(server).await else {
             let _ = client.flush().await;
             return End::Closed;
         };
         let ready = message[0] == b'Z';
+        if std::mem::replace(&mut begins_answer, ready) && !connection.reply_delay().is_zero() {
+            let _ = client.flush().await;
+            tokio::time::sleep(connection.reply_delay()).await;
+        }
         let fate = {
             let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
             let fate = pending.front().copied().unwrap_or(Fate::Relay);

@@ -12,6 +12,8 @@ use idem_tests::backends::{
     fresh_schema, postgres_servers, rows_shown, sqlx_connection, WITH_VERSION,
 };
 use idem_tests::fixtures::{account, numbered_post, post, Account, Post};
+use idem_tests::pg_chaos::{connect, connection_config, upstream_address};
+use idem_tests::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
 use serde::{Deserialize, Serialize};
 
 /// A client on a fresh schema of each server, with the server's label.
@@ -1146,4 +1148,121 @@ async fn a_trigger_that_drops_rows_of_a_fresh_chunk_leaves_no_half_of_it() {
             "{label}"
         );
     }
+}
+
+/// On a tokio-postgres client outside a transaction, a batch sends its next chunk while the
+/// last awaits its answer, so the server starts on it without waiting for the client: through a
+/// proxy that holds each answer 50 ms, an unchanged re-ingest of five chunks has two lookups
+/// awaiting their answers at once, and each row still settles `Unchanged`. Inside a
+/// transaction (where a failed write aborts every statement after it until its savepoint is
+/// rolled back to) and through sqlx, each chunk waits for the one before.
+#[tokio::test]
+async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_another() {
+    for (label, uri) in postgres_servers() {
+        let posts: Vec<Post> = (0..320).map(numbered_post).collect();
+        for way in ["client", "transaction", "sqlx"] {
+            let (outcomes, most_outstanding) =
+                through_a_slow_proxy(&uri, "chunks_in_flight", way, &posts, &posts).await;
+            assert!(
+                outcomes.iter().all(|outcome| outcome == "Unchanged"),
+                "{label}: through a {way}: {outcomes:?}"
+            );
+            let expected = if way == "client" { 2 } else { 1 };
+            assert_eq!(
+                most_outstanding, expected,
+                "{label}: through a {way}: the most statements awaiting an answer at once"
+            );
+        }
+    }
+}
+
+/// Chunks in flight together settle each alone: a batch of five chunks over rows stored
+/// unchanged, new, edited (whose chunk's plain insert of fresh rows fails on it while the next
+/// chunk is in flight) and refused for a frozen field, through a proxy that holds each answer
+/// 50 ms, gives every row what a single upsert gives it, on a client and in a transaction.
+#[tokio::test]
+async fn chunks_in_flight_together_settle_as_single_upserts() {
+    for (label, uri) in postgres_servers() {
+        let stored: Vec<Post> = (0..64).chain([130, 200, 260]).map(numbered_post).collect();
+        let mut batch: Vec<Post> = (0..320).map(numbered_post).collect();
+        batch[130].author_id = "grace".into();
+        batch[200].title = "Edited".into();
+        batch[260].body = "Edited too.".into();
+        let mut expected = vec!["Inserted".to_owned(); 320];
+        expected[..64].fill("Unchanged".to_owned());
+        expected[200] = "Updated".into();
+        expected[260] = "Updated".into();
+        for way in ["client", "transaction"] {
+            let (outcomes, _) =
+                through_a_slow_proxy(&uri, "in_flight_settle", way, &stored, &batch).await;
+            assert!(
+                outcomes[130].contains("`author_id` (stored as `authorId`) may not change"),
+                "{label}: through a {way}: {}",
+                outcomes[130]
+            );
+            expected[130] = outcomes[130].clone();
+            assert_eq!(outcomes, expected, "{label}: through a {way}");
+        }
+    }
+}
+
+/// On a fresh schema of `uri` holding `stored`, upserts `batch` through a proxy that holds each
+/// answer 50 ms: on a tokio-postgres client, inside a transaction of one, or on a sqlx
+/// connection (`way`), in chunks of 64 that take the batch's shortcuts. Returns each outcome
+/// shown, and the most statements that awaited an answer at once.
+async fn through_a_slow_proxy(
+    uri: &str,
+    test: &str,
+    way: &str,
+    stored: &[Post],
+    batch: &[Post],
+) -> (Vec<String>, u64) {
+    let (schema, client) = fresh_schema(uri, "p", test).await;
+    let store = Store::new().with_batch_chunk(64).with_shortcuts_from(64);
+    store.ensure_table::<Post, _>(&client).await.unwrap();
+    store.upsert_many(&client, stored).await.unwrap();
+    let base: tokio_postgres::Config = uri.parse().unwrap();
+    let mut config = ProxyConfig::new(1, Faults::NONE);
+    config.reply_delay = std::time::Duration::from_millis(50);
+    let proxy = Proxy::start(&upstream_address(&base).unwrap(), PostgresWire, config)
+        .await
+        .unwrap();
+    let report = match way {
+        "sqlx" => {
+            use idem_core::sqlx::ConnectOptions as _;
+            let options: idem_core::sqlx::postgres::PgConnectOptions = uri.parse().unwrap();
+            let mut connection: PgConnection = options
+                .host(&proxy.addr().ip().to_string())
+                .port(proxy.addr().port())
+                .options([("search_path", schema.as_str())])
+                .connect()
+                .await
+                .unwrap();
+            store.upsert_many(&mut connection, batch).await
+        }
+        _ => {
+            let mut client = connect(&connection_config(&base, &schema, Some(proxy.addr())))
+                .await
+                .unwrap();
+            match way {
+                "transaction" => {
+                    let transaction = client.transaction().await.unwrap();
+                    let report = store.upsert_many(&transaction, batch).await;
+                    transaction.commit().await.unwrap();
+                    report
+                }
+                _ => store.upsert_many(&client, batch).await,
+            }
+        }
+    };
+    let outcomes = report
+        .unwrap()
+        .outcomes()
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(outcome) => format!("{outcome:?}"),
+            Err(error) => error.to_string(),
+        })
+        .collect();
+    (outcomes, proxy.stats().most_outstanding)
 }

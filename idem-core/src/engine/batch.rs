@@ -5,6 +5,7 @@
 //! key and different ids (a timestamp stored at second precision) are two writes, the second of
 //! which is refused as a single upsert would refuse it.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,6 +30,17 @@ pub(crate) trait BatchDriver: Driver {
     /// store was told otherwise, as the tests do to take the shortcuts on chunks of any size).
     fn shortcut_min_docs(&self) -> usize {
         SHORTCUT_MIN_DOCS
+    }
+
+    /// How many chunks of a batch may be in flight at once: more than one where the driver's
+    /// statements pipeline on one session and one chunk's failure cannot touch another's (each
+    /// statement its own transaction, or a savepoint held whole), so the database starts on the
+    /// next chunk as soon as it answers the last, without waiting for the client. A first-round
+    /// chunk shares no id or natural key with another, so each settles alone whichever order
+    /// they run in; a lookup the chunk before has not yet written through is only stale, which
+    /// its guarded write answers as any concurrent writer's.
+    fn chunks_in_flight(&self) -> usize {
+        1
     }
 
     /// Members of an `insert_new` per write: [`BatchDriver::chunk`] unless the driver splits its
@@ -240,7 +252,12 @@ where
     // slices at a time, and freeing them is not left to the end.
     let mut kept: Vec<Option<Arc<PreparedSlice<D>>>> = Vec::new();
     {
-        let mut in_flight: Option<Settling<'_>> = None;
+        let depth = driver.chunks_in_flight().max(1);
+        // The chunks sent and not yet settled, oldest first.
+        let mut in_flight: VecDeque<Settling<'_>> = VecDeque::new();
+        // Whether `foresight` comes from a settled chunk: until one settled, a chunk waits for
+        // the one before, so that a first ingest pays its lookup once.
+        let mut foreseen = false;
         // The slice of the chunk sent last, dropped once the next chunk is in flight.
         let mut last_sent: Option<Arc<PreparedSlice<D>>> = None;
         for (number, slice) in docs.chunks(slice_len).enumerate() {
@@ -248,15 +265,15 @@ where
             // is known when the chunk before it settles, after this; the last one settled
             // foretells it.
             let light = foresight.look_up && slice.len() >= driver.shortcut_min_docs();
-            // The chunk in flight, if it settled while this slice was prepared.
-            let mut settled_early = None;
+            // The chunks in flight that settled while this slice was prepared.
+            let mut settled_early = Vec::new();
             let prepared: Arc<PreparedSlice<D>> = Arc::new(
                 slice
                     .iter()
                     .enumerate()
                     .map(|(offset, doc)| {
-                        if offset % POLL_EVERY == POLL_EVERY - 1 && settled_early.is_none() {
-                            settled_early = settled_if_answered(&mut in_flight);
+                        if offset % POLL_EVERY == POLL_EVERY - 1 {
+                            settled_early.extend(answered(&mut in_flight));
                         }
                         match light {
                             true => driver.prepare_light(doc),
@@ -286,13 +303,16 @@ where
                 }
             }
             kept.push(in_later_rounds.then(|| Arc::clone(&prepared)));
-            if let Some(settled) = settled_early {
+            for settled in settled_early {
                 foresight = record(settled?, &mut outcomes);
-            } else if let Some(previous) = in_flight.take() {
-                foresight = record(previous.await?, &mut outcomes);
+                foreseen = true;
             }
             if first_round.is_empty() {
                 continue;
+            }
+            while !in_flight.is_empty() && (in_flight.len() >= depth || !foreseen) {
+                foresight = record(next_settled(&mut in_flight).await?, &mut outcomes);
+                foreseen = true;
             }
             if !ready {
                 driver.ready().await?;
@@ -311,13 +331,16 @@ where
                 Ok(indexes.into_iter().zip(settled).collect())
             });
             match send_now(chunk.as_mut()) {
-                Poll::Ready(settled) => foresight = record(settled?, &mut outcomes),
-                Poll::Pending => in_flight = Some(chunk),
+                Poll::Ready(settled) => {
+                    foresight = record(settled?, &mut outcomes);
+                    foreseen = true;
+                }
+                Poll::Pending => in_flight.push_back(chunk),
             }
             drop(last_sent.replace(prepared));
         }
-        if let Some(previous) = in_flight.take() {
-            foresight = record(previous.await?, &mut outcomes);
+        while !in_flight.is_empty() {
+            foresight = record(next_settled(&mut in_flight).await?, &mut outcomes);
         }
     }
     let plan = planner.plan;
@@ -568,16 +591,35 @@ fn send_now<F: Future + ?Sized>(chunk: Pin<&mut F>) -> Poll<F::Output> {
     chunk.poll(&mut Context::from_waker(Waker::noop()))
 }
 
-/// The outcome of the chunk in flight if its statements are answered already ([`send_now`]),
-/// which is then no longer in flight.
-fn settled_if_answered<F: Future + ?Sized>(
-    in_flight: &mut Option<Pin<Box<F>>>,
-) -> Option<F::Output> {
-    let Poll::Ready(settled) = send_now(in_flight.as_mut()?.as_mut()) else {
-        return None;
-    };
-    *in_flight = None;
-    Some(settled)
+/// The outcomes of the chunks in flight whose statements are answered already, polled once
+/// each ([`send_now`]) so that each sends its next statement if its last was answered; those
+/// settled are no longer in flight.
+fn answered<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> Vec<F::Output> {
+    let mut settled = Vec::new();
+    in_flight.retain_mut(|chunk| match send_now(chunk.as_mut()) {
+        Poll::Ready(outcome) => {
+            settled.push(outcome);
+            false
+        }
+        Poll::Pending => true,
+    });
+    settled
+}
+
+/// The outcome of the first chunk in flight to settle, which is then no longer in flight. Every
+/// chunk in flight is polled while it waits, so each sends its next statement as soon as its
+/// last is answered. `in_flight` must not be empty.
+async fn next_settled<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> F::Output {
+    std::future::poll_fn(|context| {
+        for at in 0..in_flight.len() {
+            if let Poll::Ready(outcome) = in_flight[at].as_mut().poll(context) {
+                in_flight.remove(at);
+                return Poll::Ready(outcome);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Stores the outcome of each settled input, and says how the next chunk is best sent: looked

@@ -112,6 +112,13 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         self.store.shortcut_min_docs
     }
 
+    fn chunks_in_flight(&self) -> usize {
+        match self.client.pipelines_chunks() {
+            true => 2,
+            false => 1,
+        }
+    }
+
     async fn ready(&self) -> Result<(), Error> {
         // The table was checked before the documents were prepared for it.
         Ok(())

@@ -48,7 +48,9 @@
 //!
 //! A batch is the same statement over many rows (`unnest` of one `text[]` per column), in
 //! rounds that never hold one natural key twice, with the outcome each row would get if the
-//! documents were upserted one by one.
+//! documents were upserted one by one. On a tokio-postgres `&Client`, outside a transaction, the
+//! next chunk is sent while the last awaits its answer (each statement is its own transaction
+//! there, so one that fails leaves the other as it would find it).
 //!
 //! # Transactions
 //!

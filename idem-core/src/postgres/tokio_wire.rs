@@ -121,6 +121,13 @@ macro_rules! tokio_wire {
                 <Self as TokioClient>::IN_TRANSACTION
             }
 
+            // Not inside a transaction: a write that fails there aborts it until its
+            // savepoint is rolled back to, after its reply, and the other chunk's statements
+            // already sent would fail with it.
+            fn pipelines_chunks(&self) -> bool {
+                !<Self as TokioClient>::IN_TRANSACTION
+            }
+
             fn query(
                 &self,
                 sql: &str,

@@ -111,6 +111,14 @@ pub trait Wire: Sync + Send {
     /// Whether statements run inside a transaction block the caller holds.
     fn in_transaction(&self) -> bool;
 
+    /// Whether two chunks of a batch may have statements in flight at once
+    /// ([`crate::engine::batch::BatchDriver::chunks_in_flight`]): where requests pipeline on
+    /// the session, each statement is its own transaction (so one that fails leaves the next
+    /// as it would find it), and dropping a request in flight leaves the session usable.
+    fn pipelines_chunks(&self) -> bool {
+        false
+    }
+
     /// Sends `sql` with `params` and returns every row.
     fn query(
         &self,
@@ -145,6 +153,10 @@ impl<W: Wire> Wire for &W {
 
     fn in_transaction(&self) -> bool {
         (**self).in_transaction()
+    }
+
+    fn pipelines_chunks(&self) -> bool {
+        (**self).pipelines_chunks()
     }
 
     fn query(
