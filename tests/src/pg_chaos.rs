@@ -184,6 +184,8 @@ pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, tokio_po
 struct PgBackend {
     /// Shared by every client; it checks each table through the proxy (reads pass).
     store: Store,
+    /// What `upsert_many` goes through: `store`, or one sending chunks of two.
+    batches: Store,
     /// How to connect (through the proxy).
     connection: tokio_postgres::Config,
     client: Option<Client>,
@@ -257,7 +259,7 @@ impl Backend for PgBackend {
 
     async fn upsert_many(&self, notes: Vec<Note>) -> Result<BatchReport, Failure> {
         let client = self.client()?;
-        self.store
+        self.batches
             .upsert_many(client, &notes)
             .await
             .map_err(|e| Failure::of(&e))
@@ -387,9 +389,20 @@ pub async fn run(config: &Config) -> Result<Report, String> {
     let through_proxy = connection_config(&base, schema, Some(proxy.addr()));
 
     let store = Store::new();
+    // Every other worker sends its `upsert_many` batches in chunks of two that take the batch's
+    // shortcuts (a lookup before the write, a plain insert of fresh rows), two chunks in flight
+    // at once, so that the faults meet those paths as well as the single statement of a small
+    // batch. Only those: a call of more statements meets more faults, and `insert_new` of an
+    // award for every user in chunks of two would fail each attempt of most runs.
+    let chunked = Store::new().with_batch_chunk(2).with_shortcuts_from(2);
     let backends = (0..config.clients)
-        .map(|_| PgBackend {
+        .map(|worker| PgBackend {
             store: store.clone(),
+            batches: if worker % 2 == 1 {
+                chunked.clone()
+            } else {
+                store.clone()
+            },
             connection: through_proxy.clone(),
             client: None,
         })
