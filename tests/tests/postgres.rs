@@ -13,7 +13,7 @@ use idem_tests::backends::{
 };
 use idem_tests::fixtures::{account, numbered_post, post, Account, Post};
 use idem_tests::pg_chaos::{connect, connection_config, upstream_address};
-use idem_tests::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
+use idem_tests::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig, ProxyStats};
 use serde::{Deserialize, Serialize};
 
 /// A client on a fresh schema of each server, with the server's label.
@@ -1161,7 +1161,7 @@ async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_anoth
     for (label, uri) in postgres_servers() {
         let posts: Vec<Post> = (0..320).map(numbered_post).collect();
         for way in ["client", "transaction", "sqlx"] {
-            let (outcomes, most_outstanding) =
+            let (outcomes, stats) =
                 through_a_slow_proxy(&uri, "chunks_in_flight", way, &posts, &posts).await;
             assert!(
                 outcomes.iter().all(|outcome| outcome == "Unchanged"),
@@ -1169,10 +1169,35 @@ async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_anoth
             );
             let expected = if way == "client" { 2 } else { 1 };
             assert_eq!(
-                most_outstanding, expected,
+                stats.most_outstanding, expected,
                 "{label}: through a {way}: the most statements awaiting an answer at once"
             );
         }
+    }
+}
+
+/// A first ingest sends its second chunk as soon as the first chunk's lookup finds none of its
+/// rows stored, while the first chunk's rows are inserted: through a proxy that holds each
+/// answer 50 ms, two chunks of new rows on a client have both their inserts awaiting an answer
+/// at once, after the one lookup.
+#[tokio::test]
+async fn a_first_ingest_sends_its_second_chunk_once_the_first_lookup_is_answered() {
+    for (label, uri) in postgres_servers() {
+        let posts: Vec<Post> = (0..128).map(numbered_post).collect();
+        let (outcomes, stats) =
+            through_a_slow_proxy(&uri, "second_chunk", "client", &[], &posts).await;
+        assert!(
+            outcomes.iter().all(|outcome| outcome == "Inserted"),
+            "{label}: {outcomes:?}"
+        );
+        assert_eq!(
+            stats.write_requests, 3,
+            "{label}: one lookup, then one insert per chunk"
+        );
+        assert_eq!(
+            stats.most_outstanding, 2,
+            "{label}: the two inserts awaited their answers at once"
+        );
     }
 }
 
@@ -1209,14 +1234,15 @@ async fn chunks_in_flight_together_settle_as_single_upserts() {
 /// On a fresh schema of `uri` holding `stored`, upserts `batch` through a proxy that holds each
 /// answer 50 ms: on a tokio-postgres client, inside a transaction of one, or on a sqlx
 /// connection (`way`), in chunks of 64 that take the batch's shortcuts. Returns each outcome
-/// shown, and the most statements that awaited an answer at once.
+/// shown, and what the proxy counted (its write requests are idem's statements that begin with
+/// `WITH`: the lookups and the writes).
 async fn through_a_slow_proxy(
     uri: &str,
     test: &str,
     way: &str,
     stored: &[Post],
     batch: &[Post],
-) -> (Vec<String>, u64) {
+) -> (Vec<String>, ProxyStats) {
     let (schema, client) = fresh_schema(uri, "p", test).await;
     let store = Store::new().with_batch_chunk(64).with_shortcuts_from(64);
     store.ensure_table::<Post, _>(&client).await.unwrap();
@@ -1264,5 +1290,5 @@ async fn through_a_slow_proxy(
             Err(error) => error.to_string(),
         })
         .collect();
-    (outcomes, proxy.stats().most_outstanding)
+    (outcomes, proxy.stats())
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use serde::Serialize;
@@ -257,9 +257,12 @@ where
         let depth = driver.chunks_in_flight().max(1);
         // The chunks sent and not yet settled, oldest first.
         let mut in_flight: VecDeque<Settling<'_>> = VecDeque::new();
-        // Whether `foresight` comes from a settled chunk: until one settled, a chunk waits for
-        // the one before, so that a first ingest pays its lookup once.
+        // Whether `foresight` comes from a chunk's lookup or a settled chunk: until then, a chunk
+        // waits for the one before, so that a first ingest pays its lookup once.
         let mut foreseen = false;
+        // What the first chunk's lookup foretells, as soon as it is answered ([`Looked`]), so
+        // that the next chunk can go while the first one's rows are written.
+        let early: Arc<OnceLock<Foresight>> = Arc::default();
         // The slice of the chunk sent last, dropped once the next chunk is in flight.
         let mut last_sent: Option<Arc<PreparedSlice<D>>> = None;
         for (number, slice) in docs.chunks(slice_len).enumerate() {
@@ -313,7 +316,12 @@ where
                 continue;
             }
             while !in_flight.is_empty() && (in_flight.len() >= depth || !foreseen) {
-                foresight = record(next_settled(&mut in_flight).await?, &mut outcomes);
+                // A free place in flight waits only for a foresight, which a lookup gives first.
+                let early = (in_flight.len() < depth).then_some(&*early);
+                match next_settled(&mut in_flight, early).await {
+                    Next::Settled(settled) => foresight = record(settled?, &mut outcomes),
+                    Next::Foreseen(early) => foresight = early,
+                }
                 foreseen = true;
             }
             if !ready {
@@ -321,6 +329,7 @@ where
                 ready = true;
             }
             let sending = Arc::clone(&prepared);
+            let early = Arc::clone(&early);
             let mut chunk: Settling<'_> = Box::pin(async move {
                 let (indexes, sent): (Vec<usize>, Vec<(&ReadyOf<D>, &T)>) = first_round
                     .iter()
@@ -329,7 +338,7 @@ where
                         Some((index, (doc, &docs[index])))
                     })
                     .unzip();
-                let settled = settle_chunk(driver, &sent, foresight).await?;
+                let settled = settle_chunk(driver, &sent, foresight, &early).await?;
                 Ok(indexes.into_iter().zip(settled).collect())
             });
             match send_now(chunk.as_mut()) {
@@ -342,7 +351,9 @@ where
             drop(last_sent.replace(prepared));
         }
         while !in_flight.is_empty() {
-            foresight = record(next_settled(&mut in_flight).await?, &mut outcomes);
+            if let Next::Settled(settled) = next_settled(&mut in_flight, None).await {
+                foresight = record(settled?, &mut outcomes);
+            }
         }
     }
     let plan = planner.plan;
@@ -364,7 +375,7 @@ where
                 fresh: false,
                 ..foresight
             };
-            let settled = settle_chunk(driver, &sent, later).await?;
+            let settled = settle_chunk(driver, &sent, later, &OnceLock::new()).await?;
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -387,11 +398,13 @@ where
 /// Upserts of one chunk's documents, each with its original: those the driver's lookup finds
 /// stored unchanged ([`BatchDriver::look_up`]) settle with nothing sent, the others are judged
 /// from what it found, and only those a write would change are made whole and written.
-/// Without a lookup, [`settle_read_first`].
+/// Without a lookup, [`settle_read_first`]. What the lookup foretells of the next chunk goes
+/// into `early` as soon as it is answered, if nothing did before.
 async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
     docs: &[(&ReadyOf<D>, &T)],
     foresight: Foresight,
+    early: &OnceLock<Foresight>,
 ) -> Result<Vec<Result<Outcome, Error>>, Error> {
     let looked = match foresight.look_up && docs.len() >= driver.shortcut_min_docs() {
         true => {
@@ -405,6 +418,17 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     let (mut rest, mut stored) = (Vec::new(), Vec::new());
     match looked {
         Some(looked) => {
+            // As `record` will say once the chunk settles, if its fresh rows insert whole.
+            let unchanged = looked
+                .iter()
+                .filter(|looked| matches!(looked, Looked::Unchanged))
+                .count();
+            let _ = early.set(Foresight {
+                look_up: unchanged * 2 >= looked.len(),
+                fresh: looked
+                    .iter()
+                    .all(|looked| matches!(looked, Looked::Stored(None))),
+            });
             for (index, looked) in looked.into_iter().enumerate().take(docs.len()) {
                 match looked {
                     Looked::Unchanged => outcomes[index] = Some(Ok(Outcome::Unchanged)),
@@ -608,18 +632,33 @@ fn answered<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> Vec<F:
     settled
 }
 
-/// The outcome of the first chunk in flight to settle, which is then no longer in flight. Every
-/// chunk in flight is polled while it waits, so each sends its next statement as soon as its
-/// last is answered. `in_flight` must not be empty.
-async fn next_settled<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> F::Output {
+/// What [`next_settled`] waited for.
+enum Next<T> {
+    /// A chunk settled, with this outcome.
+    Settled(T),
+    /// A lookup foretold how the next chunk is best sent.
+    Foreseen(Foresight),
+}
+
+/// The outcome of the first chunk in flight to settle, which is then no longer in flight, or,
+/// where `early` is given, what a lookup foretells, if that comes first. Every chunk in flight
+/// is polled while it waits, so each sends its next statement as soon as its last is answered.
+/// `in_flight` must not be empty.
+async fn next_settled<F: Future + ?Sized>(
+    in_flight: &mut VecDeque<Pin<Box<F>>>,
+    early: Option<&OnceLock<Foresight>>,
+) -> Next<F::Output> {
     std::future::poll_fn(|context| {
         for at in 0..in_flight.len() {
             if let Poll::Ready(outcome) = in_flight[at].as_mut().poll(context) {
                 in_flight.remove(at);
-                return Poll::Ready(outcome);
+                return Poll::Ready(Next::Settled(outcome));
             }
         }
-        Poll::Pending
+        match early.and_then(OnceLock::get) {
+            Some(&foreseen) => Poll::Ready(Next::Foreseen(foreseen)),
+            None => Poll::Pending,
+        }
     })
     .await
 }
