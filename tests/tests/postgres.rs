@@ -1162,7 +1162,7 @@ async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_anoth
         let posts: Vec<Post> = (0..320).map(numbered_post).collect();
         for way in ["client", "transaction", "sqlx"] {
             let (outcomes, stats) =
-                through_a_slow_proxy(&uri, "chunks_in_flight", way, &posts, &posts).await;
+                through_a_slow_proxy(&uri, "chunks_in_flight", way, "", &posts, &posts).await;
             assert!(
                 outcomes.iter().all(|outcome| outcome == "Unchanged"),
                 "{label}: through a {way}: {outcomes:?}"
@@ -1176,16 +1176,17 @@ async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_anoth
     }
 }
 
-/// A first ingest sends its second chunk as soon as the first chunk's lookup finds none of its
-/// rows stored, while the first chunk's rows are inserted: through a proxy that holds each
-/// answer 50 ms, two chunks of new rows on a client have both their inserts awaiting an answer
-/// at once, after the one lookup.
+/// A first ingest pays one lookup, and writes its chunks one after the other: the second chunk
+/// is prepared for its insert once the first chunk's lookup finds none of its rows stored, while
+/// the first chunk's rows are inserted, but its insert waits for theirs. Through a proxy that
+/// holds each answer 50 ms, two chunks of new rows on a client: three statements, never two
+/// awaiting an answer at once.
 #[tokio::test]
-async fn a_first_ingest_sends_its_second_chunk_once_the_first_lookup_is_answered() {
+async fn a_first_ingest_pays_one_lookup_and_inserts_its_chunks_in_order() {
     for (label, uri) in postgres_servers() {
         let posts: Vec<Post> = (0..128).map(numbered_post).collect();
         let (outcomes, stats) =
-            through_a_slow_proxy(&uri, "second_chunk", "client", &[], &posts).await;
+            through_a_slow_proxy(&uri, "first_ingest", "client", "", &[], &posts).await;
         assert!(
             outcomes.iter().all(|outcome| outcome == "Inserted"),
             "{label}: {outcomes:?}"
@@ -1195,44 +1196,73 @@ async fn a_first_ingest_sends_its_second_chunk_once_the_first_lookup_is_answered
             "{label}: one lookup, then one insert per chunk"
         );
         assert_eq!(
-            stats.most_outstanding, 2,
-            "{label}: the two inserts awaited their answers at once"
+            stats.most_outstanding, 1,
+            "{label}: the second insert waited for the first"
         );
     }
 }
 
-/// Chunks in flight together settle each alone: a batch of five chunks over rows stored
-/// unchanged, new, edited (whose chunk's plain insert of fresh rows fails on it while the next
-/// chunk is in flight) and refused for a frozen field, through a proxy that holds each answer
-/// 50 ms, gives every row what a single upsert gives it, on a client and in a transaction.
+/// Chunks in flight together settle each alone, and write in input order: a batch of five
+/// chunks over rows stored unchanged, new, edited (whose chunk's plain insert of fresh rows fails
+/// on it while the next chunk is in flight) and refused for a frozen field, through a proxy that
+/// holds each answer 50 ms, gives every row what a single upsert gives it, on a client and in a
+/// transaction. Two new rows of two chunks share a title under a unique index of the caller's:
+/// the first in input order is inserted and the second refused, naming the index, although the
+/// later chunk's write could reach the server first (the earlier one needs a second statement).
 #[tokio::test]
 async fn chunks_in_flight_together_settle_as_single_upserts() {
     for (label, uri) in postgres_servers() {
-        let stored: Vec<Post> = (0..64).chain([130, 200, 260]).map(numbered_post).collect();
-        let mut batch: Vec<Post> = (0..320).map(numbered_post).collect();
+        let titled = |n: usize| Post {
+            title: format!("title-{n}"),
+            ..numbered_post(n)
+        };
+        let stored: Vec<Post> = (0..64).chain([130, 200, 260]).map(titled).collect();
+        let mut batch: Vec<Post> = (0..320).map(titled).collect();
         batch[130].author_id = "grace".into();
-        batch[200].title = "Edited".into();
+        batch[200].body = "Edited.".into();
         batch[260].body = "Edited too.".into();
+        batch[270].title = "title-210".into();
         let mut expected = vec!["Inserted".to_owned(); 320];
         expected[..64].fill("Unchanged".to_owned());
         expected[200] = "Updated".into();
         expected[260] = "Updated".into();
         for way in ["client", "transaction"] {
-            let (outcomes, _) =
-                through_a_slow_proxy(&uri, "in_flight_settle", way, &stored, &batch).await;
+            let (outcomes, stats) = through_a_slow_proxy(
+                &uri,
+                "in_flight_settle",
+                way,
+                "CREATE UNIQUE INDEX posts_title ON posts (title)",
+                &stored,
+                &batch,
+            )
+            .await;
             assert!(
                 outcomes[130].contains("`author_id` (stored as `authorId`) may not change"),
                 "{label}: through a {way}: {}",
                 outcomes[130]
             );
+            assert!(
+                outcomes[270].contains("posts_title"),
+                "{label}: through a {way}: the later of two rows sharing a title is refused, \
+                 naming the index: {}",
+                outcomes[270]
+            );
             expected[130] = outcomes[130].clone();
+            expected[270] = outcomes[270].clone();
             assert_eq!(outcomes, expected, "{label}: through a {way}");
+            // On a client, a chunk's lookup with the chunk before it in flight; in a
+            // transaction, one write's savepoint, statement and release, pipelined.
+            let expected_outstanding = if way == "client" { 2 } else { 3 };
+            assert_eq!(
+                stats.most_outstanding, expected_outstanding,
+                "{label}: through a {way}: the most requests awaiting an answer at once"
+            );
         }
     }
 }
 
-/// On a fresh schema of `uri` holding `stored`, upserts `batch` through a proxy that holds each
-/// answer 50 ms: on a tokio-postgres client, inside a transaction of one, or on a sqlx
+/// On a fresh schema of `uri` holding `stored` (after `setup`, SQL run once the table exists),
+/// upserts `batch` through a proxy that holds each answer 50 ms: on a tokio-postgres client, inside a transaction of one, or on a sqlx
 /// connection (`way`), in chunks of 64 that take the batch's shortcuts. Returns each outcome
 /// shown, and what the proxy counted (its write requests are idem's statements that begin with
 /// `WITH`: the lookups and the writes).
@@ -1240,12 +1270,14 @@ async fn through_a_slow_proxy(
     uri: &str,
     test: &str,
     way: &str,
+    setup: &str,
     stored: &[Post],
     batch: &[Post],
 ) -> (Vec<String>, ProxyStats) {
     let (schema, client) = fresh_schema(uri, "p", test).await;
     let store = Store::new().with_batch_chunk(64).with_shortcuts_from(64);
     store.ensure_table::<Post, _>(&client).await.unwrap();
+    client.batch_execute(setup).await.unwrap();
     store.upsert_many(&client, stored).await.unwrap();
     let base: tokio_postgres::Config = uri.parse().unwrap();
     let mut config = ProxyConfig::new(1, Faults::NONE);

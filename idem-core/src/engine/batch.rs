@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -34,11 +35,13 @@ pub(crate) trait BatchDriver: Driver {
 
     /// How many chunks of a batch may be in flight at once: more than one where the driver's
     /// statements pipeline on one session and one chunk's failure cannot touch another's (each
-    /// statement its own transaction, or a savepoint held whole), so the database starts on the
-    /// next chunk as soon as it answers the last, without waiting for the client. A first-round
-    /// chunk shares no id or natural key with another, so each settles alone whichever order
-    /// they run in; a lookup the chunk before has not yet written through is only stale, which
-    /// its guarded write answers as any concurrent writer's.
+    /// statement its own transaction), so the database starts on the next chunk's lookup as
+    /// soon as it answers the last chunk, without waiting for the client. Only first-round
+    /// chunks go together, which share no id or natural key; a chunk reads at once (a lookup
+    /// the chunk before has not yet written through is only stale, which its guarded write
+    /// answers as any concurrent writer's) but writes only once the chunk before has ended its
+    /// writes ([`Turn`]), so rows are written in input order, as single upserts would write
+    /// them.
     fn chunks_in_flight(&self) -> usize {
         1
     }
@@ -263,8 +266,8 @@ where
         // What the first chunk's lookup foretells, as soon as it is answered ([`Looked`]), so
         // that the next chunk can go while the first one's rows are written.
         let early: Arc<OnceLock<Foresight>> = Arc::default();
-        // The slice of the chunk sent last, dropped once the next chunk is in flight.
-        let mut last_sent: Option<Arc<PreparedSlice<D>>> = None;
+        // Where the next chunk's writes wait for those of the chunk sent last.
+        let mut turn = Turn::default();
         for (number, slice) in docs.chunks(slice_len).enumerate() {
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
@@ -309,7 +312,7 @@ where
             }
             kept.push(in_later_rounds.then(|| Arc::clone(&prepared)));
             for settled in settled_early {
-                foresight = record(settled?, &mut outcomes);
+                foresight = record_settled(settled, &mut in_flight, &mut outcomes).await?;
                 foreseen = true;
             }
             if first_round.is_empty() {
@@ -318,41 +321,47 @@ where
             while !in_flight.is_empty() && (in_flight.len() >= depth || !foreseen) {
                 // A free place in flight waits only for a foresight, which a lookup gives first.
                 let early = (in_flight.len() < depth).then_some(&*early);
-                match next_settled(&mut in_flight, early).await {
-                    Next::Settled(settled) => foresight = record(settled?, &mut outcomes),
-                    Next::Foreseen(early) => foresight = early,
-                }
+                foresight = match next_settled(&mut in_flight, early).await {
+                    Next::Settled(settled) => {
+                        record_settled(settled, &mut in_flight, &mut outcomes).await?
+                    }
+                    Next::Foreseen(early) => early,
+                };
                 foreseen = true;
             }
             if !ready {
                 driver.ready().await?;
                 ready = true;
             }
-            let sending = Arc::clone(&prepared);
             let early = Arc::clone(&early);
+            let (my_turn, finished) = turn.next();
             let mut chunk: Settling<'_> = Box::pin(async move {
                 let (indexes, sent): (Vec<usize>, Vec<(&ReadyOf<D>, &T)>) = first_round
                     .iter()
                     .filter_map(|&index| {
-                        let doc = sending[index % slice_len].as_ref().ok()?;
+                        let doc = prepared[index % slice_len].as_ref().ok()?;
                         Some((index, (doc, &docs[index])))
                     })
                     .unzip();
-                let settled = settle_chunk(driver, &sent, foresight, &early).await?;
+                let settled = settle_chunk(driver, &sent, foresight, &early, &my_turn).await?;
+                // Stopped before its writes (the chunk ahead failed): it ends failed too.
+                let Some(settled) = settled else {
+                    return Ok(Vec::new());
+                };
+                finished.done();
                 Ok(indexes.into_iter().zip(settled).collect())
             });
             match send_now(chunk.as_mut()) {
                 Poll::Ready(settled) => {
-                    foresight = record(settled?, &mut outcomes);
+                    foresight = record_settled(settled, &mut in_flight, &mut outcomes).await?;
                     foreseen = true;
                 }
                 Poll::Pending => in_flight.push_back(chunk),
             }
-            drop(last_sent.replace(prepared));
         }
         while !in_flight.is_empty() {
             if let Next::Settled(settled) = next_settled(&mut in_flight, None).await {
-                foresight = record(settled?, &mut outcomes);
+                foresight = record_settled(settled, &mut in_flight, &mut outcomes).await?;
             }
         }
     }
@@ -375,7 +384,9 @@ where
                 fresh: false,
                 ..foresight
             };
-            let settled = settle_chunk(driver, &sent, later, &OnceLock::new()).await?;
+            let settled = settle_chunk(driver, &sent, later, &OnceLock::new(), &Turn::default())
+                .await?
+                .unwrap_or_default();
             for (&index, outcome) in chunk.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
             }
@@ -399,13 +410,15 @@ where
 /// stored unchanged ([`BatchDriver::look_up`]) settle with nothing sent, the others are judged
 /// from what it found, and only those a write would change are made whole and written.
 /// Without a lookup, [`settle_read_first`]. What the lookup foretells of the next chunk goes
-/// into `early` as soon as it is answered, if nothing did before.
+/// into `early` as soon as it is answered, if nothing did before. Nothing is written before
+/// `turn` comes; `None` if it never will (nothing written).
 async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
     docs: &[(&ReadyOf<D>, &T)],
     foresight: Foresight,
     early: &OnceLock<Foresight>,
-) -> Result<Vec<Result<Outcome, Error>>, Error> {
+    turn: &Turn,
+) -> Result<Option<Vec<Result<Outcome, Error>>>, Error> {
     let looked = match foresight.look_up && docs.len() >= driver.shortcut_min_docs() {
         true => {
             let lights: Vec<&D::Light> =
@@ -438,6 +451,9 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                     }
                 }
             }
+            if !turn.come().await {
+                return Ok(None);
+            }
             let lights: Vec<&D::Light> = rest
                 .iter()
                 .map(|&index| docs[index].0.light(driver))
@@ -463,6 +479,9 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                 }
             }
             let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
+            if !turn.come().await {
+                return Ok(None);
+            }
             let settled = match settle_fresh(driver, &sent, foresight.fresh).await? {
                 Some(inserted) => inserted,
                 None => settle_read_first(driver, &sent).await?,
@@ -472,10 +491,10 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
             }
         }
     }
-    Ok(settled_or_contention(
+    Ok(Some(settled_or_contention(
         outcomes,
         docs.iter().map(|(ready, _)| &ready.document),
-    ))
+    )))
 }
 
 /// Upserts of `docs` (one chunk, or a single document where the driver's writes carry no
@@ -630,6 +649,88 @@ fn answered<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> Vec<F:
         Poll::Pending => true,
     });
     settled
+}
+
+/// Where a chunk's writes wait for those of the chunk sent before it. Chunks in flight together
+/// read in any order but write in input order, as single upserts would: a constraint between
+/// rows of two chunks (another unique index, a foreign key to the table itself, a trigger) meets
+/// them in that order, whichever of them needs more statements.
+#[derive(Default)]
+struct Turn {
+    /// How the chunk sent before ended ([`Finished`]); none for the first.
+    ahead: Option<Arc<AtomicU8>>,
+}
+
+/// A chunk still running, [`Turn`]'s state.
+const RUNNING: u8 = 0;
+/// A chunk whose writes all ended, [`Turn`]'s state.
+const DONE: u8 = 1;
+/// A chunk that failed or was dropped, [`Turn`]'s state.
+const FAILED: u8 = 2;
+
+impl Turn {
+    /// The turn of the chunk sent next, after the one this turn is for, and what that chunk
+    /// sets as it ends. Rotates `self` to the chunk after it.
+    fn next(&mut self) -> (Turn, Finished) {
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let turn = Turn {
+            ahead: self.ahead.replace(Arc::clone(&state)),
+        };
+        (turn, Finished(state))
+    }
+
+    /// Whether the chunk may write: `true` once the chunk ahead has ended its writes, `false` if
+    /// it failed (the batch then ends, and this chunk writes nothing). Needs no waker: the batch
+    /// polls every chunk in flight again whenever one ends, and the chunk ahead ends right
+    /// after it sets its state.
+    async fn come(&self) -> bool {
+        let Some(ahead) = &self.ahead else {
+            return true;
+        };
+        std::future::poll_fn(|_| match ahead.load(Ordering::Acquire) {
+            RUNNING => Poll::Pending,
+            state => Poll::Ready(state == DONE),
+        })
+        .await
+    }
+}
+
+/// What a chunk sets as it ends: [`DONE`] where it says so, else (an error, or dropped)
+/// [`FAILED`].
+struct Finished(Arc<AtomicU8>);
+
+impl Finished {
+    fn done(self) {
+        self.0.store(DONE, Ordering::Release);
+    }
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        // Leaves `DONE` as it is.
+        let _ = self
+            .0
+            .compare_exchange(RUNNING, FAILED, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+/// Records a settled chunk's outcomes ([`record`]). On its error, first waits for every other
+/// chunk in flight to end (those sent before it finish their writes, those sent after it stop
+/// before theirs), so that nothing of the batch is written after it returns.
+async fn record_settled(
+    settled: Result<Vec<(usize, Result<Outcome, Error>)>, Error>,
+    in_flight: &mut VecDeque<Settling<'_>>,
+    outcomes: &mut [Option<Result<Outcome, Error>>],
+) -> Result<Foresight, Error> {
+    match settled {
+        Ok(settled) => Ok(record(settled, outcomes)),
+        Err(error) => {
+            while !in_flight.is_empty() {
+                let _ = next_settled(in_flight, None).await;
+            }
+            Err(error)
+        }
+    }
 }
 
 /// What [`next_settled`] waited for.

@@ -50,7 +50,8 @@
 //! rounds that never hold one natural key twice, with the outcome each row would get if the
 //! documents were upserted one by one. On a tokio-postgres `&Client`, outside a transaction, the
 //! next chunk is sent while the last awaits its answer (each statement is its own transaction
-//! there, so one that fails leaves the other as it would find it).
+//! there, so one that fails leaves the other as it would find it): its lookup goes at once, its
+//! writes after the last chunk's, so rows are written in input order.
 //!
 //! # Transactions
 //!
