@@ -230,8 +230,10 @@ fn whole<'r, D: BatchDriver, T: Idempotent + Serialize>(
 const POLL_EVERY: usize = 32;
 
 /// One chunk's write under way: each input index with its outcome, once settled.
-type Settling<'f> =
-    Pin<Box<dyn Future<Output = Result<Vec<(usize, Result<Outcome, Error>)>, Error>> + Send + 'f>>;
+type Settling<'f> = Pin<Box<dyn Future<Output = ChunkSettled> + Send + 'f>>;
+
+/// A chunk's end: each input index with its outcome, or the error that ended the batch.
+type ChunkSettled = Result<Vec<(usize, Result<Outcome, Error>)>, Error>;
 
 /// Upserts `docs` through `driver`, each document with the outcome of a single upsert in input
 /// order. A refused document does not stop the others.
@@ -718,7 +720,7 @@ impl Drop for Finished {
 /// chunk in flight to end (those sent before it finish their writes, those sent after it stop
 /// before theirs), so that nothing of the batch is written after it returns.
 async fn record_settled(
-    settled: Result<Vec<(usize, Result<Outcome, Error>)>, Error>,
+    settled: ChunkSettled,
     in_flight: &mut VecDeque<Settling<'_>>,
     outcomes: &mut [Option<Result<Outcome, Error>>],
 ) -> Result<Foresight, Error> {
