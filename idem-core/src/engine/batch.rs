@@ -252,11 +252,12 @@ where
     // The documents are prepared one slice at a time, and each slice's first-round documents
     // are sent while the next slice is prepared: the server writes one chunk while the client
     // hashes and encodes the next, and where the driver allows more than one chunk in flight
-    // ([`BatchDriver::chunks_in_flight`]), the next chunk waits at the server for the last one
-    // instead of at the client for its answer. An input's round depends only on the inputs
-    // before it. A slice is kept past its chunk only if a later round sends some of its
-    // documents; otherwise it is dropped once its chunk settles, so a batch holds about one
-    // slice more than the chunks in flight, and freeing them is not left to the end.
+    // ([`BatchDriver::chunks_in_flight`]), the next chunk's lookup waits at the server behind
+    // the last chunk instead of at the client for its answer (its writes still wait for the
+    // last chunk's: [`Turn`]). An input's round depends only on the inputs before it. A slice
+    // is kept past its chunk only if a later round sends some of its documents; otherwise it is
+    // dropped once its chunk settles, so a batch holds about one slice more than the chunks in
+    // flight, and freeing them is not left to the end.
     let mut kept: Vec<Option<Arc<PreparedSlice<D>>>> = Vec::new();
     {
         let depth = driver.chunks_in_flight().max(1);
