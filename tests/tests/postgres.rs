@@ -1176,13 +1176,14 @@ async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_anoth
     }
 }
 
-/// A first ingest pays one lookup, and writes its chunks one after the other: the second chunk
-/// is prepared for its insert once the first chunk's lookup finds none of its rows stored, while
-/// the first chunk's rows are inserted, but its insert waits for theirs. Through a proxy that
-/// holds each answer 50 ms, two chunks of new rows on a client: three statements, never two
-/// awaiting an answer at once.
+/// A first ingest pays one lookup, and its inserts follow one another on the server without
+/// waiting for the client: the second chunk is prepared for its insert once the first chunk's
+/// lookup finds none of its rows stored, and sent while the first chunk's insert awaits its
+/// answer, to write only if that insert landed. Through a proxy that holds each answer 50 ms,
+/// two chunks of new rows on a client: three statements (the second insert wrote its rows the
+/// first time), two of them awaiting an answer at once.
 #[tokio::test]
-async fn a_first_ingest_pays_one_lookup_and_inserts_its_chunks_in_order() {
+async fn a_first_ingest_pays_one_lookup_and_sends_its_inserts_back_to_back() {
     for (label, uri) in postgres_servers() {
         let posts: Vec<Post> = (0..128).map(numbered_post).collect();
         let (outcomes, stats) =
@@ -1196,9 +1197,57 @@ async fn a_first_ingest_pays_one_lookup_and_inserts_its_chunks_in_order() {
             "{label}: one lookup, then one insert per chunk"
         );
         assert_eq!(
-            stats.most_outstanding, 1,
-            "{label}: the second insert waited for the first"
+            stats.most_outstanding, 2,
+            "{label}: the second insert was sent behind the first"
         );
+    }
+}
+
+/// A chunk's insert sent behind the chunk ahead's writes nothing unless that insert landed, so
+/// rows are still written in input order when it does not. A first ingest of three chunks: the
+/// second's insert is slowed at the server (a trigger sleeps on one of its rows) and then fails
+/// on a row stored already, while the third's insert, sent behind it, waits at the server; the
+/// third chunk holds a row whose title, under a unique index, is that of a new row of the
+/// second. The second chunk's rows go the guarded way and its new row is inserted; the third
+/// chunk's insert, which ran before that, wrote nothing, and its row sharing the title is
+/// refused, naming the index, as single upserts in input order would have it.
+#[tokio::test]
+async fn an_insert_sent_behind_one_that_fails_writes_nothing() {
+    for (label, uri) in postgres_servers() {
+        let titled = |n: usize| Post {
+            title: format!("title-{n}"),
+            ..numbered_post(n)
+        };
+        let stored = vec![titled(100)];
+        let mut batch: Vec<Post> = (0..192).map(titled).collect();
+        batch[70].title = "slow".into();
+        batch[150].title = "title-90".into();
+        let setup = "CREATE UNIQUE INDEX posts_title ON posts (title);\
+            CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS \
+            $$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;\
+            CREATE TRIGGER slow_insert BEFORE INSERT ON posts FOR EACH ROW \
+            WHEN (NEW.title = 'slow') EXECUTE FUNCTION slow_insert();";
+        let (outcomes, stats) =
+            through_a_slow_proxy(&uri, "behind_a_failure", "client", setup, &stored, &batch).await;
+        for (at, outcome) in outcomes.iter().enumerate() {
+            match at {
+                100 => assert_eq!(outcome, "Unchanged", "{label}: {at}"),
+                150 => assert!(
+                    outcome.contains("posts_title"),
+                    "{label}: the later of two rows sharing a title is refused, naming the \
+                     index: {outcome}"
+                ),
+                _ => assert_eq!(outcome, "Inserted", "{label}: {at}"),
+            }
+        }
+        // The lookup and the inserts of the first two chunks, the third's insert sent behind
+        // the second's, the second chunk's upsert, the third's insert again, and its upserts.
+        assert!(
+            stats.write_requests >= 7,
+            "{label}: {} statements",
+            stats.write_requests
+        );
+        assert_eq!(stats.most_outstanding, 2, "{label}");
     }
 }
 

@@ -102,9 +102,15 @@ pub(crate) trait BatchDriver: Driver {
     /// and the server did not refuse it (a trigger dropped rows, the table was not the checked
     /// one); an error the database answered with writes nothing either. Either way the
     /// documents go the guarded way, as without it. `None`: the driver has no such insert.
+    ///
+    /// A driver with more than one chunk in flight ([`BatchDriver::chunks_in_flight`]) honours
+    /// `landing`: where the insert lands it leaves [`Landing::leaves`] in the session, and
+    /// given [`Landing::after`] it writes nothing ([`Fresh::Early`]) unless the session holds
+    /// that mark, left by the chunk ahead's insert. Elsewhere `landing` is always empty.
     fn insert_fresh(
         &self,
         _docs: &[&Self::Doc],
+        _landing: Landing,
     ) -> impl Future<Output = Result<Option<Fresh>, Error>> + Send {
         std::future::ready(Ok(None))
     }
@@ -138,6 +144,38 @@ pub(crate) enum Fresh {
     /// Nothing was written: the insert met a stored row (or a value the table refuses), and
     /// the documents go the guarded way.
     Met,
+    /// Nothing was written: the session did not hold [`Landing::after`], since the chunk
+    /// ahead's insert did not land (or has not run yet). The chunk waits for its turn.
+    Early,
+}
+
+/// Where a chunk's plain insert of fresh rows stands among the chunks in flight
+/// ([`BatchDriver::insert_fresh`]). A chunk whose writes wait for the chunk ahead's ([`Place`])
+/// need not wait at the client when the chunk ahead's last write is its own insert of fresh
+/// rows: sent behind it on the same session, it writes only if that insert landed, which the
+/// mark that insert left in the session proves. The database then goes from one chunk's insert
+/// to the next, and the rows are still written in input order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Landing {
+    /// The mark the insert must find in the session to write anything.
+    pub after: Option<Mark>,
+    /// The mark the insert leaves in the session where it lands.
+    pub leaves: Option<Mark>,
+}
+
+/// A mark a chunk's insert of fresh rows leaves in the session ([`Landing`]): the batch's own
+/// random id and the chunk's number, so that no other batch, on this session or another one
+/// a pooler lent it, leaves the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark {
+    batch: ulid::Ulid,
+    chunk: u32,
+}
+
+impl std::fmt::Display for Mark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.batch, self.chunk)
+    }
 }
 
 /// What [`BatchDriver::look_up`] found for one document.
@@ -270,7 +308,7 @@ where
         // that the next chunk can go while the first one's rows are written.
         let early: Arc<OnceLock<Foresight>> = Arc::default();
         // Where the next chunk's writes wait for those of the chunk sent last.
-        let mut turn = Turn::default();
+        let mut places = Places::new(depth > 1);
         for (number, slice) in docs.chunks(slice_len).enumerate() {
             // A chunk to be looked up needs its documents light only. Whether it is looked up
             // is known when the chunk before it settles, after this; the last one settled
@@ -337,7 +375,7 @@ where
                 ready = true;
             }
             let early = Arc::clone(&early);
-            let (my_turn, finished) = turn.next();
+            let place = places.next();
             let mut chunk: Settling<'_> = Box::pin(async move {
                 let (indexes, sent): (Vec<usize>, Vec<(&ReadyOf<D>, &T)>) = first_round
                     .iter()
@@ -346,12 +384,12 @@ where
                         Some((index, (doc, &docs[index])))
                     })
                     .unzip();
-                let settled = settle_chunk(driver, &sent, foresight, &early, &my_turn).await?;
+                let settled = settle_chunk(driver, &sent, foresight, &early, &place).await?;
                 // Stopped before its writes (the chunk ahead failed): it ends failed too.
                 let Some(settled) = settled else {
                     return Ok(Vec::new());
                 };
-                finished.done();
+                place.done();
                 Ok(indexes.into_iter().zip(settled).collect())
             });
             match send_now(chunk.as_mut()) {
@@ -387,7 +425,7 @@ where
                 fresh: false,
                 ..foresight
             };
-            let settled = settle_chunk(driver, &sent, later, &OnceLock::new(), &Turn::default())
+            let settled = settle_chunk(driver, &sent, later, &OnceLock::new(), &Place::alone())
                 .await?
                 .unwrap_or_default();
             for (&index, outcome) in chunk.iter().zip(settled) {
@@ -414,13 +452,13 @@ where
 /// from what it found, and only those a write would change are made whole and written.
 /// Without a lookup, [`settle_read_first`]. What the lookup foretells of the next chunk goes
 /// into `early` as soon as it is answered, if nothing did before. Nothing is written before
-/// `turn` comes; `None` if it never will (nothing written).
+/// the chunk's turn comes at its `place`; `None` if it never will (nothing written).
 async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
     docs: &[(&ReadyOf<D>, &T)],
     foresight: Foresight,
     early: &OnceLock<Foresight>,
-    turn: &Turn,
+    place: &Place,
 ) -> Result<Option<Vec<Result<Outcome, Error>>>, Error> {
     let looked = match foresight.look_up && docs.len() >= driver.shortcut_min_docs() {
         true => {
@@ -454,14 +492,14 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                     }
                 }
             }
-            if !turn.come().await {
+            if !place.come().await {
                 return Ok(None);
             }
             let lights: Vec<&D::Light> = rest
                 .iter()
                 .map(|&index| docs[index].0.light(driver))
                 .collect();
-            let settled = settle_judged(driver, &lights, stored, |at| {
+            let settled = settle_judged(driver, &lights, stored, place, |at| {
                 let (ready, original) = docs[rest[at]];
                 whole(driver, ready, original)
             })
@@ -482,12 +520,10 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
                 }
             }
             let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
-            if !turn.come().await {
-                return Ok(None);
-            }
-            let settled = match settle_fresh(driver, &sent, foresight.fresh).await? {
-                Some(inserted) => inserted,
-                None => settle_read_first(driver, &sent).await?,
+            let settled = match fresh_in_turn(driver, &sent, foresight.fresh, place).await? {
+                InTurn::Stopped => return Ok(None),
+                InTurn::Inserted => inserted(&sent),
+                InTurn::Guarded => settle_read_first(driver, &sent).await?,
             };
             for (&index, outcome) in rest.iter().zip(settled) {
                 outcomes[index] = Some(outcome);
@@ -510,7 +546,11 @@ pub(crate) async fn settle_read_first<D: BatchDriver>(
     match driver.read_many(docs).await? {
         Some(stored) => {
             let lights: Vec<&D::Light> = docs.iter().map(|doc| driver.light_of(doc)).collect();
-            settle_judged(driver, &lights, stored, |at| Ok(Whole::Prepared(docs[at]))).await
+            let alone = Place::alone();
+            settle_judged(driver, &lights, stored, &alone, |at| {
+                Ok(Whole::Prepared(docs[at]))
+            })
+            .await
         }
         None => settle(driver, WriteKind::Upsert, docs).await,
     }
@@ -519,11 +559,13 @@ pub(crate) async fn settle_read_first<D: BatchDriver>(
 /// Upserts of the documents read as `lights`, judged from `stored`, what was read for each:
 /// settled with nothing written, refused, replaced in a second step pinned to what was read (a
 /// document the server guard cannot compare), or written. Only the documents written are made
-/// whole (`whole(at)` for the one at `at`), so a refused or stale one is never encoded.
+/// whole (`whole(at)` for the one at `at`), so a refused or stale one is never encoded. Its
+/// turn has come at `place`.
 async fn settle_judged<'r, D: BatchDriver>(
     driver: &D,
     lights: &[&D::Light],
     stored: Vec<Option<D::Stored>>,
+    place: &Place,
     whole: impl Fn(usize) -> Result<Whole<'r, D::Doc>, Error>,
 ) -> Result<Vec<Result<Outcome, Error>>, Error>
 where
@@ -576,9 +618,11 @@ where
     let sent: Vec<&D::Doc> = wholes.iter().map(|doc| &**doc).collect();
     // Read as stored nowhere, all of them: likely fresh.
     let absent = to_write.iter().all(|&index| stored[index].is_none());
-    let written = match settle_fresh(driver, &sent, absent).await? {
-        Some(inserted) => inserted,
-        None => settle(driver, WriteKind::Upsert, &sent).await?,
+    let written = match absent && worth_inserting_fresh(driver, &sent) {
+        true if insert_fresh(driver, &sent, place, None).await? == Some(Fresh::Inserted) => {
+            inserted(&sent)
+        }
+        _ => settle(driver, WriteKind::Upsert, &sent).await?,
     };
     for (index, outcome) in to_write.into_iter().zip(written) {
         outcomes[index] = Some(outcome);
@@ -589,26 +633,93 @@ where
     ))
 }
 
-/// `docs` inserted as fresh rows where that is `likely` and they are enough to be worth it
-/// ([`BatchDriver::insert_fresh`]): each `Inserted`; `None` where they were not, nothing was
-/// written, and they go the guarded way.
-async fn settle_fresh<D: BatchDriver>(
+/// Whether `docs` are enough for a plain insert of fresh rows to be worth its risk
+/// ([`BatchDriver::insert_fresh`]).
+fn worth_inserting_fresh<D: BatchDriver>(driver: &D, docs: &[&D::Doc]) -> bool {
+    !docs.is_empty() && docs.len() >= driver.shortcut_min_docs()
+}
+
+/// Each of `docs` `Inserted`.
+fn inserted<Doc>(docs: &[Doc]) -> Vec<Result<Outcome, Error>> {
+    docs.iter().map(|_| Ok(Outcome::Inserted)).collect()
+}
+
+/// `docs` inserted as fresh rows ([`BatchDriver::insert_fresh`]) by the chunk at `place`, to
+/// write only if the session holds the mark `after` where it is given. `Some(Fresh::Inserted)`
+/// where every one was; otherwise nothing was written, and they go the guarded way (`None`
+/// where the driver has no such insert; [`Fresh::Met`] also where the database refused the
+/// statement). While the insert is in flight the chunk after this one may be sent behind it
+/// ([`Place::inserting`]).
+async fn insert_fresh<D: BatchDriver>(
     driver: &D,
     docs: &[&D::Doc],
-    likely: bool,
-) -> Result<Option<Vec<Result<Outcome, Error>>>, Error> {
-    if !likely || docs.len() < driver.shortcut_min_docs() {
-        return Ok(None);
-    }
-    match driver.insert_fresh(docs).await {
-        Ok(Some(Fresh::Inserted)) => Ok(Some(docs.iter().map(|_| Ok(Outcome::Inserted)).collect())),
-        Ok(Some(Fresh::Met) | None) => Ok(None),
+    place: &Place,
+    after: Option<Mark>,
+) -> Result<Option<Fresh>, Error> {
+    place.inserting();
+    let fresh = match driver.insert_fresh(docs, place.landing(after)).await {
+        Ok(fresh) => fresh,
         // The database refused the statement, which wrote nothing: a stored row's id or key, a
         // CHECK, a trigger that dropped rows. The guarded write decides, and reports what it
         // meets, as it does any refusal.
-        Err(error) if answered_by_the_database(&error) => Ok(None),
-        Err(error) => Err(error),
+        Err(error) if answered_by_the_database(&error) => Some(Fresh::Met),
+        Err(error) => return Err(error),
+    };
+    if fresh != Some(Fresh::Inserted) {
+        place.running();
     }
+    Ok(fresh)
+}
+
+/// What became of a chunk's documents sent to be inserted as fresh rows ([`fresh_in_turn`]).
+enum InTurn {
+    /// The chunk ahead failed: nothing was written, and the batch ends.
+    Stopped,
+    /// Every document was inserted.
+    Inserted,
+    /// Nothing was written, and the chunk's turn has come: the documents go the guarded way.
+    Guarded,
+}
+
+/// `docs`, a chunk written without a lookup, inserted as fresh rows where that is `likely` and
+/// they are enough to be worth it, in the chunk's turn at `place`. Where the chunk ahead's last
+/// write is its own insert of fresh rows, already sent, this chunk's insert goes at once behind
+/// it on the session, to write only if that one landed ([`Landing`]); if it did not, this one
+/// waits for its turn and tries again.
+async fn fresh_in_turn<D: BatchDriver>(
+    driver: &D,
+    docs: &[&D::Doc],
+    likely: bool,
+    place: &Place,
+) -> Result<InTurn, Error> {
+    let worth = likely && worth_inserting_fresh(driver, docs);
+    if worth {
+        match place.come_or_inserting().await {
+            Ahead::Ended(false) => return Ok(InTurn::Stopped),
+            Ahead::Ended(true) => {}
+            Ahead::Inserting(after) => {
+                match insert_fresh(driver, docs, place, Some(after)).await? {
+                    Some(Fresh::Inserted) => return Ok(InTurn::Inserted),
+                    Some(Fresh::Early) => {}
+                    Some(Fresh::Met) | None => {
+                        return Ok(match place.come().await {
+                            true => InTurn::Guarded,
+                            false => InTurn::Stopped,
+                        })
+                    }
+                }
+            }
+        }
+    }
+    if !place.come().await {
+        return Ok(InTurn::Stopped);
+    }
+    Ok(
+        match worth && insert_fresh(driver, docs, place, None).await? == Some(Fresh::Inserted) {
+            true => InTurn::Inserted,
+            false => InTurn::Guarded,
+        },
+    )
 }
 
 /// Whether the database itself answered with `error` (it carries the database's code), as
@@ -654,66 +765,155 @@ fn answered<F: Future + ?Sized>(in_flight: &mut VecDeque<Pin<Box<F>>>) -> Vec<F:
     settled
 }
 
-/// Where a chunk's writes wait for those of the chunk sent before it. Chunks in flight together
-/// read in any order but write in input order, as single upserts would: a constraint between
+/// Where a chunk stands among the chunks of a batch in flight together. Chunks in flight
+/// together read in any order but write in input order, as single upserts would: a chunk writes
+/// once the chunk sent before it has ended its writes ([`Place::come`]), so a constraint between
 /// rows of two chunks (another unique index, a foreign key to the table itself, a trigger) meets
-/// them in that order, whichever of them needs more statements.
-#[derive(Default)]
-struct Turn {
-    /// How the chunk sent before ended ([`Finished`]); none for the first.
+/// them in that order, whichever of them needs more statements. Its own state tells the chunk
+/// after it how far it is; dropped before [`Place::done`], it says the chunk failed.
+struct Place {
+    /// The state of the chunk sent before it; none for the first, or a chunk alone.
     ahead: Option<Arc<AtomicU8>>,
+    /// Its own state, which the chunk after it reads; none for a chunk alone.
+    own: Option<Arc<AtomicU8>>,
+    /// The marks inserts of fresh rows leave in the session ([`Landing`]): the chunk ahead's,
+    /// if any, and its own; none where the driver has one chunk in flight.
+    marks: Option<(Option<Mark>, Mark)>,
 }
 
-/// A chunk still running, [`Turn`]'s state.
+/// A chunk still running, [`Place`]'s state.
 const RUNNING: u8 = 0;
-/// A chunk whose writes all ended, [`Turn`]'s state.
-const DONE: u8 = 1;
-/// A chunk that failed or was dropped, [`Turn`]'s state.
-const FAILED: u8 = 2;
+/// A chunk whose last write, its plain insert of fresh rows, is sent ([`Place::inserting`]).
+const INSERTING: u8 = 1;
+/// A chunk whose writes all ended, [`Place`]'s state.
+const DONE: u8 = 2;
+/// A chunk that failed or was dropped, [`Place`]'s state.
+const FAILED: u8 = 3;
 
-impl Turn {
-    /// The turn of the chunk sent next, after the one this turn is for, and what that chunk
-    /// sets as it ends. Rotates `self` to the chunk after it.
-    fn next(&mut self) -> (Turn, Finished) {
-        let state = Arc::new(AtomicU8::new(RUNNING));
-        let turn = Turn {
-            ahead: self.ahead.replace(Arc::clone(&state)),
-        };
-        (turn, Finished(state))
+/// How the chunk ahead stands, for a chunk that would insert fresh rows behind it
+/// ([`Place::come_or_inserting`]).
+enum Ahead {
+    /// Its writes ended: `true` if they all did, `false` if it failed.
+    Ended(bool),
+    /// Its last write, an insert of fresh rows that leaves this mark where it lands, is sent.
+    Inserting(Mark),
+}
+
+impl Place {
+    /// A chunk with none ahead of it and none after it.
+    fn alone() -> Place {
+        Place {
+            ahead: None,
+            own: None,
+            marks: None,
+        }
     }
 
-    /// Whether the chunk may write: `true` once the chunk ahead has ended its writes, `false` if
-    /// it failed (the batch then ends, and this chunk writes nothing). Needs no waker: the batch
-    /// polls every chunk in flight again whenever one ends, and the chunk ahead ends right
-    /// after it sets its state.
+    /// Whether the chunk may write: `true` once the chunk ahead has ended its writes, `false`
+    /// if it failed (the batch then ends, and this chunk writes nothing). Needs no waker: the
+    /// batch polls every chunk in flight, oldest first, whenever one makes progress, and the
+    /// chunk ahead sets its state as it ends.
     async fn come(&self) -> bool {
         let Some(ahead) = &self.ahead else {
             return true;
         };
         std::future::poll_fn(|_| match ahead.load(Ordering::Acquire) {
-            RUNNING => Poll::Pending,
+            RUNNING | INSERTING => Poll::Pending,
             state => Poll::Ready(state == DONE),
         })
         .await
     }
-}
 
-/// What a chunk sets as it ends: [`DONE`] where it says so, else (an error, or dropped)
-/// [`FAILED`].
-struct Finished(Arc<AtomicU8>);
+    /// As [`Place::come`], or sooner, once the chunk ahead's last write is its insert of fresh
+    /// rows and it is sent, where inserts leave marks.
+    async fn come_or_inserting(&self) -> Ahead {
+        let (Some(ahead), Some((Some(mark), _))) = (&self.ahead, self.marks) else {
+            return Ahead::Ended(self.come().await);
+        };
+        std::future::poll_fn(|_| match ahead.load(Ordering::Acquire) {
+            RUNNING => Poll::Pending,
+            INSERTING => Poll::Ready(Ahead::Inserting(mark)),
+            state => Poll::Ready(Ahead::Ended(state == DONE)),
+        })
+        .await
+    }
 
-impl Finished {
-    fn done(self) {
-        self.0.store(DONE, Ordering::Release);
+    /// What the chunk's insert of fresh rows must find in the session (`after`) and leaves in it.
+    fn landing(&self, after: Option<Mark>) -> Landing {
+        Landing {
+            after,
+            leaves: self.marks.map(|(_, own)| own),
+        }
+    }
+
+    /// Says that the chunk's insert of fresh rows, which ends its writes where it lands, is
+    /// about to be sent: the chunk after it may go behind it.
+    fn inserting(&self) {
+        self.swap(RUNNING, INSERTING);
+    }
+
+    /// Says that the chunk's insert of fresh rows did not land: it goes on writing.
+    fn running(&self) {
+        self.swap(INSERTING, RUNNING);
+    }
+
+    /// Says that the chunk's writes all ended.
+    fn done(&self) {
+        if let Some(own) = &self.own {
+            own.store(DONE, Ordering::Release);
+        }
+    }
+
+    fn swap(&self, from: u8, to: u8) {
+        if let Some(own) = &self.own {
+            let _ = own.compare_exchange(from, to, Ordering::Release, Ordering::Relaxed);
+        }
     }
 }
 
-impl Drop for Finished {
+impl Drop for Place {
     fn drop(&mut self) {
         // Leaves `DONE` as it is.
-        let _ = self
-            .0
-            .compare_exchange(RUNNING, FAILED, Ordering::Release, Ordering::Relaxed);
+        if let Some(own) = &self.own {
+            let _ = own.fetch_update(Ordering::Release, Ordering::Relaxed, |state| {
+                (state != DONE).then_some(FAILED)
+            });
+        }
+    }
+}
+
+/// The places of a batch's chunks in the order they are sent ([`Place`]).
+struct Places {
+    /// The state of the chunk sent last.
+    last: Option<Arc<AtomicU8>>,
+    /// The batch's id in the marks its inserts leave; none where they leave none.
+    batch: Option<ulid::Ulid>,
+    /// How many chunks were sent.
+    sent: u32,
+}
+
+impl Places {
+    /// With marks for inserts of fresh rows where `marked` (more than one chunk in flight).
+    fn new(marked: bool) -> Places {
+        Places {
+            last: None,
+            batch: marked.then(ulid::Ulid::generate),
+            sent: 0,
+        }
+    }
+
+    /// The place of the chunk sent next.
+    fn next(&mut self) -> Place {
+        let own = Arc::new(AtomicU8::new(RUNNING));
+        let ahead = self.last.replace(Arc::clone(&own));
+        let mark = |chunk| self.batch.map(|batch| Mark { batch, chunk });
+        let marks = mark(self.sent).map(|own| (self.sent.checked_sub(1).and_then(mark), own));
+        self.sent += 1;
+        Place {
+            ahead,
+            own: Some(own),
+            marks,
+        }
     }
 }
 

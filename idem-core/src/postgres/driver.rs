@@ -10,7 +10,7 @@ use super::schema::check_again;
 use super::table::{missed_guard, Table};
 use super::wire::{self, Cells, Param, Wire};
 use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
-use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
+use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked, Ready};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
@@ -143,24 +143,36 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         Ok(None)
     }
 
-    async fn insert_fresh(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
+    async fn insert_fresh(
+        &self,
+        docs: &[&PreparedRow],
+        landing: Landing,
+    ) -> Result<Option<Fresh>, Error> {
         let document = &docs[0].document;
         let columns = column_arrays(self.table, docs, document)?;
         let checked = self.table.checked_oids();
-        let parameters = wire::unnested(&columns, &checked);
+        let mut parameters = wire::unnested(&columns, &checked);
+        let marks = [landing.after, landing.leaves].map(|mark| mark.map(|mark| mark.to_string()));
+        let statement = match landing == Landing::default() {
+            true => &self.table.insert_fresh,
+            false => {
+                parameters.extend(marks.iter().map(|mark| Param::Text(mark.as_deref())));
+                &self.table.insert_fresh_marked
+            }
+        };
         crate::trace::round_trip("INSERT");
-        match self
-            .client
-            .write(&self.table.insert_fresh, &parameters)
-            .await
-        {
+        match self.client.write(statement, &parameters).await {
             Ok(rows) => {
                 let inserted = rows.first().and_then(|row| row.int8(0));
-                Ok(Some(match inserted == i64::try_from(docs.len()).ok() {
-                    true => Fresh::Inserted,
+                Ok(Some(match inserted {
+                    Some(inserted) if inserted == i64::try_from(docs.len()).unwrap_or(-1) => {
+                        Fresh::Inserted
+                    }
+                    // The chunk ahead's insert had not landed: nothing written.
+                    Some(-1) => Fresh::Early,
                     // None at all: the guard found the table unchecked, which the guarded
                     // write checks again.
-                    false => Fresh::Met,
+                    _ => Fresh::Met,
                 }))
             }
             Err(source) => Err(postgres_error(document, source)),

@@ -29,6 +29,10 @@ const POSTGRES: Dialect = Dialect {
     json_text: |column, name| format!("({column} ->> {})", literal(name)),
 };
 
+/// The session setting in which a chunk's insert of fresh rows leaves its mark where it lands
+/// ([`Table::fresh_statement`]), for the chunk sent behind it on the same session.
+pub(crate) const LANDED: &str = "idem.landed";
+
 /// A column's PostgreSQL type, as `information_schema.columns.data_type` spells it.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
@@ -76,6 +80,9 @@ pub(crate) struct Table {
     pub insert_new: String,
     /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
     pub insert_fresh: String,
+    /// The same, among chunks in flight together: it leaves a mark in the session where it
+    /// lands, and may wait for the mark of the chunk ahead ([`Table::fresh_statement`]).
+    pub insert_fresh_marked: String,
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
@@ -183,6 +190,7 @@ impl Table {
             delete: String::new(),
             insert_new: String::new(),
             insert_fresh: String::new(),
+            insert_fresh_marked: String::new(),
             pinned_replacement: String::new(),
             unchanged_probe: None,
             natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
@@ -198,7 +206,8 @@ impl Table {
         table.insert_new = table
             .write_statement(Statement::InsertNew)
             .replace("{inserted}", &inserted);
-        table.insert_fresh = table.fresh_statement();
+        table.insert_fresh = table.fresh_statement(false);
+        table.insert_fresh_marked = table.fresh_statement(true);
         table.pinned_replacement = table.pinned_statement();
         table.unchanged_probe = table.probe_statement();
         table
@@ -424,17 +433,54 @@ impl Table {
     /// The rows it was given are counted from the id parameter, not from `incoming`: read by
     /// the insert alone, `incoming` streams into it, where a second reader would have the
     /// server keep a copy of every row (about a sixth of its time for a chunk).
-    fn fresh_statement(&self) -> String {
+    ///
+    /// `marked`, it takes two more `text` parameters, the marks of its
+    /// [`crate::engine::batch::Landing`]: it inserts nothing and returns -1 unless the
+    /// session's setting [`LANDED`] holds the first (where it is not NULL), and where it
+    /// inserts every row it sets [`LANDED`] to the second for the session. A setting is
+    /// transactional: a statement that fails leaves it as it was.
+    fn fresh_statement(&self, marked: bool) -> String {
         let (names, values) = self.inserted_columns(Statement::Upsert);
         let ids = self.sent.iter().position(|&index| index == 0).unwrap_or(0) + 1;
+        let checked_parameter = self.sent.len() + 1;
+        let (checked, early, leaves) = match marked {
+            false => (
+                self.checked_cte(checked_parameter),
+                String::new(),
+                String::new(),
+            ),
+            true => {
+                let (after, leaves) = (checked_parameter + 1, checked_parameter + 2);
+                let prior = format!(
+                    "(${after}::text IS NULL \
+                     OR COALESCE(current_setting({landed}, true) = ${after}::text, false))",
+                    landed = literal(LANDED),
+                );
+                (
+                    format!(
+                        "{} AS (SELECT {} AND {prior} AS ok, {prior} AS prior)",
+                        self.relation_name("checked"),
+                        self.checked_guard(checked_parameter),
+                    ),
+                    format!(
+                        "WHEN NOT (SELECT c.prior FROM {} c) THEN '-1' ",
+                        self.relation_name("checked")
+                    ),
+                    format!(
+                        " || (CASE WHEN count(*) > 0 THEN left(set_config({}, ${leaves}::text, \
+                         false), 0) ELSE '' END)",
+                        literal(LANDED)
+                    ),
+                )
+            }
+        };
         format!(
             "WITH {checked}, {incoming}, {written} AS (\
              INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
-             SELECT (CASE WHEN count(*) = (SELECT CASE WHEN c.ok THEN cardinality(${ids}::text[]) \
-             ELSE 0 END FROM {checked_name} c) \
-             THEN count(*)::text ELSE 'rows the insert was given were dropped' END)::int8 \
+             SELECT (CASE {early}WHEN count(*) = (SELECT CASE WHEN c.ok THEN \
+             cardinality(${ids}::text[]) ELSE 0 END FROM {checked_name} c) \
+             THEN count(*)::text{leaves} ELSE 'rows the insert was given were dropped' END)::int8 \
              FROM {written}",
-            checked = self.checked_cte(self.sent.len() + 1),
             checked_name = self.relation_name("checked"),
             incoming = self.incoming(true),
             incoming_name = self.relation_name("incoming"),

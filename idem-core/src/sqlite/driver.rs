@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
-use crate::engine::batch::{BatchDriver, Fresh, Looked, Ready};
+use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked, Ready};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
@@ -212,7 +212,12 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         Ok(None)
     }
 
-    async fn insert_fresh(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
+    /// One chunk in flight: `landing` is empty ([`BatchDriver::insert_fresh`]).
+    async fn insert_fresh(
+        &self,
+        docs: &[&PreparedRow],
+        _landing: Landing,
+    ) -> Result<Option<Fresh>, Error> {
         let document = &docs[0].document;
         // One text shared by every row's argument.
         let marker = super::shared_text(&format!("i{}", ulid::Ulid::generate()));
