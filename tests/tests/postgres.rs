@@ -1373,3 +1373,43 @@ async fn through_a_slow_proxy(
         .collect();
     (outcomes, proxy.stats())
 }
+
+/// Two batches on one client at once, each a first ingest of five chunks sent behind one
+/// another: their inserts interleave on the session, so a chunk often finds there the mark of
+/// the other batch's insert instead of its own chunk ahead's, writes nothing, and goes again in
+/// its turn. One of them also meets a row stored already in its third chunk. Every row ends
+/// written once, with the outcome a single upsert gives it.
+#[tokio::test]
+async fn two_batches_on_one_client_interleave_their_inserts_safely() {
+    for (label, client) in fresh_schemas("interleaved_batches").await {
+        let store = Store::new().with_batch_chunk(64).with_shortcuts_from(64);
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let first: Vec<Post> = (0..320).map(numbered_post).collect();
+        let second: Vec<Post> = (1000..1320).map(numbered_post).collect();
+        store.upsert_many(&client, &second[150..151]).await.unwrap();
+        let (first_report, second_report) = tokio::join!(
+            store.upsert_many(&client, &first),
+            store.upsert_many(&client, &second)
+        );
+        let (first_report, second_report) = (first_report.unwrap(), second_report.unwrap());
+        for (at, outcome) in first_report.outcomes().iter().enumerate() {
+            assert!(
+                matches!(outcome, Ok(Outcome::Inserted)),
+                "{label}: first batch, {at}: {outcome:?}"
+            );
+        }
+        for (at, outcome) in second_report.outcomes().iter().enumerate() {
+            let expected = if at == 150 {
+                Outcome::Unchanged
+            } else {
+                Outcome::Inserted
+            };
+            assert_eq!(
+                outcome.as_ref().ok(),
+                Some(&expected),
+                "{label}: second batch, {at}: {outcome:?}"
+            );
+        }
+        assert_eq!(rows(&client, "posts").await.len(), 640, "{label}");
+    }
+}

@@ -40,8 +40,9 @@ pub(crate) trait BatchDriver: Driver {
     /// chunks go together, which share no id or natural key; a chunk reads at once (a lookup
     /// the chunk before has not yet written through is only stale, which its guarded write
     /// answers as any concurrent writer's) but writes only once the chunk before has ended its
-    /// writes ([`Turn`]), so rows are written in input order, as single upserts would write
-    /// them.
+    /// writes ([`Place`]), so rows are written in input order, as single upserts would write
+    /// them; or, where the chunk before ends with a plain insert of fresh rows, at once behind
+    /// it, to write only if that insert landed ([`Landing`]).
     fn chunks_in_flight(&self) -> usize {
         1
     }
@@ -292,7 +293,7 @@ where
     // hashes and encodes the next, and where the driver allows more than one chunk in flight
     // ([`BatchDriver::chunks_in_flight`]), the next chunk's lookup waits at the server behind
     // the last chunk instead of at the client for its answer (its writes still wait for the
-    // last chunk's: [`Turn`]). An input's round depends only on the inputs before it. A slice
+    // last chunk's: [`Place`]). An input's round depends only on the inputs before it. A slice
     // is kept past its chunk only if a later round sends some of its documents; otherwise it is
     // dropped once its chunk settles, so a batch holds about one slice more than the chunks in
     // flight, and freeing them is not left to the end.
