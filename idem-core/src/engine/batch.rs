@@ -147,6 +147,8 @@ pub(crate) enum Fresh {
     Met,
     /// Nothing was written: the session did not hold [`Landing::after`], since the chunk
     /// ahead's insert did not land (or has not run yet). The chunk waits for its turn.
+    // Only PostgreSQL has more than one chunk in flight.
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
     Early,
 }
 
