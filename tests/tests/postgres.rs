@@ -1155,12 +1155,13 @@ async fn a_trigger_that_drops_rows_of_a_fresh_chunk_leaves_no_half_of_it() {
 /// proxy that holds each answer 50 ms, an unchanged re-ingest of five chunks has two lookups
 /// awaiting their answers at once, and each row still settles `Unchanged`. Inside a
 /// transaction (where a failed write aborts every statement after it until its savepoint is
-/// rolled back to) and through sqlx, each chunk waits for the one before.
+/// rolled back to), through sqlx, and on a client of a store told not to pipeline, each chunk
+/// waits for the one before.
 #[tokio::test]
 async fn a_batchs_chunks_are_in_flight_together_only_where_one_cannot_fail_another() {
     for (label, uri) in postgres_servers() {
         let posts: Vec<Post> = (0..320).map(numbered_post).collect();
-        for way in ["client", "transaction", "sqlx"] {
+        for way in ["client", "transaction", "sqlx", "unpipelined"] {
             let (outcomes, stats) =
                 through_a_slow_proxy(&uri, "chunks_in_flight", way, "", &posts, &posts).await;
             assert!(
@@ -1311,8 +1312,9 @@ async fn chunks_in_flight_together_settle_as_single_upserts() {
 }
 
 /// On a fresh schema of `uri` holding `stored` (after `setup`, SQL run once the table exists),
-/// upserts `batch` through a proxy that holds each answer 50 ms: on a tokio-postgres client, inside a transaction of one, or on a sqlx
-/// connection (`way`), in chunks of 64 that take the batch's shortcuts. Returns each outcome
+/// upserts `batch` through a proxy that holds each answer 50 ms: on a tokio-postgres client, inside a transaction of one, on a sqlx
+/// connection, or on a client of a store told not to pipeline (`way`), in chunks of 64 that
+/// take the batch's shortcuts. Returns each outcome
 /// shown, and what the proxy counted (its write requests are idem's statements that begin with
 /// `WITH`: the lookups and the writes).
 async fn through_a_slow_proxy(
@@ -1324,7 +1326,10 @@ async fn through_a_slow_proxy(
     batch: &[Post],
 ) -> (Vec<String>, ProxyStats) {
     let (schema, client) = fresh_schema(uri, "p", test).await;
-    let store = Store::new().with_batch_chunk(64).with_shortcuts_from(64);
+    let store = Store::new()
+        .with_batch_chunk(64)
+        .with_shortcuts_from(64)
+        .with_pipelining(way != "unpipelined");
     store.ensure_table::<Post, _>(&client).await.unwrap();
     client.batch_execute(setup).await.unwrap();
     store.upsert_many(&client, stored).await.unwrap();
@@ -1411,5 +1416,49 @@ async fn two_batches_on_one_client_interleave_their_inserts_safely() {
             );
         }
         assert_eq!(rows(&client, "posts").await.len(), 640, "{label}");
+    }
+}
+
+/// Services starting at once each ensure the table: `CREATE TABLE IF NOT EXISTS` run by several
+/// sessions at the same moment lets one create it and fails the others on the catalog (the
+/// table is not yet visible to them). Each call then finds the table the other made, checks it,
+/// and succeeds. An enum type of the table's name fails the creation the same way (the table's
+/// row type would take its name); the check then finds no table, and the call reports the
+/// creation's refusal.
+#[tokio::test]
+async fn sessions_ensuring_one_table_at_once_all_succeed() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_schema(&uri, "p", "ensure_beside_a_type").await;
+        client
+            .batch_execute("CREATE TYPE posts AS ENUM ('draft')")
+            .await
+            .unwrap();
+        let refusal = Store::new()
+            .ensure_table::<Post, _>(&client)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refusal.contains("type \"posts\" already exists"),
+            "{label}: {refusal}"
+        );
+        let base: tokio_postgres::Config = uri.parse().unwrap();
+        for round in 0..5 {
+            let (schema, _client) =
+                fresh_schema(&uri, "p", &format!("ensure_at_once_{round}")).await;
+            let store = Store::new();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..8 {
+                let client = connect(&connection_config(&base, &schema, None))
+                    .await
+                    .unwrap();
+                let store = store.clone();
+                tasks.spawn(async move { store.ensure_table::<Post, _>(&client).await });
+            }
+            let results = tasks.join_all().await;
+            for result in results {
+                assert!(result.is_ok(), "{label}: {result:?}");
+            }
+        }
     }
 }

@@ -113,7 +113,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     }
 
     fn chunks_in_flight(&self) -> usize {
-        match self.client.pipelines_chunks() {
+        match self.store.pipelining && self.client.pipelines_chunks() {
             true => 2,
             false => 1,
         }

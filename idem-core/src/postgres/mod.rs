@@ -135,6 +135,10 @@ pub const DEFAULT_OP_WINDOW: usize = 1000;
 
 /// SQLSTATE of a unique violation.
 const UNIQUE_VIOLATION: &str = "23505";
+/// SQLSTATE `duplicate_table`.
+const DUPLICATE_TABLE: &str = "42P07";
+/// SQLSTATE `duplicate_object`.
+const DUPLICATE_OBJECT: &str = "42710";
 
 /// A PostgreSQL database that idem writes to, through the client each call is given. Cheap to
 /// clone; clones share what they learned of the server and its tables. Use one store per
@@ -143,6 +147,7 @@ const UNIQUE_VIOLATION: &str = "23505";
 pub struct Store {
     batch_chunk: usize,
     shortcut_min_docs: usize,
+    pipelining: bool,
     op_window: usize,
     known: Arc<Mutex<Known>>,
 }
@@ -179,6 +184,7 @@ impl Store {
         Store {
             batch_chunk: DEFAULT_BATCH_CHUNK,
             shortcut_min_docs: crate::engine::batch::SHORTCUT_MIN_DOCS,
+            pipelining: true,
             op_window: DEFAULT_OP_WINDOW,
             known: Arc::default(),
         }
@@ -189,6 +195,21 @@ impl Store {
     /// parameters does not grow with the chunk.
     pub fn with_batch_chunk(mut self, rows: usize) -> Self {
         self.batch_chunk = rows.max(1);
+        self
+    }
+
+    /// Sets whether [`upsert_many`](Store::upsert_many) on a tokio-postgres client outside a
+    /// transaction sends a chunk's statement while the last chunk's awaits its answer (on by
+    /// default), so that the server goes from one chunk to the next without waiting for the
+    /// client; rows are written in input order either way. Turn it off behind a pooler in
+    /// transaction mode that does not keep requests sent back to back on one server session:
+    /// PgBouncer 1.18 was seen to split them, a message's first part going to one server
+    /// session and the rest to another, which each refuse and close, and the call fails with
+    /// a retryable error (its known issue with pipelining in transaction mode; any client
+    /// shared by tasks pipelines too). Through sqlx and inside a transaction, each chunk waits
+    /// for the last one regardless.
+    pub fn with_pipelining(mut self, enabled: bool) -> Self {
+        self.pipelining = enabled;
         self
     }
 
@@ -250,13 +271,27 @@ impl Store {
             ));
         }
         crate::trace::round_trip("CREATE TABLE");
-        client
-            .execute(&Store::create_table_sql::<T>())
-            .await
-            .map_err(|source| postgres_error(&document, source))?;
-        crate::trace::index_created(T::MODEL.collection());
+        let created = client.execute(&Store::create_table_sql::<T>()).await;
         self.forget_table(&T::MODEL);
-        self.table::<T, _>(client, &document).await.map(drop)
+        match created {
+            Ok(()) => {
+                crate::trace::index_created(T::MODEL.collection());
+                self.table::<T, _>(client, &document).await.map(drop)
+            }
+            // Another session created the table at the same moment: `IF NOT EXISTS` only sees
+            // a table committed before the statement began, so the catalog refused this one.
+            // The table the other made is checked as any other. Where the check fails (no such
+            // table after all, another table's columns, the caller's transaction now aborted),
+            // the refusal to create it is the error that says what happened.
+            Err(source) if created_by_another_session(&source) => {
+                let refusal = postgres_error(&document, source);
+                match self.table::<T, _>(client, &document).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(refusal),
+                }
+            }
+            Err(source) => Err(postgres_error(&document, source)),
+        }
     }
 
     /// Writes `doc` under its derived id, converging under retries, replays and races: one
@@ -614,6 +649,18 @@ pub(super) fn column_arrays<'r>(
         }
     }
     Ok(columns)
+}
+
+/// Whether `failure`, of a `CREATE TABLE IF NOT EXISTS`, may say that another session created
+/// the same table at the same moment: the catalog's unique index refused this one (a unique
+/// violation), the table or its row type appeared between the check for it and the creation (a
+/// duplicate table or object). A duplicate object is also what an enum type of the table's name
+/// gives (the table's row type would take its name), which the check then finds no table for.
+fn created_by_another_session(failure: &wire::DbFailure) -> bool {
+    matches!(
+        failure.code(),
+        Some(UNIQUE_VIOLATION | DUPLICATE_TABLE | DUPLICATE_OBJECT)
+    )
 }
 
 /// Which unique constraint a unique violation raised by a single write names: the primary key
