@@ -80,6 +80,8 @@ pub(crate) struct Layout {
     /// pass over a document picks ([`super::scan::walk`]), named once here rather than for
     /// every document.
     pub picked_names: Vec<&'static str>,
+    /// The size of the last row prepared for the table, which the next one starts with room for.
+    pub row_sizes: super::texts::RowSizes,
 }
 
 impl Layout {
@@ -137,6 +139,7 @@ impl Layout {
                 .chain(model.natural_key_fields())
                 .map(|field| field.stored_name())
                 .collect(),
+            row_sizes: Default::default(),
         }
     }
 

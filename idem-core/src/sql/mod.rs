@@ -11,6 +11,7 @@ pub(crate) mod judge;
 pub(crate) mod layout;
 pub(crate) mod row;
 pub(crate) mod scan;
+pub(crate) mod texts;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
 /// answers them: from [`row::RowReader`] over the driver's table (`self.table`).

@@ -2,6 +2,8 @@
 //! version key; and what a statement returns of a stored row, read as the engine asks
 //! (the SQL drivers').
 
+use std::fmt::{self, Write as _};
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -16,6 +18,7 @@ use crate::model::{Field, Model};
 use crate::short_text::ShortText;
 use crate::sql::json::{self, Cell};
 use crate::sql::scan;
+use crate::sql::texts::ColumnTexts;
 use crate::verdict::StoredVersion;
 
 /// What a lookup sends of a document and a judgement reads of it, without its columns: the
@@ -48,7 +51,7 @@ pub(crate) struct PreparedRow {
     /// The text of each sent column (`None`: NULL), in [`Layout::sent`] order; `None` too for
     /// the id, the hash and the version key, which [`PreparedRow::sent_value`] reads from the
     /// prepared document instead of a copy of each per row.
-    values: Vec<Option<String>>,
+    texts: ColumnTexts,
 }
 
 impl std::ops::Deref for PreparedRow {
@@ -316,20 +319,26 @@ impl LightRow {
 /// as `serde_json` writes one, without building it.
 pub(crate) fn digests_text(digests: &[(&'static Field, Option<ShortText>)]) -> String {
     let mut text = String::with_capacity(2 + digests.len() * 80);
-    text.push('{');
+    write_digests_text(digests, &mut text);
+    text
+}
+
+/// Writes [`digests_text`] to `out`.
+fn write_digests_text(digests: &[(&'static Field, Option<ShortText>)], out: &mut String) {
+    out.push('{');
+    let mut first = true;
     for (field, digest) in digests {
         let Some(digest) = digest else {
             continue;
         };
-        if text.len() > 1 {
-            text.push(',');
+        if !std::mem::take(&mut first) {
+            out.push(',');
         }
-        json::push_string(&mut text, field.stored_name());
-        text.push(':');
-        json::push_string(&mut text, digest);
+        json::push_string(out, field.stored_name());
+        out.push(':');
+        json::push_string(out, digest);
     }
-    text.push('}');
-    text
+    out.push('}');
 }
 
 impl PreparedRow {
@@ -364,20 +373,26 @@ impl PreparedRow {
         let Some(light) = LightRow::from_picked(doc, id, table, walked.picked)? else {
             return Ok(None);
         };
-        let mut values = walked.columns;
+        let mut texts = walked.columns;
         let mut extra = Some(walked.extra).filter(|extra| !extra.is_empty());
-        for (value, &index) in values.iter_mut().zip(&table.sent) {
+        for (position, &index) in table.sent.iter().enumerate() {
             match table.columns[index].content {
                 // Read from the light row itself ([`PreparedRow::sent_value`]).
-                Content::Id | Content::Hash | Content::VersionKey => *value = None,
-                Content::Digests => *value = Some(digests_text(&light.digests)),
+                Content::Id | Content::Hash | Content::VersionKey | Content::Stored(_) => {}
+                Content::Digests => write_text(&mut texts, position, |out| {
+                    write_digests_text(&light.digests, out);
+                }),
                 Content::Extra => {
-                    *value = extra.take().map(|extra| Value::Object(extra).to_string())
+                    if let Some(extra) = extra.take() {
+                        write_text(&mut texts, position, |out| {
+                            let _ = write!(out, "{}", Value::Object(extra));
+                        });
+                    }
                 }
-                Content::Stored(_) => {}
             }
         }
-        Ok(Some(PreparedRow { light, values }))
+        table.row_sizes.saw(&texts);
+        Ok(Some(PreparedRow { light, texts }))
     }
 
     /// `doc`'s row under `id` through its JSON ([`json::to_document`]): every refusal of a
@@ -429,15 +444,17 @@ impl PreparedRow {
             .collect::<Result<Vec<_>, Error>>()?;
         let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();
         let prepared = Prepared::new(doc, document.clone(), id, hash, digests);
-        let mut values = Vec::with_capacity(table.sent.len());
-        for &index in &table.sent {
+        let mut texts = ColumnTexts::new(table.sent.len(), &table.row_sizes);
+        for (position, &index) in table.sent.iter().enumerate() {
             let column = &table.columns[index];
-            let text = match column.content {
+            match column.content {
                 // Read from the prepared document itself ([`PreparedRow::sent_value`]).
-                Content::Id | Content::Hash | Content::VersionKey => None,
-                Content::Digests => Some(digests_text(&prepared.digests)),
+                Content::Id | Content::Hash | Content::VersionKey => {}
+                Content::Digests => write_text(&mut texts, position, |out| {
+                    write_digests_text(&prepared.digests, out);
+                }),
                 // Filled last, from what no column took.
-                Content::Extra => None,
+                Content::Extra => {}
                 Content::Stored(_) => {
                     let value = entries.remove(column.name);
                     if let Some(float) = non_finite_of(column.name) {
@@ -447,19 +464,22 @@ impl PreparedRow {
                                 float,
                             )));
                         }
-                        values.push(Some(json::show_float(float)));
+                        texts.set(position, Some(&json::show_float(float)));
                         continue;
                     }
-                    column_text(column, value.as_ref()).map_err(|expected| {
-                        serialize_error(format!(
-                            "field {:?} holds {}, where its column holds {expected}",
-                            column.name,
-                            value.as_ref().unwrap_or(&Value::Null)
-                        ))
-                    })?
+                    texts
+                        .write(position, |out| {
+                            write_column_text(column, value.as_ref(), out)
+                        })
+                        .map_err(|expected| {
+                            serialize_error(format!(
+                                "field {:?} holds {}, where its column holds {expected}",
+                                column.name,
+                                value.as_ref().unwrap_or(&Value::Null)
+                            ))
+                        })?;
                 }
-            };
-            values.push(text);
+            }
         }
         // A flattened entry holding NaN or an infinity has no column of its own to keep it.
         if let Some((name, float)) = non_finite
@@ -476,7 +496,9 @@ impl PreparedRow {
             Some(extra) => {
                 let position = table.sent.iter().position(|&index| index == extra);
                 if let (Some(position), false) = (position, entries.is_empty()) {
-                    values[position] = Some(Value::Object(entries).to_string());
+                    write_text(&mut texts, position, |out| {
+                        let _ = write!(out, "{}", Value::Object(entries));
+                    });
                 }
             }
             None => {
@@ -493,16 +515,17 @@ impl PreparedRow {
             .map(|field| {
                 let column = table.column_of(field)?;
                 let position = table.sent.iter().position(|&sent| sent == column)?;
-                values[position].clone()
+                texts.get(position).map(str::to_owned)
             })
             .collect();
+        table.row_sizes.saw(&texts);
         Ok(PreparedRow {
             light: LightRow {
                 prepared,
                 key_texts,
                 guarded,
             },
-            values,
+            texts,
         })
     }
 
@@ -519,9 +542,7 @@ impl PreparedRow {
             Content::Id => Some(&self.id_text),
             Content::Hash => Some(&self.hash),
             Content::VersionKey => self.version_key.as_deref(),
-            Content::Stored(_) | Content::Digests | Content::Extra => {
-                self.values.get(position)?.as_deref()
-            }
+            Content::Stored(_) | Content::Digests | Content::Extra => self.texts.get(position),
         }
     }
 
@@ -530,7 +551,7 @@ impl PreparedRow {
     // Only PostgreSQL's column arrays check it (a short one would be padded with NULLs).
     #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
     pub fn sent_len(&self) -> usize {
-        self.values.len()
+        self.texts.len()
     }
 
     /// The parameters of the pinned replacement after the sent columns: the stored hash,
@@ -560,27 +581,55 @@ pub(crate) fn column_text(
     column: &TableColumn,
     value: Option<&Value>,
 ) -> Result<Option<String>, &'static str> {
+    let mut text = String::new();
+    Ok(write_column_text(column, value, &mut text)?.then_some(text))
+}
+
+/// Writes the text [`column_text`] sends for `value` to `out`, and says whether there is one
+/// (`false`: NULL, and nothing written), or what the column expects.
+pub(crate) fn write_column_text(
+    column: &TableColumn,
+    value: Option<&Value>,
+    out: &mut impl fmt::Write,
+) -> Result<bool, &'static str> {
     let Some(value) = value else {
-        return Ok(None);
+        return Ok(false);
     };
-    match (column.shape, value) {
-        (ColumnShape::Structured, Value::Null) if column.null_is_absent => {
-            Ok(Some("null".to_owned()))
+    // Writing to a `String` or to nothing cannot fail.
+    let _ = match (column.shape, value) {
+        (ColumnShape::Structured, Value::Null) if column.null_is_absent => out.write_str("null"),
+        (_, Value::Null) => return Ok(false),
+        (ColumnShape::Text, Value::String(text)) => out.write_str(text),
+        (ColumnShape::Text, _) => return Err("text"),
+        (ColumnShape::Integer, Value::Number(number)) => {
+            let number = number.as_i64().ok_or("an integer in i64's range")?;
+            write!(out, "{number}")
         }
-        (_, Value::Null) => Ok(None),
-        (ColumnShape::Text, Value::String(text)) => Ok(Some(text.clone())),
-        (ColumnShape::Text, _) => Err("text"),
-        (ColumnShape::Integer, Value::Number(number)) => number
-            .as_i64()
-            .map(|number| Some(number.to_string()))
-            .ok_or("an integer in i64's range"),
-        (ColumnShape::Integer, _) => Err("an integer"),
-        (ColumnShape::Float, Value::Number(number)) => Ok(Some(number.to_string())),
-        (ColumnShape::Float, _) => Err("a number"),
-        (ColumnShape::Boolean, Value::Bool(flag)) => Ok(Some(flag.to_string())),
-        (ColumnShape::Boolean, _) => Err("a boolean"),
-        _ => Ok(Some(value.to_string())),
+        (ColumnShape::Integer, _) => return Err("an integer"),
+        (ColumnShape::Float, Value::Number(number)) => write!(out, "{number}"),
+        (ColumnShape::Float, _) => return Err("a number"),
+        (ColumnShape::Boolean, Value::Bool(flag)) => write!(out, "{flag}"),
+        (ColumnShape::Boolean, _) => return Err("a boolean"),
+        _ => write!(out, "{value}"),
+    };
+    Ok(true)
+}
+
+/// A text written nowhere: where only whether a value has a column's text matters.
+pub(crate) struct Discard;
+
+impl fmt::Write for Discard {
+    fn write_str(&mut self, _text: &str) -> fmt::Result {
+        Ok(())
     }
+}
+
+/// Writes column `position`'s text with `write`, which always writes one.
+fn write_text(texts: &mut ColumnTexts, position: usize, write: impl FnOnce(&mut String)) {
+    let _ = texts.write(position, |out| {
+        write(out);
+        Ok::<_, std::convert::Infallible>(true)
+    });
 }
 
 /// The refusal of a non-finite float that only a `double precision` column could hold.

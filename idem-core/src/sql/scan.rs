@@ -22,7 +22,8 @@ use serde_json::{Map, Value};
 
 use super::json;
 use super::layout::{Content, Layout};
-use super::row::column_text;
+use super::row::{write_column_text, Discard};
+use super::texts::ColumnTexts;
 use crate::column::ColumnShape;
 use crate::model::Model;
 
@@ -33,7 +34,7 @@ pub(crate) struct Walked {
     pub picked: Vec<(&'static str, Value)>,
     /// For a whole row: the text of each sent column serde wrote a value for, in
     /// [`Layout::sent`] order (idem's own columns are the caller's to fill).
-    pub columns: Vec<Option<String>>,
+    pub columns: ColumnTexts,
     /// For a whole row: the entries no column takes (a flattened field's), for the extra
     /// column.
     pub extra: Map<String, Value>,
@@ -46,8 +47,8 @@ pub(crate) fn walk<T: Serialize + ?Sized>(doc: &T, table: &Layout, whole: bool) 
     let mut walked = Walked {
         picked: Vec::with_capacity(wanted.len()),
         columns: match whole {
-            true => vec![None; table.sent.len()],
-            false => Vec::new(),
+            true => ColumnTexts::new(table.sent.len(), &table.row_sizes),
+            false => ColumnTexts::default(),
         },
         extra: Map::new(),
     };
@@ -152,11 +153,15 @@ impl Top<'_> {
             match index {
                 Some(index) => {
                     let at = sent_at(index).ok_or(Unvouched)?;
-                    let text =
-                        column_text(&table.columns[index], Some(&value)).map_err(|_| Unvouched)?;
-                    if self.whole {
-                        self.walked.columns[at] = text;
+                    let column = &table.columns[index];
+                    match self.whole {
+                        true => self
+                            .walked
+                            .columns
+                            .write(at, |out| write_column_text(column, Some(&value), out)),
+                        false => write_column_text(column, Some(&value), &mut Discard).map(drop),
                     }
+                    .map_err(|_| Unvouched)?;
                 }
                 None if has_extra => {
                     if self.whole {
@@ -198,14 +203,13 @@ impl Top<'_> {
             };
         }
         let at = sent_at(index).ok_or(Unvouched)?;
-        self.walked.columns[at] = match column.shape {
+        self.walked.columns.write(at, |out| match column.shape {
             ColumnShape::Structured | ColumnShape::Flattened => {
                 let value = json::to_json(value).map_err(|_| Unvouched)?;
-                column_text(column, Some(&value)).map_err(|_| Unvouched)?
+                write_column_text(column, Some(&value), out).map_err(|_| Unvouched)
             }
-            shape => value.serialize(Scalar(shape))?,
-        };
-        Ok(())
+            shape => value.serialize(Scalar { shape, out }),
+        })
     }
 }
 
@@ -504,41 +508,50 @@ impl ser::SerializeMap for Check {
     }
 }
 
-/// The text of a value in a column of a scalar shape, as [`column_text`] writes the value's
-/// JSON: `None` for a null.
-struct Scalar(ColumnShape);
+/// Writes the text of a value in a column of a scalar shape to `out`, as [`write_column_text`]
+/// writes the value's JSON: `false` (nothing written) for a null.
+struct Scalar<'o> {
+    shape: ColumnShape,
+    out: &'o mut String,
+}
 
-impl Scalar {
-    fn integer(
-        &self,
-        value: impl fmt::Display,
-        fits_i64: bool,
-    ) -> Result<Option<String>, Unvouched> {
-        match (self.0, fits_i64) {
-            (ColumnShape::Integer, true) | (ColumnShape::Float, _) => Ok(Some(value.to_string())),
+impl Scalar<'_> {
+    fn integer(self, value: impl fmt::Display, fits_i64: bool) -> Result<bool, Unvouched> {
+        match (self.shape, fits_i64) {
+            (ColumnShape::Integer, true) | (ColumnShape::Float, _) => self.display(value),
             _ => Err(Unvouched),
         }
     }
 
-    fn float(&self, value: f64) -> Result<Option<String>, Unvouched> {
-        match (self.0, serde_json::Number::from_f64(value)) {
-            (ColumnShape::Float, Some(number)) => Ok(Some(number.to_string())),
+    fn float(self, value: f64) -> Result<bool, Unvouched> {
+        match (self.shape, serde_json::Number::from_f64(value)) {
+            (ColumnShape::Float, Some(number)) => self.display(number),
             _ => Err(Unvouched),
         }
     }
 
-    fn text(&self, value: &str) -> Result<Option<String>, Unvouched> {
-        match self.0 == ColumnShape::Text && !super::json::holds_nul(value) {
-            true => Ok(Some(value.to_owned())),
+    fn text(self, value: &str) -> Result<bool, Unvouched> {
+        match self.shape == ColumnShape::Text && !super::json::holds_nul(value) {
+            true => {
+                self.out.push_str(value);
+                Ok(true)
+            }
             false => Err(Unvouched),
         }
     }
+
+    fn display(self, value: impl fmt::Display) -> Result<bool, Unvouched> {
+        use fmt::Write as _;
+        // Writing to a `String` cannot fail.
+        let _ = write!(self.out, "{value}");
+        Ok(true)
+    }
 }
 
-type NoScalar = ser::Impossible<Option<String>, Unvouched>;
+type NoScalar = ser::Impossible<bool, Unvouched>;
 
-impl ser::Serializer for Scalar {
-    type Ok = Option<String>;
+impl<'o> ser::Serializer for Scalar<'o> {
+    type Ok = bool;
     type Error = Unvouched;
     type SerializeSeq = NoScalar;
     type SerializeTuple = NoScalar;
@@ -548,92 +561,92 @@ impl ser::Serializer for Scalar {
     type SerializeStruct = NoScalar;
     type SerializeStructVariant = NoScalar;
 
-    fn serialize_bool(self, v: bool) -> Result<Option<String>, Unvouched> {
-        match self.0 {
-            ColumnShape::Boolean => Ok(Some(v.to_string())),
+    fn serialize_bool(self, v: bool) -> Result<bool, Unvouched> {
+        match self.shape {
+            ColumnShape::Boolean => self.display(v),
             _ => Err(Unvouched),
         }
     }
-    fn serialize_i8(self, v: i8) -> Result<Option<String>, Unvouched> {
+    fn serialize_i8(self, v: i8) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_i16(self, v: i16) -> Result<Option<String>, Unvouched> {
+    fn serialize_i16(self, v: i16) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_i32(self, v: i32) -> Result<Option<String>, Unvouched> {
+    fn serialize_i32(self, v: i32) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_i64(self, v: i64) -> Result<Option<String>, Unvouched> {
+    fn serialize_i64(self, v: i64) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_u8(self, v: u8) -> Result<Option<String>, Unvouched> {
+    fn serialize_u8(self, v: u8) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_u16(self, v: u16) -> Result<Option<String>, Unvouched> {
+    fn serialize_u16(self, v: u16) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_u32(self, v: u32) -> Result<Option<String>, Unvouched> {
+    fn serialize_u32(self, v: u32) -> Result<bool, Unvouched> {
         self.integer(v, true)
     }
-    fn serialize_u64(self, v: u64) -> Result<Option<String>, Unvouched> {
+    fn serialize_u64(self, v: u64) -> Result<bool, Unvouched> {
         self.integer(v, i64::try_from(v).is_ok())
     }
-    fn serialize_i128(self, v: i128) -> Result<Option<String>, Unvouched> {
+    fn serialize_i128(self, v: i128) -> Result<bool, Unvouched> {
         match (i64::try_from(v), u64::try_from(v)) {
             (Ok(_), _) => self.integer(v, true),
             (_, Ok(_)) => self.integer(v, false),
             _ => Err(Unvouched),
         }
     }
-    fn serialize_u128(self, v: u128) -> Result<Option<String>, Unvouched> {
+    fn serialize_u128(self, v: u128) -> Result<bool, Unvouched> {
         match (i64::try_from(v), u64::try_from(v)) {
             (Ok(_), _) => self.integer(v, true),
             (_, Ok(_)) => self.integer(v, false),
             _ => Err(Unvouched),
         }
     }
-    fn serialize_f32(self, v: f32) -> Result<Option<String>, Unvouched> {
+    fn serialize_f32(self, v: f32) -> Result<bool, Unvouched> {
         self.float(f64::from(v))
     }
-    fn serialize_f64(self, v: f64) -> Result<Option<String>, Unvouched> {
+    fn serialize_f64(self, v: f64) -> Result<bool, Unvouched> {
         self.float(v)
     }
-    fn serialize_char(self, v: char) -> Result<Option<String>, Unvouched> {
+    fn serialize_char(self, v: char) -> Result<bool, Unvouched> {
         self.text(v.encode_utf8(&mut [0; 4]))
     }
-    fn serialize_str(self, v: &str) -> Result<Option<String>, Unvouched> {
+    fn serialize_str(self, v: &str) -> Result<bool, Unvouched> {
         self.text(v)
     }
-    fn serialize_none(self) -> Result<Option<String>, Unvouched> {
-        Ok(None)
+    fn serialize_none(self) -> Result<bool, Unvouched> {
+        Ok(false)
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Option<String>, Unvouched> {
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<bool, Unvouched> {
         value.serialize(self)
     }
-    fn serialize_unit(self) -> Result<Option<String>, Unvouched> {
-        Ok(None)
+    fn serialize_unit(self) -> Result<bool, Unvouched> {
+        Ok(false)
     }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<Option<String>, Unvouched> {
-        Ok(None)
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<bool, Unvouched> {
+        Ok(false)
     }
     fn serialize_unit_variant(
         self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-    ) -> Result<Option<String>, Unvouched> {
+    ) -> Result<bool, Unvouched> {
         self.text(variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _name: &'static str,
         value: &T,
-    ) -> Result<Option<String>, Unvouched> {
+    ) -> Result<bool, Unvouched> {
         value.serialize(self)
     }
     give_up! {
-        serialize_bytes(&[u8]) -> Option<String>;
-        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> Option<String>;
+        serialize_bytes(&[u8]) -> bool;
+        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> bool;
         serialize_seq(Option<usize>) -> NoScalar;
         serialize_tuple(usize) -> NoScalar;
         serialize_tuple_struct(&'static str, usize) -> NoScalar;

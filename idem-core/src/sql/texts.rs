@@ -1,0 +1,168 @@
+//! The texts of a row's sent columns, held in one buffer.
+//!
+//! A row to write was a `String` for each column it sends. A batch of new rows is bound by the
+//! client's thread preparing them, and most of that thread's time went to the allocator:
+//! allocating each text, then freeing each once the chunk was written. Writing them one after
+//! another into one buffer, sized from the rows before, costs one allocation per row for every
+//! text it holds.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The texts of a row's sent columns, in [`super::layout::Layout::sent`] order.
+#[derive(Debug, Default)]
+pub(crate) struct ColumnTexts {
+    /// Every text, one after another.
+    buffer: String,
+    /// Where each column's text is in `buffer`: `None` is NULL.
+    spans: Vec<Option<(usize, usize)>>,
+}
+
+impl ColumnTexts {
+    /// `columns` columns, each NULL, with room for the texts of a row like the last one `sizes`
+    /// saw.
+    pub fn new(columns: usize, sizes: &RowSizes) -> Self {
+        ColumnTexts {
+            buffer: String::with_capacity(sizes.expected()),
+            spans: vec![None; columns],
+        }
+    }
+
+    /// Writes column `at`'s text with `write`, which appends it to the buffer it is given and
+    /// says whether there is a text (`false`: NULL, whatever it appended). A failed `write` leaves
+    /// the column as it was.
+    pub fn write<E>(
+        &mut self,
+        at: usize,
+        write: impl FnOnce(&mut String) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let start = self.buffer.len();
+        let written = write(&mut self.buffer);
+        let end = self.buffer.len();
+        match written {
+            Ok(true) => self.spans[at] = Some((start, end)),
+            Ok(false) => {
+                self.buffer.truncate(start);
+                self.spans[at] = None;
+            }
+            Err(error) => {
+                self.buffer.truncate(start);
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets column `at` to `text` (`None`: NULL).
+    pub fn set(&mut self, at: usize, text: Option<&str>) {
+        let _ = self.write(at, |buffer| {
+            if let Some(text) = text {
+                buffer.push_str(text);
+            }
+            Ok::<_, std::convert::Infallible>(text.is_some())
+        });
+    }
+
+    /// Column `at`'s text; `None` for NULL or a column the row does not have.
+    pub fn get(&self, at: usize) -> Option<&str> {
+        let (start, end) = (*self.spans.get(at)?)?;
+        Some(&self.buffer[start..end])
+    }
+
+    /// How many columns the row has.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The bytes of every text, for [`RowSizes::saw`].
+    pub fn bytes(&self) -> usize {
+        self.buffer.len()
+    }
+}
+
+/// The size of the last row a table's rows were prepared for, so that the next starts with a
+/// buffer large enough to hold it whole: rows of one type are alike, and growing a buffer a few
+/// times for each row would cost more allocations than the buffer saves.
+#[derive(Debug, Default)]
+pub(crate) struct RowSizes(AtomicUsize);
+
+/// The room a row starts with before any was seen.
+const FIRST_ROW_BYTES: usize = 256;
+/// The most room a row starts with: a very large row does not make every later row reserve as
+/// much.
+const MOST_ROW_BYTES: usize = 64 * 1024;
+
+impl RowSizes {
+    /// The room the next row starts with.
+    fn expected(&self) -> usize {
+        match self.0.load(Ordering::Relaxed) {
+            0 => FIRST_ROW_BYTES,
+            seen => seen.min(MOST_ROW_BYTES),
+        }
+    }
+
+    /// Notes a row's texts' size.
+    pub fn saw(&self, texts: &ColumnTexts) {
+        // Relaxed: a hint, read by any thread; a stale one costs a reallocation, nothing else.
+        self.0.store(texts.bytes(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_column_reads_back_its_own_text_or_null() {
+        let sizes = RowSizes::default();
+        let mut texts = ColumnTexts::new(4, &sizes);
+        texts.set(2, Some("second"));
+        texts.set(0, Some("first"));
+        texts.set(3, None);
+        assert_eq!(texts.get(0), Some("first"));
+        assert_eq!(texts.get(1), None);
+        assert_eq!(texts.get(2), Some("second"));
+        assert_eq!(texts.get(3), None);
+        assert_eq!(texts.get(4), None);
+        assert_eq!(texts.len(), 4);
+        // The empty text is a text, not NULL.
+        texts.set(1, Some(""));
+        assert_eq!(texts.get(1), Some(""));
+    }
+
+    #[test]
+    fn a_failed_or_null_write_leaves_nothing_behind() {
+        let sizes = RowSizes::default();
+        let mut texts = ColumnTexts::new(2, &sizes);
+        texts.set(0, Some("kept"));
+        let failed = texts.write(1, |buffer| {
+            buffer.push_str("half written");
+            Err::<bool, _>("refused")
+        });
+        assert_eq!(failed, Err("refused"));
+        assert_eq!(texts.get(1), None);
+        texts
+            .write(1, |buffer| {
+                buffer.push_str("ignored");
+                Ok::<_, ()>(false)
+            })
+            .unwrap();
+        assert_eq!(texts.get(1), None);
+        assert_eq!(texts.bytes(), "kept".len());
+        // Writing a column again replaces its text.
+        texts.set(0, Some("again"));
+        assert_eq!(texts.get(0), Some("again"));
+    }
+
+    #[test]
+    fn a_row_starts_with_room_for_the_last_one_seen_up_to_a_bound() {
+        let sizes = RowSizes::default();
+        assert_eq!(sizes.expected(), FIRST_ROW_BYTES);
+        let mut texts = ColumnTexts::new(1, &sizes);
+        texts.set(0, Some(&"x".repeat(1500)));
+        sizes.saw(&texts);
+        assert!(ColumnTexts::new(1, &sizes).buffer.capacity() >= 1500);
+        texts.set(0, Some(&"x".repeat(MOST_ROW_BYTES * 2)));
+        sizes.saw(&texts);
+        assert_eq!(sizes.expected(), MOST_ROW_BYTES);
+    }
+}
