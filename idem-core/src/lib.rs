@@ -229,7 +229,7 @@ pub mod __private {
     pub use crate::column::{NeverNull, NullableValue, Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
     #[cfg(any(feature = "_postgres", feature = "sqlite"))]
-    pub use crate::sql::row::{light_row_agreement, row_encoding_agreement};
+    pub use crate::sql::row::{light_row_agreement, row_encoding_agreement, RowPreparation};
     pub use crate::version::{stored_version_key, ReadBackVersion};
     pub use core::future::Future;
     pub use core::marker::Send;

@@ -359,3 +359,84 @@ fn the_map_bound_is_per_map() {
         "{allocations} allocations, bound {bound}"
     );
 }
+
+/// `Post` with eight more columns of every scalar kind, and one left NULL.
+#[derive(Debug, Clone, Serialize, Idempotent)]
+#[idem(collection = "wide_posts")]
+struct WidePost {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    #[idem(timestamp)]
+    published_at: i64,
+    title: String,
+    body: String,
+    #[idem(volatile)]
+    fetched_at: i64,
+    #[idem(frozen)]
+    author_id: String,
+    subtitle: String,
+    summary: String,
+    section: String,
+    words: u32,
+    score: f64,
+    draft: bool,
+    edited_at: i64,
+    canonical_url: Option<String>,
+}
+
+fn wide_post() -> WidePost {
+    let post = post();
+    WidePost {
+        slug: post.slug,
+        lang: post.lang,
+        published_at: post.published_at,
+        title: post.title,
+        body: post.body,
+        fetched_at: post.fetched_at,
+        author_id: post.author_id,
+        subtitle: "A first look".into(),
+        summary: "What the first post says. ".repeat(8),
+        section: "news".into(),
+        words: 400,
+        score: 4.5,
+        draft: false,
+        edited_at: 1_700_000_200_000,
+        canonical_url: None,
+    }
+}
+
+/// The allocations of preparing `doc`'s row to write, after one of the same shape was prepared
+/// (a table's rows start with room for the last one), and how many columns hold a text.
+fn row_allocations<T: Idempotent + Serialize>(doc: &T) -> (usize, usize) {
+    let preparation = idem_core::__private::RowPreparation::<T>::new();
+    preparation.prepare(doc).unwrap();
+    let (columns, allocations) = allocations_in(|| preparation.prepare(black_box(doc)));
+    (columns.unwrap(), allocations)
+}
+
+#[test]
+fn a_rows_allocations_do_not_grow_with_its_columns() {
+    // A row's texts share one buffer: a column more is no allocation more. What a row does
+    // allocate is the same for both types (same keys, same guarded field): the buffer and where
+    // each text is in it; the pass's picked values (the two keys' texts and the frozen field's,
+    // kept as the key texts and the guarded value) and their list; the lists of key texts,
+    // digests and guarded values; and the document's natural key for errors (its list and each
+    // text key).
+    let (narrow_columns, narrow) = row_allocations(&post());
+    let (wide_columns, wide) = row_allocations(&wide_post());
+    assert_eq!(
+        wide_columns,
+        narrow_columns + 7,
+        "the wide row holds seven texts more (its eighth column more is NULL)"
+    );
+    assert_eq!(
+        wide, narrow,
+        "a row of {wide_columns} texts allocates as often as one of {narrow_columns}"
+    );
+    assert!(
+        narrow <= 12,
+        "{narrow} allocations to prepare a row of Post"
+    );
+}

@@ -805,6 +805,32 @@ pub fn row_encoding_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool
     Ok(true)
 }
 
+/// Documents of `T` prepared as rows of its table, as the SQL stores prepare each row they
+/// write, for the tests that count what preparing a row costs.
+pub struct RowPreparation<T> {
+    table: Layout,
+    of: std::marker::PhantomData<fn(&T)>,
+}
+
+impl<T: Idempotent + Serialize> RowPreparation<T> {
+    /// The preparation of rows of `T`'s table.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        RowPreparation {
+            table: Layout::new(&T::MODEL, &T::stored_columns()),
+            of: std::marker::PhantomData,
+        }
+    }
+
+    /// Prepares `doc`'s whole row, then drops it: how many of its sent columns hold a text.
+    pub fn prepare(&self, doc: &T) -> Result<usize, String> {
+        let row = PreparedRow::new(doc, &self.table).map_err(|error| error.to_string())?;
+        Ok((0..self.table.sent.len())
+            .filter(|&position| row.sent_value(&self.table, position).is_some())
+            .count())
+    }
+}
+
 /// All a lookup sends and a judgement reads of `row`, as text to compare.
 fn light_parts(row: &LightRow) -> String {
     let digests: Vec<(&'static str, Option<&str>)> = row
