@@ -393,7 +393,7 @@ impl PreparedRow {
                 }
             }
         }
-        table.row_sizes.saw(&texts);
+        table.row_sizes.saw(&mut texts);
         Ok(Some(PreparedRow { light, texts }))
     }
 
@@ -520,7 +520,7 @@ impl PreparedRow {
                 texts.get(position).map(str::to_owned)
             })
             .collect();
-        table.row_sizes.saw(&texts);
+        table.row_sizes.saw(&mut texts);
         Ok(PreparedRow {
             light: LightRow {
                 prepared,

@@ -100,10 +100,20 @@ impl RowSizes {
         }
     }
 
-    /// Notes a row's texts' size.
-    pub fn saw(&self, texts: &ColumnTexts) {
+    /// Notes the size of a row's texts, once they are all written, and gives back the room a
+    /// much smaller row was given for the one before it: a chunk of rows holds at most about
+    /// twice its texts.
+    pub fn saw(&self, texts: &mut ColumnTexts) {
+        let bytes = texts.bytes();
+        if texts.buffer.capacity() > 2 * bytes + FIRST_ROW_BYTES {
+            texts.buffer.shrink_to_fit();
+        }
         // Relaxed: a hint, read by any thread; a stale one costs a reallocation, nothing else.
-        self.0.store(texts.bytes(), Ordering::Relaxed);
+        // Left alone when it holds (rows of one size), so that writers on several cores do not
+        // take turns owning it.
+        if self.0.load(Ordering::Relaxed) != bytes {
+            self.0.store(bytes, Ordering::Relaxed);
+        }
     }
 }
 
@@ -159,10 +169,17 @@ mod tests {
         assert_eq!(sizes.expected(), FIRST_ROW_BYTES);
         let mut texts = ColumnTexts::new(1, &sizes);
         texts.set(0, Some(&"x".repeat(1500)));
-        sizes.saw(&texts);
+        sizes.saw(&mut texts);
         assert!(ColumnTexts::new(1, &sizes).buffer.capacity() >= 1500);
-        texts.set(0, Some(&"x".repeat(MOST_ROW_BYTES * 2)));
-        sizes.saw(&texts);
+        let mut large = ColumnTexts::new(1, &sizes);
+        large.set(0, Some(&"x".repeat(MOST_ROW_BYTES * 2)));
+        sizes.saw(&mut large);
         assert_eq!(sizes.expected(), MOST_ROW_BYTES);
+        // A small row after a large one keeps no more than it needs.
+        let mut small = ColumnTexts::new(1, &sizes);
+        small.set(0, Some("short"));
+        sizes.saw(&mut small);
+        assert!(small.buffer.capacity() < MOST_ROW_BYTES / 2);
+        assert_eq!(sizes.expected(), "short".len());
     }
 }
