@@ -381,12 +381,13 @@ impl PreparedRow {
             match table.columns[index].content {
                 // Read from the light row itself ([`PreparedRow::sent_value`]).
                 Content::Id | Content::Hash | Content::VersionKey | Content::Stored(_) => {}
-                Content::Digests => write_text(&mut texts, position, |out| {
+                Content::Digests => texts.write_text(position, |out| {
                     write_digests_text(&light.digests, out);
                 }),
                 Content::Extra => {
                     if let Some(extra) = extra.take() {
-                        write_text(&mut texts, position, |out| {
+                        texts.write_text(position, |out| {
+                            // Writing to a `String` cannot fail.
                             let _ = write!(out, "{}", Value::Object(extra));
                         });
                     }
@@ -452,7 +453,7 @@ impl PreparedRow {
             match column.content {
                 // Read from the prepared document itself ([`PreparedRow::sent_value`]).
                 Content::Id | Content::Hash | Content::VersionKey => {}
-                Content::Digests => write_text(&mut texts, position, |out| {
+                Content::Digests => texts.write_text(position, |out| {
                     write_digests_text(&prepared.digests, out);
                 }),
                 // Filled last, from what no column took.
@@ -498,7 +499,8 @@ impl PreparedRow {
             Some(extra) => {
                 let position = table.sent.iter().position(|&index| index == extra);
                 if let (Some(position), false) = (position, entries.is_empty()) {
-                    write_text(&mut texts, position, |out| {
+                    texts.write_text(position, |out| {
+                        // Writing to a `String` cannot fail.
                         let _ = write!(out, "{}", Value::Object(entries));
                     });
                 }
@@ -624,14 +626,6 @@ impl fmt::Write for Discard {
     fn write_str(&mut self, _text: &str) -> fmt::Result {
         Ok(())
     }
-}
-
-/// Writes column `position`'s text with `write`, which always writes one.
-fn write_text(texts: &mut ColumnTexts, position: usize, write: impl FnOnce(&mut String)) {
-    let _ = texts.write(position, |out| {
-        write(out);
-        Ok::<_, std::convert::Infallible>(true)
-    });
 }
 
 /// The refusal of a non-finite float that only a `double precision` column could hold.

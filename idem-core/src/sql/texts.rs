@@ -52,14 +52,19 @@ impl ColumnTexts {
         Ok(())
     }
 
+    /// Sets column `at` to the text `write` appends to the buffer it is given.
+    pub fn write_text(&mut self, at: usize, write: impl FnOnce(&mut String)) {
+        let start = self.buffer.len();
+        write(&mut self.buffer);
+        self.spans[at] = Some((start, self.buffer.len()));
+    }
+
     /// Sets column `at` to `text` (`None`: NULL).
     pub fn set(&mut self, at: usize, text: Option<&str>) {
-        let _ = self.write(at, |buffer| {
-            if let Some(text) = text {
-                buffer.push_str(text);
-            }
-            Ok::<_, std::convert::Infallible>(text.is_some())
-        });
+        match text {
+            Some(text) => self.write_text(at, |buffer| buffer.push_str(text)),
+            None => self.spans[at] = None,
+        }
     }
 
     /// Column `at`'s text; `None` for NULL or a column the row does not have.
