@@ -275,6 +275,18 @@ pub trait IdKey {
     fn key_part(&self) -> KeyPart<'_>;
 }
 
+/// A natural key's value encodes as the key it was taken from: the same id, the same key.
+impl IdKey for KeyValue {
+    fn key_part(&self) -> KeyPart<'_> {
+        match self {
+            KeyValue::Text(text) => KeyPart::Text(text),
+            KeyValue::Integer(value) => KeyPart::Integer(*value),
+            KeyValue::LargeUnsigned(value) => KeyPart::LargeUnsigned(*value),
+            KeyValue::Bool(value) => KeyPart::Bool(*value),
+        }
+    }
+}
+
 impl<T: IdKey + ?Sized> IdKey for &T {
     fn key_part(&self) -> KeyPart<'_> {
         (**self).key_part()

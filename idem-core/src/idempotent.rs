@@ -4,7 +4,7 @@
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::hash::ContentHash;
-use crate::id::{Id, KeyValue};
+use crate::id::{Id, IdKey, KeyValue};
 use crate::model::{Model, OpId};
 use crate::version::VersionKey;
 
@@ -18,6 +18,15 @@ pub trait Idempotent {
 
     /// The values of the key fields, in declaration order.
     fn natural_key(&self) -> NaturalKey;
+
+    /// Calls `with` on the values of the key fields, in declaration order: what
+    /// [`natural_key`](Idempotent::natural_key) holds, borrowed instead of copied. The derive
+    /// borrows the fields themselves; this default builds the natural key first.
+    fn with_key_values<R>(&self, with: impl FnOnce(&[&dyn IdKey]) -> R) -> R {
+        let key = self.natural_key();
+        let values: Vec<&dyn IdKey> = key.parts().iter().map(|(_, value)| value as _).collect();
+        with(&values)
+    }
 
     /// The content hash: the model's hash algorithm (SHA-256 unless `hash_algorithm` says
     /// otherwise) over the canonical encoding of every stored field except the hash field and

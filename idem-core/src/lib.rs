@@ -128,7 +128,8 @@
 //! For a type `Post` with keys `slug`, `lang` and timestamp `published_at`:
 //!
 //! - `impl idem_core::Idempotent for Post`: the [`Model`] (collection, scheme, field roles),
-//!   `id()`, `natural_key()`, `content_hash()`;
+//!   `id()`, `natural_key()` and `with_key_values()` (the same values, borrowed),
+//!   `content_hash()`;
 //! - `Post::derive_id(&slug, &lang, &published_at) -> Result<Id, Error>`: the id from raw values,
 //!   keys in declaration order then the timestamp, without building a `Post`. A key argument is
 //!   any [`IdKey`] value or reference (`Post::derive_id("hello", "en", &ts)` gives the same id
@@ -161,6 +162,8 @@ pub mod document;
 mod engine;
 pub mod error;
 pub mod hash;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod held_key;
 pub mod id;
 mod idempotent;
 pub mod insert;

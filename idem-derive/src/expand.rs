@@ -231,6 +231,13 @@ fn expand(input: &Input) -> TokenStream {
                         &[#(&self.#natural_key_idents),*],
                     )
                 }
+
+                fn with_key_values<__R>(
+                    &self,
+                    with: impl ::core::ops::FnOnce(&[&dyn __idem::IdKey]) -> __R,
+                ) -> __R {
+                    with(&[#(&self.#natural_key_idents),*])
+                }
             }
 
             #[automatically_derived]

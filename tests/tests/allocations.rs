@@ -422,8 +422,9 @@ fn a_rows_allocations_do_not_grow_with_its_columns() {
     // allocate is the same for both types (same keys, same guarded field): the buffer and where
     // each text is in it; the pass's picked values (the two keys' texts and the frozen field's,
     // kept as the key texts and the guarded value) and their list; the lists of key texts,
-    // digests and guarded values; and the document's natural key for errors (its list and each
-    // text key).
+    // digests and guarded values. The natural key that errors name the document by is held
+    // inline and built only for an error (it was three allocations more: its list and each text
+    // key).
     let (narrow_columns, narrow) = row_allocations(&post());
     let (wide_columns, wide) = row_allocations(&wide_post());
     assert_eq!(
@@ -435,8 +436,5 @@ fn a_rows_allocations_do_not_grow_with_its_columns() {
         wide, narrow,
         "a row of {wide_columns} texts allocates as often as one of {narrow_columns}"
     );
-    assert!(
-        narrow <= 12,
-        "{narrow} allocations to prepare a row of Post"
-    );
+    assert!(narrow <= 9, "{narrow} allocations to prepare a row of Post");
 }

@@ -343,7 +343,7 @@ where
                     Ok(doc) => {
                         let planned = Planned {
                             id: doc.id,
-                            natural_key: &doc.document.natural_key,
+                            key: &doc.key,
                             hash: doc.hash,
                         };
                         match planner.add(index, planned) {
@@ -535,7 +535,7 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     }
     Ok(Some(settled_or_contention(
         outcomes,
-        docs.iter().map(|(ready, _)| &ready.document),
+        docs.iter().map(|(ready, _)| -> &super::Prepared { ready }),
     )))
 }
 
@@ -632,7 +632,7 @@ where
     }
     Ok(settled_or_contention(
         outcomes,
-        lights.iter().map(|light| &light.document),
+        lights.iter().map(|light| -> &super::Prepared { light }),
     ))
 }
 
@@ -737,12 +737,12 @@ fn answered_by_the_database(error: &Error) -> bool {
 /// fill `outcomes` leave to a write that kept meeting changes).
 fn settled_or_contention<'d>(
     outcomes: Vec<Option<Result<Outcome, Error>>>,
-    documents: impl Iterator<Item = &'d DocumentRef>,
+    documents: impl Iterator<Item = &'d super::Prepared>,
 ) -> Vec<Result<Outcome, Error>> {
     outcomes
         .into_iter()
         .zip(documents)
-        .map(|(outcome, document)| outcome.unwrap_or_else(|| Err(contention(document))))
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document()))))
         .collect()
 }
 

@@ -34,7 +34,7 @@ where
     for (index, doc) in prepared.iter().enumerate() {
         let planned = Planned {
             id: doc.id,
-            natural_key: &doc.document.natural_key,
+            key: &doc.key,
             // Members compare by id alone: a copy is the same member, whatever it holds.
             hash: crate::short_text::ShortText::new(&[]),
         };

@@ -141,7 +141,7 @@ fn id_change<D: Driver>(
     match moved {
         Some(field) => refusal(driver, doc, stored, field, false),
         None => Error::new(
-            doc.document.clone(),
+            doc.document(),
             ErrorKind::IdChanged {
                 stored_id: stored_id.unwrap_or_else(|| "(missing)".to_owned()),
                 derived_id: doc.id_text.to_string(),
@@ -191,7 +191,7 @@ fn refusal<D: Driver>(
         );
     }
     Error::new(
-        doc.document.clone(),
+        doc.document(),
         ErrorKind::FrozenFieldChanged {
             stored_id: driver
                 .stored_id(stored)

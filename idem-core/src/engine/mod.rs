@@ -31,6 +31,7 @@ use serde_json::Value;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::hash::ContentHash;
+use crate::held_key::HeldKey;
 use crate::id::Id;
 use crate::model::{Field, Model, Role};
 use crate::outcome::Outcome;
@@ -141,13 +142,13 @@ pub(crate) enum StoredDigest<'s> {
 /// key can be read from under `name` (each encoding tells its own nulls).
 pub(crate) fn check_written_names<'n>(
     model: &Model,
-    document: &DocumentRef,
+    document: impl FnOnce() -> DocumentRef,
     mut names: impl Iterator<Item = &'n String>,
     holds_key: impl Fn(&str) -> bool,
 ) -> Result<(), Error> {
     if let Some(reserved) = names.find(|name| model.is_reserved(name)) {
         return Err(Error::new(
-            document.clone(),
+            document(),
             ErrorKind::ReservedName {
                 stored_name: reserved.clone(),
             },
@@ -160,7 +161,7 @@ pub(crate) fn check_written_names<'n>(
     for field in keys {
         if !holds_key(field.stored_name()) {
             return Err(Error::new(
-                document.clone(),
+                document(),
                 ErrorKind::FieldNotSerialized {
                     field: field.name(),
                     stored_name: field.stored_name(),
@@ -178,8 +179,8 @@ pub(crate) fn check_written_names<'n>(
 pub(crate) struct Prepared {
     /// The type's model.
     pub model: &'static Model,
-    /// How errors name the document.
-    pub document: DocumentRef,
+    /// Its natural key, which [`Prepared::document`] names it by.
+    pub key: HeldKey,
     /// The id it is written under.
     pub id: Id,
     /// The id, as stored.
@@ -199,19 +200,17 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// `doc`'s part of its prepared form (`document` names it), under `id`, with its content
-    /// hash and the digests of its guarded fields as the driver computed them from its own
-    /// encoding.
+    /// `doc`'s part of its prepared form, under `id`, with its content hash and the digests of
+    /// its guarded fields as the driver computed them from its own encoding.
     pub fn new<T: crate::Idempotent>(
         doc: &T,
-        document: DocumentRef,
         id: Id,
         hash: ContentHash,
         digests: Vec<(&'static Field, Option<ShortText>)>,
     ) -> Self {
         Prepared {
             model: &T::MODEL,
-            document,
+            key: doc.with_key_values(HeldKey::of),
             id,
             id_text: id.to_text(),
             hash: hash.to_short_text(),
@@ -223,6 +222,11 @@ impl Prepared {
             digests,
             stored_version: T::stored_version_key,
         }
+    }
+
+    /// How errors name the document: built when one does, not for every document prepared.
+    pub fn document(&self) -> DocumentRef {
+        DocumentRef::new(self.model, self.key.natural_key(self.model))
     }
 }
 
@@ -322,7 +326,7 @@ pub(crate) async fn settle_one<D: Driver>(
     let mut outcomes = settle(driver, kind, &[doc]).await?;
     outcomes
         .pop()
-        .unwrap_or_else(|| Err(contention(&doc.document)))
+        .unwrap_or_else(|| Err(contention(&doc.document())))
 }
 
 /// Sends `docs` until each is settled: written, or judged from what stopped it. Documents that
@@ -392,7 +396,7 @@ pub(crate) async fn settle<D: Driver>(
                 outcomes[index] = match (stored, conflict) {
                     (Some(stored), _) => settle_stopped(driver, kind, docs[index], &stored).await?,
                     (None, Conflict::Unclear { index: name } | Conflict::Other { index: name }) => {
-                        Some(Err(unique_index_conflict(&docs[index].document, name)))
+                        Some(Err(unique_index_conflict(&docs[index].document(), name)))
                     }
                     // The holder of the id or natural key is gone since the write (deleted, or
                     // moved by `adopt`): the write goes again.
@@ -404,7 +408,7 @@ pub(crate) async fn settle<D: Driver>(
     Ok(outcomes
         .into_iter()
         .zip(docs)
-        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document))))
+        .map(|(outcome, doc)| outcome.unwrap_or_else(|| Err(contention(&doc.document()))))
         .collect())
 }
 
@@ -421,7 +425,7 @@ async fn settle_reply<D: Driver>(
         Reply::Refused(refusal) => Ok(Some(Err(refusal))),
         Reply::Stopped(stored) => settle_stopped(driver, kind, doc, &stored).await,
         Reply::Conflict(Conflict::Other { index }) => {
-            Ok(Some(Err(unique_index_conflict(&doc.document, index))))
+            Ok(Some(Err(unique_index_conflict(&doc.document(), index))))
         }
         // Read first, by `settle`.
         Reply::Conflict(Conflict::Key | Conflict::Unclear { .. }) => Ok(None),
@@ -457,7 +461,7 @@ pub(crate) fn pinned_outcome<S>(doc: &Prepared, reply: Reply<S>) -> Option<Resul
         Reply::Written { .. } => Some(Ok(Outcome::Updated)),
         Reply::Unseen | Reply::Stopped(_) | Reply::Conflict(Conflict::Key) => None,
         Reply::Conflict(Conflict::Other { index } | Conflict::Unclear { index }) => {
-            Some(Err(unique_index_conflict(&doc.document, index)))
+            Some(Err(unique_index_conflict(&doc.document(), index)))
         }
         Reply::Refused(refusal) => Some(Err(refusal)),
     }

@@ -16,8 +16,8 @@ use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
 
-use crate::document::NaturalKey;
 use crate::error::Error;
+use crate::held_key::HeldKey;
 use crate::id::Id;
 use crate::outcome::Outcome;
 use crate::short_text::ShortText;
@@ -38,7 +38,7 @@ pub struct Planned<'a> {
     /// The derived id.
     pub id: Id,
     /// The natural key.
-    pub natural_key: &'a NaturalKey,
+    pub key: &'a HeldKey,
     /// The content hash's text.
     pub hash: ShortText,
 }
@@ -112,7 +112,7 @@ impl BatchPlanner {
     /// Places input `index` (after every earlier one).
     pub fn add(&mut self, index: usize, input: Planned<'_>) -> Placement {
         let hash = input.hash;
-        let key = self.key_hasher.hash_one(input.natural_key);
+        let key = self.key_hasher.hash_one(input.key);
         let last = self.by_id.get(&input.id);
         if let Some(last) = last.filter(|last| last.hash == hash) {
             self.plan.copies.push((index, last.index));
@@ -157,8 +157,8 @@ mod tests {
     use super::*;
 
     /// A natural key of one text field.
-    fn key(value: &str) -> NaturalKey {
-        NaturalKey::new(vec![("k", crate::KeyValue::Text(value.to_owned()))])
+    fn key(value: &str) -> HeldKey {
+        HeldKey::of(&[&value])
     }
 
     /// An id named by one letter.
@@ -168,11 +168,11 @@ mod tests {
 
     #[test]
     fn each_distinct_content_of_an_id_goes_in_its_own_round_in_input_order() {
-        let keys: Vec<NaturalKey> = ["a", "b"].map(key).into();
+        let keys: Vec<HeldKey> = ["a", "b"].map(key).into();
         let input = |name: &'static str, hash: &str| {
             Some(Planned {
                 id: id(name),
-                natural_key: &keys[usize::from(name == "b")],
+                key: &keys[usize::from(name == "b")],
                 hash: ShortText::new(&[hash]),
             })
         };
@@ -196,7 +196,7 @@ mod tests {
         let input = |name, hash: &str| {
             Some(Planned {
                 id: id(name),
-                natural_key: &one_key,
+                key: &one_key,
                 hash: ShortText::new(&[hash]),
             })
         };

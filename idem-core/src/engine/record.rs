@@ -31,7 +31,7 @@ pub(crate) async fn record<D: Driver>(
             Some(Reply::Unseen) | None => continue,
             Some(Reply::Refused(refusal)) => return Err(refusal),
             Some(Reply::Conflict(Conflict::Other { index })) => {
-                return Err(unique_index_conflict(&event.document, index))
+                return Err(unique_index_conflict(&event.document(), index))
             }
             Some(Reply::Conflict(conflict)) => match driver.read_conflict(event).await? {
                 Some(stored) => stored,
@@ -41,14 +41,14 @@ pub(crate) async fn record<D: Driver>(
                     let (Conflict::Unclear { index } | Conflict::Other { index }) = conflict else {
                         continue;
                     };
-                    return Err(unique_index_conflict(&event.document, index));
+                    return Err(unique_index_conflict(&event.document(), index));
                 }
             },
         };
         let stored_id = driver.stored_id(&stored).unwrap_or_default();
         let Ok(first_id) = stored_id.parse::<Id>() else {
             return Err(Error::new(
-                event.document.clone(),
+                event.document(),
                 ErrorKind::ForeignId { stored_id },
             ));
         };
@@ -59,12 +59,12 @@ pub(crate) async fn record<D: Driver>(
             return Ok(Recorded::new(first_id, Outcome::Unchanged));
         }
         return Err(Error::new(
-            event.document.clone(),
+            event.document(),
             ErrorKind::IdempotencyKeyReused {
                 field: key_field.name(),
                 stored_id: first_id,
             },
         ));
     }
-    Err(super::contention(&event.document))
+    Err(super::contention(&event.document()))
 }

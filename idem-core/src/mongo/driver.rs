@@ -92,7 +92,7 @@ impl MongoDriver<'_> {
                 self.store.stop_using_update_pipelines();
                 Ok(self.insert_all(&[write]).await?.remove(0))
             }
-            Err(source) => Err(mongo_error(&write.document, source)),
+            Err(source) => Err(mongo_error(&write.document(), source)),
         }
     }
 
@@ -114,7 +114,7 @@ impl MongoDriver<'_> {
                 Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
                     Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
                 }
-                Some(error) => Reply::Refused(refused_by_server(&write.document, &error, "")),
+                Some(error) => Reply::Refused(refused_by_server(&write.document(), &error, "")),
             })
             .collect())
     }
@@ -164,7 +164,7 @@ impl MongoDriver<'_> {
                     Some(DUPLICATE_KEY) => {
                         Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
                     }
-                    _ => Reply::Refused(refused_by_server(&writes[index].document, error, "")),
+                    _ => Reply::Refused(refused_by_server(&writes[index].document(), error, "")),
                 };
             }
         }
@@ -196,7 +196,7 @@ impl MongoDriver<'_> {
             Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
                 self.conflict(duplicate_key_message(&error)),
             )),
-            Err(source) => Err(mongo_error(&write.document, source)),
+            Err(source) => Err(mongo_error(&write.document(), source)),
         }
     }
 
@@ -205,7 +205,7 @@ impl MongoDriver<'_> {
         let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
         else {
             return Err(Error::new(
-                write.document.clone(),
+                write.document(),
                 ErrorKind::TombstoneNotSet {
                     field: self.model.tombstone_field().map_or("", Field::name),
                 },
@@ -230,7 +230,7 @@ impl MongoDriver<'_> {
             Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
                 self.conflict(duplicate_key_message(&error)),
             )),
-            Err(source) => Err(mongo_error(&write.document, source)),
+            Err(source) => Err(mongo_error(&write.document(), source)),
         }
     }
 
@@ -293,7 +293,7 @@ impl MongoDriver<'_> {
                 Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
                     Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
                 }
-                Some(error) => Reply::Refused(refused_by_server(&write.document, error, "")),
+                Some(error) => Reply::Refused(refused_by_server(&write.document(), error, "")),
                 None if upserted.contains(&statement) => Reply::Written { inserted: true },
                 None => {
                     matched.push(index);
@@ -431,7 +431,7 @@ impl Driver for MongoDriver<'_> {
                 self.store.stop_using_update_pipelines();
                 Ok(Reply::Unseen)
             }
-            Err(source) => Err(mongo_error(&write.document, source)),
+            Err(source) => Err(mongo_error(&write.document(), source)),
         }
     }
 

@@ -241,14 +241,14 @@ impl Store {
                 return self.record(doc).await.map(|recorded| recorded.outcome);
             }
             let write = PreparedWrite::new(doc)?;
-            self.verify_indexes(&T::MODEL, &write.document).await?;
+            self.verify_indexes(&T::MODEL, &write.document()).await?;
             if !self.uses_update_pipelines() {
                 // Read first: the write carries no guard.
                 let driver = self.driver(write.model, true);
                 let mut outcomes = engine::batch::settle_read_first(&driver, &[&write]).await?;
                 return outcomes
                     .pop()
-                    .unwrap_or_else(|| Err(engine::contention(&write.document)));
+                    .unwrap_or_else(|| Err(engine::contention(&write.document())));
             }
             self.settle_one(WriteKind::Upsert, &write).await
         })
@@ -266,16 +266,16 @@ impl Store {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             let write = PreparedWrite::new(doc)?;
-            let tombstone = tombstone_field(&T::MODEL, &write.document)?;
+            let tombstone = tombstone_field(&T::MODEL, &write.document())?;
             if write.tombstone.is_none() {
                 return Err(Error::new(
-                    write.document.clone(),
+                    write.document(),
                     ErrorKind::TombstoneNotSet {
                         field: tombstone.name(),
                     },
                 ));
             }
-            self.verify_indexes(&T::MODEL, &write.document).await?;
+            self.verify_indexes(&T::MODEL, &write.document()).await?;
             self.settle_one(WriteKind::Delete, &write)
                 .await
                 .map(Deletion::of)
@@ -367,7 +367,7 @@ impl Store {
         collection: &Collection<Document>,
         write: &PreparedWrite,
     ) -> Result<(Option<Document>, Option<Document>), Error> {
-        let by_id = find_by_id(collection, &write.document, &write.id_text).await?;
+        let by_id = find_by_id(collection, &write.document(), &write.id_text).await?;
         if by_id.is_some() {
             return Ok((by_id, None));
         }
@@ -376,7 +376,7 @@ impl Store {
             .find_one(write.natural_key_filter())
             .collation(schema::simple_collation())
             .await
-            .map_err(|source| mongo_error(&write.document, source))?;
+            .map_err(|source| mongo_error(&write.document(), source))?;
         // A writer racing between the two reads may have stored this very document since.
         match by_natural_key {
             Some(stored) if stored.get_str("_id").ok() == Some(write.id_text.as_str()) => {

@@ -65,9 +65,8 @@ impl PreparedWrite {
     /// Prepares `doc` under `id` (an event's id is not derived).
     pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
-        let document = doc.document_ref();
         let serialize_error =
-            |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
+            |message: String| Error::new(doc.document_ref(), ErrorKind::Serialize { message });
         let hash = doc.content_hash()?;
         let mut body =
             bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
@@ -76,9 +75,12 @@ impl PreparedWrite {
             return Err(serialize_error(problem));
         }
         // Present, even as null: MongoDB stores and indexes a null key as any other value.
-        check_written_names(model, &document, body.keys(), |name| {
-            body.contains_key(name)
-        })?;
+        check_written_names(
+            model,
+            || doc.document_ref(),
+            body.keys(),
+            |name| body.contains_key(name),
+        )?;
         let tombstone = model
             .tombstone_field()
             .and_then(|field| body.get(field.stored_name()))
@@ -120,7 +122,7 @@ impl PreparedWrite {
                 })
                 .collect::<Document>()
         });
-        let prepared = Prepared::new(doc, document, id, hash, digests);
+        let prepared = Prepared::new(doc, id, hash, digests);
         // In this order: the hash, the digests, then the version key.
         body.insert(model.hash_field(), prepared.hash.as_str());
         if let Some(stored_digests) = stored_digests {
@@ -139,7 +141,7 @@ impl PreparedWrite {
         let size = bson_size(&write.inserted_document());
         if size > MAX_DOCUMENT_BYTES {
             return Err(Error::new(
-                write.prepared.document,
+                write.prepared.document(),
                 ErrorKind::DocumentTooLarge {
                     size,
                     limit: MAX_DOCUMENT_BYTES,

@@ -55,7 +55,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             WriteKind::Delete => &self.table.delete,
             WriteKind::Record | WriteKind::InsertNew => &self.table.insert_new,
         };
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         match self
             .store
             .write_rows(self.client, self.table, docs, statement, document)
@@ -94,7 +94,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
                 &[Param::Text(Some(&doc.id_text))],
             )
             .await
-            .map_err(|source| postgres_error(&doc.document, source))?;
+            .map_err(|source| postgres_error(&doc.document(), source))?;
         Ok(found
             .first()
             .map(|found| read_stored_with_key(found, 0, self.table.model)))
@@ -148,7 +148,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         docs: &[&PreparedRow],
         landing: Landing,
     ) -> Result<Option<Fresh>, Error> {
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         let columns = column_arrays(self.table, docs, document)?;
         let checked = self.table.checked_oids();
         let mut parameters = wire::unnested(&columns, &checked);
@@ -183,7 +183,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let Some(sql) = &self.table.unchanged_probe else {
             return Ok(None);
         };
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         // In the statement's order: the ids, the hashes, the fingerprints (where the table has
         // them), each natural-key column.
         let ids: Vec<Option<&str>> = docs.iter().map(|doc| Some(doc.id_text.as_str())).collect();

@@ -549,7 +549,7 @@ impl Store {
     where
         C: Wire,
     {
-        let columns = column_arrays(table, &[row], &row.document)?;
+        let columns = column_arrays(table, &[row], &row.document())?;
         let pinned = row.pinned_parameters(table, stored);
         let mut parameters: Vec<Param> =
             columns.iter().map(|column| Param::Texts(column)).collect();
@@ -558,7 +558,7 @@ impl Store {
         let replaced = client
             .write(&table.pinned_replacement, &parameters)
             .await
-            .map_err(|source| postgres_error(&row.document, source))?;
+            .map_err(|source| postgres_error(&row.document(), source))?;
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
 

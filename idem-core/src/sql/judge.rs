@@ -96,7 +96,7 @@ pub(crate) fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
         .collect();
     Ok(Destination {
         id_text: prepared.id_text.to_string(),
-        document: prepared.document.clone(),
+        document: prepared.document(),
         contents,
     })
 }

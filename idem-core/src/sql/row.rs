@@ -270,9 +270,11 @@ impl LightRow {
                 .find(|(picked, _)| *picked == name)
                 .map(|(_, value)| value)
         };
-        let document = doc.document_ref();
         let holds_key = |name: &str| picked_value(name).is_some_and(|value| !value.is_null());
-        if check_written_names(model, &document, std::iter::empty(), holds_key).is_err() {
+        // The refusal itself is the JSON encoding's (`None` sends the document there), so the
+        // document it would name is never built here.
+        let unnamed = || crate::DocumentRef::collection(model);
+        if check_written_names(model, unnamed, std::iter::empty(), holds_key).is_err() {
             return Ok(None);
         }
         let key_texts = model
@@ -308,7 +310,7 @@ impl LightRow {
             guarded.push((value, None));
         }
         Ok(Some(LightRow {
-            prepared: Prepared::new(doc, document, id, hash, digests),
+            prepared: Prepared::new(doc, id, hash, digests),
             key_texts,
             guarded,
         }))
@@ -406,9 +408,8 @@ impl PreparedRow {
         table: &Layout,
     ) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
-        let document = doc.document_ref();
         let serialize_error =
-            |message: String| Error::new(document.clone(), ErrorKind::Serialize { message });
+            |message: String| Error::new(doc.document_ref(), ErrorKind::Serialize { message });
         let hash = doc.content_hash()?;
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
@@ -427,9 +428,12 @@ impl PreparedRow {
                 .map(|&(_, value)| value)
         };
         // A key column cannot hold a null: JSON's null is no key here.
-        check_written_names(model, &document, entries.keys(), |name| {
-            entries.get(name).is_some_and(|value| !value.is_null())
-        })?;
+        check_written_names(
+            model,
+            || doc.document_ref(),
+            entries.keys(),
+            |name| entries.get(name).is_some_and(|value| !value.is_null()),
+        )?;
         let guarded = model
             .digested_fields()
             .map(|field| {
@@ -446,7 +450,7 @@ impl PreparedRow {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();
-        let prepared = Prepared::new(doc, document.clone(), id, hash, digests);
+        let prepared = Prepared::new(doc, id, hash, digests);
         let mut texts = ColumnTexts::new(table.sent.len(), &table.row_sizes);
         for (position, &index) in table.sent.iter().enumerate() {
             let column = &table.columns[index];
@@ -836,6 +840,12 @@ fn light_parts(row: &LightRow) -> String {
         .collect();
     format!(
         "id {} hash {} version key {:?} document {:?} digests {:?} keys {:?} guarded {:?}",
-        row.id_text, row.hash, row.version_key, row.document, digests, row.key_texts, row.guarded
+        row.id_text,
+        row.hash,
+        row.version_key,
+        row.document(),
+        digests,
+        row.key_texts,
+        row.guarded
     )
 }

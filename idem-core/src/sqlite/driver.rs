@@ -53,7 +53,7 @@ impl SqliteDriver<'_, '_> {
         statement: Statement,
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         let nonce = ulid::Ulid::generate().to_string();
         let insert_marker = super::shared_text(&format!("i{nonce}"));
         let update_marker = format!("u{nonce}");
@@ -163,7 +163,7 @@ impl Driver for SqliteDriver<'_, '_> {
             Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
             Ok(None) => Ok(Reply::Unseen),
             Err(source) => {
-                self.reply_to_error(sqlite_error(&doc.document, source))
+                self.reply_to_error(sqlite_error(&doc.document(), source))
                     .await
             }
         }
@@ -173,7 +173,7 @@ impl Driver for SqliteDriver<'_, '_> {
         let mut connection = self.connection.lock().await;
         let stored = select_stored(&mut connection, self.table, &[&doc.light])
             .await
-            .map_err(|source| sqlite_error(&doc.document, source))?;
+            .map_err(|source| sqlite_error(&doc.document(), source))?;
         Ok(StoppingRows::new(&stored).stopping(&doc.light).cloned())
     }
 
@@ -218,7 +218,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         docs: &[&PreparedRow],
         _landing: Landing,
     ) -> Result<Option<Fresh>, Error> {
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         // One text shared by every row's argument.
         let marker = super::shared_text(&format!("i{}", ulid::Ulid::generate()));
         let sql = self.table.fresh_sql(docs.len());
@@ -251,7 +251,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
     /// settle `Unchanged` with no write statement and no write lock; each other row with what
     /// it meets, which the engine judges before anything is written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
-        let document = &docs[0].document;
+        let document = &docs[0].document();
         let contents = self.table.compared_contents();
         let sql = self.table.look_up_sql(docs.len());
         // Each row's digests as the write stores them, built before the query borrows them.
