@@ -97,4 +97,9 @@ fn main() {
     );
     assert_eq!(key.parts()[6], ("flag", KeyValue::Bool(true)));
     assert_eq!(key.parts()[13], ("i64", KeyValue::Integer(-4)));
+    // The same values, borrowed in place: the natural key built from them is the one above.
+    let borrowed = doc.with_key_values(|values| {
+        idem_core::__private::natural_key(&<AllKeys as Idempotent>::MODEL, values)
+    });
+    assert_eq!(borrowed, key);
 }
