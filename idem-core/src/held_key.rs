@@ -46,14 +46,14 @@ impl HeldKey {
             bytes: [0; INLINE_KEY_BYTES],
         };
         for value in values {
-            match value.key_part() {
+            // As `Idempotent::natural_key` holds it: a `char` as its text, an unsigned integer
+            // as an integer where it fits `i128`.
+            match value.key_part().normalized() {
                 KeyPart::Text(text) => held.put_text(text),
                 KeyPart::Char(c) => held.put_text(c.encode_utf8(&mut [0; 4])),
-                // As `Idempotent::natural_key` holds it: an integer where it fits `i128`.
-                KeyPart::LargeUnsigned(value) => match i128::try_from(value) {
-                    Ok(value) => held.put(&[&[INTEGER], &value.to_le_bytes()]),
-                    Err(_) => held.put(&[&[LARGE_UNSIGNED], &value.to_le_bytes()]),
-                },
+                KeyPart::LargeUnsigned(value) => {
+                    held.put(&[&[LARGE_UNSIGNED], &value.to_le_bytes()])
+                }
                 KeyPart::Integer(value) => held.put(&[&[INTEGER], &value.to_le_bytes()]),
                 KeyPart::Bool(value) => held.put(&[&[BOOL, u8::from(value)]]),
             }

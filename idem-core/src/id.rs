@@ -244,16 +244,23 @@ pub enum KeyPart<'a> {
     Bool(bool),
 }
 
-impl KeyPart<'_> {
-    fn to_key_value(self) -> KeyValue {
+impl<'a> KeyPart<'a> {
+    /// The part as keys compare: an unsigned integer that fits an `i128` is that integer. A
+    /// hand-written `IdKey` may return a small value as `LargeUnsigned`; it is the same key as
+    /// every built-in impl's `Integer`, with the same id.
+    pub(crate) fn normalized(self) -> KeyPart<'a> {
         match self {
+            KeyPart::LargeUnsigned(value) => i128::try_from(value).map_or(self, KeyPart::Integer),
+            other => other,
+        }
+    }
+
+    fn to_key_value(self) -> KeyValue {
+        match self.normalized() {
             KeyPart::Text(text) => KeyValue::Text(text.to_owned()),
             KeyPart::Char(c) => KeyValue::Text(c.to_string()),
             KeyPart::Integer(value) => KeyValue::Integer(value),
-            KeyPart::LargeUnsigned(value) => match i128::try_from(value) {
-                Ok(fits) => KeyValue::Integer(fits),
-                Err(_) => KeyValue::LargeUnsigned(value),
-            },
+            KeyPart::LargeUnsigned(value) => KeyValue::LargeUnsigned(value),
             KeyPart::Bool(value) => KeyValue::Bool(value),
         }
     }
@@ -480,7 +487,7 @@ impl IdTimestamp for time::OffsetDateTime {
 /// Appends the `v1` encoding of one key to `out`: the bytes that feed SHA-256.
 pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
     let mut utf8 = [0u8; 4];
-    match part {
+    match part.normalized() {
         KeyPart::Char(c) => encode_key_v1(KeyPart::Text(c.encode_utf8(&mut utf8)), out),
         KeyPart::Text(text) => {
             out(&[0x01]);
@@ -491,15 +498,10 @@ pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
             out(&[0x02]);
             out(&value.to_be_bytes());
         }
-        // A hand-written `IdKey` may return a small value as `LargeUnsigned`; it hashes as the
-        // integer it is, like every built-in impl.
-        KeyPart::LargeUnsigned(value) => match i128::try_from(value) {
-            Ok(fits) => encode_key_v1(KeyPart::Integer(fits), out),
-            Err(_) => {
-                out(&[0x03]);
-                out(&value.to_be_bytes());
-            }
-        },
+        KeyPart::LargeUnsigned(value) => {
+            out(&[0x03]);
+            out(&value.to_be_bytes());
+        }
         KeyPart::Bool(value) => out(&[0x04, u8::from(value)]),
     }
 }

@@ -40,7 +40,9 @@ pub trait Idempotent {
             .map_err(|message| Error::new(self.document_ref(), ErrorKind::Serialize { message }))
     }
 
-    /// The collection and natural key, as errors name the document.
+    /// The collection and natural key, as errors name the document. A write's errors build the
+    /// same name from [`with_key_values`](Idempotent::with_key_values) once the document is
+    /// prepared, so an override of this method does not reach them.
     fn document_ref(&self) -> DocumentRef {
         DocumentRef::new(&Self::MODEL, self.natural_key())
     }

@@ -535,6 +535,7 @@ async fn settle_chunk<D: BatchDriver, T: Idempotent + Serialize>(
     }
     Ok(Some(settled_or_contention(
         outcomes,
+        // Each document's common part, which names it if it found no outcome.
         docs.iter().map(|(ready, _)| -> &super::Prepared { ready }),
     )))
 }
@@ -632,6 +633,7 @@ where
     }
     Ok(settled_or_contention(
         outcomes,
+        // Each document's common part, which names it if it found no outcome.
         lights.iter().map(|light| -> &super::Prepared { light }),
     ))
 }

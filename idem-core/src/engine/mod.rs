@@ -139,16 +139,17 @@ pub(crate) enum StoredDigest<'s> {
 /// (an entry of a `#[serde(flatten)]` map named `_id`, say), or that leaves out a key field or the
 /// idempotency key (a custom `Serialize` impl): keys feed the id and find the document. `names`
 /// are the stored names the document writes; `holds_key(name)` says whether it wrote a value a
-/// key can be read from under `name` (each encoding tells its own nulls).
+/// key can be read from under `name` (each encoding tells its own nulls). `name_document` names
+/// the document in a refusal, built only for one.
 pub(crate) fn check_written_names<'n>(
     model: &Model,
-    document: impl FnOnce() -> DocumentRef,
+    name_document: impl FnOnce() -> DocumentRef,
     mut names: impl Iterator<Item = &'n String>,
     holds_key: impl Fn(&str) -> bool,
 ) -> Result<(), Error> {
     if let Some(reserved) = names.find(|name| model.is_reserved(name)) {
         return Err(Error::new(
-            document(),
+            name_document(),
             ErrorKind::ReservedName {
                 stored_name: reserved.clone(),
             },
@@ -161,7 +162,7 @@ pub(crate) fn check_written_names<'n>(
     for field in keys {
         if !holds_key(field.stored_name()) {
             return Err(Error::new(
-                document(),
+                name_document(),
                 ErrorKind::FieldNotSerialized {
                     field: field.name(),
                     stored_name: field.stored_name(),
