@@ -5,7 +5,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use crate::document::NaturalKey;
-use crate::id::{KeyPart, KeyValue};
+use crate::id::{decode_key_v1, encode_key_v1};
 use crate::model::Model;
 
 /// A document's natural key held as bytes, built without an allocation for the short keys most
@@ -18,8 +18,9 @@ use crate::model::Model;
 #[derive(Clone)]
 pub(crate) struct HeldKey(KeyBytes);
 
-/// The bytes of a [`HeldKey`]: each value a tag, then a text's length (8 bytes, little-endian)
-/// and UTF-8 bytes, an integer's 16 bytes, or a boolean's one.
+/// The bytes of a [`HeldKey`]: each value as the `v1` id scheme encodes a key
+/// ([`encode_key_v1`]: a tag, then a text's length and bytes, an integer's 16 bytes or a
+/// boolean's one), so distinct keys hold distinct bytes.
 #[derive(Clone)]
 enum KeyBytes {
     Inline {
@@ -33,11 +34,6 @@ enum KeyBytes {
 /// language) with their tags and lengths.
 const INLINE_KEY_BYTES: usize = 62;
 
-const TEXT: u8 = 0;
-const INTEGER: u8 = 1;
-const LARGE_UNSIGNED: u8 = 2;
-const BOOL: u8 = 3;
-
 impl HeldKey {
     /// The key of these values, in declaration order.
     pub fn of(values: &[&dyn crate::IdKey]) -> HeldKey {
@@ -46,17 +42,7 @@ impl HeldKey {
             bytes: [0; INLINE_KEY_BYTES],
         };
         for value in values {
-            // As `Idempotent::natural_key` holds it: a `char` as its text, an unsigned integer
-            // as an integer where it fits `i128`.
-            match value.key_part().normalized() {
-                KeyPart::Text(text) => held.put_text(text),
-                KeyPart::Char(c) => held.put_text(c.encode_utf8(&mut [0; 4])),
-                KeyPart::LargeUnsigned(value) => {
-                    held.put(&[&[LARGE_UNSIGNED], &value.to_le_bytes()])
-                }
-                KeyPart::Integer(value) => held.put(&[&[INTEGER], &value.to_le_bytes()]),
-                KeyPart::Bool(value) => held.put(&[&[BOOL, u8::from(value)]]),
-            }
+            encode_key_v1(value.key_part(), |bytes| held.put(bytes));
         }
         HeldKey(held)
     }
@@ -72,62 +58,35 @@ impl HeldKey {
     /// The natural key of a document of `model`: its key fields' names with the held values.
     pub fn natural_key(&self, model: &Model) -> NaturalKey {
         let mut bytes = self.bytes();
-        let mut take = |count: usize| {
-            let (taken, rest) = bytes.split_at(count.min(bytes.len()));
-            bytes = rest;
-            taken
-        };
-        let mut parts = Vec::new();
-        for field in model.natural_key_fields() {
-            let value = match take(1).first() {
-                Some(&TEXT) => {
-                    let len = take(8).try_into().map_or(0, u64::from_le_bytes);
-                    let text = take(usize::try_from(len).unwrap_or(usize::MAX));
-                    // Written from a `&str` by `of`, whole.
-                    KeyValue::Text(String::from_utf8_lossy(text).into_owned())
-                }
-                Some(&INTEGER) => {
-                    KeyValue::Integer(take(16).try_into().map_or(0, i128::from_le_bytes))
-                }
-                Some(&LARGE_UNSIGNED) => {
-                    KeyValue::LargeUnsigned(take(16).try_into().map_or(0, u128::from_le_bytes))
-                }
-                Some(&BOOL) => KeyValue::Bool(take(1) == [1]),
-                _ => break,
-            };
-            parts.push((field.name(), value));
-        }
-        NaturalKey::new(parts)
+        NaturalKey::new(
+            model
+                .natural_key_fields()
+                .map_while(|field| Some((field.name(), decode_key_v1(&mut bytes)?)))
+                .collect(),
+        )
     }
 }
 
 impl KeyBytes {
-    /// Appends `parts`, moving the bytes to the heap once they outgrow the inline room.
-    fn put(&mut self, parts: &[&[u8]]) {
-        let added: usize = parts.iter().map(|part| part.len()).sum();
+    /// Appends `bytes`, moving them all to the heap once they outgrow the inline room.
+    fn put(&mut self, bytes: &[u8]) {
         match self {
-            KeyBytes::Inline { len, bytes } if usize::from(*len) + added <= INLINE_KEY_BYTES => {
-                let mut at = usize::from(*len);
-                for part in parts {
-                    bytes[at..at + part.len()].copy_from_slice(part);
-                    at += part.len();
-                }
+            KeyBytes::Inline { len, bytes: room }
+                if usize::from(*len) + bytes.len() <= INLINE_KEY_BYTES =>
+            {
+                let at = usize::from(*len);
+                room[at..at + bytes.len()].copy_from_slice(bytes);
                 // At most `INLINE_KEY_BYTES`, checked above.
-                *len = at as u8;
+                *len = (at + bytes.len()) as u8;
             }
-            KeyBytes::Inline { len, bytes } => {
-                let mut heap = Vec::with_capacity(usize::from(*len) + added);
-                heap.extend_from_slice(&bytes[..usize::from(*len)]);
-                parts.iter().for_each(|part| heap.extend_from_slice(part));
+            KeyBytes::Inline { len, bytes: room } => {
+                let mut heap = Vec::with_capacity(2 * INLINE_KEY_BYTES);
+                heap.extend_from_slice(&room[..usize::from(*len)]);
+                heap.extend_from_slice(bytes);
                 *self = KeyBytes::Heap(heap);
             }
-            KeyBytes::Heap(heap) => parts.iter().for_each(|part| heap.extend_from_slice(part)),
+            KeyBytes::Heap(heap) => heap.extend_from_slice(bytes),
         }
-    }
-
-    fn put_text(&mut self, text: &str) {
-        let len = (text.len() as u64).to_le_bytes();
-        self.put(&[&[TEXT], &len, text.as_bytes()]);
     }
 }
 

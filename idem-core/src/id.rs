@@ -484,26 +484,67 @@ impl IdTimestamp for time::OffsetDateTime {
     }
 }
 
+/// The tag before each key in the `v1` encoding.
+const V1_TEXT: u8 = 0x01;
+const V1_INTEGER: u8 = 0x02;
+const V1_LARGE_UNSIGNED: u8 = 0x03;
+const V1_BOOL: u8 = 0x04;
+
 /// Appends the `v1` encoding of one key to `out`: the bytes that feed SHA-256.
 pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
     let mut utf8 = [0u8; 4];
     match part.normalized() {
         KeyPart::Char(c) => encode_key_v1(KeyPart::Text(c.encode_utf8(&mut utf8)), out),
         KeyPart::Text(text) => {
-            out(&[0x01]);
+            out(&[V1_TEXT]);
             out(&(text.len() as u64).to_be_bytes());
             out(text.as_bytes());
         }
         KeyPart::Integer(value) => {
-            out(&[0x02]);
+            out(&[V1_INTEGER]);
             out(&value.to_be_bytes());
         }
         KeyPart::LargeUnsigned(value) => {
-            out(&[0x03]);
+            out(&[V1_LARGE_UNSIGNED]);
             out(&value.to_be_bytes());
         }
-        KeyPart::Bool(value) => out(&[0x04, u8::from(value)]),
+        KeyPart::Bool(value) => out(&[V1_BOOL, u8::from(value)]),
     }
+}
+
+/// The key at the start of `bytes`, which [`encode_key_v1`] wrote, as a natural key holds it;
+/// `bytes` is left after it. `None` at the end, or where `bytes` is not that encoding.
+// Read by the engine's held keys only.
+#[cfg_attr(
+    not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
+pub(crate) fn decode_key_v1(bytes: &mut &[u8]) -> Option<KeyValue> {
+    let (&tag, rest) = bytes.split_first()?;
+    let (value, rest) = match tag {
+        V1_TEXT => {
+            let (len, rest) = rest.split_first_chunk::<8>()?;
+            let len = usize::try_from(u64::from_be_bytes(*len)).ok()?;
+            let text = rest.get(..len)?;
+            let text = std::str::from_utf8(text).ok()?.to_owned();
+            (KeyValue::Text(text), &rest[len..])
+        }
+        V1_INTEGER => {
+            let (value, rest) = rest.split_first_chunk::<16>()?;
+            (KeyValue::Integer(i128::from_be_bytes(*value)), rest)
+        }
+        V1_LARGE_UNSIGNED => {
+            let (value, rest) = rest.split_first_chunk::<16>()?;
+            (KeyValue::LargeUnsigned(u128::from_be_bytes(*value)), rest)
+        }
+        V1_BOOL => {
+            let (&value, rest) = rest.split_first()?;
+            (KeyValue::Bool(value == 1), rest)
+        }
+        _ => return None,
+    };
+    *bytes = rest;
+    Some(value)
 }
 
 #[cfg(all(test, feature = "mongodb"))]
