@@ -15,7 +15,7 @@
 //! re-fetch would.
 //!
 //! The targets, checked at the end: idem sends one write statement per chunk, and looks a chunk
-//! up first (ids, keys and hash fingerprints only) while the last lookup found it mostly stored
+//! up first (ids, keys, content hashes and version keys only) while the last lookup found it mostly stored
 //! unchanged (a first ingest's first chunk, then every chunk of a re-ingest); writes each new row
 //! once, with at most 1.15x the WAL of row-by-row inserts; is at least 3x faster than row by
 //! row and within 1.5x of `COPY` (timed); an unchanged re-ingest writes 0 rows, leaves 0 dead

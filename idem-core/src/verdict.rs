@@ -81,13 +81,32 @@ pub enum Verdict {
 
 impl Stored<'_> {
     /// The verdict for an incoming write with this content hash and version order key. The
-    /// rules, in order: a deleted document stays deleted; a changed guarded field refuses the
-    /// write; with versions, only a strictly newer version replaces (the same version with the
-    /// same content is `Unchanged`, without a stored content hash a replacement, anything else
-    /// `Stale`); without, the same content is `Unchanged` and other content replaces.
+    /// rules, in order: a deleted document stays deleted; the same content hash (and, with
+    /// versions, the same order key) is `Unchanged`; a changed guarded field refuses the write;
+    /// with versions, only a strictly newer version replaces (the same version with the same
+    /// content is `Unchanged`, without a stored content hash a replacement, anything else
+    /// `Stale`); without, other content replaces.
+    ///
+    /// The same content hash settles the write before the guarded fields are read: the hash
+    /// covers every guarded value, and idem writes a document's hash and its guard digests
+    /// together, so a document stored with this hash holds these guarded values. Were its
+    /// digests changed behind idem's back, the next write that changes the document is the one
+    /// refused (naming the field, its stored guard digest not its value's); until then there is
+    /// nothing to write. A re-ingest's lookup compares the hash alone, never the digests, and
+    /// the server-side guards let no write through for the same hash, so every backend gives
+    /// this answer.
     pub fn judge(&self, incoming_hash: &str, incoming_version: Option<&str>) -> Verdict {
         if self.tombstoned {
             return Verdict::Settled(Outcome::Deleted);
+        }
+        let same_content = self.hash == Some(incoming_hash);
+        let same_version = match (self.version, incoming_version) {
+            (None, None) => true,
+            (Some(StoredVersion::Key(stored)), Some(incoming)) => stored == incoming,
+            _ => false,
+        };
+        if same_content && same_version {
+            return Verdict::Settled(Outcome::Unchanged);
         }
         let changed = self.guarded.iter().find(|(_, state)| {
             matches!(state, Guarded::Changed | Guarded::Foreign { same: false })
@@ -95,7 +114,6 @@ impl Stored<'_> {
         if let Some((field, _)) = changed {
             return Verdict::Refused(field);
         }
-        let same_content = self.hash == Some(incoming_hash);
         let (Some(stored), Some(incoming)) = (self.version, incoming_version) else {
             return if same_content {
                 Verdict::Settled(Outcome::Unchanged)
@@ -161,11 +179,62 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_guarded_field_refuses_before_anything_else_is_read() {
+    fn a_changed_guarded_field_refuses_any_other_content() {
         let changed = stored(Guarded::Changed, None, "h");
-        assert_eq!(changed.judge("h", None), Verdict::Refused(&AUTHOR));
+        assert_eq!(changed.judge("other", None), Verdict::Refused(&AUTHOR));
         let foreign = stored(Guarded::Foreign { same: false }, None, "h");
         assert_eq!(foreign.judge("other", None), Verdict::Refused(&AUTHOR));
+        let versioned = stored(Guarded::Changed, Some(StoredVersion::Key("05")), "h");
+        assert_eq!(versioned.judge("h", Some("06")), Verdict::Refused(&AUTHOR));
+        assert_eq!(
+            versioned.judge("other", Some("05")),
+            Verdict::Refused(&AUTHOR)
+        );
+    }
+
+    #[test]
+    fn the_same_content_hash_and_version_settle_before_the_guarded_fields_are_read() {
+        // A digest changed behind idem's back, the content as it was: nothing to write.
+        for guarded in [Guarded::Changed, Guarded::Foreign { same: false }] {
+            let unversioned = stored(guarded, None, "h");
+            assert_eq!(
+                unversioned.judge("h", None),
+                Verdict::Settled(Outcome::Unchanged)
+            );
+            assert!(!unversioned.server_may_replace("h", None));
+            let versioned = stored(guarded, Some(StoredVersion::Key("05")), "h");
+            assert_eq!(
+                versioned.judge("h", Some("05")),
+                Verdict::Settled(Outcome::Unchanged)
+            );
+            assert!(!versioned.server_may_replace("h", Some("05")));
+        }
+        // Another order key is judged as any version is, guarded fields first.
+        let stale = stored(Guarded::Same, Some(StoredVersion::Key("05")), "h");
+        assert_eq!(
+            stale.judge("h", Some("04")),
+            Verdict::Settled(Outcome::Stale)
+        );
+        // A version stored without its order key is not the same order key.
+        let foreign = stored(
+            Guarded::Same,
+            Some(StoredVersion::Foreign(crate::VersionKey::new(5))),
+            "h",
+        );
+        let rev_5 = crate::VersionKey::new(5).to_stored();
+        assert_eq!(
+            foreign.judge("h", Some(&rev_5)),
+            Verdict::Settled(Outcome::Unchanged)
+        );
+        assert_eq!(
+            stored(
+                Guarded::Changed,
+                Some(StoredVersion::Foreign(crate::VersionKey::new(5))),
+                "h"
+            )
+            .judge("h", Some(&rev_5)),
+            Verdict::Refused(&AUTHOR)
+        );
     }
 
     #[test]

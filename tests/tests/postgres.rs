@@ -911,7 +911,7 @@ struct Note {
     text: String,
 }
 
-/// A type with versions and nothing guarded: its lookup's fingerprint is of the version key alone.
+/// A type with versions and nothing guarded: its lookup compares the version key with the hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "drafts")]
 struct Draft {
@@ -924,12 +924,11 @@ struct Draft {
 
 /// An unchanged re-ingest is settled by its lookup's shortcut, through tokio-postgres and sqlx:
 /// each row is sent with its content hash as bytes, which the server compares with the stored
-/// text (its hex digits, after `blake3:` for BLAKE3), and a fingerprint of its digests and
-/// version key, which the server makes of the stored row alike; a type with neither is settled
-/// by the hash alone. So the lookup reads one index entry per row and returns nothing. A hash or
-/// fingerprint made otherwise on either side would cost nothing but speed (each row would come
-/// back, two more index scans, and be judged `Unchanged` from what was read), so the scans are
-/// counted.
+/// text (its hex digits, after `blake3:` for BLAKE3), and its version key where the type has
+/// versions; a type without is settled by the hash alone. So the lookup reads one index entry
+/// per row and returns nothing. A hash or version key sent otherwise than stored would cost
+/// nothing but speed (each row would come back, two more index scans, and be judged
+/// `Unchanged` from what was read), so the scans are counted.
 #[tokio::test]
 async fn an_unchanged_reingest_is_settled_by_the_lookup() {
     for (label, uri) in postgres_servers() {

@@ -199,7 +199,7 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
 }
 
 /// A batch's chunk is first looked up, and only the rows not stored unchanged are written: on
-/// PostgreSQL by ids, keys, hashes and fingerprints (the rows' content is sent only for what
+/// PostgreSQL by ids, keys, hashes and version keys (the rows' content is sent only for what
 /// differs), on SQLite by reading the stored rows (an unchanged re-ingest takes no write lock).
 /// An unchanged re-ingest is one lookup per chunk and no write; a first ingest pays the lookup
 /// once (its first chunk finds nothing stored, and the later chunks go without); a re-ingest

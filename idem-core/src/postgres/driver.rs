@@ -184,17 +184,15 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             return Ok(None);
         };
         let document = &docs[0].document();
-        // In the statement's order: the ids, the hashes, the fingerprints (where the table has
+        // In the statement's order: the ids, the hashes, the version keys (where the table has
         // them), each natural-key column.
         let ids: Vec<Option<&str>> = docs.iter().map(|doc| Some(doc.id_text.as_str())).collect();
         let hashes: Vec<Option<&[u8]>> = docs
             .iter()
             .map(|doc| Some(&doc.content_hash.as_bytes()[..]))
             .collect();
-        let fingerprints: Vec<Option<[u8; 32]>> = docs
-            .iter()
-            .map(|doc| self.table.unchanged_fingerprint(doc))
-            .collect();
+        let version_keys: Vec<Option<&str>> =
+            docs.iter().map(|doc| doc.version_key.as_deref()).collect();
         let keys: Vec<Vec<Option<&str>>> = (0..self.table.model.natural_key_fields().count())
             .map(|key| {
                 docs.iter()
@@ -202,13 +200,12 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                     .collect()
             })
             .collect();
-        let fingerprints = byte_slices(&fingerprints);
         let mut checked_again = false;
         let replies = loop {
             let checked = self.table.checked_oids();
             let mut parameters = vec![Param::Texts(&ids), Param::Byteas(&hashes)];
-            if self.table.sends_fingerprints() {
-                parameters.push(Param::Byteas(&fingerprints));
+            if self.table.sends_version_keys() {
+                parameters.push(Param::Texts(&version_keys));
             }
             parameters.extend(keys.iter().map(|column| Param::Texts(column)));
             parameters.push(Param::Oids(&checked));
@@ -280,12 +277,4 @@ pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (Store
         .collect();
     let tombstoned = row.boolean(at + 1).unwrap_or(false);
     (StoredRow::from_texts(model, &texts, tombstoned), next)
-}
-
-/// Each fingerprint as the bytes a `bytea[]` parameter borrows.
-fn byte_slices(values: &[Option<[u8; 32]>]) -> Vec<Option<&[u8]>> {
-    values
-        .iter()
-        .map(|value| value.as_ref().map(|bytes| &bytes[..]))
-        .collect()
 }

@@ -326,7 +326,7 @@ impl Store {
     /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store::with_batch_chunk)
     /// at a time, one statement per chunk; a re-ingest of unchanged documents writes no row.
     /// A chunk of 64 rows or more is first looked up by its rows' ids, keys, hashes and
-    /// fingerprints (while the last lookup found most rows unchanged), and only the rows not
+    /// version keys (while the last lookup found most rows unchanged), and only the rows not
     /// stored as they come are sent whole: an unchanged re-ingest sends none of its content.
     /// A refused document does not stop the others.
     pub async fn upsert_many<T, C>(&self, client: C, docs: &[T]) -> Result<BatchReport, Error>

@@ -9,14 +9,12 @@ use std::fmt::Write as _;
 use std::sync::{PoisonError, RwLock};
 
 use super::wire::Cells;
-use crate::sql::row::LightRow;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
-use crate::short_text::ShortText;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
@@ -550,19 +548,18 @@ impl Table {
         )
     }
 
-    /// The incoming rows not stored exactly as they would be written, each with the stored
-    /// state of the row it meets ([`Table::row_met`]: the row under its id, else the one
-    /// holding its natural key): a row under the same id with the same natural key, content
-    /// hash, digests and version key, not deleted, is one the upsert would leave alone and
-    /// judge `Unchanged` ([`Table::unchanged_filter`]), and is not returned. Sent before a
-    /// batch's upsert with each row's id, key, content hash and the fingerprint of its digests
-    /// and version key ([`Table::unchanged_fingerprint`]) only, the hash and fingerprint as
-    /// bytes, so that an unchanged re-ingest sends none of the rows' content; the rows it
-    /// returns are judged before anything is written, so a refused or stale one is never
-    /// locked. Guarded as every statement is (one row without an id when the table is not one
-    /// the store checked). Parameters, as the driver's lookup binds them: the ids, the hashes,
-    /// the fingerprints where the table has digests or a version key
-    /// ([`Table::sends_fingerprints`]), then each natural-key column; `None` if a natural-key
+    /// The incoming rows not stored as they would be written, each with the stored state of
+    /// the row it meets ([`Table::row_met`]: the row under its id, else the one holding its
+    /// natural key): a row under the same id with the same natural key, content hash and version
+    /// key, not deleted, is one the upsert would leave alone and the engine judges `Unchanged`
+    /// ([`crate::verdict::Stored::judge`]: the hash covers the guarded values, so their digests
+    /// are not read), and is not returned. Sent before a batch's upsert with each row's id,
+    /// key, content hash (as bytes) and version key only, so that an unchanged re-ingest sends
+    /// none of the rows' content; the rows it returns are judged before anything is written, so
+    /// a refused or stale one is never locked. Guarded as every statement is (one row without
+    /// an id when the table is not one the store checked). Parameters, as the driver's lookup
+    /// binds them: the ids, the hashes, the version keys where the table has them
+    /// ([`Table::sends_version_keys`]), then each natural-key column; `None` if a natural-key
     /// field has no column.
     fn probe_statement(&self) -> Option<String> {
         let keys: Vec<usize> = self
@@ -571,22 +568,10 @@ impl Table {
             .map(|field| self.column_of(field))
             .collect::<Option<_>>()?;
         let hash_column = self.column_with(Content::Hash)?;
-        // The stored row's fingerprint, as `unchanged_fingerprint` makes the incoming one: each
-        // part marked present (`v…`) or absent (`n`), separated by U+001F, which neither jsonb's
-        // text nor a version key holds. The server's SHA-256 costs it about a microsecond per
-        // hundred bytes, so the hash, compared as it is, is left out of it.
-        let parts: Vec<String> = self
-            .fingerprinted()
-            .map(|index| {
-                format!(
-                    "COALESCE('v' || s.{}::text, 'n')",
-                    quote(self.columns[index].name)
-                )
-            })
-            .collect();
+        let version_key = self.column_with(Content::VersionKey);
         let mut typed = vec![("c0".to_owned(), "text"), ("hash".to_owned(), "bytea")];
-        if !parts.is_empty() {
-            typed.push(("fingerprint".to_owned(), "bytea"));
+        if version_key.is_some() {
+            typed.push(("version_key".to_owned(), "text"));
         }
         typed.extend(keys.iter().map(|index| (format!("c{index}"), "text")));
         let arrays: Vec<(String, String)> = typed
@@ -605,10 +590,10 @@ impl Table {
             format!("s.{} = i.c0", quote(ID_FIELD)),
             format!("s.{} = {hash_text}", quote(self.columns[hash_column].name)),
         ];
-        if !parts.is_empty() {
+        if let Some(index) = version_key {
             same.push(format!(
-                "sha256(convert_to(concat_ws(chr(31), {}), 'UTF8')) = i.fingerprint",
-                parts.join(", ")
+                "s.{} = i.version_key",
+                quote(self.columns[index].name)
             ));
         }
         for &index in &keys {
@@ -643,56 +628,13 @@ impl Table {
         Some(sql)
     }
 
-    /// Whether a lookup sends a fingerprint of each row ([`Table::unchanged_fingerprint`]).
-    pub fn sends_fingerprints(&self) -> bool {
-        self.fingerprinted().next().is_some()
-    }
-
-    /// The columns of idem's own that a lookup's fingerprint covers: the digests and the
-    /// version key, those of them the table has.
-    fn fingerprinted(&self) -> impl Iterator<Item = usize> + '_ {
-        [Content::Digests, Content::VersionKey]
-            .into_iter()
-            .filter_map(|content| self.column_with(content))
-    }
-
-    /// The fingerprint [`Table::probe_statement`] compares with a stored row's: SHA-256 of
-    /// `row`'s digests (as jsonb writes them back as text) and version key, for those of them
-    /// the table has, each marked present or absent; `None` for a table with neither, whose
-    /// rows the hash and key settle alone. A digests text jsonb would write otherwise only
-    /// costs the row its shortcut.
-    pub fn unchanged_fingerprint(&self, row: &LightRow) -> Option<[u8; 32]> {
-        use sha2::Digest as _;
-        // Fed part by part, as the statement joins them: no text of the whole is built.
-        let mut fingerprint = sha2::Sha256::new();
-        let mut parts = 0;
-        for index in self.fingerprinted() {
-            if parts > 0 {
-                fingerprint.update("\u{1f}".as_bytes());
-            }
-            parts += 1;
-            match self.columns[index].content {
-                Content::Digests => {
-                    fingerprint.update(b"v");
-                    jsonb_text(&row.digests, &mut |text| {
-                        fingerprint.update(text.as_bytes())
-                    });
-                }
-                // The version key: `fingerprinted` yields no other column.
-                _ => match &row.version_key {
-                    Some(key) => {
-                        fingerprint.update(b"v");
-                        fingerprint.update(key.as_bytes());
-                    }
-                    None => fingerprint.update(b"n"),
-                },
-            }
-        }
-        (parts > 0).then(|| fingerprint.finalize().into())
+    /// Whether a lookup sends each row's version key: where the table has the column.
+    pub fn sends_version_keys(&self) -> bool {
+        self.column_with(Content::VersionKey).is_some()
     }
 
     /// Leaves out of an upsert's insert the rows stored already with the same id, natural key,
-    /// content hash, digests and version key, not deleted: the guard would stop them, but only
+    /// content hash and version key, not deleted (as [`Table::probe_statement`] finds them): the guard would stop them, but only
     /// after locking the row, which writes WAL and dirties its page for nothing. They come back through the
     /// stopped rows' branch and are judged `Unchanged` like any row the guard stops.
     ///
@@ -702,7 +644,7 @@ impl Table {
     /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
         let mut conditions = vec![format!("s.{0} = i.c0", quote(ID_FIELD))];
-        for content in [Content::Hash, Content::Digests, Content::VersionKey] {
+        for content in [Content::Hash, Content::VersionKey] {
             if let Some(index) = self.column_with(content) {
                 conditions.push(format!(
                     "s.{} IS NOT DISTINCT FROM {}",
@@ -896,29 +838,6 @@ fn unnest_each(arrays: &[(String, String)]) -> String {
         .map(|(array, name)| format!("unnest({array}) AS {name}"))
         .collect();
     columns.join(", ")
-}
-
-/// The digests as PostgreSQL writes a `jsonb` object of them back as text, given to `write`
-/// piece by piece: keys shorter first, then bytewise, each `"key": "value"`, separated by `, `.
-fn jsonb_text(
-    digests: &[(&'static crate::model::Field, Option<ShortText>)],
-    write: &mut impl FnMut(&str),
-) {
-    let mut entries: Vec<(&str, &str)> = digests
-        .iter()
-        .filter_map(|(field, digest)| Some((field.stored_name(), digest.as_deref()?)))
-        .collect();
-    entries.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
-    write("{");
-    for (at, (name, digest)) in entries.into_iter().enumerate() {
-        if at > 0 {
-            write(", ");
-        }
-        crate::sql::json::write_string(name, write);
-        write(": ");
-        crate::sql::json::write_string(digest, write);
-    }
-    write("}");
 }
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer

@@ -317,17 +317,8 @@ impl LightRow {
     }
 }
 
-/// The digests column's text: each written digest by the field's stored name, a JSON object
-/// as `serde_json` writes one, without building it.
-// Outside a row only SQLite's driver writes it.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(crate) fn digests_text(digests: &[(&'static Field, Option<ShortText>)]) -> String {
-    let mut text = String::with_capacity(2 + digests.len() * 80);
-    write_digests_text(digests, &mut text);
-    text
-}
-
-/// Writes [`digests_text`] to `out`.
+/// Writes the digests column's text to `out`: each written digest by the field's stored name,
+/// a JSON object as `serde_json` writes one, without building it.
 fn write_digests_text(digests: &[(&'static Field, Option<ShortText>)], out: &mut String) {
     out.push('{');
     let mut first = true;

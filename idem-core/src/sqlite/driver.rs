@@ -19,7 +19,7 @@ use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::sql::layout::Content;
-use crate::sql::row::{digests_text, LightRow, PreparedRow, StoredRow};
+use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one connection.
 pub(super) struct SqliteDriver<'a, 'c> {
@@ -254,22 +254,12 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         let document = &docs[0].document();
         let contents = self.table.compared_contents();
         let sql = self.table.look_up_sql(docs.len());
-        // Each row's digests as the write stores them, built before the query borrows them.
-        let digests: Vec<Option<String>> = docs
-            .iter()
-            .map(|doc| {
-                contents
-                    .contains(&Content::Digests)
-                    .then(|| digests_text(&doc.digests))
-            })
-            .collect();
         let mut query = sqlx::query(super::statement(&sql));
-        for (doc, digests) in docs.iter().zip(&digests) {
+        for doc in docs {
             query = query.bind(super::shared_text(&doc.id_text));
             for content in &contents {
                 let text = match content {
                     Content::Hash => Some(doc.hash.as_str()),
-                    Content::Digests => digests.as_deref(),
                     Content::VersionKey => doc.version_key.as_deref(),
                     // Not among the compared contents.
                     _ => None,

@@ -256,19 +256,19 @@ impl Table {
     }
 
     /// The columns of idem's own that [`Table::look_up_sql`] compares with each incoming row's:
-    /// the content hash, and the digests and version key where the model has them, in that
-    /// order.
+    /// the content hash, and the version key where the model has one, in that order. Not the
+    /// digests: the hash covers the guarded values ([`crate::verdict::Stored::judge`]).
     pub fn compared_contents(&self) -> Vec<Content> {
-        [Content::Hash, Content::Digests, Content::VersionKey]
+        [Content::Hash, Content::VersionKey]
             .into_iter()
             .filter(|&content| self.column_with(content).is_some())
             .collect()
     }
 
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
-    /// stored under an incoming row's id with the same natural key, content hash, digests and
-    /// version key, not deleted, is stored exactly as it would be written: the engine settles
-    /// that incoming row `Unchanged`. Each other incoming row meets the row under its id, else
+    /// stored under an incoming row's id with the same natural key, content hash and version
+    /// key, not deleted, is stored as it would be written: the engine settles that incoming row
+    /// `Unchanged`. Each other incoming row meets the row under its id, else
     /// the one holding its natural key, else none. The statement returns, for each incoming row
     /// that meets one, its id, that row's stored state, then its natural-key columns as text;
     /// last, always, one row whose first column is NULL, then the ids of the incoming rows that

@@ -798,10 +798,11 @@ async fn drafts_whose_version_keys_were_changed_behind_idems_back(db: &Db) -> Ve
 
 /// A re-ingest of rows whose guard digests or version key were changed behind idem's back,
 /// their content and content hash left as they were, in chunks of 64: each such row gets what a
-/// single upsert of it gives (a post is refused, saying that its digest is not its value's; an
-/// entry or a draft is judged by the version key it now holds), and every other row is
-/// `Unchanged`. A
-/// lookup that settled a row from its content hash alone would call these `Unchanged` too.
+/// single upsert of it gives, and every other row is `Unchanged`. A post whose digests were
+/// changed is `Unchanged` too: its content hash says its guarded values are the incoming ones,
+/// so there is nothing to write; the next write that changes it is refused, saying that its
+/// stored digest is not its value's. An entry or a draft is judged by the version key it now
+/// holds: a lookup that settled a row from its content hash alone would call these `Unchanged`.
 #[tokio::test]
 async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agrees_with_single_upserts(
 ) {
@@ -814,16 +815,43 @@ async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agre
         )
         .await;
         both.assert_agree::<Post>(&db).await;
-        let changed = [10, 70];
         for (at, shown) in both.batch.iter().enumerate() {
+            assert_eq!(shown, "Unchanged", "{db}: post {at}");
+        }
+        // Edited, every post is written but the two whose digests are not their values'.
+        let edited: Vec<Post> = posts_whose_digests_were_changed_behind_idems_back(&chunked)
+            .await
+            .into_iter()
+            .map(|post| Post {
+                body: format!("{} (edited)", post.body),
+                ..post
+            })
+            .collect();
+        let before = chunked.stored::<Post>().await;
+        let report = chunked.upsert_many(&edited).await.unwrap();
+        let changed = [10, 70];
+        for (at, shown) in shown(report.outcomes()).iter().enumerate() {
             match changed.contains(&at) {
                 true => assert!(
                     shown.contains("may not change")
                         && shown.contains("its stored guard digest is not this value's"),
-                    "{db}: post {at} is refused, the reason said: {shown}"
+                    "{db}: edited post {at} is refused, the reason said: {shown}"
                 ),
-                false => assert_eq!(shown, "Unchanged", "{db}: post {at}"),
+                false => assert_eq!(shown, "Updated", "{db}: edited post {at}"),
             }
+        }
+        let after = chunked.stored::<Post>().await;
+        for at in changed {
+            let id = serde_json::Value::from(edited[at].id().unwrap().to_string());
+            let row_of = |rows: &[serde_json::Map<String, serde_json::Value>]| {
+                rows.iter().find(|row| row.get("_id") == Some(&id)).cloned()
+            };
+            assert!(row_of(&before).is_some(), "{db}: post {at} is stored");
+            assert_eq!(
+                row_of(&before),
+                row_of(&after),
+                "{db}: refused post {at} is stored as it was"
+            );
         }
 
         let both = batch_and_one_by_one(
@@ -835,8 +863,7 @@ async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agre
         both.assert_agree::<Entry>(&db).await;
         assert_judged_by_their_version_keys(&db, "entry", &both.batch);
 
-        // The same with nothing guarded: on PostgreSQL the lookup's fingerprint is of the
-        // version key alone.
+        // The same with nothing guarded: the lookup compares the version key with the hash.
         let both = batch_and_one_by_one(
             &chunked,
             &db,
