@@ -198,6 +198,7 @@ async fn audit_and_adopt_a_collection_with_every_kind_of_problem() {
             "samples": [{ "id": edited.id().unwrap().to_string() }],
         },
         "hash_unchecked": { "count": 0, "samples": [] },
+        "digest_mismatch": { "count": 0, "samples": [] },
         "undeserializable": null,
         "moves_in_progress": { "count": 0, "samples": [] },
     });

@@ -258,6 +258,11 @@ pub struct AuditReport {
     /// none). Not a problem: the audit with the type (`Store::audit::<T>`) checks them. Always
     /// empty for a typed audit.
     pub hash_unchecked: Finding,
+    /// Documents whose stored guard digests (`idemFrozen`) are not their stored values': a
+    /// frozen field's or the timestamp's value, or the digest, changed after idem wrote them.
+    /// Each sample's detail names the field. A re-ingest of the same content leaves such a
+    /// document `Unchanged`; the next write that changes it is refused for that field.
+    pub digest_mismatch: Finding,
     /// Documents that do not deserialize into the type: only checked by a typed audit (`None`
     /// when the model was given at run time).
     pub undeserializable: Option<Finding>,
@@ -331,6 +336,14 @@ impl AuditReport {
                 "another tool changed them after idem wrote them: the next upsert of each \
                  writes it again",
                 &self.hash_mismatch,
+            ),
+            (
+                "a stored guard digest differs from its value (a frozen field or the timestamp)",
+                "another tool changed the value or `idemFrozen` after idem wrote them: the next \
+                 write that changes each is refused for that field. If the stored value is the \
+                 right one, clear `idemFrozen` on them (NULL; `$unset` on MongoDB): idem then \
+                 compares the value itself and writes its digest again with the next change",
+                &self.digest_mismatch,
             ),
         ];
         if let Some(undeserializable) = &self.undeserializable {
@@ -491,6 +504,44 @@ impl HashCheck {
             _ => self.computed.first().map(|hash| hash.to_hex()),
         }
     }
+}
+
+/// The first guarded field (a frozen field or the timestamp) whose stored digest is not the
+/// digest of its stored value, from each guarded field's stored digest and the digests its
+/// stored value may have (one per reading of it, where the store cannot tell how it was
+/// written: SQLite's `INTEGER` holds booleans too, its `TEXT` structured values; `Err`, a value
+/// that cannot be digested, which the other checks report). A document stored without digests
+/// (by another tool) has none to check: its values are compared as values. A digest missing
+/// beside a written value is a mismatch too: the guard would take the field for one never
+/// written, which a write may set.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn field_not_as_digested<'s>(
+    guarded: impl IntoIterator<
+        Item = (
+            &'static crate::model::Field,
+            crate::engine::StoredDigest<'s>,
+            Vec<Result<Option<crate::short_text::ShortText>, String>>,
+        ),
+    >,
+) -> Option<&'static crate::model::Field> {
+    use crate::engine::StoredDigest;
+    for (field, stored, readings) in guarded {
+        if stored == StoredDigest::NoDigests {
+            return None;
+        }
+        let digests: Vec<Option<crate::short_text::ShortText>> =
+            readings.into_iter().filter_map(Result::ok).collect();
+        let as_digested = digests.is_empty()
+            || digests.iter().any(|digest| match (stored, digest) {
+                (StoredDigest::Unwritten, None) => true,
+                (StoredDigest::Digest(stored), Some(digest)) => stored == digest.as_str(),
+                _ => false,
+            });
+        if !as_digested {
+            return Some(field);
+        }
+    }
+    None
 }
 
 /// What an adoption did: the documents it moved to their derived ids, and those it could not.

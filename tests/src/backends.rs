@@ -349,6 +349,51 @@ impl Db {
         }
     }
 
+    /// The audit of `T`'s collection or table, read as `T`.
+    pub async fn audit<T>(&self) -> idem_core::AuditReport
+    where
+        T: Idempotent + Serialize + serde::de::DeserializeOwned,
+    {
+        match self {
+            Db::Mongo { store, .. } => store.audit::<T>().await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.audit::<T, _>(c).await),
+            Db::Sqlite {
+                store, connection, ..
+            } => store.audit::<T>(&mut *connection.lock().await).await,
+        }
+        .unwrap()
+    }
+
+    /// The audit of `T`'s collection or table with its model given at run time, as `idem audit`
+    /// reads it.
+    pub async fn audit_model<T: Idempotent>(&self) -> idem_core::AuditReport {
+        let model = &T::MODEL;
+        match self {
+            Db::Mongo { store, .. } => store.audit_model(model, &[], |_| {}).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store
+                .audit_model(c, model, &[], |_| {})
+                .await),
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .audit_model(&mut *connection.lock().await, model, &[], |_| {})
+                    .await
+            }
+        }
+        .unwrap()
+    }
+
     pub async fn delete<T: Idempotent + Serialize + Sync>(
         &self,
         doc: &T,

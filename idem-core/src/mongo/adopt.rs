@@ -16,7 +16,7 @@ use super::audit::{
     Inspection, Reading, ADOPTION_FIELD,
 };
 use super::batch::{write_commands, write_errors};
-use super::write::{guarded_digest, stored_id_text};
+use super::write::{field_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
 use crate::audit::{AdoptReport, AuditProgress, SAMPLES_PER_KIND};
 use crate::document::DocumentRef;
@@ -799,7 +799,7 @@ impl Adoption<'_> {
             .model
             .digested_fields()
             .filter_map(|field| {
-                let digest = guarded_digest(field, stored.get(field.stored_name())?).ok()??;
+                let digest = field_digest(stored, field).ok()??;
                 Some((
                     field.stored_name().to_owned(),
                     Bson::String(digest.to_string()),

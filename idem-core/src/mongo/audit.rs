@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::compare::{bson_equal, show};
-use super::write::stored_id_text;
+use super::write::{field_digest, stored_digest, stored_id_text};
 use super::{mongo_error, natural_key_pattern, Store};
 use crate::audit::{
     AuditProgress, AuditReport, DuplicateTracker, HashCheck, ScannedKey, ShownKey, ShownValue,
@@ -118,6 +118,8 @@ pub(crate) struct Inspection {
     pub undeserializable: Option<String>,
     /// The version's order key, from a typed reading.
     pub version_key: Option<String>,
+    /// The first guarded field whose stored digest is not its stored value's.
+    pub digest_mismatch: Option<&'static Field>,
 }
 
 /// Reads one stored document of `model`; `read_typed` also deserializes it into the type.
@@ -174,6 +176,15 @@ pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) ->
         },
         undeserializable,
         version_key,
+        digest_mismatch: crate::audit::field_not_as_digested(model.digested_fields().map(
+            |field| {
+                (
+                    field,
+                    stored_digest(stored, field),
+                    vec![field_digest(stored, field)],
+                )
+            },
+        )),
     }
 }
 
@@ -543,6 +554,12 @@ fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
         Placement::Derived | Placement::Unchecked => {}
     }
     clean &= inspection.hash.record(report, &id);
+    if let Some(field) = inspection.digest_mismatch {
+        report
+            .digest_mismatch
+            .record(id.clone(), Some(format!("`{}`", field.stored_name())));
+        clean = false;
+    }
     if let (Some(why), Some(finding)) = (&inspection.undeserializable, &mut report.undeserializable)
     {
         finding.record(id, Some(why.clone()));

@@ -32,7 +32,7 @@ use crate::engine::batch::BatchDriver;
 use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::model::{Field, Model, ID_FIELD, VERSION_KEY_FIELD};
 use crate::verdict::StoredVersion;
 
 /// Writes one type's documents to its collection.
@@ -483,14 +483,7 @@ impl Driver for MongoDriver<'_> {
     }
 
     fn stored_digest<'s>(&self, stored: &'s Document, field: &Field) -> StoredDigest<'s> {
-        let Ok(digests) = stored.get_document(FROZEN_DIGESTS_FIELD) else {
-            return StoredDigest::NoDigests;
-        };
-        match digests.get(field.stored_name()) {
-            None | Some(Bson::Null) => StoredDigest::Unwritten,
-            Some(Bson::String(digest)) => StoredDigest::Digest(digest),
-            Some(_) => StoredDigest::Other,
-        }
+        super::write::stored_digest(stored, field)
     }
 
     fn stored_version<'s>(&self, stored: &'s Document) -> StoredVersion<'s> {

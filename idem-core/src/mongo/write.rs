@@ -14,7 +14,7 @@ use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
 use super::compare::show;
-use crate::engine::{check_written_names, Prepared};
+use crate::engine::{check_written_names, Prepared, StoredDigest};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -102,12 +102,7 @@ impl PreparedWrite {
         let digests = model
             .digested_fields()
             .map(|field| {
-                let digest = body
-                    .get(field.stored_name())
-                    .map(|value| guarded_digest(field, value))
-                    .transpose()
-                    .map_err(&serialize_error)?
-                    .flatten();
+                let digest = field_digest(&body, field).map_err(&serialize_error)?;
                 Ok((field, digest))
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -465,6 +460,32 @@ fn is_null(value: &Bson) -> bool {
 /// null: [`Field::null_is_unwritten`]).
 pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<ShortText>, String> {
     crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
+}
+
+/// The digest of `field`'s value in `document`, as a write stores it: `None` where the field is
+/// left out or never written. The write's, adoption's and the audit's.
+pub(crate) fn field_digest(
+    document: &Document,
+    field: &Field,
+) -> Result<Option<ShortText>, String> {
+    document
+        .get(field.stored_name())
+        .map(|value| guarded_digest(field, value))
+        .transpose()
+        .map(Option::flatten)
+}
+
+/// The digest stored for `field` in a document's `idemFrozen`, as the judgement and the audit
+/// read it.
+pub(crate) fn stored_digest<'s>(stored: &'s Document, field: &Field) -> StoredDigest<'s> {
+    let Ok(digests) = stored.get_document(FROZEN_DIGESTS_FIELD) else {
+        return StoredDigest::NoDigests;
+    };
+    match digests.get(field.stored_name()) {
+        None | Some(Bson::Null) => StoredDigest::Unwritten,
+        Some(Bson::String(digest)) => StoredDigest::Digest(digest),
+        Some(_) => StoredDigest::Other,
+    }
 }
 
 /// The `_id` of a stored document as text, whoever wrote it.

@@ -118,6 +118,12 @@ fn audit_row(
         }
     }
     clean &= judged.hash.record(report, &id);
+    if let Some(field) = judged.digest_mismatch {
+        report
+            .digest_mismatch
+            .record(id.clone(), Some(format!("`{}`", field.stored_name())));
+        clean = false;
+    }
     if let (Some(why), Some(finding)) = (judged.undeserializable, &mut report.undeserializable) {
         finding.record(id.clone(), Some(why));
         clean = false;

@@ -108,6 +108,8 @@ pub(crate) struct Judged {
     pub hash: HashCheck,
     /// Why the row does not read as the type (typed readings only).
     pub undeserializable: Option<String>,
+    /// The first guarded field whose stored digest is not its stored value's.
+    pub digest_mismatch: Option<&'static Field>,
 }
 
 /// Judges one row of `table`, its columns as `to_jsonb` gives them.
@@ -120,6 +122,15 @@ pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Va
             .unwrap_or(Value::Null)
     };
     let key: Vec<Value> = model.natural_key_fields().map(stored_value).collect();
+    let digest_mismatch =
+        crate::audit::field_not_as_digested(model.digested_fields().map(|field| {
+            let digests = stored.get(crate::model::FROZEN_DIGESTS_FIELD);
+            (
+                field,
+                super::row::digest_in(digests, field),
+                stored_digests(table, &stored, field),
+            )
+        }));
     let timestamp = model.timestamp_field().map(stored_value);
     let from_stored = || crate::audit::derive_from_stored(model, &key, timestamp.as_ref());
     let stored_hash = stored
@@ -144,6 +155,7 @@ pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Va
             nested_unknown,
         },
         undeserializable,
+        digest_mismatch,
     }
 }
 
@@ -158,9 +170,7 @@ pub(crate) fn stored_destination(
         .model
         .digested_fields()
         .filter_map(|field| {
-            let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
-            let unwritten = value.is_null() && field.null_is_unwritten();
-            let digest = crate::hash::guard_digest(value, unwritten).ok()??;
+            let digest = stored_digest(table, &stored, field).ok()??;
             Some((field.stored_name().to_owned(), Value::from(digest.as_str())))
         })
         .collect();
@@ -186,10 +196,66 @@ pub(crate) fn stored_destination(
     })
 }
 
+/// The digest of `field`'s stored value in `stored`, as a write of it stores it: a float
+/// column's number as a float ([`Hashed`]), a NULL as never written where the field is an
+/// `Option`. Adoption's and the audit's.
+fn stored_digest(
+    table: &Layout,
+    stored: &Map<String, Value>,
+    field: &Field,
+) -> Result<Option<crate::short_text::ShortText>, String> {
+    let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
+    let unwritten = value.is_null() && field.null_is_unwritten();
+    let shape = table
+        .column_of(field)
+        .map_or(ColumnShape::Structured, |index| table.columns[index].shape);
+    crate::hash::guard_digest(&Hashed::of(shape, value), unwritten)
+}
+
+/// The digests `field`'s stored value in `stored` may have: as [`stored_digest`] reads it, and
+/// where its column's type does not tell how it was written, as the other value it may be (a
+/// `TEXT` column's JSON, an `INTEGER`'s 0 or 1 as a boolean: SQLite's declared types for a
+/// structured value and a boolean, which a model given at run time cannot tell apart).
+fn stored_digests(
+    table: &Layout,
+    stored: &Map<String, Value>,
+    field: &Field,
+) -> Vec<Result<Option<crate::short_text::ShortText>, String>> {
+    let mut digests = vec![stored_digest(table, stored, field)];
+    let other = match stored.get(field.stored_name()) {
+        Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+        Some(Value::Number(number)) => match number.as_i64() {
+            Some(0) => Some(Value::Bool(false)),
+            Some(1) => Some(Value::Bool(true)),
+            _ => None,
+        },
+        _ => None,
+    };
+    digests.extend(other.map(|value| crate::hash::guard_digest(&value, false)));
+    digests
+}
+
 /// A stored value as it is hashed: a float column's number as a float.
 enum Hashed<'a> {
     Json(&'a Value),
     Float(f64),
+}
+
+impl<'a> Hashed<'a> {
+    /// `value`, stored in a column of `shape`, as it is hashed.
+    fn of(shape: ColumnShape, value: &'a Value) -> Self {
+        match (shape, value) {
+            (ColumnShape::Float, Value::Number(number)) => {
+                Hashed::Float(number.as_f64().unwrap_or(f64::NAN))
+            }
+            // `to_jsonb` writes NaN and the infinities as text.
+            (ColumnShape::Float, Value::String(text)) => match text.parse::<f64>() {
+                Ok(float) => Hashed::Float(float),
+                Err(_) => Hashed::Json(value),
+            },
+            (_, value) => Hashed::Json(value),
+        }
+    }
 }
 
 impl Serialize for Hashed<'_> {
@@ -215,17 +281,7 @@ fn stored_hashes(
         let (Content::Stored(_), Some(value)) = (column.content, stored.get(column.name)) else {
             continue;
         };
-        let hashed = match (column.shape, value) {
-            (ColumnShape::Float, Value::Number(number)) => {
-                Hashed::Float(number.as_f64().unwrap_or(f64::NAN))
-            }
-            // `to_jsonb` writes NaN and the infinities as text.
-            (ColumnShape::Float, Value::String(text)) => match text.parse::<f64>() {
-                Ok(float) => Hashed::Float(float),
-                Err(_) => Hashed::Json(value),
-            },
-            (_, value) => Hashed::Json(value),
-        };
+        let hashed = Hashed::of(column.shape, value);
         nested |= crate::hash::is_hashed_stored_field(model, column.name) && holds_object(value);
         fields.push((column.name, hashed));
     }

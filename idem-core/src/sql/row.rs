@@ -107,13 +107,9 @@ impl StoredRow {
 
     /// The stored digest of a guarded field.
     pub fn digest(&self, field: &Field) -> StoredDigest<'_> {
-        let Some(digests) = &self.digests else {
-            return StoredDigest::NoDigests;
-        };
-        match digests.get(field.stored_name()) {
-            None | Some(Value::Null) => StoredDigest::Unwritten,
-            Some(Value::String(digest)) => StoredDigest::Digest(digest),
-            Some(_) => StoredDigest::Other,
+        match &self.digests {
+            None => StoredDigest::NoDigests,
+            Some(digests) => digest_of(digests, field),
         }
     }
 
@@ -314,6 +310,25 @@ impl LightRow {
             key_texts,
             guarded,
         }))
+    }
+}
+
+/// The digest of `field` in a digests column read as JSON (`None`: no such column, or NULL),
+/// as the judgement and the audit read it.
+pub(crate) fn digest_in<'s>(digests: Option<&'s Value>, field: &Field) -> StoredDigest<'s> {
+    match digests {
+        None | Some(Value::Null) => StoredDigest::NoDigests,
+        Some(Value::Object(digests)) => digest_of(digests, field),
+        Some(_) => StoredDigest::Other,
+    }
+}
+
+/// The digest of `field` in a digests object.
+fn digest_of<'s>(digests: &'s Map<String, Value>, field: &Field) -> StoredDigest<'s> {
+    match digests.get(field.stored_name()) {
+        None | Some(Value::Null) => StoredDigest::Unwritten,
+        Some(Value::String(digest)) => StoredDigest::Digest(digest),
+        Some(_) => StoredDigest::Other,
     }
 }
 

@@ -698,7 +698,13 @@ async fn a_reingest_of_rows_in_every_stored_state_agrees_with_single_upserts() {
 /// Sets idem's own `field` of the stored row of `T` whose `key` field holds `to` to what the row
 /// whose `key` holds `from` stores there: a write behind idem's back that leaves the row's
 /// content and content hash as they were.
-async fn copy_own_field<T: Idempotent>(db: &Db, field: &str, key: &str, from: &str, to: &str) {
+pub(crate) async fn copy_own_field<T: Idempotent>(
+    db: &Db,
+    field: &str,
+    key: &str,
+    from: &str,
+    to: &str,
+) {
     let collection = T::MODEL.collection();
     match db {
         Db::Mongo { store, .. } => {
@@ -730,7 +736,7 @@ async fn copy_own_field<T: Idempotent>(db: &Db, field: &str, key: &str, from: &s
 /// 128 posts stored, the second half by another author; then one post of each chunk of 64 given
 /// the guard digests of a post by the other author behind idem's back (its content and content
 /// hash as they were); and their re-ingest, unchanged.
-async fn posts_whose_digests_were_changed_behind_idems_back(db: &Db) -> Vec<Post> {
+pub(crate) async fn posts_whose_digests_were_changed_behind_idems_back(db: &Db) -> Vec<Post> {
     let slug = |n: usize| format!("p{n:03}");
     let posts = (0..128)
         .map(|n| Post {

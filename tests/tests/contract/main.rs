@@ -16,7 +16,8 @@
 //!
 //! - [`api`]: one generic function over `idem_core::Backend`, every primitive, every store;
 //! - [`upsert`], [`batch`] (`upsert_many`), [`delete`], [`insert_new`], [`push`],
-//!   [`apply_once`] (and effect fields and op ids), [`record`], [`reads`] (`get`, `find`);
+//!   [`apply_once`] (and effect fields and op ids), [`record`], [`reads`] (`get`, `find`),
+//!   [`audit`] (what the audit finds in what idem and others wrote);
 //! - [`versions`], [`frozen`] (frozen fields and id-feeding timestamps), [`refusals`] (input
 //!   refused before anything is sent: timestamps out of range, empty or ambiguous keys, names
 //!   written twice, reserved names), [`floats`] (NaN, the infinities, -0.0), [`foreign`]
@@ -48,6 +49,7 @@
 
 mod api;
 mod apply_once;
+mod audit;
 mod batch;
 mod delete;
 mod floats;
