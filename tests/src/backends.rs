@@ -394,6 +394,36 @@ impl Db {
         .unwrap()
     }
 
+    /// Adopts `T`'s collection or table with its model given at run time, as `idem adopt --yes`
+    /// does.
+    pub async fn adopt_model<T: Idempotent>(&self) -> idem_core::AdoptReport {
+        let model = &T::MODEL;
+        match self {
+            Db::Mongo { store, .. } => store.adopt_model(model, &[], Default::default()).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store
+                .adopt_model(c, model, &[], Default::default())
+                .await),
+            Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .adopt_model(
+                        &mut *connection.lock().await,
+                        model,
+                        &[],
+                        Default::default(),
+                    )
+                    .await
+            }
+        }
+        .unwrap()
+    }
+
     pub async fn delete<T: Idempotent + Serialize + Sync>(
         &self,
         doc: &T,

@@ -480,3 +480,78 @@ async fn a_fresh_chunk_never_replaces_a_stored_row_whatever_the_tables_conflict_
         assert!(after.contains(row), "{}: as it was", row["slug"]);
     }
 }
+
+/// A boolean, a list and an `Option` of a struct: the shapes SQLite's declared types once
+/// shared with integers and text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "switches")]
+struct Switch {
+    #[idem(key)]
+    name: String,
+    #[idem(frozen)]
+    on: bool,
+    #[idem(frozen)]
+    wiring: Vec<i64>,
+    label: String,
+}
+
+/// A table idem makes declares a boolean `BOOLEAN` and a structured value `JSON_TEXT`, so that a
+/// model given at run time reads them as what they hold (its audit finds idem's rows clean); a
+/// table made before, with `INTEGER` and `TEXT` there, passes the check and takes idem's
+/// writes as before.
+#[tokio::test]
+async fn booleans_and_structured_values_are_declared_as_what_they_hold() {
+    let switch = |n: i64| Switch {
+        name: format!("s{n}"),
+        on: n % 2 == 0,
+        wiring: (0..n).collect(),
+        label: format!("switch {n}"),
+    };
+    let create = Store::create_table_sql::<Switch>();
+    assert!(
+        create.contains("\"on\" BOOLEAN") && create.contains("\"wiring\" JSON_TEXT"),
+        "{create}"
+    );
+    for made_before in [false, true] {
+        let path = fresh_path(&format!("declared_{made_before}"));
+        let mut connection = connect(&path, Duration::from_secs(5)).await;
+        let create = match made_before {
+            false => create.clone(),
+            true => create
+                .replace("\"on\" BOOLEAN", "\"on\" INTEGER")
+                .replace("\"wiring\" JSON_TEXT", "\"wiring\" TEXT"),
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        let store = Store::new();
+        let switches: Vec<Switch> = (0..4).map(switch).collect();
+        store.upsert_many(&mut connection, &switches).await.unwrap();
+        assert_eq!(
+            store
+                .get::<Switch>(&mut connection, switches[3].id().unwrap())
+                .await
+                .unwrap(),
+            Some(switches[3].clone()),
+            "made before: {made_before}"
+        );
+        let typed = store.audit::<Switch>(&mut connection).await.unwrap();
+        assert!(typed.is_clean(), "made before: {made_before}: {typed}");
+        let model = store
+            .audit_model(&mut connection, &Switch::MODEL, &[], |_| {})
+            .await
+            .unwrap();
+        // A table made before reads its booleans as integers and its lists as text, whose
+        // hashes differ; the digests are compared under each reading and found.
+        assert!(
+            model.digest_mismatch.is_empty(),
+            "made before: {made_before}: {model}"
+        );
+        assert_eq!(
+            model.hash_mismatch.count,
+            if made_before { 4 } else { 0 },
+            "made before: {made_before}: {model}"
+        );
+    }
+}

@@ -355,26 +355,11 @@ async fn stored_table(connection: &mut SqliteConnection, model: &Model) -> Resul
         .iter()
         .map(|row| {
             let declared: String = row.get(1);
-            (row.get(0), shape_of(&declared))
+            (row.get(0), super::table::shape_of(&declared))
         })
         .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
     Ok(Table::new(crate::intern::model(model), &columns))
-}
-
-/// The shape of a column declared `declared` (upper case), by SQLite's affinity rules.
-fn shape_of(declared: &str) -> ColumnShape {
-    if declared.contains("INT") {
-        ColumnShape::Integer
-    } else if declared.contains("REAL") || declared.contains("FLOA") || declared.contains("DOUB") {
-        ColumnShape::Float
-    } else if declared.contains("BOOL") {
-        ColumnShape::Boolean
-    } else if declared.contains("CHAR") || declared.contains("CLOB") || declared.contains("TEXT") {
-        ColumnShape::Text
-    } else {
-        ColumnShape::Structured
-    }
 }
 
 /// What one page did: how many rows it read, and the last one's id and rowid (`None`: the

@@ -54,7 +54,7 @@ pub(super) async fn table_problems(
                 table.name(),
                 super::table::quote(column),
             )),
-            Some((_, found, _)) if typed && found != expected => {
+            Some((_, found, _)) if typed && !super::table::declared_as(found, expected) => {
                 problems.push(format!("column {column:?} is {found}, expected {expected}"))
             }
             Some(_) => {}

@@ -32,15 +32,49 @@ const SQLITE: Dialect = Dialect {
 /// 3.32), less room for the statement's own.
 pub(crate) const MAX_PARAMETERS: usize = 32_000;
 
-/// A column's declared type.
+/// A column's declared type. A boolean's and a structured value's name their shape, so that a
+/// model given at run time reads them as what they hold ([`shape_of`]); by SQLite's affinity
+/// rules `BOOLEAN` stores integers as `INTEGER` does, and `JSON_TEXT` text as `TEXT` does.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
         (Content::Id | Content::Hash | Content::VersionKey, _) => "TEXT",
         (Content::Digests | Content::Extra, _) => "TEXT",
         (_, ColumnShape::Text) => "TEXT",
-        (_, ColumnShape::Integer | ColumnShape::Boolean) => "INTEGER",
+        (_, ColumnShape::Integer) => "INTEGER",
+        (_, ColumnShape::Boolean) => "BOOLEAN",
         (_, ColumnShape::Float) => "REAL",
-        (_, ColumnShape::Structured | ColumnShape::Flattened) => "TEXT",
+        (_, ColumnShape::Structured | ColumnShape::Flattened) => "JSON_TEXT",
+    }
+}
+
+/// Whether a column declared `found` (upper case) is one idem's writes can use where it
+/// declares `expected`: the same type, or the one a table made before booleans and structured
+/// values had their own names declared for them (`INTEGER`, `TEXT`: the same storage).
+pub(crate) fn declared_as(found: &str, expected: &str) -> bool {
+    found == expected
+        || matches!(
+            (expected, found),
+            ("BOOLEAN", "INTEGER") | ("JSON_TEXT", "TEXT")
+        )
+}
+
+/// The shape of a column declared `declared` (upper case), by SQLite's affinity rules and the
+/// names [`sql_type`] declares: what a model given at run time reads it as. A table made before
+/// those names holds booleans in `INTEGER` columns and structured values in `TEXT` ones, which
+/// read as integers and text.
+pub(crate) fn shape_of(declared: &str) -> ColumnShape {
+    if declared.contains("JSON") {
+        ColumnShape::Structured
+    } else if declared.contains("BOOL") {
+        ColumnShape::Boolean
+    } else if declared.contains("INT") {
+        ColumnShape::Integer
+    } else if declared.contains("REAL") || declared.contains("FLOA") || declared.contains("DOUB") {
+        ColumnShape::Float
+    } else if declared.contains("CHAR") || declared.contains("CLOB") || declared.contains("TEXT") {
+        ColumnShape::Text
+    } else {
+        ColumnShape::Structured
     }
 }
 

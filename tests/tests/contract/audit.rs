@@ -8,6 +8,7 @@ use mongodb::bson::doc;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{copy_own_field, posts_whose_digests_were_changed_behind_idems_back};
+use crate::foreign::write_under_foreign_id;
 
 /// Each sample of `finding` as its id and detail.
 fn samples(finding: &idem_core::audit::Finding) -> Vec<(String, Option<String>)> {
@@ -172,6 +173,50 @@ async fn the_audit_finds_frozen_values_of_each_shape_as_digested() {
             assert_eq!(
                 report.digest_mismatch.samples[0].id, id,
                 "{db}, {reading}: {report}"
+            );
+        }
+    }
+}
+
+/// Documents another tool wrote, adopted with the model given at run time, are stored with the
+/// digests idem's writes compare: an edit of each is written, its frozen values as they were,
+/// and the audit finds their digests as their values'. (A float column's value is digested as a
+/// float: PostgreSQL's `jsonb` reads an integral one back as an integer.)
+#[tokio::test]
+async fn documents_adopted_without_the_type_are_digested_as_idem_writes_them() {
+    for db in fresh_backends("adopt_digests").await {
+        db.ensure::<Gauge>().await;
+        let gauges: Vec<Gauge> = (0..4)
+            .map(|n| Gauge {
+                name: format!("g{n}"),
+                scale: [1.0, 2.5, -0.0, 3.0][n],
+                unit: (n % 2 == 0).then(|| "m".to_owned()),
+                calibrated: n % 3 == 0,
+                limits: (0..n as i64).collect(),
+                reading: n as i64,
+            })
+            .collect();
+        for gauge in &gauges {
+            write_under_foreign_id(&db, gauge).await;
+        }
+        let adopted = db.adopt_model::<Gauge>().await;
+        assert_eq!(adopted.moved.count, 4, "{db}: {adopted:?}");
+        for (reading, report) in both_audits::<Gauge>(&db).await {
+            assert!(report.missing_hash.is_empty(), "{db}, {reading}: {report}");
+            assert!(
+                report.digest_mismatch.is_empty(),
+                "{db}, {reading}: {report}"
+            );
+        }
+        for gauge in &gauges {
+            let edited = Gauge {
+                reading: gauge.reading + 100,
+                ..gauge.clone()
+            };
+            assert_eq!(
+                db.upsert(&edited).await.unwrap(),
+                idem_core::Outcome::Updated,
+                "{db}: {edited:?}"
             );
         }
     }

@@ -18,7 +18,7 @@ use crate::support::serialized;
 /// an ObjectId on MongoDB, a UUID on PostgreSQL; no content hash, digests or version key.
 /// Returns that id as text. `T` has no flattened or pushed fields, and its table exists
 /// ([`Db::ensure`]).
-async fn write_under_foreign_id<T: Idempotent + Serialize>(db: &Db, doc: &T) -> String {
+pub(crate) async fn write_under_foreign_id<T: Idempotent + Serialize>(db: &Db, doc: &T) -> String {
     let collection = T::MODEL.collection();
     match db {
         Db::Mongo { store, .. } => {
