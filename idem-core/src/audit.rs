@@ -13,11 +13,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+use crate::engine::StoredDigest;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::error::ErrorKind;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::id::{derive_id, Id, IdKey, IdTimestamp, KeyPart};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 use crate::model::{Field, Model};
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+use crate::short_text::ShortText;
 
 /// How many sample ids a report keeps for each kind of problem, and how many duplicated natural
 /// keys it shows.
@@ -260,8 +264,9 @@ pub struct AuditReport {
     pub hash_unchecked: Finding,
     /// Documents whose stored guard digests (`idemFrozen`) are not their stored values': a
     /// frozen field's or the timestamp's value, or the digest, changed after idem wrote them.
-    /// Each sample's detail names the field. A re-ingest of the same content leaves such a
-    /// document `Unchanged`; the next write that changes it is refused for that field.
+    /// Each sample's detail names the field, and says where it has no digest beside a written
+    /// value. A re-ingest of the same content leaves such a document `Unchanged`; the next write
+    /// that changes it is refused for that field, or, where it has no digest, may set it.
     pub digest_mismatch: Finding,
     /// Documents that do not deserialize into the type: only checked by a typed audit (`None`
     /// when the model was given at run time).
@@ -339,8 +344,9 @@ impl AuditReport {
             ),
             (
                 "a stored guard digest differs from its value (a frozen field or the timestamp)",
-                "another tool changed the value or `idemFrozen` after idem wrote them: the next \
-                 write that changes each is refused for that field. If the stored value is the \
+                "another tool changed the value or `idemFrozen` after idem wrote them (or the \
+                 field became frozen since): the next write that changes each is refused for \
+                 that field, or, where it has no digest, may set it. If the stored value is the \
                  right one, clear `idemFrozen` on them (NULL; `$unset` on MongoDB): idem then \
                  compares the value itself and writes its digest again with the next change",
                 &self.digest_mismatch,
@@ -506,31 +512,47 @@ impl HashCheck {
     }
 }
 
+/// How a guarded field's stored digest is not its stored value's.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DigestMismatch {
+    /// Another digest (or something that is no digest): the next write that changes the
+    /// document is refused for the field.
+    Differs,
+    /// No digest beside a written value: the guard takes the field for one never written,
+    /// which the next write may set.
+    Missing,
+}
+
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+impl DigestMismatch {
+    /// How a report's sample names the field.
+    pub fn detail(self, field: &Field) -> String {
+        match self {
+            DigestMismatch::Differs => format!("`{}`", field.stored_name()),
+            DigestMismatch::Missing => format!(
+                "`{}`: no digest beside its value, which the next write may change",
+                field.stored_name()
+            ),
+        }
+    }
+}
+
 /// The first guarded field (a frozen field or the timestamp) whose stored digest is not the
-/// digest of its stored value, from each guarded field's stored digest and the digests its
-/// stored value may have (one per reading of it, where the store cannot tell how it was
-/// written: SQLite's `INTEGER` holds booleans too, its `TEXT` structured values; `Err`, a value
-/// that cannot be digested, which the other checks report). A document stored without digests
-/// (by another tool) has none to check: its values are compared as values. A digest missing
-/// beside a written value is a mismatch too: the guard would take the field for one never
-/// written, which a write may set.
+/// digest of its stored value, and how, from each guarded field's stored digest and the
+/// digests its stored value may have (one per reading of it where the store cannot tell how
+/// it was written; `Err`, a value that cannot be digested, which the other checks report). A
+/// document stored without digests (by another tool) has none to check: its values are
+/// compared as values.
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub(crate) fn field_not_as_digested<'s>(
-    guarded: impl IntoIterator<
-        Item = (
-            &'static crate::model::Field,
-            crate::engine::StoredDigest<'s>,
-            Vec<Result<Option<crate::short_text::ShortText>, String>>,
-        ),
-    >,
-) -> Option<&'static crate::model::Field> {
-    use crate::engine::StoredDigest;
+    guarded: impl IntoIterator<Item = (&'static Field, StoredDigest<'s>, Vec<DigestReading>)>,
+) -> Option<(&'static Field, DigestMismatch)> {
     for (field, stored, readings) in guarded {
         if stored == StoredDigest::NoDigests {
             return None;
         }
-        let digests: Vec<Option<crate::short_text::ShortText>> =
-            readings.into_iter().filter_map(Result::ok).collect();
+        let digests: Vec<Option<ShortText>> = readings.into_iter().filter_map(Result::ok).collect();
         let as_digested = digests.is_empty()
             || digests.iter().any(|digest| match (stored, digest) {
                 (StoredDigest::Unwritten, None) => true,
@@ -538,11 +560,19 @@ pub(crate) fn field_not_as_digested<'s>(
                 _ => false,
             });
         if !as_digested {
-            return Some(field);
+            let how = match stored {
+                StoredDigest::Unwritten => DigestMismatch::Missing,
+                _ => DigestMismatch::Differs,
+            };
+            return Some((field, how));
         }
     }
     None
 }
+
+/// One reading of a stored value's digest ([`crate::hash::guard_digest`]'s answer).
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) type DigestReading = Result<Option<ShortText>, String>;
 
 /// What an adoption did: the documents it moved to their derived ids, and those it could not.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

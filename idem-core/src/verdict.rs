@@ -92,9 +92,10 @@ impl Stored<'_> {
     /// together, so a document stored with this hash holds these guarded values. Were its
     /// digests changed behind idem's back, the next write that changes the document is the one
     /// refused (naming the field, its stored guard digest not its value's); until then there is
-    /// nothing to write. A re-ingest's lookup compares the hash alone, never the digests, and
-    /// the server-side guards let no write through for the same hash, so every backend gives
-    /// this answer.
+    /// nothing to write. A re-ingest's lookup compares the hash and the order key, never the
+    /// digests, and the server-side guards let no write through for the same hash and order
+    /// key (they replace for another hash, or a newer order key), so every backend gives this
+    /// answer.
     pub fn judge(&self, incoming_hash: &str, incoming_version: Option<&str>) -> Verdict {
         if self.tombstoned {
             return Verdict::Settled(Outcome::Deleted);

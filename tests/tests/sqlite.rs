@@ -481,8 +481,8 @@ async fn a_fresh_chunk_never_replaces_a_stored_row_whatever_the_tables_conflict_
     }
 }
 
-/// A boolean, a list and an `Option` of a struct: the shapes SQLite's declared types once
-/// shared with integers and text.
+/// A boolean and a list: the shapes SQLite's declared types once shared with integers and
+/// text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "switches")]
 struct Switch {

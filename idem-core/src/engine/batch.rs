@@ -80,9 +80,10 @@ pub(crate) trait BatchDriver: Driver {
     ) -> impl Future<Output = Result<Option<Vec<Option<Self::Stored>>>, Error>> + Send;
 
     /// What is stored for each of `docs`, from one light read that sends each document's id,
-    /// key and hashes but none of its content: [`Looked::Unchanged`] for a document stored
-    /// exactly as it would be written (the same id, natural key, content hash, digests and
-    /// version key, not deleted), which settles with nothing written; otherwise the stored
+    /// key and hashes but none of its content: [`Looked::Unchanged`] for a document stored as
+    /// it would be written (the same id, natural key, content hash and version key, not
+    /// deleted: its guarded values are then the incoming ones, [`crate::verdict::Stored::judge`]),
+    /// which settles with nothing written; otherwise the stored
     /// document it meets, if any, judged before anything is sent, so that only the documents a
     /// write would change are sent whole, and a refused one is never locked. The engine asks
     /// for chunks of 64 documents or more while the last chunk was mostly unchanged. `None`:
@@ -186,7 +187,8 @@ impl std::fmt::Display for Mark {
 #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) enum Looked<S> {
-    /// Stored exactly as it would be written: `Unchanged`.
+    /// Stored with the same id, natural key, content hash and version key, not deleted:
+    /// `Unchanged`.
     Unchanged,
     /// Stored otherwise: the document under its id, else the one holding its natural key;
     /// `None` if neither is stored.

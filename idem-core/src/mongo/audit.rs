@@ -118,8 +118,8 @@ pub(crate) struct Inspection {
     pub undeserializable: Option<String>,
     /// The version's order key, from a typed reading.
     pub version_key: Option<String>,
-    /// The first guarded field whose stored digest is not its stored value's.
-    pub digest_mismatch: Option<&'static Field>,
+    /// The first guarded field whose stored digest is not its stored value's, and how.
+    pub digest_mismatch: Option<(&'static Field, crate::audit::DigestMismatch)>,
 }
 
 /// Reads one stored document of `model`; `read_typed` also deserializes it into the type.
@@ -554,10 +554,10 @@ fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
         Placement::Derived | Placement::Unchecked => {}
     }
     clean &= inspection.hash.record(report, &id);
-    if let Some(field) = inspection.digest_mismatch {
+    if let Some((field, how)) = inspection.digest_mismatch {
         report
             .digest_mismatch
-            .record(id.clone(), Some(format!("`{}`", field.stored_name())));
+            .record(id.clone(), Some(how.detail(field)));
         clean = false;
     }
     if let (Some(why), Some(finding)) = (&inspection.undeserializable, &mut report.undeserializable)

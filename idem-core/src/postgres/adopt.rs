@@ -226,7 +226,8 @@ async fn model_mismatch<C: Wire>(
         .await
         .map_err(|source| postgres_error(&document, source))?;
     for row in &rows {
-        if let (Some(Value::Object(stored)), Some(id)) = (row.json(0), row.text(1)) {
+        // A sample: a row that does not parse is left out of it, and the scan reports it.
+        if let (Ok(Some(Value::Object(stored))), Some(id)) = (row.json(0), row.text(1)) {
             check.examine(id, &stored);
         }
     }
@@ -426,13 +427,18 @@ where
 }
 
 fn read_row_from<R: Cells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
-    let Some(Value::Object(stored)) = row.json(0) else {
-        return Err(Error::new(
-            document.clone(),
-            ErrorKind::Deserialize {
-                message: "a row did not read as an object".into(),
-            },
-        ));
+    let stored = match row.json(0) {
+        Ok(Some(Value::Object(stored))) => stored,
+        read => {
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::Deserialize {
+                    message: read
+                        .err()
+                        .unwrap_or_else(|| "a row did not read as an object".into()),
+                },
+            ))
+        }
     };
     let place = match row.text(1) {
         Some(id) => Place::Id(id.to_owned()),

@@ -180,13 +180,18 @@ where
     let mut scan = RowScan::new(table, reading);
     client
         .scan(&sql, &document, |row| {
-            let Some(Value::Object(stored)) = row.json(0) else {
-                return Err(Error::new(
-                    document.clone(),
-                    ErrorKind::Deserialize {
-                        message: "a row did not read as an object".into(),
-                    },
-                ));
+            let stored = match row.json(0) {
+                Ok(Some(Value::Object(stored))) => stored,
+                read => {
+                    return Err(Error::new(
+                        document.clone(),
+                        ErrorKind::Deserialize {
+                            message: read
+                                .err()
+                                .unwrap_or_else(|| "a row did not read as an object".into()),
+                        },
+                    ))
+                }
             };
             let location = format!("ctid {}", row.text(1).unwrap_or_default());
             scan.row(&mut report, stored, &location);

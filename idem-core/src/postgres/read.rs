@@ -112,7 +112,7 @@ where
     let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
     let deserialize_error =
         |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
-    let stored = match row.json(1) {
+    let stored = match row.json(1).map_err(deserialize_error)? {
         None => return Ok(None),
         Some(Value::Object(stored)) => stored,
         Some(_) => {

@@ -188,11 +188,10 @@ impl Cells for PgRow {
         self.try_get(at).ok().flatten()
     }
 
-    fn json(&self, at: usize) -> Option<Value> {
+    fn json(&self, at: usize) -> Result<Option<Value>, String> {
         self.try_get::<Option<sqlx::types::Json<Value>>, _>(at)
-            .ok()
-            .flatten()
-            .map(|json| json.0)
+            .map(|json| json.map(|json| json.0))
+            .map_err(|error| error.to_string())
     }
 }
 

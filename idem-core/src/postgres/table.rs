@@ -591,9 +591,11 @@ impl Table {
             format!("s.{} = {hash_text}", quote(self.columns[hash_column].name)),
         ];
         if let Some(index) = version_key {
+            // Byte by byte, as the guard orders keys, whatever collation the column was given.
             same.push(format!(
-                "s.{} = i.version_key",
-                quote(self.columns[index].name)
+                "s.{} COLLATE {bytewise} = i.version_key COLLATE {bytewise}",
+                quote(self.columns[index].name),
+                bytewise = POSTGRES.bytewise,
             ));
         }
         for &index in &keys {
@@ -646,10 +648,12 @@ impl Table {
         let mut conditions = vec![format!("s.{0} = i.c0", quote(ID_FIELD))];
         for content in [Content::Hash, Content::VersionKey] {
             if let Some(index) = self.column_with(content) {
+                // Byte by byte, as the guard compares them, whatever the column's collation.
                 conditions.push(format!(
-                    "s.{} IS NOT DISTINCT FROM {}",
+                    "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
                     quote(self.columns[index].name),
-                    self.cast(index)
+                    self.cast(index),
+                    bytewise = POSTGRES.bytewise,
                 ));
             }
         }

@@ -203,8 +203,12 @@ impl Cells for Row {
         self.try_get(at).ok().flatten()
     }
 
-    fn json(&self, at: usize) -> Option<Value> {
-        self.try_get(at).ok().flatten()
+    fn json(&self, at: usize) -> Result<Option<Value>, String> {
+        self.try_get(at)
+            .map_err(|error| match std::error::Error::source(&error) {
+                Some(cause) => format!("{error}: {cause}"),
+                None => error.to_string(),
+            })
     }
 }
 

@@ -62,8 +62,9 @@ pub trait Cells {
     fn oid(&self, at: usize) -> Option<u32>;
     /// A `text[]` cell.
     fn texts(&self, at: usize) -> Option<Vec<String>>;
-    /// A `jsonb` cell.
-    fn json(&self, at: usize) -> Option<Value>;
+    /// A `jsonb` cell; `Err` says why it does not parse (a number beyond what a float holds,
+    /// say), which a read reports rather than take the row for one not stored.
+    fn json(&self, at: usize) -> Result<Option<Value>, String>;
 }
 
 /// A statement the server or the driver refused, as idem reports it.

@@ -118,10 +118,10 @@ fn audit_row(
         }
     }
     clean &= judged.hash.record(report, &id);
-    if let Some(field) = judged.digest_mismatch {
+    if let Some((field, how)) = judged.digest_mismatch {
         report
             .digest_mismatch
-            .record(id.clone(), Some(format!("`{}`", field.stored_name())));
+            .record(id.clone(), Some(how.detail(field)));
         clean = false;
     }
     if let (Some(why), Some(finding)) = (judged.undeserializable, &mut report.undeserializable) {

@@ -17,13 +17,14 @@ use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout};
 use super::row::{row_as, PreparedRow};
-use crate::audit::HashCheck;
+use crate::audit::{DigestMismatch, DigestReading, HashCheck};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::hash::ContentHash;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::model::{Field, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, RESERVED_FIELDS};
+use crate::short_text::ShortText;
 
 #[derive(Clone, Copy)]
 pub(crate) enum Reading<'a> {
@@ -54,6 +55,9 @@ impl Reading<'_> {
 pub(crate) struct TypedRow {
     id: Result<Id, String>,
     hash: Option<ContentHash>,
+    /// Each guarded field's digest, as a write of the row stores it; `None` if the row would
+    /// not encode.
+    digests: Option<Vec<Option<ShortText>>>,
 }
 
 fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
@@ -61,9 +65,13 @@ fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
     stored: Map<String, Value>,
 ) -> Result<TypedRow, String> {
     let value: T = row_as(table, stored)?;
+    let digests = PreparedRow::new(&value, table)
+        .ok()
+        .map(|row| row.digests.iter().map(|(_, digest)| *digest).collect());
     Ok(TypedRow {
         id: value.id().map_err(|error| error.to_string()),
         hash: value.content_hash().ok(),
+        digests,
     })
 }
 
@@ -108,8 +116,8 @@ pub(crate) struct Judged {
     pub hash: HashCheck,
     /// Why the row does not read as the type (typed readings only).
     pub undeserializable: Option<String>,
-    /// The first guarded field whose stored digest is not its stored value's.
-    pub digest_mismatch: Option<&'static Field>,
+    /// The first guarded field whose stored digest is not its stored value's, and how.
+    pub digest_mismatch: Option<(&'static Field, DigestMismatch)>,
 }
 
 /// Judges one row of `table`, its columns as `to_jsonb` gives them.
@@ -122,31 +130,45 @@ pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Va
             .unwrap_or(Value::Null)
     };
     let key: Vec<Value> = model.natural_key_fields().map(stored_value).collect();
-    let digest_mismatch =
-        crate::audit::field_not_as_digested(model.digested_fields().map(|field| {
-            let digests = stored.get(crate::model::FROZEN_DIGESTS_FIELD);
-            (
-                field,
-                super::row::digest_in(digests, field),
-                stored_digests(table, &stored, field),
-            )
-        }));
+    // Read before the typed reading takes the row: the stored digests, and, for a reading
+    // without the type, the digests the stored values may have.
+    let stored_digests_column = stored.get(FROZEN_DIGESTS_FIELD).cloned();
+    let value_digests: Vec<Vec<DigestReading>> = match reading {
+        Reading::Typed { .. } => Vec::new(),
+        Reading::Stored { .. } => model
+            .digested_fields()
+            .map(|field| stored_digests(table, &stored, field))
+            .collect(),
+    };
     let timestamp = model.timestamp_field().map(stored_value);
     let from_stored = || crate::audit::derive_from_stored(model, &key, timestamp.as_ref());
     let stored_hash = stored
         .get(model.hash_field())
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let (derived, computed, nested_unknown, undeserializable) = match reading {
+    let (derived, computed, nested_unknown, undeserializable, value_digests) = match reading {
         Reading::Typed { read, .. } => match read(table, stored) {
-            Ok(row) => (row.id, row.hash.into_iter().collect(), false, None),
-            Err(why) => (from_stored(), Vec::new(), false, Some(why)),
+            Ok(row) => {
+                // The type's digests are exact: one reading each.
+                let digests = row.digests.map_or_else(Vec::new, |digests| {
+                    digests.into_iter().map(|digest| vec![Ok(digest)]).collect()
+                });
+                (row.id, row.hash.into_iter().collect(), false, None, digests)
+            }
+            Err(why) => (from_stored(), Vec::new(), false, Some(why), Vec::new()),
         },
         Reading::Stored { field_order } => {
             let (computed, nested) = stored_hashes(table, field_order, &stored);
-            (from_stored(), computed, nested, None)
+            (from_stored(), computed, nested, None, value_digests)
         }
     };
+    let digest_mismatch =
+        crate::audit::field_not_as_digested(model.digested_fields().zip(value_digests).map(
+            |(field, readings)| {
+                let stored = super::row::digest_in(stored_digests_column.as_ref(), field);
+                (field, stored, readings)
+            },
+        ));
     Judged {
         derived: model.idempotency_key_field().is_none().then_some(derived),
         hash: HashCheck {
@@ -203,7 +225,7 @@ fn stored_digest(
     table: &Layout,
     stored: &Map<String, Value>,
     field: &Field,
-) -> Result<Option<crate::short_text::ShortText>, String> {
+) -> Result<Option<ShortText>, String> {
     let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
     let unwritten = value.is_null() && field.null_is_unwritten();
     let shape = table
@@ -212,15 +234,15 @@ fn stored_digest(
     crate::hash::guard_digest(&Hashed::of(shape, value), unwritten)
 }
 
-/// The digests `field`'s stored value in `stored` may have: as [`stored_digest`] reads it, and
-/// where its column's type does not tell how it was written, as the other value it may be (a
-/// `TEXT` column's JSON, an `INTEGER`'s 0 or 1 as a boolean: SQLite's declared types for a
-/// structured value and a boolean, which a model given at run time cannot tell apart).
+/// The digests `field`'s stored value in `stored` may have, read without the type: as
+/// [`stored_digest`] reads it, and where its column's type may not tell how it was written, as
+/// the other value it may be (a text column's JSON, an integer's 0 or 1 as a boolean: what a
+/// SQLite table made before `JSON_TEXT` and `BOOLEAN` declares, or another tool's table).
 fn stored_digests(
     table: &Layout,
     stored: &Map<String, Value>,
     field: &Field,
-) -> Vec<Result<Option<crate::short_text::ShortText>, String>> {
+) -> Vec<DigestReading> {
     let mut digests = vec![stored_digest(table, stored, field)];
     let other = match stored.get(field.stored_name()) {
         Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),

@@ -313,13 +313,13 @@ impl LightRow {
     }
 }
 
-/// The digest of `field` in a digests column read as JSON (`None`: no such column, or NULL),
-/// as the judgement and the audit read it.
+/// The digest of `field` in a digests column read as JSON, as the audit reads it: no digests
+/// where there is no such column, or it holds no object (as [`StoredRow::from_texts`] reads
+/// it for the engine, and the MongoDB store a field that is no document).
 pub(crate) fn digest_in<'s>(digests: Option<&'s Value>, field: &Field) -> StoredDigest<'s> {
     match digests {
-        None | Some(Value::Null) => StoredDigest::NoDigests,
         Some(Value::Object(digests)) => digest_of(digests, field),
-        Some(_) => StoredDigest::Other,
+        _ => StoredDigest::NoDigests,
     }
 }
 

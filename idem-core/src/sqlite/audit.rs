@@ -73,9 +73,10 @@ impl Store {
     /// schema (every column but idem's own a stored field, in column order; a declared type
     /// idem does not make is read as JSON text, and types are not checked), ids derived from the
     /// stored key values and an integer timestamp, hashes from the stored values in
-    /// `field_order` (the table's column order if empty). A boolean stored by idem is an
-    /// `INTEGER`, which a model given at run time reads as an integer: its rows' hashes are then
-    /// counted as differing. A table that does not exist, or lacks a column the model names, is
+    /// `field_order` (the table's column order if empty). Each column reads as its declared
+    /// type says: in a table made before idem declared booleans `BOOLEAN` and nested values
+    /// `JSON_TEXT`, they are `INTEGER` and `TEXT` and read as integers and text, so such rows'
+    /// hashes are counted as differing (their digests are compared under both readings). A table that does not exist, or lacks a column the model names, is
     /// an error ([`ErrorKind::SchemaMismatch`]).
     pub async fn audit_model(
         &self,
@@ -460,7 +461,7 @@ fn selected(table: &Table, present: &[String]) -> (String, Vec<usize>) {
         .collect();
     let list: Vec<String> = columns
         .iter()
-        .map(|&index| table.text_of("t", table.columns[index].name))
+        .map(|&index| table.read_of("t", table.columns[index].name))
         .collect();
     (list.join(", "), columns)
 }
@@ -475,7 +476,7 @@ fn row_json(
     let mut stored = Map::new();
     for (at, &index) in columns.iter().enumerate() {
         let column = &table.columns[index];
-        let text: Option<String> = row.try_get(at)?;
+        let text = super::table::cell_text(row, at)?;
         let value = match (column.content, text) {
             (Content::Stored(_), None) if column.null_is_absent => continue,
             (_, None) => Value::Null,

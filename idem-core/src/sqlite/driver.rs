@@ -247,8 +247,8 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         }
     }
 
-    /// One read ([`Table::look_up_sql`]): the rows stored exactly as they would be written
-    /// settle `Unchanged` with no write statement and no write lock; each other row with what
+    /// One read ([`Table::look_up_sql`]): the rows stored with the same id, natural key,
+    /// content hash and version key settle `Unchanged` with no write statement and no write lock; each other row with what
     /// it meets, which the engine judges before anything is written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let document = &docs[0].document();

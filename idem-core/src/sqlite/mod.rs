@@ -20,8 +20,9 @@
 //! # The table
 //!
 //! The columns of the PostgreSQL store's table ([`crate::postgres`]), with SQLite's types:
-//! `TEXT`, `INTEGER` (booleans too), `REAL`, and JSON text for nested values; beside them
-//! `idemWrite`, the write marker.
+//! `TEXT`, `INTEGER`, `REAL`, and, named for what they hold, `BOOLEAN` (stored as `INTEGER` is)
+//! and `JSON_TEXT` for nested values (stored as `TEXT` is); beside them `idemWrite`, the write
+//! marker.
 //!
 //! # How a write tells an insert from an update
 //!

@@ -2,7 +2,7 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sqlx::{Row, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use super::errors::sqlite_error;
 use super::table::{quote, Table};
@@ -111,7 +111,7 @@ pub(super) fn select_row_columns(table: &Table, alias: &str) -> (String, Vec<usi
         .collect();
     let list: Vec<String> = columns
         .iter()
-        .map(|&index| table.text_of(alias, table.columns[index].name))
+        .map(|&index| table.read_of(alias, table.columns[index].name))
         .collect();
     (list.join(", "), columns)
 }
@@ -178,7 +178,7 @@ async fn read_one<T: DeserializeOwned>(
         return Ok(None);
     };
     let texts: Vec<Option<String>> = (0..columns.len())
-        .map(|index| row.try_get(index))
+        .map(|index| super::table::cell_text(&row, index))
         .collect::<Result<_, _>>()
         .map_err(|source| sqlite_error(&document, source))?;
     row_from_texts(table, &columns, texts)

@@ -10,6 +10,9 @@
 
 use std::fmt::Write as _;
 
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row as _, TypeInfo as _, ValueRef as _};
+
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{
@@ -374,7 +377,8 @@ impl Table {
     }
 
     /// A column as the text the stored state carries: booleans as `true` or `false`, numbers
-    /// and JSON as their text.
+    /// and JSON as their text (a float's with SQLite's 15 digits: what a guard compares it
+    /// with is read the same way; a read of the row takes [`Table::read_of`]).
     pub fn text_of(&self, alias: &str, name: &str) -> String {
         let shape = self
             .column_named(name)
@@ -388,6 +392,19 @@ impl Table {
                 format!("CAST({column} AS TEXT)")
             }
             _ => column,
+        }
+    }
+
+    /// A column as a read of the row selects it, to be read with [`cell_text`]: a float as it
+    /// is stored, whose text SQLite would write with 15 significant digits, not the 17 that
+    /// give the very float back; any other as [`Table::text_of`] gives it.
+    pub fn read_of(&self, alias: &str, name: &str) -> String {
+        match self
+            .column_named(name)
+            .map(|index| self.columns[index].shape)
+        {
+            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
+            _ => self.text_of(alias, name),
         }
     }
 
@@ -488,4 +505,19 @@ impl Table {
 /// The JSON path of the top-level entry `name`, as a SQL literal.
 fn json_path(name: &str) -> String {
     literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
+}
+
+/// The text of cell `at` of a row read with [`Table::read_of`]: a `REAL` as the shortest text
+/// that reads back as the very float, anything else as SQLite gives it; `None` for NULL.
+pub(crate) fn cell_text(row: &SqliteRow, at: usize) -> Result<Option<String>, sqlx::Error> {
+    let raw = row.try_get_raw(at)?;
+    if raw.is_null() {
+        return Ok(None);
+    }
+    match raw.type_info().name() {
+        "REAL" => row
+            .try_get::<f64, _>(at)
+            .map(|float| Some(format!("{float:?}"))),
+        _ => row.try_get(at),
+    }
 }

@@ -137,22 +137,29 @@ struct Gauge {
     reading: i64,
 }
 
+/// A gauge for each of `scales`, its other frozen values varied with its place.
+fn gauges(scales: &[f64]) -> Vec<Gauge> {
+    scales
+        .iter()
+        .enumerate()
+        .map(|(n, &scale)| Gauge {
+            name: format!("g{n}"),
+            scale,
+            unit: (n % 2 == 0).then(|| "m".to_owned()),
+            calibrated: n % 3 == 0,
+            limits: (0..n as i64).collect(),
+            reading: n as i64,
+        })
+        .collect()
+}
+
 /// What idem wrote is clean to the audit, whatever shape its frozen values have: each stored
 /// value's digest is the one idem stored for it, read as the type and as stored.
 #[tokio::test]
 async fn the_audit_finds_frozen_values_of_each_shape_as_digested() {
     for db in fresh_backends("audit_digest_shapes").await {
         db.ensure::<Gauge>().await;
-        let gauges: Vec<Gauge> = (0..8)
-            .map(|n| Gauge {
-                name: format!("g{n}"),
-                scale: [1.0, 2.5, -0.0, 1e300][n % 4],
-                unit: (n % 2 == 0).then(|| "m".to_owned()),
-                calibrated: n % 3 == 0,
-                limits: (0..n as i64).collect(),
-                reading: n as i64,
-            })
-            .collect();
+        let gauges = gauges(&[1.0, 2.5, -0.0, 1e300, 1.0, 2.5, -0.0, 1e300]);
         db.upsert_many(&gauges).await.unwrap();
         for (reading, report) in both_audits::<Gauge>(&db).await {
             assert_eq!(report.scanned, 8, "{db}, {reading}: {report}");
@@ -186,16 +193,7 @@ async fn the_audit_finds_frozen_values_of_each_shape_as_digested() {
 async fn documents_adopted_without_the_type_are_digested_as_idem_writes_them() {
     for db in fresh_backends("adopt_digests").await {
         db.ensure::<Gauge>().await;
-        let gauges: Vec<Gauge> = (0..4)
-            .map(|n| Gauge {
-                name: format!("g{n}"),
-                scale: [1.0, 2.5, -0.0, 3.0][n],
-                unit: (n % 2 == 0).then(|| "m".to_owned()),
-                calibrated: n % 3 == 0,
-                limits: (0..n as i64).collect(),
-                reading: n as i64,
-            })
-            .collect();
+        let gauges = gauges(&[1.0, 2.5, -0.0, 3.0]);
         for gauge in &gauges {
             write_under_foreign_id(&db, gauge).await;
         }
