@@ -114,6 +114,37 @@ async fn the_audit_finds_guard_digests_that_are_not_their_values() {
             refused.to_string(),
             "{db}: refused by its digest now as by its value before"
         );
+
+        // A digest removed beside its value (or a field made frozen since): named as such,
+        // since the guard would let the next write set it.
+        let removed = match db {
+            Db::Sqlite { .. } => "json_remove(\"idemFrozen\", '$.authorId')",
+            _ => "\"idemFrozen\" - 'authorId'",
+        };
+        db.run_raw(
+            &format!("UPDATE \"posts\" SET \"idemFrozen\" = {removed} WHERE \"slug\" = 'p050'"),
+            doc! {
+                "update": "posts",
+                "updates": [{
+                    "q": { "slug": "p050" },
+                    "u": { "$unset": { "idemFrozen.authorId": "" } },
+                }],
+            },
+        )
+        .await;
+        for (reading, report) in both_audits::<Post>(&db).await {
+            assert_eq!(
+                samples(&report.digest_mismatch),
+                [(
+                    id_of(50),
+                    Some(
+                        "`authorId`: no digest beside its value, which the next write may change"
+                            .into()
+                    )
+                )],
+                "{db}, {reading}: {report}"
+            );
+        }
     }
 }
 
