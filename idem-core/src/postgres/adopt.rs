@@ -427,19 +427,8 @@ where
 }
 
 fn read_row_from<R: Cells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
-    let stored = match row.json(0) {
-        Ok(Some(Value::Object(stored))) => stored,
-        read => {
-            return Err(Error::new(
-                document.clone(),
-                ErrorKind::Deserialize {
-                    message: read
-                        .err()
-                        .unwrap_or_else(|| "a row did not read as an object".into()),
-                },
-            ))
-        }
-    };
+    // `to_jsonb` of a row is never NULL.
+    let stored = row.object(0, document)?.unwrap_or_default();
     let place = match row.text(1) {
         Some(id) => Place::Id(id.to_owned()),
         None => Place::Location(row.text(2).unwrap_or_default().to_owned()),

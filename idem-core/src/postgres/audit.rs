@@ -21,7 +21,6 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::stored::stored_table;
 use super::table::{quote, InsertedSignal, Table};
@@ -29,7 +28,7 @@ use super::wire::{Cells, Connection, Param, Wire};
 use super::{postgres_error, survey_table, Store};
 use crate::audit::{AuditProgress, AuditReport};
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
@@ -180,19 +179,8 @@ where
     let mut scan = RowScan::new(table, reading);
     client
         .scan(&sql, &document, |row| {
-            let stored = match row.json(0) {
-                Ok(Some(Value::Object(stored))) => stored,
-                read => {
-                    return Err(Error::new(
-                        document.clone(),
-                        ErrorKind::Deserialize {
-                            message: read
-                                .err()
-                                .unwrap_or_else(|| "a row did not read as an object".into()),
-                        },
-                    ))
-                }
-            };
+            // `to_jsonb` of a row is never NULL.
+            let stored = row.object(0, &document)?.unwrap_or_default();
             let location = format!("ctid {}", row.text(1).unwrap_or_default());
             scan.row(&mut report, stored, &location);
             progress(&AuditProgress::new(report.scanned, total));

@@ -1,7 +1,6 @@
 //! Typed reads: a row by id or by natural key, as its type.
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
@@ -110,18 +109,10 @@ where
         table.name()
     );
     let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
-    let deserialize_error =
-        |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
-    let stored = match row.json(1).map_err(deserialize_error)? {
-        None => return Ok(None),
-        Some(Value::Object(stored)) => stored,
-        Some(_) => {
-            return Err(deserialize_error(
-                "the row did not read as an object".into(),
-            ))
-        }
+    let Some(stored) = row.object(1, &document)? else {
+        return Ok(None);
     };
     row_as(table, stored)
         .map(Some)
-        .map_err(|error| deserialize_error(error.to_string()))
+        .map_err(|message| Error::new(document, ErrorKind::Deserialize { message }))
 }

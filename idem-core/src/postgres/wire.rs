@@ -9,7 +9,7 @@ use std::future::Future;
 use serde_json::Value;
 
 use crate::document::DocumentRef;
-use crate::error::{BackendError, Error};
+use crate::error::{BackendError, Error, ErrorKind};
 
 /// One bound parameter of a statement, of the few types idem's statements take.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +65,23 @@ pub trait Cells {
     /// A `jsonb` cell; `Err` says why it does not parse (a number beyond what a float holds,
     /// say), which a read reports rather than take the row for one not stored.
     fn json(&self, at: usize) -> Result<Option<Value>, String>;
+
+    /// A `jsonb` cell holding a row (`to_jsonb`), as every read of rows takes it: `None` for
+    /// NULL; a cell that does not parse, or holds no object, is [`ErrorKind::Deserialize`] for
+    /// `document`.
+    fn object(
+        &self,
+        at: usize,
+        document: &DocumentRef,
+    ) -> Result<Option<serde_json::Map<String, Value>>, Error> {
+        let refused =
+            |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
+        match self.json(at).map_err(refused)? {
+            None => Ok(None),
+            Some(Value::Object(stored)) => Ok(Some(stored)),
+            Some(_) => Err(refused("a row did not read as an object".into())),
+        }
+    }
 }
 
 /// A statement the server or the driver refused, as idem reports it.

@@ -16,10 +16,12 @@ use serde::ser::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout};
-use super::row::{row_as, PreparedRow};
+use super::row::{prepare_light, row_as, PreparedRow};
 use crate::audit::{DigestMismatch, DigestReading, HashCheck};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
+use crate::engine::batch::Ready;
+use crate::engine::Prepared;
 use crate::hash::ContentHash;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -65,13 +67,26 @@ fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
     stored: Map<String, Value>,
 ) -> Result<TypedRow, String> {
     let value: T = row_as(table, stored)?;
-    let digests = PreparedRow::new(&value, table)
-        .ok()
-        .map(|row| row.digests.iter().map(|(_, digest)| *digest).collect());
+    // Prepared as a write of it is (light where that vouches for it), which gives its id, hash
+    // and digests at once; where it would not be written, its id and hash alone.
+    let ready = match prepare_light(&value, table) {
+        Ok(ready) => ready,
+        Err(_) => {
+            return Ok(TypedRow {
+                id: value.id().map_err(|error| error.to_string()),
+                hash: value.content_hash().ok(),
+                digests: None,
+            })
+        }
+    };
+    let prepared: &Prepared = match &ready {
+        Ready::Light(light) => light,
+        Ready::Whole(whole) => whole,
+    };
     Ok(TypedRow {
-        id: value.id().map_err(|error| error.to_string()),
-        hash: value.content_hash().ok(),
-        digests,
+        id: Ok(prepared.id),
+        hash: prepared.hash.parse().ok(),
+        digests: Some(prepared.digests.iter().map(|(_, digest)| *digest).collect()),
     })
 }
 
@@ -130,16 +145,8 @@ pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Va
             .unwrap_or(Value::Null)
     };
     let key: Vec<Value> = model.natural_key_fields().map(stored_value).collect();
-    // Read before the typed reading takes the row: the stored digests, and, for a reading
-    // without the type, the digests the stored values may have.
+    // Read before the typed reading takes the row.
     let stored_digests_column = stored.get(FROZEN_DIGESTS_FIELD).cloned();
-    let value_digests: Vec<Vec<DigestReading>> = match reading {
-        Reading::Typed { .. } => Vec::new(),
-        Reading::Stored { .. } => model
-            .digested_fields()
-            .map(|field| stored_digests(table, &stored, field))
-            .collect(),
-    };
     let timestamp = model.timestamp_field().map(stored_value);
     let from_stored = || crate::audit::derive_from_stored(model, &key, timestamp.as_ref());
     let stored_hash = stored
@@ -159,7 +166,11 @@ pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Va
         },
         Reading::Stored { field_order } => {
             let (computed, nested) = stored_hashes(table, field_order, &stored);
-            (from_stored(), computed, nested, None, value_digests)
+            let digests: Vec<Vec<DigestReading>> = model
+                .digested_fields()
+                .map(|field| value_digest_readings(table, &stored, field))
+                .collect();
+            (from_stored(), computed, nested, None, digests)
         }
     };
     let digest_mismatch =
@@ -192,7 +203,7 @@ pub(crate) fn stored_destination(
         .model
         .digested_fields()
         .filter_map(|field| {
-            let digest = stored_digest(table, &stored, field).ok()??;
+            let digest = value_digest(table, &stored, field).ok()??;
             Some((field.stored_name().to_owned(), Value::from(digest.as_str())))
         })
         .collect();
@@ -221,7 +232,7 @@ pub(crate) fn stored_destination(
 /// The digest of `field`'s stored value in `stored`, as a write of it stores it: a float
 /// column's number as a float ([`Hashed`]), a NULL as never written where the field is an
 /// `Option`. Adoption's and the audit's.
-fn stored_digest(
+fn value_digest(
     table: &Layout,
     stored: &Map<String, Value>,
     field: &Field,
@@ -235,15 +246,15 @@ fn stored_digest(
 }
 
 /// The digests `field`'s stored value in `stored` may have, read without the type: as
-/// [`stored_digest`] reads it, and where its column's type may not tell how it was written, as
+/// [`value_digest`] reads it, and where its column's type may not tell how it was written, as
 /// the other value it may be (a text column's JSON, an integer's 0 or 1 as a boolean: what a
 /// SQLite table made before `JSON_TEXT` and `BOOLEAN` declares, or another tool's table).
-fn stored_digests(
+fn value_digest_readings(
     table: &Layout,
     stored: &Map<String, Value>,
     field: &Field,
 ) -> Vec<DigestReading> {
-    let mut digests = vec![stored_digest(table, stored, field)];
+    let mut digests = vec![value_digest(table, stored, field)];
     let other = match stored.get(field.stored_name()) {
         Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
         Some(Value::Number(number)) => match number.as_i64() {
