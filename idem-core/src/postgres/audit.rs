@@ -124,7 +124,7 @@ impl Store {
     /// It also checks that the model is the one the rows were written with
     /// ([`crate::model_check`]): [`AuditReport::model_mismatch`] names the flag that is likely
     /// wrong. A table that does not exist, or lacks a column the model names, is an error
-    /// ([`ErrorKind::SchemaMismatch`]).
+    /// ([`ErrorKind::SchemaMismatch`](crate::error::ErrorKind::SchemaMismatch)).
     pub async fn audit_model<C: Connection>(
         &self,
         client: C,
