@@ -81,13 +81,16 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> S
                     Guarded::Same
                 }
                 StoredDigest::Digest(_) | StoredDigest::Other => Guarded::Changed,
-                StoredDigest::NoDigests => match driver.stored_value(stored, field) {
-                    None => Guarded::Unwritten,
-                    Some(Value::Null) if field.null_is_unwritten() => Guarded::Unwritten,
-                    Some(value) => Guarded::Foreign {
-                        same: same_value(&value, &driver.incoming_value(doc, field)),
-                    },
-                },
+                // A field left out reads as null, as a SQL column holds it: never written
+                // only in an `Option` field, elsewhere a value like any other.
+                StoredDigest::NoDigests => {
+                    match driver.stored_value(stored, field).unwrap_or(Value::Null) {
+                        Value::Null if field.null_is_unwritten() => Guarded::Unwritten,
+                        value => Guarded::Foreign {
+                            same: same_value(&value, &driver.incoming_value(doc, field)),
+                        },
+                    }
+                }
             };
             (*field, state)
         })

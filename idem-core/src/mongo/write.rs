@@ -268,16 +268,20 @@ impl PreparedWrite {
                     }
                 })
                 .collect::<Vec<_>>();
-            // A stored null is "never written" only in an `Option` field; elsewhere the guard
-            // cannot compare it, and this side does.
+            // A stored null (or a field left out) is "never written" only in an `Option`
+            // field; elsewhere the guard cannot compare it, and this side does, but in the
+            // document the upsert is inserting, which holds its id and natural key alone.
+            let holds_only_the_query = 1 + self.model.natural_key_fields().count() as i64;
+            let inserting = bson!({ "$lte": [
+                { "$size": { "$objectToArray": "$$ROOT" } },
+                holds_only_the_query,
+            ] });
             let unwritten = self
                 .digests
                 .iter()
                 .map(|(field, _)| match field.null_is_unwritten() {
                     true => is_unwritten(field_path(field.stored_name())),
-                    false => {
-                        bson!({ "$eq": [{ "$type": field_path(field.stored_name()) }, "missing"] })
-                    }
+                    false => inserting.clone(),
                 })
                 .collect::<Vec<_>>();
             conditions.push(bson!({ "$cond": [
@@ -462,17 +466,18 @@ pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<Short
     crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
 }
 
-/// The digest of `field`'s value in `document`, as a write stores it: `None` where the field is
-/// left out or never written. The write's, adoption's and the audit's.
+/// The digest of `field`'s value in `document`, as a write stores it: `None` where it was never
+/// written (an `Option` left `None`). Any other field serde left out is read as a null, a value
+/// like any other that a later write may not change, as the SQL stores read the NULL it leaves
+/// in its column. The write's, adoption's and the audit's.
 pub(crate) fn field_digest(
     document: &Document,
     field: &Field,
 ) -> Result<Option<ShortText>, String> {
-    document
-        .get(field.stored_name())
-        .map(|value| guarded_digest(field, value))
-        .transpose()
-        .map(Option::flatten)
+    guarded_digest(
+        field,
+        document.get(field.stored_name()).unwrap_or(&Bson::Null),
+    )
 }
 
 /// The digest stored for `field` in a document's `idemFrozen`, as the judgement and the audit

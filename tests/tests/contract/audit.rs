@@ -250,3 +250,314 @@ async fn documents_adopted_without_the_type_are_digested_as_idem_writes_them() {
         }
     }
 }
+
+/// Where a station stands: floats a JSON column may read back as integers, and tags some of
+/// which are null.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Origin {
+    lat: f64,
+    lon: f64,
+    tags: std::collections::BTreeMap<String, Option<String>>,
+}
+
+/// Frozen values of the shapes serde leaves out, nests or fills with nulls: a label and aliases
+/// left out when unset, samples with nulls among them, a nested origin; beside free-form fields
+/// flattened in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "stations")]
+#[serde(rename_all = "camelCase")]
+struct Station {
+    #[idem(key)]
+    code: String,
+    #[idem(frozen)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    #[idem(frozen)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    aliases: Vec<String>,
+    #[idem(frozen)]
+    samples: Vec<Option<i64>>,
+    #[idem(frozen)]
+    origin: Origin,
+    reading: i64,
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// Station `n`, each shape varied with its place.
+fn station(n: usize) -> Station {
+    let coordinate = [10.0, -0.0, 0.1 + 0.2, 1e15, -45.5, 7.0][n % 6];
+    Station {
+        code: format!("s{n:02}"),
+        label: n.is_multiple_of(2).then(|| format!("station {n}")),
+        aliases: (0..n % 3).map(|a| format!("alias {a}")).collect(),
+        samples: (0..n as i64).map(|s| (s % 2 == 0).then_some(s)).collect(),
+        origin: Origin {
+            lat: coordinate,
+            lon: -coordinate,
+            tags: [
+                ("kind".to_owned(), Some("weather".to_owned())),
+                (
+                    "owner".to_owned(),
+                    n.is_multiple_of(3).then(|| "city".to_owned()),
+                ),
+            ]
+            .into(),
+        },
+        reading: n as i64,
+        extra: match n % 2 {
+            0 => [(
+                "note".to_owned(),
+                serde_json::json!([n, null, { "deep": null }]),
+            )]
+            .into(),
+            _ => Default::default(),
+        },
+    }
+}
+
+/// Frozen values serde leaves out, nests or fills with nulls, the same on every backend: clean
+/// to both audits as idem wrote them; `Unchanged` on a re-ingest; an `Option` left out takes a
+/// first value, where a list left out is a value (null, as a SQL column holds it) whose first
+/// items are refused, on rows idem wrote and rows another tool wrote alike; a changed value is
+/// refused naming the field, every row left as it was; a digest removed, or a digest or value
+/// changed behind idem's back, is found.
+#[tokio::test]
+async fn frozen_values_left_out_nested_or_holding_nulls_are_guarded_and_audited() {
+    for db in fresh_backends("audit_left_out").await {
+        db.ensure::<Station>().await;
+        let stations: Vec<Station> = (0..12).map(station).collect();
+        db.upsert_many(&stations).await.unwrap();
+        for (reading, report) in both_audits::<Station>(&db).await {
+            assert_eq!(report.scanned, 12, "{db}, {reading}: {report}");
+            assert!(
+                report.digest_mismatch.is_empty() && report.hash_mismatch.is_empty(),
+                "{db}, {reading}: {report}"
+            );
+        }
+        let again = db.upsert_many(&stations).await.unwrap();
+        assert_eq!(
+            again.count(idem_core::Outcome::Unchanged),
+            12,
+            "{db}: {again}"
+        );
+        for station in &stations {
+            assert_eq!(
+                db.upsert(station).await.unwrap(),
+                idem_core::Outcome::Unchanged,
+                "{db}: {station:?}"
+            );
+        }
+
+        // A first label where serde left it out (an `Option` never written): written, once.
+        let named = Station {
+            label: Some("named".into()),
+            ..stations[9].clone()
+        };
+        assert_eq!(
+            db.upsert(&named).await.unwrap(),
+            idem_core::Outcome::Updated,
+            "{db}"
+        );
+        let before = db.stored::<Station>().await;
+        // Each frozen value changed, in a batch and alone: refused, naming the field. A list
+        // serde leaves out while empty is a value like any other (only an `Option` left out is
+        // one never written): its first items, or its items removed, are refused too.
+        let changed = [
+            (
+                "label",
+                Station {
+                    label: Some("renamed".into()),
+                    ..named.clone()
+                },
+            ),
+            (
+                "label",
+                Station {
+                    label: None,
+                    ..named.clone()
+                },
+            ),
+            (
+                "aliases",
+                Station {
+                    aliases: vec!["first".into()],
+                    ..named.clone()
+                },
+            ),
+            (
+                "aliases",
+                Station {
+                    aliases: Vec::new(),
+                    ..stations[1].clone()
+                },
+            ),
+            (
+                "samples",
+                Station {
+                    samples: vec![Some(0), None, None],
+                    ..stations[3].clone()
+                },
+            ),
+            ("origin", {
+                let mut moved = stations[0].clone();
+                // 10.0, one unit in the last place away.
+                moved.origin.lat = 10.000000000000002;
+                moved
+            }),
+            ("origin", {
+                let mut untagged = stations[6].clone();
+                untagged.origin.tags.insert("owner".into(), None);
+                untagged
+            }),
+        ];
+        for (field, doc) in &changed {
+            let single = match db.upsert(doc).await {
+                Err(refusal) => refusal.to_string(),
+                Ok(outcome) => panic!("{db}: {field} changed in {doc:?}: {outcome:?}"),
+            };
+            assert!(
+                single.contains(&format!("`{field}`")) && single.contains(&doc.code),
+                "{db}: {field}: {single}"
+            );
+        }
+        let batch = db
+            .upsert_many(
+                &changed
+                    .iter()
+                    .map(|(_, doc)| doc.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(batch.refused(), changed.len(), "{db}: {batch}");
+        assert_eq!(
+            db.stored::<Station>().await,
+            before,
+            "{db}: the refused writes left every row as it was"
+        );
+        // The same frozen values with other free-form fields: written.
+        let mut noted = stations[5].clone();
+        noted
+            .extra
+            .insert("note".into(), serde_json::json!({ "new": [1.5, null] }));
+        assert_eq!(
+            db.upsert(&noted).await.unwrap(),
+            idem_core::Outcome::Updated,
+            "{db}"
+        );
+        for (reading, report) in both_audits::<Station>(&db).await {
+            assert!(
+                report.digest_mismatch.is_empty() && report.hash_mismatch.is_empty(),
+                "{db}, {reading}: {report}"
+            );
+        }
+
+        // Written by another tool (no digests), its aliases left out: an edit of another field
+        // is written, and first aliases are refused as on a row idem wrote.
+        let mut foreign = station(3);
+        foreign.code = "f03".into();
+        db.write_as_another_tool(&foreign).await;
+        assert_eq!(
+            db.upsert(&Station {
+                reading: 99,
+                ..foreign.clone()
+            })
+            .await
+            .unwrap(),
+            idem_core::Outcome::Updated,
+            "{db}"
+        );
+        let mut foreign = station(9);
+        foreign.code = "f09".into();
+        db.write_as_another_tool(&foreign).await;
+        let aliased = Station {
+            aliases: vec!["first".into()],
+            ..foreign.clone()
+        };
+        let refused = db.upsert(&aliased).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("`aliases`") && refused.contains("stored (missing)"),
+            "{db}: {refused}"
+        );
+
+        // A digest removed for a list left out (as a MongoDB store of an earlier idem wrote
+        // it): named by the audit, since the next write may set the list; that write stores it.
+        let removed = match db {
+            Db::Sqlite { .. } => "json_remove(\"idemFrozen\", '$.aliases')",
+            _ => "\"idemFrozen\" - 'aliases'",
+        };
+        db.run_raw(
+            &format!("UPDATE \"stations\" SET \"idemFrozen\" = {removed} WHERE \"code\" = 's03'"),
+            doc! {
+                "update": "stations",
+                "updates": [{
+                    "q": { "code": "s03" },
+                    "u": { "$unset": { "idemFrozen.aliases": "" } },
+                }],
+            },
+        )
+        .await;
+        let id_of_3 = stations[3].id().unwrap().to_string();
+        for (reading, report) in both_audits::<Station>(&db).await {
+            assert_eq!(
+                samples(&report.digest_mismatch),
+                [(
+                    id_of_3.clone(),
+                    Some(
+                        "`aliases`: no digest beside its value, which the next write may change"
+                            .into()
+                    )
+                )],
+                "{db}, {reading}: {report}"
+            );
+        }
+        let edited = Station {
+            reading: 33,
+            ..stations[3].clone()
+        };
+        assert_eq!(
+            db.upsert(&edited).await.unwrap(),
+            idem_core::Outcome::Updated,
+            "{db}"
+        );
+        for (reading, report) in both_audits::<Station>(&db).await {
+            assert!(
+                report.digest_mismatch.is_empty(),
+                "{db}, {reading}: {report}"
+            );
+        }
+        let aliased = Station {
+            aliases: vec!["late".into()],
+            ..edited
+        };
+        assert!(
+            db.upsert(&aliased)
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("`aliases`"),
+            "{db}"
+        );
+
+        // Behind idem's back: a digests column copied from another station, and a value.
+        copy_own_field::<Station>(&db, "idemFrozen", "code", "s07", "s08").await;
+        copy_own_field::<Station>(&db, "samples", "code", "s09", "s10").await;
+        for (reading, report) in both_audits::<Station>(&db).await {
+            let found: Vec<(String, Option<String>)> = samples(&report.digest_mismatch);
+            let ids = [8, 10].map(|n| stations[n].id().unwrap().to_string());
+            assert_eq!(
+                found.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),
+                ids,
+                "{db}, {reading}: {report}"
+            );
+            assert!(
+                found[1]
+                    .1
+                    .as_deref()
+                    .is_some_and(|d| d.contains("`samples`")),
+                "{db}, {reading}: {report}"
+            );
+        }
+    }
+}
