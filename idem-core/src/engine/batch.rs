@@ -63,12 +63,25 @@ pub(crate) trait BatchDriver: Driver {
     /// `doc` ready for a lookup ([`BatchDriver::look_up`]): light where the driver can vouch
     /// that preparing it whole would succeed, so that a document the lookup finds unchanged
     /// costs no encoding of its content; else whole, or the refusal [`BatchDriver::prepare`]
-    /// gives. A light document is prepared whole again before anything of it is written.
+    /// gives. A light document is completed ([`BatchDriver::complete`]) before anything of it is
+    /// written.
     fn prepare_light<T: Idempotent + Serialize>(
         &self,
         doc: &T,
     ) -> Result<Ready<Self::Light, Self::Doc>, Error> {
         self.prepare(doc).map(Ready::Whole)
+    }
+
+    /// `doc` ready to send, from its light form `light` ([`BatchDriver::prepare_light`]): what
+    /// the light form holds (its id, content hash and digests) taken from it, where the driver
+    /// can, instead of computed again.
+    fn complete<T: Idempotent + Serialize>(
+        &self,
+        light: &Self::Light,
+        doc: &T,
+    ) -> Result<Self::Doc, Error> {
+        let _ = light;
+        self.prepare(doc)
     }
 
     /// The stored state of `docs` in one read, for a driver whose batch write cannot return the
@@ -235,11 +248,11 @@ impl<L, D> Ready<L, D> {
     }
 }
 
-/// A document of a chunk made whole to be written: as prepared, or prepared again from its
-/// original.
+/// A document of a chunk made whole to be written: as prepared, or completed from its light
+/// form and its original.
 enum Whole<'r, D> {
     Prepared(&'r D),
-    Again(D),
+    Completed(D),
 }
 
 impl<D> std::ops::Deref for Whole<'_, D> {
@@ -248,12 +261,12 @@ impl<D> std::ops::Deref for Whole<'_, D> {
     fn deref(&self) -> &D {
         match self {
             Whole::Prepared(doc) => doc,
-            Whole::Again(doc) => doc,
+            Whole::Completed(doc) => doc,
         }
     }
 }
 
-/// `ready` whole, to be written: prepared again from `original` if it was prepared light.
+/// `ready` whole, to be written: completed from `original` if it was prepared light.
 fn whole<'r, D: BatchDriver, T: Idempotent + Serialize>(
     driver: &D,
     ready: &'r ReadyOf<D>,
@@ -261,7 +274,7 @@ fn whole<'r, D: BatchDriver, T: Idempotent + Serialize>(
 ) -> Result<Whole<'r, D::Doc>, Error> {
     match ready {
         Ready::Whole(doc) => Ok(Whole::Prepared(doc)),
-        Ready::Light(_) => driver.prepare(original).map(Whole::Again),
+        Ready::Light(light) => driver.complete(light, original).map(Whole::Completed),
     }
 }
 

@@ -176,7 +176,7 @@ pub(crate) fn check_written_names<'n>(
 /// What every driver's prepared document holds beside its own encoding, computed before any
 /// round trip: the engine reads a document through this (a driver's document dereferences to
 /// it).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Prepared {
     /// The type's model.
     pub model: &'static Model,

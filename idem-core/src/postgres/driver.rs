@@ -135,6 +135,14 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         crate::sql::row::prepare_light(doc, self.table)
     }
 
+    fn complete<T: Idempotent + Serialize>(
+        &self,
+        light: &LightRow,
+        doc: &T,
+    ) -> Result<PreparedRow, Error> {
+        PreparedRow::completed(light, doc, self.table)
+    }
+
     async fn read_many(
         &self,
         _docs: &[&PreparedRow],

@@ -25,7 +25,7 @@ use crate::verdict::StoredVersion;
 /// engine's part ([`Prepared`], which it dereferences to), the text of each natural-key column,
 /// and each guarded field's value. [`LightRow::new`] prepares only this, where the columns of a
 /// row that may never be written are not worth encoding.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct LightRow {
     prepared: Prepared,
     /// The text of each natural-key field's column, in [`Model::natural_key_fields`] order.
@@ -370,6 +370,20 @@ impl PreparedRow {
         }
     }
 
+    /// `doc`'s whole row from its light form ([`LightRow::new`]): only its columns are encoded,
+    /// its id, content hash, digests and key texts taken as the light form has them (the tests
+    /// of `light_row_agreement` hold the two preparations to the same parts).
+    pub fn completed<T: Idempotent + Serialize>(
+        light: &LightRow,
+        doc: &T,
+        table: &Layout,
+    ) -> Result<Self, Error> {
+        match scan::walk(doc, table, true) {
+            Some(walked) => Ok(PreparedRow::of_walked(light.clone(), walked, table)),
+            None => PreparedRow::with_id(doc, light.id, table),
+        }
+    }
+
     /// `doc`'s row under `id` from [`scan::walk`]'s texts, or `None` where it could not vouch
     /// for the document.
     fn walked<T: Idempotent + Serialize>(
@@ -377,12 +391,19 @@ impl PreparedRow {
         id: Id,
         table: &Layout,
     ) -> Result<Option<Self>, Error> {
-        let Some(walked) = scan::walk(doc, table, true) else {
+        let Some(mut walked) = scan::walk(doc, table, true) else {
             return Ok(None);
         };
-        let Some(light) = LightRow::from_picked(doc, id, table, walked.picked)? else {
+        let picked = std::mem::take(&mut walked.picked);
+        let Some(light) = LightRow::from_picked(doc, id, table, picked)? else {
             return Ok(None);
         };
+        Ok(Some(PreparedRow::of_walked(light, walked, table)))
+    }
+
+    /// The row of `light`'s document from the texts [`scan::walk`] wrote of it: its digests
+    /// and the entries no column holds written into theirs.
+    fn of_walked(light: LightRow, walked: scan::Walked, table: &Layout) -> Self {
         let mut texts = walked.columns;
         let mut extra = Some(walked.extra).filter(|extra| !extra.is_empty());
         for (position, &index) in table.sent.iter().enumerate() {
@@ -403,7 +424,7 @@ impl PreparedRow {
             }
         }
         table.row_sizes.saw(&mut texts);
-        Ok(Some(PreparedRow { light, texts }))
+        PreparedRow { light, texts }
     }
 
     /// `doc`'s row under `id` through its JSON ([`json::to_document`]): every refusal of a
@@ -726,16 +747,33 @@ fn row_cells(table: &Layout, stored: serde_json::Map<String, Value>) -> Vec<(Str
 
 /// How `doc`'s light preparation (`LightRow::new`) compares with its whole one
 /// (`PreparedRow::new`) on the table of `T`, for the tests that hold the first to the
-/// second: `Ok(true)` where the light one vouched for the document and both agree on all a
-/// lookup sends and a judgement reads, `Ok(false)` where it did not vouch (the whole one then
-/// decides, refusal included); `Err` says how they disagree.
+/// second: `Ok(true)` where the light one vouched for the document, both agree on all a
+/// lookup sends and a judgement reads, and the row completed from the light one
+/// (`PreparedRow::completed`) sends what the whole one sends; `Ok(false)` where it did not
+/// vouch (the whole one then decides, refusal included); `Err` says how they disagree.
 pub fn light_row_agreement<T: Idempotent + Serialize>(doc: &T) -> Result<bool, String> {
     let table = Layout::new(&T::MODEL, &T::stored_columns());
     let light = LightRow::new(doc, &table);
     let whole = PreparedRow::new(doc, &table);
     let (light, whole) = match (light, whole) {
         (Ok(None), _) => return Ok(false),
-        (Ok(Some(light)), Ok(whole)) => (light, whole.light),
+        (Ok(Some(light)), Ok(whole)) => {
+            let completed =
+                PreparedRow::completed(&light, doc, &table).map_err(|error| error.to_string())?;
+            for position in 0..table.sent.len() {
+                let (sent, expected) = (
+                    completed.sent_value(&table, position),
+                    whole.sent_value(&table, position),
+                );
+                if sent != expected {
+                    return Err(format!(
+                        "completed column {:?}: {sent:?}, whole {expected:?}",
+                        table.columns[table.sent[position]].name
+                    ));
+                }
+            }
+            (light, whole.light)
+        }
         (Ok(Some(_)), Err(refusal)) => {
             return Err(format!("vouched for a document the row refuses: {refusal}"))
         }

@@ -204,6 +204,14 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         crate::sql::row::prepare_light(doc, self.table)
     }
 
+    fn complete<T: Idempotent + Serialize>(
+        &self,
+        light: &LightRow,
+        doc: &T,
+    ) -> Result<PreparedRow, Error> {
+        PreparedRow::completed(light, doc, self.table)
+    }
+
     async fn read_many(
         &self,
         _docs: &[&PreparedRow],
