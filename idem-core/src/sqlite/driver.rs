@@ -154,8 +154,18 @@ impl Driver for SqliteDriver<'_, '_> {
         query = query
             .bind(format!("u{}", ulid::Ulid::generate()))
             .bind(doc.id_text.as_str());
-        for value in doc.pinned_parameters(self.table, stored) {
-            query = query.bind(value);
+        let floats = self.table.pinned_floats();
+        for (value, float) in doc
+            .pinned_parameters(self.table, stored)
+            .into_iter()
+            .zip(floats)
+        {
+            // A float read back as its shortest exact text ([`super::table::cell_text`]).
+            let exact = value.as_deref().filter(|_| float).map(str::parse::<f64>);
+            query = match exact {
+                Some(Ok(float)) => query.bind(float),
+                _ => query.bind(value),
+            };
         }
         let mut connection = self.connection.lock().await;
         crate::trace::round_trip("UPDATE");
@@ -427,7 +437,7 @@ fn stored_row(
     let texts: Vec<Option<String>> = (at..row.len())
         .map(|index| match index - at {
             1 => None,
-            _ => row.try_get(index).ok().flatten(),
+            _ => super::table::cell_text(row, index).ok().flatten(),
         })
         .collect();
     let tombstoned: bool = row.try_get::<Option<bool>, _>(at + 1)?.unwrap_or(false);

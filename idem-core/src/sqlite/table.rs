@@ -376,9 +376,31 @@ impl Table {
         )
     }
 
-    /// A column as the text the stored state carries: booleans as `true` or `false`, numbers
-    /// and JSON as their text (a float's with SQLite's 15 digits: what a guard compares it
-    /// with is read the same way; a read of the row takes [`Table::read_of`]).
+    /// Which of the parameters [`Table::pinned_sql`] pins the stored row with, after the id, are
+    /// a float column's value: bound as the float itself, compared with the column as stored
+    /// (its text has 15 significant digits in SQLite, not the 17 that tell every float apart).
+    pub fn pinned_floats(&self) -> Vec<bool> {
+        let is_float = |field: &crate::model::Field| {
+            self.column_of(field)
+                .is_some_and(|index| self.columns[index].shape == ColumnShape::Float)
+        };
+        let mut floats = vec![false];
+        if self.column_with(Content::Digests).is_some() {
+            floats.push(false);
+        }
+        if self.column_with(Content::VersionKey).is_some() {
+            floats.push(false);
+            if let Some(field) = self.model.version_field() {
+                floats.push(is_float(field));
+            }
+        }
+        floats.extend(self.model.digested_fields().map(is_float));
+        floats
+    }
+
+    /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
+    /// float's with SQLite's 15 digits; the stored state and a read of the row take
+    /// [`Table::read_of`], which keeps the float).
     pub fn text_of(&self, alias: &str, name: &str) -> String {
         let shape = self
             .column_named(name)
@@ -438,14 +460,15 @@ impl Table {
             .digested_fields()
             .chain(self.model.version_field())
         {
-            state.push(self.text_of(t, field.stored_name()));
+            state.push(self.read_of(t, field.stored_name()));
         }
         state
     }
 
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
     /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
-    /// then the stored hash, digests, version key and version, and each guarded field's text.
+    /// then the stored hash, digests, version key and version, and each guarded field's text
+    /// (a float column's value as the float itself: [`Table::pinned_floats`]).
     pub fn pinned_sql(&self) -> String {
         let mut parameter = 0;
         let mut next = || {
@@ -480,7 +503,7 @@ impl Table {
             if let Some(field) = self.model.version_field() {
                 conditions.push(format!(
                     "{} IS {}",
-                    self.text_of("t", field.stored_name()),
+                    self.read_of("t", field.stored_name()),
                     next()
                 ));
             }
@@ -488,7 +511,7 @@ impl Table {
         for field in self.model.digested_fields() {
             conditions.push(format!(
                 "{} IS {}",
-                self.text_of("t", field.stored_name()),
+                self.read_of("t", field.stored_name()),
                 next()
             ));
         }

@@ -482,3 +482,56 @@ async fn every_float_reads_back_as_it_was_written() {
         assert!(typed.is_clean(), "{db}: {typed}");
     }
 }
+
+/// A frozen float another tool stored (no digests, so compared by value) is compared to the
+/// last bit on every backend: one that differs only past SQLite's 15 significant digits of a
+/// `REAL`'s text is a change, refused naming the field; an edit keeping it is written (pinned to
+/// the float as read), and the row holds the float it held.
+#[tokio::test]
+async fn a_frozen_float_another_tool_stored_is_compared_to_the_last_bit() {
+    let pairs = [
+        (0.1 + 0.2, 0.3),
+        (1.0 / 3.0, 0.333333333333333),
+        (1e16 + 2.0, 1e16),
+        (123456789.12345678, 123456789.12345679),
+        (f64::MAX, f64::from_bits(f64::MAX.to_bits() - 1)),
+    ];
+    for db in fresh_backends("foreign_frozen_floats").await {
+        db.ensure::<Reading>().await;
+        for (n, (stored, incoming)) in pairs.into_iter().enumerate() {
+            assert_ne!(stored, incoming, "a pair of different floats");
+            let reading = Reading {
+                sensor: format!("s{n}"),
+                calibration: stored,
+                note: "as another tool wrote it".into(),
+            };
+            db.write_as_another_tool(&reading).await;
+            let moved = Reading {
+                calibration: incoming,
+                note: "edited".into(),
+                ..reading.clone()
+            };
+            let refused = db.upsert(&moved).await.unwrap_err();
+            assert!(
+                matches!(refused.kind(), ErrorKind::FrozenFieldChanged { field, .. } if *field == "calibration"),
+                "{db}: {stored:?} then {incoming:?}: {refused}"
+            );
+            let kept = Reading {
+                note: "edited".into(),
+                ..reading.clone()
+            };
+            assert_eq!(
+                db.upsert(&kept).await.unwrap(),
+                Outcome::Updated,
+                "{db}: {stored:?}"
+            );
+            assert_eq!(
+                stored_float(&db, "readings", "sensor", &reading.sensor, "calibration")
+                    .await
+                    .to_bits(),
+                stored.to_bits(),
+                "{db}: {stored:?}"
+            );
+        }
+    }
+}
