@@ -190,15 +190,20 @@ impl PreparedWrite {
     /// The document a write leaves: the incoming fields, then the fields other routes own as
     /// stored (a new document starts its pushed lists empty and its effect fields at their
     /// incoming values). A field serde did not write is gone afterwards.
+    /// Whether the document in the pipeline is one the write is inserting: it starts as what
+    /// its query names, `_id` and the keys.
+    fn inserting(&self) -> Bson {
+        let fields_of_new_document = 1 + self.model.natural_key_fields().count() as i64;
+        bson!({ "$eq": [
+            { "$size": { "$objectToArray": "$$ROOT" } },
+            fields_of_new_document,
+        ] })
+    }
+
     fn replacement(&self) -> Bson {
         let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
         incoming.extend(self.body.clone());
-        // The document a write inserts starts as what its query names: `_id` and the keys.
-        let fields_of_new_document = 1 + self.model.natural_key_fields().count() as i64;
-        let inserting = bson!({ "$eq": [
-            { "$size": { "$objectToArray": "$$ROOT" } },
-            fields_of_new_document,
-        ] });
+        let inserting = self.inserting();
         let mut owned = Document::new();
         for field in self.model.fields() {
             let stored = field_path(field.stored_name());
@@ -270,12 +275,8 @@ impl PreparedWrite {
                 .collect::<Vec<_>>();
             // A stored null (or a field left out) is "never written" only in an `Option`
             // field; elsewhere the guard cannot compare it, and this side does, but in the
-            // document the upsert is inserting, which holds its id and natural key alone.
-            let holds_only_the_query = 1 + self.model.natural_key_fields().count() as i64;
-            let inserting = bson!({ "$lte": [
-                { "$size": { "$objectToArray": "$$ROOT" } },
-                holds_only_the_query,
-            ] });
+            // document the upsert is inserting ([`PreparedWrite::inserting`]).
+            let inserting = self.inserting();
             let unwritten = self
                 .digests
                 .iter()
