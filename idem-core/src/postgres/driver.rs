@@ -4,16 +4,13 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
 use super::schema::check_again;
 use super::table::{missed_guard, Table};
 use super::wire::{self, Cells, Param, Wire};
 use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
-use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked, Ready};
+use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
-use crate::idempotent::Idempotent;
 use crate::model::Model;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
@@ -124,24 +121,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         Ok(())
     }
 
-    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<PreparedRow, Error> {
-        PreparedRow::new(doc, self.table)
-    }
-
-    fn prepare_light<T: Idempotent + Serialize>(
-        &self,
-        doc: &T,
-    ) -> Result<Ready<LightRow, PreparedRow>, Error> {
-        crate::sql::row::prepare_light(doc, self.table)
-    }
-
-    fn complete<T: Idempotent + Serialize>(
-        &self,
-        light: &LightRow,
-        doc: &T,
-    ) -> Result<PreparedRow, Error> {
-        PreparedRow::completed(light, doc, self.table)
-    }
+    crate::sql::prepares_rows_as_sql!();
 
     async fn read_many(
         &self,

@@ -86,3 +86,36 @@ macro_rules! reads_rows_as_sql {
     };
 }
 pub(crate) use reads_rows_as_sql;
+
+/// The [`crate::engine::batch::BatchDriver`] methods that prepare a document's row, as every SQL
+/// driver answers them: for the driver's table (`self.table`), light where a lookup comes first.
+macro_rules! prepares_rows_as_sql {
+    () => {
+        fn prepare<T: $crate::Idempotent + ::serde::Serialize>(
+            &self,
+            doc: &T,
+        ) -> Result<$crate::sql::row::PreparedRow, $crate::Error> {
+            $crate::sql::row::PreparedRow::new(doc, self.table)
+        }
+
+        fn prepare_light<T: $crate::Idempotent + ::serde::Serialize>(
+            &self,
+            doc: &T,
+        ) -> Result<
+            $crate::engine::batch::Ready<$crate::sql::row::LightRow, $crate::sql::row::PreparedRow>,
+            $crate::Error,
+        > {
+            $crate::sql::row::prepare_light(doc, self.table)
+        }
+
+        fn complete<T: $crate::Idempotent + ::serde::Serialize>(
+            &self,
+            light: &$crate::sql::row::LightRow,
+            doc: &T,
+        ) -> Result<$crate::sql::row::PreparedRow, $crate::Error> {
+            $crate::sql::row::PreparedRow::completed(light, doc, self.table)
+        }
+    };
+}
+
+pub(crate) use prepares_rows_as_sql;

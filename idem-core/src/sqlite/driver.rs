@@ -7,17 +7,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use serde::Serialize;
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Mutex;
 
 use super::errors::{sqlite_error, unique_conflict};
 use super::table::{Statement, Table};
 use super::{bind_row, Store};
-use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked, Ready};
+use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
-use crate::idempotent::Idempotent;
 use crate::sql::layout::Content;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
@@ -203,24 +201,7 @@ impl BatchDriver for SqliteDriver<'_, '_> {
         Ok(())
     }
 
-    fn prepare<T: Idempotent + Serialize>(&self, doc: &T) -> Result<PreparedRow, Error> {
-        PreparedRow::new(doc, self.table)
-    }
-
-    fn prepare_light<T: Idempotent + Serialize>(
-        &self,
-        doc: &T,
-    ) -> Result<Ready<LightRow, PreparedRow>, Error> {
-        crate::sql::row::prepare_light(doc, self.table)
-    }
-
-    fn complete<T: Idempotent + Serialize>(
-        &self,
-        light: &LightRow,
-        doc: &T,
-    ) -> Result<PreparedRow, Error> {
-        PreparedRow::completed(light, doc, self.table)
-    }
+    crate::sql::prepares_rows_as_sql!();
 
     async fn read_many(
         &self,
