@@ -69,7 +69,7 @@ impl PreparedWrite {
             |message: String| Error::new(doc.document_ref(), ErrorKind::Serialize { message });
         let hash = doc.content_hash()?;
         let mut body =
-            bson::to_document(doc).map_err(|error| serialize_error(error.to_string()))?;
+            bson::to_document(doc).map_err(|error| serialize_error(bson_refusal(doc, &error)))?;
         // The driver would fail the whole command on it, a batch's other documents included.
         if let Some(problem) = nul_name_problem(&body) {
             return Err(serialize_error(problem));
@@ -442,6 +442,22 @@ impl PreparedWrite {
             projection.insert(field.stored_name(), 1);
         }
         projection
+    }
+}
+
+/// What BSON refused in `doc` (a `u64` above `i64::MAX`, which it cannot hold), naming the
+/// top-level field whose value it refuses where it finds one: the error says what, not where.
+fn bson_refusal<T: Serialize>(doc: &T, error: &bson::ser::Error) -> String {
+    let refused = match serde_json::to_value(doc) {
+        Ok(serde_json::Value::Object(fields)) => fields
+            .into_iter()
+            .find(|(_, value)| bson::to_bson(value).is_err())
+            .map(|(name, _)| name),
+        _ => None,
+    };
+    match refused {
+        Some(name) => format!("field {name}: {error}"),
+        None => error.to_string(),
     }
 }
 

@@ -25,15 +25,18 @@ use crate::verdict::StoredVersion;
 /// engine's part ([`Prepared`], which it dereferences to), the text of each natural-key column,
 /// and each guarded field's value. [`LightRow::new`] prepares only this, where the columns of a
 /// row that may never be written are not worth encoding.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct LightRow {
     prepared: Prepared,
     /// The text of each natural-key field's column, in [`Model::natural_key_fields`] order.
     pub key_texts: Vec<Option<String>>,
     /// Each guarded field's incoming value, in `digests` order, and how a refusal shows it
     /// where that is not its JSON (a NaN, which JSON cannot hold).
-    pub guarded: Vec<(Value, Option<String>)>,
+    pub guarded: GuardedValues,
 }
+
+/// Guarded fields' values, each with how a refusal shows it where that is not its JSON.
+type GuardedValues = Vec<(Value, Option<String>)>;
 
 impl std::ops::Deref for LightRow {
     type Target = Prepared;
@@ -273,37 +276,15 @@ impl LightRow {
         if check_written_names(model, unnamed, std::iter::empty(), holds_key).is_err() {
             return Ok(None);
         }
-        let key_texts = model
-            .natural_key_fields()
-            .map(|field| {
-                let column = &table.columns[table.column_of(field)?];
-                let value = picked
-                    .iter_mut()
-                    .find(|(picked, _)| *picked == field.stored_name())
-                    .map(|(_, value)| value);
-                match (column.shape, value) {
-                    // The picked text itself, moved, not copied: a field has one role in the
-                    // model (a key is never also a guarded field, which reads its value below),
-                    // so nothing after this reads it.
-                    (ColumnShape::Text, Some(Value::String(text))) => Some(std::mem::take(text)),
-                    (_, value) => column_text(column, value.as_deref()).ok().flatten(),
-                }
-            })
-            .collect();
+        let (key_texts, guarded) = picked_parts(model, table, &mut picked);
         let hash = doc.content_hash()?;
-        let mut digests = Vec::with_capacity(table.picked_names.len());
-        let mut guarded = Vec::with_capacity(table.picked_names.len());
-        for field in model.digested_fields() {
-            let value = picked
-                .iter_mut()
-                .find(|(picked, _)| *picked == field.stored_name())
-                .map_or(Value::Null, |(_, value)| std::mem::take(value));
+        let mut digests = Vec::with_capacity(guarded.len());
+        for (field, (value, _)) in model.digested_fields().zip(&guarded) {
             let unwritten = value.is_null() && field.null_is_unwritten();
-            let Ok(digest) = crate::hash::guard_digest(&value, unwritten) else {
+            let Ok(digest) = crate::hash::guard_digest(value, unwritten) else {
                 return Ok(None);
             };
             digests.push((field, digest));
-            guarded.push((value, None));
         }
         Ok(Some(LightRow {
             prepared: Prepared::new(doc, id, hash, digests),
@@ -311,6 +292,41 @@ impl LightRow {
             guarded,
         }))
     }
+}
+
+/// The text of each natural-key column and each guarded field's value, moved out of the values
+/// [`scan::walk`] picked (each as its column takes it): a field has one role in the model (a
+/// key is never also a guarded field), so each value is taken once.
+fn picked_parts(
+    model: &'static Model,
+    table: &Layout,
+    picked: &mut [(&'static str, Value)],
+) -> (Vec<Option<String>>, GuardedValues) {
+    fn take<'p>(picked: &'p mut [(&'static str, Value)], name: &str) -> Option<&'p mut Value> {
+        picked
+            .iter_mut()
+            .find(|(picked, _)| *picked == name)
+            .map(|(_, value)| value)
+    }
+    let key_texts = model
+        .natural_key_fields()
+        .map(|field| {
+            let column = &table.columns[table.column_of(field)?];
+            match (column.shape, take(picked, field.stored_name())) {
+                // The picked text itself, moved, not copied.
+                (ColumnShape::Text, Some(Value::String(text))) => Some(std::mem::take(text)),
+                (_, value) => column_text(column, value.as_deref()).ok().flatten(),
+            }
+        })
+        .collect();
+    let guarded = model
+        .digested_fields()
+        .map(|field| {
+            let value = take(picked, field.stored_name()).map_or(Value::Null, std::mem::take);
+            (value, None)
+        })
+        .collect();
+    (key_texts, guarded)
 }
 
 /// The digest of `field` in a digests column read as JSON, as the audit reads it: no digests
@@ -370,16 +386,24 @@ impl PreparedRow {
         }
     }
 
-    /// `doc`'s whole row from its light form ([`LightRow::new`]): only its columns are encoded,
-    /// its id, content hash, digests and key texts taken as the light form has them (the tests
-    /// of `light_row_agreement` hold the two preparations to the same parts).
+    /// `doc`'s whole row from its light form ([`LightRow::new`]): its columns encoded, its id,
+    /// content hash and digests taken as the light form has them (the tests of
+    /// `light_row_agreement` hold the two preparations to the same parts).
     pub fn completed<T: Idempotent + Serialize>(
         light: &LightRow,
         doc: &T,
         table: &Layout,
     ) -> Result<Self, Error> {
         match scan::walk(doc, table, true) {
-            Some(walked) => Ok(PreparedRow::of_walked(light.clone(), walked, table)),
+            Some(mut walked) => {
+                let (key_texts, guarded) = picked_parts(light.model, table, &mut walked.picked);
+                let light = LightRow {
+                    prepared: light.prepared.clone(),
+                    key_texts,
+                    guarded,
+                };
+                Ok(PreparedRow::of_walked(light, walked, table))
+            }
             None => PreparedRow::with_id(doc, light.id, table),
         }
     }

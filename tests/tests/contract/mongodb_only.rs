@@ -2,7 +2,9 @@
 //! has none; its counterpart, a value a table cannot hold, is in `postgres_only.rs`), unique
 //! indexes made through the MongoDB driver (PostgreSQL's unique constraints and table check are
 //! in `postgres.rs` and `pg_schema.rs`), and `$rename`, a MongoDB update operator (a PostgreSQL
-//! `Change` names the one column it changes). They use `idem_core::mongo::Store` directly.
+//! `Change` names the one column it changes), and an integer above `i64::MAX`, which BSON cannot
+//! hold (run on every backend, showing the SQL stores keeping it). The others use
+//! `idem_core::mongo::Store` directly.
 
 use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome};
@@ -193,6 +195,76 @@ async fn the_largest_document_idem_accepts_is_one_the_server_stores() {
         report.outcomes()
     );
     assert_eq!(stored_documents(store.database(), "posts").await.len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integers BSON cannot hold
+
+/// A counter whose count may exceed `i64::MAX`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "counters")]
+struct Counter {
+    #[idem(key)]
+    name: String,
+    count: u64,
+}
+
+/// A `u64` above `i64::MAX` is refused on MongoDB, whose BSON has no such integer, naming the
+/// document and the field, nothing sent, the rest of its batch written; the SQL stores keep it
+/// (in a JSON column) and read it back. Run on every backend.
+#[tokio::test]
+async fn an_integer_above_i64_max_is_stored_where_the_backend_can_hold_it_and_refused_elsewhere() {
+    for db in idem_tests::backends::fresh_backends("u64_max").await {
+        db.ensure::<Counter>().await;
+        let huge = Counter {
+            name: "huge".into(),
+            count: u64::MAX,
+        };
+        let fine = Counter {
+            name: "fine".into(),
+            count: i64::MAX as u64,
+        };
+        crate::support::forget_commands(&db);
+        let single = db.upsert(&huge).await;
+        if let idem_tests::backends::Db::Mongo { .. } = &db {
+            crate::support::assert_db_sent_nothing(&db);
+        }
+        let report = db.upsert_many(&[huge.clone(), fine.clone()]).await.unwrap();
+        assert_eq!(
+            report.outcomes()[1].as_ref().unwrap(),
+            &Outcome::Inserted,
+            "{db}"
+        );
+        match &db {
+            idem_tests::backends::Db::Mongo { .. } => {
+                for refused in [
+                    single.unwrap_err(),
+                    report.outcomes()[0].clone().unwrap_err(),
+                ] {
+                    assert!(
+                        matches!(refused.kind(), ErrorKind::Serialize { .. }),
+                        "{db}: {refused}"
+                    );
+                    let shown = refused.to_string();
+                    assert!(
+                        shown.contains("{name: \"huge\"}") && shown.contains("field count:"),
+                        "{db}: {shown}"
+                    );
+                }
+                assert_eq!(db.stored::<Counter>().await.len(), 1, "{db}: the fine one");
+            }
+            _ => {
+                assert_eq!(single.unwrap(), Outcome::Inserted, "{db}");
+                assert_eq!(
+                    report.outcomes()[0].as_ref().unwrap(),
+                    &Outcome::Unchanged,
+                    "{db}"
+                );
+                let read = db.get::<Counter>(huge.id().unwrap()).await.unwrap();
+                assert_eq!(read, Some(huge.clone()), "{db}: read back whole");
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
