@@ -550,7 +550,12 @@ impl Store {
         C: Wire,
     {
         let columns = column_arrays(table, &[row], &row.document())?;
-        let pinned = row.pinned_parameters(table, stored);
+        // PostgreSQL writes a float's text with the digits that give it back.
+        let pinned: Vec<Option<String>> = row
+            .pinned_parameters(table, stored)
+            .into_iter()
+            .map(|pinned| pinned.text)
+            .collect();
         let mut parameters: Vec<Param> =
             columns.iter().map(|column| Param::Texts(column)).collect();
         parameters.extend(wire::texts(&pinned));

@@ -152,17 +152,15 @@ impl Driver for SqliteDriver<'_, '_> {
         query = query
             .bind(format!("u{}", ulid::Ulid::generate()))
             .bind(doc.id_text.as_str());
-        let floats = self.table.pinned_floats();
-        for (value, float) in doc
-            .pinned_parameters(self.table, stored)
-            .into_iter()
-            .zip(floats)
-        {
-            // A float read back as its shortest exact text ([`super::table::cell_text`]).
-            let exact = value.as_deref().filter(|_| float).map(str::parse::<f64>);
+        for pinned in doc.pinned_parameters(self.table, stored) {
+            // A float read back as its shortest exact text ([`super::table::cell_text`]), bound
+            // as the float: SQLite's text of it has 15 significant digits.
+            let exact = (pinned.text.as_deref())
+                .filter(|_| pinned.float)
+                .map(str::parse::<f64>);
             query = match exact {
                 Some(Ok(float)) => query.bind(float),
-                _ => query.bind(value),
+                _ => query.bind(pinned.text),
             };
         }
         let mut connection = self.connection.lock().await;

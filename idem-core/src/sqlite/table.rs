@@ -376,28 +376,6 @@ impl Table {
         )
     }
 
-    /// Which of the parameters [`Table::pinned_sql`] pins the stored row with, after the id, are
-    /// a float column's value: bound as the float itself, compared with the column as stored
-    /// (its text has 15 significant digits in SQLite, not the 17 that tell every float apart).
-    pub fn pinned_floats(&self) -> Vec<bool> {
-        let is_float = |field: &crate::model::Field| {
-            self.column_of(field)
-                .is_some_and(|index| self.columns[index].shape == ColumnShape::Float)
-        };
-        let mut floats = vec![false];
-        if self.column_with(Content::Digests).is_some() {
-            floats.push(false);
-        }
-        if self.column_with(Content::VersionKey).is_some() {
-            floats.push(false);
-            if let Some(field) = self.model.version_field() {
-                floats.push(is_float(field));
-            }
-        }
-        floats.extend(self.model.digested_fields().map(is_float));
-        floats
-    }
-
     /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
     /// float's with SQLite's 15 digits; the stored state and a read of the row take
     /// [`Table::read_of`], which keeps the float).
@@ -468,7 +446,7 @@ impl Table {
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
     /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
     /// then the stored hash, digests, version key and version, and each guarded field's text
-    /// (a float column's value as the float itself: [`Table::pinned_floats`]).
+    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
     pub fn pinned_sql(&self) -> String {
         let mut parameter = 0;
         let mut next = || {
