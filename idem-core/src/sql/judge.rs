@@ -248,7 +248,9 @@ fn value_digest(
 /// The digests `field`'s stored value in `stored` may have, read without the type: as
 /// [`value_digest`] reads it, and where its column's type may not tell how it was written, as
 /// the other value it may be (a text column's JSON, an integer's 0 or 1 as a boolean: what a
-/// SQLite table made before `JSON_TEXT` and `BOOLEAN` declares, or another tool's table).
+/// SQLite table made before `JSON_TEXT` and `BOOLEAN` declares, or another tool's table; a
+/// structured value's integers of 17 digits and more as the floats serde may have written, which
+/// PostgreSQL's `jsonb` gives back without their exponent).
 fn value_digest_readings(
     table: &Layout,
     stored: &Map<String, Value>,
@@ -257,15 +259,52 @@ fn value_digest_readings(
     let mut digests = vec![value_digest(table, stored, field)];
     let other = match stored.get(field.stored_name()) {
         Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
-        Some(Value::Number(number)) => match number.as_i64() {
-            Some(0) => Some(Value::Bool(false)),
-            Some(1) => Some(Value::Bool(true)),
-            _ => None,
-        },
+        Some(Value::Number(number)) if number.as_i64() == Some(0) => Some(Value::Bool(false)),
+        Some(Value::Number(number)) if number.as_i64() == Some(1) => Some(Value::Bool(true)),
+        Some(value @ (Value::Number(_) | Value::Array(_) | Value::Object(_))) => {
+            let mut floats = value.clone();
+            exponent_floats(&mut floats).then_some(floats)
+        }
         _ => None,
     };
     digests.extend(other.map(|value| crate::hash::guard_digest(&value, false)));
     digests
+}
+
+/// The smallest float serde writes with an exponent (`1e16`), which `jsonb` then gives back as
+/// an integer.
+const EXPONENT_FLOAT_MIN: f64 = 1e16;
+
+/// Turns each integer of `value` from [`EXPONENT_FLOAT_MIN`] up (in magnitude) into the float
+/// it may have been written as; whether there was one.
+fn exponent_floats(value: &mut Value) -> bool {
+    match value {
+        Value::Number(number) if number.is_i64() || number.is_u64() => {
+            match number
+                .as_f64()
+                .filter(|float| float.abs() >= EXPONENT_FLOAT_MIN)
+            {
+                Some(float) => match serde_json::Number::from_f64(float) {
+                    Some(float) => {
+                        *number = float;
+                        true
+                    }
+                    None => false,
+                },
+                None => false,
+            }
+        }
+        // Every item turned, not only up to the first.
+        Value::Array(items) => items
+            .iter_mut()
+            .map(exponent_floats)
+            .fold(false, |a, b| a | b),
+        Value::Object(entries) => entries
+            .values_mut()
+            .map(exponent_floats)
+            .fold(false, |a, b| a | b),
+        _ => false,
+    }
 }
 
 /// A stored value as it is hashed: a float column's number as a float.
