@@ -19,6 +19,45 @@ fn samples(finding: &idem_core::audit::Finding) -> Vec<(String, Option<String>)>
         .collect()
 }
 
+/// Removes the guard digest of `field` from the stored digests of the document of `T` whose
+/// `key.0` is `key.1`, behind idem's back (as a field made frozen since would be, or a MongoDB
+/// store of an earlier idem left one).
+async fn remove_digest<T: Idempotent>(db: &Db, key: (&str, &str), field: &str) {
+    let collection = T::MODEL.collection();
+    let (key_field, key_value) = key;
+    let removed = match db {
+        Db::Sqlite { .. } => format!("json_remove(\"idemFrozen\", '$.{field}')"),
+        _ => format!("\"idemFrozen\" - '{field}'"),
+    };
+    db.run_raw(
+        &format!(
+            "UPDATE \"{collection}\" SET \"idemFrozen\" = {removed} \
+             WHERE \"{key_field}\" = '{key_value}'"
+        ),
+        doc! {
+            "update": collection,
+            "updates": [{
+                "q": { key_field: key_value },
+                "u": { "$unset": { format!("idemFrozen.{field}"): "" } },
+            }],
+        },
+    )
+    .await;
+}
+
+/// Both audits of `T` find every stored guard digest to be its value's.
+async fn assert_no_digest_mismatch<T>(db: &Db)
+where
+    T: Idempotent + Serialize + serde::de::DeserializeOwned,
+{
+    for (reading, report) in both_audits::<T>(db).await {
+        assert!(
+            report.digest_mismatch.is_empty(),
+            "{db}, {reading}: {report}"
+        );
+    }
+}
+
 /// Both audits of `T`: read as the type, and with the model given at run time.
 async fn both_audits<T>(db: &Db) -> [(&'static str, AuditReport); 2]
 where
@@ -117,21 +156,7 @@ async fn the_audit_finds_guard_digests_that_are_not_their_values() {
 
         // A digest removed beside its value (or a field made frozen since): named as such,
         // since the guard would let the next write set it.
-        let removed = match db {
-            Db::Sqlite { .. } => "json_remove(\"idemFrozen\", '$.authorId')",
-            _ => "\"idemFrozen\" - 'authorId'",
-        };
-        db.run_raw(
-            &format!("UPDATE \"posts\" SET \"idemFrozen\" = {removed} WHERE \"slug\" = 'p050'"),
-            doc! {
-                "update": "posts",
-                "updates": [{
-                    "q": { "slug": "p050" },
-                    "u": { "$unset": { "idemFrozen.authorId": "" } },
-                }],
-            },
-        )
-        .await;
+        remove_digest::<Post>(&db, ("slug", "p050"), "authorId").await;
         for (reading, report) in both_audits::<Post>(&db).await {
             assert_eq!(
                 samples(&report.digest_mismatch),
@@ -485,21 +510,7 @@ async fn frozen_values_left_out_nested_or_holding_nulls_are_guarded_and_audited(
 
         // A digest removed for a list left out (as a MongoDB store of an earlier idem wrote
         // it): named by the audit, since the next write may set the list; that write stores it.
-        let removed = match db {
-            Db::Sqlite { .. } => "json_remove(\"idemFrozen\", '$.aliases')",
-            _ => "\"idemFrozen\" - 'aliases'",
-        };
-        db.run_raw(
-            &format!("UPDATE \"stations\" SET \"idemFrozen\" = {removed} WHERE \"code\" = 's03'"),
-            doc! {
-                "update": "stations",
-                "updates": [{
-                    "q": { "code": "s03" },
-                    "u": { "$unset": { "idemFrozen.aliases": "" } },
-                }],
-            },
-        )
-        .await;
+        remove_digest::<Station>(&db, ("code", "s03"), "aliases").await;
         let id_of_3 = stations[3].id().unwrap().to_string();
         for (reading, report) in both_audits::<Station>(&db).await {
             assert_eq!(
@@ -523,12 +534,7 @@ async fn frozen_values_left_out_nested_or_holding_nulls_are_guarded_and_audited(
             idem_core::Outcome::Updated,
             "{db}"
         );
-        for (reading, report) in both_audits::<Station>(&db).await {
-            assert!(
-                report.digest_mismatch.is_empty(),
-                "{db}, {reading}: {report}"
-            );
-        }
+        assert_no_digest_mismatch::<Station>(&db).await;
         let aliased = Station {
             aliases: vec!["late".into()],
             ..edited
@@ -718,12 +724,7 @@ async fn frozen_values_at_the_edges_get_the_same_answers_on_every_backend() {
         }
         // (Without the type's field order, a run-time audit hashes the fields in the order the
         // server keeps them, which the test server changes: only the typed one checks hashes.)
-        for (reading, report) in both_audits::<Edge>(&db).await {
-            assert!(
-                report.digest_mismatch.is_empty(),
-                "{db}, {reading}: {report}"
-            );
-        }
+        assert_no_digest_mismatch::<Edge>(&db).await;
         let typed = db.audit::<Edge>().await;
         assert!(typed.hash_mismatch.is_empty(), "{db}: {typed}");
     }
@@ -759,11 +760,6 @@ async fn documents_adopted_without_the_type_keep_nested_frozen_floats_of_any_siz
                 "{db}: {edited:?}"
             );
         }
-        for (reading, report) in both_audits::<Station>(&db).await {
-            assert!(
-                report.digest_mismatch.is_empty(),
-                "{db}, {reading}: {report}"
-            );
-        }
+        assert_no_digest_mismatch::<Station>(&db).await;
     }
 }
