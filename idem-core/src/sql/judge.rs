@@ -207,7 +207,8 @@ pub(crate) fn stored_destination(
         shape_of(table, field) == ColumnShape::Structured
             && stored
                 .get(field.stored_name())
-                .is_some_and(|value| exponent_floats(&mut value.clone()))
+                .and_then(with_exponent_floats)
+                .is_some()
     });
     let digests = (!ambiguous).then(|| {
         let digests: Map<String, Value> = table
@@ -249,10 +250,7 @@ fn value_digest(
 ) -> Result<Option<ShortText>, String> {
     let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
     let unwritten = value.is_null() && field.null_is_unwritten();
-    let shape = table
-        .column_of(field)
-        .map_or(ColumnShape::Structured, |index| table.columns[index].shape);
-    crate::hash::guard_digest(&Hashed::of(shape, value), unwritten)
+    crate::hash::guard_digest(&Hashed::of(shape_of(table, field), value), unwritten)
 }
 
 /// The digests `field`'s stored value in `stored` may have, read without the type: as
@@ -272,8 +270,7 @@ fn value_digest_readings(
         Some(Value::Number(number)) if number.as_i64() == Some(0) => Some(Value::Bool(false)),
         Some(Value::Number(number)) if number.as_i64() == Some(1) => Some(Value::Bool(true)),
         Some(value @ (Value::Number(_) | Value::Array(_) | Value::Object(_))) => {
-            let mut floats = value.clone();
-            exponent_floats(&mut floats).then_some(floats)
+            with_exponent_floats(value)
         }
         _ => None,
     };
@@ -285,22 +282,28 @@ fn value_digest_readings(
 /// an integer.
 const EXPONENT_FLOAT_MIN: f64 = 1e16;
 
-/// Turns each integer of `value` from [`EXPONENT_FLOAT_MIN`] up (in magnitude) into the float
-/// it may have been written as; whether there was one.
+/// `value` with each integer from [`EXPONENT_FLOAT_MIN`] up (in magnitude) read as the float
+/// it may have been written as; `None` where it holds no such integer.
+fn with_exponent_floats(value: &Value) -> Option<Value> {
+    let mut floats = value.clone();
+    exponent_floats(&mut floats).then_some(floats)
+}
+
+/// Turns each integer of `value` from [`EXPONENT_FLOAT_MIN`] up into a float; whether there
+/// was one.
 fn exponent_floats(value: &mut Value) -> bool {
     match value {
-        Value::Number(number) if number.is_i64() || number.is_u64() => {
-            match number
-                .as_f64()
+        Value::Number(number) => {
+            let float = (number.is_i64() || number.is_u64())
+                .then(|| number.as_f64())
+                .flatten()
                 .filter(|float| float.abs() >= EXPONENT_FLOAT_MIN)
-            {
-                Some(float) => match serde_json::Number::from_f64(float) {
-                    Some(float) => {
-                        *number = float;
-                        true
-                    }
-                    None => false,
-                },
+                .and_then(serde_json::Number::from_f64);
+            match float {
+                Some(float) => {
+                    *number = float;
+                    true
+                }
                 None => false,
             }
         }
