@@ -60,6 +60,12 @@ pub const EXTRA_FIELDS_FIELD: &str = "idemExtra";
 /// document there (the old id and the natural key it will restore).
 pub const ADOPTION_FIELD: &str = "idemAdopt";
 
+/// Where MongoDB's upsert marks the document it is inserting: the single upsert's query asks
+/// for it to be null, which every stored document matches (none holds it) and which the server
+/// copies into the document it inserts, so the update tells that document from a stored one
+/// holding nothing but its id and natural key. No stored document keeps it.
+pub const INSERTING_FIELD: &str = "idemNew";
+
 /// The stored names idem writes besides `_id` and the hash field.
 pub const RESERVED_FIELDS: &[&str] = &[
     FROZEN_DIGESTS_FIELD,
@@ -68,6 +74,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     WRITE_MARKER_FIELD,
     EXTRA_FIELDS_FIELD,
     ADOPTION_FIELD,
+    INSERTING_FIELD,
 ];
 
 /// What a field does for idem.

@@ -66,6 +66,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "idemWrite",
     "idemExtra",
     "idemAdopt",
+    "idemNew",
 ];
 
 impl PartialEq<Symbol> for Ident {

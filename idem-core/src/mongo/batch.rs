@@ -176,7 +176,7 @@ impl Store {
 /// query holding `$expr` by scanning the collection.
 pub(super) fn upsert_statement(write: &PreparedWrite) -> Document {
     doc! {
-        "q": write.query(),
+        "q": write.upsert_query(),
         "u": write.conditional_replacement(),
         "upsert": true,
         "multi": false,

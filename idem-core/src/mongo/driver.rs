@@ -69,7 +69,7 @@ impl MongoDriver<'_> {
         crate::trace::round_trip("findAndModify");
         let after = self
             .collection
-            .find_one_and_update(write.query(), write.conditional_replacement())
+            .find_one_and_update(write.upsert_query(), write.conditional_replacement())
             .upsert(true)
             .return_document(ReturnDocument::After)
             .projection(write.judged_fields())

@@ -19,8 +19,8 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{
-    Field, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
-    WRITE_MARKER_FIELD,
+    Field, Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, INSERTING_FIELD,
+    VERSION_KEY_FIELD, WRITE_MARKER_FIELD,
 };
 use crate::outcome::Outcome;
 use crate::push::path_step;
@@ -174,6 +174,15 @@ impl PreparedWrite {
         query
     }
 
+    /// The query of the single upsert and of a batch's: [`PreparedWrite::query`], and
+    /// [`INSERTING_FIELD`] null, which the server copies into a document it inserts
+    /// ([`PreparedWrite::inserting`]).
+    pub fn upsert_query(&self) -> Document {
+        let mut query = self.query();
+        query.insert(INSERTING_FIELD, doc! { "$eq": Bson::Null });
+        query
+    }
+
     /// The single upsert's update: replace the stored document if the guard allows, else leave
     /// it as it is, in one command that returns the document as it is afterwards. Its write
     /// marker says whether this write replaced it ([`PreparedWrite::written_here`]).
@@ -187,19 +196,17 @@ impl PreparedWrite {
         vec![doc! { "$replaceWith": self.replacement() }]
     }
 
+    /// Whether the document in the pipeline is one the write is inserting: it starts as what
+    /// its query names ([`PreparedWrite::upsert_query`]), [`INSERTING_FIELD`] null among them,
+    /// where no stored document holds that field. A stored document holding nothing but the id
+    /// and natural key is not taken for it.
+    fn inserting(&self) -> Bson {
+        bson!({ "$eq": [{ "$type": field_path(INSERTING_FIELD) }, "null"] })
+    }
+
     /// The document a write leaves: the incoming fields, then the fields other routes own as
     /// stored (a new document starts its pushed lists empty and its effect fields at their
     /// incoming values). A field serde did not write is gone afterwards.
-    /// Whether the document in the pipeline is one the write is inserting: it starts as what
-    /// its query names, `_id` and the keys.
-    fn inserting(&self) -> Bson {
-        let fields_of_new_document = 1 + self.model.natural_key_fields().count() as i64;
-        bson!({ "$eq": [
-            { "$size": { "$objectToArray": "$$ROOT" } },
-            fields_of_new_document,
-        ] })
-    }
-
     fn replacement(&self) -> Bson {
         let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
         incoming.extend(self.body.clone());

@@ -6,7 +6,7 @@
 use idem_core::model::APPLIED_OPS_FIELD;
 use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
-use idem_tests::fixtures::{entry, post, Entry, Payment, Post};
+use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Document};
 use serde::{Deserialize, Serialize};
@@ -340,5 +340,65 @@ async fn versions_order_documents_without_an_order_key_or_a_hash_for_types_witho
             "{db}"
         );
         assert_eq!(db.stored::<Note>().await[0]["text"], "twelve", "{db}");
+    }
+}
+
+/// A document another tool stored with nothing but its id and natural key is a stored document,
+/// not one being inserted, on every backend and by every path: a single upsert and a batch both
+/// refuse to set its timestamp and frozen value (stored as missing), leaving it as it was; an
+/// upsert of a type with neither is `Updated`, not `Inserted`, and leaves an effect field as
+/// stored (missing), not at its incoming first value.
+#[tokio::test]
+async fn a_document_holding_only_its_id_and_key_is_stored_not_being_inserted() {
+    for db in fresh_backends("foreign_bare").await {
+        db.ensure::<Reading>().await;
+        db.ensure::<Account>().await;
+        let reading = Reading {
+            sensor: "s1".into(),
+            at: 1_700_000_000_000,
+            calibration: Calibration {
+                gain: 1.0,
+                offset: 0.0,
+            },
+            value: 7,
+        };
+        let mut bare = serde_json::Map::new();
+        bare.insert("sensor".into(), "s1".into());
+        db.write_json_as_another_tool::<Reading>(&reading.id().unwrap().to_string(), bare)
+            .await;
+        let before = db.raw::<Reading>().await;
+        let single = db.upsert(&reading).await.map_err(Error::into_kind);
+        let batch = db
+            .upsert_many(std::slice::from_ref(&reading))
+            .await
+            .unwrap();
+        let batch = batch.into_outcomes().into_iter().next().unwrap();
+        for (path, outcome) in [
+            ("upsert", single),
+            ("upsert_many", batch.map_err(Error::into_kind)),
+        ] {
+            match outcome {
+                Err(ErrorKind::FrozenFieldChanged {
+                    field: "at",
+                    stored,
+                    ..
+                }) if stored == "(missing)" => {}
+                other => panic!("{db}, {path}: a bare document's timestamp set: {other:?}"),
+            }
+        }
+        assert_eq!(db.raw::<Reading>().await, before, "{db}");
+
+        let account = account("ann");
+        let mut bare = serde_json::Map::new();
+        bare.insert("owner".into(), "ann".into());
+        db.write_json_as_another_tool::<Account>(&account.id().unwrap().to_string(), bare)
+            .await;
+        assert_eq!(db.upsert(&account).await.unwrap(), Outcome::Updated, "{db}");
+        let stored = db.stored::<Account>().await;
+        assert_eq!(stored.len(), 1, "{db}");
+        assert!(
+            stored[0].get("balance").is_none_or(Value::is_null),
+            "{db}: {stored:?}"
+        );
     }
 }
