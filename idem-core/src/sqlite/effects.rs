@@ -136,17 +136,19 @@ impl Store {
             }
             let item_key = item_key.to_string();
             let item = item.to_string();
-            // Keys compare whole, as JSON texts of what serde wrote. A NULL list (a row another
-            // tool wrote) is an empty one.
+            // A NULL list (a row another tool wrote) is an empty one.
             let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
+            // `->` gives the key's JSON text as stored: `json_extract` would give a float as an
+            // SQL value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
+            let stored_key = format!("(stored.value -> {path})");
             let sql = format!(
                 "UPDATE {table} AS t SET {list} = json_insert(COALESCE(t.{list}, '[]'), '$[#]', \
                  json(?2)) WHERE t.{id} = ?1 AND NOT EXISTS (SELECT 1 FROM \
-                 json_each(COALESCE(t.{list}, '[]')) stored WHERE \
-                 json_quote(json_extract(stored.value, {path})) = json(?3)) RETURNING 1",
+                 json_each(COALESCE(t.{list}, '[]')) stored WHERE {same}) RETURNING 1",
                 table = table.name(),
                 list = quote(list.stored_name()),
                 id = quote(ID_FIELD),
+                same = same_json_value(&stored_key, "?3"),
             );
             let id_text = id.to_string();
             let connection = Mutex::new(connection);
@@ -165,6 +167,28 @@ impl Store {
         })
         .await
     }
+}
+
+/// Whether the JSON texts `left` and `right` (SQL expressions) hold the same value, as
+/// PostgreSQL's `jsonb` and MongoDB compare an item's key: numbers by value whatever their form
+/// (`1`, `1.0` and `1e0` are one number, `-0.0` is `0`), a number never equal to a string or a
+/// boolean, objects by their entries whatever their order, arrays item by item. The same text
+/// settles it at once; otherwise both values' trees, from `json_tree`, hold the same nodes: the
+/// same paths, each of the same kind and, for a scalar, the same SQL value (`IS`, which compares
+/// an integer with a real by value and never a number with a text). An integer beyond `i64`
+/// is read as the nearest double.
+fn same_json_value(left: &str, right: &str) -> String {
+    let kind = |node: &str| {
+        format!("(CASE WHEN {node}.type IN ('integer', 'real') THEN 'number' ELSE {node}.type END)")
+    };
+    format!(
+        "({left} = json({right}) OR ((SELECT count(*) FROM json_tree({left})) = \
+         (SELECT count(*) FROM json_tree({right})) AND NOT EXISTS (SELECT 1 FROM \
+         json_tree({left}) l WHERE NOT EXISTS (SELECT 1 FROM json_tree({right}) r WHERE \
+         r.fullkey = l.fullkey AND {right_kind} = {left_kind} AND r.atom IS l.atom))))",
+        left_kind = kind("l"),
+        right_kind = kind("r"),
+    )
 }
 
 /// Runs a guarded `UPDATE … RETURNING 1` of the row under `id` and, if it updated nothing,

@@ -397,3 +397,81 @@ async fn pushing_an_item_without_its_key_is_refused() {
         );
     }
 }
+
+/// A list whose items are free-form: their keys are whatever JSON another writer sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "feeds")]
+struct Feed {
+    #[idem(key)]
+    name: String,
+    #[idem(push_by = "key")]
+    items: Vec<serde_json::Value>,
+}
+
+/// An item's key compares as the value it is, the same on every backend: one number however it
+/// is written (`1` and `1.0`, `-0.0` and `0`, `2^53` as a float and as an integer), never equal to
+/// a string or a boolean, and two floats apart in their last bit are two keys (where a key read
+/// with 15 digits took `0.3` for `0.1 + 0.2` and dropped its push); a structured key by its
+/// entries, numbers by value there too.
+#[tokio::test]
+async fn an_item_key_compares_by_value_on_every_backend() {
+    let pushes = [
+        (serde_json::json!(1), Pushed::Appended),
+        (serde_json::json!(1.0), Pushed::AlreadyPresent),
+        (serde_json::json!("1"), Pushed::Appended),
+        (serde_json::json!(true), Pushed::Appended),
+        (serde_json::json!(-0.0), Pushed::Appended),
+        (serde_json::json!(0), Pushed::AlreadyPresent),
+        (serde_json::json!(0.1 + 0.2), Pushed::Appended),
+        (serde_json::json!(0.3), Pushed::Appended),
+        (serde_json::json!(9_007_199_254_740_992.0), Pushed::Appended),
+        (
+            serde_json::json!(9_007_199_254_740_992_i64),
+            Pushed::AlreadyPresent,
+        ),
+        (
+            serde_json::json!(9_007_199_254_740_993_i64),
+            Pushed::Appended,
+        ),
+        (
+            serde_json::json!({"a": 1, "b": [1, null]}),
+            Pushed::Appended,
+        ),
+        (
+            serde_json::json!({"a": 1.0, "b": [1, null]}),
+            Pushed::AlreadyPresent,
+        ),
+        (
+            serde_json::json!({"a": 1, "b": [1, null], "c": null}),
+            Pushed::Appended,
+        ),
+        (serde_json::json!({"x": 0.1 + 0.2}), Pushed::Appended),
+        (serde_json::json!({"x": 0.3}), Pushed::Appended),
+    ];
+    for db in fresh_backends("push_key_values").await {
+        db.ensure::<Feed>().await;
+        let feed = Feed {
+            name: "f".into(),
+            items: Vec::new(),
+        };
+        db.upsert(&feed).await.unwrap();
+        let id = feed.id().unwrap();
+        let mut appended = Vec::new();
+        for (n, (key, expected)) in pushes.iter().enumerate() {
+            let item = serde_json::json!({ "key": key, "n": n });
+            let pushed = db.push::<Feed, _>(id, "items", &item).await.unwrap();
+            assert_eq!(pushed, *expected, "{db}: key {key}");
+            if pushed == Pushed::Appended {
+                appended.push(serde_json::json!(n));
+            }
+        }
+        let stored = db.stored::<Feed>().await;
+        let numbers: Vec<serde_json::Value> = stored[0]["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{db}: {stored:?}"))
+            .iter()
+            .map(|item| item["n"].clone())
+            .collect();
+        assert_eq!(numbers, appended, "{db}: each appended once, in order");
+    }
+}
