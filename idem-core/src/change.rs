@@ -63,6 +63,97 @@ pub(crate) struct SetValue {
     pub json: SqlValue,
 }
 
+impl SetValue {
+    /// What kind of value this is, as its column's shape sees it; `None` if it cannot be sent.
+    fn kind(&self) -> Option<ValueKind> {
+        #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+        return match &self.json {
+            SqlValue::Json(value) => Some(ValueKind::of_json(value)),
+            SqlValue::NonFinite(_) => Some(ValueKind::Float),
+            SqlValue::Invalid(_) => None,
+        };
+        #[cfg(all(
+            feature = "mongodb",
+            not(any(feature = "_postgres", feature = "sqlite"))
+        ))]
+        return self.bson.as_ref().ok().map(ValueKind::of_bson);
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
+        None
+    }
+}
+
+/// A set value's kind, as far as the shape of the field it is set in goes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ValueKind {
+    Null,
+    Boolean,
+    /// An integer in `i64`'s range.
+    Integer,
+    /// A float, or an integer beyond `i64`.
+    Float,
+    Text,
+    Structured,
+}
+
+impl ValueKind {
+    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+    fn of_json(value: &serde_json::Value) -> Self {
+        use serde_json::Value;
+        match value {
+            Value::Null => ValueKind::Null,
+            Value::Bool(_) => ValueKind::Boolean,
+            Value::Number(number) if number.is_i64() => ValueKind::Integer,
+            Value::Number(_) => ValueKind::Float,
+            Value::String(_) => ValueKind::Text,
+            Value::Array(_) | Value::Object(_) => ValueKind::Structured,
+        }
+    }
+
+    #[cfg(all(
+        feature = "mongodb",
+        not(any(feature = "_postgres", feature = "sqlite"))
+    ))]
+    fn of_bson(value: &mongodb::bson::Bson) -> Self {
+        use mongodb::bson::Bson;
+        match value {
+            Bson::Null | Bson::Undefined => ValueKind::Null,
+            Bson::Boolean(_) => ValueKind::Boolean,
+            Bson::Int32(_) | Bson::Int64(_) => ValueKind::Integer,
+            Bson::Double(_) => ValueKind::Float,
+            Bson::String(_) => ValueKind::Text,
+            _ => ValueKind::Structured,
+        }
+    }
+
+    fn shown(self) -> &'static str {
+        match self {
+            ValueKind::Null => "null",
+            ValueKind::Boolean => "a boolean",
+            ValueKind::Integer => "an integer",
+            ValueKind::Float => "a float",
+            ValueKind::Text => "a string",
+            ValueKind::Structured => "a list or a map",
+        }
+    }
+}
+
+/// What a field of `shape` expects, where it cannot hold a value of `kind`: the rule a SQL
+/// column holds as it is written ([`crate::sql::row::write_column_text`]), kept on every
+/// backend, so that MongoDB, which would store anything, gives the same answer.
+fn expected(shape: ColumnShape, kind: ValueKind) -> Option<&'static str> {
+    match (shape, kind) {
+        (_, ValueKind::Null) | (ColumnShape::Structured | ColumnShape::Flattened, _) => None,
+        (ColumnShape::Text, ValueKind::Text)
+        | (ColumnShape::Integer, ValueKind::Integer)
+        | (ColumnShape::Float, ValueKind::Integer | ValueKind::Float)
+        | (ColumnShape::Boolean, ValueKind::Boolean) => None,
+        (ColumnShape::Text, _) => Some("text"),
+        (ColumnShape::Integer, _) => Some("an integer in i64's range"),
+        (ColumnShape::Float, _) => Some("a number"),
+        (ColumnShape::Boolean, _) => Some("a boolean"),
+    }
+}
+
 /// A set value as a SQL column takes it.
 #[cfg(any(feature = "_postgres", feature = "sqlite"))]
 #[derive(Clone, Debug, PartialEq)]
@@ -127,6 +218,14 @@ impl Change {
         }
     }
 
+    /// The integer this change adds, if it adds one.
+    pub(crate) fn integer_amount(&self) -> Option<i64> {
+        match self.kind {
+            ChangeKind::Add(Amount::Integer(amount)) => Some(amount),
+            _ => None,
+        }
+    }
+
     /// The effect field changed (its stored name).
     pub fn field(&self) -> &'static str {
         self.field
@@ -156,11 +255,24 @@ pub(crate) fn check(
                 },
             ));
         }
+        let shape = columns
+            .iter()
+            .find(|column| column.stored_name() == change.field)
+            .map(Column::shape);
+        if let ChangeKind::Set(value) = &change.kind {
+            let kind = value.kind();
+            if let Some((expected, kind)) = shape
+                .zip(kind)
+                .and_then(|(shape, kind)| Some((expected(shape, kind)?, kind)))
+            {
+                return Err(invalid(
+                    document,
+                    change.field,
+                    &format!("the field holds {expected}, not {}", kind.shown()),
+                ));
+            }
+        }
         if let ChangeKind::Add(amount) = &change.kind {
-            let shape = columns
-                .iter()
-                .find(|column| column.stored_name() == change.field)
-                .map(Column::shape);
             let adds = matches!(
                 (amount, shape),
                 (
@@ -197,6 +309,47 @@ pub(crate) fn check(
         }
     }
     Ok(())
+}
+
+/// `error`, or, where the backend's error says an addition left its number's range
+/// (`overflowed`) and `changes` add an integer, [`ErrorKind::AddOutOfRange`]. (SQLite's sum
+/// does not fail: its statement checks the range itself.)
+#[cfg(any(feature = "mongodb", feature = "_postgres"))]
+pub(crate) fn out_of_range_or(
+    error: Error,
+    changes: &[Change],
+    overflowed: impl Fn(&crate::error::BackendError) -> bool,
+) -> Error {
+    let adds_integer = changes
+        .iter()
+        .any(|change| change.integer_amount().is_some());
+    match error.as_backend() {
+        Some(backend) if adds_integer && overflowed(backend) => {
+            add_out_of_range(error.document(), changes, None)
+        }
+        _ => error,
+    }
+}
+
+/// The refusal of an operation whose integer addition left `i64`'s range on the server:
+/// `field` where the backend says which, else the first field `changes` add an integer to.
+pub(crate) fn add_out_of_range(
+    document: &DocumentRef,
+    changes: &[Change],
+    field: Option<&str>,
+) -> Error {
+    let first_integer_added = || {
+        changes
+            .iter()
+            .find(|change| change.integer_amount().is_some())
+            .map_or("", |change| change.field)
+    };
+    Error::new(
+        document.clone(),
+        ErrorKind::AddOutOfRange {
+            field: field.unwrap_or_else(first_integer_added).to_owned(),
+        },
+    )
 }
 
 /// The refusal of a change that cannot be sent.

@@ -265,6 +265,16 @@ pub enum ErrorKind {
         path: String,
     },
 
+    /// `apply_once` would add past the range of a 64-bit integer: the stored value plus the
+    /// amount does not fit the integer field. Refused by every backend (where SQLite alone would
+    /// have made the sum a float); the operation is not recorded, and nothing was written.
+    #[error("adding to `{field}` would leave the range of a 64-bit integer; nothing was written")]
+    AddOutOfRange {
+        /// The integer field (its stored name); of an operation adding to several, the first,
+        /// where the backend does not say which.
+        field: String,
+    },
+
     /// Event types (with an `idempotency_key` and no `key`) get a random id at their first write:
     /// there is none to derive. `Store::record` returns it.
     #[error("an event's id is assigned by its first write, not derived")]

@@ -219,7 +219,17 @@ impl Store {
                 update.insert(operator, fields);
             }
         }
-        self.apply_update_once::<T>(id, op, update).await
+        // The server refuses an `$inc` past an int64's range as a bad value.
+        let overflowed = |backend: &crate::error::BackendError| {
+            backend.code() == Some("2")
+                && backend
+                    .driver_error()
+                    .to_string()
+                    .contains("Failed to apply $inc")
+        };
+        self.apply_update_once::<T>(id, op, update)
+            .await
+            .map_err(|error| change::out_of_range_or(error, changes, overflowed))
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored

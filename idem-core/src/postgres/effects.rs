@@ -135,7 +135,13 @@ impl Store {
             settle_by_id(&document, || async {
                 let reply =
                     query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
-                        .await?;
+                        .await
+                        // numeric_value_out_of_range: `bigint out of range`.
+                        .map_err(|error| {
+                            change::out_of_range_or(error, changes, |backend| {
+                                backend.code() == Some("22003")
+                            })
+                        })?;
                 Ok(answered_in_one(
                     reply.int8(0).unwrap_or(0) > 0,
                     reply.boolean(1).unwrap_or(false),

@@ -4,10 +4,11 @@
 //! whether the row exists, in one savepoint.
 
 use serde::Serialize;
-use sqlx::SqliteConnection;
+use sqlx::{Row, SqliteConnection};
 use tokio::sync::Mutex;
 
-use super::driver::{finish, savepoint};
+use super::driver::{finish_with, savepoint};
+use super::errors::sqlite_error;
 use super::table::{literal, quote, sql_type};
 use super::{bind_text, statement, Store};
 use crate::change::{self, Change};
@@ -48,15 +49,35 @@ impl Store {
             // ?1 the id, ?2 the op id, then one value per change.
             let mut values: Vec<(ColumnShape, Option<String>)> = Vec::new();
             let mut assignments = Vec::with_capacity(changes.len() + 1);
-            for encoded in crate::sql::change::encode(&table, changes, &document, sql_type)? {
+            // SQLite turns an integer sum beyond i64 into a float: such an addition sets its
+            // column NULL instead (no sum is NULL), which the statement returns, and the
+            // savepoint undoes it.
+            let mut out_of_range = Vec::new();
+            let encoded = crate::sql::change::encode(&table, changes, &document, sql_type)?;
+            for (change, encoded) in changes.iter().zip(encoded) {
                 let name = quote(encoded.column.name);
                 let placeholder = format!("?{}", values.len() + 3);
-                assignments.push(match encoded.adds {
-                    true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-                    false => format!("{name} = {placeholder}"),
+                let stored = format!("COALESCE(t.{name}, 0)");
+                assignments.push(match (encoded.adds, integer_overflow(change, &stored)) {
+                    (true, Some(overflows)) => {
+                        out_of_range.push(format!(
+                            "WHEN {name} IS NULL THEN {}",
+                            literal(change.field())
+                        ));
+                        format!(
+                            "{name} = CASE WHEN {overflows} THEN NULL \
+                             ELSE {stored} + {placeholder} END"
+                        )
+                    }
+                    (true, None) => format!("{name} = {stored} + {placeholder}"),
+                    (false, _) => format!("{name} = {placeholder}"),
                 });
                 values.push((encoded.column.shape, encoded.value));
             }
+            let returned = match out_of_range.is_empty() {
+                true => "NULL".to_owned(),
+                false => format!("CASE {} END", out_of_range.join(" ")),
+            };
             let column = quote(APPLIED_OPS_FIELD);
             // A NULL list (a row another tool wrote) is an empty one.
             let ops = format!("COALESCE(t.{column}, '[]')");
@@ -70,7 +91,7 @@ impl Store {
             let sql = format!(
                 "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 \
                  AND NOT EXISTS (SELECT 1 FROM json_each({ops}) applied WHERE applied.value = ?2) \
-                 RETURNING 1",
+                 RETURNING {returned}",
                 table = table.name(),
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
@@ -144,7 +165,7 @@ impl Store {
             let sql = format!(
                 "UPDATE {table} AS t SET {list} = json_insert(COALESCE(t.{list}, '[]'), '$[#]', \
                  json(?2)) WHERE t.{id} = ?1 AND NOT EXISTS (SELECT 1 FROM \
-                 json_each(COALESCE(t.{list}, '[]')) stored WHERE {same}) RETURNING 1",
+                 json_each(COALESCE(t.{list}, '[]')) stored WHERE {same}) RETURNING NULL",
                 table = table.name(),
                 list = quote(list.stored_name()),
                 id = quote(ID_FIELD),
@@ -191,9 +212,20 @@ fn same_json_value(left: &str, right: &str) -> String {
     )
 }
 
-/// Runs a guarded `UPDATE … RETURNING 1` of the row under `id` and, if it updated nothing,
-/// reads whether that row exists, in one savepoint: whether it wrote, and whether the row is
-/// there.
+/// The condition under which adding `change`'s integer amount to `stored` (an SQL expression)
+/// leaves `i64`'s range, compared before the sum is made; `None` where it cannot.
+fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
+    match change.integer_amount()? {
+        amount if amount > 0 => Some(format!("{stored} > {}", i64::MAX - amount)),
+        amount if amount < 0 => Some(format!("{stored} < {}", i64::MIN - amount)),
+        _ => None,
+    }
+}
+
+/// Runs a guarded `UPDATE … RETURNING` of the row under `id` and, if it updated nothing, reads
+/// whether that row exists, in one savepoint: whether it wrote, and whether the row is there.
+/// The statement returns one value, NULL unless it names a field whose integer addition would
+/// have left `i64`'s range ([`ErrorKind::AddOutOfRange`], the write undone).
 async fn update_once<'q>(
     connection: &Mutex<&mut SqliteConnection>,
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
@@ -206,8 +238,11 @@ async fn update_once<'q>(
     savepoint(connection, document).await?;
     let answer = async {
         crate::trace::round_trip("UPDATE");
-        if query.fetch_optional(&mut *connection).await?.is_some() {
-            return Ok((true, true));
+        if let Some(row) = query.fetch_optional(&mut *connection).await? {
+            if let Some(field) = row.try_get::<Option<String>, _>(0)? {
+                return Ok(Err(field));
+            }
+            return Ok(Ok((true, true)));
         }
         crate::trace::round_trip("SELECT");
         let look = format!(
@@ -219,8 +254,15 @@ async fn update_once<'q>(
             .bind(id)
             .fetch_one(&mut *connection)
             .await?;
-        Ok((false, exists))
+        Ok(Ok((false, exists)))
     }
     .await;
-    finish(connection, answer, document).await
+    let answer = answer
+        .map_err(|source| sqlite_error(document, source))
+        .and_then(|answer| {
+            answer.map_err(|field: String| {
+                change::add_out_of_range(document, &[], Some(field.as_str()))
+            })
+        });
+    finish_with(connection, answer, document).await
 }

@@ -502,3 +502,80 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
         assert_eq!(read.last_note.as_deref(), Some("paid in cash"), "{db}");
     }
 }
+
+/// A wallet whose balance lives at the edges of a 64-bit integer.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "edge_wallets")]
+struct EdgeWallet {
+    #[idem(key)]
+    owner: String,
+    #[idem(effect)]
+    balance: i64,
+}
+
+/// An addition past `i64`'s range is refused on every backend, naming the field, with nothing
+/// written and the op not recorded (SQLite alone made the sum a float, and recorded the op): the
+/// same op with an amount that fits is then applied, to the last unit. A value the field cannot
+/// hold is refused alike (MongoDB, which would store it, included).
+#[tokio::test]
+async fn an_addition_past_the_integer_range_is_refused_naming_the_field() {
+    for db in fresh_backends("add_out_of_range").await {
+        db.ensure::<EdgeWallet>().await;
+        for (owner, start, too_far, to_the_edge, edge) in [
+            ("rich", i64::MAX - 5, 10, 5, i64::MAX),
+            ("owing", i64::MIN + 5, -10, -5, i64::MIN),
+        ] {
+            let wallet = EdgeWallet {
+                owner: owner.into(),
+                balance: start,
+            };
+            db.upsert(&wallet).await.unwrap();
+            let id = wallet.id().unwrap();
+            let op = OpId::new(format!("{owner}-1"));
+            match db
+                .credit_once::<EdgeWallet>(id, &op, "balance", too_far)
+                .await
+                .map_err(Error::into_kind)
+            {
+                Err(ErrorKind::AddOutOfRange { field }) if field == "balance" => {}
+                other => panic!("{db}: {owner}: {other:?}"),
+            }
+            let balance = |stored: Vec<serde_json::Map<String, serde_json::Value>>| {
+                let found = stored.iter().find(|row| row["owner"] == owner);
+                found.map(|row| row["balance"].clone())
+            };
+            assert_eq!(
+                balance(db.stored::<EdgeWallet>().await),
+                Some(serde_json::json!(start)),
+                "{db}: {owner}: nothing written"
+            );
+            assert_eq!(
+                db.credit_once::<EdgeWallet>(id, &op, "balance", to_the_edge)
+                    .await
+                    .unwrap(),
+                Applied::Applied,
+                "{db}: {owner}: the op was not recorded"
+            );
+            assert_eq!(
+                balance(db.stored::<EdgeWallet>().await),
+                Some(serde_json::json!(edge)),
+                "{db}: {owner}"
+            );
+            let text = [Change::set("balance", "a lot")];
+            let refused = db
+                .apply_once::<EdgeWallet>(id, &OpId::new(format!("{owner}-2")), &text)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(refused.kind(), ErrorKind::Serialize { .. })
+                    && refused.to_string().contains("\"balance\""),
+                "{db}: {owner}: {refused}"
+            );
+            assert_eq!(
+                balance(db.stored::<EdgeWallet>().await),
+                Some(serde_json::json!(edge)),
+                "{db}: {owner}"
+            );
+        }
+    }
+}
