@@ -19,6 +19,74 @@ impl NaturalKey {
     pub fn parts(&self) -> &[(&'static str, KeyValue)] {
         &self.0
     }
+
+    /// Whether a stored document of `model` (whose stored fields are `columns`) may hold this
+    /// key, as every store's `find` asks before it reads: `false` where a value is beyond what
+    /// its field holds (an integer wider than `i64` for an `i64` field), so that no document
+    /// does; refused with [`ErrorKind::KeyMismatch`] where the key does not name exactly the
+    /// model's key fields, in declaration order, each with a value of its field's kind (where
+    /// one store would compare a text with a number, and another find nothing or fail).
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    pub(crate) fn fits(
+        &self,
+        model: &Model,
+        columns: &[crate::column::Column],
+        document: &DocumentRef,
+    ) -> Result<bool, crate::error::Error> {
+        use crate::column::{Column, ColumnShape};
+        use crate::error::{Error, ErrorKind};
+        use crate::model::Field;
+        let fields: Vec<&Field> = model.natural_key_fields().collect();
+        let refused = |problem: String| {
+            let expected: Vec<&str> = fields.iter().map(|field| field.name()).collect();
+            Error::new(
+                document.clone(),
+                ErrorKind::KeyMismatch {
+                    problem: format!("{problem}; the key is ({})", expected.join(", ")),
+                },
+            )
+        };
+        let named: Vec<&str> = self.0.iter().map(|(name, _)| *name).collect();
+        let expected = fields
+            .iter()
+            .map(|field| Some(field.name()))
+            .eq(named.iter().map(|name| Some(*name)));
+        if !expected {
+            return Err(refused(format!("it names ({})", named.join(", "))));
+        }
+        let mut held = true;
+        for (field, (name, value)) in fields.iter().zip(&self.0) {
+            let shape = columns
+                .iter()
+                .find(|column| column.stored_name() == field.stored_name())
+                .map(Column::shape);
+            let fits = match (shape, value) {
+                (Some(ColumnShape::Text), KeyValue::Text(_))
+                | (Some(ColumnShape::Boolean), KeyValue::Bool(_)) => true,
+                (Some(ColumnShape::Integer), KeyValue::Integer(number)) => {
+                    held &= i64::try_from(*number).is_ok();
+                    true
+                }
+                (Some(ColumnShape::Integer), KeyValue::LargeUnsigned(_)) => {
+                    held = false;
+                    true
+                }
+                (Some(ColumnShape::Text | ColumnShape::Integer | ColumnShape::Boolean), _) => false,
+                // A key of another type (an enum, an integer wider than `i64`): its column's
+                // kind says nothing of the value's.
+                _ => true,
+            };
+            if !fits {
+                let kind = match shape {
+                    Some(ColumnShape::Text) => "text",
+                    Some(ColumnShape::Integer) => "an integer",
+                    _ => "a boolean",
+                };
+                return Err(refused(format!("`{name}` holds {kind}, not {value}")));
+            }
+        }
+        Ok(held)
+    }
 }
 
 impl fmt::Display for NaturalKey {

@@ -67,6 +67,14 @@ pub enum ErrorKind {
         value: String,
     },
 
+    /// A natural key given to `find` does not name the type's key fields, in declaration order,
+    /// each with a value of its field's kind (text, an integer, a boolean). Nothing was read.
+    #[error("the natural key does not fit the type: {problem}")]
+    KeyMismatch {
+        /// What is wrong, and the fields the type's key has.
+        problem: String,
+    },
+
     /// A key value is the empty string: almost always a missing value, and every such document
     /// would get the same id.
     #[error(

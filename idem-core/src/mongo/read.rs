@@ -39,6 +39,9 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
+            if !key.fits(model, &T::stored_columns(), &document)? {
+                return Ok(None);
+            }
             let mut filter = Document::new();
             for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
                 let Some(value) = key_bson(value) else {

@@ -56,6 +56,9 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
+            if !key.fits(model, &T::stored_columns(), &document)? {
+                return Ok(None);
+            }
             let table = self.table::<T, _>(client, &document).await?;
             let mut conditions = Vec::new();
             let mut values = Vec::new();

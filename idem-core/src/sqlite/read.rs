@@ -60,6 +60,9 @@ impl Store {
         call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
+            if !key.fits(model, &T::stored_columns(), &document)? {
+                return Ok(None);
+            }
             let table = self.table::<T>(connection, &document).await?;
             let mut conditions = Vec::new();
             let mut texts = Vec::new();

@@ -361,3 +361,106 @@ async fn each_state_of_a_double_option_reads_back_as_written() {
         }
     }
 }
+
+/// A document keyed by an integer, a boolean and a text.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "keyed")]
+struct Keyed {
+    #[idem(key)]
+    n: i64,
+    #[idem(key)]
+    flag: bool,
+    #[idem(key)]
+    s: String,
+    v: i64,
+}
+
+/// `find` with a natural key that does not fit the type is refused the same way on every
+/// backend, naming the type's key, before anything is read: a value of another kind (where
+/// PostgreSQL and SQLite compared the text "5" with the integer 5 and found the document, and
+/// MongoDB found nothing), a part missing (where every backend found a document by the other
+/// parts), the parts in another order or under another name. An integer no `i64` field holds is
+/// found nowhere, on every backend (where PostgreSQL failed).
+#[tokio::test]
+async fn find_by_a_natural_key_that_does_not_fit_the_type_is_refused() {
+    use idem_core::{KeyValue, NaturalKey};
+    let key = |parts: &[(&'static str, KeyValue)]| NaturalKey::new(parts.to_vec());
+    let (n, flag, s) = (
+        KeyValue::Integer(5),
+        KeyValue::Bool(true),
+        KeyValue::Text("7".into()),
+    );
+    let text = |value: &str| KeyValue::Text(value.into());
+    let refused = [
+        (
+            key(&[("n", text("5")), ("flag", flag.clone()), ("s", s.clone())]),
+            "`n` holds an integer, not \"5\"",
+        ),
+        (
+            key(&[
+                ("n", n.clone()),
+                ("flag", flag.clone()),
+                ("s", KeyValue::Integer(7)),
+            ]),
+            "`s` holds text, not 7",
+        ),
+        (
+            key(&[
+                ("n", n.clone()),
+                ("flag", KeyValue::Integer(1)),
+                ("s", s.clone()),
+            ]),
+            "`flag` holds a boolean, not 1",
+        ),
+        (
+            key(&[("n", n.clone()), ("flag", flag.clone())]),
+            "it names (n, flag)",
+        ),
+        (
+            key(&[("s", s.clone()), ("n", n.clone()), ("flag", flag.clone())]),
+            "it names (s, n, flag)",
+        ),
+        (
+            key(&[("n", n.clone()), ("flag", flag.clone()), ("z", s.clone())]),
+            "it names (n, flag, z)",
+        ),
+    ];
+    for db in idem_tests::backends::fresh_backends("find_key_fit").await {
+        db.ensure::<Keyed>().await;
+        let doc = Keyed {
+            n: 5,
+            flag: true,
+            s: "7".into(),
+            v: 1,
+        };
+        db.upsert(&doc).await.unwrap();
+        let found = db
+            .find::<Keyed>(key(&[
+                ("n", n.clone()),
+                ("flag", flag.clone()),
+                ("s", s.clone()),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(found, Some(doc.clone()), "{db}");
+        for (key, problem) in refused.clone() {
+            crate::support::forget_commands(&db);
+            let error = db.find::<Keyed>(key).await.unwrap_err();
+            assert!(
+                matches!(error.kind(), ErrorKind::KeyMismatch { .. })
+                    && error.to_string().contains(problem)
+                    && error.to_string().contains("the key is (n, flag, s)"),
+                "{db}: {error}"
+            );
+            if db.command_log().is_some() {
+                crate::support::assert_db_sent_nothing(&db);
+            }
+        }
+        let beyond = key(&[
+            ("n", KeyValue::Integer(1 << 70)),
+            ("flag", flag.clone()),
+            ("s", s.clone()),
+        ]);
+        assert_eq!(db.find::<Keyed>(beyond).await.unwrap(), None, "{db}");
+    }
+}
