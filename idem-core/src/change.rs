@@ -84,25 +84,26 @@ impl SetValue {
 
 /// A set value's kind, as far as the shape of the field it is set in goes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum ValueKind {
+pub(crate) enum ValueKind {
     Null,
     Boolean,
     /// An integer in `i64`'s range.
     Integer,
-    /// A float, or an integer beyond `i64`.
+    /// An integer beyond `i64`'s range.
+    WideInteger,
     Float,
     Text,
     Structured,
 }
 
 impl ValueKind {
-    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
-    fn of_json(value: &serde_json::Value) -> Self {
+    pub(crate) fn of_json(value: &serde_json::Value) -> Self {
         use serde_json::Value;
         match value {
             Value::Null => ValueKind::Null,
             Value::Bool(_) => ValueKind::Boolean,
             Value::Number(number) if number.is_i64() => ValueKind::Integer,
+            Value::Number(number) if number.is_u64() => ValueKind::WideInteger,
             Value::Number(_) => ValueKind::Float,
             Value::String(_) => ValueKind::Text,
             Value::Array(_) | Value::Object(_) => ValueKind::Structured,
@@ -125,11 +126,12 @@ impl ValueKind {
         }
     }
 
-    fn shown(self) -> &'static str {
+    pub(crate) fn shown(self) -> &'static str {
         match self {
             ValueKind::Null => "null",
             ValueKind::Boolean => "a boolean",
             ValueKind::Integer => "an integer",
+            ValueKind::WideInteger => "an integer beyond i64's range",
             ValueKind::Float => "a float",
             ValueKind::Text => "a string",
             ValueKind::Structured => "a list or a map",
@@ -140,12 +142,12 @@ impl ValueKind {
 /// What a field of `shape` expects, where it cannot hold a value of `kind`: the rule a SQL
 /// column holds as it is written ([`crate::sql::row::write_column_text`]), kept on every
 /// backend, so that MongoDB, which would store anything, gives the same answer.
-fn expected(shape: ColumnShape, kind: ValueKind) -> Option<&'static str> {
+pub(crate) fn expected(shape: ColumnShape, kind: ValueKind) -> Option<&'static str> {
     match (shape, kind) {
         (_, ValueKind::Null) | (ColumnShape::Structured | ColumnShape::Flattened, _) => None,
         (ColumnShape::Text, ValueKind::Text)
         | (ColumnShape::Integer, ValueKind::Integer)
-        | (ColumnShape::Float, ValueKind::Integer | ValueKind::Float)
+        | (ColumnShape::Float, ValueKind::Integer | ValueKind::WideInteger | ValueKind::Float)
         | (ColumnShape::Boolean, ValueKind::Boolean) => None,
         (ColumnShape::Text, _) => Some("text"),
         (ColumnShape::Integer, _) => Some("an integer in i64's range"),

@@ -482,6 +482,63 @@ pub(crate) fn unique_index_conflict(document: &DocumentRef, index: String) -> Er
 }
 
 /// The error of a document still contended after its attempts.
+/// The tombstone field of `model`, or [`ErrorKind::NoTombstoneField`] for a type without one.
+pub(crate) fn tombstone_field(
+    model: &Model,
+    document: &DocumentRef,
+) -> Result<&'static crate::model::Field, Error> {
+    model
+        .tombstone_field()
+        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
+}
+
+/// The tombstone field `delete_by_id` stores `marker` in, on every store, refused before
+/// anything is sent: [`ErrorKind::NoTombstoneField`] for a type without one,
+/// [`ErrorKind::TombstoneNotSet`] for a null marker (the update would match, store null, and
+/// answer `Deleted` for a document still live), and [`ErrorKind::Serialize`] for a marker the
+/// field does not hold (a string for an `i64` field: MongoDB would store it, where the SQL
+/// stores cannot).
+pub(crate) fn tombstone_for<M: serde::Serialize + ?Sized>(
+    model: &Model,
+    columns: &[crate::column::Column],
+    marker: &M,
+    document: &DocumentRef,
+) -> Result<&'static crate::model::Field, Error> {
+    let tombstone = tombstone_field(model, document)?;
+    let kind = serde_json::to_value(marker)
+        .map_or(Some(crate::change::ValueKind::Structured), |value| {
+            Some(crate::change::ValueKind::of_json(&value))
+        });
+    if kind == Some(crate::change::ValueKind::Null) {
+        return Err(Error::new(
+            document.clone(),
+            ErrorKind::TombstoneNotSet {
+                field: tombstone.name(),
+            },
+        ));
+    }
+    let shape = columns
+        .iter()
+        .find(|column| column.stored_name() == tombstone.stored_name())
+        .map(crate::column::Column::shape);
+    if let Some((expected, kind)) = shape
+        .zip(kind)
+        .and_then(|(shape, kind)| Some((crate::change::expected(shape, kind)?, kind)))
+    {
+        return Err(Error::new(
+            document.clone(),
+            ErrorKind::Serialize {
+                message: format!(
+                    "the deletion marker is {}, where `{}` holds {expected}",
+                    kind.shown(),
+                    tombstone.name()
+                ),
+            },
+        ));
+    }
+    Ok(tombstone)
+}
+
 pub(crate) fn contention(document: &DocumentRef) -> Error {
     Error::new(document.clone(), ErrorKind::Contention)
 }

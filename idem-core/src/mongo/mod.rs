@@ -266,7 +266,7 @@ impl Store {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             let write = PreparedWrite::new(doc)?;
-            let tombstone = tombstone_field(&T::MODEL, &write.document())?;
+            let tombstone = crate::engine::tombstone_field(&T::MODEL, &write.document())?;
             if write.tombstone.is_none() {
                 return Err(Error::new(
                     write.document(),
@@ -296,7 +296,8 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let tombstone = tombstone_field(model, &document)?;
+            let tombstone =
+                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
             let marker = mongodb::bson::to_bson(marker).map_err(|error| {
                 Error::new(
                     document.clone(),
@@ -305,16 +306,6 @@ impl Store {
                     },
                 )
             })?;
-            // A stored null is no marker: the update would match, store null, and answer
-            // `Deleted` for a document still live.
-            if marker == Bson::Null {
-                return Err(Error::new(
-                    document,
-                    ErrorKind::TombstoneNotSet {
-                        field: tombstone.name(),
-                    },
-                ));
-            }
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let filter =
@@ -392,16 +383,6 @@ impl Store {
 }
 
 crate::backend::backend_by_inherent_methods!([] Store);
-
-/// The tombstone field of `model`, or the error for a type without one.
-fn tombstone_field(
-    model: &Model,
-    document: &DocumentRef,
-) -> Result<&'static crate::model::Field, Error> {
-    model
-        .tombstone_field()
-        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
-}
 
 /// Sends the guarded `update` (its `filter` holds the guard) until the call is answered (see
 /// [`settle_by_id`]): `matched` when it matched, else what `explain` reads from what is stored.

@@ -372,7 +372,7 @@ impl Store {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             let document = doc.document_ref();
-            let tombstone = tombstone_field(&T::MODEL, &document)?;
+            let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
             let table = self.table::<T, _>(client, &document).await?;
             let row = PreparedRow::new(doc, &table)?;
             let marked = table
@@ -415,7 +415,8 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let tombstone = tombstone_field(model, &document)?;
+            let tombstone =
+                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
             let table = self.table::<T, _>(client, &document).await?;
             let marker = json::to_json(marker).map_err(|error| {
                 Error::new(
@@ -429,14 +430,6 @@ impl Store {
                 .column_of(tombstone)
                 .map(|index| &table.columns[index]);
             let (marker_text, sql_type) = match (column, &marker) {
-                (_, serde_json::Value::Null) => {
-                    return Err(Error::new(
-                        document,
-                        ErrorKind::TombstoneNotSet {
-                            field: tombstone.name(),
-                        },
-                    ))
-                }
                 (Some(column), serde_json::Value::String(text)) if sql_type(column) == "text" => {
                     (text.clone(), "text")
                 }
@@ -699,14 +692,4 @@ fn unique_conflict(error: &Error, table: &Table) -> Option<engine::Conflict> {
             index: name.to_owned(),
         },
     })
-}
-
-/// The tombstone field of `model`, or the error for a type without one.
-fn tombstone_field(
-    model: &Model,
-    document: &DocumentRef,
-) -> Result<&'static crate::model::Field, Error> {
-    model
-        .tombstone_field()
-        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }

@@ -252,7 +252,7 @@ impl Store {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run_detached(async move {
             let document = doc.document_ref();
-            let tombstone = tombstone_field(&T::MODEL, &document)?;
+            let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
             let table = self.table::<T>(connection, &document).await?;
             let row = PreparedRow::new(doc, &table)?;
             let marked = table
@@ -292,7 +292,8 @@ impl Store {
         call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let tombstone = tombstone_field(model, &document)?;
+            let tombstone =
+                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
             let table = self.table::<T>(connection, &document).await?;
             let marker = json::to_json(marker).map_err(|error| {
                 Error::new(
@@ -306,14 +307,6 @@ impl Store {
                 .column_of(tombstone)
                 .map(|index| &table.columns[index]);
             let marker_text = match (column, &marker) {
-                (_, serde_json::Value::Null) => {
-                    return Err(Error::new(
-                        document,
-                        ErrorKind::TombstoneNotSet {
-                            field: tombstone.name(),
-                        },
-                    ))
-                }
                 (Some(column), value) => crate::sql::row::column_text(column, Some(value))
                     .map_err(|expected| {
                         Error::new(
@@ -524,14 +517,4 @@ pub(super) fn bind_row<'q>(
 /// A statement idem built: identifiers quoted, every value a bound parameter.
 pub(super) fn statement(sql: &str) -> sqlx::AssertSqlSafe<&str> {
     sqlx::AssertSqlSafe(sql)
-}
-
-/// The tombstone field of `model`, or the error for a type without one.
-fn tombstone_field(
-    model: &Model,
-    document: &DocumentRef,
-) -> Result<&'static crate::model::Field, Error> {
-    model
-        .tombstone_field()
-        .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }

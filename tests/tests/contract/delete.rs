@@ -6,7 +6,7 @@ use idem_core::{Deletion, Error, ErrorKind, Outcome};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, Entry};
 
-use crate::support::{line_up, stored_entry};
+use crate::support::{assert_db_sent_nothing, forget_commands, line_up, stored_entry};
 
 /// Only the delete route writes the tombstone: an upsert of a marked document stores it
 /// unmarked, and a delete without a marker is refused.
@@ -148,4 +148,62 @@ async fn markers_that_deleted(
         }
     }
     winners
+}
+
+/// A deletion marker the tombstone field does not hold is refused the same way on every store,
+/// naming the field, before anything is sent, the document left live (MongoDB stored a string,
+/// a float or a map in an `i64` tombstone, where PostgreSQL failed on the server and SQLite
+/// refused); a null marker is `TombstoneNotSet` everywhere.
+#[tokio::test]
+async fn a_deletion_marker_the_tombstone_cannot_hold_is_refused_on_every_store() {
+    let refused = [
+        (serde_json::json!("x"), "a string"),
+        (serde_json::json!(5.5), "a float"),
+        (serde_json::json!(5.0), "a float"),
+        (serde_json::json!(true), "a boolean"),
+        (serde_json::json!({"a": 1}), "a list or a map"),
+        (serde_json::json!(u64::MAX), "an integer beyond i64's range"),
+    ];
+    for db in fresh_backends("marker_kinds").await {
+        db.ensure::<Entry>().await;
+        let live = entry("e1", 1, "t");
+        db.upsert(&live).await.unwrap();
+        let id = live.id().unwrap();
+        for (marker, kind) in &refused {
+            forget_commands(&db);
+            let error = db.delete_by_id::<Entry, _>(id, marker).await.unwrap_err();
+            let shown = error.to_string();
+            assert!(
+                matches!(error.kind(), ErrorKind::Serialize { .. })
+                    && shown.contains(&format!(
+                        "the deletion marker is {kind}, where `deleted_at`"
+                    )),
+                "{db}: {marker}: {shown}"
+            );
+            if db.command_log().is_some() {
+                assert_db_sent_nothing(&db);
+            }
+        }
+        assert!(
+            matches!(
+                db.delete_by_id::<Entry, _>(id, &serde_json::Value::Null)
+                    .await
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::TombstoneNotSet {
+                    field: "deleted_at"
+                })
+            ),
+            "{db}"
+        );
+        assert_eq!(
+            db.get::<Entry>(id).await.unwrap(),
+            Some(live.clone()),
+            "{db}: live"
+        );
+        assert_eq!(
+            db.delete_by_id::<Entry, _>(id, &7).await.unwrap(),
+            Deletion::Deleted,
+            "{db}"
+        );
+    }
 }
