@@ -47,6 +47,54 @@ pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
     )
 }
 
+/// The refusal of a push to `list` where the stored document holds `stored` there (a string,
+/// a number, an object: another tool's value), to which nothing can be appended. A stored null
+/// (or no value) is an empty list.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn stored_not_a_list(document: &DocumentRef, list: &Field, stored: &str) -> Error {
+    Error::new(
+        document.clone(),
+        ErrorKind::Deserialize {
+            message: format!(
+                "`{}` is stored as {stored}, not a list, so nothing can be pushed to it; store a \
+                 list (or null) there",
+                list.name(),
+            ),
+        },
+    )
+}
+
+/// `item`, pushed to `list`, as the JSON texts a SQL store binds: the item, and the value under
+/// its key; refused where it has no value there, or a list.
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn item_and_key_texts<I: serde::Serialize + ?Sized>(
+    document: &DocumentRef,
+    list: &Field,
+    item: &I,
+) -> Result<(String, String), Error> {
+    let item = crate::sql::json::to_json(item).map_err(|error| {
+        Error::new(
+            document.clone(),
+            ErrorKind::Serialize {
+                message: error.message(),
+            },
+        )
+    })?;
+    let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
+        let written = item.as_object().into_iter().flat_map(|entries| {
+            entries
+                .iter()
+                .filter(|(_, value)| !value.is_null())
+                .map(|(name, _)| name)
+        });
+        return Err(item_without_key(document.clone(), list, written));
+    };
+    if item_key.is_array() {
+        return Err(item_key_is_a_list(document.clone(), list));
+    }
+    Ok((item.to_string(), item_key.to_string()))
+}
+
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
 /// items without a key would all fold into the first one pushed. `written` lists the stored
 /// names the item writes a value under, in its order.

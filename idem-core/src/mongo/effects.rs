@@ -15,7 +15,7 @@ use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
 use crate::model::{Model, OpId};
 use crate::outcome::{Applied, Pushed};
-use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
+use crate::push::{item_key_is_a_list, item_without_key, pushed_list, stored_not_a_list};
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -149,14 +149,11 @@ impl Store {
                     }
                     // Changed between the push and the reads: the push goes again.
                     Some(Bson::Array(_)) | None => Ok(ById::Changed),
-                    Some(other) => Err(Error::new(document.clone(), ErrorKind::Deserialize {
-                        message: format!(
-                            "`{}` is stored as {:?}, not a list, so nothing can be pushed to it; \
-                             store a list (or null) there",
-                            list.name(),
-                            other.element_type()
-                        ),
-                    })),
+                    Some(other) => Err(stored_not_a_list(
+                        document,
+                        list,
+                        &format!("{:?}", other.element_type()),
+                    )),
                 }
             };
             update_or_explain(

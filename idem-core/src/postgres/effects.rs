@@ -18,8 +18,7 @@ use crate::idempotent::{idempotency_key, Idempotent};
 use crate::insert::InsertReport;
 use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
-use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
-use crate::sql::json;
+use crate::push::{item_and_key_texts, pushed_list, stored_not_a_list};
 use crate::sql::row::PreparedRow;
 use crate::trace::{Call, CallKind};
 
@@ -210,40 +209,27 @@ impl Store {
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
             let table = self.table::<T, _>(client, &document).await?;
-            let item = json::to_json(item).map_err(|error| Error::new(document.clone(), ErrorKind::Serialize {
-                message: error.message(),
-            }))?;
-            let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
-                let written = item.as_object().into_iter().flat_map(|entries| {
-                    entries
-                        .iter()
-                        .filter(|(_, value)| !value.is_null())
-                        .map(|(name, _)| name)
-                });
-                return Err(item_without_key(document, list, written));
-            };
-            if item_key.is_array() {
-                return Err(item_key_is_a_list(document, list));
-            }
-            let item_key = item_key.to_string();
-            let item = item.to_string();
+            let (item, item_key) = item_and_key_texts(&document, list, item)?;
             // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
             // a composite key holding a part of another's fields or list entries would pass for
-            // it. A NULL list (a row another tool wrote) is an empty one.
+            // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
+            // else but a list is no list to push to, which the statement's last column says.
+            let column = table::quote(list.stored_name());
+            let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
+            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
             let sql = format!(
                 "WITH pushed AS (UPDATE {table} \
-                 SET {list} = COALESCE({list}, '[]'::jsonb) || jsonb_build_array($2::text::jsonb) \
-                 WHERE {id} = $1 AND NOT EXISTS (\
-                 SELECT 1 FROM jsonb_array_elements(COALESCE({list}, '[]'::jsonb)) AS stored(item) \
+                 SET {column} = {listed} || jsonb_build_array($2::text::jsonb) \
+                 WHERE {id} = $1 AND {kind} IN ('array', 'null') AND NOT EXISTS (\
+                 SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
                  WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1)",
+                 SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1), \
+                 (SELECT {kind} FROM {table} WHERE {id} = $1 AND {kind} NOT IN ('array', 'null'))",
                 table = table.name(),
-                list = table::quote(list.stored_name()),
                 id = table::quote(ID_FIELD),
             );
             let id_text = id.to_string();
             let item_key_field = list.item_key();
-            let (item, item_key) = (item.to_string(), item_key.to_string());
             let parameters = [
                 Param::Text(Some(&id_text)),
                 Param::Text(Some(&item)),
@@ -257,8 +243,12 @@ impl Store {
                     .await
                     .and_then(|rows| wire::one(rows, "UPDATE"))
                     .map_err(|source| postgres_error(&document, source))?;
+                let written = reply.int8(0).unwrap_or(0) > 0;
+                if let (false, Some(stored)) = (written, reply.text(2)) {
+                    return Err(stored_not_a_list(&document, list, stored));
+                }
                 Ok(answered_in_one(
-                    reply.int8(0).unwrap_or(0) > 0,
+                    written,
                     reply.boolean(1).unwrap_or(false),
                     Pushed::Appended,
                     Pushed::AlreadyPresent,

@@ -15,13 +15,12 @@ use crate::change::{self, Change};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::engine::by_id::{answered_in_one, settle_by_id};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed};
-use crate::push::{item_key_is_a_list, item_without_key, pushed_list};
-use crate::sql::json;
+use crate::push::{item_and_key_texts, pushed_list, stored_not_a_list};
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -105,9 +104,9 @@ impl Store {
                 for (shape, value) in &values {
                     query = bind_text(query, *shape, value.as_deref());
                 }
-                update_once(&connection, query, &table, &id_text, &document)
+                update_once(&connection, query, &table, &id_text, "NULL", &document)
                     .await
-                    .map(|(written, exists)| {
+                    .map(|(written, exists, _)| {
                         answered_in_one(written, exists, Applied::Applied, Applied::AlreadyApplied)
                     })
             })
@@ -135,41 +134,32 @@ impl Store {
             let document = DocumentRef::by_id(model, id);
             let list = pushed_list(model, field, &document)?;
             let table = self.table::<T>(connection, &document).await?;
-            let item = json::to_json(item).map_err(|error| {
-                Error::new(
-                    document.clone(),
-                    ErrorKind::Serialize {
-                        message: error.message(),
-                    },
-                )
-            })?;
-            let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
-                let written = item.as_object().into_iter().flat_map(|entries| {
-                    entries
-                        .iter()
-                        .filter(|(_, value)| !value.is_null())
-                        .map(|(name, _)| name)
-                });
-                return Err(item_without_key(document, list, written));
-            };
-            if item_key.is_array() {
-                return Err(item_key_is_a_list(document, list));
-            }
-            let item_key = item_key.to_string();
-            let item = item.to_string();
-            // A NULL list (a row another tool wrote) is an empty one.
+            let (item, item_key) = item_and_key_texts(&document, list, item)?;
             let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
             // `->` gives the key's JSON text as stored: `json_extract` would give a float as an
             // SQL value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
             let stored_key = format!("(stored.value -> {path})");
+            let column = format!("t.{}", quote(list.stored_name()));
+            // What the column holds, as JSON: NULL where it holds no JSON (`json_type` would
+            // fail on it). A NULL or JSON null list (a row another tool wrote) is an empty one;
+            // anything else but a list is no list to push to, which the row's read says.
+            let kind = format!(
+                "(CASE WHEN {column} IS NULL THEN 'null' WHEN json_valid({column}) \
+                 THEN json_type({column}) END)"
+            );
+            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]' END)");
             let sql = format!(
-                "UPDATE {table} AS t SET {list} = json_insert(COALESCE(t.{list}, '[]'), '$[#]', \
-                 json(?2)) WHERE t.{id} = ?1 AND NOT EXISTS (SELECT 1 FROM \
-                 json_each(COALESCE(t.{list}, '[]')) stored WHERE {same}) RETURNING NULL",
+                "UPDATE {table} AS t SET {list} = json_insert({listed}, '$[#]', json(?2)) \
+                 WHERE t.{id} = ?1 AND {kind} IN ('array', 'null') AND NOT EXISTS (SELECT 1 \
+                 FROM json_each({listed}) stored WHERE {same}) RETURNING NULL",
                 table = table.name(),
                 list = quote(list.stored_name()),
                 id = quote(ID_FIELD),
                 same = same_json_value(&stored_key, "?3"),
+            );
+            let not_a_list = format!(
+                "CASE WHEN {kind} IN ('array', 'null') THEN NULL \
+                 ELSE COALESCE({kind}, 'text that is no JSON') END"
             );
             let id_text = id.to_string();
             let connection = Mutex::new(connection);
@@ -178,11 +168,18 @@ impl Store {
                     .bind(&id_text)
                     .bind(&item)
                     .bind(&item_key);
-                update_once(&connection, query, &table, &id_text, &document)
-                    .await
-                    .map(|(written, exists)| {
-                        answered_in_one(written, exists, Pushed::Appended, Pushed::AlreadyPresent)
-                    })
+                let (written, exists, stored) =
+                    update_once(&connection, query, &table, &id_text, &not_a_list, &document)
+                        .await?;
+                if let (false, Some(stored)) = (written, stored) {
+                    return Err(stored_not_a_list(&document, list, &stored));
+                }
+                Ok(answered_in_one(
+                    written,
+                    exists,
+                    Pushed::Appended,
+                    Pushed::AlreadyPresent,
+                ))
             })
             .await
         })
@@ -223,16 +220,19 @@ fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
 }
 
 /// Runs a guarded `UPDATE … RETURNING` of the row under `id` and, if it updated nothing, reads
-/// whether that row exists, in one savepoint: whether it wrote, and whether the row is there.
-/// The statement returns one value, NULL unless it names a field whose integer addition would
-/// have left `i64`'s range ([`ErrorKind::AddOutOfRange`], the write undone).
+/// whether that row exists, in one savepoint: whether it wrote, whether the row is there, and
+/// the value the read found of `explained` (an expression over the row `t`), which says why the
+/// guard may have stopped the write. The statement returns one value, NULL unless it names a
+/// field whose integer addition would have left `i64`'s range ([`ErrorKind::AddOutOfRange`],
+/// the write undone).
 async fn update_once<'q>(
     connection: &Mutex<&mut SqliteConnection>,
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
     table: &super::table::Table,
     id: &str,
+    explained: &str,
     document: &DocumentRef,
-) -> Result<(bool, bool), Error> {
+) -> Result<(bool, bool, Option<String>), Error> {
     let mut connection = connection.lock().await;
     let connection: &mut SqliteConnection = &mut connection;
     savepoint(connection, document).await?;
@@ -242,19 +242,19 @@ async fn update_once<'q>(
             if let Some(field) = row.try_get::<Option<String>, _>(0)? {
                 return Ok(Err(field));
             }
-            return Ok(Ok((true, true)));
+            return Ok(Ok((true, true, None)));
         }
         crate::trace::round_trip("SELECT");
         let look = format!(
-            "SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ?1)",
+            "SELECT {explained} FROM {} AS t WHERE t.{} = ?1",
             table.name(),
             quote(ID_FIELD)
         );
-        let exists: bool = sqlx::query_scalar(statement(&look))
+        let found: Option<Option<String>> = sqlx::query_scalar(statement(&look))
             .bind(id)
-            .fetch_one(&mut *connection)
+            .fetch_optional(&mut *connection)
             .await?;
-        Ok(Ok((false, exists)))
+        Ok(Ok((false, found.is_some(), found.flatten())))
     }
     .await;
     let answer = answer

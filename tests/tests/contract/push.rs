@@ -475,3 +475,59 @@ async fn an_item_key_compares_by_value_on_every_backend() {
         assert_eq!(numbers, appended, "{db}: each appended once, in order");
     }
 }
+
+/// A list another tool stored as something else (a string, a number, an object) is refused the
+/// same way on every store, naming the field, and left as it was (SQLite answered `Appended` and
+/// appended nothing to a number or an object; PostgreSQL failed on the server); a null list is
+/// an empty one.
+#[tokio::test]
+async fn a_push_to_a_list_stored_as_something_else_is_refused_on_every_store() {
+    for db in fresh_backends("push_not_a_list").await {
+        db.ensure::<Feed>().await;
+        let cases = [
+            serde_json::json!("x"),
+            serde_json::json!(5),
+            serde_json::json!({"a": 1}),
+            serde_json::Value::Null,
+        ];
+        for (n, stored) in cases.into_iter().enumerate() {
+            let name = format!("f{n}");
+            let id = Feed {
+                name: name.clone(),
+                items: Vec::new(),
+            }
+            .id()
+            .unwrap();
+            let mut entries = serde_json::Map::new();
+            entries.insert("name".into(), name.clone().into());
+            entries.insert("items".into(), stored.clone());
+            db.write_json_as_another_tool::<Feed>(&id.to_string(), entries)
+                .await;
+            let item = serde_json::json!({ "key": 1 });
+            let pushed = db.push::<Feed, _>(id, "items", &item).await;
+            let after = db
+                .stored::<Feed>()
+                .await
+                .into_iter()
+                .find(|row| row["name"] == name)
+                .map(|row| row["items"].clone());
+            match stored {
+                serde_json::Value::Null => {
+                    assert_eq!(pushed.unwrap(), Pushed::Appended, "{db}");
+                    assert_eq!(after, Some(serde_json::json!([item])), "{db}");
+                }
+                stored => {
+                    let error = pushed.unwrap_err();
+                    let shown = error.to_string();
+                    assert!(
+                        matches!(error.kind(), ErrorKind::Deserialize { .. })
+                            && shown.contains("`items` is stored as")
+                            && shown.contains("not a list, so nothing can be pushed to it"),
+                        "{db}: {stored}: {shown}"
+                    );
+                    assert_eq!(after, Some(stored), "{db}: left as it was");
+                }
+            }
+        }
+    }
+}
