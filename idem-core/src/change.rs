@@ -354,6 +354,21 @@ pub(crate) fn add_out_of_range(
     )
 }
 
+/// The refusal of an addition to the effect field `field` (its stored name), which the stored
+/// document holds `stored` in (another tool's text, say): nothing can be added to it.
+#[cfg(any(feature = "mongodb", feature = "sqlite"))]
+pub(crate) fn stored_not_a_number(document: &DocumentRef, field: &str, stored: &str) -> Error {
+    Error::new(
+        document.clone(),
+        ErrorKind::Deserialize {
+            message: format!(
+                "`{field}` is stored as {stored}, not a number, so nothing can be added to it; \
+                 store a number (or null) there"
+            ),
+        },
+    )
+}
+
 /// The refusal of a change that cannot be sent.
 pub(crate) fn invalid(document: &DocumentRef, field: &str, problem: &str) -> Error {
     Error::new(

@@ -216,17 +216,9 @@ impl Store {
                 update.insert(operator, fields);
             }
         }
-        // The server refuses an `$inc` past an int64's range as a bad value.
-        let overflowed = |backend: &crate::error::BackendError| {
-            backend.code() == Some("2")
-                && backend
-                    .driver_error()
-                    .to_string()
-                    .contains("Failed to apply $inc")
-        };
         self.apply_update_once::<T>(id, op, update)
             .await
-            .map_err(|error| change::out_of_range_or(error, changes, overflowed))
+            .map_err(|error| addition_refused(error, changes))
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
@@ -299,6 +291,45 @@ impl Store {
             .await
         })
         .await
+    }
+}
+
+/// `error`, or what it says of an `$inc` the server refused, as every store says it: past an
+/// int64's range (a bad value, code 2) is [`ErrorKind::AddOutOfRange`]; on a field holding no
+/// number (a type mismatch, code 14: "… has the field 'balance' of non-numeric type string"),
+/// the refusal naming the field and what it holds.
+fn addition_refused(error: Error, changes: &[Change]) -> Error {
+    let Some(backend) = error.as_backend() else {
+        return error;
+    };
+    let said = backend.driver_error().to_string();
+    match backend.code() {
+        Some("2") if said.contains("Failed to apply $inc") => {
+            change::out_of_range_or(error, changes, |_| true)
+        }
+        Some("14") if said.contains("Cannot apply $inc") => {
+            let named = said
+                .split_once("has the field '")
+                .and_then(|(_, rest)| rest.split_once("' of non-numeric type "));
+            let (field, kind) = match named {
+                Some((field, rest)) => (
+                    field.to_owned(),
+                    rest.split(|c: char| !c.is_alphanumeric())
+                        .next()
+                        .unwrap_or("a value"),
+                ),
+                None => (
+                    changes
+                        .iter()
+                        .find(|change| matches!(change.kind, ChangeKind::Add(_)))
+                        .map_or("", Change::field)
+                        .to_owned(),
+                    "a value",
+                ),
+            };
+            change::stored_not_a_number(error.document(), &field, kind)
+        }
+        _ => error,
     }
 }
 

@@ -26,8 +26,23 @@ pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
         _ => None,
     };
     let code = code.map(|code| code.to_string());
+    // A server's error as one line, its code and what it said: the driver's own text goes on
+    // with its labels and the raw reply in hex, which say nothing more.
     let shown = match source.kind.as_ref() {
         ErrorKind::ServerSelection { message, .. } => Some(unreachable_servers(message)),
+        ErrorKind::Command(command) => Some(format!(
+            "the server refused the command (code {}{}): {}",
+            command.code,
+            match command.code_name.as_str() {
+                "" => String::new(),
+                name => format!(", {name}"),
+            },
+            command.message
+        )),
+        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(format!(
+            "the server refused the write (code {}): {}",
+            error.code, error.message
+        )),
         _ => None,
     };
     let error = crate::BackendError::new("MongoDB", code, is_transient(&source), source);

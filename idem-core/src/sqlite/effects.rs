@@ -52,11 +52,23 @@ impl Store {
             // column NULL instead (no sum is NULL), which the statement returns, and the
             // savepoint undoes it.
             let mut out_of_range = Vec::new();
+            // A column another tool left holding what is no number (a text, a blob) is not
+            // added to, which the row's read says: SQLite would take the text for 0.
+            let mut numeric = Vec::new();
+            let mut not_numeric = Vec::new();
             let encoded = crate::sql::change::encode(&table, changes, &document, sql_type)?;
             for (change, encoded) in changes.iter().zip(encoded) {
                 let name = quote(encoded.column.name);
                 let placeholder = format!("?{}", values.len() + 3);
                 let stored = format!("COALESCE(t.{name}, 0)");
+                if encoded.adds {
+                    let kind = format!("typeof(t.{name})");
+                    numeric.push(format!("{kind} IN ('integer', 'real', 'null')"));
+                    not_numeric.push(format!(
+                        "WHEN {kind} NOT IN ('integer', 'real', 'null') THEN {} || char(9) || {kind}",
+                        literal(change.field())
+                    ));
+                }
                 assignments.push(match (encoded.adds, integer_overflow(change, &stored)) {
                     (true, Some(overflows)) => {
                         out_of_range.push(format!(
@@ -87,14 +99,30 @@ impl Store {
                  ORDER BY key DESC LIMIT {window}) kept)",
                 window = self.op_window,
             ));
+            let applied =
+                |op: &str| format!("EXISTS (SELECT 1 FROM json_each({ops}) WHERE value = {op})");
             let sql = format!(
-                "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 \
-                 AND NOT EXISTS (SELECT 1 FROM json_each({ops}) applied WHERE applied.value = ?2) \
+                "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 AND NOT {applied}{numeric} \
                  RETURNING {returned}",
                 table = table.name(),
                 assignments = assignments.join(", "),
                 id = quote(ID_FIELD),
+                applied = applied("?2"),
+                numeric = numeric
+                    .iter()
+                    .map(|condition| format!(" AND {condition}"))
+                    .collect::<String>(),
             );
+            // Read where the statement wrote nothing: the field that is no number, and what it
+            // holds, unless the op was applied before.
+            let explained = match not_numeric.is_empty() {
+                true => "NULL".to_owned(),
+                false => format!(
+                    "CASE WHEN {} THEN NULL {} END",
+                    applied(&literal(op.as_str())),
+                    not_numeric.join(" ")
+                ),
+            };
             let id_text = id.to_string();
             let connection = Mutex::new(connection);
             settle_by_id(&document, || async {
@@ -104,11 +132,19 @@ impl Store {
                 for (shape, value) in &values {
                     query = bind_text(query, *shape, value.as_deref());
                 }
-                update_once(&connection, query, &table, &id_text, "NULL", &document)
-                    .await
-                    .map(|(written, exists, _)| {
-                        answered_in_one(written, exists, Applied::Applied, Applied::AlreadyApplied)
-                    })
+                let (written, exists, stored) =
+                    update_once(&connection, query, &table, &id_text, &explained, &document)
+                        .await?;
+                if let (false, Some(stored)) = (written, stored) {
+                    let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
+                    return Err(change::stored_not_a_number(&document, field, kind));
+                }
+                Ok(answered_in_one(
+                    written,
+                    exists,
+                    Applied::Applied,
+                    Applied::AlreadyApplied,
+                ))
             })
             .await
         })

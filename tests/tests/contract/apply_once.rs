@@ -579,3 +579,61 @@ async fn an_addition_past_the_integer_range_is_refused_naming_the_field() {
         }
     }
 }
+
+/// An addition to an effect field another tool left holding what is no number (a text) is
+/// refused the same way where the backend can hold such a value (MongoDB and SQLite; a
+/// PostgreSQL column cannot), naming the field, nothing written (SQLite took the text for 0,
+/// MongoDB failed with the server's error); an op applied before is still `AlreadyApplied`.
+#[tokio::test]
+async fn an_addition_to_a_field_holding_no_number_is_refused_naming_it() {
+    for db in fresh_backends("add_to_text").await {
+        if db.is_postgres() {
+            continue;
+        }
+        db.ensure::<EdgeWallet>().await;
+        let wallet = EdgeWallet {
+            owner: "texted".into(),
+            balance: 0,
+        };
+        db.upsert(&wallet).await.unwrap();
+        let id = wallet.id().unwrap();
+        let first = OpId::new("first");
+        assert_eq!(
+            db.credit_once::<EdgeWallet>(id, &first, "balance", 5)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        db.run_raw(
+            "UPDATE edge_wallets SET balance = 'five'",
+            doc! { "update": "edge_wallets", "updates": [
+                { "q": {}, "u": { "$set": { "balance": "five" } } }
+            ] },
+        )
+        .await;
+        let refused = db
+            .credit_once::<EdgeWallet>(id, &OpId::new("second"), "balance", 5)
+            .await
+            .unwrap_err();
+        let shown = refused.to_string();
+        assert!(
+            matches!(refused.kind(), ErrorKind::Deserialize { .. })
+                && shown.contains("`balance` is stored as")
+                && shown.contains("not a number, so nothing can be added to it"),
+            "{db}: {shown}"
+        );
+        assert_eq!(
+            db.stored::<EdgeWallet>().await[0]["balance"],
+            "five",
+            "{db}: nothing written"
+        );
+        assert_eq!(
+            db.credit_once::<EdgeWallet>(id, &first, "balance", 5)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+    }
+}

@@ -427,3 +427,23 @@ async fn apply_once_refuses_renaming_an_effect_field_out_of_the_effect_fields() 
     let stored = stored_documents(store.database(), "ledgers").await;
     assert_eq!(stored[0].get_i64("balance").unwrap(), 5);
 }
+
+/// A server's refusal reads as one line, its code and what the server said, not the driver's
+/// dump of the raw reply in hex.
+#[tokio::test]
+async fn a_server_refusal_reads_as_its_code_and_message() {
+    let (store, _log) = store("server_refusal_shown").await;
+    store.upsert(&ledger("Ada")).await.unwrap();
+    let id = ledger("Ada").id().unwrap();
+    let refused = store
+        .apply_update_once::<Ledger>(id, &OpId::from("op-1"), doc! { "$push": { "balance": 1 } })
+        .await
+        .unwrap_err();
+    let shown = refused.to_string();
+    assert!(
+        matches!(refused.kind(), ErrorKind::Backend { .. })
+            && shown.contains("MongoDB: the server refused the write (code ")
+            && !shown.contains("RawDocumentBuf"),
+        "{shown}"
+    );
+}
