@@ -171,6 +171,7 @@ impl Store {
             let list = pushed_list(model, field, &document)?;
             let table = self.table::<T>(connection, &document).await?;
             let (item, item_key) = item_and_key_texts(&document, list, item)?;
+            let scalar_key = ScalarKey::of(&item_key);
             let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
             // `->` gives the key's JSON text as stored: `json_extract` would give a float as an
             // SQL value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
@@ -191,7 +192,7 @@ impl Store {
                 table = table.name(),
                 list = quote(list.stored_name()),
                 id = quote(ID_FIELD),
-                same = same_json_value(&stored_key, "?3"),
+                same = same_key(&stored_key, &scalar_key, &path),
             );
             let not_a_list = format!(
                 "CASE WHEN {kind} IN ('array', 'null') THEN NULL \
@@ -204,6 +205,10 @@ impl Store {
                     .bind(&id_text)
                     .bind(&item)
                     .bind(&item_key);
+                let query = match &scalar_key {
+                    Some(ScalarKey { value, .. }) => value.bind(query),
+                    None => query,
+                };
                 let (written, exists, stored) =
                     update_once(&connection, query, &table, &id_text, &not_a_list, &document)
                         .await?;
@@ -223,22 +228,74 @@ impl Store {
     }
 }
 
-/// Whether the JSON texts `left` and `right` (SQL expressions) hold the same value, as
-/// PostgreSQL's `jsonb` and MongoDB compare an item's key: numbers by value whatever their form
-/// (`1`, `1.0` and `1e0` are one number, `-0.0` is `0`), a number never equal to a string or a
-/// boolean, objects by their entries whatever their order, arrays item by item. The same text
-/// settles it at once; otherwise both values' trees, from `json_tree`, hold the same nodes: the
-/// same paths, each of the same kind and, for a scalar, the same SQL value (`IS`, which compares
-/// an integer with a real by value and never a number with a text). An integer beyond `i64`
-/// is read as the nearest double.
-fn same_json_value(left: &str, right: &str) -> String {
+/// A pushed item's key that is a scalar, as SQLite compares it with a stored item's: the JSON
+/// types of the same value (a number's whether written as an integer or a real), and its SQL
+/// value (an integer beyond `i64` as the nearest double, as SQLite reads one; a boolean as 1 or
+/// 0), bound as `?4`.
+struct ScalarKey {
+    types: &'static str,
+    value: SqlScalar,
+}
+
+enum SqlScalar {
+    Text(String),
+    Integer(i64),
+    Real(f64),
+}
+
+impl SqlScalar {
+    fn bind<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+        match self {
+            SqlScalar::Text(text) => query.bind(text.clone()),
+            SqlScalar::Integer(integer) => query.bind(*integer),
+            SqlScalar::Real(real) => query.bind(*real),
+        }
+    }
+}
+
+impl ScalarKey {
+    /// The key whose JSON text is `key`; `None` for a list or an object.
+    fn of(key: &str) -> Option<ScalarKey> {
+        let (types, value) = match serde_json::from_str(key).ok()? {
+            serde_json::Value::String(text) => ("'text'", SqlScalar::Text(text)),
+            serde_json::Value::Bool(true) => ("'true'", SqlScalar::Integer(1)),
+            serde_json::Value::Bool(false) => ("'false'", SqlScalar::Integer(0)),
+            serde_json::Value::Number(number) => (
+                "'integer', 'real'",
+                match number.as_i64() {
+                    Some(integer) => SqlScalar::Integer(integer),
+                    None => SqlScalar::Real(number.as_f64()?),
+                },
+            ),
+            _ => return None,
+        };
+        Some(ScalarKey { types, value })
+    }
+}
+
+/// Whether the key stored under `path` in `stored.value` (its JSON text `stored_key`) is the
+/// pushed item's key (`?3`, its JSON text), as PostgreSQL's `jsonb` and MongoDB compare keys:
+/// numbers by value whatever their form (`1`, `1.0` and `1e0` are one number, `-0.0` is `0`),
+/// a number never equal to a string or a boolean, objects by their entries whatever their
+/// order, arrays item by item. A scalar key (`scalar`) is a stored key of one of its JSON types
+/// with the same SQL value (`IS`, which compares an integer with a real by value); a list or an
+/// object, one whose tree (`json_tree`) holds the same nodes, each compared so.
+fn same_key(stored_key: &str, scalar: &Option<ScalarKey>, path: &str) -> String {
+    if let Some(ScalarKey { types, .. }) = scalar {
+        return format!(
+            "json_type(stored.value, {path}) IN ({types}) AND (stored.value ->> {path}) IS ?4"
+        );
+    }
     let kind = |node: &str| {
         format!("(CASE WHEN {node}.type IN ('integer', 'real') THEN 'number' ELSE {node}.type END)")
     };
     format!(
-        "({left} = json({right}) OR ((SELECT count(*) FROM json_tree({left})) = \
-         (SELECT count(*) FROM json_tree({right})) AND NOT EXISTS (SELECT 1 FROM \
-         json_tree({left}) l WHERE NOT EXISTS (SELECT 1 FROM json_tree({right}) r WHERE \
+        "({stored_key} = json(?3) OR ((SELECT count(*) FROM json_tree({stored_key})) = \
+         (SELECT count(*) FROM json_tree(?3)) AND NOT EXISTS (SELECT 1 FROM \
+         json_tree({stored_key}) l WHERE NOT EXISTS (SELECT 1 FROM json_tree(?3) r WHERE \
          r.fullkey = l.fullkey AND {right_kind} = {left_kind} AND r.atom IS l.atom))))",
         left_kind = kind("l"),
         right_kind = kind("r"),
