@@ -23,9 +23,10 @@ impl NaturalKey {
     /// Whether a stored document of `model` (whose stored fields are `columns`) may hold this
     /// key, as every store's `find` asks before it reads: `false` where a value is beyond what
     /// its field holds (an integer wider than `i64` for an `i64` field), so that no document
-    /// does; refused with [`ErrorKind::KeyMismatch`] where the key does not name exactly the
-    /// model's key fields, in declaration order, each with a value of its field's kind (where
-    /// one store would compare a text with a number, and another find nothing or fail).
+    /// does; refused with [`KeyMismatch`](crate::ErrorKind::KeyMismatch) where the key does not
+    /// name exactly the model's key fields, in declaration order, each with a value of its
+    /// field's kind (where one store would compare a text with a number, and another find
+    /// nothing or fail).
     #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     pub(crate) fn fits(
         &self,

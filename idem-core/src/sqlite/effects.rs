@@ -26,9 +26,10 @@ use crate::trace::{Call, CallKind};
 impl Store {
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
     /// recording `op` in the same statement. `Applied`, or `AlreadyApplied` (nothing written);
-    /// [`ErrorKind::NotFound`] if no row has that id. The changes may touch only
-    /// `#[idem(effect)]` columns ([`ErrorKind::NotAnEffectField`] otherwise, before anything is
-    /// sent). The latest [`with_op_window`](Store::with_op_window) op ids are kept.
+    /// [`NotFound`](crate::ErrorKind::NotFound) if no row has that id. The changes may touch
+    /// only `#[idem(effect)]` columns ([`NotAnEffectField`](crate::ErrorKind::NotAnEffectField)
+    /// otherwise, before anything is sent). The latest [`with_op_window`](Store::with_op_window)
+    /// op ids are kept.
     pub async fn apply_once<T>(
         &self,
         connection: &mut SqliteConnection,
@@ -316,8 +317,8 @@ fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
 /// whether that row exists, in one savepoint: whether it wrote, whether the row is there, and
 /// the value the read found of `explained` (an expression over the row `t`), which says why the
 /// guard may have stopped the write. The statement returns one value, NULL unless it names a
-/// field whose integer addition would have left `i64`'s range ([`ErrorKind::AddOutOfRange`],
-/// the write undone).
+/// field whose integer addition would have left `i64`'s range
+/// ([`AddOutOfRange`](crate::ErrorKind::AddOutOfRange), the write undone).
 async fn update_once<'q>(
     connection: &Mutex<&mut SqliteConnection>,
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,

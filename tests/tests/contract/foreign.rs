@@ -163,6 +163,19 @@ struct Reading {
     value: i64,
 }
 
+/// Sensor s1's reading: gain 1, offset 0, value 7.
+fn reading() -> Reading {
+    Reading {
+        sensor: "s1".into(),
+        at: 1_700_000_000_000,
+        calibration: Calibration {
+            gain: 1.0,
+            offset: 0.0,
+        },
+        value: 7,
+    }
+}
+
 /// Numbers another tool stored are the values they are: a timestamp mongosh or Node.js stored
 /// as the double `1700000000000.0`, a frozen `1.0` that jsonb or an int64 keeps as `1`. The
 /// document is replaced, not refused as a change of a frozen field, and is idem's afterwards.
@@ -170,15 +183,7 @@ struct Reading {
 async fn numbers_another_tool_stored_compare_by_value() {
     for db in fresh_backends("foreign_numbers").await {
         db.ensure::<Reading>().await;
-        let reading = Reading {
-            sensor: "s1".into(),
-            at: 1_700_000_000_000,
-            calibration: Calibration {
-                gain: 1.0,
-                offset: 0.0,
-            },
-            value: 7,
-        };
+        let reading = reading();
         let id = reading.id().unwrap().to_string();
         let mut foreign = serde_json::Map::new();
         foreign.insert("sensor".into(), "s1".into());
@@ -353,15 +358,7 @@ async fn a_document_holding_only_its_id_and_key_is_stored_not_being_inserted() {
     for db in fresh_backends("foreign_bare").await {
         db.ensure::<Reading>().await;
         db.ensure::<Account>().await;
-        let reading = Reading {
-            sensor: "s1".into(),
-            at: 1_700_000_000_000,
-            calibration: Calibration {
-                gain: 1.0,
-                offset: 0.0,
-            },
-            value: 7,
-        };
+        let reading = reading();
         let mut bare = serde_json::Map::new();
         bare.insert("sensor".into(), "s1".into());
         db.write_json_as_another_tool::<Reading>(&reading.id().unwrap().to_string(), bare)
