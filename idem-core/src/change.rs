@@ -80,6 +80,26 @@ impl SetValue {
         #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
         None
     }
+
+    /// The value as a message shows it: as JSON, a non-finite float by its name.
+    fn shown(&self) -> String {
+        #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+        return match &self.json {
+            SqlValue::Json(value) => value.to_string(),
+            SqlValue::NonFinite(float) => crate::sql::json::show_float(*float),
+            SqlValue::Invalid(problem) => problem.clone(),
+        };
+        #[cfg(all(
+            feature = "mongodb",
+            not(any(feature = "_postgres", feature = "sqlite"))
+        ))]
+        return match &self.bson {
+            Ok(value) => value.to_string(),
+            Err(problem) => problem.clone(),
+        };
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
+        String::new()
+    }
 }
 
 /// A set value's kind, as far as the shape of the field it is set in goes.
@@ -270,7 +290,11 @@ pub(crate) fn check(
                 return Err(invalid(
                     document,
                     change.field,
-                    &format!("the field holds {expected}, not {}", kind.shown()),
+                    &format!(
+                        "the field holds {expected}, not {} ({})",
+                        kind.shown(),
+                        value.shown()
+                    ),
                 ));
             }
         }

@@ -481,7 +481,6 @@ pub(crate) fn unique_index_conflict(document: &DocumentRef, index: String) -> Er
     Error::new(document.clone(), ErrorKind::UniqueIndexConflict { index })
 }
 
-/// The error of a document still contended after its attempts.
 /// The tombstone field of `model`, or [`ErrorKind::NoTombstoneField`] for a type without one.
 pub(crate) fn tombstone_field(
     model: &Model,
@@ -539,6 +538,7 @@ pub(crate) fn tombstone_for<M: serde::Serialize + ?Sized>(
     Ok(tombstone)
 }
 
+/// The error of a document still contended after its attempts.
 pub(crate) fn contention(document: &DocumentRef) -> Error {
     Error::new(document.clone(), ErrorKind::Contention)
 }

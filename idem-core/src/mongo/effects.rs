@@ -216,9 +216,36 @@ impl Store {
                 update.insert(operator, fields);
             }
         }
-        self.apply_update_once::<T>(id, op, update)
-            .await
-            .map_err(|error| addition_refused(error, changes))
+        // `$inc` refuses a field holding null, which the SQL stores add to as 0: such a field
+        // (an `Option` stored as `None`) is set to 0 first, once, and the operation goes again.
+        let mut started: Vec<&str> = Vec::new();
+        loop {
+            let error = match self.apply_update_once::<T>(id, op, update.clone()).await {
+                Ok(applied) => return Ok(applied),
+                Err(error) => addition_refused(error, changes),
+            };
+            let null_field = changes.iter().find(|change| {
+                matches!(change.kind, ChangeKind::Add(_))
+                    && !started.contains(&change.field)
+                    && stored_null(&error, change.field)
+            });
+            let Some(change) = null_field else {
+                return Err(error);
+            };
+            let zero = match change.kind {
+                ChangeKind::Add(Amount::Float(_)) => Bson::Double(0.0),
+                _ => Bson::Int64(0),
+            };
+            crate::trace::round_trip("update");
+            self.raw_collection(&T::MODEL)
+                .update_one(
+                    doc! { "_id": id.to_string(), change.field: { "$type": "null" } },
+                    doc! { "$set": { change.field: zero } },
+                )
+                .await
+                .map_err(|source| mongo_error(&document, source))?;
+            started.push(change.field);
+        }
     }
 
     /// Applies `update` (any MongoDB update: `$inc`, `$set`, `$push`…) to the document stored
@@ -291,6 +318,16 @@ impl Store {
             .await
         })
         .await
+    }
+}
+
+/// Whether `error` is the refusal of an addition to `field` where it holds null.
+fn stored_null(error: &Error, field: &str) -> bool {
+    match error.kind() {
+        ErrorKind::Deserialize { message } => {
+            message.starts_with(&format!("`{field}` is stored as null, not a number"))
+        }
+        _ => false,
     }
 }
 

@@ -40,8 +40,18 @@ pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
             command.message
         )),
         ErrorKind::Write(WriteFailure::WriteError(error)) => Some(format!(
-            "the server refused the write (code {}): {}",
-            error.code, error.message
+            "the server refused the write (code {}{}): {}{}",
+            error.code,
+            error
+                .code_name
+                .as_deref()
+                .map_or(String::new(), |name| format!(", {name}")),
+            error.message,
+            // A validator's reasons, say.
+            error
+                .details
+                .as_ref()
+                .map_or(String::new(), |details| format!("; {details}")),
         )),
         _ => None,
     };

@@ -135,10 +135,12 @@ impl Store {
                 let reply =
                     query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
                         .await
-                        // numeric_value_out_of_range: `bigint out of range`.
+                        // numeric_value_out_of_range, of an integer column (a float one
+                        // says "value out of range: overflow").
                         .map_err(|error| {
                             change::out_of_range_or(error, changes, |backend| {
                                 backend.code() == Some("22003")
+                                    && backend.to_string().contains("bigint out of range")
                             })
                         })?;
                 Ok(answered_in_one(

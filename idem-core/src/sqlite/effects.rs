@@ -70,7 +70,12 @@ impl Store {
                         literal(change.field())
                     ));
                 }
-                assignments.push(match (encoded.adds, integer_overflow(change, &stored)) {
+                // A float column holds any sum: only an integer one can overflow.
+                let overflows = match encoded.column.shape {
+                    ColumnShape::Integer => integer_overflow(change, &stored),
+                    _ => None,
+                };
+                assignments.push(match (encoded.adds, overflows) {
                     (true, Some(overflows)) => {
                         out_of_range.push(format!(
                             "WHEN {name} IS NULL THEN {}",
@@ -207,8 +212,10 @@ impl Store {
                     .bind(&item)
                     .bind(&item_key);
                 let query = match &scalar_key {
-                    Some(ScalarKey { value, .. }) => value.bind(query),
-                    None => query,
+                    Some(ScalarKey {
+                        value: Some(value), ..
+                    }) => value.bind(query),
+                    _ => query,
                 };
                 let (written, exists, stored) =
                     update_once(&connection, query, &table, &id_text, &not_a_list, &document)
@@ -231,11 +238,11 @@ impl Store {
 
 /// A pushed item's key that is a scalar, as SQLite compares it with a stored item's: the JSON
 /// types of the same value (a number's whether written as an integer or a real), and its SQL
-/// value (an integer beyond `i64` as the nearest double, as SQLite reads one; a boolean as 1 or
-/// 0), bound as `?4`.
+/// value (a boolean as 1 or 0), bound as `?4`; an integer beyond `i64`, which SQLite would read
+/// as the nearest double (two such keys one), by its JSON text instead.
 struct ScalarKey {
     types: &'static str,
-    value: SqlScalar,
+    value: Option<SqlScalar>,
 }
 
 enum SqlScalar {
@@ -261,16 +268,14 @@ impl ScalarKey {
     /// The key whose JSON text is `key`; `None` for a list or an object.
     fn of(key: &str) -> Option<ScalarKey> {
         let (types, value) = match serde_json::from_str(key).ok()? {
-            serde_json::Value::String(text) => ("'text'", SqlScalar::Text(text)),
-            serde_json::Value::Bool(true) => ("'true'", SqlScalar::Integer(1)),
-            serde_json::Value::Bool(false) => ("'false'", SqlScalar::Integer(0)),
-            serde_json::Value::Number(number) => (
-                "'integer', 'real'",
-                match number.as_i64() {
-                    Some(integer) => SqlScalar::Integer(integer),
-                    None => SqlScalar::Real(number.as_f64()?),
-                },
-            ),
+            serde_json::Value::String(text) => ("'text'", Some(SqlScalar::Text(text))),
+            serde_json::Value::Bool(true) => ("'true'", Some(SqlScalar::Integer(1))),
+            serde_json::Value::Bool(false) => ("'false'", Some(SqlScalar::Integer(0))),
+            serde_json::Value::Number(number) => match (number.as_i64(), number.is_f64()) {
+                (Some(integer), _) => ("'integer', 'real'", Some(SqlScalar::Integer(integer))),
+                (None, true) => ("'integer', 'real'", Some(SqlScalar::Real(number.as_f64()?))),
+                (None, false) => ("'integer'", None),
+            },
             _ => return None,
         };
         Some(ScalarKey { types, value })
@@ -285,11 +290,26 @@ impl ScalarKey {
 /// with the same SQL value (`IS`, which compares an integer with a real by value); a list or an
 /// object, one whose tree (`json_tree`) holds the same nodes, each compared so.
 fn same_key(stored_key: &str, scalar: &Option<ScalarKey>, path: &str) -> String {
-    if let Some(ScalarKey { types, .. }) = scalar {
-        return format!(
+    // Only an object holds a key: another item's value is no JSON to read a path in.
+    let same = match scalar {
+        Some(ScalarKey {
+            types,
+            value: Some(_),
+        }) => format!(
             "json_type(stored.value, {path}) IN ({types}) AND (stored.value ->> {path}) IS ?4"
-        );
-    }
+        ),
+        Some(ScalarKey { types, value: None }) => {
+            format!("json_type(stored.value, {path}) IN ({types}) AND {stored_key} = ?3")
+        }
+        None => same_tree(stored_key),
+    };
+    format!("(CASE WHEN stored.type = 'object' THEN ({same}) END)")
+}
+
+/// Whether the list or object stored as `stored_key` is the pushed key (`?3`): both trees
+/// (`json_tree`) hold the same nodes, each of the same kind (a number whether integer or real)
+/// with the same SQL value.
+fn same_tree(stored_key: &str) -> String {
     let kind = |node: &str| {
         format!("(CASE WHEN {node}.type IN ('integer', 'real') THEN 'number' ELSE {node}.type END)")
     };

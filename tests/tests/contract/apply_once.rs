@@ -503,6 +503,52 @@ async fn typed_changes_add_and_set_the_same_on_every_backend() {
     }
 }
 
+/// A float effect field and one an upsert may leave null.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "gauges")]
+struct Gauge {
+    #[idem(key)]
+    name: String,
+    #[idem(effect)]
+    level: f64,
+    #[idem(effect)]
+    ticks: Option<i64>,
+}
+
+/// An integer added to a float field past `i64`'s range is applied (only an integer field can
+/// overflow), and a field stored null counts as 0, on every store (MongoDB's `$inc` refuses a
+/// null, which the SQL stores add to as 0).
+#[tokio::test]
+async fn a_float_field_takes_any_sum_and_a_null_field_counts_as_zero() {
+    for db in fresh_backends("gauge_sums").await {
+        db.ensure::<Gauge>().await;
+        let gauge = Gauge {
+            name: "g".into(),
+            level: 1e19,
+            ticks: None,
+        };
+        db.upsert(&gauge).await.unwrap();
+        let id = gauge.id().unwrap();
+        let changes = [Change::add("level", 1), Change::add("ticks", 5)];
+        assert_eq!(
+            db.apply_once::<Gauge>(id, &OpId::new("tick"), &changes)
+                .await
+                .unwrap(),
+            Applied::Applied,
+            "{db}"
+        );
+        assert_eq!(
+            db.apply_once::<Gauge>(id, &OpId::new("tick"), &changes)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}"
+        );
+        let stored = db.get::<Gauge>(id).await.unwrap().unwrap();
+        assert_eq!((stored.level, stored.ticks), (1e19 + 1.0, Some(5)), "{db}");
+    }
+}
+
 /// A wallet whose balance lives at the edges of a 64-bit integer.
 #[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "edge_wallets")]

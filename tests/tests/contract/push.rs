@@ -465,6 +465,16 @@ async fn an_item_key_compares_by_value_on_every_backend() {
                 appended.push(serde_json::json!(n));
             }
         }
+        // Integers beyond `i64`, which BSON cannot hold: two keys where the SQL stores keep
+        // them, not one double.
+        if db.is_sql() {
+            for (key, n) in [(u64::MAX, 90), (u64::MAX - 1, 91)] {
+                let item = serde_json::json!({ "key": key, "n": n });
+                let pushed = db.push::<Feed, _>(id, "items", &item).await.unwrap();
+                assert_eq!(pushed, Pushed::Appended, "{db}: key {key}");
+                appended.push(serde_json::json!(n));
+            }
+        }
         let stored = db.stored::<Feed>().await;
         let numbers: Vec<serde_json::Value> = stored[0]["items"]
             .as_array()
@@ -489,6 +499,7 @@ async fn a_push_to_a_list_stored_as_something_else_is_refused_on_every_store() {
             serde_json::json!(5),
             serde_json::json!({"a": 1}),
             serde_json::Value::Null,
+            serde_json::json!(["bare", 7, null, { "key": 2 }]),
         ];
         for (n, stored) in cases.into_iter().enumerate() {
             let name = format!("f{n}");
@@ -515,6 +526,12 @@ async fn a_push_to_a_list_stored_as_something_else_is_refused_on_every_store() {
                 serde_json::Value::Null => {
                     assert_eq!(pushed.unwrap(), Pushed::Appended, "{db}");
                     assert_eq!(after, Some(serde_json::json!([item])), "{db}");
+                }
+                // A list holding items that are no objects: they hold no key.
+                serde_json::Value::Array(mut items) => {
+                    assert_eq!(pushed.unwrap(), Pushed::Appended, "{db}");
+                    items.push(item);
+                    assert_eq!(after, Some(serde_json::Value::Array(items)), "{db}");
                 }
                 stored => {
                     let error = pushed.unwrap_err();
