@@ -338,42 +338,32 @@ pub(crate) fn check(
 }
 
 /// `error`, or, where the backend's error says an addition left its number's range
-/// (`overflowed`) and `changes` add an integer, [`ErrorKind::AddOutOfRange`]. (SQLite's sum
-/// does not fail: its statement checks the range itself.)
+/// (`overflowed`) and `changes` add an integer, [`ErrorKind::AddOutOfRange`] naming the first
+/// field they add an integer to (the server does not say which). (SQLite's sum does not fail:
+/// its statement checks the range itself, and names the field.)
 #[cfg(any(feature = "mongodb", feature = "_postgres"))]
 pub(crate) fn out_of_range_or(
     error: Error,
     changes: &[Change],
     overflowed: impl Fn(&crate::error::BackendError) -> bool,
 ) -> Error {
-    let adds_integer = changes
+    let first_integer_added = changes
         .iter()
-        .any(|change| change.integer_amount().is_some());
-    match error.as_backend() {
-        Some(backend) if adds_integer && overflowed(backend) => {
-            add_out_of_range(error.document(), changes, None)
+        .find(|change| change.integer_amount().is_some());
+    match (error.as_backend(), first_integer_added) {
+        (Some(backend), Some(change)) if overflowed(backend) => {
+            add_out_of_range(error.document(), change.field)
         }
         _ => error,
     }
 }
 
-/// The refusal of an operation whose integer addition left `i64`'s range on the server:
-/// `field` where the backend says which, else the first field `changes` add an integer to.
-pub(crate) fn add_out_of_range(
-    document: &DocumentRef,
-    changes: &[Change],
-    field: Option<&str>,
-) -> Error {
-    let first_integer_added = || {
-        changes
-            .iter()
-            .find(|change| change.integer_amount().is_some())
-            .map_or("", |change| change.field)
-    };
+/// The refusal of an operation whose integer addition to `field` left `i64`'s range.
+pub(crate) fn add_out_of_range(document: &DocumentRef, field: &str) -> Error {
     Error::new(
         document.clone(),
         ErrorKind::AddOutOfRange {
-            field: field.unwrap_or_else(first_integer_added).to_owned(),
+            field: field.to_owned(),
         },
     )
 }

@@ -222,15 +222,16 @@ impl Store {
         loop {
             let error = match self.apply_update_once::<T>(id, op, update.clone()).await {
                 Ok(applied) => return Ok(applied),
-                Err(error) => addition_refused(error, changes),
+                Err(error) => error,
             };
-            let null_field = changes.iter().find(|change| {
-                matches!(change.kind, ChangeKind::Add(_))
-                    && !started.contains(&change.field)
-                    && stored_null(&error, change.field)
-            });
-            let Some(change) = null_field else {
-                return Err(error);
+            let null_added = match inc_refused(&error, changes) {
+                Some(IncRefused::NotANumber { field, stored }) if stored == "null" => changes
+                    .iter()
+                    .find(|change| change.field == field && !started.contains(&change.field)),
+                _ => None,
+            };
+            let Some(change) = null_added else {
+                return Err(addition_refused(error, changes));
             };
             let zero = match change.kind {
                 ChangeKind::Add(Amount::Float(_)) => Bson::Double(0.0),
@@ -321,34 +322,25 @@ impl Store {
     }
 }
 
-/// Whether `error` is the refusal of an addition to `field` where it holds null.
-fn stored_null(error: &Error, field: &str) -> bool {
-    match error.kind() {
-        ErrorKind::Deserialize { message } => {
-            message.starts_with(&format!("`{field}` is stored as null, not a number"))
-        }
-        _ => false,
-    }
+/// Why the server refused an operation's `$inc`, as its error says.
+enum IncRefused {
+    /// Past an int64's range (a bad value, code 2).
+    OutOfRange,
+    /// On a field holding no number (a type mismatch, code 14: "… has the field 'balance' of
+    /// non-numeric type string"): the field, else the first one added to, and what it holds.
+    NotANumber { field: String, stored: String },
 }
 
-/// `error`, or what it says of an `$inc` the server refused, as every store says it: past an
-/// int64's range (a bad value, code 2) is [`ErrorKind::AddOutOfRange`]; on a field holding no
-/// number (a type mismatch, code 14: "… has the field 'balance' of non-numeric type string"),
-/// the refusal naming the field and what it holds.
-fn addition_refused(error: Error, changes: &[Change]) -> Error {
-    let Some(backend) = error.as_backend() else {
-        return error;
-    };
+fn inc_refused(error: &Error, changes: &[Change]) -> Option<IncRefused> {
+    let backend = error.as_backend()?;
     let said = backend.driver_error().to_string();
-    match backend.code() {
-        Some("2") if said.contains("Failed to apply $inc") => {
-            change::out_of_range_or(error, changes, |_| true)
-        }
-        Some("14") if said.contains("Cannot apply $inc") => {
+    match backend.code()? {
+        "2" if said.contains("Failed to apply $inc") => Some(IncRefused::OutOfRange),
+        "14" if said.contains("Cannot apply $inc") => {
             let named = said
                 .split_once("has the field '")
                 .and_then(|(_, rest)| rest.split_once("' of non-numeric type "));
-            let (field, kind) = match named {
+            let (field, stored) = match named {
                 Some((field, rest)) => (
                     field.to_owned(),
                     rest.split(|c: char| !c.is_alphanumeric())
@@ -364,9 +356,24 @@ fn addition_refused(error: Error, changes: &[Change]) -> Error {
                     "a value",
                 ),
             };
-            change::stored_not_a_number(error.document(), &field, kind)
+            Some(IncRefused::NotANumber {
+                field,
+                stored: stored.to_owned(),
+            })
         }
-        _ => error,
+        _ => None,
+    }
+}
+
+/// `error`, or the refusal every store makes of the `$inc` it says the server refused:
+/// [`ErrorKind::AddOutOfRange`], or the one naming a field that holds no number.
+fn addition_refused(error: Error, changes: &[Change]) -> Error {
+    match inc_refused(&error, changes) {
+        Some(IncRefused::OutOfRange) => change::out_of_range_or(error, changes, |_| true),
+        Some(IncRefused::NotANumber { field, stored }) => {
+            change::stored_not_a_number(error.document(), &field, &stored)
+        }
+        None => error,
     }
 }
 

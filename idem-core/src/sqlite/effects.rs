@@ -374,9 +374,7 @@ async fn update_once<'q>(
     let answer = answer
         .map_err(|source| sqlite_error(document, source))
         .and_then(|answer| {
-            answer.map_err(|field: String| {
-                change::add_out_of_range(document, &[], Some(field.as_str()))
-            })
+            answer.map_err(|field: String| change::add_out_of_range(document, &field))
         });
     finish_with(connection, answer, document).await
 }
