@@ -17,6 +17,15 @@ use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 /// Every method means the same on every backend; the backend's docs say what each costs there.
 /// The derive's generated methods (`post.upsert(&backend)`, `Post::ensure_schema(&backend)`)
 /// take any `Backend`, so code written against it runs on every store.
+///
+/// A SQL store alone is not one: `sqlite::Store` and `postgres::Store` hold no connection, and
+/// become a `Backend` with the caller's, `store.on(&mut conn)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Backend`: a SQL store reads and writes through a connection, `store.on(&mut conn)`",
+    label = "not a `Backend`",
+    note = "pass a SQLite or PostgreSQL store with the connection it uses, `&store.on(&mut conn)`, or `&store.on(&mut *tx)` inside a sqlx transaction; with tokio-postgres, `&store.on(&client)` or `&store.on(&tx)`",
+    note = "a `mongo::Store` is a `Backend` itself, and so is what `store.on(…)` returns (a `Session`)"
+)]
 pub trait Backend: Sync {
     /// Writes `doc` so that retries, replays and races converge.
     fn upsert<T>(&self, doc: &T) -> impl Future<Output = Result<Outcome, Error>> + Send

@@ -173,6 +173,7 @@ pub mod model;
 // Only a model given at run time (the `idem` command's flags) can be wrong.
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 pub mod model_check;
+pub mod model_file;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;
@@ -240,6 +241,90 @@ pub mod __private {
     pub use core::result::Result;
     pub use serde::Serialize;
     pub use serde_json::Value as JsonValue;
+
+    use crate::id::{IdKey, IdTimestamp};
+    use crate::version::{OrderedVersion, VersionKey};
+
+    /// Where the derive requires its fields' types to play their roles (`u64: StoredKey`), each
+    /// requirement once, spanned on the field's type: an impl nothing else uses, so a type that
+    /// cannot play its role is one error there, and no use of the document repeats it.
+    pub trait FieldTypes {}
+
+    /// A key field's value as an [`IdKey`], found first (two auto-refs deep) when its type is
+    /// one: `(&&Probe::<T>::NEW).key_of(&self.field)`. The generated code reaches its fields'
+    /// values through these probes rather than through bounds, which would repeat a type's
+    /// error at every use; [`FieldTypes`] reports it once.
+    pub trait KeyField<T> {
+        /// The value as an id key.
+        fn key_of<'v>(&self, value: &'v T) -> &'v dyn IdKey;
+    }
+
+    impl<T: IdKey> KeyField<T> for &Probe<T> {
+        fn key_of<'v>(&self, value: &'v T) -> &'v dyn IdKey {
+            value
+        }
+    }
+
+    /// A timestamp field's value as an [`IdTimestamp`], found first when its type is one.
+    pub trait TimestampField<T> {
+        /// The value as an id timestamp.
+        fn timestamp_of<'v>(&self, value: &'v T) -> &'v dyn IdTimestamp;
+    }
+
+    impl<T: IdTimestamp> TimestampField<T> for &Probe<T> {
+        fn timestamp_of<'v>(&self, value: &'v T) -> &'v dyn IdTimestamp {
+            value
+        }
+    }
+
+    /// A version field's order key, and a stored version's, found first when its type is a
+    /// version serde reads back.
+    pub trait VersionField<T> {
+        /// [`OrderedVersion::version_key`].
+        fn version_of(&self, value: &T) -> VersionKey;
+
+        /// [`stored_version_key`].
+        fn read_back_version(&self, value: &JsonValue) -> Option<VersionKey>;
+    }
+
+    impl<T: OrderedVersion + ReadBackVersion> VersionField<T> for &Probe<T> {
+        fn version_of(&self, value: &T) -> VersionKey {
+            value.version_key()
+        }
+
+        fn read_back_version(&self, value: &JsonValue) -> Option<VersionKey> {
+            stored_version_key::<T>(value)
+        }
+    }
+
+    /// Every other type, found last: one that cannot play its field's role. The derive states
+    /// each requirement once ([`FieldTypes`], or the impls' where clause for a type naming a
+    /// type parameter), so such a type is a compile error there and this never runs. Method
+    /// resolution sets lifetimes aside, as `FieldTypes`' requirements (written with `'static`)
+    /// do, so the two agree on every type.
+    pub trait UnfitField<T> {
+        /// Never called.
+        fn key_of<'v>(&self, _: &'v T) -> &'v dyn IdKey {
+            unreachable!("a field type unfit for its role is a compile error")
+        }
+
+        /// Never called.
+        fn timestamp_of<'v>(&self, _: &'v T) -> &'v dyn IdTimestamp {
+            unreachable!("a field type unfit for its role is a compile error")
+        }
+
+        /// Never called.
+        fn version_of(&self, _: &T) -> VersionKey {
+            unreachable!("a field type unfit for its role is a compile error")
+        }
+
+        /// Never called.
+        fn read_back_version(&self, _: &JsonValue) -> Option<VersionKey> {
+            unreachable!("a field type unfit for its role is a compile error")
+        }
+    }
+
+    impl<T> UnfitField<T> for Probe<T> {}
 }
 
 /// The README's examples, compiled as doc tests so they stay true.

@@ -1,10 +1,10 @@
 //! Writes the generated code: the `Idempotent` impl (backend-neutral metadata and accessors) and
 //! the inherent conveniences, inside `const _: () = { … }` with one alias to the runtime.
 
-use proc_macro2::TokenStream;
-use quote::quote;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, ToTokens};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, Generics, WhereClause};
+use syn::{DeriveInput, Generics, Type, WhereClause, WherePredicate};
 
 use crate::ast::{Field, Input};
 use crate::attr::{IdScheme, Role};
@@ -22,11 +22,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
         .and_then(|model| model.attrs.crate_path.get().cloned());
     match (cx.check(), model) {
         (Ok(()), Some(model)) => expand(&model),
-        (Err(errors), _) => {
-            let mut output = errors.to_compile_error();
-            output.extend(fallback::stub(input, runtime));
-            output
-        }
+        (Err(errors), model) => fallback::stub(input, model.as_ref(), runtime, errors),
         // `from_syn` records an error whenever it returns `None`.
         (Ok(()), None) => TokenStream::new(),
     }
@@ -55,23 +51,22 @@ fn expand(input: &Input) -> TokenStream {
     };
     let fields = input.fields.iter().filter_map(field_spec);
 
-    let key_idents: Vec<_> = input.key_fields().map(|field| field.ident).collect();
-    let natural_key_idents: Vec<_> = input
-        .natural_key_fields()
-        .map(|field| field.ident)
-        .collect();
     // The parameters of `derive_id` are named after the fields they take.
-    let key_params = &key_idents;
+    let key_params: Vec<_> = input.key_fields().map(|field| field.ident).collect();
+    let key_values: Vec<_> = input.key_fields().map(key_of_self).collect();
+    let natural_key_values: Vec<_> = input.natural_key_fields().map(key_of_self).collect();
     let (timestamp_self, timestamp_param) = match input.timestamp_field() {
         Some(field) => {
             let ident = field.ident;
             let ty = field.ty;
+            let of_self = probe(ty, quote!(timestamp_of(&self.#ident)));
+            let of_param = probe(ty, quote!(timestamp_of(#ident)));
             // Typed as the field, so a literal (`&1_700_000_000_000`) infers the field's type.
             (
-                quote!(__idem::__private::Some(&self.#ident)),
+                quote!(__idem::__private::Some(#of_self)),
                 Some((
                     quote!(#ident: &#ty,),
-                    quote!(__idem::__private::Some(#ident)),
+                    quote!(__idem::__private::Some(#of_param)),
                 )),
             )
         }
@@ -122,7 +117,7 @@ fn expand(input: &Input) -> TokenStream {
         quote! {
             __idem::__private::derive_id(
                 &<Self as __idem::Idempotent>::MODEL,
-                &[#(&self.#key_idents),*],
+                &[#(#key_values),*],
                 #timestamp_self,
             )
         }
@@ -170,16 +165,17 @@ fn expand(input: &Input) -> TokenStream {
     });
     let version_key = input.version_field().map(|field| {
         let ident = field.ident;
-        let ty = field.ty;
+        let version = probe(field.ty, quote!(version_of(&self.#ident)));
+        let stored_version = probe(field.ty, quote!(read_back_version(value)));
         quote! {
             fn version_key(&self) -> __idem::__private::Option<__idem::VersionKey> {
-                __idem::__private::Some(__idem::OrderedVersion::version_key(&self.#ident))
+                __idem::__private::Some(#version)
             }
 
             fn stored_version_key(
                 value: &__idem::__private::JsonValue,
             ) -> __idem::__private::Option<__idem::VersionKey> {
-                __idem::__private::stored_version_key::<#ty>(value)
+                #stored_version
             }
         }
     });
@@ -198,10 +194,16 @@ fn expand(input: &Input) -> TokenStream {
         .pushed_fields()
         .map(|(field, item)| push_method(input, field, item, &captures))
         .collect();
+    let field_types = field_types_impl(input);
 
     quote! {
         const _: () = {
             use #runtime as __idem;
+            use __idem::__private::{
+                KeyField as _, TimestampField as _, UnfitField as _, VersionField as _,
+            };
+
+            #field_types
 
             #[automatically_derived]
             impl #impl_generics __idem::Idempotent for #ident #ty_generics #where_clause {
@@ -228,7 +230,7 @@ fn expand(input: &Input) -> TokenStream {
                 fn natural_key(&self) -> __idem::NaturalKey {
                     __idem::__private::natural_key(
                         &<Self as __idem::Idempotent>::MODEL,
-                        &[#(&self.#natural_key_idents),*],
+                        &[#(#natural_key_values),*],
                     )
                 }
 
@@ -236,7 +238,7 @@ fn expand(input: &Input) -> TokenStream {
                     &self,
                     with: impl ::core::ops::FnOnce(&[&dyn __idem::IdKey]) -> __R,
                 ) -> __R {
-                    with(&[#(&self.#natural_key_idents),*])
+                    with(&[#(#natural_key_values),*])
                 }
             }
 
@@ -338,7 +340,7 @@ fn push_method(
 ) -> TokenStream {
     let vis = input.vis;
     let name = field.name();
-    let method = syn::Ident::new(&format!("push_{name}"), field.ident.span());
+    let method = push_method_name(field);
     let item_key = field
         .attrs
         .push_by
@@ -367,6 +369,11 @@ fn push_method(
     }
 }
 
+/// `push_<field>`, the method that pushes to the list `field`.
+pub fn push_method_name(field: &Field) -> syn::Ident {
+    syn::Ident::new(&format!("push_{}", field.name()), field.ident.span())
+}
+
 /// `Field::new("name", "storedName", Role::…)` for a field with a role.
 fn field_spec(field: &Field) -> Option<TokenStream> {
     let name = field.name();
@@ -383,42 +390,172 @@ fn field_spec(field: &Field) -> Option<TokenStream> {
     Some(quote!(__idem::Field::new(#name, #stored_name, __idem::Role::#variant)#optional))
 }
 
-/// The input's where clause plus the type requirements of the key and timestamp fields, each
-/// spanned on the field's type so the compiler's message points there.
+/// `(&&Probe::<T>::NEW).method(…)`: a field's value as the trait its role needs when its type
+/// implements it, and otherwise through `UnfitField`, whose methods never run. So the code
+/// that uses a field's value bounds nothing on its type and repeats none of its errors: each
+/// requirement is checked once, by `field_types_impl` or in the where clause.
+fn probe(ty: &Type, method: TokenStream) -> TokenStream {
+    quote!((&&__idem::__private::Probe::<#ty>::NEW).#method)
+}
+
+/// A natural key field's value, as an id key.
+fn key_of_self(field: &Field) -> TokenStream {
+    let ident = field.ident;
+    probe(field.ty, quote!(key_of(&self.#ident)))
+}
+
+/// What each field's type must implement to play its role: a key (or an event's idempotency
+/// key) `IdKey` and `StoredKey`, the version `OrderedVersion` and `ReadBackVersion`, the
+/// timestamp `IdTimestamp`.
+fn type_requirements<'a>(input: &'a Input) -> Vec<(&'a Type, TokenStream)> {
+    let mut requirements = Vec::new();
+    for field in input.natural_key_fields() {
+        requirements.push((field.ty, quote!(__idem::IdKey)));
+        requirements.push((field.ty, quote!(__idem::StoredKey)));
+    }
+    if let Some(field) = input.version_field() {
+        requirements.push((field.ty, quote!(__idem::OrderedVersion)));
+        requirements.push((field.ty, quote!(__idem::__private::ReadBackVersion)));
+    }
+    if let Some(field) = input.timestamp_field() {
+        requirements.push((field.ty, quote!(__idem::IdTimestamp)));
+    }
+    requirements
+}
+
+/// `ty: bound`, spanned on the field's type so the compiler's message points there.
+fn requirement(ty: impl ToTokens, bound: &TokenStream, span: Span) -> WherePredicate {
+    let bound = spanned(bound.clone(), span);
+    syn::parse_quote_spanned!(span=> #ty: #bound)
+}
+
+/// `tokens`, every one of them spanned at `span`.
+fn spanned(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), spanned(group.stream(), span));
+                inner.set_span(span);
+                token = TokenTree::Group(inner);
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
+/// The input's where clause plus the requirements on the field types that name a parameter of
+/// the type (`key: K`): those hold or not per instantiation, so the impls state them. The
+/// others are `field_types_impl`'s.
 fn bounded_where_clause(input: &Input) -> WhereClause {
-    let mut where_clause = input
+    let mut where_clause = input_where_clause(input);
+    for (ty, bound) in type_requirements(input) {
+        if names_a_parameter(ty, input.generics) {
+            where_clause
+                .predicates
+                .push(requirement(ty, &bound, ty.span()));
+        }
+    }
+    where_clause
+}
+
+/// `impl FieldTypes for Type where u64: StoredKey, … {}`: the requirements on the field types
+/// that name no parameter of the type. Such a requirement is checked where it is written, so a
+/// type that cannot play its role is one error, on the field's type, and the rest of the
+/// generated code, which does not state it, adds none. The type's lifetimes are `'static`
+/// there (`&'static str: IdKey`): a requirement naming a lifetime parameter would not be
+/// checked until used, and no impl of these traits depends on a lifetime.
+fn field_types_impl(input: &Input) -> Option<TokenStream> {
+    let lifetimes: Vec<&syn::Ident> = input
+        .generics
+        .lifetimes()
+        .map(|param| &param.lifetime.ident)
+        .collect();
+    let requirements: Vec<WherePredicate> = type_requirements(input)
+        .into_iter()
+        .filter(|(ty, _)| !names_a_parameter(ty, input.generics))
+        .map(|(ty, bound)| {
+            let with_static = with_static_lifetimes(ty.to_token_stream(), &lifetimes);
+            requirement(with_static, &bound, ty.span())
+        })
+        .collect();
+    if requirements.is_empty() {
+        return None;
+    }
+    let mut where_clause = input_where_clause(input);
+    where_clause.predicates.extend(requirements);
+    let ident = input.ident;
+    let (impl_generics, ty_generics, _) = input.generics.split_for_impl();
+    Some(quote! {
+        #[automatically_derived]
+        impl #impl_generics __idem::__private::FieldTypes for #ident #ty_generics #where_clause {}
+    })
+}
+
+fn input_where_clause(input: &Input) -> WhereClause {
+    input
         .generics
         .where_clause
         .clone()
         .unwrap_or_else(|| WhereClause {
             where_token: Default::default(),
             predicates: Default::default(),
-        });
-    for field in input.natural_key_fields() {
-        let ty = field.ty;
-        where_clause
-            .predicates
-            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdKey));
-        where_clause
-            .predicates
-            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::StoredKey));
-    }
-    if let Some(field) = input.version_field() {
-        let ty = field.ty;
-        where_clause
-            .predicates
-            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::OrderedVersion));
-        where_clause
-            .predicates
-            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::__private::ReadBackVersion));
-    }
-    if let Some(field) = input.timestamp_field() {
-        let ty = field.ty;
-        where_clause
-            .predicates
-            .push(syn::parse_quote_spanned!(ty.span()=> #ty: __idem::IdTimestamp));
-    }
-    where_clause
+        })
+}
+
+/// Whether `ty` names a type or const parameter of the input; a lifetime does not count.
+fn names_a_parameter(ty: &Type, generics: &Generics) -> bool {
+    let parameters: Vec<&syn::Ident> = generics
+        .type_params()
+        .map(|param| &param.ident)
+        .chain(generics.const_params().map(|param| &param.ident))
+        .collect();
+    names_any(ty.to_token_stream(), &parameters)
+}
+
+fn names_any(tokens: TokenStream, names: &[&syn::Ident]) -> bool {
+    let mut after_apostrophe = false;
+    tokens.into_iter().any(|token| {
+        let in_lifetime = std::mem::take(&mut after_apostrophe);
+        match token {
+            TokenTree::Ident(ident) => !in_lifetime && names.contains(&&ident),
+            TokenTree::Group(group) => names_any(group.stream(), names),
+            TokenTree::Punct(punct) => {
+                after_apostrophe = punct.as_char() == '\'';
+                false
+            }
+            TokenTree::Literal(_) => false,
+        }
+    })
+}
+
+/// `tokens` with each of `lifetimes` written `'static`.
+fn with_static_lifetimes(tokens: TokenStream, lifetimes: &[&syn::Ident]) -> TokenStream {
+    let mut after_apostrophe = false;
+    tokens
+        .into_iter()
+        .map(|token| {
+            let in_lifetime = std::mem::take(&mut after_apostrophe);
+            match token {
+                TokenTree::Ident(ident) if in_lifetime && lifetimes.contains(&&ident) => {
+                    TokenTree::Ident(syn::Ident::new("static", ident.span()))
+                }
+                TokenTree::Group(group) => {
+                    let stream = with_static_lifetimes(group.stream(), lifetimes);
+                    let mut with_static = proc_macro2::Group::new(group.delimiter(), stream);
+                    with_static.set_span(group.span());
+                    TokenTree::Group(with_static)
+                }
+                TokenTree::Punct(punct) => {
+                    after_apostrophe = punct.as_char() == '\'';
+                    TokenTree::Punct(punct)
+                }
+                other => other,
+            }
+        })
+        .collect()
 }
 
 fn derive_id_doc(input: &Input) -> String {
