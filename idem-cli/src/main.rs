@@ -1,6 +1,7 @@
-//! `idem`: audit a MongoDB collection or a PostgreSQL table before idem takes it over, and adopt
-//! it (move its documents to their derived ids), without writing Rust. The model is given by
-//! flags:
+//! `idem`: audit a MongoDB collection, a PostgreSQL table or a SQLite table before idem takes it
+//! over, and adopt it (move its documents to their derived ids), without writing Rust. The model
+//! is given by flags, or by a model file written from the type (`--model FILE`, see
+//! `idem_core::model_file`):
 //!
 //! ```text
 //! idem audit --uri mongodb://localhost:27017 --database blog --collection posts \
@@ -27,6 +28,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use idem_core::model_file::ModelFile;
 use idem_core::mongo::DuplicateRule;
 use idem_core::{AdoptReport, AuditProgress, AuditReport, Field, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -69,6 +71,13 @@ enum Command {
         /// Stop after moving this many documents; running it again goes on.
         #[arg(long)]
         max_documents: Option<u64>,
+        /// Move rows even when they hold fields the model does not have (the table's own key,
+        /// columns `--fields` or the model file do not list, fields the stored hashes show the
+        /// type does not hash), leaving them out of the content hashes written: they are no
+        /// fields of the type. Without it such a run is refused, since a model missing a field
+        /// would store hashes the type does not compute.
+        #[arg(long)]
+        allow_unknown_fields: bool,
         /// Resolve natural-key duplicates: keep the document with the greatest (`greatest:FIELD`)
         /// or least (`least:FIELD`) value of a stored field, and move the others to the
         /// `<collection>_idem_duplicates` collection. Without it, duplicates are left and listed.
@@ -79,36 +88,69 @@ enum Command {
     },
 }
 
+/// The environment variables read for the connection string when `--uri` is not given, in
+/// this order: `DATABASE_URL` (as sqlx and diesel read it) first, then each store's own.
+const URI_VARIABLES: [&str; 3] = ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI"];
+
 /// Where the collection is, and its model.
 #[derive(Args)]
 struct Target {
-    /// The server's connection string: `mongodb://…` or `postgres://…`.
-    #[arg(long, env = "MONGODB_URI")]
-    uri: String,
+    /// The server's connection string: `mongodb://…` or `mongodb+srv://…`; `postgres://…`,
+    /// `postgresql://…` or a key=value string (`host=… dbname=…`); `sqlite:PATH` (an existing
+    /// SQLite file). Without it, the first of `DATABASE_URL`, `MONGODB_URI` and `POSTGRES_URI`
+    /// set. A password in it is never printed.
+    #[arg(long)]
+    uri: Option<String>,
     /// The database (MongoDB: required; PostgreSQL: the URI's unless given).
     #[arg(long)]
     database: Option<String>,
-    /// The collection, or the table (resolved through the search path).
+    /// The collection, or the table (resolved through the search path). With `--model`, the
+    /// file's unless given.
     #[arg(long, visible_alias = "table")]
-    collection: String,
+    collection: Option<String>,
+    /// The type's model, as `idem_core::model_file::write` writes it: every field in order with
+    /// its role. The flags describing the model are then not needed; one given that disagrees
+    /// with the file is an error.
+    #[arg(long, value_name = "FILE")]
+    model: Option<std::path::PathBuf>,
     /// The key fields as stored, in declaration order, separated by commas.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present_any = ["model", "idempotency_key"])]
     key: Vec<String>,
     /// The timestamp field as stored (integer milliseconds or a BSON date), if the ids have one.
     #[arg(long)]
     timestamp: Option<String>,
-    /// How key values become the id's hash part.
-    #[arg(long, value_enum, default_value_t = Scheme::V1)]
-    scheme: Scheme,
-    /// The stored field holding the content hash.
-    #[arg(long, default_value = "sourceHash")]
-    hash_field: String,
+    /// How key values become the id's hash part (default: v1).
+    #[arg(long, value_enum)]
+    scheme: Option<Scheme>,
+    /// The stored field holding the content hash (default: sourceHash).
+    #[arg(long)]
+    hash_field: Option<String>,
     /// Stored fields left out of the content hash (`#[idem(volatile)]`), separated by commas.
     #[arg(long, value_delimiter = ',')]
     volatile: Vec<String>,
+    /// Fields that may never change (`#[idem(frozen)]`), separated by commas.
+    #[arg(long, value_delimiter = ',')]
+    frozen: Vec<String>,
+    /// Fields only `apply_once` changes (`#[idem(effect)]`): not hashed. Separated by commas.
+    #[arg(long, value_delimiter = ',')]
+    effect: Vec<String>,
+    /// The deletion marker (`#[idem(tombstone)]`): not hashed.
+    #[arg(long)]
+    tombstone: Option<String>,
+    /// Lists owned by their push route (`#[idem(push_by = "ITEM_KEY")]`), as `FIELD:ITEM_KEY`,
+    /// separated by commas: not hashed.
+    #[arg(long, value_delimiter = ',', value_name = "FIELD:ITEM_KEY", value_parser = parse_push_by)]
+    push_by: Vec<(String, String)>,
+    /// The version field (`#[idem(version)]`).
+    #[arg(long)]
+    version: Option<String>,
+    /// The idempotency key of an event type (`#[idem(idempotency_key)]`), instead of `--key`.
+    #[arg(long)]
+    idempotency_key: Option<String>,
     /// Every stored field in the order the type declares it (the order serde writes), separated
-    /// by commas: the content hash is computed in this order. Without it, in the order the
-    /// server stores the fields, which a server may not keep.
+    /// by commas: the content hash is computed in this order, and a stored field not listed is
+    /// reported as no field of the model. Without it, every stored field is taken for one, in
+    /// the order the server stores them, which a server may not keep.
     #[arg(long, value_delimiter = ',')]
     fields: Vec<String>,
 }
@@ -122,80 +164,221 @@ enum Scheme {
     Joined,
 }
 
+impl Scheme {
+    fn of(self) -> IdScheme {
+        match self {
+            Scheme::V1 => IdScheme::V1,
+            Scheme::Joined => IdScheme::Joined,
+        }
+    }
+}
+
+/// The model to audit with and its field order, from the flags or the model file.
+struct Described {
+    model: &'static Model,
+    field_order: Vec<String>,
+}
+
 impl Target {
+    /// The connection string: `--uri`, else the first variable of [`URI_VARIABLES`] set.
+    fn uri(&self) -> Result<String, String> {
+        if let Some(uri) = &self.uri {
+            return Ok(uri.clone());
+        }
+        URI_VARIABLES
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|uri| !uri.is_empty()))
+            .ok_or_else(|| {
+                format!(
+                    "no connection string: give --uri, or set {}",
+                    URI_VARIABLES.join(", ")
+                )
+            })
+    }
+
+    /// The model: the file's (`--model`), checked against any flag given beside it, or the
+    /// flags'.
+    fn described(&self) -> Result<Described, String> {
+        let Some(path) = &self.model else {
+            return Ok(Described {
+                model: self.flags_model(),
+                field_order: self.fields.clone(),
+            });
+        };
+        let file = ModelFile::read(path).map_err(|error| error.to_string())?;
+        self.check_against(&file)
+            .map_err(|problem| format!("model file {}: {problem}", path.display()))?;
+        Ok(Described {
+            model: file.model(),
+            field_order: file.field_order().into_iter().map(str::to_owned).collect(),
+        })
+    }
+
+    /// `Err` names the first flag given beside a model file that says otherwise than the file.
+    fn check_against(&self, file: &ModelFile) -> Result<(), String> {
+        let with_role = |role: &str| -> Vec<String> {
+            file.fields
+                .iter()
+                .filter(|field| field.role.as_deref() == Some(role))
+                .map(|field| field.name.clone())
+                .collect()
+        };
+        let sorted = |mut names: Vec<String>| {
+            names.sort();
+            names
+        };
+        let one = |role: &str| with_role(role).into_iter().next();
+        let pushed: Vec<String> = file
+            .fields
+            .iter()
+            .filter(|field| field.role.as_deref() == Some("push_by"))
+            .map(|field| format!("{}:{}", field.name, field.item_key.as_deref().unwrap_or("")))
+            .collect();
+        let given_pushed: Vec<String> = self
+            .push_by
+            .iter()
+            .map(|(field, item)| format!("{field}:{item}"))
+            .collect();
+        let checks: [(&str, bool, String, String); 13] = [
+            (
+                "--collection",
+                self.collection.is_some(),
+                self.collection.clone().unwrap_or_default(),
+                file.collection.clone(),
+            ),
+            (
+                "--key",
+                !self.key.is_empty(),
+                self.key.join(","),
+                with_role("key").join(","),
+            ),
+            (
+                "--timestamp",
+                self.timestamp.is_some(),
+                self.timestamp.clone().unwrap_or_default(),
+                one("timestamp").unwrap_or_default(),
+            ),
+            (
+                "--scheme",
+                self.scheme.is_some(),
+                self.scheme
+                    .map_or("", |scheme| scheme.of().name())
+                    .to_owned(),
+                file.id_scheme.clone(),
+            ),
+            (
+                "--hash-field",
+                self.hash_field.is_some(),
+                self.hash_field.clone().unwrap_or_default(),
+                file.hash_field.clone(),
+            ),
+            (
+                "--volatile",
+                !self.volatile.is_empty(),
+                sorted(self.volatile.clone()).join(","),
+                sorted(with_role("volatile")).join(","),
+            ),
+            (
+                "--frozen",
+                !self.frozen.is_empty(),
+                sorted(self.frozen.clone()).join(","),
+                sorted(with_role("frozen")).join(","),
+            ),
+            (
+                "--effect",
+                !self.effect.is_empty(),
+                sorted(self.effect.clone()).join(","),
+                sorted(with_role("effect")).join(","),
+            ),
+            (
+                "--tombstone",
+                self.tombstone.is_some(),
+                self.tombstone.clone().unwrap_or_default(),
+                one("tombstone").unwrap_or_default(),
+            ),
+            (
+                "--push-by",
+                !self.push_by.is_empty(),
+                sorted(given_pushed).join(","),
+                sorted(pushed).join(","),
+            ),
+            (
+                "--version",
+                self.version.is_some(),
+                self.version.clone().unwrap_or_default(),
+                one("version").unwrap_or_default(),
+            ),
+            (
+                "--idempotency-key",
+                self.idempotency_key.is_some(),
+                self.idempotency_key.clone().unwrap_or_default(),
+                one("idempotency_key").unwrap_or_default(),
+            ),
+            (
+                "--fields",
+                !self.fields.is_empty(),
+                self.fields.join(","),
+                file.field_order().join(","),
+            ),
+        ];
+        for (flag, given, value, in_file) in checks {
+            if given && value != in_file {
+                return Err(format!(
+                    "{flag} {value:?} disagrees with the file, which says {in_file:?}: leave \
+                     the flag out (the file describes the type), or write the file again from \
+                     the type"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The model the flags describe. It lives as long as the process, and `Model` holds
     /// `'static` names (the derive writes them as literals), so it is built once and leaked.
-    fn model(&self) -> &'static Model {
+    fn flags_model(&self) -> &'static Model {
         fn leak(text: &str) -> &'static str {
             Box::leak(text.to_owned().into_boxed_str())
         }
-        let roles = self
-            .key
-            .iter()
-            .map(|name| (name, Role::Key))
-            .chain(self.timestamp.iter().map(|name| (name, Role::Timestamp)))
-            .chain(self.volatile.iter().map(|name| (name, Role::Volatile)));
-        let fields: Vec<Field> = roles
-            .map(|(name, role)| Field::new(leak(name), leak(name), role))
-            .collect();
-        let scheme = match self.scheme {
-            Scheme::V1 => IdScheme::V1,
-            Scheme::Joined => IdScheme::Joined,
+        let named = |names: &[String], role: Role| -> Vec<Field> {
+            names
+                .iter()
+                .map(|name| Field::new(leak(name), leak(name), role))
+                .collect()
         };
+        let one = |name: &Option<String>, role: Role| named(name.as_slice(), role);
+        let mut fields = named(&self.key, Role::Key);
+        fields.extend(one(&self.idempotency_key, Role::IdempotencyKey));
+        fields.extend(one(&self.timestamp, Role::Timestamp));
+        fields.extend(named(&self.volatile, Role::Volatile));
+        fields.extend(named(&self.frozen, Role::Frozen));
+        fields.extend(named(&self.effect, Role::Effect));
+        fields.extend(
+            one(&self.tombstone, Role::Tombstone)
+                .into_iter()
+                .map(Field::optional),
+        );
+        fields.extend(one(&self.version, Role::Version));
+        fields.extend(
+            self.push_by
+                .iter()
+                .map(|(field, item)| Field::pushed(leak(field), leak(field), leak(item))),
+        );
         Box::leak(Box::new(Model::new(
-            leak(&self.collection),
-            scheme,
-            leak(&self.hash_field),
+            leak(self.collection.as_deref().unwrap_or_default()),
+            self.scheme.unwrap_or(Scheme::V1).of(),
+            leak(self.hash_field.as_deref().unwrap_or("sourceHash")),
             Box::leak(fields.into_boxed_slice()),
         )))
     }
 
-    /// The URI as messages show it: a password in it is not.
-    fn shown_uri(&self) -> String {
-        let Some((scheme, rest)) = self.uri.split_once("://") else {
-            return self.uri.clone();
-        };
-        match rest.split_once('@') {
-            Some((user, host)) if user.contains(':') => {
-                let name = user.split(':').next().unwrap_or_default();
-                format!("{scheme}://{name}:***@{host}")
-            }
-            _ => self.uri.clone(),
-        }
-    }
-
-    /// Connects to the server the URI names.
-    async fn connect(&self) -> Result<Server, String> {
-        let scheme = self.uri.split_once("://").map(|(scheme, _)| scheme);
+    /// Connects to the server `uri` names.
+    async fn connect(&self, uri: &str) -> Result<Server, String> {
+        let shown = shown_uri(uri);
+        let scheme = uri.split_once("://").map(|(scheme, _)| scheme);
         match scheme {
-            Some("postgres" | "postgresql") => {
-                use idem_core::tokio_postgres;
-                let mut config: tokio_postgres::Config = self
-                    .uri
-                    .parse()
-                    .map_err(|error| format!("{}: {error}", self.shown_uri()))?;
-                if let Some(database) = &self.database {
-                    config.dbname(database);
-                }
-                // Without one the system's TCP timeout applies, minutes for an unreachable host.
-                if config.get_connect_timeout().is_none() {
-                    config.connect_timeout(std::time::Duration::from_secs(10));
-                }
-                let (client, connection) =
-                    config
-                        .connect(tokio_postgres::NoTls)
-                        .await
-                        .map_err(|error| {
-                            format!(
-                                "cannot connect to PostgreSQL at {}: {}",
-                                self.shown_uri(),
-                                with_causes(&error)
-                            )
-                        })?;
-                let connection = tokio::spawn(connection);
-                Ok(Server::Postgres { client, connection })
-            }
-            _ if self.uri.starts_with("sqlite:") => {
+            Some("postgres" | "postgresql") => self.connect_postgres(uri).await,
+            None if is_key_value(uri) => self.connect_postgres(uri).await,
+            _ if uri.starts_with("sqlite:") => {
                 use idem_core::sqlx::sqlite::SqliteConnectOptions;
                 use idem_core::sqlx::ConnectOptions;
                 if self.database.is_some() {
@@ -206,15 +389,13 @@ impl Target {
                     );
                 }
                 // An existing file only: a typo must not create an empty database to audit.
-                let options: SqliteConnectOptions = self
-                    .uri
-                    .parse()
-                    .map_err(|error| format!("{}: {error}", self.shown_uri()))?;
+                let options: SqliteConnectOptions =
+                    uri.parse().map_err(|error| format!("{shown}: {error}"))?;
                 let connection = options
                     .create_if_missing(false)
                     .connect()
                     .await
-                    .map_err(|error| format!("cannot open {}: {error}", self.shown_uri()))?;
+                    .map_err(|error| format!("cannot open {shown}: {error}"))?;
                 Ok(Server::Sqlite {
                     connection: tokio::sync::Mutex::new(connection),
                 })
@@ -223,18 +404,218 @@ impl Target {
                 let database = self.database.as_deref().ok_or_else(|| {
                     "--database is required for MongoDB (the database of the collection)".to_owned()
                 })?;
-                let client = idem_core::mongodb::Client::with_uri_str(&self.uri)
+                let client = idem_core::mongodb::Client::with_uri_str(uri)
                     .await
-                    .map_err(|error| format!("cannot connect to {}: {error}", self.shown_uri()))?;
+                    .map_err(|error| format!("cannot connect to {shown}: {error}"))?;
                 let store = idem_core::mongo::Store::new(client.database(database));
                 Ok(Server::Mongo { client, store })
             }
             _ => Err(format!(
-                "{}: expected a mongodb://, postgres:// or sqlite: connection string",
-                self.shown_uri()
+                "{shown}: expected a mongodb://, postgres:// or sqlite: connection string"
             )),
         }
     }
+
+    /// Connects to PostgreSQL: `uri` is a URL or a key=value string.
+    async fn connect_postgres(&self, uri: &str) -> Result<Server, String> {
+        use idem_core::tokio_postgres;
+        let shown = shown_uri(uri);
+        let mut config: tokio_postgres::Config = uri
+            .parse()
+            .map_err(|error| format!("{shown}: {}", with_causes(&error)))?;
+        if let Some(database) = &self.database {
+            config.dbname(database);
+        }
+        // Without one the system's TCP timeout applies, minutes for an unreachable host.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        let (client, connection) =
+            config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|error| {
+                    format!(
+                        "cannot connect to PostgreSQL at {shown}: {}",
+                        with_causes(&error)
+                    )
+                })?;
+        let connection = tokio::spawn(connection);
+        Ok(Server::Postgres { client, connection })
+    }
+}
+
+/// Whether `text` is a key=value connection string (`host=… dbname=…`), which tokio-postgres
+/// reads as libpq does.
+fn is_key_value(text: &str) -> bool {
+    !text.starts_with("sqlite:") && text.contains('=') && !text.contains("://")
+}
+
+/// Whether a connection-string parameter named `key` holds a secret: a password, a token, a
+/// key's passphrase, MongoDB's `authMechanismProperties` (which may hold an AWS session token).
+fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "authmechanismproperties",
+    ]
+    .iter()
+    .any(|word| key == *word || (word.len() > 4 && key.contains(word)))
+}
+
+/// The connection string as messages show it: every secret it holds (a URL's `user:password@`,
+/// a `password=` parameter in its query or in a key=value string) replaced by `***`. A SQLite
+/// path holds none.
+fn shown_uri(uri: &str) -> String {
+    masked(uri).0
+}
+
+/// [`shown_uri`], and the secrets it masked.
+fn masked(uri: &str) -> (String, Vec<String>) {
+    let mut secrets = Vec::new();
+    if uri.starts_with("sqlite:") {
+        return (uri.to_owned(), secrets);
+    }
+    if let Some((scheme, rest)) = uri.split_once("://") {
+        // The user information ends at the last `@` before the path, whatever the password holds.
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        let (userinfo, after) = match rest[..authority_end].rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at..]),
+            None => (None, rest),
+        };
+        let userinfo = userinfo.map(|info| match info.split_once(':') {
+            Some((user, password)) => {
+                secrets.push(password.to_owned());
+                format!("{user}:***")
+            }
+            None => info.to_owned(),
+        });
+        let after = match after.split_once('?') {
+            Some((path, query)) => format!("{path}?{}", masked_query(query, &mut secrets)),
+            None => after.to_owned(),
+        };
+        let shown = format!("{scheme}://{}{after}", userinfo.unwrap_or_default());
+        return (shown, secrets);
+    }
+    if is_key_value(uri) {
+        let shown = masked_key_values(uri, &mut secrets);
+        return (shown, secrets);
+    }
+    (uri.to_owned(), secrets)
+}
+
+/// A URL's query with each secret parameter's value masked (and kept in `secrets`).
+fn masked_query(query: &str, secrets: &mut Vec<String>) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if is_secret(key) => {
+                secrets.push(value.to_owned());
+                format!("{key}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A key=value connection string with each secret's value masked (and kept in `secrets`),
+/// quoted values included (`password='a b\\'c'`, backslash escapes).
+fn masked_key_values(text: &str, secrets: &mut Vec<String>) -> String {
+    let mut shown = String::new();
+    let mut rest = text;
+    while let Some(equals) = rest.find('=') {
+        let key = rest[..equals].trim();
+        shown.push_str(&rest[..=equals]);
+        let value_start = rest[equals + 1..]
+            .find(|c: char| !c.is_whitespace())
+            .map_or(rest.len(), |at| equals + 1 + at);
+        shown.push_str(&rest[equals + 1..value_start]);
+        let value = &rest[value_start..];
+        let length = value_length(value);
+        if is_secret(key) {
+            shown.push_str("***");
+            let secret = &value[..length];
+            secrets.push(secret.to_owned());
+            let unquoted = secret.trim_matches('\'');
+            secrets.push(unquoted.to_owned());
+            secrets.push(unquoted.replace("\\'", "'").replace("\\\\", "\\"));
+        } else {
+            shown.push_str(&value[..length]);
+        }
+        rest = &value[length..];
+    }
+    shown.push_str(rest);
+    shown
+}
+
+/// The length of the value at the start of `text`: quoted (with backslash escapes) or up to
+/// the next whitespace.
+fn value_length(text: &str) -> usize {
+    if let Some(quoted) = text.strip_prefix('\'') {
+        let mut escaped = false;
+        for (at, c) in quoted.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '\'' => return at + 2,
+                _ => {}
+            }
+        }
+        return text.len();
+    }
+    text.find(char::is_whitespace).unwrap_or(text.len())
+}
+
+/// The secrets `uri` holds, as they may appear in a driver's message: each as written and
+/// percent-decoded. Short ones are left out, which would mask unrelated text.
+fn secrets(uri: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for secret in masked(uri).1 {
+        found.push(percent_decoded(&secret));
+        found.push(secret);
+    }
+    found.retain(|secret| secret.len() >= 3);
+    // The longest first, so that a secret holding another is replaced whole.
+    found.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    found
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// `text` with every secret of `uri` replaced by `***`: a driver's message may quote the
+/// connection string, or a part of it.
+fn redacted(text: &str, uri: &str) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets(uri) {
+        text = text.replace(&secret, "***");
+    }
+    text
 }
 
 /// The server connected to, with its store.
@@ -258,6 +639,7 @@ struct AdoptFlags {
     max_documents: Option<u64>,
     keep_duplicate: Option<DuplicateRule>,
     ignore_model_check: bool,
+    allow_unknown_fields: bool,
 }
 
 impl AdoptFlags {
@@ -269,6 +651,9 @@ impl AdoptFlags {
         }
         if self.ignore_model_check {
             options = options.ignoring_model_check();
+        }
+        if self.allow_unknown_fields {
+            options = options.allowing_unknown_fields();
         }
         options
     }
@@ -314,6 +699,9 @@ impl Server {
                 }
                 if flags.ignore_model_check {
                     options = options.ignoring_model_check();
+                }
+                if flags.allow_unknown_fields {
+                    options = options.allowing_unknown_fields();
                 }
                 store
                     .adopt_model_with_progress(model, field_order, options, progress)
@@ -438,9 +826,11 @@ async fn run(command: Command) -> Result<bool, String> {
     let (target, json) = match &command {
         Command::Audit { target, json } | Command::Adopt { target, json, .. } => (target, *json),
     };
-    let server = target.connect().await?;
-    let model = target.model();
-    let field_order: Vec<&str> = target.fields.iter().map(String::as_str).collect();
+    let described = target.described()?;
+    let model = described.model;
+    let field_order: Vec<&str> = described.field_order.iter().map(String::as_str).collect();
+    let uri = target.uri()?;
+    let server = target.connect(&uri).await?;
     let done = match &command {
         Command::Audit { .. } => audit(&server, model, &field_order).await.map(|report| {
             if let Some(mismatch) = &report.model_mismatch {
@@ -453,12 +843,14 @@ async fn run(command: Command) -> Result<bool, String> {
             keep_duplicate,
             yes,
             ignore_model_check,
+            allow_unknown_fields,
             ..
         } => {
             let flags = AdoptFlags {
                 max_documents: *max_documents,
                 keep_duplicate: *keep_duplicate,
                 ignore_model_check: *ignore_model_check,
+                allow_unknown_fields: *allow_unknown_fields,
             };
             adopt(&server, model, &field_order, flags, *yes, json).await
         }
@@ -535,6 +927,19 @@ async fn adopt(
     Ok((print(&adopted, json), adopted.is_complete()))
 }
 
+/// `--push-by`'s `FIELD:ITEM_KEY`.
+fn parse_push_by(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((field, item)) if !field.is_empty() && !item.is_empty() => {
+            Ok((field.to_owned(), item.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?}: expected FIELD:ITEM_KEY (the list, and the stored name of the item field \
+             that tells items apart, as in `#[idem(push_by = \"ITEM_KEY\")]`)"
+        )),
+    }
+}
+
 /// `--keep-duplicate`'s rule: `greatest:FIELD` or `least:FIELD`.
 fn parse_keep(text: &str) -> Result<DuplicateRule, String> {
     let leak = |field: &str| -> &'static str { Box::leak(field.to_owned().into_boxed_str()) };
@@ -577,10 +982,17 @@ fn count(n: u64, noun: &str) -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let uri = match &cli.command {
+        Command::Audit { target, .. } | Command::Adopt { target, .. } => target.uri().ok(),
+    };
     match run(cli.command).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(message) => {
+            let message = match &uri {
+                Some(uri) => redacted(&message, uri),
+                None => message,
+            };
             eprintln!("idem: {message}");
             ExitCode::from(2)
         }

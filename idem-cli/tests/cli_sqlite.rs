@@ -192,3 +192,97 @@ async fn one_document_idem_wrote_is_enough_to_refuse_wrong_flags() {
         Some(post(0).title)
     );
 }
+
+/// A counter only `apply_once` changes, and a deletion marker: neither is hashed.
+#[derive(Clone, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "articles")]
+#[serde(rename_all = "camelCase")]
+struct Article {
+    #[idem(key)]
+    slug: String,
+    title: String,
+    #[idem(effect)]
+    views: i64,
+    #[idem(tombstone)]
+    deleted_at: Option<i64>,
+}
+
+/// A table idem wrote for a type with an effect field and a tombstone is clean when the command
+/// is told their roles, by flags or by a model file written from the type; without them, the
+/// report names the field and the flags rather than blaming another tool. A flag that disagrees
+/// with the model file is an error.
+#[tokio::test]
+async fn effect_and_tombstone_fields_are_told_by_flags_or_a_model_file() {
+    let path = fresh_path("effect");
+    let mut connection = connect(&path).await;
+    let store = Store::new();
+    store
+        .ensure_table::<Article>(&mut connection)
+        .await
+        .unwrap();
+    for n in 0..3 {
+        let article = Article {
+            slug: format!("a{n}"),
+            title: format!("Title {n}"),
+            views: 0,
+            deleted_at: None,
+        };
+        store.upsert(&mut connection, &article).await.unwrap();
+    }
+    idem_core::sqlx::raw_sql("UPDATE articles SET views = 7")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let model_file = path.with_extension("model.json");
+    idem_core::model_file::write::<Article>(&model_file).unwrap();
+    let model = model_file.display().to_string();
+    let table = ["--table", "articles"];
+
+    let without_roles = idem_with(
+        &path,
+        &["audit"],
+        &[&table[..], &["--key", "slug"]].concat(),
+    );
+    let summary = String::from_utf8_lossy(&without_roles.stdout);
+    assert_eq!(without_roles.status.code(), Some(1), "{summary}");
+    assert!(
+        summary.contains("without `views`") && summary.contains("`--effect`"),
+        "{summary}"
+    );
+    assert!(!summary.contains("another tool"), "{summary}");
+
+    let by_flags = [
+        &table[..],
+        &[
+            "--key",
+            "slug",
+            "--effect",
+            "views",
+            "--tombstone",
+            "deletedAt",
+        ],
+    ]
+    .concat();
+    for flags in [&by_flags[..], &["--model", &model][..]] {
+        let audit = idem_with(&path, &["audit", "--json"], flags);
+        let audited = report(&audit);
+        assert_eq!(audit.status.code(), Some(0), "{flags:?}: {audited}");
+        assert_eq!(audited["clean"], 3, "{flags:?}: {audited}");
+    }
+
+    let disagreeing = idem_with(&path, &["audit"], &["--model", &model, "--key", "title"]);
+    assert_eq!(disagreeing.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&disagreeing.stderr);
+    assert!(
+        stderr.contains("--key \"title\" disagrees with the file, which says \"slug\""),
+        "{stderr}"
+    );
+    std::fs::write(&model_file, "{\"format\": \"idem-model/1\"}").unwrap();
+    let broken = idem_with(&path, &["audit"], &["--model", &model]);
+    assert_eq!(broken.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    assert!(
+        stderr.contains(&model) && stderr.contains("missing field"),
+        "{stderr}"
+    );
+}

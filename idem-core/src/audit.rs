@@ -229,6 +229,59 @@ impl Duplicates {
     }
 }
 
+/// A stored field (a column) that is not a field of the model an audit was given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct UnknownField {
+    /// Its stored name.
+    pub name: String,
+    /// How the audit knows the model does not have it.
+    pub reason: UnknownReason,
+}
+
+impl UnknownField {
+    /// The field `name`, unknown for `reason`.
+    pub fn new(name: impl Into<String>, reason: UnknownReason) -> Self {
+        UnknownField {
+            name: name.into(),
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for UnknownField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let why = match self.reason {
+            UnknownReason::NotListed => "not among the model's fields",
+            UnknownReason::TableKey => {
+                "the table's own key (a primary key other than `_id`, an identity or serial \
+                 column), which idem never writes"
+            }
+            UnknownReason::NotInStoredHashes => {
+                "the stored content hashes match the content without it: the type does not hash \
+                 it"
+            }
+        };
+        write!(f, "`{}`: {why}", self.name)
+    }
+}
+
+/// How an audit knows a stored field is not a field of its model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UnknownReason {
+    /// The model lists its fields (the type's, a model file's, `--fields`), and not this one.
+    NotListed,
+    /// The table's own key: a primary key column other than `_id`, an identity or serial
+    /// column. idem never writes one.
+    TableKey,
+    /// Found without the list of fields: the hashes idem stored match the content with this
+    /// field left out, so the type does not hash it (it is no field of the type, or one that is
+    /// volatile, an effect, a tombstone or a pushed list).
+    NotInStoredHashes,
+}
+
 /// What an audit found in one collection (or table). Each document is counted under every
 /// problem it has, so the counts may add up to more than the documents scanned.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -273,6 +326,20 @@ pub struct AuditReport {
     pub undeserializable: Option<Finding>,
     /// Documents an interrupted `adopt` left half moved: running `adopt` again finishes them.
     pub moves_in_progress: Finding,
+    /// Stored fields (columns) that are not fields of the model audited with, each with how the
+    /// audit knows. Their values are left out of the content hashes the audit computes (the
+    /// type never hashes them), and, for a model given at run time, `adopt` refuses to run while
+    /// there are any, unless told to leave them out (`AdoptOptions::allow_unknown_fields`,
+    /// `--allow-unknown-fields`): a wrong model would store hashes the type does not compute.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_fields: Vec<UnknownField>,
+    /// For a model given at run time without its list of fields (no `field_order`, no
+    /// `--fields`): the stored fields the content hashes cover that the model does not name.
+    /// The audit takes each for a hashed field of the type, in stored order; a hash that
+    /// differs may then be the model's mistake rather than a change by another tool, and the
+    /// summary says so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unnamed_fields: Vec<String>,
     /// What a PostgreSQL table lacks for idem's writes, as the check before the first write
     /// names it: the table itself, a column missing or of another type, the unique constraint
     /// on the natural key. Always empty for a MongoDB collection, whose index idem builds.
@@ -310,36 +377,98 @@ impl AuditReport {
         return false;
     }
 
+    /// Whether the documents were checked against a type (a typed audit), not a model given at
+    /// run time.
+    fn is_typed(&self) -> bool {
+        self.undeserializable.is_some()
+    }
+
+    /// The stored fields the stored hashes show the type does not hash.
+    fn unhashed_by_the_type(&self) -> Vec<&str> {
+        self.unknown_fields
+            .iter()
+            .filter(|field| field.reason == UnknownReason::NotInStoredHashes)
+            .map(|field| field.name.as_str())
+            .collect()
+    }
+
+    /// What to do about hashes that differ: blamed on another tool only where nothing about the
+    /// model given at run time may explain them.
+    fn hash_mismatch_advice(&self) -> String {
+        let unhashed = self.unhashed_by_the_type();
+        if !unhashed.is_empty() {
+            return format!(
+                "likely the model, not the data: the stored hashes match the content without \
+                 {}. If the type has such a field but does not hash it, name it with \
+                 `--volatile`, `--effect`, `--tombstone` or `--push-by`; if it is no field of \
+                 the type, list the type's fields with `--fields`; or give the type's model \
+                 with `--model FILE` (written by `idem_core::model_file::write`)",
+                backticked(&unhashed)
+            );
+        }
+        if !self.is_typed() && !self.unnamed_fields.is_empty() {
+            let unnamed: Vec<&str> = self.unnamed_fields.iter().map(String::as_str).collect();
+            return format!(
+                "either the model given is not the type's, or another tool changed them after \
+                 idem wrote them. The hashes computed here cover {} (fields no flag names), in \
+                 stored order: if the type leaves one out, name it with `--volatile`, \
+                 `--effect`, `--tombstone` or `--push-by`; list the type's fields in its order \
+                 with `--fields`, or give its model with `--model FILE`. If the model is right, \
+                 the next upsert of each writes it again",
+                backticked(&unnamed)
+            );
+        }
+        "another tool changed them after idem wrote them: the next upsert of each writes it \
+         again"
+            .to_owned()
+    }
+
+    /// What to do about stored fields the model does not have.
+    fn unknown_fields_advice(&self) -> &'static str {
+        if self.is_typed() {
+            "nothing if they are no fields of the type: idem neither reads nor hashes them (on \
+             MongoDB an upsert replaces the whole document, which drops them). If the type \
+             should have them, add them to it"
+        } else {
+            "they are left out of the content hashes computed here. If one is a field of the \
+             type, list it with `--fields` (every field, in the type's order) or give the type's \
+             model with `--model FILE`; if the type has it but does not hash it, name it with \
+             `--volatile`, `--effect`, `--tombstone` or `--push-by`. `adopt` refuses to store \
+             hashes while they exist, unless `--allow-unknown-fields` says they are not the \
+             type's"
+        }
+    }
+
     /// The kinds of problems found per document, with how each is named in the summary and
     /// what to do about it.
-    fn findings(&self) -> Vec<(&'static str, &'static str, &Finding)> {
-        let mut findings = vec![
+    fn findings(&self) -> Vec<(&'static str, String, &Finding)> {
+        let mut findings =
+            vec![
             (
                 "legacy ids (not idem ids)",
-                "`idem adopt --yes` (or `Store::adopt`) moves them to their derived ids",
+                "`idem adopt --yes` (or `Store::adopt`) moves them to their derived ids".into(),
                 &self.legacy_ids,
             ),
             (
                 "orphans (an idem id, but not the one derived from the content)",
                 "a key or the timestamp was changed after idem wrote them; if that was meant, \
-                 `idem adopt --yes` moves them to the id the content derives now",
+                 `idem adopt --yes` moves them to the id the content derives now".into(),
                 &self.orphans,
             ),
             (
                 "no id can be derived (a key or the timestamp is missing or unusable)",
                 "fix or remove these documents: `adopt` leaves them, and idem's writes never \
-                 touch them",
+                 touch them".into(),
                 &self.underivable,
             ),
             (
                 "without a content hash",
-                "nothing to do: the next upsert of each writes its hash (`adopt` does too)",
+                "nothing to do: the next upsert of each writes its hash (`adopt` does too)".into(),
                 &self.missing_hash,
             ),
             (
                 "stored content hash differs from the content",
-                "another tool changed them after idem wrote them: the next upsert of each \
-                 writes it again",
+                self.hash_mismatch_advice(),
                 &self.hash_mismatch,
             ),
             (
@@ -348,24 +477,30 @@ impl AuditReport {
                  field became frozen since): the next write that changes each is refused for \
                  that field, or, where it has no digest, may set it. If the stored value is the \
                  right one, clear `idemFrozen` on them (NULL; `$unset` on MongoDB): idem then \
-                 compares the value itself and writes its digest again with the next change",
+                 compares the value itself and writes its digest again with the next change".into(),
                 &self.digest_mismatch,
             ),
         ];
         if let Some(undeserializable) = &self.undeserializable {
             findings.push((
                 "do not deserialize into the type",
-                "fix these documents or the type: idem reads them as the type",
+                "fix these documents or the type: idem reads them as the type".into(),
                 undeserializable,
             ));
         }
         findings.push((
             "half moved by an interrupted `adopt`",
-            "run `adopt` again: it finishes them first",
+            "run `adopt` again: it finishes them first".into(),
             &self.moves_in_progress,
         ));
         findings
     }
+}
+
+/// Names in backticks, joined by commas.
+fn backticked(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    quoted.join(", ")
 }
 
 /// `n` and `noun`, singular for one: `1 key`, `2 keys`.
@@ -431,6 +566,13 @@ impl fmt::Display for AuditReport {
                 writeln!(f, "    {problem}")?;
             }
         }
+        if !self.unknown_fields.is_empty() {
+            writeln!(f, "  stored fields the model does not have:")?;
+            for field in &self.unknown_fields {
+                writeln!(f, "    {field}")?;
+            }
+            writeln!(f, "    to do: {}", self.unknown_fields_advice())?;
+        }
         if self.duplicates.keys > 0 {
             show_duplicates(
                 f,
@@ -442,7 +584,7 @@ impl fmt::Display for AuditReport {
         }
         for (name, advice, finding) in self.findings() {
             if !finding.is_empty() {
-                finding.show(f, name, advice)?;
+                finding.show(f, name, &advice)?;
             }
         }
         if !self.hash_unchecked.is_empty() {
@@ -476,7 +618,7 @@ pub(crate) struct HashCheck {
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 impl HashCheck {
     /// Whether the stored hash is one the content has.
-    fn matches(&self) -> bool {
+    pub fn matches(&self) -> bool {
         let stored = self.stored.as_deref();
         self.computed
             .iter()
@@ -510,6 +652,145 @@ impl HashCheck {
             _ => self.computed.first().map(|hash| hash.to_hex()),
         }
     }
+}
+
+/// Whether `name` is a field of a model whose fields are `listed` (the type's stored fields in
+/// its order; a model given at run time lists them with `field_order`): listed, a field with a
+/// role, or a name idem writes itself. With nothing listed every stored name is one.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn is_model_field(model: &Model, listed: &[&str], name: &str) -> bool {
+    listed.is_empty()
+        || listed.contains(&name)
+        || model.is_reserved(name)
+        || model
+            .fields()
+            .iter()
+            .any(|field| field.stored_name() == name)
+}
+
+/// The stored names, among `names`, that the content hash of a model given at run time covers
+/// without any flag naming them: each is taken for a hashed field of the type.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn unnamed_fields<'n>(
+    model: &Model,
+    names: impl IntoIterator<Item = &'n str>,
+) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|name| {
+            crate::hash::is_hashed_stored_field(model, name)
+                && !model
+                    .fields()
+                    .iter()
+                    .any(|field| field.stored_name() == *name)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Adds `field` to `report`'s unknown fields unless one of that name is there.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn note_unknown(unknown: &mut Vec<UnknownField>, field: UnknownField) {
+    if !unknown.iter().any(|known| known.name == field.name) {
+        unknown.push(field);
+    }
+}
+
+/// How many documents whose stored hash differs from their content a [`HashDiagnosis`]
+/// examines.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+const DIAGNOSED_DOCUMENTS: u32 = 16;
+
+/// For a model given at run time: which stored field, left out, makes the stored hashes match
+/// the content. A field the type does not hash (an effect, a tombstone, one no flag named, a
+/// column another tool added) makes every document idem wrote differ from its hash; left out,
+/// they match. Examines the first [`DIAGNOSED_DOCUMENTS`] documents whose hash differs.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[derive(Default)]
+pub(crate) struct HashDiagnosis {
+    examined: u32,
+    explained: Vec<(String, u32)>,
+}
+
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+impl HashDiagnosis {
+    /// Whether it examines more documents.
+    pub fn wants(&self) -> bool {
+        self.examined < DIAGNOSED_DOCUMENTS
+    }
+
+    /// Examines one document: `fields` as the hash covers them (in stored order, `field_order`
+    /// first), with `stored_hash`. A document whose hash matches its content (nulls read as
+    /// values or as absent) is not counted.
+    pub fn examine<V: Serialize>(
+        &mut self,
+        model: &Model,
+        field_order: &[&str],
+        fields: &[(&str, V)],
+        stored_hash: &str,
+        is_null: impl Fn(&V) -> bool,
+    ) {
+        if !self.wants() {
+            return;
+        }
+        let all: Vec<(&str, &V)> = fields.iter().map(|(name, value)| (*name, value)).collect();
+        let without_nulls: Vec<(&str, &V)> = all
+            .iter()
+            .copied()
+            .filter(|(_, value)| !is_null(value))
+            .collect();
+        let readings = [all, without_nulls];
+        let matches = |fields: &[(&str, &V)], left_out: Option<&str>| {
+            let kept: Vec<(&str, &V)> = fields
+                .iter()
+                .copied()
+                .filter(|(name, _)| Some(*name) != left_out)
+                .collect();
+            crate::hash::stored_fields_hash(model, field_order, &kept)
+                .is_ok_and(|hash| hash.to_hex() == stored_hash)
+        };
+        if readings.iter().any(|fields| matches(fields, None)) {
+            return;
+        }
+        self.examined += 1;
+        for name in unnamed_fields(model, fields.iter().map(|(name, _)| *name)) {
+            if readings.iter().any(|fields| matches(fields, Some(&name))) {
+                match self.explained.iter_mut().find(|(known, _)| *known == name) {
+                    Some((_, count)) => *count += 1,
+                    None => self.explained.push((name, 1)),
+                }
+            }
+        }
+    }
+
+    /// The fields whose absence explains at least half the documents examined.
+    pub fn finding(&self) -> Vec<UnknownField> {
+        self.explained
+            .iter()
+            .filter(|(_, count)| 2 * count >= self.examined)
+            .map(|(name, _)| UnknownField::new(name.clone(), UnknownReason::NotInStoredHashes))
+            .collect()
+    }
+}
+
+/// The refusal of an adoption with a model given at run time while stored fields are not the
+/// model's: the hashes it would store may not be the type's.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn unknown_fields_refusal(model: &Model, unknown: &[UnknownField]) -> crate::Error {
+    let shown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+    crate::Error::schema_mismatch(
+        model,
+        format!(
+            "stored fields that are not fields of the model given: {}; adoption would store \
+             content hashes the type may not compute, so the next upsert of each document would \
+             rewrite it. Give the type's fields (`--fields`, in its order, or `--model FILE`), \
+             name the fields the type does not hash (`--volatile`, `--effect`, `--tombstone`, \
+             `--push-by`), or, if they are no fields of the type, leave them out of the hashes \
+             with `--allow-unknown-fields` (`AdoptOptions::allowing_unknown_fields`); nothing \
+             was moved",
+            shown.join("; ")
+        ),
+    )
 }
 
 /// How a guarded field's stored digest is not its stored value's.

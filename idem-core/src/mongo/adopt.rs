@@ -148,9 +148,23 @@ pub struct AdoptOptions {
     /// another model than the one given (see [`crate::model_check`]): for a deliberate change
     /// of keys, timestamp or scheme. Off by default, when such a run is refused.
     pub ignore_model_check: bool,
+    /// [`Store::adopt_model`] moves documents even when they hold fields that are not fields
+    /// of the model given (see
+    /// [`AuditReport::unknown_fields`](crate::AuditReport::unknown_fields)), leaving them out
+    /// of the content hashes stored: they are no fields of the type. Off by default, when such
+    /// a run is refused: a model that misses a field of the type would store hashes the type
+    /// does not compute, and the next upsert of every document would rewrite it.
+    pub allow_unknown_fields: bool,
 }
 
 impl AdoptOptions {
+    /// Moves documents even when they hold fields that are not the model's, leaving them out
+    /// of the hashes; see [`AdoptOptions::allow_unknown_fields`].
+    pub fn allowing_unknown_fields(mut self) -> Self {
+        self.allow_unknown_fields = true;
+        self
+    }
+
     /// Duplicates are handled by `rule`.
     pub fn with_duplicates(mut self, rule: DuplicateRule) -> Self {
         self.duplicates = rule;
@@ -308,18 +322,19 @@ impl Store {
         mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
-        if !options.ignore_model_check {
-            if let Some(mismatch) = self.model_mismatch(model).await? {
-                return Err(mismatch.refusal(model));
-            }
+        let (mismatch, unknown) = self.model_mismatch(model, field_order).await?;
+        if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
+            return Err(mismatch.refusal(model));
         }
-        self.adopt_collection(
-            model,
-            Reading::Stored { field_order },
-            options,
-            &mut progress,
-        )
-        .await
+        if !unknown.is_empty() && !options.allow_unknown_fields {
+            return Err(crate::audit::unknown_fields_refusal(model, &unknown));
+        }
+        let reading = Reading::Stored {
+            field_order,
+            left_out: &unknown,
+        };
+        self.adopt_collection(model, reading, options, &mut progress)
+            .await
     }
 
     async fn adopt_collection(

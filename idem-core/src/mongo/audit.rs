@@ -14,7 +14,7 @@
 //! Writes made during the scan may or may not be seen, as with any cursor: the report describes
 //! the collection as the scan found it.
 
-use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -23,7 +23,8 @@ use super::compare::{bson_equal, show};
 use super::write::{field_digest, stored_digest, stored_id_text};
 use super::{mongo_error, natural_key_pattern, Store};
 use crate::audit::{
-    AuditProgress, AuditReport, DuplicateTracker, HashCheck, ScannedKey, ShownKey, ShownValue,
+    is_model_field, AuditProgress, AuditReport, DuplicateTracker, HashCheck, HashDiagnosis,
+    ScannedKey, ShownKey, ShownValue, UnknownField, UnknownReason,
 };
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -32,7 +33,6 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
 use crate::model_check::ModelCheck;
-use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
@@ -57,8 +57,12 @@ pub(crate) enum Reading<'a> {
     /// Deserialized into the type, whose id and content hash are then exact.
     Typed(ReadTyped),
     /// As stored: ids from the stored key values, content hashes from the stored fields, taken
-    /// in `field_order` (the type's order; stored order if empty).
-    Stored { field_order: &'a [&'a str] },
+    /// in `field_order` (the type's order; stored order if empty), but those the model does not
+    /// have: fields `field_order` does not list, and those `left_out`.
+    Stored {
+        field_order: &'a [&'a str],
+        left_out: &'a [UnknownField],
+    },
 }
 
 /// [`ReadTyped`] for `T`. The fields idem writes itself are removed first, so a type with
@@ -74,7 +78,7 @@ where
     {
         content.remove(name);
     }
-    let value: T = read_as(bson::Deserializer::new(Bson::Document(content)))?;
+    let value: T = super::text_keys::from_document(content)?;
     Ok(TypedReading {
         id: value.id(),
         hash: value.content_hash(),
@@ -124,9 +128,12 @@ pub(crate) struct Inspection {
 
 /// Reads one stored document of `model`; `read_typed` also deserializes it into the type.
 pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) -> Inspection {
-    let (typed, field_order) = match reading {
-        Reading::Typed(read) => (Some(read(stored)), &[][..]),
-        Reading::Stored { field_order } => (None, field_order),
+    let (typed, field_order, left_out) = match reading {
+        Reading::Typed(read) => (Some(read(stored)), &[][..], &[][..]),
+        Reading::Stored {
+            field_order,
+            left_out,
+        } => (None, field_order, left_out),
     };
     let (typed_id, typed_hash, version_key, undeserializable) = match typed {
         Some(Ok(reading)) => (
@@ -160,7 +167,7 @@ pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) ->
         // A document that is not a `T` has no hash of a `T`.
         (None, Some(_)) => (None, false),
         (None, None) => (
-            stored_content_hash(model, field_order, stored).ok(),
+            stored_content_hash(model, field_order, left_out, stored).ok(),
             stored
                 .iter()
                 .any(|(name, value)| is_hashed_stored_field(model, name) && holds_document(value)),
@@ -219,13 +226,33 @@ pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id,
 pub(crate) fn stored_content_hash(
     model: &Model,
     field_order: &[&str],
+    left_out: &[UnknownField],
     stored: &Document,
 ) -> Result<ContentHash, String> {
-    let fields: Vec<(&str, &Bson)> = stored
+    crate::hash::stored_fields_hash(
+        model,
+        field_order,
+        &hashed_fields(model, field_order, left_out, stored),
+    )
+}
+
+/// The stored fields of a document that the content hash of a model given at run time covers:
+/// all but those the model does not have (not in `field_order` where it lists them, or
+/// `left_out`).
+fn hashed_fields<'d>(
+    model: &Model,
+    field_order: &[&str],
+    left_out: &[UnknownField],
+    stored: &'d Document,
+) -> Vec<(&'d str, &'d Bson)> {
+    stored
         .iter()
+        .filter(|(name, _)| {
+            is_model_field(model, field_order, name)
+                && !left_out.iter().any(|field| field.name == **name)
+        })
         .map(|(name, value)| (name.as_str(), value))
-        .collect();
-    crate::hash::stored_fields_hash(model, field_order, &fields)
+        .collect()
 }
 
 /// The natural-key values of a stored document, missing fields as null (as a unique index
@@ -338,10 +365,19 @@ impl Store {
     where
         T: Idempotent + Serialize + DeserializeOwned,
     {
+        let columns = T::stored_columns();
+        let listed: Vec<&str> = if columns
+            .iter()
+            .any(|column| column.shape() == crate::column::ColumnShape::Flattened)
+        {
+            Vec::new()
+        } else {
+            columns.iter().map(|column| column.stored_name()).collect()
+        };
         audit_collection(
             self,
             &T::MODEL,
-            Reading::Typed(read_typed::<T>),
+            (Reading::Typed(read_typed::<T>), &listed),
             &mut progress,
         )
         .await
@@ -364,7 +400,11 @@ impl Store {
         mut progress: impl FnMut(&AuditProgress),
     ) -> Result<AuditReport, Error> {
         self.require_collection(model).await?;
-        audit_collection(self, model, Reading::Stored { field_order }, &mut progress).await
+        let reading = Reading::Stored {
+            field_order,
+            left_out: &[],
+        };
+        audit_collection(self, model, (reading, field_order), &mut progress).await
     }
 
     /// [`ErrorKind::SchemaMismatch`] unless `model`'s collection exists: an operator naming a
@@ -420,14 +460,17 @@ impl Store {
 }
 
 /// The one audit both the typed and the run-time calls make.
+///
+/// `listed` are the model's stored fields, where it lists them: a stored field it does not
+/// list is reported in [`AuditReport::unknown_fields`].
 async fn audit_collection(
     store: &Store,
     model: &Model,
-    reading: Reading<'_>,
+    (reading, listed): (Reading<'_>, &[&str]),
     progress: &mut dyn FnMut(&AuditProgress),
 ) -> Result<AuditReport, Error> {
     let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
-    call.run(scan_collection(store, model, reading, progress))
+    call.run(scan_collection(store, model, (reading, listed), progress))
         .await
 }
 
@@ -435,7 +478,7 @@ async fn audit_collection(
 async fn scan_collection(
     store: &Store,
     model: &Model,
-    reading: Reading<'_>,
+    (reading, listed): (Reading<'_>, &[&str]),
     progress: &mut dyn FnMut(&AuditProgress),
 ) -> Result<AuditReport, Error> {
     let collection = store.database.collection::<Document>(model.collection());
@@ -448,6 +491,8 @@ async fn scan_collection(
     let mut duplicates = DuplicateTracker::new();
     // A model given at run time may not be the documents' (a flag forgotten or wrong).
     let mut model_check = (!typed).then(|| ModelCheck::new(model));
+    let mut diagnosis = (!typed).then(HashDiagnosis::default);
+    let mut fields = FieldsSeen::default();
     while cursor
         .advance()
         .await
@@ -463,6 +508,22 @@ async fn scan_collection(
             report.moves_in_progress.record(id, None);
         } else {
             let inspection = inspect(model, reading, &stored);
+            fields.see(model, listed, &stored);
+            if let (Some(diagnosis), Some(stored_hash)) =
+                (diagnosis.as_mut(), inspection.hash.stored.as_deref())
+            {
+                let hash = &inspection.hash;
+                if diagnosis.wants()
+                    && !hash.computed.is_empty()
+                    && !hash.matches()
+                    && !hash.nested_unknown
+                {
+                    let hashed = hashed_fields(model, listed, &[], &stored);
+                    diagnosis.examine(model, listed, &hashed, stored_hash, |value| {
+                        matches!(value, Bson::Null)
+                    });
+                }
+            }
             if let Some(check) = model_check
                 .as_mut()
                 .filter(|check| check.wants(&inspection.stored_id))
@@ -477,19 +538,62 @@ async fn scan_collection(
     }
     duplicates.finish(&mut report);
     report.model_mismatch = model_check.and_then(|check| check.finding());
+    report.unknown_fields = fields.unknown;
+    for field in diagnosis.iter().flat_map(HashDiagnosis::finding) {
+        crate::audit::note_unknown(&mut report.unknown_fields, field);
+    }
+    if !typed && listed.is_empty() {
+        report.unnamed_fields =
+            crate::audit::unnamed_fields(model, fields.names.iter().map(String::as_str));
+    }
     Ok(report)
+}
+
+/// How many distinct stored names an audit keeps: enough to name what a model misses, bounded
+/// whatever the documents hold.
+const NAMES_KEPT: usize = 64;
+
+/// The stored field names an audit met, and those the model does not have.
+#[derive(Default)]
+struct FieldsSeen {
+    names: Vec<String>,
+    unknown: Vec<UnknownField>,
+}
+
+impl FieldsSeen {
+    fn see(&mut self, model: &Model, listed: &[&str], stored: &Document) {
+        for name in stored.keys() {
+            if self.names.len() >= NAMES_KEPT {
+                return;
+            }
+            if self.names.iter().any(|seen| seen == name) {
+                continue;
+            }
+            self.names.push(name.clone());
+            if !is_model_field(model, listed, name) {
+                self.unknown
+                    .push(UnknownField::new(name.as_str(), UnknownReason::NotListed));
+            }
+        }
+    }
 }
 
 impl Store {
     /// Checks `model` against the documents stored under a ULID ([`crate::model_check`]): reads
     /// those whose `_id` is a string until enough are examined, not the whole collection.
+    ///
+    /// Returns also the stored fields the stored hashes show the type does not hash
+    /// ([`HashDiagnosis`]) and those `field_order` does not list, where it lists them.
     pub(super) async fn model_mismatch(
         &self,
         model: &Model,
-    ) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
+        field_order: &[&str],
+    ) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
         let collection = self.database.collection::<Document>(model.collection());
         let whole = DocumentRef::collection(model);
         let mut check = ModelCheck::new(model);
+        let mut diagnosis = HashDiagnosis::default();
+        let mut fields = FieldsSeen::default();
         crate::trace::round_trip("find");
         let mut cursor = collection
             .find(doc! { ID_FIELD: { "$type": "string" } })
@@ -507,9 +611,20 @@ impl Store {
             let id = stored_id_text(&stored).unwrap_or_default();
             if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
                 check.examine(&id, &neutral_fields(&stored));
+                fields.see(model, field_order, &stored);
+                if let Ok(stored_hash) = stored.get_str(model.hash_field()) {
+                    let hashed = hashed_fields(model, field_order, &[], &stored);
+                    diagnosis.examine(model, field_order, &hashed, stored_hash, |value| {
+                        matches!(value, Bson::Null)
+                    });
+                }
             }
         }
-        Ok(check.finding())
+        let mut unknown = fields.unknown;
+        for field in diagnosis.finding() {
+            crate::audit::note_unknown(&mut unknown, field);
+        }
+        Ok((check.finding(), unknown))
     }
 }
 

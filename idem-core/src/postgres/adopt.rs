@@ -10,20 +10,19 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::audit::estimated_rows;
+use super::audit::{estimated_rows, run_time_table, without};
 use super::schema::survey_table;
-use super::stored::stored_table;
 use super::table::{quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store, UNIQUE_VIOLATION};
-use crate::audit::{AdoptReport, AuditProgress};
+use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, UnknownField};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
-use crate::sql::audit::shown_row_id;
+use crate::sql::audit::{diagnose, shown_row_id};
 use crate::sql::judge::{
     stored_destination, typed_destination, AdoptOptions, Destination, Destined,
 };
@@ -185,17 +184,25 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let table = stored_table(client, model).await?;
+            let (table, mut unknown) = run_time_table(client, model, field_order).await?;
             let refuse = |problem: String| Error::schema_mismatch(model, problem);
             let survey = survey_table(client, &table, &collection, false).await?;
             if let Some(problem) = survey.problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
-            if !options.ignore_model_check {
-                if let Some(mismatch) = model_mismatch(client, &table).await? {
-                    return Err(mismatch.refusal(model));
-                }
+            let (mismatch, unhashed) = model_mismatch(client, &table, field_order).await?;
+            if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
+                return Err(mismatch.refusal(model));
             }
+            if !unknown.is_empty() && !options.allow_unknown_fields {
+                unknown.extend(unhashed);
+                return Err(crate::audit::unknown_fields_refusal(model, &unknown));
+            }
+            if !unhashed.is_empty() && !options.allow_unknown_fields {
+                return Err(crate::audit::unknown_fields_refusal(model, &unhashed));
+            }
+            // Read without them: the hashes stored are then the type's.
+            let table = without(table, &unhashed);
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };
@@ -210,9 +217,11 @@ impl Store {
 async fn model_mismatch<C: Wire>(
     client: &C,
     table: &Table,
-) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
+    field_order: &[&str],
+) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
     let document = DocumentRef::collection(table.model);
     let mut check = ModelCheck::new(table.model);
+    let mut diagnosis = HashDiagnosis::default();
     let sql = format!(
         "SELECT {}, t.{id} FROM {} t WHERE length(t.{id}) = 26 LIMIT $1",
         table.row_json("t", |_| true),
@@ -229,9 +238,10 @@ async fn model_mismatch<C: Wire>(
         // A sample: a row that does not parse is left out of it, and the scan reports it.
         if let (Ok(Some(Value::Object(stored))), Some(id)) = (row.json(0), row.text(1)) {
             check.examine(id, &stored);
+            diagnose(&mut diagnosis, table, field_order, &stored);
         }
     }
-    Ok(check.finding())
+    Ok((check.finding(), diagnosis.finding()))
 }
 
 /// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.

@@ -26,13 +26,13 @@ use super::stored::stored_table;
 use super::table::{quote, InsertedSignal, Table};
 use super::wire::{Cells, Connection, Param, Wire};
 use super::{postgres_error, survey_table, Store};
-use crate::audit::{AuditProgress, AuditReport};
+use crate::audit::{AuditProgress, AuditReport, UnknownField};
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model};
-use crate::sql::audit::RowScan;
+use crate::sql::audit::{catalog_unknowns, columns_without, typed_unknowns, RowScan};
 use crate::sql::judge::Reading;
 use crate::trace::{Call, CallKind};
 
@@ -136,9 +136,14 @@ impl Store {
         let client = &wire;
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
         call.run(async {
-            let table = stored_table(client, model).await?;
+            let (table, unknown) = run_time_table(client, model, field_order).await?;
             let reading = Reading::Stored { field_order };
-            scan_table(client, &table, reading, &mut progress).await
+            let mut report = scan_table(client, &table, reading, &mut progress).await?;
+            let found = std::mem::replace(&mut report.unknown_fields, unknown);
+            for field in found {
+                crate::audit::note_unknown(&mut report.unknown_fields, field);
+            }
+            Ok(report)
         })
         .await
     }
@@ -161,6 +166,11 @@ where
     report.table_problems = survey.problems;
     if survey.present.is_empty() {
         return Ok(report);
+    }
+    if reading.is_typed() {
+        let mut present: Vec<&str> = survey.present.keys().map(String::as_str).collect();
+        present.sort_unstable();
+        report.unknown_fields = typed_unknowns(table, present);
     }
     let total = estimated_rows(client, model, &document).await?;
     let key_columns: Vec<String> = model
@@ -189,6 +199,59 @@ where
         .await?;
     scan.finish(&mut report);
     Ok(report)
+}
+
+/// The table of a model given at run time ([`stored_table`]) without its columns that are not
+/// fields of the model, and those columns: the table's own key (a primary key column other
+/// than `_id`, an identity, generated or serial column), and, where the model lists its fields
+/// (`field_order`), each column it does not list.
+pub(super) async fn run_time_table<C: Wire>(
+    client: &C,
+    model: &Model,
+    field_order: &[&str],
+) -> Result<(Table, Vec<UnknownField>), Error> {
+    let table = stored_table(client, model).await?;
+    let document = DocumentRef::collection(model);
+    crate::trace::round_trip("SELECT");
+    let keys = client
+        .query(
+            "SELECT a.attname::text FROM pg_attribute a \
+             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+             WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 \
+             AND NOT a.attisdropped AND (a.attidentity <> '' OR a.attgenerated <> '' \
+             OR pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%' \
+             OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
+             AND i.indisprimary AND a.attnum = ANY (i.indkey)))",
+            &[Param::Text(Some(model.collection()))],
+        )
+        .await
+        .map_err(|source| postgres_error(&document, source))?;
+    let table_keys: Vec<String> = keys
+        .iter()
+        .filter_map(|row| row.text(0))
+        .filter(|name| *name != crate::model::ID_FIELD)
+        .map(str::to_owned)
+        .collect();
+    let unknown = catalog_unknowns(
+        model,
+        field_order,
+        table.columns.iter().map(|column| column.name),
+        &table_keys,
+    );
+    let table = without(table, &unknown);
+    Ok((table, unknown))
+}
+
+/// `table` read without the columns `left_out`.
+pub(super) fn without(table: Table, left_out: &[UnknownField]) -> Table {
+    if left_out.is_empty() {
+        return table;
+    }
+    Table::new(
+        table.model,
+        &columns_without(&table, left_out),
+        InsertedSignal::Xmax,
+    )
 }
 
 /// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.

@@ -5,10 +5,15 @@
 use serde_json::{Map, Value};
 
 use super::judge::{judge, Reading};
+use super::layout::Content;
 use super::layout::Layout;
-use crate::audit::{AuditReport, DuplicateTracker, ScannedKey, ShownKey, ShownValue};
+use crate::audit::{
+    AuditReport, DuplicateTracker, HashDiagnosis, ScannedKey, ShownKey, ShownValue, UnknownField,
+    UnknownReason,
+};
+use crate::column::{Column, ColumnShape};
 use crate::id::Id;
-use crate::model::ID_FIELD;
+use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
 
 /// One pass over a table's rows, in natural-key order.
@@ -18,6 +23,8 @@ pub(crate) struct RowScan<'a> {
     duplicates: DuplicateTracker<RowKey>,
     /// A model given at run time may not be the rows' (a flag forgotten or wrong).
     model_check: Option<ModelCheck<'a>>,
+    /// For a model given at run time: which column, left out, makes stored hashes match.
+    diagnosis: Option<HashDiagnosis>,
 }
 
 impl<'a> RowScan<'a> {
@@ -27,6 +34,15 @@ impl<'a> RowScan<'a> {
             reading,
             duplicates: DuplicateTracker::new(),
             model_check: (!reading.is_typed()).then(|| ModelCheck::new(layout.model)),
+            diagnosis: (!reading.is_typed()).then(HashDiagnosis::default),
+        }
+    }
+
+    /// The field order of a model given at run time (empty for a typed reading, or none given).
+    fn field_order(&self) -> &'a [&'a str] {
+        match self.reading {
+            Reading::Stored { field_order } => field_order,
+            Reading::Typed { .. } => &[],
         }
     }
 
@@ -40,7 +56,19 @@ impl<'a> RowScan<'a> {
                 }
             }
         }
+        let diagnosed = self
+            .diagnosis
+            .as_ref()
+            .filter(|diagnosis| diagnosis.wants())
+            .map(|_| stored.clone());
+        let mismatches = report.hash_mismatch.count;
         let audited = audit_row(report, self.layout, self.reading, stored, location);
+        let field_order = self.field_order();
+        if let (Some(stored), Some(diagnosis)) = (diagnosed, &mut self.diagnosis) {
+            if report.hash_mismatch.count > mismatches {
+                diagnose(diagnosis, self.layout, field_order, &stored);
+            }
+        }
         // A key with a NULL part collides with no other, as in a unique constraint.
         let key = (!audited.key.iter().any(Value::is_null)).then(|| {
             RowKey(
@@ -58,9 +86,51 @@ impl<'a> RowScan<'a> {
 
     /// Ends the pass: the last key's duplicates, and the model check's finding.
     pub fn finish(self, report: &mut AuditReport) {
+        let field_order = self.field_order();
         self.duplicates.finish(report);
         report.model_mismatch = self.model_check.and_then(|check| check.finding());
+        if let Some(diagnosis) = &self.diagnosis {
+            for field in diagnosis.finding() {
+                crate::audit::note_unknown(&mut report.unknown_fields, field);
+            }
+            if field_order.is_empty() {
+                report.unnamed_fields = crate::audit::unnamed_fields(
+                    self.layout.model,
+                    stored_columns(self.layout).map(|(name, _)| name),
+                );
+            }
+        }
     }
+}
+
+/// The stored-field columns of `layout`, in table order, with their shapes.
+fn stored_columns(layout: &Layout) -> impl Iterator<Item = (&'static str, ColumnShape)> + '_ {
+    layout
+        .columns
+        .iter()
+        .filter(|column| matches!(column.content, Content::Stored(_)))
+        .map(|column| (column.name, column.shape))
+}
+
+/// Examines a row whose stored hash differs from its stored values' ([`HashDiagnosis`]).
+pub(crate) fn diagnose(
+    diagnosis: &mut HashDiagnosis,
+    layout: &Layout,
+    field_order: &[&str],
+    stored: &Map<String, Value>,
+) {
+    let Some(stored_hash) = stored
+        .get(layout.model.hash_field())
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    let fields: Vec<(&str, &Value)> = stored_columns(layout)
+        .filter_map(|(name, _)| Some((name, stored.get(name)?)))
+        .collect();
+    diagnosis.examine(layout.model, field_order, &fields, stored_hash, |value| {
+        value.is_null()
+    });
 }
 
 /// One row as the audit saw it.
@@ -170,4 +240,63 @@ fn shown_value(value: Value) -> ShownValue {
         },
         other => ShownValue::Other(other.to_string()),
     }
+}
+
+/// The columns of a table read with a model given at run time that are not fields of the
+/// model: the table's own key (`table_keys`: a primary key other than `_id`, an identity or
+/// serial column), and, where the model lists its fields (`field_order`), each column it does
+/// not list. idem's own columns are none.
+pub(crate) fn catalog_unknowns<'n>(
+    model: &Model,
+    field_order: &[&str],
+    columns: impl IntoIterator<Item = &'n str>,
+    table_keys: &[String],
+) -> Vec<UnknownField> {
+    columns
+        .into_iter()
+        .filter(|name| {
+            !model.is_reserved(name)
+                && !model
+                    .fields()
+                    .iter()
+                    .any(|field| field.stored_name() == *name)
+        })
+        .filter_map(|name| {
+            if table_keys.iter().any(|key| key == name) {
+                Some(UnknownField::new(name, UnknownReason::TableKey))
+            } else if !crate::audit::is_model_field(model, field_order, name) {
+                Some(UnknownField::new(name, UnknownReason::NotListed))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The columns of a table read as a type that the type does not have (`present`: every column
+/// of the table). None where the type has a flattened field, whose entries have no column.
+pub(crate) fn typed_unknowns<'n>(
+    layout: &Layout,
+    present: impl IntoIterator<Item = &'n str>,
+) -> Vec<UnknownField> {
+    if layout.column_with(Content::Extra).is_some() {
+        return Vec::new();
+    }
+    present
+        .into_iter()
+        .filter(|name| {
+            !layout.model.is_reserved(name)
+                && !layout.columns.iter().any(|column| column.name == *name)
+        })
+        .map(|name| UnknownField::new(name, UnknownReason::NotListed))
+        .collect()
+}
+
+/// The stored fields of `layout` but those `left_out`: what a layout read without them is made
+/// of.
+pub(crate) fn columns_without(layout: &Layout, left_out: &[UnknownField]) -> Vec<Column> {
+    stored_columns(layout)
+        .filter(|(name, _)| !left_out.iter().any(|field| field.name == *name))
+        .map(|(name, shape)| Column::new(name, shape))
+        .collect()
 }

@@ -429,6 +429,12 @@ pub struct AdoptOptions {
     /// (see [`crate::model_check`]): for a deliberate change of keys, timestamp or scheme. Off
     /// by default, when such a run is refused.
     pub ignore_model_check: bool,
+    /// Move rows even when the table has columns that are not fields of the model given (see
+    /// [`AuditReport::unknown_fields`](crate::AuditReport::unknown_fields)), leaving them out
+    /// of the content hashes stored: they are no fields of the type. Off by default, when such
+    /// a run is refused: a model that misses a field of the type would store hashes the type
+    /// does not compute, and the next upsert of every row would rewrite it.
+    pub allow_unknown_fields: bool,
 }
 
 impl AdoptOptions {
@@ -436,6 +442,13 @@ impl AdoptOptions {
     /// [`AdoptOptions::ignore_model_check`].
     pub fn ignoring_model_check(mut self) -> Self {
         self.ignore_model_check = true;
+        self
+    }
+
+    /// Moves rows even when columns are not fields of the model given, leaving them out of the
+    /// hashes; see [`AdoptOptions::allow_unknown_fields`].
+    pub fn allowing_unknown_fields(mut self) -> Self {
+        self.allow_unknown_fields = true;
         self
     }
 

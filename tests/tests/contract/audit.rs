@@ -763,3 +763,236 @@ async fn documents_adopted_without_the_type_keep_nested_frozen_floats_of_any_siz
         assert_no_digest_mismatch::<Station>(&db).await;
     }
 }
+
+/// A note, whose stored fields are `slug` and `title` only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "notes")]
+struct Note {
+    #[idem(key)]
+    slug: String,
+    title: String,
+}
+
+fn note(n: usize) -> Note {
+    Note {
+        slug: format!("n{n:02}"),
+        title: format!("Note {n}"),
+    }
+}
+
+/// The audit of `Note`'s table with its model given at run time, its fields listed
+/// (`field_order`, as `--fields` or a model file give them) or not.
+async fn audit_notes(db: &Db, field_order: &[&str]) -> AuditReport {
+    let model = &Note::MODEL;
+    match db {
+        Db::Mongo { store, .. } => store.audit_model(model, field_order, |_| {}).await,
+        Db::Postgres { store, client, .. } => {
+            store.audit_model(client, model, field_order, |_| {}).await
+        }
+        Db::Sqlite {
+            store, connection, ..
+        } => {
+            let mut connection = connection.lock().await;
+            store
+                .audit_model(&mut connection, model, field_order, |_| {})
+                .await
+        }
+    }
+    .unwrap_or_else(|error| panic!("{db}: {error}"))
+}
+
+/// The adoption of `Note`'s table with its model given at run time; `allow` lets it leave the
+/// fields the model does not have out of the hashes.
+async fn adopt_notes(
+    db: &Db,
+    field_order: &[&str],
+    allow: bool,
+) -> Result<idem_core::AdoptReport, idem_core::Error> {
+    let model = &Note::MODEL;
+    match db {
+        Db::Mongo { store, .. } => {
+            let mut options = idem_core::mongo::AdoptOptions::default();
+            if allow {
+                options = options.allowing_unknown_fields();
+            }
+            store.adopt_model(model, field_order, options).await
+        }
+        Db::Postgres { store, client, .. } => {
+            let mut options = idem_core::postgres::AdoptOptions::default();
+            if allow {
+                options = options.allowing_unknown_fields();
+            }
+            store.adopt_model(client, model, field_order, options).await
+        }
+        Db::Sqlite {
+            store, connection, ..
+        } => {
+            let mut options = idem_core::sqlite::AdoptOptions::default();
+            if allow {
+                options = options.allowing_unknown_fields();
+            }
+            let mut connection = connection.lock().await;
+            store
+                .adopt_model(&mut connection, model, field_order, options)
+                .await
+        }
+    }
+}
+
+/// Asserts that upserting the notes `0..count` again changes nothing: the hashes adoption
+/// stored are the type's.
+async fn assert_notes_unchanged(db: &Db, count: usize) {
+    for n in 0..count {
+        assert_eq!(
+            db.upsert(&note(n)).await.unwrap(),
+            idem_core::Outcome::Unchanged,
+            "{db}: note {n} after adoption"
+        );
+    }
+}
+
+/// A hand-written table with a surrogate key idem never writes (SQLite's `id INTEGER PRIMARY
+/// KEY`, PostgreSQL's identity column): the audit names it as no field of the model, and
+/// adoption with the model given at run time refuses to hash it, so that the next upsert of the
+/// same content is `Unchanged`, not a rewrite of every adopted row.
+#[tokio::test]
+async fn a_surrogate_key_is_named_and_never_hashed() {
+    for db in fresh_backends("audit_surrogate").await {
+        let (create, key) = match &db {
+            Db::Sqlite { .. } => (
+                "CREATE TABLE notes (id INTEGER PRIMARY KEY, \"_id\" TEXT UNIQUE, \
+                 slug TEXT NOT NULL UNIQUE, title TEXT NOT NULL, \"sourceHash\" TEXT, \
+                 \"idemAppliedOps\" TEXT NOT NULL DEFAULT '[]', \"idemWrite\" TEXT)",
+                "id",
+            ),
+            Db::Postgres { .. } => (
+                "CREATE TABLE notes (seq bigint GENERATED ALWAYS AS IDENTITY, \
+                 \"_id\" text PRIMARY KEY, slug text NOT NULL UNIQUE, title text NOT NULL, \
+                 \"sourceHash\" text, \"idemAppliedOps\" jsonb NOT NULL DEFAULT '[]')",
+                "seq",
+            ),
+            Db::Mongo { .. } => continue,
+        };
+        db.run_raw(create, doc! {}).await;
+        db.run_raw(
+            "INSERT INTO notes (\"_id\", slug, title) VALUES \
+             ('legacy-0', 'n00', 'Note 0'), ('legacy-1', 'n01', 'Note 1')",
+            doc! {},
+        )
+        .await;
+        let audited = audit_notes(&db, &[]).await;
+        assert_eq!(
+            audited.unknown_fields,
+            [idem_core::audit::UnknownField::new(
+                key,
+                idem_core::audit::UnknownReason::TableKey
+            )],
+            "{db}: {audited}"
+        );
+        assert!(
+            audited
+                .to_string()
+                .contains(&format!("`{key}`: the table's own key")),
+            "{db}: {audited}"
+        );
+        let refused = adopt_notes(&db, &[], false).await.unwrap_err();
+        assert!(
+            refused.to_string().contains(&format!("`{key}`"))
+                && refused.to_string().contains("--allow-unknown-fields"),
+            "{db}: {refused}"
+        );
+        let adopted = adopt_notes(&db, &[], true).await.unwrap();
+        assert_eq!(adopted.moved.count, 2, "{db}: {adopted}");
+        assert_notes_unchanged(&db, 2).await;
+    }
+}
+
+/// A field another tool added later (`ALTER TABLE … ADD COLUMN`, a `$set` on MongoDB) is no
+/// field of the type: with the model's fields listed it is named and left out of the hashes
+/// (the audit does not call idem's rows changed, adoption stores the type's hashes once
+/// allowed); without them, the stored hashes show it is not hashed, and the report says the
+/// model, not another tool, is the likely cause.
+#[tokio::test]
+async fn a_field_added_later_is_named_and_never_hashed() {
+    for db in fresh_backends("audit_added_field").await {
+        db.ensure::<Note>().await;
+        // One at a time: a server may store a batch's fields in another order, which a model
+        // without its list of fields cannot tell.
+        for n in 0..4 {
+            db.upsert(&note(n)).await.unwrap();
+        }
+        db.run_raw(
+            "ALTER TABLE notes ADD COLUMN extra TEXT; UPDATE notes SET extra = 'x'",
+            doc! {
+                "update": "notes",
+                "updates": [{ "q": {}, "u": { "$set": { "extra": "x" } }, "multi": true }],
+            },
+        )
+        .await;
+        let listed = ["slug", "title"];
+        let audited = audit_notes(&db, &listed).await;
+        assert!(audited.hash_mismatch.is_empty(), "{db}: {audited}");
+        assert_eq!(
+            audited.unknown_fields,
+            [idem_core::audit::UnknownField::new(
+                "extra",
+                idem_core::audit::UnknownReason::NotListed
+            )],
+            "{db}: {audited}"
+        );
+        // Without the list, the hashes follow the stored order: a table's columns keep the
+        // type's, which a MongoDB server's replacement of a document may not.
+        if db.is_sql() {
+            let unlisted = audit_notes(&db, &[]).await;
+            assert_eq!(unlisted.hash_mismatch.count, 4, "{db}: {unlisted}");
+            assert_eq!(
+                unlisted.unknown_fields,
+                [idem_core::audit::UnknownField::new(
+                    "extra",
+                    idem_core::audit::UnknownReason::NotInStoredHashes
+                )],
+                "{db}: {unlisted}"
+            );
+            let summary = unlisted.to_string();
+            assert!(
+                summary.contains("likely the model, not the data")
+                    && !summary.contains("another tool"),
+                "{db}: {summary}"
+            );
+        }
+
+        // A row another tool wrote, with the added field: adoption would hash it.
+        db.write_json_as_another_tool::<Note>(
+            "legacy-9",
+            serde_json::json!({ "slug": "n09", "title": "Note 9" })
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+        .await;
+        db.run_raw(
+            "UPDATE notes SET extra = 'y' WHERE slug = 'n09'",
+            doc! {
+                "update": "notes",
+                "updates": [{ "q": { "slug": "n09" }, "u": { "$set": { "extra": "y" } } }],
+            },
+        )
+        .await;
+        let orders: &[&[&str]] = if db.is_sql() {
+            &[&listed, &[]]
+        } else {
+            &[&listed]
+        };
+        for field_order in orders {
+            let refused = adopt_notes(&db, field_order, false).await.unwrap_err();
+            assert!(refused.to_string().contains("`extra`"), "{db}: {refused}");
+        }
+        let adopted = adopt_notes(&db, &listed, true).await.unwrap();
+        assert_eq!(adopted.moved.count, 1, "{db}: {adopted}");
+        assert_eq!(
+            db.upsert(&note(9)).await.unwrap(),
+            idem_core::Outcome::Unchanged,
+            "{db}: the adopted row's hash is the type's"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! Where the `idem` command finds its connection string (`--uri`, then `DATABASE_URL`, then
+//! `MONGODB_URI`, then `POSTGRES_URI`), and that no password it holds is ever printed, in any
+//! form the drivers accept, even when the server refuses the connection.
+
+use std::process::{Command, Output};
+
+/// A password no message may show.
+const SECRET: &str = "s3cr3t-Pa55word";
+
+/// `idem audit` of table `posts` with `args`, and the environment variables `env` (every
+/// connection-string variable removed first).
+fn audit(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    command
+        .args(["audit", "--table", "posts", "--key", "slug"])
+        .args(args);
+    for name in ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI"] {
+        command.env_remove(name);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+fn all_output(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every form the drivers accept a password in, each pointed at a closed port (or refused before
+/// a connection): the command fails, says where, and never shows the password.
+#[test]
+fn no_password_is_printed_in_any_form_of_connection_string() {
+    let encoded = "s3cr3t%2DPa55word";
+    let forms = [
+        format!("postgres://me:{SECRET}@127.0.0.1:1/blog"),
+        format!("postgresql://me:{encoded}@127.0.0.1:1/blog"),
+        format!("postgres://me@127.0.0.1:1/blog?password={SECRET}"),
+        format!("postgresql://127.0.0.1:1/blog?user=me&password={SECRET}&connect_timeout=2"),
+        format!("postgres://me:{SECRET}@127.0.0.1:notaport/blog"),
+        format!("host=127.0.0.1 port=1 user=me password={SECRET} dbname=blog"),
+        format!("host=127.0.0.1 port=1 password = '{SECRET} x' dbname=blog"),
+        format!("host=127.0.0.1 port=notaport password={SECRET}"),
+        format!("mongodb://me:{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500"),
+        format!("mongodb://me:{SECRET}@127.0.0.1:1/?authMechanism=NOSUCH"),
+        format!(
+            "mongodb://127.0.0.1:1/?authMechanism=MONGODB-AWS&authMechanismProperties=\
+             AWS_SESSION_TOKEN:{SECRET}&serverSelectionTimeoutMS=500"
+        ),
+        format!("mongodb+srv://me:{SECRET}@no-such-host.invalid/?serverSelectionTimeoutMS=500"),
+    ];
+    for uri in &forms {
+        let given = audit(&["--uri", uri, "--database", "blog"], &[]);
+        let shown = all_output(&given);
+        assert_eq!(given.status.code(), Some(2), "{uri}: {shown}");
+        assert!(shown.starts_with("idem: "), "{uri}: {shown}");
+        assert!(
+            !shown.contains(SECRET) && !shown.contains("s3cr3t"),
+            "{uri}: the password is shown: {shown}"
+        );
+        // The same through the environment.
+        let from_env = audit(&["--database", "blog"], &[("DATABASE_URL", uri)]);
+        let shown = all_output(&from_env);
+        assert_eq!(from_env.status.code(), Some(2), "{uri}: {shown}");
+        assert!(!shown.contains("s3cr3t"), "{uri}: {shown}");
+    }
+    // What is left is enough to tell which server was meant.
+    let shown = all_output(&audit(&["--uri", &forms[2], "--database", "blog"], &[]));
+    assert!(
+        shown.contains("postgres://me@127.0.0.1:1/blog?password=***"),
+        "{shown}"
+    );
+}
+
+/// `--uri` first, then `DATABASE_URL`, then `MONGODB_URI`, then `POSTGRES_URI`; none at all is
+/// an error naming them.
+#[test]
+fn the_connection_string_comes_from_the_flag_then_database_url_then_each_stores_variable() {
+    let directory = std::env::temp_dir().join("idem-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    let missing = |name: &str| {
+        format!(
+            "sqlite:{}",
+            directory
+                .join(format!("uri_{name}_{}.db", std::process::id()))
+                .display()
+        )
+    };
+    let (flag, database_url, mongodb, postgres) = (
+        missing("flag"),
+        missing("database_url"),
+        missing("mongodb"),
+        missing("postgres"),
+    );
+    // Each SQLite file is missing, and the error names the one used.
+    let used = |output: Output| all_output(&output);
+    let every = [
+        ("DATABASE_URL", database_url.as_str()),
+        ("MONGODB_URI", mongodb.as_str()),
+        ("POSTGRES_URI", postgres.as_str()),
+    ];
+    let shown = used(audit(&["--uri", &flag], &every));
+    assert!(shown.contains("uri_flag_"), "{shown}");
+    let shown = used(audit(&[], &every));
+    assert!(shown.contains("uri_database_url_"), "{shown}");
+    let shown = used(audit(&[], &every[1..]));
+    assert!(shown.contains("uri_mongodb_"), "{shown}");
+    let shown = used(audit(&[], &every[2..]));
+    assert!(shown.contains("uri_postgres_"), "{shown}");
+    let none = audit(&[], &[]);
+    assert_eq!(none.status.code(), Some(2));
+    let shown = all_output(&none);
+    assert!(
+        shown.contains("give --uri, or set DATABASE_URL, MONGODB_URI, POSTGRES_URI"),
+        "{shown}"
+    );
+}
+
+/// `--uri`'s help names every kind of connection string and the environment variables.
+#[test]
+fn the_help_names_every_store_and_variable() {
+    let help = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["audit", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    for word in [
+        "mongodb://",
+        "postgres://",
+        "sqlite:PATH",
+        "DATABASE_URL",
+        "POSTGRES_URI",
+    ] {
+        assert!(text.contains(word), "{word}: {text}");
+    }
+}
