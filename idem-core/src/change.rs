@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::model::Model;
+use crate::model::{Model, OpId};
 
 /// One change an operation makes to an `#[idem(effect)]` field (named by its stored name), for
 /// `apply_once` on every store: add to a number, or set a value.
@@ -335,6 +335,21 @@ pub(crate) fn check(
         }
     }
     Ok(())
+}
+
+/// Refuses, before anything is sent, an op id holding U+0000 ([`ErrorKind::OpIdHoldsNul`]), on
+/// every store alike: PostgreSQL's text refuses it and SQLite's text functions end at it, so an
+/// op id recorded there would not be the one given, and the same op could not be told again.
+pub(crate) fn check_op(op: &OpId, document: &DocumentRef) -> Result<(), Error> {
+    match op.as_str().contains('\0') {
+        true => Err(Error::new(
+            document.clone(),
+            ErrorKind::OpIdHoldsNul {
+                op_id: op.as_str().to_owned(),
+            },
+        )),
+        false => Ok(()),
+    }
 }
 
 /// `error`, or, where the backend's error says an addition left its number's range

@@ -364,7 +364,9 @@ pub struct OpId(String);
 
 impl OpId {
     /// An op id from any text that identifies the operation (a request id, a ULID, or
-    /// [`Idempotent::op_id`](crate::Idempotent::op_id) of a triggering document).
+    /// [`Idempotent::op_id`](crate::Idempotent::op_id) of a triggering document). Text holding
+    /// U+0000 is refused by `apply_once` on every store
+    /// ([`OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul)): the SQL stores cannot keep it.
     pub fn new(text: impl Into<String>) -> Self {
         OpId(text.into())
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use idem_core::sqlite::Store;
 use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use idem_core::sqlx::{self, ConnectOptions, Connection, SqliteConnection};
-use idem_core::{Idempotent, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::fixtures::{numbered_post, post, Post};
 use idem_tests::sqlite_rows;
 use serde::{Deserialize, Serialize};
@@ -554,4 +554,210 @@ async fn booleans_and_structured_values_are_declared_as_what_they_hold() {
             "made before: {made_before}: {model}"
         );
     }
+}
+
+/// The fixes a table check's problems give, in order: each problem's statement.
+fn fixes(problems: &[String]) -> Vec<String> {
+    problems
+        .iter()
+        .map(|problem| {
+            let at = ["ALTER TABLE", "CREATE UNIQUE INDEX", "DROP INDEX"]
+                .iter()
+                .filter_map(|statement| problem.find(statement))
+                .min()
+                .unwrap_or_else(|| panic!("a problem without its fix: {problem}"));
+            problem[at..].to_owned()
+        })
+        .collect()
+}
+
+/// The problem a table check refused with.
+fn schema_problem(error: &Error) -> &str {
+    match error.kind() {
+        ErrorKind::SchemaMismatch { problem, .. } => problem,
+        _ => panic!("expected a schema mismatch, got {error}"),
+    }
+}
+
+/// A table made by hand that lacks columns, `_id` among them, and any key: the first check's
+/// advice holds every fix, the unique index on `_id` too (SQLite cannot add a column with its
+/// index, and the check asked for it only once the column was there), and applying exactly
+/// that advice makes the table pass: one round, as on PostgreSQL.
+#[tokio::test]
+async fn the_first_advice_on_a_hand_made_table_holds_every_fix() {
+    let path = fresh_path("one_round_of_advice");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    sqlite_rows::run(
+        &mut connection,
+        "CREATE TABLE posts (slug TEXT NOT NULL, lang TEXT NOT NULL, title TEXT, body TEXT)",
+    )
+    .await;
+    let advice = store
+        .audit::<Post>(&mut connection)
+        .await
+        .unwrap()
+        .table_problems;
+    assert!(
+        advice
+            .iter()
+            .any(|problem| problem.contains("no primary key or unique index on \"_id\"")),
+        "{advice:#?}"
+    );
+    let refused = store
+        .ensure_table::<Post>(&mut connection)
+        .await
+        .unwrap_err();
+    assert_eq!(schema_problem(&refused), advice[0], "the first problem");
+    for fix in fixes(&advice) {
+        sqlite_rows::run(&mut connection, &fix).await;
+    }
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let report = store.audit::<Post>(&mut connection).await.unwrap();
+    assert!(report.table_problems.is_empty(), "{report}");
+    assert_eq!(
+        store.upsert(&mut connection, &post()).await.unwrap(),
+        Outcome::Inserted
+    );
+}
+
+/// Idem's table as `create_table_sql` makes it, its `slug` column declared `COLLATE NOCASE`.
+fn nocase_slug_table() -> String {
+    let made = Store::create_table_sql::<Post>();
+    let nocase = made.replacen(
+        "\"slug\" TEXT NOT NULL",
+        "\"slug\" TEXT NOT NULL COLLATE NOCASE",
+        1,
+    );
+    assert_ne!(nocase, made);
+    nocase
+}
+
+fn slugged(slug: &str) -> Post {
+    Post {
+        slug: slug.into(),
+        ..post()
+    }
+}
+
+/// A key column another tool declared `COLLATE NOCASE`, or a unique index comparing the
+/// natural key so, would take `Alpha` for `alpha`: the check refuses such a table, naming the
+/// column or the index and the fix, before anything is written. Applying the fix makes the
+/// table pass.
+#[tokio::test]
+async fn a_key_compared_other_than_byte_for_byte_is_refused_with_its_fix() {
+    let path = fresh_path("nocase_key");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    sqlite_rows::run(&mut connection, &nocase_slug_table()).await;
+    let refused = store
+        .ensure_table::<Post>(&mut connection)
+        .await
+        .unwrap_err();
+    let problem = schema_problem(&refused);
+    assert!(
+        problem.contains("column \"slug\" is declared COLLATE NOCASE")
+            && problem.contains("Store::create_table_sql::<T>()"),
+        "{problem}"
+    );
+    assert!(!refused.is_retryable(), "{refused}");
+    let refused = store
+        .upsert(&mut connection, &slugged("alpha"))
+        .await
+        .unwrap_err();
+    assert!(
+        schema_problem(&refused).contains("COLLATE NOCASE"),
+        "{refused}"
+    );
+    assert!(sqlite_rows::raw::<Post>(&mut connection).await.is_empty());
+
+    // The columns compare byte for byte, but a second unique index on the natural key does
+    // not: `Alpha` would collide with `alpha` there.
+    sqlite_rows::run(&mut connection, "DROP TABLE posts").await;
+    sqlite_rows::run(&mut connection, &Store::create_table_sql::<Post>()).await;
+    sqlite_rows::run(
+        &mut connection,
+        "CREATE UNIQUE INDEX posts_slug_any_case ON posts (lang, slug COLLATE NOCASE)",
+    )
+    .await;
+    let refused = store
+        .ensure_table::<Post>(&mut connection)
+        .await
+        .unwrap_err();
+    let problem = schema_problem(&refused);
+    assert!(
+        problem.contains("the unique index \"posts_slug_any_case\" compares column \"slug\"")
+            && problem.contains("NOCASE"),
+        "{problem}"
+    );
+    let advice = store
+        .audit::<Post>(&mut connection)
+        .await
+        .unwrap()
+        .table_problems;
+    assert_eq!(fixes(&advice), ["DROP INDEX \"posts_slug_any_case\""]);
+    sqlite_rows::run(&mut connection, &fixes(&advice)[0]).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    for slug in ["alpha", "Alpha"] {
+        assert_eq!(
+            store.upsert(&mut connection, &slugged(slug)).await.unwrap(),
+            Outcome::Inserted,
+            "{slug}"
+        );
+    }
+}
+
+/// A natural-key conflict that can never resolve is a refusal, never contention that a caller
+/// following `is_retryable` would retry forever: a table made again behind the store's back
+/// (after its check) with `slug` compared without case takes `Alpha` for `alpha`. The single
+/// upsert, a batch and a batch looked up first all refuse it alike, naming the index, with
+/// nothing written.
+#[tokio::test]
+async fn a_key_conflict_that_never_resolves_is_a_refusal_not_contention() {
+    let path = fresh_path("respelled_key");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    sqlite_rows::run(&mut connection, "DROP TABLE posts").await;
+    sqlite_rows::run(&mut connection, &nocase_slug_table()).await;
+    assert_eq!(
+        store
+            .upsert(&mut connection, &slugged("alpha"))
+            .await
+            .unwrap(),
+        Outcome::Inserted
+    );
+    let before = sqlite_rows::raw::<Post>(&mut connection).await;
+    let upper = slugged("Alpha");
+    let assert_refused = |error: &Error, path: &str| {
+        assert!(
+            matches!(error.kind(), ErrorKind::UniqueIndexConflict { .. })
+                && error.is_refusal()
+                && !error.is_retryable()
+                && error.to_string().contains("Alpha"),
+            "{path}: {error:?}"
+        );
+    };
+    let single = store.upsert(&mut connection, &upper).await.unwrap_err();
+    assert_refused(&single, "upsert");
+    let batch = store
+        .upsert_many(&mut connection, std::slice::from_ref(&upper))
+        .await
+        .unwrap();
+    assert_refused(batch.outcomes()[0].as_ref().unwrap_err(), "upsert_many");
+    let looked_up = store
+        .clone()
+        .with_shortcuts_from(1)
+        .upsert_many(&mut connection, std::slice::from_ref(&upper))
+        .await
+        .unwrap();
+    assert_refused(
+        looked_up.outcomes()[0].as_ref().unwrap_err(),
+        "upsert_many looked up first",
+    );
+    assert_eq!(
+        single.to_string(),
+        batch.outcomes()[0].as_ref().unwrap_err().to_string()
+    );
+    assert_eq!(sqlite_rows::raw::<Post>(&mut connection).await, before);
 }

@@ -176,8 +176,9 @@ impl Store {
     /// takes any MongoDB update instead.
     ///
     /// A change of a field that is not an effect field of the type is refused with
-    /// [`ErrorKind::NotAnEffectField`], and a field changed twice or a value that does not
-    /// serialize with [`ErrorKind::Serialize`], before anything is sent.
+    /// [`ErrorKind::NotAnEffectField`], a field changed twice or a value that does not
+    /// serialize with [`ErrorKind::Serialize`], and an op id holding U+0000 (which the SQL
+    /// stores cannot keep) with [`ErrorKind::OpIdHoldsNul`], before anything is sent.
     pub async fn apply_once<T>(
         &self,
         id: Id,
@@ -188,6 +189,7 @@ impl Store {
         T: Idempotent,
     {
         let document = DocumentRef::by_id(&T::MODEL, id);
+        change::check_op(op, &document)?;
         change::check(&T::MODEL, &T::stored_columns(), changes, &document)?;
         let mut increments = Document::new();
         let mut sets = Document::new();
@@ -278,6 +280,7 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
+            change::check_op(op, &document)?;
             if let Some(path) = unowned_path(model, &update) {
                 return Err(Error::new(document, ErrorKind::NotAnEffectField { path }));
             }

@@ -62,7 +62,9 @@ impl Store {
     ///
     /// The changes may touch only `#[idem(effect)]` columns: upserts never overwrite those, so
     /// a replayed upsert cannot undo an operation. Any other column, one the type does not have
-    /// included, is refused with [`ErrorKind::NotAnEffectField`] before anything is sent.
+    /// included, is refused with [`ErrorKind::NotAnEffectField`] before anything is sent, and an
+    /// op id holding U+0000 (which text cannot hold) with [`ErrorKind::OpIdHoldsNul`], as on
+    /// every store.
     ///
     /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
     /// another) commits whole or not at all; outside one, retrying the whole operation with the
@@ -85,6 +87,7 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
+            change::check_op(op, &document)?;
             let table = self.table::<T, _>(client, &document).await?;
             change::check(model, &T::stored_columns(), changes, &document)?;
             let mut parameters: Vec<Option<String>> =

@@ -14,9 +14,9 @@ use sqlx::{Row, SqliteConnection};
 
 use super::driver::{finish_with, savepoint};
 use super::errors::sqlite_error;
-use super::table::{literal, quote, Table};
+use super::table::{quote, Table};
 use super::{bind_text, statement, Store};
-use crate::audit::{AdoptReport, AuditProgress, AuditReport};
+use crate::audit::{AdoptReport, AuditProgress, AuditReport, HashDiagnosis, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -24,7 +24,9 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::model_check::ModelCheck;
-use crate::sql::audit::{shown_row_id, RowScan};
+use crate::sql::audit::{
+    catalog_unknowns, columns_without, diagnose, shown_row_id, typed_unknowns, RowScan,
+};
 use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Destined, Reading};
 use crate::sql::layout::Content;
 use crate::sql::layout::Layout;
@@ -87,9 +89,14 @@ impl Store {
     ) -> Result<AuditReport, Error> {
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
         call.run_detached(async move {
-            let table = stored_table(connection, model).await?;
+            let (table, unknown) = stored_table(connection, model, field_order).await?;
             let reading = Reading::Stored { field_order };
-            scan(connection, &table, reading, &mut progress).await
+            let mut report = scan(connection, &table, reading, &mut progress).await?;
+            let found = std::mem::replace(&mut report.unknown_fields, unknown);
+            for field in found {
+                crate::audit::note_unknown(&mut report.unknown_fields, field);
+            }
+            Ok(report)
         })
         .await
     }
@@ -160,18 +167,23 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let table = stored_table(connection, model).await?;
+            let (table, mut unknown) = stored_table(connection, model, field_order).await?;
             let refuse = |problem: String| Error::schema_mismatch(model, problem);
             let problems =
                 super::schema::table_problems(connection, &table, &collection, false).await?;
             if let Some(problem) = problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
-            if !options.ignore_model_check {
-                if let Some(mismatch) = model_mismatch(connection, &table).await? {
-                    return Err(mismatch.refusal(model));
-                }
+            let (mismatch, unhashed) = model_mismatch(connection, &table, field_order).await?;
+            if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
+                return Err(mismatch.refusal(model));
             }
+            unknown.extend(unhashed);
+            if !unknown.is_empty() && !options.allow_unknown_fields {
+                return Err(crate::audit::unknown_fields_refusal(model, &unknown));
+            }
+            // Read without them: the hashes stored are then the type's.
+            let table = Table::new(table.model, &columns_without(&table, &unknown));
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };
@@ -253,7 +265,8 @@ async fn move_rows(
 async fn model_mismatch(
     connection: &mut SqliteConnection,
     table: &Table,
-) -> Result<Option<crate::model_check::ModelMismatch>, Error> {
+    field_order: &[&str],
+) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
     let document = DocumentRef::collection(table.model);
     let present: Vec<String> = table
         .columns
@@ -272,14 +285,16 @@ async fn model_mismatch(
         .await
         .map_err(|source| sqlite_error(&document, source))?;
     let mut check = ModelCheck::new(table.model);
+    let mut diagnosis = HashDiagnosis::default();
     for row in &rows {
         let (stored, _) =
             row_json(table, &columns, row).map_err(|source| sqlite_error(&document, source))?;
         if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
             check.examine(id, &stored);
         }
+        diagnose(&mut diagnosis, table, field_order, &stored);
     }
-    Ok(check.finding())
+    Ok((check.finding(), diagnosis.finding()))
 }
 
 /// The audit's schema check and one pass over the rows of `table`, read as `reading` says.
@@ -298,6 +313,9 @@ async fn scan(
     let present = present_columns(connection, table, &document).await?;
     if present.is_empty() {
         return Ok(report);
+    }
+    if reading.is_typed() {
+        report.unknown_fields = typed_unknowns(table, present.iter().map(String::as_str));
     }
     let count = format!("SELECT count(*) FROM {}", table.name());
     let total: i64 = sqlx::query_scalar(statement(&count))
@@ -334,14 +352,19 @@ async fn scan(
 }
 
 /// The table of a model given at run time, laid out from its schema.
-async fn stored_table(connection: &mut SqliteConnection, model: &Model) -> Result<Table, Error> {
+///
+/// Its columns that are not fields of the model are left out of the layout, and returned: the
+/// table's own key (an `INTEGER PRIMARY KEY` other than `_id`, which SQLite fills itself), and,
+/// where the model lists its fields (`field_order`), each column it does not list.
+async fn stored_table(
+    connection: &mut SqliteConnection,
+    model: &Model,
+    field_order: &[&str],
+) -> Result<(Table, Vec<UnknownField>), Error> {
     let document = DocumentRef::collection(model);
-    let sql = format!(
-        "SELECT name, upper(type) FROM pragma_table_info({}) ORDER BY cid",
-        literal(model.collection())
-    );
     crate::trace::round_trip("SELECT");
-    let rows = sqlx::query(statement(&sql))
+    let rows = sqlx::query("SELECT name, upper(type), pk FROM pragma_table_info(?1) ORDER BY cid")
+        .bind(model.collection())
         .fetch_all(&mut *connection)
         .await
         .map_err(|source| sqlite_error(&document, source))?;
@@ -359,8 +382,24 @@ async fn stored_table(connection: &mut SqliteConnection, model: &Model) -> Resul
             (row.get(0), super::table::shape_of(&declared))
         })
         .collect();
+    let table_keys: Vec<String> = rows
+        .iter()
+        .filter(|row| row.get::<i64, _>(2) > 0)
+        .map(|row| row.get::<String, _>(0))
+        .filter(|name| name != ID_FIELD)
+        .collect();
+    let unknown = catalog_unknowns(
+        model,
+        field_order,
+        catalog.iter().map(|(name, _)| name.as_str()),
+        &table_keys,
+    );
+    let catalog: Vec<(String, ColumnShape)> = catalog
+        .into_iter()
+        .filter(|(name, _)| !unknown.iter().any(|field| field.name == *name))
+        .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
-    Ok(Table::new(crate::intern::model(model), &columns))
+    Ok((Table::new(crate::intern::model(model), &columns), unknown))
 }
 
 /// What one page did: how many rows it read, and the last one's id and rowid (`None`: the
@@ -498,11 +537,8 @@ async fn present_columns(
     table: &Table,
     document: &DocumentRef,
 ) -> Result<Vec<String>, Error> {
-    let sql = format!(
-        "SELECT name FROM pragma_table_info({})",
-        literal(table.model.collection())
-    );
-    sqlx::query_scalar(statement(&sql))
+    sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
+        .bind(table.model.collection())
         .fetch_all(&mut *connection)
         .await
         .map_err(|source| sqlite_error(document, source))

@@ -93,7 +93,20 @@ impl SqliteDriver<'_, '_> {
         }
         .await;
         let (written, stored) = finish(connection, written, document).await?;
-        let stored = StoppingRows::new(&stored);
+        let stopping = StoppingRows::new(&stored);
+        // The read ran under the write's lock: a row it found that stops none of `docs` by id or
+        // by natural key byte for byte is one the natural key's unique index took for another
+        // spelling of a key (a collation that is not `BINARY`, in a table changed since its
+        // check). Such a key conflict never resolves: it is a refusal naming the index.
+        let mut respelled = None;
+        if stored.iter().any(|row| !stopping.stops_any(row, docs)) {
+            let columns = self.table.natural_key_names().join(", ");
+            respelled = Some(
+                index_on(connection, self.table, &columns)
+                    .await
+                    .unwrap_or(columns),
+            );
+        }
         Ok(docs
             .iter()
             .map(|doc| {
@@ -102,11 +115,14 @@ impl SqliteDriver<'_, '_> {
                         inserted: *inserted,
                     };
                 }
-                match stored.stopping(&doc.light) {
-                    Some(stored) => Reply::Stopped(stored.clone()),
-                    // Neither its id nor its natural key is stored, and nothing was written:
-                    // the row that stopped it went away meanwhile.
-                    None => Reply::Unseen,
+                match (stopping.stopping(&doc.light), &respelled) {
+                    (Some(stored), _) => Reply::Stopped(stored.clone()),
+                    (None, Some(index)) => Reply::Conflict(Conflict::Other {
+                        index: index.clone(),
+                    }),
+                    // Neither its id nor its natural key is stored, and nothing was written: a
+                    // trigger left the row out.
+                    (None, None) => Reply::Unseen,
                 }
             })
             .collect())
@@ -293,6 +309,18 @@ impl BatchDriver for SqliteDriver<'_, '_> {
             }
         }
         let meeting_none: HashSet<&str> = meeting_none.split(',').collect();
+        // A row met by a natural key that is not the incoming one byte for byte (a collation
+        // that is not `BINARY`, in a table changed since its check): the guarded write answers
+        // for it, as it answers a single write.
+        let respelled = docs.iter().any(|doc| {
+            stopping.get(doc.id_text.as_str()).is_some_and(|stored| {
+                stored.id.as_str() != doc.id_text.as_str()
+                    && stored.natural_key.as_deref() != Some(doc.key_texts.as_slice())
+            })
+        });
+        if respelled {
+            return Ok(None);
+        }
         let looked: Vec<Looked<StoredRow>> = docs
             .iter()
             .map(|doc| match stopping.remove(doc.id_text.as_str()) {
@@ -450,6 +478,15 @@ impl<'s> StoppingRows<'s> {
             .or_else(|| self.by_key.get(doc.key_texts.as_slice()))
             .copied()
     }
+
+    /// Whether `row` is the one under the id of one of `docs`, or holds one's natural key byte
+    /// for byte.
+    fn stops_any(&self, row: &StoredRow, docs: &[&PreparedRow]) -> bool {
+        docs.iter().any(|doc| {
+            doc.id_text.as_str() == row.id.as_str()
+                || row.natural_key.as_deref() == Some(doc.light.key_texts.as_slice())
+        })
+    }
 }
 
 /// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
@@ -461,14 +498,12 @@ async fn index_on(
 ) -> Option<String> {
     let mut wanted: Vec<&str> = columns.split(", ").collect();
     wanted.sort_unstable();
-    let sql = format!(
-        "SELECT l.name FROM pragma_index_list({}) l WHERE l.\"unique\" AND \
-         (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) i \
-         ORDER BY i.name)) = ?1",
-        super::table::literal(table.model.collection())
-    );
+    let sql = "SELECT l.name FROM pragma_index_list(?1) l WHERE l.\"unique\" AND \
+               (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) \
+               i ORDER BY i.name)) = ?2";
     crate::trace::round_trip("SELECT");
-    sqlx::query_scalar(super::statement(&sql))
+    sqlx::query_scalar(sql)
+        .bind(table.model.collection())
         .bind(wanted.join(","))
         .fetch_optional(&mut *connection)
         .await

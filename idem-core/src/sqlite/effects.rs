@@ -29,7 +29,9 @@ impl Store {
     /// [`NotFound`](crate::ErrorKind::NotFound) if no row has that id. The changes may touch
     /// only `#[idem(effect)]` columns ([`NotAnEffectField`](crate::ErrorKind::NotAnEffectField)
     /// otherwise, before anything is sent). The latest [`with_op_window`](Store::with_op_window)
-    /// op ids are kept.
+    /// op ids are kept. An op id holding U+0000 is refused
+    /// ([`OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul)) before anything is sent, as on every
+    /// store.
     pub async fn apply_once<T>(
         &self,
         connection: &mut SqliteConnection,
@@ -44,6 +46,7 @@ impl Store {
         call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
+            change::check_op(op, &document)?;
             let table = self.table::<T>(connection, &document).await?;
             change::check(model, &T::stored_columns(), changes, &document)?;
             // ?1 the id, ?2 the op id, then one value per change.
@@ -120,12 +123,12 @@ impl Store {
                     .collect::<String>(),
             );
             // Read where the statement wrote nothing: the field that is no number, and what it
-            // holds, unless the op was applied before.
+            // holds, unless the op (bound as `?2`, as in the statement) was applied before.
             let explained = match not_numeric.is_empty() {
                 true => "NULL".to_owned(),
                 false => format!(
                     "CASE WHEN {} THEN NULL {} END",
-                    applied(&literal(op.as_str())),
+                    applied("?2"),
                     not_numeric.join(" ")
                 ),
             };
@@ -138,8 +141,9 @@ impl Store {
                 for (shape, value) in &values {
                     query = bind_text(query, *shape, value.as_deref());
                 }
+                let explained = (explained.as_str(), Some(op.as_str()));
                 let (written, exists, stored) =
-                    update_once(&connection, query, &table, &id_text, &explained, &document)
+                    update_once(&connection, query, &table, &id_text, explained, &document)
                         .await?;
                 if let (false, Some(stored)) = (written, stored) {
                     let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
@@ -217,9 +221,15 @@ impl Store {
                     }) => value.bind(query),
                     _ => query,
                 };
-                let (written, exists, stored) =
-                    update_once(&connection, query, &table, &id_text, &not_a_list, &document)
-                        .await?;
+                let (written, exists, stored) = update_once(
+                    &connection,
+                    query,
+                    &table,
+                    &id_text,
+                    (&not_a_list, None),
+                    &document,
+                )
+                .await?;
                 if let (false, Some(stored)) = (written, stored) {
                     return Err(stored_not_a_list(&document, list, &stored));
                 }
@@ -335,8 +345,9 @@ fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
 
 /// Runs a guarded `UPDATE … RETURNING` of the row under `id` and, if it updated nothing, reads
 /// whether that row exists, in one savepoint: whether it wrote, whether the row is there, and
-/// the value the read found of `explained` (an expression over the row `t`), which says why the
-/// guard may have stopped the write. The statement returns one value, NULL unless it names a
+/// the value the read found of `explained` (an expression over the row `t`, with the value
+/// beside it bound as `?2`, as it was in the write), which says why the guard may have stopped
+/// the write. The statement returns one value, NULL unless it names a
 /// field whose integer addition would have left `i64`'s range
 /// ([`AddOutOfRange`](crate::ErrorKind::AddOutOfRange), the write undone).
 async fn update_once<'q>(
@@ -344,7 +355,7 @@ async fn update_once<'q>(
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
     table: &super::table::Table,
     id: &str,
-    explained: &str,
+    (explained, bound): (&str, Option<&str>),
     document: &DocumentRef,
 ) -> Result<(bool, bool, Option<String>), Error> {
     let mut connection = connection.lock().await;
@@ -364,10 +375,11 @@ async fn update_once<'q>(
             table.name(),
             quote(ID_FIELD)
         );
-        let found: Option<Option<String>> = sqlx::query_scalar(statement(&look))
-            .bind(id)
-            .fetch_optional(&mut *connection)
-            .await?;
+        let mut read = sqlx::query_scalar(statement(&look)).bind(id);
+        if let Some(bound) = bound {
+            read = read.bind(bound);
+        }
+        let found: Option<Option<String>> = read.fetch_optional(&mut *connection).await?;
         Ok(Ok((false, found.is_some(), found.flatten())))
     }
     .await;

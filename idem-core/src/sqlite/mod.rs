@@ -42,6 +42,7 @@
 //! Use WAL mode (`journal_mode=WAL`) so that readers do not block the writer.
 
 mod audit;
+mod collation;
 mod driver;
 mod effects;
 mod errors;
@@ -168,13 +169,26 @@ impl Store {
         connection: &mut SqliteConnection,
     ) -> Result<(), Error> {
         let document = DocumentRef::collection(&T::MODEL);
+        let collection = T::MODEL.collection();
+        // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
+        crate::trace::round_trip("SELECT");
+        let existed = sqlx::query("SELECT 1 FROM pragma_table_info(?1) LIMIT 1")
+            .bind(collection)
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(|source| errors::sqlite_error(&document, source))?
+            .is_some();
         let sql = Self::create_table_sql::<T>();
         crate::trace::round_trip("CREATE TABLE");
         sqlx::query(statement(&sql))
             .execute(&mut *connection)
             .await
             .map_err(|source| errors::sqlite_error(&document, source))?;
-        crate::trace::index_created(T::MODEL.collection());
+        if !existed {
+            // The whole table, its unique constraint on the natural key with it.
+            #[cfg(feature = "tracing")]
+            tracing::info!(target: "idem", collection, "created the table");
+        }
         self.forget_table(&T::MODEL);
         self.table::<T>(connection, &document).await.map(drop)
     }

@@ -56,7 +56,7 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
+        let call = Call::find(T::MODEL.collection(), key);
         call.run_detached(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());

@@ -1,29 +1,59 @@
 //! The check of a SQLite table before idem's first write to it: every column with its declared
 //! type, the primary key (or a unique index) on `_id` and a unique constraint on exactly the
-//! natural key, read from `pragma_table_info` and `pragma_index_list`.
+//! natural key, each comparing its keys byte for byte, read from `pragma_table_info`,
+//! `pragma_index_list`, `pragma_index_xinfo` and the table's `CREATE TABLE` text (the collation
+//! each column declares, [`super::collation`]). Every problem comes with its fix, all of them at
+//! once: applying the fixes listed makes the table pass.
 
 use sqlx::{Row, SqliteConnection};
 
+use super::collation::{declared_collations, is_bytewise};
 use super::errors::sqlite_error;
-use super::table::{literal, Table};
+use super::table::{quote, Table};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::model::ID_FIELD;
 use crate::sql::layout::Content;
 
-/// What `table` lacks for idem's writes, every problem at once; empty if nothing. Without
-/// `stored_types` the declared types of the stored fields' columns are not checked (a model
-/// given at run time does not know them); those of idem's columns are.
+/// One unique index of a table, as the check reads it.
+struct UniqueIndex {
+    name: String,
+    /// Made by `CREATE INDEX` (`c`), not by a constraint of the table's definition.
+    created: bool,
+    partial: bool,
+    /// Its key columns' names, sorted; `None` where one is an expression.
+    columns: Option<Vec<String>>,
+    /// Each key column it compares with a collation other than `BINARY`, and that collation.
+    not_bytewise: Vec<(String, String)>,
+}
+
+impl UniqueIndex {
+    /// Whether it holds exactly `columns` (sorted) as they are, without a predicate.
+    fn is_on(&self, columns: &[&str]) -> bool {
+        !self.partial && self.columns.as_deref().is_some_and(|own| own == columns)
+    }
+}
+
+/// What `table` lacks for idem's writes, every problem at once, each with its fix; empty if
+/// nothing. Without `stored_types` the declared types of the stored fields' columns are not
+/// checked (a model given at run time does not know them); those of idem's columns are.
 pub(super) async fn table_problems(
     connection: &mut SqliteConnection,
     table: &Table,
     document: &DocumentRef,
     stored_types: bool,
 ) -> Result<Vec<String>, Error> {
-    let name = literal(table.model.collection());
+    let name = table.model.collection();
     crate::trace::round_trip("SELECT");
-    let sql = format!("SELECT name, upper(type), pk FROM pragma_table_info({name})");
-    let columns = sqlx::query(super::statement(&sql))
+    // The `CREATE TABLE` text once, beside the first column; a temporary table first, as
+    // statements resolve the name.
+    let sql = "SELECT name, upper(type), pk, CASE WHEN cid = 0 THEN (SELECT sql FROM \
+               (SELECT sql, 0 AS o FROM sqlite_temp_master WHERE type = 'table' AND name = ?1 \
+               COLLATE NOCASE UNION ALL SELECT sql, 1 FROM sqlite_master WHERE type = 'table' \
+               AND name = ?1 COLLATE NOCASE) ORDER BY o LIMIT 1) END \
+               FROM pragma_table_info(?1) ORDER BY cid";
+    let columns = sqlx::query(sql)
+        .bind(name)
         .fetch_all(&mut *connection)
         .await
         .map_err(|source| sqlite_error(document, source))?;
@@ -38,6 +68,7 @@ pub(super) async fn table_problems(
         .iter()
         .map(|row| (row.get(0), row.get(1), row.get(2)))
         .collect();
+    let create_table: Option<String> = columns[0].get(3);
     let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
         let typed = stored_types
@@ -52,7 +83,7 @@ pub(super) async fn table_problems(
                 "column {column:?} is missing (expected {expected}): ALTER TABLE {} ADD COLUMN \
                  {} {expected}",
                 table.name(),
-                super::table::quote(column),
+                quote(column),
             )),
             Some((_, found, _)) if typed && !super::table::declared_as(found, expected) => {
                 problems.push(format!("column {column:?} is {found}, expected {expected}"))
@@ -60,53 +91,141 @@ pub(super) async fn table_problems(
             Some(_) => {}
         }
     }
-    crate::trace::round_trip("SELECT");
-    let sql = format!(
-        "SELECT l.name, l.origin, l.partial, \
-         (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) i \
-         ORDER BY i.name)) \
-         FROM pragma_index_list({name}) l WHERE l.\"unique\""
-    );
-    let indexes = sqlx::query(super::statement(&sql))
-        .fetch_all(&mut *connection)
-        .await
-        .map_err(|source| sqlite_error(document, source))?;
     let mut natural_key: Vec<&str> = table
         .model
         .natural_key_fields()
         .map(|field| field.stored_name())
         .collect();
     natural_key.sort_unstable();
-    let natural_key = natural_key.join(",");
-    let unique_on = |columns: &str| {
-        indexes.iter().any(|index| {
-            index.get::<i64, _>(2) == 0
-                && index.get::<Option<String>, _>(3).as_deref() == Some(columns)
-        })
+    let is_key = |column: &str| column == ID_FIELD || natural_key.contains(&column);
+    // A key column declaring another collation: every index on it compares so, and SQLite
+    // cannot change a column's collation in place.
+    let declared: Vec<(String, String)> =
+        declared_collations(create_table.as_deref().unwrap_or(""))
+            .into_iter()
+            .filter(|(column, collation)| is_key(column) && !is_bytewise(collation))
+            .collect();
+    for (column, collation) in &declared {
+        problems.push(format!(
+            "column {column:?} is declared COLLATE {collation}, under which different keys are \
+             equal; idem tells documents apart byte for byte (a key differing only so would \
+             meet another document's row, and be refused as its id change), and SQLite cannot \
+             change a column's collation in place: make the table anew without it, as \
+             Store::create_table_sql::<T>() does, copy the rows into it, drop this one and \
+             rename the new one to {}",
+            table.name(),
+        ));
+    }
+    if !declared.is_empty() {
+        // The table made anew has both unique constraints.
+        return Ok(problems);
+    }
+    let indexes = unique_indexes(connection, name, document).await?;
+    for index in &indexes {
+        if !(index.is_on(&[ID_FIELD]) || index.is_on(&natural_key)) {
+            continue;
+        }
+        for (column, collation) in &index.not_bytewise {
+            let fix = match index.created {
+                true => format!("drop it: DROP INDEX {}", quote(&index.name)),
+                // A constraint of the table's definition cannot be dropped alone.
+                false => format!(
+                    "it is a constraint of the table's definition: make the table anew without \
+                     it, as Store::create_table_sql::<T>() does, copy the rows into it, drop \
+                     this one and rename the new one to {}",
+                    table.name()
+                ),
+            };
+            problems.push(format!(
+                "the unique index {:?} compares column {column:?} with the collation \
+                 {collation}, under which different keys are equal; idem tells documents apart \
+                 byte for byte: {fix}",
+                index.name,
+            ));
+        }
+    }
+    let unique_on = |columns: &[&str]| {
+        indexes
+            .iter()
+            .any(|index| index.is_on(columns) && index.not_bytewise.is_empty())
     };
     let id_is_primary = present
         .iter()
         .any(|(name, _, pk)| name == ID_FIELD && *pk == 1)
         && present.iter().filter(|(_, _, pk)| *pk > 0).count() == 1;
-    if present.iter().any(|(name, _, _)| name == ID_FIELD) && !id_is_primary && !unique_on(ID_FIELD)
-    {
+    // Also where `_id` is missing: the column added above needs its index too, which SQLite
+    // cannot add with the column.
+    if !id_is_primary && !unique_on(&[ID_FIELD]) {
         problems.push(format!(
             "no primary key or unique index on {ID_FIELD:?}: CREATE UNIQUE INDEX {} ON {} ({})",
-            super::table::quote(&format!("{}_idem_id", table.model.collection())),
+            quote(&format!("{}_idem_id", table.model.collection())),
             table.name(),
-            super::table::quote(ID_FIELD),
+            quote(ID_FIELD),
         ));
     }
     if !unique_on(&natural_key) {
         problems.push(format!(
-            "no unique constraint on exactly the natural key ({natural_key}); idem's conflict \
-             target needs one: CREATE UNIQUE INDEX {} ON {} ({})",
-            super::table::quote(&table.natural_key_constraint),
+            "no unique constraint on exactly the natural key ({}); idem's conflict target \
+             needs one: CREATE UNIQUE INDEX {} ON {} ({})",
+            natural_key.join(","),
+            quote(&table.natural_key_constraint),
             table.name(),
             table.natural_key_list(),
         ));
     }
     Ok(problems)
+}
+
+/// The unique indexes of the table `name`, with their key columns and collations.
+async fn unique_indexes(
+    connection: &mut SqliteConnection,
+    name: &str,
+    document: &DocumentRef,
+) -> Result<Vec<UniqueIndex>, Error> {
+    crate::trace::round_trip("SELECT");
+    let rows = sqlx::query(
+        "SELECT l.name, l.origin, l.partial, i.name, i.coll FROM pragma_index_list(?1) l \
+         JOIN pragma_index_xinfo(l.name) i WHERE l.\"unique\" AND i.key \
+         ORDER BY l.seq, i.seqno",
+    )
+    .bind(name)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(|source| sqlite_error(document, source))?;
+    let mut indexes: Vec<UniqueIndex> = Vec::new();
+    for row in &rows {
+        let index: String = row.get(0);
+        if indexes.last().is_none_or(|last| last.name != index) {
+            indexes.push(UniqueIndex {
+                name: index,
+                created: row.get::<String, _>(1) == "c",
+                partial: row.get::<i64, _>(2) != 0,
+                columns: Some(Vec::new()),
+                not_bytewise: Vec::new(),
+            });
+        }
+        let Some(last) = indexes.last_mut() else {
+            continue;
+        };
+        // An expression has no name.
+        let column: Option<String> = row.get(3);
+        let collation: Option<String> = row.get(4);
+        match (&mut last.columns, column) {
+            (Some(columns), Some(column)) => {
+                if let Some(collation) = collation.filter(|collation| !is_bytewise(collation)) {
+                    last.not_bytewise.push((column.clone(), collation));
+                }
+                columns.push(column);
+            }
+            (columns, _) => *columns = None,
+        }
+    }
+    for index in &mut indexes {
+        if let Some(columns) = &mut index.columns {
+            columns.sort_unstable();
+        }
+    }
+    Ok(indexes)
 }
 
 /// Refuses a table idem cannot write, naming the first thing it lacks.

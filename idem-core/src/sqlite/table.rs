@@ -160,7 +160,7 @@ impl Table {
     }
 
     /// The natural-key columns' names, in [`Model::natural_key_fields`] order.
-    fn natural_key_names(&self) -> Vec<&'static str> {
+    pub fn natural_key_names(&self) -> Vec<&'static str> {
         self.model
             .natural_key_fields()
             .map(|field| field.stored_name())

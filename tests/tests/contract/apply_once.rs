@@ -217,6 +217,57 @@ async fn apply_once_on_a_missing_document_is_not_found() {
     }
 }
 
+/// An op id holding U+0000 is refused on every store alike, naming it, before anything is sent:
+/// the SQL stores cannot keep it in text. (SQLite recorded it, answered `Applied`, then failed
+/// every retry with a syntax error, and answered a missing document so too; PostgreSQL refused
+/// it only once sent, with its own error; MongoDB recorded it.) On a stored document and on a
+/// missing one, every retry alike: a refusal, not retryable, nothing written.
+#[tokio::test]
+async fn an_op_id_holding_nul_is_refused_on_every_store_naming_it() {
+    for db in fresh_backends("op_id_nul").await {
+        db.ensure::<Wallet>().await;
+        let ada = wallet("ada", "Ada");
+        db.upsert(&ada).await.unwrap();
+        let id = ada.id().unwrap();
+        let credit = OpId::new("webhook-1");
+        db.credit_once::<Wallet>(id, &credit, "balance", 5)
+            .await
+            .unwrap();
+        let ghost = wallet("ghost", "Nobody").id().unwrap();
+        let nul = OpId::new("op-a\u{0}b");
+        let before = db.raw::<Wallet>().await;
+        forget_commands(&db);
+        for target in [id, ghost] {
+            for attempt in 0..2 {
+                let refused = db
+                    .credit_once::<Wallet>(target, &nul, "balance", 100)
+                    .await
+                    .unwrap_err();
+                match refused.kind() {
+                    ErrorKind::OpIdHoldsNul { op_id } => assert_eq!(op_id, nul.as_str(), "{db}"),
+                    other => panic!("{db}: attempt {attempt}: expected OpIdHoldsNul: {other:?}"),
+                }
+                assert!(
+                    refused.is_refusal() && !refused.is_retryable(),
+                    "{db}: {refused}"
+                );
+                assert_eq!(refused.document().id, Some(target), "{db}");
+                assert!(refused.to_string().contains("op-a\\0b"), "{db}: {refused}");
+            }
+        }
+        assert_db_wrote_nothing(&db);
+        assert_eq!(db.raw::<Wallet>().await, before, "{db}: nothing written");
+        assert_eq!(balance(&db, "ada").await, 5, "{db}");
+        assert_eq!(
+            db.credit_once::<Wallet>(id, &credit, "balance", 5)
+                .await
+                .unwrap(),
+            Applied::AlreadyApplied,
+            "{db}: the op ids recorded are intact"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Effect fields
 
