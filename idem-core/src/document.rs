@@ -117,7 +117,9 @@ pub struct DocumentRef {
     pub collection: &'static str,
     /// The natural key; empty for errors about a whole collection or a document known by id.
     pub natural_key: NaturalKey,
-    /// The id, when the call named the document by id.
+    /// The id: the one the call named the document by, or the one it derives where it was
+    /// derived before the error; `None` where deriving it failed (a timestamp out of range, an
+    /// ambiguous key), for an event, and for errors about a whole collection.
     pub id: Option<Id>,
 }
 
@@ -142,6 +144,17 @@ impl DocumentRef {
     /// The collection of `model` as a whole.
     pub fn collection(model: &Model) -> Self {
         DocumentRef::new(model, NaturalKey::new(Vec::new()))
+    }
+
+    /// The same document of `model`, known by the id it derives, `id`, as well. An event's id
+    /// (a type with an idempotency key and no key) is assigned by its first write, not derived,
+    /// so an event stays named by its idempotency key alone.
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    pub(crate) fn with_derived_id(mut self, model: &Model, id: Id) -> Self {
+        if model.key_fields().next().is_some() {
+            self.id = Some(id);
+        }
+        self
     }
 }
 

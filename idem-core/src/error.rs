@@ -283,6 +283,18 @@ pub enum ErrorKind {
         field: String,
     },
 
+    /// `apply_once` was given an op id holding the character U+0000, which the SQL stores cannot
+    /// keep in text (PostgreSQL refuses it, SQLite's text functions end at it): refused on every
+    /// store alike, before anything is sent. Nothing was written.
+    #[error(
+        "the op id {op_id:?} holds the character U+0000, which the SQL stores cannot keep in \
+         text; give the operation an op id without it; nothing was written"
+    )]
+    OpIdHoldsNul {
+        /// The op id, as given.
+        op_id: String,
+    },
+
     /// Event types (with an `idempotency_key` and no `key`) get a random id at their first write:
     /// there is none to derive. `Store::record` returns it.
     #[error("an event's id is assigned by its first write, not derived")]
@@ -588,13 +600,53 @@ impl fmt::Display for Error {
     }
 }
 
+/// `{:?}` reads as the message does, after the kind's name, and with the document's id where
+/// the message names it by natural key alone: `FrozenFieldChanged: `posts` {slug: "hello"} (_id
+/// 01J…): field …`. It is what a `main` returning `Result<_, Box<dyn Error>>` prints. `{:#?}`
+/// shows the structure: the document and the kind, field by field.
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Error")
-            .field("document", self.document())
-            .field("kind", self.kind())
-            .finish()
+        if f.alternate() {
+            return f
+                .debug_struct("Error")
+                .field("document", self.document())
+                .field("kind", self.kind())
+                .finish();
+        }
+        let document = self.document();
+        write!(f, "{}: {document}", variant_name(self.kind()))?;
+        if let (Some(id), false) = (&document.id, document.natural_key.parts().is_empty()) {
+            write!(f, " (_id {id})")?;
+        }
+        write!(f, ": {}", self.kind())
     }
+}
+
+/// The name of `kind`'s variant: what its derived `Debug` writes first.
+fn variant_name(kind: &ErrorKind) -> String {
+    /// Keeps what is written up to the first character an identifier does not hold, then
+    /// stops the writing.
+    struct Name(String);
+
+    impl fmt::Write for Name {
+        fn write_str(&mut self, text: &str) -> fmt::Result {
+            match text.find(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                Some(end) => {
+                    self.0.push_str(&text[..end]);
+                    Err(fmt::Error)
+                }
+                None => {
+                    self.0.push_str(text);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    let mut name = Name(String::new());
+    // Fails on purpose, once the name is written.
+    let _ = fmt::write(&mut name, format_args!("{kind:?}"));
+    name.0
 }
 
 /// The source is the [`BackendError`] of [`ErrorKind::Backend`] (whose own source is the driver's
@@ -602,5 +654,51 @@ impl fmt::Debug for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(self.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::NaturalKey;
+    use crate::id::KeyValue;
+
+    fn document(natural_key: Vec<(&'static str, KeyValue)>, id: Option<Id>) -> DocumentRef {
+        DocumentRef {
+            collection: "posts",
+            natural_key: NaturalKey::new(natural_key),
+            id,
+        }
+    }
+
+    #[test]
+    fn debug_reads_as_the_message_after_the_kinds_name_with_the_id_where_known() {
+        let id: Id = "01HF8T5N00V0E6QXCPFM1ZB4K3".parse().unwrap();
+        let slug = vec![("slug", KeyValue::Text("hello".into()))];
+        let frozen = ErrorKind::FrozenFieldChanged {
+            stored_name: "authorId",
+            stored_id: id.to_string(),
+            field: "author_id",
+            stored: "\"ada\"".into(),
+            incoming: "\"grace\"".into(),
+        };
+        let by_key = Error::new(document(slug.clone(), Some(id)), frozen.clone());
+        assert_eq!(
+            format!("{by_key:?}"),
+            format!("FrozenFieldChanged: `posts` {{slug: \"hello\"}} (_id {id}): {frozen}")
+        );
+        let underivable = Error::new(document(slug, None), ErrorKind::Contention);
+        assert_eq!(
+            format!("{underivable:?}"),
+            format!("Contention: {underivable}")
+        );
+        let by_id = Error::new(document(Vec::new(), Some(id)), ErrorKind::NotFound);
+        assert_eq!(
+            format!("{by_id:?}"),
+            format!("NotFound: `posts` document {id}: no such document")
+        );
+        let structure = format!("{by_key:#?}");
+        assert!(structure.starts_with("Error {\n"), "{structure}");
+        assert!(structure.contains("FrozenFieldChanged {"), "{structure}");
     }
 }

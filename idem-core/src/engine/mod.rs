@@ -228,6 +228,7 @@ impl Prepared {
     /// How errors name the document: built when one does, not for every document prepared.
     pub fn document(&self) -> DocumentRef {
         DocumentRef::new(self.model, self.key.natural_key(self.model))
+            .with_derived_id(self.model, self.id)
     }
 }
 

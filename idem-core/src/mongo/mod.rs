@@ -51,6 +51,7 @@ mod errors;
 mod events;
 mod read;
 mod schema;
+mod text_keys;
 mod write;
 
 use std::collections::HashMap;

@@ -65,22 +65,20 @@ impl PreparedWrite {
     /// Prepares `doc` under `id` (an event's id is not derived).
     pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
+        let document = || doc.document_ref().with_derived_id(model, id);
         let serialize_error =
-            |message: String| Error::new(doc.document_ref(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?;
-        let mut body =
-            bson::to_document(doc).map_err(|error| serialize_error(bson_refusal(doc, &error)))?;
+            |message: String| Error::new(document(), ErrorKind::Serialize { message });
+        let hash = doc
+            .content_hash()
+            .map_err(|error| Error::new(document(), error.into_kind()))?;
+        let mut body = super::text_keys::to_document(doc)
+            .map_err(|error| serialize_error(bson_refusal(doc, &error)))?;
         // The driver would fail the whole command on it, a batch's other documents included.
         if let Some(problem) = nul_name_problem(&body) {
             return Err(serialize_error(problem));
         }
         // Present, even as null: MongoDB stores and indexes a null key as any other value.
-        check_written_names(
-            model,
-            || doc.document_ref(),
-            body.keys(),
-            |name| body.contains_key(name),
-        )?;
+        check_written_names(model, document, body.keys(), |name| body.contains_key(name))?;
         let tombstone = model
             .tombstone_field()
             .and_then(|field| body.get(field.stored_name()))

@@ -1,8 +1,9 @@
 //! `get` and `find`: a stored document reads back as its type, by id and by natural key, exactly
-//! as it was written (nulls, defaults, flattened entries, NaN and the infinities included); a
-//! stored document that does not read as its type is an error naming the value.
+//! as it was written (nulls, defaults, flattened entries, NaN and the infinities included, maps
+//! keyed by integers); a stored document that does not read as its type is an error naming the
+//! value.
 
-use idem_core::{Deletion, ErrorKind, Idempotent, Outcome};
+use idem_core::{Deletion, Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use serde::{Deserialize, Serialize};
 
@@ -462,5 +463,107 @@ async fn find_by_a_natural_key_that_does_not_fit_the_type_is_refused() {
             ("s", s.clone()),
         ]);
         assert_eq!(db.find::<Keyed>(beyond).await.unwrap(), None, "{db}");
+    }
+}
+
+/// Maps keyed by integers, one of them frozen, and one keyed by booleans.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "scoreboards")]
+struct Scoreboard {
+    #[idem(key)]
+    league: String,
+    rounds: std::collections::BTreeMap<u32, String>,
+    #[idem(frozen)]
+    seeds: std::collections::HashMap<i64, String>,
+    flags: std::collections::BTreeMap<bool, u8>,
+}
+
+/// A map keyed by integers (or booleans) is stored on every store with each key as text, as
+/// serde_json writes it, and reads back as its type by `get`, `find` and the audit; the content
+/// hash and a frozen map's guard are the same on every store, single writes and batches alike.
+#[tokio::test]
+async fn a_map_with_integer_keys_is_stored_with_text_keys_and_reads_back_as_its_type() {
+    let board = Scoreboard {
+        league: "north".into(),
+        rounds: [(1, "one".to_owned()), (20, "twenty".to_owned())].into(),
+        seeds: [(-3, "low".to_owned()), (7, "high".to_owned())].into(),
+        flags: [(true, 1), (false, 0)].into(),
+    };
+    for db in fresh_backends("integer_map_keys").await {
+        db.ensure::<Scoreboard>().await;
+        assert_eq!(db.upsert(&board).await.unwrap(), Outcome::Inserted, "{db}");
+        let stored = db.stored::<Scoreboard>().await;
+        let expected = serde_json::json!({
+            "rounds": { "1": "one", "20": "twenty" },
+            "seeds": { "-3": "low", "7": "high" },
+            "flags": { "false": 0, "true": 1 },
+        });
+        for field in ["rounds", "seeds", "flags"] {
+            assert_eq!(stored[0][field], expected[field], "{db}: {field}");
+        }
+        let id = board.id().unwrap();
+        assert_eq!(
+            db.get::<Scoreboard>(id).await.unwrap(),
+            Some(board.clone()),
+            "{db}"
+        );
+        assert_eq!(
+            db.find::<Scoreboard>(board.natural_key()).await.unwrap(),
+            Some(board.clone()),
+            "{db}"
+        );
+        // The stored hash is the type's, and the frozen map's digest the incoming one's.
+        assert_eq!(db.upsert(&board).await.unwrap(), Outcome::Unchanged, "{db}");
+        let reseeded = Scoreboard {
+            seeds: [(7, "high".to_owned())].into(),
+            ..board.clone()
+        };
+        match db.upsert(&reseeded).await.map_err(Error::into_kind) {
+            Err(ErrorKind::FrozenFieldChanged { field, .. }) => assert_eq!(field, "seeds", "{db}"),
+            other => panic!("{db}: expected FrozenFieldChanged on `seeds`, got {other:?}"),
+        }
+
+        let next_round = Scoreboard {
+            rounds: [(1, "one".to_owned()), (300, "three hundred".to_owned())].into(),
+            ..board.clone()
+        };
+        let south = Scoreboard {
+            league: "south".into(),
+            ..board.clone()
+        };
+        let report = db
+            .upsert_many(&[next_round.clone(), reseeded, south.clone(), board.clone()])
+            .await
+            .unwrap();
+        let outcomes: Vec<Result<Outcome, &str>> = report
+            .outcomes()
+            .iter()
+            .map(|outcome| match outcome {
+                Ok(outcome) => Ok(*outcome),
+                Err(error) => match error.kind() {
+                    ErrorKind::FrozenFieldChanged { field, .. } => Err(*field),
+                    _ => panic!("{db}: {error}"),
+                },
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Ok(Outcome::Updated),
+                Err("seeds"),
+                Ok(Outcome::Inserted),
+                Ok(Outcome::Updated),
+            ],
+            "{db}"
+        );
+        for written in [&board, &south] {
+            assert_eq!(
+                db.get::<Scoreboard>(written.id().unwrap()).await.unwrap(),
+                Some(written.clone()),
+                "{db}"
+            );
+        }
+        let audit = db.audit::<Scoreboard>().await;
+        assert!(audit.is_clean(), "{db}: {audit}");
     }
 }
