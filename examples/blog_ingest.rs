@@ -38,6 +38,14 @@
 //! writes; idem does not need them). `--database` defaults to `idem_blog_demo`. `--show` prints
 //! the stored document of one post, raw, as relaxed extended JSON; `--drop` drops the database.
 //!
+//! With `RUST_LOG` set (`RUST_LOG=idem=info`, or `idem=debug` for contention retries and batch
+//! splits too), idem's `tracing` spans and events go to stderr, one line per call as it closes
+//! (collection, id, outcome, round trips, retries), beside the table on stdout:
+//!
+//! ```text
+//! RUST_LOG=idem=info cargo run -p idem-examples --example blog_ingest
+//! ```
+//!
 //! Exit status: 0 when every post was written or unchanged; 1 when a post was refused or a write
 //! failed (each refusal is printed in full); 2 on a usage, data or connection problem.
 
@@ -130,7 +138,20 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        trace_to_stderr();
+    }
     exit_code("blog_ingest", run()).await
+}
+
+/// Prints idem's spans as each call closes, and its events, to stderr, filtered by `RUST_LOG`.
+fn trace_to_stderr() {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_span_events(FmtSpan::CLOSE)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn run() -> Result<ExitCode, Fatal> {

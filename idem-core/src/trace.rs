@@ -1,19 +1,21 @@
 //! What idem tells a [`tracing`](https://docs.rs/tracing) subscriber, with the `tracing` feature:
 //! one span per call (`upsert`, `upsert_many`, `insert_new`, `push`, `apply_once`, `record`,
 //! `delete`, `delete_by_id`, `get`, `find`, `audit`, `adopt`) carrying the collection, the id when the call has
-//! one, the outcome, the round trips to the server and the retries; and events for index
-//! creation, contention retries, refusals and batch splits.
+//! one (for `find`, the natural key it looks up as `key`, and the id of the document it found),
+//! the outcome, the round trips to the server and the retries; and events for index creation,
+//! contention retries, refusals and batch splits.
 //!
 //! Everything is under the target `idem` (`RUST_LOG=idem=debug` with `tracing-subscriber`'s
 //! `EnvFilter`). Without the feature each item here is empty and inlined away: a call pays
 //! nothing for it.
 
-use std::fmt::Display;
 use std::future::Future;
 
+use crate::document::NaturalKey;
 use crate::error::Error;
+use crate::id::Id;
 
-/// The calls that get a span, named as the span is.
+/// The calls that get a span, named as the span is (a `find`'s is [`Call::find`]'s).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CallKind {
     Upsert,
@@ -25,7 +27,6 @@ pub(crate) enum CallKind {
     Delete,
     DeleteById,
     Get,
-    Find,
     #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     Audit,
     #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
@@ -37,6 +38,13 @@ pub(crate) trait Shown {
     /// The outcome as the span's `outcome` field shows it.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     fn shown(&self) -> String;
+
+    /// The id of the document the call came back with, for a span opened without one (a read
+    /// by natural key).
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    fn found_id(&self) -> Option<Id> {
+        None
+    }
 }
 
 macro_rules! shown_as_displayed {
@@ -89,13 +97,17 @@ impl Shown for crate::audit::AdoptReport {
     }
 }
 
-/// A read.
-impl<T> Shown for Option<T> {
+/// A read, and the derived id of the document it found.
+impl<T: crate::idempotent::Idempotent> Shown for Option<T> {
     fn shown(&self) -> String {
         match self {
             Some(_) => "found".to_owned(),
             None => "none".to_owned(),
         }
+    }
+
+    fn found_id(&self) -> Option<Id> {
+        self.as_ref().and_then(|document| document.id().ok())
     }
 }
 
@@ -108,19 +120,41 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// A call of `kind` to `collection`; `id` is asked only when a subscriber listens.
+    /// A call of `kind` to `collection` about the document `id`, asked only when a subscriber
+    /// listens.
     #[inline]
     #[allow(unused_variables)]
-    pub fn new<I: Display>(
-        kind: CallKind,
-        collection: &str,
-        id: impl FnOnce() -> Option<I>,
-    ) -> Self {
+    pub fn new(kind: CallKind, collection: &str, id: impl FnOnce() -> Option<Id>) -> Self {
         #[cfg(feature = "tracing")]
         let span = enabled::span(kind, collection, id);
+        Call::in_span(
+            #[cfg(feature = "tracing")]
+            span,
+            false,
+        )
+    }
+
+    /// A `find` in `collection` by the natural key `key`: the span shows the key as `key`, and
+    /// as `id` the id of the document found, if one is.
+    #[inline]
+    #[allow(unused_variables)]
+    pub fn find(collection: &str, key: &NaturalKey) -> Self {
+        #[cfg(feature = "tracing")]
+        let span = enabled::find_span(collection, key);
+        Call::in_span(
+            #[cfg(feature = "tracing")]
+            span,
+            true,
+        )
+    }
+
+    /// A call in `span`; `shows_found_id` when the span gets its id from what the call returns.
+    #[inline]
+    #[allow(unused_variables)]
+    fn in_span(#[cfg(feature = "tracing")] span: tracing::Span, shows_found_id: bool) -> Self {
         Call {
             #[cfg(feature = "tracing")]
-            counts: std::sync::Arc::new(enabled::Counts::of(span.clone())),
+            counts: std::sync::Arc::new(enabled::Counts::of(span.clone(), shows_found_id)),
             #[cfg(feature = "tracing")]
             span,
         }
@@ -216,21 +250,26 @@ mod enabled {
     use tracing::Instrument;
 
     use super::{Call, CallKind, Shown};
+    use crate::document::NaturalKey;
     use crate::error::Error;
+    use crate::id::Id;
 
     /// The round trips and retries of one call, and its span: the parent of idem's events.
     pub(super) struct Counts {
         round_trips: AtomicU64,
         retries: AtomicU64,
         span: tracing::Span,
+        /// The span's `id` is that of the document the call returns (a read by natural key).
+        shows_found_id: bool,
     }
 
     impl Counts {
-        pub(super) fn of(span: tracing::Span) -> Self {
+        pub(super) fn of(span: tracing::Span, shows_found_id: bool) -> Self {
             Counts {
                 round_trips: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
                 span,
+                shows_found_id,
             }
         }
     }
@@ -272,11 +311,12 @@ mod enabled {
     }
 
     macro_rules! call_span {
-        ($name:literal, $collection:expr) => {
+        ($name:literal, $collection:expr $(, $field:ident = $value:expr)*) => {
             tracing::info_span!(
                 target: "idem",
                 $name,
                 collection = $collection,
+                $($field = $value,)*
                 id = Empty,
                 outcome = Empty,
                 round_trips = Empty,
@@ -285,10 +325,10 @@ mod enabled {
         };
     }
 
-    pub(super) fn span<I: std::fmt::Display>(
+    pub(super) fn span(
         kind: CallKind,
         collection: &str,
-        id: impl FnOnce() -> Option<I>,
+        id: impl FnOnce() -> Option<Id>,
     ) -> tracing::Span {
         let span = match kind {
             CallKind::Upsert => call_span!("idem.upsert", collection),
@@ -300,7 +340,6 @@ mod enabled {
             CallKind::Delete => call_span!("idem.delete", collection),
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
-            CallKind::Find => call_span!("idem.find", collection),
             #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
             CallKind::Audit => call_span!("idem.audit", collection),
             #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
@@ -312,6 +351,10 @@ mod enabled {
             }
         }
         span
+    }
+
+    pub(super) fn find_span(collection: &str, key: &NaturalKey) -> tracing::Span {
+        call_span!("idem.find", collection, key = tracing::field::display(key))
     }
 
     pub(super) async fn run<O, F>(call: Call, future: F, detached: bool) -> Result<O, Error>
@@ -333,6 +376,11 @@ mod enabled {
         match &result {
             Ok(outcome) => {
                 span.record("outcome", outcome.shown().as_str());
+                if counts.shows_found_id && !span.is_disabled() {
+                    if let Some(id) = outcome.found_id() {
+                        span.record("id", tracing::field::display(id));
+                    }
+                }
             }
             Err(error) => {
                 span.record("outcome", error_name(error));

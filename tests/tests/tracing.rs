@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use idem_core::mongo::AdoptOptions;
-use idem_core::{Error, ErrorKind, Outcome};
+use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::{post, Post};
 use tracing::field::{Field, Visit};
@@ -118,12 +118,29 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
     for db in fresh_backends("tracing").await {
         db.ensure::<Post>().await;
         let seen = capture.take();
+        // SQLite makes the whole table, and says so.
+        let created = match db.is_sqlite() {
+            true => "created the table",
+            false => "created the natural-key index",
+        };
         assert!(
             seen.iter()
-                .any(|seen| seen.name == "created the natural-key index"
-                    && seen.field("collection") == "posts"),
+                .any(|seen| seen.name == created && seen.field("collection") == "posts"),
             "{db}: {seen:#?}"
         );
+        if db.is_sqlite() {
+            assert!(
+                !seen.iter().any(|seen| seen.name.contains("index")),
+                "{db}: {seen:#?}"
+            );
+            // The table is there now: making sure of it again creates nothing.
+            db.ensure::<Post>().await;
+            let seen = capture.take();
+            assert!(
+                !seen.iter().any(|seen| seen.name.starts_with("created")),
+                "{db}: {seen:#?}"
+            );
+        }
         let first = post();
         let id = first.id().unwrap().to_string();
         assert_eq!(db.upsert(&first).await.unwrap(), Outcome::Inserted, "{db}");
@@ -296,5 +313,40 @@ async fn audit_and_adopt_are_spans_with_their_reports() {
             "0 moved, 0 could not be moved",
             "{db}"
         );
+    }
+}
+
+/// A read by natural key shows the key it looks up as `key`, and as `id` the id of the document
+/// it found: none when nothing is stored under the key.
+#[tokio::test]
+async fn a_find_shows_its_key_and_the_id_it_found() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    for db in fresh_backends("tracing_find").await {
+        db.ensure::<Post>().await;
+        db.upsert(&post()).await.unwrap();
+        let missing = Post {
+            slug: "not-stored".into(),
+            ..post()
+        };
+        capture.take();
+        for (doc, found) in [(post(), true), (missing, false)] {
+            let read = db.find::<Post>(doc.natural_key()).await.unwrap();
+            assert_eq!(read.is_some(), found, "{db}");
+            let seen = capture.take();
+            let finds = spans(&seen, "idem.find");
+            assert_eq!(finds.len(), 1, "{db}: {seen:#?}");
+            assert_eq!(finds[0].field("collection"), "posts", "{db}");
+            assert_eq!(finds[0].field("key"), doc.natural_key().to_string(), "{db}");
+            let id = if found {
+                doc.id().unwrap().to_string()
+            } else {
+                String::new()
+            };
+            assert_eq!(finds[0].field("id"), id, "{db}: {seen:#?}");
+            let outcome = if found { "found" } else { "none" };
+            assert_eq!(finds[0].field("outcome"), outcome, "{db}");
+        }
     }
 }

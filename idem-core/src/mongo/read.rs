@@ -3,12 +3,12 @@
 use mongodb::bson::{self, Bson, Document};
 use serde::de::DeserializeOwned;
 
+use super::text_keys::from_document;
 use super::{mongo_error, Store};
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::idempotent::Idempotent;
-use crate::read::read_as;
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -35,7 +35,7 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
+        let call = Call::find(T::MODEL.collection(), key);
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());
@@ -75,7 +75,7 @@ impl Store {
             .into_iter()
             .filter(|(name, _)| !model.is_reserved(name))
             .collect();
-        read_as(bson::Deserializer::new(Bson::Document(own)))
+        from_document(own)
             .map(Some)
             .map_err(|message| Error::new(document, ErrorKind::Deserialize { message }))
     }

@@ -52,7 +52,7 @@ impl Store {
     {
         let wire = client.wire();
         let client = &wire;
-        let call = Call::new(CallKind::Find, T::MODEL.collection(), || Some(key));
+        let call = Call::find(T::MODEL.collection(), key);
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::new(model, key.clone());

@@ -25,6 +25,7 @@
 //!   acknowledgement);
 //! - [`postgres_only`], [`mongodb_only`] and [`mongodb_server`]: cases whose input or refusal
 //!   exists on one backend only, each module saying why;
+//! - [`error_debug`]: how an error reads printed with `{:?}`, as a `main` prints it;
 //! - [`support`]: the fixtures and assertions several modules share.
 //!
 //! [`Db`]: idem_tests::backends::Db
@@ -52,6 +53,7 @@ mod apply_once;
 mod audit;
 mod batch;
 mod delete;
+mod error_debug;
 mod floats;
 mod foreign;
 mod frozen;
@@ -65,5 +67,6 @@ mod reads;
 mod record;
 mod refusals;
 mod support;
+mod type_changes;
 mod upsert;
 mod versions;
