@@ -459,9 +459,12 @@ impl PreparedRow {
         table: &Layout,
     ) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
+        let document = || doc.document_ref().with_derived_id(model, id);
         let serialize_error =
-            |message: String| Error::new(doc.document_ref(), ErrorKind::Serialize { message });
-        let hash = doc.content_hash()?;
+            |message: String| Error::new(document(), ErrorKind::Serialize { message });
+        let hash = doc
+            .content_hash()
+            .map_err(|error| Error::new(document(), error.into_kind()))?;
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
         let mut entries = match document_value {
@@ -481,7 +484,7 @@ impl PreparedRow {
         // A key column cannot hold a null: JSON's null is no key here.
         check_written_names(
             model,
-            || doc.document_ref(),
+            document,
             entries.keys(),
             |name| entries.get(name).is_some_and(|value| !value.is_null()),
         )?;

@@ -425,13 +425,18 @@ async fn assert_reserved_entry_refused(test: &str, reserved: &str) {
         let before = db.raw::<Labelled>().await;
 
         let with_reserved = labelled(&["color", reserved]);
-        let expect_reserved =
-            |result: &Result<Outcome, Error>| match result.as_ref().map_err(Error::kind) {
-                Err(ErrorKind::ReservedName { stored_name, .. }) => {
-                    assert_eq!(stored_name, reserved, "{db}")
+        // The refusal names the document by its id too, on every store.
+        let id = with_reserved.id().unwrap();
+        let expect_reserved = |result: &Result<Outcome, Error>| match result {
+            Err(error) => match error.kind() {
+                ErrorKind::ReservedName { stored_name, .. } => {
+                    assert_eq!(stored_name, reserved, "{db}");
+                    assert_eq!(error.document().id, Some(id), "{db}: {error:?}");
                 }
                 other => panic!("{db}: expected ReservedName {reserved:?}, got {other:?}"),
-            };
+            },
+            Ok(outcome) => panic!("{db}: expected ReservedName {reserved:?}, got {outcome:?}"),
+        };
         expect_reserved(&db.upsert(&with_reserved).await);
         let report = db
             .upsert_many(std::slice::from_ref(&with_reserved))
