@@ -224,7 +224,7 @@ impl Change {
     pub fn set<V: Serialize + ?Sized>(field: &'static str, value: &V) -> Self {
         let value = SetValue {
             #[cfg(feature = "mongodb")]
-            bson: mongodb::bson::to_bson(value).map_err(|error| error.to_string()),
+            bson: crate::mongo::text_keys::to_bson(value).map_err(|error| error.to_string()),
             #[cfg(any(feature = "_postgres", feature = "sqlite"))]
             json: match crate::sql::json::to_json(value) {
                 Ok(value) => SqlValue::Json(value),

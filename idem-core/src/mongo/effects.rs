@@ -1,9 +1,10 @@
 //! The primitives that keep side effects exact when acknowledgements are lost: derived sets,
 //! unique pushes and operations applied once.
 
-use mongodb::bson::{self, doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
+use super::text_keys::to_bson;
 use super::write::nul_name_problem;
 use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
@@ -77,7 +78,7 @@ impl Store {
             let serialize_error = |message| Error::new(document.clone(), ErrorKind::Serialize {
                 message,
             });
-            let item = match bson::to_bson(item) {
+            let item = match to_bson(item) {
                 Ok(Bson::Document(item)) => item,
                 Ok(_) => return Err(item_without_key(document, list, [])),
                 Err(error) => return Err(serialize_error(error.to_string())),

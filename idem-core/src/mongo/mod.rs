@@ -51,7 +51,7 @@ mod errors;
 mod events;
 mod read;
 mod schema;
-mod text_keys;
+pub(crate) mod text_keys;
 mod write;
 
 use std::collections::HashMap;

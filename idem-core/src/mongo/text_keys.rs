@@ -4,8 +4,8 @@
 //!
 //! A BSON document's names are text. BSON's serializer refuses any other key, and its
 //! deserializer hands a stored name to the key's type as text, which a number refuses; so every
-//! write and read of a document goes through the wrappers here, which change map keys alone and
-//! hand everything else to BSON as it is. The content hash comes from the type's value, and the
+//! write and read of a document, every pushed item and every value an operation sets go through
+//! the wrappers here, which change map keys alone and hand everything else to BSON as it is. The content hash comes from the type's value, and the
 //! guards' digests from the stored values, which hold the same text keys on every store: a map
 //! with integer keys gets the same hash and digests on MongoDB as on PostgreSQL and SQLite.
 
@@ -16,13 +16,20 @@ use serde::de::{
     self, Deserialize, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, MapAccess,
     SeqAccess, Unexpected, VariantAccess, Visitor,
 };
-use serde::ser::{self, Impossible, Serialize, Serializer};
+use serde::ser::{self, Serialize, Serializer};
 
+use crate::map_key::key_text;
 use crate::read::read_as;
 
 /// `value` as a BSON document, every map key in it written as text.
 pub(crate) fn to_document<T: Serialize + ?Sized>(value: &T) -> Result<Document, bson::ser::Error> {
     bson::to_document(&TextKeys(value))
+}
+
+/// `value` as BSON, every map key in it written as text: a pushed item, a value set by an
+/// operation.
+pub(crate) fn to_bson<T: Serialize + ?Sized>(value: &T) -> Result<Bson, bson::ser::Error> {
+    bson::to_bson(&TextKeys(value))
 }
 
 /// `T` read from a stored document, every map key in it read from its text;
@@ -40,12 +47,12 @@ impl<T: Serialize + ?Sized> Serialize for TextKeys<'_, T> {
     }
 }
 
-/// A map key, written as its text ([`key_text`]).
+/// A map key, written as its text ([`key_text`]), as the SQL stores write it into their JSON.
 struct KeyText<'a, K: ?Sized>(&'a K);
 
 impl<K: Serialize + ?Sized> Serialize for KeyText<'_, K> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let text = self.0.serialize(KeyWriter).map_err(ser::Error::custom)?;
+        let text = key_text(self.0).map_err(ser::Error::custom)?;
         serializer.serialize_str(&text)
     }
 }
@@ -54,10 +61,33 @@ impl<K: Serialize + ?Sized> Serialize for KeyText<'_, K> {
 /// key as [`KeyText`]. It also wraps that serializer's compound serializers.
 struct Writer<S>(S);
 
+/// The methods a [`Writer`] hands on as they are: those of values that hold no other value.
 macro_rules! forward_serialize {
-    ($($method:ident($type:ty);)*) => {$(
-        fn $method(self, value: $type) -> Result<S::Ok, S::Error> {
-            self.0.$method(value)
+    ($($method:ident($($argument:ident: $type:ty),*);)*) => {$(
+        fn $method(self, $($argument: $type),*) -> Result<S::Ok, S::Error> {
+            self.0.$method($($argument),*)
+        }
+    )*};
+}
+
+/// The methods of values holding one value: that value as [`TextKeys`].
+macro_rules! forward_holders {
+    ($($method:ident($($argument:ident: $type:ty),*);)*) => {$(
+        fn $method<T: Serialize + ?Sized>(
+            self,
+            $($argument: $type,)*
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            self.0.$method($($argument,)* &TextKeys(value))
+        }
+    )*};
+}
+
+/// The methods of compound values: the wrapped serializer's compound, as a [`Writer`].
+macro_rules! forward_compounds {
+    ($($method:ident($($argument:ident: $type:ty),*) -> $compound:ident;)*) => {$(
+        fn $method(self, $($argument: $type),*) -> Result<Self::$compound, S::Error> {
+            self.0.$method($($argument),*).map(Writer)
         }
     )*};
 }
@@ -74,104 +104,44 @@ impl<S: Serializer> Serializer for Writer<S> {
     type SerializeStructVariant = Writer<S::SerializeStructVariant>;
 
     forward_serialize! {
-        serialize_bool(bool);
-        serialize_i8(i8);
-        serialize_i16(i16);
-        serialize_i32(i32);
-        serialize_i64(i64);
-        serialize_i128(i128);
-        serialize_u8(u8);
-        serialize_u16(u16);
-        serialize_u32(u32);
-        serialize_u64(u64);
-        serialize_u128(u128);
-        serialize_f32(f32);
-        serialize_f64(f64);
-        serialize_char(char);
-        serialize_str(&str);
-        serialize_bytes(&[u8]);
-        serialize_unit_struct(&'static str);
+        serialize_bool(value: bool);
+        serialize_i8(value: i8);
+        serialize_i16(value: i16);
+        serialize_i32(value: i32);
+        serialize_i64(value: i64);
+        serialize_i128(value: i128);
+        serialize_u8(value: u8);
+        serialize_u16(value: u16);
+        serialize_u32(value: u32);
+        serialize_u64(value: u64);
+        serialize_u128(value: u128);
+        serialize_f32(value: f32);
+        serialize_f64(value: f64);
+        serialize_char(value: char);
+        serialize_str(value: &str);
+        serialize_bytes(value: &[u8]);
+        serialize_none();
+        serialize_unit();
+        serialize_unit_struct(name: &'static str);
+        serialize_unit_variant(name: &'static str, index: u32, variant: &'static str);
+    }
+    forward_holders! {
+        serialize_some();
+        serialize_newtype_struct(name: &'static str);
+        serialize_newtype_variant(name: &'static str, index: u32, variant: &'static str);
+    }
+    forward_compounds! {
+        serialize_seq(len: Option<usize>) -> SerializeSeq;
+        serialize_tuple(len: usize) -> SerializeTuple;
+        serialize_tuple_struct(name: &'static str, len: usize) -> SerializeTupleStruct;
+        serialize_tuple_variant(name: &'static str, index: u32, variant: &'static str, len: usize)
+            -> SerializeTupleVariant;
+        serialize_map(len: Option<usize>) -> SerializeMap;
+        serialize_struct(name: &'static str, len: usize) -> SerializeStruct;
+        serialize_struct_variant(name: &'static str, index: u32, variant: &'static str, len: usize)
+            -> SerializeStructVariant;
     }
 
-    fn serialize_none(self) -> Result<S::Ok, S::Error> {
-        self.0.serialize_none()
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
-        self.0.serialize_some(&TextKeys(value))
-    }
-    fn serialize_unit(self) -> Result<S::Ok, S::Error> {
-        self.0.serialize_unit()
-    }
-    fn serialize_unit_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-    ) -> Result<S::Ok, S::Error> {
-        self.0.serialize_unit_variant(name, index, variant)
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        name: &'static str,
-        value: &T,
-    ) -> Result<S::Ok, S::Error> {
-        self.0.serialize_newtype_struct(name, &TextKeys(value))
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        value: &T,
-    ) -> Result<S::Ok, S::Error> {
-        self.0
-            .serialize_newtype_variant(name, index, variant, &TextKeys(value))
-    }
-    fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
-        self.0.serialize_seq(len).map(Writer)
-    }
-    fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
-        self.0.serialize_tuple(len).map(Writer)
-    }
-    fn serialize_tuple_struct(
-        self,
-        name: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeTupleStruct, S::Error> {
-        self.0.serialize_tuple_struct(name, len).map(Writer)
-    }
-    fn serialize_tuple_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeTupleVariant, S::Error> {
-        self.0
-            .serialize_tuple_variant(name, index, variant, len)
-            .map(Writer)
-    }
-    fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
-        self.0.serialize_map(len).map(Writer)
-    }
-    fn serialize_struct(
-        self,
-        name: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeStruct, S::Error> {
-        self.0.serialize_struct(name, len).map(Writer)
-    }
-    fn serialize_struct_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeStructVariant, S::Error> {
-        self.0
-            .serialize_struct_variant(name, index, variant, len)
-            .map(Writer)
-    }
     fn collect_str<T: fmt::Display + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
         self.0.collect_str(value)
     }
@@ -242,130 +212,6 @@ impl<S: ser::SerializeMap> ser::SerializeMap for Writer<S> {
     }
     fn end(self) -> Result<S::Ok, S::Error> {
         self.0.end()
-    }
-}
-
-/// A map key's text, as the SQL stores write it into their JSON (`sql::json::map_key`): text as
-/// it is, a number in decimal, `true` or `false`, a unit variant's name; any other key is
-/// refused, as it is there.
-struct KeyWriter;
-
-/// Why a key has no text.
-#[derive(Debug)]
-struct KeyError(String);
-
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for KeyError {}
-
-impl ser::Error for KeyError {
-    fn custom<T: fmt::Display>(message: T) -> Self {
-        KeyError(message.to_string())
-    }
-}
-
-fn refused_key() -> KeyError {
-    KeyError("a map key must be a string, a number, a bool or a unit variant".to_owned())
-}
-
-macro_rules! key_as_text {
-    ($($method:ident($type:ty);)*) => {$(
-        fn $method(self, value: $type) -> Result<String, KeyError> {
-            Ok(value.to_string())
-        }
-    )*};
-}
-
-macro_rules! key_refused {
-    ($($method:ident($($argument:ty),*) -> $result:ty;)*) => {$(
-        fn $method(self, $(_: $argument),*) -> Result<$result, KeyError> {
-            Err(refused_key())
-        }
-    )*};
-}
-
-impl Serializer for KeyWriter {
-    type Ok = String;
-    type Error = KeyError;
-    type SerializeSeq = Impossible<String, KeyError>;
-    type SerializeTuple = Impossible<String, KeyError>;
-    type SerializeTupleStruct = Impossible<String, KeyError>;
-    type SerializeTupleVariant = Impossible<String, KeyError>;
-    type SerializeMap = Impossible<String, KeyError>;
-    type SerializeStruct = Impossible<String, KeyError>;
-    type SerializeStructVariant = Impossible<String, KeyError>;
-
-    key_as_text! {
-        serialize_bool(bool);
-        serialize_i8(i8);
-        serialize_i16(i16);
-        serialize_i32(i32);
-        serialize_i64(i64);
-        serialize_i128(i128);
-        serialize_u8(u8);
-        serialize_u16(u16);
-        serialize_u32(u32);
-        serialize_u64(u64);
-        serialize_u128(u128);
-        serialize_char(char);
-        serialize_str(&str);
-    }
-
-    key_refused! {
-        serialize_bytes(&[u8]) -> String;
-        serialize_none() -> String;
-        serialize_unit() -> String;
-        serialize_unit_struct(&'static str) -> String;
-        serialize_seq(Option<usize>) -> Self::SerializeSeq;
-        serialize_tuple(usize) -> Self::SerializeTuple;
-        serialize_tuple_struct(&'static str, usize) -> Self::SerializeTupleStruct;
-        serialize_tuple_variant(&'static str, u32, &'static str, usize)
-            -> Self::SerializeTupleVariant;
-        serialize_map(Option<usize>) -> Self::SerializeMap;
-        serialize_struct(&'static str, usize) -> Self::SerializeStruct;
-        serialize_struct_variant(&'static str, u32, &'static str, usize)
-            -> Self::SerializeStructVariant;
-    }
-
-    fn serialize_f32(self, value: f32) -> Result<String, KeyError> {
-        self.serialize_f64(f64::from(value))
-    }
-    fn serialize_f64(self, value: f64) -> Result<String, KeyError> {
-        match value.is_finite() {
-            true => Ok(value.to_string()),
-            false => Err(KeyError(format!("a map key of {value} has no text form"))),
-        }
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, KeyError> {
-        Err(refused_key())
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        variant: &'static str,
-    ) -> Result<String, KeyError> {
-        Ok(variant.to_owned())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        value: &T,
-    ) -> Result<String, KeyError> {
-        value.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<String, KeyError> {
-        Err(refused_key())
     }
 }
 

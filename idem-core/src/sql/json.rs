@@ -7,6 +7,7 @@
 
 use serde::ser::{self, Serialize};
 
+use crate::map_key::key_text;
 use crate::push::path_step;
 use serde_json::{Map, Number, Value};
 use std::cell::RefCell;
@@ -476,166 +477,16 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
     }
 }
 
-/// `key` as the string a JSON object's key is, as serde_json makes it, unless it holds U+0000.
+/// `key` as the string a JSON object's key is ([`crate::map_key::key_text`]), unless it holds
+/// U+0000.
 pub(crate) fn map_key<T: Serialize + ?Sized>(key: &T) -> Result<String, JsonError> {
-    let key = key.serialize(MapKey)?;
+    let key = key_text(key).map_err(|error| JsonError::Other(error.to_string()))?;
     if holds_nul(&key) {
         return Err(JsonError::Nul {
             path: path_step(&key),
         });
     }
     Ok(key)
-}
-
-/// A map key as the string JSON needs, as serde_json makes it.
-struct MapKey;
-
-fn key_error() -> JsonError {
-    JsonError::Other("a map key must be a string, a number, a bool or a unit variant".into())
-}
-
-impl ser::Serializer for MapKey {
-    type Ok = String;
-    type Error = JsonError;
-    type SerializeSeq = ser::Impossible<String, JsonError>;
-    type SerializeTuple = ser::Impossible<String, JsonError>;
-    type SerializeTupleStruct = ser::Impossible<String, JsonError>;
-    type SerializeTupleVariant = ser::Impossible<String, JsonError>;
-    type SerializeMap = ser::Impossible<String, JsonError>;
-    type SerializeStruct = ser::Impossible<String, JsonError>;
-    type SerializeStructVariant = ser::Impossible<String, JsonError>;
-
-    fn serialize_bool(self, v: bool) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i8(self, v: i8) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i128(self, v: i128) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u128(self, v: u128) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_f32(self, v: f32) -> Result<String, JsonError> {
-        self.serialize_f64(f64::from(v))
-    }
-    fn serialize_f64(self, v: f64) -> Result<String, JsonError> {
-        match v.is_finite() {
-            true => Ok(v.to_string()),
-            false => Err(JsonError::Other(format!(
-                "a map key of {} has no JSON form",
-                show_float(v)
-            ))),
-        }
-    }
-    fn serialize_char(self, v: char) -> Result<String, JsonError> {
-        Ok(v.to_string())
-    }
-    fn serialize_str(self, v: &str) -> Result<String, JsonError> {
-        Ok(v.to_owned())
-    }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_none(self) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_unit(self) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        variant: &'static str,
-    ) -> Result<String, JsonError> {
-        Ok(variant.to_owned())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        value: &T,
-    ) -> Result<String, JsonError> {
-        value.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<String, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleStruct, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleVariant, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStruct, JsonError> {
-        Err(key_error())
-    }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStructVariant, JsonError> {
-        Err(key_error())
-    }
 }
 
 /// One stored field read back: JSON, or a float JSON cannot hold (NaN, an infinity).

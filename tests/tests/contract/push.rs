@@ -548,3 +548,84 @@ async fn a_push_to_a_list_stored_as_something_else_is_refused_on_every_store() {
         }
     }
 }
+
+/// A season: its rounds pushed once each, its standings set by operations; both hold maps keyed
+/// by integers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "seasons")]
+struct Season {
+    #[idem(key)]
+    league: String,
+    #[idem(push_by = "round")]
+    rounds: Vec<Round>,
+    #[idem(effect)]
+    standings: std::collections::BTreeMap<u32, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Round {
+    round: u32,
+    scorers: std::collections::BTreeMap<u32, String>,
+}
+
+/// A pushed item and an operation's set value holding a map keyed by integers are stored as an
+/// upsert stores such a map, each key as text, on every store, and read back as their type
+/// (MongoDB refused both, naming no field).
+#[tokio::test]
+async fn a_pushed_item_and_a_set_value_keep_a_map_with_integer_keys() {
+    for db in fresh_backends("integer_keys_pushed_and_set").await {
+        db.ensure::<Season>().await;
+        let season = Season {
+            league: "north".into(),
+            rounds: Vec::new(),
+            standings: [(1, "ada".to_owned())].into(),
+        };
+        db.upsert(&season).await.unwrap();
+        let id = season.id().unwrap();
+        let round = Round {
+            round: 1,
+            scorers: [(9, "ada".to_owned()), (10, "bob".to_owned())].into(),
+        };
+        for expected in [Pushed::Appended, Pushed::AlreadyPresent] {
+            assert_eq!(
+                db.push::<Season, _>(id, "rounds", &round).await.unwrap(),
+                expected,
+                "{db}"
+            );
+        }
+        let standings: std::collections::BTreeMap<u32, String> =
+            [(1, "bob".to_owned()), (2, "ada".to_owned())].into();
+        let op = idem_core::OpId::new("round-1");
+        let changes = [idem_core::Change::set("standings", &standings)];
+        for expected in [
+            idem_core::Applied::Applied,
+            idem_core::Applied::AlreadyApplied,
+        ] {
+            assert_eq!(
+                db.apply_once::<Season>(id, &op, &changes).await.unwrap(),
+                expected,
+                "{db}"
+            );
+        }
+        let stored = db.stored::<Season>().await;
+        assert_eq!(
+            stored[0]["rounds"],
+            serde_json::json!([{ "round": 1, "scorers": { "9": "ada", "10": "bob" } }]),
+            "{db}"
+        );
+        assert_eq!(
+            stored[0]["standings"],
+            serde_json::json!({ "1": "bob", "2": "ada" }),
+            "{db}"
+        );
+        assert_eq!(
+            db.get::<Season>(id).await.unwrap(),
+            Some(Season {
+                rounds: vec![round.clone()],
+                standings,
+                ..season.clone()
+            }),
+            "{db}"
+        );
+    }
+}
