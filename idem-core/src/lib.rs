@@ -169,6 +169,8 @@ mod idempotent;
 pub mod insert;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
 mod intern;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod map_key;
 pub mod model;
 // Only a model given at run time (the `idem` command's flags) can be wrong.
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]

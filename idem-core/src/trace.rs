@@ -218,9 +218,19 @@ pub(crate) fn retry(why: &'static str) {
     enabled::retry(why);
 }
 
-/// The unique natural-key index (or table) of `collection` was created.
+/// The table of `collection` was created, its unique constraint on the natural key with it.
 #[inline]
 #[allow(unused_variables)]
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+pub(crate) fn table_created(collection: &str) {
+    #[cfg(feature = "tracing")]
+    enabled::in_call(|| tracing::info!(target: "idem", collection, "created the table"));
+}
+
+/// The unique natural-key index of `collection` was created.
+#[inline]
+#[allow(unused_variables)]
+#[cfg(feature = "mongodb")]
 pub(crate) fn index_created(collection: &str) {
     #[cfg(feature = "tracing")]
     enabled::in_call(

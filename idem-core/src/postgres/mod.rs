@@ -270,12 +270,24 @@ impl Store {
                 },
             ));
         }
+        // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
+        crate::trace::round_trip("SELECT");
+        let existed = !client
+            .query(
+                "SELECT 1 WHERE to_regclass(quote_ident($1)) IS NOT NULL",
+                &[Param::Text(Some(T::MODEL.collection()))],
+            )
+            .await
+            .map_err(|source| postgres_error(&document, source))?
+            .is_empty();
         crate::trace::round_trip("CREATE TABLE");
         let created = client.execute(&Store::create_table_sql::<T>()).await;
         self.forget_table(&T::MODEL);
         match created {
             Ok(()) => {
-                crate::trace::index_created(T::MODEL.collection());
+                if !existed {
+                    crate::trace::table_created(T::MODEL.collection());
+                }
                 self.table::<T, _>(client, &document).await.map(drop)
             }
             // Another session created the table at the same moment: `IF NOT EXISTS` only sees

@@ -185,9 +185,7 @@ impl Store {
             .await
             .map_err(|source| errors::sqlite_error(&document, source))?;
         if !existed {
-            // The whole table, its unique constraint on the natural key with it.
-            #[cfg(feature = "tracing")]
-            tracing::info!(target: "idem", collection, "created the table");
+            crate::trace::table_created(collection);
         }
         self.forget_table(&T::MODEL);
         self.table::<T>(connection, &document).await.map(drop)
