@@ -482,12 +482,9 @@ impl PreparedRow {
                 .map(|&(_, value)| value)
         };
         // A key column cannot hold a null: JSON's null is no key here.
-        check_written_names(
-            model,
-            document,
-            entries.keys(),
-            |name| entries.get(name).is_some_and(|value| !value.is_null()),
-        )?;
+        check_written_names(model, document, entries.keys(), |name| {
+            entries.get(name).is_some_and(|value| !value.is_null())
+        })?;
         let guarded = model
             .digested_fields()
             .map(|field| {
