@@ -1,6 +1,9 @@
-//! A map key as the text every store keeps it as: serde_json's rule for a JSON object's keys,
-//! which the SQL stores' JSON follows and MongoDB's documents follow too, so that a map keyed by
-//! integers is stored, hashed and guarded alike everywhere.
+//! A map key as the text every store keeps it as, so that a map keyed by integers is stored,
+//! hashed and guarded alike everywhere: for text, `char`, integers and `bool`, the text
+//! serde_json writes for a JSON object's key. A float key is written as Rust prints the `f64`
+//! (an `f32` widened first: `0.1f32` is `"0.10000000149011612"`, `1.0` is `"1"`), where
+//! serde_json writes `"0.1"` and `"1.0"`; both read back as the same float, and every store
+//! keeps the same text.
 
 use std::fmt;
 
