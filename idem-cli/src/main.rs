@@ -28,9 +28,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idem_core::model_file::ModelFile;
+use idem_core::model_file::{self, role_name, FileField, ModelFile};
 use idem_core::mongo::DuplicateRule;
-use idem_core::{AdoptReport, AuditProgress, AuditReport, Field, IdScheme, Model, Role};
+use idem_core::{AdoptReport, AuditProgress, AuditReport, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Audit and adopt MongoDB collections and PostgreSQL tables for idem.
@@ -105,12 +105,13 @@ struct Target {
     #[arg(long)]
     database: Option<String>,
     /// The collection, or the table (resolved through the search path). With `--model`, the
-    /// file's unless given.
-    #[arg(long, visible_alias = "table")]
+    /// file's collection unless given: given, it names where the file's type is stored under
+    /// another name (a production table, a copy).
+    #[arg(long, visible_alias = "table", required_unless_present = "model")]
     collection: Option<String>,
     /// The type's model, as `idem_core::model_file::write` writes it: every field in order with
     /// its role. The flags describing the model are then not needed; one given that disagrees
-    /// with the file is an error.
+    /// with the file is an error, but for `--collection`, which overrides the file's name.
     #[arg(long, value_name = "FILE")]
     model: Option<std::path::PathBuf>,
     /// The key fields as stored, in declaration order, separated by commas.
@@ -205,16 +206,20 @@ impl Target {
                 field_order: self.fields.clone(),
             });
         };
-        let file = ModelFile::read(path).map_err(|error| error.to_string())?;
+        let mut file = ModelFile::read(path).map_err(|error| error.to_string())?;
         self.check_against(&file)
             .map_err(|problem| format!("model file {}: {problem}", path.display()))?;
+        if let Some(collection) = &self.collection {
+            file.collection.clone_from(collection);
+        }
         Ok(Described {
             model: file.model(),
             field_order: file.field_order().into_iter().map(str::to_owned).collect(),
         })
     }
 
-    /// `Err` names the first flag given beside a model file that says otherwise than the file.
+    /// `Err` names the first flag given beside a model file that says otherwise than the file
+    /// (`--collection` names where the type is stored, which may differ).
     fn check_against(&self, file: &ModelFile) -> Result<(), String> {
         let with_role = |role: &str| -> Vec<String> {
             file.fields
@@ -239,13 +244,7 @@ impl Target {
             .iter()
             .map(|(field, item)| format!("{field}:{item}"))
             .collect();
-        let checks: [(&str, bool, String, String); 13] = [
-            (
-                "--collection",
-                self.collection.is_some(),
-                self.collection.clone().unwrap_or_default(),
-                file.collection.clone(),
-            ),
+        let checks: [(&str, bool, String, String); 12] = [
             (
                 "--key",
                 !self.key.is_empty(),
@@ -333,17 +332,19 @@ impl Target {
         Ok(())
     }
 
-    /// The model the flags describe. It lives as long as the process, and `Model` holds
-    /// `'static` names (the derive writes them as literals), so it is built once and leaked.
+    /// The model the flags describe, as a model file would: each field with the role its flag
+    /// gives ([`ModelFile::model`]). Not checked as a file is: the audit names what is wrong.
     fn flags_model(&self) -> &'static Model {
-        fn leak(text: &str) -> &'static str {
-            Box::leak(text.to_owned().into_boxed_str())
-        }
-        let named = |names: &[String], role: Role| -> Vec<Field> {
-            names
-                .iter()
-                .map(|name| Field::new(leak(name), leak(name), role))
-                .collect()
+        let field = |name: &String, role: Role| FileField {
+            name: name.clone(),
+            role: Some(role_name(role).to_owned()),
+            item_key: None,
+            // A tombstone is `None` until the document is deleted.
+            optional: role == Role::Tombstone,
+            flattened: false,
+        };
+        let named = |names: &[String], role: Role| -> Vec<FileField> {
+            names.iter().map(|name| field(name, role)).collect()
         };
         let one = |name: &Option<String>, role: Role| named(name.as_slice(), role);
         let mut fields = named(&self.key, Role::Key);
@@ -352,23 +353,25 @@ impl Target {
         fields.extend(named(&self.volatile, Role::Volatile));
         fields.extend(named(&self.frozen, Role::Frozen));
         fields.extend(named(&self.effect, Role::Effect));
-        fields.extend(
-            one(&self.tombstone, Role::Tombstone)
-                .into_iter()
-                .map(Field::optional),
-        );
+        fields.extend(one(&self.tombstone, Role::Tombstone));
         fields.extend(one(&self.version, Role::Version));
-        fields.extend(
-            self.push_by
-                .iter()
-                .map(|(field, item)| Field::pushed(leak(field), leak(field), leak(item))),
-        );
-        Box::leak(Box::new(Model::new(
-            leak(self.collection.as_deref().unwrap_or_default()),
-            self.scheme.unwrap_or(Scheme::V1).of(),
-            leak(self.hash_field.as_deref().unwrap_or("sourceHash")),
-            Box::leak(fields.into_boxed_slice()),
-        )))
+        fields.extend(self.push_by.iter().map(|(name, item)| FileField {
+            item_key: Some(item.clone()),
+            ..field(name, Role::Pushed)
+        }));
+        ModelFile {
+            format: model_file::FORMAT.to_owned(),
+            collection: self.collection.clone().unwrap_or_default(),
+            id_scheme: self.scheme.unwrap_or(Scheme::V1).of().name().to_owned(),
+            hash_field: self
+                .hash_field
+                .clone()
+                .unwrap_or_else(|| "sourceHash".to_owned()),
+            hash_algorithm: "sha256".to_owned(),
+            fields,
+            flattened: false,
+        }
+        .model()
     }
 
     /// Connects to the server `uri` names.
@@ -481,12 +484,18 @@ fn masked(uri: &str) -> (String, Vec<String>) {
         return (uri.to_owned(), secrets);
     }
     if let Some((scheme, rest)) = uri.split_once("://") {
-        // The user information ends at the last `@` before the path, whatever the password holds.
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        let (userinfo, after) = match rest[..authority_end].rfind('@') {
-            Some(at) => (Some(&rest[..at]), &rest[at..]),
-            None => (None, rest),
+        // The user information ends at the last `@` before the query, whatever the password
+        // holds (a `/` or an `@` left unencoded) and whether or not a path follows; the query,
+        // which may hold an `@` too, is masked on its own.
+        let (before_query, query) = match rest.split_once('?') {
+            Some((before, query)) => (before, Some(query)),
+            None => (rest, None),
         };
+        let (userinfo, after) = match before_query.rfind('@') {
+            Some(at) => (Some(&before_query[..at]), &before_query[at..]),
+            None => (None, before_query),
+        };
+        // Everything from the first `:` to that `@` is the password, as a driver may read it.
         let userinfo = userinfo.map(|info| match info.split_once(':') {
             Some((user, password)) => {
                 secrets.push(password.to_owned());
@@ -494,11 +503,10 @@ fn masked(uri: &str) -> (String, Vec<String>) {
             }
             None => info.to_owned(),
         });
-        let after = match after.split_once('?') {
-            Some((path, query)) => format!("{path}?{}", masked_query(query, &mut secrets)),
-            None => after.to_owned(),
-        };
-        let shown = format!("{scheme}://{}{after}", userinfo.unwrap_or_default());
+        let query = query.map_or_else(String::new, |query| {
+            format!("?{}", masked_query(query, &mut secrets))
+        });
+        let shown = format!("{scheme}://{}{after}{query}", userinfo.unwrap_or_default());
         return (shown, secrets);
     }
     if is_key_value(uri) {

@@ -286,3 +286,106 @@ async fn effect_and_tombstone_fields_are_told_by_flags_or_a_model_file() {
         "{stderr}"
     );
 }
+
+/// A note with entries no field declares, flattened beside its fields.
+#[derive(Clone, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "notes")]
+struct Note {
+    #[idem(key)]
+    slug: String,
+    body: String,
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, String>,
+}
+
+/// A type that flattens a map hashes its entries with its fields as one map, which no model given
+/// at run time can redo: a model file of such a type is refused, naming the field and saying to
+/// audit and adopt with the type, as is a file saying only `"flattened": true`; and
+/// `model_file::write` refuses to write one. Nothing is reported as changed by another tool.
+#[tokio::test]
+async fn a_model_file_of_a_type_that_flattens_is_refused() {
+    let path = fresh_path("flattened");
+    let mut connection = connect(&path).await;
+    let store = Store::new();
+    store.ensure_table::<Note>(&mut connection).await.unwrap();
+    for n in 0..2 {
+        let note = Note {
+            slug: format!("n{n}"),
+            body: format!("Body {n}"),
+            extra: [("colour".to_owned(), format!("c{n}"))].into(),
+        };
+        store.upsert(&mut connection, &note).await.unwrap();
+    }
+    let model_file = path.with_extension("model.json");
+    let model = model_file.display().to_string();
+    let named = idem_core::model_file::ModelFile::of::<Note>().to_json();
+    let unnamed = r#"{"format": "idem-model/1", "collection": "notes", "id_scheme": "v1",
+        "hash_field": "sourceHash", "hash_algorithm": "sha256",
+        "fields": [{"name": "slug", "role": "key"}, {"name": "body"}], "flattened": true}"#;
+    for (text, field) in [(named.as_str(), "`extra`"), (unnamed, "a field")] {
+        std::fs::write(&model_file, text).unwrap();
+        for command in ["audit", "adopt"] {
+            let refused = idem_with(&path, &[command], &["--model", &model]);
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert_eq!(refused.status.code(), Some(2), "{command} {text}: {stderr}");
+            for words in [
+                format!("the type flattens {field} (`#[serde(flatten)]`)"),
+                "store.audit::<T>()".to_owned(),
+                "store.adopt::<T>()".to_owned(),
+            ] {
+                assert!(
+                    stderr.contains(&words),
+                    "{command} {text}: {words}: {stderr}"
+                );
+            }
+        }
+    }
+    let unwritten = idem_core::model_file::write::<Note>(path.with_extension("write.json"));
+    assert!(
+        unwritten
+            .unwrap_err()
+            .to_string()
+            .contains("flattens `extra`"),
+        "write refuses too"
+    );
+}
+
+/// The table is named: without `--table` (or `--model`) the command says so.
+#[test]
+fn the_table_is_required_without_a_model_file() {
+    let path = fresh_path("no_table");
+    std::fs::write(&path, b"").unwrap();
+    let output = idem_with(&path, &["audit"], &["--key", "slug"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--collection"), "{stderr}");
+}
+
+/// `--table` beside `--model` names the table the file's type is stored in under another name
+/// (a production table, a copy): the file's collection name gives way to it.
+#[tokio::test]
+async fn the_table_flag_overrides_the_model_files_collection() {
+    let path = fresh_path("renamed");
+    let mut connection = connect(&path).await;
+    let store = Store::new();
+    store.ensure_table::<Post>(&mut connection).await.unwrap();
+    let posts: Vec<Post> = (0..3).map(post).collect();
+    store.upsert_many(&mut connection, &posts).await.unwrap();
+    idem_core::sqlx::raw_sql("ALTER TABLE posts RENAME TO posts_live")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let model_file = path.with_extension("model.json");
+    idem_core::model_file::write::<Post>(&model_file).unwrap();
+    let model = model_file.display().to_string();
+    let renamed = ["--model", &model, "--table", "posts_live"];
+    let audit = idem_with(&path, &["audit", "--json"], &renamed);
+    let audited = report(&audit);
+    assert_eq!(audit.status.code(), Some(0), "{audited}");
+    assert_eq!(audited["clean"], 3, "{audited}");
+    let adopt = idem_with(&path, &["adopt", "--json", "--yes"], &renamed);
+    assert_eq!(adopt.status.code(), Some(0), "{}", report(&adopt));
+    // The file's own name is still the default.
+    let missing = idem_with(&path, &["audit"], &["--model", &model]);
+    assert_eq!(missing.status.code(), Some(2));
+}

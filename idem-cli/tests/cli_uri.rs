@@ -52,6 +52,11 @@ fn no_password_is_printed_in_any_form_of_connection_string() {
              AWS_SESSION_TOKEN:{SECRET}&serverSelectionTimeoutMS=500"
         ),
         format!("mongodb+srv://me:{SECRET}@no-such-host.invalid/?serverSelectionTimeoutMS=500"),
+        // No path, and an `@` in the query: the user information is not taken to end there.
+        format!("postgres://me@127.0.0.1?password={SECRET}&application_name=a@b&connect_timeout=2"),
+        // A `/` in a password left unencoded: the user information ends at the last `@`.
+        format!("postgres://me:ab/{SECRET}@127.0.0.1:1/blog"),
+        format!("mongodb://me:ab/{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500"),
     ];
     for uri in &forms {
         let given = audit(&["--uri", uri, "--database", "blog"], &[]);

@@ -52,9 +52,14 @@
 //! Each field is named as serde stores it. `role` is one of `key`, `timestamp`, `frozen`,
 //! `volatile`, `version`, `tombstone`, `push_by` (with `item_key`, the stored name of the field
 //! that tells items apart), `idempotency_key` and `effect`; a field without one is hashed
-//! content. `optional: true` marks an `Option` field whose null means never written.
-//! `"flattened": true` says the type has a `#[serde(flatten)]` field, whose entries are stored
-//! under names it does not declare.
+//! content. `optional: true` marks an `Option` field whose null means never written (a
+//! `tombstone` always, a `key`, `idempotency_key`, `timestamp`, `version` or `push_by` list
+//! never, a field without a role never). `"flattened": true` on a field marks a
+//! `#[serde(flatten)]` one, whose entries are stored under names the type does not declare
+//! (at the top, the same without naming it). Such a type is written and hashed as one map of
+//! its fields and those entries, which a model given at run time cannot hash as the type does:
+//! its file is refused (by [`write()`] and [`ModelFile::read`]); audit and adopt it with the type
+//! (`store.audit::<T>()`, `store.adopt::<T>()`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -86,7 +91,9 @@ pub struct ModelFile {
     pub hash_algorithm: String,
     /// Every stored field, in the order the type declares (and serde writes) them.
     pub fields: Vec<FileField>,
-    /// Whether the type has a `#[serde(flatten)]` field.
+    /// The type has a `#[serde(flatten)]` field, not named in `fields`. [`ModelFile::of`]
+    /// names it there instead ([`FileField::flattened`]). Either way the file is refused: a
+    /// model given at run time cannot hash a flattened field's entries as the type does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flattened: bool,
 }
@@ -106,6 +113,10 @@ pub struct FileField {
     /// An `Option` field, whose null is a value never written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// A `#[serde(flatten)]` field, whose entries are stored beside the fields under names the
+    /// type does not declare. A file holding one is refused ([`ModelFile::read`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flattened: bool,
 }
 
 /// Why a model file could not be read or written: the file, and what is wrong in it (the
@@ -164,16 +175,21 @@ pub fn role_name(role: Role) -> &'static str {
         .map_or("", |(name, _)| name)
 }
 
-/// Writes `T`'s model to `path` as JSON ([`ModelFile::of`]).
+/// Writes `T`'s model to `path` as JSON ([`ModelFile::of`]). A model [`ModelFile::read`] would
+/// refuse is not written: that of a type with a `#[serde(flatten)]` field, whose hashes only
+/// the type computes (audit and adopt it with the type: `store.audit::<T>()`).
 pub fn write<T: Idempotent>(path: impl AsRef<Path>) -> Result<(), ModelFileError> {
     let path = path.as_ref();
-    std::fs::write(path, ModelFile::of::<T>().to_json())
+    let file = ModelFile::of::<T>();
+    file.check()
+        .map_err(|problem| ModelFileError::new(path, problem))?;
+    std::fs::write(path, file.to_json())
         .map_err(|error| ModelFileError::new(path, format!("cannot be written: {error}")))
 }
 
 impl ModelFile {
     /// `T`'s model: every field serde writes ([`Idempotent::stored_columns`]), in declaration
-    /// order, each with its role.
+    /// order, each with its role, a `#[serde(flatten)]` field marked [`FileField::flattened`].
     pub fn of<T: Idempotent>() -> Self {
         let model = &T::MODEL;
         let columns = T::stored_columns();
@@ -185,8 +201,10 @@ impl ModelFile {
         };
         let mut fields: Vec<FileField> = columns
             .iter()
-            .filter(|column| column.shape() != ColumnShape::Flattened)
-            .map(|column| file_field(column.stored_name(), role_of(column.stored_name())))
+            .map(|column| FileField {
+                flattened: column.shape() == ColumnShape::Flattened,
+                ..file_field(column.stored_name(), role_of(column.stored_name()))
+            })
             .collect();
         // A role field the type does not list among its stored columns (none the derive makes).
         for field in model.fields() {
@@ -201,9 +219,7 @@ impl ModelFile {
             hash_field: model.hash_field().to_owned(),
             hash_algorithm: algorithm_name(model.hash_algorithm()).to_owned(),
             fields,
-            flattened: columns
-                .iter()
-                .any(|column| column.shape() == ColumnShape::Flattened),
+            flattened: false,
         }
     }
 
@@ -214,7 +230,8 @@ impl ModelFile {
         text
     }
 
-    /// Reads and checks the model file at `path`.
+    /// Reads and checks the model file at `path`: a file the derive would refuse as a type, or
+    /// of a type with a `#[serde(flatten)]` field, is an error naming the field.
     pub fn read(path: impl AsRef<Path>) -> Result<Self, ModelFileError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
@@ -229,9 +246,9 @@ impl ModelFile {
         Ok(file)
     }
 
-    /// Checks what the derive would refuse to compile: a known format, scheme and algorithm,
-    /// known roles, each name once, a key (or an idempotency key), at most one timestamp,
-    /// version and tombstone.
+    /// Checks what the derive would refuse to compile (each rule as `idem-derive`'s `check.rs`
+    /// states it, where a file can break it), and what a model given at run time cannot do: hash
+    /// a flattened field's entries.
     fn check(&self) -> Result<(), String> {
         if self.format != FORMAT {
             return Err(format!(
@@ -241,70 +258,129 @@ impl ModelFile {
         }
         scheme_of(&self.id_scheme)?;
         algorithm_of(&self.hash_algorithm)?;
-        if self.collection.is_empty() {
-            return Err("`collection` is empty".to_owned());
-        }
-        let mut counts = [0usize; 9];
+        check_collection_name(&self.collection)?;
+        check_hash_field_name(&self.hash_field)?;
+        let mut roles = Vec::with_capacity(self.fields.len());
         for (at, field) in self.fields.iter().enumerate() {
-            let place = format!("`fields[{at}]` (`{}`)", field.name);
             if field.name.is_empty() {
                 return Err(format!("`fields[{at}].name` is empty"));
             }
-            if self.fields[..at].iter().any(|seen| seen.name == field.name) {
-                return Err(format!("{place}: listed twice"));
-            }
-            if field.name == self.hash_field
-                || crate::model::RESERVED_FIELDS.contains(&&*field.name)
-                || field.name == crate::model::ID_FIELD
-            {
-                return Err(format!("{place}: a name idem writes itself"));
-            }
-            let role = field
-                .role
-                .as_deref()
-                .map(role_of)
-                .transpose()
-                .map_err(|problem| format!("{place}: {problem}"))?;
-            if let Some(role) = role {
-                counts[ROLES
-                    .iter()
-                    .position(|(_, known)| *known == role)
-                    .unwrap_or(0)] += 1;
-            }
-            match (role, &field.item_key) {
-                (Some(Role::Pushed), None) => {
-                    return Err(format!("{place}: a `push_by` list needs its `item_key`"))
-                }
-                (Some(Role::Pushed), Some(_)) | (_, None) => {}
-                (_, Some(_)) => {
-                    return Err(format!("{place}: `item_key` is for a `push_by` list only"))
-                }
-            }
+            let role = self
+                .check_field(at, field)
+                .map_err(|problem| format!("{}: {problem}", place(at, field)))?;
+            roles.push(role);
         }
-        let count = |role: Role| {
-            counts[ROLES
+        self.check_roles(&roles)?;
+        self.check_not_flattened()
+    }
+
+    /// The rules of one field, and its role.
+    fn check_field(&self, at: usize, field: &FileField) -> Result<Option<Role>, String> {
+        if self.fields[..at].iter().any(|seen| seen.name == field.name) {
+            return Err("listed twice".to_owned());
+        }
+        if field.name == self.hash_field
+            || crate::model::RESERVED_FIELDS.contains(&&*field.name)
+            || field.name == crate::model::ID_FIELD
+        {
+            return Err("a name idem writes itself".to_owned());
+        }
+        let role = field.role.as_deref().map(role_of).transpose()?;
+        check_item_key(role, field)?;
+        if let Some(role) = role {
+            check_role_field_name(role, &field.name)?;
+        }
+        check_optional(role, field)?;
+        Ok(role)
+    }
+
+    /// The rules between fields: `roles` holds each field's role, in the file's order.
+    fn check_roles(&self, roles: &[Option<Role>]) -> Result<(), String> {
+        let with = |role: Role| {
+            roles
                 .iter()
-                .position(|(_, known)| *known == role)
-                .unwrap_or(0)]
+                .zip(&self.fields)
+                .enumerate()
+                .filter(move |(_, (found, _))| **found == Some(role))
+                .map(|(at, (_, field))| (at, field))
         };
-        if count(Role::Key) == 0 && count(Role::IdempotencyKey) == 0 {
-            return Err("no field has the role `key` (or `idempotency_key`)".to_owned());
+        let keys: Vec<&str> = with(Role::Key).map(|(_, field)| &*field.name).collect();
+        let event_key = with(Role::IdempotencyKey).next();
+        // A type is identified either by its key fields (its id is derived from them) or, as an
+        // event type, by an idempotency key (its id is random): never both.
+        match (keys.is_empty(), event_key) {
+            (true, None) => {
+                return Err("no field has the role `key` (or `idempotency_key`)".to_owned())
+            }
+            (false, Some((at, field))) => {
+                return Err(format!(
+                    "{}: `idempotency_key` is for event types with no natural key, and the file \
+                     has `key` fields (`{}`): keep the `key` fields (the id is derived from them) \
+                     or the idempotency key",
+                    place(at, field),
+                    keys.join("`, `")
+                ))
+            }
+            _ => {}
         }
+        // At most one of each: the id has one time part, a document one version, one deletion
+        // marker, one request key.
         for role in [
             Role::Timestamp,
             Role::Version,
             Role::Tombstone,
             Role::IdempotencyKey,
         ] {
-            if count(role) > 1 {
+            let mut fields = with(role);
+            if let (Some((_, first)), Some((at, extra))) = (fields.next(), fields.next()) {
                 return Err(format!(
-                    "{} fields have the role `{}`: at most one may",
-                    count(role),
-                    role_name(role)
+                    "{}: only one field can have the role `{}`: `{}` already has it",
+                    place(at, extra),
+                    role_name(role),
+                    first.name
+                ));
+            }
+        }
+        // An event's id is random, fixed by its first write: a timestamp or a version, which
+        // order derived ids and replays, have nothing to act on.
+        if event_key.is_some() {
+            if let Some((at, field)) = with(Role::Timestamp).chain(with(Role::Version)).next() {
+                return Err(format!(
+                    "{}: `{}` has no use on an event type (one with an `idempotency_key`): its id \
+                     is random, fixed by its first write, and a retry is recognised by its key",
+                    place(at, field),
+                    field.role.as_deref().unwrap_or_default()
                 ));
             }
         }
         Ok(())
+    }
+
+    /// A type with a `#[serde(flatten)]` field is written as one map of its fields and the
+    /// flattened entries, which its content hash encodes as a map: a model given at run time,
+    /// which hashes the fields it lists in their order, cannot compute the type's hashes. Such a
+    /// file is refused, saying to audit and adopt with the type.
+    fn check_not_flattened(&self) -> Result<(), String> {
+        let named: Vec<String> = self
+            .fields
+            .iter()
+            .filter(|field| field.flattened)
+            .map(|field| format!("`{}`", field.name))
+            .collect();
+        if named.is_empty() && !self.flattened {
+            return Ok(());
+        }
+        let which = if named.is_empty() {
+            "a field".to_owned()
+        } else {
+            named.join(", ")
+        };
+        Err(format!(
+            "the type flattens {which} (`#[serde(flatten)]`): it is stored and hashed as one map \
+             of its fields and that field's entries, which a model given at run time cannot hash \
+             as the type does; audit and adopt with the type in Rust (`store.audit::<T>()`, \
+             `store.adopt::<T>()`)"
+        ))
     }
 
     /// The model the file describes. It lives as long as the process (a [`Model`] holds
@@ -343,6 +419,7 @@ impl ModelFile {
     pub fn field_order(&self) -> Vec<&str> {
         self.fields
             .iter()
+            .filter(|field| !field.flattened)
             .map(|field| field.name.as_str())
             .collect()
     }
@@ -356,6 +433,93 @@ fn file_field(name: &str, field: Option<&Field>) -> FileField {
             .filter(|field| field.role() == Role::Pushed)
             .map(|field| field.item_key().to_owned()),
         optional: field.is_some_and(Field::null_is_unwritten),
+        flattened: false,
+    }
+}
+
+/// How a message names `fields[at]`.
+fn place(at: usize, field: &FileField) -> String {
+    format!("`fields[{at}]` (`{}`)", field.name)
+}
+
+// A collection name is not empty and holds no `$` or NUL, as MongoDB requires.
+fn check_collection_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains('$') || name.contains('\0') {
+        return Err(format!(
+            "`collection` is {name:?}: expected a non-empty name without `$` or NUL characters"
+        ));
+    }
+    Ok(())
+}
+
+// The hash field is a plain top-level field name: not empty, no leading `$`, no `.`, and not a
+// name idem writes for something else (`_id`, the reserved `idem…` fields).
+fn check_hash_field_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.starts_with('$') || name.contains('.') {
+        return Err(format!(
+            "`hash_field` is {name:?}: expected a non-empty top-level field name, without a \
+             leading `$` or a `.`"
+        ));
+    }
+    if name == crate::model::ID_FIELD || crate::model::RESERVED_FIELDS.contains(&name) {
+        return Err(format!(
+            "`hash_field` is {name:?}: idem stores the id or its own bookkeeping there"
+        ));
+    }
+    Ok(())
+}
+
+// A `push_by` list names the item field that tells items apart; no other field has one.
+fn check_item_key(role: Option<Role>, field: &FileField) -> Result<(), String> {
+    match (role, &field.item_key) {
+        (Some(Role::Pushed), None) => Err("a `push_by` list needs its `item_key`".to_owned()),
+        (Some(Role::Pushed), Some(_)) | (_, None) => Ok(()),
+        (_, Some(_)) => Err("`item_key` is for a `push_by` list only".to_owned()),
+    }
+}
+
+// A role field's stored name is a plain top-level name: idem's guards read it back by a path,
+// where a `.` would descend into a subdocument and a leading `$` would read as an operator.
+fn check_role_field_name(role: Role, name: &str) -> Result<(), String> {
+    if name.contains('.') || name.starts_with('$') {
+        return Err(format!(
+            "the name of a `{}` field cannot hold a `.` or start with `$`: idem's guards read it \
+             back by that name",
+            role_name(role)
+        ));
+    }
+    Ok(())
+}
+
+// `optional` says the field's type is an `Option`. A key, idempotency key, timestamp or version
+// never is (the derive asks `IdKey`, `IdTimestamp` or `OrderedVersion` of its type), nor is a
+// pushed list (a `Vec`); a tombstone always is (it is `None` until the document is deleted);
+// and a field with no role is hashed content, whose null is a value whatever its type.
+fn check_optional(role: Option<Role>, field: &FileField) -> Result<(), String> {
+    match (role, field.optional) {
+        (None, true) => Err(
+            "`optional` is for a field with a role (`frozen`, `volatile`, `effect` or \
+             `tombstone`): a field with none is hashed content, whose null is a value"
+                .to_owned(),
+        ),
+        (Some(Role::Tombstone), false) => Err(
+            "a `tombstone` field is `None` until the document is deleted: it is `optional: true`"
+                .to_owned(),
+        ),
+        (
+            Some(
+                role @ (Role::Key
+                | Role::IdempotencyKey
+                | Role::Timestamp
+                | Role::Version
+                | Role::Pushed),
+            ),
+            true,
+        ) => Err(format!(
+            "the role `{}` is never `optional`: its type cannot be an `Option`",
+            role_name(role)
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -457,5 +621,83 @@ mod tests {
         );
         assert!(wrong(r#"[{"name": "slug", "role": "key", "colour": 1}]"#)
             .contains("unknown field `colour`"));
+    }
+
+    /// Each rule of the derive a file can break is checked, naming the field.
+    #[test]
+    fn a_file_the_derive_would_refuse_is_refused_naming_the_field() {
+        let wrong = |fields: &str| ModelFile::from_json(&file(fields)).unwrap_err();
+        let cases = [
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "rid", "role": "idempotency_key"}]"#,
+                "`fields[1]` (`rid`): `idempotency_key` is for event types with no natural key, \
+                 and the file has `key` fields (`slug`)",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key", "optional": true}]"#,
+                "`fields[0]` (`slug`): the role `key` is never `optional`",
+            ),
+            (
+                r#"[{"name": "rid", "role": "idempotency_key", "optional": true}]"#,
+                "`fields[0]` (`rid`): the role `idempotency_key` is never `optional`",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "at", "role": "timestamp", "optional": true}]"#,
+                "`fields[1]` (`at`): the role `timestamp` is never `optional`",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "title", "optional": true}]"#,
+                "`fields[1]` (`title`): `optional` is for a field with a role",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "gone", "role": "tombstone"}]"#,
+                "`fields[1]` (`gone`): a `tombstone` field is `None` until the document is deleted",
+            ),
+            (
+                r#"[{"name": "rid", "role": "idempotency_key"}, {"name": "at", "role": "timestamp"}]"#,
+                "`fields[1]` (`at`): `timestamp` has no use on an event type",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "a", "role": "version"}, {"name": "b", "role": "version"}]"#,
+                "`fields[2]` (`b`): only one field can have the role `version`: `a` already has it",
+            ),
+            (
+                r#"[{"name": "slug", "role": "key"}, {"name": "meta.at", "role": "frozen"}]"#,
+                "`fields[1]` (`meta.at`): the name of a `frozen` field cannot hold a `.`",
+            ),
+        ];
+        for (fields, expected) in cases {
+            let problem = wrong(fields);
+            assert!(problem.contains(expected), "{fields}: {problem}");
+        }
+        let header = |collection: &str, hash_field: &str| {
+            let text = file(r#"[{"name": "slug", "role": "key"}]"#)
+                .replace("\"posts\"", &format!("{collection:?}"))
+                .replace("\"sourceHash\"", &format!("{hash_field:?}"));
+            ModelFile::from_json(&text).unwrap_err()
+        };
+        assert!(header("po$ts", "sourceHash").contains("`collection` is \"po$ts\""));
+        assert!(header("posts", "meta.hash").contains("`hash_field` is \"meta.hash\""));
+        assert!(header("posts", "_id").contains("`hash_field` is \"_id\""));
+    }
+
+    /// A flattened field's entries are hashed with the fields as one map, which a model given at
+    /// run time cannot redo: the file is refused, naming the field when it is known.
+    #[test]
+    fn a_file_of_a_type_that_flattens_is_refused() {
+        let named = ModelFile::from_json(&file(
+            r#"[{"name": "slug", "role": "key"}, {"name": "extra", "flattened": true}]"#,
+        ))
+        .unwrap_err();
+        assert!(
+            named.contains("the type flattens `extra` (`#[serde(flatten)]`)")
+                && named.contains("`store.audit::<T>()`, `store.adopt::<T>()`"),
+            "{named}"
+        );
+        let mut unnamed = file(r#"[{"name": "slug", "role": "key"}]"#);
+        unnamed.pop();
+        unnamed.push_str(r#", "flattened": true}"#);
+        let unnamed = ModelFile::from_json(&unnamed).unwrap_err();
+        assert!(unnamed.contains("the type flattens a field"), "{unnamed}");
     }
 }
