@@ -377,7 +377,7 @@ impl Target {
     /// Connects to the server `uri` names.
     async fn connect(&self, uri: &str) -> Result<Server, String> {
         let shown = shown_uri(uri);
-        let scheme = uri.split_once("://").map(|(scheme, _)| scheme);
+        let scheme = url_parts(uri).map(|(scheme, _)| scheme);
         match scheme {
             Some("postgres" | "postgresql") => self.connect_postgres(uri).await,
             None if is_key_value(uri) => self.connect_postgres(uri).await,
@@ -413,9 +413,17 @@ impl Target {
                 let store = idem_core::mongo::Store::new(client.database(database));
                 Ok(Server::Mongo { client, store })
             }
-            _ => Err(format!(
-                "{shown}: expected a mongodb://, postgres:// or sqlite: connection string"
-            )),
+            // Echoed only where it cannot hold a password: one no driver reads may still
+            // (`me:password@host`, its scheme left out).
+            _ => {
+                let shown = match uri.contains(['@', '=']) {
+                    true => "the connection string".to_owned(),
+                    false => shown,
+                };
+                Err(format!(
+                    "{shown}: expected a mongodb://, postgres:// or sqlite: connection string"
+                ))
+            }
         }
     }
 
@@ -451,13 +459,25 @@ impl Target {
 /// Whether `text` is a key=value connection string (`host=… dbname=…`), which tokio-postgres
 /// reads as libpq does.
 fn is_key_value(text: &str) -> bool {
-    !text.starts_with("sqlite:") && text.contains('=') && !text.contains("://")
+    !text.starts_with("sqlite:") && text.contains('=') && url_parts(text).is_none()
+}
+
+/// A URL's scheme and what follows its `://`: only where the text before `://` is a scheme
+/// (a letter, then letters, digits, `+`, `-` or `.`), so that a key=value string holding `://`
+/// in a value (`application_name=http://…`, a password) is not taken for one.
+fn url_parts(text: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut characters = scheme.chars();
+    let starts_with_letter = characters.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_of_scheme = characters.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    (starts_with_letter && rest_of_scheme).then_some((scheme, rest))
 }
 
 /// Whether a connection-string parameter named `key` holds a secret: a password, a token, a
 /// key's passphrase, MongoDB's `authMechanismProperties` (which may hold an AWS session token).
 fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
+    // tokio-postgres decodes a parameter's name (`pass%77ord` is `password`).
+    let key = percent_decoded(key).to_ascii_lowercase();
     [
         "password",
         "pass",
@@ -483,24 +503,38 @@ fn masked(uri: &str) -> (String, Vec<String>) {
     if uri.starts_with("sqlite:") {
         return (uri.to_owned(), secrets);
     }
-    if let Some((scheme, rest)) = uri.split_once("://") {
-        // The user information ends at the last `@` before the query, whatever the password
-        // holds (a `/` or an `@` left unencoded) and whether or not a path follows; the query,
-        // which may hold an `@` too, is masked on its own.
-        let (before_query, query) = match rest.split_once('?') {
-            Some((before, query)) => (before, Some(query)),
-            None => (rest, None),
+    if let Some((scheme, rest)) = url_parts(uri) {
+        // The user information ends where the driver ends it, whatever the password holds (a
+        // `/`, `?` or `@` left unencoded): tokio-postgres at the first `@` of the whole URL (an
+        // `@` in the database's name or the query comes after it), MongoDB's driver at the last
+        // `@` before the query. The query is masked on its own.
+        let before_query = &rest[..rest.find('?').unwrap_or(rest.len())];
+        let at = match scheme {
+            "postgres" | "postgresql" => rest.find('@'),
+            _ => before_query.rfind('@'),
         };
-        let (userinfo, after) = match before_query.rfind('@') {
-            Some(at) => (Some(&before_query[..at]), &before_query[at..]),
-            None => (None, before_query),
+        // Whichever rule a driver follows, each reading's password is scrubbed from any text
+        // shown (a driver that splits otherwise may quote the rest, as MongoDB's does a host of
+        // `me:ab` for `me:ab?secret@host`).
+        for end in [rest.find('@'), before_query.rfind('@')]
+            .into_iter()
+            .flatten()
+        {
+            if let Some((_, password)) = rest[..end].split_once(':') {
+                secrets.push(password.to_owned());
+            }
+        }
+        let (userinfo, after) = match at {
+            Some(at) => (Some(&rest[..at]), &rest[at..]),
+            None => (None, rest),
+        };
+        let (after, query) = match after.split_once('?') {
+            Some((before, query)) => (before, Some(query)),
+            None => (after, None),
         };
         // Everything from the first `:` to that `@` is the password, as a driver may read it.
         let userinfo = userinfo.map(|info| match info.split_once(':') {
-            Some((user, password)) => {
-                secrets.push(password.to_owned());
-                format!("{user}:***")
-            }
+            Some((user, _)) => format!("{user}:***"),
             None => info.to_owned(),
         });
         let query = query.map_or_else(String::new, |query| {
@@ -551,7 +585,7 @@ fn masked_key_values(text: &str, secrets: &mut Vec<String>) -> String {
             secrets.push(secret.to_owned());
             let unquoted = secret.trim_matches('\'');
             secrets.push(unquoted.to_owned());
-            secrets.push(unquoted.replace("\\'", "'").replace("\\\\", "\\"));
+            secrets.push(unescaped(unquoted));
         } else {
             shown.push_str(&value[..length]);
         }
@@ -561,22 +595,36 @@ fn masked_key_values(text: &str, secrets: &mut Vec<String>) -> String {
     shown
 }
 
-/// The length of the value at the start of `text`: quoted (with backslash escapes) or up to
-/// the next whitespace.
-fn value_length(text: &str) -> usize {
-    if let Some(quoted) = text.strip_prefix('\'') {
-        let mut escaped = false;
-        for (at, c) in quoted.char_indices() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '\'' => return at + 2,
-                _ => {}
-            }
+/// A key=value string's value as the driver reads it: each backslash stands for the character
+/// after it.
+fn unescaped(value: &str) -> String {
+    let mut read = String::with_capacity(value.len());
+    let mut characters = value.chars();
+    while let Some(c) = characters.next() {
+        match c {
+            '\\' => read.extend(characters.next()),
+            _ => read.push(c),
         }
-        return text.len();
     }
-    text.find(char::is_whitespace).unwrap_or(text.len())
+    read
+}
+
+/// The length of the value at the start of `text`: quoted, or up to the next whitespace; a
+/// backslash escapes the character after it in both, as libpq and tokio-postgres read them
+/// (`password=a\ b` is `a b`).
+fn value_length(text: &str) -> usize {
+    let quoted = text.starts_with('\'');
+    let mut escaped = false;
+    for (at, c) in text.char_indices().skip(usize::from(quoted)) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '\'' if quoted => return at + 1,
+            _ if !quoted && c.is_whitespace() => return at,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 /// The secrets `uri` holds, as they may appear in a driver's message: each as written and

@@ -57,6 +57,20 @@ fn no_password_is_printed_in_any_form_of_connection_string() {
         // A `/` in a password left unencoded: the user information ends at the last `@`.
         format!("postgres://me:ab/{SECRET}@127.0.0.1:1/blog"),
         format!("mongodb://me:ab/{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500"),
+        // A `?` left unencoded in the password: tokio-postgres reads up to the first `@`.
+        format!("postgres://me:ab?{SECRET}@127.0.0.1:1/blog"),
+        format!("mongodb://me:ab?{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500"),
+        // A parameter's name percent-encoded, which tokio-postgres decodes.
+        format!("postgres://127.0.0.1:1/blog?pass%77ord={SECRET}"),
+        // A backslash escaping a space in an unquoted key=value password.
+        format!("host=127.0.0.1 port=1 user=me password=x\\ {SECRET} dbname=blog"),
+        // `://` in a key=value string's values.
+        format!("host=127.0.0.1 port=1 password={SECRET} application_name=http://x"),
+        format!("host=127.0.0.1 port=1 password=ab://{SECRET}"),
+        // No scheme at all: no driver reads it, and it is not echoed.
+        format!("me:{SECRET}@127.0.0.1:1/blog"),
+        // An `@` in the database's name, after the user information.
+        format!("postgres://me:{SECRET}@127.0.0.1:1/team@prod?connect_timeout=2"),
     ];
     for uri in &forms {
         let given = audit(&["--uri", uri, "--database", "blog"], &[]);
@@ -77,6 +91,12 @@ fn no_password_is_printed_in_any_form_of_connection_string() {
     let shown = all_output(&audit(&["--uri", &forms[2], "--database", "blog"], &[]));
     assert!(
         shown.contains("postgres://me@127.0.0.1:1/blog?password=***"),
+        "{shown}"
+    );
+    let last = forms.last().expect("forms");
+    let shown = all_output(&audit(&["--uri", last], &[]));
+    assert!(
+        shown.contains("postgres://me:***@127.0.0.1:1/team@prod?connect_timeout=2"),
         "{shown}"
     );
 }

@@ -260,6 +260,9 @@ impl ModelFile {
         algorithm_of(&self.hash_algorithm)?;
         check_collection_name(&self.collection)?;
         check_hash_field_name(&self.hash_field)?;
+        // First: a flattened field may share a stored name with another field (the derive
+        // allows it), and the reason to give is the flattening.
+        self.check_not_flattened()?;
         let mut roles = Vec::with_capacity(self.fields.len());
         for (at, field) in self.fields.iter().enumerate() {
             if field.name.is_empty() {
@@ -270,8 +273,7 @@ impl ModelFile {
                 .map_err(|problem| format!("{}: {problem}", place(at, field)))?;
             roles.push(role);
         }
-        self.check_roles(&roles)?;
-        self.check_not_flattened()
+        self.check_roles(&roles)
     }
 
     /// The rules of one field, and its role.
