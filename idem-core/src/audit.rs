@@ -773,12 +773,26 @@ impl HashDiagnosis {
     }
 }
 
-/// The refusal of an adoption with a model given at run time while stored fields are not the
-/// model's: the hashes it would store may not be the type's.
+/// What an adoption with a model given at run time decides before it moves anything, on every
+/// store: refused where the stored documents show another model (`mismatch`, unless
+/// `ignore_model_check`), and where stored fields are not the model's (`unknown`, unless
+/// `allow_unknown_fields`), since the hashes it would store may not be the type's.
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
-pub(crate) fn unknown_fields_refusal(model: &Model, unknown: &[UnknownField]) -> crate::Error {
+pub(crate) fn check_adoption(
+    model: &Model,
+    mismatch: Option<crate::model_check::ModelMismatch>,
+    unknown: &[UnknownField],
+    ignore_model_check: bool,
+    allow_unknown_fields: bool,
+) -> Result<(), crate::Error> {
+    if let (Some(mismatch), false) = (mismatch, ignore_model_check) {
+        return Err(mismatch.refusal(model));
+    }
+    if unknown.is_empty() || allow_unknown_fields {
+        return Ok(());
+    }
     let shown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
-    crate::Error::schema_mismatch(
+    Err(crate::Error::schema_mismatch(
         model,
         format!(
             "stored fields that are not fields of the model given: {}; adoption would store \
@@ -790,7 +804,7 @@ pub(crate) fn unknown_fields_refusal(model: &Model, unknown: &[UnknownField]) ->
              was moved",
             shown.join("; ")
         ),
-    )
+    ))
 }
 
 /// How a guarded field's stored digest is not its stored value's.

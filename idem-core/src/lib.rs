@@ -326,6 +326,9 @@ pub mod __private {
         }
     }
 
+    // A panic, not a `Result`: the generated code calls these only where the type plays its
+    // role, which `FieldTypes` makes a compile error otherwise, so a call here is a bug in the
+    // derive, and the callers (an id, a content hash) have no error of their own to give.
     impl<T> UnfitField<T> for Probe<T> {}
 }
 

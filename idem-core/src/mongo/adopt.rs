@@ -323,12 +323,13 @@ impl Store {
     ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
         let (mismatch, unknown) = self.model_mismatch(model, field_order).await?;
-        if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
-            return Err(mismatch.refusal(model));
-        }
-        if !unknown.is_empty() && !options.allow_unknown_fields {
-            return Err(crate::audit::unknown_fields_refusal(model, &unknown));
-        }
+        crate::audit::check_adoption(
+            model,
+            mismatch,
+            &unknown,
+            options.ignore_model_check,
+            options.allow_unknown_fields,
+        )?;
         let reading = Reading::Stored {
             field_order,
             left_out: &unknown,

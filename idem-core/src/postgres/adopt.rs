@@ -191,16 +191,14 @@ impl Store {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
             let (mismatch, unhashed) = model_mismatch(client, &table, field_order).await?;
-            if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
-                return Err(mismatch.refusal(model));
-            }
-            if !unknown.is_empty() && !options.allow_unknown_fields {
-                unknown.extend(unhashed);
-                return Err(crate::audit::unknown_fields_refusal(model, &unknown));
-            }
-            if !unhashed.is_empty() && !options.allow_unknown_fields {
-                return Err(crate::audit::unknown_fields_refusal(model, &unhashed));
-            }
+            unknown.extend(unhashed.iter().cloned());
+            crate::audit::check_adoption(
+                model,
+                mismatch,
+                &unknown,
+                options.ignore_model_check,
+                options.allow_unknown_fields,
+            )?;
             // Read without them: the hashes stored are then the type's.
             let table = without(table, &unhashed);
             let destination = |layout: &Layout, stored: Map<String, Value>| {

@@ -175,13 +175,14 @@ impl Store {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
             let (mismatch, unhashed) = model_mismatch(connection, &table, field_order).await?;
-            if let (Some(mismatch), false) = (mismatch, options.ignore_model_check) {
-                return Err(mismatch.refusal(model));
-            }
             unknown.extend(unhashed);
-            if !unknown.is_empty() && !options.allow_unknown_fields {
-                return Err(crate::audit::unknown_fields_refusal(model, &unknown));
-            }
+            crate::audit::check_adoption(
+                model,
+                mismatch,
+                &unknown,
+                options.ignore_model_check,
+                options.allow_unknown_fields,
+            )?;
             // Read without them: the hashes stored are then the type's.
             let table = Table::new(table.model, &columns_without(&table, &unknown));
             let destination = |layout: &Layout, stored: Map<String, Value>| {
