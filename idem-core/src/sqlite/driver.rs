@@ -99,7 +99,7 @@ impl SqliteDriver<'_, '_> {
         // spelling of a key (a collation that is not `BINARY`, in a table changed since its
         // check). Such a key conflict never resolves: it is a refusal naming the index.
         let mut respelled = None;
-        if stored.iter().any(|row| !stopping.stops_any(row, docs)) {
+        if !stored.is_empty() && !stored.iter().all(stops_any(docs)) {
             let columns = self.table.natural_key_names().join(", ");
             respelled = Some(
                 index_on(connection, self.table, &columns)
@@ -478,14 +478,22 @@ impl<'s> StoppingRows<'s> {
             .or_else(|| self.by_key.get(doc.key_texts.as_slice()))
             .copied()
     }
+}
 
-    /// Whether `row` is the one under the id of one of `docs`, or holds one's natural key byte
-    /// for byte.
-    fn stops_any(&self, row: &StoredRow, docs: &[&PreparedRow]) -> bool {
-        docs.iter().any(|doc| {
-            doc.id_text.as_str() == row.id.as_str()
-                || row.natural_key.as_deref() == Some(doc.light.key_texts.as_slice())
-        })
+/// Whether each stored row is the one under the id of one of `docs`, or holds one's natural key
+/// byte for byte: one pass over each through sets, not every row against every document.
+fn stops_any<'d>(docs: &'d [&PreparedRow]) -> impl Fn(&StoredRow) -> bool + 'd {
+    let ids: HashSet<&str> = docs.iter().map(|doc| doc.id_text.as_str()).collect();
+    let keys: HashSet<&[Option<String>]> = docs
+        .iter()
+        .map(|doc| doc.light.key_texts.as_slice())
+        .collect();
+    move |row| {
+        ids.contains(row.id.as_str())
+            || row
+                .natural_key
+                .as_deref()
+                .is_some_and(|key| keys.contains(key))
     }
 }
 
