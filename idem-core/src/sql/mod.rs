@@ -5,13 +5,25 @@
 
 pub(crate) mod audit;
 pub(crate) mod change;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod dialect;
 pub(crate) mod guard;
 pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod marker;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod reads;
 pub(crate) mod row;
 pub(crate) mod scan;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod session;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod store;
 pub(crate) mod texts;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod wire;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
 /// answers them: from [`row::RowReader`] over the driver's table (`self.table`).

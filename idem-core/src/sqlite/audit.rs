@@ -12,10 +12,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sqlx::{Row, SqliteConnection};
 
-use super::driver::{finish_with, savepoint};
 use super::errors::sqlite_error;
 use super::table::{quote, Table};
-use super::{bind_text, statement, Store};
+use super::{Sqlite, Store};
 use crate::audit::{AdoptReport, AuditProgress, AuditReport, HashDiagnosis, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
@@ -31,6 +30,8 @@ use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Des
 use crate::sql::layout::Content;
 use crate::sql::layout::Layout;
 use crate::sql::row::value_from_text;
+use crate::sql::store::in_transaction_with;
+use crate::sql::wire::{statement, Cells as _, SqlxWire};
 use crate::trace::{Call, CallKind};
 
 /// How many rows one page of the adoption reads (and moves under one savepoint).
@@ -122,7 +123,7 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let table = self.table::<T>(connection, &collection).await?;
+            let table = self.checked_table::<T>(connection, &collection).await?;
             move_rows(
                 connection,
                 &table,
@@ -233,18 +234,21 @@ async fn move_rows(
                 report.stopped = true;
                 return Ok(report);
             }
-            savepoint(connection, &collection).await?;
-            let page = move_page(
-                connection,
-                table,
-                (&sql, after.as_deref()),
-                &columns,
-                destination,
-                limit,
-                &mut report,
-            )
-            .await;
-            let page = finish_with(connection, page, &collection).await?;
+            let wire = SqlxWire::new(&mut *connection);
+            let page = in_transaction_with::<Sqlite, _>(&wire, &collection, async {
+                let mut connection = wire.lock().await;
+                move_page(
+                    &mut connection,
+                    table,
+                    (&sql, after.as_deref()),
+                    &columns,
+                    destination,
+                    limit,
+                    &mut report,
+                )
+                .await
+            })
+            .await?;
             scanned += page.read;
             progress(&AuditProgress::new(scanned, None));
             match page.last {
@@ -471,7 +475,7 @@ async fn move_page(
             .bind(&moved.id_text)
             .bind(format!("u{}", ulid::Ulid::generate()));
         for (_, value) in &moved.contents {
-            query = bind_text(query, ColumnShape::Text, value.as_deref());
+            query = query.bind(value.as_deref());
         }
         crate::trace::round_trip("UPDATE");
         let done = query
@@ -516,7 +520,7 @@ fn row_json(
     let mut stored = Map::new();
     for (at, &index) in columns.iter().enumerate() {
         let column = &table.columns[index];
-        let text = super::table::cell_text(row, at)?;
+        let text = row.text(at)?;
         let value = match (column.content, text) {
             (Content::Stored(_), None) if column.null_is_absent => continue,
             (_, None) => Value::Null,

@@ -3,247 +3,191 @@
 //! by the absence of the op id or of the item's key, and, when it updates nothing, a read of
 //! whether the row exists, in one savepoint.
 
-use serde::Serialize;
-use sqlx::{Row, SqliteConnection};
-use tokio::sync::Mutex;
+use sqlx::Row as _;
 
-use super::driver::{finish_with, savepoint};
-use super::errors::sqlite_error;
-use super::table::{literal, quote, sql_type};
-use super::{bind_text, statement, Store};
+use super::table::{literal, quote, sql_type, Table};
 use crate::change::{self, Change};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::engine::by_id::{answered_in_one, settle_by_id};
 use crate::error::Error;
 use crate::id::Id;
-use crate::idempotent::Idempotent;
-use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
-use crate::outcome::{Applied, Pushed};
-use crate::push::{item_and_key_texts, pushed_list, stored_not_a_list};
-use crate::trace::{Call, CallKind};
+use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::push::stored_not_a_list;
+use crate::sql::dialect::EffectAnswer;
+use crate::sql::store::in_transaction_with;
+use crate::sql::wire::{Param, SqlxWire, Wire};
 
-impl Store {
-    /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
-    /// recording `op` in the same statement. `Applied`, or `AlreadyApplied` (nothing written);
-    /// [`NotFound`](crate::ErrorKind::NotFound) if no row has that id. The changes may touch
-    /// only `#[idem(effect)]` columns ([`NotAnEffectField`](crate::ErrorKind::NotAnEffectField)
-    /// otherwise, before anything is sent). The latest [`with_op_window`](Store::with_op_window)
-    /// op ids are kept. An op id holding U+0000 is refused
-    /// ([`OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul)) before anything is sent, as on every
-    /// store.
-    pub async fn apply_once<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-        op: &OpId,
-        changes: &[Change],
-    ) -> Result<Applied, Error>
-    where
-        T: Idempotent,
-    {
-        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
-        call.run_detached(async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            change::check_op(op, &document)?;
-            let table = self.table::<T>(connection, &document).await?;
-            change::check(model, &T::stored_columns(), changes, &document)?;
-            // ?1 the id, ?2 the op id, then one value per change.
-            let mut values: Vec<(ColumnShape, Option<String>)> = Vec::new();
-            let mut assignments = Vec::with_capacity(changes.len() + 1);
-            // SQLite turns an integer sum beyond i64 into a float: such an addition sets its
-            // column NULL instead (no sum is NULL), which the statement returns, and the
-            // savepoint undoes it.
-            let mut out_of_range = Vec::new();
-            // A column another tool left holding what is no number (a text, a blob) is not
-            // added to, which the row's read says: SQLite would take the text for 0.
-            let mut numeric = Vec::new();
-            let mut not_numeric = Vec::new();
-            let encoded = crate::sql::change::encode(&table, changes, &document, sql_type)?;
-            for (change, encoded) in changes.iter().zip(encoded) {
-                let name = quote(encoded.column.name);
-                let placeholder = format!("?{}", values.len() + 3);
-                let stored = format!("COALESCE(t.{name}, 0)");
-                if encoded.adds {
-                    let kind = format!("typeof(t.{name})");
-                    numeric.push(format!("{kind} IN ('integer', 'real', 'null')"));
-                    not_numeric.push(format!(
-                        "WHEN {kind} NOT IN ('integer', 'real', 'null') THEN {} || char(9) || {kind}",
-                        literal(change.field())
-                    ));
-                }
-                // A float column holds any sum: only an integer one can overflow.
-                let overflows = match encoded.column.shape {
-                    ColumnShape::Integer => integer_overflow(change, &stored),
-                    _ => None,
-                };
-                assignments.push(match (encoded.adds, overflows) {
-                    (true, Some(overflows)) => {
-                        out_of_range.push(format!(
-                            "WHEN {name} IS NULL THEN {}",
-                            literal(change.field())
-                        ));
-                        format!(
-                            "{name} = CASE WHEN {overflows} THEN NULL \
-                             ELSE {stored} + {placeholder} END"
-                        )
-                    }
-                    (true, None) => format!("{name} = {stored} + {placeholder}"),
-                    (false, _) => format!("{name} = {placeholder}"),
-                });
-                values.push((encoded.column.shape, encoded.value));
-            }
-            let returned = match out_of_range.is_empty() {
-                true => "NULL".to_owned(),
-                false => format!("CASE {} END", out_of_range.join(" ")),
-            };
-            let column = quote(APPLIED_OPS_FIELD);
-            // A NULL list (a row another tool wrote) is an empty one.
-            let ops = format!("COALESCE(t.{column}, '[]')");
-            // The op ids, oldest first, keeping the latest `op_window`.
-            assignments.push(format!(
-                "{column} = (SELECT json_group_array(kept.value ORDER BY kept.key) FROM \
-                 (SELECT key, value FROM json_each(json_insert({ops}, '$[#]', ?2)) \
-                 ORDER BY key DESC LIMIT {window}) kept)",
-                window = self.op_window,
+/// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]): one guarded
+/// `UPDATE … RETURNING`, and where it updates nothing, the read of why.
+pub(super) async fn apply_once(
+    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    table: &Table,
+    id: Id,
+    op: &OpId,
+    changes: &[Change],
+    window: usize,
+    document: &DocumentRef,
+) -> Result<EffectAnswer, Error> {
+    // ?1 the id, ?2 the op id, then one value per change.
+    let mut values: Vec<(ColumnShape, Option<String>)> = Vec::new();
+    let mut assignments = Vec::with_capacity(changes.len() + 1);
+    // SQLite turns an integer sum beyond i64 into a float: such an addition sets its column
+    // NULL instead (no sum is NULL), which the statement returns, and the transaction undoes it.
+    let mut out_of_range = Vec::new();
+    // A column another tool left holding what is no number (a text, a blob) is not added to,
+    // which the row's read says: SQLite would take the text for 0.
+    let mut numeric = Vec::new();
+    let mut not_numeric = Vec::new();
+    let encoded = crate::sql::change::encode(table, changes, document, sql_type)?;
+    for (change, encoded) in changes.iter().zip(encoded) {
+        let name = quote(encoded.column.name);
+        let placeholder = format!("?{}", values.len() + 3);
+        let stored = format!("COALESCE(t.{name}, 0)");
+        if encoded.adds {
+            let kind = format!("typeof(t.{name})");
+            numeric.push(format!("{kind} IN ('integer', 'real', 'null')"));
+            not_numeric.push(format!(
+                "WHEN {kind} NOT IN ('integer', 'real', 'null') THEN {} || char(9) || {kind}",
+                literal(change.field())
             ));
-            let applied =
-                |op: &str| format!("EXISTS (SELECT 1 FROM json_each({ops}) WHERE value = {op})");
-            let sql = format!(
-                "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 AND NOT {applied}{numeric} \
-                 RETURNING {returned}",
-                table = table.name(),
-                assignments = assignments.join(", "),
-                id = quote(ID_FIELD),
-                applied = applied("?2"),
-                numeric = numeric
-                    .iter()
-                    .map(|condition| format!(" AND {condition}"))
-                    .collect::<String>(),
-            );
-            // Read where the statement wrote nothing: the field that is no number, and what it
-            // holds, unless the op (bound as `?2`, as in the statement) was applied before.
-            let explained = match not_numeric.is_empty() {
-                true => "NULL".to_owned(),
-                false => format!(
-                    "CASE WHEN {} THEN NULL {} END",
-                    applied("?2"),
-                    not_numeric.join(" ")
-                ),
-            };
-            let id_text = id.to_string();
-            let connection = Mutex::new(connection);
-            settle_by_id(&document, || async {
-                let mut query = sqlx::query(statement(&sql))
-                    .bind(&id_text)
-                    .bind(op.as_str());
-                for (shape, value) in &values {
-                    query = bind_text(query, *shape, value.as_deref());
-                }
-                let explained = (explained.as_str(), Some(op.as_str()));
-                let (written, exists, stored) =
-                    update_once(&connection, query, &table, &id_text, explained, &document)
-                        .await?;
-                if let (false, Some(stored)) = (written, stored) {
-                    let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
-                    return Err(change::stored_not_a_number(&document, field, kind));
-                }
-                Ok(answered_in_one(
-                    written,
-                    exists,
-                    Applied::Applied,
-                    Applied::AlreadyApplied,
-                ))
-            })
-            .await
-        })
-        .await
-    }
-
-    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
-    /// the row stored under `id`, unless an item with the same key is there already.
-    pub async fn push<T, I>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> Result<Pushed, Error>
-    where
-        T: Idempotent,
-        I: Serialize + Sync,
-    {
-        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
-        call.run_detached(async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            let list = pushed_list(model, field, &document)?;
-            let table = self.table::<T>(connection, &document).await?;
-            let (item, item_key) = item_and_key_texts(&document, list, item)?;
-            let scalar_key = ScalarKey::of(&item_key);
-            let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
-            // `->` gives the key's JSON text as stored: `json_extract` would give a float as an
-            // SQL value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
-            let stored_key = format!("(stored.value -> {path})");
-            let column = format!("t.{}", quote(list.stored_name()));
-            // What the column holds, as JSON: NULL where it holds no JSON (`json_type` would
-            // fail on it). A NULL or JSON null list (a row another tool wrote) is an empty one;
-            // anything else but a list is no list to push to, which the row's read says.
-            let kind = format!(
-                "(CASE WHEN {column} IS NULL THEN 'null' WHEN json_valid({column}) \
-                 THEN json_type({column}) END)"
-            );
-            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]' END)");
-            let sql = format!(
-                "UPDATE {table} AS t SET {list} = json_insert({listed}, '$[#]', json(?2)) \
-                 WHERE t.{id} = ?1 AND {kind} IN ('array', 'null') AND NOT EXISTS (SELECT 1 \
-                 FROM json_each({listed}) stored WHERE {same}) RETURNING NULL",
-                table = table.name(),
-                list = quote(list.stored_name()),
-                id = quote(ID_FIELD),
-                same = same_key(&stored_key, &scalar_key, &path),
-            );
-            let not_a_list = format!(
-                "CASE WHEN {kind} IN ('array', 'null') THEN NULL \
-                 ELSE COALESCE({kind}, 'text that is no JSON') END"
-            );
-            let id_text = id.to_string();
-            let connection = Mutex::new(connection);
-            settle_by_id(&document, || async {
-                let query = sqlx::query(statement(&sql))
-                    .bind(&id_text)
-                    .bind(&item)
-                    .bind(&item_key);
-                let query = match &scalar_key {
-                    Some(ScalarKey {
-                        value: Some(value), ..
-                    }) => value.bind(query),
-                    _ => query,
-                };
-                let (written, exists, stored) = update_once(
-                    &connection,
-                    query,
-                    &table,
-                    &id_text,
-                    (&not_a_list, None),
-                    &document,
+        }
+        // A float column holds any sum: only an integer one can overflow.
+        let overflows = match encoded.column.shape {
+            ColumnShape::Integer => integer_overflow(change, &stored),
+            _ => None,
+        };
+        assignments.push(match (encoded.adds, overflows) {
+            (true, Some(overflows)) => {
+                out_of_range.push(format!(
+                    "WHEN {name} IS NULL THEN {}",
+                    literal(change.field())
+                ));
+                format!(
+                    "{name} = CASE WHEN {overflows} THEN NULL ELSE {stored} + {placeholder} END"
                 )
-                .await?;
-                if let (false, Some(stored)) = (written, stored) {
-                    return Err(stored_not_a_list(&document, list, &stored));
-                }
-                Ok(answered_in_one(
-                    written,
-                    exists,
-                    Pushed::Appended,
-                    Pushed::AlreadyPresent,
-                ))
-            })
-            .await
-        })
-        .await
+            }
+            (true, None) => format!("{name} = {stored} + {placeholder}"),
+            (false, _) => format!("{name} = {placeholder}"),
+        });
+        values.push((encoded.column.shape, encoded.value));
     }
+    let returned = match out_of_range.is_empty() {
+        true => "NULL".to_owned(),
+        false => format!("CASE {} END", out_of_range.join(" ")),
+    };
+    let column = quote(APPLIED_OPS_FIELD);
+    // A NULL list (a row another tool wrote) is an empty one.
+    let ops = format!("COALESCE(t.{column}, '[]')");
+    // The op ids, oldest first, keeping the latest `window`.
+    assignments.push(format!(
+        "{column} = (SELECT json_group_array(kept.value ORDER BY kept.key) FROM \
+         (SELECT key, value FROM json_each(json_insert({ops}, '$[#]', ?2)) \
+         ORDER BY key DESC LIMIT {window}) kept)",
+    ));
+    let applied = |op: &str| format!("EXISTS (SELECT 1 FROM json_each({ops}) WHERE value = {op})");
+    let sql = format!(
+        "UPDATE {table} AS t SET {assignments} WHERE t.{id} = ?1 AND NOT {applied}{numeric} \
+         RETURNING {returned}",
+        table = table.name(),
+        assignments = assignments.join(", "),
+        id = quote(ID_FIELD),
+        applied = applied("?2"),
+        numeric = numeric
+            .iter()
+            .map(|condition| format!(" AND {condition}"))
+            .collect::<String>(),
+    );
+    // Read where the statement wrote nothing: the field that is no number, and what it holds,
+    // unless the op (bound as `?2`, as in the statement) was applied before.
+    let explained = match not_numeric.is_empty() {
+        true => "NULL".to_owned(),
+        false => format!(
+            "CASE WHEN {} THEN NULL {} END",
+            applied("?2"),
+            not_numeric.join(" ")
+        ),
+    };
+    let id_text = id.to_string();
+    let mut params = vec![Param::Text(Some(&id_text)), Param::Text(Some(op.as_str()))];
+    params.extend(
+        values
+            .iter()
+            .map(|(shape, value)| Param::typed(*shape, value.as_deref())),
+    );
+    let explained = (explained.as_str(), Some(op.as_str()));
+    let (answer, stored) =
+        update_once(wire, &sql, &params, table, &id_text, explained, document).await?;
+    if let (false, Some(stored)) = (answer.written, stored) {
+        let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
+        return Err(change::stored_not_a_number(document, field, kind));
+    }
+    Ok(answer)
+}
+
+/// One attempt of `push` ([`crate::sql::dialect::SqlDialect::push`]): one guarded `UPDATE`, and
+/// where it updates nothing, the read of why.
+pub(super) async fn push(
+    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    table: &Table,
+    id: Id,
+    list: &'static Field,
+    item: &str,
+    item_key: &str,
+    document: &DocumentRef,
+) -> Result<EffectAnswer, Error> {
+    let scalar_key = ScalarKey::of(item_key);
+    let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
+    // `->` gives the key's JSON text as stored: `json_extract` would give a float as an SQL
+    // value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
+    let stored_key = format!("(stored.value -> {path})");
+    let column = format!("t.{}", quote(list.stored_name()));
+    // What the column holds, as JSON: NULL where it holds no JSON (`json_type` would fail on
+    // it). A NULL or JSON null list (a row another tool wrote) is an empty one; anything else
+    // but a list is no list to push to, which the row's read says.
+    let kind = format!(
+        "(CASE WHEN {column} IS NULL THEN 'null' WHEN json_valid({column}) \
+         THEN json_type({column}) END)"
+    );
+    let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]' END)");
+    let sql = format!(
+        "UPDATE {table} AS t SET {list} = json_insert({listed}, '$[#]', json(?2)) \
+         WHERE t.{id} = ?1 AND {kind} IN ('array', 'null') AND NOT EXISTS (SELECT 1 \
+         FROM json_each({listed}) stored WHERE {same}) RETURNING NULL",
+        table = table.name(),
+        list = quote(list.stored_name()),
+        id = quote(ID_FIELD),
+        same = same_key(&stored_key, &scalar_key, &path),
+    );
+    let not_a_list = format!(
+        "CASE WHEN {kind} IN ('array', 'null') THEN NULL \
+         ELSE COALESCE({kind}, 'text that is no JSON') END"
+    );
+    let id_text = id.to_string();
+    let mut params = vec![
+        Param::Text(Some(&id_text)),
+        Param::Text(Some(item)),
+        Param::Text(Some(item_key)),
+    ];
+    if let Some(ScalarKey {
+        value: Some(value), ..
+    }) = &scalar_key
+    {
+        params.push(value.param());
+    }
+    let (answer, stored) = update_once(
+        wire,
+        &sql,
+        &params,
+        table,
+        &id_text,
+        (&not_a_list, None),
+        document,
+    )
+    .await?;
+    if let (false, Some(stored)) = (answer.written, stored) {
+        return Err(stored_not_a_list(document, list, &stored));
+    }
+    Ok(answer)
 }
 
 /// A pushed item's key that is a scalar, as SQLite compares it with a stored item's: the JSON
@@ -262,14 +206,11 @@ enum SqlScalar {
 }
 
 impl SqlScalar {
-    fn bind<'q>(
-        &self,
-        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    fn param(&self) -> Param<'_> {
         match self {
-            SqlScalar::Text(text) => query.bind(text.clone()),
-            SqlScalar::Integer(integer) => query.bind(*integer),
-            SqlScalar::Real(real) => query.bind(*real),
+            SqlScalar::Text(text) => Param::Text(Some(text)),
+            SqlScalar::Integer(integer) => Param::Integer(*integer),
+            SqlScalar::Real(real) => Param::Float(*real),
         }
     }
 }
@@ -343,31 +284,38 @@ fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
     }
 }
 
-/// Runs a guarded `UPDATE … RETURNING` of the row under `id` and, if it updated nothing, reads
-/// whether that row exists, in one savepoint: whether it wrote, whether the row is there, and
-/// the value the read found of `explained` (an expression over the row `t`, with the value
-/// beside it bound as `?2`, as it was in the write), which says why the guard may have stopped
-/// the write. The statement returns one value, NULL unless it names a
-/// field whose integer addition would have left `i64`'s range
+/// Runs a guarded `UPDATE … RETURNING` (`sql` with `params`) of the row under `id` and, if it
+/// updated nothing, reads whether that row exists, in one transaction of idem's own: whether it
+/// wrote, whether the row is there, and the value the read found of `explained` (an expression
+/// over the row `t`, with the value beside it bound as `?2`, as it was in the write), which says
+/// why the guard may have stopped the write. The statement returns one value, NULL unless it
+/// names a field whose integer addition would have left `i64`'s range
 /// ([`AddOutOfRange`](crate::ErrorKind::AddOutOfRange), the write undone).
-async fn update_once<'q>(
-    connection: &Mutex<&mut SqliteConnection>,
-    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    table: &super::table::Table,
+async fn update_once(
+    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    sql: &str,
+    params: &[Param<'_>],
+    table: &Table,
     id: &str,
     (explained, bound): (&str, Option<&str>),
     document: &DocumentRef,
-) -> Result<(bool, bool, Option<String>), Error> {
-    let mut connection = connection.lock().await;
-    let connection: &mut SqliteConnection = &mut connection;
-    savepoint(connection, document).await?;
-    let answer = async {
+) -> Result<(EffectAnswer, Option<String>), Error> {
+    let error = |source| super::errors::sqlite_error(document, source);
+    in_transaction_with::<super::Sqlite, _>(wire, document, async {
         crate::trace::round_trip("UPDATE");
-        if let Some(row) = query.fetch_optional(&mut *connection).await? {
-            if let Some(field) = row.try_get::<Option<String>, _>(0)? {
-                return Ok(Err(field));
+        if let Some(row) = wire.fetch_optional(sql, params).await.map_err(error)? {
+            // Out of range: refused naming the field, and undone with the transaction.
+            let field: Option<String> = row.try_get(0).map_err(error)?;
+            if let Some(field) = field {
+                return Err(change::add_out_of_range(document, &field));
             }
-            return Ok(Ok((true, true, None)));
+            return Ok((
+                EffectAnswer {
+                    written: true,
+                    exists: true,
+                },
+                None,
+            ));
         }
         crate::trace::round_trip("SELECT");
         let look = format!(
@@ -375,18 +323,23 @@ async fn update_once<'q>(
             table.name(),
             quote(ID_FIELD)
         );
-        let mut read = sqlx::query_scalar(statement(&look)).bind(id);
+        let mut read = vec![Param::Text(Some(id))];
         if let Some(bound) = bound {
-            read = read.bind(bound);
+            read.push(Param::Text(Some(bound)));
         }
-        let found: Option<Option<String>> = read.fetch_optional(&mut *connection).await?;
-        Ok(Ok((false, found.is_some(), found.flatten())))
-    }
-    .await;
-    let answer = answer
-        .map_err(|source| sqlite_error(document, source))
-        .and_then(|answer| {
-            answer.map_err(|field: String| change::add_out_of_range(document, &field))
-        });
-    finish_with(connection, answer, document).await
+        let found = wire.fetch_optional(&look, &read).await.map_err(error)?;
+        let exists = found.is_some();
+        let explained = match found {
+            Some(row) => row.try_get::<Option<String>, _>(0).map_err(error)?,
+            None => None,
+        };
+        Ok((
+            EffectAnswer {
+                written: false,
+                exists,
+            },
+            explained,
+        ))
+    })
+    .await
 }

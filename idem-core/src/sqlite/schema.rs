@@ -246,3 +246,25 @@ pub(super) async fn check_table(
         )),
     }
 }
+
+/// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
+/// comma-separated), if there is one.
+pub(super) async fn index_on(
+    connection: &mut SqliteConnection,
+    table: &Table,
+    columns: &str,
+) -> Option<String> {
+    let mut wanted: Vec<&str> = columns.split(", ").collect();
+    wanted.sort_unstable();
+    let sql = "SELECT l.name FROM pragma_index_list(?1) l WHERE l.\"unique\" AND \
+               (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) \
+               i ORDER BY i.name)) = ?2";
+    crate::trace::round_trip("SELECT");
+    sqlx::query_scalar(sql)
+        .bind(table.model.collection())
+        .bind(wanted.join(","))
+        .fetch_optional(&mut *connection)
+        .await
+        .ok()
+        .flatten()
+}

@@ -10,9 +10,6 @@
 
 use std::fmt::Write as _;
 
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, TypeInfo as _, ValueRef as _};
-
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{
@@ -81,13 +78,7 @@ pub(crate) fn shape_of(declared: &str) -> ColumnShape {
     }
 }
 
-/// Which write a statement makes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Statement {
-    Upsert,
-    Delete,
-    InsertNew,
-}
+pub(crate) use crate::sql::dialect::Statement;
 
 /// A type's table and the parts of the statements idem sends to it.
 #[derive(Debug)]
@@ -173,15 +164,9 @@ impl Table {
         names.join(", ")
     }
 
-    /// The columns an insert of `statement` writes, as indexes into `sent` order: all sent
-    /// columns, the tombstone only for a delete.
+    /// The columns an insert of `statement` writes ([`crate::sql::marker::inserted`]).
     pub fn inserted(&self, statement: Statement) -> Vec<usize> {
-        (0..self.sent.len())
-            .filter(|&position| {
-                statement == Statement::Delete
-                    || self.columns[self.sent[position]].role() != Some(Role::Tombstone)
-            })
-            .collect()
+        crate::sql::marker::inserted(self, statement)
     }
 
     /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
@@ -292,16 +277,6 @@ impl Table {
         )
     }
 
-    /// The columns of idem's own that [`Table::look_up_sql`] compares with each incoming row's:
-    /// the content hash, and the version key where the model has one, in that order. Not the
-    /// digests: the hash covers the guarded values ([`crate::verdict::Stored::judge`]).
-    pub fn compared_contents(&self) -> Vec<Content> {
-        [Content::Hash, Content::VersionKey]
-            .into_iter()
-            .filter(|&content| self.column_with(content).is_some())
-            .collect()
-    }
-
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
     /// stored under an incoming row's id with the same natural key, content hash and version
     /// key, not deleted, is stored as it would be written: the engine settles that incoming row
@@ -312,10 +287,10 @@ impl Table {
     /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
     /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
     /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
-    /// [`Table::compared_contents`], then each natural-key column's value.
+    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
     pub fn look_up_sql(&self, rows: usize) -> String {
         let keys = self.natural_key_names();
-        let contents = self.compared_contents();
+        let contents = crate::sql::marker::compared_contents(self);
         // The incoming values, as SQLite names the columns of `VALUES`.
         let incoming = |position: usize| format!("v.column{}", position + 1);
         let key_at = |at: usize| incoming(1 + contents.len() + at);
@@ -395,7 +370,7 @@ impl Table {
         }
     }
 
-    /// A column as a read of the row selects it, to be read with [`cell_text`]: a float as it
+    /// A column as a read of the row selects it, to be read with [`crate::sql::wire::Cells::text`]: a float as it
     /// is stored, whose text SQLite would write with 15 significant digits, not the 17 that
     /// give the very float back; any other as [`Table::text_of`] gives it.
     pub fn read_of(&self, alias: &str, name: &str) -> String {
@@ -506,19 +481,4 @@ impl Table {
 /// The JSON path of the top-level entry `name`, as a SQL literal.
 fn json_path(name: &str) -> String {
     literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
-}
-
-/// The text of cell `at` of a row read with [`Table::read_of`]: a `REAL` as the shortest text
-/// that reads back as the very float, anything else as SQLite gives it; `None` for NULL.
-pub(crate) fn cell_text(row: &SqliteRow, at: usize) -> Result<Option<String>, sqlx::Error> {
-    let raw = row.try_get_raw(at)?;
-    if raw.is_null() {
-        return Ok(None);
-    }
-    match raw.type_info().name() {
-        "REAL" => row
-            .try_get::<f64, _>(at)
-            .map(|float| Some(format!("{float:?}"))),
-        _ => row.try_get(at),
-    }
 }

@@ -1,0 +1,156 @@
+//! What one SQL database says differently, and nothing else: the words of its statements, its
+//! column types, its error codes, the catalog reads of its table check, and its wire. The rules
+//! (the store's methods, the write engine's driver, the reads, the effects' retries) are
+//! [`super::store`]'s, written once over this trait.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::ops::Deref;
+
+use crate::column::Column;
+use crate::document::DocumentRef;
+use crate::engine::Conflict;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{Field, Model, OpId};
+use crate::sql::layout::Layout;
+use crate::sql::wire::{SqlxDatabase, SqlxWire};
+
+/// The wire of dialect `D`'s connection, lent for one call.
+pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlDialect>::Db>;
+
+/// Which write a statement makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Statement {
+    /// Replace the stored row if the guard allows it, or insert it.
+    Upsert,
+    /// Set the deletion marker if it is not set, or insert the row deleted.
+    Delete,
+    /// Insert the row unless its id or natural key is stored.
+    InsertNew,
+}
+
+/// What one effect's statement found ([`Dialect::apply_once`], [`Dialect::push`]).
+#[derive(Debug)]
+pub(crate) struct EffectAnswer {
+    /// Whether it wrote.
+    pub written: bool,
+    /// Whether a row is stored under the id.
+    pub exists: bool,
+}
+
+/// A SQL database idem writes to, through its driver's connection. Sealed: implemented by the
+/// stores idem ships.
+#[doc(hidden)]
+pub trait Dialect: private::Sealed + Send + Sync + Sized + 'static {
+    /// The name its errors give the database (`"SQLite"`).
+    #[doc(hidden)]
+    const NAME: &'static str;
+
+    /// The driver's connection, which the caller lends for a call.
+    #[doc(hidden)]
+    type Connection: Send;
+}
+
+/// The dialect's side of a store, beside what [`Dialect`] shows.
+pub(crate) trait SqlDialect: Dialect {
+    /// The database of its sqlx driver.
+    type Db: SqlxDatabase<Connection = Self::Connection>;
+    /// A type's table and the statements built for it.
+    type Table: Deref<Target = Layout> + Debug + Send + Sync + 'static;
+
+    /// A quoted identifier.
+    fn quote(name: &str) -> String;
+    /// `connection` as a wire.
+    fn wire(connection: &mut Self::Connection) -> WireOf<'_, Self> {
+        SqlxWire::new(connection)
+    }
+
+    /// `model`'s table, with `stored`'s columns.
+    fn table(model: &'static Model, stored: &[Column]) -> Self::Table;
+    /// The `CREATE TABLE IF NOT EXISTS` statement (and what else makes the table).
+    fn create_sql(table: &Self::Table) -> String;
+    /// A query of one parameter, the table's name, that returns a row if the table exists.
+    const TABLE_EXISTS: &'static str;
+    /// Refuses a table idem cannot write, naming the first thing it lacks.
+    fn check_table(
+        wire: &WireOf<'_, Self>,
+        table: &Self::Table,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// `source` as the error of a call concerning `document`.
+    fn error(document: &DocumentRef, source: sqlx::Error) -> Error;
+    /// Which unique index a failed write of one row met, if it failed on one: the id's or
+    /// the natural key's, or another, named as the error names it.
+    fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
+    /// The name of the unique index of `table` on exactly `columns` (comma-separated), if any.
+    fn index_on(
+        wire: &WireOf<'_, Self>,
+        table: &Self::Table,
+        columns: &str,
+    ) -> impl Future<Output = Option<String>> + Send;
+
+    /// How many rows one statement may carry.
+    fn max_rows(table: &Self::Table) -> usize;
+    /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
+    /// columns ([`super::store::inserted`]) then the insert's write marker, then (but for
+    /// `InsertNew`) the update's write marker.
+    fn write_sql(table: &Self::Table, statement: Statement, rows: usize) -> String;
+    /// Whether [`SqlDialect::write_sql`] returns each row it wrote, as its id and write marker;
+    /// otherwise the read after it tells them.
+    const WRITE_RETURNS: bool;
+    /// The plain insert of `rows` fresh rows, failing whole on any stored key; parameters as
+    /// [`SqlDialect::write_sql`]'s, without the update's marker.
+    fn fresh_sql(table: &Self::Table, rows: usize) -> String;
+    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
+    /// natural keys that follow, then their natural-key columns as text; read so that it sees
+    /// the rows the write before it met.
+    fn select_stored_sql(table: &Self::Table, rows: usize) -> String;
+    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
+    /// `None` where the dialect has none.
+    fn look_up_sql(table: &Self::Table, rows: usize) -> Option<String>;
+    /// The replacement of a row the guard cannot compare, while it is as read.
+    fn pinned_sql(table: &Self::Table) -> String;
+    /// Whether a pinned value that is a float is bound as the float (its text would not
+    /// compare equal).
+    const PINS_FLOATS: bool;
+    /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
+    fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
+
+    /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
+    /// not set, with the update's write marker (3).
+    fn mark_deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
+    /// Whether the row under the id (parameter 1) is deleted; no row if none is stored.
+    fn deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
+
+    /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
+    /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_once(
+        wire: &WireOf<'_, Self>,
+        table: &Self::Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+
+    /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
+    /// `id` unless an item with the key `item_key` (JSON text) is in it.
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        wire: &WireOf<'_, Self>,
+        table: &Self::Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+}
+
+pub(crate) mod private {
+    pub trait Sealed {}
+}

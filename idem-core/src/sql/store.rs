@@ -1,0 +1,593 @@
+//! The SQL store, written once over a [`SqlDialect`]: the tables it checked, the guarded writes
+//! (upsert, batch, delete, delete by id, derived sets, events), the effects' retries and the
+//! typed reads. Each store's module gives these their public signatures.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::dialect::{Dialect, SqlDialect, WireOf};
+use super::marker::MarkerDriver;
+use super::wire::{Cells, Param, Wire};
+use crate::batch::BatchReport;
+use crate::change::{self, Change};
+use crate::column::ColumnShape;
+use crate::document::{DocumentRef, NaturalKey};
+use crate::engine::by_id::{answered_in_one, settle_by_id, ById};
+use crate::engine::{self, WriteKind};
+use crate::error::{Error, ErrorKind};
+use crate::id::{Id, KeyValue};
+use crate::idempotent::Idempotent;
+use crate::insert::InsertReport;
+use crate::model::{Model, OpId, ID_FIELD};
+use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
+use crate::push::{item_and_key_texts, pushed_list};
+use crate::sql::json;
+use crate::sql::row::PreparedRow;
+use crate::trace::{Call, CallKind};
+
+/// How many rows one batch statement carries at most by default, unless the database's limit
+/// of bound parameters allows fewer.
+pub const DEFAULT_BATCH_CHUNK: usize = 1000;
+
+/// How many op ids `apply_once` keeps per row by default.
+pub const DEFAULT_OP_WINDOW: usize = 1000;
+
+/// Writes documents to a SQL database's tables, one per type; holds no connection. Clones
+/// share what the store learned (the tables it checked).
+pub struct Store<D: Dialect> {
+    tables: Arc<Mutex<CheckedTables>>,
+    pub(crate) batch_chunk: usize,
+    pub(crate) shortcut_min_docs: usize,
+    pub(crate) op_window: usize,
+    dialect: PhantomData<fn() -> D>,
+}
+
+/// The tables a store checked, by name: one per type stored there (a write model and a read
+/// model on one table each have their own columns and statements), each the dialect's
+/// `Table` behind `Any`, so that the store's type names no dialect's internals.
+type CheckedTables = HashMap<&'static str, Vec<Arc<dyn std::any::Any + Send + Sync>>>;
+
+impl<D: Dialect> Clone for Store<D> {
+    fn clone(&self) -> Self {
+        Store {
+            tables: Arc::clone(&self.tables),
+            batch_chunk: self.batch_chunk,
+            shortcut_min_docs: self.shortcut_min_docs,
+            op_window: self.op_window,
+            dialect: PhantomData,
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for Store<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("database", &D::NAME)
+            .field("batch_chunk", &self.batch_chunk)
+            .field("op_window", &self.op_window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> Default for Store<D> {
+    fn default() -> Self {
+        Store::new()
+    }
+}
+
+impl<D: Dialect> Store<D> {
+    /// A store with the default batch chunk and op window.
+    pub fn new() -> Self {
+        Store {
+            tables: Arc::default(),
+            batch_chunk: DEFAULT_BATCH_CHUNK,
+            shortcut_min_docs: crate::engine::batch::SHORTCUT_MIN_DOCS,
+            op_window: DEFAULT_OP_WINDOW,
+            dialect: PhantomData,
+        }
+    }
+
+    /// Keeps the latest `window` op ids per row (at least one): an operation retried after
+    /// `window` others on the same row would be applied again.
+    pub fn with_op_window(mut self, window: usize) -> Self {
+        self.op_window = window.max(1);
+        self
+    }
+
+    /// Sends batches `rows` rows per statement (at least one).
+    pub fn with_batch_chunk(mut self, rows: usize) -> Self {
+        self.batch_chunk = rows.max(1);
+        self
+    }
+
+    /// For tests: a store of the same configuration that has learned nothing of its tables yet,
+    /// as a new one would be, for a table dropped and made again behind its back. Not part of
+    /// the stable API.
+    #[doc(hidden)]
+    pub fn unlearned(&self) -> Self {
+        Store {
+            tables: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// For tests: takes a batch's shortcuts (the lookup before a chunk's write, the plain
+    /// insert of fresh rows) on chunks of `docs` documents or more (64 by default, below which
+    /// they cost more than they save), so that they are tested on chunks of any size. Not part
+    /// of the stable API.
+    #[doc(hidden)]
+    pub fn with_shortcuts_from(mut self, docs: usize) -> Self {
+        self.shortcut_min_docs = docs.max(1);
+        self
+    }
+}
+
+/// Runs `call` in its span, as the dialect's driver needs it ([`Call::run_detached`] for a
+/// driver that sends its commands to a worker thread).
+async fn run<O: crate::trace::Shown>(
+    call: Call,
+    future: impl std::future::Future<Output = Result<O, Error>>,
+) -> Result<O, Error> {
+    call.run_detached(future).await
+}
+
+// The methods are the crate's own: each store's module gives them their public signatures.
+#[allow(private_bounds)]
+impl<D: SqlDialect> Store<D> {
+    /// Creates `T`'s table if it does not exist, then checks it as before a first write.
+    pub(crate) async fn ensure_table_on<T: Idempotent>(
+        &self,
+        wire: &WireOf<'_, D>,
+    ) -> Result<(), Error> {
+        let document = DocumentRef::collection(&T::MODEL);
+        let collection = T::MODEL.collection();
+        // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
+        crate::trace::round_trip("SELECT");
+        let existed = wire
+            .fetch_optional(D::TABLE_EXISTS, &[Param::Text(Some(collection))])
+            .await
+            .map_err(|source| D::error(&document, source))?
+            .is_some();
+        let sql = D::create_sql(&D::table(&T::MODEL, &T::stored_columns()));
+        crate::trace::round_trip("CREATE TABLE");
+        wire.execute(&sql, &[])
+            .await
+            .map_err(|source| D::error(&document, source))?;
+        if !existed {
+            crate::trace::table_created(collection);
+        }
+        self.forget_table(&T::MODEL);
+        self.table::<T>(wire, &document).await.map(drop)
+    }
+
+    /// [`Store::upsert`](crate::sqlite::Store::upsert), through `wire`.
+    pub(crate) async fn upsert_on<T>(&self, wire: &WireOf<'_, D>, doc: &T) -> Result<Outcome, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
+        run(call, async move {
+            if T::MODEL.idempotency_key_field().is_some() {
+                return self
+                    .record_on(wire, doc)
+                    .await
+                    .map(|recorded| recorded.outcome);
+            }
+            let table = self.table::<T>(wire, &doc.document_ref()).await?;
+            let row = PreparedRow::new(doc, &table)?;
+            let driver = self.driver(wire, &table);
+            engine::settle_one(&driver, WriteKind::Upsert, &row).await
+        })
+        .await
+    }
+
+    /// A batch upsert, through `wire`.
+    pub(crate) async fn upsert_many_on<T>(
+        &self,
+        wire: &WireOf<'_, D>,
+        docs: &[T],
+    ) -> Result<BatchReport, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
+        run(call, async move {
+            if T::MODEL.idempotency_key_field().is_some() {
+                let mut outcomes = Vec::with_capacity(docs.len());
+                for doc in docs {
+                    outcomes.push(
+                        self.record_on(wire, doc)
+                            .await
+                            .map(|recorded| recorded.outcome),
+                    );
+                }
+                return Ok(BatchReport::new(outcomes, 0));
+            }
+            let collection = DocumentRef::collection(&T::MODEL);
+            let table = self.table::<T>(wire, &collection).await?;
+            engine::batch::upsert_many(&self.driver(wire, &table), docs).await
+        })
+        .await
+    }
+
+    /// A deletion by the document, through `wire`.
+    pub(crate) async fn delete_on<T>(
+        &self,
+        wire: &WireOf<'_, D>,
+        doc: &T,
+    ) -> Result<Deletion, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
+        run(call, async move {
+            let document = doc.document_ref();
+            let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
+            let table = self.table::<T>(wire, &document).await?;
+            let row = PreparedRow::new(doc, &table)?;
+            let marked = table
+                .column_of(tombstone)
+                .and_then(|index| row.value_of(&table, index))
+                .is_some();
+            if !marked {
+                return Err(Error::new(
+                    document,
+                    ErrorKind::TombstoneNotSet {
+                        field: tombstone.name(),
+                    },
+                ));
+            }
+            let driver = self.driver(wire, &table);
+            engine::settle_one(&driver, WriteKind::Delete, &row)
+                .await
+                .map(Deletion::of)
+        })
+        .await
+    }
+
+    /// A deletion by id, through `wire`.
+    pub(crate) async fn delete_by_id_on<T, M>(
+        &self,
+        wire: &WireOf<'_, D>,
+        id: Id,
+        marker: &M,
+    ) -> Result<Deletion, Error>
+    where
+        T: Idempotent,
+        M: Serialize + Sync,
+    {
+        let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
+        run(call, async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let tombstone =
+                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
+            let table = self.table::<T>(wire, &document).await?;
+            let marker = json::to_json(marker).map_err(|error| {
+                Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: error.message(),
+                    },
+                )
+            })?;
+            let column = table
+                .column_of(tombstone)
+                .map(|index| &table.columns[index]);
+            let marker_text = match (column, &marker) {
+                (Some(column), value) => crate::sql::row::column_text(column, Some(value))
+                    .map_err(|expected| {
+                        Error::new(
+                            document.clone(),
+                            ErrorKind::Serialize {
+                                message: format!(
+                                    "the marker {value} is not {expected}, which its column holds"
+                                ),
+                            },
+                        )
+                    })?,
+                (None, value) => Some(value.to_string()),
+            };
+            let mark = D::mark_deleted_sql(&table, tombstone);
+            let look = D::deleted_sql(&table, tombstone);
+            let id_text = id.to_string();
+            let shape = column.map_or(ColumnShape::Structured, |column| column.shape);
+            settle_by_id(&document, || async {
+                let update_marker = format!("u{}", ulid::Ulid::generate());
+                let marking = [
+                    Param::Text(Some(&id_text)),
+                    Param::typed(shape, marker_text.as_deref()),
+                    Param::Text(Some(&update_marker)),
+                ];
+                in_transaction::<D, _>(wire, &document, async {
+                    crate::trace::round_trip("UPDATE");
+                    if wire.execute(&mark, &marking).await? > 0 {
+                        return Ok(ById::Answered(Deletion::Deleted));
+                    }
+                    crate::trace::round_trip("SELECT");
+                    let deleted = wire
+                        .fetch_optional(&look, &[Param::Text(Some(&id_text))])
+                        .await?;
+                    Ok(match deleted.map(|row| row.boolean(0)).transpose()? {
+                        Some(Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
+                        // Unmarked, yet not updated: cannot be, as the write's lock is held; go
+                        // again.
+                        Some(_) => ById::Changed,
+                        None => ById::Missing,
+                    })
+                })
+                .await
+            })
+            .await
+        })
+        .await
+    }
+
+    /// The members of a derived set not stored, inserted, through `wire`.
+    pub(crate) async fn insert_new_on<T>(
+        &self,
+        wire: &WireOf<'_, D>,
+        members: &[T],
+    ) -> Result<InsertReport<T>, Error>
+    where
+        T: Idempotent + Serialize + Sync + Clone,
+    {
+        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || None::<Id>);
+        run(call, async move {
+            let collection = DocumentRef::collection(&T::MODEL);
+            let table = self.table::<T>(wire, &collection).await?;
+            engine::insert::insert_new(&self.driver(wire, &table), members).await
+        })
+        .await
+    }
+
+    /// An event recorded once under its key, through `wire`.
+    pub(crate) async fn record_on<T>(
+        &self,
+        wire: &WireOf<'_, D>,
+        event: &T,
+    ) -> Result<Recorded, Error>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
+        run(call, async move {
+            let model = &T::MODEL;
+            let key_field = model
+                .idempotency_key_field()
+                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
+            crate::idempotent::idempotency_key(event)?;
+            let table = self.table::<T>(wire, &event.document_ref()).await?;
+            let id = Id::from(ulid::Ulid::generate());
+            let row = PreparedRow::with_id(event, id, &table)?;
+            engine::record::record(&self.driver(wire, &table), &row, key_field).await
+        })
+        .await
+    }
+
+    /// An operation applied once, through `wire`.
+    pub(crate) async fn apply_once_on<T: Idempotent>(
+        &self,
+        wire: &WireOf<'_, D>,
+        id: Id,
+        op: &OpId,
+        changes: &[Change],
+    ) -> Result<Applied, Error> {
+        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
+        run(call, async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            change::check_op(op, &document)?;
+            let table = self.table::<T>(wire, &document).await?;
+            change::check(model, &T::stored_columns(), changes, &document)?;
+            settle_by_id(&document, || async {
+                let answer =
+                    D::apply_once(wire, &table, id, op, changes, self.op_window, &document).await?;
+                Ok(answered_in_one(
+                    answer.written,
+                    answer.exists,
+                    Applied::Applied,
+                    Applied::AlreadyApplied,
+                ))
+            })
+            .await
+        })
+        .await
+    }
+
+    /// An item pushed once, through `wire`.
+    pub(crate) async fn push_on<T, I>(
+        &self,
+        wire: &WireOf<'_, D>,
+        id: Id,
+        field: &'static str,
+        item: &I,
+    ) -> Result<Pushed, Error>
+    where
+        T: Idempotent,
+        I: Serialize + Sync,
+    {
+        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+        run(call, async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::by_id(model, id);
+            let list = pushed_list(model, field, &document)?;
+            let table = self.table::<T>(wire, &document).await?;
+            let (item, item_key) = item_and_key_texts(&document, list, item)?;
+            settle_by_id(&document, || async {
+                let answer = D::push(wire, &table, id, list, &item, &item_key, &document).await?;
+                Ok(answered_in_one(
+                    answer.written,
+                    answer.exists,
+                    Pushed::Appended,
+                    Pushed::AlreadyPresent,
+                ))
+            })
+            .await
+        })
+        .await
+    }
+
+    /// The row under `id`, as `T`, through `wire`.
+    pub(crate) async fn get_on<T>(&self, wire: &WireOf<'_, D>, id: Id) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + DeserializeOwned,
+    {
+        let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
+        run(call, async move {
+            let document = DocumentRef::by_id(&T::MODEL, id);
+            let table = self.table::<T>(wire, &document).await?;
+            let condition = format!("t.{} = ?", D::quote(ID_FIELD));
+            let id_text = id.to_string();
+            let values = [Param::Text(Some(&id_text))];
+            super::reads::read_one::<D, T>(wire, &table, &condition, &values, document).await
+        })
+        .await
+    }
+
+    /// The row holding the natural key `key`, as `T`, through `wire`.
+    pub(crate) async fn find_on<T>(
+        &self,
+        wire: &WireOf<'_, D>,
+        key: &NaturalKey,
+    ) -> Result<Option<T>, Error>
+    where
+        T: Idempotent + DeserializeOwned,
+    {
+        let call = Call::find(T::MODEL.collection(), key);
+        run(call, async move {
+            let model = &T::MODEL;
+            let document = DocumentRef::new(model, key.clone());
+            if !key.fits(model, &T::stored_columns(), &document)? {
+                return Ok(None);
+            }
+            let table = self.table::<T>(wire, &document).await?;
+            let mut conditions = Vec::new();
+            let mut texts = Vec::new();
+            for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
+                let Some(index) = table.column_of(field) else {
+                    return Ok(None);
+                };
+                let text = match value {
+                    KeyValue::Text(text) => text.clone(),
+                    KeyValue::Integer(number) => number.to_string(),
+                    KeyValue::Bool(flag) => flag.to_string(),
+                    // No stored key holds it: keys are text, bool or integers up to 64 bits.
+                    _ => return Ok(None),
+                };
+                texts.push((table.columns[index].shape, text));
+                conditions.push(format!("t.{} = ?", D::quote(field.stored_name())));
+            }
+            let values: Vec<Param> = texts
+                .iter()
+                .map(|(shape, text)| Param::typed(*shape, Some(text)))
+                .collect();
+            let condition = conditions.join(" AND ");
+            super::reads::read_one::<D, T>(wire, &table, &condition, &values, document).await
+        })
+        .await
+    }
+
+    /// The engine's driver writing to `table` through `wire`.
+    fn driver<'a, 'w>(
+        &'a self,
+        wire: &'a WireOf<'w, D>,
+        table: &'a D::Table,
+    ) -> MarkerDriver<'a, 'w, D> {
+        MarkerDriver {
+            store: self,
+            wire,
+            table,
+        }
+    }
+
+    /// The table of `T`, checked against the model before its first write.
+    pub(crate) async fn table<T: Idempotent>(
+        &self,
+        wire: &WireOf<'_, D>,
+        document: &DocumentRef,
+    ) -> Result<Arc<D::Table>, Error> {
+        let model = &T::MODEL;
+        let stored = T::stored_columns();
+        let known = {
+            let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+            tables.get(model.collection()).and_then(|tables| {
+                tables
+                    .iter()
+                    .filter_map(|table| Arc::clone(table).downcast::<D::Table>().ok())
+                    .find(|table| table.is_of(model, &stored))
+            })
+        };
+        if let Some(table) = known {
+            return Ok(table);
+        }
+        let table = Arc::new(D::table(model, &stored));
+        D::check_table(wire, &table, document).await?;
+        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        tables
+            .entry(model.collection())
+            .or_default()
+            .push(table.clone());
+        Ok(table)
+    }
+
+    /// Forgets what the store learned of `model`'s table.
+    pub(crate) fn forget_table(&self, model: &Model) {
+        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        tables.remove(model.collection());
+    }
+}
+
+/// Runs `work` in a transaction of idem's own ([`Wire::begin`]: a savepoint inside the
+/// caller's), committed if it succeeds and rolled back if it fails, so that a failed statement
+/// leaves neither a half-written change nor an open transaction.
+pub(crate) async fn in_transaction<D: SqlDialect, R>(
+    wire: &WireOf<'_, D>,
+    document: &DocumentRef,
+    work: impl std::future::Future<Output = Result<R, sqlx::Error>>,
+) -> Result<R, Error> {
+    in_transaction_with::<D, R>(wire, document, async {
+        work.await.map_err(|source| D::error(document, source))
+    })
+    .await
+}
+
+/// [`in_transaction`] for work whose errors are idem's already: any of them rolls it back.
+pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
+    wire: &WireOf<'_, D>,
+    document: &DocumentRef,
+    work: impl std::future::Future<Output = Result<R, Error>>,
+) -> Result<R, Error> {
+    wire.begin()
+        .await
+        .map_err(|source| D::error(document, source))?;
+    let outcome = work.await;
+    settle_transaction::<D, R>(wire, outcome, document).await
+}
+
+/// Commits what [`Wire::begin`] opened after `outcome`, or rolls it back on an error. A commit
+/// that fails (a busy lock) is rolled back too, so that no write of it is left open.
+pub(crate) async fn settle_transaction<D: SqlDialect, R>(
+    wire: &WireOf<'_, D>,
+    outcome: Result<R, Error>,
+    document: &DocumentRef,
+) -> Result<R, Error> {
+    match outcome {
+        Ok(value) => match wire.commit().await {
+            Ok(()) => Ok(value),
+            Err(source) => {
+                // The rollback's own failure would hide the commit's, which is the one to say.
+                let _ = wire.rollback().await;
+                Err(D::error(document, source))
+            }
+        },
+        Err(error) => {
+            let _ = wire.rollback().await;
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! SQLite's words for the SQL store ([`crate::sql::store`]): its statements ([`super::table`]),
+//! its table check ([`super::schema`]), its errors ([`super::errors`]), its effects
+//! ([`super::effects`]), and how its cells read as text.
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row as _, SqliteConnection, TypeInfo as _, ValueRef as _};
+
+use super::table::{quote, Table};
+use crate::column::Column;
+use crate::document::DocumentRef;
+use crate::engine::Conflict;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, Statement, WireOf};
+use crate::sql::wire::Cells;
+
+/// SQLite, through sqlx's driver and its bundled library.
+#[derive(Clone, Copy, Debug)]
+pub struct Sqlite;
+
+impl crate::sql::dialect::private::Sealed for Sqlite {}
+
+impl Dialect for Sqlite {
+    const NAME: &'static str = "SQLite";
+    type Connection = SqliteConnection;
+}
+
+impl SqlDialect for Sqlite {
+    type Db = sqlx::Sqlite;
+    type Table = Table;
+
+    fn quote(name: &str) -> String {
+        quote(name)
+    }
+
+    fn table(model: &'static Model, stored: &[Column]) -> Table {
+        Table::new(model, stored)
+    }
+
+    fn create_sql(table: &Table) -> String {
+        table.create_sql()
+    }
+
+    const TABLE_EXISTS: &'static str = "SELECT 1 FROM pragma_table_info(?1) LIMIT 1";
+
+    async fn check_table(
+        wire: &WireOf<'_, Self>,
+        table: &Table,
+        document: &DocumentRef,
+    ) -> Result<(), Error> {
+        let mut connection = wire.lock().await;
+        super::schema::check_table(&mut connection, table, document).await
+    }
+
+    fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
+        super::errors::sqlite_error(document, source)
+    }
+
+    fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
+        super::errors::unique_conflict(error, table)
+    }
+
+    async fn index_on(wire: &WireOf<'_, Self>, table: &Table, columns: &str) -> Option<String> {
+        let mut connection = wire.lock().await;
+        super::schema::index_on(&mut connection, table, columns).await
+    }
+
+    fn max_rows(table: &Table) -> usize {
+        table.max_rows()
+    }
+
+    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
+        table.write_sql(statement, rows)
+    }
+
+    const WRITE_RETURNS: bool = true;
+
+    fn fresh_sql(table: &Table, rows: usize) -> String {
+        table.fresh_sql(rows)
+    }
+
+    fn select_stored_sql(table: &Table, rows: usize) -> String {
+        table.select_stored_sql(rows)
+    }
+
+    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
+        Some(table.look_up_sql(rows))
+    }
+
+    fn pinned_sql(table: &Table) -> String {
+        table.pinned_sql()
+    }
+
+    // SQLite's text of a float has 15 significant digits, which may not give it back.
+    const PINS_FLOATS: bool = true;
+
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        table.read_of(alias, name)
+    }
+
+    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
+        format!(
+            "UPDATE {table} SET {tomb} = ?2, {marker} = ?3 WHERE {id} = ?1 AND {tomb} IS NULL",
+            table = table.name(),
+            tomb = quote(tombstone.stored_name()),
+            marker = quote(WRITE_MARKER_FIELD),
+            id = quote(ID_FIELD),
+        )
+    }
+
+    fn deleted_sql(table: &Table, tombstone: &Field) -> String {
+        format!(
+            "SELECT {} IS NOT NULL FROM {} WHERE {} = ?1",
+            quote(tombstone.stored_name()),
+            table.name(),
+            quote(ID_FIELD)
+        )
+    }
+
+    async fn apply_once(
+        wire: &WireOf<'_, Self>,
+        table: &Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::apply_once(wire, table, id, op, changes, window, document).await
+    }
+
+    async fn push(
+        wire: &WireOf<'_, Self>,
+        table: &Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::push(wire, table, id, list, item, item_key, document).await
+    }
+}
+
+crate::sql::wire::sqlx_database!(sqlx::Sqlite);
+
+impl Cells for SqliteRow {
+    fn len(&self) -> usize {
+        sqlx::Row::len(self)
+    }
+
+    /// A `REAL` as the shortest text that reads back as the very float (SQLite's own text of it
+    /// has 15 significant digits), an `INTEGER` as its digits, anything else as SQLite gives it.
+    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
+        let raw = self.try_get_raw(at)?;
+        if raw.is_null() {
+            return Ok(None);
+        }
+        match raw.type_info().name() {
+            "REAL" => self
+                .try_get::<f64, _>(at)
+                .map(|float| Some(format!("{float:?}"))),
+            "INTEGER" => self
+                .try_get::<i64, _>(at)
+                .map(|integer| Some(integer.to_string())),
+            _ => self.try_get(at),
+        }
+    }
+
+    fn boolean(&self, at: usize) -> Result<Option<bool>, sqlx::Error> {
+        self.try_get(at)
+    }
+
+    fn integer(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(at)
+    }
+}
