@@ -14,10 +14,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
 use crate::sql::layout::Layout;
-use crate::sql::wire::{SqlxDatabase, SqlxWire};
-
-/// The wire of dialect `D`'s connection, lent for one call.
-pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlDialect>::Db>;
+use crate::sql::wire::{SqlxDatabase, SqlxWire, Wire};
 
 /// Which write a statement makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,17 +51,11 @@ pub trait Dialect: private::Sealed + Send + Sync + Sized + 'static {
 
 /// The dialect's side of a store, beside what [`Dialect`] shows.
 pub(crate) trait SqlDialect: Dialect {
-    /// The database of its sqlx driver.
-    type Db: SqlxDatabase<Connection = Self::Connection>;
     /// A type's table and the statements built for it.
     type Table: Deref<Target = Layout> + Debug + Send + Sync + 'static;
 
     /// A quoted identifier.
     fn quote(name: &str) -> String;
-    /// `connection` as a wire.
-    fn wire(connection: &mut Self::Connection) -> WireOf<'_, Self> {
-        SqlxWire::new(connection)
-    }
 
     /// `model`'s table, with `stored`'s columns.
     fn table(model: &'static Model, stored: &[Column]) -> Self::Table;
@@ -73,8 +64,8 @@ pub(crate) trait SqlDialect: Dialect {
     /// A query of one parameter, the table's name, that returns a row if the table exists.
     const TABLE_EXISTS: &'static str;
     /// Refuses a table idem cannot write, naming the first thing it lacks.
-    fn check_table(
-        wire: &WireOf<'_, Self>,
+    fn check_table<W: Wire>(
+        wire: &W,
         table: &Self::Table,
         document: &DocumentRef,
     ) -> impl Future<Output = Result<(), Error>> + Send;
@@ -85,8 +76,8 @@ pub(crate) trait SqlDialect: Dialect {
     /// the natural key's, or another, named as the error names it.
     fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
     /// The name of the unique index of `table` on exactly `columns` (comma-separated), if any.
-    fn index_on(
-        wire: &WireOf<'_, Self>,
+    fn index_on<W: Wire>(
+        wire: &W,
         table: &Self::Table,
         columns: &str,
     ) -> impl Future<Output = Option<String>> + Send;
@@ -127,8 +118,8 @@ pub(crate) trait SqlDialect: Dialect {
     /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
     /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
     #[allow(clippy::too_many_arguments)]
-    fn apply_once(
-        wire: &WireOf<'_, Self>,
+    fn apply_once<W: Wire>(
+        wire: &W,
         table: &Self::Table,
         id: Id,
         op: &OpId,
@@ -140,8 +131,8 @@ pub(crate) trait SqlDialect: Dialect {
     /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
     /// `id` unless an item with the key `item_key` (JSON text) is in it.
     #[allow(clippy::too_many_arguments)]
-    fn push(
-        wire: &WireOf<'_, Self>,
+    fn push<W: Wire>(
+        wire: &W,
         table: &Self::Table,
         id: Id,
         list: &'static Field,
@@ -154,3 +145,13 @@ pub(crate) trait SqlDialect: Dialect {
 pub(crate) mod private {
     pub trait Sealed {}
 }
+
+/// A dialect whose driver is sqlx's: its connection is lent to a store's call as a
+/// [`SqlxWire`].
+pub(crate) trait SqlxDialect: SqlDialect {
+    /// The database of its sqlx driver.
+    type Db: SqlxDatabase<Connection = Self::Connection>;
+}
+
+/// The wire of sqlx dialect `D`'s connection, lent for one call.
+pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlxDialect>::Db>;

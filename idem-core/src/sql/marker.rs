@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::dialect::{SqlDialect, Statement, WireOf};
+use super::dialect::{SqlDialect, Statement};
 use super::store::{in_transaction, Store};
 use super::wire::{Cells, Param, Wire};
 use crate::column::ColumnShape;
@@ -17,9 +17,9 @@ use crate::sql::layout::{Content, Layout};
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one wire.
-pub(crate) struct MarkerDriver<'a, 'w, D: SqlDialect> {
+pub(crate) struct MarkerDriver<'a, D: SqlDialect, W> {
     pub store: &'a Store<D>,
-    pub wire: &'a WireOf<'w, D>,
+    pub wire: &'a W,
     pub table: &'a D::Table,
 }
 
@@ -82,7 +82,7 @@ fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow,
 /// The stored state of the rows under `docs`' ids or holding their natural keys, each with its
 /// write marker where the dialect's write does not return the rows it wrote.
 async fn select_stored<D: SqlDialect>(
-    wire: &WireOf<'_, D>,
+    wire: &impl Wire,
     table: &D::Table,
     docs: &[&LightRow],
 ) -> Result<Vec<(Option<String>, StoredRow)>, sqlx::Error> {
@@ -110,7 +110,7 @@ async fn select_stored<D: SqlDialect>(
         .collect()
 }
 
-impl<D: SqlDialect> MarkerDriver<'_, '_, D> {
+impl<D: SqlDialect, W: Wire> MarkerDriver<'_, D, W> {
     /// The reply of a write of one row that failed with `error`: a unique index it met (named
     /// as the schema names it), or a value of the row the database refuses; any other error
     /// concerns the call.
@@ -242,7 +242,7 @@ fn by_marker(
     (written, left)
 }
 
-impl<D: SqlDialect> Driver for MarkerDriver<'_, '_, D> {
+impl<D: SqlDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
     type Doc = PreparedRow;
     type Light = LightRow;
     type Stored = StoredRow;
@@ -314,7 +314,7 @@ impl<D: SqlDialect> Driver for MarkerDriver<'_, '_, D> {
     crate::sql::reads_rows_as_sql!();
 }
 
-impl<D: SqlDialect> BatchDriver for MarkerDriver<'_, '_, D> {
+impl<D: SqlDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk.min(D::max_rows(self.table))
     }

@@ -3,7 +3,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::dialect::{SqlDialect, WireOf};
+use super::dialect::SqlDialect;
 use super::wire::{Cells, Param, Wire};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
@@ -75,7 +75,7 @@ pub(crate) fn row_from_texts<T: DeserializeOwned>(
 /// Reads the row of `table` (aliased `t`) meeting `condition` (over `?` parameters `values`)
 /// as `T`.
 pub(crate) async fn read_one<D: SqlDialect, T: DeserializeOwned>(
-    wire: &WireOf<'_, D>,
+    wire: &impl Wire,
     table: &D::Table,
     condition: &str,
     values: &[Param<'_>],

@@ -4,7 +4,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::dialect::{SqlDialect, WireOf};
+use super::dialect::{SqlxDialect, WireOf};
 use super::store::Store;
 use crate::batch::BatchReport;
 use crate::change::Change;
@@ -20,7 +20,7 @@ use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 /// store's `on`. A connection serves one statement at a time, so the session's calls take turns
 /// on it.
 #[allow(private_bounds)]
-pub struct Session<'a, D: SqlDialect> {
+pub struct Session<'a, D: SqlxDialect> {
     store: &'a Store<D>,
     wire: WireOf<'a, D>,
     /// Held through each call: a call's statements (its transaction of its own among them) are
@@ -29,7 +29,7 @@ pub struct Session<'a, D: SqlDialect> {
 }
 
 #[allow(private_bounds)]
-impl<D: SqlDialect> std::fmt::Debug for Session<'_, D> {
+impl<D: SqlxDialect> std::fmt::Debug for Session<'_, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("store", self.store)
@@ -38,12 +38,12 @@ impl<D: SqlDialect> std::fmt::Debug for Session<'_, D> {
 }
 
 #[allow(private_bounds)]
-impl<'a, D: SqlDialect> Session<'a, D> {
+impl<'a, D: SqlxDialect> Session<'a, D> {
     /// `store` writing through `connection`.
     pub(crate) fn new(store: &'a Store<D>, connection: &'a mut D::Connection) -> Self {
         Session {
             store,
-            wire: D::wire(connection),
+            wire: crate::sql::wire::SqlxWire::new(connection),
             turn: tokio::sync::Mutex::new(()),
         }
     }
@@ -171,4 +171,4 @@ impl<'a, D: SqlDialect> Session<'a, D> {
     }
 }
 
-crate::backend::backend_by_inherent_methods!([D: SqlDialect] Session<'_, D>);
+crate::backend::backend_by_inherent_methods!([D: SqlxDialect] Session<'_, D>);

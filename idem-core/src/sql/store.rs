@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::dialect::{Dialect, SqlDialect, WireOf};
+use super::dialect::{Dialect, SqlDialect};
 use super::marker::MarkerDriver;
 use super::wire::{Cells, Param, Wire};
 use crate::batch::BatchReport;
@@ -141,7 +141,7 @@ impl<D: SqlDialect> Store<D> {
     /// Creates `T`'s table if it does not exist, then checks it as before a first write.
     pub(crate) async fn ensure_table_on<T: Idempotent>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
     ) -> Result<(), Error> {
         let document = DocumentRef::collection(&T::MODEL);
         let collection = T::MODEL.collection();
@@ -165,7 +165,7 @@ impl<D: SqlDialect> Store<D> {
     }
 
     /// [`Store::upsert`](crate::sqlite::Store::upsert), through `wire`.
-    pub(crate) async fn upsert_on<T>(&self, wire: &WireOf<'_, D>, doc: &T) -> Result<Outcome, Error>
+    pub(crate) async fn upsert_on<T>(&self, wire: &impl Wire, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
     {
@@ -188,7 +188,7 @@ impl<D: SqlDialect> Store<D> {
     /// A batch upsert, through `wire`.
     pub(crate) async fn upsert_many_on<T>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         docs: &[T],
     ) -> Result<BatchReport, Error>
     where
@@ -215,11 +215,7 @@ impl<D: SqlDialect> Store<D> {
     }
 
     /// A deletion by the document, through `wire`.
-    pub(crate) async fn delete_on<T>(
-        &self,
-        wire: &WireOf<'_, D>,
-        doc: &T,
-    ) -> Result<Deletion, Error>
+    pub(crate) async fn delete_on<T>(&self, wire: &impl Wire, doc: &T) -> Result<Deletion, Error>
     where
         T: Idempotent + Serialize + Sync,
     {
@@ -252,7 +248,7 @@ impl<D: SqlDialect> Store<D> {
     /// A deletion by id, through `wire`.
     pub(crate) async fn delete_by_id_on<T, M>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         id: Id,
         marker: &M,
     ) -> Result<Deletion, Error>
@@ -330,7 +326,7 @@ impl<D: SqlDialect> Store<D> {
     /// The members of a derived set not stored, inserted, through `wire`.
     pub(crate) async fn insert_new_on<T>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         members: &[T],
     ) -> Result<InsertReport<T>, Error>
     where
@@ -346,11 +342,7 @@ impl<D: SqlDialect> Store<D> {
     }
 
     /// An event recorded once under its key, through `wire`.
-    pub(crate) async fn record_on<T>(
-        &self,
-        wire: &WireOf<'_, D>,
-        event: &T,
-    ) -> Result<Recorded, Error>
+    pub(crate) async fn record_on<T>(&self, wire: &impl Wire, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
     {
@@ -372,7 +364,7 @@ impl<D: SqlDialect> Store<D> {
     /// An operation applied once, through `wire`.
     pub(crate) async fn apply_once_on<T: Idempotent>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         id: Id,
         op: &OpId,
         changes: &[Change],
@@ -402,7 +394,7 @@ impl<D: SqlDialect> Store<D> {
     /// An item pushed once, through `wire`.
     pub(crate) async fn push_on<T, I>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         id: Id,
         field: &'static str,
         item: &I,
@@ -433,7 +425,7 @@ impl<D: SqlDialect> Store<D> {
     }
 
     /// The row under `id`, as `T`, through `wire`.
-    pub(crate) async fn get_on<T>(&self, wire: &WireOf<'_, D>, id: Id) -> Result<Option<T>, Error>
+    pub(crate) async fn get_on<T>(&self, wire: &impl Wire, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
     {
@@ -452,7 +444,7 @@ impl<D: SqlDialect> Store<D> {
     /// The row holding the natural key `key`, as `T`, through `wire`.
     pub(crate) async fn find_on<T>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         key: &NaturalKey,
     ) -> Result<Option<T>, Error>
     where
@@ -493,11 +485,7 @@ impl<D: SqlDialect> Store<D> {
     }
 
     /// The engine's driver writing to `table` through `wire`.
-    fn driver<'a, 'w>(
-        &'a self,
-        wire: &'a WireOf<'w, D>,
-        table: &'a D::Table,
-    ) -> MarkerDriver<'a, 'w, D> {
+    fn driver<'a, W: Wire>(&'a self, wire: &'a W, table: &'a D::Table) -> MarkerDriver<'a, D, W> {
         MarkerDriver {
             store: self,
             wire,
@@ -508,7 +496,7 @@ impl<D: SqlDialect> Store<D> {
     /// The table of `T`, checked against the model before its first write.
     pub(crate) async fn table<T: Idempotent>(
         &self,
-        wire: &WireOf<'_, D>,
+        wire: &impl Wire,
         document: &DocumentRef,
     ) -> Result<Arc<D::Table>, Error> {
         let model = &T::MODEL;
@@ -546,7 +534,7 @@ impl<D: SqlDialect> Store<D> {
 /// caller's), committed if it succeeds and rolled back if it fails, so that a failed statement
 /// leaves neither a half-written change nor an open transaction.
 pub(crate) async fn in_transaction<D: SqlDialect, R>(
-    wire: &WireOf<'_, D>,
+    wire: &impl Wire,
     document: &DocumentRef,
     work: impl std::future::Future<Output = Result<R, sqlx::Error>>,
 ) -> Result<R, Error> {
@@ -558,7 +546,7 @@ pub(crate) async fn in_transaction<D: SqlDialect, R>(
 
 /// [`in_transaction`] for work whose errors are idem's already: any of them rolls it back.
 pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
-    wire: &WireOf<'_, D>,
+    wire: &impl Wire,
     document: &DocumentRef,
     work: impl std::future::Future<Output = Result<R, Error>>,
 ) -> Result<R, Error> {
@@ -572,7 +560,7 @@ pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
 /// Commits what [`Wire::begin`] opened after `outcome`, or rolls it back on an error. A commit
 /// that fails (a busy lock) is rolled back too, so that no write of it is left open.
 pub(crate) async fn settle_transaction<D: SqlDialect, R>(
-    wire: &WireOf<'_, D>,
+    wire: &impl Wire,
     outcome: Result<R, Error>,
     document: &DocumentRef,
 ) -> Result<R, Error> {

@@ -270,7 +270,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         params: &[Param<'_>],
     ) -> WireFuture<'a, Vec<DB::Cells>> {
         let query = DB::prepare(sql, params);
-        Box::pin(async move { DB::fetch_all(&mut *self.connection.lock().await, query?).await })
+        Box::pin(async move { DB::fetch_all(*self.connection.lock().await, query?).await })
     }
 
     fn fetch_optional<'a>(
@@ -279,25 +279,23 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         params: &[Param<'_>],
     ) -> WireFuture<'a, Option<DB::Cells>> {
         let query = DB::prepare(sql, params);
-        Box::pin(
-            async move { DB::fetch_optional(&mut *self.connection.lock().await, query?).await },
-        )
+        Box::pin(async move { DB::fetch_optional(*self.connection.lock().await, query?).await })
     }
 
     fn execute<'a>(&'a self, sql: &'a str, params: &[Param<'_>]) -> WireFuture<'a, u64> {
         let query = DB::prepare(sql, params);
-        Box::pin(async move { DB::execute(&mut *self.connection.lock().await, query?).await })
+        Box::pin(async move { DB::execute(*self.connection.lock().await, query?).await })
     }
 
     fn begin(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::begin(&mut *self.connection.lock().await).await })
+        Box::pin(async move { DB::begin(*self.connection.lock().await).await })
     }
 
     fn commit(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::commit(&mut *self.connection.lock().await).await })
+        Box::pin(async move { DB::commit(*self.connection.lock().await).await })
     }
 
     fn rollback(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::rollback(&mut *self.connection.lock().await).await })
+        Box::pin(async move { DB::rollback(*self.connection.lock().await).await })
     }
 }

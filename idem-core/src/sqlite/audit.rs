@@ -31,7 +31,7 @@ use crate::sql::layout::Content;
 use crate::sql::layout::Layout;
 use crate::sql::row::value_from_text;
 use crate::sql::store::in_transaction_with;
-use crate::sql::wire::{statement, Cells as _, SqlxWire};
+use crate::sql::wire::{statement, Cells as _};
 use crate::trace::{Call, CallKind};
 
 /// How many rows one page of the adoption reads (and moves under one savepoint).
@@ -170,8 +170,13 @@ impl Store {
             }
             let (table, mut unknown) = stored_table(connection, model, field_order).await?;
             let refuse = |problem: String| Error::schema_mismatch(model, problem);
-            let problems =
-                super::schema::table_problems(connection, &table, &collection, false).await?;
+            let problems = super::schema::table_problems(
+                &super::wire(&mut *connection),
+                &table,
+                &collection,
+                false,
+            )
+            .await?;
             if let Some(problem) = problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
@@ -234,7 +239,7 @@ async fn move_rows(
                 report.stopped = true;
                 return Ok(report);
             }
-            let wire = SqlxWire::new(&mut *connection);
+            let wire = super::wire(&mut *connection);
             let page = in_transaction_with::<Sqlite, _>(&wire, &collection, async {
                 let mut connection = wire.lock().await;
                 move_page(
@@ -313,8 +318,13 @@ async fn scan(
     let document = DocumentRef::collection(model);
     let mut report = AuditReport::new(model.collection(), reading.is_typed());
     // A model given at run time does not know the stored fields' types.
-    report.table_problems =
-        super::schema::table_problems(connection, table, &document, reading.is_typed()).await?;
+    report.table_problems = super::schema::table_problems(
+        &super::wire(&mut *connection),
+        table,
+        &document,
+        reading.is_typed(),
+    )
+    .await?;
     let present = present_columns(connection, table, &document).await?;
     if present.is_empty() {
         return Ok(report);

@@ -12,8 +12,8 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, Statement, WireOf};
-use crate::sql::wire::Cells;
+use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
+use crate::sql::wire::{Cells, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
 #[derive(Clone, Copy, Debug)]
@@ -26,8 +26,11 @@ impl Dialect for Sqlite {
     type Connection = SqliteConnection;
 }
 
-impl SqlDialect for Sqlite {
+impl SqlxDialect for Sqlite {
     type Db = sqlx::Sqlite;
+}
+
+impl SqlDialect for Sqlite {
     type Table = Table;
 
     fn quote(name: &str) -> String {
@@ -44,13 +47,12 @@ impl SqlDialect for Sqlite {
 
     const TABLE_EXISTS: &'static str = "SELECT 1 FROM pragma_table_info(?1) LIMIT 1";
 
-    async fn check_table(
-        wire: &WireOf<'_, Self>,
+    async fn check_table<W: Wire>(
+        wire: &W,
         table: &Table,
         document: &DocumentRef,
     ) -> Result<(), Error> {
-        let mut connection = wire.lock().await;
-        super::schema::check_table(&mut connection, table, document).await
+        super::schema::check_table(wire, table, document).await
     }
 
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
@@ -61,9 +63,8 @@ impl SqlDialect for Sqlite {
         super::errors::unique_conflict(error, table)
     }
 
-    async fn index_on(wire: &WireOf<'_, Self>, table: &Table, columns: &str) -> Option<String> {
-        let mut connection = wire.lock().await;
-        super::schema::index_on(&mut connection, table, columns).await
+    async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
+        super::schema::index_on(wire, table, columns).await
     }
 
     fn max_rows(table: &Table) -> usize {
@@ -118,8 +119,8 @@ impl SqlDialect for Sqlite {
         )
     }
 
-    async fn apply_once(
-        wire: &WireOf<'_, Self>,
+    async fn apply_once<W: Wire>(
+        wire: &W,
         table: &Table,
         id: Id,
         op: &OpId,
@@ -130,8 +131,8 @@ impl SqlDialect for Sqlite {
         super::effects::apply_once(wire, table, id, op, changes, window, document).await
     }
 
-    async fn push(
-        wire: &WireOf<'_, Self>,
+    async fn push<W: Wire>(
+        wire: &W,
         table: &Table,
         id: Id,
         list: &'static Field,

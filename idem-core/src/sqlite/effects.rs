@@ -3,8 +3,6 @@
 //! by the absence of the op id or of the item's key, and, when it updates nothing, a read of
 //! whether the row exists, in one savepoint.
 
-use sqlx::Row as _;
-
 use super::table::{literal, quote, sql_type, Table};
 use crate::change::{self, Change};
 use crate::column::ColumnShape;
@@ -15,12 +13,12 @@ use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::push::stored_not_a_list;
 use crate::sql::dialect::EffectAnswer;
 use crate::sql::store::in_transaction_with;
-use crate::sql::wire::{Param, SqlxWire, Wire};
+use crate::sql::wire::{Cells, Param, Wire};
 
 /// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]): one guarded
 /// `UPDATE … RETURNING`, and where it updates nothing, the read of why.
 pub(super) async fn apply_once(
-    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    wire: &impl Wire,
     table: &Table,
     id: Id,
     op: &OpId,
@@ -127,7 +125,7 @@ pub(super) async fn apply_once(
 /// One attempt of `push` ([`crate::sql::dialect::SqlDialect::push`]): one guarded `UPDATE`, and
 /// where it updates nothing, the read of why.
 pub(super) async fn push(
-    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    wire: &impl Wire,
     table: &Table,
     id: Id,
     list: &'static Field,
@@ -292,7 +290,7 @@ fn integer_overflow(change: &Change, stored: &str) -> Option<String> {
 /// names a field whose integer addition would have left `i64`'s range
 /// ([`AddOutOfRange`](crate::ErrorKind::AddOutOfRange), the write undone).
 async fn update_once(
-    wire: &SqlxWire<'_, sqlx::Sqlite>,
+    wire: &impl Wire,
     sql: &str,
     params: &[Param<'_>],
     table: &Table,
@@ -305,7 +303,7 @@ async fn update_once(
         crate::trace::round_trip("UPDATE");
         if let Some(row) = wire.fetch_optional(sql, params).await.map_err(error)? {
             // Out of range: refused naming the field, and undone with the transaction.
-            let field: Option<String> = row.try_get(0).map_err(error)?;
+            let field = row.text(0).map_err(error)?;
             if let Some(field) = field {
                 return Err(change::add_out_of_range(document, &field));
             }
@@ -330,7 +328,7 @@ async fn update_once(
         let found = wire.fetch_optional(&look, &read).await.map_err(error)?;
         let exists = found.is_some();
         let explained = match found {
-            Some(row) => row.try_get::<Option<String>, _>(0).map_err(error)?,
+            Some(row) => row.text(0).map_err(error)?,
             None => None,
         };
         Ok((

@@ -62,7 +62,6 @@ use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
 use crate::model::OpId;
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
-use crate::sql::dialect::SqlDialect as _;
 use crate::sql::wire::SqlxWire;
 
 pub use crate::sql::judge::AdoptOptions;
@@ -111,7 +110,7 @@ impl Store {
         &self,
         connection: &mut SqliteConnection,
     ) -> Result<(), Error> {
-        self.ensure_table_on::<T>(&Sqlite::wire(connection)).await
+        self.ensure_table_on::<T>(&wire(connection)).await
     }
 
     /// Writes `doc` under its derived id, converging under retries, replays and races, with the
@@ -124,7 +123,7 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.upsert_on(&Sqlite::wire(connection), doc).await
+        self.upsert_on(&wire(connection), doc).await
     }
 
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
@@ -139,7 +138,7 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.upsert_many_on(&Sqlite::wire(connection), docs).await
+        self.upsert_many_on(&wire(connection), docs).await
     }
 
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`); stores it
@@ -152,7 +151,7 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.delete_on(&Sqlite::wire(connection), doc).await
+        self.delete_on(&wire(connection), doc).await
     }
 
     /// Marks the row stored under `id` deleted with `marker`. `Deleted`, or `AlreadyDeleted`;
@@ -167,7 +166,7 @@ impl Store {
         T: Idempotent,
         M: Serialize + Sync,
     {
-        self.delete_by_id_on::<T, M>(&Sqlite::wire(connection), id, marker)
+        self.delete_by_id_on::<T, M>(&wire(connection), id, marker)
             .await
     }
 
@@ -180,7 +179,7 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        self.insert_new_on(&Sqlite::wire(connection), members).await
+        self.insert_new_on(&wire(connection), members).await
     }
 
     /// Records an event (a type with an `#[idem(idempotency_key)]`) once under its key.
@@ -192,7 +191,7 @@ impl Store {
     where
         T: Idempotent + Serialize + Sync,
     {
-        self.record_on(&Sqlite::wire(connection), event).await
+        self.record_on(&wire(connection), event).await
     }
 
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
@@ -213,7 +212,7 @@ impl Store {
     where
         T: Idempotent,
     {
-        self.apply_once_on::<T>(&Sqlite::wire(connection), id, op, changes)
+        self.apply_once_on::<T>(&wire(connection), id, op, changes)
             .await
     }
 
@@ -230,7 +229,7 @@ impl Store {
         T: Idempotent,
         I: Serialize + Sync,
     {
-        self.push_on::<T, I>(&Sqlite::wire(connection), id, field, item)
+        self.push_on::<T, I>(&wire(connection), id, field, item)
             .await
     }
 
@@ -245,7 +244,7 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        self.get_on::<T>(&Sqlite::wire(connection), id).await
+        self.get_on::<T>(&wire(connection), id).await
     }
 
     /// The row stored under the natural key `key`, as `T`; `None` if none is.
@@ -257,7 +256,7 @@ impl Store {
     where
         T: Idempotent + DeserializeOwned,
     {
-        self.find_on::<T>(&Sqlite::wire(connection), key).await
+        self.find_on::<T>(&wire(connection), key).await
     }
 
     /// The table of `T` checked through `connection` ([`crate::sql::store::Store::table`]).
@@ -266,6 +265,11 @@ impl Store {
         connection: &mut SqliteConnection,
         document: &crate::document::DocumentRef,
     ) -> Result<std::sync::Arc<Table>, Error> {
-        self.table::<T>(&SqlxWire::new(connection), document).await
+        self.table::<T>(&wire(connection), document).await
     }
+}
+
+/// `connection` as the wire a store's call sends through.
+fn wire(connection: &mut SqliteConnection) -> SqlxWire<'_, sqlx::Sqlite> {
+    SqlxWire::new(connection)
 }

@@ -5,8 +5,6 @@
 //! each column declares, [`super::collation`]). Every problem comes with its fix, all of them at
 //! once: applying the fixes listed makes the table pass.
 
-use sqlx::{Row, SqliteConnection};
-
 use super::collation::{declared_collations, is_bytewise};
 use super::errors::sqlite_error;
 use super::table::{quote, Table};
@@ -14,6 +12,7 @@ use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::model::ID_FIELD;
 use crate::sql::layout::Content;
+use crate::sql::wire::{Cells, Param, Wire};
 
 /// One unique index of a table, as the check reads it.
 struct UniqueIndex {
@@ -38,7 +37,7 @@ impl UniqueIndex {
 /// nothing. Without `stored_types` the declared types of the stored fields' columns are not
 /// checked (a model given at run time does not know them); those of idem's columns are.
 pub(super) async fn table_problems(
-    connection: &mut SqliteConnection,
+    wire: &impl Wire,
     table: &Table,
     document: &DocumentRef,
     stored_types: bool,
@@ -52,11 +51,11 @@ pub(super) async fn table_problems(
                COLLATE NOCASE UNION ALL SELECT sql, 1 FROM sqlite_master WHERE type = 'table' \
                AND name = ?1 COLLATE NOCASE) ORDER BY o LIMIT 1) END \
                FROM pragma_table_info(?1) ORDER BY cid";
-    let columns = sqlx::query(sql)
-        .bind(name)
-        .fetch_all(&mut *connection)
+    let error = |source| sqlite_error(document, source);
+    let columns = wire
+        .fetch_all(sql, &[Param::Text(Some(name))])
         .await
-        .map_err(|source| sqlite_error(document, source))?;
+        .map_err(error)?;
     if columns.is_empty() {
         return Ok(vec![format!(
             "it does not exist; create it with Store::ensure_table::<T>() or from \
@@ -64,11 +63,15 @@ pub(super) async fn table_problems(
             table.create_sql()
         )]);
     }
-    let present: Vec<(String, String, i64)> = columns
-        .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2)))
-        .collect();
-    let create_table: Option<String> = columns[0].get(3);
+    let mut present: Vec<(String, String, i64)> = Vec::with_capacity(columns.len());
+    for row in &columns {
+        present.push((
+            row.text(0).map_err(error)?.unwrap_or_default(),
+            row.text(1).map_err(error)?.unwrap_or_default(),
+            row.integer(2).map_err(error)?.unwrap_or(0),
+        ));
+    }
+    let create_table = columns[0].text(3).map_err(error)?;
     let mut problems = Vec::new();
     for (column, expected) in table.expected_columns() {
         let typed = stored_types
@@ -120,7 +123,7 @@ pub(super) async fn table_problems(
         // The table made anew has both unique constraints.
         return Ok(problems);
     }
-    let indexes = unique_indexes(connection, name, document).await?;
+    let indexes = unique_indexes(wire, name, document).await?;
     for index in &indexes {
         if !(index.is_on(&[ID_FIELD]) || index.is_on(&natural_key)) {
             continue;
@@ -178,28 +181,29 @@ pub(super) async fn table_problems(
 
 /// The unique indexes of the table `name`, with their key columns and collations.
 async fn unique_indexes(
-    connection: &mut SqliteConnection,
+    wire: &impl Wire,
     name: &str,
     document: &DocumentRef,
 ) -> Result<Vec<UniqueIndex>, Error> {
     crate::trace::round_trip("SELECT");
-    let rows = sqlx::query(
-        "SELECT l.name, l.origin, l.partial, i.name, i.coll FROM pragma_index_list(?1) l \
-         JOIN pragma_index_xinfo(l.name) i WHERE l.\"unique\" AND i.key \
-         ORDER BY l.seq, i.seqno",
-    )
-    .bind(name)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(|source| sqlite_error(document, source))?;
+    let error = |source| sqlite_error(document, source);
+    let rows = wire
+        .fetch_all(
+            "SELECT l.name, l.origin, l.partial, i.name, i.coll FROM pragma_index_list(?1) l \
+             JOIN pragma_index_xinfo(l.name) i WHERE l.\"unique\" AND i.key \
+             ORDER BY l.seq, i.seqno",
+            &[Param::Text(Some(name))],
+        )
+        .await
+        .map_err(error)?;
     let mut indexes: Vec<UniqueIndex> = Vec::new();
     for row in &rows {
-        let index: String = row.get(0);
+        let index = row.text(0).map_err(error)?.unwrap_or_default();
         if indexes.last().is_none_or(|last| last.name != index) {
             indexes.push(UniqueIndex {
                 name: index,
-                created: row.get::<String, _>(1) == "c",
-                partial: row.get::<i64, _>(2) != 0,
+                created: row.text(1).map_err(error)?.as_deref() == Some("c"),
+                partial: row.integer(2).map_err(error)?.unwrap_or(0) != 0,
                 columns: Some(Vec::new()),
                 not_bytewise: Vec::new(),
             });
@@ -208,8 +212,8 @@ async fn unique_indexes(
             continue;
         };
         // An expression has no name.
-        let column: Option<String> = row.get(3);
-        let collation: Option<String> = row.get(4);
+        let column = row.text(3).map_err(error)?;
+        let collation = row.text(4).map_err(error)?;
         match (&mut last.columns, column) {
             (Some(columns), Some(column)) => {
                 if let Some(collation) = collation.filter(|collation| !is_bytewise(collation)) {
@@ -230,11 +234,11 @@ async fn unique_indexes(
 
 /// Refuses a table idem cannot write, naming the first thing it lacks.
 pub(super) async fn check_table(
-    connection: &mut SqliteConnection,
+    wire: &impl Wire,
     table: &Table,
     document: &DocumentRef,
 ) -> Result<(), Error> {
-    let problems = table_problems(connection, table, document, true).await?;
+    let problems = table_problems(wire, table, document, true).await?;
     match problems.into_iter().next() {
         None => Ok(()),
         Some(problem) => Err(Error::new(
@@ -249,22 +253,18 @@ pub(super) async fn check_table(
 
 /// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
 /// comma-separated), if there is one.
-pub(super) async fn index_on(
-    connection: &mut SqliteConnection,
-    table: &Table,
-    columns: &str,
-) -> Option<String> {
+pub(super) async fn index_on(wire: &impl Wire, table: &Table, columns: &str) -> Option<String> {
     let mut wanted: Vec<&str> = columns.split(", ").collect();
     wanted.sort_unstable();
     let sql = "SELECT l.name FROM pragma_index_list(?1) l WHERE l.\"unique\" AND \
                (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) \
                i ORDER BY i.name)) = ?2";
     crate::trace::round_trip("SELECT");
-    sqlx::query_scalar(sql)
-        .bind(table.model.collection())
-        .bind(wanted.join(","))
-        .fetch_optional(&mut *connection)
-        .await
-        .ok()
-        .flatten()
+    let wanted = wanted.join(",");
+    let params = [
+        Param::Text(Some(table.model.collection())),
+        Param::Text(Some(&wanted)),
+    ];
+    let row = wire.fetch_optional(sql, &params).await.ok().flatten()?;
+    row.text(0).ok().flatten()
 }
