@@ -20,6 +20,8 @@ pub(crate) mod scan;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod session;
 #[cfg(feature = "_sqlx_store")]
+pub(crate) mod sqlx_api;
+#[cfg(feature = "_sqlx_store")]
 pub(crate) mod store;
 pub(crate) mod texts;
 #[cfg(feature = "_sqlx_store")]

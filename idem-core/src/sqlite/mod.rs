@@ -49,20 +49,10 @@ mod errors;
 mod schema;
 mod table;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use sqlx::SqliteConnection;
 
-use crate::batch::BatchReport;
-use crate::change::Change;
-use crate::document::NaturalKey;
 use crate::error::Error;
-use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::insert::InsertReport;
-use crate::model::OpId;
-use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
-use crate::sql::wire::SqlxWire;
 
 pub use crate::sql::judge::AdoptOptions;
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
@@ -92,173 +82,9 @@ pub type Store = crate::sql::store::Store<Sqlite>;
 /// ```
 pub type Session<'a> = crate::sql::session::Session<'a, Sqlite>;
 
+crate::sql::sqlx_api::sqlx_store_methods!(Sqlite, SqliteConnection, sqlx::Sqlite);
+
 impl Store {
-    /// This store writing through `connection`: what the derive's generated methods take
-    /// (`post.upsert(&store.on(&mut connection))`), and the API every store shares
-    /// ([`Session`]).
-    pub fn on<'a>(&'a self, connection: &'a mut SqliteConnection) -> Session<'a> {
-        Session::new(self, connection)
-    }
-
-    /// The `CREATE TABLE` statement of `T`'s table, for a migration.
-    pub fn create_table_sql<T: Idempotent>() -> String {
-        Table::of::<T>().create_sql()
-    }
-
-    /// Creates `T`'s table if it does not exist, then checks it as before a first write.
-    pub async fn ensure_table<T: Idempotent>(
-        &self,
-        connection: &mut SqliteConnection,
-    ) -> Result<(), Error> {
-        self.ensure_table_on::<T>(&wire(connection)).await
-    }
-
-    /// Writes `doc` under its derived id, converging under retries, replays and races, with the
-    /// outcomes and refusals of every other store.
-    pub async fn upsert<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        doc: &T,
-    ) -> Result<Outcome, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        self.upsert_on(&wire(connection), doc).await
-    }
-
-    /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
-    /// in input order, would give it; one statement per chunk of rows. A chunk of 64 rows or
-    /// more is first read (while the last one was mostly stored as it came), so the rows stored
-    /// unchanged settle with no write statement and no write lock.
-    pub async fn upsert_many<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        docs: &[T],
-    ) -> Result<BatchReport, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        self.upsert_many_on(&wire(connection), docs).await
-    }
-
-    /// Marks `doc` deleted by storing its tombstone field (which must be `Some`); stores it
-    /// deleted if it is not stored. `Deleted`, or `AlreadyDeleted` (the first marker stays).
-    pub async fn delete<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        doc: &T,
-    ) -> Result<Deletion, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        self.delete_on(&wire(connection), doc).await
-    }
-
-    /// Marks the row stored under `id` deleted with `marker`. `Deleted`, or `AlreadyDeleted`;
-    /// [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) if no row has that id.
-    pub async fn delete_by_id<T, M>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-        marker: &M,
-    ) -> Result<Deletion, Error>
-    where
-        T: Idempotent,
-        M: Serialize + Sync,
-    {
-        self.delete_by_id_on::<T, M>(&wire(connection), id, marker)
-            .await
-    }
-
-    /// Inserts the members of a derived set that are not stored, reporting each member.
-    pub async fn insert_new<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        members: &[T],
-    ) -> Result<InsertReport<T>, Error>
-    where
-        T: Idempotent + Serialize + Sync + Clone,
-    {
-        self.insert_new_on(&wire(connection), members).await
-    }
-
-    /// Records an event (a type with an `#[idem(idempotency_key)]`) once under its key.
-    pub async fn record<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        event: &T,
-    ) -> Result<Recorded, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        self.record_on(&wire(connection), event).await
-    }
-
-    /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
-    /// recording `op` in the same statement. `Applied`, or `AlreadyApplied` (nothing written);
-    /// [`NotFound`](crate::ErrorKind::NotFound) if no row has that id. The changes may touch
-    /// only `#[idem(effect)]` columns ([`NotAnEffectField`](crate::ErrorKind::NotAnEffectField)
-    /// otherwise, before anything is sent). The latest [`with_op_window`](Store::with_op_window)
-    /// op ids are kept. An op id holding U+0000 is refused
-    /// ([`OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul)) before anything is sent, as on every
-    /// store.
-    pub async fn apply_once<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-        op: &OpId,
-        changes: &[Change],
-    ) -> Result<Applied, Error>
-    where
-        T: Idempotent,
-    {
-        self.apply_once_on::<T>(&wire(connection), id, op, changes)
-            .await
-    }
-
-    /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
-    /// the row stored under `id`, unless an item with the same key is there already.
-    pub async fn push<T, I>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> Result<Pushed, Error>
-    where
-        T: Idempotent,
-        I: Serialize + Sync,
-    {
-        self.push_on::<T, I>(&wire(connection), id, field, item)
-            .await
-    }
-
-    /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with its
-    /// tombstone set; one that does not read as `T` is
-    /// [`ErrorKind::Deserialize`](crate::ErrorKind::Deserialize).
-    pub async fn get<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        id: Id,
-    ) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + DeserializeOwned,
-    {
-        self.get_on::<T>(&wire(connection), id).await
-    }
-
-    /// The row stored under the natural key `key`, as `T`; `None` if none is.
-    pub async fn find<T>(
-        &self,
-        connection: &mut SqliteConnection,
-        key: &NaturalKey,
-    ) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + DeserializeOwned,
-    {
-        self.find_on::<T>(&wire(connection), key).await
-    }
-
     /// The table of `T` checked through `connection` ([`crate::sql::store::Store::table`]).
     async fn checked_table<T: Idempotent>(
         &self,
@@ -267,9 +93,4 @@ impl Store {
     ) -> Result<std::sync::Arc<Table>, Error> {
         self.table::<T>(&wire(connection), document).await
     }
-}
-
-/// `connection` as the wire a store's call sends through.
-fn wire(connection: &mut SqliteConnection) -> SqlxWire<'_, sqlx::Sqlite> {
-    SqlxWire::new(connection)
 }

@@ -1,0 +1,184 @@
+//! The public signatures of a store over a sqlx driver ([`sqlx_store_methods!`]): each takes
+//! the driver's connection (a transaction or a pooled connection dereferences to one) and calls
+//! the store's method, written once in [`super::store`], through it.
+
+/// The methods of `Store` (a [`super::store::Store`] of the module's `Dialect`) and of its
+/// `Session`, for `$dialect`, whose sqlx driver's connection is `$connection` and database `$db`.
+macro_rules! sqlx_store_methods {
+    ($dialect:ty, $connection:ty, $db:ty) => {
+        /// `connection` as the wire a store's call sends through.
+        fn wire(connection: &mut $connection) -> $crate::sql::wire::SqlxWire<'_, $db> {
+            $crate::sql::wire::SqlxWire::new(connection)
+        }
+
+        impl Store {
+            /// This store writing through `connection`: what the derive's generated methods take
+            /// (`post.upsert(&store.on(&mut connection))`), and the API every store shares
+            /// ([`Session`]).
+            pub fn on<'a>(&'a self, connection: &'a mut $connection) -> Session<'a> {
+                Session::new(self, connection)
+            }
+
+            /// The `CREATE TABLE` statement of `T`'s table, for a migration.
+            pub fn create_table_sql<T: $crate::Idempotent>() -> String {
+                use $crate::sql::dialect::SqlDialect as _;
+                <$dialect>::create_sql(&<$dialect>::table(&T::MODEL, &T::stored_columns()))
+            }
+
+            /// Creates `T`'s table if it does not exist, then checks it as before a first write.
+            pub async fn ensure_table<T: $crate::Idempotent>(
+                &self,
+                connection: &mut $connection,
+            ) -> Result<(), $crate::Error> {
+                self.ensure_table_on::<T>(&wire(connection)).await
+            }
+
+            /// Writes `doc` under its derived id, converging under retries, replays and races, with the
+            /// outcomes and refusals of every other store.
+            pub async fn upsert<T>(
+                &self,
+                connection: &mut $connection,
+                doc: &T,
+            ) -> Result<$crate::Outcome, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                self.upsert_on(&wire(connection), doc).await
+            }
+
+            /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
+            /// in input order, would give it; one statement per chunk of rows. A chunk of 64 rows or
+            /// more is first read (while the last one was mostly stored as it came), so the rows stored
+            /// unchanged settle with no write statement and no write lock.
+            pub async fn upsert_many<T>(
+                &self,
+                connection: &mut $connection,
+                docs: &[T],
+            ) -> Result<$crate::BatchReport, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                self.upsert_many_on(&wire(connection), docs).await
+            }
+
+            /// Marks `doc` deleted by storing its tombstone field (which must be `Some`); stores it
+            /// deleted if it is not stored. `Deleted`, or `AlreadyDeleted` (the first marker stays).
+            pub async fn delete<T>(
+                &self,
+                connection: &mut $connection,
+                doc: &T,
+            ) -> Result<$crate::Deletion, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                self.delete_on(&wire(connection), doc).await
+            }
+
+            /// Marks the row stored under `id` deleted with `marker`. `Deleted`, or `AlreadyDeleted`;
+            /// [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) if no row has that id.
+            pub async fn delete_by_id<T, M>(
+                &self,
+                connection: &mut $connection,
+                id: $crate::Id,
+                marker: &M,
+            ) -> Result<$crate::Deletion, $crate::Error>
+            where
+                T: $crate::Idempotent,
+                M: ::serde::Serialize + Sync,
+            {
+                self.delete_by_id_on::<T, M>(&wire(connection), id, marker)
+                    .await
+            }
+
+            /// Inserts the members of a derived set that are not stored, reporting each member.
+            pub async fn insert_new<T>(
+                &self,
+                connection: &mut $connection,
+                members: &[T],
+            ) -> Result<$crate::InsertReport<T>, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync + Clone,
+            {
+                self.insert_new_on(&wire(connection), members).await
+            }
+
+            /// Records an event (a type with an `#[idem(idempotency_key)]`) once under its key.
+            pub async fn record<T>(
+                &self,
+                connection: &mut $connection,
+                event: &T,
+            ) -> Result<$crate::Recorded, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + Sync,
+            {
+                self.record_on(&wire(connection), event).await
+            }
+
+            /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
+            /// recording `op` in the same statement. `Applied`, or `AlreadyApplied` (nothing written);
+            /// [`NotFound`](crate::ErrorKind::NotFound) if no row has that id. The changes may touch
+            /// only `#[idem(effect)]` columns ([`NotAnEffectField`](crate::ErrorKind::NotAnEffectField)
+            /// otherwise, before anything is sent). The latest [`with_op_window`](Store::with_op_window)
+            /// op ids are kept. An op id holding U+0000 is refused
+            /// ([`OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul)) before anything is sent, as on every
+            /// store.
+            pub async fn apply_once<T>(
+                &self,
+                connection: &mut $connection,
+                id: $crate::Id,
+                op: &$crate::OpId,
+                changes: &[$crate::Change],
+            ) -> Result<$crate::Applied, $crate::Error>
+            where
+                T: $crate::Idempotent,
+            {
+                self.apply_once_on::<T>(&wire(connection), id, op, changes)
+                    .await
+            }
+
+            /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
+            /// the row stored under `id`, unless an item with the same key is there already.
+            pub async fn push<T, I>(
+                &self,
+                connection: &mut $connection,
+                id: $crate::Id,
+                field: &'static str,
+                item: &I,
+            ) -> Result<$crate::Pushed, $crate::Error>
+            where
+                T: $crate::Idempotent,
+                I: ::serde::Serialize + Sync,
+            {
+                self.push_on::<T, I>(&wire(connection), id, field, item)
+                    .await
+            }
+
+            /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with its
+            /// tombstone set; one that does not read as `T` is
+            /// [`ErrorKind::Deserialize`](crate::ErrorKind::Deserialize).
+            pub async fn get<T>(
+                &self,
+                connection: &mut $connection,
+                id: $crate::Id,
+            ) -> Result<Option<T>, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::de::DeserializeOwned,
+            {
+                self.get_on::<T>(&wire(connection), id).await
+            }
+
+            /// The row stored under the natural key `key`, as `T`; `None` if none is.
+            pub async fn find<T>(
+                &self,
+                connection: &mut $connection,
+                key: &$crate::NaturalKey,
+            ) -> Result<Option<T>, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::de::DeserializeOwned,
+            {
+                self.find_on::<T>(&wire(connection), key).await
+            }
+        }
+    };
+}
+pub(crate) use sqlx_store_methods;
