@@ -7,6 +7,10 @@
 
 use std::fmt;
 
+// Only BSON, whose names are text alone, needs every key of a value turned to text.
+#[cfg(feature = "mongodb")]
+pub(crate) mod text_keys;
+
 use serde::ser::{self, Impossible, Serialize, Serializer};
 
 /// `key` as text: text as it is, a number in decimal, `true` or `false`, a unit variant's name,

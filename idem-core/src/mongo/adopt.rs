@@ -12,13 +12,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::audit::{
-    inspect, read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key,
-    Inspection, Reading, ADOPTION_FIELD,
+    judge, read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key,
+    Reading, ADOPTION_FIELD,
 };
 use super::batch::{write_commands, write_errors};
 use super::write::{field_digest, stored_id_text};
 use super::{find_by_id, index_in_message, is_duplicate_key, mongo_error, Store};
-use crate::audit::{AdoptReport, AuditProgress, SAMPLES_PER_KIND};
+use crate::audit::{kept_by_value, AdoptReport, AuditProgress, Ordered, SAMPLES_PER_KIND};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -70,15 +70,7 @@ impl DuplicateRule {
     }
 }
 
-/// A stored value as the duplicate rules order it: numbers by value, dates by instant, text by
-/// bytes; any other kind is not ordered.
-#[derive(PartialEq, PartialOrd)]
-enum Ordered<'a> {
-    Number(f64),
-    Date(i64),
-    Text(&'a str),
-}
-
+/// `value` as the duplicate rules order it ([`Ordered`]); `None` for a kind not ordered.
 fn ordered(value: Option<&Bson>) -> Option<Ordered<'_>> {
     match value? {
         Bson::Int32(n) => Some(Ordered::Number(f64::from(*n))),
@@ -90,33 +82,14 @@ fn ordered(value: Option<&Bson>) -> Option<Ordered<'_>> {
     }
 }
 
-/// The index of the one document of `group` whose `field` is the most `direction`; `None` if the
-/// values are missing, not ordered, of different kinds, or the extreme is held twice.
+/// The index of the document of `group` whose `field` is the most `direction`
+/// ([`kept_by_value`]'s rule).
 fn extreme(group: &[Document], field: &str, direction: std::cmp::Ordering) -> Option<usize> {
-    let values: Vec<Ordered<'_>> = group
+    let values: Vec<Option<Ordered<'_>>> = group
         .iter()
         .map(|document| ordered(document.get(field)))
-        .collect::<Option<_>>()?;
-    let kind = std::mem::discriminant(values.first()?);
-    if values
-        .iter()
-        .any(|value| std::mem::discriminant(value) != kind)
-    {
-        return None;
-    }
-    let mut best = 0;
-    let mut tied = false;
-    for at in 1..values.len() {
-        match values[at].partial_cmp(&values[best])? {
-            ordering if ordering == direction => {
-                best = at;
-                tied = false;
-            }
-            std::cmp::Ordering::Equal => tied = true,
-            _ => {}
-        }
-    }
-    (!tied).then_some(best)
+        .collect();
+    kept_by_value(&values, direction)
 }
 
 impl fmt::Debug for DuplicateRule {
@@ -788,21 +761,10 @@ impl Adoption<'_> {
     /// What moving `stored` takes: `Ok(None)` if it is under its derived id already, `Err` with
     /// the reason if it cannot be moved.
     fn prepare(&self, stored: &Document) -> Result<Option<Plan>, String> {
-        let inspection: Inspection = inspect(self.model, self.reading, stored);
-        if let Some(why) = inspection.undeserializable {
-            return Err(format!("does not deserialize into the type: {why}"));
-        }
-        let derived = match inspection.placement.misplaced() {
-            Some(derived) => derived,
-            None => match inspection.placement {
-                super::audit::Placement::Underivable(why) => return Err(why),
-                _ => return Ok(None),
-            },
+        let judged = judge(self.model, self.reading, stored);
+        let Some((derived, hash)) = judged.move_target()? else {
+            return Ok(None);
         };
-        let hash = inspection
-            .hash
-            .to_store()
-            .ok_or_else(|| "its content hash cannot be computed".to_owned())?;
         let from = stored.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
         let mut adopted = doc! { ID_FIELD: derived.to_string() };
         for (name, value) in stored {
@@ -825,7 +787,7 @@ impl Adoption<'_> {
         if self.model.digested_fields().next().is_some() {
             adopted.insert(FROZEN_DIGESTS_FIELD, digests);
         }
-        if let Some(key) = inspection.version_key {
+        if let Some(key) = judged.version_key {
             adopted.insert(VERSION_KEY_FIELD, key);
         }
         let key: Document = stored_natural_key(self.model, stored)

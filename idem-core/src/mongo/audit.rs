@@ -19,14 +19,15 @@ use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::compare::{bson_equal, show};
+use super::compare::bson_equal;
 use super::write::{field_digest, stored_digest, stored_id_text};
 use super::{mongo_error, natural_key_pattern, Store};
 use crate::audit::{
-    is_model_field, AuditProgress, AuditReport, DuplicateTracker, HashCheck, HashDiagnosis,
-    ScannedKey, ShownKey, ShownValue, UnknownField, UnknownReason,
+    hashed_fields, AuditPass, AuditProgress, AuditReport, DigestReading, FieldsSeen, HashDiagnosis,
+    Judged, ScannedKey, ShownKey, ShownValue, StoredDocument, TypedReading, UnknownField,
 };
 use crate::document::DocumentRef;
+use crate::engine::StoredDigest;
 use crate::error::{Error, ErrorKind};
 use crate::hash::{is_hashed_stored_field, ContentHash};
 use crate::id::Id;
@@ -38,14 +39,6 @@ use crate::trace::{Call, CallKind};
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
 /// natural key it set aside. See `adopt.rs`.
 pub(crate) use crate::model::ADOPTION_FIELD;
-
-/// What a typed audit (or adopt) learns by deserializing a stored document into the type.
-pub(crate) struct TypedReading {
-    id: Result<Id, Error>,
-    hash: Result<ContentHash, Error>,
-    /// The stored form of the version's order key, for a type with versions.
-    pub version_key: Option<String>,
-}
 
 /// Deserializes a stored document into `T`: the reading of a typed audit. `Err` says why it
 /// does not deserialize.
@@ -66,7 +59,8 @@ pub(crate) enum Reading<'a> {
 }
 
 /// [`ReadTyped`] for `T`. The fields idem writes itself are removed first, so a type with
-/// `#[serde(deny_unknown_fields)]` reads its own documents.
+/// `#[serde(deny_unknown_fields)]` reads its own documents. Its digests are read from the stored
+/// values, which a write of it stores as they are.
 pub(crate) fn read_typed<T>(stored: &Document) -> Result<TypedReading, String>
 where
     T: Idempotent + Serialize + DeserializeOwned,
@@ -80,119 +74,108 @@ where
     }
     let value: T = super::text_keys::from_document(content)?;
     Ok(TypedReading {
-        id: value.id(),
-        hash: value.content_hash(),
+        id: value.id().map_err(|error| error.to_string()),
+        hash: value.content_hash().ok(),
+        digests: None,
         version_key: value.version_key().map(|key| key.to_stored()),
     })
 }
 
-/// Where a document stands against the id derived from it.
-pub(crate) enum Placement {
-    /// Under its derived id.
-    Derived,
-    /// Under an id that is no idem id (an ObjectId, other text, a number).
-    Legacy(Id),
-    /// Under an idem id, but another one than derived.
-    Orphan(Id),
-    /// No id can be derived from it, for the reason given.
-    Underivable(String),
-    /// Not checked: an event type's id is random, assigned by its first write.
-    Unchecked,
-}
-
-impl Placement {
-    /// The derived id of a document that is not under it.
-    pub(crate) fn misplaced(&self) -> Option<Id> {
-        match self {
-            Placement::Legacy(id) | Placement::Orphan(id) => Some(*id),
-            _ => None,
+/// Judges one stored document of `model` ([`crate::audit::judge`]).
+pub(crate) fn judge(model: &Model, reading: Reading<'_>, stored: &Document) -> Judged {
+    match reading {
+        Reading::Typed(read) => {
+            let stored = StoredBson::new(model, &[], &[], stored);
+            crate::audit::judge(model, Some(read(stored.document)), &stored)
         }
-    }
-}
-
-/// One stored document as the audit reads it.
-pub(crate) struct Inspection {
-    /// The stored `_id` as text.
-    pub stored_id: String,
-    pub placement: Placement,
-    /// The stored content hash against the hash of the document's content: from the type for
-    /// a typed reading, else from the stored fields.
-    pub hash: HashCheck,
-    /// Why the document does not deserialize into the type (typed readings only).
-    pub undeserializable: Option<String>,
-    /// The version's order key, from a typed reading.
-    pub version_key: Option<String>,
-    /// The first guarded field whose stored digest is not its stored value's, and how.
-    pub digest_mismatch: Option<(&'static Field, crate::audit::DigestMismatch)>,
-}
-
-/// Reads one stored document of `model`; `read_typed` also deserializes it into the type.
-pub(crate) fn inspect(model: &Model, reading: Reading<'_>, stored: &Document) -> Inspection {
-    let (typed, field_order, left_out) = match reading {
-        Reading::Typed(read) => (Some(read(stored)), &[][..], &[][..]),
         Reading::Stored {
             field_order,
             left_out,
-        } => (None, field_order, left_out),
-    };
-    let (typed_id, typed_hash, version_key, undeserializable) = match typed {
-        Some(Ok(reading)) => (
-            Some(reading.id),
-            Some(reading.hash),
-            reading.version_key,
+        } => crate::audit::judge(
+            model,
             None,
+            &StoredBson::new(model, field_order, left_out, stored),
         ),
-        Some(Err(why)) => (None, None, None, Some(why)),
-        None => (None, None, None, None),
-    };
-    let stored_id = stored_id_text(stored).unwrap_or_else(|| "(no _id)".to_owned());
-    let placement = if model.idempotency_key_field().is_some() {
-        Placement::Unchecked
-    } else {
-        let derived = match typed_id {
-            Some(id) => id.map_err(|error| error.to_string()),
-            None => derive_from_stored(model, stored),
-        };
-        match derived {
-            Err(why) => Placement::Underivable(why),
-            Ok(id) => match stored.get(ID_FIELD) {
-                Some(Bson::String(text)) if *text == id.to_string() => Placement::Derived,
-                Some(Bson::String(text)) if text.parse::<Id>().is_ok() => Placement::Orphan(id),
-                _ => Placement::Legacy(id),
-            },
-        }
-    };
-    let (content_hash, nested_unknown) = match (typed_hash, &undeserializable) {
-        (Some(hash), _) => (hash.ok(), false),
-        // A document that is not a `T` has no hash of a `T`.
-        (None, Some(_)) => (None, false),
-        (None, None) => (
-            stored_content_hash(model, field_order, left_out, stored).ok(),
-            stored
-                .iter()
-                .any(|(name, value)| is_hashed_stored_field(model, name) && holds_document(value)),
-        ),
-    };
-    Inspection {
-        stored_id,
-        placement,
-        hash: HashCheck {
-            stored: stored.get_str(model.hash_field()).ok().map(str::to_owned),
-            computed: content_hash.into_iter().collect(),
-            nested_unknown,
-        },
-        undeserializable,
-        version_key,
-        digest_mismatch: crate::audit::field_not_as_digested(model.digested_fields().map(
-            |field| {
-                (
-                    field,
-                    stored_digest(stored, field),
-                    vec![field_digest(stored, field)],
-                )
-            },
-        )),
     }
+}
+
+/// A stored document as the judgement reads it, its hashed fields as [`Reading::Stored`] says.
+struct StoredBson<'d> {
+    model: &'d Model,
+    field_order: &'d [&'d str],
+    left_out: &'d [UnknownField],
+    document: &'d Document,
+}
+
+impl<'d> StoredBson<'d> {
+    fn new(
+        model: &'d Model,
+        field_order: &'d [&'d str],
+        left_out: &'d [UnknownField],
+        document: &'d Document,
+    ) -> Self {
+        StoredBson {
+            model,
+            field_order,
+            left_out,
+            document,
+        }
+    }
+}
+
+impl StoredDocument for StoredBson<'_> {
+    fn id_text(&self) -> Option<&str> {
+        match self.document.get(ID_FIELD) {
+            Some(Bson::String(text)) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn neutral(&self, field: &Field) -> serde_json::Value {
+        self.document
+            .get(field.stored_name())
+            .map_or(serde_json::Value::Null, neutral)
+    }
+
+    fn stored_hash(&self, model: &Model) -> Option<&str> {
+        self.document.get_str(model.hash_field()).ok()
+    }
+
+    fn stored_digest(&self, field: &Field) -> StoredDigest<'_> {
+        stored_digest(self.document, field)
+    }
+
+    fn value_digests(&self, field: &Field) -> Vec<DigestReading> {
+        vec![field_digest(self.document, field)]
+    }
+
+    /// The content hash of the stored fields ([`stored_fields_hash`]'s rule). With an empty
+    /// `field_order` the stored order is taken, which is the type's only if the server kept the
+    /// order the document was written in (servers may not: SecantusDB puts a batch upsert's
+    /// fields in another order). A nested struct is stored as a sub-document in the order it
+    /// was written, but reads as a map: for such types only the typed audit checks hashes
+    /// exactly.
+    ///
+    /// [`stored_fields_hash`]: crate::hash::stored_fields_hash
+    fn stored_hashes(&self) -> (Vec<ContentHash>, bool) {
+        let (model, document) = (self.model, self.document);
+        let fields = hashed_fields(
+            model,
+            self.field_order,
+            self.left_out,
+            stored_fields(document),
+        );
+        let hash = crate::hash::stored_fields_hash(model, self.field_order, &fields);
+        let nested = document
+            .iter()
+            .any(|(name, value)| is_hashed_stored_field(model, name) && holds_document(value));
+        (hash.ok().into_iter().collect(), nested)
+    }
+}
+
+/// A stored document's fields, by name.
+fn stored_fields(document: &Document) -> impl Iterator<Item = (&str, &Bson)> {
+    document.iter().map(|(name, value)| (name.as_str(), value))
 }
 
 /// Whether `value` holds a sub-document at any depth.
@@ -202,57 +185,6 @@ fn holds_document(value: &Bson) -> bool {
         Bson::Array(items) => items.iter().any(holds_document),
         _ => false,
     }
-}
-
-/// The id derived from a stored document's key fields and timestamp ([`crate::audit`]'s
-/// rule), a BSON date read as its milliseconds.
-pub(crate) fn derive_from_stored(model: &Model, stored: &Document) -> Result<Id, String> {
-    let neutral = |field: &Field| {
-        stored
-            .get(field.stored_name())
-            .map_or(serde_json::Value::Null, neutral)
-    };
-    let key: Vec<serde_json::Value> = model.natural_key_fields().map(neutral).collect();
-    let timestamp = model.timestamp_field().map(neutral);
-    crate::audit::derive_from_stored(model, &key, timestamp.as_ref())
-}
-
-/// The content hash of a stored document from its stored fields, for a model given at run time
-/// ([`stored_fields_hash`](crate::hash::stored_fields_hash)'s rule). With an empty
-/// `field_order` the stored order is taken, which is the type's only if the server kept the
-/// order the document was written in (servers may not: SecantusDB puts a batch upsert's fields
-/// in another order). A nested struct is stored as a sub-document in the order it was written,
-/// but reads as a map: for such types only the typed audit checks hashes exactly.
-pub(crate) fn stored_content_hash(
-    model: &Model,
-    field_order: &[&str],
-    left_out: &[UnknownField],
-    stored: &Document,
-) -> Result<ContentHash, String> {
-    crate::hash::stored_fields_hash(
-        model,
-        field_order,
-        &hashed_fields(model, field_order, left_out, stored),
-    )
-}
-
-/// The stored fields of a document that the content hash of a model given at run time covers:
-/// all but those the model does not have (not in `field_order` where it lists them, or
-/// `left_out`).
-fn hashed_fields<'d>(
-    model: &Model,
-    field_order: &[&str],
-    left_out: &[UnknownField],
-    stored: &'d Document,
-) -> Vec<(&'d str, &'d Bson)> {
-    stored
-        .iter()
-        .filter(|(name, _)| {
-            is_model_field(model, field_order, name)
-                && !left_out.iter().any(|field| field.name == **name)
-        })
-        .map(|(name, value)| (name.as_str(), value))
-        .collect()
 }
 
 /// The natural-key values of a stored document, missing fields as null (as a unique index
@@ -275,19 +207,12 @@ pub(crate) fn same_natural_key(a: &[(&str, Bson)], b: &[(&str, Bson)]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|((_, x), (_, y))| bson_equal(x, y))
 }
 
-/// A natural key as a report shows it.
+/// A natural key as a report shows it: each value as relaxed extended JSON shows it.
 pub(crate) fn shown_key(key: &[(&str, Bson)]) -> ShownKey {
     ShownKey(
         key.iter()
             .map(|(field, value)| {
-                let shown = match value {
-                    Bson::String(text) => ShownValue::Text(text.clone()),
-                    Bson::Int32(n) => ShownValue::Integer(i64::from(*n)),
-                    Bson::Int64(n) => ShownValue::Integer(*n),
-                    Bson::Boolean(b) => ShownValue::Bool(*b),
-                    Bson::Null => ShownValue::Null,
-                    other => ShownValue::Other(show(other)),
-                };
+                let shown = ShownValue::from_json(value.clone().into_relaxed_extjson());
                 ((*field).to_owned(), shown)
             })
             .collect(),
@@ -474,7 +399,7 @@ async fn audit_collection(
         .await
 }
 
-/// The audit's one pass over the collection.
+/// The audit's one pass over the collection ([`AuditPass`]).
 async fn scan_collection(
     store: &Store,
     model: &Model,
@@ -488,10 +413,7 @@ async fn scan_collection(
     let mut cursor = sorted_by_natural_key(&collection, model).await?;
     let typed = matches!(reading, Reading::Typed(_));
     let mut report = AuditReport::new(model.collection(), typed);
-    let mut duplicates = DuplicateTracker::new();
-    // A model given at run time may not be the documents' (a flag forgotten or wrong).
-    let mut model_check = (!typed).then(|| ModelCheck::new(model));
-    let mut diagnosis = (!typed).then(HashDiagnosis::default);
+    let mut pass = AuditPass::new(model, typed);
     let mut fields = FieldsSeen::default();
     while cursor
         .advance()
@@ -502,79 +424,38 @@ async fn scan_collection(
             .deserialize_current()
             .map_err(|source| mongo_error(&collection_ref, source))?;
         report.scanned += 1;
+        let shown = stored_id_text(&stored).unwrap_or_else(|| "(no _id)".to_owned());
         if stored.contains_key(ADOPTION_FIELD) {
             // Its key is set aside while it moves: it holds no natural key yet.
-            let id = stored_id_text(&stored).unwrap_or_default();
-            report.moves_in_progress.record(id, None);
+            report.moves_in_progress.record(shown, None);
         } else {
-            let inspection = inspect(model, reading, &stored);
-            fields.see(model, listed, &stored);
-            if let (Some(diagnosis), Some(stored_hash)) =
-                (diagnosis.as_mut(), inspection.hash.stored.as_deref())
-            {
-                let hash = &inspection.hash;
-                if diagnosis.wants()
-                    && !hash.computed.is_empty()
-                    && !hash.matches()
-                    && !hash.nested_unknown
-                {
-                    let hashed = hashed_fields(model, listed, &[], &stored);
-                    diagnosis.examine(model, listed, &hashed, stored_hash, |value| {
-                        matches!(value, Bson::Null)
-                    });
-                }
+            let judged = judge(model, reading, &stored);
+            fields.see(model, listed, stored.keys().map(String::as_str));
+            if let Some(diagnosis) = pass.diagnosis_of(&judged) {
+                examine_hash(diagnosis, model, listed, &stored);
             }
-            if let Some(check) = model_check
-                .as_mut()
-                .filter(|check| check.wants(&inspection.stored_id))
-            {
-                check.examine(&inspection.stored_id, &neutral_fields(&stored));
-            }
-            let clean = record_problems(&mut report, &inspection);
+            pass.check_model(&shown, || neutral_fields(&stored));
             let key = DocumentKey(stored_natural_key(model, &stored));
-            duplicates.count(&mut report, Some(key), &inspection.stored_id, clean);
+            pass.count(&mut report, &judged, &shown, Some(key));
         }
         progress(&AuditProgress::new(report.scanned, total));
     }
-    duplicates.finish(&mut report);
-    report.model_mismatch = model_check.and_then(|check| check.finding());
     report.unknown_fields = fields.unknown;
-    for field in diagnosis.iter().flat_map(HashDiagnosis::finding) {
-        crate::audit::note_unknown(&mut report.unknown_fields, field);
-    }
-    if !typed && listed.is_empty() {
-        report.unnamed_fields =
-            crate::audit::unnamed_fields(model, fields.names.iter().map(String::as_str));
-    }
+    let stored_names = (!typed && listed.is_empty()).then_some(&fields.names);
+    pass.finish(
+        &mut report,
+        stored_names.map(|names| names.iter().map(String::as_str)),
+    );
     Ok(report)
 }
 
-/// How many distinct stored names an audit keeps: enough to name what a model misses, bounded
-/// whatever the documents hold.
-const NAMES_KEPT: usize = 64;
-
-/// The stored field names an audit met, and those the model does not have.
-#[derive(Default)]
-struct FieldsSeen {
-    names: Vec<String>,
-    unknown: Vec<UnknownField>,
-}
-
-impl FieldsSeen {
-    fn see(&mut self, model: &Model, listed: &[&str], stored: &Document) {
-        for name in stored.keys() {
-            if self.names.len() >= NAMES_KEPT {
-                return;
-            }
-            if self.names.iter().any(|seen| seen == name) {
-                continue;
-            }
-            self.names.push(name.clone());
-            if !is_model_field(model, listed, name) {
-                self.unknown
-                    .push(UnknownField::new(name.as_str(), UnknownReason::NotListed));
-            }
-        }
+/// Shows the hash diagnosis a document whose stored hash differs from its stored fields'.
+fn examine_hash(diagnosis: &mut HashDiagnosis, model: &Model, listed: &[&str], stored: &Document) {
+    if let Ok(stored_hash) = stored.get_str(model.hash_field()) {
+        let hashed = hashed_fields(model, listed, &[], stored_fields(stored));
+        diagnosis.examine(model, listed, &hashed, stored_hash, |value| {
+            matches!(value, Bson::Null)
+        });
     }
 }
 
@@ -611,13 +492,8 @@ impl Store {
             let id = stored_id_text(&stored).unwrap_or_default();
             if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
                 check.examine(&id, &neutral_fields(&stored));
-                fields.see(model, field_order, &stored);
-                if let Ok(stored_hash) = stored.get_str(model.hash_field()) {
-                    let hashed = hashed_fields(model, field_order, &[], &stored);
-                    diagnosis.examine(model, field_order, &hashed, stored_hash, |value| {
-                        matches!(value, Bson::Null)
-                    });
-                }
+                fields.see(model, field_order, stored.keys().map(String::as_str));
+                examine_hash(&mut diagnosis, model, field_order, &stored);
             }
         }
         let mut unknown = fields.unknown;
@@ -643,42 +519,4 @@ fn neutral(value: &Bson) -> serde_json::Value {
         Bson::DateTime(date) => serde_json::Value::from(date.timestamp_millis()),
         value => value.clone().into_relaxed_extjson(),
     }
-}
-
-/// Counts the problems of one document; returns whether it has none.
-fn record_problems(report: &mut AuditReport, inspection: &Inspection) -> bool {
-    let mut clean = true;
-    let id = inspection.stored_id.clone();
-    match &inspection.placement {
-        Placement::Legacy(derived) => {
-            report
-                .legacy_ids
-                .record_misplaced(id.clone(), derived.to_string());
-            clean = false;
-        }
-        Placement::Orphan(derived) => {
-            report
-                .orphans
-                .record_misplaced(id.clone(), derived.to_string());
-            clean = false;
-        }
-        Placement::Underivable(why) => {
-            report.underivable.record(id.clone(), Some(why.clone()));
-            clean = false;
-        }
-        Placement::Derived | Placement::Unchecked => {}
-    }
-    clean &= inspection.hash.record(report, &id);
-    if let Some((field, how)) = inspection.digest_mismatch {
-        report
-            .digest_mismatch
-            .record(id.clone(), Some(how.detail(field)));
-        clean = false;
-    }
-    if let (Some(why), Some(finding)) = (&inspection.undeserializable, &mut report.undeserializable)
-    {
-        finding.record(id, Some(why.clone()));
-        clean = false;
-    }
-    clean
 }

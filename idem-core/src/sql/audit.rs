@@ -8,23 +8,17 @@ use super::judge::{judge, Reading};
 use super::layout::Content;
 use super::layout::Layout;
 use crate::audit::{
-    AuditReport, DuplicateTracker, HashDiagnosis, ScannedKey, ShownKey, ShownValue, UnknownField,
+    AuditPass, AuditReport, HashDiagnosis, ScannedKey, ShownKey, ShownValue, UnknownField,
     UnknownReason,
 };
 use crate::column::{Column, ColumnShape};
-use crate::id::Id;
 use crate::model::{Model, ID_FIELD};
-use crate::model_check::ModelCheck;
 
-/// One pass over a table's rows, in natural-key order.
+/// One pass over a table's rows, in natural-key order ([`AuditPass`]).
 pub(crate) struct RowScan<'a> {
     layout: &'a Layout,
     reading: Reading<'a>,
-    duplicates: DuplicateTracker<RowKey>,
-    /// A model given at run time may not be the rows' (a flag forgotten or wrong).
-    model_check: Option<ModelCheck<'a>>,
-    /// For a model given at run time: which column, left out, makes stored hashes match.
-    diagnosis: Option<HashDiagnosis>,
+    pass: AuditPass<'a, RowKey>,
 }
 
 impl<'a> RowScan<'a> {
@@ -32,9 +26,7 @@ impl<'a> RowScan<'a> {
         RowScan {
             layout,
             reading,
-            duplicates: DuplicateTracker::new(),
-            model_check: (!reading.is_typed()).then(|| ModelCheck::new(layout.model)),
-            diagnosis: (!reading.is_typed()).then(HashDiagnosis::default),
+            pass: AuditPass::new(layout.model, reading.is_typed()),
         }
     }
 
@@ -49,57 +41,49 @@ impl<'a> RowScan<'a> {
     /// Counts one row, its columns as JSON; `location` says where a row without an `_id` is.
     pub fn row(&mut self, report: &mut AuditReport, stored: Map<String, Value>, location: &str) {
         report.scanned += 1;
-        if let Some(check) = &mut self.model_check {
-            if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
-                if check.wants(id) {
-                    check.examine(id, &stored);
-                }
-            }
+        if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
+            self.pass.check_model(id, || &stored);
         }
-        let diagnosed = self
-            .diagnosis
-            .as_ref()
-            .filter(|diagnosis| diagnosis.wants())
-            .map(|_| stored.clone());
-        let mismatches = report.hash_mismatch.count;
-        let audited = audit_row(report, self.layout, self.reading, stored, location);
+        let shown = shown_row_id(stored.get(ID_FIELD), location);
+        let key: Vec<Value> = self
+            .layout
+            .model
+            .natural_key_fields()
+            .map(|field| {
+                stored
+                    .get(field.stored_name())
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        // Kept for the diagnosis, before the typed reading takes the row.
+        let diagnosed = self.pass.wants_diagnosis().then(|| stored.clone());
+        let judged = judge(self.layout, self.reading, stored);
         let field_order = self.field_order();
-        if let (Some(stored), Some(diagnosis)) = (diagnosed, &mut self.diagnosis) {
-            if report.hash_mismatch.count > mismatches {
-                diagnose(diagnosis, self.layout, field_order, &stored);
-            }
+        if let (Some(stored), Some(diagnosis)) = (diagnosed, self.pass.diagnosis_of(&judged)) {
+            diagnose(diagnosis, self.layout, field_order, &stored);
         }
         // A key with a NULL part collides with no other, as in a unique constraint.
-        let key = (!audited.key.iter().any(Value::is_null)).then(|| {
+        let key = (!key.iter().any(Value::is_null)).then(|| {
             RowKey(
                 self.layout
                     .model
                     .natural_key_fields()
                     .map(|field| field.stored_name())
-                    .zip(audited.key)
+                    .zip(key)
                     .collect(),
             )
         });
-        self.duplicates
-            .count(report, key, &audited.id, audited.clean);
+        self.pass.count(report, &judged, &shown, key);
     }
 
     /// Ends the pass: the last key's duplicates, and the model check's finding.
     pub fn finish(self, report: &mut AuditReport) {
-        let field_order = self.field_order();
-        self.duplicates.finish(report);
-        report.model_mismatch = self.model_check.and_then(|check| check.finding());
-        if let Some(diagnosis) = &self.diagnosis {
-            for field in diagnosis.finding() {
-                crate::audit::note_unknown(&mut report.unknown_fields, field);
-            }
-            if field_order.is_empty() {
-                report.unnamed_fields = crate::audit::unnamed_fields(
-                    self.layout.model,
-                    stored_columns(self.layout).map(|(name, _)| name),
-                );
-            }
-        }
+        let stored_names = self
+            .field_order()
+            .is_empty()
+            .then(|| stored_columns(self.layout).map(|(name, _)| name));
+        self.pass.finish(report, stored_names);
     }
 }
 
@@ -133,74 +117,6 @@ pub(crate) fn diagnose(
     });
 }
 
-/// One row as the audit saw it.
-struct AuditedRow {
-    /// The stored `_id` as text, or where the row is if it has none.
-    id: String,
-    /// The natural-key values, in declaration order; NULL for a missing column.
-    key: Vec<Value>,
-    /// Whether the row has no problem of its own.
-    clean: bool,
-}
-
-/// Counts the problems of one row: its id, its content hash, whether it reads as the type.
-fn audit_row(
-    report: &mut AuditReport,
-    table: &Layout,
-    reading: Reading<'_>,
-    stored: Map<String, Value>,
-    location: &str,
-) -> AuditedRow {
-    let model = table.model;
-    let stored_id = stored
-        .get(ID_FIELD)
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = shown_row_id(stored.get(ID_FIELD), location);
-    let key: Vec<Value> = model
-        .natural_key_fields()
-        .map(|field| {
-            stored
-                .get(field.stored_name())
-                .cloned()
-                .unwrap_or(Value::Null)
-        })
-        .collect();
-    let judged = judge(table, reading, stored);
-    let mut clean = true;
-    match judged.derived {
-        // An event's id is random, assigned by its first write: there is none to derive.
-        None => {}
-        Some(Err(why)) => {
-            report.underivable.record(id.clone(), Some(why));
-            clean = false;
-        }
-        Some(Ok(derived)) => {
-            let finding = match stored_id.as_deref() {
-                Some(text) if text == derived.to_string() => None,
-                Some(text) if text.parse::<Id>().is_ok() => Some(&mut report.orphans),
-                _ => Some(&mut report.legacy_ids),
-            };
-            if let Some(finding) = finding {
-                finding.record_misplaced(id.clone(), derived.to_string());
-                clean = false;
-            }
-        }
-    }
-    clean &= judged.hash.record(report, &id);
-    if let Some((field, how)) = judged.digest_mismatch {
-        report
-            .digest_mismatch
-            .record(id.clone(), Some(how.detail(field)));
-        clean = false;
-    }
-    if let (Some(why), Some(finding)) = (judged.undeserializable, &mut report.undeserializable) {
-        finding.record(id.clone(), Some(why));
-        clean = false;
-    }
-    AuditedRow { id, key, clean }
-}
-
 /// A row as a report shows it: its `_id`, or where it is if it has none (`ctid (0,1)`, `rowid
 /// 7`: valid until the row is next written).
 pub(crate) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
@@ -223,22 +139,9 @@ impl ScannedKey for RowKey {
         ShownKey(
             self.0
                 .iter()
-                .map(|(name, value)| ((*name).to_owned(), shown_value(value.clone())))
+                .map(|(name, value)| ((*name).to_owned(), ShownValue::from_json(value.clone())))
                 .collect(),
         )
-    }
-}
-
-fn shown_value(value: Value) -> ShownValue {
-    match value {
-        Value::String(text) => ShownValue::Text(text),
-        Value::Bool(flag) => ShownValue::Bool(flag),
-        Value::Null => ShownValue::Null,
-        Value::Number(number) => match number.as_i64() {
-            Some(integer) => ShownValue::Integer(integer),
-            None => ShownValue::Other(number.to_string()),
-        },
-        other => ShownValue::Other(other.to_string()),
     }
 }
 

@@ -9,7 +9,9 @@
 //! database printed, and a NULL column both as null and as absent (a field serde skips when
 //! `None`), whichever matches. A nested object in a JSON column reads as a map, where the type
 //! may have hashed a struct in its declaration order: such a row whose hash matches no reading
-//! is counted as not checked ([`HashCheck`]), not as changed, and adoption keeps its stored hash.
+//! is counted as not checked
+//! ([`AuditReport::hash_unchecked`](crate::AuditReport::hash_unchecked)), not as changed, and
+//! adoption keeps its stored hash.
 
 use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, Serializer};
@@ -17,13 +19,12 @@ use serde_json::{Map, Value};
 
 use super::layout::{Content, Layout};
 use super::row::{prepare_light, row_as, shape_of, PreparedRow};
-use crate::audit::{DigestMismatch, DigestReading, HashCheck};
+use crate::audit::{DigestReading, Judged, StoredDocument, TypedReading};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::batch::Ready;
-use crate::engine::Prepared;
+use crate::engine::{Prepared, StoredDigest};
 use crate::hash::ContentHash;
-use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, FROZEN_DIGESTS_FIELD, ID_FIELD, RESERVED_FIELDS};
 use crate::short_text::ShortText;
@@ -33,7 +34,7 @@ pub(crate) enum Reading<'a> {
     /// As the type: `read` gives a row's id and content hash, or why the row does not read as
     /// the type.
     Typed {
-        read: fn(&Layout, Map<String, Value>) -> Result<TypedRow, String>,
+        read: fn(&Layout, Map<String, Value>) -> Result<TypedReading, String>,
     },
     /// As stored, for a model given at run time, the hashed columns in `field_order` (the
     /// type's order; the table's if empty).
@@ -53,29 +54,22 @@ impl Reading<'_> {
     }
 }
 
-/// A row read as the type.
-pub(crate) struct TypedRow {
-    id: Result<Id, String>,
-    hash: Option<ContentHash>,
-    /// Each guarded field's digest, as a write of the row stores it; `None` if the row would
-    /// not encode.
-    digests: Option<Vec<Option<ShortText>>>,
-}
-
+/// Reads a row as `T`: its id, content hash and digests as a write of it computes them.
 fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
     table: &Layout,
     stored: Map<String, Value>,
-) -> Result<TypedRow, String> {
+) -> Result<TypedReading, String> {
     let value: T = row_as(table, stored)?;
     // Prepared as a write of it is (light where that vouches for it), which gives its id, hash
     // and digests at once; where it would not be written, its id and hash alone.
     let ready = match prepare_light(&value, table) {
         Ok(ready) => ready,
         Err(_) => {
-            return Ok(TypedRow {
+            return Ok(TypedReading {
                 id: value.id().map_err(|error| error.to_string()),
                 hash: value.content_hash().ok(),
                 digests: None,
+                version_key: None,
             })
         }
     };
@@ -83,10 +77,11 @@ fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
         Ready::Light(light) => light,
         Ready::Whole(whole) => whole,
     };
-    Ok(TypedRow {
+    Ok(TypedReading {
         id: Ok(prepared.id),
         hash: prepared.hash.parse().ok(),
         digests: Some(prepared.digests.iter().map(|(_, digest)| *digest).collect()),
+        version_key: None,
     })
 }
 
@@ -124,76 +119,78 @@ pub(crate) fn typed_destination<T: Idempotent + Serialize + DeserializeOwned>(
     })
 }
 
-/// One row as the audit and adoption judge it.
-pub(crate) struct Judged {
-    /// The id derived from the row, `None` for an event type (its id is random).
-    pub derived: Option<Result<Id, String>>,
-    pub hash: HashCheck,
-    /// Why the row does not read as the type (typed readings only).
-    pub undeserializable: Option<String>,
-    /// The first guarded field whose stored digest is not its stored value's, and how.
-    pub digest_mismatch: Option<(&'static Field, DigestMismatch)>,
-}
-
-/// Judges one row of `table`, its columns as `to_jsonb` gives them.
+/// Judges one row of `table` ([`crate::audit::judge`]), its columns as `to_jsonb` gives them.
 pub(crate) fn judge(table: &Layout, reading: Reading<'_>, stored: Map<String, Value>) -> Judged {
     let model = table.model;
-    let stored_value = |field: &Field| {
-        stored
+    match reading {
+        Reading::Typed { read } => {
+            // What the judgement reads besides the type's reading, kept before it takes the row.
+            let kept: Map<String, Value> = model
+                .natural_key_fields()
+                .chain(model.timestamp_field())
+                .chain(model.digested_fields())
+                .map(Field::stored_name)
+                .chain([ID_FIELD, model.hash_field(), FROZEN_DIGESTS_FIELD])
+                .filter_map(|name| Some((name.to_owned(), stored.get(name)?.clone())))
+                .collect();
+            let typed = read(table, stored);
+            crate::audit::judge(model, Some(typed), &Row::new(table, &[], &kept))
+        }
+        Reading::Stored { field_order } => {
+            crate::audit::judge(model, None, &Row::new(table, field_order, &stored))
+        }
+    }
+}
+
+/// A row as the judgement reads it: its columns as JSON, those the hash covers in
+/// `field_order`.
+struct Row<'r> {
+    table: &'r Layout,
+    field_order: &'r [&'r str],
+    stored: &'r Map<String, Value>,
+}
+
+impl<'r> Row<'r> {
+    fn new(table: &'r Layout, field_order: &'r [&'r str], stored: &'r Map<String, Value>) -> Self {
+        Row {
+            table,
+            field_order,
+            stored,
+        }
+    }
+}
+
+impl StoredDocument for Row<'_> {
+    fn id_text(&self) -> Option<&str> {
+        self.stored.get(ID_FIELD).and_then(Value::as_str)
+    }
+
+    fn neutral(&self, field: &Field) -> Value {
+        self.stored
             .get(field.stored_name())
             .cloned()
             .unwrap_or(Value::Null)
-    };
-    let key: Vec<Value> = model.natural_key_fields().map(stored_value).collect();
-    // Read before the typed reading takes the row.
-    let stored_digests_column = stored.get(FROZEN_DIGESTS_FIELD).cloned();
-    let timestamp = model.timestamp_field().map(stored_value);
-    let from_stored = || crate::audit::derive_from_stored(model, &key, timestamp.as_ref());
-    let stored_hash = stored
-        .get(model.hash_field())
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let (derived, computed, nested_unknown, undeserializable, value_digests) = match reading {
-        Reading::Typed { read, .. } => match read(table, stored) {
-            Ok(row) => {
-                // The type's digests are exact: one reading each.
-                let digests = row.digests.map_or_else(Vec::new, |digests| {
-                    digests.into_iter().map(|digest| vec![Ok(digest)]).collect()
-                });
-                (row.id, row.hash.into_iter().collect(), false, None, digests)
-            }
-            Err(why) => (from_stored(), Vec::new(), false, Some(why), Vec::new()),
-        },
-        Reading::Stored { field_order } => {
-            let (computed, nested) = stored_hashes(table, field_order, &stored);
-            let digests: Vec<Vec<DigestReading>> = model
-                .digested_fields()
-                .map(|field| value_digest_readings(table, &stored, field))
-                .collect();
-            (from_stored(), computed, nested, None, digests)
-        }
-    };
-    let digest_mismatch =
-        crate::audit::field_not_as_digested(model.digested_fields().zip(value_digests).map(
-            |(field, readings)| {
-                let stored = super::row::digest_in(stored_digests_column.as_ref(), field);
-                (field, stored, readings)
-            },
-        ));
-    Judged {
-        derived: model.idempotency_key_field().is_none().then_some(derived),
-        hash: HashCheck {
-            stored: stored_hash,
-            computed,
-            nested_unknown,
-        },
-        undeserializable,
-        digest_mismatch,
+    }
+
+    fn stored_hash(&self, model: &Model) -> Option<&str> {
+        self.stored.get(model.hash_field()).and_then(Value::as_str)
+    }
+
+    fn stored_digest(&self, field: &Field) -> StoredDigest<'_> {
+        super::row::digest_in(self.stored.get(FROZEN_DIGESTS_FIELD), field)
+    }
+
+    fn value_digests(&self, field: &Field) -> Vec<DigestReading> {
+        value_digest_readings(self.table, self.stored, field)
+    }
+
+    fn stored_hashes(&self) -> (Vec<ContentHash>, bool) {
+        stored_hashes(self.table, self.field_order, self.stored)
     }
 }
 
 /// Where a run-time adoption moves a row: under the id its stored values derive, with the hash
-/// [`HashCheck::to_store`] keeps.
+/// [`Judged::destination`] keeps.
 pub(crate) fn stored_destination(
     table: &Layout,
     field_order: &[&str],
@@ -221,14 +218,7 @@ pub(crate) fn stored_destination(
             .collect();
         Value::Object(digests).to_string()
     });
-    let judged = judge(table, Reading::Stored { field_order }, stored);
-    let id = judged.derived.unwrap_or_else(|| {
-        Err("an event's id is assigned by its first write: there is none to move to".into())
-    })?;
-    let hash = judged
-        .hash
-        .to_store()
-        .ok_or_else(|| "its content hash cannot be computed".to_owned())?;
+    let (id, hash) = judge(table, Reading::Stored { field_order }, stored).destination()?;
     let contents = [(Content::Hash, Some(hash)), (Content::Digests, digests)]
         .into_iter()
         .filter_map(|(content, value)| Some((table.column_with(content)?, value)))

@@ -1,0 +1,59 @@
+//! What an audit of stored data finds before idem takes a collection (or table) over, in a form
+//! every backend reports alike: counts and a few sample ids for each kind of problem, a human
+//! summary (`Display`) and a serializable one (`Serialize`, for JSON).
+//!
+//! A backend fills the report while it streams its documents once; see
+//! [`mongo::Store::audit`](crate::mongo::Store::audit).
+//!
+//! What a store's audit and adoption decide about a stored document (its derived id, its
+//! hashes and digests, whether and where it moves, which duplicate stays) is decided here, the
+//! same for every store; a store only reads its documents and writes the moves.
+
+mod finding;
+mod report;
+
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod adoption;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod derivation;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod digests;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod duplicates;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod fields;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod hash_check;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod judged;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+mod pass;
+
+pub use finding::{
+    AuditProgress, DuplicateKey, Duplicates, Finding, Sample, ShownKey, ShownValue, UnknownField,
+    UnknownReason, SAMPLES_PER_KIND,
+};
+pub use report::{AdoptReport, AuditReport};
+
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use adoption::check_adoption;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use derivation::derive_from_stored;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use digests::DigestReading;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use duplicates::ScannedKey;
+#[cfg(feature = "mongodb")]
+pub(crate) use duplicates::{kept_by_value, Ordered};
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+pub(crate) use fields::is_model_field;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use fields::note_unknown;
+#[cfg(feature = "mongodb")]
+pub(crate) use fields::{hashed_fields, FieldsSeen};
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use hash_check::HashDiagnosis;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use judged::{judge, Judged, StoredDocument, TypedReading};
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+pub(crate) use pass::AuditPass;
