@@ -63,12 +63,45 @@ pub(crate) trait SqlDialect: Dialect {
     fn create_sql(table: &Self::Table) -> String;
     /// A query of one parameter, the table's name, that returns a row if the table exists.
     const TABLE_EXISTS: &'static str;
+    /// What `table` lacks for idem's writes, every problem at once, each with its fix; empty
+    /// if nothing. Without `stored_types` the declared types of the stored fields' columns are
+    /// not checked (a model given at run time does not know them); those of idem's columns are.
+    fn table_problems<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        document: &DocumentRef,
+        stored_types: bool,
+    ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
     /// Refuses a table idem cannot write, naming the first thing it lacks.
     fn check_table<W: Wire>(
         wire: &W,
         table: &Self::Table,
         document: &DocumentRef,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        async move {
+            let problems = Self::table_problems(wire, table, document, true).await?;
+            match problems.into_iter().next() {
+                None => Ok(()),
+                Some(problem) => Err(Error::new(
+                    document.clone(),
+                    crate::error::ErrorKind::SchemaMismatch {
+                        collection: table.model.collection().to_owned(),
+                        problem,
+                    },
+                )),
+            }
+        }
+    }
+    /// A query of one parameter, the table's name, that returns each of its columns in their
+    /// order: its name, its declared type (upper case) and, as an integer, whether it is (part
+    /// of) the table's primary key. No row if the table does not exist.
+    const COLUMNS: &'static str;
+    /// The shape of a column declared `declared` (upper case): what a model given at run time
+    /// reads it as.
+    fn shape_of(declared: &str) -> crate::column::ColumnShape;
+    /// How a row is found where it has no `_id` (SQLite's `rowid`), an integer column every
+    /// table has; `None` where the database has none.
+    const ROW_LOCATOR: Option<&'static str>;
 
     /// `source` as the error of a call concerning `document`.
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error;

@@ -23,6 +23,8 @@ pub(crate) mod session;
 pub(crate) mod sqlx_api;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod store;
+#[cfg(feature = "_sqlx_store")]
+pub(crate) mod takeover;
 pub(crate) mod texts;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod wire;

@@ -178,6 +178,114 @@ macro_rules! sqlx_store_methods {
             {
                 self.find_on::<T>(&wire(connection), key).await
             }
+
+            /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled
+            /// it: what the table lacks for idem's writes
+            /// ([`AuditReport::table_problems`](crate::AuditReport::table_problems)), natural keys
+            /// held by more than one row, rows not under the id derived from their content, rows
+            /// without a content hash or with another one, and rows that do not read as `T`.
+            /// Nothing is written. The rows are read once, in natural-key order, as the database
+            /// sends them.
+            pub async fn audit<T>(
+                &self,
+                connection: &mut $connection,
+            ) -> Result<$crate::AuditReport, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + ::serde::de::DeserializeOwned,
+            {
+                self.audit_on::<T>(&wire(connection), &mut |_| {}).await
+            }
+
+            /// [`audit`](Store::audit), calling `progress` after each row with the count so far
+            /// and the table's row count.
+            pub async fn audit_with_progress<T>(
+                &self,
+                connection: &mut $connection,
+                mut progress: impl FnMut(&$crate::AuditProgress),
+            ) -> Result<$crate::AuditReport, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + ::serde::de::DeserializeOwned,
+            {
+                self.audit_on::<T>(&wire(connection), &mut progress).await
+            }
+
+            /// [`audit`](Store::audit) for a model given at run time: the table laid out from its
+            /// schema (every column but idem's own a stored field, in column order; a declared
+            /// type idem does not make is read as JSON text, and types are not checked), ids
+            /// derived from the stored key values and an integer timestamp, hashes from the
+            /// stored values in `field_order` (the table's column order if empty). Each column
+            /// reads as its declared type says. A table that does not exist, or lacks a column
+            /// the model names, is an error
+            /// ([`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch)).
+            pub async fn audit_model(
+                &self,
+                connection: &mut $connection,
+                model: &$crate::Model,
+                field_order: &[&str],
+                mut progress: impl FnMut(&$crate::AuditProgress),
+            ) -> Result<$crate::AuditReport, $crate::Error> {
+                self.audit_model_on(&wire(connection), model, field_order, &mut progress)
+                    .await
+            }
+
+            /// Moves the rows of `T`'s table that are not under the id derived from their
+            /// content (legacy ids, orphans, rows without an `_id`) to their derived ids, with
+            /// the content hash, digests and version key idem stores; rows that do not read as
+            /// `T`, or whose derived id another row holds, are reported and left alone. The table
+            /// must be one idem can write (its natural key unique: so no duplicates to choose
+            /// between).
+            ///
+            /// Each page of rows is read and moved in one transaction of its own (a savepoint
+            /// inside the caller's), and a move is one `UPDATE` of the row's id and idem's
+            /// columns, whole or not at all. Running it again after an interruption finishes the
+            /// job.
+            pub async fn adopt<T>(
+                &self,
+                connection: &mut $connection,
+            ) -> Result<$crate::AdoptReport, $crate::Error>
+            where
+                T: $crate::Idempotent + ::serde::Serialize + ::serde::de::DeserializeOwned,
+            {
+                self.adopt_on::<T>(&wire(connection)).await
+            }
+
+            /// [`adopt`](Store::adopt) for a model given at run time, as
+            /// [`audit_model`](Store::audit_model) reads it: each row moves to the id its stored
+            /// values derive, with the hash of its stored values (or its stored hash where that
+            /// may be the type's). The table must be one idem can write, and the model the one
+            /// the stored rows were written with ([`crate::model_check`], unless
+            /// [`AdoptOptions::ignore_model_check`]); else
+            /// [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) says why, and
+            /// nothing moves.
+            pub async fn adopt_model(
+                &self,
+                connection: &mut $connection,
+                model: &$crate::Model,
+                field_order: &[&str],
+                options: AdoptOptions,
+            ) -> Result<$crate::AdoptReport, $crate::Error> {
+                self.adopt_model_with_progress(connection, model, field_order, options, |_| {})
+                    .await
+            }
+
+            /// [`adopt_model`](Store::adopt_model), calling `progress` after each row it reads.
+            pub async fn adopt_model_with_progress(
+                &self,
+                connection: &mut $connection,
+                model: &$crate::Model,
+                field_order: &[&str],
+                options: AdoptOptions,
+                mut progress: impl FnMut(&$crate::AuditProgress) + Send,
+            ) -> Result<$crate::AdoptReport, $crate::Error> {
+                self.adopt_model_on(
+                    &wire(connection),
+                    model,
+                    field_order,
+                    options,
+                    &mut progress,
+                )
+                .await
+            }
         }
     };
 }

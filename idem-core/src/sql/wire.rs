@@ -5,6 +5,8 @@
 //! ([`Cells`]).
 
 use sqlx::{Database, Encode, Type};
+
+use crate::error::Error;
 use std::future::Future;
 use tokio::sync::Mutex;
 
@@ -96,6 +98,17 @@ pub(crate) trait Wire: Send + Sync {
 
     /// Rolls back what [`Wire::begin`] opened.
     fn rollback(&self) -> WireFuture<'_, ()>;
+
+    /// Sends `sql` with `params` and hands each row to `each` as it arrives, so that a table's
+    /// rows are never all held at once; stops at the first error, of the database (as `error`
+    /// reports it) or of `each`.
+    fn scan<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &[Param<'_>],
+        error: impl Fn(sqlx::Error) -> Error + 'a,
+        each: impl FnMut(&Self::Row) -> Result<(), Error> + 'a,
+    ) -> impl Future<Output = Result<(), Error>> + 'a;
 }
 
 /// A statement idem built: identifiers quoted, every value a bound parameter.
@@ -121,11 +134,6 @@ impl<'c, DB: Database> SqlxWire<'c, DB> {
     /// The connection back.
     pub fn into_connection(self) -> &'c mut DB::Connection {
         self.connection.into_inner()
-    }
-
-    /// The connection, for a call that holds it throughout.
-    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, &'c mut DB::Connection> {
-        self.connection.lock().await
     }
 }
 
@@ -159,6 +167,11 @@ pub(crate) trait SqlxDatabase: Database {
     fn commit(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
     /// Rolls back what [`SqlxDatabase::begin`] opened.
     fn rollback(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
+    /// Sends `query`; its rows as they arrive.
+    fn stream<'a>(
+        connection: &'a mut Self::Connection,
+        query: Query<'a, Self>,
+    ) -> futures_core::stream::BoxStream<'a, Result<Self::Cells, sqlx::Error>>;
 }
 
 /// A statement of `DB` with its arguments bound.
@@ -219,6 +232,13 @@ macro_rules! sqlx_database {
                 Box::pin(<$db as ::sqlx::Database>::TransactionManager::commit(
                     connection,
                 ))
+            }
+
+            fn stream<'a>(
+                connection: &'a mut <$db as ::sqlx::Database>::Connection,
+                query: $crate::sql::wire::Query<'a, Self>,
+            ) -> ::futures_core::stream::BoxStream<'a, Result<Self::Cells, ::sqlx::Error>> {
+                query.fetch(connection)
             }
 
             fn rollback(
@@ -297,5 +317,26 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
 
     fn rollback(&self) -> WireFuture<'_, ()> {
         Box::pin(async move { DB::rollback(*self.connection.lock().await).await })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &[Param<'_>],
+        error: impl Fn(sqlx::Error) -> Error + 'a,
+        mut each: impl FnMut(&DB::Cells) -> Result<(), Error> + 'a,
+    ) -> impl Future<Output = Result<(), Error>> + 'a {
+        let query = DB::prepare(sql, params);
+        async move {
+            let query = query.map_err(&error)?;
+            let mut connection = self.connection.lock().await;
+            let mut rows = DB::stream(*connection, query);
+            while let Some(row) =
+                std::future::poll_fn(|context| rows.as_mut().poll_next(context)).await
+            {
+                each(&row.map_err(&error)?)?;
+            }
+            Ok(())
+        }
     }
 }

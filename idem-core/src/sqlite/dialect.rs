@@ -6,7 +6,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteConnection, TypeInfo as _, ValueRef as _};
 
 use super::table::{quote, Table};
-use crate::column::Column;
+use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
@@ -47,13 +47,23 @@ impl SqlDialect for Sqlite {
 
     const TABLE_EXISTS: &'static str = "SELECT 1 FROM pragma_table_info(?1) LIMIT 1";
 
-    async fn check_table<W: Wire>(
+    async fn table_problems<W: Wire>(
         wire: &W,
         table: &Table,
         document: &DocumentRef,
-    ) -> Result<(), Error> {
-        super::schema::check_table(wire, table, document).await
+        stored_types: bool,
+    ) -> Result<Vec<String>, Error> {
+        super::schema::table_problems(wire, table, document, stored_types).await
     }
+
+    const COLUMNS: &'static str =
+        "SELECT name, upper(type), pk FROM pragma_table_info(?1) ORDER BY cid";
+
+    fn shape_of(declared: &str) -> ColumnShape {
+        super::table::shape_of(declared)
+    }
+
+    const ROW_LOCATOR: Option<&'static str> = Some("rowid");
 
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
         super::errors::sqlite_error(document, source)

@@ -41,7 +41,6 @@
 //! an error whose [`is_retryable`](crate::Error::is_retryable) is true, never a wrong outcome.
 //! Use WAL mode (`journal_mode=WAL`) so that readers do not block the writer.
 
-mod audit;
 mod collation;
 mod dialect;
 mod effects;
@@ -51,15 +50,10 @@ mod table;
 
 use sqlx::SqliteConnection;
 
-use crate::error::Error;
-use crate::idempotent::Idempotent;
-
 pub use crate::sql::judge::AdoptOptions;
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 pub use dialect::Sqlite;
 pub use errors::driver_error;
-
-use table::Table;
 
 /// Writes documents to SQLite tables, one per type; holds no connection. Clones share what
 /// the store learned (the tables it checked).
@@ -83,14 +77,3 @@ pub type Store = crate::sql::store::Store<Sqlite>;
 pub type Session<'a> = crate::sql::session::Session<'a, Sqlite>;
 
 crate::sql::sqlx_api::sqlx_store_methods!(Sqlite, SqliteConnection, sqlx::Sqlite);
-
-impl Store {
-    /// The table of `T` checked through `connection` ([`crate::sql::store::Store::table`]).
-    async fn checked_table<T: Idempotent>(
-        &self,
-        connection: &mut SqliteConnection,
-        document: &crate::document::DocumentRef,
-    ) -> Result<std::sync::Arc<Table>, Error> {
-        self.table::<T>(&wire(connection), document).await
-    }
-}

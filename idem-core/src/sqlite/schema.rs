@@ -9,7 +9,7 @@ use super::collation::{declared_collations, is_bytewise};
 use super::errors::sqlite_error;
 use super::table::{quote, Table};
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::model::ID_FIELD;
 use crate::sql::layout::Content;
 use crate::sql::wire::{Cells, Param, Wire};
@@ -230,25 +230,6 @@ async fn unique_indexes(
         }
     }
     Ok(indexes)
-}
-
-/// Refuses a table idem cannot write, naming the first thing it lacks.
-pub(super) async fn check_table(
-    wire: &impl Wire,
-    table: &Table,
-    document: &DocumentRef,
-) -> Result<(), Error> {
-    let problems = table_problems(wire, table, document, true).await?;
-    match problems.into_iter().next() {
-        None => Ok(()),
-        Some(problem) => Err(Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: table.model.collection().to_owned(),
-                problem,
-            },
-        )),
-    }
 }
 
 /// The name of the unique index of `table` on exactly `columns` (as a violation lists them,

@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 
 use crate::column::{Column, ColumnShape};
-use crate::idempotent::Idempotent;
 use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
     WRITE_MARKER_FIELD,
@@ -97,10 +96,6 @@ impl std::ops::Deref for Table {
 }
 
 impl Table {
-    pub fn of<T: Idempotent>() -> Table {
-        Table::new(&T::MODEL, &T::stored_columns())
-    }
-
     pub fn new(model: &'static Model, stored: &[Column]) -> Table {
         Table {
             layout: Layout::new(model, stored),
