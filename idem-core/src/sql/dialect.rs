@@ -27,7 +27,7 @@ pub(crate) enum Statement {
     InsertNew,
 }
 
-/// What one effect's statement found ([`Dialect::apply_once`], [`Dialect::push`]).
+/// What one effect's statement found ([`SqlDialect::apply_once`], [`SqlDialect::push`]).
 #[derive(Debug)]
 pub(crate) struct EffectAnswer {
     /// Whether it wrote.
@@ -118,7 +118,7 @@ pub(crate) trait SqlDialect: Dialect {
     /// How many rows one statement may carry.
     fn max_rows(table: &Self::Table) -> usize;
     /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
-    /// columns ([`super::store::inserted`]) then the insert's write marker, then (but for
+    /// columns ([`super::marker::inserted`]) then the insert's write marker, then (but for
     /// `InsertNew`) the update's write marker.
     fn write_sql(table: &Self::Table, statement: Statement, rows: usize) -> String;
     /// Whether [`SqlDialect::write_sql`] returns each row it wrote, as its id and write marker;
