@@ -113,7 +113,7 @@ pub trait Backend: Sync {
 /// each store writes every method once, as an inherent one (so that no trait import is needed),
 /// and this makes them the trait's. `[generics] Type`, as in
 /// `backend_by_inherent_methods!([C: Connection] Session<'_, C>)`.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 macro_rules! backend_by_inherent_methods {
     ([$($generics:tt)*] $store:ty) => {
         impl<$($generics)*> $crate::Backend for $store {
@@ -235,5 +235,5 @@ macro_rules! backend_by_inherent_methods {
     };
 }
 
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use backend_by_inherent_methods;

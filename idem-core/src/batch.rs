@@ -15,7 +15,7 @@ pub struct BatchReport {
 
 impl BatchReport {
     /// A report of `outcomes`, one per input in input order, `collapsed` of them not sent.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn new(outcomes: Vec<Result<Outcome, Error>>, collapsed: usize) -> Self {
         BatchReport {
             outcomes,

@@ -1,7 +1,7 @@
 //! The changes an operation makes to a document's `#[idem(effect)]` fields, for `apply_once` on
 //! every backend: typed, and encoded for each backend when made.
 #![cfg_attr(
-    not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
+    not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")),
     allow(dead_code)
 )]
 
@@ -59,14 +59,14 @@ pub(crate) struct SetValue {
     #[cfg(feature = "mongodb")]
     pub bson: Result<mongodb::bson::Bson, String>,
     /// In the neutral JSON form a SQL column is written from.
-    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
     pub json: SqlValue,
 }
 
 impl SetValue {
     /// What kind of value this is, as its column's shape sees it; `None` if it cannot be sent.
     fn kind(&self) -> Option<ValueKind> {
-        #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
         return match &self.json {
             SqlValue::Json(value) => Some(ValueKind::of_json(value)),
             SqlValue::NonFinite(_) => Some(ValueKind::Float),
@@ -74,16 +74,16 @@ impl SetValue {
         };
         #[cfg(all(
             feature = "mongodb",
-            not(any(feature = "_postgres", feature = "sqlite"))
+            not(any(feature = "_postgres", feature = "_sqlx_store"))
         ))]
         return self.bson.as_ref().ok().map(ValueKind::of_bson);
-        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")))]
         None
     }
 
     /// The value as a message shows it: as JSON, a non-finite float by its name.
     fn shown(&self) -> String {
-        #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
         return match &self.json {
             SqlValue::Json(value) => value.to_string(),
             SqlValue::NonFinite(float) => crate::sql::json::show_float(*float),
@@ -91,13 +91,13 @@ impl SetValue {
         };
         #[cfg(all(
             feature = "mongodb",
-            not(any(feature = "_postgres", feature = "sqlite"))
+            not(any(feature = "_postgres", feature = "_sqlx_store"))
         ))]
         return match &self.bson {
             Ok(value) => value.to_string(),
             Err(problem) => problem.clone(),
         };
-        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")))]
         String::new()
     }
 }
@@ -132,7 +132,7 @@ impl ValueKind {
 
     #[cfg(all(
         feature = "mongodb",
-        not(any(feature = "_postgres", feature = "sqlite"))
+        not(any(feature = "_postgres", feature = "_sqlx_store"))
     ))]
     fn of_bson(value: &mongodb::bson::Bson) -> Self {
         use mongodb::bson::Bson;
@@ -177,7 +177,7 @@ pub(crate) fn expected(shape: ColumnShape, kind: ValueKind) -> Option<&'static s
 }
 
 /// A set value as a SQL column takes it.
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum SqlValue {
     /// As serde writes it.
@@ -218,14 +218,14 @@ impl Change {
     /// NaN and the infinities are stored as an upsert stores them (a `double precision` column
     /// on PostgreSQL).
     #[cfg_attr(
-        not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
+        not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")),
         allow(unused_variables)
     )]
     pub fn set<V: Serialize + ?Sized>(field: &'static str, value: &V) -> Self {
         let value = SetValue {
             #[cfg(feature = "mongodb")]
             bson: crate::mongo::text_keys::to_bson(value).map_err(|error| error.to_string()),
-            #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
             json: match crate::sql::json::to_json(value) {
                 Ok(value) => SqlValue::Json(value),
                 Err(crate::sql::json::JsonError::NonFinite { path, value }) if path.is_empty() => {
@@ -241,6 +241,7 @@ impl Change {
     }
 
     /// The integer this change adds, if it adds one.
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
     pub(crate) fn integer_amount(&self) -> Option<i64> {
         match self.kind {
             ChangeKind::Add(Amount::Integer(amount)) => Some(amount),

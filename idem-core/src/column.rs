@@ -137,7 +137,7 @@ pub trait Nullable {}
 
 impl<T> Nullable for Option<T> {}
 impl Nullable for () {}
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 impl Nullable for serde_json::Value {}
 
 /// The scalar types and their shapes.

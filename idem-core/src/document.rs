@@ -27,7 +27,7 @@ impl NaturalKey {
     /// name exactly the model's key fields, in declaration order, each with a value of its
     /// field's kind (where one store would compare a text with a number, and another find
     /// nothing or fail).
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn fits(
         &self,
         model: &Model,
@@ -149,7 +149,7 @@ impl DocumentRef {
     /// The same document of `model`, known by the id it derives, `id`, as well. An event's id
     /// (a type with an idempotency key and no key) is assigned by its first write, not derived,
     /// so an event stays named by its idempotency key alone.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn with_derived_id(mut self, model: &Model, id: Id) -> Self {
         if model.key_fields().next().is_some() {
             self.id = Some(id);

@@ -118,7 +118,7 @@ impl From<Id> for mongodb::bson::Bson {
 impl Id {
     /// The id as stored: its 26 characters, without the formatting machinery `to_string`
     /// goes through (once per document of a batch).
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn to_text(self) -> crate::short_text::ShortText {
         let mut buffer = [0u8; ulid::ULID_LEN];
         crate::short_text::ShortText::new(&[self.0.array_to_str(&mut buffer)])
@@ -516,7 +516,7 @@ pub fn encode_key_v1(part: KeyPart<'_>, mut out: impl FnMut(&[u8])) {
 /// `bytes` is left after it. `None` at the end, or where `bytes` is not that encoding.
 // Read by the engine's held keys only.
 #[cfg_attr(
-    not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")),
+    not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")),
     allow(dead_code)
 )]
 pub(crate) fn decode_key_v1(bytes: &mut &[u8]) -> Option<KeyValue> {

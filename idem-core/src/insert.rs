@@ -56,7 +56,7 @@ pub struct InsertReport<T> {
 
 impl<T: Clone> InsertReport<T> {
     /// The report of `members`, with `results` one per member in the same order.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn new(members: &[T], results: Vec<Result<Insertion, Error>>) -> Self {
         debug_assert_eq!(members.len(), results.len(), "one result per member");
         let inserted = members
@@ -125,7 +125,7 @@ impl<T> fmt::Display for InsertReport<T> {
 
 #[cfg(all(
     test,
-    any(feature = "mongodb", feature = "_postgres", feature = "sqlite")
+    any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")
 ))]
 mod tests {
     use super::*;

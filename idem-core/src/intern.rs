@@ -41,7 +41,7 @@ pub(crate) fn fields(fields: Vec<Field>) -> &'static [Field] {
 }
 
 /// `model`, each distinct one allocated once for the process.
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn model(model: &crate::model::Model) -> &'static crate::model::Model {
     use crate::model::Model;
     static MODELS: OnceLock<Mutex<Vec<&'static Model>>> = OnceLock::new();

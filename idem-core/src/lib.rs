@@ -158,41 +158,43 @@ mod batch;
 mod change;
 mod column;
 pub mod document;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod engine;
 pub mod error;
 pub mod hash;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod held_key;
 pub mod id;
 mod idempotent;
 pub mod insert;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod intern;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod map_key;
 pub mod model;
 // Only a model given at run time (the `idem` command's flags) can be wrong.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub mod model_check;
 pub mod model_file;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod outcome;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "_postgres")]
 pub mod postgres;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod push;
 pub mod read;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod short_text;
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod trace;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod verdict;
 pub mod version;
 
@@ -218,14 +220,14 @@ pub use idem_derive::Idempotent;
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
-#[cfg(any(feature = "sqlite", feature = "sqlx-postgres"))]
+#[cfg(any(feature = "_sqlx_store", feature = "sqlx-postgres"))]
 pub use sqlx;
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 
 /// How often a write starts over when concurrent writers change the document between its write
 /// and its read. Each attempt is safe; contention this long is reported, not hidden.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// What generated code calls. Not public API: it changes without notice.
@@ -234,7 +236,7 @@ pub mod __private {
     pub use crate::backend_calls::{FindWith, PushWith, UpsertWith};
     pub use crate::column::{NeverNull, NullableValue, Probe, ScalarShape, StructuredShape};
     pub use crate::id::{derive_id, natural_key};
-    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
     pub use crate::sql::row::{light_row_agreement, row_encoding_agreement, RowPreparation};
     pub use crate::version::{stored_version_key, ReadBackVersion};
     pub use core::future::Future;

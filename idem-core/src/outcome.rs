@@ -78,7 +78,7 @@ impl Deletion {
 
     /// The deletion an engine outcome of a delete stands for: written (`Deleted`), or
     /// found deleted (`Unchanged`).
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn of(outcome: Outcome) -> Self {
         match outcome {
             Outcome::Deleted => Deletion::Deleted,

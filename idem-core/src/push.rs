@@ -6,7 +6,7 @@ use crate::model::{Field, Model, Role};
 
 /// The step to the field or map key `key` in a path a message shows: `.name`, or `["odd key"]`
 /// for a key that is not a plain name.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn path_step(key: &str) -> String {
     if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_') {
         format!(".{key}")
@@ -17,7 +17,7 @@ pub(crate) fn path_step(key: &str) -> String {
 
 /// The `push_by` list of `model` whose Rust name is `field`, or the refusal naming it: what both
 /// backends check before a push.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn pushed_list(
     model: &'static Model,
     field: &'static str,
@@ -32,7 +32,7 @@ pub(crate) fn pushed_list(
 
 /// The refusal of an item pushed to `list` whose key is a list: keys compare whole, and MongoDB
 /// would match a list against each of its elements, so two items could pass for one.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
     Error::new(
         document,
@@ -50,7 +50,7 @@ pub(crate) fn item_key_is_a_list(document: DocumentRef, list: &Field) -> Error {
 /// The refusal of a push to `list` where the stored document holds `stored` there (a string,
 /// a number, an object: another tool's value), to which nothing can be appended. A stored null
 /// (or no value) is an empty list.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn stored_not_a_list(document: &DocumentRef, list: &Field, stored: &str) -> Error {
     Error::new(
         document.clone(),
@@ -66,7 +66,7 @@ pub(crate) fn stored_not_a_list(document: &DocumentRef, list: &Field, stored: &s
 
 /// `item`, pushed to `list`, as the JSON texts a SQL store binds: the item, and the value under
 /// its key; refused where it has no value there, or a list.
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn item_and_key_texts<I: serde::Serialize + ?Sized>(
     document: &DocumentRef,
     list: &Field,
@@ -98,7 +98,7 @@ pub(crate) fn item_and_key_texts<I: serde::Serialize + ?Sized>(
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since
 /// items without a key would all fold into the first one pushed. `written` lists the stored
 /// names the item writes a value under, in its order.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn item_without_key<'a>(
     document: DocumentRef,
     list: &Field,

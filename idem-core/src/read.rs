@@ -13,7 +13,7 @@ use crate::error::Error;
 /// Deserializes `T` from a stored document, naming where a value did not fit: `title: invalid
 /// type: null, expected a string`, or `address.city: …` inside a nested value. Both backends read
 /// through it, so a document that does not read as its type is reported alike.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn read_as<'de, T, D>(stored: D) -> Result<T, String>
 where
     T: serde::Deserialize<'de>,

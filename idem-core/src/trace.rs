@@ -27,9 +27,9 @@ pub(crate) enum CallKind {
     Delete,
     DeleteById,
     Get,
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     Audit,
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     Adopt,
 }
 
@@ -183,7 +183,7 @@ impl Call {
     /// a worker thread, which holds it until the command is done (sqlx's SQLite connection): the
     /// call's future runs outside its span, so that the span ends with the call, and idem's
     /// events still name the call's span as their parent.
-    #[cfg(feature = "sqlite")]
+    #[cfg(feature = "_sqlx_store")]
     #[inline]
     pub async fn run_detached<O, F>(self, call: F) -> Result<O, Error>
     where
@@ -221,7 +221,7 @@ pub(crate) fn retry(why: &'static str) {
 /// The table of `collection` was created, its unique constraint on the natural key with it.
 #[inline]
 #[allow(unused_variables)]
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn table_created(collection: &str) {
     #[cfg(feature = "tracing")]
     enabled::in_call(|| tracing::info!(target: "idem", collection, "created the table"));
@@ -350,9 +350,9 @@ mod enabled {
             CallKind::Delete => call_span!("idem.delete", collection),
             CallKind::DeleteById => call_span!("idem.delete_by_id", collection),
             CallKind::Get => call_span!("idem.get", collection),
-            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
             CallKind::Audit => call_span!("idem.audit", collection),
-            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+            #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
             CallKind::Adopt => call_span!("idem.adopt", collection),
         };
         if !span.is_disabled() {

@@ -133,7 +133,7 @@ impl ShownValue {
     /// A stored value in JSON as a report shows it: an integer as one, any other number, an
     /// array or an object as JSON text (how MongoDB's relaxed extended JSON shows a date, a
     /// double or an ObjectId).
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn from_json(value: serde_json::Value) -> Self {
         match value {
             serde_json::Value::String(text) => ShownValue::Text(text),

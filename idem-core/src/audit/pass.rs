@@ -54,7 +54,7 @@ impl<'m, K: ScannedKey> AuditPass<'m, K> {
 
     /// Whether the hash diagnosis wants to examine the next document whose hash differs: a
     /// SQL store, whose judgement takes the row, keeps it for the diagnosis only then.
-    #[cfg(any(feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
     pub fn wants_diagnosis(&self) -> bool {
         self.diagnosis.as_ref().is_some_and(HashDiagnosis::wants)
     }

@@ -74,7 +74,7 @@ pub struct AuditReport {
     /// For a model given at run time: the stored documents were written with another model
     /// (see [`crate::model_check`]), so the orphans and legacy ids counted here are the flags'
     /// mistake, and `adopt` refuses to move them.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_mismatch: Option<crate::model_check::ModelMismatch>,
 }
@@ -97,9 +97,9 @@ impl AuditReport {
 
     /// Whether the documents were written with another model than the one audited with.
     pub fn has_model_mismatch(&self) -> bool {
-        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
         return self.model_mismatch.is_some();
-        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "sqlite")))]
+        #[cfg(not(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")))]
         return false;
     }
 
@@ -282,7 +282,7 @@ impl fmt::Display for AuditReport {
             "`{}`: {} documents scanned, {} clean",
             self.collection, self.scanned, self.clean
         )?;
-        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+        #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
         if let Some(mismatch) = &self.model_mismatch {
             writeln!(f, "  WRONG MODEL: {mismatch}")?;
         }

@@ -45,7 +45,7 @@ where
 
 /// The answer of a write by id whose one statement also says whether the document exists: the
 /// backends whose statement and check read one snapshot need no second read.
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn answered_in_one<R>(written: bool, exists: bool, done: R, already: R) -> ById<R> {
     match (written, exists) {
         (true, _) => ById::Answered(done),

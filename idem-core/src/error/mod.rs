@@ -49,7 +49,7 @@ impl Error {
 
     /// [`ErrorKind::SchemaMismatch`] for the collection or table of `model`: `problem` says what
     /// it lacks.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn schema_mismatch(model: &crate::model::Model, problem: String) -> Self {
         Error::new(
             DocumentRef::collection(model),
@@ -128,7 +128,7 @@ impl Error {
 
     /// sqlx's error, if a call through sqlx failed (SQLite, or PostgreSQL through sqlx); its
     /// SQLSTATE or SQLite code is also in [`BackendError::code`].
-    #[cfg(any(feature = "sqlite", feature = "sqlx-postgres"))]
+    #[cfg(any(feature = "_sqlx_store", feature = "sqlx-postgres"))]
     pub fn as_sqlx(&self) -> Option<&sqlx::Error> {
         self.as_backend()?.driver_error().downcast_ref()
     }

@@ -33,13 +33,13 @@ mod sink;
 mod tags;
 #[cfg(all(
     test,
-    any(feature = "mongodb", feature = "_postgres", feature = "sqlite")
+    any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store")
 ))]
 mod tests;
 mod value;
 
 use serde::Serialize;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 use sha2::Digest;
 use sha2::Sha256;
 
@@ -117,7 +117,7 @@ pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Stri
 /// object reads as a map.
 ///
 /// [`RESERVED_FIELDS`]: crate::model::RESERVED_FIELDS
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn stored_fields_hash<V: Serialize>(
     model: &Model,
     field_order: &[&str],
@@ -159,7 +159,7 @@ pub(crate) fn stored_fields_hash<V: Serialize>(
 
 /// Whether the stored field `name` is in the content hash: not a field idem writes itself (the
 /// id, the hash, [`RESERVED_FIELDS`](crate::model::RESERVED_FIELDS)), nor a volatile one.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn is_hashed_stored_field(model: &Model, name: &str) -> bool {
     use crate::model::{ID_FIELD, RESERVED_FIELDS};
     name != ID_FIELD && !RESERVED_FIELDS.contains(&name) && model.is_hashed(name)
@@ -173,7 +173,7 @@ pub fn hash_value<T: Serialize + ?Sized>(value: &T) -> Result<ContentHash, Strin
 /// The digest a guard compares for a stored value: [`hash_value`] in hex, in whose encoding maps
 /// compare whatever their order; `None` for a null value (`is_null`), a field never written.
 /// Every backend's guards and judgements use this one function.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn guard_digest<T: Serialize + ?Sized>(
     value: &T,
     is_null: bool,

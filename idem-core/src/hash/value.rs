@@ -47,7 +47,7 @@ impl ContentHash {
 
     /// The stored form, held inline ([`ShortText`](crate::short_text::ShortText)): what a
     /// prepared document carries.
-    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
     pub(crate) fn to_short_text(self) -> crate::short_text::ShortText {
         short_lower_hex(self.algorithm.prefix(), &self.bytes)
     }
@@ -71,7 +71,7 @@ fn as_text(digits: &[u8; 64]) -> &str {
 }
 
 /// `prefix` and the 64 lowercase hex digits of `bytes`, held inline.
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) fn short_lower_hex(prefix: &str, bytes: &[u8; 32]) -> crate::short_text::ShortText {
     crate::short_text::ShortText::new(&[prefix, as_text(&hex_digits(bytes))])
 }

@@ -105,6 +105,12 @@ pub(crate) trait SqlDialect: Dialect {
 
     /// `source` as the error of a call concerning `document`.
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error;
+    /// Whether `error` rolled back a transaction of idem's own for a conflict with another
+    /// (a deadlock, a write conflict), which may start over at once: not a lock held past the
+    /// wait for it, which would be waited for again.
+    fn restarts(_error: &Error) -> bool {
+        false
+    }
     /// Which unique index a failed write of one row met, if it failed on one: the id's or
     /// the natural key's, or another, named as the error names it.
     fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;

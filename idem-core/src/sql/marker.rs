@@ -128,6 +128,29 @@ impl<D: SqlDialect, W: Wire> MarkerDriver<'_, D, W> {
         }
     }
 
+    /// The unique index other than the id's and the natural key's that `doc` meets, as a reply
+    /// ([`Conflict::Other`]), if it meets one: the plain insert of the row alone, in a
+    /// transaction rolled back, names it. For a write that neither wrote `doc` nor found a row
+    /// under its id or natural key after it, where writes meet a stored row through any unique
+    /// index (the MySQL family's upsert), rather than take it for a row a trigger left out.
+    async fn index_met(&self, doc: &PreparedRow) -> Option<Reply<StoredRow>> {
+        let table = self.table;
+        let marker = format!("i{}", ulid::Ulid::generate());
+        let mut params = Vec::new();
+        row_params(table, doc, &inserted(table, Statement::Upsert), &mut params);
+        params.push(Param::Text(Some(&marker)));
+        self.wire.begin().await.ok()?;
+        crate::trace::round_trip("INSERT");
+        let plain = self.wire.execute(&D::fresh_sql(table, 1), &params).await;
+        // Nothing of it is kept, whatever it did.
+        let _ = self.wire.rollback().await;
+        let error = D::error(&doc.document(), plain.err()?);
+        match self.reply_to_error(error).await {
+            Ok(reply @ Reply::Conflict(Conflict::Other { .. })) => Some(reply),
+            _ => None,
+        }
+    }
+
     /// One write of `docs` and the read of the rows it did not say it wrote, in one transaction
     /// of idem's own: the locks the write took are held through the read.
     async fn write_and_read(
@@ -261,11 +284,40 @@ impl<D: SqlDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
             WriteKind::Delete => Statement::Delete,
             WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
         };
-        match self.write_and_read(statement, docs).await {
-            Ok(replies) => Ok(replies),
-            Err(error) if docs.len() == 1 => {
-                self.reply_to_error(error).await.map(|reply| vec![reply])
+        let mut attempts = 1;
+        let written = loop {
+            let written = self.write_and_read(statement, docs).await;
+            // A deadlock (or another conflict the database says to retry) rolled back a
+            // transaction of idem's own, which may start over; not the caller's, whose earlier
+            // statements it took with it.
+            match &written {
+                Err(error) if D::restarts(error) && attempts < crate::MAX_ATTEMPTS => {
+                    if self.wire.in_callers_transaction().await.unwrap_or(true) {
+                        break written;
+                    }
+                    attempts += 1;
+                }
+                _ => break written,
             }
+        };
+        match written {
+            Ok(mut replies) => {
+                for (reply, doc) in replies.iter_mut().zip(docs) {
+                    if matches!(reply, Reply::Unseen) {
+                        *reply = self.index_met(doc).await.unwrap_or(Reply::Unseen);
+                    }
+                }
+                Ok(replies)
+            }
+            Err(error) if docs.len() == 1 => match self.reply_to_error(error).await? {
+                // A write may refuse a row it met through another unique index (the MySQL
+                // family's, which cannot tell which): the plain insert names the index.
+                Reply::Refused(error) => Ok(vec![self
+                    .index_met(docs[0])
+                    .await
+                    .unwrap_or(Reply::Refused(error))]),
+                reply => Ok(vec![reply]),
+            },
             Err(error) => Err(error),
         }
     }

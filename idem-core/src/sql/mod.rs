@@ -7,6 +7,7 @@ pub(crate) mod audit;
 pub(crate) mod change;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod dialect;
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) mod guard;
 pub(crate) mod json;
 pub(crate) mod judge;

@@ -99,6 +99,10 @@ pub(crate) trait Wire: Send + Sync {
     /// Rolls back what [`Wire::begin`] opened.
     fn rollback(&self) -> WireFuture<'_, ()>;
 
+    /// Whether the caller holds a transaction open on the connection, which one of idem's own
+    /// would be a savepoint in.
+    fn in_callers_transaction(&self) -> WireFuture<'_, bool>;
+
     /// Sends `sql` with `params` and hands each row to `each` as it arrives, so that a table's
     /// rows are never all held at once; stops at the first error, of the database (as `error`
     /// reports it) or of `each`.
@@ -317,6 +321,14 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
 
     fn rollback(&self) -> WireFuture<'_, ()> {
         Box::pin(async move { DB::rollback(*self.connection.lock().await).await })
+    }
+
+    fn in_callers_transaction(&self) -> WireFuture<'_, bool> {
+        use sqlx_core::transaction::TransactionManager as _;
+        Box::pin(async move {
+            let connection = self.connection.lock().await;
+            Ok(DB::TransactionManager::get_transaction_depth(&**connection) > 0)
+        })
     }
 
     fn scan<'a>(

@@ -1,0 +1,215 @@
+//! The MySQL family's words for the SQL store ([`crate::sql::store`]): its statements
+//! ([`super::table`]), its table check ([`super::schema`]), its errors ([`super::errors`]), its
+//! effects ([`super::effects`]), and how its cells read as text.
+
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySqlConnection, Row as _, TypeInfo as _, ValueRef as _};
+
+use super::table::{quote, Table};
+use crate::column::{Column, ColumnShape};
+use crate::document::DocumentRef;
+use crate::engine::Conflict;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{Field, Model, OpId, ID_FIELD};
+use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
+use crate::sql::wire::{Cells, Wire};
+
+/// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
+#[derive(Clone, Copy, Debug)]
+pub struct MySql;
+
+impl crate::sql::dialect::private::Sealed for MySql {}
+
+impl Dialect for MySql {
+    const NAME: &'static str = "MySQL";
+    type Connection = MySqlConnection;
+}
+
+impl SqlxDialect for MySql {
+    type Db = sqlx::MySql;
+}
+
+impl SqlDialect for MySql {
+    type Table = Table;
+
+    fn quote(name: &str) -> String {
+        quote(name)
+    }
+
+    fn table(model: &'static Model, stored: &[Column]) -> Table {
+        Table::new(model, stored)
+    }
+
+    fn create_sql(table: &Table) -> String {
+        table.create_sql()
+    }
+
+    const TABLE_EXISTS: &'static str = "SELECT 1 FROM information_schema.TABLES \
+                                        WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
+
+    async fn table_problems<W: Wire>(
+        wire: &W,
+        table: &Table,
+        document: &DocumentRef,
+        stored_types: bool,
+    ) -> Result<Vec<String>, Error> {
+        super::schema::table_problems(wire, table, document, stored_types).await
+    }
+
+    const COLUMNS: &'static str = "SELECT COLUMN_NAME, UPPER(DATA_TYPE), \
+                                   CAST(COLUMN_KEY = 'PRI' AS SIGNED) FROM information_schema.COLUMNS \
+                                   WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
+                                   ORDER BY ORDINAL_POSITION";
+
+    fn shape_of(declared: &str) -> ColumnShape {
+        super::table::shape_of(declared)
+    }
+
+    // InnoDB shows no row locator: a row without an `_id` is found by its natural key.
+    const ROW_LOCATOR: Option<&'static str> = None;
+
+    fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
+        super::errors::mysql_error(document, source)
+    }
+
+    fn restarts(error: &Error) -> bool {
+        super::errors::restarts(error)
+    }
+
+    fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
+        super::errors::unique_conflict(error, table)
+    }
+
+    async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
+        super::schema::index_on(wire, table, columns).await
+    }
+
+    fn max_rows(table: &Table) -> usize {
+        table.max_rows()
+    }
+
+    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
+        table.write_sql(statement, rows)
+    }
+
+    // MariaDB returns the rows an upsert met, but MySQL and TiDB have no `RETURNING`: the
+    // locking read after the write tells them, on all three.
+    const WRITE_RETURNS: bool = false;
+
+    fn fresh_sql(table: &Table, rows: usize) -> String {
+        table.insert_rows(Statement::Upsert, rows)
+    }
+
+    fn select_stored_sql(table: &Table, rows: usize) -> String {
+        table.select_stored_sql(rows)
+    }
+
+    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
+        table.look_up_sql(rows)
+    }
+
+    fn pinned_sql(table: &Table) -> String {
+        table.pinned_sql()
+    }
+
+    // A float column holds the float's shortest exact text ([`super::table`]), as it was read.
+    const PINS_FLOATS: bool = false;
+
+    fn read_of(_table: &Table, alias: &str, name: &str) -> String {
+        // Every cell reads as text by its type ([`Cells::text`]).
+        format!("{alias}.{}", quote(name))
+    }
+
+    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
+        // The id comes first among the parameters, as the `SET` does not: the values are
+        // joined as a row, in their order.
+        format!(
+            "UPDATE {table} t JOIN (SELECT ? AS i, ? AS m, ? AS w) p \
+             ON t.{id} = p.i SET t.{tomb} = p.m, t.{marker} = p.w WHERE t.{tomb} IS NULL",
+            table = table.name(),
+            tomb = quote(tombstone.stored_name()),
+            marker = quote(crate::model::WRITE_MARKER_FIELD),
+            id = quote(ID_FIELD),
+        )
+    }
+
+    fn deleted_sql(table: &Table, tombstone: &Field) -> String {
+        format!(
+            "SELECT {} IS NOT NULL FROM {} WHERE {} = ?",
+            quote(tombstone.stored_name()),
+            table.name(),
+            quote(ID_FIELD)
+        )
+    }
+
+    async fn apply_once<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::apply_once(wire, table, id, op, changes, window, document).await
+    }
+
+    async fn push<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::push(wire, table, id, list, item, item_key, document).await
+    }
+}
+
+crate::sql::wire::sqlx_database!(sqlx::MySql);
+
+impl Cells for MySqlRow {
+    fn len(&self) -> usize {
+        sqlx::Row::len(self)
+    }
+
+    /// By the column's type: a `DOUBLE` as the shortest text that reads back as the very float,
+    /// an integer as its digits, a `BOOLEAN` as `true` or `false`, text and JSON (MariaDB's
+    /// `LONGTEXT`) as stored, in whichever collation (a binary one arrives as bytes).
+    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
+        let raw = self.try_get_raw(at)?;
+        if raw.is_null() {
+            return Ok(None);
+        }
+        match raw.type_info().name() {
+            "DOUBLE" | "FLOAT" => self
+                .try_get::<f64, _>(at)
+                .map(|float| Some(format!("{float:?}"))),
+            "BOOLEAN" => self
+                .try_get::<i64, _>(at)
+                .map(|flag| Some((flag != 0).to_string())),
+            "BIGINT" | "INT" | "MEDIUMINT" | "SMALLINT" | "TINYINT" => self
+                .try_get::<i64, _>(at)
+                .map(|integer| Some(integer.to_string())),
+            _ => match self.try_get::<String, _>(at) {
+                Ok(text) => Ok(Some(text)),
+                Err(_) => {
+                    let bytes = self.try_get::<Vec<u8>, _>(at)?;
+                    String::from_utf8(bytes)
+                        .map(Some)
+                        .map_err(|error| sqlx::Error::Decode(Box::new(error)))
+                }
+            },
+        }
+    }
+
+    fn boolean(&self, at: usize) -> Result<Option<bool>, sqlx::Error> {
+        Ok(self.integer(at)?.map(|flag| flag != 0))
+    }
+
+    fn integer(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(at)
+    }
+}

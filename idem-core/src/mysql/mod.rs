@@ -1,0 +1,101 @@
+//! The MySQL-family store: converging upserts guarded against orphaning writes, batch upserts,
+//! deletions that stay deleted, derived sets and events recorded once, over the caller's sqlx
+//! connection or transaction (`&mut MySqlConnection`; a `Transaction` and a pooled connection
+//! dereference to one), so idem's writes commit or roll back with the caller's. Tested on
+//! MariaDB 10.11; what MySQL 8 and TiDB need is told below.
+//!
+//! ```no_run
+//! # use idem_core::Idempotent;
+//! # #[derive(serde::Serialize, serde::Deserialize, Idempotent)]
+//! # struct Post { #[idem(key)] slug: String, title: String }
+//! # async fn run(post: Post) -> Result<(), Box<dyn std::error::Error>> {
+//! use idem_core::sqlx::Connection;
+//! let mut connection = idem_core::sqlx::MySqlConnection::connect("mysql://localhost/blog").await?;
+//! let store = idem_core::mysql::Store::new();
+//! store.ensure_table::<Post>(&mut connection).await?;
+//! let outcome = store.upsert(&mut connection, &post).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The table
+//!
+//! The columns of the other SQL stores' tables, InnoDB, with MariaDB's types: `BIGINT`,
+//! `BOOLEAN` (`tinyint(1)`), `JSON` for nested values, idem's lists and digests (MariaDB's
+//! `LONGTEXT` checked by `json_valid`), and text in the `utf8mb4_nopad_bin` collation, which
+//! compares bytes: `utf8mb4_bin` ignores trailing spaces, so that `"a"` and `"a "` would be one
+//! key. A float is stored as the shortest text that reads back as the very float, in a
+//! `VARCHAR(32)`: a `DOUBLE` holds neither NaN nor the infinities, which the other stores keep
+//! (a `DOUBLE` column made by hand is written to, but refuses those). Text natural-key columns
+//! are `VARCHAR(255)` (less beside more than three of them), so that the natural key's unique
+//! index stays a B-tree within InnoDB's 3,072 bytes; a longer key is refused for its document.
+//! Beside them `idemWrite`, the write marker.
+//!
+//! # How a write tells an insert from an update
+//!
+//! A write is one `INSERT … ON DUPLICATE KEY UPDATE` per chunk. Its first assignment decides,
+//! from the stored row alone, whether the row met is this document's (the same id and the same
+//! natural key: the statement meets a row through any unique index) and whether the guard lets
+//! it be replaced, and if so sets `idemWrite` to the update's value made for this statement;
+//! every later assignment replaces its column only where `idemWrite` holds that value (MariaDB
+//! assigns left to right, so a guard repeated per column would see the columns already
+//! replaced). An inserted row holds the insert's value. Then one locking read (`SELECT … FOR
+//! UPDATE`, by id and by natural key) in the same transaction finds, by the marker, which rows
+//! the statement inserted, updated or left alone, and what stopped it: a plain `SELECT` would
+//! read the transaction's snapshot, without a row another session committed since. Affected
+//! rows tell nothing here: sqlx asks for found rows, so an unchanged row counts as an insert.
+//!
+//! # Concurrency
+//!
+//! Each write is a transaction of its own outside the caller's, a savepoint inside it, under
+//! REPEATABLE READ: the write takes the rows' locks and the read holds them, so racing writers
+//! converge. A lock wait timeout (1205), a deadlock (1213) and a record changed since the
+//! snapshot (1020, MariaDB's `innodb_snapshot_isolation`) are errors whose
+//! [`is_retryable`](crate::Error::is_retryable) is true, never a wrong outcome. A deadlock
+//! rolls back the caller's whole transaction: retry it from its start.
+//!
+//! # MySQL 8 and TiDB
+//!
+//! Not tested. Both lack `utf8mb4_nopad_bin`: their byte-wise collation is `utf8mb4_0900_bin`
+//! (TiDB: with its new collation framework), and a table made there needs it in place of
+//! MariaDB's. Their `JSON` columns are a binary type, which sqlx reads as bytes, and compare by
+//! value, not by text; MySQL 8.0.20+ warns (1287) of `VALUES(col)` in an upsert, which TiDB
+//! needs. MySQL 8 has no `JSON_EQUALS` (pushes compare keys with it) and names a check failure
+//! 3819; TiDB has no `JSON_TABLE` (pushes read lists with it), reports write conflicts as 9007,
+//! 8002, 8022 and 8028 (retryable) and, with lazy unique checks, a duplicate key at `COMMIT`.
+
+mod dialect;
+mod effects;
+mod errors;
+mod schema;
+mod table;
+
+use sqlx::MySqlConnection;
+
+pub use crate::sql::judge::AdoptOptions;
+pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
+pub use dialect::MySql;
+pub use errors::driver_error;
+
+/// Writes documents to MySQL-family tables, one per type; holds no connection. Clones share
+/// what the store learned (the tables it checked).
+pub type Store = crate::sql::store::Store<MySql>;
+
+/// A [`Store`] and the connection (or transaction: `&mut *tx`) it writes through: idem's API on
+/// MariaDB and MySQL, method for method the API of every other store
+/// ([`Backend`](crate::Backend)). A connection serves one statement at a time, so the session's
+/// calls take turns on it.
+///
+/// ```no_run
+/// # use idem_core::Idempotent;
+/// # #[derive(serde::Serialize, Idempotent)]
+/// # struct Post { #[idem(key)] slug: String, title: String }
+/// # async fn run(mut connection: idem_core::sqlx::MySqlConnection, post: Post) -> Result<(), idem_core::Error> {
+/// let store = idem_core::mysql::Store::new();
+/// let idem = store.on(&mut connection);
+/// idem.ensure_schema::<Post>().await?;
+/// let outcome = idem.upsert(&post).await?;
+/// # Ok(()) }
+/// ```
+pub type Session<'a> = crate::sql::session::Session<'a, MySql>;
+
+crate::sql::sqlx_api::sqlx_store_methods!(MySql, MySqlConnection, sqlx::MySql);

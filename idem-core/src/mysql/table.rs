@@ -1,0 +1,438 @@
+//! A type's MySQL-family table: its columns and declared types, the DDL that creates it, and the
+//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
+//! shares.
+//!
+//! Parameters are anonymous (`?`), each bound once, in the order they appear; a batch is cut
+//! into chunks under the 65,535 a prepared statement may hold. There is no alias for the row
+//! an upsert inserts: `VALUES(col)` names its value, a bare column the stored one.
+
+use std::fmt::Write as _;
+
+use crate::column::{Column, ColumnShape};
+use crate::model::{
+    Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
+    WRITE_MARKER_FIELD,
+};
+use crate::sql::dialect::Statement;
+use crate::sql::layout::{Content, Layout, TableColumn};
+
+/// The collation that compares text byte for byte (NO PAD: `utf8mb4_bin` ignores trailing
+/// spaces). MariaDB's; MySQL 8 and TiDB name theirs `utf8mb4_0900_bin`.
+pub(crate) const BYTEWISE: &str = "utf8mb4_nopad_bin";
+
+/// The bound parameters one prepared statement may hold.
+const MAX_PARAMETERS: usize = 65_535;
+
+/// The bytes InnoDB's B-tree index key may hold (16 KiB pages, `DYNAMIC` rows).
+const KEY_BYTES: usize = 3_072;
+
+/// The longest text key column, in characters, where the key leaves room.
+const KEY_CHARS: usize = 255;
+
+/// A quoted identifier.
+pub(crate) fn quote(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// A quoted string literal (a backslash escapes unless `NO_BACKSLASH_ESCAPES`: doubled).
+pub(crate) fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// The JSON path of the top-level entry `name`, as a literal.
+pub(crate) fn json_path(name: &str) -> String {
+    literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
+}
+
+/// Whether a column holds a natural or idempotency key.
+fn is_key(column: &TableColumn) -> bool {
+    matches!(column.role(), Some(Role::Key | Role::IdempotencyKey))
+}
+
+/// The name of a column's type, in messages.
+pub(crate) fn type_name(column: &TableColumn) -> &'static str {
+    match (column.content, column.shape) {
+        (Content::Id | Content::Hash | Content::VersionKey, _) | (_, ColumnShape::Text) => "text",
+        (Content::Digests | Content::Extra, _) => "JSON",
+        (_, ColumnShape::Integer) => "BIGINT",
+        (_, ColumnShape::Boolean) => "BOOLEAN",
+        (_, ColumnShape::Float) => "float text",
+        (_, ColumnShape::Structured | ColumnShape::Flattened) => "JSON",
+    }
+}
+
+/// The `DATA_TYPE`s `information_schema` may give a column idem's writes can use: MariaDB's
+/// `JSON` is `LONGTEXT`, MySQL's its own type.
+pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
+    match (column.content, column.shape) {
+        (Content::Id | Content::Hash | Content::VersionKey, _) => &["varchar", "char"],
+        (_, ColumnShape::Text) if is_key(column) => &["varchar", "char"],
+        (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],
+        (_, ColumnShape::Integer) => &["bigint"],
+        (_, ColumnShape::Boolean) => &["tinyint"],
+        (_, ColumnShape::Float) => &["varchar", "double"],
+        _ => &["longtext", "json"],
+    }
+}
+
+/// The shape of a column of `DATA_TYPE` `declared` (upper case): what a model given at run
+/// time reads it as. MariaDB's `JSON` is `LONGTEXT`, read as text.
+pub(crate) fn shape_of(declared: &str) -> ColumnShape {
+    match declared {
+        "TINYINT" => ColumnShape::Boolean,
+        "BIGINT" | "INT" | "MEDIUMINT" | "SMALLINT" => ColumnShape::Integer,
+        "DOUBLE" | "FLOAT" | "DECIMAL" => ColumnShape::Float,
+        "JSON" => ColumnShape::Structured,
+        _ => ColumnShape::Text,
+    }
+}
+
+/// A type's table and the parts of the statements idem sends to it.
+#[derive(Debug)]
+pub(crate) struct Table {
+    layout: Layout,
+    /// The name of the unique constraint on the natural key that `ensure_table` creates.
+    pub natural_key_constraint: String,
+    /// The length of a text natural-key column: the key's index within [`KEY_BYTES`].
+    key_chars: usize,
+}
+
+impl std::ops::Deref for Table {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+impl Table {
+    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
+        let layout = Layout::new(model, stored);
+        let keys = layout.columns.iter().filter(|column| is_key(column));
+        let (texts, fixed) = keys.fold((0, 0), |(texts, fixed), column| match column.shape {
+            ColumnShape::Text => (texts + 1, fixed),
+            ColumnShape::Boolean => (texts, fixed + 1),
+            _ => (texts, fixed + 8),
+        });
+        // Four bytes a character in utf8mb4.
+        let key_chars = KEY_BYTES.saturating_sub(fixed) / (4 * texts).max(1);
+        Table {
+            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+            key_chars: key_chars.clamp(1, KEY_CHARS),
+            layout,
+        }
+    }
+
+    /// The quoted table name.
+    pub fn name(&self) -> String {
+        quote(self.model.collection())
+    }
+
+    /// How many rows one statement may carry.
+    pub fn max_rows(&self) -> usize {
+        ((MAX_PARAMETERS - 1) / (self.sent.len() + 1)).max(1)
+    }
+
+    /// A column's declared type.
+    fn sql_type(&self, column: &TableColumn) -> String {
+        let text = |length: usize| {
+            format!("VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE {BYTEWISE} NOT NULL")
+        };
+        match (column.content, column.shape) {
+            (Content::Id, _) => text(26),
+            (Content::Hash, _) => text(71).replace(" NOT NULL", ""),
+            (Content::VersionKey, _) => text(32).replace(" NOT NULL", ""),
+            (_, ColumnShape::Text) if is_key(column) => text(self.key_chars),
+            (_, ColumnShape::Text) => format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}"),
+            // The shortest text that reads back as the very float (at most 24 characters): a
+            // `DOUBLE` holds neither NaN nor the infinities.
+            (_, ColumnShape::Float) => text(32).replace(" NOT NULL", ""),
+            (_, _) if column.role() == Some(Role::Pushed) => "JSON NOT NULL DEFAULT '[]'".into(),
+            _ => match type_name(column) {
+                keyed if is_key(column) => format!("{keyed} NOT NULL"),
+                other => other.to_owned(),
+            },
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS …` with the primary key on the id and the unique constraint
+    /// on the natural key.
+    pub fn create_sql(&self) -> String {
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
+        for column in &self.columns {
+            let _ = writeln!(sql, "    {} {},", quote(column.name), self.sql_type(column));
+        }
+        let _ = write!(
+            sql,
+            "    {} JSON NOT NULL DEFAULT '[]',\n    {} VARCHAR(27) CHARACTER SET utf8mb4 \
+             COLLATE {BYTEWISE},\n    PRIMARY KEY ({}),\n    CONSTRAINT {} UNIQUE ({})\n) \
+             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}",
+            quote(APPLIED_OPS_FIELD),
+            quote(WRITE_MARKER_FIELD),
+            quote(ID_FIELD),
+            quote(&self.natural_key_constraint),
+            self.natural_key_list(""),
+        );
+        sql
+    }
+
+    /// The natural-key columns' names, in [`Model::natural_key_fields`] order.
+    pub fn natural_key_names(&self) -> Vec<&'static str> {
+        self.model
+            .natural_key_fields()
+            .map(|field| field.stored_name())
+            .collect()
+    }
+
+    /// The natural-key columns of `alias` (`t.`, or none), quoted and comma-separated.
+    fn natural_key_list(&self, alias: &str) -> String {
+        let names: Vec<String> = self
+            .natural_key_names()
+            .into_iter()
+            .map(|name| format!("{alias}{}", quote(name)))
+            .collect();
+        names.join(", ")
+    }
+
+    /// The insert of `rows` rows for `statement`, each its inserted columns
+    /// ([`crate::sql::marker::inserted`]) then its write marker, with nothing after `VALUES`:
+    /// as it is, the plain insert of fresh rows, which any stored id or key fails whole.
+    pub fn insert_rows(&self, statement: Statement, rows: usize) -> String {
+        let inserted = crate::sql::marker::inserted(self, statement);
+        let mut names: Vec<String> = inserted
+            .iter()
+            .map(|&position| quote(self.columns[self.sent[position]].name))
+            .collect();
+        names.push(quote(WRITE_MARKER_FIELD));
+        let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
+        format!(
+            "INSERT INTO {table} ({names}) VALUES {values}",
+            table = self.name(),
+            names = names.join(", "),
+            values = vec![row.as_str(); rows].join(", "),
+        )
+    }
+
+    /// The write of `rows` rows for `statement` ([`crate::sql::dialect::SqlDialect::write_sql`]).
+    /// The first assignment sets the write marker to the update's (the one parameter after the
+    /// rows) where the row met is this document's and may be replaced; each later one replaces
+    /// its column where the marker is the update's, which is the insert's with `u` for `i`.
+    pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
+        let marker = quote(WRITE_MARKER_FIELD);
+        let id = quote(ID_FIELD);
+        let insert = self.insert_rows(statement, rows);
+        let (condition, replaced): (String, Vec<&str>) = match statement {
+            Statement::Upsert => (
+                self.upsert_guard(),
+                (self.columns.iter())
+                    .filter(|column| column.is_replaced())
+                    .map(|column| column.name)
+                    .collect(),
+            ),
+            Statement::Delete => match self.model.tombstone_field() {
+                Some(field) => (
+                    format!("{} IS NULL", quote(field.stored_name())),
+                    vec![field.stored_name()],
+                ),
+                None => ("0".to_owned(), Vec::new()),
+            },
+            // A row met is left as it is; which one it was, the read after says.
+            Statement::InsertNew => return format!("{insert} ON DUPLICATE KEY UPDATE {id} = {id}"),
+        };
+        let mut same_row = vec![format!("{id} = VALUES({id})")];
+        same_row.extend(
+            self.natural_key_names()
+                .into_iter()
+                .map(|name| format!("{0} = VALUES({0})", quote(name))),
+        );
+        let updating = format!("{marker} <=> CONCAT('u', SUBSTRING(VALUES({marker}), 2))");
+        // A row met that holds neither the id nor the natural key was met through another
+        // unique index (MariaDB checks a long one, `USING HASH`, before the primary key): the
+        // write fails on the id set NULL (1048), and the plain insert of the row names the index.
+        let mut set = vec![format!(
+            "{id} = IF({} OR {}, {id}, NULL)",
+            same_row[0],
+            match same_row[1..].join(" AND ") {
+                none if none.is_empty() => "0".to_owned(),
+                key => format!("({key})"),
+            }
+        )];
+        set.push(format!(
+            "{marker} = IF({} AND {condition}, ?, {marker})",
+            same_row.join(" AND ")
+        ));
+        set.extend(
+            replaced
+                .into_iter()
+                .map(|name| format!("{0} = IF({updating}, VALUES({0}), {0})", quote(name))),
+        );
+        format!("{insert} ON DUPLICATE KEY UPDATE {}", set.join(", "))
+    }
+
+    /// The condition under which an upsert replaces the stored row (bare columns) with the
+    /// incoming one (`VALUES(col)`): the rule of the other SQL stores' guard (and of
+    /// [`crate::verdict::Stored::judge`]) in the MySQL family's words.
+    fn upsert_guard(&self) -> String {
+        let model = self.model;
+        let mut conditions = Vec::new();
+        if let Some(field) = model.tombstone_field() {
+            conditions.push(format!("{} IS NULL", quote(field.stored_name())));
+        }
+        let digests = quote(FROZEN_DIGESTS_FIELD);
+        for field in model.digested_fields() {
+            let path = json_path(field.stored_name());
+            // JSON_VALUE's text compares in the connection's collation, which ignores case.
+            let stored = format!("JSON_VALUE({digests}, {path}) COLLATE {BYTEWISE}");
+            let incoming = format!("JSON_VALUE(VALUES({digests}), {path})");
+            let unwritten = match field.null_is_unwritten() {
+                true => format!("{} IS NULL", quote(field.stored_name())),
+                false => "0".to_owned(),
+            };
+            conditions.push(format!(
+                "(CASE WHEN {digests} IS NULL THEN {unwritten} \
+                 ELSE {stored} IS NULL OR {stored} = {incoming} END)"
+            ));
+        }
+        match self.column_with(Content::VersionKey) {
+            Some(_) => {
+                let key = quote(VERSION_KEY_FIELD);
+                let never_versioned = match model.version_field() {
+                    Some(field) => {
+                        format!("({key} IS NULL AND {} IS NULL)", quote(field.stored_name()))
+                    }
+                    None => format!("{key} IS NULL"),
+                };
+                conditions.push(format!(
+                    "({never_versioned} OR {key} COLLATE {BYTEWISE} < VALUES({key}) COLLATE {BYTEWISE})"
+                ));
+            }
+            None => {
+                let hash = quote(model.hash_field());
+                conditions.push(format!("NOT ({hash} <=> VALUES({hash}))"));
+            }
+        }
+        conditions.join(" AND ")
+    }
+
+    /// The write marker, the stored state and the natural-key columns as text of the rows under
+    /// the ids (the first `rows` parameters) or holding the natural keys that follow: two
+    /// locking reads, each through its unique index, which see (and keep locked) the rows the
+    /// write met, where a plain read would see the transaction's snapshot.
+    pub fn select_stored_sql(&self, rows: usize) -> String {
+        let keys = self.natural_key_names();
+        let mut selected = vec![format!("t.{}", quote(WRITE_MARKER_FIELD))];
+        selected.extend(self.stored_state_columns("t"));
+        selected.extend(keys.iter().map(|name| self.read_of("t", name)));
+        let select = format!("SELECT {} FROM {} t", selected.join(", "), self.name());
+        let tuple = format!("({})", vec!["?"; keys.len()].join(", "));
+        format!(
+            "({select} WHERE t.{id} IN ({ids}) FOR UPDATE) UNION \
+             ({select} WHERE ({key}) IN ({tuples}) FOR UPDATE)",
+            id = quote(ID_FIELD),
+            ids = vec!["?"; rows].join(", "),
+            key = self.natural_key_list("t."),
+            tuples = vec![tuple.as_str(); rows].join(", "),
+        )
+    }
+
+    /// No lookup before a batch's write: each chunk is written with the guard.
+    pub fn look_up_sql(&self, _rows: usize) -> Option<String> {
+        None
+    }
+
+    /// A column as a read selects it, for [`crate::sql::wire::Cells::text`]: a boolean as
+    /// `true` or `false` (its type would not survive a `UNION`), any other as stored.
+    pub fn read_of(&self, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
+        match self
+            .column_named(name)
+            .map(|index| self.columns[index].shape)
+        {
+            Some(ColumnShape::Boolean) => format!(
+                "(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)"
+            ),
+            _ => column,
+        }
+    }
+
+    /// What a row that stopped a write holds: its id, whether it is deleted, its hash, digests
+    /// and version key, the guarded fields' values and the version field's.
+    fn stored_state_columns(&self, t: &str) -> Vec<String> {
+        let of = |content: Content| {
+            self.column_with(content)
+                .map_or("NULL".to_owned(), |index| {
+                    format!("{t}.{}", quote(self.columns[index].name))
+                })
+        };
+        let tombstoned = match self.model.tombstone_field() {
+            Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
+            None => "0".to_owned(),
+        };
+        let mut state = vec![
+            format!("{t}.{}", quote(ID_FIELD)),
+            tombstoned,
+            of(Content::Hash),
+            of(Content::Digests),
+            of(Content::VersionKey),
+        ];
+        for field in self
+            .model
+            .digested_fields()
+            .chain(self.model.version_field())
+        {
+            state.push(self.read_of(t, field.stored_name()));
+        }
+        state
+    }
+
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while
+    /// it is as it was read. Parameters: the sent columns (one each, a column not replaced
+    /// taking its own back), the update marker, the id, then the stored hash, digests, version
+    /// key and version, and each guarded field's text (a float's as the float).
+    pub fn pinned_sql(&self) -> String {
+        let mut set = Vec::new();
+        for &index in &self.sent {
+            let name = quote(self.columns[index].name);
+            set.push(match self.columns[index].is_replaced() {
+                true => format!("t.{name} = ?"),
+                false => format!("t.{name} = IF(? IS NULL, t.{name}, t.{name})"),
+            });
+        }
+        set.push(format!("t.{} = ?", quote(WRITE_MARKER_FIELD)));
+        let mut conditions = vec![format!("t.{} = ?", quote(ID_FIELD))];
+        if let Some(field) = self.model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        }
+        let mut pinned = vec![self.model.hash_field()];
+        if self.column_with(Content::Digests).is_some() {
+            pinned.push(FROZEN_DIGESTS_FIELD);
+        }
+        if self.column_with(Content::VersionKey).is_some() {
+            pinned.push(VERSION_KEY_FIELD);
+            pinned.extend(self.model.version_field().map(|field| field.stored_name()));
+        }
+        pinned.extend(
+            self.model
+                .digested_fields()
+                .map(|field| field.stored_name()),
+        );
+        for name in pinned {
+            let shape = self
+                .column_named(name)
+                .map(|index| self.columns[index].shape);
+            conditions.push(match shape {
+                // Text compared with an integer would be compared as a double.
+                Some(ColumnShape::Integer) => {
+                    format!("t.{} <=> CAST(? AS SIGNED)", quote(name))
+                }
+                _ => format!("{} <=> ?", self.read_of("t", name)),
+            });
+        }
+        format!(
+            "UPDATE {} t SET {} WHERE {}",
+            self.name(),
+            set.join(", "),
+            conditions.join(" AND "),
+        )
+    }
+}
