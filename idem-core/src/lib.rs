@@ -178,9 +178,9 @@ pub mod model_check;
 pub mod model_file;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
-pub mod outcome;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod outcome;
 #[cfg(feature = "_postgres")]
 pub mod postgres;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]

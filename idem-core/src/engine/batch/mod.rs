@@ -135,7 +135,10 @@ pub(crate) trait BatchDriver: Driver {
 
 /// What [`BatchDriver::insert_fresh`] did.
 // Only the SQL stores insert fresh rows.
-#[cfg_attr(not(any(feature = "_postgres", feature = "_sqlx_store")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "_postgres", feature = "_sqlx_store")),
+    allow(dead_code)
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fresh {
     /// Every document was inserted.
@@ -197,7 +200,10 @@ pub(crate) enum Looked<S> {
 /// ([`BatchDriver::prepare_light`]), or whole.
 pub(crate) enum Ready<L, D> {
     // Only the SQL stores prepare light.
-    #[cfg_attr(not(any(feature = "_postgres", feature = "_sqlx_store")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "_postgres", feature = "_sqlx_store")),
+        allow(dead_code)
+    )]
     Light(L),
     Whole(D),
 }
