@@ -113,8 +113,9 @@ impl SqlDialect for MySql {
         table.pinned_sql()
     }
 
-    // A float column holds the float's shortest exact text ([`super::table`]), as it was read.
-    const PINS_FLOATS: bool = false;
+    // A `DOUBLE` compared with text is compared with the text's double, which may not be the
+    // float read back; bound as the float it is.
+    const PINS_FLOATS: bool = true;
 
     fn read_of(_table: &Table, alias: &str, name: &str) -> String {
         // Every cell reads as text by its type ([`Cells::text`]).

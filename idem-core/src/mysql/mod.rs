@@ -23,9 +23,9 @@
 //! `BOOLEAN` (`tinyint(1)`), `JSON` for nested values, idem's lists and digests (MariaDB's
 //! `LONGTEXT` checked by `json_valid`), and text in the `utf8mb4_nopad_bin` collation, which
 //! compares bytes: `utf8mb4_bin` ignores trailing spaces, so that `"a"` and `"a "` would be one
-//! key. A float is stored as the shortest text that reads back as the very float, in a
-//! `VARCHAR(32)`: a `DOUBLE` holds neither NaN nor the infinities, which the other stores keep
-//! (a `DOUBLE` column made by hand is written to, but refuses those). Text natural-key columns
+//! key. Floats are `DOUBLE`, which holds neither NaN nor the infinities: a document holding one
+//! in a float field is refused (1366, naming the column), where the other stores keep it; inside
+//! a `JSON` value JSON cannot hold them, as on PostgreSQL. Text natural-key columns
 //! are `VARCHAR(255)` (less beside more than three of them), so that the natural key's unique
 //! index stays a B-tree within InnoDB's 3,072 bytes; a longer key is refused for its document.
 //! Beside them `idemWrite`, the write marker.

@@ -56,7 +56,7 @@ pub(crate) fn type_name(column: &TableColumn) -> &'static str {
         (Content::Digests | Content::Extra, _) => "JSON",
         (_, ColumnShape::Integer) => "BIGINT",
         (_, ColumnShape::Boolean) => "BOOLEAN",
-        (_, ColumnShape::Float) => "float text",
+        (_, ColumnShape::Float) => "DOUBLE",
         (_, ColumnShape::Structured | ColumnShape::Flattened) => "JSON",
     }
 }
@@ -70,7 +70,7 @@ pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
         (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],
         (_, ColumnShape::Integer) => &["bigint"],
         (_, ColumnShape::Boolean) => &["tinyint"],
-        (_, ColumnShape::Float) => &["varchar", "double"],
+        (_, ColumnShape::Float) => &["double"],
         _ => &["longtext", "json"],
     }
 }
@@ -144,9 +144,9 @@ impl Table {
             (Content::VersionKey, _) => text(32).replace(" NOT NULL", ""),
             (_, ColumnShape::Text) if is_key(column) => text(self.key_chars),
             (_, ColumnShape::Text) => format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}"),
-            // The shortest text that reads back as the very float (at most 24 characters): a
-            // `DOUBLE` holds neither NaN nor the infinities.
-            (_, ColumnShape::Float) => text(32).replace(" NOT NULL", ""),
+            // A `DOUBLE` holds neither NaN nor the infinities: a document holding one is refused
+            // (1366, naming the column), where the other stores keep it.
+            (_, ColumnShape::Float) => "DOUBLE".to_owned(),
             (_, _) if column.role() == Some(Role::Pushed) => "JSON NOT NULL DEFAULT '[]'".into(),
             _ => match type_name(column) {
                 keyed if is_key(column) => format!("{keyed} NOT NULL"),
