@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::layout::{Content, Layout, TableColumn};
 use crate::column::ColumnShape;
 use crate::engine::batch::Ready;
-use crate::engine::{check_written_names, Prepared, StoredDigest};
+use crate::engine::{check_written_names, guarded_value_digest, Prepared, StoredDigest};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -280,8 +280,7 @@ impl LightRow {
         let hash = doc.content_hash()?;
         let mut digests = Vec::with_capacity(guarded.len());
         for (field, (value, _)) in model.digested_fields().zip(&guarded) {
-            let unwritten = value.is_null() && field.null_is_unwritten();
-            let Ok(digest) = crate::hash::guard_digest(value, unwritten) else {
+            let Ok(digest) = guarded_value_digest(field, value, value.is_null()) else {
                 return Ok(None);
             };
             digests.push((field, digest));
@@ -341,11 +340,7 @@ pub(crate) fn digest_in<'s>(digests: Option<&'s Value>, field: &Field) -> Stored
 
 /// The digest of `field` in a digests object.
 fn digest_of<'s>(digests: &'s Map<String, Value>, field: &Field) -> StoredDigest<'s> {
-    match digests.get(field.stored_name()) {
-        None | Some(Value::Null) => StoredDigest::Unwritten,
-        Some(Value::String(digest)) => StoredDigest::Digest(digest),
-        Some(_) => StoredDigest::Other,
-    }
+    StoredDigest::of_entry(digests.get(field.stored_name()))
 }
 
 /// Writes the digests column's text to `out`: each written digest by the field's stored name,
@@ -494,9 +489,8 @@ impl PreparedRow {
                     return Ok(((field, digest), (Value::from(shown.as_str()), Some(shown))));
                 }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
-                let unwritten = value.is_null() && field.null_is_unwritten();
-                let digest =
-                    crate::hash::guard_digest(value, unwritten).map_err(&serialize_error)?;
+                let digest = guarded_value_digest(field, value, value.is_null())
+                    .map_err(&serialize_error)?;
                 Ok(((field, digest), (value.clone(), None)))
             })
             .collect::<Result<Vec<_>, Error>>()?;

@@ -16,7 +16,9 @@ use super::driver::{finish_with, savepoint};
 use super::errors::sqlite_error;
 use super::table::{quote, Table};
 use super::{bind_text, statement, Store};
-use crate::audit::{AdoptReport, AuditProgress, AuditReport, HashDiagnosis, UnknownField};
+use crate::audit::{
+    AdoptReport, AuditProgress, AuditReport, HashDiagnosis, RunLimits, UnknownField,
+};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -211,6 +213,7 @@ async fn move_rows(
         .collect();
     let (list, columns) = selected(table, &present);
     let mut report = AdoptReport::new(model.collection());
+    let limits = RunLimits::new(options.max_documents, None);
     let mut scanned = 0;
     let id = quote(ID_FIELD);
     // The rows with an `_id` in its order, then those without one by rowid: a moved row has an
@@ -226,9 +229,7 @@ async fn move_rows(
         );
         let mut after: Option<String> = None;
         loop {
-            let limit = options
-                .max_documents
-                .map(|limit| limit.saturating_sub(report.moved.count));
+            let limit = limits.documents_left(&report, 0);
             if limit == Some(0) {
                 report.stopped = true;
                 return Ok(report);
