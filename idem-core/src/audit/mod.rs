@@ -36,7 +36,9 @@ pub use finding::{
 pub use report::{AdoptReport, AuditReport};
 
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use adoption::check_adoption;
+pub(crate) use adoption::{check_adoption, RunLimits};
+#[cfg(feature = "mongodb")]
+pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use derivation::derive_from_stored;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]

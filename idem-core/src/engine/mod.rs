@@ -135,6 +135,52 @@ pub(crate) enum StoredDigest<'s> {
     Other,
 }
 
+impl<'s> StoredDigest<'s> {
+    /// The digest stored for a field, from its entry in a document's digests object (`None`:
+    /// no entry), the same on every store: missing or null, never written; text, the digest;
+    /// anything else, no digest a write stores.
+    pub(crate) fn of_entry<V: StoredScalar>(entry: Option<&'s V>) -> Self {
+        match entry {
+            Some(value) if !value.is_null() => value
+                .text()
+                .map_or(StoredDigest::Other, StoredDigest::Digest),
+            _ => StoredDigest::Unwritten,
+        }
+    }
+}
+
+/// A stored value as the rules every store shares read it, whatever the store's value type
+/// (BSON, JSON).
+pub(crate) trait StoredScalar {
+    /// Whether the value is null.
+    fn is_null(&self) -> bool;
+    /// The value's text, where it is text.
+    fn text(&self) -> Option<&str>;
+}
+
+impl StoredScalar for Value {
+    fn is_null(&self) -> bool {
+        Value::is_null(self)
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+}
+
+/// The digest a write stores for the guarded `field` holding a value (`hashed`, as the store
+/// hashes it; `is_null`: the value is null): none where a null means never written (an
+/// `Option`, [`Field::null_is_unwritten`]); any other null is a value like any other, which a
+/// later write may not change. Every store's writes, audits and adoptions digest a guarded
+/// value here.
+pub(crate) fn guarded_value_digest<T: serde::Serialize + ?Sized>(
+    field: &Field,
+    hashed: &T,
+    is_null: bool,
+) -> Result<Option<ShortText>, String> {
+    crate::hash::guard_digest(hashed, is_null && field.null_is_unwritten())
+}
+
 /// Refuses a serialized document, before anything is sent, that writes a name idem writes itself
 /// (an entry of a `#[serde(flatten)]` map named `_id`, say), or that leaves out a key field or the
 /// idempotency key (a custom `Serialize` impl): keys feed the id and find the document. `names`

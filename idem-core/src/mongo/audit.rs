@@ -1,18 +1,6 @@
-//! The audit of a MongoDB collection before idem takes it over: one pass over the collection,
-//! sorted by the natural key, that checks each document's id, content hash and (for a typed
-//! audit) its shape, and finds natural keys held by more than one document.
-//!
-//! # Bounded memory
-//!
-//! The collection is read through one cursor, sorted by the natural key, so the documents that
-//! share a key arrive one after the other: finding duplicates needs only the current key and the
-//! first few ids holding it, whatever the size of the collection. The server walks the
-//! natural-key index when there is one (any index on those fields, unique or not), and otherwise
-//! sorts, spilling to disk if it must (`allowDiskUse`). The report keeps counts and at most
-//! [`SAMPLES_PER_KIND`](crate::audit::SAMPLES_PER_KIND) samples of each kind.
-//!
-//! Writes made during the scan may or may not be seen, as with any cursor: the report describes
-//! the collection as the scan found it.
+//! The audit of a MongoDB collection before idem takes it over: one pass over the collection
+//! sorted by the natural key (why its memory stays bounded is on [`Store::audit`]), each
+//! document judged by core's rules ([`crate::audit`]) as MongoDB stores it ([`StoredBson`]).
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
@@ -37,7 +25,7 @@ use crate::model_check::ModelCheck;
 use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
-/// natural key it set aside. See `adopt.rs`.
+/// natural key it set aside (`adopt/moves.rs`).
 pub(crate) use crate::model::ADOPTION_FIELD;
 
 /// Deserializes a stored document into `T`: the reading of a typed audit. `Err` says why it
@@ -125,10 +113,7 @@ impl<'d> StoredBson<'d> {
 
 impl StoredDocument for StoredBson<'_> {
     fn id_text(&self) -> Option<&str> {
-        match self.document.get(ID_FIELD) {
-            Some(Bson::String(text)) => Some(text),
-            _ => None,
-        }
+        self.document.get(ID_FIELD).and_then(Bson::as_str)
     }
 
     fn neutral(&self, field: &Field) -> serde_json::Value {

@@ -2,6 +2,18 @@
 
 use mongodb::bson::Bson;
 
+use crate::engine::StoredScalar;
+
+impl StoredScalar for Bson {
+    fn is_null(&self) -> bool {
+        matches!(self, Bson::Null)
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+}
+
 /// A value as error messages show it: relaxed extended JSON.
 pub(crate) fn show(value: &Bson) -> String {
     value.clone().into_relaxed_extjson().to_string()

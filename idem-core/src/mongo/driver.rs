@@ -63,6 +63,17 @@ impl MongoDriver<'_> {
         }
     }
 
+    /// The reply of a statement the server refused with `error` (a write error of a command's
+    /// reply): a conflict on a unique index, else a refusal of `write` alone.
+    fn statement_refused(&self, write: &PreparedWrite, error: &Document) -> Reply<Document> {
+        match error.get_i32("code").ok() {
+            Some(DUPLICATE_KEY) => {
+                Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
+            }
+            _ => Reply::Refused(refused_by_server(&write.document(), error, "")),
+        }
+    }
+
     /// The single upsert: the conditional replacement in one `findAndModify`, which returns the
     /// document as it left it.
     async fn upsert_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
@@ -111,10 +122,7 @@ impl MongoDriver<'_> {
             .enumerate()
             .map(|(index, write)| match refused.remove(&index) {
                 None => Reply::Written { inserted: true },
-                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
-                    Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
-                }
-                Some(error) => Reply::Refused(refused_by_server(&write.document(), &error, "")),
+                Some(error) => self.statement_refused(write, &error),
             })
             .collect())
     }
@@ -160,12 +168,7 @@ impl MongoDriver<'_> {
                 let Some(&index) = indexes.get(statement) else {
                     continue;
                 };
-                replies[index] = match error.get_i32("code").ok() {
-                    Some(DUPLICATE_KEY) => {
-                        Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
-                    }
-                    _ => Reply::Refused(refused_by_server(&writes[index].document(), error, "")),
-                };
+                replies[index] = self.statement_refused(writes[index], error);
             }
         }
         Ok(replies)
@@ -290,10 +293,7 @@ impl MongoDriver<'_> {
         for (statement, &index) in indexes.iter().enumerate() {
             let write = writes[index];
             replies[index] = Some(match errors.get(&statement) {
-                Some(error) if error.get_i32("code").ok() == Some(DUPLICATE_KEY) => {
-                    Reply::Conflict(self.conflict(error.get_str("errmsg").unwrap_or_default()))
-                }
-                Some(error) => Reply::Refused(refused_by_server(&write.document(), error, "")),
+                Some(error) => self.statement_refused(write, error),
                 None if upserted.contains(&statement) => Reply::Written { inserted: true },
                 None => {
                     matched.push(index);

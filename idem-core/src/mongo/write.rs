@@ -14,7 +14,9 @@ use mongodb::bson::{self, bson, doc, Bson, Document};
 use serde::Serialize;
 
 use super::compare::show;
-use crate::engine::{check_written_names, Prepared, StoredDigest};
+use crate::engine::{
+    check_written_names, guarded_value_digest, Prepared, StoredDigest, StoredScalar,
+};
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -82,7 +84,7 @@ impl PreparedWrite {
         let tombstone = model
             .tombstone_field()
             .and_then(|field| body.get(field.stored_name()))
-            .filter(|marker| !is_null(marker))
+            .filter(|marker| !marker.is_null())
             .cloned();
         let mut effects = Document::new();
         for field in model.fields() {
@@ -477,50 +479,38 @@ fn is_unwritten(path: Bson) -> Bson {
     bson!({ "$eq": [{ "$ifNull": [path, null] }, null] })
 }
 
-/// A stored null is a field never written, as an `Option` left `None`.
-fn is_null(value: &Bson) -> bool {
-    matches!(value, Bson::Null)
-}
-
-/// The digest of `field`'s incoming value; `None` for a value never written (an `Option`'s
-/// null: [`Field::null_is_unwritten`]).
-pub(crate) fn guarded_digest(field: &Field, value: &Bson) -> Result<Option<ShortText>, String> {
-    crate::hash::guard_digest(value, is_null(value) && field.null_is_unwritten())
-}
-
-/// The digest of `field`'s value in `document`, as a write stores it: `None` where it was never
-/// written (an `Option` left `None`). Any other field serde left out is read as a null, a value
-/// like any other that a later write may not change, as the SQL stores read the NULL it leaves
-/// in its column. The write's, adoption's and the audit's.
+/// The digest of `field`'s value in `document`, as a write stores it
+/// ([`guarded_value_digest`]'s rule; a field serde left out reads as a null, as the SQL stores
+/// read the NULL it leaves in its column). The write's, adoption's and the audit's.
 pub(crate) fn field_digest(
     document: &Document,
     field: &Field,
 ) -> Result<Option<ShortText>, String> {
-    guarded_digest(
-        field,
-        document.get(field.stored_name()).unwrap_or(&Bson::Null),
-    )
+    let value = document.get(field.stored_name()).unwrap_or(&Bson::Null);
+    guarded_value_digest(field, value, value.is_null())
 }
 
-/// The digest stored for `field` in a document's `idemFrozen`, as the judgement and the audit
-/// read it.
+/// The digest stored for `field` in a document's `idemFrozen` ([`StoredDigest::of_entry`]), as
+/// the judgement and the audit read it: none at all where `idemFrozen` is no document.
 pub(crate) fn stored_digest<'s>(stored: &'s Document, field: &Field) -> StoredDigest<'s> {
-    let Ok(digests) = stored.get_document(FROZEN_DIGESTS_FIELD) else {
-        return StoredDigest::NoDigests;
-    };
-    match digests.get(field.stored_name()) {
-        None | Some(Bson::Null) => StoredDigest::Unwritten,
-        Some(Bson::String(digest)) => StoredDigest::Digest(digest),
-        Some(_) => StoredDigest::Other,
+    match stored.get_document(FROZEN_DIGESTS_FIELD) {
+        Ok(digests) => StoredDigest::of_entry(digests.get(field.stored_name())),
+        Err(_) => StoredDigest::NoDigests,
     }
 }
 
-/// The `_id` of a stored document as text, whoever wrote it.
+/// The `_id` of a stored document as text, whoever wrote it ([`id_text`]).
 pub(crate) fn stored_id_text(stored: &Document) -> Option<String> {
-    match stored.get(ID_FIELD)? {
-        Bson::String(id) => Some(id.clone()),
-        Bson::ObjectId(id) => Some(id.to_hex()),
-        other => Some(show(other)),
+    stored.get(ID_FIELD).map(id_text)
+}
+
+/// A stored `_id` as text: an idem id or other text as itself, an ObjectId as its hex digits,
+/// anything else as relaxed extended JSON.
+pub(crate) fn id_text(id: &Bson) -> String {
+    match id {
+        Bson::String(id) => id.clone(),
+        Bson::ObjectId(id) => id.to_hex(),
+        other => show(other),
     }
 }
 
@@ -529,7 +519,7 @@ pub(crate) fn is_tombstoned(model: &Model, stored: &Document) -> bool {
     model
         .tombstone_field()
         .and_then(|field| stored.get(field.stored_name()))
-        .is_some_and(|marker| !is_null(marker))
+        .is_some_and(|marker| !marker.is_null())
 }
 
 /// Why `document` cannot be sent, if a field name in it (nested documents and arrays included)

@@ -15,7 +15,7 @@ use super::schema::survey_table;
 use super::table::{quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store, UNIQUE_VIOLATION};
-use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, UnknownField};
+use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, RunLimits, UnknownField};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -254,6 +254,7 @@ async fn move_rows<C: Wire>(
     let collection = DocumentRef::collection(model);
     let total = estimated_rows(client, model, &collection).await?;
     let mut report = AdoptReport::new(model.collection());
+    let limits = RunLimits::new(options.max_documents, None);
     let mut scanned = 0;
     // The rows with an `_id` in its order, then those without one in physical order: a moved
     // row has an id, and a row that could not move keeps its place behind the cursor, so each
@@ -269,10 +270,7 @@ async fn move_rows<C: Wire>(
                 Place::Id(id) | Place::Location(id) => id.clone(),
             });
             for row in page {
-                if options
-                    .max_documents
-                    .is_some_and(|limit| report.moved.count >= limit)
-                {
+                if limits.documents_left(&report, 0) == Some(0) {
                     report.stopped = true;
                     return Ok(report);
                 }

@@ -239,8 +239,8 @@ fn value_digest(
     field: &Field,
 ) -> Result<Option<ShortText>, String> {
     let value = stored.get(field.stored_name()).unwrap_or(&Value::Null);
-    let unwritten = value.is_null() && field.null_is_unwritten();
-    crate::hash::guard_digest(&Hashed::of(shape_of(table, field), value), unwritten)
+    let hashed = Hashed::of(shape_of(table, field), value);
+    crate::engine::guarded_value_digest(field, &hashed, value.is_null())
 }
 
 /// The digests `field`'s stored value in `stored` may have, read without the type: as

@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
 use super::wire::{Cells, Param, Wire};
-use crate::audit::{AdoptReport, AuditProgress, AuditReport, HashDiagnosis, UnknownField};
+use crate::audit::{
+    AdoptReport, AuditProgress, AuditReport, HashDiagnosis, RunLimits, UnknownField,
+};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -153,6 +155,7 @@ async fn move_rows<D: SqlDialect>(
         .collect();
     let (list, columns) = selected::<D>(table, &present);
     let mut report = AdoptReport::new(model.collection());
+    let limits = RunLimits::new(options.max_documents, None);
     let mut scanned = 0;
     let id = D::quote(ID_FIELD);
     let name = D::quote(model.collection());
@@ -173,9 +176,7 @@ async fn move_rows<D: SqlDialect>(
         );
         let mut after: Option<String> = None;
         loop {
-            let limit = options
-                .max_documents
-                .map(|limit| limit.saturating_sub(report.moved.count));
+            let limit = limits.documents_left(&report, 0);
             if limit == Some(0) {
                 report.stopped = true;
                 return Ok(report);

@@ -93,8 +93,8 @@ impl LightRow {
         let hash = doc.content_hash()?;
         let mut digests = Vec::with_capacity(guarded.len());
         for (field, (value, _)) in model.digested_fields().zip(&guarded) {
-            let unwritten = value.is_null() && field.null_is_unwritten();
-            let Ok(digest) = crate::hash::guard_digest(value, unwritten) else {
+            let Ok(digest) = crate::engine::guarded_value_digest(field, value, value.is_null())
+            else {
                 return Ok(None);
             };
             digests.push((field, digest));

@@ -78,9 +78,5 @@ pub(crate) fn digest_in<'s>(digests: Option<&'s Value>, field: &Field) -> Stored
 
 /// The digest of `field` in a digests object.
 fn digest_of<'s>(digests: &'s Map<String, Value>, field: &Field) -> StoredDigest<'s> {
-    match digests.get(field.stored_name()) {
-        None | Some(Value::Null) => StoredDigest::Unwritten,
-        Some(Value::String(digest)) => StoredDigest::Digest(digest),
-        Some(_) => StoredDigest::Other,
-    }
+    StoredDigest::of_entry(digests.get(field.stored_name()))
 }

@@ -63,9 +63,8 @@ impl PreparedRow {
                     return Ok(((field, digest), (Value::from(shown.as_str()), Some(shown))));
                 }
                 let value = entries.get(field.stored_name()).unwrap_or(&Value::Null);
-                let unwritten = value.is_null() && field.null_is_unwritten();
-                let digest =
-                    crate::hash::guard_digest(value, unwritten).map_err(&serialize_error)?;
+                let digest = crate::engine::guarded_value_digest(field, value, value.is_null())
+                    .map_err(&serialize_error)?;
                 Ok(((field, digest), (value.clone(), None)))
             })
             .collect::<Result<Vec<_>, Error>>()?;

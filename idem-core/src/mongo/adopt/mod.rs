@@ -1,0 +1,402 @@
+//! Adoption: moving documents written by other tools (legacy ids) or orphaned by other code to
+//! the ids idem derives from their content, while idem writers keep running. The move, and why
+//! it is safe, is documented on [`Store::adopt`]; what a run decides (where a document moves,
+//! how far a run goes, which duplicate stays) is core's ([`crate::audit`]).
+//!
+//! This file is the run: it finishes the moves an interrupted run left, then scans the
+//! collection by natural key, one key's documents at a time. [`moves`] are the steps of one
+//! document's move, [`batched`] the same steps for many documents at once, and [`options`]
+//! what the caller chooses.
+
+mod batched;
+mod moves;
+mod options;
+
+use mongodb::bson::{doc, Document};
+use mongodb::Collection;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::audit::{
+    read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key, Reading,
+    ADOPTION_FIELD,
+};
+use super::write::{id_text, stored_id_text};
+use super::{mongo_error, Store};
+use crate::audit::{
+    index_after_moves, kept_of_group, leave_duplicates, AdoptReport, AuditProgress, Halt, RunLimits,
+};
+use crate::document::DocumentRef;
+use crate::error::{Error, ErrorKind};
+use crate::id::Id;
+use crate::idempotent::Idempotent;
+use crate::model::{Model, ID_FIELD};
+use crate::trace::{Call, CallKind};
+use batched::MOVES_PER_BATCH;
+use moves::{reserved_from, Claimed, Plan};
+pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
+
+/// One adoption run: what it reads, its limits, its report, and the moves it has planned.
+struct Adoption<'a> {
+    store: &'a Store,
+    model: &'a Model,
+    reading: Reading<'a>,
+    collection: Collection<Document>,
+    duplicates: DuplicateRule,
+    limits: RunLimits,
+    report: AdoptReport,
+    /// Moves planned and not sent yet: they go together, [`MOVES_PER_BATCH`] at a time.
+    pending: Vec<Plan>,
+    /// Told after each document the scan reads.
+    progress: &'a mut (dyn FnMut(&AuditProgress) + Send),
+}
+
+impl Store {
+    /// Moves the documents of `T`'s collection that are not under the id derived from their
+    /// content (legacy ids, orphans) to their derived ids, with the content hash and digests
+    /// idem stores; safe while idem writers run and resumable after a crash at any point.
+    /// Documents sharing a natural key are handled by `options.duplicates`; documents that do
+    /// not deserialize into `T`, or from which no id can be derived, are reported and left
+    /// alone. Creates the unique natural-key index first when no duplicates block it, and at the
+    /// end when a rule removed them.
+    ///
+    /// # The move
+    ///
+    /// MongoDB cannot change a document's `_id`, and two documents cannot hold one natural key once
+    /// the unique natural-key index exists (it does, or no idem writer can write: they create it
+    /// before their first write, and fail while duplicates block it). So a move copies the document
+    /// under its derived id first, with its natural key set aside, and only then lets go of the
+    /// original. Each document `L` (legacy id `old`, natural key `K`, derived id `D`) moves in three
+    /// writes:
+    ///
+    /// 1. **reserve**: insert `R` under `D`: `L`'s fields, the content hash and frozen digests idem
+    ///    would store, each natural-key field replaced by a placeholder unique to `old`, and
+    ///    `idemAdopt: {from: old, key: K}`. `L` still holds `K`, so the index sees no duplicate.
+    /// 2. **release**: delete `L`, only if it is still exactly as read (its whole document is the
+    ///    filter). If another tool changed it meanwhile, `R` is refreshed from the new `L` and the
+    ///    release tried again.
+    /// 3. **claim**: in one update of `R` (found by `D` and `idemAdopt.from`), restore `K` and remove
+    ///    `idemAdopt`.
+    ///
+    /// Documents move 100 at a time: each step is one command for all of them, sent after the
+    /// previous step's command, so each document goes through the same states in the same order.
+    ///
+    /// # Under concurrent idem writers
+    ///
+    /// A writer upserting `K` with the same timestamp targets `D`. Before the reserve, `K` is held by
+    /// `L` under another id; from the reserve to the claim, `D` is held by `R`, whose key differs:
+    /// either way the writer is refused ([`ErrorKind::IdChanged`] while `L` holds the key,
+    /// [`ErrorKind::FrozenFieldChanged`] while `R` holds the id), exactly as it was before
+    /// adoption began, and nothing is written. After the claim it meets the adopted document and is
+    /// judged as any write is: `Updated`, `Unchanged`, `Stale`, `Deleted` or refused. Its write is
+    /// never lost to the move and never forks the document.
+    ///
+    /// A writer upserting `K` with *another* timestamp targets another id `D'`. While `L` or the
+    /// adopted document holds `K` it is refused. Between the release and the claim (two consecutive
+    /// commands of one client) no document holds `K`, and such a writer can store `D'`: the claim then
+    /// collides on the natural-key index, `R` stays reserved with its key set aside, and the report
+    /// lists the conflict with both ids. Nothing is lost or duplicated; a person decides.
+    ///
+    /// # After a crash
+    ///
+    /// Every step is safe to repeat, and a later run starts by finishing what an interrupted one left:
+    /// a reserved `R` whose `L` still exists goes through the release and the claim (refreshed from
+    /// `L` first), one whose `L` is gone is claimed. A crash before the reserve leaves `L` alone; a
+    /// crash after the claim left a finished move. So re-running `adopt` after a crash at any point
+    /// finishes the job, and no document is ever absent from both `old` and `D`: `R` is written
+    /// before `L` is deleted.
+    ///
+    /// # Duplicates
+    ///
+    /// Documents sharing a natural key are never moved silently. By default they stay where they are
+    /// and the report lists each key with its ids. A [`DuplicateRule::Keep`] rule picks the one to
+    /// keep; each other one is copied whole to the archive collection (`<collection>_idem_duplicates`,
+    /// under its own id) and then deleted if unchanged since read, so a crash between the two leaves
+    /// a copy, never a loss. The kept one is then moved as any other.
+    pub async fn adopt<T>(&self, options: AdoptOptions) -> Result<AdoptReport, Error>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
+        self.adopt_collection(
+            &T::MODEL,
+            Reading::Typed(read_typed::<T>),
+            options,
+            &mut |_| {},
+        )
+        .await
+    }
+
+    /// [`adopt`](Store::adopt) for a model given at run time: ids are derived from the stored
+    /// key values and content hashes computed from the stored fields (see
+    /// [`audit_model`](Store::audit_model) for when that hash is the type's). A hash that is not
+    /// the type's only makes the next upsert of the document write once more. `field_order` is
+    /// as for [`audit_model`](Store::audit_model).
+    ///
+    /// Before anything moves, it checks that the model is the one the stored documents were
+    /// written with ([`crate::model_check`]): if most documents under a ULID are under the id a
+    /// model differing in one flag derives, and not under the one `model` derives, it refuses
+    /// with [`ErrorKind::SchemaMismatch`] naming that flag, and nothing is moved (unless
+    /// [`AdoptOptions::ignore_model_check`]). A collection that does not exist is refused the
+    /// same way.
+    pub async fn adopt_model(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+    ) -> Result<AdoptReport, Error> {
+        self.adopt_model_with_progress(model, field_order, options, |_| {})
+            .await
+    }
+
+    /// [`adopt_model`](Store::adopt_model), calling `progress` after each document it reads,
+    /// with the server's estimate of the collection's size: to draw a progress bar, as
+    /// [`audit_with_progress`](Store::audit_with_progress) does.
+    pub async fn adopt_model_with_progress(
+        &self,
+        model: &Model,
+        field_order: &[&str],
+        options: AdoptOptions,
+        mut progress: impl FnMut(&AuditProgress) + Send,
+    ) -> Result<AdoptReport, Error> {
+        self.require_collection(model).await?;
+        let (mismatch, unknown) = self.model_mismatch(model, field_order).await?;
+        crate::audit::check_adoption(
+            model,
+            mismatch,
+            &unknown,
+            options.ignore_model_check,
+            options.allow_unknown_fields,
+        )?;
+        let reading = Reading::Stored {
+            field_order,
+            left_out: &unknown,
+        };
+        self.adopt_collection(model, reading, options, &mut progress)
+            .await
+    }
+
+    async fn adopt_collection(
+        &self,
+        model: &Model,
+        reading: Reading<'_>,
+        options: AdoptOptions,
+        progress: &mut (dyn FnMut(&AuditProgress) + Send),
+    ) -> Result<AdoptReport, Error> {
+        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
+        call.run(self.move_documents(model, reading, options, progress))
+            .await
+    }
+
+    /// The adoption's moves, in the span of the call.
+    async fn move_documents(
+        &self,
+        model: &Model,
+        reading: Reading<'_>,
+        options: AdoptOptions,
+        progress: &mut (dyn FnMut(&AuditProgress) + Send),
+    ) -> Result<AdoptReport, Error> {
+        if model.idempotency_key_field().is_some() {
+            return Err(Error::new(
+                DocumentRef::collection(model),
+                ErrorKind::NoDerivedId,
+            ));
+        }
+        let mut adoption = Adoption {
+            store: self,
+            model,
+            reading,
+            collection: self.raw_collection(model),
+            duplicates: options.duplicates,
+            limits: RunLimits::new(options.max_documents, options.max_writes),
+            report: AdoptReport::new(model.collection()),
+            pending: Vec::new(),
+            progress,
+        };
+        match adoption.run().await {
+            Ok(()) => {}
+            Err(Halt::Limit) => adoption.report.stopped = true,
+            Err(Halt::Failed(error)) => return Err(error),
+        }
+        Ok(adoption.report)
+    }
+}
+
+impl Adoption<'_> {
+    fn collection_ref(&self) -> DocumentRef {
+        DocumentRef::collection(self.model)
+    }
+
+    /// [`Halt::Limit`] once the document limit is reached, before the next document's first
+    /// write ([`RunLimits::documents_left`]).
+    fn begin_document(&self) -> Result<(), Halt> {
+        let planned = self.pending.len() as u64;
+        match self.limits.documents_left(&self.report, planned) {
+            Some(0) => Err(Halt::Limit),
+            _ => Ok(()),
+        }
+    }
+
+    /// Finishes interrupted moves, makes sure of the index, then moves every misplaced
+    /// document.
+    async fn run(&mut self) -> Result<(), Halt> {
+        self.finish_interrupted().await?;
+        let indexed = match self
+            .store
+            .create_natural_key_index(self.model, &self.collection_ref())
+            .await
+        {
+            Ok(()) => true,
+            // A rule may remove the duplicates that block it ([`index_after_moves`]).
+            Err(error) if matches!(error.kind(), ErrorKind::DuplicateNaturalKeys { .. }) => false,
+            Err(other) => return Err(other.into()),
+        };
+        self.move_misplaced().await?;
+        if index_after_moves(indexed, &self.report) {
+            self.store
+                .create_natural_key_index(self.model, &self.collection_ref())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the moves an interrupted run left reserved.
+    async fn finish_interrupted(&mut self) -> Result<(), Halt> {
+        let collection_ref = self.collection_ref();
+        let failed = |source| mongo_error(&collection_ref, source);
+        let mut cursor = self
+            .collection
+            .find(doc! { ADOPTION_FIELD: { "$exists": true } })
+            .await
+            .map_err(failed)?;
+        while cursor.advance().await.map_err(failed)? {
+            let reserved: Document = cursor.deserialize_current().map_err(failed)?;
+            let Some(from) = reserved_from(&reserved) else {
+                continue;
+            };
+            let derived = stored_id_text(&reserved).unwrap_or_default();
+            let original = self
+                .collection
+                .find_one(doc! { ID_FIELD: from.clone() })
+                .await
+                .map_err(failed)?;
+            let moved = match original {
+                // Not released yet: the move goes on from the document as it is now.
+                Some(original) => match self.prepare(&original) {
+                    Ok(None) => Claimed::Done,
+                    Ok(Some(plan)) => {
+                        self.begin_document()?;
+                        // A reservation still as the original reads needs no new reserve, so
+                        // runs stopped after one step each still make progress.
+                        let reserved_already = plan.reserved == reserved;
+                        self.move_document(plan, reserved_already).await?
+                    }
+                    Err(why) => {
+                        let id = stored_id_text(&original).unwrap_or_default();
+                        self.report.failed.record(id, Some(why));
+                        continue;
+                    }
+                },
+                None => {
+                    self.begin_document()?;
+                    self.claim(&derived, &from, None).await?
+                }
+            };
+            let report = &mut self.report;
+            moved.record(
+                &mut report.finished,
+                &mut report.failed,
+                id_text(&from),
+                derived,
+            );
+        }
+        Ok(())
+    }
+
+    /// Streams the collection sorted by natural key, one key's documents at a time.
+    async fn move_misplaced(&mut self) -> Result<(), Halt> {
+        let scanned = self.scan_misplaced().await;
+        // What was planned goes, whether the scan ended, stopped at a limit or failed.
+        self.send_pending().await?;
+        scanned
+    }
+
+    /// The scan of [`Adoption::move_misplaced`]: each group of one natural key adopted, moves
+    /// batched in `pending`.
+    async fn scan_misplaced(&mut self) -> Result<(), Halt> {
+        let collection_ref = self.collection_ref();
+        let failed = |source| mongo_error(&collection_ref, source);
+        // An estimate from the collection's metadata: cheap, and only used to draw progress.
+        let total = self.collection.estimated_document_count().await.ok();
+        let mut scanned = 0;
+        let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
+        let mut group: Vec<Document> = Vec::new();
+        while cursor.advance().await.map_err(failed)? {
+            let stored: Document = cursor.deserialize_current().map_err(failed)?;
+            scanned += 1;
+            (self.progress)(&AuditProgress::new(scanned, total));
+            // Reserved by this run, whose claim has not been made, or by a racing run.
+            if stored.contains_key(ADOPTION_FIELD) {
+                continue;
+            }
+            let same_key = group.first().is_some_and(|first| {
+                same_natural_key(
+                    &stored_natural_key(self.model, first),
+                    &stored_natural_key(self.model, &stored),
+                )
+            });
+            if !same_key {
+                // The cursor has left the group's key: moving its documents now cannot make the
+                // cursor meet them again under that key.
+                let closed = std::mem::take(&mut group);
+                self.adopt_group(closed).await?;
+            }
+            group.push(stored);
+        }
+        self.adopt_group(group).await
+    }
+
+    /// Adopts the documents of one natural key: moves the one kept ([`kept_of_group`]) after
+    /// archiving the others, or reports them all.
+    async fn adopt_group(&mut self, mut group: Vec<Document>) -> Result<(), Halt> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        let Some(keep) = kept_of_group(group.len(), || self.duplicates.choose(&group)) else {
+            let key = shown_key(&stored_natural_key(self.model, &group[0]));
+            let ids = group.iter().filter_map(stored_id_text);
+            leave_duplicates(&mut self.report, key, group.len(), ids);
+            return Ok(());
+        };
+        let kept = group.swap_remove(keep);
+        for duplicate in group {
+            self.archive(&duplicate).await?;
+        }
+        let plan = match self.prepare(&kept) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(()),
+            Err(why) => {
+                let id = stored_id_text(&kept).unwrap_or_default();
+                self.report.failed.record(id, Some(why));
+                return Ok(());
+            }
+        };
+        self.begin_document()?;
+        if self.limits.counts_writes() {
+            return self.move_one(plan).await;
+        }
+        self.pending.push(plan);
+        if self.pending.len() >= MOVES_PER_BATCH {
+            self.send_pending().await?;
+        }
+        Ok(())
+    }
+
+    /// Moves one document, step by step, and reports it.
+    async fn move_one(&mut self, plan: Plan) -> Result<(), Halt> {
+        let (from, to) = (id_text(&plan.from), plan.derived.to_string());
+        let claimed = self.move_document(plan, false).await?;
+        let report = &mut self.report;
+        claimed.record(&mut report.moved, &mut report.failed, from, to);
+        Ok(())
+    }
+}

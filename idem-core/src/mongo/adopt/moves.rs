@@ -1,0 +1,349 @@
+//! One document's move, step by step: the plan (the copy to reserve under the derived id), the
+//! reserve, the release of the original, the claim of the natural key, and the archive of a
+//! duplicate set aside. [`Store::adopt`](crate::mongo::Store::adopt) says why each step is safe to repeat.
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::Collection;
+
+use super::{Adoption, ARCHIVE_SUFFIX};
+use crate::audit::Finding;
+use crate::audit::Halt;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
+use crate::mongo::write::{field_digest, stored_id_text};
+use crate::mongo::{
+    duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
+};
+use crate::MAX_ATTEMPTS;
+
+/// The fields of `idemAdopt`: the original `_id`, and the natural key set aside.
+const FROM: &str = "from";
+const KEY: &str = "key";
+
+/// One document's move.
+pub(super) struct Plan {
+    /// The original `_id`.
+    pub from: Bson,
+    pub derived: Id,
+    /// The original as read: its release is pinned to it.
+    pub original: Document,
+    /// The copy reserved under the derived id, its key set aside.
+    pub reserved: Document,
+}
+
+/// How a release went.
+enum Released {
+    Done,
+    /// The original changed since it was read: here it is now.
+    Changed(Document),
+}
+
+/// How a move ended.
+pub(super) enum Claimed {
+    Done,
+    /// It could not finish, for this reason; nothing was lost.
+    Conflict(String),
+}
+
+impl Claimed {
+    /// Reports the move of the document `from` to `to`: in `done` (moved, or finished) or in
+    /// `failed`, with the reason.
+    pub fn record(self, done: &mut Finding, failed: &mut Finding, from: String, to: String) {
+        match self {
+            Claimed::Done => done.record_misplaced(from, to),
+            Claimed::Conflict(why) => failed.record(from, Some(why)),
+        }
+    }
+}
+
+/// The filter matching `document` only while it is exactly as read: its `_id` and its whole
+/// content.
+pub(super) fn unchanged(document: &Document) -> Document {
+    let id = document.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
+    doc! {
+        ID_FIELD: id,
+        "$expr": { "$eq": ["$$ROOT", { "$literal": document.clone() }] },
+    }
+}
+
+/// The filter of a reservation: under the derived id, from this original.
+pub(super) fn reservation(derived: &str, from: &Bson) -> Document {
+    doc! { ID_FIELD: derived, format!("{ADOPTION_FIELD}.{FROM}"): from.clone() }
+}
+
+/// The claim of a reservation: its natural key restored, `idemAdopt` removed.
+pub(super) fn claim_update(key: &Document) -> Document {
+    doc! { "$set": key.clone(), "$unset": { ADOPTION_FIELD: "" } }
+}
+
+/// The original `_id` a reservation was copied from (null where it names none); `None` for a
+/// document that is no reservation.
+pub(super) fn reserved_from(reserved: &Document) -> Option<Bson> {
+    let adoption = reserved.get_document(ADOPTION_FIELD).ok()?;
+    Some(adoption.get(FROM).cloned().unwrap_or(Bson::Null))
+}
+
+/// The natural key a reservation set aside.
+pub(super) fn key_set_aside(reserved: &Document) -> Option<&Document> {
+    reserved
+        .get_document(ADOPTION_FIELD)
+        .and_then(|adoption| adoption.get_document(KEY))
+        .ok()
+}
+
+impl Adoption<'_> {
+    /// What moving `stored` takes: `Ok(None)` if it is under its derived id already, `Err` with
+    /// the reason if it cannot be moved.
+    pub(super) fn prepare(&self, stored: &Document) -> Result<Option<Plan>, String> {
+        let judged = judge(self.model, self.reading, stored);
+        let Some((derived, hash)) = judged.move_target()? else {
+            return Ok(None);
+        };
+        let from = stored.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
+        let mut adopted = doc! { ID_FIELD: derived.to_string() };
+        for (name, value) in stored {
+            if name != ID_FIELD {
+                adopted.insert(name.clone(), value.clone());
+            }
+        }
+        adopted.insert(self.model.hash_field(), hash);
+        let digests: Document = self
+            .model
+            .digested_fields()
+            .filter_map(|field| {
+                let digest = field_digest(stored, field).ok()??;
+                Some((
+                    field.stored_name().to_owned(),
+                    Bson::String(digest.to_string()),
+                ))
+            })
+            .collect();
+        if self.model.digested_fields().next().is_some() {
+            adopted.insert(FROZEN_DIGESTS_FIELD, digests);
+        }
+        if let Some(key) = judged.version_key {
+            adopted.insert(VERSION_KEY_FIELD, key);
+        }
+        let key: Document = stored_natural_key(self.model, stored)
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        let mut reserved = adopted;
+        for name in key.keys() {
+            // Unique to the document moved, so reservations never collide in the index.
+            reserved.insert(name.clone(), doc! { "idemAdoptingFrom": from.clone() });
+        }
+        reserved.insert(ADOPTION_FIELD, doc! { FROM: from.clone(), KEY: key });
+        Ok(Some(Plan {
+            from,
+            derived,
+            original: stored.clone(),
+            reserved,
+        }))
+    }
+
+    /// Reserves (unless `reserved_already`), releases and claims one document; the caller has
+    /// counted it against the document limit.
+    pub(super) async fn move_document(
+        &mut self,
+        mut plan: Plan,
+        mut reserved_already: bool,
+    ) -> Result<Claimed, Halt> {
+        let derived = plan.derived.to_string();
+        for _ in 0..MAX_ATTEMPTS {
+            if !reserved_already {
+                self.limits.write()?;
+                if let Err(why) = self.reserve(&plan).await? {
+                    return Ok(Claimed::Conflict(why));
+                }
+            }
+            reserved_already = false;
+            self.limits.write()?;
+            match self.release(&plan).await? {
+                Released::Done => {
+                    return self.claim(&derived, &plan.from, Some(&plan.reserved)).await
+                }
+                Released::Changed(now) => match self.prepare(&now) {
+                    Ok(Some(fresh)) if fresh.derived == plan.derived => plan = fresh,
+                    // Changed into a document with another key or id: the reservation is
+                    // given up and the document is seen again by the next run.
+                    Ok(_) | Err(_) => {
+                        self.cancel(&plan).await?;
+                        return Ok(Claimed::Conflict(
+                            "changed by another writer during the move; run adopt again".into(),
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(Claimed::Conflict(
+            "changed by another writer at every attempt; run adopt again".into(),
+        ))
+    }
+
+    /// Inserts the reserved copy under the derived id, or refreshes the one an earlier attempt
+    /// left. `Ok(Err(why))`: the derived id is held by another document.
+    async fn reserve(&mut self, plan: &Plan) -> Result<Result<(), String>, Error> {
+        let collection_ref = self.collection_ref();
+        let derived = plan.derived.to_string();
+        match self.collection.insert_one(plan.reserved.clone()).await {
+            Ok(_) => return Ok(Ok(())),
+            Err(error) if is_duplicate_key(&error) => {
+                let holder = find_by_id(&self.collection, &collection_ref, &derived).await?;
+                let ours = holder.as_ref().and_then(|holder| {
+                    let from = holder.get_document(ADOPTION_FIELD).ok()?.get(FROM)?;
+                    Some(from == &plan.from)
+                });
+                match (holder, ours) {
+                    (Some(_), Some(true)) => {}
+                    (Some(holder), _) => {
+                        let holder = stored_id_text(&holder).unwrap_or_default();
+                        return Ok(Err(format!(
+                            "its derived id {holder} is held by another document"
+                        )));
+                    }
+                    (None, _) => {
+                        let index = duplicate_key_message(&error);
+                        return Ok(Err(format!(
+                            "unique index `{}` holds one of its values, so it cannot be copied \
+                             before the original is deleted",
+                            index_in_message(index)
+                        )));
+                    }
+                }
+            }
+            Err(source) => return Err(mongo_error(&collection_ref, source)),
+        }
+        self.collection
+            .replace_one(reservation(&derived, &plan.from), plan.reserved.clone())
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(Ok(()))
+    }
+
+    /// Deletes the original if it is as read.
+    async fn release(&mut self, plan: &Plan) -> Result<Released, Error> {
+        let collection_ref = self.collection_ref();
+        let deleted = self
+            .collection
+            .delete_one(unchanged(&plan.original))
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        if deleted.deleted_count > 0 {
+            return Ok(Released::Done);
+        }
+        let now = self
+            .collection
+            .find_one(doc! { ID_FIELD: plan.from.clone() })
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(match now {
+            // Released by a racing run of adopt.
+            None => Released::Done,
+            Some(now) => Released::Changed(now),
+        })
+    }
+
+    /// Restores the natural key of the reserved copy (`reserved`, or read under `derived`): the
+    /// move is done.
+    pub(super) async fn claim(
+        &mut self,
+        derived: &str,
+        from: &Bson,
+        reserved: Option<&Document>,
+    ) -> Result<Claimed, Halt> {
+        let collection_ref = self.collection_ref();
+        // The reservation this run wrote needs no read: the update below is pinned to it by its
+        // id and `idemAdopt.from`, and matches nothing if a racing run claimed it first.
+        let read;
+        let reserved = match reserved {
+            Some(reserved) => reserved,
+            None => match find_by_id(&self.collection, &collection_ref, derived).await? {
+                Some(found) => {
+                    read = found;
+                    &read
+                }
+                None => return Ok(Claimed::Done),
+            },
+        };
+        let Some(key) = key_set_aside(reserved) else {
+            // Claimed by a racing run of adopt.
+            return Ok(Claimed::Done);
+        };
+        self.limits.write()?;
+        let claimed = self
+            .collection
+            .update_one(reservation(derived, from), claim_update(key))
+            .await;
+        match claimed {
+            Ok(_) => Ok(Claimed::Done),
+            Err(error) if is_duplicate_key(&error) => {
+                let mut holder_filter = Document::new();
+                for (name, value) in key {
+                    holder_filter.insert(name.clone(), doc! { "$eq": value.clone() });
+                }
+                let holder = self
+                    .collection
+                    .find_one(holder_filter)
+                    .await
+                    .map_err(|source| mongo_error(&collection_ref, source))?;
+                let holder = holder
+                    .as_ref()
+                    .and_then(stored_id_text)
+                    .unwrap_or_else(|| "another document".to_owned());
+                Ok(Claimed::Conflict(format!(
+                    "its natural key {key} was stored under {holder} while it moved; its content \
+                     waits under {derived} with the key set aside: keep one, delete the other, \
+                     and run adopt again"
+                )))
+            }
+            Err(source) => Err(mongo_error(&collection_ref, source).into()),
+        }
+    }
+
+    /// Gives up a reservation whose original changed beyond a refresh.
+    async fn cancel(&mut self, plan: &Plan) -> Result<(), Error> {
+        let collection_ref = self.collection_ref();
+        self.collection
+            .delete_one(reservation(&plan.derived.to_string(), &plan.from))
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        Ok(())
+    }
+
+    /// Moves a duplicate set aside by the rule to the archive collection: copied first, then
+    /// deleted if unchanged, so a crash in between leaves a copy and the next run deletes it.
+    pub(super) async fn archive(&mut self, duplicate: &Document) -> Result<(), Halt> {
+        let collection_ref = self.collection_ref();
+        let id = stored_id_text(duplicate).unwrap_or_default();
+        let archive_name = format!("{}{ARCHIVE_SUFFIX}", self.model.collection());
+        let archive: Collection<Document> = self.store.database.collection(&archive_name);
+        self.begin_document()?;
+        self.limits.write()?;
+        match archive.insert_one(duplicate.clone()).await {
+            Ok(_) => {}
+            // Copied by an interrupted run: the copy under this id is this document.
+            Err(error) if is_duplicate_key(&error) => {}
+            Err(source) => return Err(mongo_error(&collection_ref, source).into()),
+        }
+        self.limits.write()?;
+        let deleted = self
+            .collection
+            .delete_one(unchanged(duplicate))
+            .await
+            .map_err(|source| mongo_error(&collection_ref, source))?;
+        if deleted.deleted_count > 0 {
+            self.report
+                .archived
+                .record(id, Some(format!("to {archive_name}")));
+        } else {
+            self.report.failed.record(
+                id,
+                Some("changed while being set aside; its copy is archived, run adopt again".into()),
+            );
+        }
+        Ok(())
+    }
+}
