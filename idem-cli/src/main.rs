@@ -1,6 +1,6 @@
-//! `idem`: audit a MongoDB collection, a PostgreSQL table or a SQLite table before idem takes it
-//! over, and adopt it (move its documents to their derived ids), without writing Rust. The model
-//! is given by flags, or by a model file written from the type (`--model FILE`, see
+//! `idem`: audit a MongoDB collection, or a PostgreSQL, SQLite or MariaDB table, before idem
+//! takes it over, and adopt it (move its documents to their derived ids), without writing Rust.
+//! The model is given by flags, or by a model file written from the type (`--model FILE`, see
 //! `idem_core::model_file`):
 //!
 //! ```text
@@ -12,7 +12,8 @@
 //!
 //! The URI's scheme chooses the server: `mongodb://` or `mongodb+srv://`, `postgres://` or
 //! `postgresql://` (whose path names the database; `--database` overrides it), or `sqlite:PATH`
-//! (an existing SQLite file).
+//! (an existing SQLite file), or `mysql://` or `mariadb://` (a MariaDB server; the path names
+//! the database, `--database` overrides it).
 //!
 //! Both print a human summary, or with `--json` the report as JSON, on stdout, and draw a progress
 //! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
@@ -90,18 +91,19 @@ enum Command {
 
 /// The environment variables read for the connection string when `--uri` is not given, in
 /// this order: `DATABASE_URL` (as sqlx and diesel read it) first, then each store's own.
-const URI_VARIABLES: [&str; 3] = ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI"];
+const URI_VARIABLES: [&str; 4] = ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI", "MYSQL_URI"];
 
 /// Where the collection is, and its model.
 #[derive(Args)]
 struct Target {
     /// The server's connection string: `mongodb://…` or `mongodb+srv://…`; `postgres://…`,
     /// `postgresql://…` or a key=value string (`host=… dbname=…`); `sqlite:PATH` (an existing
-    /// SQLite file). Without it, the first of `DATABASE_URL`, `MONGODB_URI` and `POSTGRES_URI`
-    /// set. A password in it is never printed.
+    /// SQLite file); `mysql://…` or `mariadb://…` (MariaDB). Without it, the first of
+    /// `DATABASE_URL`, `MONGODB_URI`, `POSTGRES_URI` and `MYSQL_URI` set. A password in it is
+    /// never printed.
     #[arg(long)]
     uri: Option<String>,
-    /// The database (MongoDB: required; PostgreSQL: the URI's unless given).
+    /// The database (MongoDB: required; PostgreSQL, MariaDB: the URI's unless given).
     #[arg(long)]
     database: Option<String>,
     /// The collection, or the table (resolved through the search path). With `--model`, the
@@ -386,8 +388,8 @@ impl Target {
                 use idem_core::sqlx::ConnectOptions;
                 if self.database.is_some() {
                     return Err(
-                        "--database is for MongoDB and PostgreSQL: a SQLite file is \
-                                one database"
+                        "--database is for MongoDB, PostgreSQL and MariaDB: a SQLite file \
+                                is one database"
                             .to_owned(),
                     );
                 }
@@ -400,6 +402,31 @@ impl Target {
                     .await
                     .map_err(|error| format!("cannot open {shown}: {error}"))?;
                 Ok(Server::Sqlite {
+                    connection: tokio::sync::Mutex::new(connection),
+                })
+            }
+            Some("mysql" | "mariadb") => {
+                use idem_core::sqlx::mysql::MySqlConnectOptions;
+                use idem_core::sqlx::ConnectOptions;
+                let mut options: MySqlConnectOptions = uri
+                    .parse()
+                    .map_err(|error| format!("{shown}: {}", with_causes(&error)))?;
+                if let Some(database) = &self.database {
+                    options = options.database(database);
+                }
+                // The driver has no connect timeout: without one the system's TCP timeout
+                // applies, minutes for an unreachable host.
+                let connection =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), options.connect())
+                        .await
+                        .map_err(|_| format!("cannot connect to MariaDB at {shown}: timed out"))?
+                        .map_err(|error| {
+                            format!(
+                                "cannot connect to MariaDB at {shown}: {}",
+                                with_causes(&error)
+                            )
+                        })?;
+                Ok(Server::Mysql {
                     connection: tokio::sync::Mutex::new(connection),
                 })
             }
@@ -421,7 +448,8 @@ impl Target {
                     false => shown,
                 };
                 Err(format!(
-                    "{shown}: expected a mongodb://, postgres:// or sqlite: connection string"
+                    "{shown}: expected a mongodb://, postgres://, mysql:// or sqlite: connection \
+                     string"
                 ))
             }
         }
@@ -507,18 +535,25 @@ fn masked(uri: &str) -> (String, Vec<String>) {
         // The user information ends where the driver ends it, whatever the password holds (a
         // `/`, `?` or `@` left unencoded): tokio-postgres at the first `@` of the whole URL (an
         // `@` in the database's name or the query comes after it), MongoDB's driver at the last
-        // `@` before the query. The query is masked on its own.
+        // `@` before the query, a URL parser (sqlx's MySQL driver) at the last `@` before the
+        // first `/`, `?` or `#`. The query is masked on its own.
         let before_query = &rest[..rest.find('?').unwrap_or(rest.len())];
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         let at = match scheme {
             "postgres" | "postgresql" => rest.find('@'),
+            "mysql" | "mariadb" => authority.rfind('@'),
             _ => before_query.rfind('@'),
         };
         // Whichever rule a driver follows, each reading's password is scrubbed from any text
         // shown (a driver that splits otherwise may quote the rest, as MongoDB's does a host of
         // `me:ab` for `me:ab?secret@host`).
-        for end in [rest.find('@'), before_query.rfind('@')]
-            .into_iter()
-            .flatten()
+        for end in [
+            rest.find('@'),
+            before_query.rfind('@'),
+            authority.rfind('@'),
+        ]
+        .into_iter()
+        .flatten()
         {
             if let Some((_, password)) = rest[..end].split_once(':') {
                 secrets.push(password.to_owned());
@@ -687,6 +722,9 @@ enum Server {
     Sqlite {
         connection: tokio::sync::Mutex<idem_core::sqlx::SqliteConnection>,
     },
+    Mysql {
+        connection: tokio::sync::Mutex<idem_core::sqlx::MySqlConnection>,
+    },
 }
 
 /// What `adopt` is asked to do besides moving.
@@ -731,6 +769,11 @@ impl Server {
             }
             Server::Sqlite { connection } => {
                 idem_core::sqlite::Store::new()
+                    .audit_model(&mut *connection.lock().await, model, field_order, progress)
+                    .await
+            }
+            Server::Mysql { connection } => {
+                idem_core::mysql::Store::new()
                     .audit_model(&mut *connection.lock().await, model, field_order, progress)
                     .await
             }
@@ -779,6 +822,17 @@ impl Server {
                     )
                     .await
             }
+            Server::Mysql { connection } => {
+                idem_core::mysql::Store::new()
+                    .adopt_model_with_progress(
+                        &mut *connection.lock().await,
+                        model,
+                        field_order,
+                        flags.sql(),
+                        progress,
+                    )
+                    .await
+            }
         };
         adopted.map_err(|error| error.to_string())
     }
@@ -798,6 +852,10 @@ impl Server {
                 let _ = connection.await;
             }
             Server::Sqlite { connection } => {
+                use idem_core::sqlx::Connection;
+                let _ = connection.into_inner().close().await;
+            }
+            Server::Mysql { connection } => {
                 use idem_core::sqlx::Connection;
                 let _ = connection.into_inner().close().await;
             }

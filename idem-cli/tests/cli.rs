@@ -284,7 +284,7 @@ fn a_server_that_cannot_be_reached_is_an_error_not_a_report() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).starts_with(
-        "idem: not-a-uri: expected a mongodb://, postgres:// or sqlite: connection string"
+        "idem: not-a-uri: expected a mongodb://, postgres://, mysql:// or sqlite: connection string"
     ));
     assert!(output.stdout.is_empty());
 }

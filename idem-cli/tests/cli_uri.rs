@@ -1,5 +1,5 @@
 //! Where the `idem` command finds its connection string (`--uri`, then `DATABASE_URL`, then
-//! `MONGODB_URI`, then `POSTGRES_URI`), and that no password it holds is ever printed, in any
+//! `MONGODB_URI`, then `POSTGRES_URI`, then `MYSQL_URI`), and that no password it holds is ever printed, in any
 //! form the drivers accept, even when the server refuses the connection.
 
 use std::process::{Command, Output};
@@ -14,7 +14,7 @@ fn audit(args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(["audit", "--table", "posts", "--key", "slug"])
         .args(args);
-    for name in ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI"] {
+    for name in ["DATABASE_URL", "MONGODB_URI", "POSTGRES_URI", "MYSQL_URI"] {
         command.env_remove(name);
     }
     for (name, value) in env {
@@ -69,6 +69,13 @@ fn no_password_is_printed_in_any_form_of_connection_string() {
         format!("host=127.0.0.1 port=1 password=ab://{SECRET}"),
         // No scheme at all: no driver reads it, and it is not echoed.
         format!("me:{SECRET}@127.0.0.1:1/blog"),
+        // MariaDB's (sqlx's MySQL driver reads the user information up to the last `@` before
+        // the first `/`, `?` or `#`).
+        format!("mysql://me:{SECRET}@127.0.0.1:1/blog"),
+        format!("mariadb://me:{encoded}@127.0.0.1:1/blog"),
+        format!("mysql://me:ab/{SECRET}@127.0.0.1:1/blog"),
+        format!("mysql://me:ab?{SECRET}@127.0.0.1:1/blog"),
+        format!("mysql://me:ab@{SECRET}@127.0.0.1:1/blog"),
         // An `@` in the database's name, after the user information.
         format!("postgres://me:{SECRET}@127.0.0.1:1/team@prod?connect_timeout=2"),
     ];
@@ -99,6 +106,25 @@ fn no_password_is_printed_in_any_form_of_connection_string() {
         shown.contains("postgres://me:***@127.0.0.1:1/team@prod?connect_timeout=2"),
         "{shown}"
     );
+}
+
+/// A MariaDB server that cannot be reached is an error naming it by its connection string,
+/// `mysql://` or `mariadb://`, its password masked.
+#[test]
+fn a_mariadb_server_out_of_reach_is_named_without_its_password() {
+    for scheme in ["mysql", "mariadb"] {
+        let uri = format!("{scheme}://me:{SECRET}@127.0.0.1:1/blog");
+        let given = audit(&["--uri", &uri], &[]);
+        let shown = all_output(&given);
+        assert_eq!(given.status.code(), Some(2), "{shown}");
+        assert!(
+            shown.contains(&format!(
+                "cannot connect to MariaDB at {scheme}://me:***@127.0.0.1:1/blog"
+            )),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
 }
 
 /// `--uri` first, then `DATABASE_URL`, then `MONGODB_URI`, then `POSTGRES_URI`; none at all is
@@ -140,7 +166,7 @@ fn the_connection_string_comes_from_the_flag_then_database_url_then_each_stores_
     assert_eq!(none.status.code(), Some(2));
     let shown = all_output(&none);
     assert!(
-        shown.contains("give --uri, or set DATABASE_URL, MONGODB_URI, POSTGRES_URI"),
+        shown.contains("give --uri, or set DATABASE_URL, MONGODB_URI, POSTGRES_URI, MYSQL_URI"),
         "{shown}"
     );
 }

@@ -23,6 +23,9 @@ impl Db {
             Db::Sqlite {
                 store, connection, ..
             } => store.record(&mut *connection.lock().await, event).await,
+            Db::Mysql {
+                store, connection, ..
+            } => store.record(&mut *connection.lock().await, event).await,
         }
     }
 
@@ -44,6 +47,13 @@ impl Db {
                 store.apply_once::<T, _>(c, id, op, changes).await
             }),
             Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .apply_once::<T>(&mut *connection.lock().await, id, op, changes)
+                    .await
+            }
+            Db::Mysql {
                 store, connection, ..
             } => {
                 store

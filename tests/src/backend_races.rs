@@ -1,12 +1,13 @@
 //! What the racing and lost-acknowledgement cases need on every backend: an upsert whose
 //! acknowledgement is lost after the write landed (MongoDB's `failCommand` fail point, or the
-//! PostgreSQL wire proxy), and the content hash a document is stored with.
+//! PostgreSQL or MySQL wire proxy), and the content hash a document is stored with.
 
 use idem_core::sqlx::ConnectOptions;
 use idem_core::{Error, Id, Idempotent, Outcome};
 use serde::Serialize;
 
 use crate::backends::Db;
+use crate::mysql_proxy::MysqlWire;
 use crate::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
 use crate::{clear_fail_point, lose_next_acknowledgements, pg_chaos};
 
@@ -16,8 +17,9 @@ impl Db {
     /// the next `findAndModify` of this store's client with a write-concern error. PostgreSQL: the
     /// write goes over a connection of its own through the wire proxy, which drops the reply
     /// once the statement has committed and closes the connection; the store is this one, so
-    /// what it learned (the checked table) carries over. Panics unless exactly that fault
-    /// happened, so a case built on it cannot pass without it.
+    /// what it learned (the checked table) carries over. MariaDB: the same, through the MySQL
+    /// wire proxy. Panics unless exactly that fault happened, so a case built on it cannot pass
+    /// without it.
     pub async fn upsert_with_lost_acknowledgement<T: Idempotent + Serialize + Sync>(
         &self,
         doc: &T,
@@ -92,6 +94,42 @@ impl Db {
                 "{self}: an embedded database answers in the caller's process: no \
                  acknowledgement to lose (the case runs on fresh_server_backends)"
             ),
+            Db::Mysql {
+                uri,
+                database,
+                store,
+                ..
+            } => {
+                let options: idem_core::sqlx::mysql::MySqlConnectOptions =
+                    uri.parse().expect("MYSQL_URI parses");
+                let upstream = format!("{}:{}", options.get_host(), options.get_port());
+                let faults = Faults {
+                    lost_ack: 1.0,
+                    ..Faults::NONE
+                };
+                let proxy = Proxy::start(&upstream, MysqlWire, ProxyConfig::new(1, faults))
+                    .await
+                    .unwrap_or_else(|error| panic!("{self}: starting the proxy: {error}"));
+                // Unencrypted, so that the proxy reads the statements.
+                let mut connection = options
+                    .host(&proxy.addr().ip().to_string())
+                    .port(proxy.addr().port())
+                    .database(database)
+                    .ssl_mode(idem_core::sqlx::mysql::MySqlSslMode::Disabled)
+                    .connect()
+                    .await
+                    .unwrap_or_else(|error| {
+                        panic!("{self}: connecting through the proxy: {error}")
+                    });
+                let outcome = store.upsert(&mut connection, doc).await;
+                let stats = proxy.shutdown().await;
+                assert_eq!(
+                    (stats.write_requests, stats.replies_dropped),
+                    (1, 1),
+                    "{self}: one write, its reply lost: {stats:?}"
+                );
+                outcome
+            }
         }
     }
 
@@ -123,6 +161,10 @@ impl Db {
             }
             Db::Sqlite { connection, .. } => {
                 crate::sqlite_rows::stored_content_hash::<T>(&mut *connection.lock().await, &id)
+                    .await
+            }
+            Db::Mysql { connection, .. } => {
+                crate::mysql_rows::stored_content_hash::<T>(&mut *connection.lock().await, &id)
                     .await
             }
         }

@@ -1,14 +1,15 @@
 //! Every backend under test behind one interface, so that a behavioural test is written once and
-//! runs against MongoDB and each PostgreSQL server: [`fresh_backends`] gives one empty store per
-//! server, and [`Db`] calls the same primitive on whichever it is.
+//! runs against MongoDB, each PostgreSQL server, SQLite and MariaDB: [`fresh_backends`] gives one
+//! empty store per server, and [`Db`] calls the same primitive on whichever it is.
 //!
-//! The servers: `MONGODB_URI`, and `IDEM_POSTGRES_URIS` (`label=uri` pairs separated by spaces,
-//! set by `scripts/test` to its PostgreSQL 15 and 18 servers) or else `POSTGRES_URI`. A missing
-//! server fails the test: a skipped server test proves nothing.
+//! The servers: `MONGODB_URI`, `IDEM_POSTGRES_URIS` (`label=uri` pairs separated by spaces, set
+//! by `scripts/test` to its PostgreSQL 15 and 18 servers) or else `POSTGRES_URI`, and
+//! `MYSQL_URI` (a MariaDB server). A missing server fails the test: a skipped server test proves
+//! nothing.
 
 use std::fmt;
 
-use idem_core::sqlx::{ConnectOptions, PgConnection, SqliteConnection};
+use idem_core::sqlx::{ConnectOptions, MySqlConnection, PgConnection, SqliteConnection};
 use idem_core::{BatchReport, Deletion, Error, Id, Idempotent, InsertReport, Outcome, Pushed};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -142,6 +143,13 @@ pub enum Db {
         connection: tokio::sync::Mutex<SqliteConnection>,
         store: idem_core::sqlite::Store,
     },
+    /// MariaDB: a fresh database on the server of `MYSQL_URI`, and one connection to it.
+    Mysql {
+        uri: String,
+        database: String,
+        connection: tokio::sync::Mutex<MySqlConnection>,
+        store: idem_core::mysql::Store,
+    },
 }
 
 /// A connection to the SQLite database file `path` as an application opens one: created if
@@ -173,6 +181,65 @@ pub async fn fresh_sqlite(test: &str) -> Db {
     }
 }
 
+/// The MariaDB server under test: `MYSQL_URI`, which `scripts/test` sets after starting one.
+pub fn mysql_server() -> String {
+    std::env::var("MYSQL_URI").unwrap_or_else(|_| {
+        panic!(
+            "MYSQL_URI is not set: run `scripts/test`, which starts a MariaDB server, or point \
+             MYSQL_URI at a MariaDB (10.11 or later) server (mysql://user:password@host:port/db)"
+        )
+    })
+}
+
+/// A connection to `database` on the MariaDB server at `uri`, as an application opens one (the
+/// driver's defaults).
+pub async fn mysql_connection(uri: &str, database: &str) -> MySqlConnection {
+    let options: idem_core::sqlx::mysql::MySqlConnectOptions =
+        uri.parse().expect("MYSQL_URI parses");
+    options
+        .database(database)
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("connecting to MariaDB, database {database}: {error}"))
+}
+
+/// A fresh MariaDB database for `test` on the server of `MYSQL_URI`, named `idem_{test}_{random}`
+/// (concurrent runs against one server never share one), and a connection to it. Like the
+/// PostgreSQL schemas, it stays on the server after the test, for a look at what it holds.
+pub async fn fresh_mysql(test: &str) -> Db {
+    let uri = mysql_server();
+    let test: String = test
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() {
+            true => c.to_ascii_lowercase(),
+            false => '_',
+        })
+        .take(40)
+        .collect();
+    // A database name is at most 64 characters: 5 + 40 + 1 + 16.
+    let random =
+        u64::try_from(u128::from(ulid::Ulid::generate()) & u128::from(u64::MAX)).expect("64 bits");
+    let database = format!("idem_{test}_{random:016x}");
+    let options: idem_core::sqlx::mysql::MySqlConnectOptions =
+        uri.parse().expect("MYSQL_URI parses");
+    let mut admin = options
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("connecting to MariaDB at MYSQL_URI: {error}"));
+    crate::mysql_rows::run(
+        &mut admin,
+        &format!("CREATE DATABASE {}", crate::mysql_rows::quoted(&database)),
+    )
+    .await;
+    let connection = mysql_connection(&uri, &database).await;
+    Db::Mysql {
+        uri,
+        database,
+        connection: tokio::sync::Mutex::new(connection),
+        store: idem_core::mysql::Store::new(),
+    }
+}
+
 impl fmt::Display for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -182,13 +249,14 @@ impl fmt::Display for Db {
             Db::Mongo { .. } => f.write_str("mongodb"),
             Db::Postgres { label, .. } => f.write_str(label),
             Db::Sqlite { .. } => f.write_str("sqlite"),
+            Db::Mysql { .. } => f.write_str("mariadb"),
         }
     }
 }
 
 /// An empty store on every server under test, named after `test`: MongoDB twice (as every
 /// server takes it, and without update pipelines, as engines that lack them are written to),
-/// then each PostgreSQL server.
+/// then each PostgreSQL server (through tokio-postgres and through sqlx), SQLite and MariaDB.
 pub async fn fresh_backends(test: &str) -> Vec<Db> {
     let (database, log) = fresh_database(test).await;
     let (without_pipelines, operators_log) = fresh_database(&format!("{test}_ops")).await;
@@ -225,6 +293,7 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
         });
     }
     backends.push(fresh_sqlite(test).await);
+    backends.push(fresh_mysql(test).await);
     backends
 }
 
@@ -248,17 +317,22 @@ impl Db {
         matches!(self, Db::Sqlite { .. })
     }
 
-    /// Whether this store writes rows of a SQL table (PostgreSQL, SQLite).
-    pub fn is_sql(&self) -> bool {
-        self.is_postgres() || self.is_sqlite()
+    /// Whether this is the MariaDB store.
+    pub fn is_mysql(&self) -> bool {
+        matches!(self, Db::Mysql { .. })
     }
 
-    /// The commands this store's client sent, on MongoDB; `None` on PostgreSQL, where
-    /// [`Db::raw`] (each row's version) shows a write instead.
+    /// Whether this store writes rows of a SQL table (PostgreSQL, SQLite, MariaDB).
+    pub fn is_sql(&self) -> bool {
+        self.is_postgres() || self.is_sqlite() || self.is_mysql()
+    }
+
+    /// The commands this store's client sent, on MongoDB; `None` on the SQL stores, where
+    /// [`Db::raw`] (each row's version or write marker) shows a write instead.
     pub fn command_log(&self) -> Option<&CommandLog> {
         match self {
             Db::Mongo { log, .. } => Some(log),
-            Db::Postgres { .. } | Db::Sqlite { .. } => None,
+            Db::Postgres { .. } | Db::Sqlite { .. } | Db::Mysql { .. } => None,
         }
     }
 
@@ -293,10 +367,21 @@ impl Db {
                 connection: tokio::sync::Mutex::new(sqlite_connection(path).await),
                 store: store.clone(),
             },
+            Db::Mysql {
+                uri,
+                database,
+                store,
+                ..
+            } => Db::Mysql {
+                uri: uri.clone(),
+                database: database.clone(),
+                connection: tokio::sync::Mutex::new(mysql_connection(uri, database).await),
+                store: store.clone(),
+            },
         }
     }
 
-    /// The natural-key index (MongoDB) or the table (PostgreSQL) of `T`.
+    /// The natural-key index (MongoDB) or the table (PostgreSQL, SQLite, MariaDB) of `T`.
     pub async fn ensure<T: Idempotent>(&self) {
         match self {
             Db::Mongo { store, .. } => store.ensure_indexes::<T>().await,
@@ -307,6 +392,9 @@ impl Db {
                 ..
             } => through_postgres!(sqlx, client, |c| store.ensure_table::<T, _>(c).await),
             Db::Sqlite {
+                store, connection, ..
+            } => store.ensure_table::<T>(&mut *connection.lock().await).await,
+            Db::Mysql {
                 store, connection, ..
             } => store.ensure_table::<T>(&mut *connection.lock().await).await,
         }
@@ -328,6 +416,9 @@ impl Db {
             Db::Sqlite {
                 store, connection, ..
             } => store.upsert(&mut *connection.lock().await, doc).await,
+            Db::Mysql {
+                store, connection, ..
+            } => store.upsert(&mut *connection.lock().await, doc).await,
         }
     }
 
@@ -344,6 +435,9 @@ impl Db {
                 ..
             } => through_postgres!(sqlx, client, |c| store.upsert_many(c, docs).await),
             Db::Sqlite {
+                store, connection, ..
+            } => store.upsert_many(&mut *connection.lock().await, docs).await,
+            Db::Mysql {
                 store, connection, ..
             } => store.upsert_many(&mut *connection.lock().await, docs).await,
         }
@@ -365,6 +459,9 @@ impl Db {
             Db::Sqlite {
                 store, connection, ..
             } => store.audit::<T>(&mut *connection.lock().await).await,
+            Db::Mysql {
+                store, connection, ..
+            } => store.audit::<T>(&mut *connection.lock().await).await,
         }
         .unwrap()
     }
@@ -384,6 +481,13 @@ impl Db {
                 .audit_model(c, model, &[], |_| {})
                 .await),
             Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .audit_model(&mut *connection.lock().await, model, &[], |_| {})
+                    .await
+            }
+            Db::Mysql {
                 store, connection, ..
             } => {
                 store
@@ -420,6 +524,18 @@ impl Db {
                     )
                     .await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                store
+                    .adopt_model(
+                        &mut *connection.lock().await,
+                        model,
+                        &[],
+                        Default::default(),
+                    )
+                    .await
+            }
         }
         .unwrap()
     }
@@ -437,6 +553,9 @@ impl Db {
                 ..
             } => through_postgres!(sqlx, client, |c| store.delete(c, doc).await),
             Db::Sqlite {
+                store, connection, ..
+            } => store.delete(&mut *connection.lock().await, doc).await,
+            Db::Mysql {
                 store, connection, ..
             } => store.delete(&mut *connection.lock().await, doc).await,
         }
@@ -464,6 +583,13 @@ impl Db {
                     .delete_by_id::<T, M>(&mut *connection.lock().await, id, marker)
                     .await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                store
+                    .delete_by_id::<T, M>(&mut *connection.lock().await, id, marker)
+                    .await
+            }
         }
     }
 
@@ -480,6 +606,13 @@ impl Db {
                 ..
             } => through_postgres!(sqlx, client, |c| store.insert_new(c, members).await),
             Db::Sqlite {
+                store, connection, ..
+            } => {
+                store
+                    .insert_new(&mut *connection.lock().await, members)
+                    .await
+            }
+            Db::Mysql {
                 store, connection, ..
             } => {
                 store
@@ -512,6 +645,13 @@ impl Db {
                     .push::<T, I>(&mut *connection.lock().await, id, field, item)
                     .await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                store
+                    .push::<T, I>(&mut *connection.lock().await, id, field, item)
+                    .await
+            }
         }
     }
 
@@ -529,6 +669,9 @@ impl Db {
                 ..
             } => through_postgres!(sqlx, client, |c| store.get::<T, _>(c, id).await),
             Db::Sqlite {
+                store, connection, ..
+            } => store.get::<T>(&mut *connection.lock().await, id).await,
+            Db::Mysql {
                 store, connection, ..
             } => store.get::<T>(&mut *connection.lock().await, id).await,
         }
@@ -556,12 +699,20 @@ impl Db {
                 let mut connection = connection.lock().await;
                 Backend::find::<T>(&store.on(&mut connection), key).await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                Backend::find::<T>(&store.on(&mut connection), key).await
+            }
         }
     }
 
     /// What `T`'s collection or table holds exactly, in id order: each document's bytes
     /// (MongoDB), or each row's text with its row version (PostgreSQL, where `xmin` shows even
-    /// a rewrite of the same values). Equal before and after a call: nothing was written.
+    /// a rewrite of the same values), or each row's values with the write marker every write
+    /// of idem's sets anew (SQLite, MariaDB). Equal before and after a call: nothing was
+    /// written.
     pub async fn raw<T: Idempotent>(&self) -> Vec<String> {
         let collection = T::MODEL.collection();
         match self {
@@ -583,6 +734,9 @@ impl Db {
             }
             Db::Sqlite { connection, .. } => {
                 crate::sqlite_rows::raw::<T>(&mut *connection.lock().await).await
+            }
+            Db::Mysql { connection, .. } => {
+                crate::mysql_rows::raw::<T>(&mut *connection.lock().await).await
             }
         }
     }
@@ -642,6 +796,9 @@ impl Db {
             Db::Sqlite { connection, .. } => {
                 crate::sqlite_rows::stored::<T>(&mut *connection.lock().await).await
             }
+            Db::Mysql { connection, .. } => {
+                crate::mysql_rows::stored::<T>(&mut *connection.lock().await).await
+            }
         }
     }
 
@@ -675,7 +832,7 @@ impl Db {
                 store,
             } => {
                 client
-                    .batch_execute(&format!("DROP TABLE IF EXISTS {}", Db::quoted(collection)))
+                    .batch_execute(&format!("DROP TABLE IF EXISTS {}", self.quote(collection)))
                     .await
                     .unwrap_or_else(|error| panic!("{self}: dropping {collection}: {error}"));
                 let fresh = Db::Postgres {
@@ -699,11 +856,28 @@ impl Db {
                 connection,
                 store,
             } => {
-                let drop = format!("DROP TABLE IF EXISTS {}", Db::quoted(collection));
+                let drop = format!("DROP TABLE IF EXISTS {}", self.quote(collection));
                 crate::sqlite_rows::run(&mut *connection.lock().await, &drop).await;
                 let fresh = Db::Sqlite {
                     path: path.clone(),
                     connection: tokio::sync::Mutex::new(sqlite_connection(path).await),
+                    store: store.unlearned(),
+                };
+                fresh.ensure::<T>().await;
+                fresh
+            }
+            Db::Mysql {
+                uri,
+                database,
+                connection,
+                store,
+            } => {
+                let drop = format!("DROP TABLE IF EXISTS {}", self.quote(collection));
+                crate::mysql_rows::run(&mut *connection.lock().await, &drop).await;
+                let fresh = Db::Mysql {
+                    uri: uri.clone(),
+                    database: database.clone(),
+                    connection: tokio::sync::Mutex::new(mysql_connection(uri, database).await),
                     store: store.unlearned(),
                 };
                 fresh.ensure::<T>().await;
@@ -720,7 +894,7 @@ impl Db {
             Db::Mongo { .. } => mongodb::bson::to_document(doc)
                 .map(|document| mongodb::bson::Bson::Document(document).into_relaxed_extjson())
                 .map_err(|error| error.to_string()),
-            Db::Postgres { .. } | Db::Sqlite { .. } => {
+            Db::Postgres { .. } | Db::Sqlite { .. } | Db::Mysql { .. } => {
                 serde_json::to_value(doc).map_err(|error| error.to_string())
             }
         };
@@ -752,7 +926,7 @@ impl Db {
                 self.replace_document(store, collection, &id, document)
                     .await;
             }
-            Db::Postgres { .. } | Db::Sqlite { .. } => {
+            Db::Postgres { .. } | Db::Sqlite { .. } | Db::Mysql { .. } => {
                 let Ok(Value::Object(entries)) = serde_json::to_value(doc) else {
                     panic!("{self}: serde wrote no fields for a document of {collection}");
                 };
@@ -806,7 +980,7 @@ impl Db {
                         Value::Object(extra),
                     );
                 }
-                let table = Db::quoted(collection);
+                let table = self.quote(collection);
                 client
                     .execute(&format!("DELETE FROM {table} WHERE \"_id\" = $1"), &[&id])
                     .await
@@ -822,6 +996,14 @@ impl Db {
             }
             Db::Sqlite { connection, .. } => {
                 crate::sqlite_rows::write_as_another_tool::<T>(
+                    &mut *connection.lock().await,
+                    id,
+                    entries,
+                )
+                .await
+            }
+            Db::Mysql { connection, .. } => {
+                crate::mysql_rows::write_as_another_tool::<T>(
                     &mut *connection.lock().await,
                     id,
                     entries,
@@ -849,7 +1031,8 @@ impl Db {
             .unwrap_or_else(|error| panic!("{self}: writing as another tool: {error}"));
     }
 
-    /// Runs `sql` on PostgreSQL, or `command` on MongoDB: a change another tool makes.
+    /// Runs `sql` on a SQL store (its identifiers quoted as [`Db::quote`] quotes them), or
+    /// `command` on MongoDB: a change another tool makes.
     pub async fn run_raw(&self, sql: &str, command: mongodb::bson::Document) {
         match self {
             Db::Mongo { store, .. } => {
@@ -866,6 +1049,9 @@ impl Db {
             Db::Sqlite { connection, .. } => {
                 crate::sqlite_rows::run(&mut *connection.lock().await, sql).await
             }
+            Db::Mysql { connection, .. } => {
+                crate::mysql_rows::run(&mut *connection.lock().await, sql).await
+            }
         }
     }
 
@@ -875,9 +1061,9 @@ impl Db {
         let collection = T::MODEL.collection();
         let sql = format!(
             "CREATE UNIQUE INDEX {} ON {} ({})",
-            Db::quoted(name),
-            Db::quoted(collection),
-            Db::quoted(field)
+            self.quote(name),
+            self.quote(collection),
+            self.quote(field)
         );
         let command = mongodb::bson::doc! {
             "createIndexes": collection,
@@ -892,8 +1078,8 @@ impl Db {
         let collection = T::MODEL.collection();
         let sql = format!(
             "UPDATE {} SET {} = NULL",
-            Db::quoted(collection),
-            Db::quoted(field)
+            self.quote(collection),
+            self.quote(field)
         );
         let command = mongodb::bson::doc! {
             "update": collection,
@@ -902,15 +1088,20 @@ impl Db {
         self.run_raw(&sql, command).await;
     }
 
-    /// A quoted SQL identifier.
-    fn quoted(name: &str) -> String {
-        format!("\"{}\"", name.replace('"', "\"\""))
+    /// `name` as an identifier in this store's SQL: in backticks on MariaDB (where a double
+    /// quote is a string's, unless `sql_mode` has `ANSI_QUOTES`), in double quotes elsewhere.
+    pub fn quote(&self, name: &str) -> String {
+        match self {
+            Db::Mysql { .. } => crate::mysql_rows::quoted(name),
+            _ => format!("\"{}\"", name.replace('"', "\"\"")),
+        }
     }
 
     /// The same store remembering only the latest `window` op ids per document (`apply_once`'s
     /// `with_op_window` on either backend), on a connection of its own.
     pub async fn with_op_window(&self, window: usize) -> Db {
         self.reconfigured(
+            |store| store.with_op_window(window),
             |store| store.with_op_window(window),
             |store| store.with_op_window(window),
             |store| store.with_op_window(window),
@@ -922,6 +1113,7 @@ impl Db {
     /// either backend), on a connection of its own.
     pub async fn with_batch_chunk(&self, rows: usize) -> Db {
         self.reconfigured(
+            |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
             |store| store.with_batch_chunk(rows),
@@ -937,6 +1129,7 @@ impl Db {
             |store| store,
             |store| store.with_shortcuts_from(docs),
             |store| store.with_shortcuts_from(docs),
+            |store| store.with_shortcuts_from(docs),
         )
         .await
     }
@@ -947,6 +1140,7 @@ impl Db {
         mongo: impl FnOnce(idem_core::mongo::Store) -> idem_core::mongo::Store,
         postgres: impl FnOnce(idem_core::postgres::Store) -> idem_core::postgres::Store,
         sqlite: impl FnOnce(idem_core::sqlite::Store) -> idem_core::sqlite::Store,
+        mysql: impl FnOnce(idem_core::mysql::Store) -> idem_core::mysql::Store,
     ) -> Db {
         match self.another().await {
             Db::Mongo { store, log } => Db::Mongo {
@@ -976,6 +1170,17 @@ impl Db {
                 path,
                 connection,
                 store: sqlite(store),
+            },
+            Db::Mysql {
+                uri,
+                database,
+                connection,
+                store,
+            } => Db::Mysql {
+                uri,
+                database,
+                connection,
+                store: mysql(store),
             },
         }
     }

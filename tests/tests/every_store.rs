@@ -95,6 +95,12 @@ async fn the_guides_generic_function_runs_on_every_store() {
                 let mut connection = connection.lock().await;
                 pushes(&store.on(&mut connection), &label).await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                pushes(&store.on(&mut connection), &label).await
+            }
         }
     }
 }

@@ -547,8 +547,9 @@ async fn rekey<S: Shape>(db: &Db, from: &S, to: &S) {
     let collection = S::MODEL.collection();
     db.run_raw(
         &format!(
-            "UPDATE \"{collection}\" SET \"{field}\" = {new} WHERE \"{field}\" = {old}",
-            field = S::KEY_FIELD,
+            "UPDATE {} SET {field} = {new} WHERE {field} = {old}",
+            db.quote(collection),
+            field = db.quote(S::KEY_FIELD),
             new = literal(&new),
             old = literal(&old),
         ),

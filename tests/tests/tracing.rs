@@ -299,6 +299,15 @@ async fn audit_and_adopt_are_spans_with_their_reports() {
                     store.adopt::<Post>(&mut connection).await.unwrap(),
                 )
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                (
+                    store.audit::<Post>(&mut connection).await.unwrap(),
+                    store.adopt::<Post>(&mut connection).await.unwrap(),
+                )
+            }
         };
         assert!(audit.is_clean() && adopt.is_complete(), "{db}");
         let seen = capture.take();

@@ -138,6 +138,12 @@ async fn code_written_against_the_backend_trait_runs_on_every_store() {
                 let mut connection = connection.lock().await;
                 every_primitive(&store.on(&mut connection), &label).await
             }
+            Db::Mysql {
+                store, connection, ..
+            } => {
+                let mut connection = connection.lock().await;
+                every_primitive(&store.on(&mut connection), &label).await
+            }
         }
     }
 }

@@ -25,14 +25,17 @@ fn samples(finding: &idem_core::audit::Finding) -> Vec<(String, Option<String>)>
 async fn remove_digest<T: Idempotent>(db: &Db, key: (&str, &str), field: &str) {
     let collection = T::MODEL.collection();
     let (key_field, key_value) = key;
+    let digests = db.quote("idemFrozen");
     let removed = match db {
-        Db::Sqlite { .. } => format!("json_remove(\"idemFrozen\", '$.{field}')"),
-        _ => format!("\"idemFrozen\" - '{field}'"),
+        Db::Sqlite { .. } => format!("json_remove({digests}, '$.{field}')"),
+        Db::Mysql { .. } => format!("JSON_REMOVE({digests}, '$.\"{field}\"')"),
+        _ => format!("{digests} - '{field}'"),
     };
     db.run_raw(
         &format!(
-            "UPDATE \"{collection}\" SET \"idemFrozen\" = {removed} \
-             WHERE \"{key_field}\" = '{key_value}'"
+            "UPDATE {} SET {digests} = {removed} WHERE {} = '{key_value}'",
+            db.quote(collection),
+            db.quote(key_field)
         ),
         doc! {
             "update": collection,
@@ -119,7 +122,12 @@ async fn the_audit_finds_guard_digests_that_are_not_their_values() {
         // the value is compared as a value, so the edit keeping it is written (with its digests
         // again) and the one changing it refused.
         db.run_raw(
-            "UPDATE \"posts\" SET \"idemFrozen\" = NULL WHERE \"slug\" = 'p030'",
+            &format!(
+                "UPDATE {} SET {} = NULL WHERE {} = 'p030'",
+                db.quote("posts"),
+                db.quote("idemFrozen"),
+                db.quote("slug")
+            ),
             doc! {
                 "update": "posts",
                 "updates": [{ "q": { "slug": "p030" }, "u": { "$unset": { "idemFrozen": "" } } }],
@@ -702,6 +710,21 @@ async fn frozen_values_at_the_edges_get_the_same_answers_on_every_backend() {
     ];
     for db in fresh_backends("frozen_edges").await {
         db.ensure::<Edge>().await;
+        // MariaDB's `DOUBLE` holds no NaN (the document is refused: `floats.rs`): there the
+        // frozen ratio is 0.5, which leaves every answer as it is.
+        let cases: Vec<(Edge, Edge, &str)> = match db.is_mysql() {
+            true => cases
+                .iter()
+                .map(|(first, then, expected)| {
+                    let finite = |edge: &Edge| Edge {
+                        ratio: if edge.ratio.is_nan() { 0.5 } else { edge.ratio },
+                        ..edge.clone()
+                    };
+                    (finite(first), finite(then), *expected)
+                })
+                .collect(),
+            false => cases.to_vec(),
+        };
         for (first, then, expected) in &cases {
             assert_eq!(
                 db.upsert(first).await.unwrap(),
@@ -797,6 +820,14 @@ async fn audit_notes(db: &Db, field_order: &[&str]) -> AuditReport {
                 .audit_model(&mut connection, model, field_order, |_| {})
                 .await
         }
+        Db::Mysql {
+            store, connection, ..
+        } => {
+            let mut connection = connection.lock().await;
+            store
+                .audit_model(&mut connection, model, field_order, |_| {})
+                .await
+        }
     }
     .unwrap_or_else(|error| panic!("{db}: {error}"))
 }
@@ -836,6 +867,18 @@ async fn adopt_notes(
                 .adopt_model(&mut connection, model, field_order, options)
                 .await
         }
+        Db::Mysql {
+            store, connection, ..
+        } => {
+            let mut options = idem_core::mysql::AdoptOptions::default();
+            if allow {
+                options = options.allowing_unknown_fields();
+            }
+            let mut connection = connection.lock().await;
+            store
+                .adopt_model(&mut connection, model, field_order, options)
+                .await
+        }
     }
 }
 
@@ -852,9 +895,9 @@ async fn assert_notes_unchanged(db: &Db, count: usize) {
 }
 
 /// A hand-written table with a surrogate key idem never writes (SQLite's `id INTEGER PRIMARY
-/// KEY`, PostgreSQL's identity column): the audit names it as no field of the model, and
-/// adoption with the model given at run time refuses to hash it, so that the next upsert of the
-/// same content is `Unchanged`, not a rewrite of every adopted row.
+/// KEY`, PostgreSQL's identity column, MariaDB's `AUTO_INCREMENT` one): the audit names it as
+/// no field of the model, and adoption with the model given at run time refuses to hash it, so
+/// that the next upsert of the same content is `Unchanged`, not a rewrite of every adopted row.
 #[tokio::test]
 async fn a_surrogate_key_is_named_and_never_hashed() {
     for db in fresh_backends("audit_surrogate").await {
@@ -871,12 +914,25 @@ async fn a_surrogate_key_is_named_and_never_hashed() {
                  \"sourceHash\" text, \"idemAppliedOps\" jsonb NOT NULL DEFAULT '[]')",
                 "seq",
             ),
+            Db::Mysql { .. } => (
+                "CREATE TABLE notes (seq BIGINT AUTO_INCREMENT PRIMARY KEY, \
+                 `_id` VARCHAR(26) COLLATE utf8mb4_nopad_bin NOT NULL UNIQUE, \
+                 slug VARCHAR(255) COLLATE utf8mb4_nopad_bin NOT NULL UNIQUE, \
+                 title LONGTEXT COLLATE utf8mb4_nopad_bin NOT NULL, \
+                 `sourceHash` VARCHAR(71) COLLATE utf8mb4_nopad_bin, \
+                 `idemAppliedOps` JSON NOT NULL DEFAULT '[]', \
+                 `idemWrite` VARCHAR(27) COLLATE utf8mb4_nopad_bin)",
+                "seq",
+            ),
             Db::Mongo { .. } => continue,
         };
         db.run_raw(create, doc! {}).await;
         db.run_raw(
-            "INSERT INTO notes (\"_id\", slug, title) VALUES \
-             ('legacy-0', 'n00', 'Note 0'), ('legacy-1', 'n01', 'Note 1')",
+            &format!(
+                "INSERT INTO notes ({}, slug, title) VALUES \
+                 ('legacy-0', 'n00', 'Note 0'), ('legacy-1', 'n01', 'Note 1')",
+                db.quote("_id")
+            ),
             doc! {},
         )
         .await;

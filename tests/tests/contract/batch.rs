@@ -594,7 +594,11 @@ async fn stored_posts_and_their_reingest(db: &Db) -> Vec<Post> {
         db.write_as_another_tool(doc).await;
     }
     db.run_raw(
-        "UPDATE \"posts\" SET \"slug\" = 'p110-edited' WHERE \"slug\" = 'p110'",
+        &format!(
+            "UPDATE {} SET {slug} = 'p110-edited' WHERE {slug} = 'p110'",
+            db.quote("posts"),
+            slug = db.quote("slug")
+        ),
         mongodb::bson::doc! {
             "update": "posts",
             "updates": [{ "q": { "slug": "p110" }, "u": { "$set": { "slug": "p110-edited" } } }],
@@ -723,10 +727,11 @@ pub(crate) async fn copy_own_field<T: Idempotent>(
                 .await
                 .unwrap_or_else(|error| panic!("{db}: writing {to}: {error}"));
         }
-        Db::Postgres { .. } | Db::Sqlite { .. } => {
+        Db::Postgres { .. } | Db::Sqlite { .. } | Db::Mysql { .. } => {
+            let (collection, field, key) = (db.quote(collection), db.quote(field), db.quote(key));
             let sql = format!(
-                "UPDATE \"{collection}\" SET \"{field}\" = (SELECT \"{field}\" FROM \"{collection}\" \
-                 WHERE \"{key}\" = '{from}') WHERE \"{key}\" = '{to}'"
+                "UPDATE {collection} SET {field} = (SELECT {field} FROM {collection} \
+                 WHERE {key} = '{from}') WHERE {key} = '{to}'"
             );
             db.run_raw(&sql, doc! {}).await;
         }
@@ -1041,7 +1046,11 @@ async fn fresh_posts_meeting_stored(db: &Db) -> Vec<Post> {
     db.upsert_many(&stored).await.unwrap();
     db.write_as_another_tool(&stored[0]).await;
     db.run_raw(
-        "UPDATE \"posts\" SET \"slug\" = 'p201-edited' WHERE \"slug\" = 'p201'",
+        &format!(
+            "UPDATE {} SET {slug} = 'p201-edited' WHERE {slug} = 'p201'",
+            db.quote("posts"),
+            slug = db.quote("slug")
+        ),
         mongodb::bson::doc! {
             "update": "posts",
             "updates": [{ "q": { "slug": "p201" }, "u": { "$set": { "slug": "p201-edited" } } }],
@@ -1428,7 +1437,11 @@ async fn posts_whose_id_and_key_are_held_apart(db: &Db) -> Vec<Post> {
         ];
         for (from, to) in renames {
             db.run_raw(
-                &format!("UPDATE \"posts\" SET \"slug\" = '{to}' WHERE \"slug\" = '{from}'"),
+                &format!(
+                    "UPDATE {} SET {slug} = '{to}' WHERE {slug} = '{from}'",
+                    db.quote("posts"),
+                    slug = db.quote("slug")
+                ),
                 mongodb::bson::doc! {
                     "update": "posts",
                     "updates": [{ "q": { "slug": &from }, "u": { "$set": { "slug": &to } } }],
@@ -1484,7 +1497,9 @@ async fn a_delete_and_insert_new_of_an_entry_held_by_two_rows_meet_the_row_under
         for (from, to) in [("e0", "e0-moved"), ("e1", "e0")] {
             db.run_raw(
                 &format!(
-                    "UPDATE \"entries\" SET \"entryId\" = '{to}' WHERE \"entryId\" = '{from}'"
+                    "UPDATE {} SET {entry_id} = '{to}' WHERE {entry_id} = '{from}'",
+                    db.quote("entries"),
+                    entry_id = db.quote("entryId")
                 ),
                 mongodb::bson::doc! {
                     "update": "entries",

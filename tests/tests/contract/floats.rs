@@ -1,7 +1,10 @@
 //! Floats in the content hash and in storage: every NaN hashes alike and -0.0 as 0.0, so a
 //! replay of either writes nothing; a frozen NaN is not a change; NaN and the infinities in a
 //! float field are stored as they are, never lost to null. (Inside a structured value, where
-//! PostgreSQL's `jsonb` cannot hold them: `postgres_only.rs`.)
+//! PostgreSQL's `jsonb` cannot hold them: `postgres_only.rs`.) MariaDB's `DOUBLE`, where its
+//! store keeps floats, holds none of them: there each is refused for its document, nothing
+//! written ([`assert_non_finite_refused_on_mariadb`]), and the cases that store them stop at
+//! that.
 
 use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
@@ -9,7 +12,8 @@ use idem_tests::stored_documents;
 use serde::{Deserialize, Serialize};
 
 use crate::support::{
-    assert_db_wrote_nothing, forget_commands, scored_post, shown_non_finite, ScoredPost,
+    assert_db_wrote_nothing, assert_non_finite_refused_on_mariadb, forget_commands, scored_post,
+    shown_non_finite, ScoredPost,
 };
 
 /// A measurement whose frozen reading may be NaN (a sensor that had no value).
@@ -34,7 +38,9 @@ struct Gauge {
 }
 
 /// The float stored in `field` of the document or row of `collection` whose `key_field` is
-/// `key`, exactly as the server holds it: a BSON double, or a `double precision` column.
+/// `key`, exactly as the server holds it: a BSON double, a `double precision` column, SQLite's
+/// `REAL` (or the text of NaN or an infinity), MariaDB's text of the float (or a `DOUBLE`, read
+/// in the binary protocol: every bit).
 async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, field: &str) -> f64 {
     match db {
         Db::Mongo { store, .. } => stored_documents(store.database(), collection)
@@ -72,6 +78,27 @@ async fn stored_float(db: &Db, collection: &str, key_field: &str, key: &str, fie
                 }),
             }
         }
+        Db::Mysql { connection, .. } => {
+            let sql = format!(
+                "SELECT {} FROM {} WHERE {} = ?",
+                db.quote(field),
+                db.quote(collection),
+                db.quote(key_field)
+            );
+            use idem_core::sqlx::{Row, TypeInfo, ValueRef};
+            let row = idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(sql))
+                .bind(key)
+                .fetch_one(&mut *connection.lock().await)
+                .await
+                .unwrap_or_else(|error| panic!("{db}: {collection}.{field} of {key}: {error}"));
+            let column = row.try_get_raw(0).expect("a column");
+            match column.type_info().name() {
+                "DOUBLE" | "FLOAT" => row.get(0),
+                _ => row.get::<String, _>(0).parse().unwrap_or_else(|error| {
+                    panic!("{db}: {collection}.{field} of {key} is no float: {error}")
+                }),
+            }
+        }
     }
 }
 
@@ -102,6 +129,12 @@ async fn every_nan_payload_hashes_alike_so_a_nan_replay_writes_nothing() {
 
     for db in fresh_backends("nan").await {
         db.ensure::<ScoredPost>().await;
+        if db.is_mysql() {
+            for nan in nans {
+                assert_non_finite_refused_on_mariadb(&db, &with(nan), "score").await;
+            }
+            continue;
+        }
         assert_eq!(
             db.upsert(&with(nans[0])).await.unwrap(),
             Outcome::Inserted,
@@ -199,6 +232,10 @@ async fn a_nan_in_a_frozen_field_is_not_a_change() {
             calibration: f64::NAN,
             note: "no calibration yet".into(),
         };
+        if db.is_mysql() {
+            assert_non_finite_refused_on_mariadb(&db, &reading, "calibration").await;
+            continue;
+        }
         assert_eq!(
             db.upsert(&reading).await.unwrap(),
             Outcome::Inserted,
@@ -327,6 +364,18 @@ async fn nan_and_the_infinities_in_a_float_field_are_stored_and_a_replay_writes_
     };
     for db in fresh_backends("non_finite").await {
         db.ensure::<Gauge>().await;
+        if db.is_mysql() {
+            for (name, value, _) in values {
+                assert_non_finite_refused_on_mariadb(&db, &gauge(name, value), "value").await;
+                // In the optional field alone as well.
+                let peak = Gauge {
+                    peak: Some(value),
+                    ..gauge(name, 1.0)
+                };
+                assert_non_finite_refused_on_mariadb(&db, &peak, "peak").await;
+            }
+            continue;
+        }
         for (name, value, _) in values {
             assert_eq!(
                 db.upsert(&gauge(name, value)).await.unwrap(),

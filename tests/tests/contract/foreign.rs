@@ -15,7 +15,9 @@ use serde_json::Value;
 use crate::support::serialized;
 
 /// Stores what serde writes for `doc` under an `_id` idem never assigns, as another tool would:
-/// an ObjectId on MongoDB, a UUID on PostgreSQL; no content hash, digests or version key.
+/// an ObjectId on MongoDB, a UUID on PostgreSQL, 32 hex digits on SQLite, `legacy-` and 19 hex
+/// digits on MariaDB (whose id column holds 26 characters, a ULID's length); no content hash,
+/// digests or version key.
 /// Returns that id as text. `T` has no flattened or pushed fields, and its table exists
 /// ([`Db::ensure`]).
 pub(crate) async fn write_under_foreign_id<T: Idempotent + Serialize>(db: &Db, doc: &T) -> String {
@@ -56,6 +58,21 @@ pub(crate) async fn write_under_foreign_id<T: Idempotent + Serialize>(db: &Db, d
             // A random id of another tool's form: 32 hex digits, not a ULID.
             let id = format!("{:032x}", rand_id());
             idem_tests::sqlite_rows::write_as_another_tool::<T>(
+                &mut *connection.lock().await,
+                &id,
+                row,
+            )
+            .await;
+            id
+        }
+        Db::Mysql { connection, .. } => {
+            let Ok(Value::Object(row)) = serde_json::to_value(doc) else {
+                panic!("{db}: serde wrote no fields for a document of {collection}");
+            };
+            // Another tool's id, as long as a ULID (the column's width) but no ULID: `-` is no
+            // digit of one.
+            let id = format!("legacy-{:019x}", rand_id() >> 52);
+            idem_tests::mysql_rows::write_as_another_tool::<T>(
                 &mut *connection.lock().await,
                 &id,
                 row,

@@ -1,16 +1,17 @@
 //! The contract every backend keeps: one suite, written once against [`Db`], whose cases each
-//! run on every store [`fresh_backends`] returns (MongoDB, and each PostgreSQL server under
-//! test: `MONGODB_URI`, and `IDEM_POSTGRES_URIS` or `POSTGRES_URI`). A backend that passes it
-//! keeps idem's promises: each outcome of each primitive, each refusal with its exact error and
-//! nothing written, versions and tombstones, batches that agree with single writes, racing
-//! writers and lost acknowledgements that converge, and typed reads of what was written. A
-//! case whose input or refusal exists on one backend only is in a module named for that
-//! backend, and says why.
+//! run on every store [`fresh_backends`] returns (MongoDB, each PostgreSQL server under test,
+//! SQLite and MariaDB: `MONGODB_URI`, `IDEM_POSTGRES_URIS` or `POSTGRES_URI`, and
+//! `MYSQL_URI`). A backend that passes it keeps idem's promises: each outcome of each
+//! primitive, each refusal with its exact error and nothing written, versions and tombstones,
+//! batches that agree with single writes, racing writers and lost acknowledgements that
+//! converge, and typed reads of what was written. A case whose input or refusal exists on one
+//! backend only is in a module named for that backend, and says why.
 //!
 //! A refusal must leave the store exactly as it was, so every refusal compares the stored state
 //! before and after ([`Db::raw`]: each document's bytes on MongoDB, each row's text and row
-//! version on PostgreSQL), and on MongoDB the driver's command monitoring as well (no command
-//! sent, or the server's replies counting zero documents written).
+//! version on PostgreSQL, each row's values and write marker on SQLite and MariaDB), and on
+//! MongoDB the driver's command monitoring as well (no command sent, or the server's replies
+//! counting zero documents written).
 //!
 //! The cases are organised by primitive or concern, one module each:
 //!

@@ -272,6 +272,14 @@ async fn push_comment(
                 .push_comments(&store.on(&mut connection), comment)
                 .await
         }
+        Db::Mysql {
+            store, connection, ..
+        } => {
+            let mut connection = connection.lock().await;
+            thread
+                .push_comments(&store.on(&mut connection), comment)
+                .await
+        }
     }
 }
 

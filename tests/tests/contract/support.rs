@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_core::{Idempotent, KeyValue};
+use idem_core::{Error, Idempotent, KeyValue, Outcome};
 use idem_tests::backends::Db;
 use idem_tests::fixtures::Entry;
 use idem_tests::{stored_documents, CommandLog};
@@ -238,6 +238,49 @@ pub fn assert_db_wrote_nothing(db: &Db) {
     if let Some(log) = db.command_log() {
         assert_nothing_written(log);
     }
+}
+
+/// MariaDB's `DOUBLE` holds no NaN and no infinity (no MariaDB number type does), and its store
+/// keeps floats in `DOUBLE` columns: a document holding one in the float field `field` is
+/// refused for its document, the server's 1366 (incorrect double value) naming the column, alone
+/// and in a batch, with nothing written. Asserts that of `doc` on `db`, MariaDB, where a case
+/// stores such a float on the other backends.
+pub async fn assert_non_finite_refused_on_mariadb<T>(db: &Db, doc: &T, field: &str)
+where
+    T: Idempotent + Serialize + Sync,
+{
+    assert!(
+        db.is_mysql(),
+        "{db}: only MariaDB refuses a non-finite float"
+    );
+    let before = db.raw::<T>().await;
+    let expect_refused = |result: Result<Outcome, Error>, how: &str| {
+        let error = match result {
+            Err(error) => error,
+            Ok(outcome) => panic!("{db}: {how}: expected the float refused, got {outcome:?}"),
+        };
+        assert_eq!(error.document().collection, T::MODEL.collection(), "{db}");
+        assert_eq!(error.document().id, Some(doc.id().unwrap()), "{db}: {how}");
+        let code = error.as_backend().and_then(|source| source.code());
+        assert_eq!(code, Some("1366"), "{db}: {how}: {error}");
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("`{field}`")),
+            "{db}: {how}: {message}"
+        );
+        assert!(error.is_refusal(), "{db}: {how}: the document is refused");
+        assert!(
+            !error.is_retryable(),
+            "{db}: {how}: the same float fails again"
+        );
+    };
+    expect_refused(db.upsert(doc).await, "alone");
+    let report = db
+        .upsert_many(std::slice::from_ref(doc))
+        .await
+        .unwrap_or_else(|error| panic!("{db}: a batch of one: {error}"));
+    expect_refused(report.into_outcomes().remove(0), "in a batch");
+    assert_eq!(db.raw::<T>().await, before, "{db}: nothing written");
 }
 
 /// The JSON value [`Db::stored`] shows for the non-finite float a SQL store writes as `text`

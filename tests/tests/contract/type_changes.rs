@@ -60,6 +60,9 @@ async fn ensure<T: Idempotent>(db: &Db) -> Result<(), Error> {
         Db::Sqlite {
             store, connection, ..
         } => store.ensure_table::<T>(&mut *connection.lock().await).await,
+        Db::Mysql {
+            store, connection, ..
+        } => store.ensure_table::<T>(&mut *connection.lock().await).await,
     }
 }
 
@@ -99,6 +102,9 @@ where
             ..
         } => idem_tests::through_postgres!(sqlx, client, |c| store.adopt::<T, _>(c).await),
         Db::Sqlite {
+            store, connection, ..
+        } => store.adopt::<T>(&mut *connection.lock().await).await,
+        Db::Mysql {
             store, connection, ..
         } => store.adopt::<T>(&mut *connection.lock().await).await,
     }
@@ -192,6 +198,11 @@ async fn an_added_field_reads_as_its_default_and_each_old_row_is_updated_once() 
             Db::Sqlite { .. } => &[
                 r#"ALTER TABLE "notes" ADD COLUMN "tags" JSON_TEXT"#,
                 r#"ALTER TABLE "notes" ADD COLUMN "mood" TEXT"#,
+            ],
+            Db::Mysql { .. } => &[
+                "ALTER TABLE `notes` ADD COLUMN `tags` JSON",
+                "ALTER TABLE `notes` ADD COLUMN `mood` LONGTEXT CHARACTER SET utf8mb4 COLLATE \
+                 utf8mb4_nopad_bin",
             ],
         };
         assert_eq!(statements, expected, "{db}");
@@ -336,7 +347,11 @@ async fn a_removed_field_is_ignored_and_each_old_row_is_updated_once() {
 
         if db.is_sql() {
             db.run_raw(
-                r#"ALTER TABLE "notes" DROP COLUMN "seen_at""#,
+                &format!(
+                    "ALTER TABLE {} DROP COLUMN {}",
+                    db.quote("notes"),
+                    db.quote("seen_at")
+                ),
                 mongodb::bson::doc! {},
             )
             .await;
@@ -436,7 +451,12 @@ async fn a_renamed_field_keeps_its_stored_name_or_its_column_is_renamed() {
                 "{db}: the table has no column `body` yet: {before:?}"
             );
             db.run_raw(
-                r#"ALTER TABLE "notes" RENAME COLUMN "text" TO "body""#,
+                &format!(
+                    "ALTER TABLE {} RENAME COLUMN {} TO {}",
+                    db.quote("notes"),
+                    db.quote("text"),
+                    db.quote("body")
+                ),
                 mongodb::bson::doc! {},
             )
             .await;
@@ -579,6 +599,7 @@ async fn a_field_made_frozen_is_compared_by_value_on_the_rows_written_before() {
             Db::Mongo { .. } => None,
             Db::Postgres { .. } => Some(r#"ALTER TABLE "notes" ADD COLUMN "idemFrozen" jsonb"#),
             Db::Sqlite { .. } => Some(r#"ALTER TABLE "notes" ADD COLUMN "idemFrozen" TEXT"#),
+            Db::Mysql { .. } => Some("ALTER TABLE `notes` ADD COLUMN `idemFrozen` JSON"),
         };
         assert_eq!(statements, Vec::from_iter(column.map(String::from)), "{db}");
         assert_eq!(

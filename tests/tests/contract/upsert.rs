@@ -184,7 +184,11 @@ async fn a_second_unique_index_is_a_refusal_naming_it_on_every_path() {
                 "{db}"
             );
             db.run_raw(
-                r#"DELETE FROM "members" WHERE "handle" = 'dee'"#,
+                &format!(
+                    "DELETE FROM {} WHERE {} = 'dee'",
+                    db.quote("members"),
+                    db.quote("handle")
+                ),
                 mongodb::bson::doc! { "delete": "members", "deletes": [{ "q": { "handle": "dee" }, "limit": 0 }] },
             )
             .await;
