@@ -152,13 +152,18 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
         assert_eq!(upserts[0].field("outcome"), "Inserted", "{db}");
         assert_eq!(upserts[0].field("retries"), "0", "{db}");
 
-        // The same document again: one round trip, nothing written. SQLite, embedded, reads the
-        // row its write left alone in a second statement (under the write's lock): two.
+        // The same document again: one round trip, nothing written. SQLite, embedded, and MariaDB,
+        // whose upsert returns no rows, read the row the write left alone in a second statement
+        // (under the write's locks): two.
         assert_eq!(db.upsert(&first).await.unwrap(), Outcome::Unchanged, "{db}");
         let seen = capture.take();
         let upserts = spans(&seen, "idem.upsert");
         assert_eq!(upserts[0].field("outcome"), "Unchanged", "{db}");
-        let statements = if db.is_sqlite() { "2" } else { "1" };
+        let statements = if db.is_sqlite() || db.is_mysql() {
+            "2"
+        } else {
+            "1"
+        };
         assert_eq!(
             upserts[0].field("round_trips"),
             statements,
@@ -221,7 +226,8 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
 /// An unchanged re-ingest is one lookup per chunk and no write; a first ingest pays the lookup
 /// once (its first chunk finds nothing stored, and the later chunks go without); a re-ingest
 /// with edits in one chunk writes that chunk only. Counted in the call's span, on both
-/// PostgreSQL drivers and on SQLite.
+/// PostgreSQL drivers and on SQLite; on MariaDB, which has no lookup yet, each chunk's write
+/// and read.
 #[tokio::test]
 async fn a_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
     let capture = Capture::default();
@@ -245,16 +251,33 @@ async fn a_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
             assert_eq!(batches[0].field("outcome"), report.to_string(), "{db}");
             batches[0].field("round_trips").to_owned()
         };
+        // MariaDB has no lookup before the write yet: each chunk is its write and the locking
+        // read of what the write did, whatever is stored (docs/GUIDE.md says so).
+        let without_lookup = db.is_mysql();
         let first = db.upsert_many(&docs).await.unwrap();
         assert_eq!(first.count(Outcome::Inserted), 300, "{db}");
-        assert_eq!(round_trips(&first), "4", "{db}: one lookup, three writes");
+        match without_lookup {
+            true => assert_eq!(
+                round_trips(&first),
+                "4",
+                "{db}: the first chunk's write and read, then two plain inserts"
+            ),
+            false => assert_eq!(round_trips(&first), "4", "{db}: one lookup, three writes"),
+        }
         let again = db.upsert_many(&docs).await.unwrap();
         assert_eq!(again.count(Outcome::Unchanged), 300, "{db}");
-        assert_eq!(
-            round_trips(&again),
-            "3",
-            "{db}: one lookup per chunk, no write"
-        );
+        match without_lookup {
+            true => assert_eq!(
+                round_trips(&again),
+                "6",
+                "{db}: a write and a read per chunk"
+            ),
+            false => assert_eq!(
+                round_trips(&again),
+                "3",
+                "{db}: one lookup per chunk, no write"
+            ),
+        }
         for doc in &mut docs[150..160] {
             doc.title = "Edited".into();
         }
@@ -267,7 +290,14 @@ async fn a_reingest_is_one_lookup_per_chunk_and_writes_only_what_differs() {
             (290, 10),
             "{db}"
         );
-        assert_eq!(round_trips(&edited), "4", "{db}: three lookups, one write");
+        match without_lookup {
+            true => assert_eq!(
+                round_trips(&edited),
+                "6",
+                "{db}: a write and a read per chunk"
+            ),
+            false => assert_eq!(round_trips(&edited), "4", "{db}: three lookups, one write"),
+        }
     }
 }
 
