@@ -57,10 +57,16 @@ impl SqlDialect for MySql {
         super::schema::table_problems(wire, table, document, stored_types).await
     }
 
-    const COLUMNS: &'static str = "SELECT COLUMN_NAME, UPPER(DATA_TYPE), \
-                                   CAST(COLUMN_KEY = 'PRI' AS SIGNED) FROM information_schema.COLUMNS \
-                                   WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
-                                   ORDER BY ORDINAL_POSITION";
+    // MariaDB's `JSON` is `LONGTEXT` with a `json_valid` check, which names it here; MySQL's is
+    // its own type.
+    const COLUMNS: &'static str = "SELECT c.COLUMN_NAME, CASE WHEN EXISTS (SELECT 1 FROM \
+         information_schema.TABLE_CONSTRAINTS tc JOIN information_schema.CHECK_CONSTRAINTS k \
+         ON k.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND k.CONSTRAINT_NAME = tc.CONSTRAINT_NAME \
+         WHERE tc.TABLE_SCHEMA = c.TABLE_SCHEMA AND tc.TABLE_NAME = c.TABLE_NAME AND \
+         tc.CONSTRAINT_TYPE = 'CHECK' AND k.CHECK_CLAUSE = CONCAT('json_valid(`', c.COLUMN_NAME, \
+         '`)')) THEN 'JSON' ELSE UPPER(c.DATA_TYPE) END, CAST(c.COLUMN_KEY = 'PRI' AS SIGNED) \
+         FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? \
+         ORDER BY c.ORDINAL_POSITION";
 
     fn shape_of(declared: &str) -> ColumnShape {
         super::table::shape_of(declared)

@@ -76,7 +76,7 @@ pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
 }
 
 /// The shape of a column of `DATA_TYPE` `declared` (upper case): what a model given at run
-/// time reads it as. MariaDB's `JSON` is `LONGTEXT`, read as text.
+/// time reads it as (MariaDB's `JSON`, a `LONGTEXT`, named `JSON` by the catalog read).
 pub(crate) fn shape_of(declared: &str) -> ColumnShape {
     match declared {
         "TINYINT" => ColumnShape::Boolean,
