@@ -72,8 +72,13 @@ impl SqlDialect for MySql {
         super::table::shape_of(declared)
     }
 
-    // InnoDB shows no row locator: a row without an `_id` is found by its natural key.
+    // InnoDB shows no row locator; the table check wants `_id` the primary key, so every row
+    // has one.
     const ROW_LOCATOR: Option<&'static str> = None;
+
+    const LOCKING_READ: &'static str = " FOR UPDATE";
+
+    const MEETS_ANY_UNIQUE: bool = true;
 
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
         super::errors::mysql_error(document, source)
@@ -175,7 +180,7 @@ impl SqlDialect for MySql {
     }
 }
 
-crate::sql::wire::sqlx_database!(sqlx::MySql);
+crate::sql::wire::sqlx_database!(sqlx::MySql, savepoint_opens: false);
 
 impl Cells for MySqlRow {
     fn len(&self) -> usize {

@@ -171,7 +171,8 @@ async fn update_once(
         }
         crate::trace::round_trip("SELECT");
         let look = format!(
-            "SELECT {explained} FROM {} t WHERE t.{} = ?",
+            // Locking: the row as the latest committed write left it, not the snapshot's.
+            "SELECT {explained} FROM {} t WHERE t.{} = ? FOR UPDATE",
             table.name(),
             quote(ID_FIELD)
         );

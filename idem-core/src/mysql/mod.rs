@@ -32,11 +32,12 @@
 //!
 //! # How a write tells an insert from an update
 //!
-//! A write is one `INSERT … ON DUPLICATE KEY UPDATE` per chunk. Its first assignment decides,
-//! from the stored row alone, whether the row met is this document's (the same id and the same
-//! natural key: the statement meets a row through any unique index) and whether the guard lets
-//! it be replaced, and if so sets `idemWrite` to the update's value made for this statement;
-//! every later assignment replaces its column only where `idemWrite` holds that value (MariaDB
+//! A write is one `INSERT … ON DUPLICATE KEY UPDATE` per chunk. Its first assignment refuses a
+//! row that is not this document's (another id or natural key: the statement meets a row through
+//! any unique index) by setting `_id` to NULL, which strict mode refuses (1048); the second
+//! decides, from the stored row alone, whether the guard lets the row be replaced, and if so sets
+//! `idemWrite` to the update's value made for this statement; every later assignment replaces
+//! its column only where `idemWrite` holds that value (MariaDB
 //! assigns left to right, so a guard repeated per column would see the columns already
 //! replaced). An inserted row holds the insert's value. Then one locking read (`SELECT … FOR
 //! UPDATE`, by id and by natural key) in the same transaction finds, by the marker, which rows

@@ -66,7 +66,7 @@ pub(super) async fn table_problems(
         ));
     }
     let table_name = table.name();
-    let mut problems = Vec::new();
+    let mut problems = session_mode_problems(wire, document).await?;
     let own = [
         (APPLIED_OPS_FIELD, &["longtext", "json"][..]),
         (WRITE_MARKER_FIELD, &["varchar"]),
@@ -170,4 +170,42 @@ pub(super) async fn index_on(wire: &impl Wire, table: &Table, columns: &str) -> 
         let name = row.text(0).ok().flatten()?;
         (column_set(row.text(1).ok().flatten()?.split(',')) == wanted).then_some(name)
     })
+}
+
+/// What the session's `sql_mode` lacks for idem's writes: strict mode, without which a value a
+/// column cannot hold is cut or replaced with a warning (and the NULL that keeps an upsert off
+/// another document's row is written as `''`); and assignments made in order, which
+/// `SIMULTANEOUS_ASSIGNMENT` (part of `ORACLE`) turns off, so that the columns of an upsert would
+/// not see its decision.
+async fn session_mode_problems(
+    wire: &impl Wire,
+    document: &DocumentRef,
+) -> Result<Vec<String>, Error> {
+    crate::trace::round_trip("SELECT");
+    let mode = wire
+        .fetch_optional("SELECT @@SESSION.sql_mode", &[])
+        .await
+        .and_then(|row| row.map(|row| row.text(0)).transpose())
+        .map_err(|source| mysql_error(document, source))?
+        .flatten()
+        .unwrap_or_default();
+    let modes: Vec<&str> = mode.split(',').collect();
+    let mut problems = Vec::new();
+    if !modes
+        .iter()
+        .any(|mode| matches!(*mode, "STRICT_TRANS_TABLES" | "STRICT_ALL_TABLES"))
+    {
+        problems.push(format!(
+            "the session's sql_mode ({mode}) is not strict: a value a column cannot hold would \
+             be cut with a warning instead of refused; SET SESSION sql_mode = \
+             CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES'), or set it in the server's configuration"
+        ));
+    }
+    if modes.contains(&"SIMULTANEOUS_ASSIGNMENT") {
+        problems.push(format!(
+            "the session's sql_mode ({mode}) holds SIMULTANEOUS_ASSIGNMENT, under which an \
+             upsert's columns would not see its guard's decision: leave it out"
+        ));
+    }
+    Ok(problems)
 }

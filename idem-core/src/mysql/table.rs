@@ -214,8 +214,9 @@ impl Table {
     }
 
     /// The write of `rows` rows for `statement` ([`crate::sql::dialect::SqlDialect::write_sql`]).
-    /// The first assignment sets the write marker to the update's (the one parameter after the
-    /// rows) where the row met is this document's and may be replaced; each later one replaces
+    /// The first assignment refuses a row met that is not this document's (`_id` set to NULL,
+    /// which strict mode refuses); the second sets the write marker to the update's (the one
+    /// parameter after the rows) where the row may be replaced; each later one replaces
     /// its column where the marker is the update's, which is the insert's with `u` for `i`.
     pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
         let marker = quote(WRITE_MARKER_FIELD);

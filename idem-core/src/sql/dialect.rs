@@ -99,6 +99,14 @@ pub(crate) trait SqlDialect: Dialect {
     /// The shape of a column declared `declared` (upper case): what a model given at run time
     /// reads it as.
     fn shape_of(declared: &str) -> crate::column::ColumnShape;
+    /// What makes a read see, and lock, the rows as the latest committed writes left them
+    /// (` FOR UPDATE`), where a plain read sees the transaction's snapshot; empty where a
+    /// transaction of idem's own holds the whole database's write lock (SQLite).
+    const LOCKING_READ: &'static str;
+    /// Whether a write meets a stored row through any unique index, not only its conflict
+    /// target (MySQL's `ON DUPLICATE KEY UPDATE`), so that a document a write neither wrote nor
+    /// found under its id or key met another index, which a plain insert of it names.
+    const MEETS_ANY_UNIQUE: bool;
     /// How a row is found where it has no `_id` (SQLite's `rowid`), an integer column every
     /// table has; `None` where the database has none.
     const ROW_LOCATOR: Option<&'static str>;
@@ -156,6 +164,7 @@ pub(crate) trait SqlDialect: Dialect {
 
     /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
     /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
+    // Each is what the statement needs; a struct of them would be built for this call alone.
     #[allow(clippy::too_many_arguments)]
     fn apply_once<W: Wire>(
         wire: &W,
@@ -169,6 +178,7 @@ pub(crate) trait SqlDialect: Dialect {
 
     /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
     /// `id` unless an item with the key `item_key` (JSON text) is in it.
+    // As `apply_once`'s.
     #[allow(clippy::too_many_arguments)]
     fn push<W: Wire>(
         wire: &W,

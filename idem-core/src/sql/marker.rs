@@ -134,6 +134,9 @@ impl<D: SqlDialect, W: Wire> MarkerDriver<'_, D, W> {
     /// under its id or natural key after it, where writes meet a stored row through any unique
     /// index (the MySQL family's upsert), rather than take it for a row a trigger left out.
     async fn index_met(&self, doc: &PreparedRow) -> Option<Reply<StoredRow>> {
+        if !D::MEETS_ANY_UNIQUE {
+            return None;
+        }
         let table = self.table;
         let marker = format!("i{}", ulid::Ulid::generate());
         let mut params = Vec::new();

@@ -201,7 +201,7 @@ macro_rules! sqlx_store_methods {
             pub async fn audit_with_progress<T>(
                 &self,
                 connection: &mut $connection,
-                mut progress: impl FnMut(&$crate::AuditProgress),
+                mut progress: impl FnMut(&$crate::AuditProgress) + Send,
             ) -> Result<$crate::AuditReport, $crate::Error>
             where
                 T: $crate::Idempotent + ::serde::Serialize + ::serde::de::DeserializeOwned,
@@ -222,7 +222,7 @@ macro_rules! sqlx_store_methods {
                 connection: &mut $connection,
                 model: &$crate::Model,
                 field_order: &[&str],
-                mut progress: impl FnMut(&$crate::AuditProgress),
+                mut progress: impl FnMut(&$crate::AuditProgress) + Send,
             ) -> Result<$crate::AuditReport, $crate::Error> {
                 self.audit_model_on(&wire(connection), model, field_order, &mut progress)
                     .await

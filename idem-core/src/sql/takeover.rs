@@ -39,7 +39,7 @@ impl<D: SqlDialect> Store<D> {
     pub(crate) async fn audit_on<T>(
         &self,
         wire: &impl Wire,
-        progress: &mut impl FnMut(&AuditProgress),
+        progress: &mut (impl FnMut(&AuditProgress) + Send),
     ) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
@@ -56,7 +56,7 @@ impl<D: SqlDialect> Store<D> {
         wire: &impl Wire,
         model: &Model,
         field_order: &[&str],
-        progress: &mut impl FnMut(&AuditProgress),
+        progress: &mut (impl FnMut(&AuditProgress) + Send),
     ) -> Result<AuditReport, Error> {
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
         call.run_detached(async move {
@@ -171,8 +171,11 @@ async fn move_rows<D: SqlDialect>(
     }
     for (pass, condition) in passes.iter().enumerate() {
         let sql = format!(
-            "SELECT {list}, {} FROM {name} t WHERE {condition} LIMIT {PAGE_ROWS}",
-            located::<D>()
+            "SELECT {list}, {} FROM {name} t WHERE {condition} LIMIT {PAGE_ROWS}{}",
+            located::<D>(),
+            // A row changed between its read and its move would be moved with the hash of
+            // what was read.
+            D::LOCKING_READ
         );
         let mut after: Option<String> = None;
         loop {
@@ -249,7 +252,7 @@ async fn scan<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
     reading: Reading<'_>,
-    progress: &mut impl FnMut(&AuditProgress),
+    progress: &mut (impl FnMut(&AuditProgress) + Send),
 ) -> Result<AuditReport, Error> {
     let model = table.model;
     let document = DocumentRef::collection(model);

@@ -110,9 +110,9 @@ pub(crate) trait Wire: Send + Sync {
         &'a self,
         sql: &'a str,
         params: &[Param<'_>],
-        error: impl Fn(sqlx::Error) -> Error + 'a,
-        each: impl FnMut(&Self::Row) -> Result<(), Error> + 'a,
-    ) -> impl Future<Output = Result<(), Error>> + 'a;
+        error: impl Fn(sqlx::Error) -> Error + Send + 'a,
+        each: impl FnMut(&Self::Row) -> Result<(), Error> + Send + 'a,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 }
 
 /// A statement idem built: identifiers quoted, every value a bound parameter.
@@ -125,13 +125,34 @@ pub(crate) fn statement(sql: &str) -> sqlx::AssertSqlSafe<&str> {
 #[derive(Debug)]
 pub(crate) struct SqlxWire<'c, DB: Database> {
     connection: Mutex<&'c mut DB::Connection>,
+    /// What each [`Wire::begin`] not yet committed or rolled back opened, the latest last.
+    opened: std::sync::Mutex<Vec<Opened>>,
+}
+
+/// What a transaction of idem's own is on the connection.
+#[derive(Clone, Copy, Debug)]
+enum Opened {
+    /// A transaction sqlx opened (`BEGIN`), where none was open.
+    Transaction,
+    /// `SAVEPOINT idem`, inside the caller's transaction (or opening one, on SQLite): sqlx's
+    /// count of the caller's transactions is left as it is, so a rollback that fails (after
+    /// InnoDB rolled the caller's whole transaction back for a deadlock) leaves it right.
+    Savepoint,
 }
 
 impl<'c, DB: Database> SqlxWire<'c, DB> {
+    /// What [`Wire::begin`] opened and no commit or rollback closed yet.
+    fn opened_mut(&self) -> std::sync::MutexGuard<'_, Vec<Opened>> {
+        self.opened
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Statements sent through `connection`.
     pub fn new(connection: &'c mut DB::Connection) -> Self {
         SqlxWire {
             connection: Mutex::new(connection),
+            opened: std::sync::Mutex::default(),
         }
     }
 
@@ -171,6 +192,11 @@ pub(crate) trait SqlxDatabase: Database {
     fn commit(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
     /// Rolls back what [`SqlxDatabase::begin`] opened.
     fn rollback(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
+    /// How many transactions and savepoints sqlx opened on `connection`.
+    fn depth(connection: &Self::Connection) -> usize;
+    /// Whether a savepoint opens a transaction where none is open (SQLite's), so that idem's
+    /// own is one whatever the caller holds, a transaction opened by a plain `BEGIN` too.
+    const SAVEPOINT_OPENS: bool;
     /// Sends `query`; its rows as they arrive.
     fn stream<'a>(
         connection: &'a mut Self::Connection,
@@ -183,9 +209,16 @@ pub(crate) type Query<'a, DB> = sqlx::query::Query<'a, DB, <DB as Database>::Arg
 
 /// Implements [`SqlxDatabase`] for the sqlx driver whose database is `$db`.
 macro_rules! sqlx_database {
-    ($db:ty) => {
+    ($db:ty, savepoint_opens: $savepoint_opens:expr) => {
         impl $crate::sql::wire::SqlxDatabase for $db {
             type Cells = <$db as ::sqlx::Database>::Row;
+
+            const SAVEPOINT_OPENS: bool = $savepoint_opens;
+
+            fn depth(connection: &<$db as ::sqlx::Database>::Connection) -> usize {
+                use ::sqlx_core::transaction::TransactionManager as _;
+                <$db as ::sqlx::Database>::TransactionManager::get_transaction_depth(connection)
+            }
 
             fn prepare<'a>(
                 sql: &'a str,
@@ -312,15 +345,60 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
     }
 
     fn begin(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::begin(*self.connection.lock().await).await })
+        Box::pin(async move {
+            let mut connection = self.connection.lock().await;
+            let opened = match DB::SAVEPOINT_OPENS || DB::depth(&connection) > 0 {
+                true => {
+                    let savepoint = DB::prepare("SAVEPOINT idem", &[])?;
+                    DB::execute(*connection, savepoint).await?;
+                    Opened::Savepoint
+                }
+                false => {
+                    DB::begin(*connection).await?;
+                    Opened::Transaction
+                }
+            };
+            self.opened_mut().push(opened);
+            Ok(())
+        })
     }
 
     fn commit(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::commit(*self.connection.lock().await).await })
+        Box::pin(async move {
+            let mut connection = self.connection.lock().await;
+            let opened = self.opened_mut().last().copied();
+            match opened {
+                Some(Opened::Transaction) => DB::commit(*connection).await?,
+                Some(Opened::Savepoint) => {
+                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
+                    DB::execute(*connection, release).await?;
+                }
+                None => return Ok(()),
+            }
+            // Not committed, it stays open for the rollback that follows a failed commit.
+            self.opened_mut().pop();
+            Ok(())
+        })
     }
 
     fn rollback(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move { DB::rollback(*self.connection.lock().await).await })
+        Box::pin(async move {
+            let mut connection = self.connection.lock().await;
+            let opened = self.opened_mut().pop();
+            match opened {
+                Some(Opened::Transaction) => DB::rollback(*connection).await,
+                Some(Opened::Savepoint) => {
+                    // Rolled back to, the savepoint is still there (and on SQLite, the
+                    // transaction it opened): released, whatever the rollback did.
+                    let undo = DB::prepare("ROLLBACK TO SAVEPOINT idem", &[])?;
+                    let undone = DB::execute(*connection, undo).await;
+                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
+                    let released = DB::execute(*connection, release).await;
+                    undone.and(released).map(drop)
+                }
+                None => Ok(()),
+            }
+        })
     }
 
     fn in_callers_transaction(&self) -> WireFuture<'_, bool> {
@@ -335,11 +413,11 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         &'a self,
         sql: &'a str,
         params: &[Param<'_>],
-        error: impl Fn(sqlx::Error) -> Error + 'a,
-        mut each: impl FnMut(&DB::Cells) -> Result<(), Error> + 'a,
-    ) -> impl Future<Output = Result<(), Error>> + 'a {
+        error: impl Fn(sqlx::Error) -> Error + Send + 'a,
+        mut each: impl FnMut(&DB::Cells) -> Result<(), Error> + Send + 'a,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
         let query = DB::prepare(sql, params);
-        async move {
+        Box::pin(async move {
             let query = query.map_err(&error)?;
             let mut connection = self.connection.lock().await;
             let mut rows = DB::stream(*connection, query);
@@ -349,6 +427,6 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
                 each(&row.map_err(&error)?)?;
             }
             Ok(())
-        }
+        })
     }
 }

@@ -65,6 +65,11 @@ impl SqlDialect for Sqlite {
 
     const ROW_LOCATOR: Option<&'static str> = Some("rowid");
 
+    const LOCKING_READ: &'static str = "";
+
+    // An upsert's other unique indexes fail the statement, naming their columns.
+    const MEETS_ANY_UNIQUE: bool = false;
+
     fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
         super::errors::sqlite_error(document, source)
     }
@@ -154,7 +159,7 @@ impl SqlDialect for Sqlite {
     }
 }
 
-crate::sql::wire::sqlx_database!(sqlx::Sqlite);
+crate::sql::wire::sqlx_database!(sqlx::Sqlite, savepoint_opens: true);
 
 impl Cells for SqliteRow {
     fn len(&self) -> usize {

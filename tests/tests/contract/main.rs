@@ -24,7 +24,7 @@
 //!   written twice, reserved names), [`floats`] (NaN, the infinities, -0.0), [`foreign`]
 //!   (documents another tool wrote), [`races`] (racing upserts and batches, a lost
 //!   acknowledgement);
-//! - [`postgres_only`], [`mongodb_only`] and [`mongodb_server`]: cases whose input or refusal
+//! - [`postgres_only`], [`mysql_only`], [`mongodb_only`] and [`mongodb_server`]: cases whose input or refusal
 //!   exists on one backend only, each module saying why;
 //! - [`error_debug`]: how an error reads printed with `{:?}`, as a `main` prints it;
 //! - [`support`]: the fixtures and assertions several modules share.
@@ -61,6 +61,7 @@ mod frozen;
 mod insert_new;
 mod mongodb_only;
 mod mongodb_server;
+mod mysql_only;
 mod postgres_only;
 mod push;
 mod races;

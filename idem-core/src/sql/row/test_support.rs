@@ -121,6 +121,7 @@ pub struct RowPreparation<T> {
 
 impl<T: Idempotent + Serialize> RowPreparation<T> {
     /// The preparation of rows of `T`'s table.
+    // Each call lays the table out, which `Default` would hide.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         RowPreparation {
