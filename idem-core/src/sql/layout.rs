@@ -164,4 +164,43 @@ impl Layout {
             .iter()
             .position(|column| column.content == content)
     }
+
+    /// What a row that stopped a write holds, in the order every SQL driver reads it back
+    /// ([`crate::sql::row::StoredRow::from_texts`]): its id, whether it is deleted, its hash,
+    /// digests and version key, the guarded fields' values and the version field's; each an
+    /// expression over the row `t`, with the dialect's `quote` of a name and `read_of` a column
+    /// (`read_of(alias, name)`).
+    #[cfg(feature = "_sqlx_store")]
+    pub fn stored_state_columns(
+        &self,
+        t: &str,
+        quote: fn(&str) -> String,
+        read_of: impl Fn(&str, &str) -> String,
+    ) -> Vec<String> {
+        let of = |content: Content| {
+            self.column_with(content)
+                .map_or("NULL".to_owned(), |index| {
+                    format!("{t}.{}", quote(self.columns[index].name))
+                })
+        };
+        let tombstoned = match self.model.tombstone_field() {
+            Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
+            None => "0".to_owned(),
+        };
+        let mut state = vec![
+            format!("{t}.{}", quote(ID_FIELD)),
+            tombstoned,
+            of(Content::Hash),
+            of(Content::Digests),
+            of(Content::VersionKey),
+        ];
+        for field in self
+            .model
+            .digested_fields()
+            .chain(self.model.version_field())
+        {
+            state.push(read_of(t, field.stored_name()));
+        }
+        state
+    }
 }

@@ -384,33 +384,10 @@ impl Table {
         self.stored_state_columns(t).join(", ")
     }
 
-    /// [`Table::stored_state`]'s columns, one expression each.
+    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
     fn stored_state_columns(&self, t: &str) -> Vec<String> {
-        let text_of = |content: Content| {
-            self.column_with(content)
-                .map_or("NULL".to_owned(), |index| {
-                    format!("{t}.{}", quote(self.columns[index].name))
-                })
-        };
-        let tombstoned = match self.model.tombstone_field() {
-            Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
-            None => "0".to_owned(),
-        };
-        let mut state = vec![
-            format!("{t}.{}", quote(ID_FIELD)),
-            tombstoned,
-            text_of(Content::Hash),
-            text_of(Content::Digests),
-            text_of(Content::VersionKey),
-        ];
-        for field in self
-            .model
-            .digested_fields()
-            .chain(self.model.version_field())
-        {
-            state.push(self.read_of(t, field.stored_name()));
-        }
-        state
+        self.layout
+            .stored_state_columns(t, quote, |alias, name| self.read_of(alias, name))
     }
 
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
