@@ -117,8 +117,12 @@ impl SqlDialect for MySql {
     }
 
     fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
-        table.look_up_sql(rows)
+        Some(table.look_up_sql(rows))
     }
+
+    // REPEATABLE READ, InnoDB's default: a plain read sees the transaction's snapshot, an
+    // upsert the latest committed row (unless MariaDB's `innodb_snapshot_isolation`).
+    const READS_LAG_WRITES: bool = true;
 
     fn pinned_sql(table: &Table) -> String {
         table.pinned_sql()
@@ -128,9 +132,21 @@ impl SqlDialect for MySql {
     // float read back; bound as the float it is.
     const PINS_FLOATS: bool = true;
 
-    fn read_of(_table: &Table, alias: &str, name: &str) -> String {
-        // Every cell reads as text by its type ([`Cells::text`]).
-        format!("{alias}.{}", quote(name))
+    /// In a type whose cells [`Cells::text`] reads, whichever a table idem did not create
+    /// declares (the audit and adoption of a model given at run time read such tables): a
+    /// float as a `DOUBLE`, a `DECIMAL` too (its text would not give the very float back), a
+    /// boolean as `true` or `false`, any other as text (`CAST … AS CHAR`): sqlx reads no
+    /// date, time, unsigned integer or MySQL `JSON` cell as text.
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
+        match table
+            .column_named(name)
+            .map(|index| table.columns[index].shape)
+        {
+            Some(ColumnShape::Float) => format!("CAST({column} AS DOUBLE)"),
+            Some(ColumnShape::Boolean) => table.read_of(alias, name),
+            _ => format!("CAST({column} AS CHAR)"),
+        }
     }
 
     fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {

@@ -45,6 +45,18 @@
 //! read the transaction's snapshot, without a row another session committed since. Affected
 //! rows tell nothing here: sqlx asks for found rows, so an unchanged row counts as an insert.
 //!
+//! # Large batches
+//!
+//! A chunk of a batch may first be looked up (while the last chunk was mostly unchanged, and for
+//! the first): one plain `SELECT`, which takes no lock, of each incoming row's id, natural key,
+//! content hash and version key, read from a `JSON_TABLE` over the chunk's parameters. A row
+//! stored with all four, not deleted, settles `Unchanged` with nothing written; the others are
+//! judged from the row they meet before anything is written, and only those a write would change
+//! are sent whole. A chunk none of whose rows is stored is a plain multi-row `INSERT`, which any
+//! stored id or key fails whole before the guarded write. Inside the caller's transaction the
+//! lookup is left out: there a plain read sees the transaction's snapshot, older than the rows an
+//! upsert meets, and could take a row another session changed since for unchanged.
+//!
 //! # Concurrency
 //!
 //! Each write is a transaction of its own outside the caller's, a savepoint inside it, under
@@ -58,11 +70,14 @@
 //!
 //! Not tested. Both lack `utf8mb4_nopad_bin`: their byte-wise collation is `utf8mb4_0900_bin`
 //! (TiDB: with its new collation framework), and a table made there needs it in place of
-//! MariaDB's. Their `JSON` columns are a binary type, which sqlx reads as bytes, and compare by
-//! value, not by text; MySQL 8.0.20+ warns (1287) of `VALUES(col)` in an upsert, which TiDB
-//! needs. MySQL 8 has no `JSON_EQUALS` (pushes compare keys with it) and names a check failure
-//! 3819; TiDB has no `JSON_TABLE` (pushes read lists with it), reports write conflicts as 9007,
-//! 8002, 8022 and 8028 (retryable) and, with lazy unique checks, a duplicate key at `COMMIT`.
+//! MariaDB's. Their `JSON` columns are a binary type (reads cast it to text), compared by value,
+//! not by text; MySQL 8.0.20+ warns (1287) of `VALUES(col)` in an upsert, which TiDB needs.
+//! MySQL 8 has no `JSON_EQUALS` (pushes compare keys with it), names a check failure 3819, and
+//! cuts `GROUP_CONCAT` at 1,024 bytes by default (MariaDB at 1 MiB), which leaves a lookup of a
+//! chunk of more than 37 rows stored nowhere unused (the chunk is written with the guard, as
+//! without it) unless `group_concat_max_len` holds 27 bytes a row. TiDB has no `JSON_TABLE`
+//! (pushes read lists with it, a batch's lookup its rows), reports write conflicts as 9007, 8002,
+//! 8022 and 8028 (retryable) and, with lazy unique checks, a duplicate key at `COMMIT`.
 
 mod dialect;
 mod effects;

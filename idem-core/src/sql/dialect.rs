@@ -148,6 +148,12 @@ pub(crate) trait SqlDialect: Dialect {
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
     /// `None` where the dialect has none.
     fn look_up_sql(table: &Self::Table, rows: usize) -> Option<String>;
+    /// Whether a plain read inside the caller's transaction may see rows older than those its
+    /// writes meet (InnoDB's REPEATABLE READ: a read sees the snapshot the transaction took at
+    /// its first read, a write the latest committed row), so that a lookup there could settle a
+    /// row from a state the write that would follow no longer finds: there the batch goes
+    /// without its lookup.
+    const READS_LAG_WRITES: bool = false;
     /// The replacement of a row the guard cannot compare, while it is as read.
     fn pinned_sql(table: &Self::Table) -> String;
     /// Whether a pinned value that is a float is bound as the float (its text would not

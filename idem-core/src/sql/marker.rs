@@ -436,10 +436,16 @@ impl<D: SqlDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
     /// written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let table = self.table;
+        let document = &docs[0].document();
+        if D::READS_LAG_WRITES {
+            let in_callers = self.wire.in_callers_transaction().await;
+            if in_callers.map_err(|source| D::error(document, source))? {
+                return Ok(None);
+            }
+        }
         let Some(sql) = D::look_up_sql(table, docs.len()) else {
             return Ok(None);
         };
-        let document = &docs[0].document();
         let contents = compared_contents(table);
         let mut params = Vec::new();
         for doc in docs {
