@@ -183,7 +183,7 @@ impl Call {
     /// a worker thread, which holds it until the command is done (sqlx's SQLite connection): the
     /// call's future runs outside its span, so that the span ends with the call, and idem's
     /// events still name the call's span as their parent.
-    #[cfg(feature = "_sqlx_store")]
+    #[cfg(feature = "_sql_store")]
     #[inline]
     pub async fn run_detached<O, F>(self, call: F) -> Result<O, Error>
     where

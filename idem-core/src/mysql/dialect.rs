@@ -5,6 +5,7 @@
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySqlConnection, Row as _, TypeInfo as _, ValueRef as _};
 
+use super::errors::failure;
 use super::table::{quote, Table};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
@@ -13,7 +14,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD};
 use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
-use crate::sql::wire::{Cells, Wire};
+use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
 #[derive(Clone, Copy, Debug)]
@@ -80,7 +81,7 @@ impl SqlDialect for MySql {
 
     const MEETS_ANY_UNIQUE: bool = true;
 
-    fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
+    fn error(document: &DocumentRef, source: DbFailure) -> Error {
         super::errors::mysql_error(document, source)
     }
 
@@ -196,7 +197,12 @@ impl SqlDialect for MySql {
     }
 }
 
-crate::sql::wire::sqlx_database!(sqlx::MySql, savepoint_opens: false);
+crate::sql::sqlx_wire::sqlx_database!(
+    sqlx::MySql,
+    savepoint_opens: false,
+    failure: super::errors::failure,
+    bind: crate::sql::sqlx_wire::bound::<sqlx::MySql>
+);
 
 impl Cells for MySqlRow {
     fn len(&self) -> usize {
@@ -206,8 +212,8 @@ impl Cells for MySqlRow {
     /// By the column's type: a `DOUBLE` as the shortest text that reads back as the very float,
     /// an integer as its digits, a `BOOLEAN` as `true` or `false`, text and JSON (MariaDB's
     /// `LONGTEXT`) as stored, in whichever collation (a binary one arrives as bytes).
-    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
-        let raw = self.try_get_raw(at)?;
+    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
+        let raw = self.try_get_raw(at).map_err(failure)?;
         if raw.is_null() {
             return Ok(None);
         }
@@ -224,20 +230,21 @@ impl Cells for MySqlRow {
             _ => match self.try_get::<String, _>(at) {
                 Ok(text) => Ok(Some(text)),
                 Err(_) => {
-                    let bytes = self.try_get::<Vec<u8>, _>(at)?;
+                    let bytes = self.try_get::<Vec<u8>, _>(at).map_err(failure)?;
                     String::from_utf8(bytes)
                         .map(Some)
                         .map_err(|error| sqlx::Error::Decode(Box::new(error)))
                 }
             },
         }
+        .map_err(failure)
     }
 
-    fn boolean(&self, at: usize) -> Result<Option<bool>, sqlx::Error> {
+    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
         Ok(self.integer(at)?.map(|flag| flag != 0))
     }
 
-    fn integer(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
-        self.try_get(at)
+    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
+        self.try_get(at).map_err(failure)
     }
 }

@@ -3,7 +3,7 @@
 //! guarded by the absence of the op id or of the item's key, and, when it updates nothing, a
 //! read of why, in one transaction of idem's own.
 
-use super::errors::{mysql_error, number};
+use super::errors::mysql_error;
 use super::table::{json_path, quote, type_name, Table};
 use crate::change::{self, Change};
 use crate::document::DocumentRef;
@@ -16,7 +16,7 @@ use crate::sql::store::in_transaction_with;
 use crate::sql::wire::{Cells, Param, Wire};
 
 /// `ER_DATA_OUT_OF_RANGE`: a sum beyond its column's type, which strict mode refuses.
-const OUT_OF_RANGE: u16 = 1690;
+const OUT_OF_RANGE: &str = "1690";
 
 /// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]).
 pub(super) async fn apply_once(
@@ -163,7 +163,7 @@ async fn update_once(
                 };
                 return Ok((written, None));
             }
-            Err(source) if number(&source) == Some(OUT_OF_RANGE) => {
+            Err(source) if source.code() == Some(OUT_OF_RANGE) => {
                 out_of_range = Some(source.to_string());
                 return Err(mysql_error(document, source));
             }

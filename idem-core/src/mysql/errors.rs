@@ -7,6 +7,7 @@ use sqlx::mysql::MySqlDatabaseError;
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::{BackendError, Error, ErrorKind};
+use crate::sql::wire::DbFailure;
 
 use super::table::Table;
 
@@ -19,6 +20,14 @@ const NO_SUCH_TABLE: u16 = 1146;
 pub(super) fn number(source: &sqlx::Error) -> Option<u16> {
     let error = source.as_database_error()?;
     Some(error.try_downcast_ref::<MySqlDatabaseError>()?.number())
+}
+
+/// A driver error as a failure of its statement, with the server's message.
+pub(super) fn failure(source: sqlx::Error) -> DbFailure {
+    let message = source
+        .as_database_error()
+        .map(|error| error.message().to_owned());
+    DbFailure::new(driver_error(source), message)
 }
 
 /// A driver error as idem reports it: kept whole, with its error number and whether a retry
@@ -62,8 +71,8 @@ pub(super) fn restarts(error: &Error) -> bool {
 
 /// `source` as the error of a call concerning `document`: a table that is not there is a schema
 /// problem, anything else the driver's.
-pub(super) fn mysql_error(document: &DocumentRef, source: sqlx::Error) -> Error {
-    match number(&source) {
+pub(super) fn mysql_error(document: &DocumentRef, source: DbFailure) -> Error {
+    match source.code().and_then(|code| code.parse::<u16>().ok()) {
         Some(NO_SUCH_TABLE) => Error::new(
             document.clone(),
             ErrorKind::SchemaMismatch {
@@ -78,7 +87,7 @@ pub(super) fn mysql_error(document: &DocumentRef, source: sqlx::Error) -> Error 
         _ => Error::new(
             document.clone(),
             ErrorKind::Backend {
-                source: driver_error(source),
+                source: source.into_error(),
             },
         ),
     }

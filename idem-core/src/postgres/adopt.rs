@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use super::audit::{estimated_rows, run_time_table, without};
 use super::schema::survey_table;
 use super::table::{quote, sql_type, Table};
-use super::wire::{self, Cells, Connection, Param, Wire};
+use super::wire::{self, Connection, Param, PgCells, PgWire};
 use super::{postgres_error, Store, UNIQUE_VIOLATION};
 use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, RunLimits, UnknownField};
 use crate::document::DocumentRef;
@@ -212,7 +212,7 @@ impl Store {
 
 /// Checks the model of `table` (given at run time) against rows stored under a ULID
 /// ([`crate::model_check`]), reading no more of them than the check examines.
-async fn model_mismatch<C: Wire>(
+async fn model_mismatch<C: PgWire>(
     client: &C,
     table: &Table,
     field_order: &[&str],
@@ -229,12 +229,12 @@ async fn model_mismatch<C: Wire>(
     let limit = crate::model_check::DOCUMENTS_EXAMINED as i64;
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query(&sql, &[Param::Int8(limit)])
+        .fetch_all(&sql, &[Param::Integer(limit)])
         .await
         .map_err(|source| postgres_error(&document, source))?;
     for row in &rows {
         // A sample: a row that does not parse is left out of it, and the scan reports it.
-        if let (Ok(Some(Value::Object(stored))), Some(id)) = (row.json(0), row.text(1)) {
+        if let (Ok(Some(Value::Object(stored))), Some(id)) = (row.json(0), row.str(1)) {
             check.examine(id, &stored);
             diagnose(&mut diagnosis, table, field_order, &stored);
         }
@@ -243,7 +243,7 @@ async fn model_mismatch<C: Wire>(
 }
 
 /// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
-async fn move_rows<C: Wire>(
+async fn move_rows<C: PgWire>(
     client: &C,
     table: &Table,
     destination: &Destined<'_>,
@@ -292,7 +292,7 @@ async fn adopt_row<C>(
     report: &mut AdoptReport,
 ) -> Result<(), Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
@@ -365,7 +365,7 @@ async fn read_page<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let id = quote(ID_FIELD);
     let (condition, order) = match pass {
@@ -383,7 +383,7 @@ where
         client,
         table,
         &clause,
-        &[Param::Text(after), Param::Int8(PAGE_ROWS)],
+        &[Param::Text(after), Param::Integer(PAGE_ROWS)],
         document,
     )
     .await
@@ -397,7 +397,7 @@ async fn read_row<C>(
     document: &DocumentRef,
 ) -> Result<Option<ReadRow>, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let clause = format!("WHERE t.{} = $1", quote(ID_FIELD));
     let rows = select_rows(client, table, &clause, &[Param::Text(Some(id))], document).await?;
@@ -414,7 +414,7 @@ async fn select_rows<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let sql = format!(
         "SELECT {}, t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
@@ -424,7 +424,7 @@ where
     );
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query(&sql, parameters)
+        .fetch_all(&sql, parameters)
         .await
         .map_err(|source| postgres_error(document, source))?;
     rows.iter()
@@ -432,17 +432,17 @@ where
         .collect()
 }
 
-fn read_row_from<R: Cells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
+fn read_row_from<R: PgCells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
     // `to_jsonb` of a row is never NULL.
     let stored = row.object(0, document)?.unwrap_or_default();
-    let place = match row.text(1) {
+    let place = match row.str(1) {
         Some(id) => Place::Id(id.to_owned()),
-        None => Place::Location(row.text(2).unwrap_or_default().to_owned()),
+        None => Place::Location(row.str(2).unwrap_or_default().to_owned()),
     };
     Ok(ReadRow {
         stored,
         place,
-        version: row.text(3).unwrap_or_default().to_owned(),
+        version: row.str(3).unwrap_or_default().to_owned(),
     })
 }
 
@@ -456,7 +456,7 @@ async fn move_row<C>(
     destination: &Destination,
 ) -> Result<Move, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let id_column = quote(ID_FIELD);
     let (found, at) = match place {
@@ -500,10 +500,7 @@ where
         Err(source) => return Err(postgres_error(&destination.document, source)),
     };
     Ok(
-        match (
-            reply.int8(0).unwrap_or(0),
-            reply.boolean(1).unwrap_or(false),
-        ) {
+        match (reply.int8(0).unwrap_or(0), reply.flag(1).unwrap_or(false)) {
             (1.., _) => Move::Moved,
             (_, true) => Move::Taken,
             _ => Move::Changed,

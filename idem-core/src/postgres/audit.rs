@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::stored::stored_table;
 use super::table::{quote, InsertedSignal, Table};
-use super::wire::{Cells, Connection, Param, Wire};
+use super::wire::{Connection, Param, PgCells, PgWire};
 use super::{postgres_error, survey_table, Store};
 use crate::audit::{AuditProgress, AuditReport, UnknownField};
 use crate::document::DocumentRef;
@@ -91,7 +91,7 @@ impl Store {
     pub async fn audit_with_progress<T, C>(
         &self,
         client: C,
-        mut progress: impl FnMut(&AuditProgress),
+        mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AuditReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
@@ -130,7 +130,7 @@ impl Store {
         client: C,
         model: &Model,
         field_order: &[&str],
-        mut progress: impl FnMut(&AuditProgress),
+        mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AuditReport, Error> {
         let wire = client.wire();
         let client = &wire;
@@ -154,10 +154,10 @@ async fn scan_table<C>(
     client: &C,
     table: &Table,
     reading: Reading<'_>,
-    progress: &mut impl FnMut(&AuditProgress),
+    progress: &mut (impl FnMut(&AuditProgress) + Send),
 ) -> Result<AuditReport, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let model = table.model;
     let document = DocumentRef::collection(model);
@@ -188,14 +188,19 @@ where
     crate::trace::round_trip("SELECT");
     let mut scan = RowScan::new(table, reading);
     client
-        .scan(&sql, &document, |row| {
-            // `to_jsonb` of a row is never NULL.
-            let stored = row.object(0, &document)?.unwrap_or_default();
-            let location = format!("ctid {}", row.text(1).unwrap_or_default());
-            scan.row(&mut report, stored, &location);
-            progress(&AuditProgress::new(report.scanned, total));
-            Ok(())
-        })
+        .scan(
+            &sql,
+            &[],
+            |source| super::postgres_error(&document, source),
+            |row| {
+                // `to_jsonb` of a row is never NULL.
+                let stored = row.object(0, &document)?.unwrap_or_default();
+                let location = format!("ctid {}", row.str(1).unwrap_or_default());
+                scan.row(&mut report, stored, &location);
+                progress(&AuditProgress::new(report.scanned, total));
+                Ok(())
+            },
+        )
         .await?;
     scan.finish(&mut report);
     Ok(report)
@@ -205,7 +210,7 @@ where
 /// fields of the model, and those columns: the table's own key (a primary key column other
 /// than `_id`, an identity, generated or serial column), and, where the model lists its fields
 /// (`field_order`), each column it does not list.
-pub(super) async fn run_time_table<C: Wire>(
+pub(super) async fn run_time_table<C: PgWire>(
     client: &C,
     model: &Model,
     field_order: &[&str],
@@ -214,7 +219,7 @@ pub(super) async fn run_time_table<C: Wire>(
     let document = DocumentRef::collection(model);
     crate::trace::round_trip("SELECT");
     let keys = client
-        .query(
+        .fetch_all(
             "SELECT a.attname::text FROM pg_attribute a \
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
              WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 \
@@ -228,7 +233,7 @@ pub(super) async fn run_time_table<C: Wire>(
         .map_err(|source| postgres_error(&document, source))?;
     let table_keys: Vec<String> = keys
         .iter()
-        .filter_map(|row| row.text(0))
+        .filter_map(|row| row.str(0))
         .filter(|name| *name != crate::model::ID_FIELD)
         .map(str::to_owned)
         .collect();
@@ -261,11 +266,11 @@ pub(super) async fn estimated_rows<C>(
     document: &DocumentRef,
 ) -> Result<Option<u64>, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     crate::trace::round_trip("SELECT");
     let estimate = client
-        .query(
+        .fetch_all(
             "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
             &[Param::Text(Some(model.collection()))],
         )

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::schema::check_again;
 use super::table::{missed_guard, Table};
-use super::wire::{self, Cells, Param, Wire};
+use super::wire::{self, Param, PgCells, PgWire};
 use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
@@ -21,7 +21,7 @@ pub(super) struct PgDriver<'a, C> {
     pub table: &'a Table,
 }
 
-impl<C: Wire> PgDriver<'_, C> {
+impl<C: PgWire> PgDriver<'_, C> {
     /// The reply of a write of one row that failed with `error`: a unique constraint it met, or
     /// a value of the row the server refuses; any other error concerns the call.
     fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
@@ -33,7 +33,7 @@ impl<C: Wire> PgDriver<'_, C> {
     }
 }
 
-impl<C: Wire> Driver for PgDriver<'_, C> {
+impl<C: PgWire> Driver for PgDriver<'_, C> {
     type Doc = PreparedRow;
     type Light = LightRow;
     type Stored = StoredRow;
@@ -86,7 +86,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
         crate::trace::round_trip("SELECT");
         let found = self
             .client
-            .query(
+            .fetch_all(
                 &self.table.select_stored_by_id(),
                 &[Param::Text(Some(&doc.id_text))],
             )
@@ -100,7 +100,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
     crate::sql::reads_rows_as_sql!();
 }
 
-impl<C: Wire> BatchDriver for PgDriver<'_, C> {
+impl<C: PgWire> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
     }
@@ -200,7 +200,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             crate::trace::round_trip("SELECT");
             let replies = self
                 .client
-                .query(sql, &parameters)
+                .fetch_all(sql, &parameters)
                 .await
                 .map_err(|source| postgres_error(document, source))?;
             if !missed_guard(&replies) {
@@ -210,11 +210,11 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         };
         let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
         for reply in &replies {
-            let Some(incoming) = reply.text(0) else {
+            let Some(incoming) = reply.str(0) else {
                 continue;
             };
             let stored = reply
-                .text(1)
+                .str(1)
                 .is_some()
                 .then(|| read_stored_with_key(reply, 1, self.table.model));
             found.insert(incoming, stored);
@@ -241,11 +241,11 @@ fn reply(state: RowState) -> Reply<StoredRow> {
 
 /// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
 /// the last: what a read by id returns.
-pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
+pub(super) fn read_stored_with_key<R: PgCells>(row: &R, at: usize, model: &Model) -> StoredRow {
     let (mut stored, keys) = read_stored(row, at, model);
     stored.natural_key = Some(
         (keys..row.len())
-            .map(|at| row.text(at).map(str::to_owned))
+            .map(|at| row.str(at).map(str::to_owned))
             .collect(),
     );
     stored
@@ -254,15 +254,15 @@ pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) 
 /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
 /// each guarded field's text, then the version field's for a type with versions
 /// ([`Table`]'s stored state). Returns the row and the column after it.
-pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
+pub(super) fn read_stored<R: PgCells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
     let guarded = model.digested_fields().count();
     let next = at + 5 + guarded + usize::from(model.version_field().is_some());
     let texts: Vec<Option<String>> = (at..next)
         .map(|index| match index == at + 1 {
             true => None,
-            false => row.text(index).map(str::to_owned),
+            false => row.str(index).map(str::to_owned),
         })
         .collect();
-    let tombstoned = row.boolean(at + 1).unwrap_or(false);
+    let tombstoned = row.flag(at + 1).unwrap_or(false);
     (StoredRow::from_texts(model, &texts, tombstoned), next)
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::schema::query_checked_one;
 use super::table::{self, quote, sql_type};
-use super::wire::{self, Cells, Connection, Param, Wire};
+use super::wire::{self, Connection, Param, PgCells, Wire};
 use super::{postgres_error, Store};
 use crate::change::{self, Change};
 use crate::document::DocumentRef;
@@ -148,7 +148,7 @@ impl Store {
                         })?;
                 Ok(answered_in_one(
                     reply.int8(0).unwrap_or(0) > 0,
-                    reply.boolean(1).unwrap_or(false),
+                    reply.flag(1).unwrap_or(false),
                     Applied::Applied,
                     Applied::AlreadyApplied,
                 ))
@@ -249,12 +249,12 @@ impl Store {
                     .and_then(|rows| wire::one(rows, "UPDATE"))
                     .map_err(|source| postgres_error(&document, source))?;
                 let written = reply.int8(0).unwrap_or(0) > 0;
-                if let (false, Some(stored)) = (written, reply.text(2)) {
+                if let (false, Some(stored)) = (written, reply.str(2)) {
                     return Err(stored_not_a_list(&document, list, stored));
                 }
                 Ok(answered_in_one(
                     written,
-                    reply.boolean(1).unwrap_or(false),
+                    reply.flag(1).unwrap_or(false),
                     Pushed::Appended,
                     Pushed::AlreadyPresent,
                 ))

@@ -102,7 +102,7 @@ pub use crate::sql::judge::AdoptOptions;
 use serde::Serialize;
 pub use session::Session;
 pub use wire::Connection;
-use wire::{Cells, Param, Wire};
+use wire::{Param, PgCells, PgWire, Wire};
 
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
@@ -273,7 +273,7 @@ impl Store {
         // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
         crate::trace::round_trip("SELECT");
         let existed = !client
-            .query(
+            .fetch_all(
                 "SELECT 1 WHERE to_regclass(quote_ident($1)) IS NOT NULL",
                 &[Param::Text(Some(T::MODEL.collection()))],
             )
@@ -281,7 +281,10 @@ impl Store {
             .map_err(|source| postgres_error(&document, source))?
             .is_empty();
         crate::trace::round_trip("CREATE TABLE");
-        let created = client.execute(&Store::create_table_sql::<T>()).await;
+        let created = client
+            .execute(&Store::create_table_sql::<T>(), &[])
+            .await
+            .map(drop);
         self.forget_table(&T::MODEL);
         match created {
             Ok(()) => {
@@ -467,7 +470,7 @@ impl Store {
                     .and_then(|rows| wire::one(rows, "UPDATE"))
                     .map_err(|source| postgres_error(&document, source))?;
                 let marked = row.int8(0).unwrap_or(0);
-                let deleted = row.boolean(1);
+                let deleted = row.flag(1);
                 Ok(match (marked, deleted) {
                     (1.., _) => ById::Answered(Deletion::Deleted),
                     (_, Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
@@ -500,7 +503,7 @@ impl Store {
         document: &DocumentRef,
     ) -> Result<Vec<RowState>, Error>
     where
-        C: Wire,
+        C: PgWire,
     {
         let columns = column_arrays(table, rows, document)?;
         let mut checked_again = false;
@@ -519,10 +522,10 @@ impl Store {
         };
         let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
         for reply in &replies {
-            let Some(incoming) = reply.text(0) else {
+            let Some(incoming) = reply.str(0) else {
                 continue;
             };
-            let state = match reply.boolean(1) {
+            let state = match reply.flag(1) {
                 Some(inserted) => RowState::Written { inserted },
                 None => RowState::Stopped(Box::new(driver::read_stored_with_key(
                     reply,
@@ -552,7 +555,7 @@ impl Store {
         stored: &StoredRow,
     ) -> Result<Option<Outcome>, Error>
     where
-        C: Wire,
+        C: PgWire,
     {
         let columns = column_arrays(table, &[row], &row.document())?;
         // PostgreSQL writes a float's text with the digits that give it back.
@@ -585,7 +588,7 @@ impl Store {
     async fn table<T, C>(&self, client: &C, document: &DocumentRef) -> Result<Arc<Table>, Error>
     where
         T: Idempotent,
-        C: Wire,
+        C: PgWire,
     {
         let model = &T::MODEL;
         let stored = T::stored_columns();
@@ -607,7 +610,7 @@ impl Store {
             None => {
                 crate::trace::round_trip("SELECT");
                 let version = client
-                    .query("SELECT current_setting('server_version_num')::int8", &[])
+                    .fetch_all("SELECT current_setting('server_version_num')::int8", &[])
                     .await
                     .and_then(|rows| wire::one(rows, "SELECT"))
                     .map_err(|source| postgres_error(document, source))?;

@@ -4,7 +4,7 @@ use serde::de::DeserializeOwned;
 
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
-use super::wire::{Cells, Connection, Wire};
+use super::wire::{Connection, PgCells, PgWire};
 use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
@@ -101,7 +101,7 @@ async fn read_one<T, C>(
 ) -> Result<Option<T>, Error>
 where
     T: DeserializeOwned,
-    C: Wire,
+    C: PgWire,
 {
     // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
     // (no `WITH`), as a read is told from a write by its first word.

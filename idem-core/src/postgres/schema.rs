@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::wire::{self, Cells, Param, Wire};
+use super::wire::{self, Param, PgCells, PgWire};
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
@@ -25,7 +25,7 @@ pub(super) async fn check_table<C>(
     document: &DocumentRef,
 ) -> Result<(), Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let survey = survey_table(client, table, document, true).await?;
     match survey.checked {
@@ -54,7 +54,7 @@ pub(super) async fn check_again<C>(
     checked_again: &mut bool,
 ) -> Result<(), Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     if std::mem::replace(checked_again, true) {
         return Err(engine::contention(document));
@@ -76,7 +76,7 @@ pub(super) async fn query_checked_one<C>(
     command: &'static str,
 ) -> Result<C::Row, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let mut checked_again = false;
     loop {
@@ -87,12 +87,12 @@ where
         // A write (`apply_once`) may fail for what the row holds; a read fails only with the
         // transaction, and needs no savepoint.
         let row = match command {
-            "SELECT" => client.query(sql, &parameters).await,
+            "SELECT" => client.fetch_all(sql, &parameters).await,
             _ => client.write(sql, &parameters).await,
         }
         .and_then(|rows| wire::one(rows, command))
         .map_err(|source| postgres_error(document, source))?;
-        if row.boolean(ok).unwrap_or(false) {
+        if row.flag(ok).unwrap_or(false) {
             return Ok(row);
         }
         check_again(client, table, document, &mut checked_again).await?;
@@ -136,7 +136,7 @@ pub(super) async fn survey_table<C>(
     stored_types: bool,
 ) -> Result<TableSurvey, Error>
 where
-    C: Wire,
+    C: PgWire,
 {
     let absent = |problem| TableSurvey {
         present: HashMap::new(),
@@ -150,7 +150,7 @@ where
     // Resolved through the search path, as the statements resolve the table.
     crate::trace::round_trip("SELECT");
     let columns = client
-        .query(
+        .fetch_all(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.oid, \
              n.nspname::text, coll.collname::text, coll.collisdeterministic \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -169,12 +169,12 @@ where
         )));
     };
     let oid = first.oid(2).unwrap_or(0);
-    let schema = first.text(3).unwrap_or_default().to_owned();
+    let schema = first.str(3).unwrap_or_default().to_owned();
     let present: HashMap<String, String> = columns
         .iter()
         .map(|row| {
-            let column = row.text(0).unwrap_or_default().to_owned();
-            (column, row.text(1).unwrap_or_default().to_owned())
+            let column = row.str(0).unwrap_or_default().to_owned();
+            (column, row.str(1).unwrap_or_default().to_owned())
         })
         .collect();
     let mut problems = Vec::new();
@@ -210,8 +210,8 @@ where
     natural_key.sort();
     let is_key = |column: &str| column == ID_FIELD || natural_key.iter().any(|key| key == column);
     for row in &columns {
-        let (column, collation) = (row.text(0).unwrap_or_default(), row.text(4));
-        if is_key(column) && row.boolean(5) == Some(false) {
+        let (column, collation) = (row.str(0).unwrap_or_default(), row.str(4));
+        if is_key(column) && row.flag(5) == Some(false) {
             problems.push(nondeterministic(
                 table,
                 column,
@@ -221,7 +221,7 @@ where
     }
     crate::trace::round_trip("SELECT");
     let unique: Vec<UniqueIndex> = client
-        .query(
+        .fetch_all(
             "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
              array_agg(a.attname::text ORDER BY a.attname), \
              array_agg(a.attname::text ORDER BY a.attname) \
@@ -242,9 +242,9 @@ where
         .map_err(|source| postgres_error(document, source))?
         .iter()
         .map(|row| UniqueIndex {
-            name: row.text(0).unwrap_or_default().to_owned(),
-            primary: row.boolean(1).unwrap_or(false),
-            immediate: row.boolean(2).unwrap_or(false),
+            name: row.str(0).unwrap_or_default().to_owned(),
+            primary: row.flag(1).unwrap_or(false),
+            immediate: row.flag(2).unwrap_or(false),
             columns: row.texts(3).unwrap_or_default(),
             nondeterministic: row
                 .texts(4)

@@ -3,7 +3,7 @@
 
 use super::postgres_error;
 use super::table::{InsertedSignal, Table};
-use super::wire::{self, Cells, Param, Wire};
+use super::wire::{self, Param, PgCells, PgWire};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
@@ -12,11 +12,11 @@ use crate::model::Model;
 /// The table of a model given at run time, laid out from the catalog: every column other than
 /// idem's own is a stored field, in column order, of the shape its type has. A table that does
 /// not exist, or lacks a column the model names, is an error naming it.
-pub(super) async fn stored_table<C: Wire>(client: &C, model: &Model) -> Result<Table, Error> {
+pub(super) async fn stored_table<C: PgWire>(client: &C, model: &Model) -> Result<Table, Error> {
     let document = DocumentRef::collection(model);
     crate::trace::round_trip("SELECT");
     let rows = client
-        .query(
+        .fetch_all(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
              WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 \
              AND NOT a.attisdropped ORDER BY a.attnum",
@@ -28,7 +28,7 @@ pub(super) async fn stored_table<C: Wire>(client: &C, model: &Model) -> Result<T
     if rows.is_empty() {
         crate::trace::round_trip("SELECT");
         let place = client
-            .query(
+            .fetch_all(
                 "SELECT current_database()::text, current_setting('search_path')",
                 &[],
             )
@@ -37,16 +37,16 @@ pub(super) async fn stored_table<C: Wire>(client: &C, model: &Model) -> Result<T
             .map_err(|source| postgres_error(&document, source))?;
         return Err(refuse(format!(
             "database `{}` has no table `{}` in the search path ({})",
-            place.text(0).unwrap_or_default(),
+            place.str(0).unwrap_or_default(),
             model.collection(),
-            place.text(1).unwrap_or_default(),
+            place.str(1).unwrap_or_default(),
         )));
     }
     let catalog: Vec<(String, ColumnShape)> = rows
         .iter()
         .map(|row| {
-            let name = row.text(0).unwrap_or_default().to_owned();
-            (name, shape_of(row.text(1).unwrap_or_default()))
+            let name = row.str(0).unwrap_or_default().to_owned();
+            (name, shape_of(row.str(1).unwrap_or_default()))
         })
         .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::sync::{PoisonError, RwLock};
 
-use super::wire::Cells;
+use super::wire::PgCells;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
@@ -846,6 +846,6 @@ fn unnest_each(arrays: &[(String, String)]) -> String {
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
 /// holds a row without an id.
-pub(crate) fn missed_guard<R: Cells>(replies: &[R]) -> bool {
-    replies.iter().any(|reply| reply.text(0).is_none())
+pub(crate) fn missed_guard<R: PgCells>(replies: &[R]) -> bool {
+    replies.iter().any(|reply| reply.str(0).is_none())
 }

@@ -11,9 +11,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
 use super::errors::{refuses_row, transient_code};
-use super::wire::{Cells, Connection, DbFailure, Param, Wire};
-use crate::document::DocumentRef;
+use super::wire::{cell_text, Cells, Connection, DbFailure, Param, PgCells, Wire};
 use crate::error::{BackendError, Error};
+use crate::sql::wire::WireFuture;
 
 /// The savepoint around each of idem's write statements inside a transaction: opened, released
 /// after a statement that succeeded, rolled back to (and released) after one that failed.
@@ -42,7 +42,9 @@ fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
             Param::Text(value) => (value as &(dyn ToSql + Sync), Type::TEXT),
             Param::Texts(values) => (values as &(dyn ToSql + Sync), Type::TEXT_ARRAY),
             Param::Byteas(values) => (values as &(dyn ToSql + Sync), Type::BYTEA_ARRAY),
-            Param::Int8(value) => (value as &(dyn ToSql + Sync), Type::INT8),
+            Param::Integer(value) => (value as &(dyn ToSql + Sync), Type::INT8),
+            Param::Float(value) => (value as &(dyn ToSql + Sync), Type::FLOAT8),
+            Param::Bool(value) => (value as &(dyn ToSql + Sync), Type::BOOL),
             Param::Oid(value) => (value as &(dyn ToSql + Sync), Type::OID),
             Param::Oids(values) => (values as &(dyn ToSql + Sync), Type::OID_ARRAY),
         })
@@ -96,19 +98,54 @@ async fn write<C: TokioClient>(
 async fn scan<C: TokioClient>(
     client: &C,
     sql: &str,
-    document: &DocumentRef,
+    params: &[Param<'_>],
+    error: impl Fn(DbFailure) -> Error,
     mut each: impl FnMut(&Row) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let to_error = |source| super::errors::postgres_error(document, failure(source));
     let rows = client
-        .query_typed_raw(sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>())
+        .query_typed_raw(sql, typed(params))
         .await
-        .map_err(to_error)?;
+        .map_err(|source| error(failure(source)))?;
     let mut rows = pin!(rows);
     while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
-        each(&row.map_err(to_error)?)?;
+        each(&row.map_err(|source| error(failure(source)))?)?;
     }
     Ok(())
+}
+
+/// What a transaction of idem's own is on a client: the caller's transaction holds a savepoint;
+/// a plain client, a transaction of its own (with every statement other tasks send through the
+/// same client meanwhile: a client shared by tasks is the caller's to keep apart).
+fn own_transaction<C: TokioClient>() -> [&'static str; 3] {
+    match C::IN_TRANSACTION {
+        true => [
+            "SAVEPOINT idem",
+            "RELEASE SAVEPOINT idem",
+            "ROLLBACK TO SAVEPOINT idem; RELEASE SAVEPOINT idem",
+        ],
+        false => ["BEGIN", "COMMIT", "ROLLBACK"],
+    }
+}
+
+/// Sends `sql` with `params`; how many rows it changed (none for statements sent without
+/// parameters, in the simple protocol, which may be several).
+async fn execute<C: TokioClient>(
+    client: &C,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<u64, DbFailure> {
+    if params.is_empty() {
+        return client.batch_execute(sql).await.map(|()| 0).map_err(failure);
+    }
+    let rows = client
+        .query_typed_raw(sql, typed(params))
+        .await
+        .map_err(failure)?;
+    let mut rows = pin!(rows);
+    while let Some(row) = poll_fn(|context| rows.as_mut().poll_next(context)).await {
+        row.map_err(failure)?;
+    }
+    Ok(rows.rows_affected().unwrap_or(0))
 }
 
 /// Implements [`Wire`] for a tokio-postgres client type over the functions above.
@@ -117,8 +154,55 @@ macro_rules! tokio_wire {
         impl Wire for $client {
             type Row = Row;
 
-            fn in_transaction(&self) -> bool {
-                <Self as TokioClient>::IN_TRANSACTION
+            fn fetch_all<'a>(
+                &'a self,
+                sql: &'a str,
+                params: &'a [Param<'a>],
+            ) -> WireFuture<'a, Vec<Row>> {
+                Box::pin(query(self, sql, params))
+            }
+
+            fn fetch_optional<'a>(
+                &'a self,
+                sql: &'a str,
+                params: &'a [Param<'a>],
+            ) -> WireFuture<'a, Option<Row>> {
+                Box::pin(async move { Ok(query(self, sql, params).await?.into_iter().next()) })
+            }
+
+            fn execute<'a>(
+                &'a self,
+                sql: &'a str,
+                params: &'a [Param<'a>],
+            ) -> WireFuture<'a, u64> {
+                Box::pin(execute(self, sql, params))
+            }
+
+            fn begin(&self) -> WireFuture<'_, ()> {
+                let [open, _, _] = own_transaction::<Self>();
+                Box::pin(async move { self.batch_execute(open).await.map_err(failure) })
+            }
+
+            fn commit(&self) -> WireFuture<'_, ()> {
+                let [_, commit, _] = own_transaction::<Self>();
+                Box::pin(async move { self.batch_execute(commit).await.map_err(failure) })
+            }
+
+            fn rollback(&self) -> WireFuture<'_, ()> {
+                let [_, _, roll_back] = own_transaction::<Self>();
+                Box::pin(async move { self.batch_execute(roll_back).await.map_err(failure) })
+            }
+
+            fn in_callers_transaction(&self) -> WireFuture<'_, bool> {
+                Box::pin(std::future::ready(Ok(<Self as TokioClient>::IN_TRANSACTION)))
+            }
+
+            fn write<'a>(
+                &'a self,
+                sql: &'a str,
+                params: &'a [Param<'a>],
+            ) -> WireFuture<'a, Vec<Row>> {
+                Box::pin(write(self, sql, params))
             }
 
             // Not inside a transaction: a write that fails there aborts it until its
@@ -128,33 +212,14 @@ macro_rules! tokio_wire {
                 !<Self as TokioClient>::IN_TRANSACTION
             }
 
-            fn query(
-                &self,
-                sql: &str,
-                params: &[Param<'_>],
-            ) -> impl Future<Output = Result<Vec<Row>, DbFailure>> + Send {
-                query(self, sql, params)
-            }
-
-            fn write(
-                &self,
-                sql: &str,
-                params: &[Param<'_>],
-            ) -> impl Future<Output = Result<Vec<Row>, DbFailure>> + Send {
-                write(self, sql, params)
-            }
-
-            async fn execute(&self, sql: &str) -> Result<(), DbFailure> {
-                self.batch_execute(sql).await.map_err(failure)
-            }
-
-            fn scan(
-                &self,
-                sql: &str,
-                document: &DocumentRef,
-                each: impl FnMut(&Row) -> Result<(), Error>,
-            ) -> impl Future<Output = Result<(), Error>> {
-                scan(self, sql, document, each)
+            fn scan<'a>(
+                &'a self,
+                sql: &'a str,
+                params: &'a [Param<'a>],
+                error: impl Fn(DbFailure) -> Error + Send + 'a,
+                each: impl FnMut(&Row) -> Result<(), Error> + Send + 'a,
+            ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+                Box::pin(scan(self, sql, params, error, each))
             }
         }
     )*};
@@ -183,15 +248,33 @@ impl Cells for Row {
         Row::len(self)
     }
 
-    fn text(&self, at: usize) -> Option<&str> {
+    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
+        Ok(cell_text(self, at))
+    }
+
+    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
+        Ok(self.flag(at))
+    }
+
+    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
+        Ok(self.int8(at))
+    }
+}
+
+impl PgCells for Row {
+    fn str(&self, at: usize) -> Option<&str> {
         self.try_get(at).ok().flatten()
     }
 
-    fn boolean(&self, at: usize) -> Option<bool> {
+    fn flag(&self, at: usize) -> Option<bool> {
         self.try_get(at).ok().flatten()
     }
 
     fn int8(&self, at: usize) -> Option<i64> {
+        self.try_get(at).ok().flatten()
+    }
+
+    fn float(&self, at: usize) -> Option<f64> {
         self.try_get(at).ok().flatten()
     }
 

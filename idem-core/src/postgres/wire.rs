@@ -1,32 +1,13 @@
-//! What the PostgreSQL store asks of a driver: send a statement with its parameters and hand
-//! back the rows, as a write inside a savepoint when the caller holds a transaction, or read a
-//! long result row by row. The store's SQL, its checks and its reading of the rows are the same
-//! on every driver; tokio-postgres ([`super::tokio_wire`]) and sqlx ([`super::sqlx_wire`])
-//! each implement this seam and nothing else.
-
-use std::future::Future;
+//! What the PostgreSQL store asks of a driver beyond the SQL stores' seam
+//! ([`crate::sql::wire::Wire`]): the connections it takes ([`Connection`]), the cells of its
+//! types ([`PgCells`]), and the parameters of a statement over `unnest`ed columns. tokio-postgres
+//! ([`super::tokio_wire`]) and sqlx ([`super::sqlx_wire`]) each meet the seam and nothing else.
 
 use serde_json::Value;
 
 use crate::document::DocumentRef;
-use crate::error::{BackendError, Error, ErrorKind};
-
-/// One bound parameter of a statement, of the few types idem's statements take.
-#[derive(Clone, Copy, Debug)]
-pub enum Param<'a> {
-    /// `text`, or NULL.
-    Text(Option<&'a str>),
-    /// `text[]`: one column's values over a batch's rows.
-    Texts(&'a [Option<&'a str>]),
-    /// `bytea[]`: a hash of each of a batch's rows.
-    Byteas(&'a [Option<&'a [u8]>]),
-    /// `bigint`.
-    Int8(i64),
-    /// `oid`.
-    Oid(u32),
-    /// `oid[]`: the tables the store checked.
-    Oids(&'a [u32]),
-}
+use crate::error::{Error, ErrorKind};
+pub(crate) use crate::sql::wire::{one as one_of, Cells, DbFailure, Param, Wire};
 
 /// The parameters of a statement over `unnest`ed columns: one text array per column, then the
 /// oids of the tables its guard accepts ([`super::table::Table::checked_oids`]).
@@ -39,25 +20,24 @@ pub(super) fn unnested<'p>(
     parameters
 }
 
-/// Parameters of `text` type, one per value.
-pub(super) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
-    values
-        .iter()
-        .map(|value| Param::Text(value.as_ref().map(AsRef::as_ref)))
-        .collect()
+pub(super) use crate::sql::wire::texts;
+
+/// The one row a statement returns, or the failure saying it returned none.
+pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
+    one_of(rows, "PostgreSQL", what)
 }
 
-/// A row the server returned, read cell by cell. A cell that is NULL, or not of the type
+/// A PostgreSQL row, read cell by cell as its types are. A cell that is NULL, or not of the type
 /// asked for (which idem's own statements never return), reads as `None`.
-pub trait Cells {
-    /// How many columns the row has.
-    fn len(&self) -> usize;
+pub trait PgCells: Cells {
     /// A `text` cell.
-    fn text(&self, at: usize) -> Option<&str>;
+    fn str(&self, at: usize) -> Option<&str>;
     /// A `boolean` cell.
-    fn boolean(&self, at: usize) -> Option<bool>;
+    fn flag(&self, at: usize) -> Option<bool>;
     /// A `bigint` cell.
     fn int8(&self, at: usize) -> Option<i64>;
+    /// A `double precision` cell.
+    fn float(&self, at: usize) -> Option<f64>;
     /// An `oid` cell.
     fn oid(&self, at: usize) -> Option<u32>;
     /// A `text[]` cell.
@@ -84,143 +64,29 @@ pub trait Cells {
     }
 }
 
-/// A statement the server or the driver refused, as idem reports it.
-#[derive(Debug)]
-pub struct DbFailure(Box<Failed>);
+/// A connection whose rows read as PostgreSQL's: what the store's statements go through.
+pub trait PgWire: Wire<Row: PgCells> {}
 
-#[derive(Debug)]
-struct Failed {
-    /// The driver's error with its SQLSTATE, constraint and whether a retry may help.
-    error: BackendError,
-    /// The server's own message, without severity or detail, if the server answered.
-    server_message: Option<String>,
+impl<W: Wire<Row: PgCells> + ?Sized> PgWire for W {}
+
+/// The generic reading of a PostgreSQL cell as text ([`Cells::text`]): text as it is, a number
+/// as its digits (a float as the shortest text that reads back as it), a boolean as `true` or
+/// `false`, `jsonb` as its JSON.
+pub(super) fn cell_text<R: PgCells + ?Sized>(row: &R, at: usize) -> Option<String> {
+    if let Some(text) = row.str(at) {
+        return Some(text.to_owned());
+    }
+    if let Some(number) = row.int8(at) {
+        return Some(number.to_string());
+    }
+    if let Some(float) = row.float(at) {
+        return Some(format!("{float:?}"));
+    }
+    if let Some(flag) = row.flag(at) {
+        return Some(flag.to_string());
+    }
+    row.json(at).ok().flatten().map(|json| json.to_string())
 }
-
-impl DbFailure {
-    pub(super) fn new(error: BackendError, server_message: Option<String>) -> Self {
-        DbFailure(Box::new(Failed {
-            error,
-            server_message,
-        }))
-    }
-
-    /// The SQLSTATE, if the server answered.
-    pub(super) fn code(&self) -> Option<&str> {
-        self.0.error.code()
-    }
-
-    /// The server's own message, without severity or detail, if the server answered.
-    pub(super) fn server_message(&self) -> Option<&str> {
-        self.0.server_message.as_deref()
-    }
-
-    /// The driver's error, as idem reports it.
-    pub(super) fn into_error(self) -> BackendError {
-        self.0.error
-    }
-}
-
-/// A client of one PostgreSQL session: what the store sends its statements through. Sealed:
-/// implemented for tokio-postgres's clients and sqlx's connections only.
-pub trait Wire: Sync + Send {
-    /// A row as the driver returns it.
-    type Row: Cells + Send + Sync;
-
-    /// Whether statements run inside a transaction block the caller holds.
-    fn in_transaction(&self) -> bool;
-
-    /// Whether two chunks of a batch may have statements in flight at once
-    /// ([`crate::engine::batch::BatchDriver::chunks_in_flight`]): where requests pipeline on
-    /// the session, each statement is its own transaction (so one that fails leaves the next
-    /// as it would find it), and dropping a request in flight leaves the session usable.
-    fn pipelines_chunks(&self) -> bool {
-        false
-    }
-
-    /// Sends `sql` with `params` and returns every row.
-    fn query(
-        &self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, DbFailure>> + Send;
-
-    /// Sends `sql`, a write with `params`, so that its failure leaves the caller's transaction
-    /// as it was before it: inside a transaction, between `SAVEPOINT` and `RELEASE`, and rolled
-    /// back to the savepoint if it failed. Outside a transaction the statement is its own.
-    fn write(
-        &self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, DbFailure>> + Send;
-
-    /// Sends `sql`, one or more statements without parameters.
-    fn execute(&self, sql: &str) -> impl Future<Output = Result<(), DbFailure>> + Send;
-
-    /// Sends `sql` and hands each row to `each` as it arrives, so that a table's rows are never
-    /// all held at once; stops at the first error, of the server or of `each`.
-    fn scan(
-        &self,
-        sql: &str,
-        document: &DocumentRef,
-        each: impl FnMut(&Self::Row) -> Result<(), Error>,
-    ) -> impl Future<Output = Result<(), Error>>;
-}
-
-impl<W: Wire> Wire for &W {
-    type Row = W::Row;
-
-    fn in_transaction(&self) -> bool {
-        (**self).in_transaction()
-    }
-
-    fn pipelines_chunks(&self) -> bool {
-        (**self).pipelines_chunks()
-    }
-
-    fn query(
-        &self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, DbFailure>> + Send {
-        (**self).query(sql, params)
-    }
-
-    fn write(
-        &self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, DbFailure>> + Send {
-        (**self).write(sql, params)
-    }
-
-    fn execute(&self, sql: &str) -> impl Future<Output = Result<(), DbFailure>> + Send {
-        (**self).execute(sql)
-    }
-
-    fn scan(
-        &self,
-        sql: &str,
-        document: &DocumentRef,
-        each: impl FnMut(&Self::Row) -> Result<(), Error>,
-    ) -> impl Future<Output = Result<(), Error>> {
-        (**self).scan(sql, document, each)
-    }
-}
-
-/// The one row a statement returns, or the failure saying it returned none.
-pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
-    rows.into_iter().next().ok_or_else(|| {
-        DbFailure::new(
-            BackendError::new("PostgreSQL", None, false, NoRow(what)),
-            None,
-        )
-    })
-}
-
-/// A statement that returns one row by construction returned none.
-#[derive(Debug, thiserror::Error)]
-#[error("{0} returned no row")]
-struct NoRow(&'static str);
 
 /// What idem writes through: a client, connection or transaction of a PostgreSQL driver.
 ///
@@ -248,7 +114,7 @@ struct NoRow(&'static str);
 pub trait Connection: private::Sealed {
     /// The session statements are sent through.
     #[doc(hidden)]
-    type Wire: Wire;
+    type Wire: PgWire;
 
     /// The session this client stands for.
     #[doc(hidden)]
@@ -262,7 +128,7 @@ pub trait Connection: private::Sealed {
 pub struct Lent<'w, W>(pub(super) &'w W);
 
 #[doc(hidden)]
-impl<'w, W: Wire> Connection for Lent<'w, W> {
+impl<'w, W: PgWire> Connection for Lent<'w, W> {
     type Wire = &'w W;
 
     fn wire(self) -> &'w W {
@@ -272,7 +138,7 @@ impl<'w, W: Wire> Connection for Lent<'w, W> {
 
 pub(super) mod private {
     pub trait Sealed {}
-    impl<W: super::Wire> Sealed for super::Lent<'_, W> {}
+    impl<W: super::PgWire> Sealed for super::Lent<'_, W> {}
     #[cfg(feature = "postgres")]
     impl Sealed for &tokio_postgres::Client {}
     #[cfg(feature = "postgres")]

@@ -14,7 +14,9 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
 use crate::sql::layout::Layout;
-use crate::sql::wire::{SqlxDatabase, SqlxWire, Wire};
+#[cfg(feature = "_sqlx_store")]
+use crate::sql::sqlx_wire::{SqlxDatabase, SqlxWire};
+use crate::sql::wire::{DbFailure, Wire};
 
 /// Which write a statement makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +114,7 @@ pub(crate) trait SqlDialect: Dialect {
     const ROW_LOCATOR: Option<&'static str>;
 
     /// `source` as the error of a call concerning `document`.
-    fn error(document: &DocumentRef, source: sqlx::Error) -> Error;
+    fn error(document: &DocumentRef, source: DbFailure) -> Error;
     /// Whether `error` rolled back a transaction of idem's own for a conflict with another
     /// (a deadlock, a write conflict), which may start over at once: not a lock held past the
     /// wait for it, which would be waited for again.
@@ -201,6 +203,7 @@ pub(crate) mod private {
     pub trait Sealed {}
 }
 
+#[cfg(feature = "_sqlx_store")]
 /// A dialect whose driver is sqlx's: its connection is lent to a store's call as a
 /// [`SqlxWire`].
 pub(crate) trait SqlxDialect: SqlDialect {
@@ -208,5 +211,6 @@ pub(crate) trait SqlxDialect: SqlDialect {
     type Db: SqlxDatabase<Connection = Self::Connection>;
 }
 
+#[cfg(feature = "_sqlx_store")]
 /// The wire of sqlx dialect `D`'s connection, lent for one call.
 pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlxDialect>::Db>;

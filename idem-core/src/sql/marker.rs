@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::dialect::{SqlDialect, Statement};
 use super::store::{in_transaction, Store};
-use super::wire::{Cells, Param, Wire};
+use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::column::ColumnShape;
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
@@ -64,7 +64,7 @@ fn key_params<'r>(table: &Layout, doc: &'r LightRow, params: &mut Vec<Param<'r>>
 
 /// The stored row in `row`'s columns from `at` to the last: its stored state (the id first, then
 /// whether it is deleted, …), then its natural-key columns as text.
-fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow, sqlx::Error> {
+fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow, DbFailure> {
     let keys = table.model.natural_key_fields().count();
     let mut texts = Vec::with_capacity(row.len() - at);
     for index in at..row.len() {
@@ -85,7 +85,7 @@ async fn select_stored<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
     docs: &[&LightRow],
-) -> Result<Vec<(Option<String>, StoredRow)>, sqlx::Error> {
+) -> Result<Vec<(Option<String>, StoredRow)>, DbFailure> {
     let sql = D::select_stored_sql(table, docs.len());
     let mut params = Vec::with_capacity(docs.len() * 3);
     params.extend(

@@ -5,16 +5,16 @@
 
 pub(crate) mod audit;
 pub(crate) mod change;
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod dialect;
 #[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) mod guard;
 pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod marker;
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod reads;
 pub(crate) mod row;
 pub(crate) mod scan;
@@ -23,11 +23,13 @@ pub(crate) mod session;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod sqlx_api;
 #[cfg(feature = "_sqlx_store")]
+pub(crate) mod sqlx_wire;
+#[cfg(feature = "_sql_store")]
 pub(crate) mod store;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod takeover;
 pub(crate) mod texts;
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod wire;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver

@@ -43,7 +43,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     pub(crate) fn new(store: &'a Store<D>, connection: &'a mut D::Connection) -> Self {
         Session {
             store,
-            wire: crate::sql::wire::SqlxWire::new(connection),
+            wire: crate::sql::sqlx_wire::SqlxWire::new(connection),
             turn: tokio::sync::Mutex::new(()),
         }
     }

@@ -7,8 +7,8 @@
 macro_rules! sqlx_store_methods {
     ($dialect:ty, $connection:ty, $db:ty) => {
         /// `connection` as the wire a store's call sends through.
-        fn wire(connection: &mut $connection) -> $crate::sql::wire::SqlxWire<'_, $db> {
-            $crate::sql::wire::SqlxWire::new(connection)
+        fn wire(connection: &mut $connection) -> $crate::sql::sqlx_wire::SqlxWire<'_, $db> {
+            $crate::sql::sqlx_wire::SqlxWire::new(connection)
         }
 
         impl Store {

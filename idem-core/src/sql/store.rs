@@ -536,7 +536,7 @@ impl<D: SqlDialect> Store<D> {
 pub(crate) async fn in_transaction<D: SqlDialect, R>(
     wire: &impl Wire,
     document: &DocumentRef,
-    work: impl std::future::Future<Output = Result<R, sqlx::Error>>,
+    work: impl std::future::Future<Output = Result<R, super::wire::DbFailure>>,
 ) -> Result<R, Error> {
     in_transaction_with::<D, R>(wire, document, async {
         work.await.map_err(|source| D::error(document, source))

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
-use super::wire::{Cells, Param, Wire};
+use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::audit::{
     AdoptReport, AuditProgress, AuditReport, HashDiagnosis, RunLimits, UnknownField,
 };
@@ -515,7 +515,7 @@ fn row_json<R: Cells>(
     table: &Layout,
     columns: &[usize],
     row: &R,
-) -> Result<(Map<String, Value>, Option<i64>), sqlx::Error> {
+) -> Result<(Map<String, Value>, Option<i64>), DbFailure> {
     let mut stored = Map::new();
     for (at, &index) in columns.iter().enumerate() {
         let column = &table.columns[index];

@@ -1,20 +1,20 @@
-//! What a SQL store built on sqlx asks of its connection: send a statement with typed parameters
-//! and hand back rows whose cells read as text, open and close a transaction of idem's own (a
-//! savepoint inside the caller's), and read a long result row by row. Written once over sqlx's
-//! `Database` seam ([`SqlxWire`]); each database says only how its cells read as text
-//! ([`Cells`]).
+//! What a SQL store asks of its connection, whatever the driver: send a statement with typed
+//! parameters and hand back rows whose cells read as text, open and close a transaction of
+//! idem's own (a savepoint inside the caller's), send a write so that its failure leaves the
+//! caller's transaction usable, and read a long result row by row. sqlx's drivers meet it once
+//! over sqlx's `Database` seam ([`super::sqlx_wire`]); tokio-postgres's clients meet it in the
+//! PostgreSQL store. A statement's failure comes back as a [`DbFailure`], which each dialect
+//! reads by its own codes.
 
-use sqlx::{Database, Encode, Type};
-
-use crate::error::Error;
 use std::future::Future;
-use tokio::sync::Mutex;
+use std::pin::Pin;
 
 use crate::column::ColumnShape;
+use crate::error::{BackendError, Error};
 
 /// One bound parameter, of the few types idem's statements take.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Param<'a> {
+pub enum Param<'a> {
     /// Text, or NULL.
     Text(Option<&'a str>),
     /// A 64-bit integer.
@@ -23,6 +23,14 @@ pub(crate) enum Param<'a> {
     Float(f64),
     /// A boolean.
     Bool(bool),
+    /// PostgreSQL's `text[]`: one column's values over a batch's rows.
+    Texts(&'a [Option<&'a str>]),
+    /// PostgreSQL's `bytea[]`: a hash of each of a batch's rows.
+    Byteas(&'a [Option<&'a [u8]>]),
+    /// PostgreSQL's `oid`.
+    Oid(u32),
+    /// PostgreSQL's `oid[]`: the tables the store checked.
+    Oids(&'a [u32]),
 }
 
 impl<'a> Param<'a> {
@@ -48,28 +56,95 @@ impl<'a> Param<'a> {
     }
 }
 
+/// Parameters of text, one per value.
+pub(crate) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
+    values
+        .iter()
+        .map(|value| Param::Text(value.as_ref().map(AsRef::as_ref)))
+        .collect()
+}
+
 /// A row the server returned, read cell by cell: each database's own reading of its types.
-pub(crate) trait Cells {
+pub trait Cells {
     /// How many columns the row has.
     fn len(&self) -> usize;
     /// Cell `at` as text: a float as the shortest text that reads back as the very float, an
     /// integer as its digits, a boolean as `true` or `false`; `None` for NULL.
-    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error>;
+    fn text(&self, at: usize) -> Result<Option<String>, DbFailure>;
     /// Cell `at` as a boolean (any integer: not zero); `None` for NULL.
-    fn boolean(&self, at: usize) -> Result<Option<bool>, sqlx::Error>;
+    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure>;
     /// Cell `at` as an integer; `None` for NULL.
-    fn integer(&self, at: usize) -> Result<Option<i64>, sqlx::Error>;
+    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure>;
 }
+
+/// A statement the server or the driver refused, as idem reports it.
+#[derive(Debug)]
+pub struct DbFailure(Box<Failed>);
+
+#[derive(Debug)]
+struct Failed {
+    /// The driver's error with its code, constraint and whether a retry may help.
+    error: BackendError,
+    /// The server's own message, without severity or detail, if the server answered.
+    server_message: Option<String>,
+}
+
+impl DbFailure {
+    /// `error`, which the server answered with `server_message` if it answered.
+    pub(crate) fn new(error: BackendError, server_message: Option<String>) -> Self {
+        DbFailure(Box::new(Failed {
+            error,
+            server_message,
+        }))
+    }
+
+    /// The server's code (a SQLSTATE, an error number), if the server answered.
+    pub(crate) fn code(&self) -> Option<&str> {
+        self.0.error.code()
+    }
+
+    /// The server's own message, without severity or detail, if the server answered.
+    pub(crate) fn server_message(&self) -> Option<&str> {
+        self.0.server_message.as_deref()
+    }
+
+    /// The driver's error, as idem reports it.
+    pub(crate) fn into_error(self) -> BackendError {
+        self.0.error
+    }
+}
+
+impl std::fmt::Display for DbFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0.error, f)
+    }
+}
+
+/// The one row a statement returns, or the failure saying it returned none.
+pub(crate) fn one<R>(
+    rows: Vec<R>,
+    database: &'static str,
+    what: &'static str,
+) -> Result<R, DbFailure> {
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| DbFailure::new(BackendError::new(database, None, false, NoRow(what)), None))
+}
+
+/// A statement that returns one row by construction returned none.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} returned no row")]
+struct NoRow(&'static str);
 
 /// What a statement sent through a [`Wire`] comes to: a `Send` future behind a pointer, whatever
 /// the driver's, so that a caller's future is `Send` by its type, not by a proof through sqlx's
 /// higher-ranked bounds that the compiler cannot yet make at every caller
 /// (rust-lang/rust#100013).
-pub(crate) type WireFuture<'a, T> =
-    std::pin::Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'a>>;
+pub type WireFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, DbFailure>> + Send + 'a>>;
 
 /// A connection (or the caller's transaction) that statements are sent through, one at a time.
-pub(crate) trait Wire: Send + Sync {
+/// Not for callers: each store lends the connection a call is given as one.
+pub trait Wire: Send + Sync {
     /// A row as the driver returns it.
     type Row: Cells + Send + Sync;
 
@@ -77,18 +152,18 @@ pub(crate) trait Wire: Send + Sync {
     fn fetch_all<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
+        params: &'a [Param<'a>],
     ) -> WireFuture<'a, Vec<Self::Row>>;
 
     /// Sends `sql` with `params`; its first row, if any.
     fn fetch_optional<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
+        params: &'a [Param<'a>],
     ) -> WireFuture<'a, Option<Self::Row>>;
 
     /// Sends `sql` with `params`; how many rows it changed.
-    fn execute<'a>(&'a self, sql: &'a str, params: &[Param<'_>]) -> WireFuture<'a, u64>;
+    fn execute<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>]) -> WireFuture<'a, u64>;
 
     /// Opens a transaction of idem's own: a new one outside the caller's, a savepoint inside.
     fn begin(&self) -> WireFuture<'_, ()>;
@@ -103,330 +178,113 @@ pub(crate) trait Wire: Send + Sync {
     /// would be a savepoint in.
     fn in_callers_transaction(&self) -> WireFuture<'_, bool>;
 
+    /// Sends `sql`, a write with `params` that returns rows, so that its failure leaves the
+    /// caller's transaction as it was before it: inside one, in a savepoint of its own, rolled
+    /// back to if it failed; outside, the statement is its own transaction.
+    fn write<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> WireFuture<'a, Vec<Self::Row>> {
+        let statement = self.fetch_all(sql, params);
+        Box::pin(async move {
+            if !self.in_callers_transaction().await? {
+                return statement.await;
+            }
+            crate::trace::round_trip("SAVEPOINT");
+            self.begin().await?;
+            let written = statement.await;
+            crate::trace::round_trip("RELEASE SAVEPOINT");
+            match written {
+                Ok(rows) => self.commit().await.map(|()| rows),
+                Err(failure) => {
+                    // The statement's failure is the one to report, whatever the rollback says.
+                    let _ = self.rollback().await;
+                    Err(failure)
+                }
+            }
+        })
+    }
+
+    /// Whether two chunks of a batch may have statements in flight at once
+    /// ([`crate::engine::batch::BatchDriver::chunks_in_flight`]): where requests pipeline on
+    /// the session, each statement is its own transaction (so one that fails leaves the next
+    /// as it would find it), and dropping a request in flight leaves the session usable.
+    fn pipelines_chunks(&self) -> bool {
+        false
+    }
+
     /// Sends `sql` with `params` and hands each row to `each` as it arrives, so that a table's
     /// rows are never all held at once; stops at the first error, of the database (as `error`
     /// reports it) or of `each`.
     fn scan<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
-        error: impl Fn(sqlx::Error) -> Error + Send + 'a,
+        params: &'a [Param<'a>],
+        error: impl Fn(DbFailure) -> Error + Send + 'a,
         each: impl FnMut(&Self::Row) -> Result<(), Error> + Send + 'a,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 }
 
-/// A statement idem built: identifiers quoted, every value a bound parameter.
-pub(crate) fn statement(sql: &str) -> sqlx::AssertSqlSafe<&str> {
-    sqlx::AssertSqlSafe(sql)
-}
-
-/// A sqlx connection as a [`Wire`]: the caller's `&mut` connection (or transaction, which
-/// dereferences to one) behind a lock, as a session's calls take turns on it.
-#[derive(Debug)]
-pub(crate) struct SqlxWire<'c, DB: Database> {
-    connection: Mutex<&'c mut DB::Connection>,
-    /// What each [`Wire::begin`] not yet committed or rolled back opened, the latest last.
-    opened: std::sync::Mutex<Vec<Opened>>,
-}
-
-/// What a transaction of idem's own is on the connection.
-#[derive(Clone, Copy, Debug)]
-enum Opened {
-    /// A transaction sqlx opened (`BEGIN`), where none was open.
-    Transaction,
-    /// `SAVEPOINT idem`, inside the caller's transaction (or opening one, on SQLite): sqlx's
-    /// count of the caller's transactions is left as it is, so a rollback that fails (after
-    /// InnoDB rolled the caller's whole transaction back for a deadlock) leaves it right.
-    Savepoint,
-}
-
-impl<'c, DB: Database> SqlxWire<'c, DB> {
-    /// What [`Wire::begin`] opened and no commit or rollback closed yet.
-    fn opened_mut(&self) -> std::sync::MutexGuard<'_, Vec<Opened>> {
-        self.opened
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Statements sent through `connection`.
-    pub fn new(connection: &'c mut DB::Connection) -> Self {
-        SqlxWire {
-            connection: Mutex::new(connection),
-            opened: std::sync::Mutex::default(),
-        }
-    }
-
-    /// The connection back.
-    pub fn into_connection(self) -> &'c mut DB::Connection {
-        self.connection.into_inner()
-    }
-}
-
-/// A sqlx driver's database as a [`SqlxWire`] sends to it: its connection's statements and
-/// transactions, each written once per driver by [`sqlx_database!`], without the
-/// higher-ranked bounds a generic body over sqlx's `Database` would need.
-pub(crate) trait SqlxDatabase: Database {
-    /// A row, as the store reads it.
-    type Cells: Cells + Send + Sync;
-
-    /// `sql` with `params` bound.
-    fn prepare<'a>(sql: &'a str, params: &[Param<'_>]) -> Result<Query<'a, Self>, sqlx::Error>;
-    /// Sends `query`; every row it returns.
-    fn fetch_all<'a>(
-        connection: &'a mut Self::Connection,
-        query: Query<'a, Self>,
-    ) -> WireFuture<'a, Vec<Self::Cells>>;
-    /// Sends `query`; its first row, if any.
-    fn fetch_optional<'a>(
-        connection: &'a mut Self::Connection,
-        query: Query<'a, Self>,
-    ) -> WireFuture<'a, Option<Self::Cells>>;
-    /// Sends `query`; how many rows it changed.
-    fn execute<'a>(
-        connection: &'a mut Self::Connection,
-        query: Query<'a, Self>,
-    ) -> WireFuture<'a, u64>;
-    /// Opens a transaction, or a savepoint inside the one open.
-    fn begin(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
-    /// Commits the transaction, or releases the savepoint, [`SqlxDatabase::begin`] opened.
-    fn commit(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
-    /// Rolls back what [`SqlxDatabase::begin`] opened.
-    fn rollback(connection: &mut Self::Connection) -> WireFuture<'_, ()>;
-    /// How many transactions and savepoints sqlx opened on `connection`.
-    fn depth(connection: &Self::Connection) -> usize;
-    /// Whether a savepoint opens a transaction where none is open (SQLite's), so that idem's
-    /// own is one whatever the caller holds, a transaction opened by a plain `BEGIN` too.
-    const SAVEPOINT_OPENS: bool;
-    /// Sends `query`; its rows as they arrive.
-    fn stream<'a>(
-        connection: &'a mut Self::Connection,
-        query: Query<'a, Self>,
-    ) -> futures_core::stream::BoxStream<'a, Result<Self::Cells, sqlx::Error>>;
-}
-
-/// A statement of `DB` with its arguments bound.
-pub(crate) type Query<'a, DB> = sqlx::query::Query<'a, DB, <DB as Database>::Arguments>;
-
-/// Implements [`SqlxDatabase`] for the sqlx driver whose database is `$db`.
-macro_rules! sqlx_database {
-    ($db:ty, savepoint_opens: $savepoint_opens:expr) => {
-        impl $crate::sql::wire::SqlxDatabase for $db {
-            type Cells = <$db as ::sqlx::Database>::Row;
-
-            const SAVEPOINT_OPENS: bool = $savepoint_opens;
-
-            fn depth(connection: &<$db as ::sqlx::Database>::Connection) -> usize {
-                use ::sqlx_core::transaction::TransactionManager as _;
-                <$db as ::sqlx::Database>::TransactionManager::get_transaction_depth(connection)
-            }
-
-            fn prepare<'a>(
-                sql: &'a str,
-                params: &[$crate::sql::wire::Param<'_>],
-            ) -> Result<$crate::sql::wire::Query<'a, Self>, ::sqlx::Error> {
-                $crate::sql::wire::bound::<$db>(sql, params)
-            }
-
-            fn fetch_all<'a>(
-                connection: &'a mut <$db as ::sqlx::Database>::Connection,
-                query: $crate::sql::wire::Query<'a, Self>,
-            ) -> $crate::sql::wire::WireFuture<'a, Vec<Self::Cells>> {
-                Box::pin(query.fetch_all(connection))
-            }
-
-            fn fetch_optional<'a>(
-                connection: &'a mut <$db as ::sqlx::Database>::Connection,
-                query: $crate::sql::wire::Query<'a, Self>,
-            ) -> $crate::sql::wire::WireFuture<'a, Option<Self::Cells>> {
-                Box::pin(query.fetch_optional(connection))
-            }
-
-            fn execute<'a>(
-                connection: &'a mut <$db as ::sqlx::Database>::Connection,
-                query: $crate::sql::wire::Query<'a, Self>,
-            ) -> $crate::sql::wire::WireFuture<'a, u64> {
-                Box::pin(async move {
-                    query
-                        .execute(connection)
-                        .await
-                        .map(|done| done.rows_affected())
-                })
-            }
-
-            fn begin(
-                connection: &mut <$db as ::sqlx::Database>::Connection,
-            ) -> $crate::sql::wire::WireFuture<'_, ()> {
-                use ::sqlx_core::transaction::TransactionManager as _;
-                Box::pin(<$db as ::sqlx::Database>::TransactionManager::begin(
-                    connection, None,
-                ))
-            }
-
-            fn commit(
-                connection: &mut <$db as ::sqlx::Database>::Connection,
-            ) -> $crate::sql::wire::WireFuture<'_, ()> {
-                use ::sqlx_core::transaction::TransactionManager as _;
-                Box::pin(<$db as ::sqlx::Database>::TransactionManager::commit(
-                    connection,
-                ))
-            }
-
-            fn stream<'a>(
-                connection: &'a mut <$db as ::sqlx::Database>::Connection,
-                query: $crate::sql::wire::Query<'a, Self>,
-            ) -> ::futures_core::stream::BoxStream<'a, Result<Self::Cells, ::sqlx::Error>> {
-                query.fetch(connection)
-            }
-
-            fn rollback(
-                connection: &mut <$db as ::sqlx::Database>::Connection,
-            ) -> $crate::sql::wire::WireFuture<'_, ()> {
-                use ::sqlx_core::transaction::TransactionManager as _;
-                Box::pin(<$db as ::sqlx::Database>::TransactionManager::rollback(
-                    connection,
-                ))
-            }
-        }
-    };
-}
-pub(crate) use sqlx_database;
-
-/// `sql` with `params` bound, as a query of `DB`.
-pub(crate) fn bound<'a, DB>(
-    sql: &'a str,
-    params: &[Param<'_>],
-) -> Result<Query<'a, DB>, sqlx::Error>
-where
-    DB: Database,
-    DB::Arguments: sqlx::IntoArguments<DB>,
-    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> f64: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-{
-    use sqlx::Arguments as _;
-    let mut arguments = DB::Arguments::default();
-    for param in params {
-        let added = match *param {
-            Param::Text(text) => arguments.add(text.map(str::to_owned)),
-            Param::Integer(number) => arguments.add(number),
-            Param::Float(number) => arguments.add(number),
-            Param::Bool(flag) => arguments.add(flag),
-        };
-        added.map_err(sqlx::Error::Encode)?;
-    }
-    Ok(sqlx::query_with(statement(sql), arguments))
-}
-
-impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
-    type Row = DB::Cells;
+/// A wire lent by reference is the wire.
+impl<W: Wire + ?Sized> Wire for &W {
+    type Row = W::Row;
 
     fn fetch_all<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
-    ) -> WireFuture<'a, Vec<DB::Cells>> {
-        let query = DB::prepare(sql, params);
-        Box::pin(async move { DB::fetch_all(*self.connection.lock().await, query?).await })
+        params: &'a [Param<'a>],
+    ) -> WireFuture<'a, Vec<Self::Row>> {
+        (**self).fetch_all(sql, params)
     }
 
     fn fetch_optional<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
-    ) -> WireFuture<'a, Option<DB::Cells>> {
-        let query = DB::prepare(sql, params);
-        Box::pin(async move { DB::fetch_optional(*self.connection.lock().await, query?).await })
+        params: &'a [Param<'a>],
+    ) -> WireFuture<'a, Option<Self::Row>> {
+        (**self).fetch_optional(sql, params)
     }
 
-    fn execute<'a>(&'a self, sql: &'a str, params: &[Param<'_>]) -> WireFuture<'a, u64> {
-        let query = DB::prepare(sql, params);
-        Box::pin(async move { DB::execute(*self.connection.lock().await, query?).await })
+    fn execute<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>]) -> WireFuture<'a, u64> {
+        (**self).execute(sql, params)
     }
 
     fn begin(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move {
-            let mut connection = self.connection.lock().await;
-            let opened = match DB::SAVEPOINT_OPENS || DB::depth(&connection) > 0 {
-                true => {
-                    let savepoint = DB::prepare("SAVEPOINT idem", &[])?;
-                    DB::execute(*connection, savepoint).await?;
-                    Opened::Savepoint
-                }
-                false => {
-                    DB::begin(*connection).await?;
-                    Opened::Transaction
-                }
-            };
-            self.opened_mut().push(opened);
-            Ok(())
-        })
+        (**self).begin()
     }
 
     fn commit(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move {
-            let mut connection = self.connection.lock().await;
-            let opened = self.opened_mut().last().copied();
-            match opened {
-                Some(Opened::Transaction) => DB::commit(*connection).await?,
-                Some(Opened::Savepoint) => {
-                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
-                    DB::execute(*connection, release).await?;
-                }
-                None => return Ok(()),
-            }
-            // Not committed, it stays open for the rollback that follows a failed commit.
-            self.opened_mut().pop();
-            Ok(())
-        })
+        (**self).commit()
     }
 
     fn rollback(&self) -> WireFuture<'_, ()> {
-        Box::pin(async move {
-            let mut connection = self.connection.lock().await;
-            let opened = self.opened_mut().pop();
-            match opened {
-                Some(Opened::Transaction) => DB::rollback(*connection).await,
-                Some(Opened::Savepoint) => {
-                    // Rolled back to, the savepoint is still there (and on SQLite, the
-                    // transaction it opened): released, whatever the rollback did.
-                    let undo = DB::prepare("ROLLBACK TO SAVEPOINT idem", &[])?;
-                    let undone = DB::execute(*connection, undo).await;
-                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
-                    let released = DB::execute(*connection, release).await;
-                    undone.and(released).map(drop)
-                }
-                None => Ok(()),
-            }
-        })
+        (**self).rollback()
     }
 
     fn in_callers_transaction(&self) -> WireFuture<'_, bool> {
-        use sqlx_core::transaction::TransactionManager as _;
-        Box::pin(async move {
-            let connection = self.connection.lock().await;
-            Ok(DB::TransactionManager::get_transaction_depth(&**connection) > 0)
-        })
+        (**self).in_callers_transaction()
+    }
+
+    fn write<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> WireFuture<'a, Vec<Self::Row>> {
+        (**self).write(sql, params)
+    }
+
+    fn pipelines_chunks(&self) -> bool {
+        (**self).pipelines_chunks()
     }
 
     fn scan<'a>(
         &'a self,
         sql: &'a str,
-        params: &[Param<'_>],
-        error: impl Fn(sqlx::Error) -> Error + Send + 'a,
-        mut each: impl FnMut(&DB::Cells) -> Result<(), Error> + Send + 'a,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-        let query = DB::prepare(sql, params);
-        Box::pin(async move {
-            let query = query.map_err(&error)?;
-            let mut connection = self.connection.lock().await;
-            let mut rows = DB::stream(*connection, query);
-            while let Some(row) =
-                std::future::poll_fn(|context| rows.as_mut().poll_next(context)).await
-            {
-                each(&row.map_err(&error)?)?;
-            }
-            Ok(())
-        })
+        params: &'a [Param<'a>],
+        error: impl Fn(DbFailure) -> Error + Send + 'a,
+        each: impl FnMut(&Self::Row) -> Result<(), Error> + Send + 'a,
+    ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+        (**self).scan(sql, params, error, each)
     }
 }

@@ -5,6 +5,7 @@
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteConnection, TypeInfo as _, ValueRef as _};
 
+use super::errors::failure;
 use super::table::{quote, Table};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
@@ -13,7 +14,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
-use crate::sql::wire::{Cells, Wire};
+use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +71,7 @@ impl SqlDialect for Sqlite {
     // An upsert's other unique indexes fail the statement, naming their columns.
     const MEETS_ANY_UNIQUE: bool = false;
 
-    fn error(document: &DocumentRef, source: sqlx::Error) -> Error {
+    fn error(document: &DocumentRef, source: DbFailure) -> Error {
         super::errors::sqlite_error(document, source)
     }
 
@@ -159,7 +160,12 @@ impl SqlDialect for Sqlite {
     }
 }
 
-crate::sql::wire::sqlx_database!(sqlx::Sqlite, savepoint_opens: true);
+crate::sql::sqlx_wire::sqlx_database!(
+    sqlx::Sqlite,
+    savepoint_opens: true,
+    failure: super::errors::failure,
+    bind: crate::sql::sqlx_wire::bound::<sqlx::Sqlite>
+);
 
 impl Cells for SqliteRow {
     fn len(&self) -> usize {
@@ -168,8 +174,8 @@ impl Cells for SqliteRow {
 
     /// A `REAL` as the shortest text that reads back as the very float (SQLite's own text of it
     /// has 15 significant digits), an `INTEGER` as its digits, anything else as SQLite gives it.
-    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
-        let raw = self.try_get_raw(at)?;
+    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
+        let raw = self.try_get_raw(at).map_err(failure)?;
         if raw.is_null() {
             return Ok(None);
         }
@@ -182,13 +188,14 @@ impl Cells for SqliteRow {
                 .map(|integer| Some(integer.to_string())),
             _ => self.try_get(at),
         }
+        .map_err(failure)
     }
 
-    fn boolean(&self, at: usize) -> Result<Option<bool>, sqlx::Error> {
-        self.try_get(at)
+    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
+        self.try_get(at).map_err(failure)
     }
 
-    fn integer(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
-        self.try_get(at)
+    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
+        self.try_get(at).map_err(failure)
     }
 }

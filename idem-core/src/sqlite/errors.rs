@@ -6,6 +6,7 @@ use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::{BackendError, Error, ErrorKind};
 use crate::model::ID_FIELD;
+use crate::sql::wire::DbFailure;
 
 use super::table::Table;
 
@@ -39,12 +40,20 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
     }
 }
 
+/// A driver error as a failure of its statement, with SQLite's message.
+pub(super) fn failure(source: sqlx::Error) -> DbFailure {
+    let message = source
+        .as_database_error()
+        .map(|error| error.message().to_owned());
+    DbFailure::new(driver_error(source), message)
+}
+
 /// `source` as the error of a call concerning `document`: a table that is not there is a schema
 /// problem, anything else the driver's.
-pub(super) fn sqlite_error(document: &DocumentRef, source: sqlx::Error) -> Error {
+pub(super) fn sqlite_error(document: &DocumentRef, source: DbFailure) -> Error {
     let missing_table = source
-        .as_database_error()
-        .is_some_and(|error| error.message().starts_with("no such table"));
+        .server_message()
+        .is_some_and(|message| message.starts_with("no such table"));
     match missing_table {
         true => Error::new(
             document.clone(),
@@ -61,7 +70,7 @@ pub(super) fn sqlite_error(document: &DocumentRef, source: sqlx::Error) -> Error
         false => Error::new(
             document.clone(),
             ErrorKind::Backend {
-                source: driver_error(source),
+                source: source.into_error(),
             },
         ),
     }
