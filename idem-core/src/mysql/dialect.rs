@@ -13,7 +13,9 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD};
-use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
+use crate::sql::dialect::{
+    Dialect, EffectAnswer, MarkerDialect, SqlDialect, SqlxDialect, Statement,
+};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
@@ -24,15 +26,16 @@ impl crate::sql::dialect::private::Sealed for MySql {}
 
 impl Dialect for MySql {
     const NAME: &'static str = "MySQL";
-    type Connection = MySqlConnection;
 }
 
 impl SqlxDialect for MySql {
+    type Connection = MySqlConnection;
     type Db = sqlx::MySql;
 }
 
 impl SqlDialect for MySql {
     type Table = Table;
+    type Driver<'a, W: Wire + 'a> = crate::sql::marker::MarkerDriver<'a, Self, W>;
 
     fn quote(name: &str) -> String {
         quote(name)
@@ -79,18 +82,61 @@ impl SqlDialect for MySql {
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
-    const MEETS_ANY_UNIQUE: bool = true;
-
     fn error(document: &DocumentRef, source: DbFailure) -> Error {
         super::errors::mysql_error(document, source)
     }
 
-    fn restarts(error: &Error) -> bool {
-        super::errors::restarts(error)
-    }
-
     fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
         super::errors::unique_conflict(error, table)
+    }
+
+    /// In a type whose cells [`Cells::text`] reads, whichever a table idem did not create
+    /// declares (the audit and adoption of a model given at run time read such tables): a
+    /// float as a `DOUBLE`, a `DECIMAL` too (its text would not give the very float back), a
+    /// boolean as `true` or `false`, any other as text (`CAST … AS CHAR`): sqlx reads no
+    /// date, time, unsigned integer or MySQL `JSON` cell as text.
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
+        match table
+            .column_named(name)
+            .map(|index| table.columns[index].shape)
+        {
+            Some(ColumnShape::Float) => format!("CAST({column} AS DOUBLE)"),
+            Some(ColumnShape::Boolean) => table.read_of(alias, name),
+            _ => format!("CAST({column} AS CHAR)"),
+        }
+    }
+
+    async fn apply_once<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::apply_once(wire, table, id, op, changes, window, document).await
+    }
+
+    async fn push<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::push(wire, table, id, list, item, item_key, document).await
+    }
+}
+
+impl MarkerDialect for MySql {
+    const MEETS_ANY_UNIQUE: bool = true;
+
+    fn restarts(error: &Error) -> bool {
+        super::errors::restarts(error)
     }
 
     async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
@@ -133,23 +179,6 @@ impl SqlDialect for MySql {
     // float read back; bound as the float it is.
     const PINS_FLOATS: bool = true;
 
-    /// In a type whose cells [`Cells::text`] reads, whichever a table idem did not create
-    /// declares (the audit and adoption of a model given at run time read such tables): a
-    /// float as a `DOUBLE`, a `DECIMAL` too (its text would not give the very float back), a
-    /// boolean as `true` or `false`, any other as text (`CAST … AS CHAR`): sqlx reads no
-    /// date, time, unsigned integer or MySQL `JSON` cell as text.
-    fn read_of(table: &Table, alias: &str, name: &str) -> String {
-        let column = format!("{alias}.{}", quote(name));
-        match table
-            .column_named(name)
-            .map(|index| table.columns[index].shape)
-        {
-            Some(ColumnShape::Float) => format!("CAST({column} AS DOUBLE)"),
-            Some(ColumnShape::Boolean) => table.read_of(alias, name),
-            _ => format!("CAST({column} AS CHAR)"),
-        }
-    }
-
     fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
         // The id comes first among the parameters, as the `SET` does not: the values are
         // joined as a row, in their order.
@@ -170,30 +199,6 @@ impl SqlDialect for MySql {
             table.name(),
             quote(ID_FIELD)
         )
-    }
-
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
     }
 }
 

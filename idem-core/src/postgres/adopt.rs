@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 use super::audit::{estimated_rows, run_time_table, without};
 use super::schema::survey_table;
 use super::table::{quote, sql_type, Table};
-use super::wire::{self, Connection, Param, PgCells, PgWire};
-use super::{postgres_error, Store, UNIQUE_VIOLATION};
+use super::wire::{self, Cells, Connection, Param, Wire};
+use super::{postgres_error, Store};
 use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, RunLimits, UnknownField};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -130,7 +130,7 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let table = self.table::<T, _>(client, &collection).await?;
+            let table = self.table::<T>(client, &collection).await?;
             move_rows(
                 client,
                 &table,
@@ -212,7 +212,7 @@ impl Store {
 
 /// Checks the model of `table` (given at run time) against rows stored under a ULID
 /// ([`crate::model_check`]), reading no more of them than the check examines.
-async fn model_mismatch<C: PgWire>(
+async fn model_mismatch<C: Wire>(
     client: &C,
     table: &Table,
     field_order: &[&str],
@@ -243,7 +243,7 @@ async fn model_mismatch<C: PgWire>(
 }
 
 /// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
-async fn move_rows<C: PgWire>(
+async fn move_rows<C: Wire>(
     client: &C,
     table: &Table,
     destination: &Destined<'_>,
@@ -292,7 +292,7 @@ async fn adopt_row<C>(
     report: &mut AdoptReport,
 ) -> Result<(), Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     for _ in 0..MAX_ATTEMPTS {
         let id = row.place.shown();
@@ -365,7 +365,7 @@ async fn read_page<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let id = quote(ID_FIELD);
     let (condition, order) = match pass {
@@ -397,7 +397,7 @@ async fn read_row<C>(
     document: &DocumentRef,
 ) -> Result<Option<ReadRow>, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let clause = format!("WHERE t.{} = $1", quote(ID_FIELD));
     let rows = select_rows(client, table, &clause, &[Param::Text(Some(id))], document).await?;
@@ -414,7 +414,7 @@ async fn select_rows<C>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let sql = format!(
         "SELECT {}, t.{}, t.ctid::text, t.xmin::text FROM {} t {clause}",
@@ -432,7 +432,7 @@ where
         .collect()
 }
 
-fn read_row_from<R: PgCells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
+fn read_row_from<R: Cells>(row: &R, document: &DocumentRef) -> Result<ReadRow, Error> {
     // `to_jsonb` of a row is never NULL.
     let stored = row.object(0, document)?.unwrap_or_default();
     let place = match row.str(1) {
@@ -456,7 +456,7 @@ async fn move_row<C>(
     destination: &Destination,
 ) -> Result<Move, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let id_column = quote(ID_FIELD);
     let (found, at) = match place {
@@ -496,7 +496,8 @@ where
     {
         Ok(reply) => reply,
         // Another tool inserted a row under the derived id since the check.
-        Err(source) if source.code() == Some(UNIQUE_VIOLATION) => return Ok(Move::Taken),
+        // A unique violation: another row holds the key or id.
+        Err(source) if source.code() == Some("23505") => return Ok(Move::Taken),
         Err(source) => return Err(postgres_error(&destination.document, source)),
     };
     Ok(

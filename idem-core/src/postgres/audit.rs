@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::stored::stored_table;
-use super::table::{quote, InsertedSignal, Table};
-use super::wire::{Connection, Param, PgCells, PgWire};
+use super::table::{quote, Table};
+use super::wire::{Cells, Connection, Param, Wire};
 use super::{postgres_error, survey_table, Store};
 use crate::audit::{AuditProgress, AuditReport, UnknownField};
 use crate::document::DocumentRef;
@@ -101,7 +101,7 @@ impl Store {
         let client = &wire;
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
         // Only its columns are used: the statements, which depend on the signal, are never sent.
-        let table = Table::of::<T>(InsertedSignal::Xmax);
+        let table = Table::of::<T>();
         call.run(scan_table(
             client,
             &table,
@@ -157,7 +157,7 @@ async fn scan_table<C>(
     progress: &mut (impl FnMut(&AuditProgress) + Send),
 ) -> Result<AuditReport, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let model = table.model;
     let document = DocumentRef::collection(model);
@@ -210,7 +210,7 @@ where
 /// fields of the model, and those columns: the table's own key (a primary key column other
 /// than `_id`, an identity, generated or serial column), and, where the model lists its fields
 /// (`field_order`), each column it does not list.
-pub(super) async fn run_time_table<C: PgWire>(
+pub(super) async fn run_time_table<C: Wire>(
     client: &C,
     model: &Model,
     field_order: &[&str],
@@ -252,11 +252,7 @@ pub(super) fn without(table: Table, left_out: &[UnknownField]) -> Table {
     if left_out.is_empty() {
         return table;
     }
-    Table::new(
-        table.model,
-        &columns_without(&table, left_out),
-        InsertedSignal::Xmax,
-    )
+    Table::new(table.model, &columns_without(&table, left_out))
 }
 
 /// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.
@@ -266,7 +262,7 @@ pub(super) async fn estimated_rows<C>(
     document: &DocumentRef,
 ) -> Result<Option<u64>, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     crate::trace::round_trip("SELECT");
     let estimate = client

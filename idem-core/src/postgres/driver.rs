@@ -4,10 +4,18 @@
 
 use std::collections::HashMap;
 
+use super::dialect::{unique_conflict, Postgres};
 use super::schema::check_again;
-use super::table::{missed_guard, Table};
-use super::wire::{self, Param, PgCells, PgWire};
-use super::{column_arrays, postgres_error, unique_conflict, RowState, Store};
+use super::table::{missed_guard, quote, sql_type, Table};
+use super::wire::{self, Cells, Param, Wire};
+use super::{postgres_error, Store};
+use crate::document::DocumentRef;
+use crate::engine::by_id::ById;
+use crate::error::ErrorKind;
+use crate::model::{Field, ID_FIELD};
+use crate::outcome::{Deletion, Outcome};
+use crate::sql::dialect::{SqlDriver, Statement};
+
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
@@ -15,13 +23,94 @@ use crate::model::Model;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
-pub(super) struct PgDriver<'a, C> {
-    pub store: &'a Store,
-    pub client: &'a C,
-    pub table: &'a Table,
+pub(crate) struct PgDriver<'a, C> {
+    store: &'a Store,
+    client: &'a C,
+    table: &'a Table,
 }
 
-impl<C: PgWire> PgDriver<'_, C> {
+/// What one statement did to one row.
+#[derive(Clone, Debug)]
+enum RowState {
+    /// Written: inserted, or updated.
+    Written { inserted: bool },
+    /// Stopped by the guard; the stored row met: under its id, else holding its natural key.
+    Stopped(Box<StoredRow>),
+    /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
+    Unseen,
+}
+
+impl<C: Wire> PgDriver<'_, C> {
+    /// Sends one write statement for `rows` and reads what it did to each.
+    async fn write_rows(
+        &self,
+        rows: &[&PreparedRow],
+        statement: &str,
+        document: &DocumentRef,
+    ) -> Result<Vec<RowState>, Error> {
+        let (client, table) = (self.client, self.table);
+        let columns = column_arrays(table, rows, document)?;
+        let mut checked_again = false;
+        let replies = loop {
+            let checked = table.checked_oids();
+            let parameters = wire::unnested(&columns, &checked);
+            crate::trace::round_trip("INSERT … ON CONFLICT");
+            let replies = client
+                .write(statement, &parameters)
+                .await
+                .map_err(|source| postgres_error(document, source))?;
+            if !missed_guard(&replies) {
+                break replies;
+            }
+            check_again(client, table, document, &mut checked_again).await?;
+        };
+        let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
+        for reply in &replies {
+            let Some(incoming) = reply.str(0) else {
+                continue;
+            };
+            let state = match reply.flag(1) {
+                Some(inserted) => RowState::Written { inserted },
+                None => RowState::Stopped(Box::new(read_stored_with_key(reply, 2, table.model))),
+            };
+            states.insert(incoming.to_owned(), state);
+        }
+        Ok(rows
+            .iter()
+            .map(|row| {
+                states
+                    .remove(row.id_text.as_str())
+                    .unwrap_or(RowState::Unseen)
+            })
+            .collect())
+    }
+
+    /// The second step over a row another tool wrote: replaces it only while it is as read.
+    /// `None`: it changed meanwhile, and the write goes again.
+    async fn replace_foreign(
+        &self,
+        row: &PreparedRow,
+        stored: &StoredRow,
+    ) -> Result<Option<Outcome>, Error> {
+        let (client, table) = (self.client, self.table);
+        let columns = column_arrays(table, &[row], &row.document())?;
+        // PostgreSQL writes a float's text with the digits that give it back.
+        let pinned: Vec<Option<String>> = row
+            .pinned_parameters(table, stored)
+            .into_iter()
+            .map(|pinned| pinned.text)
+            .collect();
+        let mut parameters: Vec<Param> =
+            columns.iter().map(|column| Param::Texts(column)).collect();
+        parameters.extend(wire::texts(&pinned));
+        crate::trace::round_trip("UPDATE");
+        let replaced = client
+            .write(&table.pinned_replacement, &parameters)
+            .await
+            .map_err(|source| postgres_error(&row.document(), source))?;
+        Ok((!replaced.is_empty()).then_some(Outcome::Updated))
+    }
+
     /// The reply of a write of one row that failed with `error`: a unique constraint it met, or
     /// a value of the row the server refuses; any other error concerns the call.
     fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
@@ -33,7 +122,7 @@ impl<C: PgWire> PgDriver<'_, C> {
     }
 }
 
-impl<C: PgWire> Driver for PgDriver<'_, C> {
+impl<C: Wire> Driver for PgDriver<'_, C> {
     type Doc = PreparedRow;
     type Light = LightRow;
     type Stored = StoredRow;
@@ -47,17 +136,13 @@ impl<C: PgWire> Driver for PgDriver<'_, C> {
         kind: WriteKind,
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let statement = match kind {
-            WriteKind::Upsert => &self.table.upsert,
-            WriteKind::Delete => &self.table.delete,
-            WriteKind::Record | WriteKind::InsertNew => &self.table.insert_new,
-        };
+        let statement = self.table.write_sql(match kind {
+            WriteKind::Upsert => Statement::Upsert,
+            WriteKind::Delete => Statement::Delete,
+            WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
+        });
         let document = &docs[0].document();
-        match self
-            .store
-            .write_rows(self.client, self.table, docs, statement, document)
-            .await
-        {
+        match self.write_rows(docs, statement, document).await {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
@@ -71,11 +156,7 @@ impl<C: PgWire> Driver for PgDriver<'_, C> {
         doc: &PreparedRow,
         stored: &StoredRow,
     ) -> Result<Reply<StoredRow>, Error> {
-        match self
-            .store
-            .replace_foreign(self.client, self.table, doc, stored)
-            .await
-        {
+        match self.replace_foreign(doc, stored).await {
             Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
             Ok(None) => Ok(Reply::Unseen),
             Err(error) => self.reply_to_error(error),
@@ -100,7 +181,7 @@ impl<C: PgWire> Driver for PgDriver<'_, C> {
     crate::sql::reads_rows_as_sql!();
 }
 
-impl<C: PgWire> BatchDriver for PgDriver<'_, C> {
+impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
     }
@@ -241,7 +322,7 @@ fn reply(state: RowState) -> Reply<StoredRow> {
 
 /// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
 /// the last: what a read by id returns.
-pub(super) fn read_stored_with_key<R: PgCells>(row: &R, at: usize, model: &Model) -> StoredRow {
+pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
     let (mut stored, keys) = read_stored(row, at, model);
     stored.natural_key = Some(
         (keys..row.len())
@@ -254,7 +335,7 @@ pub(super) fn read_stored_with_key<R: PgCells>(row: &R, at: usize, model: &Model
 /// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
 /// each guarded field's text, then the version field's for a type with versions
 /// ([`Table`]'s stored state). Returns the row and the column after it.
-pub(super) fn read_stored<R: PgCells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
+pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
     let guarded = model.digested_fields().count();
     let next = at + 5 + guarded + usize::from(model.version_field().is_some());
     let texts: Vec<Option<String>> = (at..next)
@@ -265,4 +346,112 @@ pub(super) fn read_stored<R: PgCells>(row: &R, at: usize, model: &Model) -> (Sto
         .collect();
     let tombstoned = row.flag(at + 1).unwrap_or(false);
     (StoredRow::from_texts(model, &texts, tombstoned), next)
+}
+
+/// One `text[]` per sent column, holding that column's value for each row. Every array has one
+/// entry per row: `unnest` would pad a shorter one with NULLs without a word.
+pub(super) fn column_arrays<'r>(
+    table: &Table,
+    rows: &[&'r PreparedRow],
+    document: &DocumentRef,
+) -> Result<Vec<Vec<Option<&'r str>>>, Error> {
+    let mut columns: Vec<Vec<Option<&str>>> =
+        vec![Vec::with_capacity(rows.len()); table.sent.len()];
+    for row in rows {
+        if row.sent_len() != columns.len() {
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::Serialize {
+                    message: format!(
+                        "a row of {} values for {} columns",
+                        row.sent_len(),
+                        columns.len()
+                    ),
+                },
+            ));
+        }
+        for (position, column) in columns.iter_mut().enumerate() {
+            column.push(row.sent_value(table, position));
+        }
+    }
+    Ok(columns)
+}
+
+impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
+    fn new(store: &'a Store, client: &'a C, table: &'a Table) -> Self {
+        PgDriver {
+            store,
+            client,
+            table,
+        }
+    }
+
+    /// One statement: the update where the row is not deleted, and whether the row is stored
+    /// and deleted, read in the same snapshot.
+    fn mark_deleted<'s>(
+        &'s self,
+        id: &'s str,
+        tombstone: &'static Field,
+        marker: Param<'s>,
+        document: &'s crate::document::DocumentRef,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<ById<Deletion>, Error>> + Send + 's>,
+    > {
+        Box::pin(async move {
+            let table = self.table;
+            let column = table
+                .column_of(tombstone)
+                .map(|index| &table.columns[index]);
+            // Bound as text and cast to the column's type, as every value of a PostgreSQL write.
+            let (marker_text, sql_type) = match (marker, column) {
+                (Param::Text(text), Some(column)) => (text.map(str::to_owned), sql_type(column)),
+                (Param::Text(text), None) => (text.map(str::to_owned), "jsonb"),
+                (Param::Integer(number), column) => {
+                    (Some(number.to_string()), column.map_or("jsonb", sql_type))
+                }
+                (Param::Float(number), column) => (
+                    Some(format!("{number:?}")),
+                    column.map_or("jsonb", sql_type),
+                ),
+                (Param::Bool(flag), column) => {
+                    (Some(flag.to_string()), column.map_or("jsonb", sql_type))
+                }
+                (other, _) => {
+                    return Err(Error::new(
+                        document.clone(),
+                        ErrorKind::Serialize {
+                            message: format!("a deletion marker bound as {other:?}"),
+                        },
+                    ))
+                }
+            };
+            let sql = format!(
+                "WITH marked AS (UPDATE {name} SET {tomb} = $2::text::{sql_type} \
+                 WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
+                 SELECT (SELECT count(*) FROM marked) AS marked, \
+                 (SELECT {tomb} IS NOT NULL FROM {name} WHERE {id} = $1) AS deleted",
+                name = table.name(),
+                tomb = quote(tombstone.stored_name()),
+                id = quote(ID_FIELD),
+            );
+            let parameters = [Param::Text(Some(id)), Param::Text(marker_text.as_deref())];
+            crate::trace::round_trip("UPDATE");
+            let row = self
+                .client
+                .write(&sql, &parameters)
+                .await
+                .and_then(|rows| wire::one(rows, "UPDATE"))
+                .map_err(|source| postgres_error(document, source))?;
+            let marked = row.int8(0).unwrap_or(0);
+            Ok(match (marked, row.flag(1)) {
+                (1.., _) => ById::Answered(Deletion::Deleted),
+                (_, Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
+                // Unmarked in the statement's snapshot, yet not updated: a racing delete marked it
+                // after the snapshot (the update re-checks the newest version of the row, the read
+                // sees the snapshot). Going again sees the marker.
+                (_, Some(false)) => ById::Changed,
+                (_, None) => ById::Missing,
+            })
+        })
+    }
 }

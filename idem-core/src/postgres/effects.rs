@@ -1,26 +1,25 @@
 //! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
 //! idempotency key, operations applied once to a row's `#[idem(effect)]` columns, derived sets
-//! whose members are inserted once, and pushes that append an item once.
+//! whose members are inserted once, and pushes that append an item once. Their rules are the
+//! SQL store's ([`crate::sql::store`]); here are their public signatures and the statements of
+//! `apply_once` and `push`.
 
 use serde::Serialize;
 
 use super::schema::query_checked_one;
-use super::table::{self, quote, sql_type};
-use super::wire::{self, Connection, Param, PgCells, Wire};
+use super::table::{quote, sql_type, Table};
+use super::wire::{one, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
 use crate::change::{self, Change};
 use crate::document::DocumentRef;
-use crate::engine;
-use crate::engine::by_id::{answered_in_one, settle_by_id};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
-use crate::idempotent::{idempotency_key, Idempotent};
+use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
-use crate::push::{item_and_key_texts, pushed_list, stored_not_a_list};
-use crate::sql::row::PreparedRow;
-use crate::trace::{Call, CallKind};
+use crate::push::stored_not_a_list;
+use crate::sql::dialect::EffectAnswer;
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -37,23 +36,7 @@ impl Store {
         T: Idempotent + Serialize + Sync,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::Record, T::MODEL.collection(), || {
-            None::<crate::id::Id>
-        });
-        call.run(async move {
-            let model = &T::MODEL;
-            let key_field = model
-                .idempotency_key_field()
-                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
-            idempotency_key(event)?;
-            let table = self.table::<T, _>(client, &event.document_ref()).await?;
-            let id = Id::from(ulid::Ulid::generate());
-            let row = PreparedRow::with_id(event, id, &table)?;
-            engine::record::record(&self.driver(client, &table), &row, key_field).await
-        })
-        .await
+        self.record_on(&client.wire(), event).await
     }
 
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
@@ -81,81 +64,8 @@ impl Store {
         T: Idempotent,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
-        call.run(async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            change::check_op(op, &document)?;
-            let table = self.table::<T, _>(client, &document).await?;
-            change::check(model, &T::stored_columns(), changes, &document)?;
-            let mut parameters: Vec<Option<String>> =
-                vec![Some(id.to_string()), Some(op.as_str().to_owned())];
-            let mut assignments = Vec::with_capacity(changes.len() + 1);
-            for encoded in crate::sql::change::encode(&table, changes, &document, sql_type)? {
-                let name = quote(encoded.column.name);
-                let placeholder = format!(
-                    "${}::text::{}",
-                    parameters.len() + 1,
-                    sql_type(encoded.column)
-                );
-                assignments.push(match encoded.adds {
-                    true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-                    false => format!("{name} = {placeholder}"),
-                });
-                parameters.push(encoded.value);
-            }
-            let column = quote(APPLIED_OPS_FIELD);
-            // A NULL list (a row another tool wrote, in a table whose migration allows it) is
-            // an empty one: otherwise the operation would be neither applied nor recorded, and
-            // answered as applied before.
-            let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
-            // The op ids, oldest first, keeping the latest `op_window`.
-            assignments.push(format!(
-                "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
-                 FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
-                 AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
-                window = self.op_window,
-            ));
-            let checked = table.relation_name("checked");
-            let applied = table.relation_name("applied");
-            // Guarded as every write is (`Table::checked_guard`): nothing is applied to a table
-            // the store has not checked, whose check comes first.
-            let sql = format!(
-                "WITH {guard}, {applied} AS (UPDATE {table} AS t SET {assignments} \
-                 WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
-                 AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM {applied}), \
-                 EXISTS (SELECT 1 FROM {table} t WHERE t.{id} = $1), \
-                 (SELECT c.ok FROM {checked} c)",
-                guard = table.checked_cte(parameters.len() + 1),
-                table = table.name(),
-                assignments = assignments.join(", "),
-                id = quote(ID_FIELD),
-            );
-            settle_by_id(&document, || async {
-                let reply =
-                    query_checked_one(client, &table, &document, (&sql, 2), &parameters, "UPDATE")
-                        .await
-                        // numeric_value_out_of_range, of an integer column (a float one
-                        // says "value out of range: overflow").
-                        .map_err(|error| {
-                            change::out_of_range_or(error, changes, |backend| {
-                                backend.code() == Some("22003")
-                                    && backend.to_string().contains("bigint out of range")
-                            })
-                        })?;
-                Ok(answered_in_one(
-                    reply.int8(0).unwrap_or(0) > 0,
-                    reply.flag(1).unwrap_or(false),
-                    Applied::Applied,
-                    Applied::AlreadyApplied,
-                ))
-            })
+        self.apply_once_on::<T>(&client.wire(), id, op, changes)
             .await
-        })
-        .await
     }
 
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
@@ -176,17 +86,7 @@ impl Store {
         T: Idempotent + Serialize + Sync + Clone,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || {
-            None::<crate::id::Id>
-        });
-        call.run(async move {
-            let collection = DocumentRef::collection(&T::MODEL);
-            let table = self.table::<T, _>(client, &collection).await?;
-            crate::engine::insert::insert_new(&self.driver(client, &table), members).await
-        })
-        .await
+        self.insert_new_on(&client.wire(), members).await
     }
 
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
@@ -206,61 +106,129 @@ impl Store {
         I: Serialize + Sync,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
-        call.run(async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            let list = pushed_list(model, field, &document)?;
-            let table = self.table::<T, _>(client, &document).await?;
-            let (item, item_key) = item_and_key_texts(&document, list, item)?;
-            // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
-            // a composite key holding a part of another's fields or list entries would pass for
-            // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
-            // else but a list is no list to push to, which the statement's last column says.
-            let column = table::quote(list.stored_name());
-            let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
-            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
-            let sql = format!(
-                "WITH pushed AS (UPDATE {table} \
-                 SET {column} = {listed} || jsonb_build_array($2::text::jsonb) \
-                 WHERE {id} = $1 AND {kind} IN ('array', 'null') AND NOT EXISTS (\
-                 SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
-                 WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1), \
-                 (SELECT {kind} FROM {table} WHERE {id} = $1 AND {kind} NOT IN ('array', 'null'))",
-                table = table.name(),
-                id = table::quote(ID_FIELD),
-            );
-            let id_text = id.to_string();
-            let item_key_field = list.item_key();
-            let parameters = [
-                Param::Text(Some(&id_text)),
-                Param::Text(Some(&item)),
-                Param::Text(Some(&item_key)),
-                Param::Text(Some(item_key_field)),
-            ];
-            settle_by_id(&document, || async {
-                crate::trace::round_trip("UPDATE");
-                let reply = client
-                    .write(&sql, &parameters)
-                    .await
-                    .and_then(|rows| wire::one(rows, "UPDATE"))
-                    .map_err(|source| postgres_error(&document, source))?;
-                let written = reply.int8(0).unwrap_or(0) > 0;
-                if let (false, Some(stored)) = (written, reply.str(2)) {
-                    return Err(stored_not_a_list(&document, list, stored));
-                }
-                Ok(answered_in_one(
-                    written,
-                    reply.flag(1).unwrap_or(false),
-                    Pushed::Appended,
-                    Pushed::AlreadyPresent,
-                ))
-            })
-            .await
-        })
-        .await
+        self.push_on::<T, I>(&client.wire(), id, field, item).await
     }
+}
+
+/// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]): one
+/// statement, guarded as every write is ([`Table::checked_guard`]), so that nothing is applied
+/// to a table the store has not checked, whose check comes first.
+pub(super) async fn apply_once<W: Wire>(
+    wire: &W,
+    table: &Table,
+    id: Id,
+    op: &OpId,
+    changes: &[Change],
+    window: usize,
+    document: &DocumentRef,
+) -> Result<EffectAnswer, Error> {
+    let mut parameters: Vec<Option<String>> =
+        vec![Some(id.to_string()), Some(op.as_str().to_owned())];
+    let mut assignments = Vec::with_capacity(changes.len() + 1);
+    for encoded in crate::sql::change::encode(table, changes, document, sql_type)? {
+        let name = quote(encoded.column.name);
+        let placeholder = format!(
+            "${}::text::{}",
+            parameters.len() + 1,
+            sql_type(encoded.column)
+        );
+        assignments.push(match encoded.adds {
+            true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
+            false => format!("{name} = {placeholder}"),
+        });
+        parameters.push(encoded.value);
+    }
+    let column = quote(APPLIED_OPS_FIELD);
+    // A NULL list (a row another tool wrote, in a table whose migration allows it) is an empty
+    // one: otherwise the operation would be neither applied nor recorded, and answered as
+    // applied before.
+    let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
+    // The op ids, oldest first, keeping the latest `window`.
+    assignments.push(format!(
+        "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+         FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
+         AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
+    ));
+    let checked = table.relation_name("checked");
+    let applied = table.relation_name("applied");
+    let sql = format!(
+        "WITH {guard}, {applied} AS (UPDATE {name} AS t SET {assignments} \
+         WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
+         AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
+         SELECT (SELECT count(*) FROM {applied}), \
+         EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = $1), \
+         (SELECT c.ok FROM {checked} c)",
+        guard = table.checked_cte(parameters.len() + 1),
+        name = table.name(),
+        assignments = assignments.join(", "),
+        id = quote(ID_FIELD),
+    );
+    let reply = query_checked_one(wire, table, document, (&sql, 2), &parameters, "UPDATE")
+        .await
+        // numeric_value_out_of_range, of an integer column (a float one says "value out of
+        // range: overflow").
+        .map_err(|error| {
+            change::out_of_range_or(error, changes, |backend| {
+                backend.code() == Some("22003")
+                    && backend.to_string().contains("bigint out of range")
+            })
+        })?;
+    Ok(EffectAnswer {
+        written: reply.int8(0).unwrap_or(0) > 0,
+        exists: reply.flag(1).unwrap_or(false),
+    })
+}
+
+/// One attempt of `push` ([`crate::sql::dialect::SqlDialect::push`]): one statement, guarded
+/// by the absence of an item whose key equals this one, so a retried push never appends twice:
+/// a racing push waits for the row and re-checks the guard on what the other wrote.
+pub(super) async fn push<W: Wire>(
+    wire: &W,
+    table: &Table,
+    id: Id,
+    list: &'static Field,
+    item: &str,
+    item_key: &str,
+    document: &DocumentRef,
+) -> Result<EffectAnswer, Error> {
+    // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
+    // a composite key holding a part of another's fields or list entries would pass for
+    // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
+    // else but a list is no list to push to, which the statement's last column says.
+    let column = quote(list.stored_name());
+    let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
+    let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
+    let sql = format!(
+        "WITH pushed AS (UPDATE {table} \
+         SET {column} = {listed} || jsonb_build_array($2::text::jsonb) \
+         WHERE {id} = $1 AND {kind} IN ('array', 'null') AND NOT EXISTS (\
+         SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
+         WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
+         SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1), \
+         (SELECT {kind} FROM {table} WHERE {id} = $1 AND {kind} NOT IN ('array', 'null'))",
+        table = table.name(),
+        id = quote(ID_FIELD),
+    );
+    let id_text = id.to_string();
+    let item_key_field = list.item_key();
+    let parameters = [
+        Param::Text(Some(&id_text)),
+        Param::Text(Some(item)),
+        Param::Text(Some(item_key)),
+        Param::Text(Some(item_key_field)),
+    ];
+    crate::trace::round_trip("UPDATE");
+    let reply = wire
+        .write(&sql, &parameters)
+        .await
+        .and_then(|rows| one(rows, "UPDATE"))
+        .map_err(|source| postgres_error(document, source))?;
+    let written = reply.int8(0).unwrap_or(0) > 0;
+    if let (false, Some(stored)) = (written, reply.str(2)) {
+        return Err(stored_not_a_list(document, list, stored));
+    }
+    Ok(EffectAnswer {
+        written,
+        exists: reply.flag(1).unwrap_or(false),
+    })
 }

@@ -3,43 +3,27 @@
 use serde::de::DeserializeOwned;
 
 use super::schema::query_checked_one;
-use super::table::{quote, sql_type, Table};
-use super::wire::{Connection, PgCells, PgWire};
+use super::table::{quote, Table};
+use super::wire::{Cells, Connection, Param};
 use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
-use crate::id::{Id, KeyValue};
+use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::ID_FIELD;
 use crate::sql::row::row_as;
-use crate::trace::{Call, CallKind};
+use crate::sql::wire::Wire;
 
 impl Store {
     /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
-    /// its tombstone set. A row that does not read as `T` is [`ErrorKind::Deserialize`]. One
-    /// statement (and the table check before the first statement to a table).
+    /// its tombstone set. A row that does not read as `T` is
+    /// [`ErrorKind::Deserialize`]. One statement (and the table check before the first
+    /// statement to a table).
     pub async fn get<T, C>(&self, client: C, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + DeserializeOwned,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
-        call.run(async move {
-            let document = DocumentRef::by_id(&T::MODEL, id);
-            let table = self.table::<T, _>(client, &document).await?;
-            let condition = format!("t.{} = $1", quote(ID_FIELD));
-            read_one(
-                client,
-                &table,
-                &condition,
-                &[Some(id.to_string())],
-                document,
-            )
-            .await
-        })
-        .await
+        self.get_on(&client.wire(), id).await
     }
 
     /// The row stored under the natural key `key`, as `T`; `None` if none is. The generated
@@ -50,68 +34,51 @@ impl Store {
         T: Idempotent + DeserializeOwned,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::find(T::MODEL.collection(), key);
-        call.run(async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::new(model, key.clone());
-            if !key.fits(model, &T::stored_columns(), &document)? {
-                return Ok(None);
-            }
-            let table = self.table::<T, _>(client, &document).await?;
-            let mut conditions = Vec::new();
-            let mut values = Vec::new();
-            for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
-                let Some(index) = table.column_of(field) else {
-                    return Ok(None);
-                };
-                let text = match value {
-                    // PostgreSQL text cannot hold U+0000, so no stored key does.
-                    KeyValue::Text(text) if text.contains('\0') => return Ok(None),
-                    KeyValue::Text(text) => text.clone(),
-                    KeyValue::Integer(number) => number.to_string(),
-                    KeyValue::Bool(flag) => flag.to_string(),
-                    // No stored key holds it: keys are text, bool or integers up to 64 bits.
-                    _ => return Ok(None),
-                };
-                values.push(Some(text));
-                conditions.push(format!(
-                    "t.{} = ${}::{}",
-                    quote(field.stored_name()),
-                    values.len(),
-                    sql_type(&table.columns[index])
-                ));
-            }
-            read_one(client, &table, &conditions.join(" AND "), &values, document).await
-        })
-        .await
+        self.find_on(&client.wire(), key).await
     }
 }
 
-/// Reads the row of `table` meeting `condition` (over `$n::text` parameters `values`) as `T`.
-/// Guarded as every write is ([`Table::checked_guard`]): a table the store has not checked is
-/// checked first.
-async fn read_one<T, C>(
-    client: &C,
+/// Reads the row of `table` whose columns at the indexes of `equal` hold its values, as `T`
+/// ([`crate::sql::dialect::SqlDialect::read_one`]). Guarded as every write is
+/// ([`Table::checked_guard`]): a table the store has not checked is checked first.
+pub(super) async fn read_one<W: Wire, T: DeserializeOwned>(
+    wire: &W,
     table: &Table,
-    condition: &str,
-    values: &[Option<String>],
+    equal: &[(usize, Param<'_>)],
     document: DocumentRef,
-) -> Result<Option<T>, Error>
-where
-    T: DeserializeOwned,
-    C: PgWire,
-{
+) -> Result<Option<T>, Error> {
+    let mut values = Vec::with_capacity(equal.len());
+    let mut conditions = Vec::with_capacity(equal.len());
+    for (index, value) in equal {
+        let text = match *value {
+            // PostgreSQL text cannot hold U+0000, so no stored key does.
+            Param::Text(Some(text)) if text.contains('\0') => return Ok(None),
+            Param::Text(text) => text.map(str::to_owned),
+            Param::Integer(number) => Some(number.to_string()),
+            Param::Float(number) => Some(format!("{number:?}")),
+            Param::Bool(flag) => Some(flag.to_string()),
+            // No key is bound as an array.
+            _ => return Ok(None),
+        };
+        values.push(text);
+        let column = &table.columns[*index];
+        conditions.push(format!(
+            "t.{} = ${}::{}",
+            quote(column.name),
+            values.len(),
+            super::table::sql_type(column)
+        ));
+    }
     // One row: whether the guard holds, and the row read if there is one. A plain `SELECT`
     // (no `WITH`), as a read is told from a write by its first word.
     let sql = format!(
-        "SELECT c.ok, {} FROM (SELECT {} AS ok) c LEFT JOIN {} t ON c.ok AND {condition}",
+        "SELECT c.ok, {} FROM (SELECT {} AS ok) c LEFT JOIN {} t ON c.ok AND {}",
         table.row_json("t", |_| true),
         table.checked_guard(values.len() + 1),
-        table.name()
+        table.name(),
+        conditions.join(" AND "),
     );
-    let row = query_checked_one(client, table, &document, (&sql, 0), values, "SELECT").await?;
+    let row = query_checked_one(wire, table, &document, (&sql, 0), &values, "SELECT").await?;
     let Some(stored) = row.object(1, &document)? else {
         return Ok(None);
     };

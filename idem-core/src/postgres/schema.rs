@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::wire::{self, Param, PgCells, PgWire};
+use super::wire::{self, Cells, Param, Wire};
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
@@ -25,11 +25,12 @@ pub(super) async fn check_table<C>(
     document: &DocumentRef,
 ) -> Result<(), Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let survey = survey_table(client, table, document, true).await?;
     match survey.checked {
         Some(checked) if survey.problems.is_empty() => {
+            table.found_on(survey.signal);
             table.accept(checked);
             Ok(())
         }
@@ -54,7 +55,7 @@ pub(super) async fn check_again<C>(
     checked_again: &mut bool,
 ) -> Result<(), Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     if std::mem::replace(checked_again, true) {
         return Err(engine::contention(document));
@@ -76,7 +77,7 @@ pub(super) async fn query_checked_one<C>(
     command: &'static str,
 ) -> Result<C::Row, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let mut checked_again = false;
     loop {
@@ -111,6 +112,8 @@ pub(super) struct TableSurvey {
     pub(super) problems: Vec<String>,
     /// The table and the names of its unique constraints; `None` if it does not exist.
     pub(super) checked: Option<table::Checked>,
+    /// How the server tells the rows a write inserted.
+    pub(super) signal: table::InsertedSignal,
 }
 
 /// One unique index of a table, as the survey reads it.
@@ -136,12 +139,13 @@ pub(super) async fn survey_table<C>(
     stored_types: bool,
 ) -> Result<TableSurvey, Error>
 where
-    C: PgWire,
+    C: Wire,
 {
     let absent = |problem| TableSurvey {
         present: HashMap::new(),
         problems: vec![problem],
         checked: None,
+        signal: table::InsertedSignal::Xmax,
     };
     if let Some(problem) = table.unstorable_name() {
         return Ok(absent(problem));
@@ -152,7 +156,8 @@ where
     let columns = client
         .fetch_all(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.oid, \
-             n.nspname::text, coll.collname::text, coll.collisdeterministic \
+             n.nspname::text, coll.collname::text, coll.collisdeterministic, \
+             current_setting('server_version_num')::int8 \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
              LEFT JOIN pg_collation coll ON coll.oid = a.attcollation \
@@ -169,6 +174,7 @@ where
         )));
     };
     let oid = first.oid(2).unwrap_or(0);
+    let signal = table::InsertedSignal::for_server(first.int8(6).unwrap_or(0));
     let schema = first.str(3).unwrap_or_default().to_owned();
     let present: HashMap<String, String> = columns
         .iter()
@@ -335,6 +341,7 @@ where
         present,
         problems,
         checked: Some(checked),
+        signal,
     })
 }
 

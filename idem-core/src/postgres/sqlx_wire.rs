@@ -9,7 +9,7 @@ use sqlx::postgres::{PgArguments, PgDatabaseError, PgRow, PgSeverity};
 use sqlx::{Arguments, PgConnection, Postgres, Row as _};
 
 use super::errors::{refuses_row, transient_code};
-use super::wire::{cell_text, Cells, Connection, DbFailure, Param, PgCells};
+use super::wire::{cell_text, Cells, Connection, DbFailure, Param};
 use crate::error::BackendError;
 use crate::sql::sqlx_wire::{statement, Query, SqlxWire};
 
@@ -71,6 +71,8 @@ impl Cells for PgRow {
         sqlx::Row::len(self)
     }
 
+    /// Text as it is, a number as its digits, a boolean as `true` or `false`, `jsonb` as its
+    /// JSON.
     fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
         Ok(cell_text(self, at))
     }
@@ -82,9 +84,7 @@ impl Cells for PgRow {
     fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
         Ok(self.int8(at))
     }
-}
 
-impl PgCells for PgRow {
     fn str(&self, at: usize) -> Option<&str> {
         self.try_get(at).ok().flatten()
     }

@@ -2,8 +2,8 @@
 //! from the catalog's columns; how its rows are judged is [`crate::sql::judge`]'s.
 
 use super::postgres_error;
-use super::table::{InsertedSignal, Table};
-use super::wire::{self, Param, PgCells, PgWire};
+use super::table::Table;
+use super::wire::{self, Cells, Param, Wire};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
@@ -12,7 +12,7 @@ use crate::model::Model;
 /// The table of a model given at run time, laid out from the catalog: every column other than
 /// idem's own is a stored field, in column order, of the shape its type has. A table that does
 /// not exist, or lacks a column the model names, is an error naming it.
-pub(super) async fn stored_table<C: PgWire>(client: &C, model: &Model) -> Result<Table, Error> {
+pub(super) async fn stored_table<C: Wire>(client: &C, model: &Model) -> Result<Table, Error> {
     let document = DocumentRef::collection(model);
     crate::trace::round_trip("SELECT");
     let rows = client
@@ -50,16 +50,12 @@ pub(super) async fn stored_table<C: PgWire>(client: &C, model: &Model) -> Result
         })
         .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
-    Ok(Table::new(
-        crate::intern::model(model),
-        &columns,
-        InsertedSignal::Xmax,
-    ))
+    Ok(Table::new(crate::intern::model(model), &columns))
 }
 
 /// The shape of a column of type `sql_type` (as `format_type` spells it); a type idem never
 /// makes is taken as structured, and its type is not checked (see `survey_table`).
-fn shape_of(sql_type: &str) -> ColumnShape {
+pub(super) fn shape_of(sql_type: &str) -> ColumnShape {
     match sql_type {
         "text" => ColumnShape::Text,
         _ if sql_type.starts_with("character") => ColumnShape::Text,

@@ -6,15 +6,16 @@
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
 use std::fmt::Write as _;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{OnceLock, PoisonError, RwLock};
 
-use super::wire::PgCells;
+use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{
     Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
 };
+use crate::sql::dialect::Statement;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
@@ -70,12 +71,11 @@ pub(crate) struct Checked {
 #[derive(Debug)]
 pub(crate) struct Table {
     layout: Layout,
-    /// The upsert of `unnest`ed rows, returning each row written or what stopped it.
-    pub upsert: String,
-    /// `delete`: the same, storing the tombstone.
-    pub delete: String,
-    /// `insert_new`: inserts rows whose natural key is not stored.
-    pub insert_new: String,
+    /// The writes, each as the server tells its inserted rows ([`Table::write_sql`]), by
+    /// [`InsertedSignal`] then [`Statement`].
+    writes: [[String; 3]; 2],
+    /// The signal of the server the check found the table on.
+    signal: OnceLock<InsertedSignal>,
     /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
     pub insert_fresh: String,
     /// The same, among chunks in flight together: it leaves a mark in the session where it
@@ -105,12 +105,12 @@ impl std::ops::Deref for Table {
 /// (never in a later read: a row lock sets `xmax` too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum InsertedSignal {
-    /// PostgreSQL 18 and later: `RETURNING old` is the row before the statement, null if it
-    /// inserted the row.
-    OldRow,
     /// PostgreSQL 15 to 17: a row this statement inserted has no deleting or locking
     /// transaction, so its `xmax` is 0; a row it updated has the statement's own transaction.
-    Xmax,
+    Xmax = 0,
+    /// PostgreSQL 18 and later: `RETURNING old` is the row before the statement, null if it
+    /// inserted the row.
+    OldRow = 1,
 }
 
 impl InsertedSignal {
@@ -133,18 +133,27 @@ impl InsertedSignal {
     }
 }
 
-/// Which statement a write sends.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Statement {
-    Upsert,
-    Delete,
-    InsertNew,
-}
-
 impl Table {
-    /// The table of `T` on a server that reports inserted rows with `signal`.
-    pub fn of<T: Idempotent>(signal: InsertedSignal) -> Table {
-        Table::new(&T::MODEL, &T::stored_columns(), signal)
+    /// The table of `T`.
+    pub fn of<T: Idempotent>() -> Table {
+        Table::new(&T::MODEL, &T::stored_columns())
+    }
+
+    /// The write of `statement`, as the server the table was checked on tells inserted rows
+    /// (as PostgreSQL 15 does, before any check).
+    pub fn write_sql(&self, statement: Statement) -> &str {
+        let signal = self.signal.get().copied().unwrap_or(InsertedSignal::Xmax);
+        let index = match statement {
+            Statement::Upsert => 0,
+            Statement::Delete => 1,
+            Statement::InsertNew => 2,
+        };
+        &self.writes[signal as usize][index]
+    }
+
+    /// The server the check found the table on tells its inserted rows with `signal`.
+    pub fn found_on(&self, signal: InsertedSignal) {
+        let _ = self.signal.set(signal);
     }
 
     /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
@@ -181,12 +190,11 @@ impl Table {
         })
     }
 
-    pub fn new(model: &'static Model, stored: &[Column], signal: InsertedSignal) -> Table {
+    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
         let mut table = Table {
             layout: Layout::new(model, stored),
-            upsert: String::new(),
-            delete: String::new(),
-            insert_new: String::new(),
+            writes: Default::default(),
+            signal: OnceLock::new(),
             insert_fresh: String::new(),
             insert_fresh_marked: String::new(),
             pinned_replacement: String::new(),
@@ -194,16 +202,15 @@ impl Table {
             natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
             checked: RwLock::default(),
         };
-        let inserted = signal.expression();
-        table.upsert = table
-            .write_statement(Statement::Upsert)
-            .replace("{inserted}", &inserted);
-        table.delete = table
-            .write_statement(Statement::Delete)
-            .replace("{inserted}", &inserted);
-        table.insert_new = table
-            .write_statement(Statement::InsertNew)
-            .replace("{inserted}", &inserted);
+        for signal in [InsertedSignal::Xmax, InsertedSignal::OldRow] {
+            let inserted = signal.expression();
+            table.writes[signal as usize] =
+                [Statement::Upsert, Statement::Delete, Statement::InsertNew].map(|statement| {
+                    table
+                        .write_statement(statement)
+                        .replace("{inserted}", &inserted)
+                });
+        }
         table.insert_fresh = table.fresh_statement(false);
         table.insert_fresh_marked = table.fresh_statement(true);
         table.pinned_replacement = table.pinned_statement();
@@ -846,6 +853,6 @@ fn unnest_each(arrays: &[(String, String)]) -> String {
 
 /// Whether the guard of a write statement ([`Table::checked_guard`]) stopped it: its answer
 /// holds a row without an id.
-pub(crate) fn missed_guard<R: PgCells>(replies: &[R]) -> bool {
+pub(crate) fn missed_guard<R: Cells>(replies: &[R]) -> bool {
     replies.iter().any(|reply| reply.str(0).is_none())
 }

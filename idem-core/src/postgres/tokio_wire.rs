@@ -11,7 +11,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
 use super::errors::{refuses_row, transient_code};
-use super::wire::{cell_text, Cells, Connection, DbFailure, Param, PgCells, Wire};
+use super::wire::{cell_text, Cells, Connection, DbFailure, Param, Wire};
 use crate::error::{BackendError, Error};
 use crate::sql::wire::WireFuture;
 
@@ -248,6 +248,8 @@ impl Cells for Row {
         Row::len(self)
     }
 
+    /// Text as it is, a number as its digits, a boolean as `true` or `false`, `jsonb` as its
+    /// JSON.
     fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
         Ok(cell_text(self, at))
     }
@@ -259,9 +261,7 @@ impl Cells for Row {
     fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
         Ok(self.int8(at))
     }
-}
 
-impl PgCells for Row {
     fn str(&self, at: usize) -> Option<&str> {
         self.try_get(at).ok().flatten()
     }

@@ -1,12 +1,8 @@
 //! What the PostgreSQL store asks of a driver beyond the SQL stores' seam
-//! ([`crate::sql::wire::Wire`]): the connections it takes ([`Connection`]), the cells of its
-//! types ([`PgCells`]), and the parameters of a statement over `unnest`ed columns. tokio-postgres
+//! ([`crate::sql::wire::Wire`]): the connections it takes ([`Connection`]), the text of its
+//! cells, and the parameters of a statement over `unnest`ed columns. tokio-postgres
 //! ([`super::tokio_wire`]) and sqlx ([`super::sqlx_wire`]) each meet the seam and nothing else.
 
-use serde_json::Value;
-
-use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
 pub(crate) use crate::sql::wire::{one as one_of, Cells, DbFailure, Param, Wire};
 
 /// The parameters of a statement over `unnest`ed columns: one text array per column, then the
@@ -27,52 +23,10 @@ pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
     one_of(rows, "PostgreSQL", what)
 }
 
-/// A PostgreSQL row, read cell by cell as its types are. A cell that is NULL, or not of the type
-/// asked for (which idem's own statements never return), reads as `None`.
-pub trait PgCells: Cells {
-    /// A `text` cell.
-    fn str(&self, at: usize) -> Option<&str>;
-    /// A `boolean` cell.
-    fn flag(&self, at: usize) -> Option<bool>;
-    /// A `bigint` cell.
-    fn int8(&self, at: usize) -> Option<i64>;
-    /// A `double precision` cell.
-    fn float(&self, at: usize) -> Option<f64>;
-    /// An `oid` cell.
-    fn oid(&self, at: usize) -> Option<u32>;
-    /// A `text[]` cell.
-    fn texts(&self, at: usize) -> Option<Vec<String>>;
-    /// A `jsonb` cell; `Err` says why it does not parse (a number beyond what a float holds,
-    /// say), which a read reports rather than take the row for one not stored.
-    fn json(&self, at: usize) -> Result<Option<Value>, String>;
-
-    /// A `jsonb` cell holding a row (`to_jsonb`), as every read of rows takes it: `None` for
-    /// NULL; a cell that does not parse, or holds no object, is [`ErrorKind::Deserialize`] for
-    /// `document`.
-    fn object(
-        &self,
-        at: usize,
-        document: &DocumentRef,
-    ) -> Result<Option<serde_json::Map<String, Value>>, Error> {
-        let refused =
-            |message: String| Error::new(document.clone(), ErrorKind::Deserialize { message });
-        match self.json(at).map_err(refused)? {
-            None => Ok(None),
-            Some(Value::Object(stored)) => Ok(Some(stored)),
-            Some(_) => Err(refused("a row did not read as an object".into())),
-        }
-    }
-}
-
-/// A connection whose rows read as PostgreSQL's: what the store's statements go through.
-pub trait PgWire: Wire<Row: PgCells> {}
-
-impl<W: Wire<Row: PgCells> + ?Sized> PgWire for W {}
-
 /// The generic reading of a PostgreSQL cell as text ([`Cells::text`]): text as it is, a number
 /// as its digits (a float as the shortest text that reads back as it), a boolean as `true` or
 /// `false`, `jsonb` as its JSON.
-pub(super) fn cell_text<R: PgCells + ?Sized>(row: &R, at: usize) -> Option<String> {
+pub(super) fn cell_text<R: Cells + ?Sized>(row: &R, at: usize) -> Option<String> {
     if let Some(text) = row.str(at) {
         return Some(text.to_owned());
     }
@@ -114,7 +68,7 @@ pub(super) fn cell_text<R: PgCells + ?Sized>(row: &R, at: usize) -> Option<Strin
 pub trait Connection: private::Sealed {
     /// The session statements are sent through.
     #[doc(hidden)]
-    type Wire: PgWire;
+    type Wire: Wire;
 
     /// The session this client stands for.
     #[doc(hidden)]
@@ -128,7 +82,7 @@ pub trait Connection: private::Sealed {
 pub struct Lent<'w, W>(pub(super) &'w W);
 
 #[doc(hidden)]
-impl<'w, W: PgWire> Connection for Lent<'w, W> {
+impl<'w, W: Wire> Connection for Lent<'w, W> {
     type Wire = &'w W;
 
     fn wire(self) -> &'w W {
@@ -138,7 +92,7 @@ impl<'w, W: PgWire> Connection for Lent<'w, W> {
 
 pub(super) mod private {
     pub trait Sealed {}
-    impl<W: super::PgWire> Sealed for super::Lent<'_, W> {}
+    impl<W: super::Wire> Sealed for super::Lent<'_, W> {}
     #[cfg(feature = "postgres")]
     impl Sealed for &tokio_postgres::Client {}
     #[cfg(feature = "postgres")]

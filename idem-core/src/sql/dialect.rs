@@ -14,9 +14,16 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
 use crate::sql::layout::Layout;
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_marker_store")]
 use crate::sql::sqlx_wire::{SqlxDatabase, SqlxWire};
-use crate::sql::wire::{DbFailure, Wire};
+use serde::de::DeserializeOwned;
+
+use super::store::Store;
+use crate::engine::batch::BatchDriver;
+use crate::engine::by_id::ById;
+use crate::outcome::Deletion;
+use crate::sql::row::{LightRow, PreparedRow, StoredRow};
+use crate::sql::wire::{DbFailure, Param, Wire};
 
 /// Which write a statement makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,13 +52,11 @@ pub trait Dialect: private::Sealed + Send + Sync + Sized + 'static {
     /// The name its errors give the database (`"SQLite"`).
     #[doc(hidden)]
     const NAME: &'static str;
-
-    /// The driver's connection, which the caller lends for a call.
-    #[doc(hidden)]
-    type Connection: Send;
 }
 
 /// The dialect's side of a store, beside what [`Dialect`] shows.
+// Where only PostgreSQL is built, what the marker dialects' audit and driver read goes unread.
+#[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
 pub(crate) trait SqlDialect: Dialect {
     /// A type's table and the statements built for it.
     type Table: Deref<Target = Layout> + Debug + Send + Sync + 'static;
@@ -105,32 +110,104 @@ pub(crate) trait SqlDialect: Dialect {
     /// (` FOR UPDATE`), where a plain read sees the transaction's snapshot; empty where a
     /// transaction of idem's own holds the whole database's write lock (SQLite).
     const LOCKING_READ: &'static str;
-    /// Whether a write meets a stored row through any unique index, not only its conflict
-    /// target (MySQL's `ON DUPLICATE KEY UPDATE`), so that a document a write neither wrote nor
-    /// found under its id or key met another index, which a plain insert of it names.
-    const MEETS_ANY_UNIQUE: bool;
+    /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
+    fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
     /// How a row is found where it has no `_id` (SQLite's `rowid`), an integer column every
     /// table has; `None` where the database has none.
     const ROW_LOCATOR: Option<&'static str>;
 
     /// `source` as the error of a call concerning `document`.
     fn error(document: &DocumentRef, source: DbFailure) -> Error;
+    /// Which unique index a failed write of one row met, if it failed on one: the id's or
+    /// the natural key's, or another, named as the error names it.
+    fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
+
+    /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
+    /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
+    // Each is what the statement needs; a struct of them would be built for this call alone.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_once<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+
+    /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
+    /// `id` unless an item with the key `item_key` (JSON text) is in it.
+    // As `apply_once`'s.
+    #[allow(clippy::too_many_arguments)]
+    fn push<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+
+    /// The write engine's driver of the dialect's write strategy, writing to one checked table
+    /// through one wire.
+    type Driver<'a, W: Wire + 'a>: SqlDriver<'a, Self, W>;
+
+    /// A table of `model` idem cannot make, named so that the database would not keep it as it
+    /// is (too long a name, a system column's name), as a problem to report before anything is
+    /// created; `None` if it can.
+    fn unstorable(_table: &Self::Table) -> Option<String> {
+        None
+    }
+
+    /// Whether `failure`, of the `CREATE TABLE IF NOT EXISTS` that makes a table, may say that
+    /// another session made the same table at the same moment, so that the table it made is
+    /// checked instead.
+    fn created_by_another_session(_failure: &DbFailure) -> bool {
+        false
+    }
+
+    /// The row of `table` whose columns at the indexes of `equal` hold its values, as `T`;
+    /// `None` if none does.
+    fn read_one<W: Wire, T: DeserializeOwned>(
+        wire: &W,
+        table: &Self::Table,
+        equal: &[(usize, Param<'_>)],
+        document: DocumentRef,
+    ) -> impl Future<Output = Result<Option<T>, Error>> + Send {
+        let condition: Vec<String> = equal
+            .iter()
+            .map(|(index, _)| format!("t.{} = ?", Self::quote(table.columns[*index].name)))
+            .collect();
+        let values: Vec<Param> = equal.iter().map(|(_, value)| *value).collect();
+        async move {
+            let condition = condition.join(" AND ");
+            super::reads::read_one::<Self, T>(wire, table, &condition, &values, document).await
+        }
+    }
+}
+
+/// A dialect that tells inserted rows from updated ones by the write marker each statement
+/// sets ([`super::marker`]): its statements for that strategy.
+#[cfg(feature = "_marker_store")]
+pub(crate) trait MarkerDialect: SqlDialect {
+    /// Whether a write meets a stored row through any unique index, not only its conflict
+    /// target (MySQL's `ON DUPLICATE KEY UPDATE`), so that a document a write neither wrote nor
+    /// found under its id or key met another index, which a plain insert of it names.
+    const MEETS_ANY_UNIQUE: bool;
     /// Whether `error` rolled back a transaction of idem's own for a conflict with another
     /// (a deadlock, a write conflict), which may start over at once: not a lock held past the
     /// wait for it, which would be waited for again.
     fn restarts(_error: &Error) -> bool {
         false
     }
-    /// Which unique index a failed write of one row met, if it failed on one: the id's or
-    /// the natural key's, or another, named as the error names it.
-    fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
     /// The name of the unique index of `table` on exactly `columns` (comma-separated), if any.
     fn index_on<W: Wire>(
         wire: &W,
         table: &Self::Table,
         columns: &str,
     ) -> impl Future<Output = Option<String>> + Send;
-
     /// How many rows one statement may carry.
     fn max_rows(table: &Self::Table) -> usize;
     /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
@@ -161,56 +238,49 @@ pub(crate) trait SqlDialect: Dialect {
     /// Whether a pinned value that is a float is bound as the float (its text would not
     /// compare equal).
     const PINS_FLOATS: bool;
-    /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
-    fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
 
     /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
     /// not set, with the update's write marker (3).
     fn mark_deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
     /// Whether the row under the id (parameter 1) is deleted; no row if none is stored.
     fn deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
+}
 
-    /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
-    /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
-    // Each is what the statement needs; a struct of them would be built for this call alone.
-    #[allow(clippy::too_many_arguments)]
-    fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Self::Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+/// The write engine's driver of a dialect ([`SqlDialect::Driver`]): made for one call over one
+/// checked table, with what the store's by-id writes need of the strategy.
+pub(crate) trait SqlDriver<'a, D: SqlDialect, W: Wire + 'a>:
+    BatchDriver<Doc = PreparedRow, Light = LightRow, Stored = StoredRow> + Send
+{
+    /// The driver of `store`'s writes to `table` through `wire`.
+    fn new(store: &'a Store<D>, wire: &'a W, table: &'a D::Table) -> Self;
 
-    /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
-    /// `id` unless an item with the key `item_key` (JSON text) is in it.
-    // As `apply_once`'s.
-    #[allow(clippy::too_many_arguments)]
-    fn push<W: Wire>(
-        wire: &W,
-        table: &Self::Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
+    /// One attempt of `delete_by_id`: the row under `id` marked deleted with `marker` (bound
+    /// as its tombstone column holds it) where it is not deleted yet.
+    /// Boxed: the store's `delete_by_id` is generic over the caller's connection, whose future
+    /// the compiler proves `Send` only through a pointer (rust-lang/rust#100013).
+    fn mark_deleted<'s>(
+        &'s self,
+        id: &'s str,
+        tombstone: &'static Field,
+        marker: Param<'s>,
+        document: &'s DocumentRef,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ById<Deletion>, Error>> + Send + 's>>;
 }
 
 pub(crate) mod private {
     pub trait Sealed {}
 }
 
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_marker_store")]
 /// A dialect whose driver is sqlx's: its connection is lent to a store's call as a
 /// [`SqlxWire`].
 pub(crate) trait SqlxDialect: SqlDialect {
+    /// The driver's connection, which the caller lends for a call.
+    type Connection: Send;
     /// The database of its sqlx driver.
     type Db: SqlxDatabase<Connection = Self::Connection>;
 }
 
-#[cfg(feature = "_sqlx_store")]
+#[cfg(feature = "_marker_store")]
 /// The wire of sqlx dialect `D`'s connection, lent for one call.
 pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlxDialect>::Db>;

@@ -170,7 +170,7 @@ impl Layout {
     /// digests and version key, the guarded fields' values and the version field's; each an
     /// expression over the row `t`, with the dialect's `quote` of a name and `read_of` a column
     /// (`read_of(alias, name)`).
-    #[cfg(feature = "_sqlx_store")]
+    #[cfg(feature = "_marker_store")]
     pub fn stored_state_columns(
         &self,
         t: &str,

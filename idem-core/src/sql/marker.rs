@@ -6,18 +6,21 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::dialect::{SqlDialect, Statement};
+use super::dialect::{MarkerDialect, SqlDriver, Statement};
 use super::store::{in_transaction, Store};
 use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::column::ColumnShape;
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
+use crate::engine::by_id::ById;
 use crate::engine::{Conflict, Driver, Reply, WriteKind};
 use crate::error::Error;
+use crate::model::Field;
+use crate::outcome::Deletion;
 use crate::sql::layout::{Content, Layout};
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one wire.
-pub(crate) struct MarkerDriver<'a, D: SqlDialect, W> {
+pub(crate) struct MarkerDriver<'a, D: MarkerDialect, W> {
     pub store: &'a Store<D>,
     pub wire: &'a W,
     pub table: &'a D::Table,
@@ -81,7 +84,7 @@ fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow,
 
 /// The stored state of the rows under `docs`' ids or holding their natural keys, each with its
 /// write marker where the dialect's write does not return the rows it wrote.
-async fn select_stored<D: SqlDialect>(
+async fn select_stored<D: MarkerDialect>(
     wire: &impl Wire,
     table: &D::Table,
     docs: &[&LightRow],
@@ -110,7 +113,7 @@ async fn select_stored<D: SqlDialect>(
         .collect()
 }
 
-impl<D: SqlDialect, W: Wire> MarkerDriver<'_, D, W> {
+impl<D: MarkerDialect, W: Wire> MarkerDriver<'_, D, W> {
     /// The reply of a write of one row that failed with `error`: a unique index it met (named
     /// as the schema names it), or a value of the row the database refuses; any other error
     /// concerns the call.
@@ -268,7 +271,7 @@ fn by_marker(
     (written, left)
 }
 
-impl<D: SqlDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
+impl<D: MarkerDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
     type Doc = PreparedRow;
     type Light = LightRow;
     type Stored = StoredRow;
@@ -369,7 +372,7 @@ impl<D: SqlDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
     crate::sql::reads_rows_as_sql!();
 }
 
-impl<D: SqlDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
+impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk.min(D::max_rows(self.table))
     }
@@ -562,5 +565,52 @@ fn stops_any<'d>(docs: &'d [&PreparedRow]) -> impl Fn(&StoredRow) -> bool + 'd {
                 .natural_key
                 .as_deref()
                 .is_some_and(|key| keys.contains(key))
+    }
+}
+
+impl<'a, D: MarkerDialect, W: Wire + 'a> SqlDriver<'a, D, W> for MarkerDriver<'a, D, W> {
+    fn new(store: &'a Store<D>, wire: &'a W, table: &'a D::Table) -> Self {
+        MarkerDriver { store, wire, table }
+    }
+
+    /// The update of the tombstone, then (where it wrote nothing) the read of whether the row
+    /// is deleted, in one transaction of idem's own, so that the update's lock holds through
+    /// the read.
+    fn mark_deleted<'s>(
+        &'s self,
+        id: &'s str,
+        tombstone: &'static Field,
+        marker: Param<'s>,
+        document: &'s crate::document::DocumentRef,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<ById<Deletion>, Error>> + Send + 's>,
+    > {
+        Box::pin(async move {
+            let wire = self.wire;
+            let mark = D::mark_deleted_sql(self.table, tombstone);
+            let look = D::deleted_sql(self.table, tombstone);
+            let update_marker = format!("u{}", ulid::Ulid::generate());
+            let marking = [
+                Param::Text(Some(id)),
+                marker,
+                Param::Text(Some(&update_marker)),
+            ];
+            let by_id = [Param::Text(Some(id))];
+            in_transaction::<D, _>(wire, document, async {
+                crate::trace::round_trip("UPDATE");
+                if wire.execute(&mark, &marking).await? > 0 {
+                    return Ok(ById::Answered(Deletion::Deleted));
+                }
+                crate::trace::round_trip("SELECT");
+                let deleted = wire.fetch_optional(&look, &by_id).await?;
+                Ok(match deleted.map(|row| row.boolean(0)).transpose()? {
+                    Some(Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
+                    // Unmarked, yet not updated: cannot be, as the write's lock is held; go again.
+                    Some(_) => ById::Changed,
+                    None => ById::Missing,
+                })
+            })
+            .await
+        })
     }
 }

@@ -40,7 +40,10 @@ impl<D: SqlxDialect> std::fmt::Debug for Session<'_, D> {
 #[allow(private_bounds)]
 impl<'a, D: SqlxDialect> Session<'a, D> {
     /// `store` writing through `connection`.
-    pub(crate) fn new(store: &'a Store<D>, connection: &'a mut D::Connection) -> Self {
+    pub(crate) fn new(
+        store: &'a Store<D>,
+        connection: &'a mut <D as SqlxDialect>::Connection,
+    ) -> Self {
         Session {
             store,
             wire: crate::sql::sqlx_wire::SqlxWire::new(connection),
@@ -54,7 +57,9 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     }
 
     /// The connection back, for the caller's own statements.
-    pub fn into_connection(self) -> &'a mut D::Connection {
+    // Named through the dialect, it is the driver's own connection type to every caller.
+    #[allow(private_interfaces)]
+    pub fn into_connection(self) -> &'a mut <D as SqlxDialect>::Connection {
         self.wire.into_connection()
     }
 

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use sqlx::{Database, Encode, Type};
+use sqlx::Database;
 use tokio::sync::Mutex;
 
 use super::wire::{Cells, DbFailure, Param, Wire, WireFuture};
@@ -200,6 +200,7 @@ macro_rules! sqlx_database {
 pub(crate) use sqlx_database;
 
 /// `sql` with `params` bound, as a query of `DB`.
+#[cfg(feature = "_marker_store")]
 pub(crate) fn bound<'a, DB>(
     sql: &'a str,
     params: &[Param<'_>],
@@ -207,10 +208,10 @@ pub(crate) fn bound<'a, DB>(
 where
     DB: Database,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> f64: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     use sqlx::Arguments as _;
     let mut arguments = DB::Arguments::default();

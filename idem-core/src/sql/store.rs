@@ -9,20 +9,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::dialect::{Dialect, SqlDialect};
-use super::marker::MarkerDriver;
-use super::wire::{Cells, Param, Wire};
+use super::dialect::{Dialect, SqlDialect, SqlDriver};
+use super::wire::{Param, Wire};
 use crate::batch::BatchReport;
 use crate::change::{self, Change};
 use crate::column::ColumnShape;
 use crate::document::{DocumentRef, NaturalKey};
-use crate::engine::by_id::{answered_in_one, settle_by_id, ById};
+use crate::engine::by_id::{answered_in_one, settle_by_id};
 use crate::engine::{self, WriteKind};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
 use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{Model, OpId, ID_FIELD};
+use crate::model::{Model, OpId};
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 use crate::push::{item_and_key_texts, pushed_list};
 use crate::sql::json;
@@ -43,6 +42,9 @@ pub struct Store<D: Dialect> {
     pub(crate) batch_chunk: usize,
     pub(crate) shortcut_min_docs: usize,
     pub(crate) op_window: usize,
+    /// Whether a batch's next chunk may go while the last awaits its answer, on a wire that
+    /// pipelines ([`Wire::pipelines_chunks`]).
+    pub(crate) pipelining: bool,
     dialect: PhantomData<fn() -> D>,
 }
 
@@ -58,6 +60,7 @@ impl<D: Dialect> Clone for Store<D> {
             batch_chunk: self.batch_chunk,
             shortcut_min_docs: self.shortcut_min_docs,
             op_window: self.op_window,
+            pipelining: self.pipelining,
             dialect: PhantomData,
         }
     }
@@ -87,6 +90,7 @@ impl<D: Dialect> Store<D> {
             batch_chunk: DEFAULT_BATCH_CHUNK,
             shortcut_min_docs: crate::engine::batch::SHORTCUT_MIN_DOCS,
             op_window: DEFAULT_OP_WINDOW,
+            pipelining: true,
             dialect: PhantomData,
         }
     }
@@ -126,6 +130,12 @@ impl<D: Dialect> Store<D> {
     }
 }
 
+/// A call of the store's, as its public signatures return it: boxed and `Send`, proven so here
+/// over any wire, where the caller's generic connection would ask the compiler to prove it
+/// through higher-ranked lifetimes it cannot yet see through (rust-lang/rust#100013).
+pub(crate) type StoreCall<'a, R> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<R, Error>> + Send + 'a>>;
+
 /// Runs `call` in its span, as the dialect's driver needs it ([`Call::run_detached`] for a
 /// driver that sends its commands to a worker thread).
 async fn run<O: crate::trace::Shown>(
@@ -139,358 +149,394 @@ async fn run<O: crate::trace::Shown>(
 #[allow(private_bounds)]
 impl<D: SqlDialect> Store<D> {
     /// Creates `T`'s table if it does not exist, then checks it as before a first write.
-    pub(crate) async fn ensure_table_on<T: Idempotent>(
-        &self,
-        wire: &impl Wire,
-    ) -> Result<(), Error> {
-        let document = DocumentRef::collection(&T::MODEL);
-        let collection = T::MODEL.collection();
-        // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
-        crate::trace::round_trip("SELECT");
-        let existed = wire
-            .fetch_optional(D::TABLE_EXISTS, &[Param::Text(Some(collection))])
-            .await
-            .map_err(|source| D::error(&document, source))?
-            .is_some();
-        let sql = D::create_sql(&D::table(&T::MODEL, &T::stored_columns()));
-        crate::trace::round_trip("CREATE TABLE");
-        wire.execute(&sql, &[])
-            .await
-            .map_err(|source| D::error(&document, source))?;
-        if !existed {
-            crate::trace::table_created(collection);
-        }
-        self.forget_table(&T::MODEL);
-        self.table::<T>(wire, &document).await.map(drop)
+    pub(crate) fn ensure_table_on<'a, T: Idempotent>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+    ) -> StoreCall<'a, ()> {
+        Box::pin(async move {
+            let document = DocumentRef::collection(&T::MODEL);
+            let collection = T::MODEL.collection();
+            let table = D::table(&T::MODEL, &T::stored_columns());
+            // Refused before anything is created: a table the database would not keep as it is.
+            if let Some(problem) = D::unstorable(&table) {
+                return Err(Error::schema_mismatch(&T::MODEL, problem));
+            }
+            // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
+            crate::trace::round_trip("SELECT");
+            let existed = wire
+                .fetch_optional(D::TABLE_EXISTS, &[Param::Text(Some(collection))])
+                .await
+                .map_err(|source| D::error(&document, source))?
+                .is_some();
+            let sql = D::create_sql(&table);
+            crate::trace::round_trip("CREATE TABLE");
+            let created = wire.execute(&sql, &[]).await;
+            self.forget_table(&T::MODEL);
+            match created {
+                Ok(_) => {
+                    if !existed {
+                        crate::trace::table_created(collection);
+                    }
+                    self.table::<T>(wire, &document).await.map(drop)
+                }
+                // Another session made the table at the same moment: the table it made is checked
+                // as any other. Where the check fails (no such table after all, another table's
+                // columns, the caller's transaction now aborted), the refusal to create it is the
+                // error that says what happened.
+                Err(source) if D::created_by_another_session(&source) => {
+                    let refusal = D::error(&document, source);
+                    match self.table::<T>(wire, &document).await {
+                        Ok(_) => Ok(()),
+                        Err(_) => Err(refusal),
+                    }
+                }
+                Err(source) => Err(D::error(&document, source)),
+            }
+        })
     }
 
     /// [`Store::upsert`](crate::sqlite::Store::upsert), through `wire`.
-    pub(crate) async fn upsert_on<T>(&self, wire: &impl Wire, doc: &T) -> Result<Outcome, Error>
+    pub(crate) fn upsert_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        doc: &'a T,
+    ) -> StoreCall<'a, Outcome>
     where
         T: Idempotent + Serialize + Sync,
     {
-        let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
-        run(call, async move {
-            if T::MODEL.idempotency_key_field().is_some() {
-                return self
-                    .record_on(wire, doc)
-                    .await
-                    .map(|recorded| recorded.outcome);
-            }
-            let table = self.table::<T>(wire, &doc.document_ref()).await?;
-            let row = PreparedRow::new(doc, &table)?;
-            let driver = self.driver(wire, &table);
-            engine::settle_one(&driver, WriteKind::Upsert, &row).await
+        Box::pin(async move {
+            let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
+            run(call, async move {
+                if T::MODEL.idempotency_key_field().is_some() {
+                    return self
+                        .record_on(wire, doc)
+                        .await
+                        .map(|recorded| recorded.outcome);
+                }
+                let table = self.table::<T>(wire, &doc.document_ref()).await?;
+                let row = PreparedRow::new(doc, &table)?;
+                let driver = self.driver(wire, &table);
+                engine::settle_one(&driver, WriteKind::Upsert, &row).await
+            })
+            .await
         })
-        .await
     }
 
     /// A batch upsert, through `wire`.
-    pub(crate) async fn upsert_many_on<T>(
-        &self,
-        wire: &impl Wire,
-        docs: &[T],
-    ) -> Result<BatchReport, Error>
+    pub(crate) fn upsert_many_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        docs: &'a [T],
+    ) -> StoreCall<'a, BatchReport>
     where
         T: Idempotent + Serialize + Sync,
     {
-        let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
-        run(call, async move {
-            if T::MODEL.idempotency_key_field().is_some() {
-                let mut outcomes = Vec::with_capacity(docs.len());
-                for doc in docs {
-                    outcomes.push(
-                        self.record_on(wire, doc)
-                            .await
-                            .map(|recorded| recorded.outcome),
-                    );
+        Box::pin(async move {
+            let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
+            run(call, async move {
+                if T::MODEL.idempotency_key_field().is_some() {
+                    let mut outcomes = Vec::with_capacity(docs.len());
+                    for doc in docs {
+                        outcomes.push(
+                            self.record_on(wire, doc)
+                                .await
+                                .map(|recorded| recorded.outcome),
+                        );
+                    }
+                    return Ok(BatchReport::new(outcomes, 0));
                 }
-                return Ok(BatchReport::new(outcomes, 0));
-            }
-            let collection = DocumentRef::collection(&T::MODEL);
-            let table = self.table::<T>(wire, &collection).await?;
-            engine::batch::upsert_many(&self.driver(wire, &table), docs).await
+                let collection = DocumentRef::collection(&T::MODEL);
+                let table = self.table::<T>(wire, &collection).await?;
+                let driver = self.driver(wire, &table);
+                engine::batch::upsert_many(&driver, docs).await
+            })
+            .await
         })
-        .await
     }
 
     /// A deletion by the document, through `wire`.
-    pub(crate) async fn delete_on<T>(&self, wire: &impl Wire, doc: &T) -> Result<Deletion, Error>
+    pub(crate) fn delete_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        doc: &'a T,
+    ) -> StoreCall<'a, Deletion>
     where
         T: Idempotent + Serialize + Sync,
     {
-        let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
-        run(call, async move {
-            let document = doc.document_ref();
-            let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
-            let table = self.table::<T>(wire, &document).await?;
-            let row = PreparedRow::new(doc, &table)?;
-            let marked = table
-                .column_of(tombstone)
-                .and_then(|index| row.value_of(&table, index))
-                .is_some();
-            if !marked {
-                return Err(Error::new(
-                    document,
-                    ErrorKind::TombstoneNotSet {
-                        field: tombstone.name(),
-                    },
-                ));
-            }
-            let driver = self.driver(wire, &table);
-            engine::settle_one(&driver, WriteKind::Delete, &row)
-                .await
-                .map(Deletion::of)
+        Box::pin(async move {
+            let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
+            run(call, async move {
+                let document = doc.document_ref();
+                let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
+                let table = self.table::<T>(wire, &document).await?;
+                let row = PreparedRow::new(doc, &table)?;
+                let marked = table
+                    .column_of(tombstone)
+                    .and_then(|index| row.value_of(&table, index))
+                    .is_some();
+                if !marked {
+                    return Err(Error::new(
+                        document,
+                        ErrorKind::TombstoneNotSet {
+                            field: tombstone.name(),
+                        },
+                    ));
+                }
+                let driver = self.driver(wire, &table);
+                engine::settle_one(&driver, WriteKind::Delete, &row)
+                    .await
+                    .map(Deletion::of)
+            })
+            .await
         })
-        .await
     }
 
     /// A deletion by id, through `wire`.
-    pub(crate) async fn delete_by_id_on<T, M>(
-        &self,
-        wire: &impl Wire,
+    pub(crate) fn delete_by_id_on<'a, T, M>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
         id: Id,
-        marker: &M,
-    ) -> Result<Deletion, Error>
+        marker: &'a M,
+    ) -> StoreCall<'a, Deletion>
     where
         T: Idempotent,
         M: Serialize + Sync,
     {
-        let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
-        run(call, async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            let tombstone =
-                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
-            let table = self.table::<T>(wire, &document).await?;
-            let marker = json::to_json(marker).map_err(|error| {
-                Error::new(
-                    document.clone(),
-                    ErrorKind::Serialize {
-                        message: error.message(),
-                    },
-                )
-            })?;
-            let column = table
-                .column_of(tombstone)
-                .map(|index| &table.columns[index]);
-            let marker_text = match (column, &marker) {
-                (Some(column), value) => crate::sql::row::column_text(column, Some(value))
-                    .map_err(|expected| {
-                        Error::new(
-                            document.clone(),
-                            ErrorKind::Serialize {
-                                message: format!(
-                                    "the marker {value} is not {expected}, which its column holds"
-                                ),
-                            },
-                        )
-                    })?,
-                (None, value) => Some(value.to_string()),
-            };
-            let mark = D::mark_deleted_sql(&table, tombstone);
-            let look = D::deleted_sql(&table, tombstone);
-            let id_text = id.to_string();
-            let shape = column.map_or(ColumnShape::Structured, |column| column.shape);
-            settle_by_id(&document, || async {
-                let update_marker = format!("u{}", ulid::Ulid::generate());
-                let marking = [
-                    Param::Text(Some(&id_text)),
-                    Param::typed(shape, marker_text.as_deref()),
-                    Param::Text(Some(&update_marker)),
-                ];
-                in_transaction::<D, _>(wire, &document, async {
-                    crate::trace::round_trip("UPDATE");
-                    if wire.execute(&mark, &marking).await? > 0 {
-                        return Ok(ById::Answered(Deletion::Deleted));
-                    }
-                    crate::trace::round_trip("SELECT");
-                    let deleted = wire
-                        .fetch_optional(&look, &[Param::Text(Some(&id_text))])
-                        .await?;
-                    Ok(match deleted.map(|row| row.boolean(0)).transpose()? {
-                        Some(Some(true)) => ById::Answered(Deletion::AlreadyDeleted),
-                        // Unmarked, yet not updated: cannot be, as the write's lock is held; go
-                        // again.
-                        Some(_) => ById::Changed,
-                        None => ById::Missing,
-                    })
+        Box::pin(async move {
+            let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
+            run(call, async move {
+                let model = &T::MODEL;
+                let document = DocumentRef::by_id(model, id);
+                let tombstone =
+                    crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
+                let table = self.table::<T>(wire, &document).await?;
+                let marker = json::to_json(marker).map_err(|error| {
+                    Error::new(
+                        document.clone(),
+                        ErrorKind::Serialize {
+                            message: error.message(),
+                        },
+                    )
+                })?;
+                let column = table
+                    .column_of(tombstone)
+                    .map(|index| &table.columns[index]);
+                let marker_text = match (column, &marker) {
+                    (Some(column), value) => crate::sql::row::column_text(column, Some(value))
+                        .map_err(|expected| {
+                            Error::new(
+                                document.clone(),
+                                ErrorKind::Serialize {
+                                    message: format!(
+                                        "the marker {value} is not {expected}, which its column holds"
+                                    ),
+                                },
+                            )
+                        })?,
+                    (None, value) => Some(value.to_string()),
+                };
+                let id_text = id.to_string();
+                let shape = column.map_or(ColumnShape::Structured, |column| column.shape);
+                let driver = self.driver(wire, &table);
+                settle_by_id(&document, || {
+                    let marker = Param::typed(shape, marker_text.as_deref());
+                    driver.mark_deleted(&id_text, tombstone, marker, &document)
                 })
                 .await
             })
             .await
         })
-        .await
     }
 
     /// The members of a derived set not stored, inserted, through `wire`.
-    pub(crate) async fn insert_new_on<T>(
-        &self,
-        wire: &impl Wire,
-        members: &[T],
-    ) -> Result<InsertReport<T>, Error>
+    pub(crate) fn insert_new_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        members: &'a [T],
+    ) -> StoreCall<'a, InsertReport<T>>
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || None::<Id>);
-        run(call, async move {
-            let collection = DocumentRef::collection(&T::MODEL);
-            let table = self.table::<T>(wire, &collection).await?;
-            engine::insert::insert_new(&self.driver(wire, &table), members).await
-        })
-        .await
-    }
-
-    /// An event recorded once under its key, through `wire`.
-    pub(crate) async fn record_on<T>(&self, wire: &impl Wire, event: &T) -> Result<Recorded, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-    {
-        let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
-        run(call, async move {
-            let model = &T::MODEL;
-            let key_field = model
-                .idempotency_key_field()
-                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
-            crate::idempotent::idempotency_key(event)?;
-            let table = self.table::<T>(wire, &event.document_ref()).await?;
-            let id = Id::from(ulid::Ulid::generate());
-            let row = PreparedRow::with_id(event, id, &table)?;
-            engine::record::record(&self.driver(wire, &table), &row, key_field).await
-        })
-        .await
-    }
-
-    /// An operation applied once, through `wire`.
-    pub(crate) async fn apply_once_on<T: Idempotent>(
-        &self,
-        wire: &impl Wire,
-        id: Id,
-        op: &OpId,
-        changes: &[Change],
-    ) -> Result<Applied, Error> {
-        let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
-        run(call, async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            change::check_op(op, &document)?;
-            let table = self.table::<T>(wire, &document).await?;
-            change::check(model, &T::stored_columns(), changes, &document)?;
-            settle_by_id(&document, || async {
-                let answer =
-                    D::apply_once(wire, &table, id, op, changes, self.op_window, &document).await?;
-                Ok(answered_in_one(
-                    answer.written,
-                    answer.exists,
-                    Applied::Applied,
-                    Applied::AlreadyApplied,
-                ))
+        Box::pin(async move {
+            let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || None::<Id>);
+            run(call, async move {
+                let collection = DocumentRef::collection(&T::MODEL);
+                let table = self.table::<T>(wire, &collection).await?;
+                let driver = self.driver(wire, &table);
+                engine::insert::insert_new(&driver, members).await
             })
             .await
         })
-        .await
+    }
+
+    /// An event recorded once under its key, through `wire`.
+    pub(crate) fn record_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        event: &'a T,
+    ) -> StoreCall<'a, Recorded>
+    where
+        T: Idempotent + Serialize + Sync,
+    {
+        Box::pin(async move {
+            let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
+            run(call, async move {
+                let model = &T::MODEL;
+                let key_field = model
+                    .idempotency_key_field()
+                    .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
+                crate::idempotent::idempotency_key(event)?;
+                let table = self.table::<T>(wire, &event.document_ref()).await?;
+                let id = Id::from(ulid::Ulid::generate());
+                let row = PreparedRow::with_id(event, id, &table)?;
+                let driver = self.driver(wire, &table);
+                engine::record::record(&driver, &row, key_field).await
+            })
+            .await
+        })
+    }
+
+    /// An operation applied once, through `wire`.
+    pub(crate) fn apply_once_on<'a, T: Idempotent>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        id: Id,
+        op: &'a OpId,
+        changes: &'a [Change],
+    ) -> StoreCall<'a, Applied> {
+        Box::pin(async move {
+            let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
+            run(call, async move {
+                let model = &T::MODEL;
+                let document = DocumentRef::by_id(model, id);
+                change::check_op(op, &document)?;
+                let table = self.table::<T>(wire, &document).await?;
+                change::check(model, &T::stored_columns(), changes, &document)?;
+                settle_by_id(&document, || async {
+                    let answer =
+                        D::apply_once(wire, &table, id, op, changes, self.op_window, &document)
+                            .await?;
+                    Ok(answered_in_one(
+                        answer.written,
+                        answer.exists,
+                        Applied::Applied,
+                        Applied::AlreadyApplied,
+                    ))
+                })
+                .await
+            })
+            .await
+        })
     }
 
     /// An item pushed once, through `wire`.
-    pub(crate) async fn push_on<T, I>(
-        &self,
-        wire: &impl Wire,
+    pub(crate) fn push_on<'a, T, I>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
         id: Id,
         field: &'static str,
-        item: &I,
-    ) -> Result<Pushed, Error>
+        item: &'a I,
+    ) -> StoreCall<'a, Pushed>
     where
         T: Idempotent,
         I: Serialize + Sync,
     {
-        let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
-        run(call, async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::by_id(model, id);
-            let list = pushed_list(model, field, &document)?;
-            let table = self.table::<T>(wire, &document).await?;
-            let (item, item_key) = item_and_key_texts(&document, list, item)?;
-            settle_by_id(&document, || async {
-                let answer = D::push(wire, &table, id, list, &item, &item_key, &document).await?;
-                Ok(answered_in_one(
-                    answer.written,
-                    answer.exists,
-                    Pushed::Appended,
-                    Pushed::AlreadyPresent,
-                ))
+        Box::pin(async move {
+            let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
+            run(call, async move {
+                let model = &T::MODEL;
+                let document = DocumentRef::by_id(model, id);
+                let list = pushed_list(model, field, &document)?;
+                let table = self.table::<T>(wire, &document).await?;
+                let (item, item_key) = item_and_key_texts(&document, list, item)?;
+                settle_by_id(&document, || async {
+                    let answer =
+                        D::push(wire, &table, id, list, &item, &item_key, &document).await?;
+                    Ok(answered_in_one(
+                        answer.written,
+                        answer.exists,
+                        Pushed::Appended,
+                        Pushed::AlreadyPresent,
+                    ))
+                })
+                .await
             })
             .await
         })
-        .await
     }
 
     /// The row under `id`, as `T`, through `wire`.
-    pub(crate) async fn get_on<T>(&self, wire: &impl Wire, id: Id) -> Result<Option<T>, Error>
+    pub(crate) fn get_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        id: Id,
+    ) -> StoreCall<'a, Option<T>>
     where
         T: Idempotent + DeserializeOwned,
     {
-        let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
-        run(call, async move {
-            let document = DocumentRef::by_id(&T::MODEL, id);
-            let table = self.table::<T>(wire, &document).await?;
-            let condition = format!("t.{} = ?", D::quote(ID_FIELD));
-            let id_text = id.to_string();
-            let values = [Param::Text(Some(&id_text))];
-            super::reads::read_one::<D, T>(wire, &table, &condition, &values, document).await
+        Box::pin(async move {
+            let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
+            run(call, async move {
+                let document = DocumentRef::by_id(&T::MODEL, id);
+                let table = self.table::<T>(wire, &document).await?;
+                let id_text = id.to_string();
+                let equal = [(0, Param::Text(Some(&id_text)))];
+                D::read_one(wire, &table, &equal, document).await
+            })
+            .await
         })
-        .await
     }
 
     /// The row holding the natural key `key`, as `T`, through `wire`.
-    pub(crate) async fn find_on<T>(
-        &self,
-        wire: &impl Wire,
-        key: &NaturalKey,
-    ) -> Result<Option<T>, Error>
+    pub(crate) fn find_on<'a, T>(
+        &'a self,
+        wire: &'a (impl Wire + 'a),
+        key: &'a NaturalKey,
+    ) -> StoreCall<'a, Option<T>>
     where
         T: Idempotent + DeserializeOwned,
     {
-        let call = Call::find(T::MODEL.collection(), key);
-        run(call, async move {
-            let model = &T::MODEL;
-            let document = DocumentRef::new(model, key.clone());
-            if !key.fits(model, &T::stored_columns(), &document)? {
-                return Ok(None);
-            }
-            let table = self.table::<T>(wire, &document).await?;
-            let mut conditions = Vec::new();
-            let mut texts = Vec::new();
-            for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
-                let Some(index) = table.column_of(field) else {
+        Box::pin(async move {
+            let call = Call::find(T::MODEL.collection(), key);
+            run(call, async move {
+                let model = &T::MODEL;
+                let document = DocumentRef::new(model, key.clone());
+                if !key.fits(model, &T::stored_columns(), &document)? {
                     return Ok(None);
-                };
-                let text = match value {
-                    KeyValue::Text(text) => text.clone(),
-                    KeyValue::Integer(number) => number.to_string(),
-                    KeyValue::Bool(flag) => flag.to_string(),
-                    // No stored key holds it: keys are text, bool or integers up to 64 bits.
-                    _ => return Ok(None),
-                };
-                texts.push((table.columns[index].shape, text));
-                conditions.push(format!("t.{} = ?", D::quote(field.stored_name())));
-            }
-            let values: Vec<Param> = texts
-                .iter()
-                .map(|(shape, text)| Param::typed(*shape, Some(text)))
-                .collect();
-            let condition = conditions.join(" AND ");
-            super::reads::read_one::<D, T>(wire, &table, &condition, &values, document).await
+                }
+                let table = self.table::<T>(wire, &document).await?;
+                let mut texts = Vec::new();
+                for (field, (_, value)) in model.natural_key_fields().zip(key.parts()) {
+                    let Some(index) = table.column_of(field) else {
+                        return Ok(None);
+                    };
+                    let text = match value {
+                        KeyValue::Text(text) => text.clone(),
+                        KeyValue::Integer(number) => number.to_string(),
+                        KeyValue::Bool(flag) => flag.to_string(),
+                        // No stored key holds it: keys are text, bool or integers up to 64 bits.
+                        _ => return Ok(None),
+                    };
+                    texts.push((index, text));
+                }
+                let equal: Vec<(usize, Param)> = texts
+                    .iter()
+                    .map(|(index, text)| {
+                        (
+                            *index,
+                            Param::typed(table.columns[*index].shape, Some(text)),
+                        )
+                    })
+                    .collect();
+                D::read_one(wire, &table, &equal, document).await
+            })
+            .await
         })
-        .await
     }
 
     /// The engine's driver writing to `table` through `wire`.
-    fn driver<'a, W: Wire>(&'a self, wire: &'a W, table: &'a D::Table) -> MarkerDriver<'a, D, W> {
-        MarkerDriver {
-            store: self,
-            wire,
-            table,
-        }
+    fn driver<'a, W: Wire>(&'a self, wire: &'a W, table: &'a D::Table) -> D::Driver<'a, W> {
+        <D::Driver<'a, W> as SqlDriver<'a, D, W>>::new(self, wire, table)
     }
 
     /// The table of `T`, checked against the model before its first write.
@@ -533,6 +579,7 @@ impl<D: SqlDialect> Store<D> {
 /// Runs `work` in a transaction of idem's own ([`Wire::begin`]: a savepoint inside the
 /// caller's), committed if it succeeds and rolled back if it fails, so that a failed statement
 /// leaves neither a half-written change nor an open transaction.
+#[cfg(feature = "_marker_store")]
 pub(crate) async fn in_transaction<D: SqlDialect, R>(
     wire: &impl Wire,
     document: &DocumentRef,
@@ -545,6 +592,7 @@ pub(crate) async fn in_transaction<D: SqlDialect, R>(
 }
 
 /// [`in_transaction`] for work whose errors are idem's already: any of them rolls it back.
+#[cfg(feature = "_marker_store")]
 pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
     wire: &impl Wire,
     document: &DocumentRef,
@@ -559,6 +607,7 @@ pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
 
 /// Commits what [`Wire::begin`] opened after `outcome`, or rolls it back on an error. A commit
 /// that fails (a busy lock) is rolled back too, so that no write of it is left open.
+#[cfg(feature = "_marker_store")]
 pub(crate) async fn settle_transaction<D: SqlDialect, R>(
     wire: &impl Wire,
     outcome: Result<R, Error>,

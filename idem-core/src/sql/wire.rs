@@ -14,6 +14,8 @@ use crate::error::{BackendError, Error};
 
 /// One bound parameter, of the few types idem's statements take.
 #[derive(Clone, Copy, Debug)]
+// PostgreSQL's arrays and oids are bound by its store alone.
+#[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
 pub enum Param<'a> {
     /// Text, or NULL.
     Text(Option<&'a str>),
@@ -57,6 +59,7 @@ impl<'a> Param<'a> {
 }
 
 /// Parameters of text, one per value.
+#[cfg(feature = "_postgres")]
 pub(crate) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
     values
         .iter()
@@ -65,6 +68,8 @@ pub(crate) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
 }
 
 /// A row the server returned, read cell by cell: each database's own reading of its types.
+// PostgreSQL's typed cells are read by its store alone.
+#[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
 pub trait Cells {
     /// How many columns the row has.
     fn len(&self) -> usize;
@@ -75,6 +80,60 @@ pub trait Cells {
     fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure>;
     /// Cell `at` as an integer; `None` for NULL.
     fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure>;
+
+    // The typed cells of PostgreSQL's statements, read by its store alone: a cell that is NULL,
+    // or not of the type asked for, reads as `None`.
+
+    /// A `text` cell, borrowed.
+    fn str(&self, _at: usize) -> Option<&str> {
+        None
+    }
+    /// A `boolean` cell.
+    fn flag(&self, at: usize) -> Option<bool> {
+        self.boolean(at).ok().flatten()
+    }
+    /// A `bigint` cell.
+    fn int8(&self, at: usize) -> Option<i64> {
+        self.integer(at).ok().flatten()
+    }
+    /// A `double precision` cell.
+    fn float(&self, _at: usize) -> Option<f64> {
+        None
+    }
+    /// An `oid` cell.
+    fn oid(&self, _at: usize) -> Option<u32> {
+        None
+    }
+    /// A `text[]` cell.
+    fn texts(&self, _at: usize) -> Option<Vec<String>> {
+        None
+    }
+    /// A `jsonb` cell; `Err` says why it does not parse (a number beyond what a float holds,
+    /// say), which a read reports rather than take the row for one not stored.
+    fn json(&self, _at: usize) -> Result<Option<serde_json::Value>, String> {
+        Ok(None)
+    }
+
+    /// A `jsonb` cell holding a row (`to_jsonb`), as every read of rows takes it: `None` for
+    /// NULL; a cell that does not parse, or holds no object, is a deserialization error for
+    /// `document`.
+    fn object(
+        &self,
+        at: usize,
+        document: &crate::document::DocumentRef,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Error> {
+        let refused = |message: String| {
+            Error::new(
+                document.clone(),
+                crate::error::ErrorKind::Deserialize { message },
+            )
+        };
+        match self.json(at).map_err(refused)? {
+            None => Ok(None),
+            Some(serde_json::Value::Object(stored)) => Ok(Some(stored)),
+            Some(_) => Err(refused("a row did not read as an object".into())),
+        }
+    }
 }
 
 /// A statement the server or the driver refused, as idem reports it.
@@ -82,6 +141,7 @@ pub trait Cells {
 pub struct DbFailure(Box<Failed>);
 
 #[derive(Debug)]
+#[cfg_attr(not(all(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 struct Failed {
     /// The driver's error with its code, constraint and whether a retry may help.
     error: BackendError,
@@ -89,6 +149,8 @@ struct Failed {
     server_message: Option<String>,
 }
 
+// Each dialect reads what its codes need: SQLite its message, the MySQL family its number.
+#[cfg_attr(not(all(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 impl DbFailure {
     /// `error`, which the server answered with `server_message` if it answered.
     pub(crate) fn new(error: BackendError, server_message: Option<String>) -> Self {
@@ -121,6 +183,7 @@ impl std::fmt::Display for DbFailure {
 }
 
 /// The one row a statement returns, or the failure saying it returned none.
+#[cfg(feature = "_postgres")]
 pub(crate) fn one<R>(
     rows: Vec<R>,
     database: &'static str,
@@ -132,6 +195,7 @@ pub(crate) fn one<R>(
 }
 
 /// A statement that returns one row by construction returned none.
+#[cfg(feature = "_postgres")]
 #[derive(Debug, thiserror::Error)]
 #[error("{0} returned no row")]
 struct NoRow(&'static str);
@@ -144,6 +208,8 @@ pub type WireFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, DbFailure>> +
 
 /// A connection (or the caller's transaction) that statements are sent through, one at a time.
 /// Not for callers: each store lends the connection a call is given as one.
+// The write in a savepoint of its own and the pipelining are PostgreSQL's strategy's.
+#[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
 pub trait Wire: Send + Sync {
     /// A row as the driver returns it.
     type Row: Cells + Send + Sync;

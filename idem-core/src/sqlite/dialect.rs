@@ -13,7 +13,9 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect, SqlxDialect, Statement};
+use crate::sql::dialect::{
+    Dialect, EffectAnswer, MarkerDialect, SqlDialect, SqlxDialect, Statement,
+};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
@@ -24,15 +26,16 @@ impl crate::sql::dialect::private::Sealed for Sqlite {}
 
 impl Dialect for Sqlite {
     const NAME: &'static str = "SQLite";
-    type Connection = SqliteConnection;
 }
 
 impl SqlxDialect for Sqlite {
+    type Connection = SqliteConnection;
     type Db = sqlx::Sqlite;
 }
 
 impl SqlDialect for Sqlite {
     type Table = Table;
+    type Driver<'a, W: Wire + 'a> = crate::sql::marker::MarkerDriver<'a, Self, W>;
 
     fn quote(name: &str) -> String {
         quote(name)
@@ -68,9 +71,6 @@ impl SqlDialect for Sqlite {
 
     const LOCKING_READ: &'static str = "";
 
-    // An upsert's other unique indexes fail the statement, naming their columns.
-    const MEETS_ANY_UNIQUE: bool = false;
-
     fn error(document: &DocumentRef, source: DbFailure) -> Error {
         super::errors::sqlite_error(document, source)
     }
@@ -78,6 +78,39 @@ impl SqlDialect for Sqlite {
     fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
         super::errors::unique_conflict(error, table)
     }
+
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        table.read_of(alias, name)
+    }
+
+    async fn apply_once<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::apply_once(wire, table, id, op, changes, window, document).await
+    }
+
+    async fn push<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::push(wire, table, id, list, item, item_key, document).await
+    }
+}
+
+impl MarkerDialect for Sqlite {
+    // An upsert's other unique indexes fail the statement, naming their columns.
+    const MEETS_ANY_UNIQUE: bool = false;
 
     async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
         super::schema::index_on(wire, table, columns).await
@@ -112,10 +145,6 @@ impl SqlDialect for Sqlite {
     // SQLite's text of a float has 15 significant digits, which may not give it back.
     const PINS_FLOATS: bool = true;
 
-    fn read_of(table: &Table, alias: &str, name: &str) -> String {
-        table.read_of(alias, name)
-    }
-
     fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
         format!(
             "UPDATE {table} SET {tomb} = ?2, {marker} = ?3 WHERE {id} = ?1 AND {tomb} IS NULL",
@@ -133,30 +162,6 @@ impl SqlDialect for Sqlite {
             table.name(),
             quote(ID_FIELD)
         )
-    }
-
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) use pinned::Pinned;
 pub(crate) use prepared::PreparedRow;
 pub(crate) use read_back::{row_as, shape_of, stored_value};
 // Only the sqlx stores read a column's value back by its shape alone.
-#[cfg_attr(not(feature = "_sqlx_store"), allow(unused_imports))]
+#[cfg_attr(not(feature = "_marker_store"), allow(unused_imports))]
 pub(crate) use read_back::value_from_text;
 pub(crate) use reader::RowReader;
 pub(crate) use stored::{digest_in, StoredRow};

@@ -44,6 +44,6 @@ impl PreparedRow {
 pub(crate) struct Pinned {
     pub text: Option<String>,
     // Only SQLite binds a float as one: PostgreSQL's text of it gives it back.
-    #[cfg_attr(not(feature = "_sqlx_store"), allow(dead_code))]
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
     pub float: bool,
 }

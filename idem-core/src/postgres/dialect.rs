@@ -1,0 +1,180 @@
+//! PostgreSQL's words for the SQL store ([`crate::sql::store`]): its statements
+//! ([`super::table`]), its table check ([`super::schema`]), its errors ([`super::errors`]), its
+//! effects ([`super::effects`]) and reads ([`super::read`]), and its write strategy: one
+//! statement whose rows say what it did ([`super::driver`]).
+
+use serde::de::DeserializeOwned;
+
+use super::driver::PgDriver;
+use super::table::{quote, Table};
+use crate::column::{Column, ColumnShape};
+use crate::document::DocumentRef;
+use crate::engine::Conflict;
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{Field, Model, OpId};
+use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect};
+use crate::sql::wire::{DbFailure, Param, Wire};
+
+/// SQLSTATE of a unique violation.
+const UNIQUE_VIOLATION: &str = "23505";
+/// SQLSTATE `duplicate_table`.
+const DUPLICATE_TABLE: &str = "42P07";
+/// SQLSTATE `duplicate_object`.
+const DUPLICATE_OBJECT: &str = "42710";
+
+/// PostgreSQL, through tokio-postgres or sqlx.
+#[derive(Clone, Copy, Debug)]
+pub struct Postgres;
+
+impl crate::sql::dialect::private::Sealed for Postgres {}
+
+impl Dialect for Postgres {
+    const NAME: &'static str = "PostgreSQL";
+}
+
+impl SqlDialect for Postgres {
+    type Table = Table;
+    type Driver<'a, W: Wire + 'a> = PgDriver<'a, W>;
+
+    fn quote(name: &str) -> String {
+        quote(name)
+    }
+
+    fn table(model: &'static Model, stored: &[Column]) -> Table {
+        Table::new(model, stored)
+    }
+
+    fn create_sql(table: &Table) -> String {
+        table.create_sql()
+    }
+
+    const TABLE_EXISTS: &'static str = "SELECT 1 WHERE to_regclass(quote_ident($1)) IS NOT NULL";
+
+    async fn table_problems<W: Wire>(
+        wire: &W,
+        table: &Table,
+        document: &DocumentRef,
+        stored_types: bool,
+    ) -> Result<Vec<String>, Error> {
+        let survey = super::survey_table(wire, table, document, stored_types).await?;
+        Ok(survey.problems)
+    }
+
+    async fn check_table<W: Wire>(
+        wire: &W,
+        table: &Table,
+        document: &DocumentRef,
+    ) -> Result<(), Error> {
+        super::schema::check_table(wire, table, document).await
+    }
+
+    const COLUMNS: &'static str = "SELECT a.attname::text, \
+         upper(format_type(a.atttypid, a.atttypmod)), \
+         (EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid \
+         AND x.indisprimary AND a.attnum = ANY(x.indkey)))::int8 \
+         FROM pg_attribute a WHERE a.attrelid = to_regclass(quote_ident($1)) \
+         AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+    fn shape_of(declared: &str) -> ColumnShape {
+        super::stored::shape_of(&declared.to_lowercase())
+    }
+
+    const LOCKING_READ: &'static str = " FOR UPDATE";
+
+    fn read_of(_table: &Table, alias: &str, name: &str) -> String {
+        format!("{alias}.{}", quote(name))
+    }
+
+    // `ctid` is no integer, and moves when the row is written.
+    const ROW_LOCATOR: Option<&'static str> = None;
+
+    fn error(document: &DocumentRef, source: DbFailure) -> Error {
+        super::postgres_error(document, source)
+    }
+
+    fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
+        unique_conflict(error, table)
+    }
+
+    async fn apply_once<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        op: &OpId,
+        changes: &[crate::change::Change],
+        window: usize,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::apply_once(wire, table, id, op, changes, window, document).await
+    }
+
+    async fn push<W: Wire>(
+        wire: &W,
+        table: &Table,
+        id: Id,
+        list: &'static Field,
+        item: &str,
+        item_key: &str,
+        document: &DocumentRef,
+    ) -> Result<EffectAnswer, Error> {
+        super::effects::push(wire, table, id, list, item, item_key, document).await
+    }
+
+    fn unstorable(table: &Table) -> Option<String> {
+        table.unstorable_name()
+    }
+
+    /// The catalog's unique index refused this table (a unique violation), or the table or its
+    /// row type appeared between the check for it and the creation (a duplicate table or
+    /// object). A duplicate object is also what an enum type of the table's name gives (the
+    /// table's row type would take its name), which the check then finds no table for.
+    fn created_by_another_session(failure: &DbFailure) -> bool {
+        matches!(
+            failure.code(),
+            Some(UNIQUE_VIOLATION | DUPLICATE_TABLE | DUPLICATE_OBJECT)
+        )
+    }
+
+    async fn read_one<W: Wire, T: DeserializeOwned>(
+        wire: &W,
+        table: &Table,
+        equal: &[(usize, Param<'_>)],
+        document: DocumentRef,
+    ) -> Result<Option<T>, Error> {
+        super::read::read_one(wire, table, equal, document).await
+    }
+}
+
+/// Which unique constraint a unique violation raised by a single write names: the primary key
+/// or the natural key's (this id is stored with another natural key, or a racing writer stored
+/// the document after the statement's snapshot), another one (a refusal naming it), or none.
+pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
+    let violation = error.as_backend()?;
+    if violation.code() != Some(UNIQUE_VIOLATION) {
+        return None;
+    }
+    let Some(name) = violation.constraint() else {
+        return Some(Conflict::Unclear {
+            index: "(unnamed)".to_owned(),
+        });
+    };
+    // By the names the check read in the violated table's schema: a migration may have named
+    // the primary key, and PostgreSQL shortens the name it makes for a long table name.
+    let ours = violation
+        .constraint_schema()
+        .and_then(|schema| table.checked_in(schema))
+        .is_some_and(|checked| {
+            checked
+                .id_constraints
+                .iter()
+                .chain(&checked.natural_key_constraints)
+                .any(|constraint| constraint == name)
+        });
+    Some(match ours {
+        true => Conflict::Key,
+        false => Conflict::Other {
+            index: name.to_owned(),
+        },
+    })
+}
