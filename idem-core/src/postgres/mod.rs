@@ -90,6 +90,7 @@ mod schema;
 mod session;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_wire;
+mod statements;
 mod stored;
 mod table;
 #[cfg(feature = "postgres")]

@@ -335,6 +335,45 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         })
     }
 
+    /// The savepoint, the statement and the savepoint's end under one hold of the connection,
+    /// so that no other call on a session shared by tasks sends a statement into them.
+    fn write<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> WireFuture<'a, Vec<DB::Cells>> {
+        let query = DB::prepare(sql, params);
+        Box::pin(read_failure::<DB, _>(async move {
+            let query = query?;
+            let mut connection = self.connection.lock().await;
+            if DB::depth(&connection) == 0 {
+                return DB::fetch_all(*connection, query).await;
+            }
+            crate::trace::round_trip("SAVEPOINT");
+            let savepoint = DB::prepare("SAVEPOINT idem_statement", &[])?;
+            DB::execute(*connection, savepoint).await?;
+            let written = DB::fetch_all(*connection, query).await;
+            crate::trace::round_trip("RELEASE SAVEPOINT");
+            let ending = match written {
+                Ok(_) => "RELEASE SAVEPOINT idem_statement",
+                Err(_) => "ROLLBACK TO SAVEPOINT idem_statement",
+            };
+            let ended = DB::execute(*connection, DB::prepare(ending, &[])?).await;
+            match written {
+                Ok(rows) => ended.map(|_| rows),
+                // The statement's failure is the one to report, whatever the rollback says;
+                // rolled back to, the savepoint is released.
+                Err(failure) => {
+                    if ended.is_ok() {
+                        let release = DB::prepare("RELEASE SAVEPOINT idem_statement", &[])?;
+                        let _ = DB::execute(*connection, release).await;
+                    }
+                    Err(failure)
+                }
+            }
+        }))
+    }
+
     fn scan<'a>(
         &'a self,
         sql: &'a str,

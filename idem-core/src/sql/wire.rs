@@ -245,32 +245,11 @@ pub trait Wire: Send + Sync {
     fn in_callers_transaction(&self) -> WireFuture<'_, bool>;
 
     /// Sends `sql`, a write with `params` that returns rows, so that its failure leaves the
-    /// caller's transaction as it was before it: inside one, in a savepoint of its own, rolled
-    /// back to if it failed; outside, the statement is its own transaction.
-    fn write<'a>(
-        &'a self,
-        sql: &'a str,
-        params: &'a [Param<'a>],
-    ) -> WireFuture<'a, Vec<Self::Row>> {
-        let statement = self.fetch_all(sql, params);
-        Box::pin(async move {
-            if !self.in_callers_transaction().await? {
-                return statement.await;
-            }
-            crate::trace::round_trip("SAVEPOINT");
-            self.begin().await?;
-            let written = statement.await;
-            crate::trace::round_trip("RELEASE SAVEPOINT");
-            match written {
-                Ok(rows) => self.commit().await.map(|()| rows),
-                Err(failure) => {
-                    // The statement's failure is the one to report, whatever the rollback says.
-                    let _ = self.rollback().await;
-                    Err(failure)
-                }
-            }
-        })
-    }
+    /// caller's transaction as it was before it: inside one, in a savepoint of its own (sent
+    /// with the statement, so that no other call on a shared session comes between them),
+    /// rolled back to if it failed; outside, the statement is its own transaction.
+    fn write<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>])
+        -> WireFuture<'a, Vec<Self::Row>>;
 
     /// Whether two chunks of a batch may have statements in flight at once
     /// ([`crate::engine::batch::BatchDriver::chunks_in_flight`]): where requests pipeline on
