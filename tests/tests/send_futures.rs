@@ -1,4 +1,4 @@
-//! Every public future of the stores over sqlx is `Send`, so that a call can be spawned on a
+//! Every public future of the SQL stores is `Send`, so that a call can be spawned on a
 //! multi-threaded runtime (`tokio::spawn`, a web framework's handler): checked when this file
 //! compiles. The futures are made and dropped, never polled.
 
@@ -70,4 +70,52 @@ fn sqlite(store: &idem_core::sqlite::Store, connection: &mut SqliteConnection) {
 #[allow(dead_code)]
 fn mysql(store: &idem_core::mysql::Store, connection: &mut MySqlConnection) {
     every_future_is_send!(store, connection);
+}
+
+/// Each method of the PostgreSQL store through `$client` (a tokio-postgres client or
+/// transaction, or a sqlx connection), whose methods name the connection's type (`_`).
+macro_rules! every_postgres_future_is_send {
+    ($store:expr, $client:expr) => {{
+        let store = $store;
+        let post = Post {
+            slug: "a".into(),
+            views: 0,
+            tags: Vec::new(),
+            deleted: None,
+        };
+        let id = Id::from(ulid::Ulid::nil());
+        let op = OpId::new("op");
+        let key = NaturalKey::new(vec![("slug", idem_core::KeyValue::Text("a".into()))]);
+        send(store.ensure_table::<Post, _>($client));
+        send(store.upsert($client, &post));
+        send(store.upsert_many($client, std::slice::from_ref(&post)));
+        send(store.delete($client, &post));
+        send(store.delete_by_id::<Post, _, _>($client, id, &1_i64));
+        send(store.insert_new($client, std::slice::from_ref(&post)));
+        send(store.apply_once::<Post, _>($client, id, &op, &[Change::add("views", 1)]));
+        send(store.push::<Post, _, _>($client, id, "tags", &Tag { name: "x".into() }));
+        send(store.get::<Post, _>($client, id));
+        send(store.find::<Post, _>($client, &key));
+        send(store.audit::<Post, _>($client));
+        send(store.audit_with_progress::<Post, _>($client, |_| {}));
+        send(store.audit_model($client, &Post::MODEL, &[], |_| {}));
+        send(store.adopt::<Post, _>($client));
+        send(store.adopt_model($client, &Post::MODEL, &[], Default::default()));
+        let session = store.on($client);
+        send(session.upsert(&post));
+        send(session.upsert_many(std::slice::from_ref(&post)));
+        send(session.get::<Post>(id));
+    }};
+}
+
+#[allow(dead_code)]
+fn postgres(
+    store: &idem_core::postgres::Store,
+    client: &idem_core::tokio_postgres::Client,
+    transaction: &idem_core::tokio_postgres::Transaction<'_>,
+    connection: &mut idem_core::sqlx::PgConnection,
+) {
+    every_postgres_future_is_send!(store, client);
+    every_postgres_future_is_send!(store, transaction);
+    every_postgres_future_is_send!(store, &mut *connection);
 }
