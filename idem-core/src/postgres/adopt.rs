@@ -10,23 +10,23 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::audit::{estimated_rows, run_time_table, without};
-use super::schema::survey_table;
+use super::dialect::Postgres;
 use super::table::{quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
-use crate::audit::{AdoptReport, AuditProgress, HashDiagnosis, RunLimits, UnknownField};
+use crate::audit::{AdoptReport, AuditProgress, RunLimits};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
-use crate::model_check::ModelCheck;
-use crate::sql::audit::{diagnose, shown_row_id};
+use crate::sql::audit::{columns_without, shown_row_id};
+use crate::sql::dialect::SqlDialect;
 use crate::sql::judge::{
     stored_destination, typed_destination, AdoptOptions, Destination, Destined,
 };
 use crate::sql::layout::Layout;
+use crate::sql::takeover::{model_mismatch, stored_table};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -184,13 +184,14 @@ impl Store {
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
             }
-            let (table, mut unknown) = run_time_table(client, model, field_order).await?;
+            let (table, mut unknown) = stored_table::<Postgres>(client, model, field_order).await?;
             let refuse = |problem: String| Error::schema_mismatch(model, problem);
-            let survey = survey_table(client, &table, &collection, false).await?;
-            if let Some(problem) = survey.problems.into_iter().next() {
+            let problems = Postgres::table_problems(client, &table, &collection, false).await?;
+            if let Some(problem) = problems.into_iter().next() {
                 return Err(refuse(format!("{problem}; nothing was moved")));
             }
-            let (mismatch, unhashed) = model_mismatch(client, &table, field_order).await?;
+            let (mismatch, unhashed) =
+                model_mismatch::<Postgres>(client, &table, field_order).await?;
             unknown.extend(unhashed.iter().cloned());
             crate::audit::check_adoption(
                 model,
@@ -200,7 +201,7 @@ impl Store {
                 options.allow_unknown_fields,
             )?;
             // Read without them: the hashes stored are then the type's.
-            let table = without(table, &unhashed);
+            let table = Table::new(table.model, &columns_without(&table, &unhashed));
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };
@@ -208,38 +209,6 @@ impl Store {
         })
         .await
     }
-}
-
-/// Checks the model of `table` (given at run time) against rows stored under a ULID
-/// ([`crate::model_check`]), reading no more of them than the check examines.
-async fn model_mismatch<C: Wire>(
-    client: &C,
-    table: &Table,
-    field_order: &[&str],
-) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
-    let document = DocumentRef::collection(table.model);
-    let mut check = ModelCheck::new(table.model);
-    let mut diagnosis = HashDiagnosis::default();
-    let sql = format!(
-        "SELECT {}, t.{id} FROM {} t WHERE length(t.{id}) = 26 LIMIT $1",
-        table.row_json("t", |_| true),
-        table.name(),
-        id = quote(ID_FIELD),
-    );
-    let limit = crate::model_check::DOCUMENTS_EXAMINED as i64;
-    crate::trace::round_trip("SELECT");
-    let rows = client
-        .fetch_all(&sql, &[Param::Integer(limit)])
-        .await
-        .map_err(|source| postgres_error(&document, source))?;
-    for row in &rows {
-        // A sample: a row that does not parse is left out of it, and the scan reports it.
-        if let (Ok(Some(Value::Object(stored))), Some(id)) = (row.json(0), row.str(1)) {
-            check.examine(id, &stored);
-            diagnose(&mut diagnosis, table, field_order, &stored);
-        }
-    }
-    Ok((check.finding(), diagnosis.finding()))
 }
 
 /// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
@@ -252,7 +221,13 @@ async fn move_rows<C: Wire>(
 ) -> Result<AdoptReport, Error> {
     let model = table.model;
     let collection = DocumentRef::collection(model);
-    let total = estimated_rows(client, model, &collection).await?;
+    crate::trace::round_trip("SELECT");
+    let total = client
+        .fetch_optional(&Postgres::row_count_sql(table), &[])
+        .await
+        .map_err(|source| postgres_error(&collection, source))?
+        .and_then(|row| row.int8(0))
+        .and_then(|rows| u64::try_from(rows).ok());
     let mut report = AdoptReport::new(model.collection());
     let limits = RunLimits::new(options.max_documents, None);
     let mut scanned = 0;

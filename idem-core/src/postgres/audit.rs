@@ -22,19 +22,12 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::stored::stored_table;
-use super::table::{quote, Table};
-use super::wire::{Cells, Connection, Param, Wire};
-use super::{postgres_error, survey_table, Store};
-use crate::audit::{AuditProgress, AuditReport, UnknownField};
-use crate::document::DocumentRef;
+use super::wire::Connection;
+use super::Store;
+use crate::audit::{AuditProgress, AuditReport};
 use crate::error::Error;
-use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model};
-use crate::sql::audit::{catalog_unknowns, columns_without, typed_unknowns, RowScan};
-use crate::sql::judge::Reading;
-use crate::trace::{Call, CallKind};
+use crate::model::Model;
 
 impl Store {
     /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled it:
@@ -97,18 +90,7 @@ impl Store {
         T: Idempotent + Serialize + DeserializeOwned,
         C: Connection,
     {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
-        // Only its columns are used: the statements, which depend on the signal, are never sent.
-        let table = Table::of::<T>();
-        call.run(scan_table(
-            client,
-            &table,
-            Reading::typed::<T>(),
-            &mut progress,
-        ))
-        .await
+        self.audit_on::<T>(&client.wire(), &mut progress).await
     }
 
     /// [`audit`](Store::audit) for a model given at run time (the `idem` command's flags), as
@@ -132,149 +114,7 @@ impl Store {
         field_order: &[&str],
         mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AuditReport, Error> {
-        let wire = client.wire();
-        let client = &wire;
-        let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
-        call.run(async {
-            let (table, unknown) = run_time_table(client, model, field_order).await?;
-            let reading = Reading::Stored { field_order };
-            let mut report = scan_table(client, &table, reading, &mut progress).await?;
-            let found = std::mem::replace(&mut report.unknown_fields, unknown);
-            for field in found {
-                crate::audit::note_unknown(&mut report.unknown_fields, field);
-            }
-            Ok(report)
-        })
-        .await
+        self.audit_model_on(&client.wire(), model, field_order, &mut progress)
+            .await
     }
-}
-
-/// The audit's catalog survey and one pass over the rows.
-async fn scan_table<C>(
-    client: &C,
-    table: &Table,
-    reading: Reading<'_>,
-    progress: &mut (impl FnMut(&AuditProgress) + Send),
-) -> Result<AuditReport, Error>
-where
-    C: Wire,
-{
-    let model = table.model;
-    let document = DocumentRef::collection(model);
-    let survey = survey_table(client, table, &document, reading.is_typed()).await?;
-    let mut report = AuditReport::new(model.collection(), reading.is_typed());
-    report.table_problems = survey.problems;
-    if survey.present.is_empty() {
-        return Ok(report);
-    }
-    if reading.is_typed() {
-        let mut present: Vec<&str> = survey.present.keys().map(String::as_str).collect();
-        present.sort_unstable();
-        report.unknown_fields = typed_unknowns(table, present);
-    }
-    let total = estimated_rows(client, model, &document).await?;
-    let key_columns: Vec<String> = model
-        .natural_key_fields()
-        .map(Field::stored_name)
-        .filter(|name| survey.present.contains_key(*name))
-        .map(|name| format!("t.{}, ", quote(name)))
-        .collect();
-    let sql = format!(
-        "SELECT {}, t.ctid::text FROM {} t ORDER BY {}t.ctid",
-        table.row_json("t", |column| survey.present.contains_key(column)),
-        table.name(),
-        key_columns.concat()
-    );
-    crate::trace::round_trip("SELECT");
-    let mut scan = RowScan::new(table, reading);
-    client
-        .scan(
-            &sql,
-            &[],
-            |source| super::postgres_error(&document, source),
-            |row| {
-                // `to_jsonb` of a row is never NULL.
-                let stored = row.object(0, &document)?.unwrap_or_default();
-                let location = format!("ctid {}", row.str(1).unwrap_or_default());
-                scan.row(&mut report, stored, &location);
-                progress(&AuditProgress::new(report.scanned, total));
-                Ok(())
-            },
-        )
-        .await?;
-    scan.finish(&mut report);
-    Ok(report)
-}
-
-/// The table of a model given at run time ([`stored_table`]) without its columns that are not
-/// fields of the model, and those columns: the table's own key (a primary key column other
-/// than `_id`, an identity, generated or serial column), and, where the model lists its fields
-/// (`field_order`), each column it does not list.
-pub(super) async fn run_time_table<C: Wire>(
-    client: &C,
-    model: &Model,
-    field_order: &[&str],
-) -> Result<(Table, Vec<UnknownField>), Error> {
-    let table = stored_table(client, model).await?;
-    let document = DocumentRef::collection(model);
-    crate::trace::round_trip("SELECT");
-    let keys = client
-        .fetch_all(
-            "SELECT a.attname::text FROM pg_attribute a \
-             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
-             WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 \
-             AND NOT a.attisdropped AND (a.attidentity <> '' OR a.attgenerated <> '' \
-             OR pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%' \
-             OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
-             AND i.indisprimary AND a.attnum = ANY (i.indkey)))",
-            &[Param::Text(Some(model.collection()))],
-        )
-        .await
-        .map_err(|source| postgres_error(&document, source))?;
-    let table_keys: Vec<String> = keys
-        .iter()
-        .filter_map(|row| row.str(0))
-        .filter(|name| *name != crate::model::ID_FIELD)
-        .map(str::to_owned)
-        .collect();
-    let unknown = catalog_unknowns(
-        model,
-        field_order,
-        table.columns.iter().map(|column| column.name),
-        &table_keys,
-    );
-    let table = without(table, &unknown);
-    Ok((table, unknown))
-}
-
-/// `table` read without the columns `left_out`.
-pub(super) fn without(table: Table, left_out: &[UnknownField]) -> Table {
-    if left_out.is_empty() {
-        return table;
-    }
-    Table::new(table.model, &columns_without(&table, left_out))
-}
-
-/// The planner's estimate of the rows of `model`'s table: cheap, and only used to draw progress.
-pub(super) async fn estimated_rows<C>(
-    client: &C,
-    model: &Model,
-    document: &DocumentRef,
-) -> Result<Option<u64>, Error>
-where
-    C: Wire,
-{
-    crate::trace::round_trip("SELECT");
-    let estimate = client
-        .fetch_all(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
-            &[Param::Text(Some(model.collection()))],
-        )
-        .await
-        .map_err(|source| postgres_error(document, source))?;
-    // -1: never vacuumed or analyzed.
-    Ok(estimate
-        .first()
-        .and_then(|row| row.int8(0))
-        .and_then(|rows| u64::try_from(rows).ok()))
 }

@@ -6,7 +6,7 @@
 use serde::de::DeserializeOwned;
 
 use super::driver::PgDriver;
-use super::table::{quote, Table};
+use super::table::{literal, quote, Table};
 use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
 use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect};
-use crate::sql::wire::{DbFailure, Param, Wire};
+use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// SQLSTATE of a unique violation.
 const UNIQUE_VIOLATION: &str = "23505";
@@ -69,25 +69,70 @@ impl SqlDialect for Postgres {
         super::schema::check_table(wire, table, document).await
     }
 
+    // The table's own key: a primary-key column, or an identity, generated or serial one, which
+    // the database fills itself.
     const COLUMNS: &'static str = "SELECT a.attname::text, \
          upper(format_type(a.atttypid, a.atttypmod)), \
-         (EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid \
+         (a.attidentity <> '' OR a.attgenerated <> '' \
+         OR COALESCE(pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false) \
+         OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid \
          AND x.indisprimary AND a.attnum = ANY(x.indkey)))::int8 \
-         FROM pg_attribute a WHERE a.attrelid = to_regclass(quote_ident($1)) \
+         FROM pg_attribute a \
+         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         WHERE a.attrelid = to_regclass(quote_ident($1)) \
          AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
+    /// By the type `format_type` spells (upper case here); a type idem never makes is taken as
+    /// structured, and its type is not checked (see `survey_table`).
     fn shape_of(declared: &str) -> ColumnShape {
-        super::stored::shape_of(&declared.to_lowercase())
+        match declared {
+            "TEXT" => ColumnShape::Text,
+            _ if declared.starts_with("CHARACTER") => ColumnShape::Text,
+            "BIGINT" | "INTEGER" | "SMALLINT" => ColumnShape::Integer,
+            "DOUBLE PRECISION" | "REAL" => ColumnShape::Float,
+            "BOOLEAN" => ColumnShape::Boolean,
+            _ => ColumnShape::Structured,
+        }
     }
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
     fn read_of(_table: &Table, alias: &str, name: &str) -> String {
-        format!("{alias}.{}", quote(name))
+        format!("{alias}.{}::text", quote(name))
     }
 
-    // `ctid` is no integer, and moves when the row is written.
-    const ROW_LOCATOR: Option<&'static str> = None;
+    // Valid until the row is next written.
+    const ROW_LOCATOR: Option<&'static str> = Some("ctid");
+
+    /// The planner's estimate: cheap, and only used to draw progress (`None` before the table
+    /// was first vacuumed or analyzed).
+    fn row_count_sql(table: &Table) -> String {
+        format!(
+            "SELECT NULLIF(reltuples::bigint, -1) FROM pg_class WHERE oid = to_regclass({})",
+            literal(&table.name())
+        )
+    }
+
+    const MISSING_TABLE: Option<&'static str> = Some(
+        "SELECT format('database `%s` has no table `%s` in the search path (%s)', \
+         current_database(), $1::text, current_setting('search_path'))",
+    );
+
+    /// The row as `to_jsonb` makes it, every type as PostgreSQL writes it in JSON.
+    fn row_select(table: &Table, present: &[String]) -> (String, Vec<usize>) {
+        let list = table.row_json("t", |column| present.iter().any(|name| name == column));
+        (list, Vec::new())
+    }
+
+    fn row_read<R: Cells>(
+        _table: &Table,
+        _columns: &[usize],
+        row: &R,
+        document: &DocumentRef,
+    ) -> Result<(serde_json::Map<String, serde_json::Value>, usize), Error> {
+        // `to_jsonb` of a row is never NULL.
+        Ok((row.object(0, document)?.unwrap_or_default(), 1))
+    }
 
     fn error(document: &DocumentRef, source: DbFailure) -> Error {
         super::postgres_error(document, source)

@@ -91,7 +91,6 @@ mod session;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_wire;
 mod statements;
-mod stored;
 mod table;
 #[cfg(feature = "postgres")]
 mod tokio_wire;

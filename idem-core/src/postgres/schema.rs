@@ -102,9 +102,6 @@ where
 
 /// A table as the server holds it, against what idem needs of it.
 pub(super) struct TableSurvey {
-    /// Each column present, with its type as `format_type` writes it; empty if the table does
-    /// not exist.
-    pub(super) present: HashMap<String, String>,
     /// What idem needs and the table lacks, in the order [`check_table`] refuses them: the table
     /// itself, then each column of the model missing or of another type, then the collations of
     /// the key columns, then the primary key and the unique constraint on the natural key, then
@@ -142,7 +139,6 @@ where
     C: Wire,
 {
     let absent = |problem| TableSurvey {
-        present: HashMap::new(),
         problems: vec![problem],
         checked: None,
         signal: table::InsertedSignal::Xmax,
@@ -338,7 +334,6 @@ where
             .collect(),
     };
     Ok(TableSurvey {
-        present,
         problems,
         checked: Some(checked),
         signal,

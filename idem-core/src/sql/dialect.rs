@@ -23,7 +23,7 @@ use crate::engine::batch::BatchDriver;
 use crate::engine::by_id::ById;
 use crate::outcome::Deletion;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
-use crate::sql::wire::{DbFailure, Param, Wire};
+use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// Which write a statement makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,9 +112,48 @@ pub(crate) trait SqlDialect: Dialect {
     const LOCKING_READ: &'static str;
     /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
     fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
-    /// How a row is found where it has no `_id` (SQLite's `rowid`), an integer column every
-    /// table has; `None` where the database has none.
+    /// How a row is found where it has no `_id` (SQLite's `rowid`, PostgreSQL's `ctid`), a
+    /// column every table has, read as [`SqlDialect::read_of`] reads a column; `None` where the
+    /// database has none.
     const ROW_LOCATOR: Option<&'static str>;
+
+    /// How many rows `table` holds, as one integer: an audit's total for its progress.
+    fn row_count_sql(table: &Self::Table) -> String {
+        format!(
+            "SELECT count(*) FROM {}",
+            Self::quote(table.model.collection())
+        )
+    }
+
+    /// A query of one parameter, the table's name, whose one text column says where the
+    /// database looked for a table it did not find; `None` where the name alone says it.
+    const MISSING_TABLE: Option<&'static str> = None;
+
+    /// The stored columns of `table` the schema has (`present`) as an audit selects them, and
+    /// which of the table's columns they are: each read as [`SqlDialect::read_of`] reads it.
+    fn row_select(table: &Self::Table, present: &[String]) -> (String, Vec<usize>) {
+        let columns: Vec<usize> = (0..table.columns.len())
+            .filter(|&index| present.iter().any(|name| name == table.columns[index].name))
+            .collect();
+        let list: Vec<String> = columns
+            .iter()
+            .map(|&index| Self::read_of(table, "t", table.columns[index].name))
+            .collect();
+        (list.join(", "), columns)
+    }
+
+    /// A row [`SqlDialect::row_select`] selected, as the JSON the SQL stores judge rows in;
+    /// and the index of the row's first cell after it.
+    fn row_read<R: Cells>(
+        table: &Self::Table,
+        columns: &[usize],
+        row: &R,
+        document: &DocumentRef,
+    ) -> Result<(serde_json::Map<String, serde_json::Value>, usize), Error> {
+        let stored = super::takeover::row_json(table, columns, row)
+            .map_err(|source| Self::error(document, source))?;
+        Ok((stored, columns.len()))
+    }
 
     /// `source` as the error of a call concerning `document`.
     fn error(document: &DocumentRef, source: DbFailure) -> Error;

@@ -3,6 +3,8 @@
 //! ([`json`]), and how an audit or an adoption judges a row ([`judge`]). Each dialect's types,
 //! statements and error codes are its driver's.
 
+#[cfg(feature = "_marker_store")]
+pub(crate) mod adoption;
 pub(crate) mod audit;
 pub(crate) mod change;
 #[cfg(feature = "_sql_store")]
@@ -26,7 +28,7 @@ pub(crate) mod sqlx_api;
 pub(crate) mod sqlx_wire;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod store;
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod takeover;
 pub(crate) mod texts;
 #[cfg(feature = "_sql_store")]

@@ -1,36 +1,29 @@
-//! The audit of a table before idem takes it over, and the adoption of its rows, for any SQL
-//! dialect: what the table lacks (the dialect's table check), then one pass over its rows in
-//! natural-key order that checks each row's id and content hash against the row read as the
-//! type ([`crate::sql::audit`]); and the move of each row not under its derived id to it, page
-//! by page, each page in a transaction of its own.
+//! The audit of a table before idem takes it over, for any SQL dialect: what the table lacks
+//! (the dialect's table check), then one pass over its rows in natural-key order that checks
+//! each row's id and content hash against the row read as the type ([`crate::sql::audit`]);
+//! and what an adoption reads first: the table of a model given at run time, and whether the
+//! model is the one the rows were written with.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::dialect::SqlDialect;
-use super::store::{in_transaction_with, Store};
+use super::store::Store;
 use super::wire::{Cells, DbFailure, Param, Wire};
-use crate::audit::{
-    AdoptReport, AuditProgress, AuditReport, HashDiagnosis, RunLimits, UnknownField,
-};
+use crate::audit::{AuditProgress, AuditReport, HashDiagnosis, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
-use crate::sql::audit::{
-    catalog_unknowns, columns_without, diagnose, shown_row_id, typed_unknowns, RowScan,
-};
-use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Destined, Reading};
+use crate::sql::audit::{catalog_unknowns, diagnose, typed_unknowns, RowScan};
+use crate::sql::judge::Reading;
 use crate::sql::layout::{Content, Layout};
 use crate::sql::row::value_from_text;
 use crate::trace::{Call, CallKind};
-
-/// How many rows one page of the adoption reads (and moves in one transaction).
-const PAGE_ROWS: i64 = 500;
 
 // The methods are the crate's own: each store's module gives them their public signatures.
 #[allow(private_bounds)]
@@ -71,151 +64,17 @@ impl<D: SqlDialect> Store<D> {
         })
         .await
     }
-
-    /// The adoption of `T`'s table, through `wire`.
-    pub(crate) async fn adopt_on<T>(&self, wire: &impl Wire) -> Result<AdoptReport, Error>
-    where
-        T: Idempotent + Serialize + DeserializeOwned,
-    {
-        let model = &T::MODEL;
-        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run_detached(async move {
-            let collection = DocumentRef::collection(model);
-            if model.idempotency_key_field().is_some() {
-                return Err(Error::new(collection, ErrorKind::NoDerivedId));
-            }
-            let table = self.table::<T>(wire, &collection).await?;
-            let options = AdoptOptions::default();
-            move_rows::<D>(wire, &table, &typed_destination::<T>, options, &mut |_| {}).await
-        })
-        .await
-    }
-
-    /// The adoption of a model given at run time, through `wire`.
-    pub(crate) async fn adopt_model_on(
-        &self,
-        wire: &impl Wire,
-        model: &Model,
-        field_order: &[&str],
-        options: AdoptOptions,
-        progress: &mut (dyn FnMut(&AuditProgress) + Send),
-    ) -> Result<AdoptReport, Error> {
-        let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run_detached(async move {
-            let collection = DocumentRef::collection(model);
-            if model.idempotency_key_field().is_some() {
-                return Err(Error::new(collection, ErrorKind::NoDerivedId));
-            }
-            let (table, mut unknown) = stored_table::<D>(wire, model, field_order).await?;
-            let refuse = |problem: String| Error::schema_mismatch(model, problem);
-            let problems = D::table_problems(wire, &table, &collection, false).await?;
-            if let Some(problem) = problems.into_iter().next() {
-                return Err(refuse(format!("{problem}; nothing was moved")));
-            }
-            let (mismatch, unhashed) = model_mismatch::<D>(wire, &table, field_order).await?;
-            unknown.extend(unhashed);
-            crate::audit::check_adoption(
-                model,
-                mismatch,
-                &unknown,
-                options.ignore_model_check,
-                options.allow_unknown_fields,
-            )?;
-            // Read without them: the hashes stored are then the type's.
-            let table = D::table(table.model, &columns_without(&table, &unknown));
-            let destination = |layout: &Layout, stored: Map<String, Value>| {
-                stored_destination(layout, field_order, stored)
-            };
-            move_rows::<D>(wire, &table, &destination, options, progress).await
-        })
-        .await
-    }
 }
 
 /// Where a row is, for the adoption's pages and the audit's report: the dialect's locator of a
-/// row (SQLite's `rowid`) as selected after the row's columns, else nothing.
-fn located<D: SqlDialect>() -> String {
-    D::ROW_LOCATOR.map_or("NULL".to_owned(), |locator| format!("t.{locator}"))
-}
-
-/// The moves of every row of `table` not under its derived id, page by page.
-async fn move_rows<D: SqlDialect>(
-    wire: &impl Wire,
-    table: &D::Table,
-    destination: &Destined<'_>,
-    options: AdoptOptions,
-    progress: &mut (dyn FnMut(&AuditProgress) + Send),
-) -> Result<AdoptReport, Error> {
-    let model = table.model;
-    let collection = DocumentRef::collection(model);
-    let present: Vec<String> = table
-        .columns
-        .iter()
-        .map(|column| column.name.to_owned())
-        .collect();
-    let (list, columns) = selected::<D>(table, &present);
-    let mut report = AdoptReport::new(model.collection());
-    let limits = RunLimits::new(options.max_documents, None);
-    let mut scanned = 0;
-    let id = D::quote(ID_FIELD);
-    let name = D::quote(model.collection());
-    // The rows with an `_id` in its order, then those without one by the row's locator: a
-    // moved row has an id, and a row that could not move keeps its place behind the cursor.
-    let mut passes = vec![format!(
-        "t.{id} IS NOT NULL AND (? IS NULL OR t.{id} > ?) ORDER BY t.{id}"
-    )];
-    if let Some(locator) = D::ROW_LOCATOR {
-        passes.push(format!(
-            "t.{id} IS NULL AND (? IS NULL OR t.{locator} > ?) ORDER BY t.{locator}"
-        ));
-    }
-    for (pass, condition) in passes.iter().enumerate() {
-        let sql = format!(
-            "SELECT {list}, {} FROM {name} t WHERE {condition} LIMIT {PAGE_ROWS}{}",
-            located::<D>(),
-            // A row changed between its read and its move would be moved with the hash of
-            // what was read.
-            D::LOCKING_READ
-        );
-        let mut after: Option<String> = None;
-        loop {
-            let limit = limits.documents_left(&report, 0);
-            if limit == Some(0) {
-                report.stopped = true;
-                return Ok(report);
-            }
-            let page = in_transaction_with::<D, _>(
-                wire,
-                &collection,
-                move_page::<D>(
-                    wire,
-                    table,
-                    (&sql, after.as_deref()),
-                    &columns,
-                    destination,
-                    limit,
-                    &mut report,
-                ),
-            )
-            .await?;
-            scanned += page.read;
-            progress(&AuditProgress::new(scanned, None));
-            match page.last {
-                Some((last_id, last_location)) => {
-                    after = Some(match pass {
-                        0 => last_id,
-                        _ => last_location.unwrap_or_default().to_string(),
-                    })
-                }
-                None => break,
-            }
-        }
-    }
-    Ok(report)
+/// row (SQLite's `rowid`, PostgreSQL's `ctid`) as selected after the row's columns, else
+/// nothing.
+pub(crate) fn located<D: SqlDialect>(table: &D::Table) -> String {
+    D::ROW_LOCATOR.map_or("NULL".to_owned(), |locator| D::read_of(table, "t", locator))
 }
 
 /// Checks the model of `table` (given at run time) against rows stored under a ULID.
-async fn model_mismatch<D: SqlDialect>(
+pub(crate) async fn model_mismatch<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
     field_order: &[&str],
@@ -226,7 +85,7 @@ async fn model_mismatch<D: SqlDialect>(
         .iter()
         .map(|column| column.name.to_owned())
         .collect();
-    let (list, columns) = selected::<D>(table, &present);
+    let (list, columns) = D::row_select(table, &present);
     let sql = format!(
         "SELECT {list}, NULL FROM {} t WHERE length(t.{}) = 26 LIMIT {}",
         D::quote(table.model.collection()),
@@ -238,7 +97,10 @@ async fn model_mismatch<D: SqlDialect>(
     let mut check = ModelCheck::new(table.model);
     let mut diagnosis = HashDiagnosis::default();
     for row in &rows {
-        let (stored, _) = row_json(table, &columns, row).map_err(error)?;
+        // A sample: a row that does not read is left out of it, and the scan reports it.
+        let Ok((stored, _)) = D::row_read(table, &columns, row, &document) else {
+            continue;
+        };
         if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
             check.examine(id, &stored);
         }
@@ -272,7 +134,8 @@ async fn scan<D: SqlDialect>(
         report.unknown_fields = typed_unknowns(table, present.iter().map(String::as_str));
     }
     let name = D::quote(model.collection());
-    let count = format!("SELECT count(*) FROM {name}");
+    let count = D::row_count_sql(table);
+    crate::trace::round_trip("SELECT");
     let total = wire
         .fetch_optional(&count, &[])
         .await
@@ -281,7 +144,7 @@ async fn scan<D: SqlDialect>(
         .transpose()
         .map_err(error)?
         .flatten();
-    let (list, columns) = selected::<D>(table, &present);
+    let (list, columns) = D::row_select(table, &present);
     let mut order: Vec<String> = model
         .natural_key_fields()
         .map(|field| field.stored_name())
@@ -295,14 +158,15 @@ async fn scan<D: SqlDialect>(
     );
     let sql = format!(
         "SELECT {list}, {} FROM {name} t ORDER BY {}",
-        located::<D>(),
+        located::<D>(table),
         order.join(", ")
     );
     crate::trace::round_trip("SELECT");
     let mut scan = RowScan::new(table, reading);
     let total = total.and_then(|total| u64::try_from(total).ok());
     wire.scan(&sql, &[], error, |row| {
-        let (stored, location) = row_json(table, &columns, row).map_err(error)?;
+        let (stored, next) = D::row_read(table, &columns, row, &document)?;
+        let location = row.text(next).map_err(error)?;
         let location = match location {
             Some(location) => format!("{} {location}", D::ROW_LOCATOR.unwrap_or("row")),
             None => format!("row {}", report.scanned + 1),
@@ -346,7 +210,7 @@ async fn catalog<D: SqlDialect>(
 /// Its columns that are not fields of the model are left out of the layout, and returned: the
 /// table's own key (a primary key other than `_id`, which the database fills itself), and,
 /// where the model lists its fields (`field_order`), each column it does not list.
-async fn stored_table<D: SqlDialect>(
+pub(crate) async fn stored_table<D: SqlDialect>(
     wire: &impl Wire,
     model: &Model,
     field_order: &[&str],
@@ -355,10 +219,20 @@ async fn stored_table<D: SqlDialect>(
     let rows = catalog::<D>(wire, model, &document).await?;
     let refuse = |problem: String| Error::schema_mismatch(model, problem);
     if rows.is_empty() {
-        return Err(refuse(format!(
-            "the database has no table `{}`",
-            model.collection()
-        )));
+        let place = match D::MISSING_TABLE {
+            Some(sql) => wire
+                .fetch_optional(sql, &[Param::Text(Some(model.collection()))])
+                .await
+                .map_err(|source| D::error(&document, source))?
+                .map(|row| row.text(0))
+                .transpose()
+                .map_err(|source| D::error(&document, source))?
+                .flatten(),
+            None => None,
+        };
+        return Err(refuse(place.unwrap_or_else(|| {
+            format!("the database has no table `{}`", model.collection())
+        })));
     }
     let catalog: Vec<(String, ColumnShape)> = rows
         .iter()
@@ -383,139 +257,13 @@ async fn stored_table<D: SqlDialect>(
     Ok((D::table(crate::intern::model(model), &columns), unknown))
 }
 
-/// What one page did: how many rows it read, and the last one's id and location (`None`: the
-/// page was empty).
-struct Page {
-    read: u64,
-    last: Option<(String, Option<i64>)>,
-}
-
-/// Reads one page (`sql` after the cursor) and moves each of its rows, at most `limit` of them.
-async fn move_page<D: SqlDialect>(
-    wire: &impl Wire,
-    table: &D::Table,
-    (sql, after): (&str, Option<&str>),
-    columns: &[usize],
-    destination: &Destined<'_>,
-    limit: Option<u64>,
-    report: &mut AdoptReport,
-) -> Result<Page, Error> {
-    let collection = DocumentRef::collection(table.model);
-    let error = |source| D::error(&collection, source);
-    crate::trace::round_trip("SELECT");
-    let rows = wire
-        .fetch_all(sql, &[Param::Text(after), Param::Text(after)])
-        .await
-        .map_err(error)?;
-    let mut page = Page {
-        read: 0,
-        last: None,
-    };
-    let moved_before = report.moved.count;
-    for row in &rows {
-        if limit.is_some_and(|limit| report.moved.count - moved_before >= limit) {
-            break;
-        }
-        page.read += 1;
-        let (stored, location) = row_json(table, columns, row).map_err(error)?;
-        let stored_id = stored
-            .get(ID_FIELD)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let place = match (D::ROW_LOCATOR, location) {
-            (Some(locator), Some(location)) => format!("{locator} {location}"),
-            _ => "a row".to_owned(),
-        };
-        let shown = shown_row_id(stored.get(ID_FIELD), &place);
-        page.last = Some((stored_id.clone().unwrap_or_default(), location));
-        let moved = match destination(table, stored) {
-            Err(why) => {
-                report.failed.record(shown, Some(why));
-                continue;
-            }
-            Ok(moved) if stored_id.as_deref() == Some(moved.id_text.as_str()) => continue,
-            Ok(moved) => moved,
-        };
-        let mut set = vec![
-            format!("{} = ?", D::quote(ID_FIELD)),
-            format!("{} = ?", D::quote(WRITE_MARKER_FIELD)),
-        ];
-        for (index, _) in &moved.contents {
-            set.push(format!("{} = ?", D::quote(table.columns[*index].name)));
-        }
-        // The row by its id, else by its locator: a row without either cannot be named.
-        let (condition, at) = match (&stored_id, D::ROW_LOCATOR, location) {
-            (Some(id), _, _) => (D::quote(ID_FIELD), Param::Text(Some(id.as_str()))),
-            (None, Some(locator), Some(location)) => (locator.to_owned(), Param::Integer(location)),
-            _ => {
-                report.failed.record(
-                    shown,
-                    Some("the row has neither an _id nor a locator".into()),
-                );
-                continue;
-            }
-        };
-        let update = format!(
-            "UPDATE {} SET {} WHERE {condition} = ?",
-            D::quote(table.model.collection()),
-            set.join(", "),
-        );
-        let update_marker = format!("u{}", ulid::Ulid::generate());
-        let mut params = vec![
-            Param::Text(Some(&moved.id_text)),
-            Param::Text(Some(&update_marker)),
-        ];
-        params.extend(
-            moved
-                .contents
-                .iter()
-                .map(|(_, value)| Param::Text(value.as_deref())),
-        );
-        params.push(at);
-        crate::trace::round_trip("UPDATE");
-        // The derived id held by another row fails on the id's unique index, which undoes the
-        // statement alone.
-        match wire.execute(&update, &params).await {
-            Ok(_) => report.moved.record_misplaced(shown, moved.id_text),
-            Err(source) => {
-                let failure = D::error(&moved.document, source);
-                if D::unique_conflict(&failure, table).is_none() {
-                    return Err(failure);
-                }
-                report.failed.record(
-                    shown,
-                    Some(format!(
-                        "derived id {} is held by another row; run adopt again once that row is \
-                         moved",
-                        moved.id_text
-                    )),
-                );
-            }
-        }
-    }
-    Ok(page)
-}
-
-/// The columns of `table` the schema has (`present`), selected as the dialect reads them, and
-/// which they are.
-fn selected<D: SqlDialect>(table: &D::Table, present: &[String]) -> (String, Vec<usize>) {
-    let columns: Vec<usize> = (0..table.columns.len())
-        .filter(|&index| present.iter().any(|name| name == table.columns[index].name))
-        .collect();
-    let list: Vec<String> = columns
-        .iter()
-        .map(|&index| D::read_of(table, "t", table.columns[index].name))
-        .collect();
-    (list.join(", "), columns)
-}
-
 /// A selected row as the JSON the SQL stores judge rows in: each column by its shape, a NULL
-/// where serde may do without the field left out; and its location, selected after it.
-fn row_json<R: Cells>(
+/// where serde may do without the field left out.
+pub(crate) fn row_json<R: Cells>(
     table: &Layout,
     columns: &[usize],
     row: &R,
-) -> Result<(Map<String, Value>, Option<i64>), DbFailure> {
+) -> Result<Map<String, Value>, DbFailure> {
     let mut stored = Map::new();
     for (at, &index) in columns.iter().enumerate() {
         let column = &table.columns[index];
@@ -531,5 +279,5 @@ fn row_json<R: Cells>(
         };
         stored.insert(column.name.to_owned(), value);
     }
-    Ok((stored, row.integer(columns.len())?))
+    Ok(stored)
 }
