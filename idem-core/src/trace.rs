@@ -162,7 +162,7 @@ impl Call {
 
     /// Runs `call` in the span, counting the round trips and retries it makes, and records its
     /// outcome (or its error, and a refusal event) when it ends.
-    #[cfg(any(feature = "mongodb", feature = "_postgres"))]
+    #[cfg(any(feature = "mongodb", feature = "_sql_store"))]
     #[inline]
     pub async fn run<O, F>(self, call: F) -> Result<O, Error>
     where

@@ -206,7 +206,8 @@ crate::sql::sqlx_wire::sqlx_database!(
     sqlx::MySql,
     savepoint_opens: false,
     failure: super::errors::failure,
-    bind: crate::sql::sqlx_wire::bound::<sqlx::MySql>
+    bind: crate::sql::sqlx_wire::bound::<sqlx::MySql>,
+    transactions: own
 );
 
 impl Cells for MySqlRow {

@@ -213,7 +213,7 @@ impl Table {
         )
     }
 
-    /// The write of `rows` rows for `statement` ([`crate::sql::dialect::SqlDialect::write_sql`]).
+    /// The write of `rows` rows for `statement` ([`crate::sql::dialect::MarkerDialect::write_sql`]).
     /// The first assignment refuses a row met that is not this document's (`_id` set to NULL,
     /// which strict mode refuses); the second sets the write marker to the update's (the one
     /// parameter after the rows) where the row may be replaced; each later one replaces

@@ -4,13 +4,13 @@
 //! PostgreSQL can change a row's primary key in place, so a move is one `UPDATE` of the row's
 //! `_id`, content hash, digests and version key, guarded by the row version it was read at: it
 //! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
-//! documented on [`Store::adopt`].
+//! documented on [`Store::adopt`](Store#method.adopt).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::dialect::Postgres;
+use super::dialect::{Postgres, UNIQUE_VIOLATION};
 use super::table::{quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
@@ -78,7 +78,7 @@ impl Store {
     /// row holds, are reported and left alone.
     ///
     /// The table must be one idem can write, natural-key constraint included: an error names
-    /// what it lacks ([`audit`](Store::audit) lists it with the duplicates that would block the
+    /// what it lacks ([`audit`](Store#method.audit) lists it with the duplicates that would block the
     /// constraint). So no two rows share a natural key, and there is no duplicate to choose
     /// between, unlike [`mongo::Store::adopt`](crate::mongo::Store::adopt).
     ///
@@ -143,14 +143,14 @@ impl Store {
         .await
     }
 
-    /// [`adopt`](Store::adopt) for a model given at run time (the `idem` command's flags), as
-    /// [`audit_model`](Store::audit_model) reads it: each row moves to the id its stored key
+    /// [`adopt`](Store#method.adopt) for a model given at run time (the `idem` command's flags), as
+    /// [`audit_model`](Store#method.audit_model) reads it: each row moves to the id its stored key
     /// values (and integer timestamp) derive, with the content hash of its stored values
     /// written, or its stored hash kept where that may be the type's (nested objects). A hash
     /// that is not the type's only makes the next upsert of the row write once more.
     ///
     /// The table must be one idem can write (its primary key on `_id`, the content hash column,
-    /// the unique constraint on the natural key: [`audit_model`](Store::audit_model) lists what
+    /// the unique constraint on the natural key: [`audit_model`](Store#method.audit_model) lists what
     /// it lacks), else [`ErrorKind::SchemaMismatch`] names the first thing missing and nothing
     /// moves. So is a model the stored rows were not written with ([`crate::model_check`]),
     /// unless [`AdoptOptions::ignore_model_check`].
@@ -165,9 +165,9 @@ impl Store {
             .await
     }
 
-    /// [`adopt_model`](Store::adopt_model), calling `progress` after each row it reads, with the
+    /// [`adopt_model`](Store#method.adopt_model), calling `progress` after each row it reads, with the
     /// planner's estimate of the table's size: to draw a progress bar, as
-    /// [`audit_with_progress`](Store::audit_with_progress) does.
+    /// [`audit_with_progress`](Store#method.audit_with_progress) does.
     pub async fn adopt_model_with_progress<C: Connection>(
         &self,
         client: C,
@@ -211,7 +211,7 @@ impl Store {
     }
 }
 
-/// The moves of every row of `table` not under its derived id, as [`Store::adopt`] describes.
+/// The moves of every row of `table` not under its derived id, as [`Store::adopt`](Store#method.adopt) describes.
 async fn move_rows<C: Wire>(
     client: &C,
     table: &Table,
@@ -471,8 +471,7 @@ where
     {
         Ok(reply) => reply,
         // Another tool inserted a row under the derived id since the check.
-        // A unique violation: another row holds the key or id.
-        Err(source) if source.code() == Some("23505") => return Ok(Move::Taken),
+        Err(source) if source.code() == Some(UNIQUE_VIOLATION) => return Ok(Move::Taken),
         Err(source) => return Err(postgres_error(&destination.document, source)),
     };
     Ok(

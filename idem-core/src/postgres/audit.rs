@@ -1,7 +1,8 @@
 //! The audit of a PostgreSQL table before idem takes it over: what the table lacks for idem's
 //! writes (from the catalog), then one pass over its rows, ordered by the natural key, that
 //! checks each row's id and content hash against the row read as the type, and finds natural
-//! keys held by more than one row.
+//! keys held by more than one row. The pass is every SQL store's ([`crate::sql::takeover`]),
+//! each row read as `to_jsonb` writes it.
 //!
 //! # Bounded memory
 //!
@@ -53,7 +54,7 @@ impl Store {
     /// - A row without an `_id` (a table with an id column of its own) is shown by its
     ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
     /// - [`moves_in_progress`](AuditReport::moves_in_progress) stays empty:
-    ///   [`adopt`](Store::adopt) moves a row in one statement, never half.
+    ///   [`adopt`](Store#method.adopt) moves a row in one statement, never half.
     ///
     /// A row that does not read as `T` has its id derived from its stored key values and an
     /// integer timestamp, as the MongoDB audit does without the type; other timestamp types
@@ -78,7 +79,7 @@ impl Store {
         self.audit_with_progress::<T, _>(client, |_| {}).await
     }
 
-    /// [`audit`](Store::audit), calling `progress` after each row with the count so far and the
+    /// [`audit`](Store#method.audit), calling `progress` after each row with the count so far and the
     /// planner's estimate of the total (`pg_class.reltuples`; `None` before the table was first
     /// vacuumed or analyzed).
     pub async fn audit_with_progress<T, C>(
@@ -93,7 +94,7 @@ impl Store {
         self.audit_on::<T>(&client.wire(), &mut progress).await
     }
 
-    /// [`audit`](Store::audit) for a model given at run time (the `idem` command's flags), as
+    /// [`audit`](Store#method.audit) for a model given at run time (the `idem` command's flags), as
     /// [`mongo::Store::audit_model`](crate::mongo::Store::audit_model) does: the table is laid
     /// out from its catalog (every column other than idem's own is a stored field, in column
     /// order), ids are derived from the stored key values and an integer timestamp, and content

@@ -17,7 +17,7 @@ use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// SQLSTATE of a unique violation.
-const UNIQUE_VIOLATION: &str = "23505";
+pub(super) const UNIQUE_VIOLATION: &str = "23505";
 /// SQLSTATE `duplicate_table`.
 const DUPLICATE_TABLE: &str = "42P07";
 /// SQLSTATE `duplicate_object`.
@@ -76,7 +76,7 @@ impl SqlDialect for Postgres {
          (a.attidentity <> '' OR a.attgenerated <> '' \
          OR COALESCE(pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false) \
          OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid \
-         AND x.indisprimary AND a.attnum = ANY(x.indkey)))::int8 \
+         AND x.indisprimary AND a.attnum = ANY(x.indkey)))::int::int8 \
          FROM pg_attribute a \
          LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
          WHERE a.attrelid = to_regclass(quote_ident($1)) \

@@ -403,27 +403,14 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
                 .column_of(tombstone)
                 .map(|index| &table.columns[index]);
             // Bound as text and cast to the column's type, as every value of a PostgreSQL write.
-            let (marker_text, sql_type) = match (marker, column) {
-                (Param::Text(text), Some(column)) => (text.map(str::to_owned), sql_type(column)),
-                (Param::Text(text), None) => (text.map(str::to_owned), "jsonb"),
-                (Param::Integer(number), column) => {
-                    (Some(number.to_string()), column.map_or("jsonb", sql_type))
-                }
-                (Param::Float(number), column) => (
-                    Some(format!("{number:?}")),
-                    column.map_or("jsonb", sql_type),
-                ),
-                (Param::Bool(flag), column) => {
-                    (Some(flag.to_string()), column.map_or("jsonb", sql_type))
-                }
-                (other, _) => {
-                    return Err(Error::new(
-                        document.clone(),
-                        ErrorKind::Serialize {
-                            message: format!("a deletion marker bound as {other:?}"),
-                        },
-                    ))
-                }
+            let sql_type = column.map_or("jsonb", sql_type);
+            let Some(marker_text) = wire::param_text(marker) else {
+                return Err(Error::new(
+                    document.clone(),
+                    ErrorKind::Serialize {
+                        message: format!("a deletion marker bound as {marker:?}"),
+                    },
+                ));
             };
             let sql = format!(
                 "WITH marked AS (UPDATE {name} SET {tomb} = $2::text::{sql_type} \

@@ -25,12 +25,12 @@ impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
     /// key stores it under a fresh random ULID; a retry with the same key and the same payload
     /// returns that first id with `Unchanged`; the same key with another payload is
-    /// [`ErrorKind::IdempotencyKeyReused`]. One statement (`ON CONFLICT DO NOTHING` on the key, and
+    /// [`ErrorKind::IdempotencyKeyReused`](crate::ErrorKind::IdempotencyKeyReused). One statement (`ON CONFLICT DO NOTHING` on the key, and
     /// the stored row in the same statement when the key is taken).
     ///
-    /// An empty key is refused ([`ErrorKind::EmptyKey`]). A key stored by another tool, under an
-    /// `_id` that is not a ULID, is [`ErrorKind::ForeignId`]. An event colliding in another unique
-    /// constraint is [`ErrorKind::UniqueIndexConflict`], naming it.
+    /// An empty key is refused ([`ErrorKind::EmptyKey`](crate::ErrorKind::EmptyKey)). A key stored by another tool, under an
+    /// `_id` that is not a ULID, is [`ErrorKind::ForeignId`](crate::ErrorKind::ForeignId). An event colliding in another unique
+    /// constraint is [`ErrorKind::UniqueIndexConflict`](crate::ErrorKind::UniqueIndexConflict), naming it.
     pub async fn record<T, C>(&self, client: C, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -41,18 +41,18 @@ impl Store {
 
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
     /// recording `op` in the same statement. Returns `Applied`, or `AlreadyApplied` (nothing
-    /// written); [`ErrorKind::NotFound`] if no row has that id.
+    /// written); [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) if no row has that id.
     ///
     /// The changes may touch only `#[idem(effect)]` columns: upserts never overwrite those, so
     /// a replayed upsert cannot undo an operation. Any other column, one the type does not have
-    /// included, is refused with [`ErrorKind::NotAnEffectField`] before anything is sent, and an
-    /// op id holding U+0000 (which text cannot hold) with [`ErrorKind::OpIdHoldsNul`], as on
+    /// included, is refused with [`ErrorKind::NotAnEffectField`](crate::ErrorKind::NotAnEffectField) before anything is sent, and an
+    /// op id holding U+0000 (which text cannot hold) with [`ErrorKind::OpIdHoldsNul`](crate::ErrorKind::OpIdHoldsNul), as on
     /// every store.
     ///
     /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
     /// another) commits whole or not at all; outside one, retrying the whole operation with the
     /// same op id applies each step exactly once. A row remembers its latest
-    /// [`with_op_window`](Store::with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
+    /// [`with_op_window`](Store#method.with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
     pub async fn apply_once<T, C>(
         &self,
         client: C,
@@ -79,7 +79,7 @@ impl Store {
     /// natural key (`ON CONFLICT DO NOTHING`). Callers racing with overlapping sets each get a
     /// disjoint share, so an effect run for each inserted member runs once. A member whose
     /// natural key is stored under another id (its timestamp moved) is refused with
-    /// [`ErrorKind::FrozenFieldChanged`], as `upsert` refuses it, in the report beside the members
+    /// [`ErrorKind::FrozenFieldChanged`](crate::ErrorKind::FrozenFieldChanged), as `upsert` refuses it, in the report beside the members
     /// stored without conflict.
     pub async fn insert_new<T, C>(&self, client: C, members: &[T]) -> Result<InsertReport<T>, Error>
     where

@@ -23,11 +23,11 @@
 //! them: `_id` (the derived id, primary key), the content hash, `idemFrozen` (digests of the
 //! timestamp and frozen fields), `idemVersion` (the version's order key), `idemAppliedOps` and,
 //! for a type with `#[serde(flatten)]` fields, `idemExtra` (their entries), with a unique
-//! constraint on the natural key. [`Store::create_table_sql`] prints the DDL for a migration;
-//! [`Store::ensure_table`] runs it. Before its first write to a table the store checks that
+//! constraint on the natural key. [`Store::create_table_sql`](Store#method.create_table_sql) prints the DDL for a migration;
+//! [`Store::ensure_table`](Store#method.ensure_table) runs it. Before its first write to a table the store checks that
 //! the table has every column with its type, a primary key on `_id` and a unique constraint on
 //! the natural key, neither `DEFERRABLE`, and no nondeterministic collation on a key column, and
-//! fails with [`ErrorKind::SchemaMismatch`] naming what is wrong otherwise. It checks the table each
+//! fails with [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) naming what is wrong otherwise. It checks the table each
 //! client's search path leads to: every statement makes sure, in the same round trip, that its
 //! table is one the store checked, so a client of another schema, or a table made again (or
 //! rolled back with the transaction that made it), is checked before it is written or read. A
@@ -120,12 +120,12 @@ pub use crate::model::APPLIED_OPS_FIELD;
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 
 /// A PostgreSQL database that idem writes to, through the client each call is given. Cheap to
-/// clone; clones share what they learned of the server and its tables. Use one store per
-/// server.
+/// clone; clones share the tables they checked, and each table's statements as the server it
+/// was checked on tells inserted rows. Use one store per server.
 pub type Store = crate::sql::store::Store<Postgres>;
 
 impl Store {
-    /// Sets whether [`upsert_many`](Store::upsert_many) on a tokio-postgres client outside a
+    /// Sets whether [`upsert_many`](Store#method.upsert_many) on a tokio-postgres client outside a
     /// transaction sends a chunk's statement while the last chunk's awaits its answer (on by
     /// default), so that the server goes from one chunk to the next without waiting for the
     /// client; rows are written in input order either way. Turn it off behind a pooler in
@@ -171,7 +171,7 @@ impl Store {
     }
 
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
-    /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store::with_batch_chunk)
+    /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store#method.with_batch_chunk)
     /// at a time, one statement per chunk (one `text[]` parameter per column, so the number of
     /// bind parameters does not grow with the chunk); a re-ingest of unchanged documents writes
     /// no row. A chunk of 64 rows or more is first looked up by its rows' ids, keys, hashes and

@@ -4,7 +4,7 @@ use serde::de::DeserializeOwned;
 
 use super::schema::query_checked_one;
 use super::table::{quote, Table};
-use super::wire::{Cells, Connection, Param};
+use super::wire::{param_text, Cells, Connection, Param};
 use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
@@ -50,15 +50,12 @@ pub(super) async fn read_one<W: Wire, T: DeserializeOwned>(
     let mut values = Vec::with_capacity(equal.len());
     let mut conditions = Vec::with_capacity(equal.len());
     for (index, value) in equal {
-        let text = match *value {
+        let text = match param_text(*value) {
             // PostgreSQL text cannot hold U+0000, so no stored key does.
-            Param::Text(Some(text)) if text.contains('\0') => return Ok(None),
-            Param::Text(text) => text.map(str::to_owned),
-            Param::Integer(number) => Some(number.to_string()),
-            Param::Float(number) => Some(format!("{number:?}")),
-            Param::Bool(flag) => Some(flag.to_string()),
+            Some(Some(text)) if text.contains('\0') => return Ok(None),
+            Some(text) => text,
             // No key is bound as an array.
-            _ => return Ok(None),
+            None => return Ok(None),
         };
         values.push(text);
         let column = &table.columns[*index];

@@ -54,7 +54,7 @@ impl<C: Connection<Wire: Clone>> Clone for Session<'_, C> {
 impl<C: Connection<Wire: Copy>> Copy for Session<'_, C> {}
 
 impl<'a, C: Connection> Session<'a, C> {
-    /// `store` writing through `wire` ([`Store::on`]).
+    /// `store` writing through `wire` ([`Store::on`](Store#method.on)).
     pub(super) fn new(store: &'a Store, wire: C::Wire) -> Self {
         Session { store, wire }
     }
@@ -64,7 +64,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store
     }
 
-    /// [`Store::upsert`] through this session's client.
+    /// [`Store::upsert`](Store#method.upsert) through this session's client.
     pub async fn upsert<T>(&self, doc: &T) -> Result<Outcome, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -72,7 +72,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.upsert(Lent(&self.wire), doc).await
     }
 
-    /// [`Store::upsert_many`] through this session's client.
+    /// [`Store::upsert_many`](Store#method.upsert_many) through this session's client.
     pub async fn upsert_many<T>(&self, docs: &[T]) -> Result<BatchReport, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -80,7 +80,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.upsert_many(Lent(&self.wire), docs).await
     }
 
-    /// [`Store::delete`] through this session's client.
+    /// [`Store::delete`](Store#method.delete) through this session's client.
     pub async fn delete<T>(&self, doc: &T) -> Result<Deletion, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -88,7 +88,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.delete(Lent(&self.wire), doc).await
     }
 
-    /// [`Store::delete_by_id`] through this session's client.
+    /// [`Store::delete_by_id`](Store#method.delete_by_id) through this session's client.
     pub async fn delete_by_id<T, M>(&self, id: Id, marker: &M) -> Result<Deletion, Error>
     where
         T: Idempotent,
@@ -99,7 +99,7 @@ impl<'a, C: Connection> Session<'a, C> {
             .await
     }
 
-    /// [`Store::insert_new`] through this session's client.
+    /// [`Store::insert_new`](Store#method.insert_new) through this session's client.
     pub async fn insert_new<T>(&self, members: &[T]) -> Result<InsertReport<T>, Error>
     where
         T: Idempotent + Serialize + Sync + Clone,
@@ -107,7 +107,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.insert_new(Lent(&self.wire), members).await
     }
 
-    /// [`Store::push`] through this session's client.
+    /// [`Store::push`](Store#method.push) through this session's client.
     pub async fn push<T, I>(&self, id: Id, field: &'static str, item: &I) -> Result<Pushed, Error>
     where
         T: Idempotent,
@@ -118,7 +118,7 @@ impl<'a, C: Connection> Session<'a, C> {
             .await
     }
 
-    /// [`Store::apply_once`] through this session's client.
+    /// [`Store::apply_once`](Store#method.apply_once) through this session's client.
     pub async fn apply_once<T>(
         &self,
         id: Id,
@@ -133,7 +133,7 @@ impl<'a, C: Connection> Session<'a, C> {
             .await
     }
 
-    /// [`Store::record`] through this session's client.
+    /// [`Store::record`](Store#method.record) through this session's client.
     pub async fn record<T>(&self, event: &T) -> Result<Recorded, Error>
     where
         T: Idempotent + Serialize + Sync,
@@ -141,7 +141,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.record(Lent(&self.wire), event).await
     }
 
-    /// [`Store::get`] through this session's client.
+    /// [`Store::get`](Store#method.get) through this session's client.
     pub async fn get<T>(&self, id: Id) -> Result<Option<T>, Error>
     where
         T: Idempotent + serde::de::DeserializeOwned,
@@ -149,7 +149,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.get::<T, _>(Lent(&self.wire), id).await
     }
 
-    /// [`Store::find`] through this session's client.
+    /// [`Store::find`](Store#method.find) through this session's client.
     pub async fn find<T>(&self, key: &NaturalKey) -> Result<Option<T>, Error>
     where
         T: Idempotent + serde::de::DeserializeOwned,
@@ -157,7 +157,7 @@ impl<'a, C: Connection> Session<'a, C> {
         self.store.find::<T, _>(Lent(&self.wire), key).await
     }
 
-    /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`]),
+    /// Creates `T`'s table with its constraints if it does not exist ([`Store::ensure_table`](Store#method.ensure_table)),
     /// and checks it.
     pub async fn ensure_schema<T>(&self) -> Result<(), Error>
     where

@@ -17,7 +17,8 @@ crate::sql::sqlx_wire::sqlx_database!(
     Postgres,
     savepoint_opens: false,
     failure: failure,
-    bind: bound
+    bind: bound,
+    transactions: savepoints
 );
 
 impl<'c> Connection for &'c mut PgConnection {

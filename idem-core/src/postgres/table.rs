@@ -3,7 +3,8 @@
 //! the [`Model`] and the derive's [`Column`]s.
 
 use std::fmt::Write as _;
-use std::sync::{OnceLock, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 use super::wire::Cells;
 
@@ -69,8 +70,8 @@ pub(crate) struct Table {
     /// The writes, each as the server tells its inserted rows ([`Table::write_sql`]), by
     /// [`InsertedSignal`] then [`Statement`].
     writes: [[String; 3]; 2],
-    /// The signal of the server the check found the table on.
-    signal: OnceLock<InsertedSignal>,
+    /// Whether the server the latest check found the table on returns `old` (else `xmax`).
+    returns_old: AtomicBool,
     /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
     pub insert_fresh: String,
     /// The same, among chunks in flight together: it leaves a mark in the session where it
@@ -137,7 +138,10 @@ impl Table {
     /// The write of `statement`, as the server the table was checked on tells inserted rows
     /// (as PostgreSQL 15 does, before any check).
     pub fn write_sql(&self, statement: Statement) -> &str {
-        let signal = self.signal.get().copied().unwrap_or(InsertedSignal::Xmax);
+        let signal = match self.returns_old.load(Ordering::Relaxed) {
+            true => InsertedSignal::OldRow,
+            false => InsertedSignal::Xmax,
+        };
         let index = match statement {
             Statement::Upsert => 0,
             Statement::Delete => 1,
@@ -148,7 +152,8 @@ impl Table {
 
     /// The server the check found the table on tells its inserted rows with `signal`.
     pub fn found_on(&self, signal: InsertedSignal) {
-        let _ = self.signal.set(signal);
+        self.returns_old
+            .store(signal == InsertedSignal::OldRow, Ordering::Relaxed);
     }
 
     /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
@@ -189,7 +194,7 @@ impl Table {
         let mut table = Table {
             layout: Layout::new(model, stored),
             writes: Default::default(),
-            signal: OnceLock::new(),
+            returns_old: AtomicBool::new(false),
             insert_fresh: String::new(),
             insert_fresh_marked: String::new(),
             pinned_replacement: String::new(),

@@ -113,30 +113,30 @@ async fn scan<C: TokioClient>(
     Ok(())
 }
 
-/// What a transaction of idem's own is on a client: the caller's transaction holds a savepoint;
-/// a plain client, a transaction of its own (with every statement other tasks send through the
-/// same client meanwhile: a client shared by tasks is the caller's to keep apart).
-fn own_transaction<C: TokioClient>() -> [&'static str; 3] {
-    match C::IN_TRANSACTION {
-        true => [
-            "SAVEPOINT idem",
-            "RELEASE SAVEPOINT idem",
-            "ROLLBACK TO SAVEPOINT idem; RELEASE SAVEPOINT idem",
-        ],
-        false => ["BEGIN", "COMMIT", "ROLLBACK"],
+/// Sends `sql` (a statement of idem's own: a savepoint's) as one request of the simple protocol,
+/// where the client stands for the caller's transaction. A plain client is shared by the tasks
+/// that hold it, whose statements would join a transaction opened on it: the store opens none.
+async fn own_transaction<C: TokioClient>(client: &C, sql: &str) -> Result<(), DbFailure> {
+    if !C::IN_TRANSACTION {
+        return Err(DbFailure::new(
+            BackendError::new("PostgreSQL", None, false, NoOwnTransaction),
+            None,
+        ));
     }
+    client.batch_execute(sql).await.map_err(failure)
 }
 
-/// Sends `sql` with `params`; how many rows it changed (none for statements sent without
-/// parameters, in the simple protocol, which may be several).
+/// A transaction of idem's own asked of a client shared by tasks.
+#[derive(Debug, thiserror::Error)]
+#[error("the store opens no transaction of its own on a tokio-postgres Client")]
+struct NoOwnTransaction;
+
+/// Sends `sql` with `params`; how many rows it changed.
 async fn execute<C: TokioClient>(
     client: &C,
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, DbFailure> {
-    if params.is_empty() {
-        return client.batch_execute(sql).await.map(|()| 0).map_err(failure);
-    }
     let rows = client
         .query_typed_raw(sql, typed(params))
         .await
@@ -179,18 +179,18 @@ macro_rules! tokio_wire {
             }
 
             fn begin(&self) -> WireFuture<'_, ()> {
-                let [open, _, _] = own_transaction::<Self>();
-                Box::pin(async move { self.batch_execute(open).await.map_err(failure) })
+                Box::pin(own_transaction(self, "SAVEPOINT idem"))
             }
 
             fn commit(&self) -> WireFuture<'_, ()> {
-                let [_, commit, _] = own_transaction::<Self>();
-                Box::pin(async move { self.batch_execute(commit).await.map_err(failure) })
+                Box::pin(own_transaction(self, "RELEASE SAVEPOINT idem"))
             }
 
             fn rollback(&self) -> WireFuture<'_, ()> {
-                let [_, _, roll_back] = own_transaction::<Self>();
-                Box::pin(async move { self.batch_execute(roll_back).await.map_err(failure) })
+                Box::pin(own_transaction(
+                    self,
+                    "ROLLBACK TO SAVEPOINT idem; RELEASE SAVEPOINT idem",
+                ))
             }
 
             fn in_callers_transaction(&self) -> WireFuture<'_, bool> {

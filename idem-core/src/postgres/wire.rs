@@ -1,9 +1,12 @@
 //! What the PostgreSQL store asks of a driver beyond the SQL stores' seam
 //! ([`crate::sql::wire::Wire`]): the connections it takes ([`Connection`]), the text of its
 //! cells, and the parameters of a statement over `unnest`ed columns. tokio-postgres
-//! ([`super::tokio_wire`]) and sqlx ([`super::sqlx_wire`]) each meet the seam and nothing else.
+//! ([`super::tokio_wire`]) and sqlx ([`super::sqlx_wire`]) each meet the seam; neither opens a
+//! transaction of its own outside the caller's (the store's writes need none), and each refuses
+//! to.
 
-pub(crate) use crate::sql::wire::{one as one_of, Cells, DbFailure, Param, Wire};
+use crate::error::BackendError;
+pub(crate) use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// The parameters of a statement over `unnest`ed columns: one text array per column, then the
 /// oids of the tables its guard accepts ([`super::table::Table::checked_oids`]).
@@ -16,12 +19,40 @@ pub(super) fn unnested<'p>(
     parameters
 }
 
-pub(super) use crate::sql::wire::texts;
+/// Parameters of `text` type, one per value.
+pub(super) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
+    values
+        .iter()
+        .map(|value| Param::Text(value.as_ref().map(AsRef::as_ref)))
+        .collect()
+}
+
+/// A scalar parameter as the text a `$n::text::type` cast reads; `None` for an array, which no
+/// such cast takes.
+pub(super) fn param_text(param: Param<'_>) -> Option<Option<String>> {
+    Some(match param {
+        Param::Text(text) => text.map(str::to_owned),
+        Param::Integer(number) => Some(number.to_string()),
+        Param::Float(number) => Some(format!("{number:?}")),
+        Param::Bool(flag) => Some(flag.to_string()),
+        Param::Texts(_) | Param::Byteas(_) | Param::Oid(_) | Param::Oids(_) => return None,
+    })
+}
 
 /// The one row a statement returns, or the failure saying it returned none.
 pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
-    one_of(rows, "PostgreSQL", what)
+    rows.into_iter().next().ok_or_else(|| {
+        DbFailure::new(
+            BackendError::new("PostgreSQL", None, false, NoRow(what)),
+            None,
+        )
+    })
 }
+
+/// A statement that returns one row by construction returned none.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} returned no row")]
+struct NoRow(&'static str);
 
 /// The generic reading of a PostgreSQL cell as text ([`Cells::text`]): text as it is, a number
 /// as its digits (a float as the shortest text that reads back as it), a boolean as `true` or

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::dialect::SqlDialect;
+use super::dialect::MarkerDialect;
 use super::store::{in_transaction_with, Store};
 use super::takeover::{located, model_mismatch, stored_table};
 use super::wire::{Cells, Param, Wire};
@@ -26,7 +26,7 @@ const PAGE_ROWS: i64 = 500;
 
 // The methods are the crate's own: each store's module gives them their public signatures.
 #[allow(private_bounds)]
-impl<D: SqlDialect> Store<D> {
+impl<D: MarkerDialect> Store<D> {
     /// The adoption of `T`'s table, through `wire`.
     pub(crate) async fn adopt_on<T>(&self, wire: &impl Wire) -> Result<AdoptReport, Error>
     where
@@ -34,7 +34,7 @@ impl<D: SqlDialect> Store<D> {
     {
         let model = &T::MODEL;
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run_detached(async move {
+        super::store::run::<D, _>(call, async move {
             let collection = DocumentRef::collection(model);
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
@@ -56,7 +56,7 @@ impl<D: SqlDialect> Store<D> {
         progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run_detached(async move {
+        super::store::run::<D, _>(call, async move {
             let collection = DocumentRef::collection(model);
             if model.idempotency_key_field().is_some() {
                 return Err(Error::new(collection, ErrorKind::NoDerivedId));
@@ -88,7 +88,7 @@ impl<D: SqlDialect> Store<D> {
 }
 
 /// The moves of every row of `table` not under its derived id, page by page.
-async fn move_rows<D: SqlDialect>(
+async fn move_rows<D: MarkerDialect>(
     wire: &impl Wire,
     table: &D::Table,
     destination: &Destined<'_>,
@@ -171,7 +171,7 @@ struct Page {
 }
 
 /// Reads one page (`sql` after the cursor) and moves each of its rows, at most `limit` of them.
-async fn move_page<D: SqlDialect>(
+async fn move_page<D: MarkerDialect>(
     wire: &impl Wire,
     table: &D::Table,
     (sql, after): (&str, Option<&str>),

@@ -89,6 +89,7 @@ pub(crate) trait SqlDialect: Dialect {
             let problems = Self::table_problems(wire, table, document, true).await?;
             match problems.into_iter().next() {
                 None => Ok(()),
+                // Named for the document the call was about, not its collection alone.
                 Some(problem) => Err(Error::new(
                     document.clone(),
                     crate::error::ErrorKind::SchemaMismatch {
@@ -100,8 +101,10 @@ pub(crate) trait SqlDialect: Dialect {
         }
     }
     /// A query of one parameter, the table's name, that returns each of its columns in their
-    /// order: its name, its declared type (upper case) and, as an integer, whether it is (part
-    /// of) the table's primary key. No row if the table does not exist.
+    /// order: its name, its declared type (upper case) and, as an integer, whether it is the
+    /// table's own key, which the database fills itself (a part of the primary key; on
+    /// PostgreSQL also an identity, generated or serial column). No row if the table does not
+    /// exist.
     const COLUMNS: &'static str;
     /// The shape of a column declared `declared` (upper case): what a model given at run time
     /// reads it as.
@@ -116,6 +119,11 @@ pub(crate) trait SqlDialect: Dialect {
     /// column every table has, read as [`SqlDialect::read_of`] reads a column; `None` where the
     /// database has none.
     const ROW_LOCATOR: Option<&'static str>;
+
+    /// Whether the driver sends its commands to a worker thread that holds the span current
+    /// when each was sent (sqlx's SQLite), so that a call runs outside its span
+    /// ([`crate::trace::Call::run_detached`]).
+    const WORKER_THREAD: bool = false;
 
     /// How many rows `table` holds, as one integer: an audit's total for its progress.
     fn row_count_sql(table: &Self::Table) -> String {
@@ -253,11 +261,11 @@ pub(crate) trait MarkerDialect: SqlDialect {
     /// columns ([`super::marker::inserted`]) then the insert's write marker, then (but for
     /// `InsertNew`) the update's write marker.
     fn write_sql(table: &Self::Table, statement: Statement, rows: usize) -> String;
-    /// Whether [`SqlDialect::write_sql`] returns each row it wrote, as its id and write marker;
+    /// Whether [`MarkerDialect::write_sql`] returns each row it wrote, as its id and write marker;
     /// otherwise the read after it tells them.
     const WRITE_RETURNS: bool;
     /// The plain insert of `rows` fresh rows, failing whole on any stored key; parameters as
-    /// [`SqlDialect::write_sql`]'s, without the update's marker.
+    /// [`MarkerDialect::write_sql`]'s, without the update's marker.
     fn fresh_sql(table: &Self::Table, rows: usize) -> String;
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
     /// natural keys that follow, then their natural-key columns as text; read so that it sees

@@ -433,7 +433,7 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         }
     }
 
-    /// One read ([`SqlDialect::look_up_sql`]): the rows stored with the same id, natural key,
+    /// One read ([`MarkerDialect::look_up_sql`]): the rows stored with the same id, natural key,
     /// content hash and version key settle `Unchanged` with no write statement and no write
     /// lock; each other row with what it meets, which the engine judges before anything is
     /// written.

@@ -70,7 +70,7 @@ pub trait SqlxDatabase: Database {
     /// `source` as idem reports it: its code, whether a retry may help, the server's message.
     fn failure(source: sqlx::Error) -> DbFailure;
     /// `sql` with `params` bound.
-    fn prepare<'a>(sql: &'a str, params: &[Param<'_>]) -> Result<Query<'a, Self>, sqlx::Error>;
+    fn bind<'a>(sql: &'a str, params: &[Param<'_>]) -> Result<Query<'a, Self>, sqlx::Error>;
     /// Sends `query`; every row it returns.
     fn fetch_all<'a>(
         connection: &'a mut Self::Connection,
@@ -92,8 +92,11 @@ pub trait SqlxDatabase: Database {
     fn commit(connection: &mut Self::Connection) -> SqlxFuture<'_, ()>;
     /// Rolls back what [`SqlxDatabase::begin`] opened.
     fn rollback(connection: &mut Self::Connection) -> SqlxFuture<'_, ()>;
-    /// How many transactions and savepoints sqlx opened on `connection`.
-    fn depth(connection: &Self::Connection) -> usize;
+    /// Whether sqlx holds a transaction open on `connection` (the caller's).
+    fn in_transaction(connection: &Self::Connection) -> bool;
+    /// Sends `sql`, statements without parameters, in one request of the simple protocol: not
+    /// prepared, nor kept in the connection's cache of prepared statements.
+    fn simple<'a>(connection: &'a mut Self::Connection, sql: &'a str) -> SqlxFuture<'a, ()>;
     /// Whether a savepoint opens a transaction where none is open (SQLite's), so that idem's
     /// own is one whatever the caller holds, a transaction opened by a plain `BEGIN` too.
     const SAVEPOINT_OPENS: bool;
@@ -112,8 +115,19 @@ pub type SqlxFuture<'a, T> =
 pub type Query<'a, DB> = sqlx::query::Query<'a, DB, <DB as Database>::Arguments>;
 
 /// Implements [`SqlxDatabase`] for the sqlx driver whose database is `$db`.
+///
+/// `transactions: own` where the store opens transactions of its own outside the caller's (its
+/// sqlx driver's `BEGIN`, through sqlx's transaction manager, so that sqlx counts them);
+/// `transactions: savepoints` where it opens none but savepoints inside the caller's
+/// (PostgreSQL's writes): there a transaction of its own is refused, never opened behind sqlx.
 macro_rules! sqlx_database {
-    ($db:ty, savepoint_opens: $savepoint_opens:expr, failure: $failure:path, bind: $bind:path) => {
+    (
+        $db:ty,
+        savepoint_opens: $savepoint_opens:expr,
+        failure: $failure:path,
+        bind: $bind:path,
+        transactions: $transactions:ident
+    ) => {
         impl $crate::sql::sqlx_wire::SqlxDatabase for $db {
             type Cells = <$db as ::sqlx::Database>::Row;
 
@@ -123,12 +137,27 @@ macro_rules! sqlx_database {
                 $failure(source)
             }
 
-            fn depth(connection: &<$db as ::sqlx::Database>::Connection) -> usize {
-                use ::sqlx_core::transaction::TransactionManager as _;
-                <$db as ::sqlx::Database>::TransactionManager::get_transaction_depth(connection)
+            fn in_transaction(connection: &<$db as ::sqlx::Database>::Connection) -> bool {
+                ::sqlx::Connection::is_in_transaction(connection)
             }
 
-            fn prepare<'a>(
+            fn simple<'a>(
+                connection: &'a mut <$db as ::sqlx::Database>::Connection,
+                sql: &'a str,
+            ) -> $crate::sql::sqlx_wire::SqlxFuture<'a, ()> {
+                Box::pin(async move {
+                    ::sqlx::Executor::execute(
+                        connection,
+                        ::sqlx::raw_sql($crate::sql::sqlx_wire::statement(sql)),
+                    )
+                    .await
+                    .map(drop)
+                })
+            }
+
+            $crate::sql::sqlx_wire::sqlx_database!(@$transactions $db);
+
+            fn bind<'a>(
                 sql: &'a str,
                 params: &[$crate::sql::wire::Param<'_>],
             ) -> Result<$crate::sql::sqlx_wire::Query<'a, Self>, ::sqlx::Error> {
@@ -161,6 +190,16 @@ macro_rules! sqlx_database {
                 })
             }
 
+            fn stream<'a>(
+                connection: &'a mut <$db as ::sqlx::Database>::Connection,
+                query: $crate::sql::sqlx_wire::Query<'a, Self>,
+            ) -> ::futures_core::stream::BoxStream<'a, Result<Self::Cells, ::sqlx::Error>> {
+                query.fetch(connection)
+            }
+
+        }
+    };
+    (@own $db:ty) => {
             fn begin(
                 connection: &mut <$db as ::sqlx::Database>::Connection,
             ) -> $crate::sql::sqlx_wire::SqlxFuture<'_, ()> {
@@ -179,13 +218,6 @@ macro_rules! sqlx_database {
                 ))
             }
 
-            fn stream<'a>(
-                connection: &'a mut <$db as ::sqlx::Database>::Connection,
-                query: $crate::sql::sqlx_wire::Query<'a, Self>,
-            ) -> ::futures_core::stream::BoxStream<'a, Result<Self::Cells, ::sqlx::Error>> {
-                query.fetch(connection)
-            }
-
             fn rollback(
                 connection: &mut <$db as ::sqlx::Database>::Connection,
             ) -> $crate::sql::sqlx_wire::SqlxFuture<'_, ()> {
@@ -194,10 +226,36 @@ macro_rules! sqlx_database {
                     connection,
                 ))
             }
+    };
+    (@savepoints $db:ty) => {
+        fn begin(
+            _connection: &mut <$db as ::sqlx::Database>::Connection,
+        ) -> $crate::sql::sqlx_wire::SqlxFuture<'_, ()> {
+            Box::pin(std::future::ready(Err($crate::sql::sqlx_wire::no_own_transaction())))
+        }
+
+        fn commit(
+            _connection: &mut <$db as ::sqlx::Database>::Connection,
+        ) -> $crate::sql::sqlx_wire::SqlxFuture<'_, ()> {
+            Box::pin(std::future::ready(Err($crate::sql::sqlx_wire::no_own_transaction())))
+        }
+
+        fn rollback(
+            _connection: &mut <$db as ::sqlx::Database>::Connection,
+        ) -> $crate::sql::sqlx_wire::SqlxFuture<'_, ()> {
+            Box::pin(std::future::ready(Err($crate::sql::sqlx_wire::no_own_transaction())))
         }
     };
 }
 pub(crate) use sqlx_database;
+
+/// What a store that opens no transaction of its own answers a call that would open one.
+#[cfg(feature = "_postgres")]
+pub(crate) fn no_own_transaction() -> sqlx::Error {
+    sqlx::Error::InvalidArgument(
+        "this store opens no transaction of its own outside the caller's".to_owned(),
+    )
+}
 
 /// `sql` with `params` bound, as a query of `DB`.
 #[cfg(feature = "_marker_store")]
@@ -240,7 +298,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> WireFuture<'a, Vec<DB::Cells>> {
-        let query = DB::prepare(sql, params);
+        let query = DB::bind(sql, params);
         Box::pin(async move {
             DB::fetch_all(*self.connection.lock().await, query.map_err(DB::failure)?)
                 .await
@@ -253,7 +311,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> WireFuture<'a, Option<DB::Cells>> {
-        let query = DB::prepare(sql, params);
+        let query = DB::bind(sql, params);
         Box::pin(async move {
             DB::fetch_optional(*self.connection.lock().await, query.map_err(DB::failure)?)
                 .await
@@ -262,7 +320,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
     }
 
     fn execute<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>]) -> WireFuture<'a, u64> {
-        let query = DB::prepare(sql, params);
+        let query = DB::bind(sql, params);
         Box::pin(async move {
             DB::execute(*self.connection.lock().await, query.map_err(DB::failure)?)
                 .await
@@ -273,9 +331,9 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
     fn begin(&self) -> WireFuture<'_, ()> {
         Box::pin(read_failure::<DB, _>(async move {
             let mut connection = self.connection.lock().await;
-            let opened = match DB::SAVEPOINT_OPENS || DB::depth(&connection) > 0 {
+            let opened = match DB::SAVEPOINT_OPENS || DB::in_transaction(&connection) {
                 true => {
-                    let savepoint = DB::prepare("SAVEPOINT idem", &[])?;
+                    let savepoint = DB::bind("SAVEPOINT idem", &[])?;
                     DB::execute(*connection, savepoint).await?;
                     Opened::Savepoint
                 }
@@ -296,7 +354,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
             match opened {
                 Some(Opened::Transaction) => DB::commit(*connection).await?,
                 Some(Opened::Savepoint) => {
-                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
+                    let release = DB::bind("RELEASE SAVEPOINT idem", &[])?;
                     DB::execute(*connection, release).await?;
                 }
                 None => return Ok(()),
@@ -316,9 +374,9 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
                 Some(Opened::Savepoint) => {
                     // Rolled back to, the savepoint is still there (and on SQLite, the
                     // transaction it opened): released, whatever the rollback did.
-                    let undo = DB::prepare("ROLLBACK TO SAVEPOINT idem", &[])?;
+                    let undo = DB::bind("ROLLBACK TO SAVEPOINT idem", &[])?;
                     let undone = DB::execute(*connection, undo).await;
-                    let release = DB::prepare("RELEASE SAVEPOINT idem", &[])?;
+                    let release = DB::bind("RELEASE SAVEPOINT idem", &[])?;
                     let released = DB::execute(*connection, release).await;
                     undone.and(released).map(drop)
                 }
@@ -328,10 +386,9 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
     }
 
     fn in_callers_transaction(&self) -> WireFuture<'_, bool> {
-        use sqlx_core::transaction::TransactionManager as _;
         Box::pin(async move {
             let connection = self.connection.lock().await;
-            Ok(DB::TransactionManager::get_transaction_depth(&**connection) > 0)
+            Ok(DB::in_transaction(&connection))
         })
     }
 
@@ -342,34 +399,26 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> WireFuture<'a, Vec<DB::Cells>> {
-        let query = DB::prepare(sql, params);
+        let query = DB::bind(sql, params);
         Box::pin(read_failure::<DB, _>(async move {
             let query = query?;
             let mut connection = self.connection.lock().await;
-            if DB::depth(&connection) == 0 {
+            if !DB::in_transaction(&connection) {
                 return DB::fetch_all(*connection, query).await;
             }
             crate::trace::round_trip("SAVEPOINT");
-            let savepoint = DB::prepare("SAVEPOINT idem_statement", &[])?;
-            DB::execute(*connection, savepoint).await?;
+            DB::simple(*connection, "SAVEPOINT idem_statement").await?;
             let written = DB::fetch_all(*connection, query).await;
             crate::trace::round_trip("RELEASE SAVEPOINT");
             let ending = match written {
                 Ok(_) => "RELEASE SAVEPOINT idem_statement",
-                Err(_) => "ROLLBACK TO SAVEPOINT idem_statement",
+                Err(_) => "ROLLBACK TO SAVEPOINT idem_statement; RELEASE SAVEPOINT idem_statement",
             };
-            let ended = DB::execute(*connection, DB::prepare(ending, &[])?).await;
+            let ended = DB::simple(*connection, ending).await;
             match written {
-                Ok(rows) => ended.map(|_| rows),
-                // The statement's failure is the one to report, whatever the rollback says;
-                // rolled back to, the savepoint is released.
-                Err(failure) => {
-                    if ended.is_ok() {
-                        let release = DB::prepare("RELEASE SAVEPOINT idem_statement", &[])?;
-                        let _ = DB::execute(*connection, release).await;
-                    }
-                    Err(failure)
-                }
+                Ok(rows) => ended.map(|()| rows),
+                // The statement's failure is the one to report, whatever the rollback says.
+                Err(failure) => Err(failure),
             }
         }))
     }
@@ -381,7 +430,7 @@ impl<DB: SqlxDatabase> Wire for SqlxWire<'_, DB> {
         error: impl Fn(DbFailure) -> Error + Send + 'a,
         mut each: impl FnMut(&DB::Cells) -> Result<(), Error> + Send + 'a,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-        let query = DB::prepare(sql, params);
+        let query = DB::bind(sql, params);
         Box::pin(async move {
             let query = query.map_err(|source| error(DB::failure(source)))?;
             let mut connection = self.connection.lock().await;

@@ -138,11 +138,14 @@ pub(crate) type StoreCall<'a, R> =
 
 /// Runs `call` in its span, as the dialect's driver needs it ([`Call::run_detached`] for a
 /// driver that sends its commands to a worker thread).
-async fn run<O: crate::trace::Shown>(
+pub(crate) async fn run<D: SqlDialect, O: crate::trace::Shown>(
     call: Call,
     future: impl std::future::Future<Output = Result<O, Error>>,
 ) -> Result<O, Error> {
-    call.run_detached(future).await
+    match D::WORKER_THREAD {
+        true => call.run_detached(future).await,
+        false => call.run(future).await,
+    }
 }
 
 // The methods are the crate's own: each store's module gives them their public signatures.
@@ -195,7 +198,7 @@ impl<D: SqlDialect> Store<D> {
         })
     }
 
-    /// [`Store::upsert`](crate::sqlite::Store::upsert), through `wire`.
+    /// An upsert, through `wire`.
     pub(crate) fn upsert_on<'a, T>(
         &'a self,
         wire: &'a (impl Wire + 'a),
@@ -206,7 +209,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::Upsert, T::MODEL.collection(), || doc.id().ok());
-            run(call, async move {
+            run::<D, _>(call, async move {
                 if T::MODEL.idempotency_key_field().is_some() {
                     return self
                         .record_on(wire, doc)
@@ -233,7 +236,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
-            run(call, async move {
+            run::<D, _>(call, async move {
                 if T::MODEL.idempotency_key_field().is_some() {
                     let mut outcomes = Vec::with_capacity(docs.len());
                     for doc in docs {
@@ -265,7 +268,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let document = doc.document_ref();
                 let tombstone = crate::engine::tombstone_field(&T::MODEL, &document)?;
                 let table = self.table::<T>(wire, &document).await?;
@@ -304,7 +307,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::DeleteById, T::MODEL.collection(), || Some(id));
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let document = DocumentRef::by_id(model, id);
                 let tombstone =
@@ -359,7 +362,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::InsertNew, T::MODEL.collection(), || None::<Id>);
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let collection = DocumentRef::collection(&T::MODEL);
                 let table = self.table::<T>(wire, &collection).await?;
                 let driver = self.driver(wire, &table);
@@ -380,7 +383,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let key_field = model
                     .idempotency_key_field()
@@ -406,7 +409,7 @@ impl<D: SqlDialect> Store<D> {
     ) -> StoreCall<'a, Applied> {
         Box::pin(async move {
             let call = Call::new(CallKind::ApplyOnce, T::MODEL.collection(), || Some(id));
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let document = DocumentRef::by_id(model, id);
                 change::check_op(op, &document)?;
@@ -443,7 +446,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::Push, T::MODEL.collection(), || Some(id));
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let document = DocumentRef::by_id(model, id);
                 let list = pushed_list(model, field, &document)?;
@@ -476,7 +479,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::new(CallKind::Get, T::MODEL.collection(), || Some(id));
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let document = DocumentRef::by_id(&T::MODEL, id);
                 let table = self.table::<T>(wire, &document).await?;
                 let id_text = id.to_string();
@@ -498,7 +501,7 @@ impl<D: SqlDialect> Store<D> {
     {
         Box::pin(async move {
             let call = Call::find(T::MODEL.collection(), key);
-            run(call, async move {
+            run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let document = DocumentRef::new(model, key.clone());
                 if !key.fits(model, &T::stored_columns(), &document)? {

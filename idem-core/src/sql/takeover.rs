@@ -39,8 +39,11 @@ impl<D: SqlDialect> Store<D> {
     {
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
         let table = D::table(&T::MODEL, &T::stored_columns());
-        call.run_detached(scan::<D>(wire, &table, Reading::typed::<T>(), progress))
-            .await
+        super::store::run::<D, _>(
+            call,
+            scan::<D>(wire, &table, Reading::typed::<T>(), progress),
+        )
+        .await
     }
 
     /// The audit of a model given at run time, through `wire`.
@@ -52,7 +55,7 @@ impl<D: SqlDialect> Store<D> {
         progress: &mut (impl FnMut(&AuditProgress) + Send),
     ) -> Result<AuditReport, Error> {
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
-        call.run_detached(async move {
+        super::store::run::<D, _>(call, async move {
             let (table, unknown) = stored_table::<D>(wire, model, field_order).await?;
             let reading = Reading::Stored { field_order };
             let mut report = scan::<D>(wire, &table, reading, progress).await?;
@@ -93,6 +96,7 @@ pub(crate) async fn model_mismatch<D: SqlDialect>(
         crate::model_check::DOCUMENTS_EXAMINED
     );
     let error = |source| D::error(&document, source);
+    crate::trace::round_trip("SELECT");
     let rows = wire.fetch_all(&sql, &[]).await.map_err(error)?;
     let mut check = ModelCheck::new(table.model);
     let mut diagnosis = HashDiagnosis::default();
@@ -220,14 +224,16 @@ pub(crate) async fn stored_table<D: SqlDialect>(
     let refuse = |problem: String| Error::schema_mismatch(model, problem);
     if rows.is_empty() {
         let place = match D::MISSING_TABLE {
-            Some(sql) => wire
-                .fetch_optional(sql, &[Param::Text(Some(model.collection()))])
-                .await
-                .map_err(|source| D::error(&document, source))?
-                .map(|row| row.text(0))
-                .transpose()
-                .map_err(|source| D::error(&document, source))?
-                .flatten(),
+            Some(sql) => {
+                crate::trace::round_trip("SELECT");
+                wire.fetch_optional(sql, &[Param::Text(Some(model.collection()))])
+                    .await
+                    .map_err(|source| D::error(&document, source))?
+                    .map(|row| row.text(0))
+                    .transpose()
+                    .map_err(|source| D::error(&document, source))?
+                    .flatten()
+            }
             None => None,
         };
         return Err(refuse(place.unwrap_or_else(|| {

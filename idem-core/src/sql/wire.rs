@@ -58,15 +58,6 @@ impl<'a> Param<'a> {
     }
 }
 
-/// Parameters of text, one per value.
-#[cfg(feature = "_postgres")]
-pub(crate) fn texts<S: AsRef<str>>(values: &[Option<S>]) -> Vec<Param<'_>> {
-    values
-        .iter()
-        .map(|value| Param::Text(value.as_ref().map(AsRef::as_ref)))
-        .collect()
-}
-
 /// A row the server returned, read cell by cell: each database's own reading of its types.
 // PostgreSQL's typed cells are read by its store alone.
 #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
@@ -182,24 +173,6 @@ impl std::fmt::Display for DbFailure {
     }
 }
 
-/// The one row a statement returns, or the failure saying it returned none.
-#[cfg(feature = "_postgres")]
-pub(crate) fn one<R>(
-    rows: Vec<R>,
-    database: &'static str,
-    what: &'static str,
-) -> Result<R, DbFailure> {
-    rows.into_iter()
-        .next()
-        .ok_or_else(|| DbFailure::new(BackendError::new(database, None, false, NoRow(what)), None))
-}
-
-/// A statement that returns one row by construction returned none.
-#[cfg(feature = "_postgres")]
-#[derive(Debug, thiserror::Error)]
-#[error("{0} returned no row")]
-struct NoRow(&'static str);
-
 /// What a statement sent through a [`Wire`] comes to: a `Send` future behind a pointer, whatever
 /// the driver's, so that a caller's future is `Send` by its type, not by a proof through sqlx's
 /// higher-ranked bounds that the compiler cannot yet make at every caller
@@ -245,9 +218,12 @@ pub trait Wire: Send + Sync {
     fn in_callers_transaction(&self) -> WireFuture<'_, bool>;
 
     /// Sends `sql`, a write with `params` that returns rows, so that its failure leaves the
-    /// caller's transaction as it was before it: inside one, in a savepoint of its own (sent
-    /// with the statement, so that no other call on a shared session comes between them),
-    /// rolled back to if it failed; outside, the statement is its own transaction.
+    /// caller's transaction as it was before it: inside one, in a savepoint of its own, rolled
+    /// back to if it failed; outside, the statement is its own transaction. sqlx's connection
+    /// is held from the savepoint to its end; tokio-postgres sends the three in one round trip,
+    /// between which another task writing through the same transaction at that moment may send
+    /// its own. A write dropped before its answer (a timeout) leaves its savepoint open, or the
+    /// caller's transaction aborted, as any statement dropped mid-way would.
     fn write<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>])
         -> WireFuture<'a, Vec<Self::Row>>;
 

@@ -69,6 +69,9 @@ impl SqlDialect for Sqlite {
 
     const ROW_LOCATOR: Option<&'static str> = Some("rowid");
 
+    // sqlx's SQLite connection sends each command to a worker thread of its own.
+    const WORKER_THREAD: bool = true;
+
     const LOCKING_READ: &'static str = "";
 
     fn error(document: &DocumentRef, source: DbFailure) -> Error {
@@ -169,7 +172,8 @@ crate::sql::sqlx_wire::sqlx_database!(
     sqlx::Sqlite,
     savepoint_opens: true,
     failure: super::errors::failure,
-    bind: crate::sql::sqlx_wire::bound::<sqlx::Sqlite>
+    bind: crate::sql::sqlx_wire::bound::<sqlx::Sqlite>,
+    transactions: own
 );
 
 impl Cells for SqliteRow {
