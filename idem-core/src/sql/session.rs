@@ -56,10 +56,9 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
         self.store
     }
 
-    /// The connection back, for the caller's own statements.
-    // Named through the dialect, it is the driver's own connection type to every caller.
-    #[allow(private_interfaces)]
-    pub fn into_connection(self) -> &'a mut <D as SqlxDialect>::Connection {
+    /// The connection back ([`sqlx_store_methods!`](super::sqlx_api::sqlx_store_methods)
+    /// names its type for each store).
+    pub(crate) fn connection_back(self) -> &'a mut <D as SqlxDialect>::Connection {
         self.wire.into_connection()
     }
 

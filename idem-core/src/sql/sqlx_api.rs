@@ -11,6 +11,13 @@ macro_rules! sqlx_store_methods {
             $crate::sql::sqlx_wire::SqlxWire::new(connection)
         }
 
+        impl<'a> Session<'a> {
+            /// The connection back, for the caller's own statements.
+            pub fn into_connection(self) -> &'a mut $connection {
+                self.connection_back()
+            }
+        }
+
         impl Store {
             /// This store writing through `connection`: what the derive's generated methods take
             /// (`post.upsert(&store.on(&mut connection))`), and the API every store shares
