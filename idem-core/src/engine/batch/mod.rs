@@ -184,8 +184,8 @@ impl std::fmt::Display for Mark {
 }
 
 /// What [`BatchDriver::look_up`] found for one document.
-// Only the PostgreSQL store looks up; the engine reads it on every build.
-#[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+// The SQL stores look up; the engine reads it on every build, MongoDB's alone too.
+#[cfg_attr(not(feature = "_sql_store"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) enum Looked<S> {
     /// Stored with the same id, natural key, content hash and version key, not deleted:
