@@ -193,12 +193,7 @@ impl MarkerDialect for MySql {
     }
 
     fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        format!(
-            "SELECT {} IS NOT NULL FROM {} WHERE {} = ?",
-            quote(tombstone.stored_name()),
-            table.name(),
-            quote(ID_FIELD)
-        )
+        super::table::WORDS.deleted_sql(table, tombstone)
     }
 }
 

@@ -9,12 +9,11 @@
 use std::fmt::Write as _;
 
 use crate::column::{Column, ColumnShape};
-use crate::model::{
-    Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
-    WRITE_MARKER_FIELD,
-};
+use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
+use crate::sql::guard::{upsert_guard, GuardWords};
 use crate::sql::layout::{Content, Layout, TableColumn};
+use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
 
 /// The collation that compares text byte for byte (NO PAD: `utf8mb4_bin` ignores trailing
 /// spaces). MariaDB's; MySQL 8 and TiDB name theirs `utf8mb4_0900_bin`.
@@ -29,6 +28,51 @@ const KEY_BYTES: usize = 3_072;
 /// The longest text key column, in characters, where the key leaves room.
 const KEY_CHARS: usize = 255;
 
+/// How the MySQL family writes the words of the statements' shared parts.
+pub(crate) const WORDS: Words = Words {
+    quote,
+    literal,
+    same: "<=>",
+};
+
+/// How the MySQL family writes the guard's words: there is no alias for the row an upsert
+/// inserts, so the stored row's columns are bare and the incoming row's `VALUES(col)`.
+struct Guard;
+
+impl GuardWords for Guard {
+    fn quote(&self, name: &str) -> String {
+        quote(name)
+    }
+
+    fn stored(&self, column: &str) -> String {
+        column.to_owned()
+    }
+
+    fn incoming(&self, column: &str) -> String {
+        format!("VALUES({column})")
+    }
+
+    fn false_literal(&self) -> &str {
+        "0"
+    }
+
+    fn bytewise(&self) -> &str {
+        BYTEWISE
+    }
+
+    fn distinct(&self, stored: &str, incoming: &str) -> String {
+        format!("NOT ({stored} <=> {incoming})")
+    }
+
+    // JSON_VALUE's text compares in the connection's collation, which ignores case.
+    fn json_text(&self, column: &str, name: &str) -> String {
+        format!(
+            "JSON_VALUE({column}, {}) COLLATE {BYTEWISE}",
+            json_path(name)
+        )
+    }
+}
+
 /// A quoted identifier.
 pub(crate) fn quote(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
@@ -41,7 +85,7 @@ pub(crate) fn literal(text: &str) -> String {
 
 /// The JSON path of the top-level entry `name`, as a literal.
 pub(crate) fn json_path(name: &str) -> String {
-    literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
+    WORDS.json_path(name)
 }
 
 /// Whether a column holds a natural or idempotency key.
@@ -171,46 +215,17 @@ impl Table {
             quote(WRITE_MARKER_FIELD),
             quote(ID_FIELD),
             quote(&self.natural_key_constraint),
-            self.natural_key_list(""),
+            WORDS.key_list(self, ""),
         );
         sql
-    }
-
-    /// The natural-key columns' names, in [`Model::natural_key_fields`] order.
-    pub fn natural_key_names(&self) -> Vec<&'static str> {
-        self.model
-            .natural_key_fields()
-            .map(|field| field.stored_name())
-            .collect()
-    }
-
-    /// The natural-key columns of `alias` (`t.`, or none), quoted and comma-separated.
-    fn natural_key_list(&self, alias: &str) -> String {
-        let names: Vec<String> = self
-            .natural_key_names()
-            .into_iter()
-            .map(|name| format!("{alias}{}", quote(name)))
-            .collect();
-        names.join(", ")
     }
 
     /// The insert of `rows` rows for `statement`, each its inserted columns
     /// ([`crate::sql::marker::inserted`]) then its write marker, with nothing after `VALUES`:
     /// as it is, the plain insert of fresh rows, which any stored id or key fails whole.
     pub fn insert_rows(&self, statement: Statement, rows: usize) -> String {
-        let inserted = crate::sql::marker::inserted(self, statement);
-        let mut names: Vec<String> = inserted
-            .iter()
-            .map(|&position| quote(self.columns[self.sent[position]].name))
-            .collect();
-        names.push(quote(WRITE_MARKER_FIELD));
-        let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
-        format!(
-            "INSERT INTO {table} ({names}) VALUES {values}",
-            table = self.name(),
-            names = names.join(", "),
-            values = vec![row.as_str(); rows].join(", "),
-        )
+        let values = WORDS.inserted_values(self, statement, rows);
+        format!("INSERT INTO {} {values}", self.name())
     }
 
     /// The write of `rows` rows for `statement` ([`crate::sql::dialect::MarkerDialect::write_sql`]).
@@ -224,7 +239,7 @@ impl Table {
         let insert = self.insert_rows(statement, rows);
         let (condition, replaced): (String, Vec<&str>) = match statement {
             Statement::Upsert => (
-                self.upsert_guard(),
+                upsert_guard(self, &Guard),
                 (self.columns.iter())
                     .filter(|column| column.is_replaced())
                     .map(|column| column.name)
@@ -270,51 +285,6 @@ impl Table {
         format!("{insert} ON DUPLICATE KEY UPDATE {}", set.join(", "))
     }
 
-    /// The condition under which an upsert replaces the stored row (bare columns) with the
-    /// incoming one (`VALUES(col)`): the rule of the other SQL stores' guard (and of
-    /// [`crate::verdict::Stored::judge`]) in the MySQL family's words.
-    fn upsert_guard(&self) -> String {
-        let model = self.model;
-        let mut conditions = Vec::new();
-        if let Some(field) = model.tombstone_field() {
-            conditions.push(format!("{} IS NULL", quote(field.stored_name())));
-        }
-        let digests = quote(FROZEN_DIGESTS_FIELD);
-        for field in model.digested_fields() {
-            let path = json_path(field.stored_name());
-            // JSON_VALUE's text compares in the connection's collation, which ignores case.
-            let stored = format!("JSON_VALUE({digests}, {path}) COLLATE {BYTEWISE}");
-            let incoming = format!("JSON_VALUE(VALUES({digests}), {path})");
-            let unwritten = match field.null_is_unwritten() {
-                true => format!("{} IS NULL", quote(field.stored_name())),
-                false => "0".to_owned(),
-            };
-            conditions.push(format!(
-                "(CASE WHEN {digests} IS NULL THEN {unwritten} \
-                 ELSE {stored} IS NULL OR {stored} = {incoming} END)"
-            ));
-        }
-        match self.column_with(Content::VersionKey) {
-            Some(_) => {
-                let key = quote(VERSION_KEY_FIELD);
-                let never_versioned = match model.version_field() {
-                    Some(field) => {
-                        format!("({key} IS NULL AND {} IS NULL)", quote(field.stored_name()))
-                    }
-                    None => format!("{key} IS NULL"),
-                };
-                conditions.push(format!(
-                    "({never_versioned} OR {key} COLLATE {BYTEWISE} < VALUES({key}) COLLATE {BYTEWISE})"
-                ));
-            }
-            None => {
-                let hash = quote(model.hash_field());
-                conditions.push(format!("NOT ({hash} <=> VALUES({hash}))"));
-            }
-        }
-        conditions.join(" AND ")
-    }
-
     /// The write marker, the stored state and the natural-key columns as text of the rows under
     /// the ids (the first `rows` parameters) or holding the natural keys that follow: two
     /// locking reads, each through its unique index, which see (and keep locked) the rows the
@@ -325,14 +295,13 @@ impl Table {
         selected.extend(self.stored_state_columns("t"));
         selected.extend(keys.iter().map(|name| self.read_of("t", name)));
         let select = format!("SELECT {} FROM {} t", selected.join(", "), self.name());
-        let tuple = format!("({})", vec!["?"; keys.len()].join(", "));
         format!(
             "({select} WHERE t.{id} IN ({ids}) FOR UPDATE) UNION \
              ({select} WHERE ({key}) IN ({tuples}) FOR UPDATE)",
             id = quote(ID_FIELD),
             ids = vec!["?"; rows].join(", "),
-            key = self.natural_key_list("t."),
-            tuples = vec![tuple.as_str(); rows].join(", "),
+            key = WORDS.key_list(self, "t."),
+            tuples = parameter_rows(keys.len(), rows),
         )
     }
 
@@ -373,10 +342,7 @@ impl Table {
             (0..contents.len()).map(|at| format!("content{at} {text} PATH '$[{}]'", 1 + at)),
         );
         for (at, name) in keys.iter().enumerate() {
-            let shape = self
-                .column_named(name)
-                .map(|index| self.columns[index].shape);
-            let sql_type = match shape {
+            let sql_type = match self.shape_named(name) {
                 Some(ColumnShape::Integer | ColumnShape::Boolean) => "BIGINT",
                 _ => text.as_str(),
             };
@@ -385,29 +351,10 @@ impl Table {
                 1 + contents.len() + at
             ));
         }
-        let same_key = |alias: &str| -> Vec<String> {
-            keys.iter()
-                .enumerate()
-                .map(|(at, name)| format!("{alias}.{} = v.key{at}", quote(name)))
-                .collect()
-        };
+        let key = |at: usize| format!("v.key{at}");
         let mut same = vec![format!("u.{id} IS NOT NULL")];
-        same.extend(same_key("u"));
-        for (at, &content) in contents.iter().enumerate() {
-            if let Some(index) = self.column_with(content) {
-                same.push(format!(
-                    "u.{} <=> v.content{at}",
-                    quote(self.columns[index].name)
-                ));
-            }
-        }
-        if let Some(field) = self.model.tombstone_field() {
-            same.push(format!("u.{} IS NULL", quote(field.stored_name())));
-        }
-        let by_key = match same_key("f") {
-            none if none.is_empty() => "0".to_owned(),
-            key => key.join(" AND "),
-        };
+        same.extend(WORDS.stored_unchanged(self, key, |at| format!("v.content{at}")));
+        let by_key = WORDS.holds_key(self, "f", key);
         let row = format!(
             "JSON_ARRAY({})",
             vec!["?"; 1 + contents.len() + keys.len()].join(", ")
@@ -451,13 +398,8 @@ impl Table {
     /// `true` or `false` (its type would not survive a `UNION`), any other as stored.
     pub fn read_of(&self, alias: &str, name: &str) -> String {
         let column = format!("{alias}.{}", quote(name));
-        match self
-            .column_named(name)
-            .map(|index| self.columns[index].shape)
-        {
-            Some(ColumnShape::Boolean) => format!(
-                "(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)"
-            ),
+        match self.shape_named(name) {
+            Some(ColumnShape::Boolean) => boolean_text(&column),
             _ => column,
         }
     }
@@ -482,35 +424,16 @@ impl Table {
             });
         }
         set.push(format!("t.{} = ?", quote(WRITE_MARKER_FIELD)));
-        let mut conditions = vec![format!("t.{} = ?", quote(ID_FIELD))];
-        if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
-        }
-        let mut pinned = vec![self.model.hash_field()];
-        if self.column_with(Content::Digests).is_some() {
-            pinned.push(FROZEN_DIGESTS_FIELD);
-        }
-        if self.column_with(Content::VersionKey).is_some() {
-            pinned.push(VERSION_KEY_FIELD);
-            pinned.extend(self.model.version_field().map(|field| field.stored_name()));
-        }
-        pinned.extend(
-            self.model
-                .digested_fields()
-                .map(|field| field.stored_name()),
-        );
-        for name in pinned {
-            let shape = self
-                .column_named(name)
-                .map(|index| self.columns[index].shape);
-            conditions.push(match shape {
+        let anonymous = || "?".to_owned();
+        let conditions = WORDS.pinned_conditions(self, anonymous, |name, placeholder| {
+            match self.shape_named(name) {
                 // Text compared with an integer would be compared as a double.
                 Some(ColumnShape::Integer) => {
-                    format!("t.{} <=> CAST(? AS SIGNED)", quote(name))
+                    format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
                 }
-                _ => format!("{} <=> ?", self.read_of("t", name)),
-            });
-        }
+                _ => format!("{} <=> {placeholder}", self.read_of("t", name)),
+            }
+        });
         format!(
             "UPDATE {} t SET {} WHERE {}",
             self.name(),

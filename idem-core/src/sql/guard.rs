@@ -1,11 +1,13 @@
 //! The upsert's guard in SQL, written once for every SQL store: the same rule as
 //! [`crate::verdict::Stored::judge`], as far as the server can tell it, in the few words where
-//! the dialects differ ([`Dialect`]).
+//! the dialects differ ([`GuardWords`]).
 
 use crate::model::{FROZEN_DIGESTS_FIELD, VERSION_KEY_FIELD};
 use crate::sql::layout::{Content, Layout};
 
-/// What a dialect writes differently in the guard.
+/// What a dialect whose upsert names the stored row `t` and the incoming one `excluded`, and
+/// quotes names in double quotes (PostgreSQL, SQLite), writes differently in the guard.
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) struct Dialect {
     /// `false`.
     pub false_literal: &'static str,
@@ -17,58 +19,106 @@ pub(crate) struct Dialect {
     pub json_text: fn(column: &str, name: &str) -> String,
 }
 
-/// The condition under which an upsert replaces the stored row `t` with `excluded`: not
+/// The words of a dialect's guard.
+pub(crate) trait GuardWords {
+    /// A quoted identifier.
+    fn quote(&self, name: &str) -> String {
+        quote(name)
+    }
+    /// The stored row's column `column` (quoted).
+    fn stored(&self, column: &str) -> String {
+        format!("t.{column}")
+    }
+    /// The incoming row's column `column` (quoted).
+    fn incoming(&self, column: &str) -> String {
+        format!("excluded.{column}")
+    }
+    /// `false`.
+    fn false_literal(&self) -> &str;
+    /// The collation that compares text byte by byte, as version order keys compare.
+    fn bytewise(&self) -> &str;
+    /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
+    fn distinct(&self, stored: &str, incoming: &str) -> String;
+    /// The text under key `name` of the JSON object in the column expression `column`, as it
+    /// compares with another such text.
+    fn json_text(&self, column: &str, name: &str) -> String;
+}
+
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+impl GuardWords for Dialect {
+    fn false_literal(&self) -> &str {
+        self.false_literal
+    }
+
+    fn bytewise(&self) -> &str {
+        self.bytewise
+    }
+
+    fn distinct(&self, stored: &str, incoming: &str) -> String {
+        format!("{stored} {} {incoming}", self.distinct)
+    }
+
+    fn json_text(&self, column: &str, name: &str) -> String {
+        (self.json_text)(column, name)
+    }
+}
+
+/// The condition under which an upsert replaces the stored row with the incoming one: not
 /// deleted; each guarded field never written or holding the incoming digest (a row without
 /// digests only where none of them is written); a strictly newer version key, or without
 /// versions another content hash.
-pub(crate) fn upsert_guard(layout: &Layout, dialect: &Dialect) -> String {
+pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
     let model = layout.model;
+    let stored = |name: &str| words.stored(&words.quote(name));
+    let incoming = |name: &str| words.incoming(&words.quote(name));
     let mut conditions = Vec::new();
     if let Some(field) = model.tombstone_field() {
-        conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
+        conditions.push(format!("{} IS NULL", stored(field.stored_name())));
     }
-    let digests = quote(FROZEN_DIGESTS_FIELD);
+    let digests = stored(FROZEN_DIGESTS_FIELD);
     for field in model.digested_fields() {
-        let stored = (dialect.json_text)(&format!("t.{digests}"), field.stored_name());
-        let incoming = (dialect.json_text)(&format!("excluded.{digests}"), field.stored_name());
+        let stored_digest = words.json_text(&digests, field.stored_name());
+        let incoming_digest = words.json_text(&incoming(FROZEN_DIGESTS_FIELD), field.stored_name());
         // Without digests, a NULL is "never written" only in an `Option` field; in any other
         // the guard cannot compare it, and the engine does.
         let unwritten = match field.null_is_unwritten() {
-            true => format!("t.{} IS NULL", quote(field.stored_name())),
-            false => dialect.false_literal.to_owned(),
+            true => format!("{} IS NULL", stored(field.stored_name())),
+            false => words.false_literal().to_owned(),
         };
         conditions.push(format!(
-            "(CASE WHEN t.{digests} IS NULL THEN {unwritten} \
-             ELSE {stored} IS NULL OR {stored} = {incoming} END)",
+            "(CASE WHEN {digests} IS NULL THEN {unwritten} ELSE {stored_digest} IS NULL \
+             OR {stored_digest} = {incoming_digest} END)",
         ));
     }
     match layout.column_with(Content::VersionKey) {
         Some(_) => {
-            let key = quote(VERSION_KEY_FIELD);
+            let key = stored(VERSION_KEY_FIELD);
             // A version stored without its order key is compared by the engine, which writes
             // it in a second step pinned to what it read.
             let never_versioned = match model.version_field() {
                 Some(field) => format!(
-                    "(t.{key} IS NULL AND t.{} IS NULL)",
-                    quote(field.stored_name())
+                    "({key} IS NULL AND {} IS NULL)",
+                    stored(field.stored_name())
                 ),
-                None => format!("t.{key} IS NULL"),
+                None => format!("{key} IS NULL"),
             };
             // Order keys compare byte by byte, whatever collation a migration gave the column.
-            let bytewise = dialect.bytewise;
+            let bytewise = words.bytewise();
             conditions.push(format!(
-                "({never_versioned} OR t.{key} COLLATE {bytewise} < excluded.{key} COLLATE {bytewise})"
+                "({never_versioned} OR {key} COLLATE {bytewise} < {} COLLATE {bytewise})",
+                incoming(VERSION_KEY_FIELD)
             ));
         }
         None => {
-            let hash = quote(model.hash_field());
-            conditions.push(format!("t.{hash} {} excluded.{hash}", dialect.distinct));
+            let hash = model.hash_field();
+            conditions.push(words.distinct(&stored(hash), &incoming(hash)));
         }
     }
     conditions.join(" AND ")
 }
 
 /// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) fn tombstone_column(layout: &Layout) -> String {
     layout
         .model
@@ -82,6 +132,7 @@ pub(crate) fn quote(name: &str) -> String {
 }
 
 /// A quoted SQL string literal.
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }

@@ -9,13 +9,15 @@ pub(crate) mod audit;
 pub(crate) mod change;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod dialect;
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
+#[cfg(any(feature = "_postgres", feature = "_marker_store"))]
 pub(crate) mod guard;
 pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod layout;
 #[cfg(feature = "_marker_store")]
 pub(crate) mod marker;
+#[cfg(feature = "_marker_store")]
+pub(crate) mod marker_sql;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod reads;
 pub(crate) mod row;

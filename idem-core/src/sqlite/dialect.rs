@@ -159,12 +159,7 @@ impl MarkerDialect for Sqlite {
     }
 
     fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        format!(
-            "SELECT {} IS NOT NULL FROM {} WHERE {} = ?1",
-            quote(tombstone.stored_name()),
-            table.name(),
-            quote(ID_FIELD)
-        )
+        super::table::WORDS.deleted_sql(table, tombstone)
     }
 }
 

@@ -11,20 +11,25 @@
 use std::fmt::Write as _;
 
 use crate::column::{Column, ColumnShape};
-use crate::model::{
-    Model, Role, APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD,
-    WRITE_MARKER_FIELD,
-};
+use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
 use crate::sql::layout::{Content, Layout, TableColumn};
+use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
 
 /// How SQLite writes the guard's words.
 const SQLITE: Dialect = Dialect {
     false_literal: "0",
     bytewise: "BINARY",
     distinct: "IS NOT",
-    json_text: |column, name| format!("json_extract({column}, {})", json_path(name)),
+    json_text: |column, name| format!("json_extract({column}, {})", WORDS.json_path(name)),
+};
+
+/// How SQLite writes the words of the statements' shared parts.
+pub(crate) const WORDS: Words = Words {
+    quote,
+    literal,
+    same: "IS",
 };
 
 /// SQLite's limit of bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER` since
@@ -145,23 +150,9 @@ impl Table {
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
     }
 
-    /// The natural-key columns' names, in [`Model::natural_key_fields`] order.
-    pub fn natural_key_names(&self) -> Vec<&'static str> {
-        self.model
-            .natural_key_fields()
-            .map(|field| field.stored_name())
-            .collect()
-    }
-
     /// The natural-key columns, quoted and comma-separated: the conflict target.
     pub fn natural_key_list(&self) -> String {
-        let names: Vec<String> = self.natural_key_names().into_iter().map(quote).collect();
-        names.join(", ")
-    }
-
-    /// The columns an insert of `statement` writes ([`crate::sql::marker::inserted`]).
-    pub fn inserted(&self, statement: Statement) -> Vec<usize> {
-        crate::sql::marker::inserted(self, statement)
+        WORDS.key_list(self, "")
     }
 
     /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
@@ -217,19 +208,8 @@ impl Table {
     /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns then its
     /// write marker, with nothing after its `VALUES`.
     fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
-        let inserted = self.inserted(statement);
-        let mut names: Vec<String> = inserted
-            .iter()
-            .map(|&position| quote(self.columns[self.sent[position]].name))
-            .collect();
-        names.push(quote(WRITE_MARKER_FIELD));
-        let row = format!("({})", vec!["?"; inserted.len() + 1].join(", "));
-        format!(
-            "{verb} {table} AS t ({names}) VALUES {values}",
-            table = self.name(),
-            names = names.join(", "),
-            values = vec![row.as_str(); rows].join(", "),
-        )
+        let values = WORDS.inserted_values(self, statement, rows);
+        format!("{verb} {} AS t {values}", self.name())
     }
 
     /// The plain insert of `rows` rows as fresh ones
@@ -252,14 +232,8 @@ impl Table {
         let keys = self.natural_key_names();
         // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
         let ids = vec!["?"; rows];
-        let tuple = format!("({})", vec!["?"; keys.len()].join(", "));
-        let tuples = vec![tuple.as_str(); rows];
         let key_texts: Vec<String> = keys.iter().map(|name| self.text_of("t", name)).collect();
-        let join: Vec<String> = keys
-            .iter()
-            .enumerate()
-            .map(|(at, name)| format!("t.{} = k.column{}", quote(name), at + 1))
-            .collect();
+        let join = WORDS.same_key(self, "t", |at| format!("k.column{}", at + 1));
         let state = format!("{}, {}", self.stored_state("t"), key_texts.join(", "));
         format!(
             "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
@@ -267,7 +241,7 @@ impl Table {
             table = self.name(),
             id = quote(ID_FIELD),
             ids = ids.join(", "),
-            tuples = tuples.join(", "),
+            tuples = parameter_rows(keys.len(), rows),
             join = join.join(" AND "),
         )
     }
@@ -289,34 +263,9 @@ impl Table {
         // The incoming values, as SQLite names the columns of `VALUES`.
         let incoming = |position: usize| format!("v.column{}", position + 1);
         let key_at = |at: usize| incoming(1 + contents.len() + at);
-        let same_key = |alias: &str| -> Vec<String> {
-            keys.iter()
-                .enumerate()
-                .map(|(at, name)| format!("{alias}.{} = {}", quote(name), key_at(at)))
-                .collect()
-        };
         let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
-        same.extend(same_key("u"));
-        for (at, &content) in contents.iter().enumerate() {
-            if let Some(index) = self.column_with(content) {
-                same.push(format!(
-                    "u.{} IS {}",
-                    quote(self.columns[index].name),
-                    incoming(1 + at)
-                ));
-            }
-        }
-        if let Some(field) = self.model.tombstone_field() {
-            same.push(format!("u.{} IS NULL", quote(field.stored_name())));
-        }
-        let by_key = match same_key("f") {
-            none if none.is_empty() => "0".to_owned(),
-            key => key.join(" AND "),
-        };
-        let tuple = format!(
-            "({})",
-            vec!["?"; 1 + contents.len() + keys.len()].join(", ")
-        );
+        same.extend(WORDS.stored_unchanged(self, key_at, |at| incoming(1 + at)));
+        let by_key = WORDS.holds_key(self, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
         selected.extend(self.stored_state_columns("s"));
         selected.extend(keys.iter().map(|name| self.text_of("s", name)));
@@ -340,7 +289,7 @@ impl Table {
             table = self.name(),
             id = quote(ID_FIELD),
             same = same.join(" AND "),
-            tuples = vec![tuple.as_str(); rows].join(", "),
+            tuples = parameter_rows(1 + contents.len() + keys.len(), rows),
             selected = selected.join(", "),
             summary = summary.join(", "),
         )
@@ -350,14 +299,9 @@ impl Table {
     /// float's with SQLite's 15 digits; the stored state and a read of the row take
     /// [`Table::read_of`], which keeps the float).
     pub fn text_of(&self, alias: &str, name: &str) -> String {
-        let shape = self
-            .column_named(name)
-            .map(|index| self.columns[index].shape);
         let column = format!("{alias}.{}", quote(name));
-        match shape {
-            Some(ColumnShape::Boolean) => format!(
-                "(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)"
-            ),
+        match self.shape_named(name) {
+            Some(ColumnShape::Boolean) => boolean_text(&column),
             Some(ColumnShape::Integer | ColumnShape::Float) => {
                 format!("CAST({column} AS TEXT)")
             }
@@ -369,10 +313,7 @@ impl Table {
     /// is stored, whose text SQLite would write with 15 significant digits, not the 17 that
     /// give the very float back; any other as [`Table::text_of`] gives it.
     pub fn read_of(&self, alias: &str, name: &str) -> String {
-        match self
-            .column_named(name)
-            .map(|index| self.columns[index].shape)
-        {
+        match self.shape_named(name) {
             Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
             _ => self.text_of(alias, name),
         }
@@ -411,35 +352,9 @@ impl Table {
             }
         }
         set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let mut conditions = vec![format!("t.{} = {}", quote(ID_FIELD), next())];
-        if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
-        }
-        conditions.push(format!(
-            "t.{} IS {}",
-            quote(self.model.hash_field()),
-            next()
-        ));
-        if self.column_with(Content::Digests).is_some() {
-            conditions.push(format!("t.{} IS {}", quote(FROZEN_DIGESTS_FIELD), next()));
-        }
-        if self.column_with(Content::VersionKey).is_some() {
-            conditions.push(format!("t.{} IS {}", quote(VERSION_KEY_FIELD), next()));
-            if let Some(field) = self.model.version_field() {
-                conditions.push(format!(
-                    "{} IS {}",
-                    self.read_of("t", field.stored_name()),
-                    next()
-                ));
-            }
-        }
-        for field in self.model.digested_fields() {
-            conditions.push(format!(
-                "{} IS {}",
-                self.read_of("t", field.stored_name()),
-                next()
-            ));
-        }
+        let conditions = WORDS.pinned_conditions(self, next, |name, placeholder| {
+            format!("{} IS {placeholder}", self.read_of("t", name))
+        });
         format!(
             "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
             self.name(),
@@ -448,9 +363,4 @@ impl Table {
             quote(ID_FIELD),
         )
     }
-}
-
-/// The JSON path of the top-level entry `name`, as a SQL literal.
-fn json_path(name: &str) -> String {
-    literal(&format!("$.\"{}\"", name.replace('"', "\\\"")))
 }
