@@ -20,13 +20,13 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
-use crate::sql::audit::{columns_without, shown_row_id};
+use crate::sql::audit::shown_row_id;
 use crate::sql::dialect::SqlDialect;
 use crate::sql::judge::{
     stored_destination, typed_destination, AdoptOptions, Destination, Destined,
 };
 use crate::sql::layout::Layout;
-use crate::sql::takeover::{model_mismatch, stored_table};
+use crate::sql::takeover::adoptable_table;
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -180,28 +180,7 @@ impl Store {
         let client = &wire;
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         call.run(async move {
-            let collection = DocumentRef::collection(model);
-            if model.idempotency_key_field().is_some() {
-                return Err(Error::new(collection, ErrorKind::NoDerivedId));
-            }
-            let (table, mut unknown) = stored_table::<Postgres>(client, model, field_order).await?;
-            let refuse = |problem: String| Error::schema_mismatch(model, problem);
-            let problems = Postgres::table_problems(client, &table, &collection, false).await?;
-            if let Some(problem) = problems.into_iter().next() {
-                return Err(refuse(format!("{problem}; nothing was moved")));
-            }
-            let (mismatch, unhashed) =
-                model_mismatch::<Postgres>(client, &table, field_order).await?;
-            unknown.extend(unhashed.iter().cloned());
-            crate::audit::check_adoption(
-                model,
-                mismatch,
-                &unknown,
-                options.ignore_model_check,
-                options.allow_unknown_fields,
-            )?;
-            // Read without them: the hashes stored are then the type's.
-            let table = Table::new(table.model, &columns_without(&table, &unhashed));
+            let table = adoptable_table::<Postgres>(client, model, field_order, &options).await?;
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::dialect::MarkerDialect;
 use super::store::{in_transaction_with, Store};
-use super::takeover::{located, model_mismatch, stored_table};
+use super::takeover::{adoptable_table, located};
 use super::wire::{Cells, Param, Wire};
 use crate::audit::{AdoptReport, AuditProgress, RunLimits};
 use crate::document::DocumentRef;
@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::audit::{columns_without, shown_row_id};
+use crate::sql::audit::shown_row_id;
 use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Destined};
 use crate::sql::layout::Layout;
 use crate::trace::{Call, CallKind};
@@ -57,27 +57,7 @@ impl<D: MarkerDialect> Store<D> {
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         super::store::run::<D, _>(call, async move {
-            let collection = DocumentRef::collection(model);
-            if model.idempotency_key_field().is_some() {
-                return Err(Error::new(collection, ErrorKind::NoDerivedId));
-            }
-            let (table, mut unknown) = stored_table::<D>(wire, model, field_order).await?;
-            let refuse = |problem: String| Error::schema_mismatch(model, problem);
-            let problems = D::table_problems(wire, &table, &collection, false).await?;
-            if let Some(problem) = problems.into_iter().next() {
-                return Err(refuse(format!("{problem}; nothing was moved")));
-            }
-            let (mismatch, unhashed) = model_mismatch::<D>(wire, &table, field_order).await?;
-            unknown.extend(unhashed);
-            crate::audit::check_adoption(
-                model,
-                mismatch,
-                &unknown,
-                options.ignore_model_check,
-                options.allow_unknown_fields,
-            )?;
-            // Read without them: the hashes stored are then the type's.
-            let table = D::table(table.model, &columns_without(&table, &unknown));
+            let table = adoptable_table::<D>(wire, model, field_order, &options).await?;
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };

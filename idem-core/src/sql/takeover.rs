@@ -14,13 +14,13 @@ use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::audit::{AuditProgress, AuditReport, HashDiagnosis, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::model_check::ModelCheck;
-use crate::sql::audit::{catalog_unknowns, diagnose, typed_unknowns, RowScan};
-use crate::sql::judge::Reading;
+use crate::sql::audit::{catalog_unknowns, columns_without, diagnose, typed_unknowns, RowScan};
+use crate::sql::judge::{AdoptOptions, Reading};
 use crate::sql::layout::{Content, Layout};
 use crate::sql::row::value_from_text;
 use crate::trace::{Call, CallKind};
@@ -74,6 +74,38 @@ impl<D: SqlDialect> Store<D> {
 /// nothing.
 pub(crate) fn located<D: SqlDialect>(table: &D::Table) -> String {
     D::ROW_LOCATOR.map_or("NULL".to_owned(), |locator| D::read_of(table, "t", locator))
+}
+
+/// The table of a model given at run time as an adoption moves its rows: refused (nothing
+/// moved) for a type without a derived id, a table idem cannot write, or a model the rows were
+/// not written with (unless `options` say otherwise); read without the columns that are not
+/// the model's fields, so that the hashes stored are the type's.
+pub(crate) async fn adoptable_table<D: SqlDialect>(
+    wire: &impl Wire,
+    model: &Model,
+    field_order: &[&str],
+    options: &AdoptOptions,
+) -> Result<D::Table, Error> {
+    let collection = DocumentRef::collection(model);
+    if model.idempotency_key_field().is_some() {
+        return Err(Error::new(collection, ErrorKind::NoDerivedId));
+    }
+    let (table, mut unknown) = stored_table::<D>(wire, model, field_order).await?;
+    let problems = D::table_problems(wire, &table, &collection, false).await?;
+    if let Some(problem) = problems.into_iter().next() {
+        let problem = format!("{problem}; nothing was moved");
+        return Err(Error::schema_mismatch(model, problem));
+    }
+    let (mismatch, unhashed) = model_mismatch::<D>(wire, &table, field_order).await?;
+    unknown.extend(unhashed);
+    crate::audit::check_adoption(
+        model,
+        mismatch,
+        &unknown,
+        options.ignore_model_check,
+        options.allow_unknown_fields,
+    )?;
+    Ok(D::table(table.model, &columns_without(&table, &unknown)))
 }
 
 /// Checks the model of `table` (given at run time) against rows stored under a ULID.
