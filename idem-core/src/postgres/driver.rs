@@ -186,10 +186,6 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         self.store.batch_chunk
     }
 
-    fn shortcut_min_docs(&self) -> usize {
-        self.store.shortcut_min_docs
-    }
-
     fn chunks_in_flight(&self) -> usize {
         match self.store.pipelining && self.client.pipelines_chunks() {
             true => 2,
@@ -197,20 +193,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         }
     }
 
-    async fn ready(&self) -> Result<(), Error> {
-        // The table was checked before the documents were prepared for it.
-        Ok(())
-    }
-
     crate::sql::prepares_rows_as_sql!();
-
-    async fn read_many(
-        &self,
-        _docs: &[&PreparedRow],
-    ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
-        // The statement returns the rows its guard stopped: nothing to read first.
-        Ok(None)
-    }
 
     async fn insert_fresh(
         &self,

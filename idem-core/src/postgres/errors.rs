@@ -16,6 +16,37 @@ pub(super) fn refuses_row(code: &str) -> bool {
         .any(|class| code.starts_with(class))
 }
 
+/// What the server said of a failed statement, as either driver reads it.
+pub(super) struct ServerSaid {
+    /// Its severity, SQLSTATE, message and detail, as [`server_text`] shows them.
+    pub shown: String,
+    /// The constraint it names, and that constraint's table's schema.
+    pub constraint: Option<(String, Option<String>)>,
+}
+
+/// A driver's error as idem reports it: kept whole, with its SQLSTATE and whether a retry may
+/// help, marked as the server's refusal of the row where the SQLSTATE says so, and shown with
+/// what the server said (the drivers' own text of a server error may leave it out).
+pub(super) fn reported(
+    source: impl std::error::Error + Send + Sync + 'static,
+    code: Option<String>,
+    retryable: bool,
+    said: Option<ServerSaid>,
+) -> crate::error::BackendError {
+    let refuses_document = code.as_deref().is_some_and(refuses_row);
+    let mut error = crate::error::BackendError::new("PostgreSQL", code, retryable, source);
+    if refuses_document {
+        error = error.refusing_document();
+    }
+    let Some(said) = said else {
+        return error;
+    };
+    if let Some((name, schema)) = said.constraint {
+        error = error.with_constraint(name, schema);
+    }
+    error.with_message(said.shown)
+}
+
 /// How a server error is shown: its severity, SQLSTATE, message and detail.
 pub(super) fn server_text(
     severity: &str,

@@ -8,9 +8,8 @@ use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArguments, PgDatabaseError, PgRow, PgSeverity};
 use sqlx::{Arguments, PgConnection, Postgres, Row as _};
 
-use super::errors::{refuses_row, transient_code};
-use super::wire::{cell_text, Cells, Connection, DbFailure, Param};
-use crate::error::BackendError;
+use super::errors::{reported, server_text, transient_code, ServerSaid};
+use super::wire::{Cells, Connection, DbFailure, Param};
 use crate::sql::sqlx_wire::{statement, Query, SqlxWire};
 
 crate::sql::sqlx_wire::sqlx_database!(
@@ -72,19 +71,7 @@ impl Cells for PgRow {
         sqlx::Row::len(self)
     }
 
-    /// Text as it is, a number as its digits, a boolean as `true` or `false`, `jsonb` as its
-    /// JSON.
-    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
-        Ok(cell_text(self, at))
-    }
-
-    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
-        Ok(self.flag(at))
-    }
-
-    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
-        Ok(self.int8(at))
-    }
+    super::wire::cells_from_types!();
 
     fn str(&self, at: usize) -> Option<&str> {
         self.try_get(at).ok().flatten()
@@ -126,17 +113,16 @@ fn failure(source: sqlx::Error) -> DbFailure {
         .as_database_error()
         .and_then(|db| db.try_downcast_ref::<PgDatabaseError>());
     let server_message = server.map(|db| db.message().to_owned());
-    let shown = server.map(|db| {
-        super::errors::server_text(
+    let said = server.map(|db| ServerSaid {
+        shown: server_text(
             severity(db.severity()),
             db.code(),
             db.message(),
             db.detail(),
-        )
-    });
-    let constraint = server.and_then(|db| {
-        db.constraint()
-            .map(|name| (name.to_owned(), db.schema().map(str::to_owned)))
+        ),
+        constraint: db
+            .constraint()
+            .map(|name| (name.to_owned(), db.schema().map(str::to_owned))),
     });
     let code = server.map(|db| db.code().to_owned());
     let retryable = match &code {
@@ -146,18 +132,7 @@ fn failure(source: sqlx::Error) -> DbFailure {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed
         ),
     };
-    let refuses_document = code.as_deref().is_some_and(refuses_row);
-    let mut error = BackendError::new("PostgreSQL", code, retryable, source);
-    if refuses_document {
-        error = error.refusing_document();
-    }
-    if let Some((name, schema)) = constraint {
-        error = error.with_constraint(name, schema);
-    }
-    if let Some(shown) = shown {
-        error = error.with_message(shown);
-    }
-    DbFailure::new(error, server_message)
+    DbFailure::new(reported(source, code, retryable, said), server_message)
 }
 
 /// A severity as the server writes it.

@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
-use super::errors::{refuses_row, transient_code};
-use super::wire::{cell_text, Cells, Connection, DbFailure, Param, Wire};
+use super::errors::{reported, server_text, transient_code, ServerSaid};
+use super::wire::{Cells, Connection, DbFailure, Param, Wire};
 use crate::error::{BackendError, Error};
 use crate::sql::wire::WireFuture;
 
@@ -248,19 +248,7 @@ impl Cells for Row {
         Row::len(self)
     }
 
-    /// Text as it is, a number as its digits, a boolean as `true` or `false`, `jsonb` as its
-    /// JSON.
-    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
-        Ok(cell_text(self, at))
-    }
-
-    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
-        Ok(self.flag(at))
-    }
-
-    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
-        Ok(self.int8(at))
-    }
+    super::wire::cells_from_types!();
 
     fn str(&self, at: usize) -> Option<&str> {
         self.try_get(at).ok().flatten()
@@ -306,26 +294,14 @@ fn failure(source: tokio_postgres::Error) -> DbFailure {
 pub fn driver_error(source: tokio_postgres::Error) -> BackendError {
     let code = source.code().map(|state| state.code().to_owned());
     let retryable = is_transient(&source);
-    let refuses_document = code.as_deref().is_some_and(refuses_row);
     // The driver's own text of a server error is only "db error": show what the server said.
-    let shown = source.as_db_error().map(|db| {
-        super::errors::server_text(db.severity(), db.code().code(), db.message(), db.detail())
+    let said = source.as_db_error().map(|db| ServerSaid {
+        shown: server_text(db.severity(), db.code().code(), db.message(), db.detail()),
+        constraint: db
+            .constraint()
+            .map(|name| (name.to_owned(), db.schema().map(str::to_owned))),
     });
-    let constraint = source.as_db_error().and_then(|db| {
-        db.constraint()
-            .map(|name| (name.to_owned(), db.schema().map(str::to_owned)))
-    });
-    let mut error = BackendError::new("PostgreSQL", code, retryable, source);
-    if refuses_document {
-        error = error.refusing_document();
-    }
-    if let Some((name, schema)) = constraint {
-        error = error.with_constraint(name, schema);
-    }
-    match shown {
-        Some(message) => error.with_message(message),
-        None => error,
-    }
+    reported(source, code, retryable, said)
 }
 
 /// Whether the same call may succeed if made again: the connection failed or closed, or the

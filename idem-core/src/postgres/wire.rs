@@ -54,6 +54,25 @@ pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
 #[error("{0} returned no row")]
 struct NoRow(&'static str);
 
+/// The [`Cells`] methods every PostgreSQL row answers from its typed cells: text by
+/// [`cell_text`], a boolean and an integer as their own types.
+macro_rules! cells_from_types {
+    () => {
+        fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
+            Ok(super::wire::cell_text(self, at))
+        }
+
+        fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
+            Ok(self.flag(at))
+        }
+
+        fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
+            Ok(self.int8(at))
+        }
+    };
+}
+pub(super) use cells_from_types;
+
 /// The generic reading of a PostgreSQL cell as text ([`Cells::text`]): text as it is, a number
 /// as its digits (a float as the shortest text that reads back as it), a boolean as `true` or
 /// `false`, `jsonb` as its JSON.

@@ -377,23 +377,7 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         self.store.batch_chunk.min(D::max_rows(self.table))
     }
 
-    fn shortcut_min_docs(&self) -> usize {
-        self.store.shortcut_min_docs
-    }
-
-    async fn ready(&self) -> Result<(), Error> {
-        Ok(())
-    }
-
     crate::sql::prepares_rows_as_sql!();
-
-    async fn read_many(
-        &self,
-        _docs: &[&PreparedRow],
-    ) -> Result<Option<Vec<Option<StoredRow>>>, Error> {
-        // The write reads the rows it left alone: nothing to read first.
-        Ok(None)
-    }
 
     /// One chunk in flight: `landing` is empty ([`BatchDriver::insert_fresh`]).
     async fn insert_fresh(

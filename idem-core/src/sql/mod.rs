@@ -111,9 +111,27 @@ macro_rules! reads_rows_as_sql {
 pub(crate) use reads_rows_as_sql;
 
 /// The [`crate::engine::batch::BatchDriver`] methods that prepare a document's row, as every SQL
-/// driver answers them: for the driver's table (`self.table`), light where a lookup comes first.
+/// driver answers them: for the driver's table (`self.table`), light where a lookup comes first,
+/// with nothing to make ready or read first, the store's (`self.store`) threshold for shortcuts.
 macro_rules! prepares_rows_as_sql {
     () => {
+        fn shortcut_min_docs(&self) -> usize {
+            self.store.shortcut_min_docs
+        }
+
+        // The table was checked before the documents were prepared for it.
+        async fn ready(&self) -> Result<(), $crate::Error> {
+            Ok(())
+        }
+
+        // The write reads (or returns) the rows it left alone: nothing to read first.
+        async fn read_many(
+            &self,
+            _docs: &[&$crate::sql::row::PreparedRow],
+        ) -> Result<Option<Vec<Option<$crate::sql::row::StoredRow>>>, $crate::Error> {
+            Ok(None)
+        }
+
         fn prepare<T: $crate::Idempotent + ::serde::Serialize>(
             &self,
             doc: &T,
