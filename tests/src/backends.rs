@@ -953,33 +953,7 @@ impl Db {
                 self.replace_document(store, collection, id, document).await;
             }
             Db::Postgres { client, .. } => {
-                let columns: Vec<&'static str> = T::stored_columns()
-                    .iter()
-                    .filter(|column| column.shape() != idem_core::ColumnShape::Flattened)
-                    .map(|column| column.stored_name())
-                    .collect();
-                let (mut row, extra): (Map<String, Value>, Map<String, Value>) = entries
-                    .into_iter()
-                    .partition(|(name, _)| columns.contains(&name.as_str()));
-                row.insert(idem_core::model::ID_FIELD.to_owned(), Value::from(id));
-                row.insert(
-                    idem_core::model::APPLIED_OPS_FIELD.to_owned(),
-                    Value::Array(Vec::new()),
-                );
-                for field in T::MODEL.pushed_fields() {
-                    let list = row
-                        .entry(field.stored_name())
-                        .or_insert(Value::Array(Vec::new()));
-                    if list.is_null() {
-                        *list = Value::Array(Vec::new());
-                    }
-                }
-                if !extra.is_empty() {
-                    row.insert(
-                        idem_core::model::EXTRA_FIELDS_FIELD.to_owned(),
-                        Value::Object(extra),
-                    );
-                }
+                let row = crate::sql_rows::another_tools_row::<T>(id, entries);
                 let table = self.quote(collection);
                 client
                     .execute(&format!("DELETE FROM {table} WHERE \"_id\" = $1"), &[&id])

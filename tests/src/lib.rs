@@ -14,6 +14,7 @@ pub mod mysql_rows;
 pub mod pg_chaos;
 pub mod pg_proxy;
 pub mod proxy;
+pub mod sql_rows;
 pub mod sqlite_rows;
 
 use std::sync::{Arc, Mutex, PoisonError};
