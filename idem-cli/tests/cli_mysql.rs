@@ -8,39 +8,10 @@ use std::process::{Command, Output};
 use idem_core::mysql::Store;
 use idem_core::sqlx::mysql::MySqlConnectOptions;
 use idem_core::sqlx::{self, ConnectOptions, MySqlConnection};
-use idem_core::Idempotent;
 use serde_json::Value;
 
-#[derive(Clone, serde::Serialize, serde::Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-}
-
-fn post(n: i64) -> Post {
-    Post {
-        slug: format!("post-{n}"),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000 + n,
-        title: format!("Title {n}"),
-    }
-}
-
-const FLAGS: [&str; 6] = [
-    "--table",
-    "posts",
-    "--key",
-    "slug,lang",
-    "--timestamp",
-    "publishedAt",
-];
+mod common;
+use common::{post, Post, FLAGS};
 
 /// The server under test.
 fn server() -> String {

@@ -11,36 +11,8 @@ use idem_core::sqlx::{ConnectOptions, SqliteConnection};
 use idem_core::Idempotent;
 use serde_json::Value;
 
-#[derive(Clone, serde::Serialize, serde::Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-}
-
-fn post(n: i64) -> Post {
-    Post {
-        slug: format!("post-{n}"),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000 + n,
-        title: format!("Title {n}"),
-    }
-}
-
-const FLAGS: [&str; 6] = [
-    "--table",
-    "posts",
-    "--key",
-    "slug,lang",
-    "--timestamp",
-    "publishedAt",
-];
+mod common;
+use common::{post, Post, FLAGS};
 
 fn fresh_path(test: &str) -> std::path::PathBuf {
     let directory = std::env::temp_dir().join("idem-tests");
