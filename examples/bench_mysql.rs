@@ -69,42 +69,14 @@ use std::time::{Duration, Instant};
 use idem_core::mysql::Store;
 use idem_core::sqlx::mysql::{MySqlConnectOptions, MySqlRow, MySqlSslMode};
 use idem_core::sqlx::{self, ConnectOptions, Connection, MySqlConnection};
-use idem_core::Idempotent;
 use idem_examples::bench::{
-    fmt_duration, median_duration, order, print_table, print_targets, targets_tsv, Target,
+    fmt_duration, median_duration, order, post, print_table, print_targets, targets_tsv, Post,
+    Target,
 };
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A post as an ingest writes it (`bench_sqlite`'s rows).
-#[derive(Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    score: f64,
-}
-
-fn post(n: usize, title: &str) -> Post {
-    Post {
-        slug: format!("post-{n:06}"),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000 + n as i64,
-        title: format!("{title} {n}"),
-        body: "A body of a few dozen bytes, as a short post has.".into(),
-        score: n as f64 / 7.0,
-    }
-}
 
 const TABLE: &str = "posts";
 

@@ -25,38 +25,10 @@ use std::time::{Duration, Instant};
 use idem_core::sqlite::Store;
 use idem_core::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use idem_core::sqlx::{self, ConnectOptions, Connection, SqliteConnection};
-use idem_core::Idempotent;
 use idem_examples::bench::{
-    fmt_duration, median_duration, order, print_table, print_targets, targets_tsv, Target,
+    fmt_duration, median_duration, order, post, print_table, print_targets, targets_tsv, Post,
+    Target,
 };
-use serde::{Deserialize, Serialize};
-
-/// A post as an ingest writes it.
-#[derive(Clone, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "posts")]
-#[serde(rename_all = "camelCase")]
-struct Post {
-    #[idem(key)]
-    slug: String,
-    #[idem(key)]
-    lang: String,
-    #[idem(timestamp)]
-    published_at: i64,
-    title: String,
-    body: String,
-    score: f64,
-}
-
-fn post(n: usize, title: &str) -> Post {
-    Post {
-        slug: format!("post-{n:06}"),
-        lang: "en".into(),
-        published_at: 1_700_000_000_000 + n as i64,
-        title: format!("{title} {n}"),
-        body: "A body of a few dozen bytes, as a short post has.".into(),
-        score: n as f64 / 7.0,
-    }
-}
 
 /// The hand-written table: the same columns, the natural key unique.
 const HAND_TABLE: &str = "CREATE TABLE posts (\"_id\" TEXT PRIMARY KEY NOT NULL, slug TEXT NOT \

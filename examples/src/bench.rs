@@ -1,8 +1,11 @@
-//! What the benchmark examples (`bench_server`, `bench_postgres`) share: the order of variants in
-//! a round, medians and spreads of per-round figures, durations as shown,
+//! What the benchmark examples (`bench_server`, `bench_postgres`, `bench_sqlite`, `bench_mysql`)
+//! share: the rows the marker stores' benches write, the order of variants in a round, medians and spreads of per-round figures, durations as shown,
 //! and how a table and its targets are printed and handed to `scripts/bench`.
 
 use std::time::Duration;
+
+use idem_core::Idempotent;
+use serde::{Deserialize, Serialize};
 
 /// One target of the benchmark and whether this run met it.
 pub struct Target {
@@ -135,4 +138,32 @@ pub fn fmt_duration(duration: Duration) -> String {
         }
     }
     format!("{ns:.0} ns")
+}
+
+/// A post as an ingest writes it: the rows of the SQLite and MariaDB benches.
+#[derive(Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "posts")]
+#[serde(rename_all = "camelCase")]
+pub struct Post {
+    #[idem(key)]
+    pub slug: String,
+    #[idem(key)]
+    pub lang: String,
+    #[idem(timestamp)]
+    pub published_at: i64,
+    pub title: String,
+    pub body: String,
+    pub score: f64,
+}
+
+/// Post `n` of a run, titled `{title} {n}`.
+pub fn post(n: usize, title: &str) -> Post {
+    Post {
+        slug: format!("post-{n:06}"),
+        lang: "en".into(),
+        published_at: 1_700_000_000_000 + n as i64,
+        title: format!("{title} {n}"),
+        body: "A body of a few dozen bytes, as a short post has.".into(),
+        score: n as f64 / 7.0,
+    }
 }
