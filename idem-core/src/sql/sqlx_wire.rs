@@ -250,7 +250,7 @@ macro_rules! sqlx_database {
 pub(crate) use sqlx_database;
 
 /// What a store that opens no transaction of its own answers a call that would open one.
-#[cfg(feature = "_postgres")]
+#[cfg(feature = "sqlx-postgres")]
 pub(crate) fn no_own_transaction() -> sqlx::Error {
     sqlx::Error::InvalidArgument(
         "this store opens no transaction of its own outside the caller's".to_owned(),
