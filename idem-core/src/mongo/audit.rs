@@ -8,8 +8,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::compare::bson_equal;
+use super::errors::{next_document, Naming};
 use super::write::{field_digest, stored_digest, stored_id_text};
-use super::{mongo_error, natural_key_pattern, Store};
+use super::{natural_key_pattern, Store};
 use crate::audit::{
     hashed_fields, AuditPass, AuditProgress, AuditReport, DigestReading, FieldsSeen, HashDiagnosis,
     Judged, ScannedKey, ShownKey, ShownValue, StoredDocument, TypedReading, UnknownField,
@@ -228,7 +229,7 @@ pub(crate) async fn sorted_by_natural_key(
         .sort(natural_key_pattern(model))
         .allow_disk_use(true)
         .await
-        .map_err(|source| mongo_error(&DocumentRef::collection(model), source))
+        .naming(&DocumentRef::collection(model))
 }
 
 impl Store {
@@ -331,7 +332,7 @@ impl Store {
             .filter(doc! { "name": model.collection() })
             .authorized_collections(true)
             .await
-            .map_err(|source| mongo_error(&whole, source))?;
+            .naming(&whole)?;
         if !named.is_empty() {
             return Ok(());
         }
@@ -400,14 +401,7 @@ async fn scan_collection(
     let mut report = AuditReport::new(model.collection(), typed);
     let mut pass = AuditPass::new(model, typed);
     let mut fields = FieldsSeen::default();
-    while cursor
-        .advance()
-        .await
-        .map_err(|source| mongo_error(&collection_ref, source))?
-    {
-        let stored: Document = cursor
-            .deserialize_current()
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+    while let Some(stored) = next_document(&mut cursor, &collection_ref).await? {
         report.scanned += 1;
         let shown = stored_id_text(&stored).unwrap_or_else(|| "(no _id)".to_owned());
         if stored.contains_key(ADOPTION_FIELD) {
@@ -464,16 +458,11 @@ impl Store {
         let mut cursor = collection
             .find(doc! { ID_FIELD: { "$type": "string" } })
             .await
-            .map_err(|source| mongo_error(&whole, source))?;
-        while !check.is_done()
-            && cursor
-                .advance()
-                .await
-                .map_err(|source| mongo_error(&whole, source))?
-        {
-            let stored: Document = cursor
-                .deserialize_current()
-                .map_err(|source| mongo_error(&whole, source))?;
+            .naming(&whole)?;
+        while !check.is_done() {
+            let Some(stored) = next_document(&mut cursor, &whole).await? else {
+                break;
+            };
             let id = stored_id_text(&stored).unwrap_or_default();
             if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
                 check.examine(&id, &neutral_fields(&stored));

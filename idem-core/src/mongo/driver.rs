@@ -18,7 +18,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{
-    refused_by_server, statement_indexes, upsert_statement, write_commands, write_errors,
+    refused_by_server, refused_statements, statement_indexes, upsert_statement, write_commands,
+    write_errors,
 };
 use super::compare::{bson_equal, show};
 use super::errors::{refused_update_pipelines, refuses_update_pipelines, server_code};
@@ -148,28 +149,24 @@ impl MongoDriver<'_> {
                 (index, statement)
             })
             .collect();
-        let whole = DocumentRef::collection(self.model);
         let limits = self.store.limits_for(self.model, &statements).await?;
+        let sent = self
+            .store
+            .send_statements(self.model, ("update", "updates"), statements, limits)
+            .await?;
         let mut replies: Vec<Reply<Document>> = writes
             .iter()
             .map(|_| Reply::Written { inserted: false })
             .collect();
-        for command in write_commands(statements, limits) {
-            let (indexes, statements): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let command =
-                doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
-            let reply = self.store.run_write_command(&whole, command).await?;
-            for statement in statement_indexes(&reply, "upserted") {
+        for (indexes, reply) in &sent {
+            for statement in statement_indexes(reply, "upserted") {
                 if let Some(&index) = indexes.get(statement) {
                     replies[index] = Reply::Written { inserted: true };
                 }
             }
-            for (statement, error) in write_errors(&reply) {
-                let Some(&index) = indexes.get(statement) else {
-                    continue;
-                };
-                replies[index] = self.statement_refused(writes[index], error);
-            }
+        }
+        for (index, error) in refused_statements(&sent) {
+            replies[index] = self.statement_refused(writes[index], &error);
         }
         Ok(replies)
     }

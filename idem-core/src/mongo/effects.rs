@@ -4,9 +4,10 @@
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
+use super::errors::Naming;
 use super::text_keys::to_bson;
 use super::write::nul_name_problem;
-use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
+use super::{find_by_id, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
 use crate::document::DocumentRef;
 use crate::engine::by_id::ById;
@@ -128,7 +129,7 @@ impl Store {
                 let found = collection
                     .find_one(present.clone())
                     .await
-                    .map_err(|source| mongo_error(document, source))?;
+                    .naming(document)?;
                 if found.is_some() {
                     return Ok(ById::Answered(Pushed::AlreadyPresent));
                 }
@@ -141,7 +142,7 @@ impl Store {
                         let started = collection
                             .update_one(unstarted.clone(), start.clone())
                             .await
-                            .map_err(|source| mongo_error(document, source))?;
+                            .naming(document)?;
                         // Unmatched: another push started it meanwhile; the push goes again.
                         Ok(match started.matched_count {
                             0 => ById::Changed,
@@ -247,7 +248,7 @@ impl Store {
                     doc! { "$set": { change.field: zero } },
                 )
                 .await
-                .map_err(|source| mongo_error(&document, source))?;
+                .naming(&document)?;
             started.push(change.field);
         }
     }
@@ -297,7 +298,7 @@ impl Store {
                     .find_one(doc! { "_id": id_text })
                     .projection(doc! { APPLIED_OPS_FIELD: 1 })
                     .await
-                    .map_err(|source| mongo_error(document, source))?;
+                    .naming(document)?;
                 let Some(stored) = stored else {
                     return Ok(ById::Missing);
                 };

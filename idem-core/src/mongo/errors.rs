@@ -16,6 +16,28 @@ pub(super) fn mongo_error(document: &DocumentRef, source: mongodb::error::Error)
     )
 }
 
+/// A driver result as idem reports it: its error ([`mongo_error`]) names `document`.
+pub(super) trait Naming<T> {
+    fn naming(self, document: &DocumentRef) -> Result<T, Error>;
+}
+
+impl<T> Naming<T> for Result<T, mongodb::error::Error> {
+    fn naming(self, document: &DocumentRef) -> Result<T, Error> {
+        self.map_err(|source| mongo_error(document, source))
+    }
+}
+
+/// The next document of `cursor`, `None` at its end; an error names `document`.
+pub(super) async fn next_document(
+    cursor: &mut mongodb::Cursor<mongodb::bson::Document>,
+    document: &DocumentRef,
+) -> Result<Option<mongodb::bson::Document>, Error> {
+    if !cursor.advance().await.naming(document)? {
+        return Ok(None);
+    }
+    cursor.deserialize_current().naming(document).map(Some)
+}
+
 /// A driver error as idem reports it: kept whole, with its code and whether a retry may help.
 pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
     use mongodb::error::{ErrorKind, WriteFailure};

@@ -80,7 +80,8 @@ use schema::natural_key_pattern;
 pub use errors::driver_error;
 pub(crate) use errors::is_transient_code;
 use errors::{
-    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, DUPLICATE_KEY,
+    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, next_document, Naming,
+    DUPLICATE_KEY,
 };
 use write::{is_tombstoned, PreparedWrite};
 
@@ -368,7 +369,7 @@ impl Store {
             .find_one(write.natural_key_filter())
             .collation(schema::simple_collation())
             .await
-            .map_err(|source| mongo_error(&write.document(), source))?;
+            .naming(&write.document())?;
         // A writer racing between the two reads may have stored this very document since.
         match by_natural_key {
             Some(stored) if stored.get_str("_id").ok() == Some(write.id_text.as_str()) => {
@@ -406,7 +407,7 @@ where
             let result = collection
                 .update_one(filter.clone(), update.clone())
                 .await
-                .map_err(|source| mongo_error(document, source))?;
+                .naming(document)?;
             if result.matched_count > 0 {
                 return Ok(ById::Answered(matched));
             }
@@ -426,7 +427,7 @@ async fn find_by_id(
     collection
         .find_one(doc! { "_id": id_text })
         .await
-        .map_err(|source| mongo_error(document, source))
+        .naming(document)
 }
 
 /// Every document a find returns, in one batch where the server allows.
@@ -434,18 +435,10 @@ async fn collect(
     find: mongodb::action::Find<'_, Document>,
     document: &DocumentRef,
 ) -> Result<Vec<Document>, Error> {
-    let mut cursor = find.await.map_err(|source| mongo_error(document, source))?;
+    let mut cursor = find.await.naming(document)?;
     let mut stored = Vec::new();
-    while cursor
-        .advance()
-        .await
-        .map_err(|source| mongo_error(document, source))?
-    {
-        stored.push(
-            cursor
-                .deserialize_current()
-                .map_err(|source| mongo_error(document, source))?,
-        );
+    while let Some(found) = next_document(&mut cursor, document).await? {
+        stored.push(found);
     }
     Ok(stored)
 }

@@ -11,6 +11,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
 
+use super::errors::Naming;
 use super::{duplicate_key_message, is_duplicate_key, mongo_error, Store, NATURAL_KEY_INDEX};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -107,11 +108,7 @@ impl Store {
             Err(source) => return Err(mongo_error(document, source)),
         };
         let mut indexes = Vec::new();
-        while cursor
-            .advance()
-            .await
-            .map_err(|source| mongo_error(document, source))?
-        {
+        while cursor.advance().await.naming(document)? {
             // An index the driver cannot read (a kind it does not know) is not one idem uses.
             if let Ok(index) = cursor.deserialize_current() {
                 indexes.push(index);

@@ -4,15 +4,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use mongodb::bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson};
 
 use super::moves::{claim_update, key_set_aside, reservation, unchanged, Claimed};
 use super::Adoption;
 use crate::audit::Halt;
 use crate::error::Error;
 use crate::model::ID_FIELD;
-use crate::mongo::batch::{write_commands, write_errors};
-use crate::mongo::mongo_error;
+use crate::mongo::batch::refused_statements;
+use crate::mongo::collect;
 use crate::mongo::write::id_text;
 
 /// How many documents an adoption moves together: a reserve of each, then a release of each,
@@ -31,57 +31,30 @@ impl Adoption<'_> {
         if plans.is_empty() {
             return Ok(());
         }
-        let whole = self.collection_ref();
         let limits = self.store.server_limits(self.model).await?;
-        let collection = self.model.collection();
+        let (store, model) = (self.store, self.model);
+        let send = |command, statements| store.send_statements(model, command, statements, limits);
         // 1. Reserve.
-        let statements: Vec<(usize, Document)> = plans
-            .iter()
-            .enumerate()
-            .map(|(index, plan)| (index, plan.reserved.clone()))
-            .collect();
-        let mut not_reserved = HashSet::new();
-        for command in write_commands(statements, limits) {
-            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "insert": collection, "documents": documents, "ordered": false },
-                )
-                .await?;
-            not_reserved.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
-        }
+        let statements = plans.iter().map(|plan| plan.reserved.clone());
+        let sent = send(("insert", "documents"), statements.enumerate().collect()).await?;
+        let not_reserved: HashSet<usize> = refused_statements(&sent).into_keys().collect();
         // 2. Release.
         let reserved: Vec<usize> = (0..plans.len())
             .filter(|index| !not_reserved.contains(index))
             .collect();
-        let statements: Vec<(usize, Document)> = reserved
+        let statements = reserved.iter().map(|&index| {
+            let delete = doc! { "q": unchanged(&plans[index].original), "limit": 1 };
+            (index, delete)
+        });
+        let sent = send(("delete", "deletes"), statements.collect()).await?;
+        let deleted: i64 = sent
             .iter()
-            .map(|&index| {
-                (
-                    index,
-                    doc! { "q": unchanged(&plans[index].original), "limit": 1 },
-                )
+            .map(|(_, reply)| {
+                let n = reply.get_i32("n").map(i64::from);
+                n.or_else(|_| reply.get_i64("n")).unwrap_or(0)
             })
-            .collect();
-        let mut deleted = 0;
-        for command in write_commands(statements, limits) {
-            let deletes: Vec<Document> = command.into_iter().map(|(_, delete)| delete).collect();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "delete": collection, "deletes": deletes, "ordered": false },
-                )
-                .await?;
-            deleted += reply
-                .get_i32("n")
-                .map(i64::from)
-                .or_else(|_| reply.get_i64("n"))
-                .unwrap_or(0);
-        }
-        let mut still_there = HashSet::new();
+            .sum();
+        let mut still_there: HashSet<usize> = HashSet::new();
         if usize::try_from(deleted).unwrap_or(0) < reserved.len() {
             // Which originals another writer changed since the read: those stay.
             let ids: Vec<Bson> = reserved
@@ -89,38 +62,25 @@ impl Adoption<'_> {
                 .map(|&index| plans[index].from.clone())
                 .collect();
             crate::trace::round_trip("find");
-            let mut cursor = self
+            let find = self
                 .collection
                 .find(doc! { ID_FIELD: { "$in": ids } })
-                .projection(doc! { ID_FIELD: 1 })
-                .await
-                .map_err(|source| mongo_error(&whole, source))?;
+                .projection(doc! { ID_FIELD: 1 });
             let position: HashMap<String, usize> = reserved
                 .iter()
                 .map(|&index| (id_text(&plans[index].from), index))
                 .collect();
-            while cursor
-                .advance()
-                .await
-                .map_err(|source| mongo_error(&whole, source))?
-            {
-                let found: Document = cursor
-                    .deserialize_current()
-                    .map_err(|source| mongo_error(&whole, source))?;
+            for found in collect(find, &self.collection_ref()).await? {
                 let id = found.get(ID_FIELD).map(id_text).unwrap_or_default();
-                if let Some(&index) = position.get(&id) {
-                    still_there.insert(index);
-                }
+                still_there.extend(position.get(&id));
             }
         }
         // 3. Claim.
-        let released: Vec<usize> = reserved
-            .iter()
-            .copied()
-            .filter(|index| !still_there.contains(index))
-            .collect();
         let mut statements = Vec::new();
-        for &index in &released {
+        for index in reserved
+            .into_iter()
+            .filter(|index| !still_there.contains(index))
+        {
             let plan = &plans[index];
             let Some(key) = key_set_aside(&plan.reserved) else {
                 continue;
@@ -131,18 +91,8 @@ impl Adoption<'_> {
             };
             statements.push((index, claim));
         }
-        let mut not_claimed = HashSet::new();
-        for command in write_commands(statements, limits) {
-            let (indexes, updates): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "update": collection, "updates": updates, "ordered": false },
-                )
-                .await?;
-            not_claimed.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
-        }
+        let sent = send(("update", "updates"), statements).await?;
+        let not_claimed: HashSet<usize> = refused_statements(&sent).into_keys().collect();
         // The documents below were counted against the document limit when they were planned.
         for (index, plan) in plans.into_iter().enumerate() {
             let (from, to) = (id_text(&plan.from), plan.derived.to_string());

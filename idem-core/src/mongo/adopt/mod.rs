@@ -21,8 +21,9 @@ use super::audit::{
     read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key, Reading,
     ADOPTION_FIELD,
 };
+use super::errors::{next_document, Naming};
 use super::write::{id_text, stored_id_text};
-use super::{mongo_error, Store};
+use super::Store;
 use crate::audit::{
     index_after_moves, kept_of_group, leave_duplicates, AdoptReport, AuditProgress, Halt, RunLimits,
 };
@@ -262,14 +263,12 @@ impl Adoption<'_> {
     /// Finishes the moves an interrupted run left reserved.
     async fn finish_interrupted(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
-        let failed = |source| mongo_error(&collection_ref, source);
         let mut cursor = self
             .collection
             .find(doc! { ADOPTION_FIELD: { "$exists": true } })
             .await
-            .map_err(failed)?;
-        while cursor.advance().await.map_err(failed)? {
-            let reserved: Document = cursor.deserialize_current().map_err(failed)?;
+            .naming(&collection_ref)?;
+        while let Some(reserved) = next_document(&mut cursor, &collection_ref).await? {
             let Some(from) = reserved_from(&reserved) else {
                 continue;
             };
@@ -278,7 +277,7 @@ impl Adoption<'_> {
                 .collection
                 .find_one(doc! { ID_FIELD: from.clone() })
                 .await
-                .map_err(failed)?;
+                .naming(&collection_ref)?;
             let moved = match original {
                 // Not released yet: the move goes on from the document as it is now.
                 Some(original) => match self.prepare(&original) {
@@ -324,14 +323,12 @@ impl Adoption<'_> {
     /// batched in `pending`.
     async fn scan_misplaced(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
-        let failed = |source| mongo_error(&collection_ref, source);
         // An estimate from the collection's metadata: cheap, and only used to draw progress.
         let total = self.collection.estimated_document_count().await.ok();
         let mut scanned = 0;
         let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
         let mut group: Vec<Document> = Vec::new();
-        while cursor.advance().await.map_err(failed)? {
-            let stored: Document = cursor.deserialize_current().map_err(failed)?;
+        while let Some(stored) = next_document(&mut cursor, &collection_ref).await? {
             scanned += 1;
             (self.progress)(&AuditProgress::new(scanned, total));
             // Reserved by this run, whose claim has not been made, or by a racing run.

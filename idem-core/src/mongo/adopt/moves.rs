@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
+use crate::mongo::errors::Naming;
 use crate::mongo::write::{field_digest, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
@@ -219,7 +220,7 @@ impl Adoption<'_> {
         self.collection
             .replace_one(reservation(&derived, &plan.from), plan.reserved.clone())
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(Ok(()))
     }
 
@@ -230,7 +231,7 @@ impl Adoption<'_> {
             .collection
             .delete_one(unchanged(&plan.original))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         if deleted.deleted_count > 0 {
             return Ok(Released::Done);
         }
@@ -238,7 +239,7 @@ impl Adoption<'_> {
             .collection
             .find_one(doc! { ID_FIELD: plan.from.clone() })
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(match now {
             // Released by a racing run of adopt.
             None => Released::Done,
@@ -288,7 +289,7 @@ impl Adoption<'_> {
                     .collection
                     .find_one(holder_filter)
                     .await
-                    .map_err(|source| mongo_error(&collection_ref, source))?;
+                    .naming(&collection_ref)?;
                 let holder = holder
                     .as_ref()
                     .and_then(stored_id_text)
@@ -309,7 +310,7 @@ impl Adoption<'_> {
         self.collection
             .delete_one(reservation(&plan.derived.to_string(), &plan.from))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(())
     }
 
@@ -333,7 +334,7 @@ impl Adoption<'_> {
             .collection
             .delete_one(unchanged(duplicate))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         if deleted.deleted_count > 0 {
             self.report
                 .archived
