@@ -64,6 +64,21 @@ impl MongoDriver<'_> {
         }
     }
 
+    /// The reply of a write the server refused with `error`: a conflict on a unique index, else
+    /// the call's error.
+    fn failed(
+        &self,
+        write: &PreparedWrite,
+        error: mongodb::error::Error,
+    ) -> Result<Reply<Document>, Error> {
+        match is_duplicate_key(&error) {
+            true => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
+            false => Err(mongo_error(&write.document(), error)),
+        }
+    }
+
     /// The reply of a statement the server refused with `error` (a write error of a command's
     /// reply): a conflict on a unique index, else a refusal of `write` alone.
     fn statement_refused(&self, write: &PreparedWrite, error: &Document) -> Reply<Document> {
@@ -87,24 +102,16 @@ impl MongoDriver<'_> {
             .projection(write.judged_fields())
             .await;
         match after {
-            Ok(Some(stored)) => Ok(match write.written_here(&stored) {
-                Some(outcome) => Reply::Written {
-                    inserted: outcome == crate::Outcome::Inserted,
-                },
-                None => Reply::Stopped(stored),
-            }),
+            Ok(Some(stored)) => Ok(written_or_stopped(write, stored)),
             // A server that retried a racing insert as an update may return no document. The
             // command took effect; sent again, it reads its own marker back, or what another
             // writer left.
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
             Err(error) if server_code(&error).is_some_and(refuses_update_pipelines) => {
                 self.store.stop_using_update_pipelines();
                 Ok(self.insert_all(&[write]).await?.remove(0))
             }
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -193,10 +200,7 @@ impl MongoDriver<'_> {
             }
             Ok(Some(stored)) => Ok(Reply::Stopped(stored)),
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -227,10 +231,7 @@ impl MongoDriver<'_> {
             Ok(result) if result.upserted_id.is_some() => Ok(Reply::Written { inserted: true }),
             Ok(result) if result.matched_count > 0 => Ok(Reply::Written { inserted: false }),
             Ok(_) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -312,12 +313,7 @@ impl MongoDriver<'_> {
             for (index, stored) in matched.into_iter().zip(stored) {
                 let write = writes[index];
                 replies[index] = Some(match stored {
-                    Some(stored) => match write.written_here(&stored) {
-                        Some(outcome) => Reply::Written {
-                            inserted: outcome == crate::Outcome::Inserted,
-                        },
-                        None => Reply::Stopped(stored),
-                    },
+                    Some(stored) => written_or_stopped(write, stored),
                     None => Reply::Unseen,
                 });
             }
@@ -359,6 +355,17 @@ impl MongoDriver<'_> {
     }
 }
 
+/// The reply of `write` that left `stored` as it is: written, if it holds this write's marker
+/// ([`PreparedWrite::written_here`]), else stopped by what is stored.
+fn written_or_stopped(write: &PreparedWrite, stored: Document) -> Reply<Document> {
+    match write.written_here(&stored) {
+        Some(outcome) => Reply::Written {
+            inserted: outcome == crate::Outcome::Inserted,
+        },
+        None => Reply::Stopped(stored),
+    }
+}
+
 impl Driver for MongoDriver<'_> {
     type Doc = PreparedWrite;
     /// A document is prepared whole: no lookup reads less of it.
@@ -381,17 +388,13 @@ impl Driver for MongoDriver<'_> {
                 Ok(vec![self.upsert_one(write).await?])
             }
             (WriteKind::Upsert, writes) => self.upsert_all(writes).await,
-            (WriteKind::Record, writes) => {
+            (WriteKind::Record | WriteKind::Delete, writes) => {
                 let mut replies = Vec::with_capacity(writes.len());
                 for write in writes {
-                    replies.push(self.record_one(write).await?);
-                }
-                Ok(replies)
-            }
-            (WriteKind::Delete, writes) => {
-                let mut replies = Vec::with_capacity(writes.len());
-                for write in writes {
-                    replies.push(self.delete_one(write).await?);
+                    replies.push(match kind {
+                        WriteKind::Record => self.record_one(write).await?,
+                        _ => self.delete_one(write).await?,
+                    });
                 }
                 Ok(replies)
             }
@@ -418,9 +421,6 @@ impl Driver for MongoDriver<'_> {
         match replaced {
             Ok(replaced) if replaced.matched_count > 0 => Ok(Reply::Written { inserted: false }),
             Ok(_) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
             // The first pipeline this store sent (a batch over another tool's documents): it
             // does without from now on, and the write goes again, read with the fields a
             // replacement without a pipeline copies.
@@ -428,7 +428,7 @@ impl Driver for MongoDriver<'_> {
                 self.store.stop_using_update_pipelines();
                 Ok(Reply::Unseen)
             }
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 

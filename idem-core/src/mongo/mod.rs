@@ -134,10 +134,7 @@ impl Store {
     pub fn unlearned(&self) -> Self {
         Store {
             natural_key_indexes: Arc::default(),
-            update_pipelines: Arc::new(AtomicBool::new(
-                self.update_pipelines
-                    .load(std::sync::atomic::Ordering::SeqCst),
-            )),
+            update_pipelines: Arc::new(AtomicBool::new(self.uses_update_pipelines())),
             ..self.clone()
         }
     }
