@@ -7,6 +7,18 @@ use super::finding::{ShownKey, SAMPLES_PER_KIND};
 use super::report::AdoptReport;
 use crate::model::Model;
 
+/// Refuses the adoption of an event type's documents (a type with an idempotency key): their
+/// ids are not derived from their content, so there is none to move them to.
+pub(crate) fn check_derived_ids(model: &Model) -> Result<(), crate::Error> {
+    match model.idempotency_key_field() {
+        Some(_) => Err(crate::Error::new(
+            crate::document::DocumentRef::collection(model),
+            crate::error::ErrorKind::NoDerivedId,
+        )),
+        None => Ok(()),
+    }
+}
+
 /// What an adoption with a model given at run time decides before it moves anything, on every
 /// store: refused where the stored documents show another model (`mismatch`, unless
 /// `ignore_model_check`), and where stored fields are not the model's (`unknown`, unless

@@ -7,13 +7,12 @@ use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::compare::bson_equal;
 use super::errors::{next_document, Naming};
 use super::write::{field_digest, stored_digest, stored_id_text};
 use super::{natural_key_pattern, Store};
 use crate::audit::{
     hashed_fields, AuditPass, AuditProgress, AuditReport, DigestReading, FieldsSeen, HashDiagnosis,
-    Judged, ScannedKey, ShownKey, ShownValue, StoredDocument, TypedReading, UnknownField,
+    Judged, StoredDocument, StoredKey, TypedReading, UnknownField,
 };
 use crate::document::DocumentRef;
 use crate::engine::StoredDigest;
@@ -173,49 +172,12 @@ fn holds_document(value: &Bson) -> bool {
     }
 }
 
-/// The natural-key values of a stored document, missing fields as null (as a unique index
-/// holds them).
-pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> Vec<(&'static str, Bson)> {
-    model
-        .natural_key_fields()
-        .map(|field| {
-            let value = stored
-                .get(field.stored_name())
-                .cloned()
-                .unwrap_or(Bson::Null);
-            (field.stored_name(), value)
-        })
-        .collect()
-}
-
-/// Whether two natural keys collide in a unique index: equal as a filter compares them.
-pub(crate) fn same_natural_key(a: &[(&str, Bson)], b: &[(&str, Bson)]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|((_, x), (_, y))| bson_equal(x, y))
-}
-
-/// A natural key as a report shows it: each value as relaxed extended JSON shows it.
-pub(crate) fn shown_key(key: &[(&str, Bson)]) -> ShownKey {
-    ShownKey(
-        key.iter()
-            .map(|(field, value)| {
-                let shown = ShownValue::from_json(value.clone().into_relaxed_extjson());
-                ((*field).to_owned(), shown)
-            })
-            .collect(),
-    )
-}
-
-/// A natural key as stored: each key field's stored name and value.
-struct DocumentKey(Vec<(&'static str, Bson)>);
-
-impl ScannedKey for DocumentKey {
-    fn collides_with(&self, other: &Self) -> bool {
-        same_natural_key(&self.0, &other.0)
-    }
-
-    fn shown(&self) -> ShownKey {
-        shown_key(&self.0)
-    }
+/// The natural key of a stored document, missing fields as null (as a unique index holds
+/// them).
+pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> StoredKey<Bson> {
+    StoredKey::of(model, |name| {
+        stored.get(name).cloned().unwrap_or(Bson::Null)
+    })
 }
 
 /// The cursor over every document of `model`'s collection, sorted by the natural key: documents
@@ -414,7 +376,7 @@ async fn scan_collection(
                 examine_hash(diagnosis, model, listed, &stored);
             }
             pass.check_model(&shown, || neutral_fields(&stored));
-            let key = DocumentKey(stored_natural_key(model, &stored));
+            let key = stored_natural_key(model, &stored);
             pass.count(&mut report, &judged, &shown, Some(key));
         }
         progress(&AuditProgress::new(report.scanned, total));

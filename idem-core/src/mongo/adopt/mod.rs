@@ -18,8 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::audit::{
-    read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key, Reading,
-    ADOPTION_FIELD,
+    read_typed, sorted_by_natural_key, stored_natural_key, Reading, ADOPTION_FIELD,
 };
 use super::errors::{next_document, Naming};
 use super::write::{id_text, stored_id_text};
@@ -196,12 +195,7 @@ impl Store {
         options: AdoptOptions,
         progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
-        if model.idempotency_key_field().is_some() {
-            return Err(Error::new(
-                DocumentRef::collection(model),
-                ErrorKind::NoDerivedId,
-            ));
-        }
+        crate::audit::check_derived_ids(model)?;
         let mut adoption = Adoption {
             store: self,
             model,
@@ -335,12 +329,9 @@ impl Adoption<'_> {
             if stored.contains_key(ADOPTION_FIELD) {
                 continue;
             }
-            let same_key = group.first().is_some_and(|first| {
-                same_natural_key(
-                    &stored_natural_key(self.model, first),
-                    &stored_natural_key(self.model, &stored),
-                )
-            });
+            let key = stored_natural_key(self.model, &stored);
+            let same_key = (group.first())
+                .is_some_and(|first| stored_natural_key(self.model, first).collides_with(&key));
             if !same_key {
                 // The cursor has left the group's key: moving its documents now cannot make the
                 // cursor meet them again under that key.
@@ -359,7 +350,7 @@ impl Adoption<'_> {
             return Ok(());
         }
         let Some(keep) = kept_of_group(group.len(), || self.duplicates.choose(&group)) else {
-            let key = shown_key(&stored_natural_key(self.model, &group[0]));
+            let key = stored_natural_key(self.model, &group[0]).shown();
             let ids = group.iter().filter_map(stored_id_text);
             leave_duplicates(&mut self.report, key, group.len(), ids);
             return Ok(());

@@ -128,6 +128,7 @@ impl Adoption<'_> {
             adopted.insert(VERSION_KEY_FIELD, key);
         }
         let key: Document = stored_natural_key(self.model, stored)
+            .0
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
