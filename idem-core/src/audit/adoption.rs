@@ -102,6 +102,16 @@ impl RunLimits {
             .map(|limit| limit.saturating_sub(settled + planned))
     }
 
+    /// [`Halt::Limit`] once the document limit is reached ([`RunLimits::documents_left`], the
+    /// `planned` moves counted), before the next document's first write.
+    #[cfg(feature = "mongodb")]
+    pub fn begin(&self, report: &AdoptReport, planned: usize) -> Result<(), Halt> {
+        match self.documents_left(report, planned as u64) {
+            Some(0) => Err(Halt::Limit),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the run has a write limit: it then moves one document at a time, as the limit
     /// counts them, and may stop between any two writes.
     #[cfg(feature = "mongodb")]

@@ -175,6 +175,7 @@ impl Store {
             .await
     }
 
+    /// The adoption of `model`'s collection, read as `reading` says, in the span of the call.
     async fn adopt_collection(
         &self,
         model: &Model,
@@ -183,36 +184,27 @@ impl Store {
         progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run(self.move_documents(model, reading, options, progress))
-            .await
-    }
-
-    /// The adoption's moves, in the span of the call.
-    async fn move_documents(
-        &self,
-        model: &Model,
-        reading: Reading<'_>,
-        options: AdoptOptions,
-        progress: &mut (dyn FnMut(&AuditProgress) + Send),
-    ) -> Result<AdoptReport, Error> {
-        crate::audit::check_derived_ids(model)?;
-        let mut adoption = Adoption {
-            store: self,
-            model,
-            reading,
-            collection: self.raw_collection(model),
-            duplicates: options.duplicates,
-            limits: RunLimits::new(options.max_documents, options.max_writes),
-            report: AdoptReport::new(model.collection()),
-            pending: Vec::new(),
-            progress,
-        };
-        match adoption.run().await {
-            Ok(()) => {}
-            Err(Halt::Limit) => adoption.report.stopped = true,
-            Err(Halt::Failed(error)) => return Err(error),
-        }
-        Ok(adoption.report)
+        call.run(async move {
+            crate::audit::check_derived_ids(model)?;
+            let mut adoption = Adoption {
+                store: self,
+                model,
+                reading,
+                collection: self.raw_collection(model),
+                duplicates: options.duplicates,
+                limits: RunLimits::new(options.max_documents, options.max_writes),
+                report: AdoptReport::new(model.collection()),
+                pending: Vec::new(),
+                progress,
+            };
+            match adoption.run().await {
+                Ok(()) => {}
+                Err(Halt::Limit) => adoption.report.stopped = true,
+                Err(Halt::Failed(error)) => return Err(error),
+            }
+            Ok(adoption.report)
+        })
+        .await
     }
 }
 
@@ -221,14 +213,10 @@ impl Adoption<'_> {
         DocumentRef::collection(self.model)
     }
 
-    /// [`Halt::Limit`] once the document limit is reached, before the next document's first
-    /// write ([`RunLimits::documents_left`]).
+    /// [`Halt::Limit`] once the document limit is reached, the moves planned counted
+    /// ([`RunLimits::begin`]).
     fn begin_document(&self) -> Result<(), Halt> {
-        let planned = self.pending.len() as u64;
-        match self.limits.documents_left(&self.report, planned) {
-            Some(0) => Err(Halt::Limit),
-            _ => Ok(()),
-        }
+        self.limits.begin(&self.report, self.pending.len())
     }
 
     /// Finishes interrupted moves, makes sure of the index, then moves every misplaced
