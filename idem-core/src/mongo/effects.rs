@@ -17,7 +17,7 @@ use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
 use crate::model::{Model, OpId};
 use crate::outcome::{Applied, Pushed};
-use crate::push::{item_key_is_a_list, item_without_key, pushed_list, stored_not_a_list};
+use crate::push::{pushed_list, stored_not_a_list};
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -79,28 +79,13 @@ impl Store {
             let serialize_error = |message| Error::new(document.clone(), ErrorKind::Serialize {
                 message,
             });
-            let item = match to_bson(item) {
-                Ok(Bson::Document(item)) => item,
-                Ok(_) => return Err(item_without_key(document, list, [])),
-                Err(error) => return Err(serialize_error(error.to_string())),
-            };
-            if let Some(problem) = nul_name_problem(&item) {
+            let item = to_bson(item).map_err(|error| serialize_error(error.to_string()))?;
+            if let Some(problem) = item.as_document().and_then(nul_name_problem) {
                 return Err(serialize_error(problem));
             }
-            let Some(item_key) = item
-                .get(list.item_key())
-                .filter(|key| !matches!(key, Bson::Null))
-                .cloned()
-            else {
-                let written = item
-                    .iter()
-                    .filter(|(_, value)| !matches!(value, Bson::Null))
-                    .map(|(name, _)| name);
-                return Err(item_without_key(document, list, written));
-            };
-            if matches!(item_key, Bson::Array(_)) {
-                return Err(item_key_is_a_list(document, list));
-            }
+            crate::push::item_key(&document, list, &item.clone().into_relaxed_extjson())?;
+            let item_key = item.as_document().and_then(|item| item.get(list.item_key()));
+            let item_key = item_key.cloned().unwrap_or(Bson::Null);
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let name = list.stored_name();
