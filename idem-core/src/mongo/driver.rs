@@ -22,11 +22,12 @@ use super::batch::{
     write_errors,
 };
 use super::compare::{bson_equal, show};
+use super::errors::Naming;
 use super::errors::{refused_update_pipelines, refuses_update_pipelines, server_code};
 use super::write::{is_tombstoned, stored_id_text, PreparedWrite};
 use super::{
-    collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
-    DUPLICATE_KEY,
+    collect, duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
+    Store, DUPLICATE_KEY,
 };
 use crate::document::DocumentRef;
 use crate::engine::batch::BatchDriver;
@@ -454,9 +455,21 @@ impl Driver for MongoDriver<'_> {
         Ok(stored)
     }
 
+    /// The stored document that can block `write`: the one under its id, or else one holding
+    /// its natural key (under another id, or under this one if a writer stored it between the
+    /// reads). Two reads by index rather than one `$or`: the document under the id is what
+    /// almost every conflict is about, and some servers answer an `$or` by scanning the
+    /// collection. The second read is only for an id that changed.
     async fn read_conflict(&self, write: &PreparedWrite) -> Result<Option<Document>, Error> {
-        let (by_id, by_natural_key) = self.store.read_conflict(&self.collection, write).await?;
-        Ok(by_id.or(by_natural_key))
+        let by_id = find_by_id(&self.collection, &write.document(), &write.id_text).await?;
+        if by_id.is_some() {
+            return Ok(by_id);
+        }
+        crate::trace::round_trip("find");
+        (self.collection.find_one(write.natural_key_filter()))
+            .collation(super::schema::simple_collation())
+            .await
+            .naming(&write.document())
     }
 
     fn incoming_value(&self, write: &PreparedWrite, field: &Field) -> Value {

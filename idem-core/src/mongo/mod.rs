@@ -348,34 +348,6 @@ impl Store {
         }
     }
 
-    /// The stored documents that can block `write`: the one under its id, or else one holding
-    /// its natural key under another id. Two reads by index rather than one `$or`: the document
-    /// under the id is what almost every conflict is about, and some servers answer an `$or`
-    /// by scanning the collection. The second read is only for an id that changed.
-    async fn read_conflict(
-        &self,
-        collection: &Collection<Document>,
-        write: &PreparedWrite,
-    ) -> Result<(Option<Document>, Option<Document>), Error> {
-        let by_id = find_by_id(collection, &write.document(), &write.id_text).await?;
-        if by_id.is_some() {
-            return Ok((by_id, None));
-        }
-        crate::trace::round_trip("find");
-        let by_natural_key = collection
-            .find_one(write.natural_key_filter())
-            .collation(schema::simple_collation())
-            .await
-            .naming(&write.document())?;
-        // A writer racing between the two reads may have stored this very document since.
-        match by_natural_key {
-            Some(stored) if stored.get_str("_id").ok() == Some(write.id_text.as_str()) => {
-                Ok((Some(stored), None))
-            }
-            by_natural_key => Ok((None, by_natural_key)),
-        }
-    }
-
     fn raw_collection(&self, model: &Model) -> Collection<Document> {
         self.database.collection(model.collection())
     }
