@@ -130,6 +130,24 @@ impl RunLimits {
     }
 }
 
+/// How one move of a document ended: done, or, for the reason given, not (nothing was lost).
+#[cfg(feature = "mongodb")]
+pub(crate) type MoveEnd = Result<(), String>;
+
+#[cfg(feature = "mongodb")]
+impl AdoptReport {
+    /// Reports the move of the document `from` to `to` as it `ended`: among the moved documents,
+    /// or those an interrupted run left half moved (`finished`), else among the failed ones,
+    /// with why.
+    pub(crate) fn record_move(&mut self, from: String, to: String, finished: bool, ended: MoveEnd) {
+        match (ended, finished) {
+            (Ok(()), false) => self.moved.record_misplaced(from, to),
+            (Ok(()), true) => self.finished.record_misplaced(from, to),
+            (Err(why), _) => self.failed.record(from, Some(why)),
+        }
+    }
+}
+
 // Only MongoDB's adoption meets duplicates: a SQL table's unique constraint keeps a key to one
 // row from the start.
 

@@ -38,7 +38,7 @@ pub use report::{AdoptReport, AuditReport};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use adoption::{check_adoption, check_derived_ids, RunLimits};
 #[cfg(feature = "mongodb")]
-pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt};
+pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt, MoveEnd};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use derivation::derive_from_stored;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]

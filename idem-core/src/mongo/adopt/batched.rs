@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use mongodb::bson::{doc, Bson};
 
-use super::moves::{claim_update, key_set_aside, reservation, unchanged, Claimed};
+use super::moves::{claim_update, key_set_aside, reservation, unchanged};
 use super::Adoption;
 use crate::audit::Halt;
 use crate::error::Error;
@@ -106,13 +106,10 @@ impl Adoption<'_> {
                 let derived = plan.derived.to_string();
                 self.claim(&derived, &plan.from, Some(&plan.reserved)).await
             } else {
-                Ok(Claimed::Done)
+                Ok(Ok(()))
             };
             match claimed {
-                Ok(claimed) => {
-                    let report = &mut self.report;
-                    claimed.record(&mut report.moved, &mut report.failed, from, to);
-                }
+                Ok(ended) => self.report.record_move(from, to, false, ended),
                 // A batched run has no write limit.
                 Err(Halt::Limit) => {}
                 Err(Halt::Failed(error)) => return Err(error),

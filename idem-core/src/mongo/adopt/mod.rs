@@ -33,7 +33,7 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
-use moves::{reserved_from, Claimed, Plan};
+use moves::{reserved_from, Plan};
 pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 /// One adoption run: what it reads, its limits, its report, and the moves it has planned.
@@ -263,7 +263,7 @@ impl Adoption<'_> {
             let moved = match original {
                 // Not released yet: the move goes on from the document as it is now.
                 Some(original) => match self.prepare(&original) {
-                    Ok(None) => Claimed::Done,
+                    Ok(None) => Ok(()),
                     Ok(Some(plan)) => {
                         self.begin_document()?;
                         // A reservation still as the original reads needs no new reserve, so
@@ -282,13 +282,8 @@ impl Adoption<'_> {
                     self.claim(&derived, &from, None).await?
                 }
             };
-            let report = &mut self.report;
-            moved.record(
-                &mut report.finished,
-                &mut report.failed,
-                id_text(&from),
-                derived,
-            );
+            self.report
+                .record_move(id_text(&from), derived, true, moved);
         }
         Ok(())
     }
@@ -370,9 +365,8 @@ impl Adoption<'_> {
     /// Moves one document, step by step, and reports it.
     async fn move_one(&mut self, plan: Plan) -> Result<(), Halt> {
         let (from, to) = (id_text(&plan.from), plan.derived.to_string());
-        let claimed = self.move_document(plan, false).await?;
-        let report = &mut self.report;
-        claimed.record(&mut report.moved, &mut report.failed, from, to);
+        let ended = self.move_document(plan, false).await?;
+        self.report.record_move(from, to, false, ended);
         Ok(())
     }
 }
