@@ -274,6 +274,15 @@ pub(super) fn refused_statements(replies: &[(Vec<usize>, Document)]) -> HashMap<
     refused
 }
 
+/// The count a write command's reply gives under `field` (`n`, `nModified`), 0 if none.
+pub(super) fn reply_count(reply: &Document, field: &str) -> usize {
+    match reply.get(field) {
+        Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(0),
+        Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
     reply
         .get_array(field)

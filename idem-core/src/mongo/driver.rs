@@ -18,8 +18,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{
-    refused_by_server, refused_statements, statement_indexes, upsert_statement, write_commands,
-    write_errors,
+    refused_by_server, refused_statements, reply_count, statement_indexes, upsert_statement,
+    write_commands, write_errors,
 };
 use super::compare::{bson_equal, show};
 use super::errors::Naming;
@@ -304,11 +304,7 @@ impl MongoDriver<'_> {
         // replacement always changes the document (its write marker is new): when fewer were
         // modified than matched, a writer changed some document since the read, and the markers
         // say which.
-        let modified = reply
-            .get("nModified")
-            .and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
-            .unwrap_or(0);
-        if usize::try_from(modified).ok() != Some(matched.len()) {
+        if reply_count(reply, "nModified") != matched.len() {
             let read: Vec<&PreparedWrite> = matched.iter().map(|&index| writes[index]).collect();
             let stored = self.read_stored(&read).await?;
             for (index, stored) in matched.into_iter().zip(stored) {

@@ -181,23 +181,18 @@ impl Store {
         let mut increments = Document::new();
         let mut sets = Document::new();
         for change in changes {
-            match &change.kind {
-                ChangeKind::Add(Amount::Integer(amount)) => {
-                    increments.insert(change.field, *amount);
-                }
-                ChangeKind::Add(Amount::Float(amount)) => {
-                    increments.insert(change.field, *amount);
-                }
+            let (operator, value) = match &change.kind {
+                ChangeKind::Add(Amount::Integer(amount)) => (&mut increments, Bson::Int64(*amount)),
+                ChangeKind::Add(Amount::Float(amount)) => (&mut increments, Bson::Double(*amount)),
                 ChangeKind::Set(value) => match &value.bson {
-                    Ok(value) => {
-                        sets.insert(change.field, value.clone());
-                    }
+                    Ok(value) => (&mut sets, value.clone()),
                     Err(problem) => return Err(change::invalid(&document, change.field, problem)),
                 },
                 ChangeKind::Invalid(problem) => {
                     return Err(change::invalid(&document, change.field, problem))
                 }
-            }
+            };
+            operator.insert(change.field, value);
         }
         let mut update = Document::new();
         for (operator, fields) in [("$inc", increments), ("$set", sets)] {

@@ -11,7 +11,7 @@ use super::Adoption;
 use crate::audit::Halt;
 use crate::error::Error;
 use crate::model::ID_FIELD;
-use crate::mongo::batch::refused_statements;
+use crate::mongo::batch::{refused_statements, reply_count};
 use crate::mongo::collect;
 use crate::mongo::write::id_text;
 
@@ -47,15 +47,9 @@ impl Adoption<'_> {
             (index, delete)
         });
         let sent = send(("delete", "deletes"), statements.collect()).await?;
-        let deleted: i64 = sent
-            .iter()
-            .map(|(_, reply)| {
-                let n = reply.get_i32("n").map(i64::from);
-                n.or_else(|_| reply.get_i64("n")).unwrap_or(0)
-            })
-            .sum();
+        let deleted: usize = sent.iter().map(|(_, reply)| reply_count(reply, "n")).sum();
         let mut still_there: HashSet<usize> = HashSet::new();
-        if usize::try_from(deleted).unwrap_or(0) < reserved.len() {
+        if deleted < reserved.len() {
             // Which originals another writer changed since the read: those stay.
             let ids: Vec<Bson> = reserved
                 .iter()
