@@ -80,6 +80,18 @@ pub(crate) fn item_and_key_texts<I: serde::Serialize + ?Sized>(
             },
         )
     })?;
+    let item_key = item_key(document, list, &item)?;
+    Ok((item.to_string(), item_key.to_string()))
+}
+
+/// The value under the key of `item` (as JSON), pushed to `list`: refused where it has none
+/// (absent, or null), or a list. Every store's rule.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
+pub(crate) fn item_key<'i>(
+    document: &DocumentRef,
+    list: &Field,
+    item: &'i serde_json::Value,
+) -> Result<&'i serde_json::Value, Error> {
     let Some(item_key) = item.get(list.item_key()).filter(|key| !key.is_null()) else {
         let written = item.as_object().into_iter().flat_map(|entries| {
             entries
@@ -92,7 +104,7 @@ pub(crate) fn item_and_key_texts<I: serde::Serialize + ?Sized>(
     if item_key.is_array() {
         return Err(item_key_is_a_list(document.clone(), list));
     }
-    Ok((item.to_string(), item_key.to_string()))
+    Ok(item_key)
 }
 
 /// The refusal of an item pushed to `list` with no value under its key: absent, or null, since

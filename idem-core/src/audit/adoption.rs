@@ -7,6 +7,18 @@ use super::finding::{ShownKey, SAMPLES_PER_KIND};
 use super::report::AdoptReport;
 use crate::model::Model;
 
+/// Refuses the adoption of an event type's documents (a type with an idempotency key): their
+/// ids are not derived from their content, so there is none to move them to.
+pub(crate) fn check_derived_ids(model: &Model) -> Result<(), crate::Error> {
+    match model.idempotency_key_field() {
+        Some(_) => Err(crate::Error::new(
+            crate::document::DocumentRef::collection(model),
+            crate::error::ErrorKind::NoDerivedId,
+        )),
+        None => Ok(()),
+    }
+}
+
 /// What an adoption with a model given at run time decides before it moves anything, on every
 /// store: refused where the stored documents show another model (`mismatch`, unless
 /// `ignore_model_check`), and where stored fields are not the model's (`unknown`, unless
@@ -90,6 +102,16 @@ impl RunLimits {
             .map(|limit| limit.saturating_sub(settled + planned))
     }
 
+    /// [`Halt::Limit`] once the document limit is reached ([`RunLimits::documents_left`], the
+    /// `planned` moves counted), before the next document's first write.
+    #[cfg(feature = "mongodb")]
+    pub fn begin(&self, report: &AdoptReport, planned: usize) -> Result<(), Halt> {
+        match self.documents_left(report, planned as u64) {
+            Some(0) => Err(Halt::Limit),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the run has a write limit: it then moves one document at a time, as the limit
     /// counts them, and may stop between any two writes.
     #[cfg(feature = "mongodb")]
@@ -105,6 +127,24 @@ impl RunLimits {
         }
         self.writes += 1;
         Ok(())
+    }
+}
+
+/// How one move of a document ended: done, or, for the reason given, not (nothing was lost).
+#[cfg(feature = "mongodb")]
+pub(crate) type MoveEnd = Result<(), String>;
+
+#[cfg(feature = "mongodb")]
+impl AdoptReport {
+    /// Reports the move of the document `from` to `to` as it `ended`: among the moved documents,
+    /// or those an interrupted run left half moved (`finished`), else among the failed ones,
+    /// with why.
+    pub(crate) fn record_move(&mut self, from: String, to: String, finished: bool, ended: MoveEnd) {
+        match (ended, finished) {
+            (Ok(()), false) => self.moved.record_misplaced(from, to),
+            (Ok(()), true) => self.finished.record_misplaced(from, to),
+            (Err(why), _) => self.failed.record(from, Some(why)),
+        }
     }
 }
 

@@ -4,26 +4,68 @@
 #[cfg(feature = "mongodb")]
 use std::cmp::Ordering;
 
-use super::finding::{ShownKey, SAMPLES_PER_KIND};
+use super::finding::{ShownKey, ShownValue, SAMPLES_PER_KIND};
 use super::report::AuditReport;
+use crate::model::Model;
 
-/// A natural key as a scan in natural-key order compares and shows it.
-pub(crate) trait ScannedKey {
+/// A stored value of a natural-key field, as a store's unique index compares it and a report
+/// shows it.
+pub(crate) trait KeyValue {
+    /// Whether `self` and `other` are equal as the unique index compares them.
+    fn same(&self, other: &Self) -> bool;
+    /// The value as a report shows it.
+    fn shown(&self) -> ShownValue;
+}
+
+/// A natural key as stored: each key field's stored name and value.
+pub(crate) struct StoredKey<V>(pub Vec<(&'static str, V)>);
+
+impl<V: KeyValue> StoredKey<V> {
+    /// `model`'s natural key, each field's value as `value_of` reads it by its stored name.
+    pub fn of(model: &Model, mut value_of: impl FnMut(&'static str) -> V) -> Self {
+        let key = model.natural_key_fields().map(|field| {
+            let name = field.stored_name();
+            (name, value_of(name))
+        });
+        StoredKey(key.collect())
+    }
+
     /// Whether `self` and `other` collide in the unique natural-key index.
-    fn collides_with(&self, other: &Self) -> bool;
+    pub fn collides_with(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && (self.0.iter().zip(&other.0)).all(|((_, a), (_, b))| a.same(b))
+    }
+
     /// The key as a report shows it.
-    fn shown(&self) -> ShownKey;
+    pub fn shown(&self) -> ShownKey {
+        let shown = self
+            .0
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.shown()));
+        ShownKey(shown.collect())
+    }
+}
+
+/// A value as the SQL stores read a row, as JSON: equal where the JSON is.
+impl KeyValue for serde_json::Value {
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+
+    fn shown(&self) -> ShownValue {
+        ShownValue::from_json(self.clone())
+    }
 }
 
 /// The holders of the natural key a scan in natural-key order is at: documents or rows sharing a
 /// key come one after the other, so finding duplicates needs only the current key and its first
 /// few ids, whatever the size of the collection or table. Both backends' audits count with it.
-pub(crate) struct DuplicateTracker<K> {
-    current: Option<KeyHolders<K>>,
+pub(crate) struct DuplicateTracker<V> {
+    current: Option<KeyHolders<V>>,
 }
 
-struct KeyHolders<K> {
-    key: K,
+struct KeyHolders<V> {
+    key: StoredKey<V>,
     holders: u64,
     sample_ids: Vec<String>,
     /// Whether the first holder was counted clean: it is not, once a second one shows the key
@@ -31,7 +73,7 @@ struct KeyHolders<K> {
     first_was_clean: bool,
 }
 
-impl<K: ScannedKey> DuplicateTracker<K> {
+impl<V: KeyValue> DuplicateTracker<V> {
     /// A scan that has met no key yet.
     pub fn new() -> Self {
         DuplicateTracker { current: None }
@@ -41,7 +83,13 @@ impl<K: ScannedKey> DuplicateTracker<K> {
     /// NULL part in a PostgreSQL unique constraint) with its id, and whether it has no problem
     /// of its own; counts it clean in `report` unless it is a second or later holder of its
     /// key. The first holder of a duplicated key leaves the clean count when the second arrives.
-    pub fn count(&mut self, report: &mut AuditReport, key: Option<K>, id: &str, clean: bool) {
+    pub fn count(
+        &mut self,
+        report: &mut AuditReport,
+        key: Option<StoredKey<V>>,
+        id: &str,
+        clean: bool,
+    ) {
         if let (Some(current), Some(key)) = (self.current.as_mut(), key.as_ref()) {
             if current.key.collides_with(key) {
                 current.holders += 1;

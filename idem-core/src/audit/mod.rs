@@ -36,17 +36,17 @@ pub use finding::{
 pub use report::{AdoptReport, AuditReport};
 
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use adoption::{check_adoption, RunLimits};
+pub(crate) use adoption::{check_adoption, check_derived_ids, RunLimits};
 #[cfg(feature = "mongodb")]
-pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt};
+pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt, MoveEnd};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use derivation::derive_from_stored;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use digests::DigestReading;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use duplicates::ScannedKey;
+pub(crate) use duplicates::StoredKey;
 #[cfg(feature = "mongodb")]
-pub(crate) use duplicates::{kept_by_value, Ordered};
+pub(crate) use duplicates::{kept_by_value, KeyValue, Ordered};
 #[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use fields::is_model_field;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]

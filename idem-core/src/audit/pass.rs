@@ -7,7 +7,7 @@ use std::borrow::Borrow;
 
 use serde_json::{Map, Value};
 
-use super::duplicates::{DuplicateTracker, ScannedKey};
+use super::duplicates::{DuplicateTracker, KeyValue, StoredKey};
 use super::fields::{note_unknown, unnamed_fields};
 use super::hash_check::HashDiagnosis;
 use super::judged::Judged;
@@ -16,16 +16,16 @@ use crate::model::Model;
 use crate::model_check::ModelCheck;
 
 /// One audit's pass, told of each document in natural-key order.
-pub(crate) struct AuditPass<'m, K> {
+pub(crate) struct AuditPass<'m, V> {
     model: &'m Model,
-    duplicates: DuplicateTracker<K>,
+    duplicates: DuplicateTracker<V>,
     /// A model given at run time may not be the documents' (a flag forgotten or wrong).
     model_check: Option<ModelCheck<'m>>,
     /// For a model given at run time: which field, left out, makes stored hashes match.
     diagnosis: Option<HashDiagnosis>,
 }
 
-impl<'m, K: ScannedKey> AuditPass<'m, K> {
+impl<'m, V: KeyValue> AuditPass<'m, V> {
     /// A pass over documents of `model`, read as the type (`typed`) or as stored.
     pub fn new(model: &'m Model, typed: bool) -> Self {
         AuditPass {
@@ -73,7 +73,7 @@ impl<'m, K: ScannedKey> AuditPass<'m, K> {
         report: &mut AuditReport,
         judged: &Judged,
         shown: &str,
-        key: Option<K>,
+        key: Option<StoredKey<V>>,
     ) {
         let clean = judged.record(report, shown);
         self.duplicates.count(report, key, shown, clean);

@@ -7,12 +7,12 @@ use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::compare::bson_equal;
+use super::errors::{next_document, Naming};
 use super::write::{field_digest, stored_digest, stored_id_text};
-use super::{mongo_error, natural_key_pattern, Store};
+use super::{natural_key_pattern, Store};
 use crate::audit::{
     hashed_fields, AuditPass, AuditProgress, AuditReport, DigestReading, FieldsSeen, HashDiagnosis,
-    Judged, ScannedKey, ShownKey, ShownValue, StoredDocument, TypedReading, UnknownField,
+    Judged, StoredDocument, StoredKey, TypedReading, UnknownField,
 };
 use crate::document::DocumentRef;
 use crate::engine::StoredDigest;
@@ -70,21 +70,21 @@ where
 }
 
 /// Judges one stored document of `model` ([`crate::audit::judge`]).
-pub(crate) fn judge(model: &Model, reading: Reading<'_>, stored: &Document) -> Judged {
-    match reading {
-        Reading::Typed(read) => {
-            let stored = StoredBson::new(model, &[], &[], stored);
-            crate::audit::judge(model, Some(read(stored.document)), &stored)
-        }
+pub(crate) fn judge(model: &Model, reading: Reading<'_>, document: &Document) -> Judged {
+    let (typed, field_order, left_out) = match reading {
+        Reading::Typed(read) => (Some(read(document)), &[][..], &[][..]),
         Reading::Stored {
             field_order,
             left_out,
-        } => crate::audit::judge(
-            model,
-            None,
-            &StoredBson::new(model, field_order, left_out, stored),
-        ),
-    }
+        } => (None, field_order, left_out),
+    };
+    let stored = StoredBson {
+        model,
+        field_order,
+        left_out,
+        document,
+    };
+    crate::audit::judge(model, typed, &stored)
 }
 
 /// A stored document as the judgement reads it, its hashed fields as [`Reading::Stored`] says.
@@ -93,22 +93,6 @@ struct StoredBson<'d> {
     field_order: &'d [&'d str],
     left_out: &'d [UnknownField],
     document: &'d Document,
-}
-
-impl<'d> StoredBson<'d> {
-    fn new(
-        model: &'d Model,
-        field_order: &'d [&'d str],
-        left_out: &'d [UnknownField],
-        document: &'d Document,
-    ) -> Self {
-        StoredBson {
-            model,
-            field_order,
-            left_out,
-            document,
-        }
-    }
 }
 
 impl StoredDocument for StoredBson<'_> {
@@ -172,49 +156,12 @@ fn holds_document(value: &Bson) -> bool {
     }
 }
 
-/// The natural-key values of a stored document, missing fields as null (as a unique index
-/// holds them).
-pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> Vec<(&'static str, Bson)> {
-    model
-        .natural_key_fields()
-        .map(|field| {
-            let value = stored
-                .get(field.stored_name())
-                .cloned()
-                .unwrap_or(Bson::Null);
-            (field.stored_name(), value)
-        })
-        .collect()
-}
-
-/// Whether two natural keys collide in a unique index: equal as a filter compares them.
-pub(crate) fn same_natural_key(a: &[(&str, Bson)], b: &[(&str, Bson)]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|((_, x), (_, y))| bson_equal(x, y))
-}
-
-/// A natural key as a report shows it: each value as relaxed extended JSON shows it.
-pub(crate) fn shown_key(key: &[(&str, Bson)]) -> ShownKey {
-    ShownKey(
-        key.iter()
-            .map(|(field, value)| {
-                let shown = ShownValue::from_json(value.clone().into_relaxed_extjson());
-                ((*field).to_owned(), shown)
-            })
-            .collect(),
-    )
-}
-
-/// A natural key as stored: each key field's stored name and value.
-struct DocumentKey(Vec<(&'static str, Bson)>);
-
-impl ScannedKey for DocumentKey {
-    fn collides_with(&self, other: &Self) -> bool {
-        same_natural_key(&self.0, &other.0)
-    }
-
-    fn shown(&self) -> ShownKey {
-        shown_key(&self.0)
-    }
+/// The natural key of a stored document, missing fields as null (as a unique index holds
+/// them).
+pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> StoredKey<Bson> {
+    StoredKey::of(model, |name| {
+        stored.get(name).cloned().unwrap_or(Bson::Null)
+    })
 }
 
 /// The cursor over every document of `model`'s collection, sorted by the natural key: documents
@@ -228,7 +175,7 @@ pub(crate) async fn sorted_by_natural_key(
         .sort(natural_key_pattern(model))
         .allow_disk_use(true)
         .await
-        .map_err(|source| mongo_error(&DocumentRef::collection(model), source))
+        .naming(&DocumentRef::collection(model))
 }
 
 impl Store {
@@ -331,7 +278,7 @@ impl Store {
             .filter(doc! { "name": model.collection() })
             .authorized_collections(true)
             .await
-            .map_err(|source| mongo_error(&whole, source))?;
+            .naming(&whole)?;
         if !named.is_empty() {
             return Ok(());
         }
@@ -369,7 +316,8 @@ impl Store {
     }
 }
 
-/// The one audit both the typed and the run-time calls make.
+/// The one audit both the typed and the run-time calls make: one pass over the collection
+/// ([`AuditPass`]).
 ///
 /// `listed` are the model's stored fields, where it lists them: a stored field it does not
 /// list is reported in [`AuditReport::unknown_fields`].
@@ -380,58 +328,43 @@ async fn audit_collection(
     progress: &mut dyn FnMut(&AuditProgress),
 ) -> Result<AuditReport, Error> {
     let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
-    call.run(scan_collection(store, model, (reading, listed), progress))
-        .await
-}
-
-/// The audit's one pass over the collection ([`AuditPass`]).
-async fn scan_collection(
-    store: &Store,
-    model: &Model,
-    (reading, listed): (Reading<'_>, &[&str]),
-    progress: &mut dyn FnMut(&AuditProgress),
-) -> Result<AuditReport, Error> {
-    let collection = store.database.collection::<Document>(model.collection());
-    let collection_ref = DocumentRef::collection(model);
-    // An estimate from the collection's metadata: cheap, and only used to draw progress.
-    let total = collection.estimated_document_count().await.ok();
-    let mut cursor = sorted_by_natural_key(&collection, model).await?;
-    let typed = matches!(reading, Reading::Typed(_));
-    let mut report = AuditReport::new(model.collection(), typed);
-    let mut pass = AuditPass::new(model, typed);
-    let mut fields = FieldsSeen::default();
-    while cursor
-        .advance()
-        .await
-        .map_err(|source| mongo_error(&collection_ref, source))?
-    {
-        let stored: Document = cursor
-            .deserialize_current()
-            .map_err(|source| mongo_error(&collection_ref, source))?;
-        report.scanned += 1;
-        let shown = stored_id_text(&stored).unwrap_or_else(|| "(no _id)".to_owned());
-        if stored.contains_key(ADOPTION_FIELD) {
-            // Its key is set aside while it moves: it holds no natural key yet.
-            report.moves_in_progress.record(shown, None);
-        } else {
-            let judged = judge(model, reading, &stored);
-            fields.see(model, listed, stored.keys().map(String::as_str));
-            if let Some(diagnosis) = pass.diagnosis_of(&judged) {
-                examine_hash(diagnosis, model, listed, &stored);
+    call.run(async move {
+        let collection = store.database.collection::<Document>(model.collection());
+        let collection_ref = DocumentRef::collection(model);
+        // An estimate from the collection's metadata: cheap, and only used to draw progress.
+        let total = collection.estimated_document_count().await.ok();
+        let mut cursor = sorted_by_natural_key(&collection, model).await?;
+        let typed = matches!(reading, Reading::Typed(_));
+        let mut report = AuditReport::new(model.collection(), typed);
+        let mut pass = AuditPass::new(model, typed);
+        let mut fields = FieldsSeen::default();
+        while let Some(stored) = next_document(&mut cursor, &collection_ref).await? {
+            report.scanned += 1;
+            let shown = stored_id_text(&stored).unwrap_or_else(|| "(no _id)".to_owned());
+            if stored.contains_key(ADOPTION_FIELD) {
+                // Its key is set aside while it moves: it holds no natural key yet.
+                report.moves_in_progress.record(shown, None);
+            } else {
+                let judged = judge(model, reading, &stored);
+                fields.see(model, listed, stored.keys().map(String::as_str));
+                if let Some(diagnosis) = pass.diagnosis_of(&judged) {
+                    examine_hash(diagnosis, model, listed, &stored);
+                }
+                pass.check_model(&shown, || neutral_fields(&stored));
+                let key = stored_natural_key(model, &stored);
+                pass.count(&mut report, &judged, &shown, Some(key));
             }
-            pass.check_model(&shown, || neutral_fields(&stored));
-            let key = DocumentKey(stored_natural_key(model, &stored));
-            pass.count(&mut report, &judged, &shown, Some(key));
+            progress(&AuditProgress::new(report.scanned, total));
         }
-        progress(&AuditProgress::new(report.scanned, total));
-    }
-    report.unknown_fields = fields.unknown;
-    let stored_names = (!typed && listed.is_empty()).then_some(&fields.names);
-    pass.finish(
-        &mut report,
-        stored_names.map(|names| names.iter().map(String::as_str)),
-    );
-    Ok(report)
+        report.unknown_fields = fields.unknown;
+        let stored_names = (!typed && listed.is_empty()).then_some(&fields.names);
+        pass.finish(
+            &mut report,
+            stored_names.map(|names| names.iter().map(String::as_str)),
+        );
+        Ok(report)
+    })
+    .await
 }
 
 /// Shows the hash diagnosis a document whose stored hash differs from its stored fields'.
@@ -464,16 +397,11 @@ impl Store {
         let mut cursor = collection
             .find(doc! { ID_FIELD: { "$type": "string" } })
             .await
-            .map_err(|source| mongo_error(&whole, source))?;
-        while !check.is_done()
-            && cursor
-                .advance()
-                .await
-                .map_err(|source| mongo_error(&whole, source))?
-        {
-            let stored: Document = cursor
-                .deserialize_current()
-                .map_err(|source| mongo_error(&whole, source))?;
+            .naming(&whole)?;
+        while !check.is_done() {
+            let Some(stored) = next_document(&mut cursor, &whole).await? else {
+                break;
+            };
             let id = stored_id_text(&stored).unwrap_or_default();
             if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
                 check.examine(&id, &neutral_fields(&stored));

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
+use super::errors::Naming;
 use super::write::{bson_size, PreparedWrite};
-use super::{mongo_error, Store};
+use super::Store;
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -81,21 +82,31 @@ impl Store {
         model: &Model,
         documents: Vec<(usize, Document)>,
     ) -> Result<HashMap<usize, Document>, Error> {
-        let whole = DocumentRef::collection(model);
         let limits = self.limits_for(model, &documents).await?;
-        let mut refused = HashMap::new();
-        for command in write_commands(documents, limits) {
-            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let command =
-                doc! { "insert": model.collection(), "documents": documents, "ordered": false };
-            let reply = self.run_write_command(&whole, command).await?;
-            for (position, error) in write_errors(&reply) {
-                if let Some(&index) = indexes.get(position) {
-                    refused.insert(index, error.clone());
-                }
-            }
+        let replies = self
+            .send_statements(model, ("insert", "documents"), documents, limits)
+            .await?;
+        Ok(refused_statements(&replies))
+    }
+
+    /// Sends `statements` (each with its caller's index) to `model`'s collection as `command`
+    /// commands holding them in `array`, unordered, in as few commands as `limits` allow: each
+    /// reply, with its statements' indexes.
+    pub(super) async fn send_statements(
+        &self,
+        model: &Model,
+        (command, array): (&str, &str),
+        statements: Vec<(usize, Document)>,
+        limits: ServerLimits,
+    ) -> Result<Vec<(Vec<usize>, Document)>, Error> {
+        let whole = DocumentRef::collection(model);
+        let mut replies = Vec::new();
+        for statements in write_commands(statements, limits) {
+            let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
+            let sent = doc! { command: model.collection(), array: statements, "ordered": false };
+            replies.push((indexes, self.run_write_command(&whole, sent).await?));
         }
-        Ok(refused)
+        Ok(replies)
     }
 
     /// Sends a write command; a write concern the server did not confirm is
@@ -107,11 +118,7 @@ impl Store {
     ) -> Result<Document, Error> {
         // `update` or `insert`: the command's name is its first key.
         crate::trace::round_trip(command.keys().next().map_or("write", String::as_str));
-        let reply = self
-            .database
-            .run_command(command)
-            .await
-            .map_err(|source| mongo_error(whole, source))?;
+        let reply = self.database.run_command(command).await.naming(whole)?;
         if let Ok(concern) = reply.get_document("writeConcernError") {
             return Err(Error::new(
                 whole.clone(),
@@ -152,7 +159,7 @@ impl Store {
             .database
             .run_command(doc! { "hello": 1 })
             .await
-            .map_err(|source| mongo_error(&DocumentRef::collection(model), source))?;
+            .naming(&DocumentRef::collection(model))?;
         let number = |field: &str, default: usize| match hello.get(field) {
             Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(default),
             Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(default),
@@ -251,6 +258,29 @@ pub(super) fn write_errors(reply: &Document) -> HashMap<usize, &Document> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The server's write errors in `replies` ([`Store::send_statements`]), by their statements'
+/// indexes.
+pub(super) fn refused_statements(replies: &[(Vec<usize>, Document)]) -> HashMap<usize, Document> {
+    let mut refused = HashMap::new();
+    for (indexes, reply) in replies {
+        for (position, error) in write_errors(reply) {
+            if let Some(&index) = indexes.get(position) {
+                refused.insert(index, error.clone());
+            }
+        }
+    }
+    refused
+}
+
+/// The count a write command's reply gives under `field` (`n`, `nModified`), 0 if none.
+pub(super) fn reply_count(reply: &Document, field: &str) -> usize {
+    match reply.get(field) {
+        Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(0),
+        Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {

@@ -2,6 +2,7 @@
 
 use mongodb::bson::Bson;
 
+use crate::audit::{KeyValue, ShownValue};
 use crate::engine::StoredScalar;
 
 impl StoredScalar for Bson {
@@ -11,6 +12,18 @@ impl StoredScalar for Bson {
 
     fn text(&self) -> Option<&str> {
         self.as_str()
+    }
+}
+
+/// A natural key's value as the unique index compares it (as a filter does, [`bson_equal`])
+/// and a report shows it (relaxed extended JSON).
+impl KeyValue for Bson {
+    fn same(&self, other: &Self) -> bool {
+        bson_equal(self, other)
+    }
+
+    fn shown(&self) -> ShownValue {
+        ShownValue::from_json(self.clone().into_relaxed_extjson())
     }
 }
 

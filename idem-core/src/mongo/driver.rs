@@ -18,14 +18,16 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{
-    refused_by_server, statement_indexes, upsert_statement, write_commands, write_errors,
+    refused_by_server, refused_statements, reply_count, statement_indexes, upsert_statement,
+    write_commands, write_errors,
 };
 use super::compare::{bson_equal, show};
+use super::errors::Naming;
 use super::errors::{refused_update_pipelines, refuses_update_pipelines, server_code};
 use super::write::{is_tombstoned, stored_id_text, PreparedWrite};
 use super::{
-    collect, duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, Store,
-    DUPLICATE_KEY,
+    collect, duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
+    Store, DUPLICATE_KEY,
 };
 use crate::document::DocumentRef;
 use crate::engine::batch::BatchDriver;
@@ -63,6 +65,21 @@ impl MongoDriver<'_> {
         }
     }
 
+    /// The reply of a write the server refused with `error`: a conflict on a unique index, else
+    /// the call's error.
+    fn failed(
+        &self,
+        write: &PreparedWrite,
+        error: mongodb::error::Error,
+    ) -> Result<Reply<Document>, Error> {
+        match is_duplicate_key(&error) {
+            true => Ok(Reply::Conflict(
+                self.conflict(duplicate_key_message(&error)),
+            )),
+            false => Err(mongo_error(&write.document(), error)),
+        }
+    }
+
     /// The reply of a statement the server refused with `error` (a write error of a command's
     /// reply): a conflict on a unique index, else a refusal of `write` alone.
     fn statement_refused(&self, write: &PreparedWrite, error: &Document) -> Reply<Document> {
@@ -86,24 +103,16 @@ impl MongoDriver<'_> {
             .projection(write.judged_fields())
             .await;
         match after {
-            Ok(Some(stored)) => Ok(match write.written_here(&stored) {
-                Some(outcome) => Reply::Written {
-                    inserted: outcome == crate::Outcome::Inserted,
-                },
-                None => Reply::Stopped(stored),
-            }),
+            Ok(Some(stored)) => Ok(written_or_stopped(write, stored)),
             // A server that retried a racing insert as an update may return no document. The
             // command took effect; sent again, it reads its own marker back, or what another
             // writer left.
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
             Err(error) if server_code(&error).is_some_and(refuses_update_pipelines) => {
                 self.store.stop_using_update_pipelines();
                 Ok(self.insert_all(&[write]).await?.remove(0))
             }
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -148,28 +157,24 @@ impl MongoDriver<'_> {
                 (index, statement)
             })
             .collect();
-        let whole = DocumentRef::collection(self.model);
         let limits = self.store.limits_for(self.model, &statements).await?;
+        let sent = self
+            .store
+            .send_statements(self.model, ("update", "updates"), statements, limits)
+            .await?;
         let mut replies: Vec<Reply<Document>> = writes
             .iter()
             .map(|_| Reply::Written { inserted: false })
             .collect();
-        for command in write_commands(statements, limits) {
-            let (indexes, statements): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let command =
-                doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
-            let reply = self.store.run_write_command(&whole, command).await?;
-            for statement in statement_indexes(&reply, "upserted") {
+        for (indexes, reply) in &sent {
+            for statement in statement_indexes(reply, "upserted") {
                 if let Some(&index) = indexes.get(statement) {
                     replies[index] = Reply::Written { inserted: true };
                 }
             }
-            for (statement, error) in write_errors(&reply) {
-                let Some(&index) = indexes.get(statement) else {
-                    continue;
-                };
-                replies[index] = self.statement_refused(writes[index], error);
-            }
+        }
+        for (index, error) in refused_statements(&sent) {
+            replies[index] = self.statement_refused(writes[index], &error);
         }
         Ok(replies)
     }
@@ -196,10 +201,7 @@ impl MongoDriver<'_> {
             }
             Ok(Some(stored)) => Ok(Reply::Stopped(stored)),
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -230,10 +232,7 @@ impl MongoDriver<'_> {
             Ok(result) if result.upserted_id.is_some() => Ok(Reply::Written { inserted: true }),
             Ok(result) if result.matched_count > 0 => Ok(Reply::Written { inserted: false }),
             Ok(_) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -305,22 +304,13 @@ impl MongoDriver<'_> {
         // replacement always changes the document (its write marker is new): when fewer were
         // modified than matched, a writer changed some document since the read, and the markers
         // say which.
-        let modified = reply
-            .get("nModified")
-            .and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
-            .unwrap_or(0);
-        if usize::try_from(modified).ok() != Some(matched.len()) {
+        if reply_count(reply, "nModified") != matched.len() {
             let read: Vec<&PreparedWrite> = matched.iter().map(|&index| writes[index]).collect();
             let stored = self.read_stored(&read).await?;
             for (index, stored) in matched.into_iter().zip(stored) {
                 let write = writes[index];
                 replies[index] = Some(match stored {
-                    Some(stored) => match write.written_here(&stored) {
-                        Some(outcome) => Reply::Written {
-                            inserted: outcome == crate::Outcome::Inserted,
-                        },
-                        None => Reply::Stopped(stored),
-                    },
+                    Some(stored) => written_or_stopped(write, stored),
                     None => Reply::Unseen,
                 });
             }
@@ -362,6 +352,17 @@ impl MongoDriver<'_> {
     }
 }
 
+/// The reply of `write` that left `stored` as it is: written, if it holds this write's marker
+/// ([`PreparedWrite::written_here`]), else stopped by what is stored.
+fn written_or_stopped(write: &PreparedWrite, stored: Document) -> Reply<Document> {
+    match write.written_here(&stored) {
+        Some(outcome) => Reply::Written {
+            inserted: outcome == crate::Outcome::Inserted,
+        },
+        None => Reply::Stopped(stored),
+    }
+}
+
 impl Driver for MongoDriver<'_> {
     type Doc = PreparedWrite;
     /// A document is prepared whole: no lookup reads less of it.
@@ -384,17 +385,13 @@ impl Driver for MongoDriver<'_> {
                 Ok(vec![self.upsert_one(write).await?])
             }
             (WriteKind::Upsert, writes) => self.upsert_all(writes).await,
-            (WriteKind::Record, writes) => {
+            (WriteKind::Record | WriteKind::Delete, writes) => {
                 let mut replies = Vec::with_capacity(writes.len());
                 for write in writes {
-                    replies.push(self.record_one(write).await?);
-                }
-                Ok(replies)
-            }
-            (WriteKind::Delete, writes) => {
-                let mut replies = Vec::with_capacity(writes.len());
-                for write in writes {
-                    replies.push(self.delete_one(write).await?);
+                    replies.push(match kind {
+                        WriteKind::Record => self.record_one(write).await?,
+                        _ => self.delete_one(write).await?,
+                    });
                 }
                 Ok(replies)
             }
@@ -421,9 +418,6 @@ impl Driver for MongoDriver<'_> {
         match replaced {
             Ok(replaced) if replaced.matched_count > 0 => Ok(Reply::Written { inserted: false }),
             Ok(_) => Ok(Reply::Unseen),
-            Err(error) if is_duplicate_key(&error) => Ok(Reply::Conflict(
-                self.conflict(duplicate_key_message(&error)),
-            )),
             // The first pipeline this store sent (a batch over another tool's documents): it
             // does without from now on, and the write goes again, read with the fields a
             // replacement without a pipeline copies.
@@ -431,7 +425,7 @@ impl Driver for MongoDriver<'_> {
                 self.store.stop_using_update_pipelines();
                 Ok(Reply::Unseen)
             }
-            Err(source) => Err(mongo_error(&write.document(), source)),
+            Err(error) => self.failed(write, error),
         }
     }
 
@@ -457,9 +451,21 @@ impl Driver for MongoDriver<'_> {
         Ok(stored)
     }
 
+    /// The stored document that can block `write`: the one under its id, or else one holding
+    /// its natural key (under another id, or under this one if a writer stored it between the
+    /// reads). Two reads by index rather than one `$or`: the document under the id is what
+    /// almost every conflict is about, and some servers answer an `$or` by scanning the
+    /// collection. The second read is only for an id that changed.
     async fn read_conflict(&self, write: &PreparedWrite) -> Result<Option<Document>, Error> {
-        let (by_id, by_natural_key) = self.store.read_conflict(&self.collection, write).await?;
-        Ok(by_id.or(by_natural_key))
+        let by_id = find_by_id(&self.collection, &write.document(), &write.id_text).await?;
+        if by_id.is_some() {
+            return Ok(by_id);
+        }
+        crate::trace::round_trip("find");
+        (self.collection.find_one(write.natural_key_filter()))
+            .collation(super::schema::simple_collation())
+            .await
+            .naming(&write.document())
     }
 
     fn incoming_value(&self, write: &PreparedWrite, field: &Field) -> Value {

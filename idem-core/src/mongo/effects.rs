@@ -4,9 +4,10 @@
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
+use super::errors::Naming;
 use super::text_keys::to_bson;
 use super::write::nul_name_problem;
-use super::{find_by_id, mongo_error, update_or_explain, Store, APPLIED_OPS_FIELD};
+use super::{find_by_id, update_or_explain, Store, APPLIED_OPS_FIELD};
 use crate::change::{self, Amount, Change, ChangeKind};
 use crate::document::DocumentRef;
 use crate::engine::by_id::ById;
@@ -16,7 +17,7 @@ use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
 use crate::model::{Model, OpId};
 use crate::outcome::{Applied, Pushed};
-use crate::push::{item_key_is_a_list, item_without_key, pushed_list, stored_not_a_list};
+use crate::push::{pushed_list, stored_not_a_list};
 use crate::trace::{Call, CallKind};
 
 impl Store {
@@ -78,28 +79,13 @@ impl Store {
             let serialize_error = |message| Error::new(document.clone(), ErrorKind::Serialize {
                 message,
             });
-            let item = match to_bson(item) {
-                Ok(Bson::Document(item)) => item,
-                Ok(_) => return Err(item_without_key(document, list, [])),
-                Err(error) => return Err(serialize_error(error.to_string())),
-            };
-            if let Some(problem) = nul_name_problem(&item) {
+            let item = to_bson(item).map_err(|error| serialize_error(error.to_string()))?;
+            if let Some(problem) = item.as_document().and_then(nul_name_problem) {
                 return Err(serialize_error(problem));
             }
-            let Some(item_key) = item
-                .get(list.item_key())
-                .filter(|key| !matches!(key, Bson::Null))
-                .cloned()
-            else {
-                let written = item
-                    .iter()
-                    .filter(|(_, value)| !matches!(value, Bson::Null))
-                    .map(|(name, _)| name);
-                return Err(item_without_key(document, list, written));
-            };
-            if matches!(item_key, Bson::Array(_)) {
-                return Err(item_key_is_a_list(document, list));
-            }
+            crate::push::item_key(&document, list, &item.clone().into_relaxed_extjson())?;
+            let item_key = item.as_document().and_then(|item| item.get(list.item_key()));
+            let item_key = item_key.cloned().unwrap_or(Bson::Null);
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let name = list.stored_name();
@@ -128,7 +114,7 @@ impl Store {
                 let found = collection
                     .find_one(present.clone())
                     .await
-                    .map_err(|source| mongo_error(document, source))?;
+                    .naming(document)?;
                 if found.is_some() {
                     return Ok(ById::Answered(Pushed::AlreadyPresent));
                 }
@@ -141,7 +127,7 @@ impl Store {
                         let started = collection
                             .update_one(unstarted.clone(), start.clone())
                             .await
-                            .map_err(|source| mongo_error(document, source))?;
+                            .naming(document)?;
                         // Unmatched: another push started it meanwhile; the push goes again.
                         Ok(match started.matched_count {
                             0 => ById::Changed,
@@ -195,23 +181,18 @@ impl Store {
         let mut increments = Document::new();
         let mut sets = Document::new();
         for change in changes {
-            match &change.kind {
-                ChangeKind::Add(Amount::Integer(amount)) => {
-                    increments.insert(change.field, *amount);
-                }
-                ChangeKind::Add(Amount::Float(amount)) => {
-                    increments.insert(change.field, *amount);
-                }
+            let (operator, value) = match &change.kind {
+                ChangeKind::Add(Amount::Integer(amount)) => (&mut increments, Bson::Int64(*amount)),
+                ChangeKind::Add(Amount::Float(amount)) => (&mut increments, Bson::Double(*amount)),
                 ChangeKind::Set(value) => match &value.bson {
-                    Ok(value) => {
-                        sets.insert(change.field, value.clone());
-                    }
+                    Ok(value) => (&mut sets, value.clone()),
                     Err(problem) => return Err(change::invalid(&document, change.field, problem)),
                 },
                 ChangeKind::Invalid(problem) => {
                     return Err(change::invalid(&document, change.field, problem))
                 }
-            }
+            };
+            operator.insert(change.field, value);
         }
         let mut update = Document::new();
         for (operator, fields) in [("$inc", increments), ("$set", sets)] {
@@ -247,7 +228,7 @@ impl Store {
                     doc! { "$set": { change.field: zero } },
                 )
                 .await
-                .map_err(|source| mongo_error(&document, source))?;
+                .naming(&document)?;
             started.push(change.field);
         }
     }
@@ -297,7 +278,7 @@ impl Store {
                     .find_one(doc! { "_id": id_text })
                     .projection(doc! { APPLIED_OPS_FIELD: 1 })
                     .await
-                    .map_err(|source| mongo_error(document, source))?;
+                    .naming(document)?;
                 let Some(stored) = stored else {
                     return Ok(ById::Missing);
                 };

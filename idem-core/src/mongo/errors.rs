@@ -16,14 +16,34 @@ pub(super) fn mongo_error(document: &DocumentRef, source: mongodb::error::Error)
     )
 }
 
+/// A driver result as idem reports it: its error ([`mongo_error`]) names `document`.
+pub(super) trait Naming<T> {
+    fn naming(self, document: &DocumentRef) -> Result<T, Error>;
+}
+
+impl<T> Naming<T> for Result<T, mongodb::error::Error> {
+    fn naming(self, document: &DocumentRef) -> Result<T, Error> {
+        self.map_err(|source| mongo_error(document, source))
+    }
+}
+
+/// The next document of `cursor`, `None` at its end; an error names `document`.
+pub(super) async fn next_document(
+    cursor: &mut mongodb::Cursor<mongodb::bson::Document>,
+    document: &DocumentRef,
+) -> Result<Option<mongodb::bson::Document>, Error> {
+    if !cursor.advance().await.naming(document)? {
+        return Ok(None);
+    }
+    cursor.deserialize_current().naming(document).map(Some)
+}
+
 /// A driver error as idem reports it: kept whole, with its code and whether a retry may help.
 pub fn driver_error(source: mongodb::error::Error) -> crate::BackendError {
     use mongodb::error::{ErrorKind, WriteFailure};
     let code = match source.kind.as_ref() {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(error.code),
         ErrorKind::Write(WriteFailure::WriteConcernError(error)) => Some(error.code),
-        _ => None,
+        _ => server_code(&source),
     };
     let code = code.map(|code| code.to_string());
     // A server's error as one line, its code and what it said: the driver's own text goes on
@@ -148,14 +168,7 @@ pub(super) fn server_code(error: &mongodb::error::Error) -> Option<i32> {
 }
 
 pub(super) fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match error.kind.as_ref() {
-        ErrorKind::Write(WriteFailure::WriteError(write_error)) => {
-            write_error.code == DUPLICATE_KEY
-        }
-        ErrorKind::Command(command_error) => command_error.code == DUPLICATE_KEY,
-        _ => false,
-    }
+    server_code(error) == Some(DUPLICATE_KEY)
 }
 
 /// Server error codes after which the same write may succeed: the network, an election, a

@@ -80,7 +80,8 @@ use schema::natural_key_pattern;
 pub use errors::driver_error;
 pub(crate) use errors::is_transient_code;
 use errors::{
-    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, DUPLICATE_KEY,
+    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, next_document, Naming,
+    DUPLICATE_KEY,
 };
 use write::{is_tombstoned, PreparedWrite};
 
@@ -133,10 +134,7 @@ impl Store {
     pub fn unlearned(&self) -> Self {
         Store {
             natural_key_indexes: Arc::default(),
-            update_pipelines: Arc::new(AtomicBool::new(
-                self.update_pipelines
-                    .load(std::sync::atomic::Ordering::SeqCst),
-            )),
+            update_pipelines: Arc::new(AtomicBool::new(self.uses_update_pipelines())),
             ..self.clone()
         }
     }
@@ -350,34 +348,6 @@ impl Store {
         }
     }
 
-    /// The stored documents that can block `write`: the one under its id, or else one holding
-    /// its natural key under another id. Two reads by index rather than one `$or`: the document
-    /// under the id is what almost every conflict is about, and some servers answer an `$or`
-    /// by scanning the collection. The second read is only for an id that changed.
-    async fn read_conflict(
-        &self,
-        collection: &Collection<Document>,
-        write: &PreparedWrite,
-    ) -> Result<(Option<Document>, Option<Document>), Error> {
-        let by_id = find_by_id(collection, &write.document(), &write.id_text).await?;
-        if by_id.is_some() {
-            return Ok((by_id, None));
-        }
-        crate::trace::round_trip("find");
-        let by_natural_key = collection
-            .find_one(write.natural_key_filter())
-            .collation(schema::simple_collation())
-            .await
-            .map_err(|source| mongo_error(&write.document(), source))?;
-        // A writer racing between the two reads may have stored this very document since.
-        match by_natural_key {
-            Some(stored) if stored.get_str("_id").ok() == Some(write.id_text.as_str()) => {
-                Ok((Some(stored), None))
-            }
-            by_natural_key => Ok((None, by_natural_key)),
-        }
-    }
-
     fn raw_collection(&self, model: &Model) -> Collection<Document> {
         self.database.collection(model.collection())
     }
@@ -406,7 +376,7 @@ where
             let result = collection
                 .update_one(filter.clone(), update.clone())
                 .await
-                .map_err(|source| mongo_error(document, source))?;
+                .naming(document)?;
             if result.matched_count > 0 {
                 return Ok(ById::Answered(matched));
             }
@@ -426,7 +396,7 @@ async fn find_by_id(
     collection
         .find_one(doc! { "_id": id_text })
         .await
-        .map_err(|source| mongo_error(document, source))
+        .naming(document)
 }
 
 /// Every document a find returns, in one batch where the server allows.
@@ -434,18 +404,10 @@ async fn collect(
     find: mongodb::action::Find<'_, Document>,
     document: &DocumentRef,
 ) -> Result<Vec<Document>, Error> {
-    let mut cursor = find.await.map_err(|source| mongo_error(document, source))?;
+    let mut cursor = find.await.naming(document)?;
     let mut stored = Vec::new();
-    while cursor
-        .advance()
-        .await
-        .map_err(|source| mongo_error(document, source))?
-    {
-        stored.push(
-            cursor
-                .deserialize_current()
-                .map_err(|source| mongo_error(document, source))?,
-        );
+    while let Some(found) = next_document(&mut cursor, document).await? {
+        stored.push(found);
     }
     Ok(stored)
 }

@@ -3,8 +3,9 @@
 use mongodb::bson::{self, Bson, Document};
 use serde::de::DeserializeOwned;
 
+use super::errors::Naming;
 use super::text_keys::from_document;
-use super::{mongo_error, Store};
+use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
 use crate::id::{Id, KeyValue};
@@ -67,7 +68,7 @@ impl Store {
             .find_one(filter)
             .collation(super::schema::simple_collation())
             .await
-            .map_err(|source| mongo_error(&document, source))?;
+            .naming(&document)?;
         let Some(stored) = stored else {
             return Ok(None);
         };

@@ -11,6 +11,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
 
+use super::errors::{server_code, Naming};
 use super::{duplicate_key_message, is_duplicate_key, mongo_error, Store, NATURAL_KEY_INDEX};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -107,11 +108,7 @@ impl Store {
             Err(source) => return Err(mongo_error(document, source)),
         };
         let mut indexes = Vec::new();
-        while cursor
-            .advance()
-            .await
-            .map_err(|source| mongo_error(document, source))?
-        {
+        while cursor.advance().await.naming(document)? {
             // An index the driver cannot read (a kind it does not know) is not one idem uses.
             if let Ok(index) = cursor.deserialize_current() {
                 indexes.push(index);
@@ -139,26 +136,17 @@ impl Store {
             doc! { "$match": { "documents": { "$gt": 1 } } },
             doc! { "$limit": 1 },
         ];
-        let found = self
-            .raw_collection(model)
-            .aggregate(pipeline)
-            .allow_disk_use(true)
-            .await;
-        let mut cursor = match found {
-            Ok(cursor) => cursor,
-            Err(_) => return "(not shown by the server)".to_owned(),
+        let first = async {
+            let collection = self.raw_collection(model);
+            let aggregate = collection.aggregate(pipeline).allow_disk_use(true);
+            let mut cursor = aggregate.await.ok()?;
+            cursor.advance().await.ok()?.then_some(())?;
+            let first = cursor.deserialize_current().ok()?;
+            first.get_document("_id").ok().map(ToString::to_string)
         };
-        match cursor.advance().await {
-            Ok(true) => cursor
-                .deserialize_current()
-                .ok()
-                .and_then(|first| first.get_document("_id").ok().cloned())
-                .map_or_else(
-                    || "(not shown by the server)".to_owned(),
-                    |key| key.to_string(),
-                ),
-            _ => "(not shown by the server)".to_owned(),
-        }
+        first
+            .await
+            .unwrap_or_else(|| "(not shown by the server)".to_owned())
     }
 
     /// The name of the unique index that keeps `model`'s natural key unique, as the check
@@ -324,18 +312,12 @@ fn index_name(index: &IndexModel) -> Option<&str> {
 }
 
 fn is_index_conflict(error: &mongodb::error::Error) -> bool {
-    matches!(
-        error.kind.as_ref(),
-        mongodb::error::ErrorKind::Command(command) if INDEX_CONFLICTS.contains(&command.code)
-    )
+    server_code(error).is_some_and(|code| INDEX_CONFLICTS.contains(&code))
 }
 
 /// Whether `error` says the collection does not exist (code 26, NamespaceNotFound).
 fn is_namespace_missing(error: &mongodb::error::Error) -> bool {
-    matches!(
-        error.kind.as_ref(),
-        mongodb::error::ErrorKind::Command(command) if command.code == 26
-    )
+    server_code(error) == Some(26)
 }
 
 /// The key pattern of idem's natural-key index: each natural-key field, ascending, in order.

@@ -7,10 +7,7 @@ use serde_json::{Map, Value};
 use super::judge::{judge, Reading};
 use super::layout::Content;
 use super::layout::Layout;
-use crate::audit::{
-    AuditPass, AuditReport, HashDiagnosis, ScannedKey, ShownKey, ShownValue, UnknownField,
-    UnknownReason,
-};
+use crate::audit::{AuditPass, AuditReport, HashDiagnosis, StoredKey, UnknownField, UnknownReason};
 use crate::column::{Column, ColumnShape};
 use crate::model::{Model, ID_FIELD};
 
@@ -18,7 +15,7 @@ use crate::model::{Model, ID_FIELD};
 pub(crate) struct RowScan<'a> {
     layout: &'a Layout,
     reading: Reading<'a>,
-    pass: AuditPass<'a, RowKey>,
+    pass: AuditPass<'a, Value>,
 }
 
 impl<'a> RowScan<'a> {
@@ -45,17 +42,9 @@ impl<'a> RowScan<'a> {
             self.pass.check_model(id, || &stored);
         }
         let shown = shown_row_id(stored.get(ID_FIELD), location);
-        let key: Vec<Value> = self
-            .layout
-            .model
-            .natural_key_fields()
-            .map(|field| {
-                stored
-                    .get(field.stored_name())
-                    .cloned()
-                    .unwrap_or(Value::Null)
-            })
-            .collect();
+        let key = StoredKey::of(self.layout.model, |name| {
+            stored.get(name).cloned().unwrap_or(Value::Null)
+        });
         // Kept for the diagnosis, before the typed reading takes the row.
         let diagnosed = self.pass.wants_diagnosis().then(|| stored.clone());
         let judged = judge(self.layout, self.reading, stored);
@@ -64,16 +53,7 @@ impl<'a> RowScan<'a> {
             diagnose(diagnosis, self.layout, field_order, &stored);
         }
         // A key with a NULL part collides with no other, as in a unique constraint.
-        let key = (!key.iter().any(Value::is_null)).then(|| {
-            RowKey(
-                self.layout
-                    .model
-                    .natural_key_fields()
-                    .map(|field| field.stored_name())
-                    .zip(key)
-                    .collect(),
-            )
-        });
+        let key = (!key.0.iter().any(|(_, value)| value.is_null())).then_some(key);
         self.pass.count(report, &judged, &shown, key);
     }
 
@@ -124,24 +104,6 @@ pub(crate) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
         None | Some(Value::Null) => format!("(no _id, at {location})"),
         Some(Value::String(text)) => text.clone(),
         Some(other) => other.to_string(),
-    }
-}
-
-/// A natural key as stored: each key column's stored name and value.
-struct RowKey(Vec<(&'static str, Value)>);
-
-impl ScannedKey for RowKey {
-    fn collides_with(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-
-    fn shown(&self) -> ShownKey {
-        ShownKey(
-            self.0
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), ShownValue::from_json(value.clone())))
-                .collect(),
-        )
     }
 }
 

@@ -14,7 +14,7 @@ use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::audit::{AuditProgress, AuditReport, HashDiagnosis, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
@@ -86,10 +86,8 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
     field_order: &[&str],
     options: &AdoptOptions,
 ) -> Result<D::Table, Error> {
+    crate::audit::check_derived_ids(model)?;
     let collection = DocumentRef::collection(model);
-    if model.idempotency_key_field().is_some() {
-        return Err(Error::new(collection, ErrorKind::NoDerivedId));
-    }
     let (table, mut unknown) = stored_table::<D>(wire, model, field_order).await?;
     let problems = D::table_problems(wire, &table, &collection, false).await?;
     if let Some(problem) = problems.into_iter().next() {

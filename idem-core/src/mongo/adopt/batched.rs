@@ -4,15 +4,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use mongodb::bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson};
 
-use super::moves::{claim_update, key_set_aside, reservation, unchanged, Claimed};
+use super::moves::{claim_update, key_set_aside, reservation, unchanged};
 use super::Adoption;
 use crate::audit::Halt;
 use crate::error::Error;
 use crate::model::ID_FIELD;
-use crate::mongo::batch::{write_commands, write_errors};
-use crate::mongo::mongo_error;
+use crate::mongo::batch::{refused_statements, reply_count};
+use crate::mongo::collect;
 use crate::mongo::write::id_text;
 
 /// How many documents an adoption moves together: a reserve of each, then a release of each,
@@ -31,96 +31,50 @@ impl Adoption<'_> {
         if plans.is_empty() {
             return Ok(());
         }
-        let whole = self.collection_ref();
         let limits = self.store.server_limits(self.model).await?;
-        let collection = self.model.collection();
+        let (store, model) = (self.store, self.model);
+        let send = |command, statements| store.send_statements(model, command, statements, limits);
         // 1. Reserve.
-        let statements: Vec<(usize, Document)> = plans
-            .iter()
-            .enumerate()
-            .map(|(index, plan)| (index, plan.reserved.clone()))
-            .collect();
-        let mut not_reserved = HashSet::new();
-        for command in write_commands(statements, limits) {
-            let (indexes, documents): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "insert": collection, "documents": documents, "ordered": false },
-                )
-                .await?;
-            not_reserved.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
-        }
+        let statements = plans.iter().map(|plan| plan.reserved.clone());
+        let sent = send(("insert", "documents"), statements.enumerate().collect()).await?;
+        let not_reserved: HashSet<usize> = refused_statements(&sent).into_keys().collect();
         // 2. Release.
         let reserved: Vec<usize> = (0..plans.len())
             .filter(|index| !not_reserved.contains(index))
             .collect();
-        let statements: Vec<(usize, Document)> = reserved
-            .iter()
-            .map(|&index| {
-                (
-                    index,
-                    doc! { "q": unchanged(&plans[index].original), "limit": 1 },
-                )
-            })
-            .collect();
-        let mut deleted = 0;
-        for command in write_commands(statements, limits) {
-            let deletes: Vec<Document> = command.into_iter().map(|(_, delete)| delete).collect();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "delete": collection, "deletes": deletes, "ordered": false },
-                )
-                .await?;
-            deleted += reply
-                .get_i32("n")
-                .map(i64::from)
-                .or_else(|_| reply.get_i64("n"))
-                .unwrap_or(0);
-        }
-        let mut still_there = HashSet::new();
-        if usize::try_from(deleted).unwrap_or(0) < reserved.len() {
+        let statements = reserved.iter().map(|&index| {
+            let delete = doc! { "q": unchanged(&plans[index].original), "limit": 1 };
+            (index, delete)
+        });
+        let sent = send(("delete", "deletes"), statements.collect()).await?;
+        let deleted: usize = sent.iter().map(|(_, reply)| reply_count(reply, "n")).sum();
+        let mut still_there: HashSet<usize> = HashSet::new();
+        if deleted < reserved.len() {
             // Which originals another writer changed since the read: those stay.
             let ids: Vec<Bson> = reserved
                 .iter()
                 .map(|&index| plans[index].from.clone())
                 .collect();
             crate::trace::round_trip("find");
-            let mut cursor = self
+            let find = self
                 .collection
                 .find(doc! { ID_FIELD: { "$in": ids } })
-                .projection(doc! { ID_FIELD: 1 })
-                .await
-                .map_err(|source| mongo_error(&whole, source))?;
+                .projection(doc! { ID_FIELD: 1 });
             let position: HashMap<String, usize> = reserved
                 .iter()
                 .map(|&index| (id_text(&plans[index].from), index))
                 .collect();
-            while cursor
-                .advance()
-                .await
-                .map_err(|source| mongo_error(&whole, source))?
-            {
-                let found: Document = cursor
-                    .deserialize_current()
-                    .map_err(|source| mongo_error(&whole, source))?;
+            for found in collect(find, &self.collection_ref()).await? {
                 let id = found.get(ID_FIELD).map(id_text).unwrap_or_default();
-                if let Some(&index) = position.get(&id) {
-                    still_there.insert(index);
-                }
+                still_there.extend(position.get(&id));
             }
         }
         // 3. Claim.
-        let released: Vec<usize> = reserved
-            .iter()
-            .copied()
-            .filter(|index| !still_there.contains(index))
-            .collect();
         let mut statements = Vec::new();
-        for &index in &released {
+        for index in reserved
+            .into_iter()
+            .filter(|index| !still_there.contains(index))
+        {
             let plan = &plans[index];
             let Some(key) = key_set_aside(&plan.reserved) else {
                 continue;
@@ -131,18 +85,8 @@ impl Adoption<'_> {
             };
             statements.push((index, claim));
         }
-        let mut not_claimed = HashSet::new();
-        for command in write_commands(statements, limits) {
-            let (indexes, updates): (Vec<usize>, Vec<Document>) = command.into_iter().unzip();
-            let reply = self
-                .store
-                .run_write_command(
-                    &whole,
-                    doc! { "update": collection, "updates": updates, "ordered": false },
-                )
-                .await?;
-            not_claimed.extend(write_errors(&reply).keys().map(|&at| indexes[at]));
-        }
+        let sent = send(("update", "updates"), statements).await?;
+        let not_claimed: HashSet<usize> = refused_statements(&sent).into_keys().collect();
         // The documents below were counted against the document limit when they were planned.
         for (index, plan) in plans.into_iter().enumerate() {
             let (from, to) = (id_text(&plan.from), plan.derived.to_string());
@@ -156,13 +100,10 @@ impl Adoption<'_> {
                 let derived = plan.derived.to_string();
                 self.claim(&derived, &plan.from, Some(&plan.reserved)).await
             } else {
-                Ok(Claimed::Done)
+                Ok(Ok(()))
             };
             match claimed {
-                Ok(claimed) => {
-                    let report = &mut self.report;
-                    claimed.record(&mut report.moved, &mut report.failed, from, to);
-                }
+                Ok(ended) => self.report.record_move(from, to, false, ended),
                 // A batched run has no write limit.
                 Err(Halt::Limit) => {}
                 Err(Halt::Failed(error)) => return Err(error),

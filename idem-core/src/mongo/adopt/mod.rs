@@ -18,11 +18,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::audit::{
-    read_typed, same_natural_key, shown_key, sorted_by_natural_key, stored_natural_key, Reading,
-    ADOPTION_FIELD,
+    read_typed, sorted_by_natural_key, stored_natural_key, Reading, ADOPTION_FIELD,
 };
+use super::errors::{next_document, Naming};
 use super::write::{id_text, stored_id_text};
-use super::{mongo_error, Store};
+use super::Store;
 use crate::audit::{
     index_after_moves, kept_of_group, leave_duplicates, AdoptReport, AuditProgress, Halt, RunLimits,
 };
@@ -33,7 +33,7 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
-use moves::{reserved_from, Claimed, Plan};
+use moves::{reserved_from, Plan};
 pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 /// One adoption run: what it reads, its limits, its report, and the moves it has planned.
@@ -175,6 +175,7 @@ impl Store {
             .await
     }
 
+    /// The adoption of `model`'s collection, read as `reading` says, in the span of the call.
     async fn adopt_collection(
         &self,
         model: &Model,
@@ -183,41 +184,27 @@ impl Store {
         progress: &mut (dyn FnMut(&AuditProgress) + Send),
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
-        call.run(self.move_documents(model, reading, options, progress))
-            .await
-    }
-
-    /// The adoption's moves, in the span of the call.
-    async fn move_documents(
-        &self,
-        model: &Model,
-        reading: Reading<'_>,
-        options: AdoptOptions,
-        progress: &mut (dyn FnMut(&AuditProgress) + Send),
-    ) -> Result<AdoptReport, Error> {
-        if model.idempotency_key_field().is_some() {
-            return Err(Error::new(
-                DocumentRef::collection(model),
-                ErrorKind::NoDerivedId,
-            ));
-        }
-        let mut adoption = Adoption {
-            store: self,
-            model,
-            reading,
-            collection: self.raw_collection(model),
-            duplicates: options.duplicates,
-            limits: RunLimits::new(options.max_documents, options.max_writes),
-            report: AdoptReport::new(model.collection()),
-            pending: Vec::new(),
-            progress,
-        };
-        match adoption.run().await {
-            Ok(()) => {}
-            Err(Halt::Limit) => adoption.report.stopped = true,
-            Err(Halt::Failed(error)) => return Err(error),
-        }
-        Ok(adoption.report)
+        call.run(async move {
+            crate::audit::check_derived_ids(model)?;
+            let mut adoption = Adoption {
+                store: self,
+                model,
+                reading,
+                collection: self.raw_collection(model),
+                duplicates: options.duplicates,
+                limits: RunLimits::new(options.max_documents, options.max_writes),
+                report: AdoptReport::new(model.collection()),
+                pending: Vec::new(),
+                progress,
+            };
+            match adoption.run().await {
+                Ok(()) => {}
+                Err(Halt::Limit) => adoption.report.stopped = true,
+                Err(Halt::Failed(error)) => return Err(error),
+            }
+            Ok(adoption.report)
+        })
+        .await
     }
 }
 
@@ -226,14 +213,10 @@ impl Adoption<'_> {
         DocumentRef::collection(self.model)
     }
 
-    /// [`Halt::Limit`] once the document limit is reached, before the next document's first
-    /// write ([`RunLimits::documents_left`]).
+    /// [`Halt::Limit`] once the document limit is reached, the moves planned counted
+    /// ([`RunLimits::begin`]).
     fn begin_document(&self) -> Result<(), Halt> {
-        let planned = self.pending.len() as u64;
-        match self.limits.documents_left(&self.report, planned) {
-            Some(0) => Err(Halt::Limit),
-            _ => Ok(()),
-        }
+        self.limits.begin(&self.report, self.pending.len())
     }
 
     /// Finishes interrupted moves, makes sure of the index, then moves every misplaced
@@ -262,14 +245,12 @@ impl Adoption<'_> {
     /// Finishes the moves an interrupted run left reserved.
     async fn finish_interrupted(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
-        let failed = |source| mongo_error(&collection_ref, source);
         let mut cursor = self
             .collection
             .find(doc! { ADOPTION_FIELD: { "$exists": true } })
             .await
-            .map_err(failed)?;
-        while cursor.advance().await.map_err(failed)? {
-            let reserved: Document = cursor.deserialize_current().map_err(failed)?;
+            .naming(&collection_ref)?;
+        while let Some(reserved) = next_document(&mut cursor, &collection_ref).await? {
             let Some(from) = reserved_from(&reserved) else {
                 continue;
             };
@@ -278,11 +259,11 @@ impl Adoption<'_> {
                 .collection
                 .find_one(doc! { ID_FIELD: from.clone() })
                 .await
-                .map_err(failed)?;
+                .naming(&collection_ref)?;
             let moved = match original {
                 // Not released yet: the move goes on from the document as it is now.
                 Some(original) => match self.prepare(&original) {
-                    Ok(None) => Claimed::Done,
+                    Ok(None) => Ok(()),
                     Ok(Some(plan)) => {
                         self.begin_document()?;
                         // A reservation still as the original reads needs no new reserve, so
@@ -301,13 +282,8 @@ impl Adoption<'_> {
                     self.claim(&derived, &from, None).await?
                 }
             };
-            let report = &mut self.report;
-            moved.record(
-                &mut report.finished,
-                &mut report.failed,
-                id_text(&from),
-                derived,
-            );
+            self.report
+                .record_move(id_text(&from), derived, true, moved);
         }
         Ok(())
     }
@@ -324,26 +300,21 @@ impl Adoption<'_> {
     /// batched in `pending`.
     async fn scan_misplaced(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
-        let failed = |source| mongo_error(&collection_ref, source);
         // An estimate from the collection's metadata: cheap, and only used to draw progress.
         let total = self.collection.estimated_document_count().await.ok();
         let mut scanned = 0;
         let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
         let mut group: Vec<Document> = Vec::new();
-        while cursor.advance().await.map_err(failed)? {
-            let stored: Document = cursor.deserialize_current().map_err(failed)?;
+        while let Some(stored) = next_document(&mut cursor, &collection_ref).await? {
             scanned += 1;
             (self.progress)(&AuditProgress::new(scanned, total));
             // Reserved by this run, whose claim has not been made, or by a racing run.
             if stored.contains_key(ADOPTION_FIELD) {
                 continue;
             }
-            let same_key = group.first().is_some_and(|first| {
-                same_natural_key(
-                    &stored_natural_key(self.model, first),
-                    &stored_natural_key(self.model, &stored),
-                )
-            });
+            let key = stored_natural_key(self.model, &stored);
+            let same_key = (group.first())
+                .is_some_and(|first| stored_natural_key(self.model, first).collides_with(&key));
             if !same_key {
                 // The cursor has left the group's key: moving its documents now cannot make the
                 // cursor meet them again under that key.
@@ -362,7 +333,7 @@ impl Adoption<'_> {
             return Ok(());
         }
         let Some(keep) = kept_of_group(group.len(), || self.duplicates.choose(&group)) else {
-            let key = shown_key(&stored_natural_key(self.model, &group[0]));
+            let key = stored_natural_key(self.model, &group[0]).shown();
             let ids = group.iter().filter_map(stored_id_text);
             leave_duplicates(&mut self.report, key, group.len(), ids);
             return Ok(());
@@ -394,9 +365,8 @@ impl Adoption<'_> {
     /// Moves one document, step by step, and reports it.
     async fn move_one(&mut self, plan: Plan) -> Result<(), Halt> {
         let (from, to) = (id_text(&plan.from), plan.derived.to_string());
-        let claimed = self.move_document(plan, false).await?;
-        let report = &mut self.report;
-        claimed.record(&mut report.moved, &mut report.failed, from, to);
+        let ended = self.move_document(plan, false).await?;
+        self.report.record_move(from, to, false, ended);
         Ok(())
     }
 }

@@ -6,12 +6,12 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
 
 use super::{Adoption, ARCHIVE_SUFFIX};
-use crate::audit::Finding;
-use crate::audit::Halt;
+use crate::audit::{Halt, MoveEnd};
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
+use crate::mongo::errors::Naming;
 use crate::mongo::write::{field_digest, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
@@ -38,24 +38,6 @@ enum Released {
     Done,
     /// The original changed since it was read: here it is now.
     Changed(Document),
-}
-
-/// How a move ended.
-pub(super) enum Claimed {
-    Done,
-    /// It could not finish, for this reason; nothing was lost.
-    Conflict(String),
-}
-
-impl Claimed {
-    /// Reports the move of the document `from` to `to`: in `done` (moved, or finished) or in
-    /// `failed`, with the reason.
-    pub fn record(self, done: &mut Finding, failed: &mut Finding, from: String, to: String) {
-        match self {
-            Claimed::Done => done.record_misplaced(from, to),
-            Claimed::Conflict(why) => failed.record(from, Some(why)),
-        }
-    }
 }
 
 /// The filter matching `document` only while it is exactly as read: its `_id` and its whole
@@ -127,6 +109,7 @@ impl Adoption<'_> {
             adopted.insert(VERSION_KEY_FIELD, key);
         }
         let key: Document = stored_natural_key(self.model, stored)
+            .0
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
@@ -150,13 +133,13 @@ impl Adoption<'_> {
         &mut self,
         mut plan: Plan,
         mut reserved_already: bool,
-    ) -> Result<Claimed, Halt> {
+    ) -> Result<MoveEnd, Halt> {
         let derived = plan.derived.to_string();
         for _ in 0..MAX_ATTEMPTS {
             if !reserved_already {
                 self.limits.write()?;
                 if let Err(why) = self.reserve(&plan).await? {
-                    return Ok(Claimed::Conflict(why));
+                    return Ok(Err(why));
                 }
             }
             reserved_already = false;
@@ -171,14 +154,14 @@ impl Adoption<'_> {
                     // given up and the document is seen again by the next run.
                     Ok(_) | Err(_) => {
                         self.cancel(&plan).await?;
-                        return Ok(Claimed::Conflict(
+                        return Ok(Err(
                             "changed by another writer during the move; run adopt again".into(),
                         ));
                     }
                 },
             }
         }
-        Ok(Claimed::Conflict(
+        Ok(Err(
             "changed by another writer at every attempt; run adopt again".into(),
         ))
     }
@@ -219,7 +202,7 @@ impl Adoption<'_> {
         self.collection
             .replace_one(reservation(&derived, &plan.from), plan.reserved.clone())
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(Ok(()))
     }
 
@@ -230,7 +213,7 @@ impl Adoption<'_> {
             .collection
             .delete_one(unchanged(&plan.original))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         if deleted.deleted_count > 0 {
             return Ok(Released::Done);
         }
@@ -238,7 +221,7 @@ impl Adoption<'_> {
             .collection
             .find_one(doc! { ID_FIELD: plan.from.clone() })
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(match now {
             // Released by a racing run of adopt.
             None => Released::Done,
@@ -253,7 +236,7 @@ impl Adoption<'_> {
         derived: &str,
         from: &Bson,
         reserved: Option<&Document>,
-    ) -> Result<Claimed, Halt> {
+    ) -> Result<MoveEnd, Halt> {
         let collection_ref = self.collection_ref();
         // The reservation this run wrote needs no read: the update below is pinned to it by its
         // id and `idemAdopt.from`, and matches nothing if a racing run claimed it first.
@@ -265,12 +248,12 @@ impl Adoption<'_> {
                     read = found;
                     &read
                 }
-                None => return Ok(Claimed::Done),
+                None => return Ok(Ok(())),
             },
         };
         let Some(key) = key_set_aside(reserved) else {
             // Claimed by a racing run of adopt.
-            return Ok(Claimed::Done);
+            return Ok(Ok(()));
         };
         self.limits.write()?;
         let claimed = self
@@ -278,7 +261,7 @@ impl Adoption<'_> {
             .update_one(reservation(derived, from), claim_update(key))
             .await;
         match claimed {
-            Ok(_) => Ok(Claimed::Done),
+            Ok(_) => Ok(Ok(())),
             Err(error) if is_duplicate_key(&error) => {
                 let mut holder_filter = Document::new();
                 for (name, value) in key {
@@ -288,12 +271,12 @@ impl Adoption<'_> {
                     .collection
                     .find_one(holder_filter)
                     .await
-                    .map_err(|source| mongo_error(&collection_ref, source))?;
+                    .naming(&collection_ref)?;
                 let holder = holder
                     .as_ref()
                     .and_then(stored_id_text)
                     .unwrap_or_else(|| "another document".to_owned());
-                Ok(Claimed::Conflict(format!(
+                Ok(Err(format!(
                     "its natural key {key} was stored under {holder} while it moved; its content \
                      waits under {derived} with the key set aside: keep one, delete the other, \
                      and run adopt again"
@@ -309,7 +292,7 @@ impl Adoption<'_> {
         self.collection
             .delete_one(reservation(&plan.derived.to_string(), &plan.from))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         Ok(())
     }
 
@@ -333,7 +316,7 @@ impl Adoption<'_> {
             .collection
             .delete_one(unchanged(duplicate))
             .await
-            .map_err(|source| mongo_error(&collection_ref, source))?;
+            .naming(&collection_ref)?;
         if deleted.deleted_count > 0 {
             self.report
                 .archived

@@ -37,12 +37,18 @@ impl DuplicateRule {
     /// The index of the document to keep among `group`, or `None` to leave them all; an index
     /// out of range is core's to refuse ([`crate::audit::kept_of_group`]).
     pub(super) fn choose(&self, group: &[Document]) -> Option<usize> {
-        match *self {
-            DuplicateRule::Report => None,
-            DuplicateRule::Keep(choose) => Some(choose(group)),
-            DuplicateRule::KeepGreatest(field) => extreme(group, field, Ordering::Greater),
-            DuplicateRule::KeepLeast(field) => extreme(group, field, Ordering::Less),
-        }
+        let (field, direction) = match *self {
+            DuplicateRule::Report => return None,
+            DuplicateRule::Keep(choose) => return Some(choose(group)),
+            DuplicateRule::KeepGreatest(field) => (field, Ordering::Greater),
+            DuplicateRule::KeepLeast(field) => (field, Ordering::Less),
+        };
+        // The document whose `field` is the most `direction` ([`kept_by_value`]'s rule).
+        let values: Vec<Option<Ordered<'_>>> = group
+            .iter()
+            .map(|document| ordered(document.get(field)))
+            .collect();
+        kept_by_value(&values, direction)
     }
 }
 
@@ -56,16 +62,6 @@ fn ordered(value: Option<&Bson>) -> Option<Ordered<'_>> {
         Bson::String(text) => Some(Ordered::Text(text)),
         _ => None,
     }
-}
-
-/// The index of the document of `group` whose `field` is the most `direction`
-/// ([`kept_by_value`]'s rule).
-fn extreme(group: &[Document], field: &str, direction: Ordering) -> Option<usize> {
-    let values: Vec<Option<Ordered<'_>>> = group
-        .iter()
-        .map(|document| ordered(document.get(field)))
-        .collect();
-    kept_by_value(&values, direction)
 }
 
 impl fmt::Debug for DuplicateRule {
