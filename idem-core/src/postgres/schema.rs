@@ -9,7 +9,7 @@ use super::table::{self, Table};
 use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::model::APPLIED_OPS_FIELD;
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
@@ -27,21 +27,13 @@ where
     C: Wire,
 {
     let survey = survey_table(client, table, document, true).await?;
-    match survey.checked {
-        Some(checked) if survey.problems.is_empty() => {
-            table.found_on(survey.signal);
-            table.accept(checked);
-            Ok(())
-        }
-        // A table the survey did not find has that problem.
-        _ => Err(Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: table.model.collection().to_owned(),
-                problem: survey.problems.into_iter().next().unwrap_or_default(),
-            },
-        )),
+    // A table the survey did not find has that problem.
+    table_check::refuse(table.model.collection(), document, survey.problems)?;
+    if let Some(checked) = survey.checked {
+        table.found_on(survey.signal);
+        table.accept(checked);
     }
+    Ok(())
 }
 
 /// After a statement's [`Table::checked_guard`] failed (the statement did nothing): checks the

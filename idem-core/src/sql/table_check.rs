@@ -7,6 +7,8 @@
 //! does not count. Every problem is named with its fix ([`TableCheck`]: the dialect's
 //! words), all of them at once: applying the fixes listed makes the table pass.
 
+use crate::document::DocumentRef;
+use crate::error::{Error, ErrorKind};
 use crate::model::ID_FIELD;
 use crate::sql::dialect::SqlDialect;
 use crate::sql::layout::Content;
@@ -114,6 +116,25 @@ pub(crate) fn absent<D: TableCheck>(table: &D::Table) -> String {
     )
 }
 
+/// Refuses the table of `collection` for the first of `problems`, if any, in the name of
+/// `document`, the call's.
+pub(crate) fn refuse(
+    collection: &str,
+    document: &DocumentRef,
+    problems: Vec<String>,
+) -> Result<(), Error> {
+    match problems.into_iter().next() {
+        None => Ok(()),
+        Some(problem) => Err(Error::new(
+            document.clone(),
+            ErrorKind::SchemaMismatch {
+                collection: collection.to_owned(),
+                problem,
+            },
+        )),
+    }
+}
+
 /// Whether the column `name` holds `_id` or a part of the natural key.
 pub(crate) fn is_key<D: TableCheck>(table: &D::Table, name: &str) -> bool {
     (std::iter::once(ID_FIELD))
@@ -123,6 +144,14 @@ pub(crate) fn is_key<D: TableCheck>(table: &D::Table, name: &str) -> bool {
 
 fn same_name<D: TableCheck>(a: &str, b: &str) -> bool {
     fold::<D>(a) == fold::<D>(b)
+}
+
+/// A name as the database compares it.
+fn fold<D: TableCheck>(name: &str) -> String {
+    match D::NAMES_IGNORE_CASE {
+        true => name.to_lowercase(),
+        false => name.to_owned(),
+    }
 }
 
 /// A set of column names, to compare with another: as the database compares them, sorted.
@@ -140,14 +169,6 @@ pub(crate) fn index_on<D: TableCheck>(indexes: &[FoundIndex], columns: &str) -> 
     (indexes.iter())
         .find(|index| column_set::<D>(index.columns()) == wanted)
         .map(|index| index.name.clone())
-}
-
-/// A name as the database compares it.
-fn fold<D: TableCheck>(name: &str) -> String {
-    match D::NAMES_IGNORE_CASE {
-        true => name.to_lowercase(),
-        false => name.to_owned(),
-    }
 }
 
 /// Judges a table that exists, of `columns` and `indexes` (`None`: not read, where the key
