@@ -29,8 +29,8 @@ fn is_bytewise(collation: &str) -> bool {
     collation.ends_with("_nopad_bin") || collation == "utf8mb4_0900_bin"
 }
 
-/// What `table` lacks for idem's writes, every problem at once, each with its fix; empty if
-/// nothing. Without `stored_types` the types of the stored fields' columns are not checked.
+/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
+/// columns, the session's `sql_mode`, then the table's unique indexes.
 pub(super) async fn table_problems(
     wire: &impl Wire,
     table: &Table,

@@ -14,9 +14,8 @@ use crate::error::Error;
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
-/// What `table` lacks for idem's writes, every problem at once, each with its fix; empty if
-/// nothing. Without `stored_types` the declared types of the stored fields' columns are not
-/// checked (a model given at run time does not know them); those of idem's columns are.
+/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
+/// columns and its `CREATE TABLE` text, then its unique indexes.
 pub(super) async fn table_problems(
     wire: &impl Wire,
     table: &Table,
