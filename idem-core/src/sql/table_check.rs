@@ -236,9 +236,10 @@ pub(crate) fn judge<'c, D: TableCheck>(
             on_natural_key: Vec::new(),
         };
     };
-    let mut natural_key: Vec<&str> = (table.model.natural_key_fields())
+    let keys: Vec<&str> = (table.model.natural_key_fields())
         .map(|field| field.stored_name())
         .collect();
+    let mut natural_key = keys.clone();
     natural_key.sort_unstable();
     let on = |wanted: &[&str]| -> Vec<&'c FoundIndex> {
         let wanted = column_set::<D>(wanted.iter().copied());
@@ -260,40 +261,24 @@ pub(crate) fn judge<'c, D: TableCheck>(
     let counts = |index: &&FoundIndex| index.loose.is_empty() || index.fixed_in_place;
     on_id.retain(counts);
     on_natural_key.retain(counts);
-    let constraint = D::quote(&format!("{}_idem_natural_key", table.model.collection()));
-    // In the model's order, as `ensure_table` makes it.
-    let keys: Vec<String> = (table.model.natural_key_fields())
-        .map(|field| D::quote(field.stored_name()))
-        .collect();
-    let (add_id_index, add_natural_key) = match D::ADDS_CONSTRAINTS {
-        true => (
-            format!(
-                "ALTER TABLE {name} ADD PRIMARY KEY ({})",
-                D::quote(ID_FIELD)
-            ),
-            format!(
-                "ALTER TABLE {name} ADD CONSTRAINT {constraint} UNIQUE ({})",
-                keys.join(", ")
-            ),
-        ),
-        false => (
-            format!(
-                "CREATE UNIQUE INDEX {} ON {name} ({})",
-                D::quote(&format!("{}_idem_id", table.model.collection())),
-                D::quote(ID_FIELD)
-            ),
-            format!(
-                "CREATE UNIQUE INDEX {constraint} ON {name} ({})",
-                keys.join(", ")
-            ),
-        ),
+    // The statement that adds the unique index `{collection}_{index}` on `columns`; through
+    // `ALTER TABLE`, the id's is the primary key.
+    let add_unique = |index: &str, columns: &[&str]| {
+        let index = D::quote(&format!("{}_{index}", table.model.collection()));
+        let list: Vec<String> = columns.iter().map(|column| D::quote(column)).collect();
+        let list = list.join(", ");
+        match (D::ADDS_CONSTRAINTS, columns) {
+            (true, [ID_FIELD]) => format!("ALTER TABLE {name} ADD PRIMARY KEY ({list})"),
+            (true, _) => format!("ALTER TABLE {name} ADD CONSTRAINT {index} UNIQUE ({list})"),
+            (false, _) => format!("CREATE UNIQUE INDEX {index} ON {name} ({list})"),
+        }
     };
     if on_id.is_empty() && (found(ID_FIELD).is_some() || !D::ID_ADDED_UNIQUE) {
         problems.push(format!(
             "no primary key or unique index on {ID_FIELD:?}: a row another tool stored under a \
              document's id, or a racing first write, would not be told apart from another \
              unique constraint: {}",
-            add_id_index
+            add_unique("idem_id", &[ID_FIELD])
         ));
     }
     if on_natural_key.is_empty() {
@@ -301,7 +286,8 @@ pub(crate) fn judge<'c, D: TableCheck>(
             "no unique constraint on exactly the natural key ({}); idem's conflict target \
              needs one: {}",
             natural_key.join(", "),
-            add_natural_key
+            // In the model's order, as `ensure_table` makes it.
+            add_unique("idem_natural_key", &keys),
         ));
     }
     Verdict {
