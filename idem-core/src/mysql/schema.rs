@@ -6,12 +6,12 @@
 
 use super::errors::mysql_error;
 use super::table::{data_types, quote, Table, BYTEWISE};
-use crate::column::ColumnShape;
+use super::MySql;
 use crate::document::DocumentRef;
 use crate::error::Error;
-use crate::model::{Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::layout::Content;
-use crate::sql::wire::{Cells, Param, Wire};
+use crate::model::{APPLIED_OPS_FIELD, WRITE_MARKER_FIELD};
+use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
+use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// The table's columns: name, data type, collation.
 const COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
@@ -23,22 +23,14 @@ const UNIQUE_INDEXES: &str = "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME SEPARA
                               FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() \
                               AND TABLE_NAME = ? AND NON_UNIQUE = 0 GROUP BY INDEX_NAME";
 
-/// A set of column names as one text, to compare sets: without case (the server compares
-/// column names so), sorted.
-fn column_set<'a>(columns: impl Iterator<Item = &'a str>) -> String {
-    let mut names: Vec<String> = columns.map(|name| name.trim().to_lowercase()).collect();
-    names.sort_unstable();
-    names.join(",")
-}
-
 /// Whether a collation compares text byte for byte: binary and `NO PAD` (MariaDB's
 /// `*_nopad_bin`, MySQL's `utf8mb4_0900_bin`); `utf8mb4_bin` ignores trailing spaces.
-fn is_bytewise(collation: Option<&str>) -> bool {
-    collation.is_none_or(|name| name.ends_with("_nopad_bin") || name == "utf8mb4_0900_bin")
+fn is_bytewise(collation: &str) -> bool {
+    collation.ends_with("_nopad_bin") || collation == "utf8mb4_0900_bin"
 }
 
-/// What `table` lacks for idem's writes, every problem at once, each with its fix; empty if
-/// nothing. Without `stored_types` the types of the stored fields' columns are not checked.
+/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
+/// columns, the session's `sql_mode`, then the table's unique indexes.
 pub(super) async fn table_problems(
     wire: &impl Wire,
     table: &Table,
@@ -50,103 +42,75 @@ pub(super) async fn table_problems(
     crate::trace::round_trip("SELECT");
     let rows = wire.fetch_all(COLUMNS, &[name]).await.map_err(error)?;
     if rows.is_empty() {
-        return Ok(vec![format!(
-            "it does not exist; create it with Store::ensure_table::<T>() or from \
-             Store::create_table_sql::<T>():\n{}",
-            table.create_sql()
-        )]);
+        return Ok(vec![table_check::absent::<MySql>(table)]);
     }
-    let mut present = Vec::with_capacity(rows.len());
+    let mut columns = Vec::with_capacity(rows.len());
     for row in &rows {
         let text = |at| row.text(at).map_err(error);
-        present.push((
-            text(0)?.unwrap_or_default(),
-            text(1)?.unwrap_or_default(),
-            text(2)?,
-        ));
-    }
-    let table_name = table.name();
-    let mut problems = session_mode_problems(wire, document).await?;
-    let own = [
-        (APPLIED_OPS_FIELD, &["longtext", "json"][..]),
-        (WRITE_MARKER_FIELD, &["varchar"]),
-    ];
-    let expected = (table.columns.iter())
-        .map(|column| (column.name, data_types(column), Some(column)))
-        .chain(own.into_iter().map(|(name, types)| (name, types, None)));
-    for (column, types, of) in expected {
-        // Column names compare without case, as the server compares them.
-        let found = present
-            .iter()
-            .find(|(name, ..)| name.eq_ignore_ascii_case(column));
-        let Some((_, data_type, collation)) = found else {
-            problems.push(format!(
-                "column {column:?} is missing; add it: ALTER TABLE {table_name} ADD COLUMN {} {}",
-                quote(column),
-                expected_type(table, column),
-            ));
-            continue;
-        };
-        let typed = stored_types || !matches!(of.map(|of| of.content), Some(Content::Stored(_)));
-        if typed && !types.contains(&data_type.to_ascii_lowercase().as_str()) {
-            problems.push(format!(
-                "column {column:?} is {data_type}, not {}; change it: ALTER TABLE {table_name} \
-                 MODIFY {} {}",
-                types[0],
-                quote(column),
-                expected_type(table, column),
-            ));
-        }
-        let keyed = of.is_some_and(|of| {
-            of.content == Content::Id || matches!(of.role(), Some(Role::Key | Role::IdempotencyKey))
+        columns.push(FoundColumn {
+            name: text(0)?.unwrap_or_default(),
+            declared: text(1)?.unwrap_or_default(),
+            loose: text(2)?.filter(|collation| !is_bytewise(collation)),
         });
-        if keyed
-            && of.is_some_and(|of| of.shape == ColumnShape::Text)
-            && !is_bytewise(collation.as_deref())
-        {
-            problems.push(format!(
-                "column {column:?} compares text in collation {}, which does not compare bytes \
-                 (two keys could be one); change it: ALTER TABLE {table_name} MODIFY {} {}",
-                collation.as_deref().unwrap_or_default(),
-                quote(column),
-                expected_type(table, column),
-            ));
+    }
+    let mut problems = session_mode_problems(wire, document).await?;
+    let indexes = unique_indexes(wire, table).await.map_err(error)?;
+    let verdict = table_check::judge::<MySql>(table, &columns, Some(&indexes), stored_types);
+    problems.extend(verdict.problems);
+    Ok(problems)
+}
+
+impl TableCheck for MySql {
+    const NAMES_IGNORE_CASE: bool = true;
+
+    /// Each named by the first `DATA_TYPE` it may have.
+    fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
+        (table.columns.iter().map(|column| column.name))
+            .chain([APPLIED_OPS_FIELD, WRITE_MARKER_FIELD])
+            .map(|name| (name, table.data_types(name)[0]))
+            .collect()
+    }
+
+    fn uses(table: &Table, column: &str, _expected: &str, found: &str) -> bool {
+        (table.data_types(column)).contains(&found.to_ascii_lowercase().as_str())
+    }
+
+    fn definition(table: &Table, column: &str, _expected: &str) -> String {
+        expected_type(table, column)
+    }
+
+    fn retype(table: &Table, column: &str) -> Option<String> {
+        Some(table.modify(column))
+    }
+
+    fn loose_column(table: &Table, column: &str, collation: &str) -> String {
+        format!(
+            "column {column:?} compares text in collation {collation}, which does not compare \
+             bytes (two keys could be one); change it: {}",
+            table.modify(column)
+        )
+    }
+}
+
+impl Table {
+    /// The `DATA_TYPE`s `column` may have that idem's writes can use ([`data_types`]).
+    fn data_types(&self, column: &str) -> &'static [&'static str] {
+        match self.column_named(column) {
+            Some(at) => data_types(&self.columns[at]),
+            None if column == APPLIED_OPS_FIELD => &["longtext", "json"],
+            None => &["varchar"],
         }
     }
-    crate::trace::round_trip("SELECT");
-    let indexes = wire
-        .fetch_all(UNIQUE_INDEXES, &[name])
-        .await
-        .map_err(error)?;
-    let mut on = Vec::with_capacity(indexes.len());
-    for row in &indexes {
-        let prefix = row.integer(2).map_err(error)?.unwrap_or(0) != 0;
-        let columns = row.text(1).map_err(error)?.unwrap_or_default();
-        on.push((column_set(columns.split(',')), prefix));
+
+    /// The statement that gives `column` the type `ensure_table` declares it with.
+    fn modify(&self, column: &str) -> String {
+        format!(
+            "ALTER TABLE {} MODIFY {} {}",
+            self.name(),
+            quote(column),
+            expected_type(self, column)
+        )
     }
-    let unique_on = |columns: Vec<&str>| {
-        let wanted = column_set(columns.into_iter());
-        on.iter()
-            .any(|(columns, prefix)| !prefix && *columns == wanted)
-    };
-    if !unique_on(vec![ID_FIELD]) {
-        problems.push(format!(
-            "no primary key or unique index on exactly {ID_FIELD:?}; add one: ALTER TABLE \
-             {table_name} ADD PRIMARY KEY ({})",
-            quote(ID_FIELD)
-        ));
-    }
-    if !unique_on(table.natural_key_names()) {
-        let keys: Vec<String> = table.natural_key_names().into_iter().map(quote).collect();
-        problems.push(format!(
-            "no unique index on exactly the natural key ({}), without prefixes; add one: ALTER \
-             TABLE {table_name} ADD CONSTRAINT {} UNIQUE ({})",
-            table.natural_key_names().join(", "),
-            quote(&table.natural_key_constraint),
-            keys.join(", "),
-        ));
-    }
-    Ok(problems)
 }
 
 /// The type `ensure_table` declares `column` with.
@@ -162,14 +126,31 @@ fn expected_type(table: &Table, column: &str) -> String {
 
 /// The name of the unique index of `table` on exactly `columns` (comma-separated), if any.
 pub(super) async fn index_on(wire: &impl Wire, table: &Table, columns: &str) -> Option<String> {
-    let wanted = column_set(columns.split(','));
+    let indexes = unique_indexes(wire, table).await.ok()?;
+    table_check::index_on::<MySql>(&indexes, columns)
+}
+
+/// The unique indexes of `table`, with their key columns.
+async fn unique_indexes(wire: &impl Wire, table: &Table) -> Result<Vec<FoundIndex>, DbFailure> {
     crate::trace::round_trip("SELECT");
     let name = Param::Text(Some(table.model.collection()));
-    let rows = wire.fetch_all(UNIQUE_INDEXES, &[name]).await.ok()?;
-    rows.iter().find_map(|row| {
-        let name = row.text(0).ok().flatten()?;
-        (column_set(row.text(1).ok().flatten()?.split(',')) == wanted).then_some(name)
-    })
+    let rows = wire.fetch_all(UNIQUE_INDEXES, &[name]).await?;
+    let mut indexes = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name = row.text(0)?.unwrap_or_default();
+        let columns = row.text(1)?.unwrap_or_default();
+        indexes.push(FoundIndex {
+            primary: name == "PRIMARY",
+            name,
+            columns: columns.split(',').map(str::to_owned).collect(),
+            whole: row.integer(2)?.unwrap_or(0) == 0,
+            deferred: false,
+            // An index compares as its columns do.
+            loose: Vec::new(),
+            fixed_in_place: true,
+        });
+    }
+    Ok(indexes)
 }
 
 /// What the session's `sql_mode` lacks for idem's writes: strict mode, without which a value a

@@ -2,17 +2,16 @@
 //! other than the one it checked, the store reads the table from the catalog and refuses one
 //! that cannot keep idem's promises, naming what is wrong.
 
-use std::collections::HashMap;
-
 use super::wire::{self, Cells, Param, Wire};
 
 use super::errors::postgres_error;
 use super::table::{self, Table};
+use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
-use crate::error::{Error, ErrorKind};
-use crate::model::ID_FIELD;
-use crate::sql::layout::Content;
+use crate::error::Error;
+use crate::model::APPLIED_OPS_FIELD;
+use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
 /// the model, each of its type, a primary key on `_id` and a unique constraint (or unique index
@@ -28,21 +27,13 @@ where
     C: Wire,
 {
     let survey = survey_table(client, table, document, true).await?;
-    match survey.checked {
-        Some(checked) if survey.problems.is_empty() => {
-            table.found_on(survey.signal);
-            table.accept(checked);
-            Ok(())
-        }
-        // A table the survey did not find has that problem.
-        _ => Err(Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: table.model.collection().to_owned(),
-                problem: survey.problems.into_iter().next().unwrap_or_default(),
-            },
-        )),
+    // A table the survey did not find has that problem.
+    table_check::refuse(table.model.collection(), document, survey.problems)?;
+    if let Some(checked) = survey.checked {
+        table.found_on(survey.signal);
+        table.accept(checked);
     }
+    Ok(())
 }
 
 /// After a statement's [`Table::checked_guard`] failed (the statement did nothing): checks the
@@ -113,18 +104,6 @@ pub(super) struct TableSurvey {
     pub(super) signal: table::InsertedSignal,
 }
 
-/// One unique index of a table, as the survey reads it.
-pub(super) struct UniqueIndex {
-    pub(super) name: String,
-    pub(super) primary: bool,
-    /// Whether its uniqueness is checked as each row is written (not `DEFERRABLE`).
-    pub(super) immediate: bool,
-    /// Its key columns, sorted.
-    pub(super) columns: Vec<String>,
-    /// Each key column it compares with a nondeterministic collation, and that collation.
-    pub(super) nondeterministic: Vec<(String, String)>,
-}
-
 /// Reads `table`'s columns and unique constraints from the catalog: what the check before the
 /// first write refuses on, and what an audit of a table other code made reports. Without
 /// `stored_types` the types of the stored fields' columns are not checked (a model given at
@@ -163,66 +142,20 @@ where
         .await
         .map_err(|source| postgres_error(document, source))?;
     let Some(first) = columns.first() else {
-        return Ok(absent(format!(
-            "it does not exist in the search path; create it with \
-             Store::ensure_table::<T>() or from Store::create_table_sql::<T>():\n{}",
-            table.create_sql()
-        )));
+        return Ok(absent(table_check::absent::<Postgres>(table)));
     };
     let oid = first.oid(2).unwrap_or(0);
     let signal = table::InsertedSignal::for_server(first.int8(6).unwrap_or(0));
     let schema = first.str(3).unwrap_or_default().to_owned();
-    let present: HashMap<String, String> = columns
-        .iter()
-        .map(|row| {
-            let column = row.str(0).unwrap_or_default().to_owned();
-            (column, row.str(1).unwrap_or_default().to_owned())
+    let columns: Vec<FoundColumn> = (columns.iter())
+        .map(|row| FoundColumn {
+            name: row.str(0).unwrap_or_default().to_owned(),
+            declared: row.str(1).unwrap_or_default().to_owned(),
+            loose: (row.flag(5) == Some(false)).then(|| row.str(4).unwrap_or_default().to_owned()),
         })
         .collect();
-    let mut problems = Vec::new();
-    for (column, expected) in table.expected_columns() {
-        let typed = stored_types
-            || !matches!(
-                table
-                    .column_named(column)
-                    .map(|index| table.columns[index].content),
-                Some(Content::Stored(_))
-            );
-        match present.get(column) {
-            None => problems.push(format!(
-                "column {column:?} is missing (expected {expected}): ALTER TABLE {} ADD COLUMN \
-                 {} {expected}{}",
-                table.name(),
-                table::quote(column),
-                // Unique, not the primary key: the rows it is added to have no id yet, and
-                // `adopt` gives them theirs.
-                if column == ID_FIELD { " UNIQUE" } else { "" },
-            )),
-            Some(found) if typed && found != expected => {
-                problems.push(format!("column {column:?} is {found}, expected {expected}"))
-            }
-            Some(_) => {}
-        }
-    }
-    let mut natural_key: Vec<String> = table
-        .model
-        .natural_key_fields()
-        .map(|field| field.stored_name().to_owned())
-        .collect();
-    natural_key.sort();
-    let is_key = |column: &str| column == ID_FIELD || natural_key.iter().any(|key| key == column);
-    for row in &columns {
-        let (column, collation) = (row.str(0).unwrap_or_default(), row.str(4));
-        if is_key(column) && row.flag(5) == Some(false) {
-            problems.push(nondeterministic(
-                table,
-                column,
-                collation.unwrap_or_default(),
-            ));
-        }
-    }
     crate::trace::round_trip("SELECT");
-    let unique: Vec<UniqueIndex> = client
+    let indexes: Vec<FoundIndex> = client
         .fetch_all(
             "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
              array_agg(a.attname::text ORDER BY a.attname), \
@@ -243,95 +176,34 @@ where
         .await
         .map_err(|source| postgres_error(document, source))?
         .iter()
-        .map(|row| UniqueIndex {
+        .map(|row| FoundIndex {
             name: row.str(0).unwrap_or_default().to_owned(),
             primary: row.flag(1).unwrap_or(false),
-            immediate: row.flag(2).unwrap_or(false),
             columns: row.texts(3).unwrap_or_default(),
-            nondeterministic: row
-                .texts(4)
-                .unwrap_or_default()
-                .into_iter()
+            // The read leaves out an index with a predicate or an expression.
+            whole: true,
+            loose: (row.texts(4).unwrap_or_default().into_iter())
                 .zip(row.texts(5).unwrap_or_default())
                 .collect(),
+            // Its collation is the column's, which the fix changes.
+            fixed_in_place: true,
+            // Deferrable: its check waits for the commit.
+            deferred: !row.flag(2).unwrap_or(false),
         })
         .collect();
-    let mut on_id: Vec<&UniqueIndex> = unique
-        .iter()
-        .filter(|index| index.columns == [ID_FIELD])
-        .collect();
-    on_id.sort_by_key(|index| !index.primary);
-    let on_natural_key: Vec<&UniqueIndex> = unique
-        .iter()
-        .filter(|index| index.columns == natural_key)
-        .collect();
-    for (column, collation) in on_id
-        .iter()
-        .chain(&on_natural_key)
-        .flat_map(|index| &index.nondeterministic)
-    {
-        let problem = nondeterministic(table, column, collation);
-        if !problems.contains(&problem) {
-            problems.push(problem);
+    let verdict = table_check::judge::<Postgres>(table, &columns, Some(&indexes), stored_types);
+    let mut problems = verdict.problems;
+    for index in verdict.on_id.iter().chain(&verdict.on_natural_key) {
+        if index.deferred {
+            problems.push(deferrable(table, index));
         }
     }
-    if on_id.is_empty() && present.contains_key(ID_FIELD) {
-        problems.push(format!(
-            "no primary key on {id:?}: a row another tool stored under a document's id, or a \
-             racing first write, would not be told apart from another unique constraint: \
-             ALTER TABLE {} ADD PRIMARY KEY ({})",
-            table.name(),
-            table::quote(ID_FIELD),
-            id = ID_FIELD,
-        ));
-    }
-    if on_natural_key.is_empty() {
-        problems.push(format!(
-            "no unique constraint on exactly the natural key ({}); idem's conflict target \
-             needs one: ALTER TABLE {} ADD CONSTRAINT {} UNIQUE ({})",
-            natural_key.join(", "),
-            table.name(),
-            table::quote(&table.natural_key_constraint),
-            natural_key
-                .iter()
-                .map(|name| table::quote(name))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
-    for index in on_id.iter().chain(&on_natural_key) {
-        if !index.immediate {
-            problems.push(format!(
-                "the unique constraint {:?} on ({}) is DEFERRABLE: ON CONFLICT cannot use it \
-                 (every write fails with 55000), and a conflict it defers to the commit is one \
-                 idem never sees; make it anew without DEFERRABLE: ALTER TABLE {} DROP \
-                 CONSTRAINT {name}, ADD CONSTRAINT {name} {} ({})",
-                index.name,
-                index.columns.join(", "),
-                table.name(),
-                if index.primary {
-                    "PRIMARY KEY"
-                } else {
-                    "UNIQUE"
-                },
-                index
-                    .columns
-                    .iter()
-                    .map(|column| table::quote(column))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                name = table::quote(&index.name),
-            ));
-        }
-    }
+    let names = |indexes: &[&FoundIndex]| indexes.iter().map(|index| index.name.clone()).collect();
     let checked = table::Checked {
         oid,
         schema,
-        id_constraints: on_id.iter().map(|index| index.name.clone()).collect(),
-        natural_key_constraints: on_natural_key
-            .iter()
-            .map(|index| index.name.clone())
-            .collect(),
+        id_constraints: names(&verdict.on_id),
+        natural_key_constraints: names(&verdict.on_natural_key),
     };
     Ok(TableSurvey {
         problems,
@@ -340,16 +212,50 @@ where
     })
 }
 
-/// The problem of a key column compared with a nondeterministic (case- or accent-insensitive)
-/// collation: keys that differ would meet as one, so one document would be refused as another's
-/// id change, and a batch holding both would fail whole (21000).
-pub(super) fn nondeterministic(table: &Table, column: &str, collation: &str) -> String {
+/// The problem of a key constraint checked only at the commit.
+fn deferrable(table: &Table, index: &FoundIndex) -> String {
     format!(
-        "column {column:?} is compared with the nondeterministic collation {collation:?}, \
-         under which different keys are equal; idem tells documents apart byte for byte: give \
-         the column (and the indexes on it) a deterministic collation: ALTER TABLE {} ALTER \
-         COLUMN {} TYPE text COLLATE \"default\"",
+        "the unique constraint {:?} on ({}) is DEFERRABLE: ON CONFLICT cannot use it (every \
+         write fails with 55000), and a conflict it defers to the commit is one idem never sees; \
+         make it anew without DEFERRABLE: ALTER TABLE {} DROP CONSTRAINT {name}, ADD CONSTRAINT \
+         {name} {} ({})",
+        index.name,
+        index.columns.join(", "),
         table.name(),
-        table::quote(column),
+        if index.primary {
+            "PRIMARY KEY"
+        } else {
+            "UNIQUE"
+        },
+        (index.columns.iter().map(|column| table::quote(column)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        name = table::quote(&index.name),
     )
+}
+
+impl TableCheck for Postgres {
+    const LOOKED_IN: &'static str = " in the search path";
+    const ID_ADDED_UNIQUE: bool = true;
+
+    fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
+        (table.columns.iter())
+            .map(|column| (column.name, table::sql_type(column)))
+            .chain([(APPLIED_OPS_FIELD, "jsonb")])
+            .collect()
+    }
+
+    /// A nondeterministic (case- or accent-insensitive) collation: keys that differ would meet
+    /// as one, so one document would be refused as another's id change, and a batch holding
+    /// both would fail whole (21000).
+    fn loose_column(table: &Table, column: &str, collation: &str) -> String {
+        format!(
+            "column {column:?} is compared with the nondeterministic collation {collation:?}, \
+             under which different keys are equal; idem tells documents apart byte for byte: \
+             give the column (and the indexes on it) a deterministic collation: ALTER TABLE {} \
+             ALTER COLUMN {} TYPE text COLLATE \"default\"",
+            table.name(),
+            table::quote(column),
+        )
+    }
 }

@@ -336,14 +336,6 @@ impl Table {
         sql
     }
 
-    /// Every column the table must have, with its type: the model's columns and the op ids.
-    pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
-        self.columns
-            .iter()
-            .map(|column| (column.name, sql_type(column)))
-            .chain([(APPLIED_OPS_FIELD, "jsonb")])
-    }
-
     /// Whether a lookup sends each row's version key: where the table has the column.
     pub fn sends_version_keys(&self) -> bool {
         self.column_with(Content::VersionKey).is_some()

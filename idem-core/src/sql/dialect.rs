@@ -87,17 +87,7 @@ pub(crate) trait SqlDialect: Dialect {
     ) -> impl Future<Output = Result<(), Error>> + Send {
         async move {
             let problems = Self::table_problems(wire, table, document, true).await?;
-            match problems.into_iter().next() {
-                None => Ok(()),
-                // Named for the document the call was about, not its collection alone.
-                Some(problem) => Err(Error::new(
-                    document.clone(),
-                    crate::error::ErrorKind::SchemaMismatch {
-                        collection: table.model.collection().to_owned(),
-                        problem,
-                    },
-                )),
-            }
+            super::table_check::refuse(table.model.collection(), document, problems)
         }
     }
     /// A query of one parameter, the table's name, that returns each of its columns in their

@@ -31,6 +31,8 @@ pub(crate) mod sqlx_wire;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod store;
 #[cfg(feature = "_sql_store")]
+pub(crate) mod table_check;
+#[cfg(feature = "_sql_store")]
 pub(crate) mod takeover;
 pub(crate) mod texts;
 #[cfg(feature = "_sql_store")]

@@ -7,35 +7,15 @@
 
 use super::collation::{declared_collations, is_bytewise};
 use super::errors::sqlite_error;
-use super::table::{quote, Table};
+use super::table::{declared_as, quote, Table};
+use super::Sqlite;
 use crate::document::DocumentRef;
 use crate::error::Error;
-use crate::model::ID_FIELD;
-use crate::sql::layout::Content;
-use crate::sql::wire::{Cells, Param, Wire};
+use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
+use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
-/// One unique index of a table, as the check reads it.
-struct UniqueIndex {
-    name: String,
-    /// Made by `CREATE INDEX` (`c`), not by a constraint of the table's definition.
-    created: bool,
-    partial: bool,
-    /// Its key columns' names, sorted; `None` where one is an expression.
-    columns: Option<Vec<String>>,
-    /// Each key column it compares with a collation other than `BINARY`, and that collation.
-    not_bytewise: Vec<(String, String)>,
-}
-
-impl UniqueIndex {
-    /// Whether it holds exactly `columns` (sorted) as they are, without a predicate.
-    fn is_on(&self, columns: &[&str]) -> bool {
-        !self.partial && self.columns.as_deref().is_some_and(|own| own == columns)
-    }
-}
-
-/// What `table` lacks for idem's writes, every problem at once, each with its fix; empty if
-/// nothing. Without `stored_types` the declared types of the stored fields' columns are not
-/// checked (a model given at run time does not know them); those of idem's columns are.
+/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
+/// columns and its `CREATE TABLE` text, then its unique indexes.
 pub(super) async fn table_problems(
     wire: &impl Wire,
     table: &Table,
@@ -52,141 +32,103 @@ pub(super) async fn table_problems(
                AND name = ?1 COLLATE NOCASE) ORDER BY o LIMIT 1) END \
                FROM pragma_table_info(?1) ORDER BY cid";
     let error = |source| sqlite_error(document, source);
-    let columns = wire
+    let rows = wire
         .fetch_all(sql, &[Param::Text(Some(name))])
         .await
         .map_err(error)?;
-    if columns.is_empty() {
-        return Ok(vec![format!(
-            "it does not exist; create it with Store::ensure_table::<T>() or from \
-             Store::create_table_sql::<T>():\n{}",
-            table.create_sql()
-        )]);
-    }
-    let mut present: Vec<(String, String, i64)> = Vec::with_capacity(columns.len());
-    for row in &columns {
-        present.push((
-            row.text(0).map_err(error)?.unwrap_or_default(),
-            row.text(1).map_err(error)?.unwrap_or_default(),
-            row.integer(2).map_err(error)?.unwrap_or(0),
-        ));
-    }
-    let create_table = columns[0].text(3).map_err(error)?;
-    let mut problems = Vec::new();
-    for (column, expected) in table.expected_columns() {
-        let typed = stored_types
-            || !matches!(
-                table
-                    .column_named(column)
-                    .map(|index| table.columns[index].content),
-                Some(Content::Stored(_))
-            );
-        match present.iter().find(|(name, _, _)| name == column) {
-            None => problems.push(format!(
-                "column {column:?} is missing (expected {expected}): ALTER TABLE {} ADD COLUMN \
-                 {} {expected}",
-                table.name(),
-                quote(column),
-            )),
-            Some((_, found, _)) if typed && !super::table::declared_as(found, expected) => {
-                problems.push(format!("column {column:?} is {found}, expected {expected}"))
-            }
-            Some(_) => {}
+    let Some(first) = rows.first() else {
+        return Ok(vec![table_check::absent::<Sqlite>(table)]);
+    };
+    // A collation only a column's definition declares: every index on the column compares so.
+    let mut declared = declared_collations(&first.text(3).map_err(error)?.unwrap_or_default());
+    let (mut columns, mut primary_key) = (Vec::with_capacity(rows.len()), Vec::new());
+    for row in &rows {
+        let name = row.text(0).map_err(error)?.unwrap_or_default();
+        if row.integer(2).map_err(error)?.unwrap_or(0) > 0 {
+            primary_key.push(name.clone());
         }
+        let at = declared.iter().position(|(column, _)| *column == name);
+        columns.push(FoundColumn {
+            loose: (at.map(|at| declared.swap_remove(at).1)).filter(|c| !is_bytewise(c)),
+            declared: row.text(1).map_err(error)?.unwrap_or_default(),
+            name,
+        });
     }
-    let mut natural_key: Vec<&str> = table
-        .model
-        .natural_key_fields()
-        .map(|field| field.stored_name())
-        .collect();
-    natural_key.sort_unstable();
-    let is_key = |column: &str| column == ID_FIELD || natural_key.contains(&column);
-    // A key column declaring another collation: every index on it compares so, and SQLite
-    // cannot change a column's collation in place.
-    let declared: Vec<(String, String)> =
-        declared_collations(create_table.as_deref().unwrap_or(""))
-            .into_iter()
-            .filter(|(column, collation)| is_key(column) && !is_bytewise(collation))
-            .collect();
-    for (column, collation) in &declared {
-        problems.push(format!(
+    // SQLite cannot change a column's collation in place: where a key column's must change,
+    // the table made anew has both keys' constraints, and its indexes are not read.
+    let remade = (columns.iter())
+        .any(|column| column.loose.is_some() && table_check::is_key::<Sqlite>(table, &column.name));
+    let mut indexes = None;
+    if !remade {
+        let mut found = unique_indexes(wire, name).await.map_err(error)?;
+        // An `INTEGER PRIMARY KEY` is the rowid, without an index of its own.
+        if !primary_key.is_empty() && !found.iter().any(|index| index.primary) {
+            found.push(FoundIndex {
+                name: String::new(),
+                primary: true,
+                columns: primary_key,
+                whole: true,
+                deferred: false,
+                loose: Vec::new(),
+                fixed_in_place: true,
+            });
+        }
+        indexes = Some(found);
+    }
+    let verdict = table_check::judge::<Sqlite>(table, &columns, indexes.as_deref(), stored_types);
+    Ok(verdict.problems)
+}
+
+impl TableCheck for Sqlite {
+    const ADDS_CONSTRAINTS: bool = false;
+
+    fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
+        table.expected_columns().collect()
+    }
+
+    fn uses(_table: &Table, _column: &str, expected: &str, found: &str) -> bool {
+        declared_as(found, expected)
+    }
+
+    fn loose_column(table: &Table, column: &str, collation: &str) -> String {
+        format!(
             "column {column:?} is declared COLLATE {collation}, under which different keys are \
              equal; idem tells documents apart byte for byte (a key differing only so would \
              meet another document's row, and be refused as its id change), and SQLite cannot \
-             change a column's collation in place: make the table anew without it, as \
-             Store::create_table_sql::<T>() does, copy the rows into it, drop this one and \
-             rename the new one to {}",
-            table.name(),
-        ));
+             change a column's collation in place: {}",
+            made_anew(table)
+        )
     }
-    if !declared.is_empty() {
-        // The table made anew has both unique constraints.
-        return Ok(problems);
+
+    fn loose_index(table: &Table, index: &FoundIndex, column: &str, collation: &str) -> String {
+        let fix = match index.fixed_in_place {
+            false => format!("drop it: DROP INDEX {}", quote(&index.name)),
+            // A constraint of the table's definition cannot be dropped alone.
+            true => format!(
+                "it is a constraint of the table's definition: {}",
+                made_anew(table)
+            ),
+        };
+        format!(
+            "the unique index {:?} compares column {column:?} with the collation {collation}, \
+             under which different keys are equal; idem tells documents apart byte for byte: \
+             {fix}",
+            index.name,
+        )
     }
-    let indexes = unique_indexes(wire, name, document).await?;
-    for index in &indexes {
-        if !(index.is_on(&[ID_FIELD]) || index.is_on(&natural_key)) {
-            continue;
-        }
-        for (column, collation) in &index.not_bytewise {
-            let fix = match index.created {
-                true => format!("drop it: DROP INDEX {}", quote(&index.name)),
-                // A constraint of the table's definition cannot be dropped alone.
-                false => format!(
-                    "it is a constraint of the table's definition: make the table anew without \
-                     it, as Store::create_table_sql::<T>() does, copy the rows into it, drop \
-                     this one and rename the new one to {}",
-                    table.name()
-                ),
-            };
-            problems.push(format!(
-                "the unique index {:?} compares column {column:?} with the collation \
-                 {collation}, under which different keys are equal; idem tells documents apart \
-                 byte for byte: {fix}",
-                index.name,
-            ));
-        }
-    }
-    let unique_on = |columns: &[&str]| {
-        indexes
-            .iter()
-            .any(|index| index.is_on(columns) && index.not_bytewise.is_empty())
-    };
-    let id_is_primary = present
-        .iter()
-        .any(|(name, _, pk)| name == ID_FIELD && *pk == 1)
-        && present.iter().filter(|(_, _, pk)| *pk > 0).count() == 1;
-    // Also where `_id` is missing: the column added above needs its index too, which SQLite
-    // cannot add with the column.
-    if !id_is_primary && !unique_on(&[ID_FIELD]) {
-        problems.push(format!(
-            "no primary key or unique index on {ID_FIELD:?}: CREATE UNIQUE INDEX {} ON {} ({})",
-            quote(&format!("{}_idem_id", table.model.collection())),
-            table.name(),
-            quote(ID_FIELD),
-        ));
-    }
-    if !unique_on(&natural_key) {
-        problems.push(format!(
-            "no unique constraint on exactly the natural key ({}); idem's conflict target \
-             needs one: CREATE UNIQUE INDEX {} ON {} ({})",
-            natural_key.join(","),
-            quote(&table.natural_key_constraint),
-            table.name(),
-            table.natural_key_list(),
-        ));
-    }
-    Ok(problems)
 }
 
+/// The fix of what only a table made anew changes.
+fn made_anew(table: &Table) -> String {
+    format!(
+        "make the table anew without it, as Store::create_table_sql::<T>() does, copy the rows \
+         into it, drop this one and rename the new one to {}",
+        table.name()
+    )
+}
 /// The unique indexes of the table `name`, with their key columns and collations.
-async fn unique_indexes(
-    wire: &impl Wire,
-    name: &str,
-    document: &DocumentRef,
-) -> Result<Vec<UniqueIndex>, Error> {
+async fn unique_indexes(wire: &impl Wire, name: &str) -> Result<Vec<FoundIndex>, DbFailure> {
     crate::trace::round_trip("SELECT");
-    let error = |source| sqlite_error(document, source);
     let rows = wire
         .fetch_all(
             "SELECT l.name, l.origin, l.partial, i.name, i.coll FROM pragma_index_list(?1) l \
@@ -194,40 +136,36 @@ async fn unique_indexes(
              ORDER BY l.seq, i.seqno",
             &[Param::Text(Some(name))],
         )
-        .await
-        .map_err(error)?;
-    let mut indexes: Vec<UniqueIndex> = Vec::new();
+        .await?;
+    let mut indexes: Vec<FoundIndex> = Vec::new();
     for row in &rows {
-        let index = row.text(0).map_err(error)?.unwrap_or_default();
+        let index = row.text(0)?.unwrap_or_default();
         if indexes.last().is_none_or(|last| last.name != index) {
-            indexes.push(UniqueIndex {
+            let origin = row.text(1)?;
+            indexes.push(FoundIndex {
                 name: index,
-                created: row.text(1).map_err(error)?.as_deref() == Some("c"),
-                partial: row.integer(2).map_err(error)?.unwrap_or(0) != 0,
-                columns: Some(Vec::new()),
-                not_bytewise: Vec::new(),
+                primary: origin.as_deref() == Some("pk"),
+                columns: Vec::new(),
+                whole: row.integer(2)?.unwrap_or(0) == 0,
+                deferred: false,
+                loose: Vec::new(),
+                // Made by `CREATE INDEX`, not by a constraint of the table's definition: its
+                // fix drops it.
+                fixed_in_place: origin.as_deref() != Some("c"),
             });
         }
         let Some(last) = indexes.last_mut() else {
             continue;
         };
         // An expression has no name.
-        let column = row.text(3).map_err(error)?;
-        let collation = row.text(4).map_err(error)?;
-        match (&mut last.columns, column) {
-            (Some(columns), Some(column)) => {
-                if let Some(collation) = collation.filter(|collation| !is_bytewise(collation)) {
-                    last.not_bytewise.push((column.clone(), collation));
-                }
-                columns.push(column);
-            }
-            (columns, _) => *columns = None,
+        let Some(column) = row.text(3)? else {
+            last.whole = false;
+            continue;
+        };
+        if let Some(collation) = row.text(4)?.filter(|c| !is_bytewise(c)) {
+            last.loose.push((column.clone(), collation));
         }
-    }
-    for index in &mut indexes {
-        if let Some(columns) = &mut index.columns {
-            columns.sort_unstable();
-        }
+        last.columns.push(column);
     }
     Ok(indexes)
 }
@@ -235,17 +173,6 @@ async fn unique_indexes(
 /// The name of the unique index of `table` on exactly `columns` (as a violation lists them,
 /// comma-separated), if there is one.
 pub(super) async fn index_on(wire: &impl Wire, table: &Table, columns: &str) -> Option<String> {
-    let mut wanted: Vec<&str> = columns.split(", ").collect();
-    wanted.sort_unstable();
-    let sql = "SELECT l.name FROM pragma_index_list(?1) l WHERE l.\"unique\" AND \
-               (SELECT group_concat(name, ',') FROM (SELECT i.name FROM pragma_index_info(l.name) \
-               i ORDER BY i.name)) = ?2";
-    crate::trace::round_trip("SELECT");
-    let wanted = wanted.join(",");
-    let params = [
-        Param::Text(Some(table.model.collection())),
-        Param::Text(Some(&wanted)),
-    ];
-    let row = wire.fetch_optional(sql, &params).await.ok().flatten()?;
-    row.text(0).ok().flatten()
+    let indexes = unique_indexes(wire, table.model.collection()).await.ok()?;
+    table_check::index_on::<Sqlite>(&indexes, columns)
 }
