@@ -87,7 +87,6 @@ mod effects;
 mod errors;
 mod read;
 mod schema;
-mod session;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_wire;
 mod statements;
@@ -100,7 +99,6 @@ use serde::Serialize;
 
 pub use crate::sql::judge::AdoptOptions;
 pub use dialect::Postgres;
-pub use session::Session;
 pub use wire::Connection;
 
 use crate::batch::BatchReport;
@@ -223,4 +221,29 @@ impl Store {
     pub fn on<C: Connection>(&self, client: C) -> Session<'_, C> {
         Session::new(self, client.wire())
     }
+}
+
+/// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the
+/// same methods with the same arguments and results as every other store ([`Backend`](crate::Backend)).
+/// Its calls do not wait for one another: on a tokio-postgres `&Client` they pipeline.
+///
+/// ```no_run
+/// # use idem_core::Idempotent;
+/// # #[derive(serde::Serialize, Idempotent)]
+/// # struct Post { #[idem(key)] slug: String, title: String }
+/// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+/// let store = idem_core::postgres::Store::new();
+/// let idem = store.on(&client);
+/// idem.ensure_schema::<Post>().await?;
+/// let outcome = idem.upsert(&post).await?;
+/// # Ok(()) }
+/// ```
+pub type Session<'a, C> = crate::sql::session::Session<'a, C>;
+
+/// A client's session writes in PostgreSQL through the client's wire; each statement stands
+/// alone, so its calls take no turns.
+impl<C: Connection> crate::sql::session::Lends for C {
+    type Dialect = Postgres;
+    type Wire<'a> = C::Wire;
+    type Turns = ();
 }

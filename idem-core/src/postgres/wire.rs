@@ -125,24 +125,8 @@ pub trait Connection: private::Sealed {
     fn wire(self) -> Self::Wire;
 }
 
-/// A wire a [`super::Session`] holds, lent to the store's methods for one call. Not for
-/// callers: a session is made with [`super::Store::on`].
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Lent<'w, W>(pub(super) &'w W);
-
-#[doc(hidden)]
-impl<'w, W: Wire> Connection for Lent<'w, W> {
-    type Wire = &'w W;
-
-    fn wire(self) -> &'w W {
-        self.0
-    }
-}
-
 pub(super) mod private {
     pub trait Sealed {}
-    impl<W: super::Wire> Sealed for super::Lent<'_, W> {}
     #[cfg(feature = "postgres")]
     impl Sealed for &tokio_postgres::Client {}
     #[cfg(feature = "postgres")]

@@ -14,8 +14,6 @@ use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
 use crate::sql::layout::Layout;
-#[cfg(feature = "_marker_store")]
-use crate::sql::sqlx_wire::{SqlxDatabase, SqlxWire};
 use serde::de::DeserializeOwned;
 
 use super::store::Store;
@@ -317,17 +315,3 @@ pub(crate) trait SqlDriver<'a, D: SqlDialect, W: Wire + 'a>:
 pub(crate) mod private {
     pub trait Sealed {}
 }
-
-#[cfg(feature = "_marker_store")]
-/// A dialect whose driver is sqlx's: its connection is lent to a store's call as a
-/// [`SqlxWire`].
-pub(crate) trait SqlxDialect: SqlDialect {
-    /// The driver's connection, which the caller lends for a call.
-    type Connection: Send;
-    /// The database of its sqlx driver.
-    type Db: SqlxDatabase<Connection = Self::Connection>;
-}
-
-#[cfg(feature = "_marker_store")]
-/// The wire of sqlx dialect `D`'s connection, lent for one call.
-pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlxDialect>::Db>;

@@ -22,7 +22,7 @@ pub(crate) mod marker_sql;
 pub(crate) mod reads;
 pub(crate) mod row;
 pub(crate) mod scan;
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod session;
 #[cfg(feature = "_marker_store")]
 pub(crate) mod sqlx_api;

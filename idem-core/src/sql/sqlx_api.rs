@@ -11,10 +11,19 @@ macro_rules! sqlx_store_methods {
             $crate::sql::sqlx_wire::SqlxWire::new(connection)
         }
 
+        /// A session over a connection of `$dialect`'s writes through it, one call at a time:
+        /// a call's statements (its transaction of its own among them) are never interleaved
+        /// with another's.
+        impl $crate::sql::session::Lends for $dialect {
+            type Dialect = $dialect;
+            type Wire<'a> = $crate::sql::sqlx_wire::SqlxWire<'a, $db>;
+            type Turns = ::tokio::sync::Mutex<()>;
+        }
+
         impl<'a> Session<'a> {
             /// The connection back, for the caller's own statements.
             pub fn into_connection(self) -> &'a mut $connection {
-                self.connection_back()
+                self.into_wire().into_connection()
             }
         }
 
@@ -23,7 +32,7 @@ macro_rules! sqlx_store_methods {
             /// (`post.upsert(&store.on(&mut connection))`), and the API every store shares
             /// ([`Session`]).
             pub fn on<'a>(&'a self, connection: &'a mut $connection) -> Session<'a> {
-                Session::new(self, connection)
+                Session::new(self, wire(connection))
             }
 
             /// The `CREATE TABLE` statement of `T`'s table, for a migration.
