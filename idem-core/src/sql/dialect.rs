@@ -13,6 +13,8 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
+use crate::sql::adoption::{Move, ReadRow, Rows};
+use crate::sql::judge::Destination;
 use crate::sql::layout::Layout;
 use serde::de::DeserializeOwned;
 
@@ -211,6 +213,31 @@ pub(crate) trait SqlDialect: Dialect {
     /// checked instead.
     fn created_by_another_session(_failure: &DbFailure) -> bool {
         false
+    }
+
+    /// Whether an adoption reads each page with its locks and moves its rows in a transaction
+    /// of its own ([`super::adoption`]); where not (PostgreSQL), each move is guarded by the
+    /// row version it read, and the adoption needs no transaction.
+    const ADOPTS_IN_TRANSACTION: bool = true;
+
+    /// The rows of `table` an adoption reads: a page of a pass, or a row again.
+    fn adoption_rows<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        rows: Rows<'_>,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<Vec<ReadRow>, Error>> + Send {
+        super::adoption::locked_rows::<Self>(wire, table, rows, document)
+    }
+
+    /// The move of `row`, as [`SqlDialect::adoption_rows`] read it, to `destination`.
+    fn adoption_move<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        row: &ReadRow,
+        destination: &Destination,
+    ) -> impl Future<Output = Result<Move, Error>> + Send {
+        super::adoption::locked_move::<Self>(wire, table, row, destination)
     }
 
     /// The row of `table` whose columns at the indexes of `equal` hold its values, as `T`;

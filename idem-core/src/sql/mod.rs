@@ -3,7 +3,7 @@
 //! ([`json`]), and how an audit or an adoption judges a row ([`judge`]). Each dialect's types,
 //! statements and error codes are its driver's.
 
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod adoption;
 pub(crate) mod audit;
 pub(crate) mod change;
