@@ -45,7 +45,7 @@ impl Store {
     /// reported instead, for the next run.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
-    /// and is refused ([`ErrorKind::IdChanged`], or [`ErrorKind::FrozenFieldChanged`] if its timestamp
+    /// and is refused ([`ErrorKind::IdChanged`](crate::ErrorKind::IdChanged), or [`ErrorKind::FrozenFieldChanged`](crate::ErrorKind::FrozenFieldChanged) if its timestamp
     /// moved) as before adoption began; once `L` is
     /// moved, it meets the adopted row and is judged as any write is. The statement is atomic:
     /// no writer ever sees the key absent or held twice, and a crash leaves each row moved or
@@ -83,7 +83,7 @@ impl Store {
     ///
     /// The table must be one idem can write (its primary key on `_id`, the content hash column,
     /// the unique constraint on the natural key: [`audit_model`](Store#method.audit_model) lists what
-    /// it lacks), else [`ErrorKind::SchemaMismatch`] names the first thing missing and nothing
+    /// it lacks), else [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) names the first thing missing and nothing
     /// moves. So is a model the stored rows were not written with ([`crate::model_check`]),
     /// unless [`AdoptOptions::ignore_model_check`].
     pub async fn adopt_model<C: Connection>(
