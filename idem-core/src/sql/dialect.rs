@@ -36,6 +36,20 @@ pub(crate) enum Statement {
     InsertNew,
 }
 
+impl From<crate::engine::WriteKind> for Statement {
+    /// The statement of a write of the engine's: an event is recorded, as a derived set's
+    /// member is inserted, unless it is stored.
+    fn from(kind: crate::engine::WriteKind) -> Self {
+        match kind {
+            crate::engine::WriteKind::Upsert => Statement::Upsert,
+            crate::engine::WriteKind::Delete => Statement::Delete,
+            crate::engine::WriteKind::Record | crate::engine::WriteKind::InsertNew => {
+                Statement::InsertNew
+            }
+        }
+    }
+}
+
 /// What one effect's statement found ([`SqlDialect::apply_once`], [`SqlDialect::push`]).
 #[derive(Debug)]
 pub(crate) struct EffectAnswer {

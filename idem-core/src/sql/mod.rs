@@ -37,9 +37,21 @@ pub(crate) mod texts;
 pub(crate) mod wire;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
-/// answers them: from [`row::RowReader`] over the driver's table (`self.table`).
+/// answers them: its rows are [`row`]'s, read by [`row::RowReader`] over the driver's table
+/// (`self.table`).
 macro_rules! reads_rows_as_sql {
     () => {
+        type Doc = $crate::sql::row::PreparedRow;
+        type Light = $crate::sql::row::LightRow;
+        type Stored = $crate::sql::row::StoredRow;
+
+        fn light_of<'d>(
+            &self,
+            doc: &'d $crate::sql::row::PreparedRow,
+        ) -> &'d $crate::sql::row::LightRow {
+            &doc.light
+        }
+
         fn incoming_value(
             &self,
             doc: &$crate::sql::row::LightRow,
