@@ -6,22 +6,18 @@
 //! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
 //! documented on [`Store::adopt`](Store#method.adopt).
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use super::dialect::UNIQUE_VIOLATION;
 use super::table::{quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
-use crate::audit::{AdoptReport, AuditProgress};
 use crate::document::DocumentRef;
 use crate::error::Error;
-use crate::idempotent::Idempotent;
-use crate::model::{Model, ID_FIELD};
+use crate::model::ID_FIELD;
 use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
-use crate::sql::judge::{AdoptOptions, Destination};
+use crate::sql::judge::Destination;
 
-impl Store {
+crate::sql::sqlx_api::store_methods! {
+    [C: Connection] C, Connection::wire;
     /// Moves the rows of `T`'s table that are not under the id derived from their content
     /// (legacy ids, orphans) to their derived ids, with the content hash, digests and version
     /// key idem stores; safe while idem writers run, and resumable after a crash at any point.
@@ -67,14 +63,7 @@ impl Store {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
-    pub async fn adopt<T, C>(&self, client: C) -> Result<AdoptReport, Error>
-    where
-        T: Idempotent + Serialize + DeserializeOwned,
-        C: Connection,
-    {
-        self.adopt_on::<T>(&client.wire()).await
-    }
-
+    fn adopt;
     /// [`adopt`](Store#method.adopt) for a model given at run time (the `idem` command's flags), as
     /// [`audit_model`](Store#method.audit_model) reads it: each row moves to the id its stored key
     /// values (and integer timestamp) derive, with the content hash of its stored values
@@ -85,32 +74,12 @@ impl Store {
     /// the unique constraint on the natural key: [`audit_model`](Store#method.audit_model) lists what
     /// it lacks), else [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) names the first thing missing and nothing
     /// moves. So is a model the stored rows were not written with ([`crate::model_check`]),
-    /// unless [`AdoptOptions::ignore_model_check`].
-    pub async fn adopt_model<C: Connection>(
-        &self,
-        client: C,
-        model: &Model,
-        field_order: &[&str],
-        options: AdoptOptions,
-    ) -> Result<AdoptReport, Error> {
-        self.adopt_model_with_progress(client, model, field_order, options, |_| {})
-            .await
-    }
-
+    /// unless [`AdoptOptions::ignore_model_check`](super::AdoptOptions::ignore_model_check).
+    fn adopt_model;
     /// [`adopt_model`](Store#method.adopt_model), calling `progress` after each row it reads, with the
     /// planner's estimate of the table's size: to draw a progress bar, as
     /// [`audit_with_progress`](Store#method.audit_with_progress) does.
-    pub async fn adopt_model_with_progress<C: Connection>(
-        &self,
-        client: C,
-        model: &Model,
-        field_order: &[&str],
-        options: AdoptOptions,
-        mut progress: impl FnMut(&AuditProgress) + Send,
-    ) -> Result<AdoptReport, Error> {
-        self.adopt_model_on(&client.wire(), model, field_order, options, &mut progress)
-            .await
-    }
+    fn adopt_model_with_progress;
 }
 
 /// The rows an adoption reads ([`crate::sql::dialect::SqlDialect::adoption_rows`]), each with

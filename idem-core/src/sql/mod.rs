@@ -24,7 +24,7 @@ pub(crate) mod row;
 pub(crate) mod scan;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod session;
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod sqlx_api;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod sqlx_wire;
