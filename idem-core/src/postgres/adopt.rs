@@ -41,7 +41,7 @@ crate::sql::sqlx_api::store_methods! {
     /// reported instead, for the next run.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
-    /// and is refused ([`ErrorKind::IdChanged`](crate::ErrorKind::IdChanged), or [`ErrorKind::FrozenFieldChanged`](crate::ErrorKind::FrozenFieldChanged) if its timestamp
+    /// and is refused ([`ErrorKind::IdChanged`], or [`ErrorKind::FrozenFieldChanged`] if its timestamp
     /// moved) as before adoption began; once `L` is
     /// moved, it meets the adopted row and is judged as any write is. The statement is atomic:
     /// no writer ever sees the key absent or held twice, and a crash leaves each row moved or
@@ -63,6 +63,9 @@ crate::sql::sqlx_api::store_methods! {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
+    ///
+    /// [`ErrorKind::IdChanged`]: crate::ErrorKind::IdChanged
+    /// [`ErrorKind::FrozenFieldChanged`]: crate::ErrorKind::FrozenFieldChanged
     fn adopt;
     /// [`adopt`](Store#method.adopt) for a model given at run time (the `idem` command's flags), as
     /// [`audit_model`](Store#method.audit_model) reads it: each row moves to the id its stored key
@@ -72,9 +75,12 @@ crate::sql::sqlx_api::store_methods! {
     ///
     /// The table must be one idem can write (its primary key on `_id`, the content hash column,
     /// the unique constraint on the natural key: [`audit_model`](Store#method.audit_model) lists what
-    /// it lacks), else [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) names the first thing missing and nothing
+    /// it lacks), else [`ErrorKind::SchemaMismatch`] names the first thing missing and nothing
     /// moves. So is a model the stored rows were not written with ([`crate::model_check`]),
-    /// unless [`AdoptOptions::ignore_model_check`](super::AdoptOptions::ignore_model_check).
+    /// unless [`AdoptOptions::ignore_model_check`].
+    ///
+    /// [`ErrorKind::SchemaMismatch`]: crate::ErrorKind::SchemaMismatch
+    /// [`AdoptOptions::ignore_model_check`]: super::AdoptOptions::ignore_model_check
     fn adopt_model;
     /// [`adopt_model`](Store#method.adopt_model), calling `progress` after each row it reads, with the
     /// planner's estimate of the table's size: to draw a progress bar, as

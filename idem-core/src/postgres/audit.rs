@@ -27,7 +27,7 @@ crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
     /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled it:
     /// what the table lacks for idem's writes (columns missing or of another type, no unique
-    /// constraint on the natural key: [`AuditReport::table_problems`](crate::AuditReport::table_problems)), natural keys held by
+    /// constraint on the natural key: [`AuditReport::table_problems`]), natural keys held by
     /// more than one row, rows not under the id derived from their content (legacy ids, which
     /// are not ULIDs or not text, and orphans), rows without a content hash or whose stored hash
     /// is not the hash of their content read as `T`, and rows that do not read as `T`. Nothing
@@ -47,7 +47,7 @@ crate::sql::sqlx_api::store_methods! {
     ///   collation the constraint may hold two keys equal that the audit tells apart.
     /// - A row without an `_id` (a table with an id column of its own) is shown by its
     ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
-    /// - [`moves_in_progress`](crate::AuditReport::moves_in_progress) stays empty:
+    /// - [`moves_in_progress`] stays empty:
     ///   [`adopt`](Store#method.adopt) moves a row in one statement, never half.
     ///
     /// A row that does not read as `T` has its id derived from its stored key values and an
@@ -65,6 +65,9 @@ crate::sql::sqlx_api::store_methods! {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
+    ///
+    /// [`AuditReport::table_problems`]: crate::AuditReport::table_problems
+    /// [`moves_in_progress`]: crate::AuditReport::moves_in_progress
     fn audit;
     /// [`audit`](Store#method.audit), calling `progress` after each row with the count so far and the
     /// planner's estimate of the total (`pg_class.reltuples`; `None` before the table was first
@@ -77,12 +80,15 @@ crate::sql::sqlx_api::store_methods! {
     /// hashes computed from the stored values in `field_order` (the type's order; the table's
     /// column order if empty, which is the type's in a table idem made). A hash that differs
     /// but may be the type's (nested objects in `jsonb`, whose key order only the type knows)
-    /// is counted in [`AuditReport::hash_unchecked`](crate::AuditReport::hash_unchecked), not as changed. Column types are not
+    /// is counted in [`AuditReport::hash_unchecked`], not as changed. Column types are not
     /// checked: only the type knows them.
     ///
     /// It also checks that the model is the one the rows were written with
-    /// ([`crate::model_check`]): [`AuditReport::model_mismatch`](crate::AuditReport::model_mismatch) names the flag that is likely
+    /// ([`crate::model_check`]): [`AuditReport::model_mismatch`] names the flag that is likely
     /// wrong. A table that does not exist, or lacks a column the model names, is an error
     /// ([`ErrorKind::SchemaMismatch`](crate::error::ErrorKind::SchemaMismatch)).
+    ///
+    /// [`AuditReport::hash_unchecked`]: crate::AuditReport::hash_unchecked
+    /// [`AuditReport::model_mismatch`]: crate::AuditReport::model_mismatch
     fn audit_model;
 }
