@@ -3,7 +3,7 @@
 //! effects ([`super::effects`]), and how its cells read as text.
 
 use sqlx::mysql::MySqlRow;
-use sqlx::{MySqlConnection, Row as _, TypeInfo as _, ValueRef as _};
+use sqlx::{Row as _, TypeInfo as _, ValueRef as _};
 
 use super::errors::failure;
 use super::table::{quote, Table};
@@ -13,9 +13,7 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD};
-use crate::sql::dialect::{
-    Dialect, EffectAnswer, MarkerDialect, SqlDialect, SqlxDialect, Statement,
-};
+use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect, Statement};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
@@ -26,11 +24,6 @@ impl crate::sql::dialect::private::Sealed for MySql {}
 
 impl Dialect for MySql {
     const NAME: &'static str = "MySQL";
-}
-
-impl SqlxDialect for MySql {
-    type Connection = MySqlConnection;
-    type Db = sqlx::MySql;
 }
 
 impl SqlDialect for MySql {

@@ -20,17 +20,11 @@
 //! bounded memory (spilling to disk past `work_mem`) or walks an index on the key. The report
 //! keeps counts and at most [`crate::audit::SAMPLES_PER_KIND`] samples of each kind.
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use super::wire::Connection;
 use super::Store;
-use crate::audit::{AuditProgress, AuditReport};
-use crate::error::Error;
-use crate::idempotent::Idempotent;
-use crate::model::Model;
 
-impl Store {
+crate::sql::sqlx_api::store_methods! {
+    [C: Connection] C, Connection::wire;
     /// Audits `T`'s table before idem takes it over, as it is, whoever created and filled it:
     /// what the table lacks for idem's writes (columns missing or of another type, no unique
     /// constraint on the natural key: [`AuditReport::table_problems`]), natural keys held by
@@ -53,7 +47,7 @@ impl Store {
     ///   collation the constraint may hold two keys equal that the audit tells apart.
     /// - A row without an `_id` (a table with an id column of its own) is shown by its
     ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
-    /// - [`moves_in_progress`](AuditReport::moves_in_progress) stays empty:
+    /// - [`moves_in_progress`] stays empty:
     ///   [`adopt`](Store#method.adopt) moves a row in one statement, never half.
     ///
     /// A row that does not read as `T` has its id derived from its stored key values and an
@@ -71,29 +65,14 @@ impl Store {
     /// println!("{report}");
     /// # Ok(()) }
     /// ```
-    pub async fn audit<T, C>(&self, client: C) -> Result<AuditReport, Error>
-    where
-        T: Idempotent + Serialize + DeserializeOwned,
-        C: Connection,
-    {
-        self.audit_with_progress::<T, _>(client, |_| {}).await
-    }
-
+    ///
+    /// [`AuditReport::table_problems`]: crate::AuditReport::table_problems
+    /// [`moves_in_progress`]: crate::AuditReport::moves_in_progress
+    fn audit;
     /// [`audit`](Store#method.audit), calling `progress` after each row with the count so far and the
     /// planner's estimate of the total (`pg_class.reltuples`; `None` before the table was first
     /// vacuumed or analyzed).
-    pub async fn audit_with_progress<T, C>(
-        &self,
-        client: C,
-        mut progress: impl FnMut(&AuditProgress) + Send,
-    ) -> Result<AuditReport, Error>
-    where
-        T: Idempotent + Serialize + DeserializeOwned,
-        C: Connection,
-    {
-        self.audit_on::<T>(&client.wire(), &mut progress).await
-    }
-
+    fn audit_with_progress;
     /// [`audit`](Store#method.audit) for a model given at run time (the `idem` command's flags), as
     /// [`mongo::Store::audit_model`](crate::mongo::Store::audit_model) does: the table is laid
     /// out from its catalog (every column other than idem's own is a stored field, in column
@@ -108,14 +87,8 @@ impl Store {
     /// ([`crate::model_check`]): [`AuditReport::model_mismatch`] names the flag that is likely
     /// wrong. A table that does not exist, or lacks a column the model names, is an error
     /// ([`ErrorKind::SchemaMismatch`](crate::error::ErrorKind::SchemaMismatch)).
-    pub async fn audit_model<C: Connection>(
-        &self,
-        client: C,
-        model: &Model,
-        field_order: &[&str],
-        mut progress: impl FnMut(&AuditProgress) + Send,
-    ) -> Result<AuditReport, Error> {
-        self.audit_model_on(&client.wire(), model, field_order, &mut progress)
-            .await
-    }
+    ///
+    /// [`AuditReport::hash_unchecked`]: crate::AuditReport::hash_unchecked
+    /// [`AuditReport::model_mismatch`]: crate::AuditReport::model_mismatch
+    fn audit_model;
 }

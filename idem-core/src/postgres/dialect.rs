@@ -13,7 +13,9 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
+use crate::sql::adoption::{Move, ReadRow, Rows};
 use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect};
+use crate::sql::judge::Destination;
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// SQLSTATE of a unique violation.
@@ -179,6 +181,26 @@ impl SqlDialect for Postgres {
             failure.code(),
             Some(UNIQUE_VIOLATION | DUPLICATE_TABLE | DUPLICATE_OBJECT)
         )
+    }
+
+    const ADOPTS_IN_TRANSACTION: bool = false;
+
+    async fn adoption_rows<W: Wire>(
+        wire: &W,
+        table: &Table,
+        rows: Rows<'_>,
+        document: &DocumentRef,
+    ) -> Result<Vec<ReadRow>, Error> {
+        super::adopt::rows(wire, table, rows, document).await
+    }
+
+    async fn adoption_move<W: Wire>(
+        wire: &W,
+        table: &Table,
+        row: &ReadRow,
+        destination: &Destination,
+    ) -> Result<Move, Error> {
+        super::adopt::move_row(wire, table, row, destination).await
     }
 
     async fn read_one<W: Wire, T: DeserializeOwned>(

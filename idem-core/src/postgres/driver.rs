@@ -14,7 +14,7 @@ use crate::engine::by_id::ById;
 use crate::error::ErrorKind;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
-use crate::sql::dialect::{SqlDriver, Statement};
+use crate::sql::dialect::SqlDriver;
 
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
@@ -123,24 +123,12 @@ impl<C: Wire> PgDriver<'_, C> {
 }
 
 impl<C: Wire> Driver for PgDriver<'_, C> {
-    type Doc = PreparedRow;
-    type Light = LightRow;
-    type Stored = StoredRow;
-
-    fn light_of<'d>(&self, doc: &'d PreparedRow) -> &'d LightRow {
-        &doc.light
-    }
-
     async fn write(
         &self,
         kind: WriteKind,
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let statement = self.table.write_sql(match kind {
-            WriteKind::Upsert => Statement::Upsert,
-            WriteKind::Delete => Statement::Delete,
-            WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
-        });
+        let statement = self.table.write_sql(kind.into());
         let document = &docs[0].document();
         match self.write_rows(docs, statement, document).await {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),

@@ -87,7 +87,6 @@ mod effects;
 mod errors;
 mod read;
 mod schema;
-mod session;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_wire;
 mod statements;
@@ -96,18 +95,11 @@ mod table;
 mod tokio_wire;
 mod wire;
 
-use serde::Serialize;
-
 pub use crate::sql::judge::AdoptOptions;
 pub use dialect::Postgres;
-pub use session::Session;
 pub use wire::Connection;
 
-use crate::batch::BatchReport;
-use crate::error::Error;
-use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::outcome::{Deletion, Outcome};
 use table::Table;
 
 use errors::postgres_error;
@@ -146,30 +138,26 @@ impl Store {
         Table::of::<T>().create_sql()
     }
 
+    /// This store writing through `client`: what the derive's generated methods take
+    /// (`post.upsert(&store.on(&client))`, `Post::ensure_schema(&store.on(&tx))`), and the API
+    /// every store shares ([`Session`]).
+    pub fn on<C: Connection>(&self, client: C) -> Session<'_, C> {
+        Session::new(self, client.wire())
+    }
+}
+
+crate::sql::sqlx_api::store_methods! {
+    [C: Connection] C, Connection::wire;
     /// Creates `T`'s table if it does not exist, then checks it as every first write does.
     /// Idempotent.
-    pub async fn ensure_table<T, C>(&self, client: C) -> Result<(), Error>
-    where
-        T: Idempotent,
-        C: Connection,
-    {
-        self.ensure_table_on::<T>(&client.wire()).await
-    }
-
+    fn ensure_table;
     /// Writes `doc` under its derived id, converging under retries, replays and races: one
     /// statement for every outcome, and a second for a row another tool wrote. Refuses with
     /// [`ErrorKind::FrozenFieldChanged`](crate::ErrorKind::FrozenFieldChanged) a write that
     /// would change a frozen field or a field feeding the id, and with
     /// [`ErrorKind::IdChanged`](crate::ErrorKind::IdChanged) one whose natural key is stored
     /// under another id for no reason a stored field shows; nothing is written then.
-    pub async fn upsert<T, C>(&self, client: C, doc: &T) -> Result<Outcome, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-        C: Connection,
-    {
-        self.upsert_on(&client.wire(), doc).await
-    }
-
+    fn upsert;
     /// Upserts a batch: each document gets the outcome that upserting the documents one by one,
     /// in input order, would give it. Rows are sent [`with_batch_chunk`](Store#method.with_batch_chunk)
     /// at a time, one statement per chunk (one `text[]` parameter per column, so the number of
@@ -178,49 +166,40 @@ impl Store {
     /// version keys (while the last lookup found most rows unchanged), and only the rows not
     /// stored as they come are sent whole: an unchanged re-ingest sends none of its content.
     /// A refused document does not stop the others.
-    pub async fn upsert_many<T, C>(&self, client: C, docs: &[T]) -> Result<BatchReport, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-        C: Connection,
-    {
-        self.upsert_many_on(&client.wire(), docs).await
-    }
-
+    fn upsert_many;
     /// Marks `doc` deleted by storing its tombstone field (which must be `Some`). Deleting twice
     /// keeps the first marker. A document not stored yet is stored deleted, so a later replay of
     /// its creation does not bring it back. Returns `Deleted`, or `AlreadyDeleted` if it already
     /// was.
-    pub async fn delete<T, C>(&self, client: C, doc: &T) -> Result<Deletion, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-        C: Connection,
-    {
-        self.delete_on(&client.wire(), doc).await
-    }
-
+    fn delete;
     /// Marks the row stored under `id` deleted with `marker` (the value of its tombstone
     /// field). Returns `Deleted`, or `AlreadyDeleted` if it already was (the first marker
     /// stays); [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) if no row has that id. One
     /// statement.
-    pub async fn delete_by_id<T, M, C>(
-        &self,
-        client: C,
-        id: Id,
-        marker: &M,
-    ) -> Result<Deletion, Error>
-    where
-        T: Idempotent,
-        M: Serialize + Sync,
-        C: Connection,
-    {
-        self.delete_by_id_on::<T, M>(&client.wire(), id, marker)
-            .await
-    }
+    fn delete_by_id;
+}
 
-    /// This store writing through `client`: what the derive's generated methods take
-    /// (`post.upsert(&store.on(&client))`, `Post::ensure_schema(&store.on(&tx))`), and the API
-    /// every store shares ([`Session`]).
-    pub fn on<C: Connection>(&self, client: C) -> Session<'_, C> {
-        Session::new(self, client.wire())
-    }
+/// A [`Store`] and the client or transaction it writes through: idem's API on PostgreSQL, the
+/// same methods with the same arguments and results as every other store ([`Backend`](crate::Backend)).
+/// Its calls do not wait for one another: on a tokio-postgres `&Client` they pipeline.
+///
+/// ```no_run
+/// # use idem_core::Idempotent;
+/// # #[derive(serde::Serialize, Idempotent)]
+/// # struct Post { #[idem(key)] slug: String, title: String }
+/// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+/// let store = idem_core::postgres::Store::new();
+/// let idem = store.on(&client);
+/// idem.ensure_schema::<Post>().await?;
+/// let outcome = idem.upsert(&post).await?;
+/// # Ok(()) }
+/// ```
+pub type Session<'a, C> = crate::sql::session::Session<'a, C>;
+
+/// A client's session writes in PostgreSQL through the client's wire; each statement stands
+/// alone, so its calls take no turns.
+impl<C: Connection> crate::sql::session::Lends for C {
+    type Dialect = Postgres;
+    type Wire<'a> = C::Wire;
+    type Turns = ();
 }

@@ -6,36 +6,22 @@ use super::schema::query_checked_one;
 use super::table::{quote, Table};
 use super::wire::{param_text, Cells, Connection, Param};
 use super::Store;
-use crate::document::{DocumentRef, NaturalKey};
+use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
-use crate::id::Id;
-use crate::idempotent::Idempotent;
 use crate::sql::row::row_as;
 use crate::sql::wire::Wire;
 
-impl Store {
+crate::sql::sqlx_api::store_methods! {
+    [C: Connection] C, Connection::wire;
     /// The row stored under `id`, as `T`; `None` if none is. A deleted row is returned with
     /// its tombstone set. A row that does not read as `T` is
     /// [`ErrorKind::Deserialize`]. One statement (and the table check before the first
     /// statement to a table).
-    pub async fn get<T, C>(&self, client: C, id: Id) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + DeserializeOwned,
-        C: Connection,
-    {
-        self.get_on(&client.wire(), id).await
-    }
-
+    fn get;
     /// The row stored under the natural key `key`, as `T`; `None` if none is. The generated
     /// `find` builds the key from its values: `Post::find(&store.on(&client), "hello", "en")`.
     /// One statement, through the unique natural-key constraint.
-    pub async fn find<T, C>(&self, client: C, key: &NaturalKey) -> Result<Option<T>, Error>
-    where
-        T: Idempotent + DeserializeOwned,
-        C: Connection,
-    {
-        self.find_on(&client.wire(), key).await
-    }
+    fn find;
 }
 
 /// Reads the row of `table` whose columns at the indexes of `equal` hold its values, as `T`

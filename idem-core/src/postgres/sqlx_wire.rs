@@ -67,37 +67,13 @@ fn bound<'a>(sql: &'a str, params: &[Param<'_>]) -> Result<Query<'a, Postgres>, 
 }
 
 impl Cells for PgRow {
-    fn len(&self) -> usize {
-        sqlx::Row::len(self)
-    }
-
-    super::wire::cells_from_types!();
-
-    fn str(&self, at: usize) -> Option<&str> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn flag(&self, at: usize) -> Option<bool> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn int8(&self, at: usize) -> Option<i64> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn float(&self, at: usize) -> Option<f64> {
-        self.try_get(at).ok().flatten()
-    }
+    super::wire::cells_from_types!(sqlx::Row::len);
 
     fn oid(&self, at: usize) -> Option<u32> {
         self.try_get::<Option<Oid>, _>(at)
             .ok()
             .flatten()
             .map(|oid| oid.0)
-    }
-
-    fn texts(&self, at: usize) -> Option<Vec<String>> {
-        self.try_get(at).ok().flatten()
     }
 
     fn json(&self, at: usize) -> Result<Option<Value>, String> {

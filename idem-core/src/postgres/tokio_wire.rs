@@ -244,33 +244,9 @@ impl<'c, 't> Connection for &'c tokio_postgres::Transaction<'t> {
 }
 
 impl Cells for Row {
-    fn len(&self) -> usize {
-        Row::len(self)
-    }
-
-    super::wire::cells_from_types!();
-
-    fn str(&self, at: usize) -> Option<&str> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn flag(&self, at: usize) -> Option<bool> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn int8(&self, at: usize) -> Option<i64> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn float(&self, at: usize) -> Option<f64> {
-        self.try_get(at).ok().flatten()
-    }
+    super::wire::cells_from_types!(Row::len);
 
     fn oid(&self, at: usize) -> Option<u32> {
-        self.try_get(at).ok().flatten()
-    }
-
-    fn texts(&self, at: usize) -> Option<Vec<String>> {
         self.try_get(at).ok().flatten()
     }
 

@@ -54,10 +54,16 @@ pub(super) fn one<R>(rows: Vec<R>, what: &'static str) -> Result<R, DbFailure> {
 #[error("{0} returned no row")]
 struct NoRow(&'static str);
 
-/// The [`Cells`] methods every PostgreSQL row answers from its typed cells: text by
-/// [`cell_text`], a boolean and an integer as their own types.
+/// The [`Cells`] methods every PostgreSQL row answers from its typed cells: the row's length
+/// by the driver's `$len`, text by [`cell_text`], a boolean and an integer as their own types, and each typed
+/// cell the driver decodes as itself by the row's `try_get` (`None` for NULL, or a cell of
+/// another type).
 macro_rules! cells_from_types {
-    () => {
+    ($len:path) => {
+        fn len(&self) -> usize {
+            $len(self)
+        }
+
         fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
             Ok(super::wire::cell_text(self, at))
         }
@@ -68,6 +74,26 @@ macro_rules! cells_from_types {
 
         fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
             Ok(self.int8(at))
+        }
+
+        fn str(&self, at: usize) -> Option<&str> {
+            self.try_get(at).ok().flatten()
+        }
+
+        fn flag(&self, at: usize) -> Option<bool> {
+            self.try_get(at).ok().flatten()
+        }
+
+        fn int8(&self, at: usize) -> Option<i64> {
+            self.try_get(at).ok().flatten()
+        }
+
+        fn float(&self, at: usize) -> Option<f64> {
+            self.try_get(at).ok().flatten()
+        }
+
+        fn texts(&self, at: usize) -> Option<Vec<String>> {
+            self.try_get(at).ok().flatten()
         }
     };
 }
@@ -125,24 +151,8 @@ pub trait Connection: private::Sealed {
     fn wire(self) -> Self::Wire;
 }
 
-/// A wire a [`super::Session`] holds, lent to the store's methods for one call. Not for
-/// callers: a session is made with [`super::Store::on`].
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Lent<'w, W>(pub(super) &'w W);
-
-#[doc(hidden)]
-impl<'w, W: Wire> Connection for Lent<'w, W> {
-    type Wire = &'w W;
-
-    fn wire(self) -> &'w W {
-        self.0
-    }
-}
-
 pub(super) mod private {
     pub trait Sealed {}
-    impl<W: super::Wire> Sealed for super::Lent<'_, W> {}
     #[cfg(feature = "postgres")]
     impl Sealed for &tokio_postgres::Client {}
     #[cfg(feature = "postgres")]

@@ -1,12 +1,17 @@
-//! The adoption of a table's rows where a transaction of idem's own can lock what it reads
-//! (SQLite, the MySQL family): the move of each row not under its derived id to it, page by
-//! page, each page read with its locks and moved in a transaction of its own.
+//! The adoption of a table's rows, for any SQL dialect: the move of each row not under its
+//! derived id to it, page by page, the rows with an `_id` in its order, then those without one
+//! by the row's locator. The run (its passes, cursor, limit, progress and report) is written
+//! once here; each dialect says how it reads a page and moves a row
+//! ([`SqlDialect::adoption_rows`], [`SqlDialect::adoption_move`]), and whether a page is read
+//! with its locks and moved in a transaction of its own ([`SqlDialect::ADOPTS_IN_TRANSACTION`]:
+//! SQLite, the MySQL family) or each move guarded by the row version it read (PostgreSQL,
+//! which needs no transaction).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::dialect::MarkerDialect;
+use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
 use super::takeover::{adoptable_table, located};
 use super::wire::{Cells, Param, Wire};
@@ -17,16 +22,57 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::audit::shown_row_id;
-use crate::sql::judge::{stored_destination, typed_destination, AdoptOptions, Destined};
+use crate::sql::judge::{
+    stored_destination, typed_destination, AdoptOptions, Destination, Destined,
+};
 use crate::sql::layout::Layout;
 use crate::trace::{Call, CallKind};
+use crate::MAX_ATTEMPTS;
 
-/// How many rows one page of the adoption reads (and moves in one transaction).
-const PAGE_ROWS: i64 = 500;
+/// How many rows one page of the adoption reads.
+pub(crate) const PAGE_ROWS: i64 = 500;
+
+/// Which rows of the table an adoption reads ([`SqlDialect::adoption_rows`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Rows<'r> {
+    /// One page of a pass, after the cursor: the rows with an `_id`, in its order (`located`
+    /// false), or the rows without one, by the row's locator.
+    Page {
+        located: bool,
+        after: Option<&'r str>,
+    },
+    /// The row under this `_id` as it is now, after a move found it changed.
+    Id(&'r str),
+}
+
+/// A row as an adoption read it.
+pub(crate) struct ReadRow {
+    /// Its columns, as the SQL stores judge rows.
+    pub stored: Map<String, Value>,
+    /// Its `_id`, if it has one.
+    pub id: Option<String>,
+    /// Where it is (the dialect's locator), if the dialect has one.
+    pub location: Option<String>,
+    /// The row version it was read at, where a move is guarded by it (PostgreSQL's `xmin`).
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    pub version: Option<String>,
+}
+
+/// What one move did ([`SqlDialect::adoption_move`]).
+pub(crate) enum Move {
+    /// The row is under its derived id now.
+    Moved,
+    /// Another row holds the derived id.
+    Taken,
+    /// The row changed or went away since it was read (only where a move is guarded by the
+    /// row version it read).
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    Changed,
+}
 
 // The methods are the crate's own: each store's module gives them their public signatures.
 #[allow(private_bounds)]
-impl<D: MarkerDialect> Store<D> {
+impl<D: SqlDialect> Store<D> {
     /// The adoption of `T`'s table, through `wire`.
     pub(crate) async fn adopt_on<T>(&self, wire: &impl Wire) -> Result<AdoptReport, Error>
     where
@@ -67,8 +113,18 @@ impl<D: MarkerDialect> Store<D> {
     }
 }
 
-/// The moves of every row of `table` not under its derived id, page by page.
-async fn move_rows<D: MarkerDialect>(
+/// How far a run has come: its report, its limits, and the rows read against the table's size.
+struct Run<'p> {
+    report: AdoptReport,
+    limits: RunLimits,
+    scanned: u64,
+    total: Option<u64>,
+    progress: &'p mut (dyn FnMut(&AuditProgress) + Send),
+}
+
+/// The moves of every row of `table` not under its derived id, page by page. A moved row has
+/// an id, and a row that could not move keeps its place behind the cursor, so each pass ends.
+async fn move_rows<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
     destination: &Destined<'_>,
@@ -77,183 +133,262 @@ async fn move_rows<D: MarkerDialect>(
 ) -> Result<AdoptReport, Error> {
     let model = table.model;
     let collection = DocumentRef::collection(model);
+    crate::trace::round_trip("SELECT");
+    let total = wire
+        .fetch_optional(&D::row_count_sql(table), &[])
+        .await
+        .map_err(|source| D::error(&collection, source))?
+        .and_then(|row| row.integer(0).ok().flatten())
+        .and_then(|rows| u64::try_from(rows).ok());
+    let mut run = Run {
+        report: AdoptReport::new(model.collection()),
+        limits: RunLimits::new(options.max_documents, None),
+        scanned: 0,
+        total,
+        progress,
+    };
+    for located in [false, true] {
+        if located && D::ROW_LOCATOR.is_none() {
+            break;
+        }
+        let mut after: Option<String> = None;
+        loop {
+            let rows = Rows::Page {
+                located,
+                after: after.as_deref(),
+            };
+            let page = page::<D>(wire, table, rows, destination, &mut run);
+            let last = match D::ADOPTS_IN_TRANSACTION {
+                true => in_transaction_with::<D, _>(wire, &collection, page).await?,
+                false => page.await?,
+            };
+            match last {
+                Next::Stop => {
+                    run.report.stopped = true;
+                    return Ok(run.report);
+                }
+                Next::After(last) => after = Some(last),
+                Next::PassDone => break,
+            }
+        }
+    }
+    Ok(run.report)
+}
+
+/// Where a run goes after a page.
+enum Next {
+    /// On, after the cursor (the page's last row).
+    After(String),
+    /// To the next pass: the page was empty.
+    PassDone,
+    /// Nowhere: the run's limit is reached.
+    Stop,
+}
+
+/// Reads one page (`rows`) and moves each of its rows.
+async fn page<D: SqlDialect>(
+    wire: &impl Wire,
+    table: &D::Table,
+    rows: Rows<'_>,
+    destination: &Destined<'_>,
+    run: &mut Run<'_>,
+) -> Result<Next, Error> {
+    let collection = DocumentRef::collection(table.model);
+    let page = D::adoption_rows(wire, table, rows, &collection).await?;
+    let Some(last) = page.last() else {
+        return Ok(Next::PassDone);
+    };
+    let located = matches!(rows, Rows::Page { located: true, .. });
+    let last = match located {
+        true => last.location.clone(),
+        false => last.id.clone(),
+    };
+    for row in page {
+        if run.limits.documents_left(&run.report, 0) == Some(0) {
+            return Ok(Next::Stop);
+        }
+        adopt_row::<D>(wire, table, destination, row, &mut run.report).await?;
+        run.scanned += 1;
+        (run.progress)(&AuditProgress::new(run.scanned, run.total));
+    }
+    Ok(Next::After(last.unwrap_or_default()))
+}
+
+/// Moves one row, reading it again while it changes under the move.
+async fn adopt_row<D: SqlDialect>(
+    wire: &impl Wire,
+    table: &D::Table,
+    destination: &Destined<'_>,
+    mut row: ReadRow,
+    report: &mut AdoptReport,
+) -> Result<(), Error> {
+    let place = match (D::ROW_LOCATOR, &row.location) {
+        (Some(locator), Some(location)) => format!("{locator} {location}"),
+        _ => "a row".to_owned(),
+    };
+    let shown = shown_row_id(row.stored.get(ID_FIELD), &place);
+    let mut attempts = 0;
+    let why = loop {
+        attempts += 1;
+        if attempts > MAX_ATTEMPTS {
+            break "changed by another writer at every attempt to move it".to_owned();
+        }
+        let destination = match destination(table, std::mem::take(&mut row.stored)) {
+            Err(why) => break why,
+            Ok(moved) if row.id.as_deref() == Some(moved.id_text.as_str()) => return Ok(()),
+            Ok(moved) => moved,
+        };
+        if row.id.is_none() && row.location.is_none() {
+            break "the row has neither an _id nor a locator".to_owned();
+        }
+        match D::adoption_move(wire, table, &row, &destination).await? {
+            Move::Moved => {
+                report.moved.record_misplaced(shown, destination.id_text);
+                return Ok(());
+            }
+            Move::Taken => {
+                break format!(
+                    "derived id {} is held by another row; run adopt again once that row is moved",
+                    destination.id_text
+                )
+            }
+            Move::Changed => {
+                let Some(id) = &row.id else {
+                    // Written since it was read, so no longer where it was.
+                    break "changed by another writer; run adopt again".to_owned();
+                };
+                let again = D::adoption_rows(wire, table, Rows::Id(id), &destination.document);
+                match again.await?.into_iter().next() {
+                    Some(again) => {
+                        crate::trace::retry("another writer changed the row being moved");
+                        row = again;
+                    }
+                    // Deleted since it was read: nothing to move.
+                    None => return Ok(()),
+                }
+            }
+        }
+    };
+    report.failed.record(shown, Some(why));
+    Ok(())
+}
+
+/// The rows of an adoption where a page is read with its locks inside a transaction of idem's
+/// own (SQLite, the MySQL family): a row changed between its read and its move would be moved
+/// with the hash of what was read.
+// Where only PostgreSQL is built, the marker dialects' reads and moves go unused.
+#[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+pub(crate) async fn locked_rows<D: SqlDialect>(
+    wire: &impl Wire,
+    table: &D::Table,
+    rows: Rows<'_>,
+    document: &DocumentRef,
+) -> Result<Vec<ReadRow>, Error> {
+    let error = |source| D::error(document, source);
+    let id = D::quote(ID_FIELD);
     let present: Vec<String> = table
         .columns
         .iter()
         .map(|column| column.name.to_owned())
         .collect();
     let (list, columns) = D::row_select(table, &present);
-    let mut report = AdoptReport::new(model.collection());
-    let limits = RunLimits::new(options.max_documents, None);
-    let mut scanned = 0;
-    let id = D::quote(ID_FIELD);
-    let name = D::quote(model.collection());
-    // The rows with an `_id` in its order, then those without one by the row's locator: a
-    // moved row has an id, and a row that could not move keeps its place behind the cursor.
-    let mut passes = vec![format!(
-        "t.{id} IS NOT NULL AND (? IS NULL OR t.{id} > ?) ORDER BY t.{id}"
-    )];
-    if let Some(locator) = D::ROW_LOCATOR {
-        passes.push(format!(
-            "t.{id} IS NULL AND (? IS NULL OR t.{locator} > ?) ORDER BY t.{locator}"
-        ));
-    }
-    for (pass, condition) in passes.iter().enumerate() {
-        let sql = format!(
-            "SELECT {list}, {} FROM {name} t WHERE {condition} LIMIT {PAGE_ROWS}{}",
-            located::<D>(table),
-            // A row changed between its read and its move would be moved with the hash of
-            // what was read.
-            D::LOCKING_READ
-        );
-        let mut after: Option<String> = None;
-        loop {
-            let limit = limits.documents_left(&report, 0);
-            if limit == Some(0) {
-                report.stopped = true;
-                return Ok(report);
-            }
-            let page = in_transaction_with::<D, _>(
-                wire,
-                &collection,
-                move_page::<D>(
-                    wire,
-                    table,
-                    (&sql, after.as_deref()),
-                    &columns,
-                    destination,
-                    limit,
-                    &mut report,
-                ),
-            )
-            .await?;
-            scanned += page.read;
-            progress(&AuditProgress::new(scanned, None));
-            match page.last {
-                Some((last_id, last_location)) => {
-                    after = Some(match pass {
-                        0 => last_id,
-                        _ => last_location.unwrap_or_default(),
-                    })
-                }
-                None => break,
-            }
+    let (condition, after) = match rows {
+        Rows::Page {
+            located: false,
+            after,
+        } => (
+            format!("t.{id} IS NOT NULL AND (? IS NULL OR t.{id} > ?) ORDER BY t.{id}"),
+            after,
+        ),
+        Rows::Page {
+            located: true,
+            after,
+        } => {
+            let locator = D::ROW_LOCATOR.unwrap_or_default();
+            let order = format!("ORDER BY t.{locator}");
+            let condition = format!("t.{id} IS NULL AND (? IS NULL OR t.{locator} > ?) {order}");
+            (condition, after)
         }
+        Rows::Id(at) => (format!("(? IS NULL OR t.{id} = ?)"), Some(at)),
+    };
+    let sql = format!(
+        "SELECT {list}, {} FROM {} t WHERE {condition} LIMIT {PAGE_ROWS}{}",
+        located::<D>(table),
+        D::quote(table.model.collection()),
+        D::LOCKING_READ
+    );
+    crate::trace::round_trip("SELECT");
+    let params = [Param::Text(after), Param::Text(after)];
+    let found = wire.fetch_all(&sql, &params).await.map_err(error)?;
+    let mut read = Vec::with_capacity(found.len());
+    for row in &found {
+        let (stored, next) = D::row_read(table, &columns, row, document)?;
+        read.push(ReadRow {
+            id: stored
+                .get(ID_FIELD)
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            stored,
+            location: row.text(next).map_err(error)?,
+            version: None,
+        });
     }
-    Ok(report)
+    Ok(read)
 }
 
-/// What one page did: how many rows it read, and the last one's id and location (`None`: the
-/// page was empty).
-struct Page {
-    read: u64,
-    last: Option<(String, Option<String>)>,
-}
-
-/// Reads one page (`sql` after the cursor) and moves each of its rows, at most `limit` of them.
-async fn move_page<D: MarkerDialect>(
+/// The move of a row [`locked_rows`] read and locked: one `UPDATE` of its id, its write marker
+/// and idem's columns, by its id, else by its locator. The derived id held by another row fails
+/// on the id's unique index, which undoes the statement alone.
+#[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+pub(crate) async fn locked_move<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
-    (sql, after): (&str, Option<&str>),
-    columns: &[usize],
-    destination: &Destined<'_>,
-    limit: Option<u64>,
-    report: &mut AdoptReport,
-) -> Result<Page, Error> {
-    let collection = DocumentRef::collection(table.model);
-    let error = |source| D::error(&collection, source);
-    crate::trace::round_trip("SELECT");
-    let rows = wire
-        .fetch_all(sql, &[Param::Text(after), Param::Text(after)])
-        .await
-        .map_err(error)?;
-    let mut page = Page {
-        read: 0,
-        last: None,
+    row: &ReadRow,
+    destination: &Destination,
+) -> Result<Move, Error> {
+    let mut set = vec![
+        format!("{} = ?", D::quote(ID_FIELD)),
+        format!("{} = ?", D::quote(WRITE_MARKER_FIELD)),
+    ];
+    for (index, _) in &destination.contents {
+        set.push(format!("{} = ?", D::quote(table.columns[*index].name)));
+    }
+    let (condition, at) = match (&row.id, &row.location) {
+        (Some(id), _) => (D::quote(ID_FIELD), Param::Text(Some(id.as_str()))),
+        (None, location) => {
+            let location = location.as_deref().unwrap_or_default();
+            let at = location
+                .parse::<i64>()
+                .map_or(Param::Text(Some(location)), Param::Integer);
+            (D::ROW_LOCATOR.unwrap_or_default().to_owned(), at)
+        }
     };
-    let moved_before = report.moved.count;
-    for row in &rows {
-        if limit.is_some_and(|limit| report.moved.count - moved_before >= limit) {
-            break;
-        }
-        page.read += 1;
-        let (stored, next) = D::row_read(table, columns, row, &collection)?;
-        let location = row.text(next).map_err(error)?;
-        let stored_id = stored
-            .get(ID_FIELD)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let place = match (D::ROW_LOCATOR, &location) {
-            (Some(locator), Some(location)) => format!("{locator} {location}"),
-            _ => "a row".to_owned(),
-        };
-        let shown = shown_row_id(stored.get(ID_FIELD), &place);
-        page.last = Some((stored_id.clone().unwrap_or_default(), location.clone()));
-        let moved = match destination(table, stored) {
-            Err(why) => {
-                report.failed.record(shown, Some(why));
-                continue;
-            }
-            Ok(moved) if stored_id.as_deref() == Some(moved.id_text.as_str()) => continue,
-            Ok(moved) => moved,
-        };
-        let mut set = vec![
-            format!("{} = ?", D::quote(ID_FIELD)),
-            format!("{} = ?", D::quote(WRITE_MARKER_FIELD)),
-        ];
-        for (index, _) in &moved.contents {
-            set.push(format!("{} = ?", D::quote(table.columns[*index].name)));
-        }
-        // The row by its id, else by its locator: a row without either cannot be named.
-        let location_number = location.as_deref().and_then(|at| at.parse::<i64>().ok());
-        let (condition, at) = match (&stored_id, D::ROW_LOCATOR, location_number) {
-            (Some(id), _, _) => (D::quote(ID_FIELD), Param::Text(Some(id.as_str()))),
-            (None, Some(locator), Some(location)) => (locator.to_owned(), Param::Integer(location)),
-            _ => {
-                report.failed.record(
-                    shown,
-                    Some("the row has neither an _id nor a locator".into()),
-                );
-                continue;
-            }
-        };
-        let update = format!(
-            "UPDATE {} SET {} WHERE {condition} = ?",
-            D::quote(table.model.collection()),
-            set.join(", "),
-        );
-        let update_marker = format!("u{}", ulid::Ulid::generate());
-        let mut params = vec![
-            Param::Text(Some(&moved.id_text)),
-            Param::Text(Some(&update_marker)),
-        ];
-        params.extend(
-            moved
-                .contents
-                .iter()
-                .map(|(_, value)| Param::Text(value.as_deref())),
-        );
-        params.push(at);
-        crate::trace::round_trip("UPDATE");
-        // The derived id held by another row fails on the id's unique index, which undoes the
-        // statement alone.
-        match wire.execute(&update, &params).await {
-            Ok(_) => report.moved.record_misplaced(shown, moved.id_text),
-            Err(source) => {
-                let failure = D::error(&moved.document, source);
-                if D::unique_conflict(&failure, table).is_none() {
-                    return Err(failure);
-                }
-                report.failed.record(
-                    shown,
-                    Some(format!(
-                        "derived id {} is held by another row; run adopt again once that row is \
-                         moved",
-                        moved.id_text
-                    )),
-                );
+    let update = format!(
+        "UPDATE {} SET {} WHERE {condition} = ?",
+        D::quote(table.model.collection()),
+        set.join(", "),
+    );
+    let update_marker = format!("u{}", ulid::Ulid::generate());
+    let mut params = vec![
+        Param::Text(Some(&destination.id_text)),
+        Param::Text(Some(&update_marker)),
+    ];
+    params.extend(
+        destination
+            .contents
+            .iter()
+            .map(|(_, value)| Param::Text(value.as_deref())),
+    );
+    params.push(at);
+    crate::trace::round_trip("UPDATE");
+    match wire.execute(&update, &params).await {
+        Ok(_) => Ok(Move::Moved),
+        Err(source) => {
+            let failure = D::error(&destination.document, source);
+            match D::unique_conflict(&failure, table) {
+                Some(_) => Ok(Move::Taken),
+                None => Err(failure),
             }
         }
     }
-    Ok(page)
 }

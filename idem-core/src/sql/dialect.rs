@@ -13,9 +13,9 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId};
+use crate::sql::adoption::{Move, ReadRow, Rows};
+use crate::sql::judge::Destination;
 use crate::sql::layout::Layout;
-#[cfg(feature = "_marker_store")]
-use crate::sql::sqlx_wire::{SqlxDatabase, SqlxWire};
 use serde::de::DeserializeOwned;
 
 use super::store::Store;
@@ -34,6 +34,20 @@ pub(crate) enum Statement {
     Delete,
     /// Insert the row unless its id or natural key is stored.
     InsertNew,
+}
+
+impl From<crate::engine::WriteKind> for Statement {
+    /// The statement of a write of the engine's: an event is recorded, as a derived set's
+    /// member is inserted, unless it is stored.
+    fn from(kind: crate::engine::WriteKind) -> Self {
+        match kind {
+            crate::engine::WriteKind::Upsert => Statement::Upsert,
+            crate::engine::WriteKind::Delete => Statement::Delete,
+            crate::engine::WriteKind::Record | crate::engine::WriteKind::InsertNew => {
+                Statement::InsertNew
+            }
+        }
+    }
 }
 
 /// What one effect's statement found ([`SqlDialect::apply_once`], [`SqlDialect::push`]).
@@ -205,6 +219,31 @@ pub(crate) trait SqlDialect: Dialect {
         false
     }
 
+    /// Whether an adoption reads each page with its locks and moves its rows in a transaction
+    /// of its own ([`super::adoption`]); where not (PostgreSQL), each move is guarded by the
+    /// row version it read, and the adoption needs no transaction.
+    const ADOPTS_IN_TRANSACTION: bool = true;
+
+    /// The rows of `table` an adoption reads: a page of a pass, or a row again.
+    fn adoption_rows<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        rows: Rows<'_>,
+        document: &DocumentRef,
+    ) -> impl Future<Output = Result<Vec<ReadRow>, Error>> + Send {
+        super::adoption::locked_rows::<Self>(wire, table, rows, document)
+    }
+
+    /// The move of `row`, as [`SqlDialect::adoption_rows`] read it, to `destination`.
+    fn adoption_move<W: Wire>(
+        wire: &W,
+        table: &Self::Table,
+        row: &ReadRow,
+        destination: &Destination,
+    ) -> impl Future<Output = Result<Move, Error>> + Send {
+        super::adoption::locked_move::<Self>(wire, table, row, destination)
+    }
+
     /// The row of `table` whose columns at the indexes of `equal` hold its values, as `T`;
     /// `None` if none does.
     fn read_one<W: Wire, T: DeserializeOwned>(
@@ -307,17 +346,3 @@ pub(crate) trait SqlDriver<'a, D: SqlDialect, W: Wire + 'a>:
 pub(crate) mod private {
     pub trait Sealed {}
 }
-
-#[cfg(feature = "_marker_store")]
-/// A dialect whose driver is sqlx's: its connection is lent to a store's call as a
-/// [`SqlxWire`].
-pub(crate) trait SqlxDialect: SqlDialect {
-    /// The driver's connection, which the caller lends for a call.
-    type Connection: Send;
-    /// The database of its sqlx driver.
-    type Db: SqlxDatabase<Connection = Self::Connection>;
-}
-
-#[cfg(feature = "_marker_store")]
-/// The wire of sqlx dialect `D`'s connection, lent for one call.
-pub(crate) type WireOf<'c, D> = SqlxWire<'c, <D as SqlxDialect>::Db>;

@@ -272,24 +272,12 @@ fn by_marker(
 }
 
 impl<D: MarkerDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
-    type Doc = PreparedRow;
-    type Light = LightRow;
-    type Stored = StoredRow;
-
-    fn light_of<'d>(&self, doc: &'d PreparedRow) -> &'d LightRow {
-        &doc.light
-    }
-
     async fn write(
         &self,
         kind: WriteKind,
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let statement = match kind {
-            WriteKind::Upsert => Statement::Upsert,
-            WriteKind::Delete => Statement::Delete,
-            WriteKind::Record | WriteKind::InsertNew => Statement::InsertNew,
-        };
+        let statement = Statement::from(kind);
         let mut attempts = 1;
         let written = loop {
             let written = self.write_and_read(statement, docs).await;

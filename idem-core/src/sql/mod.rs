@@ -3,7 +3,7 @@
 //! ([`json`]), and how an audit or an adoption judges a row ([`judge`]). Each dialect's types,
 //! statements and error codes are its driver's.
 
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod adoption;
 pub(crate) mod audit;
 pub(crate) mod change;
@@ -22,9 +22,9 @@ pub(crate) mod marker_sql;
 pub(crate) mod reads;
 pub(crate) mod row;
 pub(crate) mod scan;
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod session;
-#[cfg(feature = "_marker_store")]
+#[cfg(feature = "_sql_store")]
 pub(crate) mod sqlx_api;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod sqlx_wire;
@@ -39,9 +39,21 @@ pub(crate) mod texts;
 pub(crate) mod wire;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
-/// answers them: from [`row::RowReader`] over the driver's table (`self.table`).
+/// answers them: its rows are [`row`]'s, read by [`row::RowReader`] over the driver's table
+/// (`self.table`).
 macro_rules! reads_rows_as_sql {
     () => {
+        type Doc = $crate::sql::row::PreparedRow;
+        type Light = $crate::sql::row::LightRow;
+        type Stored = $crate::sql::row::StoredRow;
+
+        fn light_of<'d>(
+            &self,
+            doc: &'d $crate::sql::row::PreparedRow,
+        ) -> &'d $crate::sql::row::LightRow {
+            &doc.light
+        }
+
         fn incoming_value(
             &self,
             doc: &$crate::sql::row::LightRow,

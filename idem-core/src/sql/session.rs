@@ -1,11 +1,14 @@
 //! A SQL store and the caller's connection or transaction: idem's API, method for method the
-//! API of every other store ([`Backend`](crate::Backend)).
+//! API of every other store ([`Backend`](crate::Backend)), over every SQL dialect's connections.
+
+use std::future::Future;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::dialect::{SqlxDialect, WireOf};
+use super::dialect::SqlDialect;
 use super::store::Store;
+use super::wire::Wire;
 use crate::batch::BatchReport;
 use crate::change::Change;
 use crate::document::NaturalKey;
@@ -16,20 +19,60 @@ use crate::insert::InsertReport;
 use crate::model::OpId;
 use crate::outcome::{Applied, Deletion, Outcome, Pushed, Recorded};
 
-/// A store and the connection (or transaction: `&mut *tx`) it writes through, made by the
-/// store's `on`. A connection serves one statement at a time, so the session's calls take turns
-/// on it.
+/// What a session is made over (a tokio-postgres client, or a sqlx dialect whose connection is
+/// lent): the dialect it writes in, the wire it holds, and whether its calls take turns.
+#[doc(hidden)]
 #[allow(private_bounds)]
-pub struct Session<'a, D: SqlxDialect> {
-    store: &'a Store<D>,
-    wire: WireOf<'a, D>,
-    /// Held through each call: a call's statements (its transaction of its own among them) are
-    /// never interleaved with another's on the one connection.
-    turn: tokio::sync::Mutex<()>,
+pub trait Lends {
+    /// The dialect the session's store writes in.
+    type Dialect: SqlDialect;
+    /// The wire the session holds for its calls, lent for `'a`.
+    type Wire<'a>: Wire;
+    /// What each call holds while it runs: a lock where a call's statements (a transaction of
+    /// idem's own among them) must not interleave with another's on the one connection (sqlx's
+    /// marker stores), nothing where each statement stands alone and calls pipeline on the
+    /// client (PostgreSQL, whose writes need no transaction of their own).
+    type Turns: Turns;
+}
+
+/// How a session's calls take turns on its connection ([`Lends::Turns`]).
+#[doc(hidden)]
+pub trait Turns: Default + Send + Sync {
+    /// What a call holds while it runs.
+    type Turn<'t>: Send
+    where
+        Self: 't;
+    /// Waits for the call's turn.
+    fn take(&self) -> impl Future<Output = Self::Turn<'_>> + Send;
+}
+
+/// Calls that never wait for one another.
+impl Turns for () {
+    type Turn<'t> = ();
+
+    async fn take(&self) {}
+}
+
+/// Calls that take turns, one at a time.
+impl Turns for tokio::sync::Mutex<()> {
+    type Turn<'t> = tokio::sync::MutexGuard<'t, ()>;
+
+    fn take(&self) -> impl Future<Output = Self::Turn<'_>> + Send {
+        self.lock()
+    }
+}
+
+/// A store and the connection (or transaction) it writes through, made by the store's `on`.
+#[allow(private_bounds)]
+pub struct Session<'a, C: Lends> {
+    store: &'a Store<C::Dialect>,
+    wire: C::Wire<'a>,
+    /// Held through each call where calls take turns ([`Lends::Turns`]).
+    turns: C::Turns,
 }
 
 #[allow(private_bounds)]
-impl<D: SqlxDialect> std::fmt::Debug for Session<'_, D> {
+impl<C: Lends> std::fmt::Debug for Session<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("store", self.store)
@@ -38,28 +81,44 @@ impl<D: SqlxDialect> std::fmt::Debug for Session<'_, D> {
 }
 
 #[allow(private_bounds)]
-impl<'a, D: SqlxDialect> Session<'a, D> {
-    /// `store` writing through `connection`.
-    pub(crate) fn new(
-        store: &'a Store<D>,
-        connection: &'a mut <D as SqlxDialect>::Connection,
-    ) -> Self {
+impl<'a, C: Lends<Turns: Clone>> Clone for Session<'a, C>
+where
+    C::Wire<'a>: Clone,
+{
+    fn clone(&self) -> Self {
+        Session {
+            store: self.store,
+            wire: self.wire.clone(),
+            turns: self.turns.clone(),
+        }
+    }
+}
+
+#[allow(private_bounds)]
+impl<'a, C: Lends<Turns: Copy>> Copy for Session<'a, C> where C::Wire<'a>: Copy {}
+
+#[allow(private_bounds)]
+impl<'a, C: Lends> Session<'a, C> {
+    /// `store` writing through `wire`.
+    pub(crate) fn new(store: &'a Store<C::Dialect>, wire: C::Wire<'a>) -> Self {
         Session {
             store,
-            wire: crate::sql::sqlx_wire::SqlxWire::new(connection),
-            turn: tokio::sync::Mutex::new(()),
+            wire,
+            turns: C::Turns::default(),
         }
     }
 
     /// The store this session writes for.
-    pub fn store(&self) -> &'a Store<D> {
+    pub fn store(&self) -> &'a Store<C::Dialect> {
         self.store
     }
 
-    /// The connection back ([`sqlx_store_methods!`](super::sqlx_api::sqlx_store_methods)
-    /// names its type for each store).
-    pub(crate) fn connection_back(self) -> &'a mut <D as SqlxDialect>::Connection {
-        self.wire.into_connection()
+    /// The wire back ([`sqlx_store_methods!`](super::sqlx_api::sqlx_store_methods) hands the
+    /// connection back for each sqlx store).
+    // PostgreSQL's sessions hand nothing back.
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+    pub(crate) fn into_wire(self) -> C::Wire<'a> {
+        self.wire
     }
 
     /// The store's `upsert` through this session's connection.
@@ -67,7 +126,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.upsert_on(&self.wire, doc).await
     }
 
@@ -76,7 +135,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.upsert_many_on(&self.wire, docs).await
     }
 
@@ -85,7 +144,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.delete_on(&self.wire, doc).await
     }
 
@@ -95,7 +154,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
         T: Idempotent,
         M: Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store
             .delete_by_id_on::<T, M>(&self.wire, id, marker)
             .await
@@ -106,7 +165,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + Serialize + Sync + Clone,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.insert_new_on(&self.wire, members).await
     }
 
@@ -116,7 +175,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
         T: Idempotent,
         I: Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store
             .push_on::<T, I>(&self.wire, id, field, item)
             .await
@@ -132,7 +191,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store
             .apply_once_on::<T>(&self.wire, id, op, changes)
             .await
@@ -143,7 +202,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + Serialize + Sync,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.record_on(&self.wire, event).await
     }
 
@@ -152,7 +211,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.get_on::<T>(&self.wire, id).await
     }
 
@@ -161,7 +220,7 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent + DeserializeOwned,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.find_on::<T>(&self.wire, key).await
     }
 
@@ -170,9 +229,9 @@ impl<'a, D: SqlxDialect> Session<'a, D> {
     where
         T: Idempotent,
     {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turns.take().await;
         self.store.ensure_table_on::<T>(&self.wire).await
     }
 }
 
-crate::backend::backend_by_inherent_methods!([D: SqlxDialect] Session<'_, D>);
+crate::backend::backend_by_inherent_methods!([C: Lends] Session<'_, C>);

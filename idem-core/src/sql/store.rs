@@ -595,7 +595,6 @@ pub(crate) async fn in_transaction<D: SqlDialect, R>(
 }
 
 /// [`in_transaction`] for work whose errors are idem's already: any of them rolls it back.
-#[cfg(feature = "_marker_store")]
 pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
     wire: &impl Wire,
     document: &DocumentRef,
@@ -610,7 +609,6 @@ pub(crate) async fn in_transaction_with<D: SqlDialect, R>(
 
 /// Commits what [`Wire::begin`] opened after `outcome`, or rolls it back on an error. A commit
 /// that fails (a busy lock) is rolled back too, so that no write of it is left open.
-#[cfg(feature = "_marker_store")]
 pub(crate) async fn settle_transaction<D: SqlDialect, R>(
     wire: &impl Wire,
     outcome: Result<R, Error>,

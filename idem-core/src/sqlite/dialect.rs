@@ -3,7 +3,7 @@
 //! ([`super::effects`]), and how its cells read as text.
 
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, SqliteConnection, TypeInfo as _, ValueRef as _};
+use sqlx::{Row as _, TypeInfo as _, ValueRef as _};
 
 use super::errors::failure;
 use super::table::{quote, Table};
@@ -13,9 +13,7 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::dialect::{
-    Dialect, EffectAnswer, MarkerDialect, SqlDialect, SqlxDialect, Statement,
-};
+use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect, Statement};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
@@ -26,11 +24,6 @@ impl crate::sql::dialect::private::Sealed for Sqlite {}
 
 impl Dialect for Sqlite {
     const NAME: &'static str = "SQLite";
-}
-
-impl SqlxDialect for Sqlite {
-    type Connection = SqliteConnection;
-    type Db = sqlx::Sqlite;
 }
 
 impl SqlDialect for Sqlite {
