@@ -156,7 +156,7 @@ impl MarkerDialect for MySql {
     const WRITE_RETURNS: bool = false;
 
     fn fresh_sql(table: &Table, rows: usize) -> String {
-        table.insert_rows(Statement::Upsert, rows)
+        table.fresh_sql(rows)
     }
 
     fn select_stored_sql(table: &Table, rows: usize) -> String {
@@ -193,7 +193,7 @@ impl MarkerDialect for MySql {
     }
 
     fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        super::table::WORDS.deleted_sql(table, tombstone)
+        table.deleted_sql(tombstone)
     }
 }
 

@@ -1,26 +1,22 @@
-//! A type's MySQL-family table: its columns and declared types, the DDL that creates it, and the
-//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
-//! shares.
+//! A type's MySQL-family table: its columns' declared types, the DDL that creates it, and the
+//! statements idem sends to it, over the marker dialects' shared
+//! [`Table`](crate::sql::marker_table::Table) in the MySQL family's words.
 //!
 //! Parameters are anonymous (`?`), each bound once, in the order they appear; a batch is cut
 //! into chunks under the 65,535 a prepared statement may hold. There is no alias for the row
 //! an upsert inserts: `VALUES(col)` names its value, a bare column the stored one.
 
-use std::fmt::Write as _;
-
-use crate::column::{Column, ColumnShape};
-use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::column::ColumnShape;
+use crate::model::{Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::guard::{upsert_guard, GuardWords};
 use crate::sql::layout::{Content, Layout, TableColumn};
 use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_table::MarkerWords;
 
 /// The collation that compares text byte for byte (NO PAD: `utf8mb4_bin` ignores trailing
 /// spaces). MariaDB's; MySQL 8 and TiDB name theirs `utf8mb4_0900_bin`.
 pub(crate) const BYTEWISE: &str = "utf8mb4_nopad_bin";
-
-/// The bound parameters one prepared statement may hold.
-const MAX_PARAMETERS: usize = 65_535;
 
 /// The bytes InnoDB's B-tree index key may hold (16 KiB pages, `DYNAMIC` rows).
 const KEY_BYTES: usize = 3_072;
@@ -33,6 +29,8 @@ pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "<=>",
+    never_deleted: "0",
+    text_cast: "",
 };
 
 /// How the MySQL family writes the guard's words: there is no alias for the row an upsert
@@ -131,54 +129,30 @@ pub(crate) fn shape_of(declared: &str) -> ColumnShape {
     }
 }
 
-/// A type's table and the parts of the statements idem sends to it.
-#[derive(Debug)]
-pub(crate) struct Table {
-    layout: Layout,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
-    /// The length of a text natural-key column: the key's index within [`KEY_BYTES`].
-    key_chars: usize,
+/// The length of a text natural-key column of `layout`: the key's index within [`KEY_BYTES`].
+fn key_chars(layout: &Layout) -> usize {
+    let keys = layout.columns.iter().filter(|column| is_key(column));
+    let (texts, fixed) = keys.fold((0, 0), |(texts, fixed), column| match column.shape {
+        ColumnShape::Text => (texts + 1, fixed),
+        ColumnShape::Boolean => (texts, fixed + 1),
+        _ => (texts, fixed + 8),
+    });
+    // Four bytes a character in utf8mb4.
+    let key_chars = KEY_BYTES.saturating_sub(fixed) / (4 * texts).max(1);
+    key_chars.clamp(1, KEY_CHARS)
 }
 
-impl std::ops::Deref for Table {
-    type Target = Layout;
+/// A type's MySQL-family table and the parts of the statements idem sends to it.
+pub(crate) type Table = crate::sql::marker_table::Table<super::MySql>;
 
-    fn deref(&self) -> &Layout {
-        &self.layout
-    }
-}
+impl MarkerWords for super::MySql {
+    const WORDS: Words = WORDS;
+    /// The 65,535 a prepared statement may hold, less the update's marker.
+    const ROW_PARAMETERS: usize = 65_535 - 1;
+    const INSERT_ALIAS: &'static str = "";
+    const FRESH_INSERT: &'static str = "INSERT INTO";
 
-impl Table {
-    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
-        let layout = Layout::new(model, stored);
-        let keys = layout.columns.iter().filter(|column| is_key(column));
-        let (texts, fixed) = keys.fold((0, 0), |(texts, fixed), column| match column.shape {
-            ColumnShape::Text => (texts + 1, fixed),
-            ColumnShape::Boolean => (texts, fixed + 1),
-            _ => (texts, fixed + 8),
-        });
-        // Four bytes a character in utf8mb4.
-        let key_chars = KEY_BYTES.saturating_sub(fixed) / (4 * texts).max(1);
-        Table {
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
-            key_chars: key_chars.clamp(1, KEY_CHARS),
-            layout,
-        }
-    }
-
-    /// The quoted table name.
-    pub fn name(&self) -> String {
-        quote(self.model.collection())
-    }
-
-    /// How many rows one statement may carry.
-    pub fn max_rows(&self) -> usize {
-        ((MAX_PARAMETERS - 1) / (self.sent.len() + 1)).max(1)
-    }
-
-    /// A column's declared type.
-    fn sql_type(&self, column: &TableColumn) -> String {
+    fn declared(table: &Table, column: &TableColumn) -> String {
         let text = |length: usize| {
             format!("VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE {BYTEWISE} NOT NULL")
         };
@@ -186,7 +160,7 @@ impl Table {
             (Content::Id, _) => text(26),
             (Content::Hash, _) => text(71).replace(" NOT NULL", ""),
             (Content::VersionKey, _) => text(32).replace(" NOT NULL", ""),
-            (_, ColumnShape::Text) if is_key(column) => text(self.key_chars),
+            (_, ColumnShape::Text) if is_key(column) => text(key_chars(table)),
             (_, ColumnShape::Text) => format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}"),
             // A `DOUBLE` holds neither NaN nor the infinities: a document holding one is refused
             // (1366, naming the column), where the other stores keep it.
@@ -199,33 +173,31 @@ impl Table {
         }
     }
 
+    /// A boolean as `true` or `false` (its type would not survive a `UNION`), any other as
+    /// stored.
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
+        match table.shape_named(name) {
+            Some(ColumnShape::Boolean) => boolean_text(&column),
+            _ => column,
+        }
+    }
+}
+
+impl Table {
     /// `CREATE TABLE IF NOT EXISTS …` with the primary key on the id and the unique constraint
     /// on the natural key.
     pub fn create_sql(&self) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let _ = writeln!(sql, "    {} {},", quote(column.name), self.sql_type(column));
-        }
-        let _ = write!(
-            sql,
-            "    {} JSON NOT NULL DEFAULT '[]',\n    {} VARCHAR(27) CHARACTER SET utf8mb4 \
-             COLLATE {BYTEWISE},\n    PRIMARY KEY ({}),\n    CONSTRAINT {} UNIQUE ({})\n) \
-             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}",
-            quote(APPLIED_OPS_FIELD),
-            quote(WRITE_MARKER_FIELD),
-            quote(ID_FIELD),
-            quote(&self.natural_key_constraint),
-            WORDS.key_list(self, ""),
-        );
-        sql
-    }
-
-    /// The insert of `rows` rows for `statement`, each its inserted columns
-    /// ([`crate::sql::marker::inserted`]) then its write marker, with nothing after `VALUES`:
-    /// as it is, the plain insert of fresh rows, which any stored id or key fails whole.
-    pub fn insert_rows(&self, statement: Statement, rows: usize) -> String {
-        let values = WORDS.inserted_values(self, statement, rows);
-        format!("INSERT INTO {} {values}", self.name())
+        let own = [
+            format!("{} JSON NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            format!(
+                "{} VARCHAR(27) CHARACTER SET utf8mb4 COLLATE {BYTEWISE}",
+                quote(WRITE_MARKER_FIELD)
+            ),
+            format!("PRIMARY KEY ({})", quote(ID_FIELD)),
+        ];
+        let after = format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}");
+        self.create_table(&own, &after)
     }
 
     /// The write of `rows` rows for `statement` ([`crate::sql::dialect::MarkerDialect::write_sql`]).
@@ -236,7 +208,8 @@ impl Table {
     pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
         let marker = quote(WRITE_MARKER_FIELD);
         let id = quote(ID_FIELD);
-        let insert = self.insert_rows(statement, rows);
+        // As it is, the plain insert of fresh rows, which any stored id or key fails whole.
+        let insert = self.insert_rows("INSERT INTO", statement, rows);
         let (condition, replaced): (String, Vec<&str>) = match statement {
             Statement::Upsert => (
                 upsert_guard(self, &Guard),
@@ -394,22 +367,6 @@ impl Table {
         )
     }
 
-    /// A column as a read selects it, for [`crate::sql::wire::Cells::text`]: a boolean as
-    /// `true` or `false` (its type would not survive a `UNION`), any other as stored.
-    pub fn read_of(&self, alias: &str, name: &str) -> String {
-        let column = format!("{alias}.{}", quote(name));
-        match self.shape_named(name) {
-            Some(ColumnShape::Boolean) => boolean_text(&column),
-            _ => column,
-        }
-    }
-
-    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
-    fn stored_state_columns(&self, t: &str) -> Vec<String> {
-        self.layout
-            .stored_state_columns(t, quote, |alias, name| self.read_of(alias, name))
-    }
-
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
     /// it is as it was read. Parameters: the sent columns (one each, a column not replaced
     /// taking its own back), the update marker, the id, then the stored hash, digests, version
@@ -425,15 +382,16 @@ impl Table {
         }
         set.push(format!("t.{} = ?", quote(WRITE_MARKER_FIELD)));
         let anonymous = || "?".to_owned();
-        let conditions = WORDS.pinned_conditions(self, anonymous, |name, placeholder| {
-            match self.shape_named(name) {
-                // Text compared with an integer would be compared as a double.
-                Some(ColumnShape::Integer) => {
-                    format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
+        let conditions =
+            WORDS.pinned_conditions(self, anonymous(), anonymous, |name, placeholder| {
+                match self.shape_named(name) {
+                    // Text compared with an integer would be compared as a double.
+                    Some(ColumnShape::Integer) => {
+                        format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
+                    }
+                    _ => format!("{} <=> {placeholder}", self.read_of("t", name)),
                 }
-                _ => format!("{} <=> {placeholder}", self.read_of("t", name)),
-            }
-        });
+            });
         format!(
             "UPDATE {} t SET {} WHERE {}",
             self.name(),

@@ -159,7 +159,7 @@ impl MarkerDialect for Sqlite {
     }
 
     fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        super::table::WORDS.deleted_sql(table, tombstone)
+        table.deleted_sql(tombstone)
     }
 }
 

@@ -1,6 +1,6 @@
-//! A type's SQLite table: its columns and declared types, the DDL that creates it, and the
-//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
-//! shares.
+//! A type's SQLite table: its columns' declared types, the DDL that creates it, and the
+//! statements idem sends to it, over the marker dialects' shared
+//! [`Table`](crate::sql::marker_table::Table) in SQLite's words.
 //!
 //! Values are bound one parameter per column and row (`VALUES (?1, ?2, …), (…)`), as SQLite
 //! has no array parameters; a batch is cut into chunks that stay under SQLite's limit of bound
@@ -8,14 +8,13 @@
 //! values JSON text. A float JSON cannot hold (NaN, an infinity) is stored as its text, which a
 //! `REAL` column keeps as it is.
 
-use std::fmt::Write as _;
-
-use crate::column::{Column, ColumnShape};
-use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::column::ColumnShape;
+use crate::model::{Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::sql::guard::{conflict_action, Dialect};
 pub(crate) use crate::sql::guard::{literal, quote};
-use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
-use crate::sql::layout::{Content, Layout, TableColumn};
+use crate::sql::layout::{Content, TableColumn};
 use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_table::MarkerWords;
 
 /// How SQLite writes the guard's words.
 const SQLITE: Dialect = Dialect {
@@ -30,11 +29,9 @@ pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "IS",
+    never_deleted: "0",
+    text_cast: "",
 };
-
-/// SQLite's limit of bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER` since
-/// 3.32), less room for the statement's own.
-pub(crate) const MAX_PARAMETERS: usize = 32_000;
 
 /// A column's declared type. A boolean's and a structured value's name their shape, so that a
 /// model given at run time reads them as what they hold ([`shape_of`]); by SQLite's affinity
@@ -84,62 +81,47 @@ pub(crate) fn shape_of(declared: &str) -> ColumnShape {
 
 pub(crate) use crate::sql::dialect::Statement;
 
-/// A type's table and the parts of the statements idem sends to it.
-#[derive(Debug)]
-pub(crate) struct Table {
-    layout: Layout,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
-}
+/// A type's SQLite table and the parts of the statements idem sends to it.
+pub(crate) type Table = crate::sql::marker_table::Table<super::Sqlite>;
 
-impl std::ops::Deref for Table {
-    type Target = Layout;
+impl MarkerWords for super::Sqlite {
+    const WORDS: Words = WORDS;
+    /// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32, less room for the statement's own.
+    const ROW_PARAMETERS: usize = 32_000;
+    const INSERT_ALIAS: &'static str = " AS t";
+    /// `OR ABORT`: whatever conflict rule a table made by hand gives its constraints (`ON
+    /// CONFLICT REPLACE` would delete the stored row), a conflict fails the statement. Without
+    /// `RETURNING`, whose rows cost as much as the insert's own through sqlx.
+    const FRESH_INSERT: &'static str = "INSERT OR ABORT INTO";
 
-    fn deref(&self) -> &Layout {
-        &self.layout
+    fn declared(_: &Table, column: &TableColumn) -> String {
+        let constraint = match (column.content, column.role()) {
+            (Content::Id, _) => " PRIMARY KEY NOT NULL",
+            (_, Some(Role::Key | Role::IdempotencyKey)) => " NOT NULL",
+            (_, Some(Role::Pushed)) => " NOT NULL DEFAULT '[]'",
+            _ => "",
+        };
+        format!("{}{constraint}", sql_type(column))
+    }
+
+    /// A float as it is stored, whose text SQLite would write with 15 significant digits, not
+    /// the 17 that give the very float back; any other as [`Table::text_of`] gives it.
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        match table.shape_named(name) {
+            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
+            _ => table.text_of(alias, name),
+        }
     }
 }
 
 impl Table {
-    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
-        Table {
-            layout: Layout::new(model, stored),
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
-        }
-    }
-
-    /// The quoted table name.
-    pub fn name(&self) -> String {
-        quote(self.model.collection())
-    }
-
-    /// How many rows one statement may carry.
-    pub fn max_rows(&self) -> usize {
-        (MAX_PARAMETERS / (self.sent.len() + 1)).max(1)
-    }
-
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
     pub fn create_sql(&self) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let _ = write!(sql, "    {} {}", quote(column.name), sql_type(column));
-            match (column.content, column.role()) {
-                (Content::Id, _) => sql.push_str(" PRIMARY KEY NOT NULL"),
-                (_, Some(Role::Key | Role::IdempotencyKey)) => sql.push_str(" NOT NULL"),
-                (_, Some(Role::Pushed)) => sql.push_str(" NOT NULL DEFAULT '[]'"),
-                _ => {}
-            }
-            sql.push_str(",\n");
-        }
-        let _ = write!(
-            sql,
-            "    {} TEXT NOT NULL DEFAULT '[]',\n    {} TEXT,\n    CONSTRAINT {} UNIQUE ({})\n)",
-            quote(APPLIED_OPS_FIELD),
-            quote(WRITE_MARKER_FIELD),
-            quote(&self.natural_key_constraint),
-            self.natural_key_list(),
-        );
-        sql
+        let own = [
+            format!("{} TEXT NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            format!("{} TEXT", quote(WRITE_MARKER_FIELD)),
+        ];
+        self.create_table(&own, "")
     }
 
     /// Every column the table must have, with its declared type.
@@ -150,11 +132,6 @@ impl Table {
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
     }
 
-    /// The natural-key columns, quoted and comma-separated: the conflict target.
-    pub fn natural_key_list(&self) -> String {
-        WORDS.key_list(self, "")
-    }
-
     /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
     /// row, each row ending with the insert's write marker, then (but for `InsertNew`) the
     /// update's write marker; returning the id and the marker of each row written.
@@ -163,64 +140,17 @@ impl Table {
     /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
     /// made binding quadratic (measured: more than half the time of a 10,000-row batch).
     pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
-        let update_marker = "?";
         let id = quote(ID_FIELD);
         let marker = quote(WRITE_MARKER_FIELD);
-        let conflict = match statement {
-            Statement::Upsert => {
-                let set: Vec<String> = self
-                    .columns
-                    .iter()
-                    .filter(|column| column.is_replaced())
-                    .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
-                    .collect();
-                format!(
-                    "ON CONFLICT ({key}) DO UPDATE SET {set}, {marker} = {update_marker} \
-                     WHERE t.{id} = excluded.{id} AND {guard} ON CONFLICT ({id}) DO NOTHING",
-                    key = self.natural_key_list(),
-                    set = set.join(", "),
-                    guard = upsert_guard(self, &SQLITE),
-                )
-            }
-            Statement::Delete => {
-                let tombstone = tombstone_column(self);
-                format!(
-                    "ON CONFLICT ({key}) DO UPDATE SET {tombstone} = excluded.{tombstone}, \
-                     {marker} = {update_marker} \
-                     WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL \
-                     ON CONFLICT ({id}) DO NOTHING",
-                    key = self.natural_key_list(),
-                )
-            }
-            // Only the natural key and the id: a conflict in another unique index is a refusal
-            // naming it, not a member left alone.
-            Statement::InsertNew => format!(
-                "ON CONFLICT ({}) DO NOTHING ON CONFLICT ({id}) DO NOTHING",
-                self.natural_key_list()
-            ),
-        };
+        // `InsertNew`: only the natural key and the id: a conflict in another unique index is a
+        // refusal naming it, not a member left alone.
+        let action = conflict_action(self, statement, &SQLITE, &format!(", {marker} = ?"));
         format!(
-            "{insert} {conflict} RETURNING {id}, {marker}",
+            "{insert} ON CONFLICT ({key}) {action} ON CONFLICT ({id}) DO NOTHING \
+             RETURNING {id}, {marker}",
             insert = self.insert_rows("INSERT INTO", statement, rows),
+            key = self.natural_key_list(),
         )
-    }
-
-    /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns then its
-    /// write marker, with nothing after its `VALUES`.
-    fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
-        let values = WORDS.inserted_values(self, statement, rows);
-        format!("{verb} {} AS t {values}", self.name())
-    }
-
-    /// The plain insert of `rows` rows as fresh ones
-    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]): without `ON CONFLICT`, so a
-    /// stored row's id or natural key fails it whole, and without `RETURNING`, whose rows
-    /// cost as much as the insert's own through sqlx. `OR ABORT`: whatever conflict rule a
-    /// table made by hand gives its constraints (`ON CONFLICT REPLACE` would delete the stored
-    /// row), a conflict fails the statement. Parameters as [`Table::write_sql`]'s, without the
-    /// update's marker.
-    pub fn fresh_sql(&self, rows: usize) -> String {
-        self.insert_rows("INSERT OR ABORT INTO", Statement::Upsert, rows)
     }
 
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
@@ -309,26 +239,10 @@ impl Table {
         }
     }
 
-    /// A column as a read of the row selects it, to be read with [`crate::sql::wire::Cells::text`]: a float as it
-    /// is stored, whose text SQLite would write with 15 significant digits, not the 17 that
-    /// give the very float back; any other as [`Table::text_of`] gives it.
-    pub fn read_of(&self, alias: &str, name: &str) -> String {
-        match self.shape_named(name) {
-            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
-            _ => self.text_of(alias, name),
-        }
-    }
-
     /// What a row that stopped a write holds, as text: its id, whether it is deleted, its
     /// hash, digests and version key, the guarded fields' values and the version field's.
     fn stored_state(&self, t: &str) -> String {
         self.stored_state_columns(t).join(", ")
-    }
-
-    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
-    fn stored_state_columns(&self, t: &str) -> Vec<String> {
-        self.layout
-            .stored_state_columns(t, quote, |alias, name| self.read_of(alias, name))
     }
 
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
@@ -352,7 +266,8 @@ impl Table {
             }
         }
         set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let conditions = WORDS.pinned_conditions(self, next, |name, placeholder| {
+        let id = next();
+        let conditions = WORDS.pinned_conditions(self, id, next, |name, placeholder| {
             format!("{} IS {placeholder}", self.read_of("t", name))
         });
         format!(
