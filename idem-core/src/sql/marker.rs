@@ -417,10 +417,10 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         }
     }
 
-    /// One read ([`MarkerDialect::look_up_sql`]): the rows stored with the same id, natural key,
-    /// content hash and version key settle `Unchanged` with no write statement and no write
-    /// lock; each other row with what it meets, which the engine judges before anything is
-    /// written.
+    /// One read ([`crate::sql::marker_table::MarkerWords::look_up_sql`]): the rows stored with
+    /// the same id, natural key, content hash and version key settle `Unchanged` with no write
+    /// statement and no write lock; each other row with what it meets, which the engine judges
+    /// before anything is written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let table = self.table;
         let document = &docs[0].document();

@@ -12,7 +12,8 @@ use crate::sql::dialect::Statement;
 use crate::sql::layout::{Layout, TableColumn};
 use crate::sql::marker_sql::Words;
 
-/// What a marker dialect's table writes its own way.
+/// What a marker dialect's table writes its own way: its words, and the statements of the
+/// marker strategy ([`super::marker`]) it builds.
 pub(crate) trait MarkerWords: Sized + 'static {
     /// How it writes the statements' shared parts.
     const WORDS: Words;
@@ -25,8 +26,41 @@ pub(crate) trait MarkerWords: Sized + 'static {
     const FRESH_INSERT: &'static str;
     /// A column's type and constraints in `CREATE TABLE`.
     fn declared(table: &Table<Self>, column: &TableColumn) -> String;
-    /// A column as a read of the row selects it, for [`crate::sql::wire::Cells::text`].
-    fn read_of(table: &Table<Self>, alias: &str, name: &str) -> String;
+    /// A column of idem's table as a read of the row selects it, for
+    /// [`crate::sql::wire::Cells::text`] (where [`crate::sql::dialect::SqlDialect::read_of`]
+    /// reads a column of any table).
+    fn read_column(table: &Table<Self>, alias: &str, name: &str) -> String;
+
+    /// How many rows one statement may carry.
+    fn max_rows(table: &Table<Self>) -> usize {
+        (Self::ROW_PARAMETERS / (table.sent.len() + 1)).max(1)
+    }
+    /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
+    /// columns ([`super::marker::inserted`]) then the insert's write marker, then (but for
+    /// `InsertNew`) the update's write marker.
+    fn write_sql(table: &Table<Self>, statement: Statement, rows: usize) -> String;
+    /// The plain insert of `rows` rows as fresh ones
+    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]), which any stored id or key fails
+    /// whole; parameters as [`MarkerWords::write_sql`]'s, without the update's marker.
+    fn fresh_sql(table: &Table<Self>, rows: usize) -> String {
+        table.insert_rows(Self::FRESH_INSERT, Statement::Upsert, rows)
+    }
+    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
+    /// natural keys that follow, then their natural-key columns as text; read so that it sees
+    /// the rows the write before it met.
+    fn select_stored_sql(table: &Table<Self>, rows: usize) -> String;
+    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
+    /// `None` where the dialect has none.
+    fn look_up_sql(table: &Table<Self>, rows: usize) -> Option<String>;
+    /// The replacement of a row the guard cannot compare, while it is as read.
+    fn pinned_sql(table: &Table<Self>) -> String;
+    /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
+    /// not set, with the update's write marker (3).
+    fn mark_deleted_sql(table: &Table<Self>, tombstone: &Field) -> String;
+    /// Whether the row under the id (parameter 1) is deleted; no row if none is stored.
+    fn deleted_sql(table: &Table<Self>, tombstone: &Field) -> String {
+        Self::WORDS.deleted_sql(table, tombstone)
+    }
 }
 
 /// A type's table and the parts of the statements idem sends to it.
@@ -58,11 +92,6 @@ impl<D: MarkerWords> Table<D> {
     /// The quoted table name.
     pub fn name(&self) -> String {
         (D::WORDS.quote)(self.model.collection())
-    }
-
-    /// How many rows one statement may carry.
-    pub fn max_rows(&self) -> usize {
-        (D::ROW_PARAMETERS / (self.sent.len() + 1)).max(1)
     }
 
     /// The natural-key columns, quoted and comma-separated: the conflict target.
@@ -99,25 +128,13 @@ impl<D: MarkerWords> Table<D> {
         format!("{verb} {}{} {values}", self.name(), D::INSERT_ALIAS)
     }
 
-    /// The plain insert of `rows` rows as fresh ones
-    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]), which any stored id or key fails
-    /// whole. Parameters as the write's, without the update's marker.
-    pub fn fresh_sql(&self, rows: usize) -> String {
-        self.insert_rows(D::FRESH_INSERT, Statement::Upsert, rows)
-    }
-
-    /// A column as a read of the row selects it ([`MarkerWords::read_of`]).
+    /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
     pub fn read_of(&self, alias: &str, name: &str) -> String {
-        D::read_of(self, alias, name)
+        D::read_column(self, alias, name)
     }
 
     /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
     pub fn stored_state_columns(&self, t: &str) -> Vec<String> {
         (self.layout).stored_state_columns(t, &D::WORDS, |alias, name| self.read_of(alias, name))
-    }
-
-    /// Whether the row under the id (the one parameter) is deleted; no row if none is stored.
-    pub fn deleted_sql(&self, tombstone: &Field) -> String {
-        D::WORDS.deleted_sql(self, tombstone)
     }
 }

@@ -9,7 +9,7 @@
 //! `REAL` column keeps as it is.
 
 use crate::column::ColumnShape;
-use crate::model::{Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::guard::{conflict_action, Dialect};
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, TableColumn};
@@ -106,11 +106,149 @@ impl MarkerWords for super::Sqlite {
 
     /// A float as it is stored, whose text SQLite would write with 15 significant digits, not
     /// the 17 that give the very float back; any other as [`Table::text_of`] gives it.
-    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+    fn read_column(table: &Table, alias: &str, name: &str) -> String {
         match table.shape_named(name) {
             Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
             _ => table.text_of(alias, name),
         }
+    }
+
+    /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
+    /// row, each row ending with the insert's write marker, then (but for `InsertNew`) the
+    /// update's write marker; returning the id and the marker of each row written.
+    ///
+    /// Parameters are anonymous (`?`), bound in the order they appear: SQLite looks a numbered
+    /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
+    /// made binding quadratic (measured: more than half the time of a 10,000-row batch).
+    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
+        let id = quote(ID_FIELD);
+        let marker = quote(WRITE_MARKER_FIELD);
+        // `InsertNew`: only the natural key and the id: a conflict in another unique index is a
+        // refusal naming it, not a member left alone.
+        let action = conflict_action(table, statement, &SQLITE, &format!(", {marker} = ?"));
+        format!(
+            "{insert} ON CONFLICT ({key}) {action} ON CONFLICT ({id}) DO NOTHING \
+             RETURNING {id}, {marker}",
+            insert = table.insert_rows("INSERT INTO", statement, rows),
+            key = table.natural_key_list(),
+        )
+    }
+
+    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
+    /// natural keys that follow (one parameter per key column and row), then their natural-key
+    /// columns as text.
+    /// Two lookups, each through its unique index (the primary key, the natural key's), not a
+    /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
+    fn select_stored_sql(table: &Table, rows: usize) -> String {
+        let keys = table.natural_key_names();
+        // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
+        let ids = vec!["?"; rows];
+        let join = WORDS.same_key(table, "t", |at| format!("k.column{}", at + 1));
+        let mut state = table.stored_state_columns("t");
+        state.extend(keys.iter().map(|name| table.text_of("t", name)));
+        let state = state.join(", ");
+        format!(
+            "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
+             UNION SELECT {state} FROM (VALUES {tuples}) k JOIN {table} t ON {join}",
+            table = table.name(),
+            id = quote(ID_FIELD),
+            ids = ids.join(", "),
+            tuples = parameter_rows(keys.len(), rows),
+            join = join.join(" AND "),
+        )
+    }
+
+    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
+    /// stored under an incoming row's id with the same natural key, content hash and version
+    /// key, not deleted, is stored as it would be written: the engine settles that incoming row
+    /// `Unchanged`. Each other incoming row meets the row under its id, else
+    /// the one holding its natural key, else none. The statement returns, for each incoming row
+    /// that meets one, its id, that row's stored state, then its natural-key columns as text;
+    /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
+    /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
+    /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
+    /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
+    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
+    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
+        let keys = table.natural_key_names();
+        let contents = crate::sql::marker::compared_contents(table);
+        // The incoming values, as SQLite names the columns of `VALUES`.
+        let incoming = |position: usize| format!("v.column{}", position + 1);
+        let key_at = |at: usize| incoming(1 + contents.len() + at);
+        let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
+        same.extend(WORDS.stored_unchanged(table, key_at, |at| incoming(1 + at)));
+        let by_key = WORDS.holds_key(table, "f", key_at);
+        let mut selected = vec!["k.i".to_owned()];
+        selected.extend(table.stored_state_columns("s"));
+        selected.extend(keys.iter().map(|name| table.text_of("s", name)));
+        let mut summary = vec![
+            "NULL",
+            "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
+            "sum(k.stopping = '')",
+        ];
+        summary.resize(selected.len(), "NULL");
+        // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
+        // it meets, else NULL.
+        Some(format!(
+            "WITH k AS MATERIALIZED (SELECT {id_in} AS i, \
+             CASE WHEN EXISTS (SELECT 1 FROM {table} u WHERE {same}) THEN '' ELSE \
+             COALESCE((SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in}), \
+             (SELECT f.{id} FROM {table} f WHERE {by_key})) END AS stopping \
+             FROM (VALUES {tuples}) v) \
+             SELECT {selected} FROM k JOIN {table} s ON s.{id} = k.stopping \
+             UNION ALL SELECT {summary} FROM k",
+            id_in = incoming(0),
+            table = table.name(),
+            id = quote(ID_FIELD),
+            same = same.join(" AND "),
+            tuples = parameter_rows(1 + contents.len() + keys.len(), rows),
+            selected = selected.join(", "),
+            summary = summary.join(", "),
+        ))
+    }
+
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while
+    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
+    /// then the stored hash, digests, version key and version, and each guarded field's text
+    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
+    fn pinned_sql(table: &Table) -> String {
+        let mut parameter = 0;
+        let mut next = || {
+            parameter += 1;
+            format!("?{parameter}")
+        };
+        let mut set = Vec::new();
+        for &index in &table.sent {
+            let placeholder = next();
+            if table.columns[index].is_replaced() {
+                set.push(format!(
+                    "{} = {placeholder}",
+                    quote(table.columns[index].name)
+                ));
+            }
+        }
+        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
+        let id = next();
+        let conditions = WORDS.pinned_conditions(table, id, next, |name, placeholder| {
+            format!("{} IS {placeholder}", table.read_of("t", name))
+        });
+        format!(
+            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
+            table.name(),
+            set.join(", "),
+            conditions.join(" AND "),
+            quote(ID_FIELD),
+        )
+    }
+
+    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
+        format!(
+            "UPDATE {table} SET {tomb} = ?2, {marker} = ?3 WHERE {id} = ?1 AND {tomb} IS NULL",
+            table = table.name(),
+            tomb = quote(tombstone.stored_name()),
+            marker = quote(WRITE_MARKER_FIELD),
+            id = quote(ID_FIELD),
+        )
     }
 }
 
@@ -132,99 +270,6 @@ impl Table {
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
     }
 
-    /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
-    /// row, each row ending with the insert's write marker, then (but for `InsertNew`) the
-    /// update's write marker; returning the id and the marker of each row written.
-    ///
-    /// Parameters are anonymous (`?`), bound in the order they appear: SQLite looks a numbered
-    /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
-    /// made binding quadratic (measured: more than half the time of a 10,000-row batch).
-    pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
-        let id = quote(ID_FIELD);
-        let marker = quote(WRITE_MARKER_FIELD);
-        // `InsertNew`: only the natural key and the id: a conflict in another unique index is a
-        // refusal naming it, not a member left alone.
-        let action = conflict_action(self, statement, &SQLITE, &format!(", {marker} = ?"));
-        format!(
-            "{insert} ON CONFLICT ({key}) {action} ON CONFLICT ({id}) DO NOTHING \
-             RETURNING {id}, {marker}",
-            insert = self.insert_rows("INSERT INTO", statement, rows),
-            key = self.natural_key_list(),
-        )
-    }
-
-    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow (one parameter per key column and row), then their natural-key
-    /// columns as text.
-    /// Two lookups, each through its unique index (the primary key, the natural key's), not a
-    /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
-    pub fn select_stored_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
-        // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
-        let ids = vec!["?"; rows];
-        let key_texts: Vec<String> = keys.iter().map(|name| self.text_of("t", name)).collect();
-        let join = WORDS.same_key(self, "t", |at| format!("k.column{}", at + 1));
-        let state = format!("{}, {}", self.stored_state("t"), key_texts.join(", "));
-        format!(
-            "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
-             UNION SELECT {state} FROM (VALUES {tuples}) k JOIN {table} t ON {join}",
-            table = self.name(),
-            id = quote(ID_FIELD),
-            ids = ids.join(", "),
-            tuples = parameter_rows(keys.len(), rows),
-            join = join.join(" AND "),
-        )
-    }
-
-    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
-    /// stored under an incoming row's id with the same natural key, content hash and version
-    /// key, not deleted, is stored as it would be written: the engine settles that incoming row
-    /// `Unchanged`. Each other incoming row meets the row under its id, else
-    /// the one holding its natural key, else none. The statement returns, for each incoming row
-    /// that meets one, its id, that row's stored state, then its natural-key columns as text;
-    /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
-    /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
-    /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
-    /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
-    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
-    pub fn look_up_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
-        let contents = crate::sql::marker::compared_contents(self);
-        // The incoming values, as SQLite names the columns of `VALUES`.
-        let incoming = |position: usize| format!("v.column{}", position + 1);
-        let key_at = |at: usize| incoming(1 + contents.len() + at);
-        let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
-        same.extend(WORDS.stored_unchanged(self, key_at, |at| incoming(1 + at)));
-        let by_key = WORDS.holds_key(self, "f", key_at);
-        let mut selected = vec!["k.i".to_owned()];
-        selected.extend(self.stored_state_columns("s"));
-        selected.extend(keys.iter().map(|name| self.text_of("s", name)));
-        let mut summary = vec![
-            "NULL",
-            "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
-            "sum(k.stopping = '')",
-        ];
-        summary.resize(selected.len(), "NULL");
-        // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
-        // it meets, else NULL.
-        format!(
-            "WITH k AS MATERIALIZED (SELECT {id_in} AS i, \
-             CASE WHEN EXISTS (SELECT 1 FROM {table} u WHERE {same}) THEN '' ELSE \
-             COALESCE((SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in}), \
-             (SELECT f.{id} FROM {table} f WHERE {by_key})) END AS stopping \
-             FROM (VALUES {tuples}) v) \
-             SELECT {selected} FROM k JOIN {table} s ON s.{id} = k.stopping \
-             UNION ALL SELECT {summary} FROM k",
-            id_in = incoming(0),
-            table = self.name(),
-            id = quote(ID_FIELD),
-            same = same.join(" AND "),
-            tuples = parameter_rows(1 + contents.len() + keys.len(), rows),
-            selected = selected.join(", "),
-            summary = summary.join(", "),
-        )
-    }
-
     /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
     /// float's with SQLite's 15 digits; the stored state and a read of the row take
     /// [`Table::read_of`], which keeps the float).
@@ -237,45 +282,5 @@ impl Table {
             }
             _ => column,
         }
-    }
-
-    /// What a row that stopped a write holds, as text: its id, whether it is deleted, its
-    /// hash, digests and version key, the guarded fields' values and the version field's.
-    fn stored_state(&self, t: &str) -> String {
-        self.stored_state_columns(t).join(", ")
-    }
-
-    /// The replacement of a row the guard cannot compare (another tool's), matched only while
-    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
-    /// then the stored hash, digests, version key and version, and each guarded field's text
-    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
-    pub fn pinned_sql(&self) -> String {
-        let mut parameter = 0;
-        let mut next = || {
-            parameter += 1;
-            format!("?{parameter}")
-        };
-        let mut set = Vec::new();
-        for &index in &self.sent {
-            let placeholder = next();
-            if self.columns[index].is_replaced() {
-                set.push(format!(
-                    "{} = {placeholder}",
-                    quote(self.columns[index].name)
-                ));
-            }
-        }
-        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let id = next();
-        let conditions = WORDS.pinned_conditions(self, id, next, |name, placeholder| {
-            format!("{} IS {placeholder}", self.read_of("t", name))
-        });
-        format!(
-            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
-            self.name(),
-            set.join(", "),
-            conditions.join(" AND "),
-            quote(ID_FIELD),
-        )
     }
 }
