@@ -244,28 +244,15 @@ impl Table {
             "" => "encode(i.hash, 'hex')".to_owned(),
             prefix => format!("{} || encode(i.hash, 'hex')", literal(prefix)),
         };
-        let mut same = vec![
-            format!("s.{} = i.c0", quote(ID_FIELD)),
-            format!("s.{} = {hash_text}", quote(self.columns[hash_column].name)),
-        ];
-        if let Some(index) = version_key {
+        let same = self.stored_unchanged(|index| match index == hash_column {
+            true => format!("s.{} = {hash_text}", quote(self.columns[index].name)),
             // Byte by byte, as the guard orders keys, whatever collation the column was given.
-            same.push(format!(
+            false => format!(
                 "s.{} COLLATE {bytewise} = i.version_key COLLATE {bytewise}",
                 quote(self.columns[index].name),
                 bytewise = POSTGRES.bytewise,
-            ));
-        }
-        for &index in &keys {
-            same.push(format!(
-                "s.{} = {}",
-                quote(self.columns[index].name),
-                self.cast(index)
-            ));
-        }
-        if let Some(field) = self.model.tombstone_field() {
-            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
-        }
+            ),
+        });
         let incoming = self.relation_name("incoming");
         let checked = self.relation_name("checked");
         // For a row not stored unchanged: the row it meets, with its natural key.
@@ -280,7 +267,6 @@ impl Table {
             checked_cte = self.checked_cte(arrays.len() + 1),
             arrays = unnest_each(&arrays),
             table = self.name(),
-            same = same.join(" AND "),
             stored = self.stored_state(Some("s")),
             nulls = self.stored_state(None),
             met = self.row_met("s"),
@@ -298,39 +284,45 @@ impl Table {
     /// time at 10,000 rows, and growing with the table), where one primary-key probe per
     /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
-        let mut conditions = vec![format!("s.{0} = i.c0", quote(ID_FIELD))];
-        for content in [Content::Hash, Content::VersionKey] {
-            if let Some(index) = self.column_with(content) {
-                // Byte by byte, as the guard compares them, whatever the column's collation.
-                conditions.push(format!(
-                    "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
-                    quote(self.columns[index].name),
-                    self.cast(index),
-                    bytewise = POSTGRES.bytewise,
-                ));
-            }
-        }
-        // The same natural key too: a row under this id whose key was edited behind idem's back
-        // is not stored as this write would store it, so it is not skipped as unchanged:
-        // written, it meets the primary key and is refused for its key.
+        // Byte by byte, as the guard compares them, whatever the column's collation.
+        let same = self.stored_unchanged(|index| {
+            format!(
+                "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
+                quote(self.columns[index].name),
+                self.cast(index),
+                bytewise = POSTGRES.bytewise,
+            )
+        });
+        format!(
+            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {same} LIMIT 1) unchanged \
+             ON true WHERE unchanged.stored IS NULL",
+            self.name(),
+        )
+    }
+
+    /// Whether the row `s` under the incoming row `i`'s id is stored as the write would store
+    /// it: `content(index)` of its content hash and version key columns (where it has them),
+    /// the same natural key, not deleted. The same natural key too: a row under this id whose
+    /// key was edited behind idem's back is not stored as this write would store it, so it is
+    /// not skipped as unchanged: written, it meets the primary key and is refused for its key.
+    fn stored_unchanged(&self, content: impl Fn(usize) -> String) -> String {
+        let mut same = vec![format!("s.{} = i.c0", quote(ID_FIELD))];
+        let contents = [Content::Hash, Content::VersionKey].into_iter();
+        same.extend(
+            contents
+                .filter_map(|content| self.column_with(content))
+                .map(content),
+        );
         for field in self.model.natural_key_fields() {
             if let Some(index) = self.column_of(field) {
-                conditions.push(format!(
-                    "s.{} = {}",
-                    quote(self.columns[index].name),
-                    self.cast(index)
-                ));
+                let name = quote(self.columns[index].name);
+                same.push(format!("s.{name} = {}", self.cast(index)));
             }
         }
         if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("s.{} IS NULL", quote(field.stored_name())));
+            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
         }
-        format!(
-            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {} LIMIT 1) unchanged \
-             ON true WHERE unchanged.stored IS NULL",
-            self.name(),
-            conditions.join(" AND ")
-        )
+        same.join(" AND ")
     }
 
     /// What a row that stopped a write holds, as text columns: its id, whether it is deleted,
