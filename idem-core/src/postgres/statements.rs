@@ -7,7 +7,7 @@
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
 use super::table::{literal, quote, sql_type, Table, LANDED, POSTGRES};
-use crate::model::{Role, ID_FIELD};
+use crate::model::ID_FIELD;
 use crate::sql::dialect::Statement;
 use crate::sql::guard::conflict_action;
 use crate::sql::layout::Content;
@@ -82,17 +82,11 @@ impl Table {
         }
     }
 
-    /// The columns an insert of `statement` writes, and their values from the incoming row `i`:
-    /// those sent, but the deletion marker outside a delete (a row starts live).
+    /// The columns an insert of `statement` writes ([`crate::sql::layout::Layout::inserted`]),
+    /// and their values from the incoming row `i`.
     fn inserted_columns(&self, statement: Statement) -> (String, String) {
-        let inserted: Vec<usize> = self
-            .sent
-            .iter()
-            .copied()
-            .filter(|&index| {
-                statement == Statement::Delete
-                    || self.columns[index].role() != Some(Role::Tombstone)
-            })
+        let inserted: Vec<usize> = (self.inserted(statement).into_iter())
+            .map(|position| self.sent[position])
             .collect();
         let names: Vec<String> = inserted
             .iter()

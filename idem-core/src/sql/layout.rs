@@ -165,6 +165,18 @@ impl Layout {
             .position(|column| column.content == content)
     }
 
+    /// The columns an insert of `statement` writes, as positions in `sent` order: all sent
+    /// columns, the tombstone only for a delete (a row starts live).
+    #[cfg(feature = "_sql_store")]
+    pub fn inserted(&self, statement: super::dialect::Statement) -> Vec<usize> {
+        (0..self.sent.len())
+            .filter(|&position| {
+                statement == super::dialect::Statement::Delete
+                    || self.columns[self.sent[position]].role() != Some(Role::Tombstone)
+            })
+            .collect()
+    }
+
     /// The natural-key columns' names, in [`crate::model::Model::natural_key_fields`] order.
     #[cfg(any(feature = "_postgres", feature = "_marker_store"))]
     pub fn natural_key_names(&self) -> Vec<&'static str> {

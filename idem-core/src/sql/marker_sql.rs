@@ -15,9 +15,9 @@ impl Words {
     }
 
     /// `(names) VALUES (?, …), (…)`: `rows` rows for `statement`, each its inserted columns
-    /// ([`crate::sql::marker::inserted`]) then its write marker, bound in that order.
+    /// ([`Layout::inserted`]) then its write marker, bound in that order.
     pub fn inserted_values(&self, layout: &Layout, statement: Statement, rows: usize) -> String {
-        let inserted = crate::sql::marker::inserted(layout, statement);
+        let inserted = layout.inserted(statement);
         let mut names: Vec<String> = inserted
             .iter()
             .map(|&position| (self.quote)(layout.columns[layout.sent[position]].name))

@@ -36,7 +36,7 @@ pub(crate) trait MarkerWords: Sized + 'static {
         (Self::ROW_PARAMETERS / (table.sent.len() + 1)).max(1)
     }
     /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
-    /// columns ([`super::marker::inserted`]) then the insert's write marker, then (but for
+    /// columns ([`Layout::inserted`]) then the insert's write marker, then (but for
     /// `InsertNew`) the update's write marker.
     fn write_sql(table: &Table<Self>, statement: Statement, rows: usize) -> String;
     /// The plain insert of `rows` rows as fresh ones
@@ -122,7 +122,7 @@ impl<D: MarkerWords> Table<D> {
     }
 
     /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns
-    /// ([`crate::sql::marker::inserted`]) then its write marker, with nothing after `VALUES`.
+    /// ([`Layout::inserted`]) then its write marker, with nothing after `VALUES`.
     pub fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
         let values = D::WORDS.inserted_values(self, statement, rows);
         format!("{verb} {}{} {values}", self.name(), D::INSERT_ALIAS)
