@@ -1,7 +1,7 @@
 //! A type's table as a marker dialect (SQLite, the MySQL family) keeps it: the [`Layout`] every
 //! SQL backend shares, the name of its natural-key constraint, and the parts of its statements
-//! both dialects build alike over their [`MarkerWords`]. Each dialect's own statements are
-//! methods of its `Table<Dialect>`, in its `table` module.
+//! both dialects build alike. Each dialect implements [`MarkerWords`] in its `table` module: its
+//! words, its columns' declarations and the statements it builds its own way.
 
 use std::fmt::Write as _;
 use std::marker::PhantomData;
