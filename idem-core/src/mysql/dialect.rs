@@ -12,8 +12,8 @@ use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{Field, Model, OpId, ID_FIELD};
-use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect, Statement};
+use crate::model::{Field, Model, OpId};
+use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
@@ -136,58 +136,17 @@ impl MarkerDialect for MySql {
         super::schema::index_on(wire, table, columns).await
     }
 
-    fn max_rows(table: &Table) -> usize {
-        table.max_rows()
-    }
-
-    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
-        table.write_sql(statement, rows)
-    }
-
     // MariaDB returns the rows an upsert met, but MySQL and TiDB have no `RETURNING`: the
     // locking read after the write tells them, on all three.
     const WRITE_RETURNS: bool = false;
-
-    fn fresh_sql(table: &Table, rows: usize) -> String {
-        table.insert_rows(Statement::Upsert, rows)
-    }
-
-    fn select_stored_sql(table: &Table, rows: usize) -> String {
-        table.select_stored_sql(rows)
-    }
-
-    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
-        Some(table.look_up_sql(rows))
-    }
 
     // REPEATABLE READ, InnoDB's default: a plain read sees the transaction's snapshot, an
     // upsert the latest committed row (unless MariaDB's `innodb_snapshot_isolation`).
     const READS_LAG_WRITES: bool = true;
 
-    fn pinned_sql(table: &Table) -> String {
-        table.pinned_sql()
-    }
-
     // A `DOUBLE` compared with text is compared with the text's double, which may not be the
     // float read back; bound as the float it is.
     const PINS_FLOATS: bool = true;
-
-    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
-        // The id comes first among the parameters, as the `SET` does not: the values are
-        // joined as a row, in their order.
-        format!(
-            "UPDATE {table} t JOIN (SELECT ? AS i, ? AS m, ? AS w) p \
-             ON t.{id} = p.i SET t.{tomb} = p.m, t.{marker} = p.w WHERE t.{tomb} IS NULL",
-            table = table.name(),
-            tomb = quote(tombstone.stored_name()),
-            marker = quote(crate::model::WRITE_MARKER_FIELD),
-            id = quote(ID_FIELD),
-        )
-    }
-
-    fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        super::table::WORDS.deleted_sql(table, tombstone)
-    }
 }
 
 crate::sql::sqlx_wire::sqlx_database!(

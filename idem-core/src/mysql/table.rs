@@ -1,26 +1,22 @@
-//! A type's MySQL-family table: its columns and declared types, the DDL that creates it, and the
-//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
-//! shares.
+//! A type's MySQL-family table: its columns' declared types, the DDL that creates it, and the
+//! statements idem sends to it, over the marker dialects' shared
+//! [`Table`](crate::sql::marker_table::Table) in the MySQL family's words.
 //!
 //! Parameters are anonymous (`?`), each bound once, in the order they appear; a batch is cut
 //! into chunks under the 65,535 a prepared statement may hold. There is no alias for the row
 //! an upsert inserts: `VALUES(col)` names its value, a bare column the stored one.
 
-use std::fmt::Write as _;
-
-use crate::column::{Column, ColumnShape};
-use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::column::ColumnShape;
+use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::guard::{upsert_guard, GuardWords};
 use crate::sql::layout::{Content, Layout, TableColumn};
 use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_table::MarkerWords;
 
 /// The collation that compares text byte for byte (NO PAD: `utf8mb4_bin` ignores trailing
 /// spaces). MariaDB's; MySQL 8 and TiDB name theirs `utf8mb4_0900_bin`.
 pub(crate) const BYTEWISE: &str = "utf8mb4_nopad_bin";
-
-/// The bound parameters one prepared statement may hold.
-const MAX_PARAMETERS: usize = 65_535;
 
 /// The bytes InnoDB's B-tree index key may hold (16 KiB pages, `DYNAMIC` rows).
 const KEY_BYTES: usize = 3_072;
@@ -33,6 +29,8 @@ pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "<=>",
+    never_deleted: "0",
+    text_cast: "",
 };
 
 /// How the MySQL family writes the guard's words: there is no alias for the row an upsert
@@ -131,54 +129,30 @@ pub(crate) fn shape_of(declared: &str) -> ColumnShape {
     }
 }
 
-/// A type's table and the parts of the statements idem sends to it.
-#[derive(Debug)]
-pub(crate) struct Table {
-    layout: Layout,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
-    /// The length of a text natural-key column: the key's index within [`KEY_BYTES`].
-    key_chars: usize,
+/// The length of a text natural-key column of `layout`: the key's index within [`KEY_BYTES`].
+fn key_chars(layout: &Layout) -> usize {
+    let keys = layout.columns.iter().filter(|column| is_key(column));
+    let (texts, fixed) = keys.fold((0, 0), |(texts, fixed), column| match column.shape {
+        ColumnShape::Text => (texts + 1, fixed),
+        ColumnShape::Boolean => (texts, fixed + 1),
+        _ => (texts, fixed + 8),
+    });
+    // Four bytes a character in utf8mb4.
+    let key_chars = KEY_BYTES.saturating_sub(fixed) / (4 * texts).max(1);
+    key_chars.clamp(1, KEY_CHARS)
 }
 
-impl std::ops::Deref for Table {
-    type Target = Layout;
+/// A type's MySQL-family table and the parts of the statements idem sends to it.
+pub(crate) type Table = crate::sql::marker_table::Table<super::MySql>;
 
-    fn deref(&self) -> &Layout {
-        &self.layout
-    }
-}
+impl MarkerWords for super::MySql {
+    const WORDS: Words = WORDS;
+    /// The 65,535 a prepared statement may hold, less the update's marker.
+    const ROW_PARAMETERS: usize = 65_535 - 1;
+    const INSERT_ALIAS: &'static str = "";
+    const FRESH_INSERT: &'static str = "INSERT INTO";
 
-impl Table {
-    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
-        let layout = Layout::new(model, stored);
-        let keys = layout.columns.iter().filter(|column| is_key(column));
-        let (texts, fixed) = keys.fold((0, 0), |(texts, fixed), column| match column.shape {
-            ColumnShape::Text => (texts + 1, fixed),
-            ColumnShape::Boolean => (texts, fixed + 1),
-            _ => (texts, fixed + 8),
-        });
-        // Four bytes a character in utf8mb4.
-        let key_chars = KEY_BYTES.saturating_sub(fixed) / (4 * texts).max(1);
-        Table {
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
-            key_chars: key_chars.clamp(1, KEY_CHARS),
-            layout,
-        }
-    }
-
-    /// The quoted table name.
-    pub fn name(&self) -> String {
-        quote(self.model.collection())
-    }
-
-    /// How many rows one statement may carry.
-    pub fn max_rows(&self) -> usize {
-        ((MAX_PARAMETERS - 1) / (self.sent.len() + 1)).max(1)
-    }
-
-    /// A column's declared type.
-    fn sql_type(&self, column: &TableColumn) -> String {
+    fn declared(table: &Table, column: &TableColumn) -> String {
         let text = |length: usize| {
             format!("VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE {BYTEWISE} NOT NULL")
         };
@@ -186,7 +160,7 @@ impl Table {
             (Content::Id, _) => text(26),
             (Content::Hash, _) => text(71).replace(" NOT NULL", ""),
             (Content::VersionKey, _) => text(32).replace(" NOT NULL", ""),
-            (_, ColumnShape::Text) if is_key(column) => text(self.key_chars),
+            (_, ColumnShape::Text) if is_key(column) => text(key_chars(table)),
             (_, ColumnShape::Text) => format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}"),
             // A `DOUBLE` holds neither NaN nor the infinities: a document holding one is refused
             // (1366, naming the column), where the other stores keep it.
@@ -199,53 +173,35 @@ impl Table {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS …` with the primary key on the id and the unique constraint
-    /// on the natural key.
-    pub fn create_sql(&self) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let _ = writeln!(sql, "    {} {},", quote(column.name), self.sql_type(column));
+    /// A boolean as `true` or `false` (its type would not survive a `UNION`), any other as
+    /// stored.
+    fn read_column(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
+        match table.shape_named(name) {
+            Some(ColumnShape::Boolean) => boolean_text(&column),
+            _ => column,
         }
-        let _ = write!(
-            sql,
-            "    {} JSON NOT NULL DEFAULT '[]',\n    {} VARCHAR(27) CHARACTER SET utf8mb4 \
-             COLLATE {BYTEWISE},\n    PRIMARY KEY ({}),\n    CONSTRAINT {} UNIQUE ({})\n) \
-             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}",
-            quote(APPLIED_OPS_FIELD),
-            quote(WRITE_MARKER_FIELD),
-            quote(ID_FIELD),
-            quote(&self.natural_key_constraint),
-            WORDS.key_list(self, ""),
-        );
-        sql
     }
 
-    /// The insert of `rows` rows for `statement`, each its inserted columns
-    /// ([`crate::sql::marker::inserted`]) then its write marker, with nothing after `VALUES`:
-    /// as it is, the plain insert of fresh rows, which any stored id or key fails whole.
-    pub fn insert_rows(&self, statement: Statement, rows: usize) -> String {
-        let values = WORDS.inserted_values(self, statement, rows);
-        format!("INSERT INTO {} {values}", self.name())
-    }
-
-    /// The write of `rows` rows for `statement` ([`crate::sql::dialect::MarkerDialect::write_sql`]).
+    /// The write of `rows` rows for `statement` ([`MarkerWords::write_sql`]).
     /// The first assignment refuses a row met that is not this document's (`_id` set to NULL,
     /// which strict mode refuses); the second sets the write marker to the update's (the one
     /// parameter after the rows) where the row may be replaced; each later one replaces
     /// its column where the marker is the update's, which is the insert's with `u` for `i`.
-    pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
+    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
         let marker = quote(WRITE_MARKER_FIELD);
         let id = quote(ID_FIELD);
-        let insert = self.insert_rows(statement, rows);
+        // As it is, the plain insert of fresh rows, which any stored id or key fails whole.
+        let insert = table.insert_rows("INSERT INTO", statement, rows);
         let (condition, replaced): (String, Vec<&str>) = match statement {
             Statement::Upsert => (
-                upsert_guard(self, &Guard),
-                (self.columns.iter())
+                upsert_guard(table, &Guard),
+                (table.columns.iter())
                     .filter(|column| column.is_replaced())
                     .map(|column| column.name)
                     .collect(),
             ),
-            Statement::Delete => match self.model.tombstone_field() {
+            Statement::Delete => match table.model.tombstone_field() {
                 Some(field) => (
                     format!("{} IS NULL", quote(field.stored_name())),
                     vec![field.stored_name()],
@@ -257,7 +213,8 @@ impl Table {
         };
         let mut same_row = vec![format!("{id} = VALUES({id})")];
         same_row.extend(
-            self.natural_key_names()
+            table
+                .natural_key_names()
                 .into_iter()
                 .map(|name| format!("{0} = VALUES({0})", quote(name))),
         );
@@ -289,18 +246,18 @@ impl Table {
     /// the ids (the first `rows` parameters) or holding the natural keys that follow: two
     /// locking reads, each through its unique index, which see (and keep locked) the rows the
     /// write met, where a plain read would see the transaction's snapshot.
-    pub fn select_stored_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
+    fn select_stored_sql(table: &Table, rows: usize) -> String {
+        let keys = table.natural_key_names();
         let mut selected = vec![format!("t.{}", quote(WRITE_MARKER_FIELD))];
-        selected.extend(self.stored_state_columns("t"));
-        selected.extend(keys.iter().map(|name| self.read_of("t", name)));
-        let select = format!("SELECT {} FROM {} t", selected.join(", "), self.name());
+        selected.extend(table.stored_state_columns("t"));
+        selected.extend(keys.iter().map(|name| table.read_of("t", name)));
+        let select = format!("SELECT {} FROM {} t", selected.join(", "), table.name());
         format!(
             "({select} WHERE t.{id} IN ({ids}) FOR UPDATE) UNION \
              ({select} WHERE ({key}) IN ({tuples}) FOR UPDATE)",
             id = quote(ID_FIELD),
             ids = vec!["?"; rows].join(", "),
-            key = WORDS.key_list(self, "t."),
+            key = WORDS.key_list(table, "t."),
             tuples = parameter_rows(keys.len(), rows),
         )
     }
@@ -327,11 +284,10 @@ impl Table {
     /// made preparing the statement for a chunk of 1,000 cost 50–70 ms instead of 3. The row
     /// under the natural key is read only for an incoming row none is stored under the id of,
     /// as a re-ingest's rows all are.
-    pub fn look_up_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
-        let contents = crate::sql::marker::compared_contents(self);
+    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
+        let keys = table.natural_key_names();
+        let contents = crate::sql::marker::compared_contents(table);
         let id = quote(ID_FIELD);
-        let table = self.name();
         let text = format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}");
         // The incoming rows' columns, in the order each row's values are bound. An id has 26
         // characters: as a `VARCHAR`, not a `LONGTEXT`, it groups in memory.
@@ -342,7 +298,7 @@ impl Table {
             (0..contents.len()).map(|at| format!("content{at} {text} PATH '$[{}]'", 1 + at)),
         );
         for (at, name) in keys.iter().enumerate() {
-            let sql_type = match self.shape_named(name) {
+            let sql_type = match table.shape_named(name) {
                 Some(ColumnShape::Integer | ColumnShape::Boolean) => "BIGINT",
                 _ => text.as_str(),
             };
@@ -353,15 +309,15 @@ impl Table {
         }
         let key = |at: usize| format!("v.key{at}");
         let mut same = vec![format!("u.{id} IS NOT NULL")];
-        same.extend(WORDS.stored_unchanged(self, key, |at| format!("v.content{at}")));
-        let by_key = WORDS.holds_key(self, "f", key);
+        same.extend(WORDS.stored_unchanged(table, key, |at| format!("v.content{at}")));
+        let by_key = WORDS.holds_key(table, "f", key);
         let row = format!(
             "JSON_ARRAY({})",
             vec!["?"; 1 + contents.len() + keys.len()].join(", ")
         );
         // The total row (no id) holds the ids meeting none and the count of rows stored
         // unchanged where the others hold the stored id and whether the row is deleted.
-        let state = self.stored_state_columns("s");
+        let state = table.stored_state_columns("s");
         let mut selected = vec![
             "r.i".to_owned(),
             format!(
@@ -374,10 +330,10 @@ impl Table {
             ),
         ];
         selected.extend(state.into_iter().skip(2));
-        selected.extend(keys.iter().map(|name| self.read_of("s", name)));
+        selected.extend(keys.iter().map(|name| table.read_of("s", name)));
         // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
         // it meets, else NULL.
-        format!(
+        Some(format!(
             "SELECT {selected} FROM (SELECT k.i, MIN(k.stopping) AS stopping, \
              GROUP_CONCAT(CASE WHEN k.stopping IS NULL THEN k.i END SEPARATOR ',') \
              AS meeting_none, COUNT(CASE WHEN k.stopping = '' THEN 1 END) AS unchanged \
@@ -388,57 +344,73 @@ impl Table {
              LEFT JOIN {table} s ON r.i IS NOT NULL AND s.{id} = r.stopping \
              WHERE r.i IS NULL OR s.{id} IS NOT NULL",
             selected = selected.join(", "),
+            table = table.name(),
             same = same.join(" AND "),
             incoming = vec![row.as_str(); rows].join(", "),
             columns = columns.join(", "),
-        )
-    }
-
-    /// A column as a read selects it, for [`crate::sql::wire::Cells::text`]: a boolean as
-    /// `true` or `false` (its type would not survive a `UNION`), any other as stored.
-    pub fn read_of(&self, alias: &str, name: &str) -> String {
-        let column = format!("{alias}.{}", quote(name));
-        match self.shape_named(name) {
-            Some(ColumnShape::Boolean) => boolean_text(&column),
-            _ => column,
-        }
-    }
-
-    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
-    fn stored_state_columns(&self, t: &str) -> Vec<String> {
-        self.layout
-            .stored_state_columns(t, quote, |alias, name| self.read_of(alias, name))
+        ))
     }
 
     /// The replacement of a row the guard cannot compare (another tool's), matched only while
     /// it is as it was read. Parameters: the sent columns (one each, a column not replaced
     /// taking its own back), the update marker, the id, then the stored hash, digests, version
     /// key and version, and each guarded field's text (a float's as the float).
-    pub fn pinned_sql(&self) -> String {
+    fn pinned_sql(table: &Table) -> String {
         let mut set = Vec::new();
-        for &index in &self.sent {
-            let name = quote(self.columns[index].name);
-            set.push(match self.columns[index].is_replaced() {
+        for &index in &table.sent {
+            let name = quote(table.columns[index].name);
+            set.push(match table.columns[index].is_replaced() {
                 true => format!("t.{name} = ?"),
                 false => format!("t.{name} = IF(? IS NULL, t.{name}, t.{name})"),
             });
         }
         set.push(format!("t.{} = ?", quote(WRITE_MARKER_FIELD)));
         let anonymous = || "?".to_owned();
-        let conditions = WORDS.pinned_conditions(self, anonymous, |name, placeholder| {
-            match self.shape_named(name) {
-                // Text compared with an integer would be compared as a double.
-                Some(ColumnShape::Integer) => {
-                    format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
+        let conditions =
+            WORDS.pinned_conditions(table, anonymous(), anonymous, |name, placeholder| {
+                match table.shape_named(name) {
+                    // Text compared with an integer would be compared as a double.
+                    Some(ColumnShape::Integer) => {
+                        format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
+                    }
+                    _ => format!("{} <=> {placeholder}", table.read_of("t", name)),
                 }
-                _ => format!("{} <=> {placeholder}", self.read_of("t", name)),
-            }
-        });
+            });
         format!(
             "UPDATE {} t SET {} WHERE {}",
-            self.name(),
+            table.name(),
             set.join(", "),
             conditions.join(" AND "),
         )
+    }
+
+    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
+        // The id comes first among the parameters, as the `SET` does not: the values are
+        // joined as a row, in their order.
+        format!(
+            "UPDATE {table} t JOIN (SELECT ? AS i, ? AS m, ? AS w) p \
+             ON t.{id} = p.i SET t.{tomb} = p.m, t.{marker} = p.w WHERE t.{tomb} IS NULL",
+            table = table.name(),
+            tomb = quote(tombstone.stored_name()),
+            marker = quote(crate::model::WRITE_MARKER_FIELD),
+            id = quote(ID_FIELD),
+        )
+    }
+}
+
+impl Table {
+    /// `CREATE TABLE IF NOT EXISTS …` with the primary key on the id and the unique constraint
+    /// on the natural key.
+    pub fn create_sql(&self) -> String {
+        let own = [
+            format!("{} JSON NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            format!(
+                "{} VARCHAR(27) CHARACTER SET utf8mb4 COLLATE {BYTEWISE}",
+                quote(WRITE_MARKER_FIELD)
+            ),
+            format!("PRIMARY KEY ({})", quote(ID_FIELD)),
+        ];
+        let after = format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}");
+        self.create_table(&own, &after)
     }
 }

@@ -7,20 +7,26 @@
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
 use super::table::{literal, quote, sql_type, Table, LANDED, POSTGRES};
-use crate::model::{Role, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::model::ID_FIELD;
 use crate::sql::dialect::Statement;
-use crate::sql::guard::{tombstone_column, upsert_guard};
+use crate::sql::guard::conflict_action;
 use crate::sql::layout::Content;
+use crate::sql::words::Words;
+
+/// How PostgreSQL writes the words of the statements' shared parts: every value it reads back
+/// is read as text.
+const WORDS: Words = Words {
+    quote,
+    literal,
+    same: "IS NOT DISTINCT FROM",
+    never_deleted: "NULL::boolean",
+    text_cast: "::text",
+};
 
 impl Table {
     /// The natural-key columns, quoted and comma-separated: the conflict target.
     pub(super) fn natural_key_list(&self) -> String {
-        let names: Vec<String> = self
-            .model
-            .natural_key_fields()
-            .map(|field| quote(field.stored_name()))
-            .collect();
-        names.join(", ")
+        WORDS.key_list(self, "")
     }
 
     /// `incoming` as a table expression: one `text[]` parameter per sent column, unnested into
@@ -76,17 +82,11 @@ impl Table {
         }
     }
 
-    /// The columns an insert of `statement` writes, and their values from the incoming row `i`:
-    /// those sent, but the deletion marker outside a delete (a row starts live).
+    /// The columns an insert of `statement` writes ([`crate::sql::layout::Layout::inserted`]),
+    /// and their values from the incoming row `i`.
     fn inserted_columns(&self, statement: Statement) -> (String, String) {
-        let inserted: Vec<usize> = self
-            .sent
-            .iter()
-            .copied()
-            .filter(|&index| {
-                statement == Statement::Delete
-                    || self.columns[index].role() != Some(Role::Tombstone)
-            })
+        let inserted: Vec<usize> = (self.inserted(statement).into_iter())
+            .map(|position| self.sent[position])
             .collect();
         let names: Vec<String> = inserted
             .iter()
@@ -166,31 +166,7 @@ impl Table {
     /// the id of each row written and whether it was inserted.
     pub(super) fn write_statement(&self, statement: Statement) -> String {
         let (names, values) = self.inserted_columns(statement);
-        let conflict = match statement {
-            Statement::Upsert => {
-                let set: Vec<String> = self
-                    .columns
-                    .iter()
-                    .filter(|column| column.is_replaced())
-                    .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
-                    .collect();
-                format!(
-                    "DO UPDATE SET {} WHERE t.{id} = excluded.{id} AND {}",
-                    set.join(", "),
-                    upsert_guard(self, &POSTGRES),
-                    id = quote(ID_FIELD),
-                )
-            }
-            Statement::Delete => {
-                let tombstone = tombstone_column(self);
-                format!(
-                    "DO UPDATE SET {tombstone} = excluded.{tombstone} \
-                     WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL",
-                    id = quote(ID_FIELD),
-                )
-            }
-            Statement::InsertNew => "DO NOTHING".to_owned(),
-        };
+        let conflict = conflict_action(self, statement, &POSTGRES, "");
         // The last branch is the guard's answer: one row without an id when the table the
         // search path resolves is not one the store checked (nothing was written then).
         format!(
@@ -262,28 +238,15 @@ impl Table {
             "" => "encode(i.hash, 'hex')".to_owned(),
             prefix => format!("{} || encode(i.hash, 'hex')", literal(prefix)),
         };
-        let mut same = vec![
-            format!("s.{} = i.c0", quote(ID_FIELD)),
-            format!("s.{} = {hash_text}", quote(self.columns[hash_column].name)),
-        ];
-        if let Some(index) = version_key {
+        let same = self.stored_unchanged(|index| match index == hash_column {
+            true => format!("s.{} = {hash_text}", quote(self.columns[index].name)),
             // Byte by byte, as the guard orders keys, whatever collation the column was given.
-            same.push(format!(
+            false => format!(
                 "s.{} COLLATE {bytewise} = i.version_key COLLATE {bytewise}",
                 quote(self.columns[index].name),
                 bytewise = POSTGRES.bytewise,
-            ));
-        }
-        for &index in &keys {
-            same.push(format!(
-                "s.{} = {}",
-                quote(self.columns[index].name),
-                self.cast(index)
-            ));
-        }
-        if let Some(field) = self.model.tombstone_field() {
-            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
-        }
+            ),
+        });
         let incoming = self.relation_name("incoming");
         let checked = self.relation_name("checked");
         // For a row not stored unchanged: the row it meets, with its natural key.
@@ -298,7 +261,6 @@ impl Table {
             checked_cte = self.checked_cte(arrays.len() + 1),
             arrays = unnest_each(&arrays),
             table = self.name(),
-            same = same.join(" AND "),
             stored = self.stored_state(Some("s")),
             nulls = self.stored_state(None),
             met = self.row_met("s"),
@@ -316,39 +278,45 @@ impl Table {
     /// time at 10,000 rows, and growing with the table), where one primary-key probe per
     /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
-        let mut conditions = vec![format!("s.{0} = i.c0", quote(ID_FIELD))];
-        for content in [Content::Hash, Content::VersionKey] {
-            if let Some(index) = self.column_with(content) {
-                // Byte by byte, as the guard compares them, whatever the column's collation.
-                conditions.push(format!(
-                    "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
-                    quote(self.columns[index].name),
-                    self.cast(index),
-                    bytewise = POSTGRES.bytewise,
-                ));
-            }
-        }
-        // The same natural key too: a row under this id whose key was edited behind idem's back
-        // is not stored as this write would store it, so it is not skipped as unchanged:
-        // written, it meets the primary key and is refused for its key.
+        // Byte by byte, as the guard compares them, whatever the column's collation.
+        let same = self.stored_unchanged(|index| {
+            format!(
+                "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
+                quote(self.columns[index].name),
+                self.cast(index),
+                bytewise = POSTGRES.bytewise,
+            )
+        });
+        format!(
+            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {same} LIMIT 1) unchanged \
+             ON true WHERE unchanged.stored IS NULL",
+            self.name(),
+        )
+    }
+
+    /// Whether the row `s` under the incoming row `i`'s id is stored as the write would store
+    /// it: `content(index)` of its content hash and version key columns (where it has them),
+    /// the same natural key, not deleted. The same natural key too: a row under this id whose
+    /// key was edited behind idem's back is not stored as this write would store it, so it is
+    /// not skipped as unchanged: written, it meets the primary key and is refused for its key.
+    fn stored_unchanged(&self, content: impl Fn(usize) -> String) -> String {
+        let mut same = vec![format!("s.{} = i.c0", quote(ID_FIELD))];
+        let contents = [Content::Hash, Content::VersionKey].into_iter();
+        same.extend(
+            contents
+                .filter_map(|content| self.column_with(content))
+                .map(content),
+        );
         for field in self.model.natural_key_fields() {
             if let Some(index) = self.column_of(field) {
-                conditions.push(format!(
-                    "s.{} = {}",
-                    quote(self.columns[index].name),
-                    self.cast(index)
-                ));
+                let name = quote(self.columns[index].name);
+                same.push(format!("s.{name} = {}", self.cast(index)));
             }
         }
         if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("s.{} IS NULL", quote(field.stored_name())));
+            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
         }
-        format!(
-            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {} LIMIT 1) unchanged \
-             ON true WHERE unchanged.stored IS NULL",
-            self.name(),
-            conditions.join(" AND ")
-        )
+        same.join(" AND ")
     }
 
     /// What a row that stopped a write holds, as text columns: its id, whether it is deleted,
@@ -357,37 +325,18 @@ impl Table {
     /// (the row met may be the one under the id, keyed otherwise). `None`: the same columns,
     /// null, for the rows written.
     fn stored_state(&self, table: Option<&str>) -> String {
-        let column = |expression: String| match table {
-            Some(_) => expression,
-            None => "NULL::text".to_owned(),
-        };
         let t = table.unwrap_or("t");
-        let text_of = |content: Content| {
-            self.column_with(content)
-                .map_or("NULL::text".to_owned(), |index| {
-                    column(format!("{t}.{}::text", quote(self.columns[index].name)))
-                })
-        };
-        let tombstoned = match (table, self.model.tombstone_field()) {
-            (Some(_), Some(field)) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
-            _ => "NULL::boolean".to_owned(),
-        };
-        let mut state = vec![
-            column(format!("{t}.{}", quote(ID_FIELD))),
-            tombstoned,
-            text_of(Content::Hash),
-            text_of(Content::Digests),
-            text_of(Content::VersionKey),
-        ];
-        for field in self
-            .model
-            .digested_fields()
-            .chain(self.model.version_field())
-        {
-            state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
-        }
-        for field in self.model.natural_key_fields() {
-            state.push(column(format!("{t}.{}::text", quote(field.stored_name()))));
+        let text = |alias: &str, name: &str| format!("{alias}.{}::text", quote(name));
+        let mut state = self.stored_state_columns(t, &WORDS, text);
+        state.extend(
+            self.natural_key_names()
+                .into_iter()
+                .map(|name| text(t, name)),
+        );
+        if table.is_none() {
+            for (at, column) in state.iter_mut().enumerate() {
+                *column = ["NULL::text", "NULL::boolean"][usize::from(at == 1)].to_owned();
+            }
         }
         state.join(", ")
     }
@@ -420,19 +369,12 @@ impl Table {
 
     /// The join of incoming rows to stored rows by natural key.
     fn natural_key_join(&self) -> String {
-        let conditions: Vec<String> = self
-            .model
-            .natural_key_fields()
-            .filter_map(|field| self.column_of(field))
-            .map(|index| {
-                format!(
-                    "t.{} = {}",
-                    quote(self.columns[index].name),
-                    self.cast(index)
-                )
-            })
-            .collect();
-        conditions.join(" AND ")
+        let keys = self.natural_key_names();
+        let incoming = |at: usize| match self.column_named(keys[at]) {
+            Some(index) => self.cast(index),
+            None => "NULL".to_owned(),
+        };
+        WORDS.same_key(self, "t", incoming).join(" AND ")
     }
 
     /// The replacement of a row another tool wrote (no digests, or no version order key),
@@ -448,47 +390,21 @@ impl Table {
             .map(|index| format!("{} = {}", quote(self.columns[index].name), self.cast(index)))
             .collect();
         let mut parameter = self.sent.len();
-        let mut next = || {
+        let next = || {
             parameter += 1;
             format!("${parameter}::text")
         };
-        let mut conditions = vec![format!("t.{0} = i.c0", quote(ID_FIELD))];
-        if let Some(field) = self.model.tombstone_field() {
-            conditions.push(format!("t.{} IS NULL", quote(field.stored_name())));
-        }
-        conditions.push(format!(
-            "t.{} IS NOT DISTINCT FROM {}",
-            quote(self.model.hash_field()),
-            next()
-        ));
-        if self.column_with(Content::Digests).is_some() {
-            conditions.push(format!(
-                "t.{}::text IS NOT DISTINCT FROM {}",
-                quote(FROZEN_DIGESTS_FIELD),
-                next()
-            ));
-        }
-        if self.column_with(Content::VersionKey).is_some() {
-            conditions.push(format!(
-                "t.{} IS NOT DISTINCT FROM {}",
-                quote(VERSION_KEY_FIELD),
-                next()
-            ));
-            if let Some(field) = self.model.version_field() {
-                conditions.push(format!(
-                    "t.{}::text IS NOT DISTINCT FROM {}",
-                    quote(field.stored_name()),
-                    next()
-                ));
-            }
-        }
-        for field in self.model.digested_fields() {
-            conditions.push(format!(
-                "t.{}::text IS NOT DISTINCT FROM {}",
-                quote(field.stored_name()),
-                next()
-            ));
-        }
+        // The hash and the version key are text already.
+        let conditions = WORDS.pinned_conditions(self, "i.c0".into(), next, |name, placeholder| {
+            let cast = match self
+                .column_named(name)
+                .map(|index| self.columns[index].content)
+            {
+                Some(Content::Hash | Content::VersionKey) => "",
+                _ => "::text",
+            };
+            format!("t.{}{cast} {} {placeholder}", quote(name), WORDS.same)
+        });
         // Unguarded: it follows, in the same call, the guarded statement that read the row.
         format!(
             "WITH {} UPDATE {} AS t SET {} FROM {} i WHERE {} RETURNING t.{}",

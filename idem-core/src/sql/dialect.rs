@@ -265,9 +265,12 @@ pub(crate) trait SqlDialect: Dialect {
 }
 
 /// A dialect that tells inserted rows from updated ones by the write marker each statement
-/// sets ([`super::marker`]): its statements for that strategy.
+/// sets ([`super::marker`]): how that strategy goes on its database. Its table is the marker
+/// dialects' shared one, and its statements are its table's ([`crate::sql::marker_table::MarkerWords`]).
 #[cfg(feature = "_marker_store")]
-pub(crate) trait MarkerDialect: SqlDialect {
+pub(crate) trait MarkerDialect:
+    SqlDialect<Table = crate::sql::marker_table::Table<Self>> + crate::sql::marker_table::MarkerWords
+{
     /// Whether a write meets a stored row through any unique index, not only its conflict
     /// target (MySQL's `ON DUPLICATE KEY UPDATE`), so that a document a write neither wrote nor
     /// found under its id or key met another index, which a plain insert of it names.
@@ -284,42 +287,18 @@ pub(crate) trait MarkerDialect: SqlDialect {
         table: &Self::Table,
         columns: &str,
     ) -> impl Future<Output = Option<String>> + Send;
-    /// How many rows one statement may carry.
-    fn max_rows(table: &Self::Table) -> usize;
-    /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
-    /// columns ([`super::marker::inserted`]) then the insert's write marker, then (but for
-    /// `InsertNew`) the update's write marker.
-    fn write_sql(table: &Self::Table, statement: Statement, rows: usize) -> String;
-    /// Whether [`MarkerDialect::write_sql`] returns each row it wrote, as its id and write marker;
+    /// Whether the write ([`crate::sql::marker_table::MarkerWords::write_sql`]) returns each row it wrote, as its id and write marker;
     /// otherwise the read after it tells them.
     const WRITE_RETURNS: bool;
-    /// The plain insert of `rows` fresh rows, failing whole on any stored key; parameters as
-    /// [`MarkerDialect::write_sql`]'s, without the update's marker.
-    fn fresh_sql(table: &Self::Table, rows: usize) -> String;
-    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow, then their natural-key columns as text; read so that it sees
-    /// the rows the write before it met.
-    fn select_stored_sql(table: &Self::Table, rows: usize) -> String;
-    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
-    /// `None` where the dialect has none.
-    fn look_up_sql(table: &Self::Table, rows: usize) -> Option<String>;
     /// Whether a plain read inside the caller's transaction may see rows older than those its
     /// writes meet (InnoDB's REPEATABLE READ: a read sees the snapshot the transaction took at
     /// its first read, a write the latest committed row), so that a lookup there could settle a
     /// row from a state the write that would follow no longer finds: there the batch goes
     /// without its lookup.
     const READS_LAG_WRITES: bool = false;
-    /// The replacement of a row the guard cannot compare, while it is as read.
-    fn pinned_sql(table: &Self::Table) -> String;
     /// Whether a pinned value that is a float is bound as the float (its text would not
     /// compare equal).
     const PINS_FLOATS: bool;
-
-    /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
-    /// not set, with the update's write marker (3).
-    fn mark_deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
-    /// Whether the row under the id (parameter 1) is deleted; no row if none is stored.
-    fn deleted_sql(table: &Self::Table, tombstone: &Field) -> String;
 }
 
 /// The write engine's driver of a dialect ([`SqlDialect::Driver`]): made for one call over one

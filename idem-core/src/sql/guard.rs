@@ -117,13 +117,41 @@ pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
     conditions.join(" AND ")
 }
 
-/// The quoted tombstone column (`NULL` for a type without one: `delete` refuses those first).
+/// What an `ON CONFLICT` on the natural key does for `statement` where the upsert names the
+/// stored row `t` and the incoming one `excluded` (PostgreSQL, SQLite): replace the stored row
+/// under the same id where the guard allows it, mark it deleted where it is not, or nothing;
+/// each update setting `also` (`, column = value`, or nothing) too.
 #[cfg(any(feature = "_postgres", feature = "sqlite"))]
-pub(crate) fn tombstone_column(layout: &Layout) -> String {
-    layout
-        .model
-        .tombstone_field()
-        .map_or("NULL".to_owned(), |field| quote(field.stored_name()))
+pub(crate) fn conflict_action(
+    layout: &Layout,
+    statement: crate::sql::dialect::Statement,
+    words: &Dialect,
+    also: &str,
+) -> String {
+    use crate::sql::dialect::Statement;
+    let (set, condition) = match statement {
+        Statement::Upsert => {
+            let set: Vec<String> = (layout.columns.iter())
+                .filter(|column| column.is_replaced())
+                .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
+                .collect();
+            (set.join(", "), upsert_guard(layout, words))
+        }
+        Statement::Delete => {
+            // `NULL` for a type without a tombstone: `delete` refuses those first.
+            let tombstone = (layout.model.tombstone_field())
+                .map_or("NULL".to_owned(), |field| quote(field.stored_name()));
+            (
+                format!("{tombstone} = excluded.{tombstone}"),
+                format!("t.{tombstone} IS NULL"),
+            )
+        }
+        Statement::InsertNew => return "DO NOTHING".to_owned(),
+    };
+    format!(
+        "DO UPDATE SET {set}{also} WHERE t.{id} = excluded.{id} AND {condition}",
+        id = quote(crate::model::ID_FIELD),
+    )
 }
 
 /// A quoted SQL identifier.

@@ -165,27 +165,58 @@ impl Layout {
             .position(|column| column.content == content)
     }
 
+    /// The columns an insert of `statement` writes, as positions in `sent` order: all sent
+    /// columns, the tombstone only for a delete (a row starts live).
+    #[cfg(feature = "_sql_store")]
+    pub fn inserted(&self, statement: super::dialect::Statement) -> Vec<usize> {
+        (0..self.sent.len())
+            .filter(|&position| {
+                statement == super::dialect::Statement::Delete
+                    || self.columns[self.sent[position]].role() != Some(Role::Tombstone)
+            })
+            .collect()
+    }
+
+    /// The natural-key columns' names, in [`crate::model::Model::natural_key_fields`] order.
+    #[cfg(any(feature = "_postgres", feature = "_marker_store"))]
+    pub fn natural_key_names(&self) -> Vec<&'static str> {
+        self.model
+            .natural_key_fields()
+            .map(|field| field.stored_name())
+            .collect()
+    }
+
+    /// The shape of the column named `name`, if the table has one.
+    #[cfg(feature = "_marker_store")]
+    pub fn shape_named(&self, name: &str) -> Option<ColumnShape> {
+        self.column_named(name)
+            .map(|index| self.columns[index].shape)
+    }
+
     /// What a row that stopped a write holds, in the order every SQL driver reads it back
     /// ([`crate::sql::row::StoredRow::from_texts`]): its id, whether it is deleted, its hash,
     /// digests and version key, the guarded fields' values and the version field's; each an
-    /// expression over the row `t`, with the dialect's `quote` of a name and `read_of` a column
+    /// expression over the row `t`, in the dialect's `words`, with its `read_of` a column
     /// (`read_of(alias, name)`).
-    #[cfg(feature = "_marker_store")]
+    #[cfg(any(feature = "_postgres", feature = "_marker_store"))]
     pub fn stored_state_columns(
         &self,
         t: &str,
-        quote: fn(&str) -> String,
+        words: &super::words::Words,
         read_of: impl Fn(&str, &str) -> String,
     ) -> Vec<String> {
+        let quote = words.quote;
         let of = |content: Content| {
-            self.column_with(content)
+            let column = self
+                .column_with(content)
                 .map_or("NULL".to_owned(), |index| {
                     format!("{t}.{}", quote(self.columns[index].name))
-                })
+                });
+            format!("{column}{}", words.text_cast)
         };
         let tombstoned = match self.model.tombstone_field() {
             Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
-            None => "0".to_owned(),
+            None => words.never_deleted.to_owned(),
         };
         let mut state = vec![
             format!("{t}.{}", quote(ID_FIELD)),

@@ -26,17 +26,6 @@ pub(crate) struct MarkerDriver<'a, D: MarkerDialect, W> {
     pub table: &'a D::Table,
 }
 
-/// The columns an insert of `statement` writes, as indexes into `sent` order: all sent columns,
-/// the tombstone only for a delete.
-pub(crate) fn inserted(table: &Layout, statement: Statement) -> Vec<usize> {
-    (0..table.sent.len())
-        .filter(|&position| {
-            statement == Statement::Delete
-                || table.columns[table.sent[position]].role() != Some(crate::model::Role::Tombstone)
-        })
-        .collect()
-}
-
 /// `doc`'s values of the sent columns at `positions`, each bound as its column holds it.
 fn row_params<'r>(
     table: &Layout,
@@ -143,7 +132,7 @@ impl<D: MarkerDialect, W: Wire> MarkerDriver<'_, D, W> {
         let table = self.table;
         let marker = format!("i{}", ulid::Ulid::generate());
         let mut params = Vec::new();
-        row_params(table, doc, &inserted(table, Statement::Upsert), &mut params);
+        row_params(table, doc, &table.inserted(Statement::Upsert), &mut params);
         params.push(Param::Text(Some(&marker)));
         self.wire.begin().await.ok()?;
         crate::trace::round_trip("INSERT");
@@ -170,7 +159,7 @@ impl<D: MarkerDialect, W: Wire> MarkerDriver<'_, D, W> {
         let insert_marker = format!("i{nonce}");
         let update_marker = format!("u{nonce}");
         let sql = D::write_sql(table, statement, docs.len());
-        let columns = inserted(table, statement);
+        let columns = table.inserted(statement);
         let (written, stored) = in_transaction::<D, _>(self.wire, document, async {
             let mut params = Vec::with_capacity(docs.len() * (columns.len() + 1) + 1);
             for doc in docs {
@@ -377,7 +366,7 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         let document = &docs[0].document();
         let marker = format!("i{}", ulid::Ulid::generate());
         let sql = D::fresh_sql(table, docs.len());
-        let columns = inserted(table, Statement::Upsert);
+        let columns = table.inserted(Statement::Upsert);
         let mut params = Vec::with_capacity(docs.len() * (columns.len() + 1));
         for doc in docs {
             row_params(table, doc, &columns, &mut params);
@@ -405,10 +394,10 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         }
     }
 
-    /// One read ([`MarkerDialect::look_up_sql`]): the rows stored with the same id, natural key,
-    /// content hash and version key settle `Unchanged` with no write statement and no write
-    /// lock; each other row with what it meets, which the engine judges before anything is
-    /// written.
+    /// One read ([`crate::sql::marker_table::MarkerWords::look_up_sql`]): the rows stored with
+    /// the same id, natural key, content hash and version key settle `Unchanged` with no write
+    /// statement and no write lock; each other row with what it meets, which the engine judges
+    /// before anything is written.
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {
         let table = self.table;
         let document = &docs[0].document();

@@ -18,6 +18,8 @@ pub(crate) mod layout;
 pub(crate) mod marker;
 #[cfg(feature = "_marker_store")]
 pub(crate) mod marker_sql;
+#[cfg(feature = "_marker_store")]
+pub(crate) mod marker_table;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod reads;
 pub(crate) mod row;
@@ -37,6 +39,8 @@ pub(crate) mod takeover;
 pub(crate) mod texts;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod wire;
+#[cfg(any(feature = "_postgres", feature = "_marker_store"))]
+pub(crate) mod words;
 
 /// The [`crate::engine::Driver`] methods that read incoming and stored rows, as every SQL driver
 /// answers them: its rows are [`row`]'s, read by [`row::RowReader`] over the driver's table

@@ -12,8 +12,8 @@ use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{Field, Model, OpId, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect, Statement};
+use crate::model::{Field, Model, OpId};
+use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect};
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
@@ -112,48 +112,10 @@ impl MarkerDialect for Sqlite {
         super::schema::index_on(wire, table, columns).await
     }
 
-    fn max_rows(table: &Table) -> usize {
-        table.max_rows()
-    }
-
-    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
-        table.write_sql(statement, rows)
-    }
-
     const WRITE_RETURNS: bool = true;
-
-    fn fresh_sql(table: &Table, rows: usize) -> String {
-        table.fresh_sql(rows)
-    }
-
-    fn select_stored_sql(table: &Table, rows: usize) -> String {
-        table.select_stored_sql(rows)
-    }
-
-    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
-        Some(table.look_up_sql(rows))
-    }
-
-    fn pinned_sql(table: &Table) -> String {
-        table.pinned_sql()
-    }
 
     // SQLite's text of a float has 15 significant digits, which may not give it back.
     const PINS_FLOATS: bool = true;
-
-    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
-        format!(
-            "UPDATE {table} SET {tomb} = ?2, {marker} = ?3 WHERE {id} = ?1 AND {tomb} IS NULL",
-            table = table.name(),
-            tomb = quote(tombstone.stored_name()),
-            marker = quote(WRITE_MARKER_FIELD),
-            id = quote(ID_FIELD),
-        )
-    }
-
-    fn deleted_sql(table: &Table, tombstone: &Field) -> String {
-        super::table::WORDS.deleted_sql(table, tombstone)
-    }
 }
 
 crate::sql::sqlx_wire::sqlx_database!(

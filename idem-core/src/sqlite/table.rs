@@ -1,6 +1,6 @@
-//! A type's SQLite table: its columns and declared types, the DDL that creates it, and the
-//! statements idem sends to it, built once per type from the [`Layout`] every SQL backend
-//! shares.
+//! A type's SQLite table: its columns' declared types, the DDL that creates it, and the
+//! statements idem sends to it, over the marker dialects' shared
+//! [`Table`](crate::sql::marker_table::Table) in SQLite's words.
 //!
 //! Values are bound one parameter per column and row (`VALUES (?1, ?2, …), (…)`), as SQLite
 //! has no array parameters; a batch is cut into chunks that stay under SQLite's limit of bound
@@ -8,14 +8,13 @@
 //! values JSON text. A float JSON cannot hold (NaN, an infinity) is stored as its text, which a
 //! `REAL` column keeps as it is.
 
-use std::fmt::Write as _;
-
-use crate::column::{Column, ColumnShape};
-use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::column::ColumnShape;
+use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::sql::guard::{conflict_action, Dialect};
 pub(crate) use crate::sql::guard::{literal, quote};
-use crate::sql::guard::{tombstone_column, upsert_guard, Dialect};
-use crate::sql::layout::{Content, Layout, TableColumn};
+use crate::sql::layout::{Content, TableColumn};
 use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_table::MarkerWords;
 
 /// How SQLite writes the guard's words.
 const SQLITE: Dialect = Dialect {
@@ -30,11 +29,9 @@ pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "IS",
+    never_deleted: "0",
+    text_cast: "",
 };
-
-/// SQLite's limit of bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER` since
-/// 3.32), less room for the statement's own.
-pub(crate) const MAX_PARAMETERS: usize = 32_000;
 
 /// A column's declared type. A boolean's and a structured value's name their shape, so that a
 /// model given at run time reads them as what they hold ([`shape_of`]); by SQLite's affinity
@@ -84,75 +81,36 @@ pub(crate) fn shape_of(declared: &str) -> ColumnShape {
 
 pub(crate) use crate::sql::dialect::Statement;
 
-/// A type's table and the parts of the statements idem sends to it.
-#[derive(Debug)]
-pub(crate) struct Table {
-    layout: Layout,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
-}
+/// A type's SQLite table and the parts of the statements idem sends to it.
+pub(crate) type Table = crate::sql::marker_table::Table<super::Sqlite>;
 
-impl std::ops::Deref for Table {
-    type Target = Layout;
+impl MarkerWords for super::Sqlite {
+    const WORDS: Words = WORDS;
+    /// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32, less room for the statement's own.
+    const ROW_PARAMETERS: usize = 32_000;
+    const INSERT_ALIAS: &'static str = " AS t";
+    /// `OR ABORT`: whatever conflict rule a table made by hand gives its constraints (`ON
+    /// CONFLICT REPLACE` would delete the stored row), a conflict fails the statement. Without
+    /// `RETURNING`, whose rows cost as much as the insert's own through sqlx.
+    const FRESH_INSERT: &'static str = "INSERT OR ABORT INTO";
 
-    fn deref(&self) -> &Layout {
-        &self.layout
+    fn declared(_: &Table, column: &TableColumn) -> String {
+        let constraint = match (column.content, column.role()) {
+            (Content::Id, _) => " PRIMARY KEY NOT NULL",
+            (_, Some(Role::Key | Role::IdempotencyKey)) => " NOT NULL",
+            (_, Some(Role::Pushed)) => " NOT NULL DEFAULT '[]'",
+            _ => "",
+        };
+        format!("{}{constraint}", sql_type(column))
     }
-}
 
-impl Table {
-    pub fn new(model: &'static Model, stored: &[Column]) -> Table {
-        Table {
-            layout: Layout::new(model, stored),
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+    /// A float as it is stored, whose text SQLite would write with 15 significant digits, not
+    /// the 17 that give the very float back; any other as [`Table::text_of`] gives it.
+    fn read_column(table: &Table, alias: &str, name: &str) -> String {
+        match table.shape_named(name) {
+            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
+            _ => table.text_of(alias, name),
         }
-    }
-
-    /// The quoted table name.
-    pub fn name(&self) -> String {
-        quote(self.model.collection())
-    }
-
-    /// How many rows one statement may carry.
-    pub fn max_rows(&self) -> usize {
-        (MAX_PARAMETERS / (self.sent.len() + 1)).max(1)
-    }
-
-    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
-    pub fn create_sql(&self) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let _ = write!(sql, "    {} {}", quote(column.name), sql_type(column));
-            match (column.content, column.role()) {
-                (Content::Id, _) => sql.push_str(" PRIMARY KEY NOT NULL"),
-                (_, Some(Role::Key | Role::IdempotencyKey)) => sql.push_str(" NOT NULL"),
-                (_, Some(Role::Pushed)) => sql.push_str(" NOT NULL DEFAULT '[]'"),
-                _ => {}
-            }
-            sql.push_str(",\n");
-        }
-        let _ = write!(
-            sql,
-            "    {} TEXT NOT NULL DEFAULT '[]',\n    {} TEXT,\n    CONSTRAINT {} UNIQUE ({})\n)",
-            quote(APPLIED_OPS_FIELD),
-            quote(WRITE_MARKER_FIELD),
-            quote(&self.natural_key_constraint),
-            self.natural_key_list(),
-        );
-        sql
-    }
-
-    /// Every column the table must have, with its declared type.
-    pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
-        self.columns
-            .iter()
-            .map(|column| (column.name, sql_type(column)))
-            .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
-    }
-
-    /// The natural-key columns, quoted and comma-separated: the conflict target.
-    pub fn natural_key_list(&self) -> String {
-        WORDS.key_list(self, "")
     }
 
     /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
@@ -162,65 +120,18 @@ impl Table {
     /// Parameters are anonymous (`?`), bound in the order they appear: SQLite looks a numbered
     /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
     /// made binding quadratic (measured: more than half the time of a 10,000-row batch).
-    pub fn write_sql(&self, statement: Statement, rows: usize) -> String {
-        let update_marker = "?";
+    fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
         let id = quote(ID_FIELD);
         let marker = quote(WRITE_MARKER_FIELD);
-        let conflict = match statement {
-            Statement::Upsert => {
-                let set: Vec<String> = self
-                    .columns
-                    .iter()
-                    .filter(|column| column.is_replaced())
-                    .map(|column| format!("{0} = excluded.{0}", quote(column.name)))
-                    .collect();
-                format!(
-                    "ON CONFLICT ({key}) DO UPDATE SET {set}, {marker} = {update_marker} \
-                     WHERE t.{id} = excluded.{id} AND {guard} ON CONFLICT ({id}) DO NOTHING",
-                    key = self.natural_key_list(),
-                    set = set.join(", "),
-                    guard = upsert_guard(self, &SQLITE),
-                )
-            }
-            Statement::Delete => {
-                let tombstone = tombstone_column(self);
-                format!(
-                    "ON CONFLICT ({key}) DO UPDATE SET {tombstone} = excluded.{tombstone}, \
-                     {marker} = {update_marker} \
-                     WHERE t.{id} = excluded.{id} AND t.{tombstone} IS NULL \
-                     ON CONFLICT ({id}) DO NOTHING",
-                    key = self.natural_key_list(),
-                )
-            }
-            // Only the natural key and the id: a conflict in another unique index is a refusal
-            // naming it, not a member left alone.
-            Statement::InsertNew => format!(
-                "ON CONFLICT ({}) DO NOTHING ON CONFLICT ({id}) DO NOTHING",
-                self.natural_key_list()
-            ),
-        };
+        // `InsertNew`: only the natural key and the id: a conflict in another unique index is a
+        // refusal naming it, not a member left alone.
+        let action = conflict_action(table, statement, &SQLITE, &format!(", {marker} = ?"));
         format!(
-            "{insert} {conflict} RETURNING {id}, {marker}",
-            insert = self.insert_rows("INSERT INTO", statement, rows),
+            "{insert} ON CONFLICT ({key}) {action} ON CONFLICT ({id}) DO NOTHING \
+             RETURNING {id}, {marker}",
+            insert = table.insert_rows("INSERT INTO", statement, rows),
+            key = table.natural_key_list(),
         )
-    }
-
-    /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns then its
-    /// write marker, with nothing after its `VALUES`.
-    fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
-        let values = WORDS.inserted_values(self, statement, rows);
-        format!("{verb} {} AS t {values}", self.name())
-    }
-
-    /// The plain insert of `rows` rows as fresh ones
-    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]): without `ON CONFLICT`, so a
-    /// stored row's id or natural key fails it whole, and without `RETURNING`, whose rows
-    /// cost as much as the insert's own through sqlx. `OR ABORT`: whatever conflict rule a
-    /// table made by hand gives its constraints (`ON CONFLICT REPLACE` would delete the stored
-    /// row), a conflict fails the statement. Parameters as [`Table::write_sql`]'s, without the
-    /// update's marker.
-    pub fn fresh_sql(&self, rows: usize) -> String {
-        self.insert_rows("INSERT OR ABORT INTO", Statement::Upsert, rows)
     }
 
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
@@ -228,17 +139,18 @@ impl Table {
     /// columns as text.
     /// Two lookups, each through its unique index (the primary key, the natural key's), not a
     /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
-    pub fn select_stored_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
+    fn select_stored_sql(table: &Table, rows: usize) -> String {
+        let keys = table.natural_key_names();
         // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
         let ids = vec!["?"; rows];
-        let key_texts: Vec<String> = keys.iter().map(|name| self.text_of("t", name)).collect();
-        let join = WORDS.same_key(self, "t", |at| format!("k.column{}", at + 1));
-        let state = format!("{}, {}", self.stored_state("t"), key_texts.join(", "));
+        let join = WORDS.same_key(table, "t", |at| format!("k.column{}", at + 1));
+        let mut state = table.stored_state_columns("t");
+        state.extend(keys.iter().map(|name| table.text_of("t", name)));
+        let state = state.join(", ");
         format!(
             "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
              UNION SELECT {state} FROM (VALUES {tuples}) k JOIN {table} t ON {join}",
-            table = self.name(),
+            table = table.name(),
             id = quote(ID_FIELD),
             ids = ids.join(", "),
             tuples = parameter_rows(keys.len(), rows),
@@ -257,18 +169,18 @@ impl Table {
     /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
     /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
     /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
-    pub fn look_up_sql(&self, rows: usize) -> String {
-        let keys = self.natural_key_names();
-        let contents = crate::sql::marker::compared_contents(self);
+    fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
+        let keys = table.natural_key_names();
+        let contents = crate::sql::marker::compared_contents(table);
         // The incoming values, as SQLite names the columns of `VALUES`.
         let incoming = |position: usize| format!("v.column{}", position + 1);
         let key_at = |at: usize| incoming(1 + contents.len() + at);
         let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
-        same.extend(WORDS.stored_unchanged(self, key_at, |at| incoming(1 + at)));
-        let by_key = WORDS.holds_key(self, "f", key_at);
+        same.extend(WORDS.stored_unchanged(table, key_at, |at| incoming(1 + at)));
+        let by_key = WORDS.holds_key(table, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
-        selected.extend(self.stored_state_columns("s"));
-        selected.extend(keys.iter().map(|name| self.text_of("s", name)));
+        selected.extend(table.stored_state_columns("s"));
+        selected.extend(keys.iter().map(|name| table.text_of("s", name)));
         let mut summary = vec![
             "NULL",
             "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
@@ -277,7 +189,7 @@ impl Table {
         summary.resize(selected.len(), "NULL");
         // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
         // it meets, else NULL.
-        format!(
+        Some(format!(
             "WITH k AS MATERIALIZED (SELECT {id_in} AS i, \
              CASE WHEN EXISTS (SELECT 1 FROM {table} u WHERE {same}) THEN '' ELSE \
              COALESCE((SELECT f.{id} FROM {table} f WHERE f.{id} = {id_in}), \
@@ -286,13 +198,76 @@ impl Table {
              SELECT {selected} FROM k JOIN {table} s ON s.{id} = k.stopping \
              UNION ALL SELECT {summary} FROM k",
             id_in = incoming(0),
-            table = self.name(),
+            table = table.name(),
             id = quote(ID_FIELD),
             same = same.join(" AND "),
             tuples = parameter_rows(1 + contents.len() + keys.len(), rows),
             selected = selected.join(", "),
             summary = summary.join(", "),
+        ))
+    }
+
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while
+    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
+    /// then the stored hash, digests, version key and version, and each guarded field's text
+    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
+    fn pinned_sql(table: &Table) -> String {
+        let mut parameter = 0;
+        let mut next = || {
+            parameter += 1;
+            format!("?{parameter}")
+        };
+        let mut set = Vec::new();
+        for &index in &table.sent {
+            let placeholder = next();
+            if table.columns[index].is_replaced() {
+                set.push(format!(
+                    "{} = {placeholder}",
+                    quote(table.columns[index].name)
+                ));
+            }
+        }
+        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
+        let id = next();
+        let conditions = WORDS.pinned_conditions(table, id, next, |name, placeholder| {
+            format!("{} IS {placeholder}", table.read_of("t", name))
+        });
+        format!(
+            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
+            table.name(),
+            set.join(", "),
+            conditions.join(" AND "),
+            quote(ID_FIELD),
         )
+    }
+
+    fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {
+        format!(
+            "UPDATE {table} SET {tomb} = ?2, {marker} = ?3 WHERE {id} = ?1 AND {tomb} IS NULL",
+            table = table.name(),
+            tomb = quote(tombstone.stored_name()),
+            marker = quote(WRITE_MARKER_FIELD),
+            id = quote(ID_FIELD),
+        )
+    }
+}
+
+impl Table {
+    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
+    pub fn create_sql(&self) -> String {
+        let own = [
+            format!("{} TEXT NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            format!("{} TEXT", quote(WRITE_MARKER_FIELD)),
+        ];
+        self.create_table(&own, "")
+    }
+
+    /// Every column the table must have, with its declared type.
+    pub fn expected_columns(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.columns
+            .iter()
+            .map(|column| (column.name, sql_type(column)))
+            .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
     }
 
     /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
@@ -307,60 +282,5 @@ impl Table {
             }
             _ => column,
         }
-    }
-
-    /// A column as a read of the row selects it, to be read with [`crate::sql::wire::Cells::text`]: a float as it
-    /// is stored, whose text SQLite would write with 15 significant digits, not the 17 that
-    /// give the very float back; any other as [`Table::text_of`] gives it.
-    pub fn read_of(&self, alias: &str, name: &str) -> String {
-        match self.shape_named(name) {
-            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
-            _ => self.text_of(alias, name),
-        }
-    }
-
-    /// What a row that stopped a write holds, as text: its id, whether it is deleted, its
-    /// hash, digests and version key, the guarded fields' values and the version field's.
-    fn stored_state(&self, t: &str) -> String {
-        self.stored_state_columns(t).join(", ")
-    }
-
-    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
-    fn stored_state_columns(&self, t: &str) -> Vec<String> {
-        self.layout
-            .stored_state_columns(t, quote, |alias, name| self.read_of(alias, name))
-    }
-
-    /// The replacement of a row the guard cannot compare (another tool's), matched only while
-    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
-    /// then the stored hash, digests, version key and version, and each guarded field's text
-    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
-    pub fn pinned_sql(&self) -> String {
-        let mut parameter = 0;
-        let mut next = || {
-            parameter += 1;
-            format!("?{parameter}")
-        };
-        let mut set = Vec::new();
-        for &index in &self.sent {
-            let placeholder = next();
-            if self.columns[index].is_replaced() {
-                set.push(format!(
-                    "{} = {placeholder}",
-                    quote(self.columns[index].name)
-                ));
-            }
-        }
-        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let conditions = WORDS.pinned_conditions(self, next, |name, placeholder| {
-            format!("{} IS {placeholder}", self.read_of("t", name))
-        });
-        format!(
-            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
-            self.name(),
-            set.join(", "),
-            conditions.join(" AND "),
-            quote(ID_FIELD),
-        )
     }
 }

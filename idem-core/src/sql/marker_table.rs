@@ -1,0 +1,140 @@
+//! A type's table as a marker dialect (SQLite, the MySQL family) keeps it: the [`Layout`] every
+//! SQL backend shares, the name of its natural-key constraint, and the parts of its statements
+//! both dialects build alike. Each dialect implements [`MarkerWords`] in its `table` module: its
+//! words, its columns' declarations and the statements it builds its own way.
+
+use std::fmt::Write as _;
+use std::marker::PhantomData;
+
+use crate::column::Column;
+use crate::model::{Field, Model};
+use crate::sql::dialect::Statement;
+use crate::sql::layout::{Layout, TableColumn};
+use crate::sql::marker_sql::Words;
+
+/// What a marker dialect's table writes its own way: its words, and the statements of the
+/// marker strategy ([`super::marker`]) it builds.
+pub(crate) trait MarkerWords: Sized + 'static {
+    /// How it writes the statements' shared parts.
+    const WORDS: Words;
+    /// How many bound parameters one statement may give its rows: the database's limit, less
+    /// room for the statement's own.
+    const ROW_PARAMETERS: usize;
+    /// What follows the table's name in an insert (an alias for its stored rows, or nothing).
+    const INSERT_ALIAS: &'static str;
+    /// The verb of the plain insert of fresh rows, which fails whole on any stored key.
+    const FRESH_INSERT: &'static str;
+    /// A column's type and constraints in `CREATE TABLE`.
+    fn declared(table: &Table<Self>, column: &TableColumn) -> String;
+    /// A column of idem's table as a read of the row selects it, for
+    /// [`crate::sql::wire::Cells::text`] (where [`crate::sql::dialect::SqlDialect::read_of`]
+    /// reads a column of any table).
+    fn read_column(table: &Table<Self>, alias: &str, name: &str) -> String;
+
+    /// How many rows one statement may carry.
+    fn max_rows(table: &Table<Self>) -> usize {
+        (Self::ROW_PARAMETERS / (table.sent.len() + 1)).max(1)
+    }
+    /// The write of `rows` rows for `statement`: parameters row after row, each row's inserted
+    /// columns ([`Layout::inserted`]) then the insert's write marker, then (but for
+    /// `InsertNew`) the update's write marker.
+    fn write_sql(table: &Table<Self>, statement: Statement, rows: usize) -> String;
+    /// The plain insert of `rows` rows as fresh ones
+    /// ([`crate::engine::batch::BatchDriver::insert_fresh`]), which any stored id or key fails
+    /// whole; parameters as [`MarkerWords::write_sql`]'s, without the update's marker.
+    fn fresh_sql(table: &Table<Self>, rows: usize) -> String {
+        table.insert_rows(Self::FRESH_INSERT, Statement::Upsert, rows)
+    }
+    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
+    /// natural keys that follow, then their natural-key columns as text; read so that it sees
+    /// the rows the write before it met.
+    fn select_stored_sql(table: &Table<Self>, rows: usize) -> String;
+    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
+    /// `None` where the dialect has none.
+    fn look_up_sql(table: &Table<Self>, rows: usize) -> Option<String>;
+    /// The replacement of a row the guard cannot compare, while it is as read.
+    fn pinned_sql(table: &Table<Self>) -> String;
+    /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
+    /// not set, with the update's write marker (3).
+    fn mark_deleted_sql(table: &Table<Self>, tombstone: &Field) -> String;
+    /// Whether the row under the id (parameter 1) is deleted; no row if none is stored.
+    fn deleted_sql(table: &Table<Self>, tombstone: &Field) -> String {
+        Self::WORDS.deleted_sql(table, tombstone)
+    }
+}
+
+/// A type's table and the parts of the statements idem sends to it.
+#[derive(Debug)]
+pub(crate) struct Table<D> {
+    layout: Layout,
+    /// The name of the unique constraint on the natural key that `ensure_table` creates.
+    pub natural_key_constraint: String,
+    dialect: PhantomData<fn() -> D>,
+}
+
+impl<D> std::ops::Deref for Table<D> {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+impl<D: MarkerWords> Table<D> {
+    pub fn new(model: &'static Model, stored: &[Column]) -> Self {
+        Table {
+            layout: Layout::new(model, stored),
+            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
+            dialect: PhantomData,
+        }
+    }
+
+    /// The quoted table name.
+    pub fn name(&self) -> String {
+        (D::WORDS.quote)(self.model.collection())
+    }
+
+    /// The natural-key columns, quoted and comma-separated: the conflict target.
+    pub fn natural_key_list(&self) -> String {
+        D::WORDS.key_list(self, "")
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS …`: each column as the dialect declares it, then `own`
+    /// (idem's own columns and constraints), the unique constraint on the natural key, and
+    /// `after` the closing parenthesis.
+    pub fn create_table(&self, own: &[String], after: &str) -> String {
+        let quote = D::WORDS.quote;
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
+        for column in &self.columns {
+            let declared = D::declared(self, column);
+            let _ = writeln!(sql, "    {} {declared},", quote(column.name));
+        }
+        for line in own {
+            let _ = writeln!(sql, "    {line},");
+        }
+        let _ = write!(
+            sql,
+            "    CONSTRAINT {} UNIQUE ({})\n){after}",
+            quote(&self.natural_key_constraint),
+            self.natural_key_list(),
+        );
+        sql
+    }
+
+    /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns
+    /// ([`Layout::inserted`]) then its write marker, with nothing after `VALUES`.
+    pub fn insert_rows(&self, verb: &str, statement: Statement, rows: usize) -> String {
+        let values = D::WORDS.inserted_values(self, statement, rows);
+        format!("{verb} {}{} {values}", self.name(), D::INSERT_ALIAS)
+    }
+
+    /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
+    pub fn read_of(&self, alias: &str, name: &str) -> String {
+        D::read_column(self, alias, name)
+    }
+
+    /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
+    pub fn stored_state_columns(&self, t: &str) -> Vec<String> {
+        (self.layout).stored_state_columns(t, &D::WORDS, |alias, name| self.read_of(alias, name))
+    }
+}

@@ -1,0 +1,77 @@
+//! What the SQL dialects write differently in the parts of their statements they share
+//! ([`Words`]), and those parts, written once: the natural-key columns, a row holding the
+//! incoming natural key, and the conditions that pin a row as it was read. The marker dialects'
+//! own shared parts are in [`super::marker_sql`].
+
+use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::sql::layout::{Content, Layout};
+
+/// What a dialect writes differently in the statements' shared parts.
+pub(crate) struct Words {
+    /// A quoted identifier.
+    pub quote: fn(&str) -> String,
+    /// A quoted string literal.
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+    pub literal: fn(&str) -> String,
+    /// Null-safe equality (SQLite's `IS`, MySQL's `<=>`, PostgreSQL's `IS NOT DISTINCT FROM`).
+    pub same: &'static str,
+    /// Whether a row of a type without a tombstone is deleted, as the stored state reads it.
+    pub never_deleted: &'static str,
+    /// What a column expression takes to read as text where the statement says so (PostgreSQL's
+    /// `::text`); nothing where its cells are read as text whatever their type.
+    pub text_cast: &'static str,
+}
+
+impl Words {
+    /// The natural-key columns of `alias` (`t.`, or none), quoted and comma-separated.
+    pub fn key_list(&self, layout: &Layout, alias: &str) -> String {
+        let names = layout.natural_key_names().into_iter();
+        let quoted: Vec<String> = names
+            .map(|name| format!("{alias}{}", (self.quote)(name)))
+            .collect();
+        quoted.join(", ")
+    }
+
+    /// Each natural-key column of the row `alias` equal to its incoming value, `incoming(at)`
+    /// for the key's `at`th column.
+    pub fn same_key(
+        &self,
+        layout: &Layout,
+        alias: &str,
+        incoming: impl Fn(usize) -> String,
+    ) -> Vec<String> {
+        let keys = layout.natural_key_names().into_iter().enumerate();
+        keys.map(|(at, name)| format!("{alias}.{} = {}", (self.quote)(name), incoming(at)))
+            .collect()
+    }
+
+    /// The conditions under which the pinned replacement finds the row `t` as it was read:
+    /// under the id (`id`), not deleted, and each of its hash, digests, version key and version,
+    /// and each guarded field, as read (`pinned(name, placeholder)`). `placeholder` gives each
+    /// parameter's, in the order they are bound: SQLite's statement numbers them, as its `SET`
+    /// skips the sent columns it does not replace.
+    pub fn pinned_conditions(
+        &self,
+        layout: &Layout,
+        id: String,
+        mut placeholder: impl FnMut() -> String,
+        pinned: impl Fn(&str, String) -> String,
+    ) -> Vec<String> {
+        let model = layout.model;
+        let mut conditions = vec![format!("t.{} = {id}", (self.quote)(ID_FIELD))];
+        if let Some(field) = model.tombstone_field() {
+            conditions.push(format!("t.{} IS NULL", (self.quote)(field.stored_name())));
+        }
+        let mut names = vec![model.hash_field()];
+        if layout.column_with(Content::Digests).is_some() {
+            names.push(FROZEN_DIGESTS_FIELD);
+        }
+        if layout.column_with(Content::VersionKey).is_some() {
+            names.push(VERSION_KEY_FIELD);
+            names.extend(model.version_field().map(|field| field.stored_name()));
+        }
+        names.extend(model.digested_fields().map(|field| field.stored_name()));
+        conditions.extend(names.into_iter().map(|name| pinned(name, placeholder())));
+        conditions
+    }
+}
