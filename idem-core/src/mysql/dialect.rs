@@ -11,11 +11,11 @@ use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
-use crate::id::Id;
-use crate::model::{Field, Model, OpId, ID_FIELD};
+use crate::model::{Field, Model, ID_FIELD};
 use crate::sql::dialect::{
     Dialect, EffectAnswer, MarkerDialect, SqlDialect, SqlxDialect, Statement,
 };
+use crate::sql::effects::Effect;
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
@@ -107,28 +107,8 @@ impl SqlDialect for MySql {
         }
     }
 
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
+    async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
+        crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
     }
 }
 
@@ -137,6 +117,10 @@ impl MarkerDialect for MySql {
 
     fn restarts(error: &Error) -> bool {
         super::errors::restarts(error)
+    }
+
+    fn sum_out_of_range(failure: &DbFailure) -> bool {
+        failure.code() == Some(super::effects::OUT_OF_RANGE)
     }
 
     async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {

@@ -1,25 +1,27 @@
 //! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
 //! idempotency key, operations applied once to a row's `#[idem(effect)]` columns, derived sets
 //! whose members are inserted once, and pushes that append an item once. Their rules are the
-//! SQL store's ([`crate::sql::store`]); here are their public signatures and the statements of
-//! `apply_once` and `push`.
+//! SQL store's ([`crate::sql::store`]) and their statements' frame [`crate::sql::effects`]'s;
+//! here are their public signatures and PostgreSQL's words for `apply_once` and `push`.
 
 use serde::Serialize;
 
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
-use super::wire::{one, Cells, Connection, Param, Wire};
-use super::{postgres_error, Store};
+use super::wire::{one, Cells, Connection, Wire};
+use super::{postgres_error, Postgres, Store};
 use crate::change::{self, Change};
-use crate::document::DocumentRef;
+use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::model::{OpId, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
-use crate::push::stored_not_a_list;
+use crate::sql::change::EncodedChange;
 use crate::sql::dialect::EffectAnswer;
+use crate::sql::effects::{assignments, ops_of, settle, sum, ApplyWords, Binds, Effect};
+use crate::sql::effects::{EffectKind, Failed, Guarded, Reply};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -110,125 +112,123 @@ impl Store {
     }
 }
 
-/// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]): one
-/// statement, guarded as every write is ([`Table::checked_guard`]), so that nothing is applied
-/// to a table the store has not checked, whose check comes first.
-pub(super) async fn apply_once<W: Wire>(
+/// One attempt of `apply_once` or `push` ([`crate::sql::dialect::SqlDialect::effect`]): one
+/// statement, its guarded `UPDATE` and what it did. An operation is guarded as every write is
+/// ([`Table::checked_guard`]), so that nothing is applied to a table the store has not checked,
+/// whose check comes first; a push by the absence of an item whose key equals this one, so a
+/// retried push never appends twice: a racing push waits for the row and re-checks the guard
+/// on what the other wrote.
+pub(super) async fn effect<W: Wire>(
     wire: &W,
-    table: &Table,
-    id: Id,
-    op: &OpId,
-    changes: &[Change],
-    window: usize,
-    document: &DocumentRef,
+    call: &Effect<'_, Table>,
 ) -> Result<EffectAnswer, Error> {
-    let mut parameters: Vec<Option<String>> =
-        vec![Some(id.to_string()), Some(op.as_str().to_owned())];
-    let mut assignments = Vec::with_capacity(changes.len() + 1);
-    for encoded in crate::sql::change::encode(table, changes, document, sql_type)? {
-        let name = quote(encoded.column.name);
-        let placeholder = format!(
-            "${}::text::{}",
-            parameters.len() + 1,
-            sql_type(encoded.column)
-        );
-        assignments.push(match encoded.adds {
-            true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-            false => format!("{name} = {placeholder}"),
-        });
-        parameters.push(encoded.value);
-    }
-    let column = quote(APPLIED_OPS_FIELD);
-    // A NULL list (a row another tool wrote, in a table whose migration allows it) is an empty
-    // one: otherwise the operation would be neither applied nor recorded, and answered as
-    // applied before.
-    let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
-    // The op ids, oldest first, keeping the latest `window`.
-    assignments.push(format!(
-        "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
-         FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
-         AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
-    ));
-    let checked = table.relation_name("checked");
-    let applied = table.relation_name("applied");
-    let sql = format!(
-        "WITH {guard}, {applied} AS (UPDATE {name} AS t SET {assignments} \
-         WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
-         AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
-         SELECT (SELECT count(*) FROM {applied}), \
-         EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = $1), \
-         (SELECT c.ok FROM {checked} c)",
-        guard = table.checked_cte(parameters.len() + 1),
-        name = table.name(),
-        assignments = assignments.join(", "),
-        id = quote(ID_FIELD),
-    );
-    let reply = query_checked_one(wire, table, document, (&sql, 2), &parameters, "UPDATE")
-        .await
-        // numeric_value_out_of_range, of an integer column (a float one says "value out of
-        // range: overflow").
-        .map_err(|error| {
-            change::out_of_range_or(error, changes, |backend| {
-                backend.code() == Some("22003")
-                    && backend.to_string().contains("bigint out of range")
-            })
-        })?;
-    Ok(EffectAnswer {
+    let (table, document) = (call.table, call.document);
+    let mut binds = Binds::new(|position| format!("${position}"));
+    let mut guarded;
+    let reply = match &call.kind {
+        EffectKind::Apply(apply) => {
+            let value = |binds: &mut Binds, encoded: &EncodedChange| {
+                let value = binds.bind(ColumnShape::Text, encoded.value.as_deref());
+                format!("{value}::text::{}", sql_type(encoded.column))
+            };
+            let words = ApplyWords {
+                type_name: sql_type,
+                value: &value,
+                sum: &mut sum,
+                // The op ids, oldest first, keeping the latest `window`.
+                kept: |ops, op, window| {
+                    format!(
+                        "(SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+                         FROM jsonb_array_elements({ops} || to_jsonb({op}::text)) WITH \
+                         ORDINALITY AS recorded(op, n) \
+                         WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})"
+                    )
+                },
+            };
+            let (set, _) = assignments::<Postgres>(call, apply, &mut binds, words)?;
+            let checked = table.relation_name("checked");
+            guarded = Guarded::new::<Postgres>(call, &set, binds, |binds| {
+                let op = binds.text(apply.op.as_str());
+                let ops = ops_of::<Postgres>();
+                vec![
+                    format!("NOT ({ops} @> to_jsonb(ARRAY[{op}::text]))"),
+                    format!("(SELECT c.ok FROM {checked} c)"),
+                ]
+            });
+            let applied = table.relation_name("applied");
+            let sql = format!(
+                "WITH {guard}, {applied} AS ({update} RETURNING 1) \
+                 SELECT (SELECT count(*) FROM {applied}), \
+                 EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = {id_value}), \
+                 (SELECT c.ok FROM {checked} c)",
+                guard = table.checked_cte(guarded.binds.len() + 1),
+                update = guarded.sql,
+                name = table.name(),
+                id = quote(ID_FIELD),
+                id_value = guarded.id,
+            );
+            let values = guarded.binds.texts();
+            query_checked_one(wire, table, document, (&sql, 2), &values, "UPDATE")
+                .await
+                // numeric_value_out_of_range, of an integer column (a float one says "value
+                // out of range: overflow").
+                .map_err(|error| {
+                    change::out_of_range_or(error, apply.changes, |backend| {
+                        backend.code() == Some("22003")
+                            && backend.to_string().contains("bigint out of range")
+                    })
+                })
+                .map(|reply| (reply, None))
+        }
+        EffectKind::Push(push) => {
+            // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
+            // a composite key holding a part of another's fields or list entries would pass for
+            // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
+            // else but a list is no list to push to, which the statement's last column says.
+            let column = quote(push.list.stored_name());
+            let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
+            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
+            let is_list = format!("{kind} IN ('array', 'null')");
+            let item = binds.text(push.item);
+            let set = format!("{column} = {listed} || jsonb_build_array({item}::text::jsonb)");
+            guarded = Guarded::new::<Postgres>(call, &[set], binds, |binds| {
+                let key = binds.text(push.item_key);
+                let key_field = binds.text(push.list.item_key());
+                let same = format!("stored.item -> {key_field}::text = {key}::text::jsonb");
+                vec![
+                    is_list.clone(),
+                    format!(
+                        "NOT EXISTS (SELECT 1 FROM jsonb_array_elements({listed}) \
+                         AS stored(item) WHERE {same})"
+                    ),
+                ]
+            });
+            guarded.explained.0 = format!("CASE WHEN {is_list} THEN NULL ELSE {kind} END");
+            let sql = format!(
+                "WITH pushed AS ({update} RETURNING 1) \
+                 SELECT (SELECT count(*) FROM pushed), \
+                 EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = {id_value}), \
+                 (SELECT {explained} FROM {name} t WHERE t.{id} = {id_value})",
+                explained = guarded.explained.0,
+                update = guarded.sql,
+                name = table.name(),
+                id = quote(ID_FIELD),
+                id_value = guarded.id,
+            );
+            crate::trace::round_trip("UPDATE");
+            (wire.write(&sql, &guarded.binds.params()).await)
+                .and_then(|rows| one(rows, "UPDATE"))
+                .map_err(|source| postgres_error(document, source))
+                .map(|reply| {
+                    let explained = reply.str(2).map(str::to_owned);
+                    (reply, explained)
+                })
+        }
+    };
+    let reply = reply.map(|(reply, explained)| Reply {
         written: reply.int8(0).unwrap_or(0) > 0,
         exists: reply.flag(1).unwrap_or(false),
-    })
-}
-
-/// One attempt of `push` ([`crate::sql::dialect::SqlDialect::push`]): one statement, guarded
-/// by the absence of an item whose key equals this one, so a retried push never appends twice:
-/// a racing push waits for the row and re-checks the guard on what the other wrote.
-pub(super) async fn push<W: Wire>(
-    wire: &W,
-    table: &Table,
-    id: Id,
-    list: &'static Field,
-    item: &str,
-    item_key: &str,
-    document: &DocumentRef,
-) -> Result<EffectAnswer, Error> {
-    // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
-    // a composite key holding a part of another's fields or list entries would pass for
-    // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
-    // else but a list is no list to push to, which the statement's last column says.
-    let column = quote(list.stored_name());
-    let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
-    let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
-    let sql = format!(
-        "WITH pushed AS (UPDATE {table} \
-         SET {column} = {listed} || jsonb_build_array($2::text::jsonb) \
-         WHERE {id} = $1 AND {kind} IN ('array', 'null') AND NOT EXISTS (\
-         SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
-         WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
-         SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1), \
-         (SELECT {kind} FROM {table} WHERE {id} = $1 AND {kind} NOT IN ('array', 'null'))",
-        table = table.name(),
-        id = quote(ID_FIELD),
-    );
-    let id_text = id.to_string();
-    let item_key_field = list.item_key();
-    let parameters = [
-        Param::Text(Some(&id_text)),
-        Param::Text(Some(item)),
-        Param::Text(Some(item_key)),
-        Param::Text(Some(item_key_field)),
-    ];
-    crate::trace::round_trip("UPDATE");
-    let reply = wire
-        .write(&sql, &parameters)
-        .await
-        .and_then(|rows| one(rows, "UPDATE"))
-        .map_err(|source| postgres_error(document, source))?;
-    let written = reply.int8(0).unwrap_or(0) > 0;
-    if let (false, Some(stored)) = (written, reply.str(2)) {
-        return Err(stored_not_a_list(document, list, stored));
-    }
-    Ok(EffectAnswer {
-        written,
-        exists: reply.flag(1).unwrap_or(false),
-    })
+        explained,
+    });
+    settle(call, &guarded, reply.map_err(Failed::Error))
 }

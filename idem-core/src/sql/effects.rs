@@ -1,0 +1,391 @@
+//! The effects of a SQL store, written once: an operation applied once to a row's
+//! `#[idem(effect)]` columns, and an item pushed once to one of its lists. Each attempt is one
+//! `UPDATE` of the row, guarded by the absence of the op id or of the item's key; here are what
+//! an attempt asks ([`Effect`]), the statement's frame (the changes' assignments, the id, the
+//! guards, the parameters in the order its text binds them) and the answer read from what it
+//! did, refusals named as on every store. Each dialect gives its expressions (JSON functions,
+//! the overflow test, placeholders) and sends the statement: PostgreSQL as one statement that
+//! says what it did, the others ([`guarded_once`]) in a transaction of idem's own, with a read of
+//! why where it wrote nothing.
+
+use super::change::EncodedChange;
+use super::dialect::{EffectAnswer, SqlDialect};
+use super::layout::TableColumn;
+use super::wire::Param;
+use crate::change::{self, Change};
+use crate::column::ColumnShape;
+use crate::document::DocumentRef;
+use crate::error::{Error, ErrorKind};
+use crate::id::Id;
+use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::push::stored_not_a_list;
+
+/// One attempt of an effect on the row under an id ([`SqlDialect::effect`]).
+pub(crate) struct Effect<'a, T> {
+    /// The row's table, checked.
+    pub table: &'a T,
+    /// The row's id, as text.
+    pub id: String,
+    /// What the call's errors name.
+    pub document: &'a DocumentRef,
+    /// What it writes.
+    pub kind: EffectKind<'a>,
+}
+
+impl<'a, T> Effect<'a, T> {
+    /// `kind` on the row of `table` under `id`.
+    pub(crate) fn new(
+        table: &'a T,
+        id: Id,
+        document: &'a DocumentRef,
+        kind: EffectKind<'a>,
+    ) -> Self {
+        Effect {
+            table,
+            id: id.to_string(),
+            document,
+            kind,
+        }
+    }
+}
+
+/// What an effect writes.
+pub(crate) enum EffectKind<'a> {
+    /// `apply_once`'s.
+    Apply(Apply<'a>),
+    /// `push`'s.
+    Push(Push<'a>),
+}
+
+/// `changes` (checked against the model) and `op` applied to the row unless `op` is among its
+/// applied ops, keeping the latest `window`.
+pub(crate) struct Apply<'a> {
+    pub op: &'a OpId,
+    pub changes: &'a [Change],
+    pub window: usize,
+}
+
+/// `item` (JSON text) appended to the list `list` of the row unless an item with the key
+/// `item_key` (JSON text) is in it.
+pub(crate) struct Push<'a> {
+    pub list: &'static Field,
+    pub item: &'a str,
+    pub item_key: &'a str,
+}
+
+/// A statement's parameters, bound in the order its text names them, each named by the
+/// dialect's placeholder for its position (`?2`, `?`, `$2`).
+#[derive(Clone)]
+pub(crate) struct Binds {
+    values: Vec<(ColumnShape, Option<String>)>,
+    placeholder: fn(usize) -> String,
+}
+
+impl Binds {
+    /// No parameter yet; `placeholder` names the parameter at a position (from 1).
+    pub(crate) fn new(placeholder: fn(usize) -> String) -> Self {
+        Binds {
+            values: Vec::new(),
+            placeholder,
+        }
+    }
+
+    /// Binds `text` next, as a column of `shape` holds it ([`Param::typed`]), and names it.
+    pub(crate) fn bind(&mut self, shape: ColumnShape, text: Option<&str>) -> String {
+        self.values.push((shape, text.map(str::to_owned)));
+        (self.placeholder)(self.values.len())
+    }
+
+    /// Binds `text` next, as text, and names it.
+    pub(crate) fn text(&mut self, text: &str) -> String {
+        self.bind(ColumnShape::Text, Some(text))
+    }
+
+    /// The parameters, in their order.
+    pub(crate) fn params(&self) -> Vec<Param<'_>> {
+        (self.values.iter())
+            .map(|(shape, text)| Param::typed(*shape, text.as_deref()))
+            .collect()
+    }
+
+    /// The parameters as text, in their order (PostgreSQL's `$n::text::type` reads them so).
+    #[cfg(feature = "_postgres")]
+    pub(crate) fn texts(&self) -> Vec<Option<String>> {
+        self.values.iter().map(|(_, text)| text.clone()).collect()
+    }
+
+    /// How many are bound.
+    #[cfg(feature = "_postgres")]
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+}
+
+/// An effect's guarded `UPDATE` of the row `t`, in a dialect's words.
+pub(crate) struct Guarded {
+    /// `UPDATE … AS t SET … WHERE t._id = … AND …`, without what it returns.
+    pub sql: String,
+    /// Its parameters.
+    pub binds: Binds,
+    /// The id's placeholder in `sql`.
+    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    pub id: String,
+    /// What a statement that returns the row it wrote returns ([`crate::sql::dialect::MarkerDialect::WRITE_RETURNS`]):
+    /// NULL, or the field whose integer addition would have left `i64`'s range.
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+    pub returned: String,
+    /// Where it wrote nothing, what says why: an expression over the row `t`, NULL where the
+    /// guard alone stopped it; for `apply_once`, a field that holds no number and what it holds
+    /// (`field`, a tab, the kind), for `push`, what the list's column holds that is no list. Its
+    /// parameters come before the id's in the read of the row.
+    pub explained: (String, Binds),
+    /// The fields an `apply_once` adds to, with their quoted columns, in the order of its
+    /// changes: a sum out of its column's range names one.
+    pub added: Vec<(&'static str, String)>,
+}
+
+impl Guarded {
+    /// `UPDATE {table} AS t SET {set} WHERE t._id = {id} AND {guards}`: `set` bound first, then
+    /// the id, then the guards `guards` makes.
+    pub(crate) fn new<D: SqlDialect>(
+        call: &Effect<'_, D::Table>,
+        set: &[String],
+        mut binds: Binds,
+        guards: impl FnOnce(&mut Binds) -> Vec<String>,
+    ) -> Guarded {
+        let id = binds.text(&call.id);
+        let guards: String = (guards(&mut binds).iter())
+            .map(|guard| format!(" AND {guard}"))
+            .collect();
+        let sql = format!(
+            "UPDATE {table} AS t SET {set} WHERE t.{id_column} = {id}{guards}",
+            table = D::quote(call.table.model.collection()),
+            set = set.join(", "),
+            id_column = D::quote(ID_FIELD),
+        );
+        Guarded {
+            sql,
+            explained: ("NULL".to_owned(), Binds::new(binds.placeholder)),
+            binds,
+            id,
+            returned: "NULL".to_owned(),
+            added: Vec::new(),
+        }
+    }
+}
+
+/// How a dialect writes an `apply_once`'s assignments ([`assignments`]).
+pub(crate) struct ApplyWords<'w> {
+    /// The dialect's name of a column's type, for refusals.
+    pub type_name: fn(&TableColumn) -> &'static str,
+    /// A change's value (text as written) for its column, bound.
+    pub value: &'w dyn Fn(&mut Binds, &EncodedChange) -> String,
+    /// The sum of the stored value (`COALESCE(t.column, 0)`: a NULL is none) and the bound
+    /// amount, for a change: `stored + amount` unless the dialect guards it.
+    pub sum: &'w mut dyn FnMut(&Change, &EncodedChange, &str, &str) -> String,
+    /// The applied ops (an expression over the row `t`, a NULL list being an empty one) with
+    /// the op (bound) appended, keeping the latest `window`.
+    pub kept: fn(&str, &str, usize) -> String,
+}
+
+/// A change's value bound as its column holds it ([`Param::typed`]).
+#[cfg(feature = "_marker_store")]
+pub(crate) fn typed(binds: &mut Binds, encoded: &EncodedChange) -> String {
+    binds.bind(encoded.column.shape, encoded.value.as_deref())
+}
+
+/// The plain sum of the stored value and the amount.
+#[cfg_attr(not(any(feature = "_postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn sum(_: &Change, _: &EncodedChange, stored: &str, amount: &str) -> String {
+    format!("{stored} + {amount}")
+}
+
+/// The assignments of an `apply_once` (each change's column set to its value or added to,
+/// then the applied ops), bound in that order, and the fields it adds to.
+pub(crate) fn assignments<D: SqlDialect>(
+    call: &Effect<'_, D::Table>,
+    apply: &Apply<'_>,
+    binds: &mut Binds,
+    words: ApplyWords<'_>,
+) -> Result<(Vec<String>, Vec<(&'static str, String)>), Error> {
+    let encoded = super::change::encode(call.table, apply.changes, call.document, words.type_name)?;
+    let mut set = Vec::with_capacity(encoded.len() + 1);
+    let mut added = Vec::new();
+    for (change, encoded) in apply.changes.iter().zip(&encoded) {
+        let name = D::quote(encoded.column.name);
+        let value = (words.value)(binds, encoded);
+        set.push(match encoded.adds {
+            true => {
+                added.push((change.field(), name.clone()));
+                let stored = format!("COALESCE(t.{name}, 0)");
+                format!("{name} = {}", (words.sum)(change, encoded, &stored, &value))
+            }
+            false => format!("{name} = {value}"),
+        });
+    }
+    let column = D::quote(APPLIED_OPS_FIELD);
+    let op = binds.text(apply.op.as_str());
+    let kept = (words.kept)(&ops_of::<D>(), &op, apply.window);
+    set.push(format!("{column} = {kept}"));
+    Ok((set, added))
+}
+
+/// The row's applied ops, a NULL list (a row another tool wrote) being an empty one.
+pub(crate) fn ops_of<D: SqlDialect>() -> String {
+    format!("COALESCE(t.{}, '[]')", D::quote(APPLIED_OPS_FIELD))
+}
+
+/// What a guarded `UPDATE` did: whether it wrote, whether the row is there, and where it wrote
+/// nothing, what the read of why found ([`Guarded::explained`]).
+pub(crate) struct Reply {
+    pub written: bool,
+    pub exists: bool,
+    pub explained: Option<String>,
+}
+
+/// Why a guarded `UPDATE` failed: a sum out of its column's range (the field, or the server's
+/// message naming its column), or another error.
+pub(crate) enum Failed {
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+    OutOfRange(String),
+    Error(Error),
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed::Error(error)
+    }
+}
+
+/// The answer of an effect's attempt from what its statement did, or the refusal it is: a sum
+/// out of range, an addition to a field that holds no number, a push to a column that holds no
+/// list.
+pub(crate) fn settle<T>(
+    call: &Effect<'_, T>,
+    guarded: &Guarded,
+    reply: Result<Reply, Failed>,
+) -> Result<EffectAnswer, Error> {
+    let document = call.document;
+    let reply = match (reply, &call.kind) {
+        (Ok(reply), _) => reply,
+        (Err(Failed::Error(error)), _) => return Err(error),
+        (Err(Failed::OutOfRange(message)), EffectKind::Apply(_)) => {
+            // The field itself, or the column the server's message names (it shows the sum).
+            let added = &guarded.added;
+            let field = (added.iter())
+                .find(|(field, column)| message == *field || message.contains(column.as_str()))
+                .or(added.first())
+                .map_or("", |(field, _)| field);
+            return Err(change::add_out_of_range(document, field));
+        }
+        (Err(Failed::OutOfRange(message)), EffectKind::Push(_)) => {
+            return Err(Error::new(
+                document.clone(),
+                ErrorKind::Serialize { message },
+            ))
+        }
+    };
+    match (reply.explained, &call.kind) {
+        (Some(stored), EffectKind::Apply(_)) if !reply.written => {
+            let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
+            Err(change::stored_not_a_number(document, field, kind))
+        }
+        (Some(stored), EffectKind::Push(push)) if !reply.written => {
+            Err(stored_not_a_list(document, push.list, &stored))
+        }
+        _ => Ok(EffectAnswer {
+            written: reply.written,
+            exists: reply.exists,
+        }),
+    }
+}
+
+/// A marker dialect's statements of the effects ([`guarded_once`]).
+#[cfg(feature = "_marker_store")]
+pub(crate) struct EffectWords<T> {
+    pub apply: fn(&Effect<'_, T>, &Apply<'_>) -> Result<Guarded, Error>,
+    pub push: fn(&Effect<'_, T>, &Push<'_>) -> Guarded,
+}
+
+/// One attempt of an effect on a marker dialect's store, its statement in `words`: the guarded
+/// `UPDATE` and, if it updated nothing, the read of whether the row exists and of why, in one
+/// transaction of idem's own. A sum out of its column's range is refused naming the field, and
+/// undone with the transaction.
+#[cfg(feature = "_marker_store")]
+pub(crate) async fn guarded_once<D: super::dialect::MarkerDialect, W: super::wire::Wire>(
+    wire: &W,
+    call: &Effect<'_, D::Table>,
+    words: &EffectWords<D::Table>,
+) -> Result<EffectAnswer, Error> {
+    use super::wire::Cells;
+    let guarded = match &call.kind {
+        EffectKind::Apply(apply) => (words.apply)(call, apply)?,
+        EffectKind::Push(push) => (words.push)(call, push),
+    };
+    let document = call.document;
+    let error = |source| D::error(document, source);
+    let mut out_of_range = None;
+    let reply = super::store::in_transaction_with::<D, _>(wire, document, async {
+        crate::trace::round_trip("UPDATE");
+        let params = guarded.binds.params();
+        // Whether it wrote, and what it returned.
+        let wrote = match D::WRITE_RETURNS {
+            true => {
+                let sql = format!("{} RETURNING {}", guarded.sql, guarded.returned);
+                match wire.fetch_optional(&sql, &params).await {
+                    Ok(Some(row)) => Ok(Some(row.text(0).map_err(error)?)),
+                    Ok(None) => Ok(None),
+                    Err(source) => Err(source),
+                }
+            }
+            false => {
+                (wire.execute(&guarded.sql, &params).await).map(|rows| (rows > 0).then_some(None))
+            }
+        };
+        match wrote {
+            Ok(Some(None)) => {
+                let written = Reply {
+                    written: true,
+                    exists: true,
+                    explained: None,
+                };
+                return Ok(written);
+            }
+            Ok(Some(Some(field))) => {
+                let refused = change::add_out_of_range(document, &field);
+                out_of_range = Some(field);
+                return Err(refused);
+            }
+            Ok(None) => {}
+            Err(source) if D::sum_out_of_range(&source) => {
+                out_of_range = Some(source.to_string());
+                return Err(error(source));
+            }
+            Err(source) => return Err(error(source)),
+        }
+        crate::trace::round_trip("SELECT");
+        let (explained, mut read) = guarded.explained.clone();
+        let look = format!(
+            "SELECT {explained} FROM {} AS t WHERE t.{} = {}{}",
+            D::quote(call.table.model.collection()),
+            D::quote(ID_FIELD),
+            read.text(&call.id),
+            D::LOCKING_READ,
+        );
+        let found = (wire.fetch_optional(&look, &read.params()).await).map_err(error)?;
+        Ok(Reply {
+            exists: found.is_some(),
+            explained: match found {
+                Some(row) => row.text(0).map_err(error)?,
+                None => None,
+            },
+            written: false,
+        })
+    })
+    .await;
+    let reply = match (reply, out_of_range) {
+        (Err(_), Some(message)) => Err(Failed::OutOfRange(message)),
+        (reply, _) => reply.map_err(Failed::Error),
+    };
+    settle(call, &guarded, reply)
+}
