@@ -20,8 +20,8 @@ use crate::model::{OpId, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
 use crate::sql::change::EncodedChange;
 use crate::sql::dialect::EffectAnswer;
-use crate::sql::effects::{assignments, ops_of, settle, sum, ApplyWords, Binds, Effect};
-use crate::sql::effects::{EffectKind, Failed, Guarded, Reply};
+use crate::sql::effects::{assignments, ops_of, settle, sum, Apply, ApplyWords, Binds, Effect};
+use crate::sql::effects::{EffectKind, Guarded, Push, Reply};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -115,60 +115,43 @@ impl Store {
 /// One attempt of `apply_once` or `push` ([`crate::sql::dialect::SqlDialect::effect`]): one
 /// statement, its guarded `UPDATE` and what it did. An operation is guarded as every write is
 /// ([`Table::checked_guard`]), so that nothing is applied to a table the store has not checked,
-/// whose check comes first; a push by the absence of an item whose key equals this one, so a
-/// retried push never appends twice: a racing push waits for the row and re-checks the guard
-/// on what the other wrote.
+/// whose check comes first.
 pub(super) async fn effect<W: Wire>(
     wire: &W,
     call: &Effect<'_, Table>,
 ) -> Result<EffectAnswer, Error> {
     let (table, document) = (call.table, call.document);
-    let mut binds = Binds::new(|position| format!("${position}"));
-    let mut guarded;
+    let checked = table.relation_name("checked");
+    let (guarded, guard) = match &call.kind {
+        EffectKind::Apply(apply) => {
+            let guarded = apply_sql(call, apply, &checked)?;
+            let guard = format!("{}, ", table.checked_cte(guarded.binds.len() + 1));
+            (guarded, guard)
+        }
+        EffectKind::Push(push) => (push_sql(call, push), String::new()),
+    };
+    let written = table.relation_name("written");
+    let row = format!(
+        "FROM {} t WHERE t.{} = {}",
+        table.name(),
+        quote(ID_FIELD),
+        guarded.id
+    );
+    let sql = format!(
+        "WITH {guard}{written} AS ({update} RETURNING 1) \
+         SELECT (SELECT count(*) FROM {written}), EXISTS (SELECT 1 {row}), \
+         (SELECT {explained} {row}){ok}",
+        update = guarded.sql,
+        explained = guarded.explained.0,
+        ok = match guard.is_empty() {
+            true => String::new(),
+            false => format!(", (SELECT c.ok FROM {checked} c)"),
+        },
+    );
     let reply = match &call.kind {
         EffectKind::Apply(apply) => {
-            let value = |binds: &mut Binds, encoded: &EncodedChange| {
-                let value = binds.bind(ColumnShape::Text, encoded.value.as_deref());
-                format!("{value}::text::{}", sql_type(encoded.column))
-            };
-            let words = ApplyWords {
-                type_name: sql_type,
-                value: &value,
-                sum: &mut sum,
-                // The op ids, oldest first, keeping the latest `window`.
-                kept: |ops, op, window| {
-                    format!(
-                        "(SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
-                         FROM jsonb_array_elements({ops} || to_jsonb({op}::text)) WITH \
-                         ORDINALITY AS recorded(op, n) \
-                         WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})"
-                    )
-                },
-            };
-            let (set, _) = assignments::<Postgres>(call, apply, &mut binds, words)?;
-            let checked = table.relation_name("checked");
-            guarded = Guarded::new::<Postgres>(call, &set, binds, |binds| {
-                let op = binds.text(apply.op.as_str());
-                let ops = ops_of::<Postgres>();
-                vec![
-                    format!("NOT ({ops} @> to_jsonb(ARRAY[{op}::text]))"),
-                    format!("(SELECT c.ok FROM {checked} c)"),
-                ]
-            });
-            let applied = table.relation_name("applied");
-            let sql = format!(
-                "WITH {guard}, {applied} AS ({update} RETURNING 1) \
-                 SELECT (SELECT count(*) FROM {applied}), \
-                 EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = {id_value}), \
-                 (SELECT c.ok FROM {checked} c)",
-                guard = table.checked_cte(guarded.binds.len() + 1),
-                update = guarded.sql,
-                name = table.name(),
-                id = quote(ID_FIELD),
-                id_value = guarded.id,
-            );
             let values = guarded.binds.texts();
-            query_checked_one(wire, table, document, (&sql, 2), &values, "UPDATE")
+            query_checked_one(wire, table, document, (&sql, 3), &values, "UPDATE")
                 .await
                 // numeric_value_out_of_range, of an integer column (a float one says "value
                 // out of range: overflow").
@@ -177,58 +160,88 @@ pub(super) async fn effect<W: Wire>(
                         backend.code() == Some("22003")
                             && backend.to_string().contains("bigint out of range")
                     })
-                })
-                .map(|reply| (reply, None))
+                })?
         }
-        EffectKind::Push(push) => {
-            // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
-            // a composite key holding a part of another's fields or list entries would pass for
-            // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
-            // else but a list is no list to push to, which the statement's last column says.
-            let column = quote(push.list.stored_name());
-            let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
-            let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
-            let is_list = format!("{kind} IN ('array', 'null')");
-            let item = binds.text(push.item);
-            let set = format!("{column} = {listed} || jsonb_build_array({item}::text::jsonb)");
-            guarded = Guarded::new::<Postgres>(call, &[set], binds, |binds| {
-                let key = binds.text(push.item_key);
-                let key_field = binds.text(push.list.item_key());
-                let same = format!("stored.item -> {key_field}::text = {key}::text::jsonb");
-                vec![
-                    is_list.clone(),
-                    format!(
-                        "NOT EXISTS (SELECT 1 FROM jsonb_array_elements({listed}) \
-                         AS stored(item) WHERE {same})"
-                    ),
-                ]
-            });
-            guarded.explained.0 = format!("CASE WHEN {is_list} THEN NULL ELSE {kind} END");
-            let sql = format!(
-                "WITH pushed AS ({update} RETURNING 1) \
-                 SELECT (SELECT count(*) FROM pushed), \
-                 EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = {id_value}), \
-                 (SELECT {explained} FROM {name} t WHERE t.{id} = {id_value})",
-                explained = guarded.explained.0,
-                update = guarded.sql,
-                name = table.name(),
-                id = quote(ID_FIELD),
-                id_value = guarded.id,
-            );
+        EffectKind::Push(_) => {
             crate::trace::round_trip("UPDATE");
             (wire.write(&sql, &guarded.binds.params()).await)
                 .and_then(|rows| one(rows, "UPDATE"))
-                .map_err(|source| postgres_error(document, source))
-                .map(|reply| {
-                    let explained = reply.str(2).map(str::to_owned);
-                    (reply, explained)
-                })
+                .map_err(|source| postgres_error(document, source))?
         }
     };
-    let reply = reply.map(|(reply, explained)| Reply {
-        written: reply.int8(0).unwrap_or(0) > 0,
-        exists: reply.flag(1).unwrap_or(false),
-        explained,
+    let explained = reply.str(2).map(str::to_owned);
+    settle(
+        call,
+        Reply {
+            written: reply.int8(0).unwrap_or(0) > 0,
+            exists: reply.flag(1).unwrap_or(false),
+            explained,
+        },
+    )
+}
+
+/// The guarded `UPDATE` of `apply_once`: only where the table is one the store checked
+/// (`checked`, the statement's relation saying so).
+fn apply_sql(call: &Effect<'_, Table>, apply: &Apply<'_>, checked: &str) -> Result<Guarded, Error> {
+    let mut binds = Binds::new(placeholder);
+    let value = |binds: &mut Binds, encoded: &EncodedChange| {
+        let value = binds.bind(ColumnShape::Text, encoded.value.as_deref());
+        format!("{value}::text::{}", sql_type(encoded.column))
+    };
+    let words = ApplyWords {
+        type_name: sql_type,
+        value: &value,
+        sum: &mut sum,
+        // The op ids, oldest first, keeping the latest `window`.
+        kept: |ops, op, window| {
+            format!(
+                "(SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+                 FROM jsonb_array_elements({ops} || to_jsonb({op}::text)) WITH ORDINALITY \
+                 AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})"
+            )
+        },
+    };
+    let (set, _) = assignments::<Postgres>(call, apply, &mut binds, words)?;
+    Ok(Guarded::new::<Postgres>(call, &set, binds, |binds| {
+        let op = binds.text(apply.op.as_str());
+        let ops = ops_of::<Postgres>();
+        vec![
+            format!("NOT ({ops} @> to_jsonb(ARRAY[{op}::text]))"),
+            format!("(SELECT c.ok FROM {checked} c)"),
+        ]
+    }))
+}
+
+/// The guarded `UPDATE` of `push`: by the absence of an item whose key equals this one, so a
+/// retried push never appends twice: a racing push waits for the row and re-checks the guard
+/// on what the other wrote.
+fn push_sql(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
+    // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which a
+    // composite key holding a part of another's fields or list entries would pass for it. A
+    // NULL or JSON null list (a row another tool wrote) is an empty one; anything else but a
+    // list is no list to push to, which the statement's explanation says.
+    let column = quote(push.list.stored_name());
+    let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
+    let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
+    let is_list = format!("{kind} IN ('array', 'null')");
+    let mut binds = Binds::new(placeholder);
+    let item = binds.text(push.item);
+    let set = format!("{column} = {listed} || jsonb_build_array({item}::text::jsonb)");
+    let mut guarded = Guarded::new::<Postgres>(call, &[set], binds, |binds| {
+        let key = binds.text(push.item_key);
+        let key_field = binds.text(push.list.item_key());
+        let same = format!("stored.item -> {key_field}::text = {key}::text::jsonb");
+        let absent = format!(
+            "NOT EXISTS (SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
+             WHERE {same})"
+        );
+        vec![is_list.clone(), absent]
     });
-    settle(call, &guarded, reply.map_err(Failed::Error))
+    guarded.explained.0 = format!("CASE WHEN {is_list} THEN NULL ELSE {kind} END");
+    guarded
+}
+
+/// PostgreSQL's numbered placeholders.
+fn placeholder(position: usize) -> String {
+    format!("${position}")
 }

@@ -15,7 +15,7 @@ use super::wire::Param;
 use crate::change::{self, Change};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::push::stored_not_a_list;
@@ -130,8 +130,9 @@ pub(crate) struct Guarded {
     /// The id's placeholder in `sql`.
     #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
     pub id: String,
-    /// What a statement that returns the row it wrote returns ([`crate::sql::dialect::MarkerDialect::WRITE_RETURNS`]):
-    /// NULL, or the field whose integer addition would have left `i64`'s range.
+    /// What the statement returns where the dialect's `UPDATE` returns the row it wrote
+    /// ([`super::dialect::MarkerDialect::WRITE_RETURNS`]): NULL, or the field whose integer
+    /// addition would have left `i64`'s range.
     #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
     pub returned: String,
     /// Where it wrote nothing, what says why: an expression over the row `t`, NULL where the
@@ -139,10 +140,14 @@ pub(crate) struct Guarded {
     /// (`field`, a tab, the kind), for `push`, what the list's column holds that is no list. Its
     /// parameters come before the id's in the read of the row.
     pub explained: (String, Binds),
-    /// The fields an `apply_once` adds to, with their quoted columns, in the order of its
-    /// changes: a sum out of its column's range names one.
-    pub added: Vec<(&'static str, String)>,
+    /// The fields an `apply_once` adds to: a sum out of its column's range names one
+    /// ([`guarded_once`]).
+    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
+    pub added: Added,
 }
+
+/// The fields an `apply_once` adds to, with their quoted columns, in the order of its changes.
+pub(crate) type Added = Vec<(&'static str, String)>;
 
 impl Guarded {
     /// `UPDATE {table} AS t SET {set} WHERE t._id = {id} AND {guards}`: `set` bound first, then
@@ -207,7 +212,7 @@ pub(crate) fn assignments<D: SqlDialect>(
     apply: &Apply<'_>,
     binds: &mut Binds,
     words: ApplyWords<'_>,
-) -> Result<(Vec<String>, Vec<(&'static str, String)>), Error> {
+) -> Result<(Vec<String>, Added), Error> {
     let encoded = super::change::encode(call.table, apply.changes, call.document, words.type_name)?;
     let mut set = Vec::with_capacity(encoded.len() + 1);
     let mut added = Vec::new();
@@ -243,55 +248,16 @@ pub(crate) struct Reply {
     pub explained: Option<String>,
 }
 
-/// Why a guarded `UPDATE` failed: a sum out of its column's range (the field, or the server's
-/// message naming its column), or another error.
-pub(crate) enum Failed {
-    #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
-    OutOfRange(String),
-    Error(Error),
-}
-
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed::Error(error)
-    }
-}
-
-/// The answer of an effect's attempt from what its statement did, or the refusal it is: a sum
-/// out of range, an addition to a field that holds no number, a push to a column that holds no
-/// list.
-pub(crate) fn settle<T>(
-    call: &Effect<'_, T>,
-    guarded: &Guarded,
-    reply: Result<Reply, Failed>,
-) -> Result<EffectAnswer, Error> {
-    let document = call.document;
-    let reply = match (reply, &call.kind) {
-        (Ok(reply), _) => reply,
-        (Err(Failed::Error(error)), _) => return Err(error),
-        (Err(Failed::OutOfRange(message)), EffectKind::Apply(_)) => {
-            // The field itself, or the column the server's message names (it shows the sum).
-            let added = &guarded.added;
-            let field = (added.iter())
-                .find(|(field, column)| message == *field || message.contains(column.as_str()))
-                .or(added.first())
-                .map_or("", |(field, _)| field);
-            return Err(change::add_out_of_range(document, field));
-        }
-        (Err(Failed::OutOfRange(message)), EffectKind::Push(_)) => {
-            return Err(Error::new(
-                document.clone(),
-                ErrorKind::Serialize { message },
-            ))
-        }
-    };
+/// The answer of an effect's attempt from what its statement did, or the refusal it is: an
+/// addition to a field that holds no number, a push to a column that holds no list.
+pub(crate) fn settle<T>(call: &Effect<'_, T>, reply: Reply) -> Result<EffectAnswer, Error> {
     match (reply.explained, &call.kind) {
         (Some(stored), EffectKind::Apply(_)) if !reply.written => {
             let (field, kind) = stored.split_once('\t').unwrap_or((&stored, "a value"));
-            Err(change::stored_not_a_number(document, field, kind))
+            Err(change::stored_not_a_number(call.document, field, kind))
         }
         (Some(stored), EffectKind::Push(push)) if !reply.written => {
-            Err(stored_not_a_list(document, push.list, &stored))
+            Err(stored_not_a_list(call.document, push.list, &stored))
         }
         _ => Ok(EffectAnswer {
             written: reply.written,
@@ -383,9 +349,20 @@ pub(crate) async fn guarded_once<D: super::dialect::MarkerDialect, W: super::wir
         })
     })
     .await;
-    let reply = match (reply, out_of_range) {
-        (Err(_), Some(message)) => Err(Failed::OutOfRange(message)),
-        (reply, _) => reply.map_err(Failed::Error),
-    };
-    settle(call, &guarded, reply)
+    match (reply, out_of_range, &call.kind) {
+        // The field itself, or the column the server's message names (it shows the sum).
+        (Err(_), Some(message), EffectKind::Apply(_)) => {
+            let added = &guarded.added;
+            let field = (added.iter())
+                .find(|(field, column)| message == *field || message.contains(column.as_str()))
+                .or(added.first())
+                .map_or("", |(field, _)| field);
+            Err(change::add_out_of_range(document, field))
+        }
+        (Err(_), Some(message), EffectKind::Push(_)) => {
+            let message = crate::error::ErrorKind::Serialize { message };
+            Err(Error::new(document.clone(), message))
+        }
+        (reply, _, _) => settle(call, reply?),
+    }
 }
