@@ -54,7 +54,8 @@ impl Store {
     /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
     /// another) commits whole or not at all; outside one, retrying the whole operation with the
     /// same op id applies each step exactly once. A row remembers its latest
-    /// [`with_op_window`](Store#method.with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
+    /// [`with_op_window`](Store#method.with_op_window) op ids in the column
+    /// [`APPLIED_OPS_FIELD`](crate::model::APPLIED_OPS_FIELD).
     pub async fn apply_once<T, C>(
         &self,
         client: C,
