@@ -7,7 +7,7 @@ use super::table::{json_path, quote, type_name, Table};
 use super::MySql;
 use crate::error::Error;
 use crate::sql::effects::{assignments, ops_of, sum, typed, Apply, ApplyWords, Binds, Effect};
-use crate::sql::effects::{EffectWords, Guarded, Push};
+use crate::sql::effects::{EffectWords, Guarded, Push, PushWords};
 
 /// `ER_DATA_OUT_OF_RANGE`: a sum beyond its column's type, which strict mode refuses.
 pub(super) const OUT_OF_RANGE: &str = "1690";
@@ -49,25 +49,16 @@ fn apply(call: &Effect<'_, Table>, apply: &Apply<'_>) -> Result<Guarded, Error> 
 
 /// The guarded `UPDATE` of one attempt of `push`.
 fn push(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
-    let name = quote(push.list.stored_name());
-    let column = format!("t.{name}");
-    // A NULL or JSON null list (a row another tool wrote) is an empty one; anything else but a
-    // list is no list to push to, which the row's read says.
+    let column = format!("t.{}", quote(push.list.stored_name()));
+    // A NULL or JSON null list (a row another tool wrote) is an empty one.
     let listed = format!("IF(JSON_TYPE({column}) = 'ARRAY', {column}, '[]')");
-    let is_list = format!("({column} IS NULL OR JSON_TYPE({column}) IN ('ARRAY', 'NULL'))");
-    let mut binds = Binds::new(placeholder);
-    let item = binds.text(push.item);
-    let set = format!("{name} = JSON_ARRAY_APPEND({listed}, '$', JSON_EXTRACT({item}, '$'))");
-    let mut guarded = Guarded::new::<MySql>(call, &[set], binds, |binds| {
-        let absent = format!(
-            "NOT EXISTS (SELECT 1 FROM JSON_TABLE({listed}, '$[*]' COLUMNS (k JSON PATH {path})) \
-             stored WHERE JSON_EQUALS(stored.k, {key}))",
-            path = json_path(push.list.item_key()),
-            key = binds.text(push.item_key),
-        );
-        vec![is_list.clone(), absent]
-    });
-    guarded.explained.0 =
-        format!("CASE WHEN {is_list} THEN NULL ELSE LOWER(JSON_TYPE({column})) END");
-    guarded
+    let path = json_path(push.list.item_key());
+    let words = PushWords {
+        is_list: format!("({column} IS NULL OR JSON_TYPE({column}) IN ('ARRAY', 'NULL'))"),
+        kind: format!("LOWER(JSON_TYPE({column}))"),
+        items: format!("JSON_TABLE({listed}, '$[*]' COLUMNS (k JSON PATH {path})) stored"),
+        appended: &|item| format!("JSON_ARRAY_APPEND({listed}, '$', JSON_EXTRACT({item}, '$'))"),
+        same: &mut |binds| format!("JSON_EQUALS(stored.k, {})", binds.text(push.item_key)),
+    };
+    Guarded::push::<MySql>(call, push, Binds::new(placeholder), words)
 }

@@ -21,7 +21,7 @@ use crate::outcome::{Applied, Pushed, Recorded};
 use crate::sql::change::EncodedChange;
 use crate::sql::dialect::EffectAnswer;
 use crate::sql::effects::{assignments, ops_of, settle, sum, Apply, ApplyWords, Binds, Effect};
-use crate::sql::effects::{EffectKind, Guarded, Push, Reply};
+use crate::sql::effects::{EffectKind, Guarded, Push, PushWords, Reply};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -224,22 +224,18 @@ fn push_sql(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
     let column = quote(push.list.stored_name());
     let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
     let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
-    let is_list = format!("{kind} IN ('array', 'null')");
-    let mut binds = Binds::new(placeholder);
-    let item = binds.text(push.item);
-    let set = format!("{column} = {listed} || jsonb_build_array({item}::text::jsonb)");
-    let mut guarded = Guarded::new::<Postgres>(call, &[set], binds, |binds| {
-        let key = binds.text(push.item_key);
-        let key_field = binds.text(push.list.item_key());
-        let same = format!("stored.item -> {key_field}::text = {key}::text::jsonb");
-        let absent = format!(
-            "NOT EXISTS (SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
-             WHERE {same})"
-        );
-        vec![is_list.clone(), absent]
-    });
-    guarded.explained.0 = format!("CASE WHEN {is_list} THEN NULL ELSE {kind} END");
-    guarded
+    let words = PushWords {
+        is_list: format!("{kind} IN ('array', 'null')"),
+        items: format!("jsonb_array_elements({listed}) AS stored(item)"),
+        appended: &|item| format!("{listed} || jsonb_build_array({item}::text::jsonb)"),
+        same: &mut |binds| {
+            let key = binds.text(push.item_key);
+            let key_field = binds.text(push.list.item_key());
+            format!("stored.item -> {key_field}::text = {key}::text::jsonb")
+        },
+        kind,
+    };
+    Guarded::push::<Postgres>(call, push, Binds::new(placeholder), words)
 }
 
 /// PostgreSQL's numbered placeholders.

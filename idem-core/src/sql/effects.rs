@@ -179,6 +179,47 @@ impl Guarded {
     }
 }
 
+impl Guarded {
+    /// `push`'s guarded `UPDATE`, in `words`: the item appended to the list where the column
+    /// holds a list or nothing (NULL, JSON null: an empty list) and no item of its key; where it
+    /// holds anything else, what it holds says why nothing was written.
+    pub(crate) fn push<D: SqlDialect>(
+        call: &Effect<'_, D::Table>,
+        push: &Push<'_>,
+        mut binds: Binds,
+        words: PushWords<'_>,
+    ) -> Guarded {
+        let item = binds.text(push.item);
+        let set = format!(
+            "{} = {}",
+            D::quote(push.list.stored_name()),
+            (words.appended)(&item)
+        );
+        let is_list = words.is_list;
+        let mut guarded = Guarded::new::<D>(call, &[set], binds, |binds| {
+            let same = (words.same)(binds);
+            let absent = format!("NOT EXISTS (SELECT 1 FROM {} WHERE {same})", words.items);
+            vec![is_list.clone(), absent]
+        });
+        guarded.explained.0 = format!("CASE WHEN {is_list} THEN NULL ELSE {} END", words.kind);
+        guarded
+    }
+}
+
+/// How a dialect writes a `push` ([`Guarded::push`]), over the list's column of the row `t`.
+pub(crate) struct PushWords<'w> {
+    /// Whether the column holds a list, or nothing.
+    pub is_list: String,
+    /// What it holds where it holds no list, as the refusal names it.
+    pub kind: String,
+    /// The items of the list (an empty one for nothing), as the relation `stored`.
+    pub items: String,
+    /// The list with the item (its placeholder) appended.
+    pub appended: &'w dyn Fn(&str) -> String,
+    /// Whether the item `stored` has the pushed key, bound as it needs.
+    pub same: &'w mut dyn FnMut(&mut Binds) -> String,
+}
+
 /// How a dialect writes an `apply_once`'s assignments ([`assignments`]).
 pub(crate) struct ApplyWords<'w> {
     /// The dialect's name of a column's type, for refusals.

@@ -9,7 +9,7 @@ use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::sql::change::EncodedChange;
 use crate::sql::effects::{assignments, ops_of, typed, Apply, ApplyWords, Binds, Effect};
-use crate::sql::effects::{EffectWords, Guarded, Push};
+use crate::sql::effects::{EffectWords, Guarded, Push, PushWords};
 
 /// SQLite's statements of the effects ([`crate::sql::effects::guarded_once`]).
 pub(super) const WORDS: EffectWords<Table> = EffectWords { apply, push };
@@ -106,21 +106,14 @@ fn push(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
          THEN json_type({column}) END)"
     );
     let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]' END)");
-    let is_list = format!("{kind} IN ('array', 'null')");
-    let mut binds = Binds::new(placeholder);
-    let item = binds.text(push.item);
-    let set = format!(
-        "{} = json_insert({listed}, '$[#]', json({item}))",
-        quote(list.stored_name())
-    );
-    let mut guarded = Guarded::new::<Sqlite>(call, &[set], binds, |binds| {
-        let same = same_key(&stored_key, &scalar_key, &path, push.item_key, binds);
-        let absent = format!("NOT EXISTS (SELECT 1 FROM json_each({listed}) stored WHERE {same})");
-        vec![is_list.clone(), absent]
-    });
-    guarded.explained.0 =
-        format!("CASE WHEN {is_list} THEN NULL ELSE COALESCE({kind}, 'text that is no JSON') END");
-    guarded
+    let words = PushWords {
+        is_list: format!("{kind} IN ('array', 'null')"),
+        kind: format!("COALESCE({kind}, 'text that is no JSON')"),
+        items: format!("json_each({listed}) stored"),
+        appended: &|item| format!("json_insert({listed}, '$[#]', json({item}))"),
+        same: &mut |binds| same_key(&stored_key, &scalar_key, &path, push.item_key, binds),
+    };
+    Guarded::push::<Sqlite>(call, push, Binds::new(placeholder), words)
 }
 
 /// A pushed item's key that is a scalar, as SQLite compares it with a stored item's: the JSON
