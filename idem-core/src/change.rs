@@ -386,7 +386,7 @@ pub(crate) fn add_out_of_range(document: &DocumentRef, field: &str) -> Error {
 
 /// The refusal of an addition to the effect field `field` (its stored name), which the stored
 /// document holds `stored` in (another tool's text, say): nothing can be added to it.
-#[cfg(any(feature = "mongodb", feature = "sqlite"))]
+#[cfg(any(feature = "mongodb", feature = "_sql_store"))]
 pub(crate) fn stored_not_a_number(document: &DocumentRef, field: &str, stored: &str) -> Error {
     Error::new(
         document.clone(),

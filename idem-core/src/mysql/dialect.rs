@@ -11,9 +11,9 @@ use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
-use crate::id::Id;
-use crate::model::{Field, Model, OpId};
+use crate::model::Model;
 use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect};
+use crate::sql::effects::Effect;
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
@@ -100,28 +100,8 @@ impl SqlDialect for MySql {
         }
     }
 
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
+    async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
+        crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
     }
 }
 
@@ -130,6 +110,10 @@ impl MarkerDialect for MySql {
 
     fn restarts(error: &Error) -> bool {
         super::errors::restarts(error)
+    }
+
+    fn sum_out_of_range(failure: &DbFailure) -> bool {
+        failure.code() == Some(super::effects::OUT_OF_RANGE)
     }
 
     async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {

@@ -11,10 +11,10 @@ use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
-use crate::id::Id;
-use crate::model::{Field, Model, OpId};
+use crate::model::Model;
 use crate::sql::adoption::{Move, ReadRow, Rows};
 use crate::sql::dialect::{Dialect, EffectAnswer, SqlDialect};
+use crate::sql::effects::Effect;
 use crate::sql::judge::Destination;
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -144,28 +144,8 @@ impl SqlDialect for Postgres {
         unique_conflict(error, table)
     }
 
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
+    async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
+        super::effects::effect(wire, call).await
     }
 
     fn unstorable(table: &Table) -> Option<String> {

@@ -1,25 +1,27 @@
 //! The primitives that keep side effects exact on PostgreSQL: events recorded once under their
 //! idempotency key, operations applied once to a row's `#[idem(effect)]` columns, derived sets
 //! whose members are inserted once, and pushes that append an item once. Their rules are the
-//! SQL store's ([`crate::sql::store`]); here are their public signatures and the statements of
-//! `apply_once` and `push`.
+//! SQL store's ([`crate::sql::store`]) and their statements' frame [`crate::sql::effects`]'s;
+//! here are their public signatures and PostgreSQL's words for `apply_once` and `push`.
 
 use serde::Serialize;
 
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
-use super::wire::{one, Cells, Connection, Param, Wire};
-use super::{postgres_error, Store};
+use super::wire::{one, Cells, Connection, Wire};
+use super::{postgres_error, Postgres, Store};
 use crate::change::{self, Change};
-use crate::document::DocumentRef;
+use crate::column::ColumnShape;
 use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::insert::InsertReport;
-use crate::model::{Field, OpId, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::model::{OpId, ID_FIELD};
 use crate::outcome::{Applied, Pushed, Recorded};
-use crate::push::stored_not_a_list;
+use crate::sql::change::EncodedChange;
 use crate::sql::dialect::EffectAnswer;
+use crate::sql::effects::{assignments, ops_of, settle, sum, Apply, ApplyWords, Binds, Effect};
+use crate::sql::effects::{EffectKind, Guarded, Push, PushWords, Reply};
 
 impl Store {
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
@@ -52,7 +54,8 @@ impl Store {
     /// Inside the caller's transaction, an operation that spans rows (debit one account, credit
     /// another) commits whole or not at all; outside one, retrying the whole operation with the
     /// same op id applies each step exactly once. A row remembers its latest
-    /// [`with_op_window`](Store#method.with_op_window) op ids in the column [`APPLIED_OPS_FIELD`].
+    /// [`with_op_window`](Store#method.with_op_window) op ids in the column
+    /// [`APPLIED_OPS_FIELD`](crate::model::APPLIED_OPS_FIELD).
     pub async fn apply_once<T, C>(
         &self,
         client: C,
@@ -110,125 +113,132 @@ impl Store {
     }
 }
 
-/// One attempt of `apply_once` ([`crate::sql::dialect::SqlDialect::apply_once`]): one
-/// statement, guarded as every write is ([`Table::checked_guard`]), so that nothing is applied
-/// to a table the store has not checked, whose check comes first.
-pub(super) async fn apply_once<W: Wire>(
+/// One attempt of `apply_once` or `push` ([`crate::sql::dialect::SqlDialect::effect`]): one
+/// statement, its guarded `UPDATE` and what it did. An operation is guarded as every write is
+/// ([`Table::checked_guard`]), so that nothing is applied to a table the store has not checked,
+/// whose check comes first.
+pub(super) async fn effect<W: Wire>(
     wire: &W,
-    table: &Table,
-    id: Id,
-    op: &OpId,
-    changes: &[Change],
-    window: usize,
-    document: &DocumentRef,
+    call: &Effect<'_, Table>,
 ) -> Result<EffectAnswer, Error> {
-    let mut parameters: Vec<Option<String>> =
-        vec![Some(id.to_string()), Some(op.as_str().to_owned())];
-    let mut assignments = Vec::with_capacity(changes.len() + 1);
-    for encoded in crate::sql::change::encode(table, changes, document, sql_type)? {
-        let name = quote(encoded.column.name);
-        let placeholder = format!(
-            "${}::text::{}",
-            parameters.len() + 1,
-            sql_type(encoded.column)
-        );
-        assignments.push(match encoded.adds {
-            true => format!("{name} = COALESCE(t.{name}, 0) + {placeholder}"),
-            false => format!("{name} = {placeholder}"),
-        });
-        parameters.push(encoded.value);
-    }
-    let column = quote(APPLIED_OPS_FIELD);
-    // A NULL list (a row another tool wrote, in a table whose migration allows it) is an empty
-    // one: otherwise the operation would be neither applied nor recorded, and answered as
-    // applied before.
-    let ops = format!("COALESCE(t.{column}, '[]'::jsonb)");
-    // The op ids, oldest first, keeping the latest `window`.
-    assignments.push(format!(
-        "{column} = (SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
-         FROM jsonb_array_elements({ops} || to_jsonb($2::text)) WITH ORDINALITY \
-         AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})",
-    ));
+    let (table, document) = (call.table, call.document);
     let checked = table.relation_name("checked");
-    let applied = table.relation_name("applied");
-    let sql = format!(
-        "WITH {guard}, {applied} AS (UPDATE {name} AS t SET {assignments} \
-         WHERE t.{id} = $1 AND NOT ({ops} @> to_jsonb(ARRAY[$2::text])) \
-         AND (SELECT c.ok FROM {checked} c) RETURNING 1) \
-         SELECT (SELECT count(*) FROM {applied}), \
-         EXISTS (SELECT 1 FROM {name} t WHERE t.{id} = $1), \
-         (SELECT c.ok FROM {checked} c)",
-        guard = table.checked_cte(parameters.len() + 1),
-        name = table.name(),
-        assignments = assignments.join(", "),
-        id = quote(ID_FIELD),
+    let (guarded, guard) = match &call.kind {
+        EffectKind::Apply(apply) => {
+            let guarded = apply_sql(call, apply, &checked)?;
+            let guard = format!("{}, ", table.checked_cte(guarded.binds.len() + 1));
+            (guarded, guard)
+        }
+        EffectKind::Push(push) => (push_sql(call, push), String::new()),
+    };
+    let written = table.relation_name("written");
+    let row = format!(
+        "FROM {} t WHERE t.{} = {}",
+        table.name(),
+        quote(ID_FIELD),
+        guarded.id
     );
-    let reply = query_checked_one(wire, table, document, (&sql, 2), &parameters, "UPDATE")
-        .await
-        // numeric_value_out_of_range, of an integer column (a float one says "value out of
-        // range: overflow").
-        .map_err(|error| {
-            change::out_of_range_or(error, changes, |backend| {
-                backend.code() == Some("22003")
-                    && backend.to_string().contains("bigint out of range")
-            })
-        })?;
-    Ok(EffectAnswer {
-        written: reply.int8(0).unwrap_or(0) > 0,
-        exists: reply.flag(1).unwrap_or(false),
-    })
+    let sql = format!(
+        "WITH {guard}{written} AS ({update} RETURNING 1) \
+         SELECT (SELECT count(*) FROM {written}), EXISTS (SELECT 1 {row}), \
+         (SELECT {explained} {row}){ok}",
+        update = guarded.sql,
+        explained = guarded.explained.0,
+        ok = match guard.is_empty() {
+            true => String::new(),
+            false => format!(", (SELECT c.ok FROM {checked} c)"),
+        },
+    );
+    let reply = match &call.kind {
+        EffectKind::Apply(apply) => {
+            let values = guarded.binds.texts();
+            query_checked_one(wire, table, document, (&sql, 3), &values, "UPDATE")
+                .await
+                // numeric_value_out_of_range, of an integer column (a float one says "value
+                // out of range: overflow").
+                .map_err(|error| {
+                    change::out_of_range_or(error, apply.changes, |backend| {
+                        backend.code() == Some("22003")
+                            && backend.to_string().contains("bigint out of range")
+                    })
+                })?
+        }
+        EffectKind::Push(_) => {
+            crate::trace::round_trip("UPDATE");
+            (wire.write(&sql, &guarded.binds.params()).await)
+                .and_then(|rows| one(rows, "UPDATE"))
+                .map_err(|source| postgres_error(document, source))?
+        }
+    };
+    let explained = reply.str(2).map(str::to_owned);
+    settle(
+        call,
+        Reply {
+            written: reply.int8(0).unwrap_or(0) > 0,
+            exists: reply.flag(1).unwrap_or(false),
+            explained,
+        },
+    )
 }
 
-/// One attempt of `push` ([`crate::sql::dialect::SqlDialect::push`]): one statement, guarded
-/// by the absence of an item whose key equals this one, so a retried push never appends twice:
-/// a racing push waits for the row and re-checks the guard on what the other wrote.
-pub(super) async fn push<W: Wire>(
-    wire: &W,
-    table: &Table,
-    id: Id,
-    list: &'static Field,
-    item: &str,
-    item_key: &str,
-    document: &DocumentRef,
-) -> Result<EffectAnswer, Error> {
-    // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which
-    // a composite key holding a part of another's fields or list entries would pass for
-    // it. A NULL or JSON null list (a row another tool wrote) is an empty one; anything
-    // else but a list is no list to push to, which the statement's last column says.
-    let column = quote(list.stored_name());
+/// The guarded `UPDATE` of `apply_once`: only where the table is one the store checked
+/// (`checked`, the statement's relation saying so).
+fn apply_sql(call: &Effect<'_, Table>, apply: &Apply<'_>, checked: &str) -> Result<Guarded, Error> {
+    let mut binds = Binds::new(placeholder);
+    let value = |binds: &mut Binds, encoded: &EncodedChange| {
+        let value = binds.bind(ColumnShape::Text, encoded.value.as_deref());
+        format!("{value}::text::{}", sql_type(encoded.column))
+    };
+    let words = ApplyWords {
+        type_name: sql_type,
+        value: &value,
+        sum: &mut sum,
+        // The op ids, oldest first, keeping the latest `window`.
+        kept: |ops, op, window| {
+            format!(
+                "(SELECT COALESCE(jsonb_agg(recorded.op ORDER BY recorded.n), '[]') \
+                 FROM jsonb_array_elements({ops} || to_jsonb({op}::text)) WITH ORDINALITY \
+                 AS recorded(op, n) WHERE recorded.n > jsonb_array_length({ops}) + 1 - {window})"
+            )
+        },
+    };
+    let (set, _) = assignments::<Postgres>(call, apply, &mut binds, words)?;
+    Ok(Guarded::new::<Postgres>(call, &set, binds, |binds| {
+        let op = binds.text(apply.op.as_str());
+        let ops = ops_of::<Postgres>();
+        vec![
+            format!("NOT ({ops} @> to_jsonb(ARRAY[{op}::text]))"),
+            format!("(SELECT c.ok FROM {checked} c)"),
+        ]
+    }))
+}
+
+/// The guarded `UPDATE` of `push`: by the absence of an item whose key equals this one, so a
+/// retried push never appends twice: a racing push waits for the row and re-checks the guard
+/// on what the other wrote.
+fn push_sql(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
+    // Keys compare whole, as jsonb values (`=`), not by containment (`@>`), under which a
+    // composite key holding a part of another's fields or list entries would pass for it. A
+    // NULL or JSON null list (a row another tool wrote) is an empty one; anything else but a
+    // list is no list to push to, which the statement's explanation says.
+    let column = quote(push.list.stored_name());
     let kind = format!("COALESCE(jsonb_typeof({column}), 'null')");
     let listed = format!("(CASE WHEN {kind} = 'array' THEN {column} ELSE '[]'::jsonb END)");
-    let sql = format!(
-        "WITH pushed AS (UPDATE {table} \
-         SET {column} = {listed} || jsonb_build_array($2::text::jsonb) \
-         WHERE {id} = $1 AND {kind} IN ('array', 'null') AND NOT EXISTS (\
-         SELECT 1 FROM jsonb_array_elements({listed}) AS stored(item) \
-         WHERE stored.item -> $4::text = $3::text::jsonb) RETURNING 1) \
-         SELECT (SELECT count(*) FROM pushed), EXISTS (SELECT 1 FROM {table} WHERE {id} = $1), \
-         (SELECT {kind} FROM {table} WHERE {id} = $1 AND {kind} NOT IN ('array', 'null'))",
-        table = table.name(),
-        id = quote(ID_FIELD),
-    );
-    let id_text = id.to_string();
-    let item_key_field = list.item_key();
-    let parameters = [
-        Param::Text(Some(&id_text)),
-        Param::Text(Some(item)),
-        Param::Text(Some(item_key)),
-        Param::Text(Some(item_key_field)),
-    ];
-    crate::trace::round_trip("UPDATE");
-    let reply = wire
-        .write(&sql, &parameters)
-        .await
-        .and_then(|rows| one(rows, "UPDATE"))
-        .map_err(|source| postgres_error(document, source))?;
-    let written = reply.int8(0).unwrap_or(0) > 0;
-    if let (false, Some(stored)) = (written, reply.str(2)) {
-        return Err(stored_not_a_list(document, list, stored));
-    }
-    Ok(EffectAnswer {
-        written,
-        exists: reply.flag(1).unwrap_or(false),
-    })
+    let words = PushWords {
+        is_list: format!("{kind} IN ('array', 'null')"),
+        items: format!("jsonb_array_elements({listed}) AS stored(item)"),
+        appended: &|item| format!("{listed} || jsonb_build_array({item}::text::jsonb)"),
+        same: &mut |binds| {
+            let key = binds.text(push.item_key);
+            let key_field = binds.text(push.list.item_key());
+            format!("stored.item -> {key_field}::text = {key}::text::jsonb")
+        },
+        kind,
+    };
+    Guarded::push::<Postgres>(call, push, Binds::new(placeholder), words)
+}
+
+/// PostgreSQL's numbered placeholders.
+fn placeholder(position: usize) -> String {
+    format!("${position}")
 }

@@ -11,10 +11,10 @@ use crate::column::Column;
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
-use crate::id::Id;
-use crate::model::{Field, Model, OpId};
+use crate::model::{Field, Model};
 use crate::sql::adoption::{Move, ReadRow, Rows};
 use crate::sql::judge::Destination;
+use crate::sql::effects::Effect;
 use crate::sql::layout::Layout;
 use serde::de::DeserializeOwned;
 
@@ -50,7 +50,7 @@ impl From<crate::engine::WriteKind> for Statement {
     }
 }
 
-/// What one effect's statement found ([`SqlDialect::apply_once`], [`SqlDialect::push`]).
+/// What one effect's statement found ([`SqlDialect::effect`]).
 #[derive(Debug)]
 pub(crate) struct EffectAnswer {
     /// Whether it wrote.
@@ -173,32 +173,11 @@ pub(crate) trait SqlDialect: Dialect {
     /// the natural key's, or another, named as the error names it.
     fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
 
-    /// One attempt of `apply_once`: `changes` (checked against the model) and `op` applied to
-    /// the row under `id` unless `op` is among its applied ops, keeping the latest `window`.
-    // Each is what the statement needs; a struct of them would be built for this call alone.
-    #[allow(clippy::too_many_arguments)]
-    fn apply_once<W: Wire>(
+    /// One attempt of `apply_once` or `push` ([`super::effects`]): its guarded `UPDATE`, and
+    /// what it did.
+    fn effect<W: Wire>(
         wire: &W,
-        table: &Self::Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
-
-    /// One attempt of `push`: `item` (JSON text) appended to the list `list` of the row under
-    /// `id` unless an item with the key `item_key` (JSON text) is in it.
-    // As `apply_once`'s.
-    #[allow(clippy::too_many_arguments)]
-    fn push<W: Wire>(
-        wire: &W,
-        table: &Self::Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
+        call: &Effect<'_, Self::Table>,
     ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
 
     /// The write engine's driver of the dialect's write strategy, writing to one checked table
@@ -279,6 +258,10 @@ pub(crate) trait MarkerDialect:
     /// (a deadlock, a write conflict), which may start over at once: not a lock held past the
     /// wait for it, which would be waited for again.
     fn restarts(_error: &Error) -> bool {
+        false
+    }
+    /// Whether `failure`, of an `apply_once`'s statement, is a sum beyond its column's type.
+    fn sum_out_of_range(_failure: &DbFailure) -> bool {
         false
     }
     /// The name of the unique index of `table` on exactly `columns` (comma-separated), if any.

@@ -9,6 +9,8 @@ pub(crate) mod audit;
 pub(crate) mod change;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod dialect;
+#[cfg(feature = "_sql_store")]
+pub(crate) mod effects;
 #[cfg(any(feature = "_postgres", feature = "_marker_store"))]
 pub(crate) mod guard;
 pub(crate) mod json;

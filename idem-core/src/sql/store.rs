@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::dialect::{Dialect, SqlDialect, SqlDriver};
+use super::effects::{Apply, Effect, EffectKind, Push};
 use super::wire::{Param, Wire};
 use crate::batch::BatchReport;
 use crate::change::{self, Change};
@@ -416,9 +417,14 @@ impl<D: SqlDialect> Store<D> {
                 let table = self.table::<T>(wire, &document).await?;
                 change::check(model, &T::stored_columns(), changes, &document)?;
                 settle_by_id(&document, || async {
+                    let window = self.op_window;
+                    let apply = EffectKind::Apply(Apply {
+                        op,
+                        changes,
+                        window,
+                    });
                     let answer =
-                        D::apply_once(wire, &table, id, op, changes, self.op_window, &document)
-                            .await?;
+                        D::effect(wire, &Effect::new(&table, id, &document, apply)).await?;
                     Ok(answered_in_one(
                         answer.written,
                         answer.exists,
@@ -453,8 +459,13 @@ impl<D: SqlDialect> Store<D> {
                 let table = self.table::<T>(wire, &document).await?;
                 let (item, item_key) = item_and_key_texts(&document, list, item)?;
                 settle_by_id(&document, || async {
-                    let answer =
-                        D::push(wire, &table, id, list, &item, &item_key, &document).await?;
+                    let (item, item_key) = (&item, &item_key);
+                    let push = EffectKind::Push(Push {
+                        list,
+                        item,
+                        item_key,
+                    });
+                    let answer = D::effect(wire, &Effect::new(&table, id, &document, push)).await?;
                     Ok(answered_in_one(
                         answer.written,
                         answer.exists,

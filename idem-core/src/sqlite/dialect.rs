@@ -11,9 +11,9 @@ use crate::column::{Column, ColumnShape};
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
 use crate::error::Error;
-use crate::id::Id;
-use crate::model::{Field, Model, OpId};
+use crate::model::Model;
 use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect};
+use crate::sql::effects::Effect;
 use crate::sql::wire::{Cells, DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
@@ -79,28 +79,8 @@ impl SqlDialect for Sqlite {
         table.read_of(alias, name)
     }
 
-    async fn apply_once<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        op: &OpId,
-        changes: &[crate::change::Change],
-        window: usize,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::apply_once(wire, table, id, op, changes, window, document).await
-    }
-
-    async fn push<W: Wire>(
-        wire: &W,
-        table: &Table,
-        id: Id,
-        list: &'static Field,
-        item: &str,
-        item_key: &str,
-        document: &DocumentRef,
-    ) -> Result<EffectAnswer, Error> {
-        super::effects::push(wire, table, id, list, item, item_key, document).await
+    async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
+        crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
     }
 }
 
