@@ -13,8 +13,8 @@ use crate::engine::Conflict;
 use crate::error::Error;
 use crate::model::{Field, Model};
 use crate::sql::adoption::{Move, ReadRow, Rows};
-use crate::sql::judge::Destination;
 use crate::sql::effects::Effect;
+use crate::sql::judge::Destination;
 use crate::sql::layout::Layout;
 use serde::de::DeserializeOwned;
 
