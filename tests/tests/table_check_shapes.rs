@@ -1055,6 +1055,56 @@ async fn a_non_counting_index_under_idems_own_name_is_refused_until_fixed() {
     }
 }
 
+/// PostgreSQL: in place of the natural key's unique constraint, an exclusion constraint on it,
+/// which `ON CONFLICT DO UPDATE` cannot use.
+#[tokio::test]
+async fn a_postgres_exclusion_constraint_on_the_natural_key_is_refused_until_fixed() {
+    for mut db in backends("pg_exclusion").await {
+        if db.kind() != Kind::Postgres {
+            continue;
+        }
+        seeded(&mut db, &[page("a", 1)]).await;
+        let excluded =
+            "ALTER TABLE pages ADD CONSTRAINT pages_excluded EXCLUDE USING btree (slug WITH =)";
+        replace_natural_key::<Page>(&mut db, excluded).await;
+        refuses_then_fixed(&mut db, &page("a", 2), &[NO_NATURAL_KEY]).await;
+    }
+}
+
+/// PostgreSQL: in place of the natural key's unique constraint, the invalid unique index a
+/// failed `CREATE UNIQUE INDEX CONCURRENTLY` leaves, which enforces nothing and `ON CONFLICT`
+/// ignores.
+#[tokio::test]
+#[ignore = "PostgreSQL: the check counts an invalid unique index (indisvalid false) as the natural key's: ensure_table accepts the table, and every upsert fails at the statement with 42P10"]
+async fn a_postgres_invalid_unique_index_on_the_natural_key_is_refused_until_fixed() {
+    for mut db in backends("pg_invalid").await {
+        if db.kind() != Kind::Postgres {
+            continue;
+        }
+        seeded(&mut db, &[page("a", 1)]).await;
+        replace_natural_key::<Page>(&mut db, "INSERT INTO pages (_id, slug) VALUES ('dup', 'a')")
+            .await;
+        let failed = db
+            .try_run("CREATE UNIQUE INDEX CONCURRENTLY pages_k ON pages (slug)")
+            .await;
+        assert!(failed.is_err(), "{db}: {failed:?}");
+        db.run("DELETE FROM pages WHERE _id = 'dup'").await;
+        let Sql::Postgres { client, .. } = &db else {
+            unreachable!()
+        };
+        let valid: bool = client
+            .query_one(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = 'pages_k'::regclass",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!valid, "{db}");
+        refuses_then_fixed(&mut db, &page("a", 3), &[NO_NATURAL_KEY]).await;
+    }
+}
+
 /// PostgreSQL: a key constraint whose uniqueness waits for the commit.
 #[tokio::test]
 async fn a_deferrable_key_constraint_is_refused_until_fixed() {
