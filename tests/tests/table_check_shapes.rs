@@ -7,7 +7,7 @@
 //! has a fresh schema, database file or database of its own.
 
 use idem_core::sqlx::{MySqlConnection, SqliteConnection};
-use idem_core::{Error, ErrorKind, Idempotent, Outcome};
+use idem_core::{Applied, Change, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::backends::{
     fresh_mysql, fresh_schema, fresh_sqlite, postgres_servers, sqlx_connection, Db,
 };
@@ -60,6 +60,23 @@ struct Odd {
     lang: String,
     #[serde(rename = "NULL")]
     title: String,
+}
+
+/// A wallet whose balance moves through `apply_once` alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "wallets")]
+struct Wallet {
+    #[idem(key)]
+    owner: String,
+    #[idem(effect)]
+    balance: i64,
+}
+
+fn wallet(owner: &str) -> Wallet {
+    Wallet {
+        owner: owner.into(),
+        balance: 0,
+    }
 }
 
 /// A natural key whose column's name holds a comma.
@@ -291,6 +308,30 @@ impl Sql {
             .into_iter()
             .map(|outcome| outcome.expect("each document written"))
             .collect())
+    }
+
+    /// `apply_once` of `changes` under `op` to the row of `doc`.
+    async fn apply_once<T>(
+        &mut self,
+        doc: &T,
+        op: &str,
+        changes: &[Change],
+    ) -> Result<Applied, Error>
+    where
+        T: Idempotent,
+    {
+        let (id, op) = (doc.id().expect("an id"), OpId::new(op));
+        match self {
+            Sql::Postgres { store, client, .. } => {
+                store.apply_once::<T, _>(&*client, id, &op, changes).await
+            }
+            Sql::Sqlite { store, connection } => {
+                store.apply_once::<T>(connection, id, &op, changes).await
+            }
+            Sql::Mariadb { store, connection } => {
+                store.apply_once::<T>(connection, id, &op, changes).await
+            }
+        }
     }
 
     /// `doc` upserted as a batch of one: the call's error, or its outcome or error.
@@ -1192,6 +1233,35 @@ async fn a_missing_column_is_refused_until_fixed() {
                 Outcome::Inserted,
                 "{db}: {column}"
             );
+        }
+    }
+}
+
+/// The column of the op ids `apply_once` records, missing: once its fix added it, an op is
+/// applied once, to a row stored before (whose column the fix left empty) as to a new one.
+#[tokio::test]
+async fn a_missing_applied_ops_column_is_refused_until_fixed_and_ops_apply_once() {
+    for mut db in backends("applied_ops").await {
+        seeded(&mut db, &[wallet("a")]).await;
+        let (t, c) = (db.q("wallets"), db.q("idemAppliedOps"));
+        db.run(&format!("ALTER TABLE {t} DROP COLUMN {c}")).await;
+        refuses_then_fixed(
+            &mut db,
+            &wallet("b"),
+            &["column \"idemAppliedOps\" is missing"],
+        )
+        .await;
+        for owner in ["a", "b"] {
+            let doc = wallet(owner);
+            for expected in [Applied::Applied, Applied::AlreadyApplied] {
+                let applied = db
+                    .apply_once(&doc, "credit-1", &[Change::add("balance", 5)])
+                    .await;
+                let applied = applied.unwrap_or_else(|error| panic!("{db}: {owner}: {error}"));
+                assert_eq!(applied, expected, "{db}: {owner}");
+            }
+            let stored = db.get(&doc).await.unwrap().expect("stored");
+            assert_eq!(stored.balance, 5, "{db}: {owner}");
         }
     }
 }
