@@ -1187,10 +1187,10 @@ async fn an_id_without_a_unique_index_is_refused_until_fixed() {
     }
 }
 
-/// A column of the model missing: a field's, idem's applied operations', `_id`.
+/// A column of the model missing: a field's, the content hash's, idem's applied operations', `_id`.
 #[tokio::test]
 async fn a_missing_column_is_refused_until_fixed() {
-    for column in ["views", "idemAppliedOps", "_id"] {
+    for column in ["views", "sourceHash", "idemAppliedOps", "_id"] {
         for mut db in backends(&format!("missing_{}", column.to_lowercase())).await {
             if (db.kind(), column) == (Kind::Mariadb, "_id") {
                 // mariadb_a_missing_id_column_is_refused_until_fixed
