@@ -1539,7 +1539,6 @@ async fn a_key_column_named_with_a_comma_is_accepted() {
 
 /// [`a_key_column_named_with_a_comma_is_accepted`] on MariaDB.
 #[tokio::test]
-#[ignore = "MariaDB: ensure_table makes the table, then refuses it (no unique constraint on exactly the natural key): the index read splits GROUP_CONCAT(COLUMN_NAME) on commas"]
 async fn mariadb_a_key_column_named_with_a_comma_is_accepted() {
     for mut db in backends_of("comma_maria", &[Kind::Mariadb]).await {
         seeded(&mut db, &[comma("a", "old")]).await;
@@ -1631,7 +1630,6 @@ async fn keys_differing_by_trailing_spaces_stay_apart() {
 /// MariaDB: a `CHAR` key column, which the check accepts (`DATA_TYPE` char), drops a key's
 /// trailing spaces.
 #[tokio::test]
-#[ignore = "MariaDB: a CHAR key column is accepted, but drops trailing spaces: upserting {slug: \"x \"} after {slug: \"x\"} fails with Contention (\"retrying is safe\"), every time"]
 async fn a_mariadb_char_key_column_keeps_keys_apart_or_is_refused() {
     for mut db in backends_of("char_key", &[Kind::Mariadb]).await {
         db.ensure_table::<Page>().await.unwrap();

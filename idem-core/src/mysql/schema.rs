@@ -17,8 +17,9 @@ use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 const COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
                        WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION";
 
-/// The table's unique indexes: name, key columns (comma-separated), whether one is a prefix.
-const UNIQUE_INDEXES: &str = "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME SEPARATOR ','), \
+/// The table's unique indexes: name, key columns (a JSON array: a name may hold a comma),
+/// whether one is a prefix.
+const UNIQUE_INDEXES: &str = "SELECT INDEX_NAME, JSON_ARRAYAGG(COLUMN_NAME), \
                               CAST(MAX(SUB_PART IS NOT NULL) AS SIGNED) \
                               FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() \
                               AND TABLE_NAME = ? AND NON_UNIQUE = 0 GROUP BY INDEX_NAME";
@@ -138,11 +139,12 @@ async fn unique_indexes(wire: &impl Wire, table: &Table) -> Result<Vec<FoundInde
     let mut indexes = Vec::with_capacity(rows.len());
     for row in &rows {
         let name = row.text(0)?.unwrap_or_default();
-        let columns = row.text(1)?.unwrap_or_default();
+        let columns: Vec<String> = serde_json::from_str(&row.text(1)?.unwrap_or_default())
+            .map_err(|error| super::errors::failure(sqlx::Error::Decode(Box::new(error))))?;
         indexes.push(FoundIndex {
             primary: name == "PRIMARY",
             name,
-            columns: columns.split(',').map(str::to_owned).collect(),
+            columns,
             whole: row.integer(2)?.unwrap_or(0) == 0,
             deferred: false,
             // An index compares as its columns do.

@@ -108,7 +108,8 @@ pub(crate) fn type_name(column: &TableColumn) -> &'static str {
 pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
     match (column.content, column.shape) {
         (Content::Id | Content::Hash | Content::VersionKey, _) => &["varchar", "char"],
-        (_, ColumnShape::Text) if is_key(column) => &["varchar", "char"],
+        // A `CHAR` drops trailing spaces as it reads: "x " would be read back as "x".
+        (_, ColumnShape::Text) if is_key(column) => &["varchar"],
         (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],
         (_, ColumnShape::Integer) => &["bigint"],
         (_, ColumnShape::Boolean) => &["tinyint"],
