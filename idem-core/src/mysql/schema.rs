@@ -80,7 +80,7 @@ impl TableCheck for MySql {
         expected_type(table, column)
     }
 
-    fn retype(table: &Table, column: &str) -> Option<String> {
+    fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
         Some(table.modify(column))
     }
 

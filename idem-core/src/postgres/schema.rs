@@ -158,18 +158,19 @@ where
     let indexes: Vec<FoundIndex> = client
         .fetch_all(
             "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
-             array_agg(a.attname::text ORDER BY a.attname), \
+             array_agg(a.attname::text ORDER BY a.attname) FILTER (WHERE a.attnum > 0), \
              array_agg(a.attname::text ORDER BY a.attname) \
-             FILTER (WHERE NOT coll.collisdeterministic), \
+             FILTER (WHERE a.attnum > 0 AND NOT coll.collisdeterministic), \
              array_agg(coll.collname::text ORDER BY a.attname) \
-             FILTER (WHERE NOT coll.collisdeterministic) \
+             FILTER (WHERE a.attnum > 0 AND NOT coll.collisdeterministic), \
+             bool_and(x.indpred IS NULL AND x.indexprs IS NULL), \
+             coalesce(bool_and(k.collation_oid = a.attcollation), true) \
              FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid \
              CROSS JOIN LATERAL unnest(x.indkey::int2[], x.indcollation::oid[]) \
              WITH ORDINALITY AS k(attnum, collation_oid, n) \
-             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
+             LEFT JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
              LEFT JOIN pg_collation coll ON coll.oid = k.collation_oid \
-             WHERE x.indrelid = $1 AND x.indisunique AND x.indpred IS NULL \
-             AND x.indexprs IS NULL AND k.n <= x.indnkeyatts \
+             WHERE x.indrelid = $1 AND x.indisunique AND x.indisvalid AND k.n <= x.indnkeyatts \
              GROUP BY i.relname, x.indisprimary, x.indimmediate",
             &[Param::Oid(oid)],
         )
@@ -180,13 +181,15 @@ where
             name: row.str(0).unwrap_or_default().to_owned(),
             primary: row.flag(1).unwrap_or(false),
             columns: row.texts(3).unwrap_or_default(),
-            // The read leaves out an index with a predicate or an expression.
-            whole: true,
+            // An index with a predicate or an expression does not count; read, its name is
+            // one the fixes do not give again. An invalid one (a failed `CREATE INDEX
+            // CONCURRENTLY`'s) enforces nothing, and is left out.
+            whole: row.flag(6).unwrap_or(false),
             loose: (row.texts(4).unwrap_or_default().into_iter())
                 .zip(row.texts(5).unwrap_or_default())
                 .collect(),
-            // Its collation is the column's, which the fix changes.
-            fixed_in_place: true,
+            // Where its collations are its columns', the fix of theirs is its fix too.
+            fixed_in_place: row.flag(7).unwrap_or(true),
             // Deferrable: its check waits for the commit.
             deferred: !row.flag(2).unwrap_or(false),
         })
@@ -243,6 +246,34 @@ impl TableCheck for Postgres {
             .map(|column| (column.name, table::sql_type(column)))
             .chain([(APPLIED_OPS_FIELD, "jsonb")])
             .collect()
+    }
+
+    /// `varchar` without a length stores and compares as `text` does.
+    fn uses(_table: &Table, _column: &str, expected: &str, found: &str) -> bool {
+        found == expected || (expected == "text" && found == "character varying")
+    }
+
+    fn retype(table: &Table, column: &str, expected: &str) -> Option<String> {
+        let column = table::quote(column);
+        Some(format!(
+            "ALTER TABLE {} ALTER COLUMN {column} TYPE {expected} USING {column}::{expected}",
+            table.name()
+        ))
+    }
+
+    /// An index whose own collation is not its column's keeps it through the column's fix:
+    /// it is dropped, and the key's constraint asked for apart.
+    fn loose_index(table: &Table, index: &FoundIndex, column: &str, collation: &str) -> String {
+        match index.fixed_in_place {
+            true => Self::loose_column(table, column, collation),
+            false => format!(
+                "the unique index {:?} compares column {column:?} with the nondeterministic \
+                 collation {collation:?}, under which different keys are equal; idem tells \
+                 documents apart byte for byte: drop it: DROP INDEX {}",
+                index.name,
+                table::quote(&index.name),
+            ),
+        }
     }
 
     /// A nondeterministic (case- or accent-insensitive) collation: keys that differ would meet

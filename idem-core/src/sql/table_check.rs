@@ -74,8 +74,8 @@ pub(crate) trait TableCheck: SqlDialect {
     fn definition(_table: &Self::Table, _column: &str, expected: &str) -> String {
         expected.to_owned()
     }
-    /// The fix of `column` of another type, where the database can change it in place.
-    fn retype(_table: &Self::Table, _column: &str) -> Option<String> {
+    /// The fix of `column` of another type than `expected`.
+    fn retype(_table: &Self::Table, _column: &str, _expected: &str) -> Option<String> {
         None
     }
     /// The problem of the key column `column`, compared with `collation`.
@@ -211,7 +211,7 @@ pub(crate) fn judge<'c, D: TableCheck>(
                 },
             )),
             Some(found) if typed && !D::uses(table, column, expected, &found.declared) => {
-                let fix = D::retype(table, column).map(|fix| format!(": {fix}"));
+                let fix = D::retype(table, column, expected).map(|fix| format!(": {fix}"));
                 problems.push(format!(
                     "column {column:?} is {}, expected {expected}{}",
                     found.declared,
@@ -261,14 +261,24 @@ pub(crate) fn judge<'c, D: TableCheck>(
     let counts = |index: &&FoundIndex| index.loose.is_empty() || index.fixed_in_place;
     on_id.retain(counts);
     on_natural_key.retain(counts);
-    // The statement that adds the unique index `{collection}_{index}` on `columns`; through
-    // `ALTER TABLE`, the id's is the primary key.
+    // The statement that adds the unique index `{collection}_{index}` on `columns`, under a
+    // name no index of the table holds (one that does not count may hold idem's); through
+    // `ALTER TABLE`, the id's is the primary key unless the table has one.
+    let has_primary_key = indexes.iter().any(|index| index.primary);
     let add_unique = |index: &str, columns: &[&str]| {
-        let index = D::quote(&format!("{}_{index}", table.model.collection()));
+        let base = format!("{}_{index}", table.model.collection());
+        let taken =
+            |name: &str| (indexes.iter()).any(|index| index.name.eq_ignore_ascii_case(name));
+        let free = (std::iter::once(base.clone()))
+            .chain((2..).map(|n| format!("{base}{n}")))
+            .find(|name| !taken(name));
+        let index = D::quote(free.as_deref().unwrap_or(&base));
         let list: Vec<String> = columns.iter().map(|column| D::quote(column)).collect();
         let list = list.join(", ");
         match (D::ADDS_CONSTRAINTS, columns) {
-            (true, [ID_FIELD]) => format!("ALTER TABLE {name} ADD PRIMARY KEY ({list})"),
+            (true, [ID_FIELD]) if !has_primary_key => {
+                format!("ALTER TABLE {name} ADD PRIMARY KEY ({list})")
+            }
             (true, _) => format!("ALTER TABLE {name} ADD CONSTRAINT {index} UNIQUE ({list})"),
             (false, _) => format!("CREATE UNIQUE INDEX {index} ON {name} ({list})"),
         }

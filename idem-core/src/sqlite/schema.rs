@@ -90,13 +90,20 @@ impl TableCheck for Sqlite {
         declared_as(found, expected)
     }
 
+    fn retype(table: &Table, _column: &str, _expected: &str) -> Option<String> {
+        Some(format!(
+            "SQLite cannot change a column's type in place: {}",
+            made_anew(table, "with the column's type")
+        ))
+    }
+
     fn loose_column(table: &Table, column: &str, collation: &str) -> String {
         format!(
             "column {column:?} is declared COLLATE {collation}, under which different keys are \
              equal; idem tells documents apart byte for byte (a key differing only so would \
              meet another document's row, and be refused as its id change), and SQLite cannot \
              change a column's collation in place: {}",
-            made_anew(table)
+            made_anew(table, "without it")
         )
     }
 
@@ -106,7 +113,7 @@ impl TableCheck for Sqlite {
             // A constraint of the table's definition cannot be dropped alone.
             true => format!(
                 "it is a constraint of the table's definition: {}",
-                made_anew(table)
+                made_anew(table, "without it")
             ),
         };
         format!(
@@ -119,10 +126,10 @@ impl TableCheck for Sqlite {
 }
 
 /// The fix of what only a table made anew changes.
-fn made_anew(table: &Table) -> String {
+fn made_anew(table: &Table, how: &str) -> String {
     format!(
-        "make the table anew without it, as Store::create_table_sql::<T>() does, copy the rows \
-         into it, drop this one and rename the new one to {}",
+        "make the table anew {how}, as Store::create_table_sql::<T>() does, copy the rows into \
+         it, drop this one and rename the new one to {}",
         table.name()
     )
 }

@@ -57,6 +57,10 @@ pub(crate) fn declared_as(found: &str, expected: &str) -> bool {
             (expected, found),
             ("BOOLEAN", "INTEGER") | ("JSON_TEXT", "TEXT")
         )
+        // Text affinity, which `VARCHAR(n)` has too, and no limit: text as idem declares it.
+        || (expected == "TEXT"
+            && !found.contains("INT")
+            && ["CHAR", "CLOB", "TEXT"].iter().any(|word| found.contains(word)))
 }
 
 /// The shape of a column declared `declared` (upper case), by SQLite's affinity rules and the
