@@ -278,6 +278,42 @@ impl Prepared {
     }
 }
 
+/// A document's preparation under an id, begun alike by every store's encoding: its content
+/// hash, and how a refusal of its content names it before it is prepared.
+pub(crate) struct Preparing<'d, T> {
+    doc: &'d T,
+    id: Id,
+    hash: ContentHash,
+}
+
+impl<'d, T: crate::Idempotent + serde::Serialize> Preparing<'d, T> {
+    /// Begins preparing `doc` under `id` with its content hash; a hash refused is refused naming
+    /// the document under `id`.
+    pub fn begin(doc: &'d T, id: Id) -> Result<Self, Error> {
+        let document = || doc.document_ref().with_derived_id(&T::MODEL, id);
+        let hash = doc
+            .content_hash()
+            .map_err(|error| Error::new(document(), error.into_kind()))?;
+        Ok(Preparing { doc, id, hash })
+    }
+
+    /// How a refusal names the document: its own name, under the id it is written under.
+    pub fn document(&self) -> DocumentRef {
+        self.doc.document_ref().with_derived_id(&T::MODEL, self.id)
+    }
+
+    /// [`ErrorKind::Serialize`] with `message`, naming the document.
+    pub fn serialize_error(&self, message: String) -> Error {
+        Error::new(self.document(), ErrorKind::Serialize { message })
+    }
+
+    /// The prepared form, with the digests of its guarded fields as the store's encoding
+    /// computed them.
+    pub fn finish(&self, digests: Vec<(&'static Field, Option<ShortText>)>) -> Prepared {
+        Prepared::new(self.doc, self.id, self.hash, digests)
+    }
+}
+
 /// One database's side of a write: it encodes and sends, the engine decides.
 pub(crate) trait Driver: Sync {
     /// A document ready to send.
@@ -538,51 +574,61 @@ pub(crate) fn tombstone_field(
         .ok_or_else(|| Error::new(document.clone(), ErrorKind::NoTombstoneField))
 }
 
-/// The tombstone field `delete_by_id` stores `marker` in, on every store, refused before
-/// anything is sent: [`ErrorKind::NoTombstoneField`] for a type without one,
-/// [`ErrorKind::TombstoneNotSet`] for a null marker (the update would match, store null, and
-/// answer `Deleted` for a document still live), and [`ErrorKind::Serialize`] for a marker the
-/// field does not hold (a string for an `i64` field: MongoDB would store it, where the SQL
-/// stores cannot).
-pub(crate) fn tombstone_for<M: serde::Serialize + ?Sized>(
+/// [`ErrorKind::TombstoneNotSet`] for a deletion whose marker is not set (`marked`), on every
+/// store before anything is sent: it would store no marker, and a document still live would
+/// read as deleted.
+pub(crate) fn check_marked(
+    tombstone: &Field,
+    marked: bool,
+    document: impl FnOnce() -> DocumentRef,
+) -> Result<(), Error> {
+    match marked {
+        true => Ok(()),
+        false => Err(Error::new(
+            document(),
+            ErrorKind::TombstoneNotSet {
+                field: tombstone.name(),
+            },
+        )),
+    }
+}
+
+/// The tombstone field `delete_by_id` stores `marker` in, with the marker as the store's
+/// `encode` writes it, on every store refused before anything is sent:
+/// [`ErrorKind::NoTombstoneField`] for a type without one, [`ErrorKind::TombstoneNotSet`] for a
+/// null marker (the update would match, store null, and answer `Deleted` for a document still
+/// live), and [`ErrorKind::Serialize`] for a marker the field does not hold (a string for an
+/// `i64` field: MongoDB would store it, where the SQL stores cannot) or that `encode` refuses.
+pub(crate) fn tombstone_for<M: serde::Serialize + ?Sized, V>(
     model: &Model,
     columns: &[crate::column::Column],
     marker: &M,
     document: &DocumentRef,
-) -> Result<&'static crate::model::Field, Error> {
+    encode: impl FnOnce(&M) -> Result<V, String>,
+) -> Result<(&'static crate::model::Field, V), Error> {
     let tombstone = tombstone_field(model, document)?;
     let kind = serde_json::to_value(marker)
         .map_or(Some(crate::change::ValueKind::Structured), |value| {
             Some(crate::change::ValueKind::of_json(&value))
         });
-    if kind == Some(crate::change::ValueKind::Null) {
-        return Err(Error::new(
-            document.clone(),
-            ErrorKind::TombstoneNotSet {
-                field: tombstone.name(),
-            },
-        ));
-    }
+    let marked = kind != Some(crate::change::ValueKind::Null);
+    check_marked(tombstone, marked, || document.clone())?;
     let shape = columns
         .iter()
         .find(|column| column.stored_name() == tombstone.stored_name())
         .map(crate::column::Column::shape);
+    let serialize_error = |message| Error::new(document.clone(), ErrorKind::Serialize { message });
     if let Some((expected, kind)) = shape
         .zip(kind)
         .and_then(|(shape, kind)| Some((crate::change::expected(shape, kind)?, kind)))
     {
-        return Err(Error::new(
-            document.clone(),
-            ErrorKind::Serialize {
-                message: format!(
-                    "the deletion marker is {}, where `{}` holds {expected}",
-                    kind.shown(),
-                    tombstone.name()
-                ),
-            },
-        ));
+        return Err(serialize_error(format!(
+            "the deletion marker is {}, where `{}` holds {expected}",
+            kind.shown(),
+            tombstone.name()
+        )));
     }
-    Ok(tombstone)
+    Ok((tombstone, encode(marker).map_err(serialize_error)?))
 }
 
 /// The error of a document still contended after its attempts.

@@ -1,12 +1,43 @@
 //! `record` on any driver: an event (a type with an idempotency key) is stored once under the
 //! fresh id of its first write; a retry with the same key finds it.
 
+use std::future::Future;
+
 use super::{unique_index_conflict, Conflict, Driver, Reply, WriteKind};
+use crate::batch::BatchReport;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
+use crate::idempotent::{idempotency_key, Idempotent};
 use crate::model::Field;
 use crate::outcome::{Outcome, Recorded};
 use crate::MAX_ATTEMPTS;
+
+/// What `record` checks of `event` before anything is sent, on every store: its type's
+/// idempotency key field ([`ErrorKind::NoDerivedId`] for a type without one) and a key that is
+/// not empty ([`ErrorKind::EmptyKey`]); with the fresh id its first write stores it under.
+pub(crate) fn event_key<T: Idempotent>(event: &T) -> Result<(&'static Field, Id), Error> {
+    let key_field = T::MODEL
+        .idempotency_key_field()
+        .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
+    idempotency_key(event)?;
+    Ok((key_field, Id::from(ulid::Ulid::generate())))
+}
+
+/// `upsert_many` of an event type, on every store: each event recorded by `record`, in order,
+/// as `upsert` records one, each outcome its own.
+pub(crate) async fn record_each<'d, T, Recording>(
+    events: &'d [T],
+    mut record: impl FnMut(&'d T) -> Recording,
+) -> BatchReport
+where
+    Recording: Future<Output = Result<Recorded, Error>>,
+{
+    let mut outcomes = Vec::with_capacity(events.len());
+    for event in events {
+        outcomes.push(record(event).await.map(|recorded| recorded.outcome));
+    }
+    BatchReport::new(outcomes, 0)
+}
 
 /// Records `event`, prepared under a fresh id: `Inserted` if this call stored its key,
 /// `Unchanged` with the first id if a call with the same payload did,

@@ -63,11 +63,7 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             if model.idempotency_key_field().is_some() {
-                let mut outcomes = Vec::with_capacity(docs.len());
-                for doc in docs {
-                    outcomes.push(self.record(doc).await.map(|recorded| recorded.outcome));
-                }
-                return Ok(BatchReport::new(outcomes, 0));
+                return Ok(crate::engine::record::record_each(docs, |doc| self.record(doc)).await);
             }
             crate::engine::batch::upsert_many(&self.driver(model, true), docs).await
         })

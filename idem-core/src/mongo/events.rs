@@ -6,9 +6,10 @@ use serde::Serialize;
 use super::write::PreparedWrite;
 use super::Store;
 use crate::engine;
-use crate::error::{Error, ErrorKind};
-use crate::id::Id;
-use crate::idempotent::{idempotency_key, Idempotent};
+use crate::error::Error;
+#[cfg(doc)]
+use crate::error::ErrorKind;
+use crate::idempotent::Idempotent;
 use crate::outcome::Recorded;
 use crate::trace::{Call, CallKind};
 
@@ -31,12 +32,9 @@ impl Store {
         });
         call.run(async move {
             let model = &T::MODEL;
-            let key_field = model
-                .idempotency_key_field()
-                .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
-            idempotency_key(event)?;
+            let (key_field, id) = engine::record::event_key(event)?;
             // Prepared first: a refused event sends nothing, not even the index check.
-            let write = PreparedWrite::with_id(event, Id::from(ulid::Ulid::generate()))?;
+            let write = PreparedWrite::with_id(event, id)?;
             self.verify_indexes(model, &event.document_ref()).await?;
             engine::record::record(&self.driver(model, false), &write, key_field).await
         })

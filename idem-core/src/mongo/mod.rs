@@ -70,7 +70,9 @@ pub use adopt::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 use crate::document::DocumentRef;
 use crate::engine::by_id::{settle_by_id, ById};
 use crate::engine::{self, WriteKind};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
+#[cfg(doc)]
+use crate::error::ErrorKind;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
@@ -265,15 +267,8 @@ impl Store {
         let call = Call::new(CallKind::Delete, T::MODEL.collection(), || doc.id().ok());
         call.run(async move {
             let write = PreparedWrite::new(doc)?;
-            let tombstone = crate::engine::tombstone_field(&T::MODEL, &write.document())?;
-            if write.tombstone.is_none() {
-                return Err(Error::new(
-                    write.document(),
-                    ErrorKind::TombstoneNotSet {
-                        field: tombstone.name(),
-                    },
-                ));
-            }
+            let tombstone = engine::tombstone_field(&T::MODEL, &write.document())?;
+            engine::check_marked(tombstone, write.tombstone.is_some(), || write.document())?;
             self.verify_indexes(&T::MODEL, &write.document()).await?;
             self.settle_one(WriteKind::Delete, &write)
                 .await
@@ -295,16 +290,9 @@ impl Store {
         call.run(async move {
             let model = &T::MODEL;
             let document = DocumentRef::by_id(model, id);
-            let tombstone =
-                crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
-            let marker = mongodb::bson::to_bson(marker).map_err(|error| {
-                Error::new(
-                    document.clone(),
-                    ErrorKind::Serialize {
-                        message: error.to_string(),
-                    },
-                )
-            })?;
+            let encode = |marker: &M| mongodb::bson::to_bson(marker).map_err(|e| e.to_string());
+            let (tombstone, marker) =
+                engine::tombstone_for(model, &T::stored_columns(), marker, &document, encode)?;
             let collection = self.raw_collection(model);
             let id_text = id.to_string();
             let filter =

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::compare::show;
 use crate::engine::{
-    check_written_names, guarded_value_digest, Prepared, StoredDigest, StoredScalar,
+    check_written_names, guarded_value_digest, Prepared, Preparing, StoredDigest, StoredScalar,
 };
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
@@ -67,12 +67,9 @@ impl PreparedWrite {
     /// Prepares `doc` under `id` (an event's id is not derived).
     pub fn with_id<T: Idempotent + Serialize>(doc: &T, id: Id) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
-        let document = || doc.document_ref().with_derived_id(model, id);
-        let serialize_error =
-            |message: String| Error::new(document(), ErrorKind::Serialize { message });
-        let hash = doc
-            .content_hash()
-            .map_err(|error| Error::new(document(), error.into_kind()))?;
+        let preparing = Preparing::begin(doc, id)?;
+        let document = || preparing.document();
+        let serialize_error = |message| preparing.serialize_error(message);
         let mut body = super::text_keys::to_document(doc)
             .map_err(|error| serialize_error(bson_refusal(doc, &error)))?;
         // The driver would fail the whole command on it, a batch's other documents included.
@@ -117,7 +114,7 @@ impl PreparedWrite {
                 })
                 .collect::<Document>()
         });
-        let prepared = Prepared::new(doc, id, hash, digests);
+        let prepared = preparing.finish(digests);
         // In this order: the hash, the digests, then the version key.
         body.insert(model.hash_field(), prepared.hash.as_str());
         if let Some(stored_digests) = stored_digests {

@@ -239,15 +239,8 @@ impl<D: SqlDialect> Store<D> {
             let call = Call::new(CallKind::UpsertMany, T::MODEL.collection(), || None::<Id>);
             run::<D, _>(call, async move {
                 if T::MODEL.idempotency_key_field().is_some() {
-                    let mut outcomes = Vec::with_capacity(docs.len());
-                    for doc in docs {
-                        outcomes.push(
-                            self.record_on(wire, doc)
-                                .await
-                                .map(|recorded| recorded.outcome),
-                        );
-                    }
-                    return Ok(BatchReport::new(outcomes, 0));
+                    let record = |doc| self.record_on(wire, doc);
+                    return Ok(engine::record::record_each(docs, record).await);
                 }
                 let collection = DocumentRef::collection(&T::MODEL);
                 let table = self.table::<T>(wire, &collection).await?;
@@ -278,14 +271,7 @@ impl<D: SqlDialect> Store<D> {
                     .column_of(tombstone)
                     .and_then(|index| row.value_of(&table, index))
                     .is_some();
-                if !marked {
-                    return Err(Error::new(
-                        document,
-                        ErrorKind::TombstoneNotSet {
-                            field: tombstone.name(),
-                        },
-                    ));
-                }
+                engine::check_marked(tombstone, marked, || document)?;
                 let driver = self.driver(wire, &table);
                 engine::settle_one(&driver, WriteKind::Delete, &row)
                     .await
@@ -311,17 +297,10 @@ impl<D: SqlDialect> Store<D> {
             run::<D, _>(call, async move {
                 let model = &T::MODEL;
                 let document = DocumentRef::by_id(model, id);
-                let tombstone =
-                    crate::engine::tombstone_for(model, &T::stored_columns(), marker, &document)?;
+                let encode = |marker: &M| json::to_json(marker).map_err(|error| error.message());
+                let (tombstone, marker) =
+                    engine::tombstone_for(model, &T::stored_columns(), marker, &document, encode)?;
                 let table = self.table::<T>(wire, &document).await?;
-                let marker = json::to_json(marker).map_err(|error| {
-                    Error::new(
-                        document.clone(),
-                        ErrorKind::Serialize {
-                            message: error.message(),
-                        },
-                    )
-                })?;
                 let column = table
                     .column_of(tombstone)
                     .map(|index| &table.columns[index]);
@@ -385,13 +364,8 @@ impl<D: SqlDialect> Store<D> {
         Box::pin(async move {
             let call = Call::new(CallKind::Record, T::MODEL.collection(), || None::<Id>);
             run::<D, _>(call, async move {
-                let model = &T::MODEL;
-                let key_field = model
-                    .idempotency_key_field()
-                    .ok_or_else(|| Error::new(event.document_ref(), ErrorKind::NoDerivedId))?;
-                crate::idempotent::idempotency_key(event)?;
+                let (key_field, id) = engine::record::event_key(event)?;
                 let table = self.table::<T>(wire, &event.document_ref()).await?;
-                let id = Id::from(ulid::Ulid::generate());
                 let row = PreparedRow::with_id(event, id, &table)?;
                 let driver = self.driver(wire, &table);
                 engine::record::record(&driver, &row, key_field).await

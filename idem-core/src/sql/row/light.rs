@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{column_text, PreparedRow};
 use crate::column::ColumnShape;
 use crate::engine::batch::Ready;
-use crate::engine::{check_written_names, Prepared};
+use crate::engine::{check_written_names, Prepared, Preparing};
 use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
@@ -90,7 +90,7 @@ impl LightRow {
             return Ok(None);
         }
         let (key_texts, guarded) = picked_parts(model, table, &mut picked);
-        let hash = doc.content_hash()?;
+        let preparing = Preparing::begin(doc, id)?;
         let mut digests = Vec::with_capacity(guarded.len());
         for (field, (value, _)) in model.digested_fields().zip(&guarded) {
             let Ok(digest) = crate::engine::guarded_value_digest(field, value, value.is_null())
@@ -100,7 +100,7 @@ impl LightRow {
             digests.push((field, digest));
         }
         Ok(Some(LightRow {
-            prepared: Prepared::new(doc, id, hash, digests),
+            prepared: preparing.finish(digests),
             key_texts,
             guarded,
         }))

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::prepared::write_digests_text;
 use super::{write_column_text, LightRow, PreparedRow};
 use crate::column::ColumnShape;
-use crate::engine::{check_written_names, Prepared};
-use crate::error::{Error, ErrorKind};
+use crate::engine::{check_written_names, Preparing};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::Model;
@@ -28,12 +28,9 @@ impl PreparedRow {
         table: &Layout,
     ) -> Result<Self, Error> {
         let model: &'static Model = &T::MODEL;
-        let document = || doc.document_ref().with_derived_id(model, id);
-        let serialize_error =
-            |message: String| Error::new(document(), ErrorKind::Serialize { message });
-        let hash = doc
-            .content_hash()
-            .map_err(|error| Error::new(document(), error.into_kind()))?;
+        let preparing = Preparing::begin(doc, id)?;
+        let document = || preparing.document();
+        let serialize_error = |message| preparing.serialize_error(message);
         let (document_value, non_finite) =
             json::to_document(doc).map_err(|error| serialize_error(error.message()))?;
         let mut entries = match document_value {
@@ -69,7 +66,7 @@ impl PreparedRow {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let (digests, guarded): (Vec<_>, Vec<_>) = guarded.into_iter().unzip();
-        let prepared = Prepared::new(doc, id, hash, digests);
+        let prepared = preparing.finish(digests);
         let mut texts = ColumnTexts::new(table.sent.len(), &table.row_sizes);
         for (position, &index) in table.sent.iter().enumerate() {
             let column = &table.columns[index];
