@@ -1578,7 +1578,6 @@ async fn mixed_case_names_are_refused_and_fixed_quoted() {
 /// PostgreSQL: `ensure_table` with the table in a later schema of the search path than the
 /// first finds it there, as every statement does, instead of making an empty one in the first.
 #[tokio::test]
-#[ignore = "ensure_table's CREATE TABLE IF NOT EXISTS makes an empty table in the first schema of the search path, hiding the one found in a later schema"]
 async fn postgres_ensure_table_uses_the_table_the_search_path_finds() {
     for mut db in backends_of("search_path_ensure", &[Kind::Postgres]).await {
         let Sql::Postgres { client, .. } = &db else {

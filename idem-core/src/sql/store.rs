@@ -165,22 +165,26 @@ impl<D: SqlDialect> Store<D> {
             if let Some(problem) = D::unstorable(&table) {
                 return Err(Error::schema_mismatch(&T::MODEL, problem));
             }
-            // Whether the statement below makes the table: `IF NOT EXISTS` does not say.
+            // Whether the table exists where the statements will find it: `CREATE TABLE IF NOT
+            // EXISTS` does not say, and on PostgreSQL would make an empty one in the search
+            // path's first schema while the statements' table is in a later one.
             crate::trace::round_trip("SELECT");
             let existed = wire
                 .fetch_optional(D::TABLE_EXISTS, &[Param::Text(Some(collection))])
                 .await
                 .map_err(|source| D::error(&document, source))?
                 .is_some();
+            if existed {
+                self.forget_table(&T::MODEL);
+                return self.table::<T>(wire, &document).await.map(drop);
+            }
             let sql = D::create_sql(&table);
             crate::trace::round_trip("CREATE TABLE");
             let created = wire.execute(&sql, &[]).await;
             self.forget_table(&T::MODEL);
             match created {
                 Ok(_) => {
-                    if !existed {
-                        crate::trace::table_created(collection);
-                    }
+                    crate::trace::table_created(collection);
                     self.table::<T>(wire, &document).await.map(drop)
                 }
                 // Another session made the table at the same moment: the table it made is checked
