@@ -15,7 +15,7 @@ use crate::sql::words::Words;
 
 /// How PostgreSQL writes the words of the statements' shared parts: every value it reads back
 /// is read as text.
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     quote,
     literal,
     same: "IS NOT DISTINCT FROM",
