@@ -11,17 +11,8 @@ use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::sql::dialect::Statement;
-use crate::sql::guard::Dialect;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, Layout, TableColumn};
-
-/// How PostgreSQL writes the guard's words.
-pub(super) const POSTGRES: Dialect = Dialect {
-    false_literal: "false",
-    bytewise: "\"C\"",
-    distinct: "IS DISTINCT FROM",
-    json_text: |column, name| format!("({column} ->> {})", literal(name)),
-};
 
 /// The session setting in which a chunk's insert of fresh rows leaves its mark where it lands
 /// ([`Table::fresh_statement`]), for the chunk sent behind it on the same session.

@@ -22,6 +22,15 @@ pub(crate) struct Words {
     /// What a column expression takes to read as text where the statement says so (PostgreSQL's
     /// `::text`); nothing where its cells are read as text whatever their type.
     pub text_cast: &'static str,
+    /// `false`, as the guard writes it.
+    pub false_literal: &'static str,
+    /// The collation that compares text byte by byte, as version order keys compare.
+    pub bytewise: &'static str,
+    /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
+    pub distinct: fn(stored: &str, incoming: &str) -> String,
+    /// The text under key `name` of the JSON object in the column expression `column`, as it
+    /// compares with another such text.
+    pub json_text: fn(column: &str, name: &str) -> String,
 }
 
 impl Words {
