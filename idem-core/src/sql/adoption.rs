@@ -284,12 +284,7 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
 ) -> Result<Vec<ReadRow>, Error> {
     let error = |source| D::error(document, source);
     let id = D::quote(ID_FIELD);
-    let present: Vec<String> = table
-        .columns
-        .iter()
-        .map(|column| column.name.to_owned())
-        .collect();
-    let (list, columns) = D::row_select(table, &present);
+    let (list, columns) = super::takeover::select_every_column::<D>(table);
     let (condition, after) = match rows {
         Rows::Page {
             located: false,
