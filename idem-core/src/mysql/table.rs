@@ -43,8 +43,8 @@ pub(crate) const WORDS: Words = Words {
     },
 };
 
-/// How the MySQL family writes the guard's words: there is no alias for the row an upsert
-/// inserts, so the stored row's columns are bare and the incoming row's `VALUES(col)`.
+/// How the MySQL family's guard names the rows, in its [`WORDS`]: there is no alias for the row
+/// an upsert inserts, so the stored row's columns are bare and the incoming row's `VALUES(col)`.
 struct Guard;
 
 impl GuardWords for Guard {
