@@ -24,22 +24,32 @@ const KEY_BYTES: usize = 3_072;
 /// The longest text key column, in characters, where the key leaves room.
 const KEY_CHARS: usize = 255;
 
-/// How the MySQL family writes the words of the statements' shared parts.
+/// How the MySQL family writes the words of the statements' shared parts and of the guard.
 pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "<=>",
     never_deleted: "0",
     text_cast: "",
+    false_literal: "0",
+    bytewise: BYTEWISE,
+    distinct: |stored, incoming| format!("NOT ({stored} <=> {incoming})"),
+    // JSON_VALUE's text compares in the connection's collation, which ignores case.
+    json_text: |column, name| {
+        format!(
+            "JSON_VALUE({column}, {}) COLLATE {BYTEWISE}",
+            json_path(name)
+        )
+    },
 };
 
-/// How the MySQL family writes the guard's words: there is no alias for the row an upsert
-/// inserts, so the stored row's columns are bare and the incoming row's `VALUES(col)`.
+/// How the MySQL family's guard names the rows, in its [`WORDS`]: there is no alias for the row
+/// an upsert inserts, so the stored row's columns are bare and the incoming row's `VALUES(col)`.
 struct Guard;
 
 impl GuardWords for Guard {
-    fn quote(&self, name: &str) -> String {
-        quote(name)
+    fn words(&self) -> &Words {
+        &WORDS
     }
 
     fn stored(&self, column: &str) -> String {
@@ -48,26 +58,6 @@ impl GuardWords for Guard {
 
     fn incoming(&self, column: &str) -> String {
         format!("VALUES({column})")
-    }
-
-    fn false_literal(&self) -> &str {
-        "0"
-    }
-
-    fn bytewise(&self) -> &str {
-        BYTEWISE
-    }
-
-    fn distinct(&self, stored: &str, incoming: &str) -> String {
-        format!("NOT ({stored} <=> {incoming})")
-    }
-
-    // JSON_VALUE's text compares in the connection's collation, which ignores case.
-    fn json_text(&self, column: &str, name: &str) -> String {
-        format!(
-            "JSON_VALUE({column}, {}) COLLATE {BYTEWISE}",
-            json_path(name)
-        )
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::dialect::{unique_conflict, Postgres};
-use super::schema::check_again;
+use super::dialect::Postgres;
+use super::schema::send_checked;
 use super::table::{missed_guard, quote, sql_type, Table};
 use super::wire::{self, Cells, Param, Wire};
 use super::{postgres_error, Store};
@@ -14,7 +14,7 @@ use crate::engine::by_id::ById;
 use crate::error::ErrorKind;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
-use crate::sql::dialect::SqlDriver;
+use crate::sql::dialect::{SqlDialect, SqlDriver};
 
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
@@ -50,20 +50,10 @@ impl<C: Wire> PgDriver<'_, C> {
     ) -> Result<Vec<RowState>, Error> {
         let (client, table) = (self.client, self.table);
         let columns = column_arrays(table, rows, document)?;
-        let mut checked_again = false;
-        let replies = loop {
-            let checked = table.checked_oids();
-            let parameters = wire::unnested(&columns, &checked);
-            crate::trace::round_trip("INSERT … ON CONFLICT");
-            let replies = client
-                .write(statement, &parameters)
-                .await
-                .map_err(|source| postgres_error(document, source))?;
-            if !missed_guard(&replies) {
-                break replies;
-            }
-            check_again(client, table, document, &mut checked_again).await?;
-        };
+        let parameters: Vec<Param> = columns.iter().map(|column| Param::Texts(column)).collect();
+        let command = (statement, "INSERT … ON CONFLICT");
+        let met = |replies: &[C::Row]| !missed_guard(replies);
+        let replies = send_checked(client, table, document, command, &parameters, met).await?;
         let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {
@@ -110,16 +100,6 @@ impl<C: Wire> PgDriver<'_, C> {
             .map_err(|source| postgres_error(&row.document(), source))?;
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
-
-    /// The reply of a write of one row that failed with `error`: a unique constraint it met, or
-    /// a value of the row the server refuses; any other error concerns the call.
-    fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
-        match unique_conflict(&error, self.table) {
-            Some(conflict) => Ok(Reply::Conflict(conflict)),
-            None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
-            None => Err(error),
-        }
-    }
 }
 
 impl<C: Wire> Driver for PgDriver<'_, C> {
@@ -134,7 +114,9 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
-            Err(error) if docs.len() == 1 => self.reply_to_error(error).map(|reply| vec![reply]),
+            Err(error) if docs.len() == 1 => {
+                Postgres::reply_to_error(error, self.table).map(|reply| vec![reply])
+            }
             Err(error) => Err(error),
         }
     }
@@ -147,7 +129,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
         match self.replace_foreign(doc, stored).await {
             Ok(Some(_)) => Ok(Reply::Written { inserted: false }),
             Ok(None) => Ok(Reply::Unseen),
-            Err(error) => self.reply_to_error(error),
+            Err(error) => Postgres::reply_to_error(error, self.table),
         }
     }
 
@@ -240,26 +222,15 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                     .collect()
             })
             .collect();
-        let mut checked_again = false;
-        let replies = loop {
-            let checked = self.table.checked_oids();
-            let mut parameters = vec![Param::Texts(&ids), Param::Byteas(&hashes)];
-            if self.table.sends_version_keys() {
-                parameters.push(Param::Texts(&version_keys));
-            }
-            parameters.extend(keys.iter().map(|column| Param::Texts(column)));
-            parameters.push(Param::Oids(&checked));
-            crate::trace::round_trip("SELECT");
-            let replies = self
-                .client
-                .fetch_all(sql, &parameters)
-                .await
-                .map_err(|source| postgres_error(document, source))?;
-            if !missed_guard(&replies) {
-                break replies;
-            }
-            check_again(self.client, self.table, document, &mut checked_again).await?;
-        };
+        let mut parameters = vec![Param::Texts(&ids), Param::Byteas(&hashes)];
+        if self.table.sends_version_keys() {
+            parameters.push(Param::Texts(&version_keys));
+        }
+        parameters.extend(keys.iter().map(|column| Param::Texts(column)));
+        let met = |replies: &[C::Row]| !missed_guard(replies);
+        let (client, table) = (self.client, self.table);
+        let replies = send_checked(client, table, document, (sql, "SELECT"), &parameters, met);
+        let replies = replies.await?;
         let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {

@@ -36,29 +36,49 @@ where
     Ok(())
 }
 
-/// After a statement's [`Table::checked_guard`] failed (the statement did nothing): checks the
-/// table the client's search path leads to, so that the statement may go again, once
-/// (`checked_again`); a second failure means the table was made again meanwhile.
-pub(super) async fn check_again<C>(
+/// Sends `sql` with `parameters`, then the oids of the tables the store checked, until `met`
+/// says its rows met one of them: where a statement's [`Table::checked_guard`] failed (it did
+/// nothing), checks the table the client's search path leads to and sends it again, once; a
+/// second failure means the table was made again meanwhile. `command` names the round trip;
+/// any but `SELECT` is a write, contained in a savepoint inside the caller's transaction
+/// ([`super::wire::Wire::write`]).
+pub(super) async fn send_checked<C>(
     client: &C,
     table: &Table,
     document: &DocumentRef,
-    checked_again: &mut bool,
-) -> Result<(), Error>
+    (sql, command): (&str, &'static str),
+    parameters: &[Param<'_>],
+    met: impl Fn(&[C::Row]) -> bool,
+) -> Result<Vec<C::Row>, Error>
 where
     C: Wire,
 {
-    if std::mem::replace(checked_again, true) {
-        return Err(engine::contention(document));
+    let mut checked_again = false;
+    loop {
+        let checked = table.checked_oids();
+        let mut sent = parameters.to_vec();
+        sent.push(Param::Oids(&checked));
+        crate::trace::round_trip(command);
+        // A write may fail for what the row holds; a read fails only with the transaction, and
+        // needs no savepoint.
+        let rows = match command {
+            "SELECT" => client.fetch_all(sql, &sent).await,
+            _ => client.write(sql, &sent).await,
+        }
+        .map_err(|source| postgres_error(document, source))?;
+        if met(&rows) {
+            return Ok(rows);
+        }
+        if std::mem::replace(&mut checked_again, true) {
+            return Err(engine::contention(document));
+        }
+        check_table(client, table, document).await?;
     }
-    check_table(client, table, document).await
 }
 
 /// Sends `sql`, a statement of one row whose parameters are `values` (as text) then the checked
-/// tables' ids, and whose column `ok` says whether it met a table the store checked; if not,
-/// checks the table the search path leads to and sends it again ([`check_again`]). `command`
-/// names the round trip; any but `SELECT` is a write, contained in a savepoint inside the
-/// caller's transaction ([`super::wire::Wire::write`]).
+/// tables' ids, and whose column `ok` says whether it met a table the store checked
+/// ([`send_checked`]).
 pub(super) async fn query_checked_one<C>(
     client: &C,
     table: &Table,
@@ -70,25 +90,11 @@ pub(super) async fn query_checked_one<C>(
 where
     C: Wire,
 {
-    let mut checked_again = false;
-    loop {
-        let checked = table.checked_oids();
-        let mut parameters = wire::texts(values);
-        parameters.push(Param::Oids(&checked));
-        crate::trace::round_trip(command);
-        // A write (`apply_once`) may fail for what the row holds; a read fails only with the
-        // transaction, and needs no savepoint.
-        let row = match command {
-            "SELECT" => client.fetch_all(sql, &parameters).await,
-            _ => client.write(sql, &parameters).await,
-        }
-        .and_then(|rows| wire::one(rows, command))
-        .map_err(|source| postgres_error(document, source))?;
-        if row.flag(ok).unwrap_or(false) {
-            return Ok(row);
-        }
-        check_again(client, table, document, &mut checked_again).await?;
-    }
+    // No row at all is an error of its own.
+    let met = |rows: &[C::Row]| rows.first().is_none_or(|row| row.flag(ok).unwrap_or(false));
+    let parameters = wire::texts(values);
+    let rows = send_checked(client, table, document, (sql, command), &parameters, met).await?;
+    wire::one(rows, command).map_err(|source| postgres_error(document, source))
 }
 
 /// A table as the server holds it, against what idem needs of it.

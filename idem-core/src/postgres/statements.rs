@@ -6,21 +6,25 @@
 //! type in the statement (`unnest($1::text[]), …`), so a single write and a batch of any size
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
-use super::table::{literal, quote, sql_type, Table, LANDED, POSTGRES};
+use super::table::{literal, quote, sql_type, Table, LANDED};
 use crate::model::ID_FIELD;
 use crate::sql::dialect::Statement;
 use crate::sql::guard::conflict_action;
 use crate::sql::layout::Content;
 use crate::sql::words::Words;
 
-/// How PostgreSQL writes the words of the statements' shared parts: every value it reads back
-/// is read as text.
-const WORDS: Words = Words {
+/// How PostgreSQL writes the words of the statements' shared parts and of the guard: every
+/// value it reads back is read as text.
+pub(super) const WORDS: Words = Words {
     quote,
     literal,
     same: "IS NOT DISTINCT FROM",
     never_deleted: "NULL::boolean",
     text_cast: "::text",
+    false_literal: "false",
+    bytewise: "\"C\"",
+    distinct: |stored, incoming| format!("{stored} IS DISTINCT FROM {incoming}"),
+    json_text: |column, name| format!("({column} ->> {})", literal(name)),
 };
 
 impl Table {
@@ -166,7 +170,7 @@ impl Table {
     /// the id of each row written and whether it was inserted.
     pub(super) fn write_statement(&self, statement: Statement) -> String {
         let (names, values) = self.inserted_columns(statement);
-        let conflict = conflict_action(self, statement, &POSTGRES, "");
+        let conflict = conflict_action(self, statement, &WORDS, "");
         // The last branch is the guard's answer: one row without an id when the table the
         // search path resolves is not one the store checked (nothing was written then).
         format!(
@@ -244,7 +248,7 @@ impl Table {
             false => format!(
                 "s.{} COLLATE {bytewise} = i.version_key COLLATE {bytewise}",
                 quote(self.columns[index].name),
-                bytewise = POSTGRES.bytewise,
+                bytewise = WORDS.bytewise,
             ),
         });
         let incoming = self.relation_name("incoming");
@@ -284,7 +288,7 @@ impl Table {
                 "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
                 quote(self.columns[index].name),
                 self.cast(index),
-                bytewise = POSTGRES.bytewise,
+                bytewise = WORDS.bytewise,
             )
         });
         format!(

@@ -2,7 +2,6 @@
 //! and the statements idem sends to it ([`super::statements`]), all built once per type from
 //! the [`Model`] and the derive's [`Column`]s.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{PoisonError, RwLock};
 
@@ -12,17 +11,8 @@ use crate::column::{Column, ColumnShape};
 use crate::idempotent::Idempotent;
 use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::sql::dialect::Statement;
-use crate::sql::guard::Dialect;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, Layout, TableColumn};
-
-/// How PostgreSQL writes the guard's words.
-pub(super) const POSTGRES: Dialect = Dialect {
-    false_literal: "false",
-    bytewise: "\"C\"",
-    distinct: "IS DISTINCT FROM",
-    json_text: |column, name| format!("({column} ->> {})", literal(name)),
-};
 
 /// The session setting in which a chunk's insert of fresh rows leaves its mark where it lands
 /// ([`Table::fresh_statement`]), for the chunk sent behind it on the same session.
@@ -82,8 +72,6 @@ pub(crate) struct Table {
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
     /// in a prepared row's values of the columns it sends, one `text[]` each.
     pub unchanged_probe: Option<String>,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
     /// The tables of this type the store checked, one per schema a client's search path led it
     /// to: the only ones its statements write or read (see [`Table::checked_guard`]).
     checked: RwLock<Vec<Checked>>,
@@ -199,7 +187,6 @@ impl Table {
             insert_fresh_marked: String::new(),
             pinned_replacement: String::new(),
             unchanged_probe: None,
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
             checked: RwLock::default(),
         };
         for signal in [InsertedSignal::Xmax, InsertedSignal::OldRow] {
@@ -314,26 +301,21 @@ impl Table {
 
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
     pub fn create_sql(&self) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let _ = write!(sql, "    {} {}", quote(column.name), sql_type(column));
-            match (column.content, column.role()) {
-                (Content::Id, _) => sql.push_str(" PRIMARY KEY"),
-                (Content::VersionKey, _) => sql.push_str(" COLLATE \"C\""),
-                (_, Some(Role::Key | Role::IdempotencyKey)) => sql.push_str(" NOT NULL"),
-                (_, Some(Role::Pushed)) => sql.push_str(" NOT NULL DEFAULT '[]'"),
-                _ => {}
-            }
-            sql.push_str(",\n");
-        }
-        let _ = write!(
-            sql,
-            "    {} jsonb NOT NULL DEFAULT '[]',\n    CONSTRAINT {} UNIQUE ({})\n)",
-            quote(APPLIED_OPS_FIELD),
-            quote(&self.natural_key_constraint),
-            self.natural_key_list(),
-        );
-        sql
+        let declared = |column: &TableColumn| {
+            let constraint = match (column.content, column.role()) {
+                (Content::Id, _) => " PRIMARY KEY",
+                (Content::VersionKey, _) => " COLLATE \"C\"",
+                (_, Some(Role::Key | Role::IdempotencyKey)) => " NOT NULL",
+                (_, Some(Role::Pushed)) => " NOT NULL DEFAULT '[]'",
+                _ => "",
+            };
+            format!("{}{constraint}", sql_type(column))
+        };
+        let own = [format!(
+            "{} jsonb NOT NULL DEFAULT '[]'",
+            quote(APPLIED_OPS_FIELD)
+        )];
+        super::statements::WORDS.create_table(self, declared, &own, "")
     }
 
     /// Whether a lookup sends each row's version key: where the table has the column.

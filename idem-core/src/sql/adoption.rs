@@ -17,7 +17,7 @@ use super::takeover::{adoptable_table, located};
 use super::wire::{Cells, Param, Wire};
 use crate::audit::{AdoptReport, AuditProgress, RunLimits};
 use crate::document::DocumentRef;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD, WRITE_MARKER_FIELD};
@@ -82,9 +82,7 @@ impl<D: SqlDialect> Store<D> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         super::store::run::<D, _>(call, async move {
             let collection = DocumentRef::collection(model);
-            if model.idempotency_key_field().is_some() {
-                return Err(Error::new(collection, ErrorKind::NoDerivedId));
-            }
+            crate::audit::check_derived_ids(model)?;
             let table = self.table::<T>(wire, &collection).await?;
             let options = AdoptOptions::default();
             move_rows::<D>(wire, &table, &typed_destination::<T>, options, &mut |_| {}).await
@@ -286,12 +284,7 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
 ) -> Result<Vec<ReadRow>, Error> {
     let error = |source| D::error(document, source);
     let id = D::quote(ID_FIELD);
-    let present: Vec<String> = table
-        .columns
-        .iter()
-        .map(|column| column.name.to_owned())
-        .collect();
-    let (list, columns) = D::row_select(table, &present);
+    let (list, columns) = super::takeover::select_every_column::<D>(table);
     let (condition, after) = match rows {
         Rows::Page {
             located: false,

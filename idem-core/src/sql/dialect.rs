@@ -9,7 +9,7 @@ use std::ops::Deref;
 
 use crate::column::Column;
 use crate::document::DocumentRef;
-use crate::engine::Conflict;
+use crate::engine::{Conflict, Reply};
 use crate::error::Error;
 use crate::model::{Field, Model};
 use crate::sql::adoption::{Move, ReadRow, Rows};
@@ -172,6 +172,16 @@ pub(crate) trait SqlDialect: Dialect {
     /// Which unique index a failed write of one row met, if it failed on one: the id's or
     /// the natural key's, or another, named as the error names it.
     fn unique_conflict(error: &Error, table: &Self::Table) -> Option<Conflict>;
+    /// The reply of a write of one row that failed with `error`: a unique index it met
+    /// ([`SqlDialect::unique_conflict`]), or a value of the row the server refuses; any other
+    /// error concerns the call.
+    fn reply_to_error(error: Error, table: &Self::Table) -> Result<Reply<StoredRow>, Error> {
+        match Self::unique_conflict(&error, table) {
+            Some(conflict) => Ok(Reply::Conflict(conflict)),
+            None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
+            None => Err(error),
+        }
+    }
 
     /// One attempt of `apply_once` or `push` ([`super::effects`]): its guarded `UPDATE`, and
     /// what it did.

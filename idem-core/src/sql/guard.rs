@@ -1,30 +1,16 @@
 //! The upsert's guard in SQL, written once for every SQL store: the same rule as
 //! [`crate::verdict::Stored::judge`], as far as the server can tell it, in the few words where
-//! the dialects differ ([`GuardWords`]).
+//! the dialects differ ([`GuardWords`], [`Words`]).
 
 use crate::model::{FROZEN_DIGESTS_FIELD, VERSION_KEY_FIELD};
 use crate::sql::layout::{Content, Layout};
+use crate::sql::words::Words;
 
-/// What a dialect whose upsert names the stored row `t` and the incoming one `excluded`, and
-/// quotes names in double quotes (PostgreSQL, SQLite), writes differently in the guard.
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
-pub(crate) struct Dialect {
-    /// `false`.
-    pub false_literal: &'static str,
-    /// The collation that compares text byte by byte, as version order keys compare.
-    pub bytewise: &'static str,
-    /// Null-safe inequality (`IS DISTINCT FROM`, SQLite's `IS NOT`).
-    pub distinct: &'static str,
-    /// The text under key `name` of the JSON object in the column expression `column`.
-    pub json_text: fn(column: &str, name: &str) -> String,
-}
-
-/// The words of a dialect's guard.
+/// The words of a dialect's guard: its [`Words`], and how its upsert names the stored row and
+/// the incoming one.
 pub(crate) trait GuardWords {
-    /// A quoted identifier.
-    fn quote(&self, name: &str) -> String {
-        quote(name)
-    }
+    /// How the dialect writes its statements' words.
+    fn words(&self) -> &Words;
     /// The stored row's column `column` (quoted).
     fn stored(&self, column: &str) -> String {
         format!("t.{column}")
@@ -33,33 +19,13 @@ pub(crate) trait GuardWords {
     fn incoming(&self, column: &str) -> String {
         format!("excluded.{column}")
     }
-    /// `false`.
-    fn false_literal(&self) -> &str;
-    /// The collation that compares text byte by byte, as version order keys compare.
-    fn bytewise(&self) -> &str;
-    /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
-    fn distinct(&self, stored: &str, incoming: &str) -> String;
-    /// The text under key `name` of the JSON object in the column expression `column`, as it
-    /// compares with another such text.
-    fn json_text(&self, column: &str, name: &str) -> String;
 }
 
-#[cfg(any(feature = "_postgres", feature = "sqlite"))]
-impl GuardWords for Dialect {
-    fn false_literal(&self) -> &str {
-        self.false_literal
-    }
-
-    fn bytewise(&self) -> &str {
-        self.bytewise
-    }
-
-    fn distinct(&self, stored: &str, incoming: &str) -> String {
-        format!("{stored} {} {incoming}", self.distinct)
-    }
-
-    fn json_text(&self, column: &str, name: &str) -> String {
-        (self.json_text)(column, name)
+/// A dialect whose upsert names the stored row `t` and the incoming one `excluded`
+/// (PostgreSQL, SQLite).
+impl GuardWords for Words {
+    fn words(&self) -> &Words {
+        self
     }
 }
 
@@ -69,21 +35,22 @@ impl GuardWords for Dialect {
 /// versions another content hash.
 pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
     let model = layout.model;
-    let stored = |name: &str| words.stored(&words.quote(name));
-    let incoming = |name: &str| words.incoming(&words.quote(name));
+    let (quote, json_text) = (words.words().quote, words.words().json_text);
+    let stored = |name: &str| words.stored(&quote(name));
+    let incoming = |name: &str| words.incoming(&quote(name));
     let mut conditions = Vec::new();
     if let Some(field) = model.tombstone_field() {
         conditions.push(format!("{} IS NULL", stored(field.stored_name())));
     }
     let digests = stored(FROZEN_DIGESTS_FIELD);
     for field in model.digested_fields() {
-        let stored_digest = words.json_text(&digests, field.stored_name());
-        let incoming_digest = words.json_text(&incoming(FROZEN_DIGESTS_FIELD), field.stored_name());
+        let stored_digest = json_text(&digests, field.stored_name());
+        let incoming_digest = json_text(&incoming(FROZEN_DIGESTS_FIELD), field.stored_name());
         // Without digests, a NULL is "never written" only in an `Option` field; in any other
         // the guard cannot compare it, and the engine does.
         let unwritten = match field.null_is_unwritten() {
             true => format!("{} IS NULL", stored(field.stored_name())),
-            false => words.false_literal().to_owned(),
+            false => words.words().false_literal.to_owned(),
         };
         conditions.push(format!(
             "(CASE WHEN {digests} IS NULL THEN {unwritten} ELSE {stored_digest} IS NULL \
@@ -103,7 +70,7 @@ pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
                 None => format!("{key} IS NULL"),
             };
             // Order keys compare byte by byte, whatever collation a migration gave the column.
-            let bytewise = words.bytewise();
+            let bytewise = words.words().bytewise;
             conditions.push(format!(
                 "({never_versioned} OR {key} COLLATE {bytewise} < {} COLLATE {bytewise})",
                 incoming(VERSION_KEY_FIELD)
@@ -111,7 +78,7 @@ pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
         }
         None => {
             let hash = model.hash_field();
-            conditions.push(words.distinct(&stored(hash), &incoming(hash)));
+            conditions.push((words.words().distinct)(&stored(hash), &incoming(hash)));
         }
     }
     conditions.join(" AND ")
@@ -125,7 +92,7 @@ pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
 pub(crate) fn conflict_action(
     layout: &Layout,
     statement: crate::sql::dialect::Statement,
-    words: &Dialect,
+    words: &Words,
     also: &str,
 ) -> String {
     use crate::sql::dialect::Statement;
@@ -155,6 +122,7 @@ pub(crate) fn conflict_action(
 }
 
 /// A quoted SQL identifier.
+#[cfg(any(feature = "_postgres", feature = "sqlite"))]
 pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }

@@ -82,6 +82,8 @@ pub(crate) struct Layout {
     pub picked_names: Vec<&'static str>,
     /// The size of the last row prepared for the table, which the next one starts with room for.
     pub row_sizes: super::texts::RowSizes,
+    /// The name of the unique constraint on the natural key that `ensure_table` creates.
+    pub natural_key_constraint: String,
 }
 
 impl Layout {
@@ -140,6 +142,7 @@ impl Layout {
                 .map(|field| field.stored_name())
                 .collect(),
             row_sizes: Default::default(),
+            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
         }
     }
 

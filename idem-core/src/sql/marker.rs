@@ -103,20 +103,18 @@ async fn select_stored<D: MarkerDialect>(
 }
 
 impl<D: MarkerDialect, W: Wire> MarkerDriver<'_, D, W> {
-    /// The reply of a write of one row that failed with `error`: a unique index it met (named
-    /// as the schema names it), or a value of the row the database refuses; any other error
-    /// concerns the call.
+    /// The reply of a write of one row that failed with `error`, as the dialect gives it
+    /// ([`SqlDialect::reply_to_error`](crate::sql::dialect::SqlDialect::reply_to_error)), with
+    /// another unique index than the id's and the natural key's named as the schema names it.
     async fn reply_to_error(&self, error: Error) -> Result<Reply<StoredRow>, Error> {
-        match D::unique_conflict(&error, self.table) {
-            Some(Conflict::Other { index: columns }) => {
+        match D::reply_to_error(error, self.table)? {
+            Reply::Conflict(Conflict::Other { index: columns }) => {
                 let index = D::index_on(self.wire, self.table, &columns)
                     .await
                     .unwrap_or(columns);
                 Ok(Reply::Conflict(Conflict::Other { index }))
             }
-            Some(conflict) => Ok(Reply::Conflict(conflict)),
-            None if crate::engine::refuses_a_document(&error) => Ok(Reply::Refused(error)),
-            None => Err(error),
+            reply => Ok(reply),
         }
     }
 

@@ -3,7 +3,6 @@
 //! both dialects build alike. Each dialect implements [`MarkerWords`] in its `table` module: its
 //! words, its columns' declarations and the statements it builds its own way.
 
-use std::fmt::Write as _;
 use std::marker::PhantomData;
 
 use crate::column::Column;
@@ -67,8 +66,6 @@ pub(crate) trait MarkerWords: Sized + 'static {
 #[derive(Debug)]
 pub(crate) struct Table<D> {
     layout: Layout,
-    /// The name of the unique constraint on the natural key that `ensure_table` creates.
-    pub natural_key_constraint: String,
     dialect: PhantomData<fn() -> D>,
 }
 
@@ -84,7 +81,6 @@ impl<D: MarkerWords> Table<D> {
     pub fn new(model: &'static Model, stored: &[Column]) -> Self {
         Table {
             layout: Layout::new(model, stored),
-            natural_key_constraint: format!("{}_idem_natural_key", model.collection()),
             dialect: PhantomData,
         }
     }
@@ -95,30 +91,16 @@ impl<D: MarkerWords> Table<D> {
     }
 
     /// The natural-key columns, quoted and comma-separated: the conflict target.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub fn natural_key_list(&self) -> String {
         D::WORDS.key_list(self, "")
     }
 
-    /// `CREATE TABLE IF NOT EXISTS …`: each column as the dialect declares it, then `own`
-    /// (idem's own columns and constraints), the unique constraint on the natural key, and
-    /// `after` the closing parenthesis.
+    /// `CREATE TABLE IF NOT EXISTS …` ([`Words::create_table`]), each column as the dialect
+    /// declares it.
     pub fn create_table(&self, own: &[String], after: &str) -> String {
-        let quote = D::WORDS.quote;
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {} (\n", self.name());
-        for column in &self.columns {
-            let declared = D::declared(self, column);
-            let _ = writeln!(sql, "    {} {declared},", quote(column.name));
-        }
-        for line in own {
-            let _ = writeln!(sql, "    {line},");
-        }
-        let _ = write!(
-            sql,
-            "    CONSTRAINT {} UNIQUE ({})\n){after}",
-            quote(&self.natural_key_constraint),
-            self.natural_key_list(),
-        );
-        sql
+        let declared = |column: &TableColumn| D::declared(self, column);
+        D::WORDS.create_table(self, declared, own, after)
     }
 
     /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns

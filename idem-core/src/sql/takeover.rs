@@ -106,6 +106,15 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
     Ok(D::table(table.model, &columns_without(&table, &unknown)))
 }
 
+/// Every column of `table`, as the dialect selects a row ([`SqlDialect::row_select`]): the
+/// read of a table idem can write, whose columns are all there.
+pub(crate) fn select_every_column<D: SqlDialect>(table: &D::Table) -> (String, Vec<usize>) {
+    let every: Vec<String> = (table.columns.iter())
+        .map(|column| column.name.to_owned())
+        .collect();
+    D::row_select(table, &every)
+}
+
 /// Checks the model of `table` (given at run time) against rows stored under a ULID.
 pub(crate) async fn model_mismatch<D: SqlDialect>(
     wire: &impl Wire,
@@ -113,12 +122,7 @@ pub(crate) async fn model_mismatch<D: SqlDialect>(
     field_order: &[&str],
 ) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
     let document = DocumentRef::collection(table.model);
-    let present: Vec<String> = table
-        .columns
-        .iter()
-        .map(|column| column.name.to_owned())
-        .collect();
-    let (list, columns) = D::row_select(table, &present);
+    let (list, columns) = select_every_column::<D>(table);
     let sql = format!(
         "SELECT {list}, NULL FROM {} t WHERE length(t.{}) = 26 LIMIT {}",
         D::quote(table.model.collection()),

@@ -3,8 +3,10 @@
 //! incoming natural key, and the conditions that pin a row as it was read. The marker dialects'
 //! own shared parts are in [`super::marker_sql`].
 
+use std::fmt::Write as _;
+
 use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
-use crate::sql::layout::{Content, Layout};
+use crate::sql::layout::{Content, Layout, TableColumn};
 
 /// What a dialect writes differently in the statements' shared parts.
 pub(crate) struct Words {
@@ -20,9 +22,48 @@ pub(crate) struct Words {
     /// What a column expression takes to read as text where the statement says so (PostgreSQL's
     /// `::text`); nothing where its cells are read as text whatever their type.
     pub text_cast: &'static str,
+    /// `false`, as the guard writes it.
+    pub false_literal: &'static str,
+    /// The collation that compares text byte by byte, as version order keys compare.
+    pub bytewise: &'static str,
+    /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
+    pub distinct: fn(stored: &str, incoming: &str) -> String,
+    /// The text under key `name` of the JSON object in the column expression `column`, as it
+    /// compares with another such text.
+    pub json_text: fn(column: &str, name: &str) -> String,
 }
 
 impl Words {
+    /// `CREATE TABLE IF NOT EXISTS …`: each column with the type and constraints `declared`
+    /// gives it, then `own` (idem's own columns and constraints), the unique constraint on the
+    /// natural key, and `after` the closing parenthesis.
+    pub fn create_table(
+        &self,
+        layout: &Layout,
+        declared: impl Fn(&TableColumn) -> String,
+        own: &[String],
+        after: &str,
+    ) -> String {
+        let quote = self.quote;
+        let mut sql = format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n",
+            quote(layout.model.collection())
+        );
+        for column in &layout.columns {
+            let _ = writeln!(sql, "    {} {},", quote(column.name), declared(column));
+        }
+        for line in own {
+            let _ = writeln!(sql, "    {line},");
+        }
+        let _ = write!(
+            sql,
+            "    CONSTRAINT {} UNIQUE ({})\n){after}",
+            quote(&layout.natural_key_constraint),
+            self.key_list(layout, ""),
+        );
+        sql
+    }
+
     /// The natural-key columns of `alias` (`t.`, or none), quoted and comma-separated.
     pub fn key_list(&self, layout: &Layout, alias: &str) -> String {
         let names = layout.natural_key_names().into_iter();

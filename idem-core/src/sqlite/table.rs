@@ -10,27 +10,23 @@
 
 use crate::column::ColumnShape;
 use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::guard::{conflict_action, Dialect};
+use crate::sql::guard::conflict_action;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, TableColumn};
 use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
 use crate::sql::marker_table::MarkerWords;
 
-/// How SQLite writes the guard's words.
-const SQLITE: Dialect = Dialect {
-    false_literal: "0",
-    bytewise: "BINARY",
-    distinct: "IS NOT",
-    json_text: |column, name| format!("json_extract({column}, {})", WORDS.json_path(name)),
-};
-
-/// How SQLite writes the words of the statements' shared parts.
+/// How SQLite writes the words of the statements' shared parts and of the guard.
 pub(crate) const WORDS: Words = Words {
     quote,
     literal,
     same: "IS",
     never_deleted: "0",
     text_cast: "",
+    false_literal: "0",
+    bytewise: "BINARY",
+    distinct: |stored, incoming| format!("{stored} IS NOT {incoming}"),
+    json_text: |column, name| format!("json_extract({column}, {})", WORDS.json_path(name)),
 };
 
 /// A column's declared type. A boolean's and a structured value's name their shape, so that a
@@ -129,7 +125,7 @@ impl MarkerWords for super::Sqlite {
         let marker = quote(WRITE_MARKER_FIELD);
         // `InsertNew`: only the natural key and the id: a conflict in another unique index is a
         // refusal naming it, not a member left alone.
-        let action = conflict_action(table, statement, &SQLITE, &format!(", {marker} = ?"));
+        let action = conflict_action(table, statement, &WORDS, &format!(", {marker} = ?"));
         format!(
             "{insert} ON CONFLICT ({key}) {action} ON CONFLICT ({id}) DO NOTHING \
              RETURNING {id}, {marker}",
