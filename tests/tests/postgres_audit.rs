@@ -217,7 +217,7 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
         assert_eq!(
             report.table_problems[..3],
             [
-                r#"column "fetchedAt" is integer, expected bigint"#,
+                r#"column "fetchedAt" is integer, expected bigint: ALTER TABLE "posts" ALTER COLUMN "fetchedAt" TYPE bigint USING "fetchedAt"::bigint"#,
                 r#"column "idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
                 r#"column "idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
