@@ -336,9 +336,7 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
         tombstone: &'static Field,
         marker: Param<'s>,
         document: &'s crate::document::DocumentRef,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<ById<Deletion>, Error>> + Send + 's>,
-    > {
+    ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
             let table = self.table;
             let column = table

@@ -18,7 +18,7 @@ use crate::sql::judge::Destination;
 use crate::sql::layout::Layout;
 use serde::de::DeserializeOwned;
 
-use super::store::Store;
+use super::store::{Store, StoreCall};
 use crate::engine::batch::BatchDriver;
 use crate::engine::by_id::ById;
 use crate::outcome::Deletion;
@@ -312,7 +312,7 @@ pub(crate) trait SqlDriver<'a, D: SqlDialect, W: Wire + 'a>:
         tombstone: &'static Field,
         marker: Param<'s>,
         document: &'s DocumentRef,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ById<Deletion>, Error>> + Send + 's>>;
+    ) -> StoreCall<'s, ById<Deletion>>;
 }
 
 pub(crate) mod private {

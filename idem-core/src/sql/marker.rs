@@ -541,9 +541,7 @@ impl<'a, D: MarkerDialect, W: Wire + 'a> SqlDriver<'a, D, W> for MarkerDriver<'a
         tombstone: &'static Field,
         marker: Param<'s>,
         document: &'s crate::document::DocumentRef,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<ById<Deletion>, Error>> + Send + 's>,
-    > {
+    ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
             let wire = self.wire;
             let mark = D::mark_deleted_sql(self.table, tombstone);
