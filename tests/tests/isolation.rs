@@ -1,0 +1,600 @@
+//! Racing writers under every isolation level a SQL store's caller may choose: each racer in a
+//! transaction of its own at READ COMMITTED, REPEATABLE READ or SERIALIZABLE (and, where the
+//! database has it, with that level as the session's default and no transaction), writing an
+//! overlapping batch of versioned entries, one post every racer holds the same, and an
+//! `insert_new` of one member. A racer whose call or commit fails with an error the store or
+//! the driver calls retryable rolls back and runs its transaction again, as the guide tells a
+//! caller to. Whatever the level and the interleaving, the committed answers must be the truth:
+//! each document inserted by exactly one committed transaction, the newest revision stored,
+//! the member inserted once, nothing refused. On PostgreSQL 15 and 18 (tokio-postgres and
+//! sqlx), MariaDB, and SQLite (whose one level is serializable).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use idem_core::sqlx::Connection as _;
+use idem_core::{Backend, Outcome};
+use idem_tests::backends::{fresh_schema, mysql_connection, postgres_servers, sqlx_connection};
+use idem_tests::fixtures::{entry, post, Entry, Post};
+use tokio::sync::Barrier;
+
+const RACERS: usize = 6;
+const ENTRIES: usize = 8;
+const ROUNDS: usize = 2;
+/// Attempts of one racer's transaction before the test calls the store stuck.
+const ATTEMPTS: usize = 200;
+
+/// An isolation level, as each database writes it.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    ReadCommitted,
+    RepeatableRead,
+    Serializable,
+}
+
+const LEVELS: [Level; 3] = [
+    Level::ReadCommitted,
+    Level::RepeatableRead,
+    Level::Serializable,
+];
+
+impl Level {
+    fn sql(self) -> &'static str {
+        match self {
+            Level::ReadCommitted => "READ COMMITTED",
+            Level::RepeatableRead => "REPEATABLE READ",
+            Level::Serializable => "SERIALIZABLE",
+        }
+    }
+}
+
+/// Where a racer's writes run: in a transaction of its own at a level, or outside any with the
+/// level as the session's default (each statement then commits alone).
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Transaction(Level),
+    SessionDefault(Level),
+}
+
+/// The answers one racer's committed transaction gave.
+#[derive(Debug)]
+struct Committed {
+    entries: Vec<Outcome>,
+    post: Outcome,
+    member_inserted: usize,
+    /// How many attempts it took (1: no retry), shown when the test fails.
+    attempts: usize,
+}
+
+/// Why an attempt did not commit.
+enum Failed {
+    /// A retryable error (a serialization failure, a deadlock, a busy database): run again.
+    Retry,
+    /// Anything else: the test fails with it.
+    Fatal(String),
+}
+
+impl From<idem_core::Error> for Failed {
+    fn from(error: idem_core::Error) -> Self {
+        match error.is_retryable() {
+            true => Failed::Retry,
+            false => Failed::Fatal(format!("{error} ({error:?})")),
+        }
+    }
+}
+
+/// A driver's failure (of `BEGIN`, `SET` or `COMMIT`), retryable where its code is one a
+/// caller retries a transaction on: serialization failure and deadlock (SQLSTATE 40001,
+/// 40P01; MariaDB gives its deadlock 40001 too), a lock wait timeout (MariaDB 1205, HY000),
+/// SQLite's busy and locked (5, 6, and their extended codes).
+fn sqlx_failed(error: idem_core::sqlx::Error) -> Failed {
+    let retryable = error.as_database_error().is_some_and(|database| {
+        let code = database.code().unwrap_or_default();
+        matches!(&*code, "40001" | "40P01")
+            || database.message().contains("Lock wait timeout")
+            || code
+                .parse::<u32>()
+                .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
+    });
+    match retryable {
+        true => Failed::Retry,
+        false => Failed::Fatal(format!("{error} ({error:?})")),
+    }
+}
+
+fn tokio_failed(error: tokio_postgres::Error) -> Failed {
+    use tokio_postgres::error::SqlState;
+    match error.code() {
+        Some(code)
+            if [
+                SqlState::T_R_SERIALIZATION_FAILURE,
+                SqlState::T_R_DEADLOCK_DETECTED,
+            ]
+            .contains(code) =>
+        {
+            Failed::Retry
+        }
+        _ => Failed::Fatal(format!("{error} ({error:?})")),
+    }
+}
+
+/// The documents of round `round` as racer `racer` holds them: its own revision of every entry
+/// (the newest is the last racer's), the post every racer holds the same, and the member.
+fn documents(round: usize, racer: usize) -> (Vec<Entry>, Post, Post) {
+    let revision = i64::try_from(racer).unwrap();
+    let entries = (0..ENTRIES)
+        .map(|n| entry(&format!("r{round}-e{n}"), revision, &format!("rev {racer}")))
+        .collect();
+    let shared = Post {
+        slug: format!("r{round}-shared"),
+        ..post()
+    };
+    let member = Post {
+        slug: format!("r{round}-member"),
+        ..post()
+    };
+    (entries, shared, member)
+}
+
+/// Sends `$call` (an expression giving the call's future), and where `$alone` (each call
+/// commits alone, outside a transaction) sends it again while it fails retryably: such a
+/// failure wrote nothing, and what the calls before it wrote stays. `$attempts` counts them.
+macro_rules! call {
+    ($alone:expr, $attempts:ident, $call:expr) => {
+        loop {
+            match $call.await {
+                Err(error) if $alone && error.is_retryable() && $attempts < ATTEMPTS => {
+                    $attempts += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis($attempts as u64 % 7)).await
+                }
+                other => break other,
+            }
+        }
+    };
+}
+
+/// One racer's writes through `backend`, the same on every store: in a transaction (a
+/// retryable failure then fails the attempt, which the caller runs again whole), or `alone`,
+/// each call committing on its own.
+async fn write(
+    backend: &impl Backend,
+    round: usize,
+    racer: usize,
+    alone: bool,
+) -> Result<Committed, Failed> {
+    let (entries, shared, member) = documents(round, racer);
+    let mut attempts = 1;
+    let report = call!(alone, attempts, backend.upsert_many(&entries))?;
+    let mut outcomes = Vec::new();
+    for (outcome, entry) in report.outcomes().iter().zip(&entries) {
+        match outcome {
+            Ok(outcome) => outcomes.push(*outcome),
+            Err(error) if error.is_retryable() && alone => {
+                outcomes.push(call!(alone, attempts, backend.upsert(entry))?)
+            }
+            Err(error) if error.is_retryable() => return Err(Failed::Retry),
+            Err(error) => return Err(Failed::Fatal(format!("a batch row: {error}"))),
+        }
+    }
+    let post = call!(alone, attempts, backend.upsert(&shared))?;
+    let member = std::slice::from_ref(&member);
+    let inserted = call!(alone, attempts, backend.insert_new(member))?;
+    Ok(Committed {
+        entries: outcomes,
+        post,
+        member_inserted: inserted.inserted().len(),
+        attempts,
+    })
+}
+
+/// Runs `$attempt` (an expression giving a fresh attempt's future each time) until it commits,
+/// at most [`ATTEMPTS`] times; a fatal failure panics. A macro, as the attempt borrows the
+/// racer's connection anew each time.
+macro_rules! until_committed {
+    ($what:expr, $attempt:expr) => {{
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match $attempt.await {
+                Ok(committed) => {
+                    break Committed {
+                        attempts,
+                        ..committed
+                    }
+                }
+                Err(Failed::Retry) if attempts < ATTEMPTS => {
+                    let backoff = std::time::Duration::from_millis(attempts as u64 % 7);
+                    tokio::time::sleep(backoff).await
+                }
+                Err(Failed::Retry) => panic!("{}: no attempt of {ATTEMPTS} committed", $what),
+                Err(Failed::Fatal(error)) => panic!("{}: attempt {attempts}: {error}", $what),
+            }
+        }
+    }};
+}
+
+/// What every store must show after a round: the truth of the committed answers, and the
+/// stored rows (`stored`: each entry key's revision and text; the number of posts).
+fn check_round(
+    what: &str,
+    committed: &[Committed],
+    stored_entries: Vec<(String, i64, String)>,
+    stored_posts: usize,
+) {
+    let attempts: Vec<usize> = committed.iter().map(|racer| racer.attempts).collect();
+    println!("{what}: attempts per racer {attempts:?}");
+    for n in 0..ENTRIES {
+        let inserted = committed
+            .iter()
+            .filter(|racer| racer.entries[n] == Outcome::Inserted)
+            .count();
+        assert_eq!(
+            inserted, 1,
+            "{what}: entry {n} inserted by {inserted} committed transactions: {committed:?}"
+        );
+    }
+    let inserted_posts = committed
+        .iter()
+        .filter(|racer| racer.post == Outcome::Inserted)
+        .count();
+    assert_eq!(inserted_posts, 1, "{what}: the shared post: {committed:?}");
+    assert!(
+        committed
+            .iter()
+            .all(|racer| matches!(racer.post, Outcome::Inserted | Outcome::Unchanged)),
+        "{what}: the shared post is the same for every racer: {committed:?}"
+    );
+    let members: usize = committed.iter().map(|racer| racer.member_inserted).sum();
+    assert_eq!(members, 1, "{what}: the member: {committed:?}");
+    let newest = i64::try_from(RACERS - 1).unwrap();
+    assert_eq!(stored_entries.len(), ENTRIES, "{what}: {stored_entries:?}");
+    for (key, revision, text) in stored_entries {
+        assert_eq!(
+            (revision, text.as_str()),
+            (newest, format!("rev {newest}").as_str()),
+            "{what}: {key}"
+        );
+    }
+    assert_eq!(stored_posts, 2, "{what}: the shared post and the member");
+}
+
+/// Runs every racer of a round at once, lined up at a barrier, and gives back their
+/// connections with what they committed.
+async fn race<C, F, Fut>(connections: Vec<C>, run: F) -> (Vec<C>, Vec<Committed>)
+where
+    C: Send + 'static,
+    F: Fn(C, usize, Arc<Barrier>) -> Fut,
+    Fut: Future<Output = (C, Committed)> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(connections.len()));
+    let racers: Vec<_> = (connections.into_iter().enumerate())
+        .map(|(racer, connection)| tokio::spawn(run(connection, racer, start.clone())))
+        .collect();
+    let (mut connections, mut committed) = (Vec::new(), Vec::new());
+    for racer in racers {
+        let (connection, done) = racer.await.expect("a racer panicked");
+        connections.push(connection);
+        committed.push(done);
+    }
+    (connections, committed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_postgres() {
+    for (label, uri) in postgres_servers() {
+        for mode in modes() {
+            for driver in ["tokio-postgres", "sqlx"] {
+                let what = format!("{label} {driver} {mode:?}");
+                let test = format!("iso_{driver}_{mode:?}")
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .collect::<String>();
+                let (schema, setup) = fresh_schema(&uri, "i", &test).await;
+                let store = Arc::new(idem_core::postgres::Store::new());
+                store.ensure_table::<Entry, _>(&setup).await.unwrap();
+                store.ensure_table::<Post, _>(&setup).await.unwrap();
+                let default = match mode {
+                    Mode::SessionDefault(level) => format!(
+                        "SET default_transaction_isolation = '{}'",
+                        level.sql().to_lowercase()
+                    ),
+                    Mode::Transaction(_) => "SELECT 1".to_owned(),
+                };
+                for round in 0..ROUNDS {
+                    let committed = match driver {
+                        "tokio-postgres" => {
+                            let mut clients = Vec::new();
+                            for _ in 0..RACERS {
+                                let client =
+                                    idem_tests::backends::postgres_client(&uri, &schema).await;
+                                client.batch_execute(&default).await.unwrap();
+                                clients.push(client);
+                            }
+                            race(clients, |mut client, racer, start| {
+                                let (store, what) = (store.clone(), what.clone());
+                                async move {
+                                    start.wait().await;
+                                    let done = until_committed!(
+                                        what,
+                                        tokio_attempt(&store, &mut client, mode, round, racer)
+                                    );
+                                    (client, done)
+                                }
+                            })
+                            .await
+                            .1
+                        }
+                        _ => {
+                            let mut connections = Vec::new();
+                            for _ in 0..RACERS {
+                                let mut connection = sqlx_connection(&uri, &schema).await;
+                                idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(
+                                    default.clone(),
+                                ))
+                                .execute(&mut connection)
+                                .await
+                                .unwrap();
+                                connections.push(connection);
+                            }
+                            race(connections, |mut connection, racer, start| {
+                                let (store, what) = (store.clone(), what.clone());
+                                async move {
+                                    start.wait().await;
+                                    let done = until_committed!(
+                                        what,
+                                        pg_sqlx_attempt(
+                                            &store,
+                                            &mut connection,
+                                            mode,
+                                            round,
+                                            racer
+                                        )
+                                    );
+                                    (connection, done)
+                                }
+                            })
+                            .await
+                            .1
+                        }
+                    };
+                    let entries = setup
+                        .query(
+                            "SELECT \"entryId\", revision, text FROM entries \
+                             WHERE \"entryId\" LIKE $1 ORDER BY \"entryId\"",
+                            &[&format!("r{round}-%")],
+                        )
+                        .await
+                        .unwrap()
+                        .iter()
+                        .map(|row| (row.get(0), row.get(1), row.get(2)))
+                        .collect();
+                    let posts = setup
+                        .query(
+                            "SELECT 1 FROM posts WHERE slug LIKE $1",
+                            &[&format!("r{round}-%")],
+                        )
+                        .await
+                        .unwrap()
+                        .len();
+                    check_round(&format!("{what} round {round}"), &committed, entries, posts);
+                }
+            }
+        }
+    }
+}
+
+/// The modes every database with levels runs: each level in a transaction, and as the
+/// session's default.
+fn modes() -> impl Iterator<Item = Mode> {
+    LEVELS
+        .into_iter()
+        .map(Mode::Transaction)
+        .chain(LEVELS.into_iter().map(Mode::SessionDefault))
+}
+
+async fn tokio_attempt(
+    store: &idem_core::postgres::Store,
+    client: &mut tokio_postgres::Client,
+    mode: Mode,
+    round: usize,
+    racer: usize,
+) -> Result<Committed, Failed> {
+    let level = match mode {
+        Mode::SessionDefault(_) => return write(&store.on(&*client), round, racer, true).await,
+        Mode::Transaction(level) => level,
+    };
+    let tx = client
+        .build_transaction()
+        .isolation_level(match level {
+            Level::ReadCommitted => tokio_postgres::IsolationLevel::ReadCommitted,
+            Level::RepeatableRead => tokio_postgres::IsolationLevel::RepeatableRead,
+            Level::Serializable => tokio_postgres::IsolationLevel::Serializable,
+        })
+        .start()
+        .await
+        .map_err(tokio_failed)?;
+    let done = write(&store.on(&tx), round, racer, false).await?;
+    tx.commit().await.map_err(tokio_failed)?;
+    Ok(done)
+}
+
+async fn pg_sqlx_attempt(
+    store: &idem_core::postgres::Store,
+    connection: &mut idem_core::sqlx::PgConnection,
+    mode: Mode,
+    round: usize,
+    racer: usize,
+) -> Result<Committed, Failed> {
+    let level = match mode {
+        Mode::SessionDefault(_) => return write(&store.on(connection), round, racer, true).await,
+        Mode::Transaction(level) => level,
+    };
+    let mut tx = connection.begin().await.map_err(sqlx_failed)?;
+    let set = format!("SET TRANSACTION ISOLATION LEVEL {}", level.sql());
+    idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set))
+        .execute(&mut *tx)
+        .await
+        .map_err(sqlx_failed)?;
+    let done = write(&store.on(&mut tx), round, racer, false).await?;
+    tx.commit().await.map_err(sqlx_failed)?;
+    Ok(done)
+}
+
+async fn mysql_attempt(
+    store: &idem_core::mysql::Store,
+    connection: &mut idem_core::sqlx::MySqlConnection,
+    mode: Mode,
+    round: usize,
+    racer: usize,
+) -> Result<Committed, Failed> {
+    let level = match mode {
+        Mode::SessionDefault(_) => return write(&store.on(connection), round, racer, true).await,
+        Mode::Transaction(level) => level,
+    };
+    // The level of the next transaction only, set before it begins.
+    let set = format!("SET TRANSACTION ISOLATION LEVEL {}", level.sql());
+    idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set))
+        .execute(&mut *connection)
+        .await
+        .map_err(sqlx_failed)?;
+    let mut tx = connection.begin().await.map_err(sqlx_failed)?;
+    let done = write(&store.on(&mut tx), round, racer, false).await?;
+    tx.commit().await.map_err(sqlx_failed)?;
+    Ok(done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_mariadb() {
+    for mode in modes() {
+        let what = format!("mariadb {mode:?}");
+        let idem_tests::backends::Db::Mysql { uri, database, .. } =
+            idem_tests::backends::fresh_mysql(&format!("iso_{mode:?}")).await
+        else {
+            unreachable!("fresh_mysql makes a MariaDB store")
+        };
+        let store = Arc::new(idem_core::mysql::Store::new());
+        let mut setup = mysql_connection(&uri, &database).await;
+        store.ensure_table::<Entry>(&mut setup).await.unwrap();
+        store.ensure_table::<Post>(&mut setup).await.unwrap();
+        for round in 0..ROUNDS {
+            let mut connections = Vec::new();
+            for _ in 0..RACERS {
+                let mut connection = mysql_connection(&uri, &database).await;
+                if let Mode::SessionDefault(level) = mode {
+                    let set = format!("SET SESSION TRANSACTION ISOLATION LEVEL {}", level.sql());
+                    idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set))
+                        .execute(&mut connection)
+                        .await
+                        .unwrap();
+                }
+                connections.push(connection);
+            }
+            let (_, committed) = race(connections, |mut connection, racer, start| {
+                let (store, what) = (store.clone(), what.clone());
+                async move {
+                    start.wait().await;
+                    let done = until_committed!(
+                        what,
+                        mysql_attempt(&store, &mut connection, mode, round, racer)
+                    );
+                    (connection, done)
+                }
+            })
+            .await;
+            let pattern = format!("r{round}-%");
+            let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
+                "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? \
+                 ORDER BY entryId",
+            )
+            .bind(&pattern)
+            .fetch_all(&mut setup)
+            .await
+            .unwrap();
+            let posts: i64 =
+                idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM posts WHERE slug LIKE ?")
+                    .bind(&pattern)
+                    .fetch_one(&mut setup)
+                    .await
+                    .unwrap();
+            check_round(
+                &format!("{what} round {round}"),
+                &committed,
+                entries,
+                usize::try_from(posts).unwrap(),
+            );
+        }
+    }
+}
+
+async fn sqlite_attempt(
+    store: &idem_core::sqlite::Store,
+    connection: &mut idem_core::sqlx::SqliteConnection,
+    in_transaction: bool,
+    round: usize,
+    racer: usize,
+) -> Result<Committed, Failed> {
+    if !in_transaction {
+        return write(&store.on(connection), round, racer, true).await;
+    }
+    let mut tx = connection.begin().await.map_err(sqlx_failed)?;
+    let done = write(&store.on(&mut tx), round, racer, false).await?;
+    tx.commit().await.map_err(sqlx_failed)?;
+    Ok(done)
+}
+
+/// SQLite has one level, serializable: a deferred transaction that read before it writes meets
+/// a busy database when another committed since its read, which waiting cannot cure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_transactions_tell_the_truth_on_sqlite() {
+    for in_transaction in [true, false] {
+        let what = format!("sqlite, in a transaction: {in_transaction}");
+        let idem_tests::backends::Db::Sqlite { path, .. } =
+            idem_tests::backends::fresh_sqlite(&format!("iso_{in_transaction}")).await
+        else {
+            unreachable!("fresh_sqlite makes a SQLite store")
+        };
+        let store = Arc::new(idem_core::sqlite::Store::new());
+        let mut setup = idem_tests::backends::sqlite_connection(&path).await;
+        store.ensure_table::<Entry>(&mut setup).await.unwrap();
+        store.ensure_table::<Post>(&mut setup).await.unwrap();
+        for round in 0..ROUNDS {
+            let mut connections = Vec::new();
+            for _ in 0..RACERS {
+                connections.push(idem_tests::backends::sqlite_connection(&path).await);
+            }
+            let (_, committed) = race(connections, |mut connection, racer, start| {
+                let (store, what) = (store.clone(), what.clone());
+                async move {
+                    start.wait().await;
+                    let done = until_committed!(
+                        what,
+                        sqlite_attempt(&store, &mut connection, in_transaction, round, racer)
+                    );
+                    (connection, done)
+                }
+            })
+            .await;
+            let pattern = format!("r{round}-%");
+            let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
+                "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? \
+                 ORDER BY entryId",
+            )
+            .bind(&pattern)
+            .fetch_all(&mut setup)
+            .await
+            .unwrap();
+            let posts: i64 =
+                idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM posts WHERE slug LIKE ?")
+                    .bind(&pattern)
+                    .fetch_one(&mut setup)
+                    .await
+                    .unwrap();
+            check_round(
+                &format!("{what} round {round}"),
+                &committed,
+                entries,
+                usize::try_from(posts).unwrap(),
+            );
+        }
+    }
+}
