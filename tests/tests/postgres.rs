@@ -82,6 +82,126 @@ async fn the_server_tells_inserted_rows_from_updated_ones_in_the_statement_itsel
     }
 }
 
+/// One store serving servers of both signals at once (a PostgreSQL 18 and a 15, as during an
+/// upgrade, or one process writing to two databases): each write answers by its own server's
+/// signal, whichever server the store checked last, in turns and racing, through both drivers.
+/// Where `IDEM_POSTGRES_URIS` names servers on both sides of 18, as `scripts/test` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_store_writes_to_servers_of_both_signals_at_once() {
+    let mut servers = Vec::new();
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_schema(&uri, "p", "both_signals").await;
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .unwrap()
+            .get(0);
+        servers.push((label, uri, schema, client, version >= 180_000));
+    }
+    if !(servers.iter().any(|server| server.4) && servers.iter().any(|server| !server.4)) {
+        // `scripts/test` always runs 15 and 18; a single server has no second signal to meet.
+        eprintln!("one_store_writes_to_servers_of_both_signals_at_once: one signal only");
+        return;
+    }
+    let store = std::sync::Arc::new(Store::new());
+    for (_, _, _, client, _) in &servers {
+        store.ensure_table::<Post, _>(client).await.unwrap();
+    }
+    // In turns: the last check was on the other server for every write but the last server's.
+    for round in 0..3 {
+        for (label, _, _, client, _) in &servers {
+            let doc = Post {
+                slug: format!("turns-{round}"),
+                ..post()
+            };
+            let edited = Post {
+                title: format!("edited {round}"),
+                ..doc.clone()
+            };
+            assert_eq!(
+                store.upsert(client, &doc).await.unwrap(),
+                Outcome::Inserted,
+                "{label}"
+            );
+            assert_eq!(
+                store.upsert(client, &doc).await.unwrap(),
+                Outcome::Unchanged,
+                "{label}"
+            );
+            assert_eq!(
+                store.upsert(client, &edited).await.unwrap(),
+                Outcome::Updated,
+                "{label}"
+            );
+            let batch = [
+                doc.clone(),
+                Post {
+                    slug: format!("turns-{round}-b"),
+                    ..doc.clone()
+                },
+            ];
+            let report = store.upsert_many(client, &batch).await.unwrap();
+            assert_eq!(
+                (
+                    report.count(Outcome::Updated),
+                    report.count(Outcome::Inserted)
+                ),
+                (1, 1),
+                "{label}: {report}"
+            );
+        }
+    }
+    // Racing: writers on both servers at once, through both drivers, one store.
+    let mut writers = Vec::new();
+    for (label, uri, schema, _, _) in &servers {
+        for writer in 0..4 {
+            let (store, label, uri, schema) =
+                (store.clone(), label.clone(), uri.clone(), schema.clone());
+            writers.push(tokio::spawn(async move {
+                let docs: Vec<Post> = (0..6)
+                    .map(|n| Post {
+                        slug: format!("race-{n}"),
+                        title: format!("writer {writer}"),
+                        ..post()
+                    })
+                    .collect();
+                let mut outcomes = Vec::new();
+                if writer % 2 == 0 {
+                    let client = idem_tests::backends::postgres_client(&uri, &schema).await;
+                    for doc in &docs {
+                        outcomes.push(store.upsert(&client, doc).await);
+                    }
+                } else {
+                    let mut connection = sqlx_connection(&uri, &schema).await;
+                    for doc in &docs {
+                        outcomes.push(store.upsert(&mut connection, doc).await);
+                    }
+                }
+                (label, outcomes)
+            }));
+        }
+    }
+    let mut inserted: BTreeMap<String, usize> = BTreeMap::new();
+    for writer in writers {
+        let (label, outcomes) = writer.await.unwrap();
+        for outcome in outcomes {
+            match outcome {
+                Ok(Outcome::Inserted) => *inserted.entry(label.clone()).or_default() += 1,
+                Ok(_) => {}
+                Err(error) => panic!("{label}: {error:?}"),
+            }
+        }
+    }
+    for (label, _, _, client, _) in &servers {
+        assert_eq!(
+            inserted.get(label),
+            Some(&6),
+            "{label}: each post inserted once"
+        );
+        assert_eq!(rows(client, "posts").await.len(), 3 * 2 + 6, "{label}");
+    }
+}
+
 /// The DDL has a typed column per stored field, idem's columns and the unique natural key; the
 /// table it creates is what the first write checks.
 #[tokio::test]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::dialect::Postgres;
-use super::schema::send_checked;
+use super::schema::{check_table, send_checked};
 use super::table::{missed_guard, quote, sql_type, Table};
 use super::wire::{self, Cells, Param, Wire};
 use super::{postgres_error, Store};
@@ -110,7 +110,21 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
         let statement = self.table.write_sql(kind.into());
         let document = &docs[0].document();
-        match self.write_rows(docs, statement, document).await {
+        let written = match self.write_rows(docs, statement, document).await {
+            // A statement saying `old` does not parse on a server before 18, which a store
+            // writing to servers of both signals meets without a check (the table it checked
+            // on another server, or one `ensure_table` checked there): the check learns this
+            // server's signal, and the write goes again in its words. Nothing was written.
+            Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
+                check_table(self.client, self.table, document).await?;
+                match self.table.write_sql(kind.into()) {
+                    again if again != statement => self.write_rows(docs, again, document).await,
+                    _ => Err(error),
+                }
+            }
+            written => written,
+        };
+        match written {
             Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.

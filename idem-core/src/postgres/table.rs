@@ -2,7 +2,7 @@
 //! and the statements idem sends to it ([`super::statements`]), all built once per type from
 //! the [`Model`] and the derive's [`Column`]s.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use super::wire::Cells;
@@ -60,8 +60,9 @@ pub(crate) struct Table {
     /// The writes, each as the server tells its inserted rows ([`Table::write_sql`]), by
     /// [`InsertedSignal`] then [`Statement`].
     writes: [[String; 3]; 2],
-    /// Whether the server the latest check found the table on returns `old` (else `xmax`).
-    returns_old: AtomicBool,
+    /// The servers the checks found the table on ([`Table::found_on`]): none yet, only ones
+    /// that return `old`, or one that does not.
+    servers: AtomicU8,
     /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
     pub insert_fresh: String,
     /// The same, among chunks in flight together: it leaves a mark in the session where it
@@ -117,6 +118,13 @@ impl InsertedSignal {
     }
 }
 
+/// [`Table::found_on`]'s states: no check yet (writes say `xmax`, as PostgreSQL 15 does).
+const NONE_YET: u8 = 0;
+/// Every check found a server that returns `old`.
+const ONLY_RETURNING_OLD: u8 = 1;
+/// A check found a server without `old`.
+const ONE_WITHOUT_OLD: u8 = 2;
+
 impl Table {
     /// The table of `T`.
     pub fn of<T: Idempotent>() -> Table {
@@ -126,9 +134,9 @@ impl Table {
     /// The write of `statement`, as the server the table was checked on tells inserted rows
     /// (as PostgreSQL 15 does, before any check).
     pub fn write_sql(&self, statement: Statement) -> &str {
-        let signal = match self.returns_old.load(Ordering::Relaxed) {
-            true => InsertedSignal::OldRow,
-            false => InsertedSignal::Xmax,
+        let signal = match self.servers.load(Ordering::Relaxed) {
+            ONLY_RETURNING_OLD => InsertedSignal::OldRow,
+            _ => InsertedSignal::Xmax,
         };
         let index = match statement {
             Statement::Upsert => 0,
@@ -138,10 +146,23 @@ impl Table {
         &self.writes[signal as usize][index]
     }
 
-    /// The server the check found the table on tells its inserted rows with `signal`.
+    /// A check found the table on a server that tells its inserted rows with `signal`. One
+    /// store may write to servers of both signals (an upgrade, two databases): once it has met
+    /// one without `old`, every write says `xmax`, which every version has, rather than follow
+    /// the latest check and send `old` to a server that lacks it.
     pub fn found_on(&self, signal: InsertedSignal) {
-        self.returns_old
-            .store(signal == InsertedSignal::OldRow, Ordering::Relaxed);
+        match signal {
+            InsertedSignal::Xmax => self.servers.store(ONE_WITHOUT_OLD, Ordering::Relaxed),
+            InsertedSignal::OldRow => {
+                // Only from none yet: a server without `old` met before stays met.
+                let _ = self.servers.compare_exchange(
+                    NONE_YET,
+                    ONLY_RETURNING_OLD,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
     }
 
     /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
@@ -182,7 +203,7 @@ impl Table {
         let mut table = Table {
             layout: Layout::new(model, stored),
             writes: Default::default(),
-            returns_old: AtomicBool::new(false),
+            servers: AtomicU8::new(NONE_YET),
             insert_fresh: String::new(),
             insert_fresh_marked: String::new(),
             pinned_replacement: String::new(),
