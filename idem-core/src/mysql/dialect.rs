@@ -69,8 +69,7 @@ impl SqlDialect for MySql {
         super::table::shape_of(declared)
     }
 
-    // InnoDB shows no row locator; the table check wants `_id` the primary key, so every row
-    // has one.
+    // InnoDB shows no row locator: a row without `_id` is found by its natural key.
     const ROW_LOCATOR: Option<&'static str> = None;
 
     const LOCKING_READ: &'static str = " FOR UPDATE";

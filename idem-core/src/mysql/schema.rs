@@ -9,7 +9,7 @@ use super::table::{data_types, quote, Table, BYTEWISE};
 use super::MySql;
 use crate::document::DocumentRef;
 use crate::error::Error;
-use crate::model::{APPLIED_OPS_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -63,6 +63,7 @@ pub(super) async fn table_problems(
 
 impl TableCheck for MySql {
     const NAMES_IGNORE_CASE: bool = true;
+    const ID_ADDED_UNIQUE: bool = true;
 
     /// Each named by the first `DATA_TYPE` it may have.
     fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
@@ -76,8 +77,14 @@ impl TableCheck for MySql {
         (table.data_types(column)).contains(&found.to_ascii_lowercase().as_str())
     }
 
+    /// As `ensure_table` declares it; `_id` nullable, as the rows it is added to have none
+    /// until `adopt` gives them theirs.
     fn definition(table: &Table, column: &str, _expected: &str) -> String {
-        expected_type(table, column)
+        let declared = expected_type(table, column);
+        match column {
+            ID_FIELD => declared.replace(" NOT NULL", ""),
+            _ => declared,
+        }
     }
 
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {

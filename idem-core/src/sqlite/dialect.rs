@@ -60,7 +60,8 @@ impl SqlDialect for Sqlite {
         super::table::shape_of(declared)
     }
 
-    const ROW_LOCATOR: Option<&'static str> = Some("rowid");
+    // `rowid`, but for a table `WITHOUT ROWID`: a row without `_id` is found by its natural key.
+    const ROW_LOCATOR: Option<&'static str> = None;
 
     // sqlx's SQLite connection sends each command to a worker thread of its own.
     const WORKER_THREAD: bool = true;
