@@ -1256,9 +1256,16 @@ async fn adopted_ids(db: &mut Sql, without: &[&str]) {
         .collect();
     assert_eq!(shown.len(), expected.len(), "{db}: {report}");
     for (shown, expected) in shown.iter().zip(&expected) {
-        assert!(shown.starts_with(expected), "{db}: {shown} is not {expected}: {report}");
+        assert!(
+            shown.starts_with(expected),
+            "{db}: {shown} is not {expected}: {report}"
+        );
     }
-    assert_eq!(report.legacy_ids.count, without.len() as u64, "{db}: {report}");
+    assert_eq!(
+        report.legacy_ids.count,
+        without.len() as u64,
+        "{db}: {report}"
+    );
     assert_eq!(db.adopt::<Page>().await, without.len() as u64, "{db}");
     let report = db.audit::<Page>().await;
     assert!(report.is_clean(), "{db}: {report}");
@@ -1777,8 +1784,8 @@ async fn with_primary_key(db: &mut Sql, primary: &str) {
     }
 }
 
-/// [`a_primary_key_on_other_columns_than_the_id`], `_id` without a unique index: its fix
-/// (`ADD PRIMARY KEY`) fails where the table has a primary key.
+/// [`a_primary_key_on_other_columns_than_the_id`], `_id` without a unique index: its fix must
+/// work beside the primary key the table has (a second `ADD PRIMARY KEY` would fail).
 #[tokio::test]
 async fn an_id_without_a_unique_index_beside_another_primary_key_is_refused_until_fixed() {
     for mut db in backends("other_primary_bare").await {
@@ -1888,5 +1895,178 @@ async fn what_concerns_only_other_columns_is_accepted() {
             }
         }
         accepts(&mut db, &page("a", 1), &page("a", 2)).await;
+    }
+}
+
+/// SQLite: idem's table `WITHOUT ROWID` (its primary key `_id`, the table's order): accepted,
+/// audited and adopted as the table `ensure_table` makes.
+#[tokio::test]
+async fn a_sqlite_table_without_rowid_is_accepted() {
+    for mut db in backends_of("without_rowid", &[Kind::Sqlite]).await {
+        let create = plain(&db.create_sql::<Page>());
+        db.run(&format!("{create} WITHOUT ROWID")).await;
+        accepts(&mut db, &page("a", 1), &page("a", 2)).await;
+        assert_eq!(db.adopt::<Page>().await, 0, "{db}");
+        assert!(db.audit::<Page>().await.is_clean(), "{db}");
+    }
+}
+
+/// `_id` without a primary key, nullable, with a unique index, and rows stored without one
+/// (SQLite: also in a table `WITHOUT ROWID` whose primary key is the natural key): accepted;
+/// the audit names the rows where they are, `adopt` gives them their ids, and each is then
+/// written as any other.
+#[tokio::test]
+async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
+    for without_rowid in [false, true] {
+        let kinds: &[Kind] = match without_rowid {
+            false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
+            true => &[Kind::Sqlite],
+        };
+        for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
+            seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
+            let create = db.create_sql::<Page>();
+            let (t, id) = (db.q("pages"), db.q("_id"));
+            match db.kind() {
+                Kind::Postgres => {
+                    db.run(
+                        "ALTER TABLE pages DROP CONSTRAINT pages_pkey, \
+                         ALTER COLUMN _id DROP NOT NULL, ADD CONSTRAINT pages_id UNIQUE (_id)",
+                    )
+                    .await
+                }
+                Kind::Mariadb => {
+                    let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
+                    db.run(&format!(
+                        "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}, \
+                         ADD UNIQUE pages_id ({id})"
+                    ))
+                    .await
+                }
+                Kind::Sqlite => {
+                    let definition = definition_of(&db, &create, "_id")
+                        .replace(" PRIMARY KEY NOT NULL", " UNIQUE");
+                    let mut create = redefined(&db, &create, "_id", &definition);
+                    if without_rowid {
+                        create = create.replacen(
+                            "\n    CONSTRAINT",
+                            "\n    PRIMARY KEY (\"slug\"),\n    CONSTRAINT",
+                            1,
+                        );
+                        create =
+                            format!("{} WITHOUT ROWID", create.trim_end().trim_end_matches(';'));
+                    }
+                    db.remake("pages", &create).await
+                }
+            }
+            if without_rowid {
+                assert!(db.try_run("SELECT rowid FROM pages").await.is_err());
+            }
+            db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+            db.forget();
+            assert_eq!(
+                db.table_problems::<Page>().await,
+                Vec::<String>::new(),
+                "{db}"
+            );
+            adopted_ids(&mut db, &["a", "b"]).await;
+            for doc in [page("a", 2), page("b", 2)] {
+                assert_eq!(db.upsert(&doc).await.unwrap(), Outcome::Updated, "{db}");
+                assert_eq!(db.get(&doc).await.unwrap(), Some(doc), "{db}");
+            }
+            accepts(&mut db, &page("c", 1), &page("c", 2)).await;
+        }
+    }
+}
+
+/// `_id` nullable without a unique index, and rows stored without one: the fix of the index
+/// works on those rows (a primary key would refuse their NULLs), and `adopt` then gives them
+/// their ids.
+#[tokio::test]
+async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_and_adopted() {
+    for mut db in backends("nullable_id_bare").await {
+        seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
+        let create = db.create_sql::<Page>();
+        let (t, id) = (db.q("pages"), db.q("_id"));
+        match db.kind() {
+            Kind::Postgres => {
+                db.run(
+                    "ALTER TABLE pages DROP CONSTRAINT pages_pkey, ALTER COLUMN _id DROP NOT NULL",
+                )
+                .await
+            }
+            Kind::Mariadb => {
+                let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
+                db.run(&format!(
+                    "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
+                ))
+                .await
+            }
+            Kind::Sqlite => {
+                let definition =
+                    definition_of(&db, &create, "_id").replace(" PRIMARY KEY NOT NULL", "");
+                let create = redefined(&db, &create, "_id", &definition);
+                db.remake("pages", &create).await
+            }
+        }
+        db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+        refuses_then_fixed(
+            &mut db,
+            &page("c", 1),
+            &["no primary key or unique index on \"_id\""],
+        )
+        .await;
+        adopted_ids(&mut db, &["a", "b"]).await;
+        for doc in [page("a", 2), page("b", 2)] {
+            assert_eq!(db.upsert(&doc).await.unwrap(), Outcome::Updated, "{db}");
+        }
+    }
+}
+
+/// A nullable `_id` beside another unique index: a write that meets another document's row
+/// through that index is refused naming it, and that row keeps its `_id`.
+#[tokio::test]
+async fn a_nullable_id_beside_another_unique_index_keeps_the_row_met() {
+    for mut db in backends("nullable_id_other").await {
+        seeded(&mut db, &[page("a", 1)]).await;
+        let create = db.create_sql::<Page>();
+        let (t, id, title) = (db.q("pages"), db.q("_id"), db.q("title"));
+        match db.kind() {
+            Kind::Postgres => {
+                db.run(
+                    "ALTER TABLE pages DROP CONSTRAINT pages_pkey, \
+                     ALTER COLUMN _id DROP NOT NULL, ADD CONSTRAINT pages_id UNIQUE (_id); \
+                     CREATE UNIQUE INDEX pages_title ON pages (title)",
+                )
+                .await
+            }
+            Kind::Mariadb => {
+                let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
+                db.run(&format!(
+                    "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}, \
+                     ADD UNIQUE pages_id ({id}), ADD UNIQUE pages_title ({title}(100))"
+                ))
+                .await
+            }
+            Kind::Sqlite => {
+                let definition =
+                    definition_of(&db, &create, "_id").replace(" PRIMARY KEY NOT NULL", " UNIQUE");
+                let create = redefined(&db, &create, "_id", &definition);
+                db.remake("pages", &create).await;
+                db.run("CREATE UNIQUE INDEX pages_title ON pages (title)")
+                    .await;
+            }
+        }
+        db.forget();
+        let before = db.rows::<Page>().await;
+        let mut other = page("b", 1);
+        other.title = page("a", 1).title;
+        let outcome = db.upsert(&other).await;
+        assert!(outcome.is_err(), "{db}: {outcome:?}");
+        assert_eq!(db.rows::<Page>().await, before, "{db}");
+        assert_eq!(
+            db.get(&page("a", 1)).await.unwrap(),
+            Some(page("a", 1)),
+            "{db}"
+        );
     }
 }
