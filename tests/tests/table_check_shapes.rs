@@ -1911,6 +1911,47 @@ async fn a_sqlite_table_without_rowid_is_accepted() {
     }
 }
 
+/// Makes `_id` of `pages` nullable and not the primary key, with a unique index `pages_id` if
+/// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key if
+/// `without_rowid`).
+async fn with_nullable_id(db: &mut Sql, unique: bool, without_rowid: bool) {
+    let create = db.create_sql::<Page>();
+    let (t, id) = (db.q("pages"), db.q("_id"));
+    match db.kind() {
+        Kind::Postgres => {
+            db.run("ALTER TABLE pages DROP CONSTRAINT pages_pkey, ALTER COLUMN _id DROP NOT NULL")
+                .await
+        }
+        Kind::Mariadb => {
+            let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
+            db.run(&format!(
+                "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
+            ))
+            .await
+        }
+        Kind::Sqlite => {
+            let definition = definition_of(db, &create, "_id").replace(" PRIMARY KEY NOT NULL", "");
+            let mut create = redefined(db, &create, "_id", &definition);
+            if without_rowid {
+                create = create.replacen(
+                    "\n    CONSTRAINT",
+                    "\n    PRIMARY KEY (\"slug\"),\n    CONSTRAINT",
+                    1,
+                );
+                create = format!("{} WITHOUT ROWID", create.trim_end().trim_end_matches(';'));
+            }
+            db.remake("pages", &create).await;
+            if without_rowid {
+                assert!(db.try_run("SELECT rowid FROM pages").await.is_err());
+            }
+        }
+    }
+    if unique {
+        db.run(&format!("CREATE UNIQUE INDEX pages_id ON {t} ({id})"))
+            .await;
+    }
+}
+
 /// `_id` without a primary key, nullable, with a unique index, and rows stored without one
 /// (SQLite: also in a table `WITHOUT ROWID` whose primary key is the natural key): accepted;
 /// the audit names the rows where they are, `adopt` gives them their ids, and each is then
@@ -1924,43 +1965,8 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
         };
         for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
             seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
-            let create = db.create_sql::<Page>();
+            with_nullable_id(&mut db, true, without_rowid).await;
             let (t, id) = (db.q("pages"), db.q("_id"));
-            match db.kind() {
-                Kind::Postgres => {
-                    db.run(
-                        "ALTER TABLE pages DROP CONSTRAINT pages_pkey, \
-                         ALTER COLUMN _id DROP NOT NULL, ADD CONSTRAINT pages_id UNIQUE (_id)",
-                    )
-                    .await
-                }
-                Kind::Mariadb => {
-                    let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
-                    db.run(&format!(
-                        "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}, \
-                         ADD UNIQUE pages_id ({id})"
-                    ))
-                    .await
-                }
-                Kind::Sqlite => {
-                    let definition = definition_of(&db, &create, "_id")
-                        .replace(" PRIMARY KEY NOT NULL", " UNIQUE");
-                    let mut create = redefined(&db, &create, "_id", &definition);
-                    if without_rowid {
-                        create = create.replacen(
-                            "\n    CONSTRAINT",
-                            "\n    PRIMARY KEY (\"slug\"),\n    CONSTRAINT",
-                            1,
-                        );
-                        create =
-                            format!("{} WITHOUT ROWID", create.trim_end().trim_end_matches(';'));
-                    }
-                    db.remake("pages", &create).await
-                }
-            }
-            if without_rowid {
-                assert!(db.try_run("SELECT rowid FROM pages").await.is_err());
-            }
             db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
             db.forget();
             assert_eq!(
@@ -1985,29 +1991,8 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
 async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_and_adopted() {
     for mut db in backends("nullable_id_bare").await {
         seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
-        let create = db.create_sql::<Page>();
+        with_nullable_id(&mut db, false, false).await;
         let (t, id) = (db.q("pages"), db.q("_id"));
-        match db.kind() {
-            Kind::Postgres => {
-                db.run(
-                    "ALTER TABLE pages DROP CONSTRAINT pages_pkey, ALTER COLUMN _id DROP NOT NULL",
-                )
-                .await
-            }
-            Kind::Mariadb => {
-                let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
-                db.run(&format!(
-                    "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
-                ))
-                .await
-            }
-            Kind::Sqlite => {
-                let definition =
-                    definition_of(&db, &create, "_id").replace(" PRIMARY KEY NOT NULL", "");
-                let create = redefined(&db, &create, "_id", &definition);
-                db.remake("pages", &create).await
-            }
-        }
         db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
         refuses_then_fixed(
             &mut db,
@@ -2023,39 +2008,19 @@ async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_a
 }
 
 /// A nullable `_id` beside another unique index: a write that meets another document's row
-/// through that index is refused naming it, and that row keeps its `_id`.
+/// through that index is refused, and that row keeps its `_id`.
 #[tokio::test]
 async fn a_nullable_id_beside_another_unique_index_keeps_the_row_met() {
     for mut db in backends("nullable_id_other").await {
         seeded(&mut db, &[page("a", 1)]).await;
-        let create = db.create_sql::<Page>();
-        let (t, id, title) = (db.q("pages"), db.q("_id"), db.q("title"));
-        match db.kind() {
-            Kind::Postgres => {
-                db.run(
-                    "ALTER TABLE pages DROP CONSTRAINT pages_pkey, \
-                     ALTER COLUMN _id DROP NOT NULL, ADD CONSTRAINT pages_id UNIQUE (_id); \
-                     CREATE UNIQUE INDEX pages_title ON pages (title)",
-                )
-                .await
-            }
-            Kind::Mariadb => {
-                let definition = definition_of(&db, &create, "_id").replace(" NOT NULL", "");
-                db.run(&format!(
-                    "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}, \
-                     ADD UNIQUE pages_id ({id}), ADD UNIQUE pages_title ({title}(100))"
-                ))
-                .await
-            }
-            Kind::Sqlite => {
-                let definition =
-                    definition_of(&db, &create, "_id").replace(" PRIMARY KEY NOT NULL", " UNIQUE");
-                let create = redefined(&db, &create, "_id", &definition);
-                db.remake("pages", &create).await;
-                db.run("CREATE UNIQUE INDEX pages_title ON pages (title)")
-                    .await;
-            }
-        }
+        with_nullable_id(&mut db, true, false).await;
+        let (t, title) = (db.q("pages"), db.q("title"));
+        let title = match db.kind() {
+            Kind::Mariadb => format!("{title}(100)"),
+            _ => title,
+        };
+        db.run(&format!("CREATE UNIQUE INDEX pages_title ON {t} ({title})"))
+            .await;
         db.forget();
         let before = db.rows::<Page>().await;
         let mut other = page("b", 1);

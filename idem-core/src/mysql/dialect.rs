@@ -51,7 +51,8 @@ impl SqlDialect for MySql {
         document: &DocumentRef,
         stored_types: bool,
     ) -> Result<Vec<String>, Error> {
-        super::schema::table_problems(wire, table, document, stored_types).await
+        let found = super::schema::found(wire, table);
+        crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
     }
 
     // MariaDB's `JSON` is `LONGTEXT` with a `json_valid` check, which names it here; MySQL's is

@@ -106,6 +106,36 @@ pub(crate) struct Verdict<'c> {
     pub on_natural_key: Vec<&'c FoundIndex>,
 }
 
+/// A table as a dialect's catalog reads describe it ([`problems`]).
+#[cfg(feature = "_marker_store")]
+pub(crate) struct Found {
+    /// What the session lacks for idem's writes, whatever the table (MySQL's `sql_mode`).
+    pub session: Vec<String>,
+    pub columns: Vec<FoundColumn>,
+    /// Its unique indexes; `None`: not read, where the key columns' collations already ask for
+    /// the table to be made anew.
+    pub indexes: Option<Vec<FoundIndex>>,
+}
+
+/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems) from the
+/// table the dialect's catalog reads found (`None`: it does not exist): what the session lacks,
+/// then the table's problems.
+#[cfg(feature = "_marker_store")]
+pub(crate) async fn problems<D: TableCheck>(
+    table: &D::Table,
+    document: &DocumentRef,
+    stored_types: bool,
+    found: impl std::future::Future<Output = Result<Option<Found>, crate::sql::wire::DbFailure>>,
+) -> Result<Vec<String>, Error> {
+    let Some(found) = found.await.map_err(|source| D::error(document, source))? else {
+        return Ok(vec![absent::<D>(table)]);
+    };
+    let mut problems = found.session;
+    let indexes = found.indexes.as_deref();
+    problems.extend(judge::<D>(table, &found.columns, indexes, stored_types).problems);
+    Ok(problems)
+}
+
 /// The problem of a table the catalog does not hold, with the statements that make it.
 pub(crate) fn absent<D: TableCheck>(table: &D::Table) -> String {
     format!(

@@ -50,7 +50,8 @@ impl SqlDialect for Sqlite {
         document: &DocumentRef,
         stored_types: bool,
     ) -> Result<Vec<String>, Error> {
-        super::schema::table_problems(wire, table, document, stored_types).await
+        let found = super::schema::found(wire, table);
+        crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
     }
 
     const COLUMNS: &'static str =
