@@ -117,9 +117,8 @@ pub(crate) struct Found {
     pub indexes: Option<Vec<FoundIndex>>,
 }
 
-/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems) from the
-/// table the dialect's catalog reads found (`None`: it does not exist): what the session lacks,
-/// then the table's problems.
+/// [`SqlDialect::table_problems`] from the table the dialect's catalog reads found (`None`: it
+/// does not exist): what the session lacks, then the table's problems.
 #[cfg(feature = "_marker_store")]
 pub(crate) async fn problems<D: TableCheck>(
     table: &D::Table,
