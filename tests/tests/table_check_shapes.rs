@@ -7,7 +7,9 @@
 //! has a fresh schema, database file or database of its own.
 
 use idem_core::sqlx::{MySqlConnection, SqliteConnection};
-use idem_core::{Applied, AuditReport, Change, Error, ErrorKind, Idempotent, OpId, Outcome};
+use idem_core::{
+    AdoptReport, Applied, AuditReport, Change, Error, ErrorKind, Idempotent, OpId, Outcome,
+};
 use idem_tests::backends::{
     fresh_mysql, fresh_schema, fresh_sqlite, postgres_servers, sqlx_connection, Db,
 };
@@ -361,15 +363,23 @@ impl Sql {
     where
         T: Idempotent + Serialize + DeserializeOwned,
     {
+        let report = self.adopt_report::<T>().await;
+        assert_eq!(report.failed.count, 0, "{self}: {report:?}");
+        report.moved.count
+    }
+
+    /// The report of an adoption of `T`'s table, which must not fail.
+    async fn adopt_report<T>(&mut self) -> AdoptReport
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
         let label = self.to_string();
         let report = match self {
             Sql::Postgres { store, client, .. } => store.adopt::<T, _>(&*client).await,
             Sql::Sqlite { store, connection } => store.adopt::<T>(connection).await,
             Sql::Mariadb { store, connection } => store.adopt::<T>(connection).await,
         };
-        let report = report.unwrap_or_else(|error| panic!("{label}: adopting: {error}"));
-        assert_eq!(report.failed.count, 0, "{label}: {report:?}");
-        report.moved.count
+        report.unwrap_or_else(|error| panic!("{label}: adopting: {error}"))
     }
 
     /// What an audit finds the table lacks: every problem at once.
@@ -1911,16 +1921,20 @@ async fn a_sqlite_table_without_rowid_is_accepted() {
     }
 }
 
-/// Makes `_id` of `pages` nullable and not the primary key, with a unique index `pages_id` if
-/// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key if
-/// `without_rowid`).
-async fn with_nullable_id(db: &mut Sql, unique: bool, without_rowid: bool) {
-    let create = db.create_sql::<Page>();
-    let (t, id) = (db.q("pages"), db.q("_id"));
+/// Makes `_id` of `T`'s table nullable and not the primary key, with a unique index on it if
+/// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key
+/// if `without_rowid`).
+async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_rowid: bool) {
+    let create = db.create_sql::<T>();
+    let table = T::MODEL.collection();
+    let (t, id) = (db.q(table), db.q("_id"));
     match db.kind() {
         Kind::Postgres => {
-            db.run("ALTER TABLE pages DROP CONSTRAINT pages_pkey, ALTER COLUMN _id DROP NOT NULL")
-                .await
+            let pkey = db.q(&format!("{table}_pkey"));
+            db.run(&format!(
+                "ALTER TABLE {t} DROP CONSTRAINT {pkey}, ALTER COLUMN {id} DROP NOT NULL"
+            ))
+            .await
         }
         Kind::Mariadb => {
             let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
@@ -1933,21 +1947,25 @@ async fn with_nullable_id(db: &mut Sql, unique: bool, without_rowid: bool) {
             let definition = definition_of(db, &create, "_id").replace(" PRIMARY KEY NOT NULL", "");
             let mut create = redefined(db, &create, "_id", &definition);
             if without_rowid {
+                let key: Vec<String> = (T::MODEL.natural_key_fields())
+                    .map(|field| db.q(field.stored_name()))
+                    .collect();
                 create = create.replacen(
                     "\n    CONSTRAINT",
-                    "\n    PRIMARY KEY (\"slug\"),\n    CONSTRAINT",
+                    &format!("\n    PRIMARY KEY ({}),\n    CONSTRAINT", key.join(", ")),
                     1,
                 );
                 create = format!("{} WITHOUT ROWID", create.trim_end().trim_end_matches(';'));
             }
-            db.remake("pages", &create).await;
+            db.remake(table, &create).await;
             if without_rowid {
-                assert!(db.try_run("SELECT rowid FROM pages").await.is_err());
+                assert!(db.try_run(&format!("SELECT rowid FROM {t}")).await.is_err());
             }
         }
     }
     if unique {
-        db.run(&format!("CREATE UNIQUE INDEX pages_id ON {t} ({id})"))
+        let index = db.q(&format!("{table}_id"));
+        db.run(&format!("CREATE UNIQUE INDEX {index} ON {t} ({id})"))
             .await;
     }
 }
@@ -1965,7 +1983,7 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
         };
         for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
             seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
-            with_nullable_id(&mut db, true, without_rowid).await;
+            with_nullable_id::<Page>(&mut db, true, without_rowid).await;
             let (t, id) = (db.q("pages"), db.q("_id"));
             db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
             db.forget();
@@ -1984,6 +2002,59 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
     }
 }
 
+/// More rows without an `_id` than one page of `adopt` reads, under a natural key of two
+/// columns (and one whose key has a NULL part, which no id can be derived for): `adopt` moves
+/// every other, page after page in the key's order, and reports that one.
+#[tokio::test]
+async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page() {
+    const ROWS: usize = 1_100;
+    for without_rowid in [false, true] {
+        let kinds: &[Kind] = match without_rowid {
+            false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
+            true => &[Kind::Sqlite],
+        };
+        for mut db in backends_of(&format!("pages_of_pairs_{without_rowid}"), kinds).await {
+            db.ensure_table::<Pair>().await.unwrap();
+            let docs: Vec<Pair> = (0..ROWS)
+                .map(|n| pair(&format!("s{}", n % 7), &format!("l{n}")))
+                .collect();
+            db.upsert_many(&docs).await.unwrap();
+            with_nullable_id::<Pair>(&mut db, true, without_rowid).await;
+            let (t, id) = (db.q("pairs"), db.q("_id"));
+            db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+            // A key with a NULL part (SQLite cannot drop a NOT NULL in place).
+            let lang = db.q("lang");
+            let nullable = match db.kind() {
+                Kind::Postgres => Some(format!("ALTER COLUMN {lang} DROP NOT NULL")),
+                Kind::Mariadb => {
+                    let create = db.create_sql::<Pair>();
+                    let definition = definition_of(&db, &create, "lang").replace(" NOT NULL", "");
+                    Some(format!("MODIFY {lang} {definition}"))
+                }
+                Kind::Sqlite => None,
+            };
+            if let Some(nullable) = &nullable {
+                db.run(&format!(
+                    "ALTER TABLE {t} {nullable}; INSERT INTO {t} (slug, title) VALUES ('s0', 'x')"
+                ))
+                .await;
+            }
+            let failed = u64::from(nullable.is_some());
+            db.forget();
+            let report = db.audit::<Pair>().await;
+            assert_eq!(report.legacy_ids.count, ROWS as u64, "{db}: {report}");
+            let report = db.adopt_report::<Pair>().await;
+            assert_eq!(report.moved.count, ROWS as u64, "{db}: {report:?}");
+            assert_eq!(report.failed.count, failed, "{db}: {report:?}");
+            let report = db.audit::<Pair>().await;
+            assert_eq!(report.clean, ROWS as u64, "{db}: {report}");
+            for doc in &docs[..3] {
+                assert_eq!(db.get(doc).await.unwrap().as_ref(), Some(doc), "{db}");
+            }
+        }
+    }
+}
+
 /// `_id` nullable without a unique index, and rows stored without one: the fix of the index
 /// works on those rows (a primary key would refuse their NULLs), and `adopt` then gives them
 /// their ids.
@@ -1991,7 +2062,7 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
 async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_and_adopted() {
     for mut db in backends("nullable_id_bare").await {
         seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
-        with_nullable_id(&mut db, false, false).await;
+        with_nullable_id::<Page>(&mut db, false, false).await;
         let (t, id) = (db.q("pages"), db.q("_id"));
         db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
         refuses_then_fixed(
@@ -2013,7 +2084,7 @@ async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_a
 async fn a_nullable_id_beside_another_unique_index_keeps_the_row_met() {
     for mut db in backends("nullable_id_other").await {
         seeded(&mut db, &[page("a", 1)]).await;
-        with_nullable_id(&mut db, true, false).await;
+        with_nullable_id::<Page>(&mut db, true, false).await;
         let (t, title) = (db.q("pages"), db.q("title"));
         let title = match db.kind() {
             Kind::Mariadb => format!("{title}(100)"),
