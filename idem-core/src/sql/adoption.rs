@@ -1,6 +1,6 @@
 //! The adoption of a table's rows, for any SQL dialect: the move of each row not under its
 //! derived id to it, page by page, the rows with an `_id` in its order, then those without one
-//! by the row's locator. The run (its passes, cursor, limit, progress and report) is written
+//! by the row's locator, or by the natural key where the database has none. The run (its passes, cursor, limit, progress and report) is written
 //! once here; each dialect says how it reads a page and moves a row
 //! ([`SqlDialect::adoption_rows`], [`SqlDialect::adoption_move`]), and whether a page is read
 //! with its locks and moved in a transaction of its own ([`SqlDialect::ADOPTS_IN_TRANSACTION`]:
@@ -37,7 +37,7 @@ pub(crate) const PAGE_ROWS: i64 = 500;
 #[derive(Clone, Copy)]
 pub(crate) enum Rows<'r> {
     /// One page of a pass, after the cursor: the rows with an `_id`, in its order (`located`
-    /// false), or the rows without one, by the row's locator.
+    /// false), or the rows without one, by where they are ([`location_of`]).
     Page {
         located: bool,
         after: Option<&'r str>,
@@ -52,7 +52,7 @@ pub(crate) struct ReadRow {
     pub stored: Map<String, Value>,
     /// Its `_id`, if it has one.
     pub id: Option<String>,
-    /// Where it is (the dialect's locator), if the dialect has one.
+    /// Where it is ([`location_of`]): the dialect's locator, else its natural key.
     pub location: Option<String>,
     /// The row version it was read at, where a move is guarded by it (PostgreSQL's `xmin`).
     #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
