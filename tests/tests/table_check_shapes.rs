@@ -7,7 +7,9 @@
 //! has a fresh schema, database file or database of its own.
 
 use idem_core::sqlx::{MySqlConnection, SqliteConnection};
-use idem_core::{Applied, Change, Error, ErrorKind, Idempotent, OpId, Outcome};
+use idem_core::{
+    AdoptReport, Applied, AuditReport, Change, Error, ErrorKind, Idempotent, OpId, Outcome,
+};
 use idem_tests::backends::{
     fresh_mysql, fresh_schema, fresh_sqlite, postgres_servers, sqlx_connection, Db,
 };
@@ -361,19 +363,35 @@ impl Sql {
     where
         T: Idempotent + Serialize + DeserializeOwned,
     {
+        let report = self.adopt_report::<T>().await;
+        assert_eq!(report.failed.count, 0, "{self}: {report:?}");
+        report.moved.count
+    }
+
+    /// The report of an adoption of `T`'s table, which must not fail.
+    async fn adopt_report<T>(&mut self) -> AdoptReport
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
         let label = self.to_string();
         let report = match self {
             Sql::Postgres { store, client, .. } => store.adopt::<T, _>(&*client).await,
             Sql::Sqlite { store, connection } => store.adopt::<T>(connection).await,
             Sql::Mariadb { store, connection } => store.adopt::<T>(connection).await,
         };
-        let report = report.unwrap_or_else(|error| panic!("{label}: adopting: {error}"));
-        assert_eq!(report.failed.count, 0, "{label}: {report:?}");
-        report.moved.count
+        report.unwrap_or_else(|error| panic!("{label}: adopting: {error}"))
     }
 
     /// What an audit finds the table lacks: every problem at once.
     async fn table_problems<T>(&mut self) -> Vec<String>
+    where
+        T: Idempotent + Serialize + DeserializeOwned,
+    {
+        self.audit::<T>().await.table_problems
+    }
+
+    /// The audit of `T`'s table, which must not fail.
+    async fn audit<T>(&mut self) -> AuditReport
     where
         T: Idempotent + Serialize + DeserializeOwned,
     {
@@ -383,9 +401,7 @@ impl Sql {
             Sql::Sqlite { store, connection } => store.audit::<T>(connection).await,
             Sql::Mariadb { store, connection } => store.audit::<T>(connection).await,
         };
-        report
-            .unwrap_or_else(|error| panic!("{label}: auditing: {error}"))
-            .table_problems
+        report.unwrap_or_else(|error| panic!("{label}: auditing: {error}"))
     }
 
     /// What `T`'s table holds, every column of every row as text, sorted, with what changes on
@@ -1193,10 +1209,6 @@ async fn an_id_without_a_unique_index_is_refused_until_fixed() {
 async fn a_missing_column_is_refused_until_fixed() {
     for column in ["views", "sourceHash", "idemAppliedOps", "_id"] {
         for mut db in backends(&format!("missing_{}", column.to_lowercase())).await {
-            if (db.kind(), column) == (Kind::Mariadb, "_id") {
-                // mariadb_a_missing_id_column_is_refused_until_fixed
-                continue;
-            }
             seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
             let (t, c) = (db.q("pages"), db.q(column));
             match (db.kind(), column) {
@@ -1216,7 +1228,7 @@ async fn a_missing_column_is_refused_until_fixed() {
             if column == "_id" {
                 // The rows stored have no id until adopt gives them theirs.
                 refuses_then_fixed(&mut db, &page("c", 1), &[&named]).await;
-                assert_eq!(db.adopt::<Page>().await, 2, "{db}");
+                adopted_ids(&mut db, &["a", "b"]).await;
             } else {
                 refuses_then_fixed(&mut db, &page("a", 2), &[&named]).await;
             }
@@ -1236,6 +1248,37 @@ async fn a_missing_column_is_refused_until_fixed() {
             );
         }
     }
+}
+
+/// The rows of `pages` under the keys `without` have no `_id`: the audit names each where it
+/// is, without an SQL error; `adopt` gives them theirs, after which the audit is clean.
+async fn adopted_ids(db: &mut Sql, without: &[&str]) {
+    let report = db.audit::<Page>().await;
+    let mut shown: Vec<String> = (report.legacy_ids.samples.iter())
+        .map(|sample| sample.id.clone())
+        .collect();
+    shown.sort();
+    let expected: Vec<String> = (without.iter())
+        .map(|slug| match db.kind() {
+            Kind::Postgres => "(no _id, at ctid (".to_owned(),
+            _ => format!("(no _id, at natural key [\"{slug}\"])"),
+        })
+        .collect();
+    assert_eq!(shown.len(), expected.len(), "{db}: {report}");
+    for (shown, expected) in shown.iter().zip(&expected) {
+        assert!(
+            shown.starts_with(expected),
+            "{db}: {shown} is not {expected}: {report}"
+        );
+    }
+    assert_eq!(
+        report.legacy_ids.count,
+        without.len() as u64,
+        "{db}: {report}"
+    );
+    assert_eq!(db.adopt::<Page>().await, without.len() as u64, "{db}");
+    let report = db.audit::<Page>().await;
+    assert!(report.is_clean(), "{db}: {report}");
 }
 
 /// The column of the op ids `apply_once` records, missing: once its fix added it, an op is
@@ -1751,8 +1794,8 @@ async fn with_primary_key(db: &mut Sql, primary: &str) {
     }
 }
 
-/// [`a_primary_key_on_other_columns_than_the_id`], `_id` without a unique index: its fix
-/// (`ADD PRIMARY KEY`) fails where the table has a primary key.
+/// [`a_primary_key_on_other_columns_than_the_id`], `_id` without a unique index: its fix must
+/// work beside the primary key the table has (a second `ADD PRIMARY KEY` would fail).
 #[tokio::test]
 async fn an_id_without_a_unique_index_beside_another_primary_key_is_refused_until_fixed() {
     for mut db in backends("other_primary_bare").await {
@@ -1862,5 +1905,204 @@ async fn what_concerns_only_other_columns_is_accepted() {
             }
         }
         accepts(&mut db, &page("a", 1), &page("a", 2)).await;
+    }
+}
+
+/// SQLite: idem's table `WITHOUT ROWID` (its primary key `_id`, the table's order): accepted,
+/// audited and adopted as the table `ensure_table` makes.
+#[tokio::test]
+async fn a_sqlite_table_without_rowid_is_accepted() {
+    for mut db in backends_of("without_rowid", &[Kind::Sqlite]).await {
+        let create = plain(&db.create_sql::<Page>());
+        db.run(&format!("{create} WITHOUT ROWID")).await;
+        accepts(&mut db, &page("a", 1), &page("a", 2)).await;
+        assert_eq!(db.adopt::<Page>().await, 0, "{db}");
+        assert!(db.audit::<Page>().await.is_clean(), "{db}");
+    }
+}
+
+/// Makes `_id` of `T`'s table nullable and not the primary key, with a unique index on it if
+/// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key
+/// if `without_rowid`).
+async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_rowid: bool) {
+    let create = db.create_sql::<T>();
+    let table = T::MODEL.collection();
+    let (t, id) = (db.q(table), db.q("_id"));
+    match db.kind() {
+        Kind::Postgres => {
+            let pkey = db.q(&format!("{table}_pkey"));
+            db.run(&format!(
+                "ALTER TABLE {t} DROP CONSTRAINT {pkey}, ALTER COLUMN {id} DROP NOT NULL"
+            ))
+            .await
+        }
+        Kind::Mariadb => {
+            let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
+            db.run(&format!(
+                "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
+            ))
+            .await
+        }
+        Kind::Sqlite => {
+            let definition = definition_of(db, &create, "_id").replace(" PRIMARY KEY NOT NULL", "");
+            let mut create = redefined(db, &create, "_id", &definition);
+            if without_rowid {
+                let key: Vec<String> = (T::MODEL.natural_key_fields())
+                    .map(|field| db.q(field.stored_name()))
+                    .collect();
+                create = create.replacen(
+                    "\n    CONSTRAINT",
+                    &format!("\n    PRIMARY KEY ({}),\n    CONSTRAINT", key.join(", ")),
+                    1,
+                );
+                create = format!("{} WITHOUT ROWID", create.trim_end().trim_end_matches(';'));
+            }
+            db.remake(table, &create).await;
+            if without_rowid {
+                assert!(db.try_run(&format!("SELECT rowid FROM {t}")).await.is_err());
+            }
+        }
+    }
+    if unique {
+        let index = db.q(&format!("{table}_id"));
+        db.run(&format!("CREATE UNIQUE INDEX {index} ON {t} ({id})"))
+            .await;
+    }
+}
+
+/// `_id` without a primary key, nullable, with a unique index, and rows stored without one
+/// (SQLite: also in a table `WITHOUT ROWID` whose primary key is the natural key): accepted;
+/// the audit names the rows where they are, `adopt` gives them their ids, and each is then
+/// written as any other.
+#[tokio::test]
+async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
+    for without_rowid in [false, true] {
+        let kinds: &[Kind] = match without_rowid {
+            false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
+            true => &[Kind::Sqlite],
+        };
+        for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
+            seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
+            with_nullable_id::<Page>(&mut db, true, without_rowid).await;
+            let (t, id) = (db.q("pages"), db.q("_id"));
+            db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+            db.forget();
+            assert_eq!(
+                db.table_problems::<Page>().await,
+                Vec::<String>::new(),
+                "{db}"
+            );
+            adopted_ids(&mut db, &["a", "b"]).await;
+            for doc in [page("a", 2), page("b", 2)] {
+                assert_eq!(db.upsert(&doc).await.unwrap(), Outcome::Updated, "{db}");
+                assert_eq!(db.get(&doc).await.unwrap(), Some(doc), "{db}");
+            }
+            accepts(&mut db, &page("c", 1), &page("c", 2)).await;
+        }
+    }
+}
+
+/// More rows without an `_id` than one page of `adopt` reads, under a natural key of two
+/// columns (and one whose key has a NULL part, which no id can be derived for): `adopt` moves
+/// every other, page after page in the key's order, and reports that one.
+#[tokio::test]
+async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page() {
+    const ROWS: usize = 1_100;
+    for without_rowid in [false, true] {
+        let kinds: &[Kind] = match without_rowid {
+            false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
+            true => &[Kind::Sqlite],
+        };
+        for mut db in backends_of(&format!("pages_of_pairs_{without_rowid}"), kinds).await {
+            db.ensure_table::<Pair>().await.unwrap();
+            let docs: Vec<Pair> = (0..ROWS)
+                .map(|n| pair(&format!("s{}", n % 7), &format!("l{n}")))
+                .collect();
+            db.upsert_many(&docs).await.unwrap();
+            with_nullable_id::<Pair>(&mut db, true, without_rowid).await;
+            let (t, id) = (db.q("pairs"), db.q("_id"));
+            db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+            // A key with a NULL part (SQLite cannot drop a NOT NULL in place).
+            let lang = db.q("lang");
+            let nullable = match db.kind() {
+                Kind::Postgres => Some(format!("ALTER COLUMN {lang} DROP NOT NULL")),
+                Kind::Mariadb => {
+                    let create = db.create_sql::<Pair>();
+                    let definition = definition_of(&db, &create, "lang").replace(" NOT NULL", "");
+                    Some(format!("MODIFY {lang} {definition}"))
+                }
+                Kind::Sqlite => None,
+            };
+            if let Some(nullable) = &nullable {
+                db.run(&format!(
+                    "ALTER TABLE {t} {nullable}; INSERT INTO {t} (slug, title) VALUES ('s0', 'x')"
+                ))
+                .await;
+            }
+            let failed = u64::from(nullable.is_some());
+            db.forget();
+            let report = db.audit::<Pair>().await;
+            assert_eq!(report.legacy_ids.count, ROWS as u64, "{db}: {report}");
+            let report = db.adopt_report::<Pair>().await;
+            assert_eq!(report.moved.count, ROWS as u64, "{db}: {report:?}");
+            assert_eq!(report.failed.count, failed, "{db}: {report:?}");
+            let report = db.audit::<Pair>().await;
+            assert_eq!(report.clean, ROWS as u64, "{db}: {report}");
+            for doc in &docs[..3] {
+                assert_eq!(db.get(doc).await.unwrap().as_ref(), Some(doc), "{db}");
+            }
+        }
+    }
+}
+
+/// `_id` nullable without a unique index, and rows stored without one: the fix of the index
+/// works on those rows (a primary key would refuse their NULLs), and `adopt` then gives them
+/// their ids.
+#[tokio::test]
+async fn rows_without_an_id_in_a_nullable_id_column_without_an_index_are_fixed_and_adopted() {
+    for mut db in backends("nullable_id_bare").await {
+        seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
+        with_nullable_id::<Page>(&mut db, false, false).await;
+        let (t, id) = (db.q("pages"), db.q("_id"));
+        db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+        refuses_then_fixed(
+            &mut db,
+            &page("c", 1),
+            &["no primary key or unique index on \"_id\""],
+        )
+        .await;
+        adopted_ids(&mut db, &["a", "b"]).await;
+        for doc in [page("a", 2), page("b", 2)] {
+            assert_eq!(db.upsert(&doc).await.unwrap(), Outcome::Updated, "{db}");
+        }
+    }
+}
+
+/// A nullable `_id` beside another unique index: a write that meets another document's row
+/// through that index is refused, and that row keeps its `_id`.
+#[tokio::test]
+async fn a_nullable_id_beside_another_unique_index_keeps_the_row_met() {
+    for mut db in backends("nullable_id_other").await {
+        seeded(&mut db, &[page("a", 1)]).await;
+        with_nullable_id::<Page>(&mut db, true, false).await;
+        let (t, title) = (db.q("pages"), db.q("title"));
+        let title = match db.kind() {
+            Kind::Mariadb => format!("{title}(100)"),
+            _ => title,
+        };
+        db.run(&format!("CREATE UNIQUE INDEX pages_title ON {t} ({title})"))
+            .await;
+        db.forget();
+        let before = db.rows::<Page>().await;
+        let mut other = page("b", 1);
+        other.title = page("a", 1).title;
+        let outcome = db.upsert(&other).await;
+        assert!(outcome.is_err(), "{db}: {outcome:?}");
+        assert_eq!(db.rows::<Page>().await, before, "{db}");
+        assert_eq!(
+            db.get(&page("a", 1)).await.unwrap(),
+            Some(page("a", 1)),
+            "{db}"
+        );
     }
 }

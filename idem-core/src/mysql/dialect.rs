@@ -51,7 +51,8 @@ impl SqlDialect for MySql {
         document: &DocumentRef,
         stored_types: bool,
     ) -> Result<Vec<String>, Error> {
-        super::schema::table_problems(wire, table, document, stored_types).await
+        let found = super::schema::found(wire, table);
+        crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
     }
 
     // MariaDB's `JSON` is `LONGTEXT` with a `json_valid` check, which names it here; MySQL's is
@@ -69,8 +70,7 @@ impl SqlDialect for MySql {
         super::table::shape_of(declared)
     }
 
-    // InnoDB shows no row locator; the table check wants `_id` the primary key, so every row
-    // has one.
+    // InnoDB shows no row locator: a row without `_id` is found by its natural key.
     const ROW_LOCATOR: Option<&'static str> = None;
 
     const LOCKING_READ: &'static str = " FOR UPDATE";

@@ -34,7 +34,8 @@
 //!
 //! A write is one `INSERT … ON DUPLICATE KEY UPDATE` per chunk. Its first assignment refuses a
 //! row that is not this document's (another id or natural key: the statement meets a row through
-//! any unique index) by setting `_id` to NULL, which strict mode refuses (1048); the second
+//! any unique index) by setting `_id` longer than any `VARCHAR`, which strict mode refuses (1406;
+//! a NULL would stay in an `_id` column without NOT NULL, as adopt wants it); the second
 //! decides, from the stored row alone, whether the guard lets the row be replaced, and if so sets
 //! `idemWrite` to the update's value made for this statement; every later assignment replaces
 //! its column only where `idemWrite` holds that value (MariaDB

@@ -4,13 +4,10 @@
 //! id and exactly the natural key, without prefixes. Every problem comes with its fix, all of
 //! them at once: applying the fixes listed makes the table pass.
 
-use super::errors::mysql_error;
 use super::table::{data_types, quote, Table, BYTEWISE};
 use super::MySql;
-use crate::document::DocumentRef;
-use crate::error::Error;
-use crate::model::{APPLIED_OPS_FIELD, WRITE_MARKER_FIELD};
-use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
+use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
 /// The table's columns: name, data type, collation.
@@ -30,39 +27,35 @@ fn is_bytewise(collation: &str) -> bool {
     collation.ends_with("_nopad_bin") || collation == "utf8mb4_0900_bin"
 }
 
-/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
-/// columns, the session's `sql_mode`, then the table's unique indexes.
-pub(super) async fn table_problems(
-    wire: &impl Wire,
-    table: &Table,
-    document: &DocumentRef,
-    stored_types: bool,
-) -> Result<Vec<String>, Error> {
+/// The table as the catalog describes it ([`table_check::problems`]), `None` if it does not
+/// exist: its columns, the session's `sql_mode`, then the table's unique indexes.
+pub(super) async fn found(wire: &impl Wire, table: &Table) -> Result<Option<Found>, DbFailure> {
     let name = Param::Text(Some(table.model.collection()));
-    let error = |source| mysql_error(document, source);
     crate::trace::round_trip("SELECT");
-    let rows = wire.fetch_all(COLUMNS, &[name]).await.map_err(error)?;
+    let rows = wire.fetch_all(COLUMNS, &[name]).await?;
     if rows.is_empty() {
-        return Ok(vec![table_check::absent::<MySql>(table)]);
+        return Ok(None);
     }
     let mut columns = Vec::with_capacity(rows.len());
     for row in &rows {
-        let text = |at| row.text(at).map_err(error);
         columns.push(FoundColumn {
-            name: text(0)?.unwrap_or_default(),
-            declared: text(1)?.unwrap_or_default(),
-            loose: text(2)?.filter(|collation| !is_bytewise(collation)),
+            name: row.text(0)?.unwrap_or_default(),
+            declared: row.text(1)?.unwrap_or_default(),
+            loose: row.text(2)?.filter(|collation| !is_bytewise(collation)),
         });
     }
-    let mut problems = session_mode_problems(wire, document).await?;
-    let indexes = unique_indexes(wire, table).await.map_err(error)?;
-    let verdict = table_check::judge::<MySql>(table, &columns, Some(&indexes), stored_types);
-    problems.extend(verdict.problems);
-    Ok(problems)
+    let session = session_mode_problems(wire).await?;
+    let indexes = Some(unique_indexes(wire, table).await?);
+    Ok(Some(Found {
+        session,
+        columns,
+        indexes,
+    }))
 }
 
 impl TableCheck for MySql {
     const NAMES_IGNORE_CASE: bool = true;
+    const ID_ADDED_UNIQUE: bool = true;
 
     /// Each named by the first `DATA_TYPE` it may have.
     fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
@@ -76,8 +69,14 @@ impl TableCheck for MySql {
         (table.data_types(column)).contains(&found.to_ascii_lowercase().as_str())
     }
 
+    /// As `ensure_table` declares it; `_id` nullable, as the rows it is added to have none
+    /// until `adopt` gives them theirs.
     fn definition(table: &Table, column: &str, _expected: &str) -> String {
-        expected_type(table, column)
+        let declared = expected_type(table, column);
+        match column {
+            ID_FIELD => declared.replace(" NOT NULL", ""),
+            _ => declared,
+        }
     }
 
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
@@ -160,16 +159,12 @@ async fn unique_indexes(wire: &impl Wire, table: &Table) -> Result<Vec<FoundInde
 /// another document's row is written as `''`); and assignments made in order, which
 /// `SIMULTANEOUS_ASSIGNMENT` (part of `ORACLE`) turns off, so that the columns of an upsert would
 /// not see its decision.
-async fn session_mode_problems(
-    wire: &impl Wire,
-    document: &DocumentRef,
-) -> Result<Vec<String>, Error> {
+async fn session_mode_problems(wire: &impl Wire) -> Result<Vec<String>, DbFailure> {
     crate::trace::round_trip("SELECT");
     let mode = wire
         .fetch_optional("SELECT @@SESSION.sql_mode", &[])
         .await
-        .and_then(|row| row.map(|row| row.text(0)).transpose())
-        .map_err(|source| mysql_error(document, source))?
+        .and_then(|row| row.map(|row| row.text(0)).transpose())?
         .flatten()
         .unwrap_or_default();
     let modes: Vec<&str> = mode.split(',').collect();

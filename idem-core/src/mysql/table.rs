@@ -175,8 +175,8 @@ impl MarkerWords for super::MySql {
     }
 
     /// The write of `rows` rows for `statement` ([`MarkerWords::write_sql`]).
-    /// The first assignment refuses a row met that is not this document's (`_id` set to NULL,
-    /// which strict mode refuses); the second sets the write marker to the update's (the one
+    /// The first assignment refuses a row met that is not this document's (`_id` set longer
+    /// than it may be, which strict mode refuses); the second sets the write marker to the update's (the one
     /// parameter after the rows) where the row may be replaced; each later one replaces
     /// its column where the marker is the update's, which is the insert's with `u` for `i`.
     fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
@@ -212,9 +212,10 @@ impl MarkerWords for super::MySql {
         let updating = format!("{marker} <=> CONCAT('u', SUBSTRING(VALUES({marker}), 2))");
         // A row met that holds neither the id nor the natural key was met through another
         // unique index (MariaDB checks a long one, `USING HASH`, before the primary key): the
-        // write fails on the id set NULL (1048), and the plain insert of the row names the index.
+        // write fails on the id set longer than any `VARCHAR` (1406; a NULL would stay in an
+        // `_id` without NOT NULL, adopt's), and the plain insert of the row names the index.
         let mut set = vec![format!(
-            "{id} = IF({} OR {}, {id}, NULL)",
+            "{id} = IF({} OR {}, {id}, REPEAT('-', 65536))",
             same_row[0],
             match same_row[1..].join(" AND ") {
                 none if none.is_empty() => "0".to_owned(),

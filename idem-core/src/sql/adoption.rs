@@ -1,6 +1,6 @@
 //! The adoption of a table's rows, for any SQL dialect: the move of each row not under its
 //! derived id to it, page by page, the rows with an `_id` in its order, then those without one
-//! by the row's locator. The run (its passes, cursor, limit, progress and report) is written
+//! by the row's locator, or by the natural key where the database has none. The run (its passes, cursor, limit, progress and report) is written
 //! once here; each dialect says how it reads a page and moves a row
 //! ([`SqlDialect::adoption_rows`], [`SqlDialect::adoption_move`]), and whether a page is read
 //! with its locks and moved in a transaction of its own ([`SqlDialect::ADOPTS_IN_TRANSACTION`]:
@@ -13,9 +13,10 @@ use serde_json::{Map, Value};
 
 use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
-use super::takeover::{adoptable_table, located};
+use super::takeover::{adoptable_table, located, location_of, place};
 use super::wire::{Cells, Param, Wire};
 use crate::audit::{AdoptReport, AuditProgress, RunLimits};
+use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::id::Id;
@@ -36,7 +37,7 @@ pub(crate) const PAGE_ROWS: i64 = 500;
 #[derive(Clone, Copy)]
 pub(crate) enum Rows<'r> {
     /// One page of a pass, after the cursor: the rows with an `_id`, in its order (`located`
-    /// false), or the rows without one, by the row's locator.
+    /// false), or the rows without one, by where they are ([`location_of`]).
     Page {
         located: bool,
         after: Option<&'r str>,
@@ -51,7 +52,7 @@ pub(crate) struct ReadRow {
     pub stored: Map<String, Value>,
     /// Its `_id`, if it has one.
     pub id: Option<String>,
-    /// Where it is (the dialect's locator), if the dialect has one.
+    /// Where it is ([`location_of`]): the dialect's locator, else its natural key.
     pub location: Option<String>,
     /// The row version it was read at, where a move is guarded by it (PostgreSQL's `xmin`).
     #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
@@ -146,9 +147,6 @@ async fn move_rows<D: SqlDialect>(
         progress,
     };
     for located in [false, true] {
-        if located && D::ROW_LOCATOR.is_none() {
-            break;
-        }
         let mut after: Option<String> = None;
         loop {
             let rows = Rows::Page {
@@ -177,7 +175,7 @@ async fn move_rows<D: SqlDialect>(
 enum Next {
     /// On, after the cursor (the page's last row).
     After(String),
-    /// To the next pass: the page was empty.
+    /// To the next pass: the page held no row after which the next could be read.
     PassDone,
     /// Nowhere: the run's limit is reached.
     Stop,
@@ -193,14 +191,13 @@ async fn page<D: SqlDialect>(
 ) -> Result<Next, Error> {
     let collection = DocumentRef::collection(table.model);
     let page = D::adoption_rows(wire, table, rows, &collection).await?;
-    let Some(last) = page.last() else {
-        return Ok(Next::PassDone);
-    };
+    // The cursor: the last row that has a place in the pass's order (a row without `_id` whose
+    // natural key has a NULL part has none: it comes first, and cannot move).
     let located = matches!(rows, Rows::Page { located: true, .. });
-    let last = match located {
-        true => last.location.clone(),
-        false => last.id.clone(),
-    };
+    let last = page.iter().rev().find_map(|row| match located {
+        true => row.location.clone(),
+        false => row.id.clone(),
+    });
     for row in page {
         if run.limits.documents_left(&run.report, 0) == Some(0) {
             return Ok(Next::Stop);
@@ -209,7 +206,7 @@ async fn page<D: SqlDialect>(
         run.scanned += 1;
         (run.progress)(&AuditProgress::new(run.scanned, run.total));
     }
-    Ok(Next::After(last.unwrap_or_default()))
+    Ok(last.map_or(Next::PassDone, Next::After))
 }
 
 /// Moves one row, reading it again while it changes under the move.
@@ -220,10 +217,7 @@ async fn adopt_row<D: SqlDialect>(
     mut row: ReadRow,
     report: &mut AdoptReport,
 ) -> Result<(), Error> {
-    let place = match (D::ROW_LOCATOR, &row.location) {
-        (Some(locator), Some(location)) => format!("{locator} {location}"),
-        _ => "a row".to_owned(),
-    };
+    let place = (row.location.as_deref()).map_or("a row".to_owned(), place::<D>);
     let shown = shown_row_id(row.stored.get(ID_FIELD), &place);
     let mut attempts = 0;
     let why = loop {
@@ -273,7 +267,9 @@ async fn adopt_row<D: SqlDialect>(
 
 /// The rows of an adoption where a page is read with its locks inside a transaction of idem's
 /// own (SQLite, the MySQL family): a row changed between its read and its move would be moved
-/// with the hash of what was read.
+/// with the hash of what was read. These databases have no locator every table has (a SQLite
+/// table `WITHOUT ROWID` has no `rowid`): a row without `_id` is found by its natural key, which
+/// the table check wants unique, and the pass over such rows goes in its order.
 // Where only PostgreSQL is built, the marker dialects' reads and moves go unused.
 #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
 pub(crate) async fn locked_rows<D: SqlDialect>(
@@ -297,9 +293,12 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
             located: true,
             after,
         } => {
-            let locator = D::ROW_LOCATOR.unwrap_or_default();
-            let order = format!("ORDER BY t.{locator}");
-            let condition = format!("t.{id} IS NULL AND (? IS NULL OR t.{locator} > ?) {order}");
+            let key: Vec<String> = (table.natural_key_names().iter())
+                .map(|name| format!("t.{}", D::quote(name)))
+                .collect();
+            let (key, marks) = (key.join(", "), vec!["?"; key.len()].join(", "));
+            let condition =
+                format!("t.{id} IS NULL AND (? IS NULL OR ({key}) > ({marks})) ORDER BY {key}");
             (condition, after)
         }
         Rows::Id(at) => (format!("(? IS NULL OR t.{id} = ?)"), Some(at)),
@@ -311,7 +310,12 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
         D::LOCKING_READ
     );
     crate::trace::round_trip("SELECT");
-    let params = [Param::Text(after), Param::Text(after)];
+    let key = natural_key(after);
+    let mut params = vec![Param::Text(after)];
+    match rows {
+        Rows::Page { located: true, .. } => params.extend(key_params(table, key.as_deref())),
+        _ => params.push(Param::Text(after)),
+    }
     let found = wire.fetch_all(&sql, &params).await.map_err(error)?;
     let mut read = Vec::with_capacity(found.len());
     for row in &found {
@@ -321,17 +325,33 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
                 .get(ID_FIELD)
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            location: location_of::<D>(table, &stored, row.text(next).map_err(error)?),
             stored,
-            location: row.text(next).map_err(error)?,
             version: None,
         });
     }
     Ok(read)
 }
 
+/// The texts of the natural key at `location` ([`location_of`]).
+fn natural_key(location: Option<&str>) -> Option<Vec<String>> {
+    serde_json::from_str(location?).ok()
+}
+
+/// The natural key's texts `key` (NULLs if none) bound as its columns hold them.
+fn key_params<'k>(table: &Layout, key: Option<&'k [String]>) -> Vec<Param<'k>> {
+    (table.model.natural_key_fields().enumerate())
+        .map(|(at, field)| {
+            let shape =
+                (table.column_of(field)).map_or(ColumnShape::Text, |at| table.columns[at].shape);
+            Param::typed(shape, key.and_then(|key| key.get(at)).map(String::as_str))
+        })
+        .collect()
+}
+
 /// The move of a row [`locked_rows`] read and locked: one `UPDATE` of its id, its write marker
-/// and idem's columns, by its id, else by its locator. The derived id held by another row fails
-/// on the id's unique index, which undoes the statement alone.
+/// and idem's columns, by its id, else by its natural key. The derived id held by another row
+/// fails on the id's unique index, which undoes the statement alone.
 #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
 pub(crate) async fn locked_move<D: SqlDialect>(
     wire: &impl Wire,
@@ -346,20 +366,18 @@ pub(crate) async fn locked_move<D: SqlDialect>(
     for (index, _) in &destination.contents {
         set.push(format!("{} = ?", D::quote(table.columns[*index].name)));
     }
-    let (condition, at) = match (&row.id, &row.location) {
-        (Some(id), _) => (D::quote(ID_FIELD), Param::Text(Some(id.as_str()))),
-        (None, location) => {
-            let location = location.as_deref().unwrap_or_default();
-            let at = location
-                .parse::<i64>()
-                .map_or(Param::Text(Some(location)), Param::Integer);
-            (D::ROW_LOCATOR.unwrap_or_default().to_owned(), at)
-        }
+    let key = natural_key(row.location.as_deref());
+    let condition: Vec<String> = match &row.id {
+        Some(_) => vec![format!("{} = ?", D::quote(ID_FIELD))],
+        None => std::iter::once(format!("{} IS NULL", D::quote(ID_FIELD)))
+            .chain((table.natural_key_names().iter()).map(|name| format!("{} = ?", D::quote(name))))
+            .collect(),
     };
     let update = format!(
-        "UPDATE {} SET {} WHERE {condition} = ?",
+        "UPDATE {} SET {} WHERE {}",
         D::quote(table.model.collection()),
         set.join(", "),
+        condition.join(" AND "),
     );
     let update_marker = format!("u{}", ulid::Ulid::generate());
     let mut params = vec![
@@ -372,7 +390,10 @@ pub(crate) async fn locked_move<D: SqlDialect>(
             .iter()
             .map(|(_, value)| Param::Text(value.as_deref())),
     );
-    params.push(at);
+    match &row.id {
+        Some(id) => params.push(Param::Text(Some(id))),
+        None => params.extend(key_params(table, key.as_deref())),
+    }
     crate::trace::round_trip("UPDATE");
     match wire.execute(&update, &params).await {
         Ok(_) => Ok(Move::Moved),

@@ -97,8 +97,8 @@ pub(crate) fn diagnose(
     });
 }
 
-/// A row as a report shows it: its `_id`, or where it is if it has none (`ctid (0,1)`, `rowid
-/// 7`: valid until the row is next written).
+/// A row as a report shows it: its `_id`, or where it is if it has none (`ctid (0,1)`, valid
+/// until the row is next written; `natural key ["a"]`).
 pub(crate) fn shown_row_id(id: Option<&Value>, location: &str) -> String {
     match id {
         None | Some(Value::Null) => format!("(no _id, at {location})"),

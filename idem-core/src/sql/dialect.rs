@@ -119,9 +119,10 @@ pub(crate) trait SqlDialect: Dialect {
     const LOCKING_READ: &'static str;
     /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
     fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
-    /// How a row is found where it has no `_id` (SQLite's `rowid`, PostgreSQL's `ctid`), a
-    /// column every table has, read as [`SqlDialect::read_of`] reads a column; `None` where the
-    /// database has none.
+    /// How a row is found where it has no `_id` (PostgreSQL's `ctid`), a column every table
+    /// has, read as [`SqlDialect::read_of`] reads a column; `None` where the database has none
+    /// (SQLite's `rowid` is not in a table `WITHOUT ROWID`): such a row is then found by its
+    /// natural key ([`super::takeover::location_of`]).
     const ROW_LOCATOR: Option<&'static str>;
 
     /// Whether the driver sends its commands to a worker thread that holds the span current

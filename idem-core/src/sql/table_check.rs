@@ -60,8 +60,8 @@ pub(crate) trait TableCheck: SqlDialect {
     /// Whether `_id`, when missing, is added with its unique index (`ADD COLUMN … UNIQUE`), so
     /// that no index needs to be asked for apart from it.
     const ID_ADDED_UNIQUE: bool = false;
-    /// Whether `ALTER TABLE` adds a primary key and a unique constraint to a table; otherwise
-    /// the keys' fixes are `CREATE UNIQUE INDEX`.
+    /// Whether `ALTER TABLE` adds a unique constraint to a table; otherwise the keys' fixes are
+    /// `CREATE UNIQUE INDEX`.
     const ADDS_CONSTRAINTS: bool = true;
 
     /// Every column the table must have, with the type messages name it by.
@@ -104,6 +104,35 @@ pub(crate) struct Verdict<'c> {
     pub on_id: Vec<&'c FoundIndex>,
     /// The unique indexes on exactly the natural key.
     pub on_natural_key: Vec<&'c FoundIndex>,
+}
+
+/// A table as a dialect's catalog reads describe it ([`problems`]).
+#[cfg(feature = "_marker_store")]
+pub(crate) struct Found {
+    /// What the session lacks for idem's writes, whatever the table (MySQL's `sql_mode`).
+    pub session: Vec<String>,
+    pub columns: Vec<FoundColumn>,
+    /// Its unique indexes; `None`: not read, where the key columns' collations already ask for
+    /// the table to be made anew.
+    pub indexes: Option<Vec<FoundIndex>>,
+}
+
+/// [`SqlDialect::table_problems`] from the table the dialect's catalog reads found (`None`: it
+/// does not exist): what the session lacks, then the table's problems.
+#[cfg(feature = "_marker_store")]
+pub(crate) async fn problems<D: TableCheck>(
+    table: &D::Table,
+    document: &DocumentRef,
+    stored_types: bool,
+    found: impl std::future::Future<Output = Result<Option<Found>, crate::sql::wire::DbFailure>>,
+) -> Result<Vec<String>, Error> {
+    let Some(found) = found.await.map_err(|source| D::error(document, source))? else {
+        return Ok(vec![absent::<D>(table)]);
+    };
+    let mut problems = found.session;
+    let indexes = found.indexes.as_deref();
+    problems.extend(judge::<D>(table, &found.columns, indexes, stored_types).problems);
+    Ok(problems)
 }
 
 /// The problem of a table the catalog does not hold, with the statements that make it.
@@ -262,9 +291,9 @@ pub(crate) fn judge<'c, D: TableCheck>(
     on_id.retain(counts);
     on_natural_key.retain(counts);
     // The statement that adds the unique index `{collection}_{index}` on `columns`, under a
-    // name no index of the table holds (one that does not count may hold idem's); through
-    // `ALTER TABLE`, the id's is the primary key unless the table has one.
-    let has_primary_key = indexes.iter().any(|index| index.primary);
+    // name no index of the table holds (one that does not count may hold idem's). Not a primary
+    // key: the table may have one, and rows without an `_id` that `adopt` has not reached yet
+    // (NULL) break a primary key, not a unique constraint.
     let add_unique = |index: &str, columns: &[&str]| {
         let base = format!("{}_{index}", table.model.collection());
         let taken =
@@ -275,12 +304,9 @@ pub(crate) fn judge<'c, D: TableCheck>(
         let index = D::quote(free.as_deref().unwrap_or(&base));
         let list: Vec<String> = columns.iter().map(|column| D::quote(column)).collect();
         let list = list.join(", ");
-        match (D::ADDS_CONSTRAINTS, columns) {
-            (true, [ID_FIELD]) if !has_primary_key => {
-                format!("ALTER TABLE {name} ADD PRIMARY KEY ({list})")
-            }
-            (true, _) => format!("ALTER TABLE {name} ADD CONSTRAINT {index} UNIQUE ({list})"),
-            (false, _) => format!("CREATE UNIQUE INDEX {index} ON {name} ({list})"),
+        match D::ADDS_CONSTRAINTS {
+            true => format!("ALTER TABLE {name} ADD CONSTRAINT {index} UNIQUE ({list})"),
+            false => format!("CREATE UNIQUE INDEX {index} ON {name} ({list})"),
         }
     };
     if on_id.is_empty() && (found(ID_FIELD).is_some() || !D::ID_ADDED_UNIQUE) {

@@ -70,10 +70,37 @@ impl<D: SqlDialect> Store<D> {
 }
 
 /// Where a row is, for the adoption's pages and the audit's report: the dialect's locator of a
-/// row (SQLite's `rowid`, PostgreSQL's `ctid`) as selected after the row's columns, else
-/// nothing.
+/// row (PostgreSQL's `ctid`) as selected after the row's columns, else nothing.
 pub(crate) fn located<D: SqlDialect>(table: &D::Table) -> String {
     D::ROW_LOCATOR.map_or("NULL".to_owned(), |locator| D::read_of(table, "t", locator))
+}
+
+/// Where the row `stored` is, found without its `_id`: the dialect's locator (`cell`, selected
+/// as [`located`] selects it), else the texts of its natural key as a JSON array, which the
+/// natural key's unique constraint keeps to one row; `None` for a key with a NULL part, which
+/// no unique constraint keeps to one row.
+pub(crate) fn location_of<D: SqlDialect>(
+    table: &Layout,
+    stored: &Map<String, Value>,
+    cell: Option<String>,
+) -> Option<String> {
+    if D::ROW_LOCATOR.is_some() {
+        return cell;
+    }
+    let key: Option<Vec<String>> = (table.model.natural_key_fields())
+        .map(|field| match stored.get(field.stored_name()) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(other) => Some(other.to_string()),
+        })
+        .collect();
+    key.map(|key| Value::from(key).to_string())
+}
+
+/// A row's place as a report names it, at `location` ([`location_of`]): `ctid (0,1)`, valid
+/// until the row is next written, or `natural key ["a","en"]`.
+pub(crate) fn place<D: SqlDialect>(location: &str) -> String {
+    format!("{} {location}", D::ROW_LOCATOR.unwrap_or("natural key"))
 }
 
 /// The table of a model given at run time as an adoption moves its rows: refused (nothing
@@ -183,30 +210,35 @@ async fn scan<D: SqlDialect>(
         .map_err(error)?
         .flatten();
     let (list, columns) = D::row_select(table, &present);
-    let mut order: Vec<String> = model
-        .natural_key_fields()
+    // The natural key, then, among the rows whose key has a NULL part, the locator or `_id`:
+    // the columns the table has.
+    let has = |name: &str| present.iter().any(|present| present == name);
+    let mut order: Vec<String> = (model.natural_key_fields())
         .map(|field| field.stored_name())
-        .filter(|name| present.iter().any(|present| present == name))
+        .filter(|name| has(name))
         .map(|name| format!("t.{}", D::quote(name)))
         .collect();
-    order.push(
-        D::ROW_LOCATOR.map_or(format!("t.{}", D::quote(ID_FIELD)), |locator| {
-            format!("t.{locator}")
-        }),
-    );
+    match D::ROW_LOCATOR {
+        Some(locator) => order.push(format!("t.{locator}")),
+        None if has(ID_FIELD) => order.push(format!("t.{}", D::quote(ID_FIELD))),
+        None => {}
+    }
+    let order = match order.is_empty() {
+        true => String::new(),
+        false => format!(" ORDER BY {}", order.join(", ")),
+    };
     let sql = format!(
-        "SELECT {list}, {} FROM {name} t ORDER BY {}",
-        located::<D>(table),
-        order.join(", ")
+        "SELECT {list}, {} FROM {name} t{order}",
+        located::<D>(table)
     );
     crate::trace::round_trip("SELECT");
     let mut scan = RowScan::new(table, reading);
     let total = total.and_then(|total| u64::try_from(total).ok());
     wire.scan(&sql, &[], error, |row| {
         let (stored, next) = D::row_read(table, &columns, row, &document)?;
-        let location = row.text(next).map_err(error)?;
+        let location = location_of::<D>(table, &stored, row.text(next).map_err(error)?);
         let location = match location {
-            Some(location) => format!("{} {location}", D::ROW_LOCATOR.unwrap_or("row")),
+            Some(location) => place::<D>(&location),
             None => format!("row {}", report.scanned + 1),
         };
         scan.row(&mut report, stored, &location);

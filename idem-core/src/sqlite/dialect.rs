@@ -50,7 +50,8 @@ impl SqlDialect for Sqlite {
         document: &DocumentRef,
         stored_types: bool,
     ) -> Result<Vec<String>, Error> {
-        super::schema::table_problems(wire, table, document, stored_types).await
+        let found = super::schema::found(wire, table);
+        crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
     }
 
     const COLUMNS: &'static str =
@@ -60,7 +61,8 @@ impl SqlDialect for Sqlite {
         super::table::shape_of(declared)
     }
 
-    const ROW_LOCATOR: Option<&'static str> = Some("rowid");
+    // `rowid`, but for a table `WITHOUT ROWID`: a row without `_id` is found by its natural key.
+    const ROW_LOCATOR: Option<&'static str> = None;
 
     // sqlx's SQLite connection sends each command to a worker thread of its own.
     const WORKER_THREAD: bool = true;

@@ -6,22 +6,14 @@
 //! once: applying the fixes listed makes the table pass.
 
 use super::collation::{declared_collations, is_bytewise};
-use super::errors::sqlite_error;
 use super::table::{declared_as, quote, Table};
 use super::Sqlite;
-use crate::document::DocumentRef;
-use crate::error::Error;
-use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
+use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
-/// [`SqlDialect::table_problems`](crate::sql::dialect::SqlDialect::table_problems): the table's
-/// columns and its `CREATE TABLE` text, then its unique indexes.
-pub(super) async fn table_problems(
-    wire: &impl Wire,
-    table: &Table,
-    document: &DocumentRef,
-    stored_types: bool,
-) -> Result<Vec<String>, Error> {
+/// The table as the catalog describes it ([`table_check::problems`]), `None` if it does not
+/// exist: its columns and its `CREATE TABLE` text, then its unique indexes.
+pub(super) async fn found(wire: &impl Wire, table: &Table) -> Result<Option<Found>, DbFailure> {
     let name = table.model.collection();
     crate::trace::round_trip("SELECT");
     // The `CREATE TABLE` text once, beside the first column; a temporary table first, as
@@ -31,26 +23,22 @@ pub(super) async fn table_problems(
                COLLATE NOCASE UNION ALL SELECT sql, 1 FROM sqlite_master WHERE type = 'table' \
                AND name = ?1 COLLATE NOCASE) ORDER BY o LIMIT 1) END \
                FROM pragma_table_info(?1) ORDER BY cid";
-    let error = |source| sqlite_error(document, source);
-    let rows = wire
-        .fetch_all(sql, &[Param::Text(Some(name))])
-        .await
-        .map_err(error)?;
+    let rows = wire.fetch_all(sql, &[Param::Text(Some(name))]).await?;
     let Some(first) = rows.first() else {
-        return Ok(vec![table_check::absent::<Sqlite>(table)]);
+        return Ok(None);
     };
     // A collation only a column's definition declares: every index on the column compares so.
-    let mut declared = declared_collations(&first.text(3).map_err(error)?.unwrap_or_default());
+    let mut declared = declared_collations(&first.text(3)?.unwrap_or_default());
     let (mut columns, mut primary_key) = (Vec::with_capacity(rows.len()), Vec::new());
     for row in &rows {
-        let name = row.text(0).map_err(error)?.unwrap_or_default();
-        if row.integer(2).map_err(error)?.unwrap_or(0) > 0 {
+        let name = row.text(0)?.unwrap_or_default();
+        if row.integer(2)?.unwrap_or(0) > 0 {
             primary_key.push(name.clone());
         }
         let at = declared.iter().position(|(column, _)| *column == name);
         columns.push(FoundColumn {
             loose: (at.map(|at| declared.swap_remove(at).1)).filter(|c| !is_bytewise(c)),
-            declared: row.text(1).map_err(error)?.unwrap_or_default(),
+            declared: row.text(1)?.unwrap_or_default(),
             name,
         });
     }
@@ -60,7 +48,7 @@ pub(super) async fn table_problems(
         .any(|column| column.loose.is_some() && table_check::is_key::<Sqlite>(table, &column.name));
     let mut indexes = None;
     if !remade {
-        let mut found = unique_indexes(wire, name).await.map_err(error)?;
+        let mut found = unique_indexes(wire, name).await?;
         // An `INTEGER PRIMARY KEY` is the rowid, without an index of its own.
         if !primary_key.is_empty() && !found.iter().any(|index| index.primary) {
             found.push(FoundIndex {
@@ -75,8 +63,12 @@ pub(super) async fn table_problems(
         }
         indexes = Some(found);
     }
-    let verdict = table_check::judge::<Sqlite>(table, &columns, indexes.as_deref(), stored_types);
-    Ok(verdict.problems)
+    let session = Vec::new();
+    Ok(Some(Found {
+        session,
+        columns,
+        indexes,
+    }))
 }
 
 impl TableCheck for Sqlite {
