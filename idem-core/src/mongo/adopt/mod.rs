@@ -159,14 +159,9 @@ impl Store {
         mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
-        let (mismatch, unknown) = self.model_mismatch(model, field_order).await?;
-        crate::audit::check_adoption(
-            model,
-            mismatch,
-            &unknown,
-            options.ignore_model_check,
-            options.allow_unknown_fields,
-        )?;
+        let (sample, unknown) = self.model_sample(model, field_order).await?;
+        let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
+        let unknown = sample.checked(unknown, ignore, allow)?;
         let reading = Reading::Stored {
             field_order,
             left_out: &unknown,
