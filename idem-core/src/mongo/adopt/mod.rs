@@ -30,7 +30,7 @@ use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Model, ID_FIELD};
+use crate::model::Model;
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
 use moves::{reserved_from, Plan};
@@ -250,12 +250,7 @@ impl Adoption<'_> {
                 continue;
             };
             let derived = stored_id_text(&reserved).unwrap_or_default();
-            let original = self
-                .collection
-                .find_one(doc! { ID_FIELD: from.clone() })
-                .await
-                .naming(&collection_ref)?;
-            let moved = match original {
+            let moved = match self.original(&from).await? {
                 // Not released yet: the move goes on from the document as it is now.
                 Some(original) => match self.prepare(&original) {
                     Ok(None) => Ok(()),
