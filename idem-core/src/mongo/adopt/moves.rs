@@ -12,7 +12,7 @@ use crate::id::Id;
 use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
 use crate::mongo::errors::Naming;
-use crate::mongo::write::{field_digest, stored_id_text};
+use crate::mongo::write::{field_digest, frozen_digests, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
 };
@@ -91,18 +91,10 @@ impl Adoption<'_> {
             }
         }
         adopted.insert(self.model.hash_field(), hash);
-        let digests: Document = self
-            .model
-            .digested_fields()
-            .filter_map(|field| {
-                let digest = field_digest(stored, field).ok()??;
-                Some((
-                    field.stored_name().to_owned(),
-                    Bson::String(digest.to_string()),
-                ))
-            })
+        let digests: Vec<_> = (self.model.digested_fields())
+            .map(|field| (field, field_digest(stored, field).ok().flatten()))
             .collect();
-        if self.model.digested_fields().next().is_some() {
+        if let Some(digests) = frozen_digests(&digests) {
             adopted.insert(FROZEN_DIGESTS_FIELD, digests);
         }
         if let Some(key) = judged.version_key {
