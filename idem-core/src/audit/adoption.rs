@@ -1,8 +1,6 @@
 //! What an adoption decides, on every store: whether it may run at all, how far one run goes,
 //! and, where documents share a natural key, which of them stays.
 
-use serde_json::{Map, Value};
-
 use super::fields::note_unknown;
 use super::finding::UnknownField;
 #[cfg(feature = "mongodb")]
@@ -25,43 +23,21 @@ pub(crate) fn check_derived_ids(model: &Model) -> Result<(), crate::Error> {
 }
 
 /// What an adoption with a model given at run time reads before it moves anything, on every
-/// store: a sample of the stored documents, checked against the model ([`ModelCheck`], on
-/// those under a ULID), and searched, where their stored hash is not their content's, for a
-/// field the model would hash and the type does not ([`HashDiagnosis`]). A store reads the
-/// documents; [`ModelSample::checked`] decides.
+/// store: a sample of the stored documents, checked against the model (`check`, on those under a
+/// ULID), and searched, where their stored hash is not their content's, for a field the model
+/// would hash and the type does not (`diagnosis`). A store shows them its sample;
+/// [`ModelSample::checked`] decides.
 pub(crate) struct ModelSample<'m> {
-    model: &'m Model,
-    check: ModelCheck<'m>,
-    diagnosis: HashDiagnosis,
+    pub check: ModelCheck<'m>,
+    pub diagnosis: HashDiagnosis,
 }
 
 impl<'m> ModelSample<'m> {
     pub fn new(model: &'m Model) -> Self {
         ModelSample {
-            model,
             check: ModelCheck::new(model),
             diagnosis: HashDiagnosis::default(),
         }
-    }
-
-    /// The model check, which says whether it wants a document and when it has seen enough.
-    #[cfg(feature = "mongodb")]
-    pub fn check(&self) -> &ModelCheck<'m> {
-        &self.check
-    }
-
-    /// Examines one stored document: under `stored_id` (text) if it has one, its fields in the
-    /// neutral form, `diagnose` showing it to the hash diagnosis.
-    pub fn examine(
-        &mut self,
-        stored_id: Option<&str>,
-        fields: &Map<String, Value>,
-        diagnose: impl FnOnce(&mut HashDiagnosis),
-    ) {
-        if let Some(id) = stored_id {
-            self.check.examine(id, fields);
-        }
-        diagnose(&mut self.diagnosis);
     }
 
     /// What the sample decides: the adoption is refused where the documents show another model
@@ -71,6 +47,7 @@ impl<'m> ModelSample<'m> {
     /// fields, which the moves leave out of the hashes.
     pub fn checked(
         self,
+        model: &Model,
         mut unknown: Vec<UnknownField>,
         ignore_model_check: bool,
         allow_unknown_fields: bool,
@@ -78,7 +55,6 @@ impl<'m> ModelSample<'m> {
         for field in self.diagnosis.finding() {
             note_unknown(&mut unknown, field);
         }
-        let model = self.model;
         if let (Some(mismatch), false) = (self.check.finding(), ignore_model_check) {
             return Err(mismatch.refusal(model));
         }

@@ -384,16 +384,15 @@ impl Store {
         let collection = self.raw_collection(model);
         let find = collection.find(doc! { ID_FIELD: { "$type": "string" } });
         let mut cursor = find.await.naming(&whole)?;
-        while !sample.check().is_done() {
+        while !sample.check.is_done() {
             let Some(stored) = next_document(&mut cursor, &whole).await? else {
                 break;
             };
             let id = stored_id_text(&stored).unwrap_or_default();
-            if sample.check().wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
+            if sample.check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
+                sample.check.examine(&id, &neutral_fields(&stored));
                 fields.see(model, field_order, stored.keys().map(String::as_str));
-                sample.examine(Some(&id), &neutral_fields(&stored), |diagnosis| {
-                    examine_hash(diagnosis, model, field_order, &stored);
-                });
+                examine_hash(&mut sample.diagnosis, model, field_order, &stored);
             }
         }
         Ok((sample, fields.unknown))

@@ -95,7 +95,7 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
     }
     let sample = model_sample::<D>(wire, &table, field_order).await?;
     let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
-    let unknown = sample.checked(unknown, ignore, allow)?;
+    let unknown = sample.checked(model, unknown, ignore, allow)?;
     Ok(D::table(table.model, &columns_without(&table, &unknown)))
 }
 
@@ -132,10 +132,10 @@ pub(crate) async fn model_sample<'t, D: SqlDialect>(
         let Ok((stored, _)) = D::row_read(table, &columns, row, &document) else {
             continue;
         };
-        let id = stored.get(ID_FIELD).and_then(Value::as_str);
-        sample.examine(id, &stored, |diagnosis| {
-            diagnose(diagnosis, table, field_order, &stored);
-        });
+        if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
+            sample.check.examine(id, &stored);
+        }
+        diagnose(&mut sample.diagnosis, table, field_order, &stored);
     }
     Ok(sample)
 }

@@ -161,7 +161,7 @@ impl Store {
         self.require_collection(model).await?;
         let (sample, unknown) = self.model_sample(model, field_order).await?;
         let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
-        let unknown = sample.checked(unknown, ignore, allow)?;
+        let unknown = sample.checked(model, unknown, ignore, allow)?;
         let reading = Reading::Stored {
             field_order,
             left_out: &unknown,
