@@ -1,11 +1,14 @@
 //! What an adoption decides, on every store: whether it may run at all, how far one run goes,
 //! and, where documents share a natural key, which of them stays.
 
+use super::fields::note_unknown;
 use super::finding::UnknownField;
 #[cfg(feature = "mongodb")]
 use super::finding::{ShownKey, SAMPLES_PER_KIND};
+use super::hash_check::HashDiagnosis;
 use super::report::AdoptReport;
 use crate::model::Model;
+use crate::model_check::ModelCheck;
 
 /// Refuses the adoption of an event type's documents (a type with an idempotency key): their
 /// ids are not derived from their content, so there is none to move them to.
@@ -19,37 +22,60 @@ pub(crate) fn check_derived_ids(model: &Model) -> Result<(), crate::Error> {
     }
 }
 
-/// What an adoption with a model given at run time decides before it moves anything, on every
-/// store: refused where the stored documents show another model (`mismatch`, unless
-/// `ignore_model_check`), and where stored fields are not the model's (`unknown`, unless
-/// `allow_unknown_fields`), since the hashes it would store may not be the type's.
-pub(crate) fn check_adoption(
-    model: &Model,
-    mismatch: Option<crate::model_check::ModelMismatch>,
-    unknown: &[UnknownField],
-    ignore_model_check: bool,
-    allow_unknown_fields: bool,
-) -> Result<(), crate::Error> {
-    if let (Some(mismatch), false) = (mismatch, ignore_model_check) {
-        return Err(mismatch.refusal(model));
+/// What an adoption with a model given at run time reads before it moves anything, on every
+/// store: a sample of the stored documents, checked against the model (`check`, on those under a
+/// ULID), and searched, where their stored hash is not their content's, for a field the model
+/// would hash and the type does not (`diagnosis`). A store shows them its sample;
+/// [`ModelSample::checked`] decides.
+pub(crate) struct ModelSample<'m> {
+    pub check: ModelCheck<'m>,
+    pub diagnosis: HashDiagnosis,
+}
+
+impl<'m> ModelSample<'m> {
+    pub fn new(model: &'m Model) -> Self {
+        ModelSample {
+            check: ModelCheck::new(model),
+            diagnosis: HashDiagnosis::default(),
+        }
     }
-    if unknown.is_empty() || allow_unknown_fields {
-        return Ok(());
+
+    /// What the sample decides: the adoption is refused where the documents show another model
+    /// (unless `ignore_model_check`), and where stored fields are not the model's (`unknown`,
+    /// as the store found them, and those the stored hashes leave out), unless
+    /// `allow_unknown_fields`, since the hashes it would store may not be the type's. Else those
+    /// fields, which the moves leave out of the hashes.
+    pub fn checked(
+        self,
+        model: &Model,
+        mut unknown: Vec<UnknownField>,
+        ignore_model_check: bool,
+        allow_unknown_fields: bool,
+    ) -> Result<Vec<UnknownField>, crate::Error> {
+        for field in self.diagnosis.finding() {
+            note_unknown(&mut unknown, field);
+        }
+        if let (Some(mismatch), false) = (self.check.finding(), ignore_model_check) {
+            return Err(mismatch.refusal(model));
+        }
+        if unknown.is_empty() || allow_unknown_fields {
+            return Ok(unknown);
+        }
+        let shown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+        Err(crate::Error::schema_mismatch(
+            model,
+            format!(
+                "stored fields that are not fields of the model given: {}; adoption would store \
+                 content hashes the type may not compute, so the next upsert of each document \
+                 would rewrite it. Give the type's fields (`--fields`, in its order, or `--model \
+                 FILE`), name the fields the type does not hash (`--volatile`, `--effect`, \
+                 `--tombstone`, `--push-by`), or, if they are no fields of the type, leave them \
+                 out of the hashes with `--allow-unknown-fields` \
+                 (`AdoptOptions::allowing_unknown_fields`); nothing was moved",
+                shown.join("; ")
+            ),
+        ))
     }
-    let shown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
-    Err(crate::Error::schema_mismatch(
-        model,
-        format!(
-            "stored fields that are not fields of the model given: {}; adoption would store \
-             content hashes the type may not compute, so the next upsert of each document would \
-             rewrite it. Give the type's fields (`--fields`, in its order, or `--model FILE`), \
-             name the fields the type does not hash (`--volatile`, `--effect`, `--tombstone`, \
-             `--push-by`), or, if they are no fields of the type, leave them out of the hashes \
-             with `--allow-unknown-fields` (`AdoptOptions::allowing_unknown_fields`); nothing \
-             was moved",
-            shown.join("; ")
-        ),
-    ))
 }
 
 /// Why an adoption run ended before the end: a limit was reached, and the next run goes on from

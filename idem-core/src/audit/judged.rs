@@ -30,6 +30,20 @@ pub(crate) struct TypedReading {
     pub version_key: Option<String>,
 }
 
+impl TypedReading {
+    /// What `value`, a stored document read as its type, says of itself: its id, its content
+    /// hash and its version's order key; its digests are taken from the stored values, which
+    /// a write of it stores as they are.
+    pub fn of<T: crate::Idempotent + serde::Serialize>(value: &T) -> Self {
+        TypedReading {
+            id: value.id().map_err(|error| error.to_string()),
+            hash: value.content_hash().ok(),
+            digests: None,
+            version_key: value.version_key().map(|key| key.to_stored()),
+        }
+    }
+}
+
 /// A stored document as a store reads it for its judgement.
 pub(crate) trait StoredDocument {
     /// The stored `_id` where it is text (an idem id is): other ids are legacy ones.

@@ -36,7 +36,7 @@ pub use finding::{
 pub use report::{AdoptReport, AuditReport};
 
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use adoption::{check_adoption, check_derived_ids, RunLimits};
+pub(crate) use adoption::{check_derived_ids, ModelSample, RunLimits};
 #[cfg(feature = "mongodb")]
 pub(crate) use adoption::{index_after_moves, kept_of_group, leave_duplicates, Halt, MoveEnd};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
@@ -47,12 +47,10 @@ pub(crate) use digests::DigestReading;
 pub(crate) use duplicates::StoredKey;
 #[cfg(feature = "mongodb")]
 pub(crate) use duplicates::{kept_by_value, KeyValue, Ordered};
-#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use fields::is_model_field;
-#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
-pub(crate) use fields::note_unknown;
 #[cfg(feature = "mongodb")]
 pub(crate) use fields::{hashed_fields, FieldsSeen};
+#[cfg(any(feature = "_postgres", feature = "_sqlx_store"))]
+pub(crate) use fields::{is_model_field, note_unknown};
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use hash_check::HashDiagnosis;
 #[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]

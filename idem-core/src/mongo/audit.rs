@@ -12,7 +12,7 @@ use super::write::{field_digest, stored_digest, stored_id_text};
 use super::{natural_key_pattern, Store};
 use crate::audit::{
     hashed_fields, AuditPass, AuditProgress, AuditReport, DigestReading, FieldsSeen, HashDiagnosis,
-    Judged, StoredDocument, StoredKey, TypedReading, UnknownField,
+    Judged, ModelSample, StoredDocument, StoredKey, TypedReading, UnknownField,
 };
 use crate::document::DocumentRef;
 use crate::engine::StoredDigest;
@@ -21,7 +21,6 @@ use crate::hash::{is_hashed_stored_field, ContentHash};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
-use crate::model_check::ModelCheck;
 use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
@@ -46,9 +45,8 @@ pub(crate) enum Reading<'a> {
     },
 }
 
-/// [`ReadTyped`] for `T`. The fields idem writes itself are removed first, so a type with
-/// `#[serde(deny_unknown_fields)]` reads its own documents. Its digests are read from the stored
-/// values, which a write of it stores as they are.
+/// [`ReadTyped`] for `T` ([`TypedReading::of`]). The fields idem writes itself are removed
+/// first, so a type with `#[serde(deny_unknown_fields)]` reads its own documents.
 pub(crate) fn read_typed<T>(stored: &Document) -> Result<TypedReading, String>
 where
     T: Idempotent + Serialize + DeserializeOwned,
@@ -61,27 +59,18 @@ where
         content.remove(name);
     }
     let value: T = super::text_keys::from_document(content)?;
-    Ok(TypedReading {
-        id: value.id().map_err(|error| error.to_string()),
-        hash: value.content_hash().ok(),
-        digests: None,
-        version_key: value.version_key().map(|key| key.to_stored()),
-    })
+    Ok(TypedReading::of(&value))
 }
 
 /// Judges one stored document of `model` ([`crate::audit::judge`]).
 pub(crate) fn judge(model: &Model, reading: Reading<'_>, document: &Document) -> Judged {
-    let (typed, field_order, left_out) = match reading {
-        Reading::Typed(read) => (Some(read(document)), &[][..], &[][..]),
-        Reading::Stored {
-            field_order,
-            left_out,
-        } => (None, field_order, left_out),
+    let typed = match reading {
+        Reading::Typed(read) => Some(read(document)),
+        Reading::Stored { .. } => None,
     };
     let stored = StoredBson {
         model,
-        field_order,
-        left_out,
+        reading,
         document,
     };
     crate::audit::judge(model, typed, &stored)
@@ -90,8 +79,7 @@ pub(crate) fn judge(model: &Model, reading: Reading<'_>, document: &Document) ->
 /// A stored document as the judgement reads it, its hashed fields as [`Reading::Stored`] says.
 struct StoredBson<'d> {
     model: &'d Model,
-    field_order: &'d [&'d str],
-    left_out: &'d [UnknownField],
+    reading: Reading<'d>,
     document: &'d Document,
 }
 
@@ -128,13 +116,15 @@ impl StoredDocument for StoredBson<'_> {
     /// [`stored_fields_hash`]: crate::hash::stored_fields_hash
     fn stored_hashes(&self) -> (Vec<ContentHash>, bool) {
         let (model, document) = (self.model, self.document);
-        let fields = hashed_fields(
-            model,
-            self.field_order,
-            self.left_out,
-            stored_fields(document),
-        );
-        let hash = crate::hash::stored_fields_hash(model, self.field_order, &fields);
+        let (field_order, left_out) = match self.reading {
+            Reading::Stored {
+                field_order,
+                left_out,
+            } => (field_order, left_out),
+            Reading::Typed(_) => (&[][..], &[][..]),
+        };
+        let fields = hashed_fields(model, field_order, left_out, stored_fields(document));
+        let hash = crate::hash::stored_fields_hash(model, field_order, &fields);
         let nested = document
             .iter()
             .any(|(name, value)| is_hashed_stored_field(model, name) && holds_document(value));
@@ -378,42 +368,34 @@ fn examine_hash(diagnosis: &mut HashDiagnosis, model: &Model, listed: &[&str], s
 }
 
 impl Store {
-    /// Checks `model` against the documents stored under a ULID ([`crate::model_check`]): reads
-    /// those whose `_id` is a string until enough are examined, not the whole collection.
-    ///
-    /// Returns also the stored fields the stored hashes show the type does not hash
-    /// ([`HashDiagnosis`]) and those `field_order` does not list, where it lists them.
-    pub(super) async fn model_mismatch(
+    /// Reads the sample an adoption of `model` (given at run time) checks before it moves
+    /// anything ([`ModelSample`]): the documents whose `_id` is a string, until enough are
+    /// examined, not the whole collection. Returns also the stored fields `field_order` does
+    /// not list, where it lists them.
+    pub(super) async fn model_sample<'m>(
         &self,
-        model: &Model,
+        model: &'m Model,
         field_order: &[&str],
-    ) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
-        let collection = self.database.collection::<Document>(model.collection());
+    ) -> Result<(ModelSample<'m>, Vec<UnknownField>), Error> {
         let whole = DocumentRef::collection(model);
-        let mut check = ModelCheck::new(model);
-        let mut diagnosis = HashDiagnosis::default();
+        let mut sample = ModelSample::new(model);
         let mut fields = FieldsSeen::default();
         crate::trace::round_trip("find");
-        let mut cursor = collection
-            .find(doc! { ID_FIELD: { "$type": "string" } })
-            .await
-            .naming(&whole)?;
-        while !check.is_done() {
+        let collection = self.raw_collection(model);
+        let find = collection.find(doc! { ID_FIELD: { "$type": "string" } });
+        let mut cursor = find.await.naming(&whole)?;
+        while !sample.check.is_done() {
             let Some(stored) = next_document(&mut cursor, &whole).await? else {
                 break;
             };
             let id = stored_id_text(&stored).unwrap_or_default();
-            if check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
-                check.examine(&id, &neutral_fields(&stored));
+            if sample.check.wants(&id) && !stored.contains_key(ADOPTION_FIELD) {
+                sample.check.examine(&id, &neutral_fields(&stored));
                 fields.see(model, field_order, stored.keys().map(String::as_str));
-                examine_hash(&mut diagnosis, model, field_order, &stored);
+                examine_hash(&mut sample.diagnosis, model, field_order, &stored);
             }
         }
-        let mut unknown = fields.unknown;
-        for field in diagnosis.finding() {
-            crate::audit::note_unknown(&mut unknown, field);
-        }
-        Ok((check.finding(), unknown))
+        Ok((sample, fields.unknown))
     }
 }
 

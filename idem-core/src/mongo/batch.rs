@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use mongodb::bson::{doc, Bson, Document};
 use serde::Serialize;
 
+use super::compare::whole;
 use super::errors::Naming;
 use super::write::{bson_size, PreparedWrite};
-use super::Store;
+use super::{locked, Store};
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
@@ -143,11 +144,7 @@ impl Store {
 
     /// The server's batch and size limits, asked once per store.
     pub(super) async fn server_limits(&self, model: &Model) -> Result<ServerLimits, Error> {
-        if let Some(limits) = *self
-            .limits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
+        if let Some(limits) = *locked(&self.limits) {
             return Ok(limits);
         }
         crate::trace::round_trip("hello");
@@ -157,19 +154,14 @@ impl Store {
             .await
             .naming(&DocumentRef::collection(model))?;
         let number = |field: &str, default: usize| match hello.get(field) {
-            Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(default),
-            Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(default),
             Some(Bson::Double(n)) => *n as usize,
-            _ => default,
+            other => other.and_then(whole).unwrap_or(default),
         };
         let limits = ServerLimits {
             max_write_batch: number("maxWriteBatchSize", 100_000).max(1),
             max_command_bytes: number("maxBsonObjectSize", super::write::MAX_DOCUMENT_BYTES),
         };
-        *self
-            .limits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
+        *locked(&self.limits) = Some(limits);
         Ok(limits)
     }
 }
@@ -235,11 +227,7 @@ fn statement_size(statement: &Document) -> usize {
 }
 
 fn statement_index(entry: &Document) -> Option<usize> {
-    match entry.get("index")? {
-        Bson::Int32(n) => usize::try_from(*n).ok(),
-        Bson::Int64(n) => usize::try_from(*n).ok(),
-        _ => None,
-    }
+    entry.get("index").and_then(whole)
 }
 
 /// A write command's errors, by the index of the statement (or document) they are about.
@@ -272,11 +260,7 @@ pub(super) fn refused_statements(replies: &[(Vec<usize>, Document)]) -> HashMap<
 
 /// The count a write command's reply gives under `field` (`n`, `nModified`), 0 if none.
 pub(super) fn reply_count(reply: &Document, field: &str) -> usize {
-    match reply.get(field) {
-        Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(0),
-        Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(0),
-        _ => 0,
-    }
+    reply.get(field).and_then(whole).unwrap_or(0)
 }
 
 pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {

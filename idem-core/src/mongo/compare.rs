@@ -33,12 +33,23 @@ pub(crate) fn show(value: &Bson) -> String {
 }
 
 /// Numbers compare by value across int32, int64 and double, so a document written by another
-/// tool with narrower integers is not a change.
-fn number(value: &Bson) -> Option<f64> {
+/// tool with narrower integers is not a change. A server's reply and an index's key pattern
+/// are read the same way.
+pub(crate) fn number(value: &Bson) -> Option<f64> {
     match value {
         Bson::Int32(n) => Some(f64::from(*n)),
         Bson::Int64(n) => Some(*n as f64),
         Bson::Double(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A whole number of a server's reply (a count, a statement's index) as a `usize`: an int32 or
+/// an int64 that fits.
+pub(crate) fn whole(value: &Bson) -> Option<usize> {
+    match value {
+        Bson::Int32(n) => usize::try_from(*n).ok(),
+        Bson::Int64(n) => usize::try_from(*n).ok(),
         _ => None,
     }
 }

@@ -120,11 +120,8 @@ impl MongoDriver<'_> {
     /// stored collide on their id (or natural key), and are judged from a read and replaced
     /// pinned to it ([`Driver::guards_on_server`]).
     async fn insert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
-        let documents = writes
-            .iter()
-            .enumerate()
-            .map(|(index, write)| (index, write.inserted_document()))
-            .collect();
+        let documents = writes.iter().map(|write| write.inserted_document());
+        let documents = documents.enumerate().collect();
         let mut refused = self.store.insert_documents(self.model, documents).await?;
         Ok(writes
             .iter()
@@ -144,18 +141,16 @@ impl MongoDriver<'_> {
         &self,
         writes: &[&PreparedWrite],
     ) -> Result<Vec<Reply<Document>>, Error> {
-        let statements: Vec<(usize, Document)> = writes
-            .iter()
-            .enumerate()
-            .map(|(index, write)| {
-                let statement = doc! {
+        let statements: Vec<(usize, Document)> = (writes.iter())
+            .map(|write| {
+                doc! {
                     "q": write.query(),
                     "u": { "$setOnInsert": write.inserted_document() },
                     "upsert": true,
                     "multi": false,
-                };
-                (index, statement)
+                }
             })
+            .enumerate()
             .collect();
         let limits = self.store.limits_for(self.model, &statements).await?;
         let sent = self
@@ -239,11 +234,8 @@ impl MongoDriver<'_> {
     /// A batch of upserts as `update` commands within the server's limits, each statement the
     /// single upsert's guarded replacement.
     async fn upsert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
-        let statements: Vec<(usize, Document)> = writes
-            .iter()
-            .enumerate()
-            .map(|(index, write)| (index, upsert_statement(write)))
-            .collect();
+        let statements = writes.iter().map(|write| upsert_statement(write));
+        let statements: Vec<(usize, Document)> = statements.enumerate().collect();
         // Asked once per store, before the first batch's write.
         let limits = self.store.server_limits(self.model).await?;
         let mut replies: Vec<Option<Reply<Document>>> = writes.iter().map(|_| None).collect();

@@ -178,28 +178,31 @@ impl Store {
         let document = DocumentRef::by_id(&T::MODEL, id);
         change::check_op(op, &document)?;
         change::check(&T::MODEL, &T::stored_columns(), changes, &document)?;
-        let mut increments = Document::new();
-        let mut sets = Document::new();
+        // `$inc` before `$set`, each only if a change uses it.
+        let mut update = doc! { "$inc": {}, "$set": {} };
         for change in changes {
             let (operator, value) = match &change.kind {
-                ChangeKind::Add(Amount::Integer(amount)) => (&mut increments, Bson::Int64(*amount)),
-                ChangeKind::Add(Amount::Float(amount)) => (&mut increments, Bson::Double(*amount)),
+                ChangeKind::Add(Amount::Integer(amount)) => ("$inc", Bson::Int64(*amount)),
+                ChangeKind::Add(Amount::Float(amount)) => ("$inc", Bson::Double(*amount)),
                 ChangeKind::Set(value) => match &value.bson {
-                    Ok(value) => (&mut sets, value.clone()),
+                    Ok(value) => ("$set", value.clone()),
                     Err(problem) => return Err(change::invalid(&document, change.field, problem)),
                 },
                 ChangeKind::Invalid(problem) => {
                     return Err(change::invalid(&document, change.field, problem))
                 }
             };
-            operator.insert(change.field, value);
-        }
-        let mut update = Document::new();
-        for (operator, fields) in [("$inc", increments), ("$set", sets)] {
-            if !fields.is_empty() {
-                update.insert(operator, fields);
+            if let Ok(fields) = update.get_document_mut(operator) {
+                fields.insert(change.field, value);
             }
         }
+        let update: Document = (update.into_iter())
+            .filter(|(_, fields)| {
+                fields
+                    .as_document()
+                    .is_some_and(|fields| !fields.is_empty())
+            })
+            .collect();
         // `$inc` refuses a field holding null, which the SQL stores add to as 0: such a field
         // (an `Option` stored as `None`) is set to 0 first, once, and the operation goes again.
         let mut started: Vec<&str> = Vec::new();

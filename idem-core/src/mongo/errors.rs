@@ -123,12 +123,7 @@ fn unreachable_servers(message: &str) -> String {
 /// The server's message of a duplicate-key error. Read only to name the index in a refusal:
 /// what the refusal is was decided by reading the stored documents, not from this text.
 pub(super) fn duplicate_key_message(error: &mongodb::error::Error) -> &str {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match error.kind.as_ref() {
-        ErrorKind::Write(WriteFailure::WriteError(write_error)) => write_error.message.as_str(),
-        ErrorKind::Command(command_error) => command_error.message.as_str(),
-        _ => "",
-    }
+    server_error(error).map_or("", |(_, message)| message)
 }
 
 /// `NAME` in a server's "… index: NAME dup key: …", or "(unnamed)".
@@ -159,10 +154,15 @@ pub(super) fn refused_update_pipelines(error: &Error) -> bool {
 
 /// The server's code of a command or write error.
 pub(super) fn server_code(error: &mongodb::error::Error) -> Option<i32> {
+    server_error(error).map(|(code, _)| code)
+}
+
+/// The server's code and message of a command or write error.
+fn server_error(error: &mongodb::error::Error) -> Option<(i32, &str)> {
     use mongodb::error::{ErrorKind, WriteFailure};
     match error.kind.as_ref() {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(error)) => Some(error.code),
+        ErrorKind::Command(command) => Some((command.code, &command.message)),
+        ErrorKind::Write(WriteFailure::WriteError(error)) => Some((error.code, &error.message)),
         _ => None,
     }
 }

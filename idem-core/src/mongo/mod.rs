@@ -343,6 +343,14 @@ impl Store {
 
 crate::backend::backend_by_inherent_methods!([] Store);
 
+/// `mutex`'s guard, whether or not a panic poisoned it: what it holds (what the store learned
+/// of the server) is whole after any panic.
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Sends the guarded `update` (its `filter` holds the guard) until the call is answered (see
 /// [`settle_by_id`]): `matched` when it matched, else what `explain` reads from what is stored.
 async fn update_or_explain<R, Explained>(

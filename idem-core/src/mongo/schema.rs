@@ -11,8 +11,11 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
 
+use super::compare::number;
 use super::errors::{server_code, Naming};
-use super::{duplicate_key_message, is_duplicate_key, mongo_error, Store, NATURAL_KEY_INDEX};
+use super::{
+    duplicate_key_message, is_duplicate_key, locked, mongo_error, Store, NATURAL_KEY_INDEX,
+};
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::model::Model;
@@ -153,26 +156,17 @@ impl Store {
     /// before the store's first write of the collection found it: a duplicate-key error in this
     /// index means the natural key is taken. [`NATURAL_KEY_INDEX`] before that check.
     pub(super) fn natural_key_index(&self, model: &Model) -> String {
-        self.natural_key_indexes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(model.collection())
-            .cloned()
-            .unwrap_or_else(|| NATURAL_KEY_INDEX.to_owned())
+        let indexes = locked(&self.natural_key_indexes);
+        let index = indexes.get(model.collection()).map(String::as_str);
+        index.unwrap_or(NATURAL_KEY_INDEX).to_owned()
     }
 
     fn is_indexed(&self, model: &Model) -> bool {
-        self.natural_key_indexes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(model.collection())
+        locked(&self.natural_key_indexes).contains_key(model.collection())
     }
 
     fn remember_indexed(&self, model: &Model, index: String) {
-        self.natural_key_indexes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(model.collection(), index);
+        locked(&self.natural_key_indexes).insert(model.collection(), index);
     }
 }
 
@@ -249,12 +243,7 @@ fn unfitness(model: &Model, index: &IndexModel) -> Vec<String> {
 /// descending, in any order: the same fields are unique together whatever the order, and a
 /// shell writes `1` as a double.
 fn on_exactly_the_natural_key(model: &Model, keys: &Document) -> bool {
-    let direction = |value: &Bson| match value {
-        Bson::Int32(n) => (*n).abs() == 1,
-        Bson::Int64(n) => (*n).abs() == 1,
-        Bson::Double(n) => n.abs() == 1.0,
-        _ => false,
-    };
+    let direction = |value: &Bson| number(value).is_some_and(|n| n.abs() == 1.0);
     keys.len() == model.natural_key_fields().count()
         && model
             .natural_key_fields()

@@ -103,17 +103,7 @@ impl PreparedWrite {
                 Ok((field, digest))
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        let stored_digests = (!digests.is_empty()).then(|| {
-            digests
-                .iter()
-                .filter_map(|(field, digest)| {
-                    Some((
-                        field.stored_name().to_owned(),
-                        Bson::String(digest.as_deref()?.to_owned()),
-                    ))
-                })
-                .collect::<Document>()
-        });
+        let stored_digests = frozen_digests(&digests);
         let prepared = preparing.finish(digests);
         // In this order: the hash, the digests, then the version key.
         body.insert(model.hash_field(), prepared.hash.as_str());
@@ -485,6 +475,16 @@ pub(crate) fn field_digest(
 ) -> Result<Option<ShortText>, String> {
     let value = document.get(field.stored_name()).unwrap_or(&Bson::Null);
     guarded_value_digest(field, value, value.is_null())
+}
+
+/// The `idemFrozen` document a write stores: each guarded field's digest (`digests`, in
+/// [`Model::digested_fields`] order), where it has one; none for a model without guarded fields.
+pub(crate) fn frozen_digests(digests: &[(&Field, Option<ShortText>)]) -> Option<Document> {
+    let stored = digests.iter().filter_map(|(field, digest)| {
+        let digest = Bson::String(digest.as_deref()?.to_owned());
+        Some((field.stored_name().to_owned(), digest))
+    });
+    (!digests.is_empty()).then(|| stored.collect())
 }
 
 /// The digest stored for `field` in a document's `idemFrozen` ([`StoredDigest::of_entry`]), as

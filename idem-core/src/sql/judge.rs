@@ -64,14 +64,7 @@ fn read_typed<T: Idempotent + Serialize + DeserializeOwned>(
     // and digests at once; where it would not be written, its id and hash alone.
     let ready = match prepare_light(&value, table) {
         Ok(ready) => ready,
-        Err(_) => {
-            return Ok(TypedReading {
-                id: value.id().map_err(|error| error.to_string()),
-                hash: value.content_hash().ok(),
-                digests: None,
-                version_key: None,
-            })
-        }
+        Err(_) => return Ok(TypedReading::of(&value)),
     };
     let prepared: &Prepared = match &ready {
         Ready::Light(light) => light,

@@ -11,14 +11,13 @@ use serde_json::{Map, Value};
 use super::dialect::SqlDialect;
 use super::store::Store;
 use super::wire::{Cells, DbFailure, Param, Wire};
-use crate::audit::{AuditProgress, AuditReport, HashDiagnosis, UnknownField};
+use crate::audit::{AuditProgress, AuditReport, ModelSample, UnknownField};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
-use crate::model_check::ModelCheck;
 use crate::sql::audit::{catalog_unknowns, columns_without, diagnose, typed_unknowns, RowScan};
 use crate::sql::judge::{AdoptOptions, Reading};
 use crate::sql::layout::{Content, Layout};
@@ -115,21 +114,15 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
 ) -> Result<D::Table, Error> {
     crate::audit::check_derived_ids(model)?;
     let collection = DocumentRef::collection(model);
-    let (table, mut unknown) = stored_table::<D>(wire, model, field_order).await?;
+    let (table, unknown) = stored_table::<D>(wire, model, field_order).await?;
     let problems = D::table_problems(wire, &table, &collection, false).await?;
     if let Some(problem) = problems.into_iter().next() {
         let problem = format!("{problem}; nothing was moved");
         return Err(Error::schema_mismatch(model, problem));
     }
-    let (mismatch, unhashed) = model_mismatch::<D>(wire, &table, field_order).await?;
-    unknown.extend(unhashed);
-    crate::audit::check_adoption(
-        model,
-        mismatch,
-        &unknown,
-        options.ignore_model_check,
-        options.allow_unknown_fields,
-    )?;
+    let sample = model_sample::<D>(wire, &table, field_order).await?;
+    let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
+    let unknown = sample.checked(model, unknown, ignore, allow)?;
     Ok(D::table(table.model, &columns_without(&table, &unknown)))
 }
 
@@ -142,12 +135,13 @@ pub(crate) fn select_every_column<D: SqlDialect>(table: &D::Table) -> (String, V
     D::row_select(table, &every)
 }
 
-/// Checks the model of `table` (given at run time) against rows stored under a ULID.
-pub(crate) async fn model_mismatch<D: SqlDialect>(
+/// Reads the sample an adoption of `table` (its model given at run time) checks before it
+/// moves anything ([`ModelSample`]): rows stored under a ULID.
+pub(crate) async fn model_sample<'t, D: SqlDialect>(
     wire: &impl Wire,
-    table: &D::Table,
+    table: &'t D::Table,
     field_order: &[&str],
-) -> Result<(Option<crate::model_check::ModelMismatch>, Vec<UnknownField>), Error> {
+) -> Result<ModelSample<'t>, Error> {
     let document = DocumentRef::collection(table.model);
     let (list, columns) = select_every_column::<D>(table);
     let sql = format!(
@@ -159,19 +153,18 @@ pub(crate) async fn model_mismatch<D: SqlDialect>(
     let error = |source| D::error(&document, source);
     crate::trace::round_trip("SELECT");
     let rows = wire.fetch_all(&sql, &[]).await.map_err(error)?;
-    let mut check = ModelCheck::new(table.model);
-    let mut diagnosis = HashDiagnosis::default();
+    let mut sample = ModelSample::new(table.model);
     for row in &rows {
         // A sample: a row that does not read is left out of it, and the scan reports it.
         let Ok((stored, _)) = D::row_read(table, &columns, row, &document) else {
             continue;
         };
         if let Some(id) = stored.get(ID_FIELD).and_then(Value::as_str) {
-            check.examine(id, &stored);
+            sample.check.examine(id, &stored);
         }
-        diagnose(&mut diagnosis, table, field_order, &stored);
+        diagnose(&mut sample.diagnosis, table, field_order, &stored);
     }
-    Ok((check.finding(), diagnosis.finding()))
+    Ok(sample)
 }
 
 /// The audit's schema check and one pass over the rows of `table`, read as `reading` says.

@@ -30,7 +30,7 @@ use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Model, ID_FIELD};
+use crate::model::Model;
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
 use moves::{reserved_from, Plan};
@@ -159,14 +159,9 @@ impl Store {
         mut progress: impl FnMut(&AuditProgress) + Send,
     ) -> Result<AdoptReport, Error> {
         self.require_collection(model).await?;
-        let (mismatch, unknown) = self.model_mismatch(model, field_order).await?;
-        crate::audit::check_adoption(
-            model,
-            mismatch,
-            &unknown,
-            options.ignore_model_check,
-            options.allow_unknown_fields,
-        )?;
+        let (sample, unknown) = self.model_sample(model, field_order).await?;
+        let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
+        let unknown = sample.checked(model, unknown, ignore, allow)?;
         let reading = Reading::Stored {
             field_order,
             left_out: &unknown,
@@ -255,12 +250,7 @@ impl Adoption<'_> {
                 continue;
             };
             let derived = stored_id_text(&reserved).unwrap_or_default();
-            let original = self
-                .collection
-                .find_one(doc! { ID_FIELD: from.clone() })
-                .await
-                .naming(&collection_ref)?;
-            let moved = match original {
+            let moved = match self.original(&from).await? {
                 // Not released yet: the move goes on from the document as it is now.
                 Some(original) => match self.prepare(&original) {
                     Ok(None) => Ok(()),

@@ -12,7 +12,7 @@ use crate::id::Id;
 use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
 use crate::mongo::errors::Naming;
-use crate::mongo::write::{field_digest, stored_id_text};
+use crate::mongo::write::{field_digest, frozen_digests, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
 };
@@ -91,18 +91,10 @@ impl Adoption<'_> {
             }
         }
         adopted.insert(self.model.hash_field(), hash);
-        let digests: Document = self
-            .model
-            .digested_fields()
-            .filter_map(|field| {
-                let digest = field_digest(stored, field).ok()??;
-                Some((
-                    field.stored_name().to_owned(),
-                    Bson::String(digest.to_string()),
-                ))
-            })
+        let digests: Vec<_> = (self.model.digested_fields())
+            .map(|field| (field, field_digest(stored, field).ok().flatten()))
             .collect();
-        if self.model.digested_fields().next().is_some() {
+        if let Some(digests) = frozen_digests(&digests) {
             adopted.insert(FROZEN_DIGESTS_FIELD, digests);
         }
         if let Some(key) = judged.version_key {
@@ -206,23 +198,25 @@ impl Adoption<'_> {
         Ok(Ok(()))
     }
 
+    /// The original stored under `from`, as it is now. (`&mut self`, as every step here: an
+    /// adoption is `Send` but not `Sync`, since it holds the caller's progress callback.)
+    pub(super) async fn original(&mut self, from: &Bson) -> Result<Option<Document>, Error> {
+        let find = self.collection.find_one(doc! { ID_FIELD: from.clone() });
+        find.await.naming(&self.collection_ref())
+    }
+
+    /// Deletes `document` if it is exactly as read ([`unchanged`]): whether it did.
+    async fn delete_unchanged(&mut self, document: &Document) -> Result<bool, Error> {
+        let delete = self.collection.delete_one(unchanged(document));
+        Ok(delete.await.naming(&self.collection_ref())?.deleted_count > 0)
+    }
+
     /// Deletes the original if it is as read.
     async fn release(&mut self, plan: &Plan) -> Result<Released, Error> {
-        let collection_ref = self.collection_ref();
-        let deleted = self
-            .collection
-            .delete_one(unchanged(&plan.original))
-            .await
-            .naming(&collection_ref)?;
-        if deleted.deleted_count > 0 {
+        if self.delete_unchanged(&plan.original).await? {
             return Ok(Released::Done);
         }
-        let now = self
-            .collection
-            .find_one(doc! { ID_FIELD: plan.from.clone() })
-            .await
-            .naming(&collection_ref)?;
-        Ok(match now {
+        Ok(match self.original(&plan.from).await? {
             // Released by a racing run of adopt.
             None => Released::Done,
             Some(now) => Released::Changed(now),
@@ -288,18 +282,14 @@ impl Adoption<'_> {
 
     /// Gives up a reservation whose original changed beyond a refresh.
     async fn cancel(&mut self, plan: &Plan) -> Result<(), Error> {
-        let collection_ref = self.collection_ref();
-        self.collection
-            .delete_one(reservation(&plan.derived.to_string(), &plan.from))
-            .await
-            .naming(&collection_ref)?;
-        Ok(())
+        let reservation = reservation(&plan.derived.to_string(), &plan.from);
+        let cancel = self.collection.delete_one(reservation);
+        cancel.await.naming(&self.collection_ref()).map(drop)
     }
 
     /// Moves a duplicate set aside by the rule to the archive collection: copied first, then
     /// deleted if unchanged, so a crash in between leaves a copy and the next run deletes it.
     pub(super) async fn archive(&mut self, duplicate: &Document) -> Result<(), Halt> {
-        let collection_ref = self.collection_ref();
         let id = stored_id_text(duplicate).unwrap_or_default();
         let archive_name = format!("{}{ARCHIVE_SUFFIX}", self.model.collection());
         let archive: Collection<Document> = self.store.database.collection(&archive_name);
@@ -309,15 +299,10 @@ impl Adoption<'_> {
             Ok(_) => {}
             // Copied by an interrupted run: the copy under this id is this document.
             Err(error) if is_duplicate_key(&error) => {}
-            Err(source) => return Err(mongo_error(&collection_ref, source).into()),
+            Err(source) => return Err(mongo_error(&self.collection_ref(), source).into()),
         }
         self.limits.write()?;
-        let deleted = self
-            .collection
-            .delete_one(unchanged(duplicate))
-            .await
-            .naming(&collection_ref)?;
-        if deleted.deleted_count > 0 {
+        if self.delete_unchanged(duplicate).await? {
             self.report
                 .archived
                 .record(id, Some(format!("to {archive_name}")));

@@ -8,6 +8,7 @@ use std::fmt;
 use mongodb::bson::{Bson, Document};
 
 use crate::audit::{kept_by_value, Ordered};
+use crate::mongo::compare::number;
 
 /// The suffix of the collection that duplicates set aside by a [`DuplicateRule::Keep`] rule are
 /// moved to.
@@ -55,12 +56,9 @@ impl DuplicateRule {
 /// `value` as the duplicate rules order it ([`Ordered`]); `None` for a kind not ordered.
 fn ordered(value: Option<&Bson>) -> Option<Ordered<'_>> {
     match value? {
-        Bson::Int32(n) => Some(Ordered::Number(f64::from(*n))),
-        Bson::Int64(n) => Some(Ordered::Number(*n as f64)),
-        Bson::Double(n) if !n.is_nan() => Some(Ordered::Number(*n)),
         Bson::DateTime(date) => Some(Ordered::Date(date.timestamp_millis())),
         Bson::String(text) => Some(Ordered::Text(text)),
-        _ => None,
+        value => number(value).filter(|n| !n.is_nan()).map(Ordered::Number),
     }
 }
 
