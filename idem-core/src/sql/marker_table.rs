@@ -120,3 +120,59 @@ impl<D: MarkerWords> Table<D> {
         (self.layout).stored_state_columns(t, &D::WORDS, |alias, name| self.read_of(alias, name))
     }
 }
+
+/// The [`SqlDialect`](crate::sql::dialect::SqlDialect) items a marker dialect says as every
+/// marker dialect does, each its own module's: its table ([`Table`]) and driver
+/// ([`super::marker::MarkerDriver`]), and the pieces of the same names of its `table` (`quote`,
+/// `shape_of`), `schema` (`table_problems`), `errors` (`unique_conflict`) and `effects`
+/// (`WORDS`, for [`super::effects::guarded_once`]).
+macro_rules! marker_dialect_items {
+    () => {
+        type Table = $crate::sql::marker_table::Table<Self>;
+        type Driver<'a, W: $crate::sql::wire::Wire + 'a> =
+            $crate::sql::marker::MarkerDriver<'a, Self, W>;
+
+        fn quote(name: &str) -> String {
+            super::table::quote(name)
+        }
+
+        fn table(
+            model: &'static $crate::model::Model,
+            stored: &[$crate::column::Column],
+        ) -> Self::Table {
+            $crate::sql::marker_table::Table::new(model, stored)
+        }
+
+        fn create_sql(table: &Self::Table) -> String {
+            table.create_sql()
+        }
+
+        async fn table_problems<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            table: &Self::Table,
+            document: &$crate::document::DocumentRef,
+            stored_types: bool,
+        ) -> Result<Vec<String>, $crate::error::Error> {
+            super::schema::table_problems(wire, table, document, stored_types).await
+        }
+
+        fn shape_of(declared: &str) -> $crate::column::ColumnShape {
+            super::table::shape_of(declared)
+        }
+
+        fn unique_conflict(
+            error: &$crate::error::Error,
+            table: &Self::Table,
+        ) -> Option<$crate::engine::Conflict> {
+            super::errors::unique_conflict(error, table)
+        }
+
+        async fn effect<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            call: &$crate::sql::effects::Effect<'_, Self::Table>,
+        ) -> Result<$crate::sql::dialect::EffectAnswer, $crate::error::Error> {
+            $crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
+        }
+    };
+}
+pub(crate) use marker_dialect_items;

@@ -246,10 +246,40 @@ macro_rules! store_methods {
 pub(crate) use store_methods;
 
 #[cfg(feature = "_marker_store")]
-/// The methods of `Store` (a [`super::store::Store`] of the module's `Dialect`) and of its
-/// `Session`, for `$dialect`, whose sqlx driver's connection is `$connection` and database `$db`.
+/// `Store` (a [`super::store::Store`] of `$dialect`) and `Session`, their methods and the
+/// module's re-exports, for `$dialect`, whose sqlx driver's connection is `$connection` and
+/// database `$db`: its tables named `$tables` in the docs, the databases it serves `$on`, its
+/// module `$module`.
 macro_rules! sqlx_store_methods {
-    ($dialect:ty, $connection:ty, $db:ty) => {
+    (
+        $dialect:ty, $connection:ty, $db:ty,
+        tables: $tables:literal, on: $on:literal, module: $module:literal
+    ) => {
+        pub use $crate::sql::judge::AdoptOptions;
+        pub use $crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
+
+        #[doc = concat!("Writes documents to ", $tables, " tables, one per type; holds no connection.")]
+        /// Clones share what the store learned (the tables it checked).
+        pub type Store = $crate::sql::store::Store<$dialect>;
+
+        /// A [`Store`] and the connection (or transaction: `&mut *tx`) it writes through: idem's
+        #[doc = concat!("API on ", $on, ", method for method the API of every other store")]
+        /// ([`Backend`](crate::Backend)). A connection serves one statement at a time, so the
+        /// session's calls take turns on it.
+        ///
+        /// ```no_run
+        /// # use idem_core::Idempotent;
+        /// # #[derive(serde::Serialize, Idempotent)]
+        /// # struct Post { #[idem(key)] slug: String, title: String }
+        #[doc = concat!("# async fn run(mut connection: idem_core::sqlx::", stringify!($connection), ", post: Post) -> Result<(), idem_core::Error> {")]
+        #[doc = concat!("let store = idem_core::", $module, "::Store::new();")]
+        /// let idem = store.on(&mut connection);
+        /// idem.ensure_schema::<Post>().await?;
+        /// let outcome = idem.upsert(&post).await?;
+        /// # Ok(()) }
+        /// ```
+        pub type Session<'a> = $crate::sql::session::Session<'a, $dialect>;
+
         /// `connection` as the wire a store's call sends through.
         fn wire(connection: &mut $connection) -> $crate::sql::sqlx_wire::SqlxWire<'_, $db> {
             $crate::sql::sqlx_wire::SqlxWire::new(connection)
