@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::column::Column;
-use crate::model::{Field, Model};
+use crate::model::{Field, Model, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::layout::{Layout, TableColumn};
 use crate::sql::marker_sql::Words;
@@ -45,13 +45,29 @@ pub(crate) trait MarkerWords: Sized + 'static {
         table.insert_rows(Self::FRESH_INSERT, Statement::Upsert, rows)
     }
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow, then their natural-key columns as text; read so that it sees
-    /// the rows the write before it met.
+    /// natural keys that follow (one parameter per key column and row), then their natural-key
+    /// columns as text, after the write marker where the write does not return the rows it wrote
+    /// ([`MarkerDialect::WRITE_RETURNS`](crate::sql::dialect::MarkerDialect::WRITE_RETURNS));
+    /// read so that it sees the rows the write before it met.
     fn select_stored_sql(table: &Table<Self>, rows: usize) -> String;
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
-    /// `None` where the dialect has none.
+    /// `None` where the dialect has none. A row stored under an incoming row's id with the same
+    /// natural key, content hash and version key, not deleted, is stored as it would be
+    /// written: the engine settles that incoming row `Unchanged`. Each other incoming row meets
+    /// the row under its id, else the one holding its natural key, else none. The statement
+    /// returns, for each incoming row that meets one, its id, that row's stored state, then its
+    /// natural-key columns as text; last, always, one row whose first column is NULL, then the
+    /// ids of the incoming rows that meet none, comma-separated (NULL for none), then how many
+    /// are stored unchanged. So neither an unchanged re-ingest nor a first ingest reads a row
+    /// per document back: through sqlx each costs as much as the lookup itself. Parameters, row
+    /// after row: the id, each of [`crate::sql::marker::compared_contents`], then each
+    /// natural-key column's value.
     fn look_up_sql(table: &Table<Self>, rows: usize) -> Option<String>;
-    /// The replacement of a row the guard cannot compare, while it is as read.
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while it
+    /// is as it was read ([`Table::pinned_parts`]). Parameters: the sent columns, the update
+    /// marker, the id, then the stored hash, digests, version key and version, and each guarded
+    /// field's text (a float's as the float where
+    /// [`MarkerDialect::PINS_FLOATS`](crate::sql::dialect::MarkerDialect::PINS_FLOATS)).
     fn pinned_sql(table: &Table<Self>) -> String;
     /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
     /// not set, with the update's write marker (3).
@@ -113,6 +129,28 @@ impl<D: MarkerWords> Table<D> {
     /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
     pub fn read_of(&self, alias: &str, name: &str) -> String {
         D::read_column(self, alias, name)
+    }
+
+    /// The `SET` and the conditions of the replacement of a row the guard cannot compare
+    /// ([`MarkerWords::pinned_sql`]): each sent column (quoted) as `set(column, placeholder,
+    /// replaced)` assigns it, if at all, then the write marker; then
+    /// [`Words::pinned_conditions`], each guarded value compared as `pinned(name, placeholder)`.
+    /// `next` gives the placeholders, in the order the values are bound.
+    pub fn pinned_parts(
+        &self,
+        mut next: impl FnMut() -> String,
+        set: impl Fn(&str, String, bool) -> Option<String>,
+        pinned: impl Fn(&str, String) -> String,
+    ) -> (String, String) {
+        let quote = D::WORDS.quote;
+        let sent = self.sent.iter().map(|&index| &self.columns[index]);
+        let mut assigned: Vec<String> = sent
+            .filter_map(|column| set(&quote(column.name), next(), column.is_replaced()))
+            .collect();
+        assigned.extend(set(&quote(WRITE_MARKER_FIELD), next(), true));
+        let id = next();
+        let conditions = D::WORDS.pinned_conditions(self, id, next, pinned);
+        (assigned.join(", "), conditions.join(" AND "))
     }
 
     /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).

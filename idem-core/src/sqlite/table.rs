@@ -113,9 +113,7 @@ impl MarkerWords for super::Sqlite {
         }
     }
 
-    /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
-    /// row, each row ending with the insert's write marker, then (but for `InsertNew`) the
-    /// update's write marker; returning the id and the marker of each row written.
+    /// Returning the id and the write marker of each row written.
     ///
     /// Parameters are anonymous (`?`), bound in the order they appear: SQLite looks a numbered
     /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
@@ -134,9 +132,6 @@ impl MarkerWords for super::Sqlite {
         )
     }
 
-    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow (one parameter per key column and row), then their natural-key
-    /// columns as text.
     /// Two lookups, each through its unique index (the primary key, the natural key's), not a
     /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
     fn select_stored_sql(table: &Table, rows: usize) -> String {
@@ -158,17 +153,7 @@ impl MarkerWords for super::Sqlite {
         )
     }
 
-    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
-    /// stored under an incoming row's id with the same natural key, content hash and version
-    /// key, not deleted, is stored as it would be written: the engine settles that incoming row
-    /// `Unchanged`. Each other incoming row meets the row under its id, else
-    /// the one holding its natural key, else none. The statement returns, for each incoming row
-    /// that meets one, its id, that row's stored state, then its natural-key columns as text;
-    /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
-    /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
-    /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
-    /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
-    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
+    /// The incoming rows as a `VALUES` list, settled once (`AS MATERIALIZED`) for both reads.
     fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
         let keys = table.natural_key_names();
         let contents = crate::sql::marker::compared_contents(table);
@@ -207,36 +192,21 @@ impl MarkerWords for super::Sqlite {
         ))
     }
 
-    /// The replacement of a row the guard cannot compare (another tool's), matched only while
-    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
-    /// then the stored hash, digests, version key and version, and each guarded field's text
-    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
+    /// Numbered parameters (`?1…`): the `SET` skips the sent columns it does not replace.
     fn pinned_sql(table: &Table) -> String {
         let mut parameter = 0;
-        let mut next = || {
+        let next = move || {
             parameter += 1;
             format!("?{parameter}")
         };
-        let mut set = Vec::new();
-        for &index in &table.sent {
-            let placeholder = next();
-            if table.columns[index].is_replaced() {
-                set.push(format!(
-                    "{} = {placeholder}",
-                    quote(table.columns[index].name)
-                ));
-            }
-        }
-        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let id = next();
-        let conditions = WORDS.pinned_conditions(table, id, next, |name, placeholder| {
-            format!("{} IS {placeholder}", table.read_of("t", name))
-        });
+        let (set, conditions) = table.pinned_parts(
+            next,
+            |name, placeholder, replaced| replaced.then(|| format!("{name} = {placeholder}")),
+            |name, placeholder| format!("{} IS {placeholder}", table.read_of("t", name)),
+        );
         format!(
-            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
+            "UPDATE {} AS t SET {set} WHERE {conditions} RETURNING {}",
             table.name(),
-            set.join(", "),
-            conditions.join(" AND "),
             quote(ID_FIELD),
         )
     }
