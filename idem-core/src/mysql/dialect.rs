@@ -6,11 +6,10 @@ use sqlx::mysql::MySqlRow;
 
 use super::table::{quote, Table};
 use crate::column::ColumnShape;
-use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::sql::dialect::{Dialect, MarkerDialect, SqlDialect};
 use crate::sql::sqlx_marker::{Held, SqlxCells};
-use crate::sql::wire::{DbFailure, Wire};
+use crate::sql::wire::DbFailure;
 
 /// The MySQL family (MariaDB, MySQL, TiDB), through sqlx's MySQL driver.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +22,7 @@ impl Dialect for MySql {
 }
 
 impl SqlDialect for MySql {
-    crate::sql::marker_table::marker_dialect_items!();
+    crate::sql::marker_table::marker_dialect_items!(error: mysql_error);
 
     const TABLE_EXISTS: &'static str = "SELECT 1 FROM information_schema.TABLES \
                                         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
@@ -44,10 +43,6 @@ impl SqlDialect for MySql {
     const ROW_LOCATOR: Option<&'static str> = None;
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
-
-    fn error(document: &DocumentRef, source: DbFailure) -> Error {
-        super::errors::mysql_error(document, source)
-    }
 
     /// In a type whose cells [`crate::sql::wire::Cells::text`] reads, whichever a table idem did
     /// not create declares (the audit and adoption of a model given at run time read such
@@ -78,9 +73,7 @@ impl MarkerDialect for MySql {
         failure.code() == Some(super::effects::OUT_OF_RANGE)
     }
 
-    async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
-        super::schema::index_on(wire, table, columns).await
-    }
+    crate::sql::marker_table::marker_dialect_items!(marker);
 
     // MariaDB returns the rows an upsert met, but MySQL and TiDB have no `RETURNING`: the
     // locking read after the write tells them, on all three.
@@ -95,13 +88,7 @@ impl MarkerDialect for MySql {
     const PINS_FLOATS: bool = true;
 }
 
-crate::sql::sqlx_wire::sqlx_database!(
-    sqlx::MySql,
-    savepoint_opens: false,
-    failure: super::errors::failure,
-    bind: crate::sql::sqlx_wire::bound::<sqlx::MySql>,
-    transactions: own
-);
+crate::sql::sqlx_marker::marker_database!(sqlx::MySql, savepoint_opens: false);
 
 impl SqlxCells for MySqlRow {
     /// By the column's type: a `DOUBLE` as the shortest text that reads back as the very float,

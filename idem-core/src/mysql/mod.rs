@@ -85,16 +85,9 @@ mod errors;
 mod schema;
 mod table;
 
-use sqlx::MySqlConnection;
+use crate::sql::sqlx_api::sqlx_store_methods;
 
 pub use dialect::MySql;
 pub use errors::driver_error;
 
-crate::sql::sqlx_api::sqlx_store_methods!(
-    MySql,
-    MySqlConnection,
-    sqlx::MySql,
-    tables: "MySQL-family",
-    on: "MariaDB and MySQL",
-    module: "mysql"
-);
+sqlx_store_methods!(MySql, MySqlConnection, sqlx::MySql, tables: "MySQL-family", on: "MariaDB and MySQL");

@@ -162,10 +162,28 @@ impl<D: MarkerWords> Table<D> {
 /// The [`SqlDialect`](crate::sql::dialect::SqlDialect) items a marker dialect says as every
 /// marker dialect does, each its own module's: its table ([`Table`]) and driver
 /// ([`super::marker::MarkerDriver`]), and the pieces of the same names of its `table` (`quote`,
-/// `shape_of`), `schema` (`table_problems`), `errors` (`unique_conflict`) and `effects`
-/// (`WORDS`, for [`super::effects::guarded_once`]).
+/// `shape_of`), `schema` (`table_problems`), `errors` (`unique_conflict`; its `$error` for
+/// [`SqlDialect::error`](crate::sql::dialect::SqlDialect::error)) and `effects` (`WORDS`, for
+/// [`super::effects::guarded_once`]); with `marker`, the
+/// [`MarkerDialect`](crate::sql::dialect::MarkerDialect) items: `schema::index_on`.
 macro_rules! marker_dialect_items {
-    () => {
+    (marker) => {
+        async fn index_on<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            table: &Self::Table,
+            columns: &str,
+        ) -> Option<String> {
+            super::schema::index_on(wire, table, columns).await
+        }
+    };
+    (error: $error:ident) => {
+        fn error(
+            document: &$crate::document::DocumentRef,
+            source: $crate::sql::wire::DbFailure,
+        ) -> $crate::error::Error {
+            super::errors::$error(document, source)
+        }
+
         type Table = $crate::sql::marker_table::Table<Self>;
         type Driver<'a, W: $crate::sql::wire::Wire + 'a> =
             $crate::sql::marker::MarkerDriver<'a, Self, W>;

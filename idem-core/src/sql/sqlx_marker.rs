@@ -137,3 +137,20 @@ pub(crate) fn unique_violation(error: &Error, codes: &[&str]) -> Option<String> 
     let code = backend.code()?;
     codes.contains(&code).then(|| backend.to_string())
 }
+
+/// [`SqlxDatabase`] for the sqlx database `$db` of a marker dialect
+/// ([`sqlx_database!`](super::sqlx_wire::sqlx_database)): its failures read by its module's
+/// `errors::failure`, its parameters bound by [`bound`](super::sqlx_wire::bound), its
+/// transactions its own.
+macro_rules! marker_database {
+    ($db:ty, savepoint_opens: $savepoint_opens:expr) => {
+        $crate::sql::sqlx_wire::sqlx_database!(
+            $db,
+            savepoint_opens: $savepoint_opens,
+            failure: super::errors::failure,
+            bind: $crate::sql::sqlx_wire::bound::<$db>,
+            transactions: own
+        );
+    };
+}
+pub(crate) use marker_database;

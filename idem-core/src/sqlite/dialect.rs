@@ -5,11 +5,8 @@
 use sqlx::sqlite::SqliteRow;
 
 use super::table::Table;
-use crate::document::DocumentRef;
-use crate::error::Error;
 use crate::sql::dialect::{Dialect, MarkerDialect, SqlDialect};
 use crate::sql::sqlx_marker::{Held, SqlxCells};
-use crate::sql::wire::{DbFailure, Wire};
 
 /// SQLite, through sqlx's driver and its bundled library.
 #[derive(Clone, Copy, Debug)]
@@ -22,7 +19,7 @@ impl Dialect for Sqlite {
 }
 
 impl SqlDialect for Sqlite {
-    crate::sql::marker_table::marker_dialect_items!();
+    crate::sql::marker_table::marker_dialect_items!(error: sqlite_error);
 
     const TABLE_EXISTS: &'static str = "SELECT 1 FROM pragma_table_info(?1) LIMIT 1";
 
@@ -36,10 +33,6 @@ impl SqlDialect for Sqlite {
 
     const LOCKING_READ: &'static str = "";
 
-    fn error(document: &DocumentRef, source: DbFailure) -> Error {
-        super::errors::sqlite_error(document, source)
-    }
-
     fn read_of(table: &Table, alias: &str, name: &str) -> String {
         table.read_of(alias, name)
     }
@@ -49,9 +42,7 @@ impl MarkerDialect for Sqlite {
     // An upsert's other unique indexes fail the statement, naming their columns.
     const MEETS_ANY_UNIQUE: bool = false;
 
-    async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
-        super::schema::index_on(wire, table, columns).await
-    }
+    crate::sql::marker_table::marker_dialect_items!(marker);
 
     const WRITE_RETURNS: bool = true;
 
@@ -59,13 +50,7 @@ impl MarkerDialect for Sqlite {
     const PINS_FLOATS: bool = true;
 }
 
-crate::sql::sqlx_wire::sqlx_database!(
-    sqlx::Sqlite,
-    savepoint_opens: true,
-    failure: super::errors::failure,
-    bind: crate::sql::sqlx_wire::bound::<sqlx::Sqlite>,
-    transactions: own
-);
+crate::sql::sqlx_marker::marker_database!(sqlx::Sqlite, savepoint_opens: true);
 
 impl SqlxCells for SqliteRow {
     /// A `REAL` as the shortest text that reads back as the very float (SQLite's own text of it

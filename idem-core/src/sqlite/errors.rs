@@ -58,11 +58,7 @@ pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> 
         .split(", ")
         .filter_map(|column| column.rsplit_once('.').map(|(_, name)| name))
         .collect();
-    let mut natural_key: Vec<&str> = table
-        .model
-        .natural_key_fields()
-        .map(|field| field.stored_name())
-        .collect();
+    let mut natural_key = table.natural_key_names();
     natural_key.sort_unstable();
     let mut met = columns.clone();
     met.sort_unstable();

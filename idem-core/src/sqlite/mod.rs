@@ -48,16 +48,9 @@ mod errors;
 mod schema;
 mod table;
 
-use sqlx::SqliteConnection;
+use crate::sql::sqlx_api::sqlx_store_methods;
 
 pub use dialect::Sqlite;
 pub use errors::driver_error;
 
-crate::sql::sqlx_api::sqlx_store_methods!(
-    Sqlite,
-    SqliteConnection,
-    sqlx::Sqlite,
-    tables: "SQLite",
-    on: "SQLite",
-    module: "sqlite"
-);
+sqlx_store_methods!(Sqlite, SqliteConnection, sqlx::Sqlite, tables: "SQLite", on: "SQLite");
