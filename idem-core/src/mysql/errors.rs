@@ -70,18 +70,11 @@ pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> 
     // "Duplicate entry 'hello-en' for key 'posts_idem_natural_key'"; MySQL 8 writes the key
     // as `posts.posts_idem_natural_key`.
     let message = sqlx_marker::unique_violation(error, &[DUPLICATE_KEY])?;
-    let Some(key) = message
-        .rsplit_once(" for key '")
-        .and_then(|(_, key)| key.strip_suffix('\''))
-    else {
-        return Some(Conflict::Unclear { index: message });
-    };
-    let key = key.rsplit_once('.').map_or(key, |(_, key)| key);
-    Some(match key {
-        "PRIMARY" => Conflict::Key,
-        key if key == table.natural_key_constraint => Conflict::Key,
-        key => Conflict::Other {
-            index: key.to_owned(),
-        },
-    })
+    let key = (message.rsplit_once(" for key '")).and_then(|(_, key)| key.strip_suffix('\''));
+    let key = key.map(|key| key.rsplit_once('.').map_or(key, |(_, key)| key));
+    let met = key.map(|key| {
+        let is_key = key == "PRIMARY" || key == table.natural_key_constraint;
+        (key.to_owned(), is_key)
+    });
+    Some(sqlx_marker::conflict(message, met))
 }

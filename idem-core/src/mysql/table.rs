@@ -237,8 +237,7 @@ impl MarkerWords for super::MySql {
     fn select_stored_sql(table: &Table, rows: usize) -> String {
         let keys = table.natural_key_names();
         let mut selected = vec![format!("t.{}", quote(WRITE_MARKER_FIELD))];
-        selected.extend(table.stored_state_columns("t"));
-        selected.extend(keys.iter().map(|name| table.read_of("t", name)));
+        selected.extend(table.stored_row_columns("t"));
         let select = format!("SELECT {} FROM {} t", selected.join(", "), table.name());
         format!(
             "({select} WHERE t.{id} IN ({ids}) FOR UPDATE) UNION \
@@ -295,7 +294,7 @@ impl MarkerWords for super::MySql {
         );
         // The total row (no id) holds the ids meeting none and the count of rows stored
         // unchanged where the others hold the stored id and whether the row is deleted.
-        let state = table.stored_state_columns("s");
+        let state = table.stored_row_columns("s");
         let mut selected = vec![
             "r.i".to_owned(),
             format!(
@@ -308,7 +307,6 @@ impl MarkerWords for super::MySql {
             ),
         ];
         selected.extend(state.into_iter().skip(2));
-        selected.extend(keys.iter().map(|name| table.read_of("s", name)));
         // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
         // it meets, else NULL.
         Some(format!(

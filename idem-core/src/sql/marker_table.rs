@@ -153,6 +153,15 @@ impl<D: MarkerWords> Table<D> {
         (assigned.join(", "), conditions.join(" AND "))
     }
 
+    /// A stored row as the marker driver reads it back over the row `t`: its stored state's
+    /// columns ([`Table::stored_state_columns`]), then its natural-key columns as text.
+    pub fn stored_row_columns(&self, t: &str) -> Vec<String> {
+        let mut columns = self.stored_state_columns(t);
+        let keys = self.natural_key_names().into_iter();
+        columns.extend(keys.map(|name| self.read_of(t, name)));
+        columns
+    }
+
     /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
     pub fn stored_state_columns(&self, t: &str) -> Vec<String> {
         (self.layout).stored_state_columns(t, &D::WORDS, |alias, name| self.read_of(alias, name))

@@ -7,6 +7,7 @@ use sqlx::{Row, TypeInfo as _, ValueRef as _};
 use super::sqlx_wire::SqlxDatabase;
 use super::wire::{Cells, DbFailure};
 use crate::document::DocumentRef;
+use crate::engine::Conflict;
 use crate::error::{BackendError, Error, ErrorKind};
 
 /// What a cell holds, by the name of its type, as [`Cells::text`] reads it.
@@ -136,6 +137,17 @@ pub(crate) fn unique_violation(error: &Error, codes: &[&str]) -> Option<String> 
     let backend = error.as_backend()?;
     let code = backend.code()?;
     codes.contains(&code).then(|| backend.to_string())
+}
+
+/// Which unique index a unique violation met, from the driver's text of it (`message`): the
+/// index the text names and whether it is the id's or the natural key's (`met`), or none where
+/// the text has another form (which index, the read of what is stored tells).
+pub(crate) fn conflict(message: String, met: Option<(String, bool)>) -> Conflict {
+    match met {
+        None => Conflict::Unclear { index: message },
+        Some((_, true)) => Conflict::Key,
+        Some((index, false)) => Conflict::Other { index },
+    }
 }
 
 /// [`SqlxDatabase`] for the sqlx database `$db` of a marker dialect

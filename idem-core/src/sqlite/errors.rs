@@ -51,24 +51,18 @@ pub(super) fn sqlite_error(document: &DocumentRef, source: DbFailure) -> Error {
 pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
     // "UNIQUE constraint failed: posts.slug, posts.lang"
     let message = sqlx_marker::unique_violation(error, &UNIQUE_CODES)?;
-    let columns: Vec<&str> = message
+    let mut columns: Vec<&str> = message
         .rsplit_once("failed: ")
         .map(|(_, columns)| columns)
         .unwrap_or_default()
         .split(", ")
         .filter_map(|column| column.rsplit_once('.').map(|(_, name)| name))
         .collect();
+    let index = columns.join(", ");
+    columns.sort_unstable();
     let mut natural_key = table.natural_key_names();
     natural_key.sort_unstable();
-    let mut met = columns.clone();
-    met.sort_unstable();
-    Some(match met.as_slice() {
-        // A message of another form: which index, the read of what is stored tells.
-        [] => Conflict::Unclear { index: message },
-        [ID_FIELD] => Conflict::Key,
-        met if met == natural_key.as_slice() => Conflict::Key,
-        _ => Conflict::Other {
-            index: columns.join(", "),
-        },
-    })
+    let is_key = columns == [ID_FIELD] || columns == natural_key;
+    let met = (!columns.is_empty()).then_some((index, is_key));
+    Some(sqlx_marker::conflict(message, met))
 }

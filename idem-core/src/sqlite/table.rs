@@ -104,12 +104,15 @@ impl MarkerWords for super::Sqlite {
         format!("{}{constraint}", sql_type(column))
     }
 
-    /// A float as it is stored, whose text SQLite would write with 15 significant digits, not
-    /// the 17 that give the very float back; any other as [`Table::text_of`] gives it.
+    /// A boolean as `true` or `false`, an integer as its text; a float as it is stored, whose
+    /// text SQLite would write with 15 significant digits, not the 17 that give the very float
+    /// back; any other (text, JSON) as it is stored.
     fn read_column(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
         match table.shape_named(name) {
-            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
-            _ => table.text_of(alias, name),
+            Some(ColumnShape::Boolean) => boolean_text(&column),
+            Some(ColumnShape::Integer) => format!("CAST({column} AS TEXT)"),
+            _ => column,
         }
     }
 
@@ -139,9 +142,7 @@ impl MarkerWords for super::Sqlite {
         // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
         let ids = vec!["?"; rows];
         let join = WORDS.same_key(table, "t", |at| format!("k.column{}", at + 1));
-        let mut state = table.stored_state_columns("t");
-        state.extend(keys.iter().map(|name| table.text_of("t", name)));
-        let state = state.join(", ");
+        let state = table.stored_row_columns("t").join(", ");
         format!(
             "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
              UNION SELECT {state} FROM (VALUES {tuples}) k JOIN {table} t ON {join}",
@@ -164,8 +165,7 @@ impl MarkerWords for super::Sqlite {
         same.extend(WORDS.stored_unchanged(table, key_at, |at| incoming(1 + at)));
         let by_key = WORDS.holds_key(table, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
-        selected.extend(table.stored_state_columns("s"));
-        selected.extend(keys.iter().map(|name| table.text_of("s", name)));
+        selected.extend(table.stored_row_columns("s"));
         let mut summary = vec![
             "NULL",
             "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
@@ -238,19 +238,5 @@ impl Table {
             .iter()
             .map(|column| (column.name, sql_type(column)))
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
-    }
-
-    /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
-    /// float's with SQLite's 15 digits; the stored state and a read of the row take
-    /// [`Table::read_of`], which keeps the float).
-    pub fn text_of(&self, alias: &str, name: &str) -> String {
-        let column = format!("{alias}.{}", quote(name));
-        match self.shape_named(name) {
-            Some(ColumnShape::Boolean) => boolean_text(&column),
-            Some(ColumnShape::Integer | ColumnShape::Float) => {
-                format!("CAST({column} AS TEXT)")
-            }
-            _ => column,
-        }
     }
 }
