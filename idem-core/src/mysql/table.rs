@@ -174,9 +174,9 @@ impl MarkerWords for super::MySql {
         }
     }
 
-    /// The write of `rows` rows for `statement` ([`MarkerWords::write_sql`]).
     /// The first assignment refuses a row met that is not this document's (`_id` set longer
-    /// than it may be, which strict mode refuses); the second sets the write marker to the update's (the one
+    /// than it may be, which strict mode refuses); the second sets the write marker to the
+    /// update's (the one
     /// parameter after the rows) where the row may be replaced; each later one replaces
     /// its column where the marker is the update's, which is the insert's with `u` for `i`.
     fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
@@ -234,15 +234,12 @@ impl MarkerWords for super::MySql {
         format!("{insert} ON DUPLICATE KEY UPDATE {}", set.join(", "))
     }
 
-    /// The write marker, the stored state and the natural-key columns as text of the rows under
-    /// the ids (the first `rows` parameters) or holding the natural keys that follow: two
-    /// locking reads, each through its unique index, which see (and keep locked) the rows the
-    /// write met, where a plain read would see the transaction's snapshot.
+    /// Two locking reads, each through its unique index, which see (and keep locked) the rows
+    /// the write met, where a plain read would see the transaction's snapshot.
     fn select_stored_sql(table: &Table, rows: usize) -> String {
         let keys = table.natural_key_names();
         let mut selected = vec![format!("t.{}", quote(WRITE_MARKER_FIELD))];
-        selected.extend(table.stored_state_columns("t"));
-        selected.extend(keys.iter().map(|name| table.read_of("t", name)));
+        selected.extend(table.stored_row_columns("t"));
         let select = format!("SELECT {} FROM {} t", selected.join(", "), table.name());
         format!(
             "({select} WHERE t.{id} IN ({ids}) FOR UPDATE) UNION \
@@ -254,17 +251,7 @@ impl MarkerWords for super::MySql {
         )
     }
 
-    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]), a
-    /// plain read that takes no lock. A row stored under an incoming row's id with the same
-    /// natural key, content hash and version key, not deleted, is stored as it would be
-    /// written: the engine settles that incoming row `Unchanged`. Each other incoming row meets
-    /// the row under its id, else the one holding its natural key, else none. The statement
-    /// returns, for each incoming row that meets one, its id, that row's stored state, then its
-    /// natural-key columns; last, always, one row whose first column is NULL, then the ids of the
-    /// incoming rows that meet none, comma-separated (NULL for none), then how many are stored
-    /// unchanged. So neither an unchanged re-ingest nor a first ingest reads a row per document
-    /// back. Parameters, row after row: the id, each of
-    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
+    /// A plain read, which takes no lock.
     ///
     /// The incoming rows are a `JSON_TABLE` over an array of one array per row, which reads text
     /// in the byte-for-byte collation and integers as `BIGINT`s, so that each comparison with a
@@ -309,7 +296,7 @@ impl MarkerWords for super::MySql {
         );
         // The total row (no id) holds the ids meeting none and the count of rows stored
         // unchanged where the others hold the stored id and whether the row is deleted.
-        let state = table.stored_state_columns("s");
+        let state = table.stored_row_columns("s");
         let mut selected = vec![
             "r.i".to_owned(),
             format!(
@@ -322,7 +309,6 @@ impl MarkerWords for super::MySql {
             ),
         ];
         selected.extend(state.into_iter().skip(2));
-        selected.extend(keys.iter().map(|name| table.read_of("s", name)));
         // `stopping`: '' (no id is empty) for a row stored unchanged, else the id of the row
         // it meets, else NULL.
         Some(format!(
@@ -343,37 +329,25 @@ impl MarkerWords for super::MySql {
         ))
     }
 
-    /// The replacement of a row the guard cannot compare (another tool's), matched only while
-    /// it is as it was read. Parameters: the sent columns (one each, a column not replaced
-    /// taking its own back), the update marker, the id, then the stored hash, digests, version
-    /// key and version, and each guarded field's text (a float's as the float).
+    /// Each sent column bound once, a column not replaced taking its own value back.
     fn pinned_sql(table: &Table) -> String {
-        let mut set = Vec::new();
-        for &index in &table.sent {
-            let name = quote(table.columns[index].name);
-            set.push(match table.columns[index].is_replaced() {
-                true => format!("t.{name} = ?"),
-                false => format!("t.{name} = IF(? IS NULL, t.{name}, t.{name})"),
-            });
-        }
-        set.push(format!("t.{} = ?", quote(WRITE_MARKER_FIELD)));
-        let anonymous = || "?".to_owned();
-        let conditions =
-            WORDS.pinned_conditions(table, anonymous(), anonymous, |name, placeholder| {
-                match table.shape_named(name) {
-                    // Text compared with an integer would be compared as a double.
-                    Some(ColumnShape::Integer) => {
-                        format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
-                    }
-                    _ => format!("{} <=> {placeholder}", table.read_of("t", name)),
+        let (set, conditions) = table.pinned_parts(
+            || "?".to_owned(),
+            |name, placeholder, replaced| match replaced {
+                true => Some(format!("t.{name} = {placeholder}")),
+                false => Some(format!(
+                    "t.{name} = IF({placeholder} IS NULL, t.{name}, t.{name})"
+                )),
+            },
+            |name, placeholder| match table.shape_named(name) {
+                // Text compared with an integer would be compared as a double.
+                Some(ColumnShape::Integer) => {
+                    format!("t.{} <=> CAST({placeholder} AS SIGNED)", quote(name))
                 }
-            });
-        format!(
-            "UPDATE {} t SET {} WHERE {}",
-            table.name(),
-            set.join(", "),
-            conditions.join(" AND "),
-        )
+                _ => format!("{} <=> {placeholder}", table.read_of("t", name)),
+            },
+        );
+        format!("UPDATE {} t SET {set} WHERE {conditions}", table.name())
     }
 
     fn mark_deleted_sql(table: &Table, tombstone: &Field) -> String {

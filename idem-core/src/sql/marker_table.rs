@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::column::Column;
-use crate::model::{Field, Model};
+use crate::model::{Field, Model, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::layout::{Layout, TableColumn};
 use crate::sql::marker_sql::Words;
@@ -45,13 +45,29 @@ pub(crate) trait MarkerWords: Sized + 'static {
         table.insert_rows(Self::FRESH_INSERT, Statement::Upsert, rows)
     }
     /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow, then their natural-key columns as text; read so that it sees
-    /// the rows the write before it met.
+    /// natural keys that follow (one parameter per key column and row), then their natural-key
+    /// columns as text, after the write marker where the write does not return the rows it wrote
+    /// ([`MarkerDialect::WRITE_RETURNS`](crate::sql::dialect::MarkerDialect::WRITE_RETURNS));
+    /// read so that it sees the rows the write before it met.
     fn select_stored_sql(table: &Table<Self>, rows: usize) -> String;
     /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]);
-    /// `None` where the dialect has none.
+    /// `None` where the dialect has none. A row stored under an incoming row's id with the same
+    /// natural key, content hash and version key, not deleted, is stored as it would be
+    /// written: the engine settles that incoming row `Unchanged`. Each other incoming row meets
+    /// the row under its id, else the one holding its natural key, else none. The statement
+    /// returns, for each incoming row that meets one, its id, that row's stored state, then its
+    /// natural-key columns as text; last, always, one row whose first column is NULL, then the
+    /// ids of the incoming rows that meet none, comma-separated (NULL for none), then how many
+    /// are stored unchanged. So neither an unchanged re-ingest nor a first ingest reads a row
+    /// per document back: through sqlx each costs as much as the lookup itself. Parameters, row
+    /// after row: the id, each of [`crate::sql::marker::compared_contents`], then each
+    /// natural-key column's value.
     fn look_up_sql(table: &Table<Self>, rows: usize) -> Option<String>;
-    /// The replacement of a row the guard cannot compare, while it is as read.
+    /// The replacement of a row the guard cannot compare (another tool's), matched only while it
+    /// is as it was read ([`Table::pinned_parts`]). Parameters: the sent columns, the update
+    /// marker, the id, then the stored hash, digests, version key and version, and each guarded
+    /// field's text (a float's as the float where
+    /// [`MarkerDialect::PINS_FLOATS`](crate::sql::dialect::MarkerDialect::PINS_FLOATS)).
     fn pinned_sql(table: &Table<Self>) -> String;
     /// Sets the tombstone of the row under the id (parameter 1) to the marker (2) where it is
     /// not set, with the update's write marker (3).
@@ -115,8 +131,114 @@ impl<D: MarkerWords> Table<D> {
         D::read_column(self, alias, name)
     }
 
+    /// The `SET` and the conditions of the replacement of a row the guard cannot compare
+    /// ([`MarkerWords::pinned_sql`]): each sent column (quoted) as `set(column, placeholder,
+    /// replaced)` assigns it, if at all, then the write marker; then
+    /// [`Words::pinned_conditions`], each guarded value compared as `pinned(name, placeholder)`.
+    /// `next` gives the placeholders, in the order the values are bound.
+    pub fn pinned_parts(
+        &self,
+        mut next: impl FnMut() -> String,
+        set: impl Fn(&str, String, bool) -> Option<String>,
+        pinned: impl Fn(&str, String) -> String,
+    ) -> (String, String) {
+        let quote = D::WORDS.quote;
+        let sent = self.sent.iter().map(|&index| &self.columns[index]);
+        let mut assigned: Vec<String> = sent
+            .filter_map(|column| set(&quote(column.name), next(), column.is_replaced()))
+            .collect();
+        assigned.extend(set(&quote(WRITE_MARKER_FIELD), next(), true));
+        let id = next();
+        let conditions = D::WORDS.pinned_conditions(self, id, next, pinned);
+        (assigned.join(", "), conditions.join(" AND "))
+    }
+
+    /// A stored row as the marker driver reads it back over the row `t`: its stored state's
+    /// columns ([`Table::stored_state_columns`]), then its natural-key columns as text.
+    pub fn stored_row_columns(&self, t: &str) -> Vec<String> {
+        let mut columns = self.stored_state_columns(t);
+        let keys = self.natural_key_names().into_iter();
+        columns.extend(keys.map(|name| self.read_of(t, name)));
+        columns
+    }
+
     /// The stored state's columns over the row `t` ([`Layout::stored_state_columns`]).
     pub fn stored_state_columns(&self, t: &str) -> Vec<String> {
         (self.layout).stored_state_columns(t, &D::WORDS, |alias, name| self.read_of(alias, name))
     }
 }
+
+/// The [`SqlDialect`](crate::sql::dialect::SqlDialect) items a marker dialect says as every
+/// marker dialect does, each its own module's: its table ([`Table`]) and driver
+/// ([`super::marker::MarkerDriver`]), and the pieces of the same names of its `table` (`quote`,
+/// `shape_of`), `schema` (`table_problems`), `errors` (`unique_conflict`; its `$error` for
+/// [`SqlDialect::error`](crate::sql::dialect::SqlDialect::error)) and `effects` (`WORDS`, for
+/// [`super::effects::guarded_once`]); with `marker`, the
+/// [`MarkerDialect`](crate::sql::dialect::MarkerDialect) items: `schema::index_on`.
+macro_rules! marker_dialect_items {
+    (marker) => {
+        async fn index_on<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            table: &Self::Table,
+            columns: &str,
+        ) -> Option<String> {
+            super::schema::index_on(wire, table, columns).await
+        }
+    };
+    (error: $error:ident) => {
+        fn error(
+            document: &$crate::document::DocumentRef,
+            source: $crate::sql::wire::DbFailure,
+        ) -> $crate::error::Error {
+            super::errors::$error(document, source)
+        }
+
+        type Table = $crate::sql::marker_table::Table<Self>;
+        type Driver<'a, W: $crate::sql::wire::Wire + 'a> =
+            $crate::sql::marker::MarkerDriver<'a, Self, W>;
+
+        fn quote(name: &str) -> String {
+            super::table::quote(name)
+        }
+
+        fn table(
+            model: &'static $crate::model::Model,
+            stored: &[$crate::column::Column],
+        ) -> Self::Table {
+            $crate::sql::marker_table::Table::new(model, stored)
+        }
+
+        fn create_sql(table: &Self::Table) -> String {
+            table.create_sql()
+        }
+
+        async fn table_problems<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            table: &Self::Table,
+            document: &$crate::document::DocumentRef,
+            stored_types: bool,
+        ) -> Result<Vec<String>, $crate::error::Error> {
+            let found = super::schema::found(wire, table);
+            $crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
+        }
+
+        fn shape_of(declared: &str) -> $crate::column::ColumnShape {
+            super::table::shape_of(declared)
+        }
+
+        fn unique_conflict(
+            error: &$crate::error::Error,
+            table: &Self::Table,
+        ) -> Option<$crate::engine::Conflict> {
+            super::errors::unique_conflict(error, table)
+        }
+
+        async fn effect<W: $crate::sql::wire::Wire>(
+            wire: &W,
+            call: &$crate::sql::effects::Effect<'_, Self::Table>,
+        ) -> Result<$crate::sql::dialect::EffectAnswer, $crate::error::Error> {
+            $crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
+        }
+    };
+}
+pub(crate) use marker_dialect_items;

@@ -30,6 +30,8 @@ pub(crate) mod scan;
 pub(crate) mod session;
 #[cfg(feature = "_sql_store")]
 pub(crate) mod sqlx_api;
+#[cfg(feature = "_marker_store")]
+pub(crate) mod sqlx_marker;
 #[cfg(feature = "_sqlx_store")]
 pub(crate) mod sqlx_wire;
 #[cfg(feature = "_sql_store")]

@@ -246,12 +246,38 @@ macro_rules! store_methods {
 pub(crate) use store_methods;
 
 #[cfg(feature = "_marker_store")]
-/// The methods of `Store` (a [`super::store::Store`] of the module's `Dialect`) and of its
-/// `Session`, for `$dialect`, whose sqlx driver's connection is `$connection` and database `$db`.
+/// `Store` (a [`super::store::Store`] of `$dialect`) and `Session`, their methods and the
+/// module's re-exports, for `$dialect`, whose sqlx driver's connection is `sqlx::$connection`
+/// and database `$db`: its tables named `$tables` in the docs, the databases it serves `$on`.
 macro_rules! sqlx_store_methods {
-    ($dialect:ty, $connection:ty, $db:ty) => {
+    ($dialect:ty, $connection:ident, $db:ty, tables: $tables:literal, on: $on:literal) => {
+        pub use $crate::sql::judge::AdoptOptions;
+        pub use $crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
+
+        #[doc = concat!("Writes documents to ", $tables, " tables, one per type; holds no connection.")]
+        /// Clones share what the store learned (the tables it checked).
+        pub type Store = $crate::sql::store::Store<$dialect>;
+
+        /// A [`Store`] and the connection (or transaction: `&mut *tx`) it writes through: idem's
+        #[doc = concat!("API on ", $on, ", method for method the API of every other store")]
+        /// ([`Backend`](crate::Backend)). A connection serves one statement at a time, so the
+        /// session's calls take turns on it.
+        ///
+        /// ```no_run
+        /// # use idem_core::Idempotent;
+        /// # #[derive(serde::Serialize, Idempotent)]
+        /// # struct Post { #[idem(key)] slug: String, title: String }
+        #[doc = concat!("# async fn run(mut connection: idem_core::sqlx::", stringify!($connection), ", post: Post) -> Result<(), idem_core::Error> {")]
+        #[doc = concat!("let store = ", module_path!(), "::Store::new();")]
+        /// let idem = store.on(&mut connection);
+        /// idem.ensure_schema::<Post>().await?;
+        /// let outcome = idem.upsert(&post).await?;
+        /// # Ok(()) }
+        /// ```
+        pub type Session<'a> = $crate::sql::session::Session<'a, $dialect>;
+
         /// `connection` as the wire a store's call sends through.
-        fn wire(connection: &mut $connection) -> $crate::sql::sqlx_wire::SqlxWire<'_, $db> {
+        fn wire(connection: &mut ::sqlx::$connection) -> $crate::sql::sqlx_wire::SqlxWire<'_, $db> {
             $crate::sql::sqlx_wire::SqlxWire::new(connection)
         }
 
@@ -266,7 +292,7 @@ macro_rules! sqlx_store_methods {
 
         impl<'a> Session<'a> {
             /// The connection back, for the caller's own statements.
-            pub fn into_connection(self) -> &'a mut $connection {
+            pub fn into_connection(self) -> &'a mut ::sqlx::$connection {
                 self.into_wire().into_connection()
             }
         }
@@ -275,7 +301,7 @@ macro_rules! sqlx_store_methods {
             /// This store writing through `connection`: what the derive's generated methods take
             /// (`post.upsert(&store.on(&mut connection))`), and the API every store shares
             /// ([`Session`]).
-            pub fn on<'a>(&'a self, connection: &'a mut $connection) -> Session<'a> {
+            pub fn on<'a>(&'a self, connection: &'a mut ::sqlx::$connection) -> Session<'a> {
                 Session::new(self, wire(connection))
             }
 
@@ -287,7 +313,7 @@ macro_rules! sqlx_store_methods {
         }
 
         $crate::sql::sqlx_api::store_methods! {
-            [] &mut $connection, wire;
+            [] &mut ::sqlx::$connection, wire;
             /// Creates `T`'s table if it does not exist, then checks it as before a first write.
             fn ensure_table;
             /// Writes `doc` under its derived id, converging under retries, replays and races, with the

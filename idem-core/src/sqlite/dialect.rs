@@ -3,18 +3,10 @@
 //! ([`super::effects`]), and how its cells read as text.
 
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, TypeInfo as _, ValueRef as _};
 
-use super::errors::failure;
-use super::table::{quote, Table};
-use crate::column::{Column, ColumnShape};
-use crate::document::DocumentRef;
-use crate::engine::Conflict;
-use crate::error::Error;
-use crate::model::Model;
-use crate::sql::dialect::{Dialect, EffectAnswer, MarkerDialect, SqlDialect};
-use crate::sql::effects::Effect;
-use crate::sql::wire::{Cells, DbFailure, Wire};
+use super::table::Table;
+use crate::sql::dialect::{Dialect, MarkerDialect, SqlDialect};
+use crate::sql::sqlx_marker::{Held, SqlxCells};
 
 /// SQLite, through sqlx's driver and its bundled library.
 #[derive(Clone, Copy, Debug)]
@@ -27,39 +19,12 @@ impl Dialect for Sqlite {
 }
 
 impl SqlDialect for Sqlite {
-    type Table = Table;
-    type Driver<'a, W: Wire + 'a> = crate::sql::marker::MarkerDriver<'a, Self, W>;
-
-    fn quote(name: &str) -> String {
-        quote(name)
-    }
-
-    fn table(model: &'static Model, stored: &[Column]) -> Table {
-        Table::new(model, stored)
-    }
-
-    fn create_sql(table: &Table) -> String {
-        table.create_sql()
-    }
+    crate::sql::marker_table::marker_dialect_items!(error: sqlite_error);
 
     const TABLE_EXISTS: &'static str = "SELECT 1 FROM pragma_table_info(?1) LIMIT 1";
 
-    async fn table_problems<W: Wire>(
-        wire: &W,
-        table: &Table,
-        document: &DocumentRef,
-        stored_types: bool,
-    ) -> Result<Vec<String>, Error> {
-        let found = super::schema::found(wire, table);
-        crate::sql::table_check::problems::<Self>(table, document, stored_types, found).await
-    }
-
     const COLUMNS: &'static str =
         "SELECT name, upper(type), pk FROM pragma_table_info(?1) ORDER BY cid";
-
-    fn shape_of(declared: &str) -> ColumnShape {
-        super::table::shape_of(declared)
-    }
 
     // `rowid`, but for a table `WITHOUT ROWID`: a row without `_id` is found by its natural key.
     const ROW_LOCATOR: Option<&'static str> = None;
@@ -69,20 +34,8 @@ impl SqlDialect for Sqlite {
 
     const LOCKING_READ: &'static str = "";
 
-    fn error(document: &DocumentRef, source: DbFailure) -> Error {
-        super::errors::sqlite_error(document, source)
-    }
-
-    fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
-        super::errors::unique_conflict(error, table)
-    }
-
     fn read_of(table: &Table, alias: &str, name: &str) -> String {
         table.read_of(alias, name)
-    }
-
-    async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
-        crate::sql::effects::guarded_once::<Self, W>(wire, call, &super::effects::WORDS).await
     }
 }
 
@@ -90,9 +43,7 @@ impl MarkerDialect for Sqlite {
     // An upsert's other unique indexes fail the statement, naming their columns.
     const MEETS_ANY_UNIQUE: bool = false;
 
-    async fn index_on<W: Wire>(wire: &W, table: &Table, columns: &str) -> Option<String> {
-        super::schema::index_on(wire, table, columns).await
-    }
+    crate::sql::marker_table::marker_dialect_items!(marker);
 
     const WRITE_RETURNS: bool = true;
 
@@ -100,43 +51,16 @@ impl MarkerDialect for Sqlite {
     const PINS_FLOATS: bool = true;
 }
 
-crate::sql::sqlx_wire::sqlx_database!(
-    sqlx::Sqlite,
-    savepoint_opens: true,
-    failure: super::errors::failure,
-    bind: crate::sql::sqlx_wire::bound::<sqlx::Sqlite>,
-    transactions: own
-);
+crate::sql::sqlx_marker::marker_database!(sqlx::Sqlite, savepoint_opens: true);
 
-impl Cells for SqliteRow {
-    fn len(&self) -> usize {
-        sqlx::Row::len(self)
-    }
-
+impl SqlxCells for SqliteRow {
     /// A `REAL` as the shortest text that reads back as the very float (SQLite's own text of it
     /// has 15 significant digits), an `INTEGER` as its digits, anything else as SQLite gives it.
-    fn text(&self, at: usize) -> Result<Option<String>, DbFailure> {
-        let raw = self.try_get_raw(at).map_err(failure)?;
-        if raw.is_null() {
-            return Ok(None);
+    fn held(name: &str) -> Held {
+        match name {
+            "REAL" => Held::Float,
+            "INTEGER" => Held::Integer,
+            _ => Held::Text,
         }
-        match raw.type_info().name() {
-            "REAL" => self
-                .try_get::<f64, _>(at)
-                .map(|float| Some(format!("{float:?}"))),
-            "INTEGER" => self
-                .try_get::<i64, _>(at)
-                .map(|integer| Some(integer.to_string())),
-            _ => self.try_get(at),
-        }
-        .map_err(failure)
-    }
-
-    fn boolean(&self, at: usize) -> Result<Option<bool>, DbFailure> {
-        self.try_get(at).map_err(failure)
-    }
-
-    fn integer(&self, at: usize) -> Result<Option<i64>, DbFailure> {
-        self.try_get(at).map_err(failure)
     }
 }

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::sql::change::EncodedChange;
 use crate::sql::effects::{assignments, ops_of, typed, Apply, ApplyWords, Binds, Effect};
 use crate::sql::effects::{EffectWords, Guarded, Push, PushWords};
+use serde_json::Value;
 
 /// SQLite's statements of the effects ([`crate::sql::effects::guarded_once`]).
 pub(super) const WORDS: EffectWords<Table> = EffectWords { apply, push };
@@ -92,8 +93,7 @@ fn apply(call: &Effect<'_, Table>, apply: &Apply<'_>) -> Result<Guarded, Error> 
 /// The guarded `UPDATE` of one attempt of `push`.
 fn push(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
     let list = push.list;
-    let scalar_key = ScalarKey::of(push.item_key);
-    let path = literal(&format!("$.\"{}\"", list.item_key().replace('"', "\\\"")));
+    let path = super::table::WORDS.json_path(list.item_key());
     // `->` gives the key's JSON text as stored: `json_extract` would give a float as an SQL
     // value, which `json_quote` writes with 15 digits (0.30000000000000004 as 0.3).
     let stored_key = format!("(stored.value -> {path})");
@@ -111,73 +111,47 @@ fn push(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
         kind: format!("COALESCE({kind}, 'text that is no JSON')"),
         items: format!("json_each({listed}) stored"),
         appended: &|item| format!("json_insert({listed}, '$[#]', json({item}))"),
-        same: &mut |binds| same_key(&stored_key, &scalar_key, &path, push.item_key, binds),
+        same: &mut |binds| same_key(&stored_key, &path, push.item_key, binds),
     };
     Guarded::push::<Sqlite>(call, push, Binds::new(placeholder), words)
-}
-
-/// A pushed item's key that is a scalar, as SQLite compares it with a stored item's: the JSON
-/// types of the same value (a number's whether written as an integer or a real), and its SQL
-/// value (a boolean as 1 or 0), bound as a column of its shape holds it; an integer beyond
-/// `i64`, which SQLite would read as the nearest double (two such keys one), by its JSON text
-/// instead.
-struct ScalarKey {
-    types: &'static str,
-    value: Option<(ColumnShape, String)>,
-}
-
-impl ScalarKey {
-    /// The key whose JSON text is `key`; `None` for a list or an object.
-    fn of(key: &str) -> Option<ScalarKey> {
-        let integer = |integer: i64| Some((ColumnShape::Integer, integer.to_string()));
-        let (types, value) = match serde_json::from_str(key).ok()? {
-            serde_json::Value::String(text) => ("'text'", Some((ColumnShape::Text, text))),
-            serde_json::Value::Bool(flag) if flag => ("'true'", integer(1)),
-            serde_json::Value::Bool(_) => ("'false'", integer(0)),
-            serde_json::Value::Number(number) => match (number.as_i64(), number.is_f64()) {
-                (Some(number), _) => ("'integer', 'real'", integer(number)),
-                (None, true) => {
-                    let real = format!("{:?}", number.as_f64()?);
-                    ("'integer', 'real'", Some((ColumnShape::Float, real)))
-                }
-                (None, false) => ("'integer'", None),
-            },
-            _ => return None,
-        };
-        Some(ScalarKey { types, value })
-    }
 }
 
 /// Whether the key stored under `path` in `stored.value` (its JSON text `stored_key`) is the
 /// pushed item's key (`key`, its JSON text, bound in `binds` with what it needs), as
 /// PostgreSQL's `jsonb` and MongoDB compare keys: numbers by value whatever their form (`1`,
 /// `1.0` and `1e0` are one number, `-0.0` is `0`), a number never equal to a string or a
-/// boolean, objects by their entries whatever their order, arrays item by item. A scalar key
-/// (`scalar`) is a stored key of one of its JSON types with the same SQL value (`IS`, which
-/// compares an integer with a real by value); a list or an object, one whose tree
-/// (`json_tree`) holds the same nodes, each compared so.
-fn same_key(
-    stored_key: &str,
-    scalar: &Option<ScalarKey>,
-    path: &str,
-    key: &str,
-    binds: &mut Binds,
-) -> String {
-    // Only an object holds a key: another item's value is no JSON to read a path in.
-    let same = match scalar {
-        Some(ScalarKey {
-            types,
-            value: Some((shape, value)),
-        }) => format!(
-            "json_type(stored.value, {path}) IN ({types}) AND (stored.value ->> {path}) IS {}",
-            binds.bind(*shape, Some(value))
-        ),
-        Some(ScalarKey { types, value: None }) => format!(
-            "json_type(stored.value, {path}) IN ({types}) AND {stored_key} = {}",
-            binds.text(key)
-        ),
-        None => same_tree(stored_key, &binds.text(key)),
+/// boolean, objects by their entries whatever their order, arrays item by item. A scalar key is
+/// a stored key of one of its JSON types (a number's whether written as an integer or a real)
+/// with the same SQL value (`IS`, which compares an integer with a real by value; a boolean as
+/// 1 or 0), bound as a column of its shape holds it; an integer beyond `i64`, which SQLite
+/// would read as the nearest double (two such keys one), by its JSON text instead. A list or
+/// an object is one whose tree (`json_tree`) holds the same nodes, each compared so.
+fn same_key(stored_key: &str, path: &str, key: &str, binds: &mut Binds) -> String {
+    let typed = |types: &str, same: String| {
+        format!("json_type(stored.value, {path}) IN ({types}) AND {same}")
     };
+    let mut scalar = |types: &str, shape: ColumnShape, value: String| {
+        let value = binds.bind(shape, Some(&value));
+        typed(types, format!("(stored.value ->> {path}) IS {value}"))
+    };
+    let same = match serde_json::from_str(key) {
+        Ok(Value::String(text)) => scalar("'text'", ColumnShape::Text, text),
+        Ok(Value::Bool(true)) => scalar("'true'", ColumnShape::Integer, "1".into()),
+        Ok(Value::Bool(false)) => scalar("'false'", ColumnShape::Integer, "0".into()),
+        Ok(Value::Number(number)) => match (number.as_i64(), number.as_f64()) {
+            (Some(integer), _) => scalar(
+                "'integer', 'real'",
+                ColumnShape::Integer,
+                integer.to_string(),
+            ),
+            (None, Some(real)) if number.is_f64() => {
+                scalar("'integer', 'real'", ColumnShape::Float, format!("{real:?}"))
+            }
+            _ => typed("'integer'", format!("{stored_key} = {}", binds.text(key))),
+        },
+        _ => same_tree(stored_key, &binds.text(key)),
+    };
+    // Only an object holds a key: another item's value is no JSON to read a path in.
     format!("(CASE WHEN stored.type = 'object' THEN ({same}) END)")
 }
 

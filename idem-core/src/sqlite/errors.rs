@@ -4,8 +4,9 @@
 
 use crate::document::DocumentRef;
 use crate::engine::Conflict;
-use crate::error::{BackendError, Error, ErrorKind};
+use crate::error::{BackendError, Error};
 use crate::model::ID_FIELD;
+use crate::sql::sqlx_marker;
 use crate::sql::wire::DbFailure;
 
 use super::table::Table;
@@ -24,92 +25,44 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
         .as_deref()
         .and_then(|code| code.parse::<i32>().ok())
         .map(|code| code & 0xff);
-    let retryable = match &source {
-        // BUSY, LOCKED: another connection held the lock past the busy timeout.
-        sqlx::Error::Database(_) => matches!(primary, Some(5 | 6)),
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    };
-    // CONSTRAINT (a CHECK, NOT NULL, a foreign key, a unique index), TOOBIG, MISMATCH: the
-    // row's values, not the call; a batch goes row by row to tell which.
-    let refuses_document = matches!(primary, Some(18..=20));
-    let error = BackendError::new("SQLite", code, retryable, source);
-    match refuses_document {
-        true => error.refusing_document(),
-        false => error,
-    }
+    // BUSY, LOCKED: another connection held the lock past the busy timeout. CONSTRAINT (a
+    // CHECK, NOT NULL, a foreign key, a unique index), TOOBIG, MISMATCH: the row's values.
+    let (retry, refuses) = (
+        matches!(primary, Some(5 | 6)),
+        matches!(primary, Some(18..=20)),
+    );
+    sqlx_marker::reported("SQLite", source, code, retry, refuses)
 }
 
 /// A driver error as a failure of its statement, with SQLite's message.
 pub(super) fn failure(source: sqlx::Error) -> DbFailure {
-    let message = source
-        .as_database_error()
-        .map(|error| error.message().to_owned());
-    DbFailure::new(driver_error(source), message)
+    sqlx_marker::failure(source, driver_error)
 }
 
 /// `source` as the error of a call concerning `document`: a table that is not there is a schema
 /// problem, anything else the driver's.
 pub(super) fn sqlite_error(document: &DocumentRef, source: DbFailure) -> Error {
-    let missing_table = source
-        .server_message()
-        .is_some_and(|message| message.starts_with("no such table"));
-    match missing_table {
-        true => Error::new(
-            document.clone(),
-            ErrorKind::SchemaMismatch {
-                collection: document.collection.to_owned(),
-                problem: format!(
-                    "{}: the table is not there (dropped, or made by a transaction that rolled \
-                     back); create it with Store::ensure_table::<T>() or from \
-                     Store::create_table_sql::<T>()",
-                    source
-                ),
-            },
-        ),
-        false => Error::new(
-            document.clone(),
-            ErrorKind::Backend {
-                source: source.into_error(),
-            },
-        ),
-    }
+    let missing = (source.server_message()).is_some_and(|text| text.starts_with("no such table"));
+    sqlx_marker::call_error(document, source, missing)
 }
 
 /// Which unique constraint a unique violation of a single write met: the id's or the natural
 /// key's (`Conflict::Key`), or another, named by its columns.
 pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
-    let backend = error.as_backend()?;
-    if !backend
-        .code()
-        .is_some_and(|code| UNIQUE_CODES.contains(&code))
-    {
-        return None;
-    }
     // "UNIQUE constraint failed: posts.slug, posts.lang"
-    let message = backend.to_string();
-    let columns: Vec<&str> = message
+    let message = sqlx_marker::unique_violation(error, &UNIQUE_CODES)?;
+    let mut columns: Vec<&str> = message
         .rsplit_once("failed: ")
         .map(|(_, columns)| columns)
         .unwrap_or_default()
         .split(", ")
         .filter_map(|column| column.rsplit_once('.').map(|(_, name)| name))
         .collect();
-    let mut natural_key: Vec<&str> = table
-        .model
-        .natural_key_fields()
-        .map(|field| field.stored_name())
-        .collect();
+    let index = columns.join(", ");
+    columns.sort_unstable();
+    let mut natural_key = table.natural_key_names();
     natural_key.sort_unstable();
-    let mut met = columns.clone();
-    met.sort_unstable();
-    Some(match met.as_slice() {
-        // A message of another form: which index, the read of what is stored tells.
-        [] => Conflict::Unclear { index: message },
-        [ID_FIELD] => Conflict::Key,
-        met if met == natural_key.as_slice() => Conflict::Key,
-        _ => Conflict::Other {
-            index: columns.join(", "),
-        },
-    })
+    let is_key = columns == [ID_FIELD] || columns == natural_key;
+    let met = (!columns.is_empty()).then_some((index, is_key));
+    Some(sqlx_marker::conflict(message, met))
 }

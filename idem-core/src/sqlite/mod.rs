@@ -48,32 +48,9 @@ mod errors;
 mod schema;
 mod table;
 
-use sqlx::SqliteConnection;
+use crate::sql::sqlx_api::sqlx_store_methods;
 
-pub use crate::sql::judge::AdoptOptions;
-pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 pub use dialect::Sqlite;
 pub use errors::driver_error;
 
-/// Writes documents to SQLite tables, one per type; holds no connection. Clones share what
-/// the store learned (the tables it checked).
-pub type Store = crate::sql::store::Store<Sqlite>;
-
-/// A [`Store`] and the connection (or transaction: `&mut *tx`) it writes through: idem's API on
-/// SQLite, method for method the API of every other store ([`Backend`](crate::Backend)). A
-/// connection serves one statement at a time, so the session's calls take turns on it.
-///
-/// ```no_run
-/// # use idem_core::Idempotent;
-/// # #[derive(serde::Serialize, Idempotent)]
-/// # struct Post { #[idem(key)] slug: String, title: String }
-/// # async fn run(mut connection: idem_core::sqlx::SqliteConnection, post: Post) -> Result<(), idem_core::Error> {
-/// let store = idem_core::sqlite::Store::new();
-/// let idem = store.on(&mut connection);
-/// idem.ensure_schema::<Post>().await?;
-/// let outcome = idem.upsert(&post).await?;
-/// # Ok(()) }
-/// ```
-pub type Session<'a> = crate::sql::session::Session<'a, Sqlite>;
-
-crate::sql::sqlx_api::sqlx_store_methods!(Sqlite, SqliteConnection, sqlx::Sqlite);
+sqlx_store_methods!(Sqlite, SqliteConnection, sqlx::Sqlite, tables: "SQLite", on: "SQLite");

@@ -104,18 +104,19 @@ impl MarkerWords for super::Sqlite {
         format!("{}{constraint}", sql_type(column))
     }
 
-    /// A float as it is stored, whose text SQLite would write with 15 significant digits, not
-    /// the 17 that give the very float back; any other as [`Table::text_of`] gives it.
+    /// A boolean as `true` or `false`, an integer as its text; a float as it is stored, whose
+    /// text SQLite would write with 15 significant digits, not the 17 that give the very float
+    /// back; any other (text, JSON) as it is stored.
     fn read_column(table: &Table, alias: &str, name: &str) -> String {
+        let column = format!("{alias}.{}", quote(name));
         match table.shape_named(name) {
-            Some(ColumnShape::Float) => format!("{alias}.{}", quote(name)),
-            _ => table.text_of(alias, name),
+            Some(ColumnShape::Boolean) => boolean_text(&column),
+            Some(ColumnShape::Integer) => format!("CAST({column} AS TEXT)"),
+            _ => column,
         }
     }
 
-    /// The write of `rows` rows for `statement`: an insert of the inserted columns, row after
-    /// row, each row ending with the insert's write marker, then (but for `InsertNew`) the
-    /// update's write marker; returning the id and the marker of each row written.
+    /// Returning the id and the write marker of each row written.
     ///
     /// Parameters are anonymous (`?`), bound in the order they appear: SQLite looks a numbered
     /// one (`?12`) up by walking every name the statement has, which for a chunk of thousands
@@ -134,9 +135,6 @@ impl MarkerWords for super::Sqlite {
         )
     }
 
-    /// The stored state of the rows under the ids (the first `rows` parameters) or holding the
-    /// natural keys that follow (one parameter per key column and row), then their natural-key
-    /// columns as text.
     /// Two lookups, each through its unique index (the primary key, the natural key's), not a
     /// scan: the keys are joined as a `VALUES` list on the key columns themselves.
     fn select_stored_sql(table: &Table, rows: usize) -> String {
@@ -144,9 +142,7 @@ impl MarkerWords for super::Sqlite {
         // Anonymous parameters, as in `write_sql`: the ids, then the keys row after row.
         let ids = vec!["?"; rows];
         let join = WORDS.same_key(table, "t", |at| format!("k.column{}", at + 1));
-        let mut state = table.stored_state_columns("t");
-        state.extend(keys.iter().map(|name| table.text_of("t", name)));
-        let state = state.join(", ");
+        let state = table.stored_row_columns("t").join(", ");
         format!(
             "SELECT {state} FROM {table} t WHERE t.{id} IN ({ids}) \
              UNION SELECT {state} FROM (VALUES {tuples}) k JOIN {table} t ON {join}",
@@ -158,17 +154,7 @@ impl MarkerWords for super::Sqlite {
         )
     }
 
-    /// The lookup before a batch's write ([`crate::engine::batch::BatchDriver::look_up`]). A row
-    /// stored under an incoming row's id with the same natural key, content hash and version
-    /// key, not deleted, is stored as it would be written: the engine settles that incoming row
-    /// `Unchanged`. Each other incoming row meets the row under its id, else
-    /// the one holding its natural key, else none. The statement returns, for each incoming row
-    /// that meets one, its id, that row's stored state, then its natural-key columns as text;
-    /// last, always, one row whose first column is NULL, then the ids of the incoming rows that
-    /// meet none, comma-separated (NULL for none), then how many are stored unchanged. So
-    /// neither an unchanged re-ingest nor a first ingest reads a row per document back: through
-    /// sqlx each costs as much as the lookup itself. Parameters, row after row: the id, each of
-    /// [`crate::sql::marker::compared_contents`], then each natural-key column's value.
+    /// The incoming rows as a `VALUES` list, settled once (`AS MATERIALIZED`) for both reads.
     fn look_up_sql(table: &Table, rows: usize) -> Option<String> {
         let keys = table.natural_key_names();
         let contents = crate::sql::marker::compared_contents(table);
@@ -179,8 +165,7 @@ impl MarkerWords for super::Sqlite {
         same.extend(WORDS.stored_unchanged(table, key_at, |at| incoming(1 + at)));
         let by_key = WORDS.holds_key(table, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
-        selected.extend(table.stored_state_columns("s"));
-        selected.extend(keys.iter().map(|name| table.text_of("s", name)));
+        selected.extend(table.stored_row_columns("s"));
         let mut summary = vec![
             "NULL",
             "group_concat(CASE WHEN k.stopping IS NULL THEN k.i END, ',')",
@@ -207,36 +192,21 @@ impl MarkerWords for super::Sqlite {
         ))
     }
 
-    /// The replacement of a row the guard cannot compare (another tool's), matched only while
-    /// it is as it was read. Parameters: the sent columns (`?1…`), the update marker, the id,
-    /// then the stored hash, digests, version key and version, and each guarded field's text
-    /// (a float column's value as the float itself: [`crate::sql::row::Pinned`]).
+    /// Numbered parameters (`?1…`): the `SET` skips the sent columns it does not replace.
     fn pinned_sql(table: &Table) -> String {
         let mut parameter = 0;
-        let mut next = || {
+        let next = move || {
             parameter += 1;
             format!("?{parameter}")
         };
-        let mut set = Vec::new();
-        for &index in &table.sent {
-            let placeholder = next();
-            if table.columns[index].is_replaced() {
-                set.push(format!(
-                    "{} = {placeholder}",
-                    quote(table.columns[index].name)
-                ));
-            }
-        }
-        set.push(format!("{} = {}", quote(WRITE_MARKER_FIELD), next()));
-        let id = next();
-        let conditions = WORDS.pinned_conditions(table, id, next, |name, placeholder| {
-            format!("{} IS {placeholder}", table.read_of("t", name))
-        });
+        let (set, conditions) = table.pinned_parts(
+            next,
+            |name, placeholder, replaced| replaced.then(|| format!("{name} = {placeholder}")),
+            |name, placeholder| format!("{} IS {placeholder}", table.read_of("t", name)),
+        );
         format!(
-            "UPDATE {} AS t SET {} WHERE {} RETURNING {}",
+            "UPDATE {} AS t SET {set} WHERE {conditions} RETURNING {}",
             table.name(),
-            set.join(", "),
-            conditions.join(" AND "),
             quote(ID_FIELD),
         )
     }
@@ -268,19 +238,5 @@ impl Table {
             .iter()
             .map(|column| (column.name, sql_type(column)))
             .chain([(APPLIED_OPS_FIELD, "TEXT"), (WRITE_MARKER_FIELD, "TEXT")])
-    }
-
-    /// A column as text: booleans as `true` or `false`, numbers and JSON as their text (a
-    /// float's with SQLite's 15 digits; the stored state and a read of the row take
-    /// [`Table::read_of`], which keeps the float).
-    pub fn text_of(&self, alias: &str, name: &str) -> String {
-        let column = format!("{alias}.{}", quote(name));
-        match self.shape_named(name) {
-            Some(ColumnShape::Boolean) => boolean_text(&column),
-            Some(ColumnShape::Integer | ColumnShape::Float) => {
-                format!("CAST({column} AS TEXT)")
-            }
-            _ => column,
-        }
     }
 }
