@@ -15,11 +15,11 @@ use crate::error::ErrorKind;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
 use crate::sql::dialect::{SqlDialect, SqlDriver};
+use crate::sql::reads::stored_row;
 
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
-use crate::model::Model;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
 /// Writes to one checked table through one client.
@@ -29,49 +29,38 @@ pub(crate) struct PgDriver<'a, C> {
     table: &'a Table,
 }
 
-/// What one statement did to one row.
-#[derive(Clone, Debug)]
-enum RowState {
-    /// Written: inserted, or updated.
-    Written { inserted: bool },
-    /// Stopped by the guard; the stored row met: under its id, else holding its natural key.
-    Stopped(Box<StoredRow>),
-    /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
-    Unseen,
-}
-
 impl<C: Wire> PgDriver<'_, C> {
-    /// Sends one write statement for `rows` and reads what it did to each.
+    /// Sends one write statement for `rows` and reads what it did to each: written (inserted or
+    /// updated), stopped by the guard with the stored row met (under its id, else holding its
+    /// natural key), or unseen (stopped by a row the statement's snapshot does not show,
+    /// committed meanwhile).
     async fn write_rows(
         &self,
         rows: &[&PreparedRow],
         statement: &str,
         document: &DocumentRef,
-    ) -> Result<Vec<RowState>, Error> {
+    ) -> Result<Vec<Reply<StoredRow>>, Error> {
         let (client, table) = (self.client, self.table);
         let columns = column_arrays(table, rows, document)?;
         let parameters: Vec<Param> = columns.iter().map(|column| Param::Texts(column)).collect();
         let command = (statement, "INSERT … ON CONFLICT");
         let met = |replies: &[C::Row]| !missed_guard(replies);
         let replies = send_checked(client, table, document, command, &parameters, met).await?;
-        let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
+        let to_error = |source| postgres_error(document, source);
+        let mut states = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {
                 continue;
             };
             let state = match reply.flag(1) {
-                Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(Box::new(read_stored_with_key(reply, 2, table.model))),
+                Some(inserted) => Reply::Written { inserted },
+                None => Reply::Stopped(stored_row(reply, 2, table).map_err(to_error)?),
             };
             states.insert(incoming.to_owned(), state);
         }
         Ok(rows
             .iter()
-            .map(|row| {
-                states
-                    .remove(row.id_text.as_str())
-                    .unwrap_or(RowState::Unseen)
-            })
+            .map(|row| states.remove(row.id_text.as_str()).unwrap_or(Reply::Unseen))
             .collect())
     }
 
@@ -111,13 +100,12 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
         let statement = self.table.write_sql(kind.into());
         let document = &docs[0].document();
         match self.write_rows(docs, statement, document).await {
-            Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
             Err(error) if docs.len() == 1 => {
                 Postgres::reply_to_error(error, self.table).map(|reply| vec![reply])
             }
-            Err(error) => Err(error),
+            written => written,
         }
     }
 
@@ -135,6 +123,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
 
     async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
         crate::trace::round_trip("SELECT");
+        let to_error = |source| postgres_error(&doc.document(), source);
         let found = self
             .client
             .fetch_all(
@@ -142,10 +131,9 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
                 &[Param::Text(Some(&doc.id_text))],
             )
             .await
-            .map_err(|source| postgres_error(&doc.document(), source))?;
-        Ok(found
-            .first()
-            .map(|found| read_stored_with_key(found, 0, self.table.model)))
+            .map_err(to_error)?;
+        let found = found.first().map(|found| stored_row(found, 0, self.table));
+        found.transpose().map_err(to_error)
     }
 
     crate::sql::reads_rows_as_sql!();
@@ -231,16 +219,14 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         let (client, table) = (self.client, self.table);
         let replies = send_checked(client, table, document, (sql, "SELECT"), &parameters, met);
         let replies = replies.await?;
+        let to_error = |source| postgres_error(document, source);
         let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {
                 continue;
             };
-            let stored = reply
-                .str(1)
-                .is_some()
-                .then(|| read_stored_with_key(reply, 1, self.table.model));
-            found.insert(incoming, stored);
+            let stored = reply.str(1).map(|_| stored_row(reply, 1, table));
+            found.insert(incoming, stored.transpose().map_err(to_error)?);
         }
         Ok(Some(
             docs.iter()
@@ -251,43 +237,6 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                 .collect(),
         ))
     }
-}
-
-/// A statement's answer for one row, as the engine reads it.
-fn reply(state: RowState) -> Reply<StoredRow> {
-    match state {
-        RowState::Written { inserted } => Reply::Written { inserted },
-        RowState::Stopped(stored) => Reply::Stopped(*stored),
-        RowState::Unseen => Reply::Unseen,
-    }
-}
-
-/// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
-/// the last: what a read by id returns.
-pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
-    let (mut stored, keys) = read_stored(row, at, model);
-    stored.natural_key = Some(
-        (keys..row.len())
-            .map(|at| row.str(at).map(str::to_owned))
-            .collect(),
-    );
-    stored
-}
-
-/// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
-/// each guarded field's text, then the version field's for a type with versions
-/// ([`Table`]'s stored state). Returns the row and the column after it.
-pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
-    let guarded = model.digested_fields().count();
-    let next = at + 5 + guarded + usize::from(model.version_field().is_some());
-    let texts: Vec<Option<String>> = (at..next)
-        .map(|index| match index == at + 1 {
-            true => None,
-            false => row.str(index).map(str::to_owned),
-        })
-        .collect();
-    let tombstoned = row.flag(at + 1).unwrap_or(false);
-    (StoredRow::from_texts(model, &texts, tombstoned), next)
 }
 
 /// One `text[]` per sent column, holding that column's value for each row. Every array has one

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::dialect::{MarkerDialect, SqlDriver, Statement};
+use super::reads::stored_row;
 use super::store::{in_transaction, Store};
 use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::column::ColumnShape;
@@ -52,23 +53,6 @@ fn key_params<'r>(table: &Layout, doc: &'r LightRow, params: &mut Vec<Param<'r>>
             .map_or(ColumnShape::Text, |index| table.columns[index].shape);
         params.push(Param::typed(shape, text.as_deref()));
     }
-}
-
-/// The stored row in `row`'s columns from `at` to the last: its stored state (the id first, then
-/// whether it is deleted, …), then its natural-key columns as text.
-fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow, DbFailure> {
-    let keys = table.model.natural_key_fields().count();
-    let mut texts = Vec::with_capacity(row.len() - at);
-    for index in at..row.len() {
-        texts.push(match index - at {
-            1 => None,
-            _ => row.text(index)?,
-        });
-    }
-    let tombstoned = row.boolean(at + 1)?.unwrap_or(false);
-    let mut stored = StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
-    stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
-    Ok(stored)
 }
 
 /// The stored state of the rows under `docs`' ids or holding their natural keys, each with its
