@@ -10,6 +10,7 @@ use super::dialect::{MarkerDialect, SqlDriver, Statement};
 use super::reads::stored_row;
 use super::store::{in_transaction, Store};
 use super::wire::{Cells, DbFailure, Param, Wire};
+pub(crate) use super::words::compared_contents;
 use crate::column::ColumnShape;
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::by_id::ById;
@@ -455,16 +456,6 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
         }
         Ok(Some(looked))
     }
-}
-
-/// The columns of idem's own that a batch's lookup compares with each incoming row's: the
-/// content hash, and the version key where the model has one, in that order. Not the digests:
-/// the hash covers the guarded values ([`crate::verdict::Stored::judge`]).
-pub(crate) fn compared_contents(table: &Layout) -> Vec<Content> {
-    [Content::Hash, Content::VersionKey]
-        .into_iter()
-        .filter(|&content| table.column_with(content).is_some())
-        .collect()
 }
 
 /// The rows a write left alone, read with their natural keys, found by natural key or id.
