@@ -283,7 +283,7 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
         &'s self,
         id: &'s str,
         tombstone: &'static Field,
-        marker: Param<'s>,
+        marker: Option<&'s str>,
         document: &'s crate::document::DocumentRef,
     ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
@@ -293,14 +293,6 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
                 .map(|index| &table.columns[index]);
             // Bound as text and cast to the column's type, as every value of a PostgreSQL write.
             let sql_type = column.map_or("jsonb", sql_type);
-            let Some(marker_text) = wire::param_text(marker) else {
-                return Err(Error::new(
-                    document.clone(),
-                    ErrorKind::Serialize {
-                        message: format!("a deletion marker bound as {marker:?}"),
-                    },
-                ));
-            };
             let sql = format!(
                 "WITH marked AS (UPDATE {name} SET {tomb} = $2::text::{sql_type} \
                  WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
@@ -310,7 +302,7 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
                 tomb = quote(tombstone.stored_name()),
                 id = quote(ID_FIELD),
             );
-            let parameters = [Param::Text(Some(id)), Param::Text(marker_text.as_deref())];
+            let parameters = [Param::Text(Some(id)), Param::Text(marker)];
             crate::trace::round_trip("UPDATE");
             let row = self
                 .client

@@ -514,17 +514,21 @@ impl<'a, D: MarkerDialect, W: Wire + 'a> SqlDriver<'a, D, W> for MarkerDriver<'a
         &'s self,
         id: &'s str,
         tombstone: &'static Field,
-        marker: Param<'s>,
+        marker: Option<&'s str>,
         document: &'s crate::document::DocumentRef,
     ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
             let wire = self.wire;
+            let column = self.table.column_of(tombstone);
+            let shape = column.map_or(ColumnShape::Structured, |index| {
+                self.table.columns[index].shape
+            });
             let mark = D::mark_deleted_sql(self.table, tombstone);
             let look = D::deleted_sql(self.table, tombstone);
             let update_marker = format!("u{}", ulid::Ulid::generate());
             let marking = [
                 Param::Text(Some(id)),
-                marker,
+                Param::typed(shape, marker),
                 Param::Text(Some(&update_marker)),
             ];
             let by_id = [Param::Text(Some(id))];

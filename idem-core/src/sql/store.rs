@@ -14,7 +14,6 @@ use super::effects::{Apply, Effect, EffectKind, Push};
 use super::wire::{Param, Wire};
 use crate::batch::BatchReport;
 use crate::change::{self, Change};
-use crate::column::ColumnShape;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::engine::by_id::{answered_in_one, settle_by_id};
 use crate::engine::{self, WriteKind};
@@ -323,11 +322,9 @@ impl<D: SqlDialect> Store<D> {
                     (None, value) => Some(value.to_string()),
                 };
                 let id_text = id.to_string();
-                let shape = column.map_or(ColumnShape::Structured, |column| column.shape);
                 let driver = self.driver(wire, &table);
                 settle_by_id(&document, || {
-                    let marker = Param::typed(shape, marker_text.as_deref());
-                    driver.mark_deleted(&id_text, tombstone, marker, &document)
+                    driver.mark_deleted(&id_text, tombstone, marker_text.as_deref(), &document)
                 })
                 .await
             })
