@@ -8,7 +8,6 @@ use std::sync::{PoisonError, RwLock};
 use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
-use crate::idempotent::Idempotent;
 use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::sql::dialect::Statement;
 pub(crate) use crate::sql::guard::{literal, quote};
@@ -118,11 +117,6 @@ impl InsertedSignal {
 }
 
 impl Table {
-    /// The table of `T`.
-    pub fn of<T: Idempotent>() -> Table {
-        Table::new(&T::MODEL, &T::stored_columns())
-    }
-
     /// The write of `statement`, as the server the table was checked on tells inserted rows
     /// (as PostgreSQL 15 does, before any check).
     pub fn write_sql(&self, statement: Statement) -> &str {

@@ -151,6 +151,12 @@ pub(crate) async fn run<D: SqlDialect, O: crate::trace::Shown>(
 // The methods are the crate's own: each store's module gives them their public signatures.
 #[allow(private_bounds)]
 impl<D: SqlDialect> Store<D> {
+    /// The `CREATE TABLE` statement of `T`'s table (and what else makes it), as each store's
+    /// `create_table_sql` prints it.
+    pub(crate) fn create_sql_of<T: Idempotent>() -> String {
+        D::create_sql(&D::table(&T::MODEL, &T::stored_columns()))
+    }
+
     /// Creates `T`'s table if it does not exist, then checks it as before a first write.
     pub(crate) fn ensure_table_on<'a, T: Idempotent>(
         &'a self,
