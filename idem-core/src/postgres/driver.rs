@@ -22,10 +22,10 @@ use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
-/// Writes to one checked table through one client.
+/// Writes to one checked table through one client's wire.
 pub(crate) struct PgDriver<'a, C> {
     store: &'a Store,
-    client: &'a C,
+    wire: &'a C,
     table: &'a Table,
 }
 
@@ -40,12 +40,12 @@ impl<C: Wire> PgDriver<'_, C> {
         statement: &str,
         document: &DocumentRef,
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let (client, table) = (self.client, self.table);
+        let (wire, table) = (self.wire, self.table);
         let columns = column_arrays(table, rows, document)?;
         let parameters: Vec<Param> = columns.iter().map(|column| Param::Texts(column)).collect();
         let command = (statement, "INSERT … ON CONFLICT");
         let met = |replies: &[C::Row]| !missed_guard(replies);
-        let replies = send_checked(client, table, document, command, &parameters, met).await?;
+        let replies = send_checked(wire, table, document, command, &parameters, met).await?;
         let to_error = |source| postgres_error(document, source);
         let mut states = HashMap::with_capacity(replies.len());
         for reply in &replies {
@@ -71,7 +71,7 @@ impl<C: Wire> PgDriver<'_, C> {
         row: &PreparedRow,
         stored: &StoredRow,
     ) -> Result<Option<Outcome>, Error> {
-        let (client, table) = (self.client, self.table);
+        let (wire, table) = (self.wire, self.table);
         let columns = column_arrays(table, &[row], &row.document())?;
         // PostgreSQL writes a float's text with the digits that give it back.
         let pinned: Vec<Option<String>> = row
@@ -83,7 +83,7 @@ impl<C: Wire> PgDriver<'_, C> {
             columns.iter().map(|column| Param::Texts(column)).collect();
         parameters.extend(wire::texts(&pinned));
         crate::trace::round_trip("UPDATE");
-        let replaced = client
+        let replaced = wire
             .write(&table.pinned_replacement, &parameters)
             .await
             .map_err(|source| postgres_error(&row.document(), source))?;
@@ -125,7 +125,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
         crate::trace::round_trip("SELECT");
         let to_error = |source| postgres_error(&doc.document(), source);
         let found = self
-            .client
+            .wire
             .fetch_all(
                 &self.table.select_stored_by_id(),
                 &[Param::Text(Some(&doc.id_text))],
@@ -142,13 +142,6 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
 impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
-    }
-
-    fn chunks_in_flight(&self) -> usize {
-        match self.store.pipelining && self.client.pipelines_chunks() {
-            true => 2,
-            false => 1,
-        }
     }
 
     crate::sql::prepares_rows_as_sql!();
@@ -171,7 +164,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             }
         };
         crate::trace::round_trip("INSERT");
-        match self.client.write(statement, &parameters).await {
+        match self.wire.write(statement, &parameters).await {
             Ok(rows) => {
                 let inserted = rows.first().and_then(|row| row.int8(0));
                 Ok(Some(match inserted {
@@ -216,8 +209,8 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         }
         parameters.extend(keys.iter().map(|column| Param::Texts(column)));
         let met = |replies: &[C::Row]| !missed_guard(replies);
-        let (client, table) = (self.client, self.table);
-        let replies = send_checked(client, table, document, (sql, "SELECT"), &parameters, met);
+        let (wire, table) = (self.wire, self.table);
+        let replies = send_checked(wire, table, document, (sql, "SELECT"), &parameters, met);
         let replies = replies.await?;
         let to_error = |source| postgres_error(document, source);
         let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
@@ -269,12 +262,8 @@ pub(super) fn column_arrays<'r>(
 }
 
 impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
-    fn new(store: &'a Store, client: &'a C, table: &'a Table) -> Self {
-        PgDriver {
-            store,
-            client,
-            table,
-        }
+    fn new(store: &'a Store, wire: &'a C, table: &'a Table) -> Self {
+        PgDriver { store, wire, table }
     }
 
     /// One statement: the update where the row is not deleted, and whether the row is stored
@@ -305,7 +294,7 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
             let parameters = [Param::Text(Some(id)), Param::Text(marker)];
             crate::trace::round_trip("UPDATE");
             let row = self
-                .client
+                .wire
                 .write(&sql, &parameters)
                 .await
                 .and_then(|rows| wire::one(rows, "UPDATE"))
