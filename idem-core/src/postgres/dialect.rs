@@ -140,8 +140,37 @@ impl SqlDialect for Postgres {
         super::postgres_error(document, source)
     }
 
+    /// Which unique constraint a unique violation raised by a single write names: the primary key
+    /// or the natural key's (this id is stored with another natural key, or a racing writer stored
+    /// the document after the statement's snapshot), another one (a refusal naming it), or none.
     fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
-        unique_conflict(error, table)
+        let violation = error.as_backend()?;
+        if violation.code() != Some(UNIQUE_VIOLATION) {
+            return None;
+        }
+        let Some(name) = violation.constraint() else {
+            return Some(Conflict::Unclear {
+                index: "(unnamed)".to_owned(),
+            });
+        };
+        // By the names the check read in the violated table's schema: a migration may have named
+        // the primary key, and PostgreSQL shortens the name it makes for a long table name.
+        let ours = violation
+            .constraint_schema()
+            .and_then(|schema| table.checked_in(schema))
+            .is_some_and(|checked| {
+                checked
+                    .id_constraints
+                    .iter()
+                    .chain(&checked.natural_key_constraints)
+                    .any(|constraint| constraint == name)
+            });
+        Some(match ours {
+            true => Conflict::Key,
+            false => Conflict::Other {
+                index: name.to_owned(),
+            },
+        })
     }
 
     async fn effect<W: Wire>(wire: &W, call: &Effect<'_, Table>) -> Result<EffectAnswer, Error> {
@@ -191,37 +220,4 @@ impl SqlDialect for Postgres {
     ) -> Result<Option<T>, Error> {
         super::read::read_one(wire, table, equal, document).await
     }
-}
-
-/// Which unique constraint a unique violation raised by a single write names: the primary key
-/// or the natural key's (this id is stored with another natural key, or a racing writer stored
-/// the document after the statement's snapshot), another one (a refusal naming it), or none.
-pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
-    let violation = error.as_backend()?;
-    if violation.code() != Some(UNIQUE_VIOLATION) {
-        return None;
-    }
-    let Some(name) = violation.constraint() else {
-        return Some(Conflict::Unclear {
-            index: "(unnamed)".to_owned(),
-        });
-    };
-    // By the names the check read in the violated table's schema: a migration may have named
-    // the primary key, and PostgreSQL shortens the name it makes for a long table name.
-    let ours = violation
-        .constraint_schema()
-        .and_then(|schema| table.checked_in(schema))
-        .is_some_and(|checked| {
-            checked
-                .id_constraints
-                .iter()
-                .chain(&checked.natural_key_constraints)
-                .any(|constraint| constraint == name)
-        });
-    Some(match ours {
-        true => Conflict::Key,
-        false => Conflict::Other {
-            index: name.to_owned(),
-        },
-    })
 }

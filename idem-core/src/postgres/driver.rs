@@ -15,63 +15,52 @@ use crate::error::ErrorKind;
 use crate::model::{Field, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
 use crate::sql::dialect::{SqlDialect, SqlDriver};
+use crate::sql::reads::stored_row;
 
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
 use crate::error::Error;
-use crate::model::Model;
 use crate::sql::row::{LightRow, PreparedRow, StoredRow};
 
-/// Writes to one checked table through one client.
+/// Writes to one checked table through one client's wire.
 pub(crate) struct PgDriver<'a, C> {
     store: &'a Store,
-    client: &'a C,
+    wire: &'a C,
     table: &'a Table,
 }
 
-/// What one statement did to one row.
-#[derive(Clone, Debug)]
-enum RowState {
-    /// Written: inserted, or updated.
-    Written { inserted: bool },
-    /// Stopped by the guard; the stored row met: under its id, else holding its natural key.
-    Stopped(Box<StoredRow>),
-    /// Stopped by a row the statement's snapshot does not show (committed meanwhile).
-    Unseen,
-}
-
 impl<C: Wire> PgDriver<'_, C> {
-    /// Sends one write statement for `rows` and reads what it did to each.
+    /// Sends one write statement for `rows` and reads what it did to each: written (inserted or
+    /// updated), stopped by the guard with the stored row met (under its id, else holding its
+    /// natural key), or unseen (stopped by a row the statement's snapshot does not show,
+    /// committed meanwhile).
     async fn write_rows(
         &self,
         rows: &[&PreparedRow],
         statement: &str,
         document: &DocumentRef,
-    ) -> Result<Vec<RowState>, Error> {
-        let (client, table) = (self.client, self.table);
+    ) -> Result<Vec<Reply<StoredRow>>, Error> {
+        let (wire, table) = (self.wire, self.table);
         let columns = column_arrays(table, rows, document)?;
         let parameters: Vec<Param> = columns.iter().map(|column| Param::Texts(column)).collect();
         let command = (statement, "INSERT … ON CONFLICT");
         let met = |replies: &[C::Row]| !missed_guard(replies);
-        let replies = send_checked(client, table, document, command, &parameters, met).await?;
-        let mut states: HashMap<String, RowState> = HashMap::with_capacity(replies.len());
+        let replies = send_checked(wire, table, document, command, &parameters, met).await?;
+        let to_error = |source| postgres_error(document, source);
+        let mut states = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {
                 continue;
             };
             let state = match reply.flag(1) {
-                Some(inserted) => RowState::Written { inserted },
-                None => RowState::Stopped(Box::new(read_stored_with_key(reply, 2, table.model))),
+                Some(inserted) => Reply::Written { inserted },
+                None => Reply::Stopped(stored_row(reply, 2, table).map_err(to_error)?),
             };
             states.insert(incoming.to_owned(), state);
         }
         Ok(rows
             .iter()
-            .map(|row| {
-                states
-                    .remove(row.id_text.as_str())
-                    .unwrap_or(RowState::Unseen)
-            })
+            .map(|row| states.remove(row.id_text.as_str()).unwrap_or(Reply::Unseen))
             .collect())
     }
 
@@ -82,7 +71,7 @@ impl<C: Wire> PgDriver<'_, C> {
         row: &PreparedRow,
         stored: &StoredRow,
     ) -> Result<Option<Outcome>, Error> {
-        let (client, table) = (self.client, self.table);
+        let (wire, table) = (self.wire, self.table);
         let columns = column_arrays(table, &[row], &row.document())?;
         // PostgreSQL writes a float's text with the digits that give it back.
         let pinned: Vec<Option<String>> = row
@@ -94,7 +83,7 @@ impl<C: Wire> PgDriver<'_, C> {
             columns.iter().map(|column| Param::Texts(column)).collect();
         parameters.extend(wire::texts(&pinned));
         crate::trace::round_trip("UPDATE");
-        let replaced = client
+        let replaced = wire
             .write(&table.pinned_replacement, &parameters)
             .await
             .map_err(|source| postgres_error(&row.document(), source))?;
@@ -116,7 +105,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             // on another server, or one `ensure_table` checked there): the check learns this
             // server's signal, and the write goes again in its words. Nothing was written.
             Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
-                check_table(self.client, self.table, document).await?;
+                check_table(self.wire, self.table, document).await?;
                 match self.table.write_sql(kind.into()) {
                     again if again != statement => self.write_rows(docs, again, document).await,
                     _ => Err(error),
@@ -125,13 +114,12 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             written => written,
         };
         match written {
-            Ok(states) => Ok(states.into_iter().map(reply).collect()),
             // A racing writer inserted this id between the natural-key check and the insert,
             // another tool stored this id under another natural key, or another constraint.
             Err(error) if docs.len() == 1 => {
                 Postgres::reply_to_error(error, self.table).map(|reply| vec![reply])
             }
-            Err(error) => Err(error),
+            written => written,
         }
     }
 
@@ -149,17 +137,17 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
 
     async fn read_conflict(&self, doc: &PreparedRow) -> Result<Option<StoredRow>, Error> {
         crate::trace::round_trip("SELECT");
+        let to_error = |source| postgres_error(&doc.document(), source);
         let found = self
-            .client
+            .wire
             .fetch_all(
                 &self.table.select_stored_by_id(),
                 &[Param::Text(Some(&doc.id_text))],
             )
             .await
-            .map_err(|source| postgres_error(&doc.document(), source))?;
-        Ok(found
-            .first()
-            .map(|found| read_stored_with_key(found, 0, self.table.model)))
+            .map_err(to_error)?;
+        let found = found.first().map(|found| stored_row(found, 0, self.table));
+        found.transpose().map_err(to_error)
     }
 
     crate::sql::reads_rows_as_sql!();
@@ -168,13 +156,6 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
 impl<C: Wire> BatchDriver for PgDriver<'_, C> {
     fn chunk(&self) -> usize {
         self.store.batch_chunk
-    }
-
-    fn chunks_in_flight(&self) -> usize {
-        match self.store.pipelining && self.client.pipelines_chunks() {
-            true => 2,
-            false => 1,
-        }
     }
 
     crate::sql::prepares_rows_as_sql!();
@@ -197,7 +178,7 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
             }
         };
         crate::trace::round_trip("INSERT");
-        match self.client.write(statement, &parameters).await {
+        match self.wire.write(statement, &parameters).await {
             Ok(rows) => {
                 let inserted = rows.first().and_then(|row| row.int8(0));
                 Ok(Some(match inserted {
@@ -242,19 +223,17 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
         }
         parameters.extend(keys.iter().map(|column| Param::Texts(column)));
         let met = |replies: &[C::Row]| !missed_guard(replies);
-        let (client, table) = (self.client, self.table);
-        let replies = send_checked(client, table, document, (sql, "SELECT"), &parameters, met);
+        let (wire, table) = (self.wire, self.table);
+        let replies = send_checked(wire, table, document, (sql, "SELECT"), &parameters, met);
         let replies = replies.await?;
+        let to_error = |source| postgres_error(document, source);
         let mut found: HashMap<&str, Option<StoredRow>> = HashMap::with_capacity(replies.len());
         for reply in &replies {
             let Some(incoming) = reply.str(0) else {
                 continue;
             };
-            let stored = reply
-                .str(1)
-                .is_some()
-                .then(|| read_stored_with_key(reply, 1, self.table.model));
-            found.insert(incoming, stored);
+            let stored = reply.str(1).map(|_| stored_row(reply, 1, table));
+            found.insert(incoming, stored.transpose().map_err(to_error)?);
         }
         Ok(Some(
             docs.iter()
@@ -265,43 +244,6 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
                 .collect(),
         ))
     }
-}
-
-/// A statement's answer for one row, as the engine reads it.
-fn reply(state: RowState) -> Reply<StoredRow> {
-    match state {
-        RowState::Written { inserted } => Reply::Written { inserted },
-        RowState::Stopped(stored) => Reply::Stopped(*stored),
-        RowState::Unseen => Reply::Unseen,
-    }
-}
-
-/// [`read_stored`], followed by the row's natural key as text in the columns after it, up to
-/// the last: what a read by id returns.
-pub(super) fn read_stored_with_key<R: Cells>(row: &R, at: usize, model: &Model) -> StoredRow {
-    let (mut stored, keys) = read_stored(row, at, model);
-    stored.natural_key = Some(
-        (keys..row.len())
-            .map(|at| row.str(at).map(str::to_owned))
-            .collect(),
-    );
-    stored
-}
-
-/// The stored state in `row`'s columns from `at` on: id, deleted, hash, digests, version key,
-/// each guarded field's text, then the version field's for a type with versions
-/// ([`Table`]'s stored state). Returns the row and the column after it.
-pub(super) fn read_stored<R: Cells>(row: &R, at: usize, model: &Model) -> (StoredRow, usize) {
-    let guarded = model.digested_fields().count();
-    let next = at + 5 + guarded + usize::from(model.version_field().is_some());
-    let texts: Vec<Option<String>> = (at..next)
-        .map(|index| match index == at + 1 {
-            true => None,
-            false => row.str(index).map(str::to_owned),
-        })
-        .collect();
-    let tombstoned = row.flag(at + 1).unwrap_or(false);
-    (StoredRow::from_texts(model, &texts, tombstoned), next)
 }
 
 /// One `text[]` per sent column, holding that column's value for each row. Every array has one
@@ -334,12 +276,8 @@ pub(super) fn column_arrays<'r>(
 }
 
 impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
-    fn new(store: &'a Store, client: &'a C, table: &'a Table) -> Self {
-        PgDriver {
-            store,
-            client,
-            table,
-        }
+    fn new(store: &'a Store, wire: &'a C, table: &'a Table) -> Self {
+        PgDriver { store, wire, table }
     }
 
     /// One statement: the update where the row is not deleted, and whether the row is stored
@@ -348,7 +286,7 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
         &'s self,
         id: &'s str,
         tombstone: &'static Field,
-        marker: Param<'s>,
+        marker: Option<&'s str>,
         document: &'s crate::document::DocumentRef,
     ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
@@ -358,14 +296,6 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
                 .map(|index| &table.columns[index]);
             // Bound as text and cast to the column's type, as every value of a PostgreSQL write.
             let sql_type = column.map_or("jsonb", sql_type);
-            let Some(marker_text) = wire::param_text(marker) else {
-                return Err(Error::new(
-                    document.clone(),
-                    ErrorKind::Serialize {
-                        message: format!("a deletion marker bound as {marker:?}"),
-                    },
-                ));
-            };
             let sql = format!(
                 "WITH marked AS (UPDATE {name} SET {tomb} = $2::text::{sql_type} \
                  WHERE {id} = $1 AND {tomb} IS NULL RETURNING 1) \
@@ -375,10 +305,10 @@ impl<'a, C: Wire + 'a> SqlDriver<'a, Postgres, C> for PgDriver<'a, C> {
                 tomb = quote(tombstone.stored_name()),
                 id = quote(ID_FIELD),
             );
-            let parameters = [Param::Text(Some(id)), Param::Text(marker_text.as_deref())];
+            let parameters = [Param::Text(Some(id)), Param::Text(marker)];
             crate::trace::round_trip("UPDATE");
             let row = self
-                .client
+                .wire
                 .write(&sql, &parameters)
                 .await
                 .and_then(|rows| wire::one(rows, "UPDATE"))

@@ -4,26 +4,21 @@
 //! SQL store's ([`crate::sql::store`]) and their statements' frame [`crate::sql::effects`]'s;
 //! here are their public signatures and PostgreSQL's words for `apply_once` and `push`.
 
-use serde::Serialize;
-
 use super::schema::query_checked_one;
 use super::table::{quote, sql_type, Table};
 use super::wire::{one, Cells, Connection, Wire};
 use super::{postgres_error, Postgres, Store};
-use crate::change::{self, Change};
+use crate::change;
 use crate::column::ColumnShape;
 use crate::error::Error;
-use crate::id::Id;
-use crate::idempotent::Idempotent;
-use crate::insert::InsertReport;
-use crate::model::{OpId, ID_FIELD};
-use crate::outcome::{Applied, Pushed, Recorded};
+use crate::model::ID_FIELD;
 use crate::sql::change::EncodedChange;
 use crate::sql::dialect::EffectAnswer;
 use crate::sql::effects::{assignments, ops_of, settle, sum, Apply, ApplyWords, Binds, Effect};
 use crate::sql::effects::{EffectKind, Guarded, Push, PushWords, Reply};
 
-impl Store {
+crate::sql::sqlx_api::store_methods! {
+    [C: Connection] C, Connection::wire;
     /// Records an event (a type with an `#[idem(idempotency_key)]` field): the first write of a
     /// key stores it under a fresh random ULID; a retry with the same key and the same payload
     /// returns that first id with `Unchanged`; the same key with another payload is
@@ -33,14 +28,7 @@ impl Store {
     /// An empty key is refused ([`ErrorKind::EmptyKey`](crate::ErrorKind::EmptyKey)). A key stored by another tool, under an
     /// `_id` that is not a ULID, is [`ErrorKind::ForeignId`](crate::ErrorKind::ForeignId). An event colliding in another unique
     /// constraint is [`ErrorKind::UniqueIndexConflict`](crate::ErrorKind::UniqueIndexConflict), naming it.
-    pub async fn record<T, C>(&self, client: C, event: &T) -> Result<Recorded, Error>
-    where
-        T: Idempotent + Serialize + Sync,
-        C: Connection,
-    {
-        self.record_on(&client.wire(), event).await
-    }
-
+    fn record;
     /// Applies `changes` to the row stored under `id` only if `op` has not been applied to it,
     /// recording `op` in the same statement. Returns `Applied`, or `AlreadyApplied` (nothing
     /// written); [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) if no row has that id.
@@ -56,24 +44,10 @@ impl Store {
     /// same op id applies each step exactly once. A row remembers its latest
     /// [`with_op_window`](Store#method.with_op_window) op ids in the column
     /// [`APPLIED_OPS_FIELD`](crate::model::APPLIED_OPS_FIELD).
-    pub async fn apply_once<T, C>(
-        &self,
-        client: C,
-        id: Id,
-        op: &OpId,
-        changes: &[Change],
-    ) -> Result<Applied, Error>
-    where
-        T: Idempotent,
-        C: Connection,
-    {
-        self.apply_once_on::<T>(&client.wire(), id, op, changes)
-            .await
-    }
-
+    fn apply_once;
     /// Inserts the members of a derived set (the awards a rule says a user has earned) and
     /// reports, per member in input order, whether this call inserted it, found it stored
-    /// already, or refused it; [`InsertReport::inserted`] gives
+    /// already, or refused it; [`InsertReport::inserted`](crate::InsertReport::inserted) gives
     /// exactly the members this call inserted, in input order: one statement per chunk of a
     /// round (a member sharing a natural key with an earlier one goes in a later round), and a
     /// read where a member's id holds another row.
@@ -84,33 +58,13 @@ impl Store {
     /// natural key is stored under another id (its timestamp moved) is refused with
     /// [`ErrorKind::FrozenFieldChanged`](crate::ErrorKind::FrozenFieldChanged), as `upsert` refuses it, in the report beside the members
     /// stored without conflict.
-    pub async fn insert_new<T, C>(&self, client: C, members: &[T]) -> Result<InsertReport<T>, Error>
-    where
-        T: Idempotent + Serialize + Sync + Clone,
-        C: Connection,
-    {
-        self.insert_new_on(&client.wire(), members).await
-    }
-
+    fn insert_new;
     /// Appends `item` to the list `field` (its Rust name; marked `#[idem(push_by = "…")]`) of
     /// the row stored under `id`, unless an item with the same key is there already. One
     /// statement, guarded by the absence of an item whose key equals this one, so a retried push
     /// never appends twice: a racing push waits for the row and re-checks the guard on what the
     /// other wrote.
-    pub async fn push<T, I, C>(
-        &self,
-        client: C,
-        id: Id,
-        field: &'static str,
-        item: &I,
-    ) -> Result<Pushed, Error>
-    where
-        T: Idempotent,
-        I: Serialize + Sync,
-        C: Connection,
-    {
-        self.push_on::<T, I>(&client.wire(), id, field, item).await
-    }
+    fn push;
 }
 
 /// One attempt of `apply_once` or `push` ([`crate::sql::dialect::SqlDialect::effect`]): one

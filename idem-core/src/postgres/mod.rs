@@ -99,9 +99,6 @@ pub use crate::sql::judge::AdoptOptions;
 pub use dialect::Postgres;
 pub use wire::Connection;
 
-use crate::idempotent::Idempotent;
-use table::Table;
-
 use errors::postgres_error;
 use schema::survey_table;
 #[cfg(feature = "postgres")]
@@ -132,12 +129,6 @@ impl Store {
         self
     }
 
-    /// The `CREATE TABLE` statement for `T`, for a migration file: the columns, their types and
-    /// the unique constraint on the natural key.
-    pub fn create_table_sql<T: Idempotent>() -> String {
-        Table::of::<T>().create_sql()
-    }
-
     /// This store writing through `client`: what the derive's generated methods take
     /// (`post.upsert(&store.on(&client))`, `Post::ensure_schema(&store.on(&tx))`), and the API
     /// every store shares ([`Session`]).
@@ -148,6 +139,9 @@ impl Store {
 
 crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
+    /// The `CREATE TABLE` statement for `T`, for a migration file: the columns, their types and
+    /// the unique constraint on the natural key.
+    fn create_table_sql;
     /// Creates `T`'s table if it does not exist, then checks it as every first write does.
     /// Idempotent.
     fn ensure_table;

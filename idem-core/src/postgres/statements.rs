@@ -11,7 +11,7 @@ use crate::model::ID_FIELD;
 use crate::sql::dialect::Statement;
 use crate::sql::guard::conflict_action;
 use crate::sql::layout::Content;
-use crate::sql::words::Words;
+use crate::sql::words::{compared_contents, Words};
 
 /// How PostgreSQL writes the words of the statements' shared parts and of the guard: every
 /// value it reads back is read as text.
@@ -223,7 +223,7 @@ impl Table {
             .natural_key_fields()
             .map(|field| self.column_of(field))
             .collect::<Option<_>>()?;
-        let hash_column = self.column_with(Content::Hash)?;
+        self.column_with(Content::Hash)?;
         let version_key = self.column_with(Content::VersionKey);
         let mut typed = vec![("c0".to_owned(), "text"), ("hash".to_owned(), "bytea")];
         if version_key.is_some() {
@@ -242,14 +242,11 @@ impl Table {
             "" => "encode(i.hash, 'hex')".to_owned(),
             prefix => format!("{} || encode(i.hash, 'hex')", literal(prefix)),
         };
-        let same = self.stored_unchanged(|index| match index == hash_column {
-            true => format!("s.{} = {hash_text}", quote(self.columns[index].name)),
+        let contents = compared_contents(self);
+        let same = self.stored_unchanged(|at| match contents[at] {
+            Content::Hash => hash_text.clone(),
             // Byte by byte, as the guard orders keys, whatever collation the column was given.
-            false => format!(
-                "s.{} COLLATE {bytewise} = i.version_key COLLATE {bytewise}",
-                quote(self.columns[index].name),
-                bytewise = WORDS.bytewise,
-            ),
+            _ => format!("i.version_key COLLATE {}", WORDS.bytewise),
         });
         let incoming = self.relation_name("incoming");
         let checked = self.relation_name("checked");
@@ -257,7 +254,7 @@ impl Table {
         let sql = format!(
             "WITH {checked_cte}, {incoming} AS (SELECT {arrays} FROM {checked} c WHERE c.ok) \
              SELECT i.c0, {stored} FROM {incoming} i \
-             LEFT JOIN LATERAL (SELECT true AS stored FROM {table} s WHERE {same} LIMIT 1) \
+             LEFT JOIN LATERAL (SELECT true AS stored FROM {table} u WHERE {same} LIMIT 1) \
              unchanged ON true \
              LEFT JOIN LATERAL {met} ON true \
              WHERE unchanged.stored IS NULL \
@@ -283,43 +280,28 @@ impl Table {
     /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
         // Byte by byte, as the guard compares them, whatever the column's collation.
-        let same = self.stored_unchanged(|index| {
-            format!(
-                "s.{} COLLATE {bytewise} IS NOT DISTINCT FROM {} COLLATE {bytewise}",
-                quote(self.columns[index].name),
-                self.cast(index),
-                bytewise = WORDS.bytewise,
-            )
+        let compared: Vec<usize> = (compared_contents(self).into_iter())
+            .filter_map(|content| self.column_with(content))
+            .collect();
+        let same = self.stored_unchanged(|at| {
+            format!("{} COLLATE {}", self.cast(compared[at]), WORDS.bytewise)
         });
         format!(
-            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} s WHERE {same} LIMIT 1) unchanged \
+            " LEFT JOIN LATERAL (SELECT true AS stored FROM {} u WHERE {same} LIMIT 1) unchanged \
              ON true WHERE unchanged.stored IS NULL",
             self.name(),
         )
     }
 
-    /// Whether the row `s` under the incoming row `i`'s id is stored as the write would store
-    /// it: `content(index)` of its content hash and version key columns (where it has them),
-    /// the same natural key, not deleted. The same natural key too: a row under this id whose
-    /// key was edited behind idem's back is not stored as this write would store it, so it is
-    /// not skipped as unchanged: written, it meets the primary key and is refused for its key.
+    /// Whether the row `u` under the incoming row `i`'s id is stored as the write would store
+    /// it ([`Words::stored_unchanged`]): the same natural key, `content(at)` for each compared
+    /// content ([`compared_contents`]: its content hash and version key, where it has them),
+    /// not deleted. The same natural key too: a row under this id whose key was edited behind
+    /// idem's back is not stored as this write would store it, so it is not skipped as
+    /// unchanged: written, it meets the primary key and is refused for its key.
     fn stored_unchanged(&self, content: impl Fn(usize) -> String) -> String {
-        let mut same = vec![format!("s.{} = i.c0", quote(ID_FIELD))];
-        let contents = [Content::Hash, Content::VersionKey].into_iter();
-        same.extend(
-            contents
-                .filter_map(|content| self.column_with(content))
-                .map(content),
-        );
-        for field in self.model.natural_key_fields() {
-            if let Some(index) = self.column_of(field) {
-                let name = quote(self.columns[index].name);
-                same.push(format!("s.{name} = {}", self.cast(index)));
-            }
-        }
-        if let Some(field) = self.model.tombstone_field() {
-            same.push(format!("s.{} IS NULL", quote(field.stored_name())));
-        }
+        let mut same = vec![format!("u.{} = i.c0", quote(ID_FIELD))];
+        same.extend(WORDS.stored_unchanged(self, |at| self.incoming_key(at), content));
         same.join(" AND ")
     }
 
@@ -373,12 +355,16 @@ impl Table {
 
     /// The join of incoming rows to stored rows by natural key.
     fn natural_key_join(&self) -> String {
-        let keys = self.natural_key_names();
-        let incoming = |at: usize| match self.column_named(keys[at]) {
+        let incoming = |at: usize| self.incoming_key(at);
+        WORDS.same_key(self, "t", incoming).join(" AND ")
+    }
+
+    /// The incoming row `i`'s value of the natural key's `at`th column, cast to its type.
+    fn incoming_key(&self, at: usize) -> String {
+        match self.column_named(self.natural_key_names()[at]) {
             Some(index) => self.cast(index),
             None => "NULL".to_owned(),
-        };
-        WORDS.same_key(self, "t", incoming).join(" AND ")
+        }
     }
 
     /// The replacement of a row another tool wrote (no digests, or no version order key),

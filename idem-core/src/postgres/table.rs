@@ -8,7 +8,6 @@ use std::sync::{PoisonError, RwLock};
 use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
-use crate::idempotent::Idempotent;
 use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD};
 use crate::sql::dialect::Statement;
 pub(crate) use crate::sql::guard::{literal, quote};
@@ -126,11 +125,6 @@ const ONLY_RETURNING_OLD: u8 = 1;
 const ONE_WITHOUT_OLD: u8 = 2;
 
 impl Table {
-    /// The table of `T`.
-    pub fn of<T: Idempotent>() -> Table {
-        Table::new(&T::MODEL, &T::stored_columns())
-    }
-
     /// The write of `statement`, as the server the table was checked on tells inserted rows
     /// (as PostgreSQL 15 does, before any check).
     pub fn write_sql(&self, statement: Statement) -> &str {

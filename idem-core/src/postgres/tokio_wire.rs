@@ -162,14 +162,6 @@ macro_rules! tokio_wire {
                 Box::pin(query(self, sql, params))
             }
 
-            fn fetch_optional<'a>(
-                &'a self,
-                sql: &'a str,
-                params: &'a [Param<'a>],
-            ) -> WireFuture<'a, Option<Row>> {
-                Box::pin(async move { Ok(query(self, sql, params).await?.into_iter().next()) })
-            }
-
             fn execute<'a>(
                 &'a self,
                 sql: &'a str,

@@ -303,15 +303,16 @@ pub(crate) trait SqlDriver<'a, D: SqlDialect, W: Wire + 'a>:
     /// The driver of `store`'s writes to `table` through `wire`.
     fn new(store: &'a Store<D>, wire: &'a W, table: &'a D::Table) -> Self;
 
-    /// One attempt of `delete_by_id`: the row under `id` marked deleted with `marker` (bound
-    /// as its tombstone column holds it) where it is not deleted yet.
+    /// One attempt of `delete_by_id`: the row under `id` marked deleted with `marker` (its text
+    /// as its tombstone column holds it, [`crate::sql::row::column_text`]) where it is not
+    /// deleted yet.
     /// Boxed: the store's `delete_by_id` is generic over the caller's connection, whose future
     /// the compiler proves `Send` only through a pointer (rust-lang/rust#100013).
     fn mark_deleted<'s>(
         &'s self,
         id: &'s str,
         tombstone: &'static Field,
-        marker: Param<'s>,
+        marker: Option<&'s str>,
         document: &'s DocumentRef,
     ) -> StoreCall<'s, ById<Deletion>>;
 }

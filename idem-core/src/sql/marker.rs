@@ -7,8 +7,10 @@
 use std::collections::{HashMap, HashSet};
 
 use super::dialect::{MarkerDialect, SqlDriver, Statement};
+use super::reads::stored_row;
 use super::store::{in_transaction, Store};
 use super::wire::{Cells, DbFailure, Param, Wire};
+pub(crate) use super::words::compared_contents;
 use crate::column::ColumnShape;
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::by_id::ById;
@@ -52,23 +54,6 @@ fn key_params<'r>(table: &Layout, doc: &'r LightRow, params: &mut Vec<Param<'r>>
             .map_or(ColumnShape::Text, |index| table.columns[index].shape);
         params.push(Param::typed(shape, text.as_deref()));
     }
-}
-
-/// The stored row in `row`'s columns from `at` to the last: its stored state (the id first, then
-/// whether it is deleted, …), then its natural-key columns as text.
-fn stored_row<R: Cells>(row: &R, at: usize, table: &Layout) -> Result<StoredRow, DbFailure> {
-    let keys = table.model.natural_key_fields().count();
-    let mut texts = Vec::with_capacity(row.len() - at);
-    for index in at..row.len() {
-        texts.push(match index - at {
-            1 => None,
-            _ => row.text(index)?,
-        });
-    }
-    let tombstoned = row.boolean(at + 1)?.unwrap_or(false);
-    let mut stored = StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
-    stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
-    Ok(stored)
 }
 
 /// The stored state of the rows under `docs`' ids or holding their natural keys, each with its
@@ -488,16 +473,6 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
     }
 }
 
-/// The columns of idem's own that a batch's lookup compares with each incoming row's: the
-/// content hash, and the version key where the model has one, in that order. Not the digests:
-/// the hash covers the guarded values ([`crate::verdict::Stored::judge`]).
-pub(crate) fn compared_contents(table: &Layout) -> Vec<Content> {
-    [Content::Hash, Content::VersionKey]
-        .into_iter()
-        .filter(|&content| table.column_with(content).is_some())
-        .collect()
-}
-
 /// The rows a write left alone, read with their natural keys, found by natural key or id.
 struct StoppingRows<'s> {
     by_key: HashMap<&'s [Option<String>], &'s StoredRow>,
@@ -554,17 +529,21 @@ impl<'a, D: MarkerDialect, W: Wire + 'a> SqlDriver<'a, D, W> for MarkerDriver<'a
         &'s self,
         id: &'s str,
         tombstone: &'static Field,
-        marker: Param<'s>,
+        marker: Option<&'s str>,
         document: &'s crate::document::DocumentRef,
     ) -> crate::sql::store::StoreCall<'s, ById<Deletion>> {
         Box::pin(async move {
             let wire = self.wire;
+            let column = self.table.column_of(tombstone);
+            let shape = column.map_or(ColumnShape::Structured, |index| {
+                self.table.columns[index].shape
+            });
             let mark = D::mark_deleted_sql(self.table, tombstone);
             let look = D::deleted_sql(self.table, tombstone);
             let update_marker = format!("u{}", ulid::Ulid::generate());
             let marking = [
                 Param::Text(Some(id)),
-                marker,
+                Param::typed(shape, marker),
                 Param::Text(Some(&update_marker)),
             ];
             let by_id = [Param::Text(Some(id))];

@@ -1,7 +1,6 @@
 //! The parts of their statements the marker dialects (SQLite, the MySQL family) write alike,
-//! over the few words where they differ ([`Words`]): the rows an insert sends, the lookup's test
-//! of a row stored as it would be written, and the read of whether a row is deleted. The parts
-//! PostgreSQL shares with them are in [`super::words`].
+//! over the few words where they differ ([`Words`]): the rows an insert sends, and the read of
+//! whether a row is deleted. The parts PostgreSQL shares with them are in [`super::words`].
 
 use crate::model::{Field, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
@@ -39,29 +38,6 @@ impl Words {
             none if none.is_empty() => "0".to_owned(),
             key => key.join(" AND "),
         }
-    }
-
-    /// What the lookup asks of the row `u` under an incoming row's id for it to be stored as it
-    /// would be written: the same natural key (`key(at)`), the same compared contents
-    /// ([`crate::sql::marker::compared_contents`], `content(at)`), not deleted.
-    pub fn stored_unchanged(
-        &self,
-        layout: &Layout,
-        key: impl Fn(usize) -> String,
-        content: impl Fn(usize) -> String,
-    ) -> Vec<String> {
-        let mut same = self.same_key(layout, "u", key);
-        let contents = crate::sql::marker::compared_contents(layout);
-        for (at, &compared) in contents.iter().enumerate() {
-            if let Some(index) = layout.column_with(compared) {
-                let name = (self.quote)(layout.columns[index].name);
-                same.push(format!("u.{name} {} {}", self.same, content(at)));
-            }
-        }
-        if let Some(field) = layout.model.tombstone_field() {
-            same.push(format!("u.{} IS NULL", (self.quote)(field.stored_name())));
-        }
-        same
     }
 
     /// Whether the row under the id (the one parameter) is deleted; no row if none is stored.

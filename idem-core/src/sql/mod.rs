@@ -134,11 +134,20 @@ pub(crate) use reads_rows_as_sql;
 
 /// The [`crate::engine::batch::BatchDriver`] methods that prepare a document's row, as every SQL
 /// driver answers them: for the driver's table (`self.table`), light where a lookup comes first,
-/// with nothing to make ready or read first, the store's (`self.store`) threshold for shortcuts.
+/// with nothing to make ready or read first, the store's (`self.store`) threshold for shortcuts,
+/// and two chunks in flight where the store pipelines and so does its wire (`self.wire`).
 macro_rules! prepares_rows_as_sql {
     () => {
         fn shortcut_min_docs(&self) -> usize {
             self.store.shortcut_min_docs
+        }
+
+        // Where requests pipeline on the session ([`crate::sql::wire::Wire::pipelines_chunks`]).
+        fn chunks_in_flight(&self) -> usize {
+            match self.store.pipelining && $crate::sql::wire::Wire::pipelines_chunks(self.wire) {
+                true => 2,
+                false => 1,
+            }
         }
 
         // The table was checked before the documents were prepared for it.

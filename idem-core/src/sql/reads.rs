@@ -4,13 +4,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::dialect::SqlDialect;
-use super::wire::{Cells, Param, Wire};
+use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::sql::json::{self, Cell};
 use crate::sql::layout::{Content, Layout};
-use crate::sql::row::value_from_text;
+use crate::sql::row::{value_from_text, StoredRow};
 
 /// The stored columns of `table` (and a flattened field's entries), each as the dialect reads
 /// it ([`SqlDialect::read_of`]), for [`row_from_texts`]; and which columns they are.
@@ -99,4 +99,26 @@ pub(crate) async fn read_one<D: SqlDialect, T: DeserializeOwned>(
     row_from_texts(table, &columns, texts)
         .map(Some)
         .map_err(|message| Error::new(document, ErrorKind::Deserialize { message }))
+}
+
+/// The stored row in `row`'s columns from `at` to the last, as every SQL driver's statements
+/// return a row they met: its stored state ([`Layout::stored_state_columns`]: the id first, then
+/// whether it is deleted, …), then its natural-key columns as text.
+pub(crate) fn stored_row<R: Cells>(
+    row: &R,
+    at: usize,
+    table: &Layout,
+) -> Result<StoredRow, DbFailure> {
+    let keys = table.model.natural_key_fields().count();
+    let mut texts = Vec::with_capacity(row.len() - at);
+    for index in at..row.len() {
+        texts.push(match index - at {
+            1 => None,
+            _ => row.text(index)?,
+        });
+    }
+    let tombstoned = row.boolean(at + 1)?.unwrap_or(false);
+    let mut stored = StoredRow::from_texts(table.model, &texts[..texts.len() - keys], tombstoned);
+    stored.natural_key = Some(texts[texts.len() - keys..].to_vec());
+    Ok(stored)
 }

@@ -14,6 +14,12 @@ macro_rules! store_methods {
             $($crate::sql::sqlx_api::store_methods!(@$name $g $conn, $wire, [$(#[$doc])*]);)*
         }
     };
+    (@create_table_sql [$($g:tt)*] $conn:ty, $wire:path, [$($doc:tt)*]) => {
+        $($doc)*
+        pub fn create_table_sql<T: $crate::Idempotent>() -> String {
+            Self::create_sql_of::<T>()
+        }
+    };
     (@ensure_table [$($g:tt)*] $conn:ty, $wire:path, [$($doc:tt)*]) => {
         $($doc)*
         pub async fn ensure_table<T: $crate::Idempotent, $($g)*>(
@@ -304,16 +310,12 @@ macro_rules! sqlx_store_methods {
             pub fn on<'a>(&'a self, connection: &'a mut ::sqlx::$connection) -> Session<'a> {
                 Session::new(self, wire(connection))
             }
-
-            /// The `CREATE TABLE` statement of `T`'s table, for a migration.
-            pub fn create_table_sql<T: $crate::Idempotent>() -> String {
-                use $crate::sql::dialect::SqlDialect as _;
-                <$dialect>::create_sql(&<$dialect>::table(&T::MODEL, &T::stored_columns()))
-            }
         }
 
         $crate::sql::sqlx_api::store_methods! {
             [] &mut ::sqlx::$connection, wire;
+            /// The `CREATE TABLE` statement of `T`'s table, for a migration.
+            fn create_table_sql;
             /// Creates `T`'s table if it does not exist, then checks it as before a first write.
             fn ensure_table;
             /// Writes `doc` under its derived id, converging under retries, replays and races, with the

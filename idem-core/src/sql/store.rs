@@ -14,7 +14,6 @@ use super::effects::{Apply, Effect, EffectKind, Push};
 use super::wire::{Param, Wire};
 use crate::batch::BatchReport;
 use crate::change::{self, Change};
-use crate::column::ColumnShape;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::engine::by_id::{answered_in_one, settle_by_id};
 use crate::engine::{self, WriteKind};
@@ -152,6 +151,12 @@ pub(crate) async fn run<D: SqlDialect, O: crate::trace::Shown>(
 // The methods are the crate's own: each store's module gives them their public signatures.
 #[allow(private_bounds)]
 impl<D: SqlDialect> Store<D> {
+    /// The `CREATE TABLE` statement of `T`'s table (and what else makes it), as each store's
+    /// `create_table_sql` prints it.
+    pub(crate) fn create_sql_of<T: Idempotent>() -> String {
+        D::create_sql(&D::table(&T::MODEL, &T::stored_columns()))
+    }
+
     /// Creates `T`'s table if it does not exist, then checks it as before a first write.
     pub(crate) fn ensure_table_on<'a, T: Idempotent>(
         &'a self,
@@ -323,11 +328,9 @@ impl<D: SqlDialect> Store<D> {
                     (None, value) => Some(value.to_string()),
                 };
                 let id_text = id.to_string();
-                let shape = column.map_or(ColumnShape::Structured, |column| column.shape);
                 let driver = self.driver(wire, &table);
                 settle_by_id(&document, || {
-                    let marker = Param::typed(shape, marker_text.as_deref());
-                    driver.mark_deleted(&id_text, tombstone, marker, &document)
+                    driver.mark_deleted(&id_text, tombstone, marker_text.as_deref(), &document)
                 })
                 .await
             })

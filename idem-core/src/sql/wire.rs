@@ -194,12 +194,15 @@ pub trait Wire: Send + Sync {
         params: &'a [Param<'a>],
     ) -> WireFuture<'a, Vec<Self::Row>>;
 
-    /// Sends `sql` with `params`; its first row, if any.
+    /// Sends `sql` with `params`; its first row, if any (by default the first that
+    /// [`Wire::fetch_all`] returns).
     fn fetch_optional<'a>(
         &'a self,
         sql: &'a str,
         params: &'a [Param<'a>],
-    ) -> WireFuture<'a, Option<Self::Row>>;
+    ) -> WireFuture<'a, Option<Self::Row>> {
+        Box::pin(async move { Ok(self.fetch_all(sql, params).await?.into_iter().next()) })
+    }
 
     /// Sends `sql` with `params`; how many rows it changed.
     fn execute<'a>(&'a self, sql: &'a str, params: &'a [Param<'a>]) -> WireFuture<'a, u64>;

@@ -1,7 +1,8 @@
 //! What the SQL dialects write differently in the parts of their statements they share
 //! ([`Words`]), and those parts, written once: the natural-key columns, a row holding the
-//! incoming natural key, and the conditions that pin a row as it was read. The marker dialects'
-//! own shared parts are in [`super::marker_sql`].
+//! incoming natural key, the conditions that pin a row as it was read, and a lookup's test of a
+//! row stored as it would be written. The marker dialects' own shared parts are in
+//! [`super::marker_sql`].
 
 use std::fmt::Write as _;
 
@@ -115,4 +116,37 @@ impl Words {
         conditions.extend(names.into_iter().map(|name| pinned(name, placeholder())));
         conditions
     }
+
+    /// What a lookup asks of the row `u` under an incoming row's id for it to be stored as it
+    /// would be written: the same natural key (`key(at)`), the same compared contents
+    /// ([`compared_contents`], `content(at)`), not deleted.
+    pub fn stored_unchanged(
+        &self,
+        layout: &Layout,
+        key: impl Fn(usize) -> String,
+        content: impl Fn(usize) -> String,
+    ) -> Vec<String> {
+        let mut same = self.same_key(layout, "u", key);
+        let contents = compared_contents(layout);
+        for (at, &compared) in contents.iter().enumerate() {
+            if let Some(index) = layout.column_with(compared) {
+                let name = (self.quote)(layout.columns[index].name);
+                same.push(format!("u.{name} {} {}", self.same, content(at)));
+            }
+        }
+        if let Some(field) = layout.model.tombstone_field() {
+            same.push(format!("u.{} IS NULL", (self.quote)(field.stored_name())));
+        }
+        same
+    }
+}
+
+/// The columns of idem's own that a batch's lookup compares with each incoming row's: the
+/// content hash, and the version key where the model has one, in that order. Not the digests:
+/// the hash covers the guarded values ([`crate::verdict::Stored::judge`]).
+pub(crate) fn compared_contents(table: &Layout) -> Vec<Content> {
+    [Content::Hash, Content::VersionKey]
+        .into_iter()
+        .filter(|&content| table.column_with(content).is_some())
+        .collect()
 }
