@@ -188,6 +188,25 @@ async fn a_refused_update_pipeline_switches_the_store_to_operators_for_good() {
     assert_eq!(stored[0].get_str("title").unwrap(), "Edited");
 }
 
+/// A request over the rate the service grants (Azure Cosmos DB for MongoDB's 16500, armed here
+/// with a fail point) ran nothing: the write is reported retryable, the store keeps its update
+/// pipelines, and the same call made again answers as if the first had not been refused.
+#[tokio::test]
+async fn a_throttled_write_is_retryable_and_converges_when_made_again() {
+    const REQUEST_RATE_TOO_LARGE: i32 = 16500;
+    let (database, _log) = fresh_database("throttled").await;
+    let store = Store::new(database.clone());
+    store.ensure_indexes::<Post>().await.unwrap();
+    let _fail_point = fail_point_lock().lock().await;
+    refuse_next(&database, "findAndModify", REQUEST_RATE_TOO_LARGE).await;
+    let refused = store.upsert(&post()).await.unwrap_err();
+    assert!(refused.is_retryable(), "{refused:?}");
+    assert!(stored_documents(store.database(), "posts").await.is_empty());
+    assert!(store.uses_update_pipelines());
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Inserted);
+    assert_eq!(store.upsert(&post()).await.unwrap(), Outcome::Unchanged);
+}
+
 /// The same for a batch whose `update` command MongoDB before 4.2 refuses (`FailedToParse`):
 /// every document of it is written with operators, and its report is the one it would give.
 #[tokio::test]

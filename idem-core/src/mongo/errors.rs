@@ -172,9 +172,10 @@ pub(super) fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
 }
 
 /// Server error codes after which the same write may succeed: the network, an election, a
-/// shutdown, or an unconfirmed write concern.
+/// shutdown, an unconfirmed write concern, or a request rate over what the service grants
+/// (Azure Cosmos DB for MongoDB's 16500, which ran nothing).
 pub(super) const TRANSIENT_CODES: &[i32] = &[
-    6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+    6, 7, 64, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 16500,
 ];
 
 /// Whether a driver error leaves the write worth retrying, decided from its kind, labels and
