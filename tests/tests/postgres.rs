@@ -169,12 +169,30 @@ async fn one_store_writes_to_servers_of_both_signals_at_once() {
                 if writer % 2 == 0 {
                     let client = idem_tests::backends::postgres_client(&uri, &schema).await;
                     for doc in &docs {
-                        outcomes.push(store.upsert(&client, doc).await);
+                        // A retryable error (a racing first write's contention) is made
+                        // again, as a caller would.
+                        let mut attempts = 0;
+                        let outcome = loop {
+                            attempts += 1;
+                            match store.upsert(&client, doc).await {
+                                Err(error) if error.is_retryable() && attempts < 20 => continue,
+                                outcome => break outcome,
+                            }
+                        };
+                        outcomes.push(outcome);
                     }
                 } else {
                     let mut connection = sqlx_connection(&uri, &schema).await;
                     for doc in &docs {
-                        outcomes.push(store.upsert(&mut connection, doc).await);
+                        let mut attempts = 0;
+                        let outcome = loop {
+                            attempts += 1;
+                            match store.upsert(&mut connection, doc).await {
+                                Err(error) if error.is_retryable() && attempts < 20 => continue,
+                                outcome => break outcome,
+                            }
+                        };
+                        outcomes.push(outcome);
                     }
                 }
                 (label, outcomes)
