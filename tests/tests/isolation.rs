@@ -213,6 +213,45 @@ macro_rules! until_committed {
     }};
 }
 
+/// Races the connections `$connections`, each running `$attempt` (an expression of `$store`, a
+/// clone of the store, `$connection` and `$racer`) until it commits; gives what they committed.
+macro_rules! race_round {
+    ($connections:expr, $what:expr, $store:ident, |$connection:ident, $racer:ident| $attempt:expr) => {
+        race($connections, |mut $connection, $racer, start| {
+            let ($store, what) = ($store.clone(), $what.clone());
+            async move {
+                start.wait().await;
+                let done = until_committed!(what, $attempt);
+                ($connection, done)
+            }
+        })
+        .await
+        .1
+    };
+}
+
+/// The entries of round `$round` (key, revision, text) and the number of its posts, read through
+/// the sqlx connection `$setup` (SQLite's or MariaDB's: the same statements).
+macro_rules! sqlx_stored {
+    ($setup:expr, $round:expr) => {{
+        let pattern = format!("r{}-%", $round);
+        let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
+            "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? ORDER BY entryId",
+        )
+        .bind(&pattern)
+        .fetch_all(&mut $setup)
+        .await
+        .unwrap();
+        let posts: i64 =
+            idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM posts WHERE slug LIKE ?")
+                .bind(&pattern)
+                .fetch_one(&mut $setup)
+                .await
+                .unwrap();
+        (entries, usize::try_from(posts).unwrap())
+    }};
+}
+
 /// What every store must show after a round: the truth of the committed answers, and the
 /// stored rows (`stored`: each entry key's revision and text; the number of posts).
 fn check_round(
@@ -310,19 +349,13 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_postgres
                                 client.batch_execute(&default).await.unwrap();
                                 clients.push(client);
                             }
-                            race(clients, |mut client, racer, start| {
-                                let (store, what) = (store.clone(), what.clone());
-                                async move {
-                                    start.wait().await;
-                                    let done = until_committed!(
-                                        what,
-                                        tokio_attempt(&store, &mut client, mode, round, racer)
-                                    );
-                                    (client, done)
-                                }
-                            })
-                            .await
-                            .1
+                            race_round!(clients, what, store, |client, racer| tokio_attempt(
+                                &store,
+                                &mut client,
+                                mode,
+                                round,
+                                racer
+                            ))
                         }
                         _ => {
                             let mut connections = Vec::new();
@@ -336,25 +369,9 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_postgres
                                 .unwrap();
                                 connections.push(connection);
                             }
-                            race(connections, |mut connection, racer, start| {
-                                let (store, what) = (store.clone(), what.clone());
-                                async move {
-                                    start.wait().await;
-                                    let done = until_committed!(
-                                        what,
-                                        pg_sqlx_attempt(
-                                            &store,
-                                            &mut connection,
-                                            mode,
-                                            round,
-                                            racer
-                                        )
-                                    );
-                                    (connection, done)
-                                }
+                            race_round!(connections, what, store, |connection, racer| {
+                                pg_sqlx_attempt(&store, &mut connection, mode, round, racer)
                             })
-                            .await
-                            .1
                         }
                     };
                     let entries = setup
@@ -418,50 +435,43 @@ async fn tokio_attempt(
     Ok(done)
 }
 
-async fn pg_sqlx_attempt(
-    store: &idem_core::postgres::Store,
-    connection: &mut idem_core::sqlx::PgConnection,
-    mode: Mode,
-    round: usize,
-    racer: usize,
-) -> Result<Committed, Failed> {
-    let level = match mode {
-        Mode::SessionDefault(_) => return write(&store.on(connection), round, racer, true).await,
-        Mode::Transaction(level) => level,
+/// `$name`: one attempt of a racer through a sqlx connection of `$store`: its calls in a
+/// transaction at the mode's level (set by `SET TRANSACTION` after `BEGIN` on PostgreSQL, before
+/// it on MariaDB, where it sets the next transaction's), or alone under the session's default.
+macro_rules! sqlx_attempt {
+    ($name:ident, $store:ty, $connection:ty, set_before_begin: $before:expr) => {
+        async fn $name(
+            store: &$store,
+            connection: &mut $connection,
+            mode: Mode,
+            round: usize,
+            racer: usize,
+        ) -> Result<Committed, Failed> {
+            let level = match mode {
+                Mode::SessionDefault(_) => {
+                    return write(&store.on(connection), round, racer, true).await
+                }
+                Mode::Transaction(level) => level,
+            };
+            let set = format!("SET TRANSACTION ISOLATION LEVEL {}", level.sql());
+            let set = idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set));
+            let mut tx = if $before {
+                set.execute(&mut *connection).await.map_err(sqlx_failed)?;
+                connection.begin().await.map_err(sqlx_failed)?
+            } else {
+                let mut tx = connection.begin().await.map_err(sqlx_failed)?;
+                set.execute(&mut *tx).await.map_err(sqlx_failed)?;
+                tx
+            };
+            let done = write(&store.on(&mut tx), round, racer, false).await?;
+            tx.commit().await.map_err(sqlx_failed)?;
+            Ok(done)
+        }
     };
-    let mut tx = connection.begin().await.map_err(sqlx_failed)?;
-    let set = format!("SET TRANSACTION ISOLATION LEVEL {}", level.sql());
-    idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set))
-        .execute(&mut *tx)
-        .await
-        .map_err(sqlx_failed)?;
-    let done = write(&store.on(&mut tx), round, racer, false).await?;
-    tx.commit().await.map_err(sqlx_failed)?;
-    Ok(done)
 }
 
-async fn mysql_attempt(
-    store: &idem_core::mysql::Store,
-    connection: &mut idem_core::sqlx::MySqlConnection,
-    mode: Mode,
-    round: usize,
-    racer: usize,
-) -> Result<Committed, Failed> {
-    let level = match mode {
-        Mode::SessionDefault(_) => return write(&store.on(connection), round, racer, true).await,
-        Mode::Transaction(level) => level,
-    };
-    // The level of the next transaction only, set before it begins.
-    let set = format!("SET TRANSACTION ISOLATION LEVEL {}", level.sql());
-    idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(set))
-        .execute(&mut *connection)
-        .await
-        .map_err(sqlx_failed)?;
-    let mut tx = connection.begin().await.map_err(sqlx_failed)?;
-    let done = write(&store.on(&mut tx), round, racer, false).await?;
-    tx.commit().await.map_err(sqlx_failed)?;
-    Ok(done)
-}
+sqlx_attempt!(pg_sqlx_attempt, idem_core::postgres::Store, idem_core::sqlx::PgConnection, set_before_begin: false);
+sqlx_attempt!(mysql_attempt, idem_core::mysql::Store, idem_core::sqlx::MySqlConnection, set_before_begin: true);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_mariadb() {
@@ -489,39 +499,16 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_mariadb(
                 }
                 connections.push(connection);
             }
-            let (_, committed) = race(connections, |mut connection, racer, start| {
-                let (store, what) = (store.clone(), what.clone());
-                async move {
-                    start.wait().await;
-                    let done = until_committed!(
-                        what,
-                        mysql_attempt(&store, &mut connection, mode, round, racer)
-                    );
-                    (connection, done)
-                }
-            })
-            .await;
-            let pattern = format!("r{round}-%");
-            let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
-                "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? \
-                 ORDER BY entryId",
-            )
-            .bind(&pattern)
-            .fetch_all(&mut setup)
-            .await
-            .unwrap();
-            let posts: i64 =
-                idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM posts WHERE slug LIKE ?")
-                    .bind(&pattern)
-                    .fetch_one(&mut setup)
-                    .await
-                    .unwrap();
-            check_round(
-                &format!("{what} round {round}"),
-                &committed,
-                entries,
-                usize::try_from(posts).unwrap(),
-            );
+            let committed =
+                race_round!(connections, what, store, |connection, racer| mysql_attempt(
+                    &store,
+                    &mut connection,
+                    mode,
+                    round,
+                    racer
+                ));
+            let (entries, posts) = sqlx_stored!(setup, round);
+            check_round(&format!("{what} round {round}"), &committed, entries, posts);
         }
     }
 }
@@ -562,39 +549,21 @@ async fn racing_transactions_tell_the_truth_on_sqlite() {
             for _ in 0..RACERS {
                 connections.push(idem_tests::backends::sqlite_connection(&path).await);
             }
-            let (_, committed) = race(connections, |mut connection, racer, start| {
-                let (store, what) = (store.clone(), what.clone());
-                async move {
-                    start.wait().await;
-                    let done = until_committed!(
-                        what,
-                        sqlite_attempt(&store, &mut connection, in_transaction, round, racer)
-                    );
-                    (connection, done)
-                }
-            })
-            .await;
-            let pattern = format!("r{round}-%");
-            let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
-                "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? \
-                 ORDER BY entryId",
-            )
-            .bind(&pattern)
-            .fetch_all(&mut setup)
-            .await
-            .unwrap();
-            let posts: i64 =
-                idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM posts WHERE slug LIKE ?")
-                    .bind(&pattern)
-                    .fetch_one(&mut setup)
-                    .await
-                    .unwrap();
-            check_round(
-                &format!("{what} round {round}"),
-                &committed,
-                entries,
-                usize::try_from(posts).unwrap(),
-            );
+            let committed =
+                race_round!(
+                    connections,
+                    what,
+                    store,
+                    |connection, racer| sqlite_attempt(
+                        &store,
+                        &mut connection,
+                        in_transaction,
+                        round,
+                        racer
+                    )
+                );
+            let (entries, posts) = sqlx_stored!(setup, round);
+            check_round(&format!("{what} round {round}"), &committed, entries, posts);
         }
     }
 }
