@@ -27,8 +27,8 @@ use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
 use crate::chaos_workload::{
-    self, apply_steps, derive_seed, run_clients, worker_stores, Account, Award, Backend, Failure,
-    Findings, Note, Operation, Receipt, Stored, StoredAccount, StoredAward, StoredNote,
+    self, derive_seed, in_transaction, run_clients, worker_stores, Account, Award, Backend,
+    Failure, Note, Operation, Receipt, Stored, StoredAccount, StoredAward, StoredNote,
     StoredReceipt, TransactionFailure, BALANCE, CONNECT_TIMEOUT, SQL_MIX,
 };
 use crate::mysql_proxy::{MysqlWire, Proxy, ProxyConfig};
@@ -51,7 +51,8 @@ pub fn server_options(uri: &str) -> Result<MySqlConnectOptions, String> {
 /// `host:port` of the server of `options`: what the proxy relays to.
 pub fn upstream_address(options: &MySqlConnectOptions) -> String {
     let host = options.get_host();
-    match host.contains(':') {
+    // An IPv6 address needs brackets, which the URI's host may have kept.
+    match host.contains(':') && !host.starts_with('[') {
         true => format!("[{host}]:{}", options.get_port()),
         false => format!("{host}:{}", options.get_port()),
     }
@@ -87,6 +88,18 @@ struct MysqlBackend {
     /// How to connect (through the proxy).
     options: MySqlConnectOptions,
     connection: Mutex<Option<MySqlConnection>>,
+}
+
+impl MysqlBackend {
+    /// A client not connected yet, connecting with `options`.
+    fn new(store: Store, batches: Store, options: &MySqlConnectOptions) -> Self {
+        MysqlBackend {
+            store,
+            batches,
+            options: options.clone(),
+            connection: Mutex::new(None),
+        }
+    }
 }
 
 /// The failure a driver error means: the connection is in doubt unless the server answered
@@ -164,25 +177,34 @@ impl Backend for MysqlBackend {
         op: OpId,
         steps: Vec<(Id, i64)>,
     ) -> Result<Vec<Applied>, TransactionFailure> {
-        let store = &self.store;
-        let connection = self.connection.get_mut().as_mut();
-        let connection = connection
-            .ok_or_else(|| TransactionFailure::before_commit(Failure::not_connected()))?;
-        let tx = connection
-            .begin()
-            .await
-            .map_err(|e| TransactionFailure::before_commit(driver_failure(e)))?;
-        let mut context = (tx, store, op);
-        let applied = apply_steps(steps, &mut context, |(tx, store, op), id, changes| {
-            Box::pin(store.apply_once::<Account>(&mut *tx, id, op, changes))
-        })
-        .await?;
-        let (tx, ..) = context;
-        tx.commit()
-            .await
-            .map_err(|e| TransactionFailure::at_commit(driver_failure(e)))?;
-        Ok(applied)
+        let begun = begin(self.connection.get_mut().as_mut(), &self.store, op);
+        in_transaction(
+            begun,
+            steps,
+            |(tx, store, op), id, changes| {
+                Box::pin(store.apply_once::<Account>(tx, id, op, changes))
+            },
+            commit,
+        )
+        .await
     }
+}
+
+type Transaction<'c> = sqlx::Transaction<'c, sqlx::MySql>;
+
+/// A transaction of the caller's on `connection`, with what its steps need.
+async fn begin<'c>(
+    connection: Option<&'c mut MySqlConnection>,
+    store: &'c Store,
+    op: OpId,
+) -> Result<(Transaction<'c>, &'c Store, OpId), Failure> {
+    let connection = connection.ok_or_else(Failure::not_connected)?;
+    let tx = connection.begin().await.map_err(driver_failure)?;
+    Ok((tx, store, op))
+}
+
+async fn commit((tx, ..): (Transaction<'_>, &Store, OpId)) -> Result<(), Failure> {
+    tx.commit().await.map_err(driver_failure)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -234,25 +256,17 @@ pub async fn run(config: &Config) -> Result<Report, String> {
 
     // Every other worker's batches go in chunks of three, taking the batch's shortcuts.
     let chunked = Store::new().with_batch_chunk(3).with_shortcuts_from(3);
-    let backends = worker_stores(config.clients, &Store::new(), &chunked)
-        .into_iter()
-        .map(|(store, batches)| MysqlBackend {
-            store,
-            batches,
-            options: through_proxy.clone(),
-            connection: Mutex::new(None),
-        })
+    let stores = worker_stores(config.clients, &Store::new(), &chunked);
+    let backends = (stores.into_iter())
+        .map(|(store, batches)| MysqlBackend::new(store, batches, &through_proxy))
         .collect();
     let clients = run_clients(&config.settings(), backends).await?;
     let stats = proxy.shutdown().await;
 
     let stored = read_stored(&mut direct).await;
-    let findings = Findings::judge(clients, &stored, Vec::new());
-    let title = format!(
-        "idem chaos run: MariaDB {} (server {server_version})",
-        config.label
-    );
-    let report = config.report(title, stats, findings, started);
+    let title = format!("idem chaos run: MariaDB {}", config.label);
+    let title = format!("{title} (server {server_version})");
+    let report = config.report(title, stats, clients, &stored, started);
     if report.passed() && !config.keep_schema {
         let _ = execute(&mut admin, format!("DROP DATABASE IF EXISTS {database}")).await;
     }
@@ -270,54 +284,69 @@ async fn table(connection: &mut MySqlConnection, table: &str) -> Vec<Map<String,
         .collect()
 }
 
-/// The run's rows, as stored.
-async fn read_stored(connection: &mut MySqlConnection) -> Stored {
-    let text = |row: &Map<String, Value>, column: &str| -> Option<String> {
-        row.get(column).and_then(Value::as_str).map(str::to_owned)
-    };
-    let integer = |row: &Map<String, Value>, column: &str| -> Option<i64> {
-        row.get(column).and_then(Value::as_i64)
-    };
-    let notes = table(connection, "notes").await;
-    let notes = notes.iter().map(|stored| StoredNote {
-        id: text(stored, "_id"),
-        owner: text(stored, "owner").unwrap_or_default(),
-        note_id: text(stored, "noteId").unwrap_or_default(),
-        created_at: integer(stored, "createdAt"),
-        rev: integer(stored, "rev"),
-        text: text(stored, "text"),
-        deleted: stored
-            .get("deletedAt")
-            .is_some_and(|marker| !marker.is_null()),
-        marker: integer(stored, "deletedAt"),
-    });
-    let awards = table(connection, "awards").await;
-    let awards = awards.iter().map(|stored| StoredAward {
-        id: text(stored, "_id"),
-        user: text(stored, "user").unwrap_or_default(),
-        badge: text(stored, "badge").unwrap_or_default(),
-    });
-    let accounts = table(connection, "accounts").await;
-    let accounts = accounts.iter().map(|stored| StoredAccount {
-        id: text(stored, "_id"),
-        owner: text(stored, "owner").unwrap_or_default(),
-        balance: integer(stored, BALANCE).unwrap_or(0),
-        applied_ops: text(stored, APPLIED_OPS_FIELD)
+/// A column's text, if it holds text.
+fn text(row: &Map<String, Value>, column: &str) -> Option<String> {
+    row.get(column).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A column's integer, if it holds one.
+fn integer(row: &Map<String, Value>, column: &str) -> Option<i64> {
+    row.get(column).and_then(Value::as_i64)
+}
+
+fn note(row: &Map<String, Value>) -> StoredNote {
+    StoredNote {
+        id: text(row, "_id"),
+        owner: text(row, "owner").unwrap_or_default(),
+        note_id: text(row, "noteId").unwrap_or_default(),
+        created_at: integer(row, "createdAt"),
+        rev: integer(row, "rev"),
+        text: text(row, "text"),
+        deleted: row.get("deletedAt").is_some_and(|marker| !marker.is_null()),
+        marker: integer(row, "deletedAt"),
+    }
+}
+
+fn award(row: &Map<String, Value>) -> StoredAward {
+    StoredAward {
+        id: text(row, "_id"),
+        user: text(row, "user").unwrap_or_default(),
+        badge: text(row, "badge").unwrap_or_default(),
+    }
+}
+
+/// An account, its op ids read from the JSON text of their column.
+fn account(row: &Map<String, Value>) -> StoredAccount {
+    StoredAccount {
+        id: text(row, "_id"),
+        owner: text(row, "owner").unwrap_or_default(),
+        balance: integer(row, BALANCE).unwrap_or(0),
+        applied_ops: text(row, APPLIED_OPS_FIELD)
             .and_then(|ops| serde_json::from_str(&ops).ok())
             .unwrap_or_default(),
-    });
+    }
+}
+
+fn receipt(row: &Map<String, Value>) -> StoredReceipt {
+    StoredReceipt {
+        id: text(row, "_id").unwrap_or_default(),
+        request_key: text(row, "requestKey").unwrap_or_default(),
+        user: text(row, "user"),
+        amount: integer(row, "amount"),
+    }
+}
+
+/// The run's rows, as stored.
+async fn read_stored(connection: &mut MySqlConnection) -> Stored {
+    let notes = table(connection, "notes").await;
+    let awards = table(connection, "awards").await;
+    let accounts = table(connection, "accounts").await;
     let receipts = table(connection, "receipts").await;
-    let receipts = receipts.iter().map(|stored| StoredReceipt {
-        id: text(stored, "_id").unwrap_or_default(),
-        request_key: text(stored, "requestKey").unwrap_or_default(),
-        user: text(stored, "user"),
-        amount: integer(stored, "amount"),
-    });
     Stored {
-        notes: notes.collect(),
-        awards: awards.collect(),
-        accounts: accounts.collect(),
-        receipts: receipts.collect(),
+        notes: notes.iter().map(note).collect(),
+        awards: awards.iter().map(award).collect(),
+        accounts: accounts.iter().map(account).collect(),
+        receipts: receipts.iter().map(receipt).collect(),
     }
 }
 
@@ -327,7 +356,11 @@ mod tests {
 
     #[test]
     fn reads_the_upstream_of_a_uri() {
-        let options = server_options("mysql://root@127.0.0.1:3307/idem").unwrap();
-        assert_eq!(upstream_address(&options), "127.0.0.1:3307");
+        let upstream = |uri| upstream_address(&server_options(uri).unwrap());
+        assert_eq!(
+            upstream("mysql://root@127.0.0.1:3307/idem"),
+            "127.0.0.1:3307"
+        );
+        assert_eq!(upstream("mysql://root@[::1]:3307/idem"), "[::1]:3307");
     }
 }

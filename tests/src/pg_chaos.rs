@@ -21,8 +21,8 @@ use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::{Client, NoTls};
 
 use crate::chaos_workload::{
-    self, apply_steps, derive_seed, run_clients, worker_stores, Account, Award, Backend, Failure,
-    Findings, Note, Operation, Receipt, Stored, StoredAccount, StoredAward, StoredNote,
+    self, derive_seed, in_transaction, run_clients, worker_stores, Account, Award, Backend,
+    Failure, Note, Operation, Receipt, Stored, StoredAccount, StoredAward, StoredNote,
     StoredReceipt, TransactionFailure, BALANCE, CONNECT_TIMEOUT, SQL_MIX,
 };
 use crate::pg_proxy::{PostgresWire, Proxy, ProxyConfig};
@@ -204,24 +204,23 @@ impl Backend for PgBackend {
         steps: Vec<(Id, i64)>,
     ) -> Result<Vec<Applied>, TransactionFailure> {
         let store = &self.store;
-        let client = self
-            .client
-            .as_mut()
-            .ok_or_else(|| TransactionFailure::before_commit(Failure::not_connected()))?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| TransactionFailure::before_commit(driver_failure(e)))?;
-        let mut context = (tx, store, op);
-        let applied = apply_steps(steps, &mut context, |(tx, store, op), id, changes| {
-            Box::pin(store.apply_once::<Account, _>(&*tx, id, op, changes))
-        })
-        .await?;
-        let (tx, ..) = context;
-        tx.commit()
-            .await
-            .map_err(|e| TransactionFailure::at_commit(driver_failure(e)))?;
-        Ok(applied)
+        let client = self.client.as_mut();
+        in_transaction(
+            async move {
+                let client = client.ok_or_else(Failure::not_connected)?;
+                Ok((
+                    client.transaction().await.map_err(driver_failure)?,
+                    store,
+                    op,
+                ))
+            },
+            steps,
+            |(tx, store, op), id, changes| {
+                Box::pin(store.apply_once::<Account, _>(&*tx, id, op, changes))
+            },
+            |(tx, ..)| async move { tx.commit().await.map_err(driver_failure) },
+        )
+        .await
     }
 }
 
@@ -292,12 +291,11 @@ pub async fn run(config: &Config) -> Result<Report, String> {
     let stored = read_stored(&direct)
         .await
         .map_err(|e| format!("reading the stored rows back: {e}"))?;
-    let findings = Findings::judge(clients, &stored, Vec::new());
     let title = format!(
         "idem chaos run: PostgreSQL {} (PostgreSQL {server_version})",
         config.label
     );
-    let report = config.report(title, stats, findings, started);
+    let report = config.report(title, stats, clients, &stored, started);
     if report.passed() && !config.keep_schema {
         let _ = admin
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -9,19 +9,24 @@ use idem_tests::mysql_proxy::Faults;
 
 const LABEL: &str = "mariadb";
 
+/// A short run of `test`, seeded `seed`, of `operations` operations.
+fn short(test: &str, seed: u64, operations: usize) -> Config {
+    Config::short(test, LABEL, &mysql_server(), seed, operations)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_the_proxy_nothing_is_duplicated_lost_resurrected_or_double_counted() {
-    let config = Config::short("proxy", LABEL, &mysql_server(), 31, 1500);
-    let report = config.checked(mysql_chaos::run(&config)).await;
-    report.assert_through_proxy();
+    let config = short("proxy", 31, 1000);
+    (config.checked(mysql_chaos::run(&config)).await).assert_through_proxy();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_faults_callers_observe_exactly_the_truth() {
-    let mut config = Config::short("no_faults", LABEL, &mysql_server(), 32, 1000);
-    config.faults = Faults::NONE;
-    let report = config.checked(mysql_chaos::run(&config)).await;
-    report.assert_without_faults();
+    let config = Config {
+        faults: Faults::NONE,
+        ..short("no_faults", 32, 1000)
+    };
+    (config.checked(mysql_chaos::run(&config)).await).assert_without_faults();
 }
 
 /// The long run: `scripts/chaos-mysql` runs it against a throwaway MariaDB, set by the

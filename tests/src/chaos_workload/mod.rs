@@ -423,22 +423,31 @@ impl TransactionFailure {
 /// context.
 pub type TransactionStep<'a> = Pin<Box<dyn Future<Output = Result<Applied, Error>> + Send + 'a>>;
 
-/// The steps of a transfer inside the caller's transaction, before its `COMMIT`: `apply` (an
-/// `apply_once` in the transaction held in `context`) of `balance + amount` on each
-/// `(account, amount)` in order; their outcomes, or the failure of the first that failed.
-pub async fn apply_steps<C: Send>(
+/// A transfer inside the caller's transaction: `begin` opens it (with what its steps need),
+/// `apply` (an `apply_once` in it) of `balance + amount` on each `(account, amount)` in order,
+/// then `commit`. The outcomes, or the failure of the first step that failed (the transaction
+/// rolled back) or of the `COMMIT` (it may have committed).
+pub async fn in_transaction<C: Send, Committed>(
+    begin: impl Future<Output = Result<C, Failure>>,
     steps: Vec<(Id, i64)>,
-    context: &mut C,
     apply: impl for<'a> Fn(&'a mut C, Id, &'a [idem_core::Change]) -> TransactionStep<'a>,
-) -> Result<Vec<Applied>, TransactionFailure> {
+    commit: impl FnOnce(C) -> Committed,
+) -> Result<Vec<Applied>, TransactionFailure>
+where
+    Committed: Future<Output = Result<(), Failure>>,
+{
+    let mut transaction = begin.await.map_err(TransactionFailure::before_commit)?;
     let mut applied = Vec::with_capacity(steps.len());
     for (id, amount) in steps {
         let changes = [idem_core::Change::add(BALANCE, amount)];
-        let outcome = apply(context, id, &changes)
+        let outcome = apply(&mut transaction, id, &changes)
             .await
             .map_err(|e| TransactionFailure::before_commit(Failure::of(&e)))?;
         applied.push(outcome);
     }
+    commit(transaction)
+        .await
+        .map_err(TransactionFailure::at_commit)?;
     Ok(applied)
 }
 

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::{FaultsSeen, Findings, Operation, Report, Settings};
+use super::{Clients, FaultsSeen, Findings, Operation, Report, Settings, Stored};
 use crate::fault_proxy::{Faults, ProxyStats};
 
 /// The operations of a SQL server's clients: the whole workload, transfers in transactions and
@@ -150,14 +150,16 @@ impl ServerConfig {
     }
 
     /// The report of a run titled `title` that started at `started`: what the proxy counted
-    /// (`stats`) and what the check found.
+    /// (`stats`), and what the check of the `clients` and the `stored` rows found.
     pub fn report(
         &self,
         title: String,
         stats: ProxyStats,
-        findings: Findings,
+        clients: Clients,
+        stored: &Stored,
         started: Instant,
     ) -> Report {
+        let findings = Findings::judge(clients, stored, Vec::new());
         Report {
             title,
             seed: self.seed,
