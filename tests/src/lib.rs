@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod chaos_workload;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod mysql_chaos;
 pub mod mysql_proxy;
 pub mod mysql_rows;
 pub mod pg_chaos;

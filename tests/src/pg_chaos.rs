@@ -13,7 +13,7 @@
 //! straight from the server (not through the proxy).
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use idem_core::postgres::{Change, Store, APPLIED_OPS_FIELD, DEFAULT_OP_WINDOW};
 use idem_core::{Applied, BatchReport, Id, OpId, Outcome, Recorded};
@@ -21,11 +21,11 @@ use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::{Client, NoTls};
 
 use crate::chaos_workload::{
-    self, derive_seed, run_clients, Account, Award, Backend, Failure, FaultsSeen, Findings, Note,
-    Operation, Receipt, Settings, Stored, StoredAccount, StoredAward, StoredNote, StoredReceipt,
-    TransactionFailure, BALANCE,
+    self, derive_seed, in_transaction, run_clients, worker_stores, Account, Award, Backend,
+    Failure, Note, Operation, Receipt, Stored, StoredAccount, StoredAward, StoredNote,
+    StoredReceipt, TransactionFailure, BALANCE, CONNECT_TIMEOUT, SQL_MIX,
 };
-use crate::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
+use crate::pg_proxy::{PostgresWire, Proxy, ProxyConfig};
 
 /// What a run did and found.
 pub use crate::chaos_workload::Report;
@@ -34,91 +34,9 @@ pub use crate::chaos_workload::Report;
 // Configuration
 
 /// What a PostgreSQL chaos run does.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Names the server in the report (`pg15`, `pg18`…).
-    pub label: String,
-    /// The server (a PostgreSQL URI).
-    pub uri: String,
-    /// The schema written to: dropped and created at the start, dropped at the end of a passing
-    /// run unless `keep_schema`.
-    pub schema: String,
-    /// Seeds the operations and the faults.
-    pub seed: u64,
-    /// Concurrent workers, each with its own connection: at least 2.
-    pub clients: usize,
-    /// Logical operations, shared among the workers.
-    pub operations: usize,
-    /// Fault rates per write batch.
-    pub faults: Faults,
-    /// Attempts per call (and per connection) before a worker gives up on it (and stops).
-    pub max_attempts: u32,
-    /// Keep the schema after a passing run.
-    pub keep_schema: bool,
-}
+pub use crate::chaos_workload::ServerConfig as Config;
 
-impl Config {
-    /// The full run on the server `label` at `uri`: 8 workers, 10,000 operations, 30% lost
-    /// replies, 5% dropped requests and 5% killed connections.
-    pub fn new(label: impl Into<String>, uri: impl Into<String>) -> Self {
-        let label = label.into();
-        let schema = format!("idem_chaos_{}_{}", identifier(&label), std::process::id());
-        Config {
-            label,
-            uri: uri.into(),
-            schema,
-            seed: 1,
-            clients: 8,
-            operations: 10_000,
-            faults: Faults {
-                lost_ack: 0.3,
-                drop_request: 0.05,
-                kill_connection: 0.05,
-            },
-            max_attempts: 50,
-            keep_schema: false,
-        }
-    }
-
-    fn settings(&self) -> Settings {
-        Settings {
-            seed: self.seed,
-            clients: self.clients,
-            operations: self.operations,
-            max_attempts: self.max_attempts,
-        }
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        self.faults.validate()?;
-        self.settings().validate(2)?;
-        if self.schema.is_empty()
-            || !self
-                .schema
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(format!(
-                "the schema name {:?} must be lowercase letters, digits and _",
-                self.schema
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `text` as a lowercase SQL identifier part: letters and digits kept, anything else `_`.
-pub fn identifier(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
+pub use crate::chaos_workload::identifier;
 
 // ------------------------------------------------------------------------------------------------
 // Connections
@@ -163,7 +81,7 @@ pub fn connection_config(
     config
         .options(format!("-c search_path={schema}"))
         .application_name("idem-pg-chaos")
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(CONNECT_TIMEOUT);
     config
 }
 
@@ -193,11 +111,7 @@ struct PgBackend {
 
 impl PgBackend {
     fn client(&self) -> Result<&Client, Failure> {
-        self.client.as_ref().ok_or_else(|| Failure {
-            retryable: true,
-            broken: true,
-            message: "not connected".into(),
-        })
+        self.client.as_ref().ok_or_else(Failure::not_connected)
     }
 }
 
@@ -205,31 +119,15 @@ impl PgBackend {
 /// with an error code.
 fn driver_failure(error: tokio_postgres::Error) -> Failure {
     let message = error.to_string();
-    let broken = error.is_closed() || error.code().is_none();
-    let error = idem_core::postgres::driver_error(error);
-    Failure {
-        retryable: error.is_retryable(),
-        broken,
-        message,
-    }
+    let closed = error.is_closed();
+    let mut failure = Failure::of_driver(&idem_core::postgres::driver_error(error));
+    failure.broken |= closed;
+    failure.message = message;
+    failure
 }
 
 impl Backend for PgBackend {
-    const MIX: &'static [(u64, Operation)] = &[
-        (20, Operation::Edit),
-        (32, Operation::Batch),
-        (39, Operation::StaleReplay),
-        (45, Operation::Delete),
-        (49, Operation::RepushDeleted),
-        (57, Operation::HotEdit),
-        (61, Operation::RacyEditOrDelete),
-        (69, Operation::Awards),
-        (79, Operation::Credit),
-        (85, Operation::Transfer),
-        (89, Operation::ReplayOperation),
-        (96, Operation::RecordReceipt),
-        (100, Operation::ReplayReceipt),
-    ];
+    const MIX: &'static [(u64, Operation)] = SQL_MIX;
     const TRANSFERS_IN_TRANSACTIONS: bool = true;
     const OP_WINDOW: u64 = DEFAULT_OP_WINDOW as u64;
 
@@ -305,36 +203,24 @@ impl Backend for PgBackend {
         op: OpId,
         steps: Vec<(Id, i64)>,
     ) -> Result<Vec<Applied>, TransactionFailure> {
-        let before_commit = |failure| TransactionFailure {
-            failure,
-            at_commit: false,
-        };
         let store = &self.store;
-        let client = self.client.as_mut().ok_or_else(|| {
-            before_commit(Failure {
-                retryable: true,
-                broken: true,
-                message: "not connected".into(),
-            })
-        })?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| before_commit(driver_failure(e)))?;
-        let mut applied = Vec::with_capacity(steps.len());
-        for (id, amount) in steps {
-            let changes = [Change::add(BALANCE, amount)];
-            let outcome = store
-                .apply_once::<Account, _>(&tx, id, &op, &changes)
-                .await
-                .map_err(|e| before_commit(Failure::of(&e)))?;
-            applied.push(outcome);
-        }
-        tx.commit().await.map_err(|e| TransactionFailure {
-            failure: driver_failure(e),
-            at_commit: true,
-        })?;
-        Ok(applied)
+        let client = self.client.as_mut();
+        in_transaction(
+            async move {
+                let client = client.ok_or_else(Failure::not_connected)?;
+                Ok((
+                    client.transaction().await.map_err(driver_failure)?,
+                    store,
+                    op,
+                ))
+            },
+            steps,
+            |(tx, store, op), id, changes| {
+                Box::pin(store.apply_once::<Account, _>(&*tx, id, op, changes))
+            },
+            |(tx, ..)| async move { tx.commit().await.map_err(driver_failure) },
+        )
+        .await
     }
 }
 
@@ -388,23 +274,13 @@ pub async fn run(config: &Config) -> Result<Report, String> {
         .map_err(|e| format!("starting the proxy in front of {upstream}: {e}"))?;
     let through_proxy = connection_config(&base, schema, Some(proxy.addr()));
 
-    let store = Store::new();
-    // Every other worker sends its `upsert_many` batches (of two to six notes) in chunks of three
-    // that take the batch's shortcuts (a lookup before the write, a plain insert of fresh rows),
-    // two chunks in flight at once, so that the faults meet those paths as well as the single
-    // statement of a small batch. Only those, and no smaller chunks: each write statement of a
-    // call meets a fault with the run's odds (40% by default), so a call of many gives up after
-    // its attempts in a long run (`insert_new` of an award for every user in chunks of two did in
-    // each run; `upsert_many` in chunks of two, once in 50,000 operations).
+    // Every other worker's batches go in chunks of three, taking the batch's shortcuts.
     let chunked = Store::new().with_batch_chunk(3).with_shortcuts_from(3);
-    let backends = (0..config.clients)
-        .map(|worker| PgBackend {
-            store: store.clone(),
-            batches: if worker % 2 == 1 {
-                chunked.clone()
-            } else {
-                store.clone()
-            },
+    let backends = worker_stores(config.clients, &Store::new(), &chunked)
+        .into_iter()
+        .map(|(store, batches)| PgBackend {
+            store,
+            batches,
             connection: through_proxy.clone(),
             client: None,
         })
@@ -415,25 +291,11 @@ pub async fn run(config: &Config) -> Result<Report, String> {
     let stored = read_stored(&direct)
         .await
         .map_err(|e| format!("reading the stored rows back: {e}"))?;
-    let findings = Findings::judge(clients, &stored, Vec::new());
-    let report = Report {
-        title: format!(
-            "idem chaos run: PostgreSQL {} (PostgreSQL {server_version})",
-            config.label
-        ),
-        seed: config.seed,
-        clients: config.clients,
-        faults: config.faults,
-        faults_seen: FaultsSeen {
-            requests_forwarded: Some(stats.requests_forwarded),
-            write_requests: stats.write_requests,
-            lost_replies: stats.replies_dropped,
-            requests_dropped: stats.requests_dropped,
-            connections_killed: stats.connections_killed,
-        },
-        findings,
-        duration: started.elapsed(),
-    };
+    let title = format!(
+        "idem chaos run: PostgreSQL {} (PostgreSQL {server_version})",
+        config.label
+    );
+    let report = config.report(title, stats, clients, &stored, started);
     if report.passed() && !config.keep_schema {
         let _ = admin
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -7,112 +7,41 @@
 use std::time::{Duration, Instant};
 
 use idem_tests::backends::postgres_servers;
-use idem_tests::pg_chaos::{self, connect, connection_config, upstream_address, Config, Report};
+use idem_tests::pg_chaos::{self, connect, connection_config, upstream_address, Config};
 use idem_tests::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
 use tokio_postgres::types::Type;
-
-fn config(test: &str, label: &str, uri: &str, seed: u64, operations: usize) -> Config {
-    let mut config = Config::new(label, uri);
-    config.schema = format!(
-        "idem_chaos_{test}_{}_{}",
-        pg_chaos::identifier(label),
-        std::process::id()
-    );
-    config.seed = seed;
-    config.operations = operations;
-    config
-}
-
-async fn run(config: Config) -> Report {
-    let report = pg_chaos::run(&config)
-        .await
-        .unwrap_or_else(|e| panic!("the chaos run on {} sets up: {e}", config.label));
-    println!("{report}\n");
-    report.assert_sound(config.operations);
-    report
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_the_proxy_nothing_is_duplicated_lost_resurrected_or_double_counted() {
     for (label, uri) in postgres_servers() {
-        let report = run(config("proxy", &label, &uri, 21, 400)).await;
-        assert!(report.faults.kill_connection > 0.0, "{report}");
-        report.assert_faults_happened();
-        assert!(
-            report.findings.reconnects > 0,
-            "connections were remade:\n{report}"
-        );
-        assert!(report.passed(), "{report}");
+        let config = Config::short("proxy", &label, &uri, 21, 400);
+        let report = config.checked(pg_chaos::run(&config)).await;
+        report.assert_through_proxy();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_faults_callers_observe_exactly_the_truth() {
     for (label, uri) in postgres_servers() {
-        let mut config = config("no_faults", &label, &uri, 22, 400);
+        let mut config = Config::short("no_faults", &label, &uri, 22, 400);
         config.faults = Faults::NONE;
-        let report = run(config).await;
-        let findings = &report.findings;
-        assert_eq!(report.faults_injected(), 0, "{report}");
-        assert_eq!(findings.retries, 0, "{report}");
-        assert!(report.faults_seen.write_requests > 0, "{report}");
-        assert!(
-            report.observed_equals_truth(),
-            "without faults every insert, award, credit and receipt is observed:\n{report}"
-        );
-        assert!(
-            findings.true_inserted > 0
-                && findings.true_awarded > 0
-                && findings.true_applied > 0
-                && findings.true_recorded > 0,
-            "{report}"
-        );
+        let report = config.checked(pg_chaos::run(&config)).await;
+        report.assert_without_faults();
     }
 }
 
 /// The long run, on every server under test: `scripts/chaos-pg` runs it against a throwaway
-/// PostgreSQL 18. Set by environment: `IDEM_PG_CHAOS_OPS` (default 50,000),
-/// `IDEM_PG_CHAOS_SEED` (1), `IDEM_PG_CHAOS_CLIENTS` (16), `IDEM_PG_CHAOS_LOST_REPLY_RATE`
-/// (0.3), `IDEM_PG_CHAOS_DROP_RATE` (0.05), `IDEM_PG_CHAOS_KILL_RATE` (0.05),
-/// `IDEM_PG_CHAOS_MAX_ATTEMPTS` (50), `IDEM_PG_CHAOS_KEEP` (keep the schema when set).
+/// PostgreSQL 18. Set by environment ([`Config::from_env`]): `IDEM_PG_CHAOS_OPS` (default
+/// 50,000), `IDEM_PG_CHAOS_SEED` (1), `IDEM_PG_CHAOS_CLIENTS` (16),
+/// `IDEM_PG_CHAOS_LOST_REPLY_RATE` (0.3), `IDEM_PG_CHAOS_DROP_RATE` (0.05),
+/// `IDEM_PG_CHAOS_KILL_RATE` (0.05), `IDEM_PG_CHAOS_MAX_ATTEMPTS` (50), `IDEM_PG_CHAOS_KEEP`
+/// (keep the schema when set).
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the long run: scripts/chaos-pg"]
 async fn long_run() {
-    fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
-        match std::env::var(name) {
-            Ok(value) => value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name}: cannot read {value:?}")),
-            Err(_) => default,
-        }
-    }
     for (label, uri) in postgres_servers() {
-        let mut config = Config::new(&label, &uri);
-        config.operations = setting("IDEM_PG_CHAOS_OPS", 50_000);
-        config.seed = setting("IDEM_PG_CHAOS_SEED", 1);
-        config.clients = setting("IDEM_PG_CHAOS_CLIENTS", 16);
-        config.faults = Faults {
-            lost_ack: setting("IDEM_PG_CHAOS_LOST_REPLY_RATE", 0.3),
-            drop_request: setting("IDEM_PG_CHAOS_DROP_RATE", 0.05),
-            kill_connection: setting("IDEM_PG_CHAOS_KILL_RATE", 0.05),
-        };
-        config.max_attempts = setting("IDEM_PG_CHAOS_MAX_ATTEMPTS", 50);
-        config.keep_schema = std::env::var_os("IDEM_PG_CHAOS_KEEP").is_some();
-        let started = Instant::now();
-        let report = pg_chaos::run(&config)
-            .await
-            .unwrap_or_else(|e| panic!("the chaos run on {label} sets up: {e}"));
-        println!("{report}\n");
-        println!(
-            "long run on {label}: {} operations in {:.1} s",
-            report.findings.operations,
-            started.elapsed().as_secs_f64()
-        );
-        assert!(report.passed(), "the long run on {label} failed:\n{report}");
-        assert_eq!(
-            report.findings.operations, config.operations as u64,
-            "{report}"
-        );
+        let config = Config::from_env("IDEM_PG_CHAOS", &label, &uri);
+        config.long_run(pg_chaos::run(&config)).await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! What every chaos run shares, whatever the backend: the seeded PRNG, the documents, the
 //! workload the clients play, the model of what the server must hold, the check of the stored
 //! state against it, and the report. A backend ([`crate::chaos`] for MongoDB,
-//! [`crate::pg_chaos`] for PostgreSQL) sets the run up, injects the faults, implements
+//! [`crate::pg_chaos`] for PostgreSQL, [`crate::mysql_chaos`] for MariaDB; the SQL servers'
+//! share [`ServerConfig`]) sets the run up, injects the faults, implements
 //! [`Backend`] (the idem calls of one client and its connection), reads the stored state back
 //! raw into [`Stored`], and hands both to [`run_clients`] and [`Findings::judge`].
 //!
@@ -49,11 +50,13 @@ mod check;
 mod model;
 mod report;
 mod rng;
+mod server;
 mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -66,6 +69,9 @@ use serde::{Deserialize, Serialize};
 pub use check::{Stored, StoredAccount, StoredAward, StoredCounts, StoredNote, StoredReceipt};
 pub use report::{FaultsSeen, Findings, Invariants, Report};
 pub use rng::{derive_seed, SplitMix64};
+pub use server::{
+    identifier, worker_stores, ServerConfig, CONNECT_TIMEOUT, FULL_RUN_FAULTS, SQL_MIX,
+};
 
 use model::Model;
 use worker::{EffectSeen, Finished, Tally, Worker};
@@ -349,6 +355,25 @@ impl Failure {
         }
     }
 
+    /// The failure a driver error (as idem reports it) means: the connection in doubt unless
+    /// the server answered with an error code.
+    pub fn of_driver(error: &idem_core::BackendError) -> Self {
+        Failure {
+            retryable: error.is_retryable(),
+            broken: error.code().is_none(),
+            message: error.to_string(),
+        }
+    }
+
+    /// An attempt of a client that holds no connection: retried once it connected again.
+    pub fn not_connected() -> Self {
+        Failure {
+            retryable: true,
+            broken: true,
+            message: "not connected".into(),
+        }
+    }
+
     /// The members an `insert_new` inserted, or the failure of its first refused member: the
     /// workload derives no member a store may refuse, so a refusal is the run's to report.
     pub fn of_insert_report<T>(report: InsertReport<T>) -> Result<Vec<T>, Self> {
@@ -374,6 +399,56 @@ impl Failure {
 pub struct TransactionFailure {
     pub failure: Failure,
     pub at_commit: bool,
+}
+
+impl TransactionFailure {
+    /// The attempt failed before its `COMMIT`: it rolled back.
+    pub fn before_commit(failure: Failure) -> Self {
+        TransactionFailure {
+            failure,
+            at_commit: false,
+        }
+    }
+
+    /// The attempt's `COMMIT` failed: it may have committed.
+    pub fn at_commit(failure: Failure) -> Self {
+        TransactionFailure {
+            failure,
+            at_commit: true,
+        }
+    }
+}
+
+/// One `apply_once` inside the caller's transaction, borrowing what it needs from the step's
+/// context.
+pub type TransactionStep<'a> = Pin<Box<dyn Future<Output = Result<Applied, Error>> + Send + 'a>>;
+
+/// A transfer inside the caller's transaction: `begin` opens it (with what its steps need),
+/// `apply` (an `apply_once` in it) of `balance + amount` on each `(account, amount)` in order,
+/// then `commit`. The outcomes, or the failure of the first step that failed (the transaction
+/// rolled back) or of the `COMMIT` (it may have committed).
+pub async fn in_transaction<C: Send, Committed>(
+    begin: impl Future<Output = Result<C, Failure>>,
+    steps: Vec<(Id, i64)>,
+    apply: impl for<'a> Fn(&'a mut C, Id, &'a [idem_core::Change]) -> TransactionStep<'a>,
+    commit: impl FnOnce(C) -> Committed,
+) -> Result<Vec<Applied>, TransactionFailure>
+where
+    Committed: Future<Output = Result<(), Failure>>,
+{
+    let mut transaction = begin.await.map_err(TransactionFailure::before_commit)?;
+    let mut applied = Vec::with_capacity(steps.len());
+    for (id, amount) in steps {
+        let changes = [idem_core::Change::add(BALANCE, amount)];
+        let outcome = apply(&mut transaction, id, &changes)
+            .await
+            .map_err(|e| TransactionFailure::before_commit(Failure::of(&e)))?;
+        applied.push(outcome);
+    }
+    commit(transaction)
+        .await
+        .map_err(TransactionFailure::at_commit)?;
+    Ok(applied)
 }
 
 /// One client's idem calls and its connection. Each call is one attempt; the workload retries.
@@ -429,10 +504,9 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Applied>, TransactionFailure>> + Send {
         let _ = (op, steps);
         async {
-            Err(TransactionFailure {
-                failure: Failure::unsupported("a transaction"),
-                at_commit: false,
-            })
+            Err(TransactionFailure::before_commit(Failure::unsupported(
+                "a transaction",
+            )))
         }
     }
 }
