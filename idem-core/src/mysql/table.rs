@@ -176,9 +176,9 @@ impl MarkerWords for super::MySql {
 
     /// The first assignment refuses a row met that is not this document's (`_id` set longer
     /// than it may be, which strict mode refuses); the second sets the write marker to the
-    /// update's (the one
-    /// parameter after the rows) where the row may be replaced; each later one replaces
-    /// its column where the marker is the update's, which is the insert's with `u` for `i`.
+    /// update's (the one parameter after the rows) where the row may be replaced; each later
+    /// one replaces its column where the marker is the update's, which is the insert's with `u`
+    /// for `i`.
     fn write_sql(table: &Table, statement: Statement, rows: usize) -> String {
         let marker = quote(WRITE_MARKER_FIELD);
         let id = quote(ID_FIELD);

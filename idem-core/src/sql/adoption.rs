@@ -1,7 +1,8 @@
 //! The adoption of a table's rows, for any SQL dialect: the move of each row not under its
 //! derived id to it, page by page, the rows with an `_id` in its order, then those without one
-//! by the row's locator, or by the natural key where the database has none. The run (its passes, cursor, limit, progress and report) is written
-//! once here; each dialect says how it reads a page and moves a row
+//! by the row's locator, or by the natural key where the database has none. The run (its
+//! passes, cursor, limit, progress and report) is written once here; each dialect says how it
+//! reads a page and moves a row
 //! ([`SqlDialect::adoption_rows`], [`SqlDialect::adoption_move`]), and whether a page is read
 //! with its locks and moved in a transaction of its own ([`SqlDialect::ADOPTS_IN_TRANSACTION`]:
 //! SQLite, the MySQL family) or each move guarded by the row version it read (PostgreSQL,
