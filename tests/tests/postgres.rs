@@ -220,6 +220,66 @@ async fn one_store_writes_to_servers_of_both_signals_at_once() {
     }
 }
 
+/// A session whose default isolation is `REPEATABLE READ` or `SERIALIZABLE`, writing outside
+/// any transaction: a write that meets a row another transaction changed and committed after
+/// the write's snapshot fails with a serialization failure, which rolled back only the write;
+/// the store sends it again (as it starts a deadlocked write over) and answers the truth, on
+/// both drivers.
+#[tokio::test]
+async fn a_write_alone_under_a_stricter_default_isolation_starts_over_after_a_serialization_failure(
+) {
+    for (label, uri) in postgres_servers() {
+        for level in ["repeatable read", "serializable"] {
+            for driver in ["tokio-postgres", "sqlx"] {
+                let what = format!("{label} {driver} {level}");
+                let (schema, holder) = fresh_schema(&uri, "p", "serialization").await;
+                let store = Store::new();
+                store.ensure_table::<Post, _>(&holder).await.unwrap();
+                let stored = post();
+                store.upsert(&holder, &stored).await.unwrap();
+                // Another transaction holds the row, changed, until the write waits on it.
+                holder
+                    .batch_execute(
+                        "BEGIN; UPDATE posts SET title = 'held' WHERE slug = 'hello-world'",
+                    )
+                    .await
+                    .unwrap();
+                let edited = Post {
+                    title: "Edited".into(),
+                    ..stored.clone()
+                };
+                let default = format!("SET default_transaction_isolation = '{level}'");
+                let written = {
+                    let (store, edited, uri, schema) =
+                        (store.clone(), edited.clone(), uri.clone(), schema.clone());
+                    let driver = driver.to_owned();
+                    tokio::spawn(async move {
+                        if driver == "sqlx" {
+                            let mut connection = sqlx_connection(&uri, &schema).await;
+                            idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(default))
+                                .execute(&mut connection)
+                                .await
+                                .unwrap();
+                            store.upsert(&mut connection, &edited).await
+                        } else {
+                            let client = idem_tests::backends::postgres_client(&uri, &schema).await;
+                            client.batch_execute(&default).await.unwrap();
+                            store.upsert(&client, &edited).await
+                        }
+                    })
+                };
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                holder.batch_execute("COMMIT").await.unwrap();
+                let outcome = written.await.unwrap();
+                assert_eq!(outcome.ok(), Some(Outcome::Updated), "{what}");
+                let titles = holder.query("SELECT title FROM posts", &[]).await.unwrap();
+                let titles: Vec<String> = titles.iter().map(|row| row.get(0)).collect();
+                assert_eq!(titles, ["Edited"], "{what}");
+            }
+        }
+    }
+}
+
 /// The DDL has a typed column per stored field, idem's columns and the unique natural key; the
 /// table it creates is what the first write checks.
 #[tokio::test]

@@ -59,14 +59,14 @@ impl SqlDialect for MySql {
             _ => format!("CAST({column} AS CHAR)"),
         }
     }
-}
-
-impl MarkerDialect for MySql {
-    const MEETS_ANY_UNIQUE: bool = true;
 
     fn restarts(error: &Error) -> bool {
         super::errors::restarts(error)
     }
+}
+
+impl MarkerDialect for MySql {
+    const MEETS_ANY_UNIQUE: bool = true;
 
     fn sum_out_of_range(failure: &DbFailure) -> bool {
         failure.code() == Some(super::effects::OUT_OF_RANGE)

@@ -106,6 +106,13 @@ impl SqlDialect for Postgres {
     // Valid until the row is next written.
     const ROW_LOCATOR: Option<&'static str> = Some("ctid");
 
+    /// A serialization failure or a deadlock: under `REPEATABLE READ` or `SERIALIZABLE` as the
+    /// session's default, a write that met a row committed after its snapshot.
+    fn restarts(error: &Error) -> bool {
+        (error.as_backend().and_then(|backend| backend.code()))
+            .is_some_and(|code| matches!(code, "40001" | "40P01"))
+    }
+
     /// The planner's estimate: cheap, and only used to draw progress (`None` before the table
     /// was first vacuumed or analyzed).
     fn row_count_sql(table: &Table) -> String {

@@ -16,6 +16,7 @@ use crate::model::{Field, ID_FIELD};
 use crate::outcome::{Deletion, Outcome};
 use crate::sql::dialect::{SqlDialect, SqlDriver};
 use crate::sql::reads::stored_row;
+use crate::sql::store::restarting;
 
 use crate::engine::batch::{BatchDriver, Fresh, Landing, Looked};
 use crate::engine::{Driver, Reply, WriteKind};
@@ -99,7 +100,12 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
         let statement = self.table.write_sql(kind.into());
         let document = &docs[0].document();
-        let written = match self.write_rows(docs, statement, document).await {
+        let written = restarting!(
+            Postgres,
+            self.wire,
+            self.write_rows(docs, statement, document)
+        );
+        let written = match written {
             // A statement saying `old` does not parse on a server before 18, which a store
             // writing to servers of both signals meets without a check (the table it checked
             // on another server, or one `ensure_table` checked there): the check learns this

@@ -191,6 +191,14 @@ pub(crate) trait SqlDialect: Dialect {
         call: &Effect<'_, Self::Table>,
     ) -> impl Future<Output = Result<EffectAnswer, Error>> + Send;
 
+    /// Whether `error` rolled back a write sent outside the caller's transaction for a conflict
+    /// with another (a deadlock, a serialization failure, a write conflict), which may start
+    /// over ([`crate::sql::store::restarting`]): not a lock held past the wait for it, which
+    /// would be waited for again.
+    fn restarts(_error: &Error) -> bool {
+        false
+    }
+
     /// The write engine's driver of the dialect's write strategy, writing to one checked table
     /// through one wire.
     type Driver<'a, W: Wire + 'a>: SqlDriver<'a, Self, W>;
@@ -265,12 +273,6 @@ pub(crate) trait MarkerDialect:
     /// target (MySQL's `ON DUPLICATE KEY UPDATE`), so that a document a write neither wrote nor
     /// found under its id or key met another index, which a plain insert of it names.
     const MEETS_ANY_UNIQUE: bool;
-    /// Whether `error` rolled back a transaction of idem's own for a conflict with another
-    /// (a deadlock, a write conflict), which may start over at once: not a lock held past the
-    /// wait for it, which would be waited for again.
-    fn restarts(_error: &Error) -> bool {
-        false
-    }
     /// Whether `failure`, of an `apply_once`'s statement, is a sum beyond its column's type.
     fn sum_out_of_range(_failure: &DbFailure) -> bool {
         false

@@ -243,20 +243,6 @@ fn by_marker(
     (written, left)
 }
 
-/// The pause before a transaction of idem's own starts over after `attempts` ended in a
-/// deadlock: up to 2^`attempts` ms, at a point of that range the clock picks. Writers whose
-/// overlapping rows deadlocked each other would otherwise start over at once, in the same order,
-/// and could deadlock again every time (eight racing `insert_new` callers on MariaDB used all
-/// their attempts so).
-async fn restart_pause(attempts: usize) {
-    let range = 1u32 << attempts.min(7);
-    let jitter = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos());
-    let pause = std::time::Duration::from_micros(u64::from(jitter % (range * 1000)));
-    tokio::time::sleep(pause).await;
-}
-
 impl<D: MarkerDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
     async fn write(
         &self,
@@ -264,23 +250,8 @@ impl<D: MarkerDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
         let statement = Statement::from(kind);
-        let mut attempts = 1;
-        let written = loop {
-            let written = self.write_and_read(statement, docs).await;
-            // A deadlock (or another conflict the database says to retry) rolled back a
-            // transaction of idem's own, which may start over; not the caller's, whose earlier
-            // statements it took with it.
-            match &written {
-                Err(error) if D::restarts(error) && attempts < crate::MAX_ATTEMPTS => {
-                    if self.wire.in_callers_transaction().await.unwrap_or(true) {
-                        break written;
-                    }
-                    restart_pause(attempts).await;
-                    attempts += 1;
-                }
-                _ => break written,
-            }
-        };
+        let written =
+            crate::sql::store::restarting!(D, self.wire, self.write_and_read(statement, docs));
         match written {
             Ok(mut replies) => {
                 for (reply, doc) in replies.iter_mut().zip(docs) {

@@ -571,6 +571,49 @@ impl<D: SqlDialect> Store<D> {
     }
 }
 
+/// Sends a write (`$write`, an expression giving its future, `Result<_, Error>`) through the
+/// wire `$wire` of dialect `$dialect`, and again while it ends in a conflict the dialect says
+/// may start over ([`SqlDialect::restarts`]: a deadlock, a serialization failure) outside the
+/// caller's transaction, which took nothing with it; inside the caller's, the conflict rolled
+/// back the caller's earlier statements too, and is the caller's to retry. A macro, as each
+/// attempt borrows the driver anew.
+macro_rules! restarting {
+    ($dialect:ty, $wire:expr, $write:expr) => {{
+        let mut attempts = 1;
+        loop {
+            let written = $write.await;
+            match &written {
+                Err(error)
+                    if <$dialect as $crate::sql::dialect::SqlDialect>::restarts(error)
+                        && attempts < $crate::MAX_ATTEMPTS =>
+                {
+                    if $wire.in_callers_transaction().await.unwrap_or(true) {
+                        break written;
+                    }
+                    $crate::sql::store::restart_pause(attempts).await;
+                    attempts += 1;
+                }
+                _ => break written,
+            }
+        }
+    }};
+}
+pub(crate) use restarting;
+
+/// The pause before a write starts over after `attempts` ended in a conflict: up to
+/// 2^`attempts` ms, at a point of that range the clock picks. Writers whose overlapping rows
+/// deadlocked each other would otherwise start over at once, in the same order, and could
+/// deadlock again every time (eight racing `insert_new` callers on MariaDB used all their
+/// attempts so).
+pub(crate) async fn restart_pause(attempts: usize) {
+    let range = 1u32 << attempts.min(7);
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos());
+    let pause = std::time::Duration::from_micros(u64::from(jitter % (range * 1000)));
+    tokio::time::sleep(pause).await;
+}
+
 /// Runs `work` in a transaction of idem's own ([`Wire::begin`]: a savepoint inside the
 /// caller's), committed if it succeeds and rolled back if it fails, so that a failed statement
 /// leaves neither a half-written change nor an open transaction.
