@@ -46,7 +46,7 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
 }
 
 /// Whether `error` rolled back the transaction for a conflict with another, which may start
-/// over at once ([`crate::sql::dialect::MarkerDialect::restarts`]): a deadlock, a record changed
+/// over ([`crate::sql::dialect::SqlDialect::restarts`]): a deadlock, a record changed
 /// since the snapshot, TiDB's write conflicts. Not a lock wait timeout (1205), which a restart
 /// would wait out again.
 pub(super) fn restarts(error: &Error) -> bool {
