@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::dialect::Postgres;
 use super::schema::{check_table, send_checked};
-use super::table::{missed_guard, quote, sql_type, Table};
+use super::table::{missed_guard, quote, sql_type, InsertedSignal, Table};
 use super::wire::{self, Cells, Param, Wire};
 use super::{postgres_error, Store};
 use crate::document::DocumentRef;
@@ -98,7 +98,7 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
         kind: WriteKind,
         docs: &[&PreparedRow],
     ) -> Result<Vec<Reply<StoredRow>>, Error> {
-        let statement = self.table.write_sql(kind.into());
+        let (signal, statement) = self.table.write_sql(kind.into());
         let document = &docs[0].document();
         let written = restarting!(
             Postgres,
@@ -110,10 +110,13 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             // writing to servers of both signals meets without a check (the table it checked
             // on another server, or one `ensure_table` checked there): the check learns this
             // server's signal, and the write goes again in its words. Nothing was written.
-            Err(error) if matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) => {
+            Err(error)
+                if signal == InsertedSignal::OldRow
+                    && matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) =>
+            {
                 check_table(self.wire, self.table, document).await?;
                 match self.table.write_sql(kind.into()) {
-                    again if again != statement => self.write_rows(docs, again, document).await,
+                    (InsertedSignal::Xmax, again) => self.write_rows(docs, again, document).await,
                     _ => Err(error),
                 }
             }

@@ -125,9 +125,9 @@ const ONLY_RETURNING_OLD: u8 = 1;
 const ONE_WITHOUT_OLD: u8 = 2;
 
 impl Table {
-    /// The write of `statement`, as the server the table was checked on tells inserted rows
-    /// (as PostgreSQL 15 does, before any check).
-    pub fn write_sql(&self, statement: Statement) -> &str {
+    /// The write of `statement`, with the signal it tells inserted rows by: the one of the
+    /// servers the table was checked on (as PostgreSQL 15 does, before any check).
+    pub fn write_sql(&self, statement: Statement) -> (InsertedSignal, &str) {
         let signal = match self.servers.load(Ordering::Relaxed) {
             ONLY_RETURNING_OLD => InsertedSignal::OldRow,
             _ => InsertedSignal::Xmax,
@@ -137,7 +137,7 @@ impl Table {
             Statement::Delete => 1,
             Statement::InsertNew => 2,
         };
-        &self.writes[signal as usize][index]
+        (signal, &self.writes[signal as usize][index])
     }
 
     /// A check found the table on a server that tells its inserted rows with `signal`. One
