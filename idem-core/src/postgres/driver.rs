@@ -90,6 +90,43 @@ impl<C: Wire> PgDriver<'_, C> {
             .map_err(|source| postgres_error(&row.document(), source))?;
         Ok((!replaced.is_empty()).then_some(Outcome::Updated))
     }
+
+    /// One attempt of [`BatchDriver::insert_fresh`].
+    async fn insert_fresh_once(
+        &self,
+        docs: &[&PreparedRow],
+        landing: Landing,
+    ) -> Result<Option<Fresh>, Error> {
+        let document = &docs[0].document();
+        let columns = column_arrays(self.table, docs, document)?;
+        let checked = self.table.checked_oids();
+        let mut parameters = wire::unnested(&columns, &checked);
+        let marks = [landing.after, landing.leaves].map(|mark| mark.map(|mark| mark.to_string()));
+        let statement = match landing == Landing::default() {
+            true => &self.table.insert_fresh,
+            false => {
+                parameters.extend(marks.iter().map(|mark| Param::Text(mark.as_deref())));
+                &self.table.insert_fresh_marked
+            }
+        };
+        crate::trace::round_trip("INSERT");
+        match self.wire.write(statement, &parameters).await {
+            Ok(rows) => {
+                let inserted = rows.first().and_then(|row| row.int8(0));
+                Ok(Some(match inserted {
+                    Some(inserted) if inserted == i64::try_from(docs.len()).unwrap_or(-1) => {
+                        Fresh::Inserted
+                    }
+                    // The chunk ahead's insert had not landed: nothing written.
+                    Some(-1) => Fresh::Early,
+                    // None at all: the guard found the table unchecked, which the guarded
+                    // write checks again.
+                    _ => Fresh::Met,
+                }))
+            }
+            Err(source) => Err(postgres_error(document, source)),
+        }
+    }
 }
 
 impl<C: Wire> Driver for PgDriver<'_, C> {
@@ -169,40 +206,14 @@ impl<C: Wire> BatchDriver for PgDriver<'_, C> {
 
     crate::sql::prepares_rows_as_sql!();
 
+    /// Started over after a conflict with another writer outside the caller's transaction, as
+    /// a write is.
     async fn insert_fresh(
         &self,
         docs: &[&PreparedRow],
         landing: Landing,
     ) -> Result<Option<Fresh>, Error> {
-        let document = &docs[0].document();
-        let columns = column_arrays(self.table, docs, document)?;
-        let checked = self.table.checked_oids();
-        let mut parameters = wire::unnested(&columns, &checked);
-        let marks = [landing.after, landing.leaves].map(|mark| mark.map(|mark| mark.to_string()));
-        let statement = match landing == Landing::default() {
-            true => &self.table.insert_fresh,
-            false => {
-                parameters.extend(marks.iter().map(|mark| Param::Text(mark.as_deref())));
-                &self.table.insert_fresh_marked
-            }
-        };
-        crate::trace::round_trip("INSERT");
-        match self.wire.write(statement, &parameters).await {
-            Ok(rows) => {
-                let inserted = rows.first().and_then(|row| row.int8(0));
-                Ok(Some(match inserted {
-                    Some(inserted) if inserted == i64::try_from(docs.len()).unwrap_or(-1) => {
-                        Fresh::Inserted
-                    }
-                    // The chunk ahead's insert had not landed: nothing written.
-                    Some(-1) => Fresh::Early,
-                    // None at all: the guard found the table unchecked, which the guarded
-                    // write checks again.
-                    _ => Fresh::Met,
-                }))
-            }
-            Err(source) => Err(postgres_error(document, source)),
-        }
+        restarting!(Postgres, self.wire, self.insert_fresh_once(docs, landing))
     }
 
     async fn look_up(&self, docs: &[&LightRow]) -> Result<Option<Vec<Looked<StoredRow>>>, Error> {

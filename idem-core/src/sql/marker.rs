@@ -217,6 +217,41 @@ impl<D: MarkerDialect, W: Wire> MarkerDriver<'_, D, W> {
             })
             .collect())
     }
+
+    /// One attempt of [`BatchDriver::insert_fresh`]: the plain insert of `docs` in a
+    /// transaction of idem's own, rolled back unless it inserted every one.
+    async fn insert_fresh_once(&self, docs: &[&PreparedRow]) -> Result<Option<Fresh>, Error> {
+        let table = self.table;
+        let document = &docs[0].document();
+        let marker = format!("i{}", ulid::Ulid::generate());
+        let sql = D::fresh_sql(table, docs.len());
+        let columns = table.inserted(Statement::Upsert);
+        let mut params = Vec::with_capacity(docs.len() * (columns.len() + 1));
+        for doc in docs {
+            row_params(table, doc, &columns, &mut params);
+            params.push(Param::Text(Some(&marker)));
+        }
+        self.wire
+            .begin()
+            .await
+            .map_err(|source| D::error(document, source))?;
+        crate::trace::round_trip("INSERT");
+        let met = match self.wire.execute(&sql, &params).await {
+            Ok(rows) if rows == docs.len() as u64 => {
+                return super::store::settle_transaction::<D, _>(self.wire, Ok(()), document)
+                    .await
+                    .map(|()| Some(Fresh::Inserted));
+            }
+            // Fewer rows without an error: a trigger dropped some.
+            Ok(_) => None,
+            Err(source) => Some(D::error(document, source)),
+        };
+        let _ = self.wire.rollback().await;
+        match met {
+            Some(error) => Err(error),
+            None => Ok(Some(Fresh::Met)),
+        }
+    }
 }
 
 /// The rows a read after the write found, parted by their write markers: those this write
@@ -325,42 +360,14 @@ impl<D: MarkerDialect, W: Wire> BatchDriver for MarkerDriver<'_, D, W> {
 
     crate::sql::prepares_rows_as_sql!();
 
-    /// One chunk in flight: `landing` is empty ([`BatchDriver::insert_fresh`]).
+    /// One chunk in flight: `landing` is empty ([`BatchDriver::insert_fresh`]). Started over
+    /// after a conflict with another writer where the transaction is idem's own, as a write is.
     async fn insert_fresh(
         &self,
         docs: &[&PreparedRow],
         _landing: Landing,
     ) -> Result<Option<Fresh>, Error> {
-        let table = self.table;
-        let document = &docs[0].document();
-        let marker = format!("i{}", ulid::Ulid::generate());
-        let sql = D::fresh_sql(table, docs.len());
-        let columns = table.inserted(Statement::Upsert);
-        let mut params = Vec::with_capacity(docs.len() * (columns.len() + 1));
-        for doc in docs {
-            row_params(table, doc, &columns, &mut params);
-            params.push(Param::Text(Some(&marker)));
-        }
-        self.wire
-            .begin()
-            .await
-            .map_err(|source| D::error(document, source))?;
-        crate::trace::round_trip("INSERT");
-        let met = match self.wire.execute(&sql, &params).await {
-            Ok(rows) if rows == docs.len() as u64 => {
-                return super::store::settle_transaction::<D, _>(self.wire, Ok(()), document)
-                    .await
-                    .map(|()| Some(Fresh::Inserted));
-            }
-            // Fewer rows without an error: a trigger dropped some.
-            Ok(_) => None,
-            Err(source) => Some(D::error(document, source)),
-        };
-        let _ = self.wire.rollback().await;
-        match met {
-            Some(error) => Err(error),
-            None => Ok(Some(Fresh::Met)),
-        }
+        crate::sql::store::restarting!(D, self.wire, self.insert_fresh_once(docs))
     }
 
     /// One read ([`crate::sql::marker_table::MarkerWords::look_up_sql`]): the rows stored with

@@ -34,8 +34,11 @@ pub(super) async fn insert_fresh<D: BatchDriver>(
         Ok(fresh) => fresh,
         // The database refused the statement, which wrote nothing: a stored row's id or key, a
         // CHECK, a trigger that dropped rows. The guarded write decides, and reports what it
-        // meets, as it does any refusal.
-        Err(error) if answered_by_the_database(&error) => Some(Fresh::Met),
+        // meets, as it does any refusal. Not a conflict with another writer (a deadlock, a
+        // serialization failure): that may have rolled back the caller's whole transaction
+        // (InnoDB's deadlock does), after which a write would land outside it, so it is the
+        // call's answer, which the driver starts over where the transaction is idem's own.
+        Err(error) if answered_by_the_database(&error) && !error.is_retryable() => Some(Fresh::Met),
         Err(error) => return Err(error),
     };
     if fresh != Some(Fresh::Inserted) {
