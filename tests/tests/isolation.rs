@@ -663,3 +663,239 @@ async fn a_deadlock_that_rolled_back_the_callers_transaction_is_the_callers_erro
         "only the entry stored before the transaction is there"
     );
 }
+
+/// A thread of comments, for `push`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, idem_core::Idempotent)]
+#[idem(collection = "threads")]
+struct Thread {
+    #[idem(key)]
+    topic: String,
+    #[idem(push_by = "id")]
+    comments: Vec<serde_json::Value>,
+}
+
+/// Each write of the store, as [`every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was`]
+/// makes it in the caller's transaction.
+#[derive(Clone, Copy, Debug)]
+enum WriteCall {
+    Upsert,
+    UpsertMany,
+    Delete,
+    DeleteById,
+    InsertNew,
+    Record,
+    ApplyOnce,
+    Push,
+}
+
+impl WriteCall {
+    const ALL: [WriteCall; 8] = [
+        WriteCall::Upsert,
+        WriteCall::UpsertMany,
+        WriteCall::Delete,
+        WriteCall::DeleteById,
+        WriteCall::InsertNew,
+        WriteCall::Record,
+        WriteCall::ApplyOnce,
+        WriteCall::Push,
+    ];
+
+    /// The table it writes.
+    fn table(self) -> &'static str {
+        match self {
+            WriteCall::Upsert
+            | WriteCall::UpsertMany
+            | WriteCall::Delete
+            | WriteCall::DeleteById
+            | WriteCall::InsertNew => "entries",
+            WriteCall::Record => "payments",
+            WriteCall::ApplyOnce => "accounts",
+            WriteCall::Push => "threads",
+        }
+    }
+
+    /// Makes the call through `connection`; what it answered, each error with whether it is
+    /// retryable.
+    async fn make(
+        self,
+        store: &idem_core::mysql::Store,
+        connection: &mut idem_core::sqlx::MySqlConnection,
+    ) -> Vec<String> {
+        use idem_core::{Change, Error, OpId};
+        fn error(error: &Error) -> String {
+            format!("{error} (retryable: {})", error.is_retryable())
+        }
+        fn one<T: std::fmt::Debug>(answer: Result<T, Error>) -> Vec<String> {
+            vec![answer.map_or_else(|e| error(&e), |answer| format!("{answer:?}"))]
+        }
+        let stored = entry("e1", 1, "stored before");
+        match self {
+            WriteCall::Upsert => one(store.upsert(connection, &entry("e1", 2, "new")).await),
+            WriteCall::UpsertMany => {
+                let batch = [entry("e0", 1, "new"), entry("e1", 2, "new")];
+                match store.upsert_many(connection, &batch).await {
+                    Err(e) => vec![error(&e)],
+                    Ok(report) => (report.outcomes().iter())
+                        .map(|outcome| outcome.as_ref().map_or_else(error, |o| format!("{o:?}")))
+                        .collect(),
+                }
+            }
+            WriteCall::Delete => {
+                let deleted = Entry {
+                    deleted_at: Some(1),
+                    ..stored
+                };
+                one(store.delete(connection, &deleted).await)
+            }
+            WriteCall::DeleteById => {
+                let id = stored.id().unwrap();
+                one(store.delete_by_id::<Entry, _>(connection, id, &1_i64).await)
+            }
+            WriteCall::InsertNew => {
+                let members = [entry("e5", 1, "new")];
+                match store.insert_new(connection, &members).await {
+                    Err(e) => vec![error(&e)],
+                    Ok(report) => {
+                        let mut answered: Vec<String> =
+                            report.errors().map(|(_, e)| error(e)).collect();
+                        let inserted = report.into_inserted();
+                        answered.extend(inserted.iter().map(|m| format!("inserted {m:?}")));
+                        answered
+                    }
+                }
+            }
+            WriteCall::Record => {
+                let payment = idem_tests::fixtures::Payment {
+                    request_key: "k1".into(),
+                    amount_cents: 5,
+                };
+                one(store.record(connection, &payment).await)
+            }
+            WriteCall::ApplyOnce => {
+                let id = idem_tests::fixtures::account("a").id().unwrap();
+                let changes = [Change::add("balance", 5)];
+                one((store.apply_once::<idem_tests::fixtures::Account>(
+                    connection,
+                    id,
+                    &OpId::new("op1"),
+                    &changes,
+                ))
+                .await)
+            }
+            WriteCall::Push => {
+                let id = thread().id().unwrap();
+                let comment = serde_json::json!({"id": "c1", "text": "hi"});
+                one(store
+                    .push::<Thread, _>(connection, id, "comments", &comment)
+                    .await)
+            }
+        }
+    }
+}
+
+fn thread() -> Thread {
+    Thread {
+        topic: "t".into(),
+        comments: Vec::new(),
+    }
+}
+
+/// Every write of the MariaDB store, made in the caller's transaction that a deadlock ends
+/// (InnoDB rolls the whole transaction back, picking the lighter one: the other is made heavier
+/// by 200 rows written first): the call answers the deadlock, retryable, and nothing it meant
+/// to write is stored, as nothing of the caller's transaction is. The other transaction holds
+/// every row and gap of the call's table, then waits for the caller's own row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mariadb() {
+    use idem_tests::mysql_rows::{raw, run};
+    for call in WriteCall::ALL {
+        let idem_tests::backends::Db::Mysql { uri, database, .. } =
+            idem_tests::backends::fresh_mysql(&format!("deadlock_{call:?}")).await
+        else {
+            unreachable!("fresh_mysql makes a MariaDB store")
+        };
+        let store = idem_core::mysql::Store::new();
+        let mut setup = mysql_connection(&uri, &database).await;
+        store.ensure_table::<Entry>(&mut setup).await.unwrap();
+        (store
+            .ensure_table::<idem_tests::fixtures::Payment>(&mut setup)
+            .await)
+            .unwrap();
+        (store
+            .ensure_table::<idem_tests::fixtures::Account>(&mut setup)
+            .await)
+            .unwrap();
+        store.ensure_table::<Thread>(&mut setup).await.unwrap();
+        store
+            .upsert(&mut setup, &entry("e1", 1, "stored before"))
+            .await
+            .unwrap();
+        (store
+            .upsert(&mut setup, &idem_tests::fixtures::account("a"))
+            .await)
+            .unwrap();
+        store.upsert(&mut setup, &thread()).await.unwrap();
+        run(&mut setup, "CREATE TABLE side (x INT)").await;
+        run(&mut setup, "CREATE TABLE ballast (x INT)").await;
+        let before = (
+            raw::<Entry>(&mut setup).await,
+            raw::<idem_tests::fixtures::Payment>(&mut setup).await,
+            raw::<idem_tests::fixtures::Account>(&mut setup).await,
+            raw::<Thread>(&mut setup).await,
+        );
+
+        let mut other = mysql_connection(&uri, &database).await;
+        run(&mut other, "BEGIN").await;
+        let ballast: Vec<String> = (0..200).map(|n| format!("({n})")).collect();
+        run(
+            &mut other,
+            &format!("INSERT INTO ballast VALUES {}", ballast.join(",")),
+        )
+        .await;
+        let table = call.table();
+        run(&mut other, &format!("SELECT * FROM {table} FOR UPDATE")).await;
+
+        let caller = tokio::spawn({
+            let (uri, database, store) = (uri.clone(), database.clone(), store.clone());
+            async move {
+                let mut connection = mysql_connection(&uri, &database).await;
+                let mut tx = connection.begin().await.unwrap();
+                run(&mut tx, "INSERT INTO side VALUES (1)").await;
+                let answered = call.make(&store, &mut tx).await;
+                let committed = tx.commit().await;
+                (answered, committed)
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        run(&mut other, "SELECT * FROM side FOR UPDATE").await;
+        run(&mut other, "ROLLBACK").await;
+        let (answered, committed) = caller.await.unwrap();
+
+        let side: i64 = idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM side")
+            .fetch_one(&mut setup)
+            .await
+            .unwrap();
+        let after = (
+            raw::<Entry>(&mut setup).await,
+            raw::<idem_tests::fixtures::Payment>(&mut setup).await,
+            raw::<idem_tests::fixtures::Account>(&mut setup).await,
+            raw::<Thread>(&mut setup).await,
+        );
+        assert_eq!(
+            side, 0,
+            "{call:?}: the deadlock rolled back the caller's transaction"
+        );
+        assert!(
+            answered.iter().any(|answer| answer.contains("1213"))
+                && answered
+                    .iter()
+                    .all(|answer| answer.ends_with("(retryable: true)")),
+            "{call:?}: the call answers the deadlock that ended the caller's transaction, \
+             retryable; it answered {answered:?} (commit: {committed:?})"
+        );
+        assert_eq!(
+            after, before,
+            "{call:?}: nothing the call meant to write is stored"
+        );
+    }
+}
