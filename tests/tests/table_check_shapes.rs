@@ -2106,3 +2106,60 @@ async fn a_nullable_id_beside_another_unique_index_keeps_the_row_met() {
         );
     }
 }
+
+/// A reading keyed by an integer, a boolean and a character: key parts that are no text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "readings")]
+struct Reading {
+    #[idem(key)]
+    sensor: i64,
+    #[idem(key)]
+    calibrated: bool,
+    #[idem(key)]
+    grade: char,
+    value: f64,
+}
+
+fn reading(sensor: i64, calibrated: bool, value: f64) -> Reading {
+    let grades = ['a', 'Z', 'é', '\''];
+    Reading {
+        sensor,
+        calibrated,
+        grade: grades[sensor.rem_euclid(4) as usize],
+        value,
+    }
+}
+
+/// Rows without an `_id` under a natural key of an integer, a boolean and a character (where
+/// the rows are moved by their key, found by its values as the table stores them): the audit
+/// counts them, `adopt` gives each its id, and each is then read and written as any other.
+#[tokio::test]
+async fn rows_without_an_id_under_a_key_of_numbers_booleans_and_characters_are_adopted() {
+    const ROWS: i64 = 40;
+    for mut db in backends("typed_key_rows").await {
+        let docs: Vec<Reading> = (0..ROWS)
+            .map(|n| reading(n - 20, n % 3 == 0, n as f64 / 4.0))
+            .collect();
+        seeded(&mut db, &docs).await;
+        with_nullable_id::<Reading>(&mut db, true, false).await;
+        let (t, id) = (db.q("readings"), db.q("_id"));
+        db.run(&format!("UPDATE {t} SET {id} = NULL")).await;
+        db.forget();
+        let report = db.audit::<Reading>().await;
+        assert_eq!(report.legacy_ids.count, ROWS as u64, "{db}: {report}");
+        let report = db.adopt_report::<Reading>().await;
+        assert_eq!(report.moved.count, ROWS as u64, "{db}: {report:?}");
+        assert_eq!(report.failed.count, 0, "{db}: {report:?}");
+        let report = db.audit::<Reading>().await;
+        assert_eq!(report.clean, ROWS as u64, "{db}: {report}");
+        for doc in [&docs[0], &docs[20], &docs[39]] {
+            assert_eq!(db.get(doc).await.unwrap().as_ref(), Some(doc), "{db}");
+            let changed = Reading {
+                value: doc.value + 1.0,
+                ..doc.clone()
+            };
+            assert_eq!(db.upsert(&changed).await.unwrap(), Outcome::Updated, "{db}");
+            assert_eq!(db.get(doc).await.unwrap(), Some(changed), "{db}");
+        }
+    }
+}
