@@ -1,13 +1,17 @@
 //! Racing writers under every isolation level a SQL store's caller may choose: each racer in a
 //! transaction of its own at READ COMMITTED, REPEATABLE READ or SERIALIZABLE (and, where the
 //! database has it, with that level as the session's default and no transaction), writing an
-//! overlapping batch of versioned entries, one post every racer holds the same, and an
-//! `insert_new` of one member. A racer whose call or commit fails with an error the store or
-//! the driver calls retryable rolls back and runs its transaction again, as the guide tells a
-//! caller to. Whatever the level and the interleaving, the committed answers must be the truth:
-//! each document inserted by exactly one committed transaction, the newest revision stored,
-//! the member inserted once, nothing refused. On PostgreSQL 15 and 18 (tokio-postgres and
-//! sqlx), MariaDB, and SQLite (whose one level is serializable).
+//! overlapping batch of versioned entries, one post every racer holds the same, an
+//! `insert_new` of one member, and the effects: an `apply_once` credit under one op id, a
+//! `push` of one comment and a `record` of one payment. A racer whose call or commit fails
+//! with an error the store or the driver calls retryable rolls back and runs its transaction
+//! again, as the guide tells a caller to. Whatever the level and the interleaving, the
+//! committed answers must be the truth: each document inserted by exactly one committed
+//! transaction, the newest revision stored, the member inserted once, the credit applied, the
+//! comment appended and the payment recorded by exactly one (the balance 1, one comment, one
+//! payment id), nothing refused. On PostgreSQL 15 and 18 (tokio-postgres and sqlx), MariaDB,
+//! and SQLite (whose one level is serializable). Then, on MariaDB, a caller's transaction that
+//! a deadlock ends, for every write.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use std::sync::Arc;
 use idem_core::sqlx::Connection as _;
 use idem_core::{Backend, Outcome};
 use idem_tests::backends::{fresh_schema, mysql_connection, postgres_servers, sqlx_connection};
-use idem_tests::fixtures::{entry, post, Entry, Post};
+use idem_tests::fixtures::{entry, post, Account, Entry, Payment, Post};
 use tokio::sync::Barrier;
 
 const RACERS: usize = 6;
@@ -62,6 +66,14 @@ struct Committed {
     entries: Vec<Outcome>,
     post: Outcome,
     member_inserted: usize,
+    /// `apply_once` of the round's credit answered `Applied`.
+    credited: bool,
+    /// `push` of the round's comment answered `Appended`.
+    appended: bool,
+    /// `record` of the round's payment answered `Inserted`.
+    recorded: bool,
+    /// The id `record` answered.
+    receipt: String,
     /// How many attempts it took (1: no retry), shown when the test fails.
     attempts: usize,
 }
@@ -136,6 +148,23 @@ fn documents(round: usize, racer: usize) -> (Vec<Entry>, Post, Post) {
     (entries, shared, member)
 }
 
+/// The account, the thread and the payment of round `round`, the same for every racer.
+fn effect_documents(round: usize) -> (Account, Thread, Payment) {
+    let thread = Thread {
+        topic: format!("r{round}-thread"),
+        comments: Vec::new(),
+    };
+    let payment = Payment {
+        request_key: format!("r{round}-pay"),
+        amount_cents: 5,
+    };
+    (
+        idem_tests::fixtures::account(&format!("r{round}-acct")),
+        thread,
+        payment,
+    )
+}
+
 /// Sends `$call` (an expression giving the call's future), and where `$alone` (each call
 /// commits alone, outside a transaction) sends it again while it fails retryably: such a
 /// failure wrote nothing, and what the calls before it wrote stays. `$attempts` counts them.
@@ -179,10 +208,35 @@ async fn write(
     let post = call!(alone, attempts, backend.upsert(&shared))?;
     let member = std::slice::from_ref(&member);
     let inserted = call!(alone, attempts, backend.insert_new(member))?;
+    // The effects: every racer credits the round's account once under one op id, pushes one
+    // comment and records one payment, each of which must land once.
+    let (account, thread, payment) = effect_documents(round);
+    call!(alone, attempts, backend.upsert(&account))?;
+    let account_id = account.id().expect("an account's id");
+    let changes = [idem_core::Change::add("balance", 1)];
+    let op = idem_core::OpId::new(format!("r{round}-credit"));
+    let credited = call!(
+        alone,
+        attempts,
+        backend.apply_once::<Account>(account_id, &op, &changes)
+    )?;
+    call!(alone, attempts, backend.upsert(&thread))?;
+    let thread_id = thread.id().expect("a thread's id");
+    let comment = serde_json::json!({"id": format!("r{round}-c"), "text": "once"});
+    let pushed = call!(
+        alone,
+        attempts,
+        backend.push::<Thread, _>(thread_id, "comments", &comment)
+    )?;
+    let recorded = call!(alone, attempts, backend.record(&payment))?;
     Ok(Committed {
         entries: outcomes,
         post,
         member_inserted: inserted.inserted().len(),
+        credited: credited == idem_core::Applied::Applied,
+        appended: pushed == idem_core::Pushed::Appended,
+        recorded: recorded.outcome == Outcome::Inserted,
+        receipt: recorded.id.to_string(),
         attempts,
     })
 }
@@ -230,10 +284,11 @@ macro_rules! race_round {
     };
 }
 
-/// The entries of round `$round` (key, revision, text) and the number of its posts, read through
-/// the sqlx connection `$setup` (SQLite's or MariaDB's: the same statements).
+/// The entries of round `$round` (key, revision, text), the number of its posts, and its
+/// account's balance and thread's comments, read through the sqlx connection `$setup` (SQLite's
+/// or MariaDB's: the same statements but the length of a JSON array, `$json_length`).
 macro_rules! sqlx_stored {
-    ($setup:expr, $round:expr) => {{
+    ($setup:expr, $round:expr, $json_length:expr) => {{
         let pattern = format!("r{}-%", $round);
         let entries: Vec<(String, i64, String)> = idem_core::sqlx::query_as(
             "SELECT entryId, revision, text FROM entries WHERE entryId LIKE ? ORDER BY entryId",
@@ -248,7 +303,26 @@ macro_rules! sqlx_stored {
                 .fetch_one(&mut $setup)
                 .await
                 .unwrap();
-        (entries, usize::try_from(posts).unwrap())
+        let balance: i64 =
+            idem_core::sqlx::query_scalar("SELECT balance FROM accounts WHERE owner = ?")
+                .bind(format!("r{}-acct", $round))
+                .fetch_one(&mut $setup)
+                .await
+                .unwrap();
+        let comments = format!(
+            "SELECT {}(comments) FROM threads WHERE topic = ?",
+            $json_length
+        );
+        let comments: i64 = idem_core::sqlx::query_scalar(idem_core::sqlx::AssertSqlSafe(comments))
+            .bind(format!("r{}-thread", $round))
+            .fetch_one(&mut $setup)
+            .await
+            .unwrap();
+        (
+            entries,
+            usize::try_from(posts).unwrap(),
+            (balance, comments),
+        )
     }};
 }
 
@@ -259,7 +333,38 @@ fn check_round(
     committed: &[Committed],
     stored_entries: Vec<(String, i64, String)>,
     stored_posts: usize,
+    (balance, comments): (i64, i64),
 ) {
+    for (count, name) in [
+        (
+            committed.iter().filter(|racer| racer.credited).count(),
+            "credit applied",
+        ),
+        (
+            committed.iter().filter(|racer| racer.appended).count(),
+            "comment appended",
+        ),
+        (
+            committed.iter().filter(|racer| racer.recorded).count(),
+            "payment recorded",
+        ),
+    ] {
+        assert_eq!(
+            count, 1,
+            "{what}: {name} by {count} committed transactions: {committed:?}"
+        );
+    }
+    assert_eq!(
+        (balance, comments),
+        (1, 1),
+        "{what}: the balance and the comments stored"
+    );
+    assert!(
+        committed
+            .iter()
+            .all(|racer| racer.receipt == committed[0].receipt),
+        "{what}: one payment, one id: {committed:?}"
+    );
     let attempts: Vec<usize> = committed.iter().map(|racer| racer.attempts).collect();
     println!("{what}: attempts per racer {attempts:?}");
     for n in 0..ENTRIES {
@@ -332,6 +437,9 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_postgres
                 let store = Arc::new(idem_core::postgres::Store::new());
                 store.ensure_table::<Entry, _>(&setup).await.unwrap();
                 store.ensure_table::<Post, _>(&setup).await.unwrap();
+                (store.ensure_table::<Account, _>(&setup).await).unwrap();
+                store.ensure_table::<Thread, _>(&setup).await.unwrap();
+                (store.ensure_table::<Payment, _>(&setup).await).unwrap();
                 let default = match mode {
                     Mode::SessionDefault(level) => format!(
                         "SET default_transaction_isolation = '{}'",
@@ -393,7 +501,23 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_postgres
                         .await
                         .unwrap()
                         .len();
-                    check_round(&format!("{what} round {round}"), &committed, entries, posts);
+                    let effects = setup
+                        .query_one(
+                            "SELECT (SELECT balance FROM accounts WHERE owner = $1), \
+                             (SELECT jsonb_array_length(comments)::int8 FROM threads \
+                              WHERE topic = $2)",
+                            &[&format!("r{round}-acct"), &format!("r{round}-thread")],
+                        )
+                        .await
+                        .unwrap();
+                    let effects = (effects.get(0), effects.get(1));
+                    check_round(
+                        &format!("{what} round {round}"),
+                        &committed,
+                        entries,
+                        posts,
+                        effects,
+                    );
                 }
             }
         }
@@ -486,6 +610,9 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_mariadb(
         let mut setup = mysql_connection(&uri, &database).await;
         store.ensure_table::<Entry>(&mut setup).await.unwrap();
         store.ensure_table::<Post>(&mut setup).await.unwrap();
+        store.ensure_table::<Account>(&mut setup).await.unwrap();
+        store.ensure_table::<Thread>(&mut setup).await.unwrap();
+        store.ensure_table::<Payment>(&mut setup).await.unwrap();
         for round in 0..ROUNDS {
             let mut connections = Vec::new();
             for _ in 0..RACERS {
@@ -507,8 +634,9 @@ async fn racing_transactions_tell_the_truth_at_every_isolation_level_on_mariadb(
                     round,
                     racer
                 ));
-            let (entries, posts) = sqlx_stored!(setup, round);
-            check_round(&format!("{what} round {round}"), &committed, entries, posts);
+            let (entries, posts, effects) = sqlx_stored!(setup, round, "JSON_LENGTH");
+            let what = format!("{what} round {round}");
+            check_round(&what, &committed, entries, posts, effects);
         }
     }
 }
@@ -544,6 +672,9 @@ async fn racing_transactions_tell_the_truth_on_sqlite() {
         let mut setup = idem_tests::backends::sqlite_connection(&path).await;
         store.ensure_table::<Entry>(&mut setup).await.unwrap();
         store.ensure_table::<Post>(&mut setup).await.unwrap();
+        store.ensure_table::<Account>(&mut setup).await.unwrap();
+        store.ensure_table::<Thread>(&mut setup).await.unwrap();
+        store.ensure_table::<Payment>(&mut setup).await.unwrap();
         for round in 0..ROUNDS {
             let mut connections = Vec::new();
             for _ in 0..RACERS {
@@ -562,8 +693,9 @@ async fn racing_transactions_tell_the_truth_on_sqlite() {
                         racer
                     )
                 );
-            let (entries, posts) = sqlx_stored!(setup, round);
-            check_round(&format!("{what} round {round}"), &committed, entries, posts);
+            let (entries, posts, effects) = sqlx_stored!(setup, round, "json_array_length");
+            let what = format!("{what} round {round}");
+            check_round(&what, &committed, entries, posts, effects);
         }
     }
 }
@@ -765,7 +897,7 @@ impl WriteCall {
                 }
             }
             WriteCall::Record => {
-                let payment = idem_tests::fixtures::Payment {
+                let payment = Payment {
                     request_key: "k1".into(),
                     amount_cents: 5,
                 };
@@ -774,13 +906,10 @@ impl WriteCall {
             WriteCall::ApplyOnce => {
                 let id = idem_tests::fixtures::account("a").id().unwrap();
                 let changes = [Change::add("balance", 5)];
-                one((store.apply_once::<idem_tests::fixtures::Account>(
-                    connection,
-                    id,
-                    &OpId::new("op1"),
-                    &changes,
-                ))
-                .await)
+                one(
+                    (store.apply_once::<Account>(connection, id, &OpId::new("op1"), &changes))
+                        .await,
+                )
             }
             WriteCall::Push => {
                 let id = thread().id().unwrap();
@@ -817,14 +946,8 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
         let store = idem_core::mysql::Store::new();
         let mut setup = mysql_connection(&uri, &database).await;
         store.ensure_table::<Entry>(&mut setup).await.unwrap();
-        (store
-            .ensure_table::<idem_tests::fixtures::Payment>(&mut setup)
-            .await)
-            .unwrap();
-        (store
-            .ensure_table::<idem_tests::fixtures::Account>(&mut setup)
-            .await)
-            .unwrap();
+        (store.ensure_table::<Payment>(&mut setup).await).unwrap();
+        (store.ensure_table::<Account>(&mut setup).await).unwrap();
         store.ensure_table::<Thread>(&mut setup).await.unwrap();
         store
             .upsert(&mut setup, &entry("e1", 1, "stored before"))
@@ -839,8 +962,8 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
         run(&mut setup, "CREATE TABLE ballast (x INT)").await;
         let before = (
             raw::<Entry>(&mut setup).await,
-            raw::<idem_tests::fixtures::Payment>(&mut setup).await,
-            raw::<idem_tests::fixtures::Account>(&mut setup).await,
+            raw::<Payment>(&mut setup).await,
+            raw::<Account>(&mut setup).await,
             raw::<Thread>(&mut setup).await,
         );
 
@@ -877,8 +1000,8 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
             .unwrap();
         let after = (
             raw::<Entry>(&mut setup).await,
-            raw::<idem_tests::fixtures::Payment>(&mut setup).await,
-            raw::<idem_tests::fixtures::Account>(&mut setup).await,
+            raw::<Payment>(&mut setup).await,
+            raw::<Account>(&mut setup).await,
             raw::<Thread>(&mut setup).await,
         );
         assert_eq!(
