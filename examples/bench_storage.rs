@@ -27,13 +27,22 @@
 //!   ULID's 16 bytes (and `uuid` on PostgreSQL), without an index and as the primary key (the
 //!   second unique index), and on MariaDB also as a UNIQUE index that leaves the rows clustered
 //!   on the natural key; the content hash as stored (hex text) and as its 32 bytes; `idemFrozen`
-//!   as stored and as the digests' bytes concatenated in field order; `idemAppliedOps` with its
-//!   `'[]'` default and NULL; on SQLite and MariaDB the write marker `idemWrite` as stored, NULL
-//!   (as if cleared after the write, which would cost an update of every row) and 8 bytes.
+//!   as stored, as the digests' bytes concatenated in field order, and as one digest over all
+//!   frozen fields together (32 bytes, and 16) in place of one a field (its value a stand-in of
+//!   the same size: the field digests XORed); `idemAppliedOps` with its `'[]'` default and NULL;
+//!   on SQLite and MariaDB the write marker `idemWrite` as stored, NULL (as if cleared after the
+//!   write, which would cost an update of every row) and 8 bytes.
 //! - plain + all of idem's columns together in the smallest forms (`_id` binary and indexed,
 //!   the hash's bytes, the digests' bytes, NULL ops, an 8-byte marker), and the same without
 //!   digests (`idemFrozen` NULL: a frozen field in a scalar column can be compared as stored);
 //!   the latter also with a commit per chunk, as `upsert_many` commits.
+//! - plain + all of idem's columns together with one frozen digest of 32 bytes: `_id` as stored
+//!   (its text, the primary key: the layout that changes the fewest things users see) and
+//!   binary (`uuid` on PostgreSQL), the hash's bytes, NULL ops, and on SQLite and MariaDB the
+//!   marker as stored and as 8 bytes; `_id` as stored also with a frozen digest of 16 bytes;
+//!   on MariaDB each with `_id` the primary key and with it a UNIQUE index (rows clustered on
+//!   the natural key); under the best index (the primary key, on MariaDB the natural key's
+//!   clustering) also with a commit per chunk, as `upsert_many` commits.
 //!
 //! The goal each run reports (never a failure): idem's table and WAL, and those of the smallest
 //! forms, within 1.25x of the plain table's; a variant that commits each chunk has its WAL held
@@ -542,6 +551,10 @@ enum Form {
     /// No digests: a frozen field held in a scalar column (text, integer) can be compared with
     /// the incoming value as stored.
     FrozenNull,
+    /// One digest over all the guarded fields together, 32 bytes, in place of one a field.
+    FrozenOne32,
+    /// The same, 16 bytes.
+    FrozenOne16,
     OpsDefault,
     OpsNull,
     MarkerStored,
@@ -555,7 +568,11 @@ impl Form {
         match self {
             Form::IdText | Form::IdBinary | Form::IdUuid => "_id",
             Form::HashText | Form::HashBytes => Package::MODEL.hash_field(),
-            Form::FrozenStored | Form::FrozenBytes | Form::FrozenNull => "idemFrozen",
+            Form::FrozenStored
+            | Form::FrozenBytes
+            | Form::FrozenNull
+            | Form::FrozenOne32
+            | Form::FrozenOne16 => "idemFrozen",
             Form::OpsDefault | Form::OpsNull => "idemAppliedOps",
             Form::MarkerStored | Form::MarkerNull | Form::MarkerBinary => "idemWrite",
         }
@@ -571,6 +588,14 @@ impl Form {
             Form::FrozenStored => "idemFrozen as stored",
             Form::FrozenBytes => "idemFrozen as the digests' bytes, concatenated",
             Form::FrozenNull => "idemFrozen NULL",
+            Form::FrozenOne32 => {
+                "idemFrozen as one digest over all frozen fields, 32 bytes (a stand-in: the \
+                 field digests XORed)"
+            }
+            Form::FrozenOne16 => {
+                "idemFrozen as one digest over all frozen fields, 16 bytes (a stand-in: the \
+                 field digests XORed, the first 16)"
+            }
             Form::OpsDefault => "idemAppliedOps as stored ('[]')",
             Form::OpsNull => "idemAppliedOps NULL",
             Form::MarkerStored => "idemWrite as stored",
@@ -609,6 +634,17 @@ impl Form {
             Form::FrozenStored => Cell::Text(stored.frozen.clone()),
             Form::FrozenBytes => Cell::Bytes(match &stored.frozen {
                 Some(json) => Some(frozen_bytes(json)?),
+                None => None,
+            }),
+            Form::FrozenOne32 | Form::FrozenOne16 => Cell::Bytes(match &stored.frozen {
+                Some(json) => {
+                    let mut digest = one_digest(json)?;
+                    digest.truncate(match self {
+                        Form::FrozenOne16 => 16,
+                        _ => 32,
+                    });
+                    Some(digest)
+                }
                 None => None,
             }),
             Form::OpsDefault => Cell::Text(Some(stored.applied_ops.clone())),
@@ -665,6 +701,17 @@ fn frozen_bytes(json: &str) -> Result<Vec<u8>, String> {
         }
     }
     Ok(bytes)
+}
+
+/// One 32-byte digest standing in for a digest over all of `idemFrozen`'s fields together: the
+/// field digests XORed (as random as a digest, and of its size, which is all a measurement of
+/// storage needs).
+fn one_digest(json: &str) -> Result<Vec<u8>, String> {
+    let mut digest = vec![0; 32];
+    for (at, byte) in frozen_bytes(json)?.into_iter().enumerate() {
+        digest[at % 32] ^= byte;
+    }
+    Ok(digest)
 }
 
 /// The index on an extra column.
@@ -787,6 +834,8 @@ fn variants(kind: Kind) -> Vec<Variant> {
         Form::HashBytes,
         Form::FrozenStored,
         Form::FrozenBytes,
+        Form::FrozenOne32,
+        Form::FrozenOne16,
         Form::OpsDefault,
         Form::OpsNull,
     ];
@@ -797,66 +846,121 @@ fn variants(kind: Kind) -> Vec<Variant> {
     // idem's columns together in the smallest forms, with the digests' bytes and without
     // digests; the one without digests under the best index also with a commit per chunk, as
     // upsert_many commits outside a transaction.
-    let (id, id_name) = match kind {
-        Kind::Postgres => (Form::IdUuid, "_id uuid"),
-        _ => (Form::IdBinary, "_id 16 bytes"),
+    let binary_id = match kind {
+        Kind::Postgres => Form::IdUuid,
+        _ => Form::IdBinary,
     };
     let best = match kind {
         Kind::Mysql => Index::Unique,
         _ => Index::PrimaryKey,
     };
-    let smallest = |index: Index, frozen: Form, commit_each_chunk: bool| {
-        let mut extras = vec![
-            Extra::new(id, index),
-            Extra::new(Form::HashBytes, Index::None),
-            Extra::new(frozen, Index::None),
-            Extra::new(Form::OpsNull, Index::None),
-        ];
-        if marker {
-            extras.push(Extra::new(Form::MarkerBinary, Index::None));
-        }
-        let name = format!(
-            "idem's columns, smallest{}: {id_name} {}, hash 32 bytes, {}, ops NULL{}{}",
-            match frozen {
-                Form::FrozenNull => ", no digests",
-                _ => "",
-            },
-            match index {
-                Index::Unique => "UNIQUE (rows clustered on the natural key)",
-                _ => "PRIMARY KEY",
-            },
-            match frozen {
-                Form::FrozenNull => "idemFrozen NULL",
-                _ => "digests' bytes",
-            },
-            match marker {
-                true => ", marker 8 bytes",
-                false => "",
-            },
-            match commit_each_chunk {
-                true => "; a commit per chunk",
-                false => "",
-            },
-        );
-        Variant {
-            name,
-            way: Way::Insert {
-                extras,
-                commit_each_chunk,
-            },
-            goal: (index == best).then_some(match commit_each_chunk {
-                true => PLAIN_PER_CHUNK,
-                false => PLAIN,
-            }),
-        }
-    };
+    let smallest_marker = marker.then_some(Form::MarkerBinary);
     for &index in &indexes[1..] {
         for frozen in [Form::FrozenBytes, Form::FrozenNull] {
-            list.push(smallest(index, frozen, false));
+            let goal = (index == best).then_some(PLAIN);
+            list.push(together(
+                binary_id,
+                index,
+                frozen,
+                smallest_marker,
+                false,
+                goal,
+            ));
         }
     }
-    list.push(smallest(best, Form::FrozenNull, true));
+    list.push(together(
+        binary_id,
+        best,
+        Form::FrozenNull,
+        smallest_marker,
+        true,
+        Some(PLAIN_PER_CHUNK),
+    ));
+    // idem's columns with one digest over all frozen fields: `_id` as stored (the fewest
+    // changes users see) and binary, under each index, with the marker as stored and as 8
+    // bytes; `_id` as stored also with a digest of 16 bytes; under the best index also with a
+    // commit per chunk.
+    let markers: &[Option<Form>] = match marker {
+        true => &[Some(Form::MarkerStored), Some(Form::MarkerBinary)],
+        false => &[None],
+    };
+    for &index in &indexes[1..] {
+        for (id, one) in [
+            (Form::IdText, Form::FrozenOne32),
+            (Form::IdText, Form::FrozenOne16),
+            (binary_id, Form::FrozenOne32),
+        ] {
+            for &marker in markers {
+                list.push(together(id, index, one, marker, false, Some(PLAIN)));
+            }
+        }
+    }
+    for id in [Form::IdText, binary_id] {
+        let marker = markers[0];
+        let goal = Some(PLAIN_PER_CHUNK);
+        list.push(together(id, best, Form::FrozenOne32, marker, true, goal));
+    }
     list
+}
+
+/// A variant of all of idem's columns together: `_id` in form `id` under `index`, the hash's 32
+/// bytes, `idemFrozen` in form `frozen`, ops NULL, and the marker in form `marker` where the
+/// store has one; `goal` the plain variant its WAL is held against.
+fn together(
+    id: Form,
+    index: Index,
+    frozen: Form,
+    marker: Option<Form>,
+    commit_each_chunk: bool,
+    goal: Option<&'static str>,
+) -> Variant {
+    let mut extras = vec![
+        Extra::new(id, index),
+        Extra::new(Form::HashBytes, Index::None),
+        Extra::new(frozen, Index::None),
+        Extra::new(Form::OpsNull, Index::None),
+    ];
+    extras.extend(marker.map(|form| Extra::new(form, Index::None)));
+    let name = format!(
+        "idem's columns, {}: {} {}, hash 32 bytes, {}, ops NULL{}{}",
+        match frozen {
+            Form::FrozenNull => "smallest, no digests",
+            Form::FrozenOne32 | Form::FrozenOne16 => "one frozen digest",
+            _ => "smallest",
+        },
+        match id {
+            Form::IdText => "_id as stored (text)",
+            Form::IdUuid => "_id uuid",
+            _ => "_id 16 bytes",
+        },
+        match index {
+            Index::Unique => "UNIQUE (rows clustered on the natural key)",
+            _ => "PRIMARY KEY",
+        },
+        match frozen {
+            Form::FrozenNull => "idemFrozen NULL",
+            Form::FrozenOne32 => "one frozen digest of 32 bytes",
+            Form::FrozenOne16 => "one frozen digest of 16 bytes",
+            _ => "digests' bytes",
+        },
+        match marker {
+            Some(Form::MarkerStored) => ", marker as stored",
+            Some(_) => ", marker 8 bytes",
+            None => "",
+        },
+        match commit_each_chunk {
+            true => "; a commit per chunk",
+            false => "",
+        },
+    );
+    Variant {
+        name,
+        way: Way::Insert {
+            extras,
+            commit_each_chunk,
+        },
+        goal,
+    }
 }
 
 /// The baseline of every ratio.
@@ -1062,6 +1166,8 @@ impl Kind {
             (Form::IdBinary, Kind::Mysql) => format!("{quoted} BINARY(16)"),
             (Form::HashBytes, Kind::Mysql) => format!("{quoted} BINARY(32)"),
             (Form::FrozenBytes, Kind::Mysql) => format!("{quoted} VARBINARY(255)"),
+            (Form::FrozenOne32, Kind::Mysql) => format!("{quoted} BINARY(32)"),
+            (Form::FrozenOne16, Kind::Mysql) => format!("{quoted} BINARY(16)"),
             (Form::MarkerBinary, Kind::Mysql) => format!("{quoted} BINARY(8)"),
             (_, Kind::Mysql) => return None,
             (_, Kind::Postgres) => format!("{quoted} bytea"),
