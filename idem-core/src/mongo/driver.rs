@@ -323,9 +323,17 @@ impl MongoDriver<'_> {
             true => first.judged_fields(),
             false => first.judged_and_owned_fields(),
         };
+        // The natural keys beside the ids: a collection sharded on them is read on their shards
+        // only. A document stored under one of the ids with another key is left out; the write
+        // then meets it on `_id` as a duplicate key, and the conflict's read by `_id` finds it.
+        let mut filter = doc! { ID_FIELD: { "$in": ids } };
+        for field in self.model.natural_key_fields() {
+            let keys: Vec<&Bson> = writes.iter().map(|write| write.value(field)).collect();
+            filter.insert(field.stored_name(), doc! { "$in": keys });
+        }
         let find = self
             .collection
-            .find(doc! { "_id": { "$in": ids } })
+            .find(filter)
             .projection(projection)
             // One more than can match, with the matches as the limit, so the server answers in
             // one batch and closes the cursor instead of leaving a `getMore` to find the end.
