@@ -32,7 +32,8 @@
 //! No read precedes a write, so there is no window in which a concurrent writer's update can be
 //! lost; the unique index on the natural key makes a fork (two documents for one natural key)
 //! impossible even under racing writers. The store checks that index once per collection before
-//! its first write, and creates it if it is missing.
+//! its first write, and creates it if it is missing (unless told to do without it, where `_id`
+//! is the guard: [`Store::with_natural_key_index`]).
 //!
 //! On a server without update pipelines ([`Store::with_update_pipelines`], or learned from
 //! its refusal of the first one), an upsert reads first and writes with operators only: an
