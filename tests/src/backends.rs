@@ -243,6 +243,9 @@ pub async fn fresh_mysql(test: &str) -> Db {
 impl fmt::Display for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Db::Mongo { store, .. } if !store.uses_natural_key_index() => {
+                f.write_str("mongodb-no-key-index")
+            }
             Db::Mongo { store, .. } if !store.uses_update_pipelines() => {
                 f.write_str("mongodb-operators")
             }
@@ -254,8 +257,9 @@ impl fmt::Display for Db {
     }
 }
 
-/// An empty store on every server under test, named after `test`: MongoDB twice (as every
-/// server takes it, and without update pipelines, as engines that lack them are written to),
+/// An empty store on every server under test, named after `test`: MongoDB three times (as every
+/// server takes it, without update pipelines, as engines that lack them are written to, and
+/// without the natural-key index, as a collection sharded on a hashed `_id` is written to),
 /// then each PostgreSQL server (through tokio-postgres and through sqlx), SQLite and MariaDB.
 pub async fn fresh_backends(test: &str) -> Vec<Db> {
     let (database, log) = fresh_database(test).await;
@@ -270,6 +274,13 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
             log: operators_log,
         },
     ];
+    // The layout of a collection sharded on a hashed `_id`: no natural-key index, `_id` the
+    // only guard; a case whose type's id has a time part skips it (`Db::guards_by_id_alone`).
+    let (without_index, no_index_log) = fresh_database(&format!("{test}_nki")).await;
+    backends.push(Db::Mongo {
+        store: idem_core::mongo::Store::new(without_index).with_natural_key_index(false),
+        log: no_index_log,
+    });
     for (label, uri) in postgres_servers() {
         let (schema, client) = fresh_schema(&uri, "t", test).await;
         backends.push(Db::Postgres {
@@ -325,6 +336,14 @@ impl Db {
     /// Whether this store writes rows of a SQL table (PostgreSQL, SQLite, MariaDB).
     pub fn is_sql(&self) -> bool {
         self.is_postgres() || self.is_sqlite() || self.is_mysql()
+    }
+
+    /// Whether `_id` is this store's only guard against two documents for one natural key
+    /// (MongoDB without the natural-key index, a collection sharded on a hashed `_id`): it
+    /// refuses a type whose id has a time part or is random (an event's), and a case writing
+    /// one skips it.
+    pub fn guards_by_id_alone(&self) -> bool {
+        matches!(self, Db::Mongo { store, .. } if !store.uses_natural_key_index())
     }
 
     /// The commands this store's client sent, on MongoDB; `None` on the SQL stores, where

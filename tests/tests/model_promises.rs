@@ -399,18 +399,17 @@ enum Calls {
     WithBatches,
 }
 
-fn sequences<S: Shape>(calls: Calls) -> BoxedStrategy<Vec<Op<S>>> {
+/// The sequences of `calls`; with `rekeys`, keys edited by another tool among them.
+fn sequences<S: Shape>(calls: Calls, rekeys: bool) -> BoxedStrategy<Vec<Op<S>>> {
     let mut ops = vec![
         (5, S::documents().prop_map(Op::Upsert).boxed()),
         (2, (0..REPLAY_DEPTH).prop_map(Op::Replay).boxed()),
         (1, S::documents().prop_map(Op::Foreign).boxed()),
-        (
-            1,
-            (S::documents(), S::documents())
-                .prop_map(|(from, to)| Op::Rekey(from, to))
-                .boxed(),
-        ),
     ];
+    if rekeys {
+        let rekey = (S::documents(), S::documents()).prop_map(|(from, to)| Op::Rekey(from, to));
+        ops.push((1, rekey.boxed()));
+    }
     if let Some(deletions) = S::deletions() {
         ops.push((1, deletions.prop_map(Op::Delete).boxed()));
     }
@@ -698,6 +697,13 @@ fn check_family<S: Shape>(name: &str) {
     let backends = runtime.block_on(fresh_backends(name));
     let mut failures = Vec::new();
     for db in &backends {
+        // A shape whose id has a time part: MongoDB without the natural-key index refuses it.
+        // There, a key another tool edited onto a document under another id is not stopped
+        // (no index holds it: the layout's stated limit), so no sequence edits keys.
+        if db.guards_by_id_alone() && S::MODEL.timestamp_field().is_some() {
+            continue;
+        }
+        let rekeys = !db.guards_by_id_alone();
         // Batches go two documents per statement: a batch then spans several statements, and
         // a key's later contents land in statements of their own. The SQL stores take their
         // shortcuts on such chunks too (by default only on chunks of 64 or more): a chunk is
@@ -711,7 +717,7 @@ fn check_family<S: Shape>(name: &str) {
                 Calls::Single => db,
                 Calls::WithBatches => &narrow,
             };
-            let run = runner.run(&sequences::<S>(calls), |ops| {
+            let run = runner.run(&sequences::<S>(calls, rekeys), |ops| {
                 runtime.block_on(run_sequence(db, &ops))
             });
             if let Err(failure) = run {

@@ -230,6 +230,10 @@ async fn an_index_on_the_natural_key_that_cannot_serve_is_not_used() {
 #[tokio::test]
 async fn delete_by_id_with_a_null_marker_is_refused_before_anything_is_sent() {
     for db in fresh_backends("ix_null_marker").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         let stored = entry("e1", 1, "kept");
         assert_eq!(db.upsert(&stored).await.unwrap(), Outcome::Inserted, "{db}");
@@ -363,6 +367,10 @@ async fn insert_new_reports_what_it_inserted_beside_a_member_the_server_refused(
 #[tokio::test]
 async fn insert_new_reports_what_it_inserted_beside_a_member_whose_id_changed() {
     for db in fresh_backends("ix_insert_moved").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         assert_eq!(db.upsert(&post()).await.unwrap(), Outcome::Inserted, "{db}");
         let other = Post {

@@ -116,6 +116,10 @@ async fn each_call_is_a_span_with_its_outcome_round_trips_and_retries() {
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     for db in fresh_backends("tracing").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         let seen = capture.take();
         // A SQL store makes the whole table, and says so; MongoDB makes the index.
@@ -291,6 +295,10 @@ async fn audit_and_adopt_are_spans_with_their_reports() {
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     for db in fresh_backends("tracing_adopt").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         db.upsert(&post()).await.unwrap();
         capture.take();
@@ -346,6 +354,10 @@ async fn a_find_shows_its_key_and_the_id_it_found() {
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     for db in fresh_backends("tracing_find").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         db.upsert(&post()).await.unwrap();
         let missing = Post {

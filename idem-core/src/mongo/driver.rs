@@ -323,9 +323,17 @@ impl MongoDriver<'_> {
             true => first.judged_fields(),
             false => first.judged_and_owned_fields(),
         };
+        // One document's read carries its natural key, so a collection sharded on it is read on
+        // one shard. A chunk's does not: a `{$in}` of each key field beside the ids made the test
+        // server's reads of 250 documents 1.8 times slower; it reaches every shard once a chunk.
+        // A document under the id with another key is left out: the write meets it on `_id`.
+        let mut filter = doc! { ID_FIELD: { "$in": ids } };
+        if let [write] = writes {
+            filter.extend(write.natural_key_filter());
+        }
         let find = self
             .collection
-            .find(doc! { "_id": { "$in": ids } })
+            .find(filter)
             .projection(projection)
             // One more than can match, with the matches as the limit, so the server answers in
             // one batch and closes the cursor instead of leaving a `getMore` to find the end.

@@ -32,7 +32,8 @@
 //! No read precedes a write, so there is no window in which a concurrent writer's update can be
 //! lost; the unique index on the natural key makes a fork (two documents for one natural key)
 //! impossible even under racing writers. The store checks that index once per collection before
-//! its first write, and creates it if it is missing.
+//! its first write, and creates it if it is missing (unless told to do without it, where `_id`
+//! is the guard: [`Store::with_natural_key_index`]).
 //!
 //! On a server without update pipelines ([`Store::with_update_pipelines`], or learned from
 //! its refusal of the first one), an upsert reads first and writes with operators only: an
@@ -114,6 +115,8 @@ pub struct Store {
     /// Whether upserts state their guard in an update pipeline: until the server refuses one,
     /// or the option says it would.
     update_pipelines: Arc<AtomicBool>,
+    /// Whether a unique index keeps each natural key unique ([`Store::with_natural_key_index`]).
+    index_natural_keys: bool,
 }
 
 impl Store {
@@ -126,6 +129,7 @@ impl Store {
             batch_chunk: DEFAULT_BATCH_CHUNK,
             limits: Arc::default(),
             update_pipelines: Arc::new(AtomicBool::new(true)),
+            index_natural_keys: true,
         }
     }
 
@@ -170,6 +174,39 @@ impl Store {
         }
     }
 
+    /// Whether the store keeps a unique index on each collection's natural key (`true` by
+    /// default). `false` is for a collection sharded on a hashed `_id`, where MongoDB allows no
+    /// other unique index: `_id` is then the only guard against two documents for one natural
+    /// key, which holds for a type whose id derives from its key alone. Before its first write
+    /// of a collection, and in [`ensure_schema`](Store::ensure_schema), the store then creates
+    /// and checks no index, and refuses ([`ErrorKind::SchemaMismatch`]) a type whose id has a
+    /// time part (a `#[idem(timestamp)]` field: two writes of one key with different timestamps
+    /// would store two documents) or is random (an event's idempotency key). A document another
+    /// tool stored under another id is not found by a write of its key: `audit` shows it.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, Idempotent)]
+    /// # struct Post { #[idem(key)] slug: String }
+    /// # async fn run(client: mongodb::Client, post: Post) -> Result<(), idem_core::Error> {
+    /// // sh.shardCollection("blog.posts", { _id: "hashed" })
+    /// let store = idem_core::mongo::Store::new(client.database("blog"))
+    ///     .with_natural_key_index(false);
+    /// store.ensure_schema::<Post>().await?; // refuses a type whose id has a time part
+    /// store.upsert(&post).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_natural_key_index(mut self, enabled: bool) -> Self {
+        self.index_natural_keys = enabled;
+        self
+    }
+
+    /// Whether the store keeps a unique index on each natural key: what
+    /// [`with_natural_key_index`](Store::with_natural_key_index) set.
+    pub fn uses_natural_key_index(&self) -> bool {
+        self.index_natural_keys
+    }
+
     /// Sets how many op ids [`apply_once`](Store::apply_once) remembers per document (at least
     /// one). An operation retried after `window` newer operations were applied to the same
     /// document is no longer recognised and would apply again: choose a window larger than the
@@ -209,7 +246,9 @@ impl Store {
     /// nothing. A [`NATURAL_KEY_INDEX`] that cannot serve (not unique, partial, sparse, under a
     /// collation, or on other fields) is [`ErrorKind::SchemaMismatch`], naming it and what is wrong,
     /// and so is another index on those fields that keeps the server from building it; every
-    /// write refuses them the same way before anything is written.
+    /// write refuses them the same way before anything is written. Without the index
+    /// ([`Store::with_natural_key_index`]) it creates nothing, and refuses a type whose id has a
+    /// time part or is random.
     pub async fn ensure_indexes<T: Idempotent>(&self) -> Result<(), Error> {
         self.create_natural_key_index(&T::MODEL, &DocumentRef::collection(&T::MODEL))
             .await

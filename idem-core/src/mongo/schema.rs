@@ -46,6 +46,11 @@ impl Store {
         model: &Model,
         document: &DocumentRef,
     ) -> Result<(), Error> {
+        if !self.index_natural_keys {
+            id_alone_guards(model, document)?;
+            self.remember_indexed(model, NATURAL_KEY_INDEX.to_owned());
+            return Ok(());
+        }
         let indexes = self.list_indexes(model, document).await?;
         if let Some(serving) = serving_index(model, document, &indexes)? {
             self.remember_indexed(model, serving);
@@ -284,6 +289,34 @@ fn index_refused(
             blocking.join("; "),
         ),
     )
+}
+
+/// Refuses a type whose id `_id` cannot stand in for the natural-key index: one with a time
+/// part, or a random one.
+fn id_alone_guards(model: &Model, document: &DocumentRef) -> Result<(), Error> {
+    let why = match (model.timestamp_field(), model.idempotency_key_field()) {
+        (Some(field), _) => format!(
+            "its id has a time part (the timestamp field `{}`, stored as `{}`): two writes of \
+             one natural key with different timestamps would store two documents",
+            field.name(),
+            field.stored_name()
+        ),
+        (None, Some(field)) => format!(
+            "its id is random, fixed by the first write of its idempotency key `{}`: two racing \
+             writes of one key would store two documents",
+            field.name()
+        ),
+        (None, None) => return Ok(()),
+    };
+    Err(schema_mismatch(
+        model,
+        document,
+        format!(
+            "without a natural-key index (Store::with_natural_key_index(false)) `_id` is the only \
+             guard against two documents for one natural key, and {why}; keep the natural-key \
+             index for this collection"
+        ),
+    ))
 }
 
 fn schema_mismatch(model: &Model, document: &DocumentRef, problem: String) -> Error {

@@ -80,6 +80,10 @@ where
 #[tokio::test]
 async fn the_audit_finds_guard_digests_that_are_not_their_values() {
     for db in fresh_backends("audit_digests").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         let posts = posts_whose_digests_were_changed_behind_idems_back(&db).await;
         let id_of = |at: usize| posts[at].id().unwrap().to_string();
         let author = Some("`authorId`".to_owned());

@@ -13,6 +13,10 @@ use crate::support::{assert_db_sent_nothing, forget_commands, line_up, stored_en
 #[tokio::test]
 async fn upserts_never_write_the_tombstone_and_deleting_needs_a_marker() {
     for db in fresh_backends("tombstone_route").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         let marked = Entry {
             deleted_at: Some(1),
@@ -45,6 +49,10 @@ async fn upserts_never_write_the_tombstone_and_deleting_needs_a_marker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
     for db in fresh_backends("delete_race").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         db.upsert(&entry("stored", 1, "x")).await.unwrap();
         for entry_id in ["stored", "never-stored"] {
@@ -105,6 +113,10 @@ async fn racing_deletes_mark_a_document_once_and_keep_the_winners_marker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_deletes_by_id_mark_a_live_document_once() {
     for db in fresh_backends("delete_by_id_race").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         for round in 0..5 {
             let entry_id = format!("live-{round}");
@@ -165,6 +177,10 @@ async fn a_deletion_marker_the_tombstone_cannot_hold_is_refused_on_every_store()
         (serde_json::json!(u64::MAX), "an integer beyond i64's range"),
     ];
     for db in fresh_backends("marker_kinds").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         let live = entry("e1", 1, "t");
         db.upsert(&live).await.unwrap();

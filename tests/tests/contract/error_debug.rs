@@ -11,6 +11,10 @@ use idem_tests::fixtures::{post, Post};
 #[tokio::test]
 async fn a_refusal_shown_with_debug_reads_as_its_message_and_shows_the_id() {
     for db in fresh_backends("error_debug").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         db.upsert(&post()).await.unwrap();
         let other_author = Post {
@@ -64,6 +68,10 @@ async fn a_refusal_shown_with_debug_reads_as_its_message_and_shows_the_id() {
 #[tokio::test]
 async fn an_error_whose_id_cannot_be_derived_shows_no_id() {
     for db in fresh_backends("error_debug_no_id").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         let early = Post {
             published_at: -1,

@@ -128,6 +128,10 @@ async fn every_nan_payload_hashes_alike_so_a_nan_replay_writes_nothing() {
     assert_ne!(with(f64::INFINITY).content_hash().unwrap(), hash);
 
     for db in fresh_backends("nan").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<ScoredPost>().await;
         if db.is_mysql() {
             for nan in nans {
@@ -195,6 +199,10 @@ async fn negative_zero_hashes_as_zero_so_a_zero_turned_negative_writes_nothing()
     );
 
     for db in fresh_backends("negative_zero").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<ScoredPost>().await;
         assert_eq!(db.upsert(&zero).await.unwrap(), Outcome::Inserted, "{db}");
         let before = db.raw::<ScoredPost>().await;

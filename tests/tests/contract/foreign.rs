@@ -94,6 +94,10 @@ fn rand_id() -> u128 {
 #[tokio::test]
 async fn a_refusal_over_a_legacy_document_names_the_id_it_is_stored_under() {
     for db in fresh_backends("p6_legacy_frozen").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Post>().await;
         let legacy = Post {
             published_at: 1_600_000_000_000,
@@ -136,6 +140,10 @@ async fn a_refusal_over_a_legacy_document_names_the_id_it_is_stored_under() {
 #[tokio::test]
 async fn recording_an_event_stored_by_another_tool_reports_its_foreign_id() {
     for db in fresh_backends("p6_legacy_event").await {
+        // an event's id is random: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Payment>().await;
         let payment = |amount_cents| Payment {
             request_key: "req-1".into(),
@@ -199,6 +207,10 @@ fn reading() -> Reading {
 #[tokio::test]
 async fn numbers_another_tool_stored_compare_by_value() {
     for db in fresh_backends("foreign_numbers").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Reading>().await;
         let reading = reading();
         let id = reading.id().unwrap().to_string();
@@ -250,6 +262,10 @@ async fn numbers_another_tool_stored_compare_by_value() {
 #[tokio::test]
 async fn a_stale_replay_never_overwrites_a_newer_document_stored_without_an_order_key() {
     for db in fresh_backends("foreign_versions").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         for how in ["another tool", "idem before versions"] {
             let db = db.reset::<Entry>().await;
@@ -373,6 +389,10 @@ async fn versions_order_documents_without_an_order_key_or_a_hash_for_types_witho
 #[tokio::test]
 async fn a_document_holding_only_its_id_and_key_is_stored_not_being_inserted() {
     for db in fresh_backends("foreign_bare").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Reading>().await;
         db.ensure::<Account>().await;
         let reading = reading();

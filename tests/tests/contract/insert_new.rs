@@ -130,6 +130,10 @@ fn assert_moved_timestamp_refused<T: std::fmt::Debug>(
 #[tokio::test]
 async fn insert_new_refuses_a_member_whose_timestamp_moved_as_upsert_does() {
     for db in fresh_backends("p12_insert_new_moved").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Badge>().await;
         let earned = badge(1_700_000_000_000);
         let earned_now = std::slice::from_ref(&earned);

@@ -252,6 +252,10 @@ async fn a_natural_key_too_long_for_the_postgres_index_is_an_error_naming_the_do
         ..scored_post("long")
     };
     for db in fresh_backends("long_key").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         if !db.is_postgres() && !db.is_mysql() {
             // SQLite's indexes hold keys of any length.
             if db.is_sqlite() {

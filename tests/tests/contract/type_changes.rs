@@ -843,6 +843,10 @@ where
 #[tokio::test]
 async fn a_changed_id_refuses_old_rows_until_adopt_moves_them() {
     for db in fresh_backends("type_changed_id").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         written_before(&db, &["a"]).await;
         let statements = migrate::<ids::Timestamped>(&db).await;
         assert_eq!(

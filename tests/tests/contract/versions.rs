@@ -17,6 +17,10 @@ use crate::support::stored_entry;
 #[tokio::test]
 async fn versions_order_replays_and_tombstones_never_come_back() {
     for db in fresh_backends("versions").await {
+        // its type's id has a time part: MongoDB without the natural-key index refuses it.
+        if db.guards_by_id_alone() {
+            continue;
+        }
         db.ensure::<Entry>().await;
         assert_eq!(
             db.upsert(&entry("e1", 2, "two")).await.unwrap(),
