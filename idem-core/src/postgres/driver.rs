@@ -116,7 +116,9 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             {
                 check_table(self.wire, self.table, document).await?;
                 match self.table.write_sql(kind.into()) {
-                    (InsertedSignal::Xmax, again) => self.write_rows(docs, again, document).await,
+                    (signal, again) if signal != InsertedSignal::OldRow => {
+                        self.write_rows(docs, again, document).await
+                    }
                     _ => Err(error),
                 }
             }

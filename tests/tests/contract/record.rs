@@ -260,6 +260,11 @@ struct Invite {
 #[tokio::test]
 async fn recording_an_event_that_collides_in_another_unique_index_is_refused_naming_it() {
     for db in fresh_backends("record_second_unique").await {
+        // A partitioned table's unique indexes hold its partition columns, the natural key's:
+        // none can collide apart from the natural key (docs/GUIDE.md, "Partitioned tables").
+        if db.is_partitioned() {
+            continue;
+        }
         db.ensure::<Invite>().await;
         db.create_unique_index::<Invite>("invites_email", "email")
             .await;
