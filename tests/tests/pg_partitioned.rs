@@ -575,3 +575,75 @@ async fn two_rows_under_one_id_each_meet_their_own_document() {
         assert!(got.unwrap().is_some(), "{label}");
     }
 }
+
+/// `adopt` on a partitioned table a migration made (`UNIQUE ("_id", "slug")`, so rows without an
+/// id may be there): rows without an `_id` written in one transaction sit at the same `ctid`
+/// with the same `xmin` in every partition, and each moves to its own derived id.
+#[tokio::test]
+async fn adoption_tells_rows_of_different_partitions_apart() {
+    for (label, uri) in postgres_servers() {
+        let (_, client) = fresh_schema(&uri, "pa", "adopt").await;
+        client
+            .batch_execute(&probe_table(
+                "CONSTRAINT posts_id UNIQUE (\"_id\", \"slug\")",
+            ))
+            .await
+            .unwrap();
+        client
+            .batch_execute("ALTER TABLE posts ALTER COLUMN \"_id\" DROP NOT NULL")
+            .await
+            .unwrap();
+        let documents = posts(12);
+        let mut values = Vec::new();
+        for doc in &documents {
+            values.push(format!(
+                "(NULL, '{}', '{}', {}, '{}', '{}', {}, '{}')",
+                doc.slug,
+                doc.lang,
+                doc.published_at,
+                doc.title,
+                doc.body,
+                doc.fetched_at,
+                doc.author_id
+            ));
+        }
+        client
+            .batch_execute(&format!(
+                "INSERT INTO posts (\"_id\", slug, lang, \"publishedAt\", title, body, \
+                 \"fetchedAt\", \"authorId\") VALUES {}",
+                values.join(", ")
+            ))
+            .await
+            .unwrap();
+        let at_one_place: i64 = client
+            .query_one(
+                "SELECT max(n) FROM (SELECT count(*) AS n FROM posts GROUP BY ctid) c",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            at_one_place > 1,
+            "{label}: rows of one ctid in several partitions"
+        );
+        let store = Store::new();
+        let report = store.adopt::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            (report.moved.count, report.failed.count),
+            (12, 0),
+            "{label}: {report}"
+        );
+        for doc in &documents {
+            let got = store
+                .get::<Post, _>(&client, doc.id().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(got.as_ref(), Some(doc), "{label}");
+            assert_eq!(
+                store.upsert(&client, doc).await.unwrap(),
+                Outcome::Unchanged
+            );
+        }
+    }
+}
