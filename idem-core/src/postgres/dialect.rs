@@ -51,8 +51,9 @@ impl SqlDialect for Postgres {
         table.create_sql(None)
     }
 
-    /// Partitioned where the store makes its tables so ([`super::Store::with_partitions`]): in
-    /// one statement, so that the table is never left without its partitions.
+    /// Partitioned where the store makes its tables so
+    /// ([`with_partitions`](super::Store#method.with_partitions)): in one statement, so that the
+    /// table is never left without its partitions.
     fn ensure_sql(store: &crate::sql::store::Store<Self>, table: &Table) -> String {
         let Some(partitions) = store.partitions else {
             return table.create_sql(None);

@@ -28,7 +28,8 @@
 //! the table has every column with its type, a primary key on `_id` and a unique constraint on
 //! the natural key, neither `DEFERRABLE`, and no nondeterministic collation on a key column (on a
 //! table partitioned by columns of the natural key, a primary key on `_id` and the partition
-//! columns in place of the one on `_id`: see [`Store::with_partitions`]), and
+//! columns in place of the one on `_id`: see
+//! [`Store::with_partitions`](Store#method.with_partitions)), and
 //! fails with [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) naming what is wrong otherwise. It checks the table each
 //! client's search path leads to: every statement makes sure, in the same round trip, that its
 //! table is one the store checked, so a client of another schema, or a table made again (or
@@ -110,8 +111,9 @@ pub use crate::change::Change;
 pub use crate::model::APPLIED_OPS_FIELD;
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 
-/// How [`Store::with_partitions`] and [`Store::create_partitioned_table_sql`] partition a table
-/// by its natural key.
+/// How [`Store::with_partitions`](Store#method.with_partitions) and
+/// [`Store::create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) partition a
+/// table by its natural key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PartitionBy {
@@ -145,8 +147,8 @@ impl Store {
     }
 
     /// Makes the tables [`ensure_table`](Store#method.ensure_table) creates partitioned by
-    /// their natural key, as [`create_partitioned_table_sql`](Store::create_partitioned_table_sql)
-    /// prints them. A table that exists is checked as it is, partitioned or not: the store
+    /// their natural key, as
+    /// [`create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) prints them. A table that exists is checked as it is, partitioned or not: the store
     /// writes both, with the same outcomes and refusals.
     ///
     /// A partitioned table cannot have a primary key on `_id` alone: its unique constraints hold
