@@ -89,6 +89,12 @@ async fn partitions(client: &tokio_postgres::Client) -> Option<i64> {
     row.get::<_, bool>(0).then(|| row.get(1))
 }
 
+/// How many rows `client`'s `posts` holds.
+async fn rows_of(client: &tokio_postgres::Client) -> i64 {
+    let row = client.query_one("SELECT count(*) FROM posts", &[]).await;
+    row.unwrap().get(0)
+}
+
 /// What a result shows in a comparison: the outcome, or the error's kind.
 fn shown<T: Debug>(result: &Result<T, Error>) -> String {
     match result {
@@ -183,11 +189,7 @@ async fn the_probe_answers_as_a_plain_table() {
         answers.push(shown(&stored));
         let found = store.find::<Post, _>(on!(), &edited.natural_key()).await;
         answers.push(shown(&found));
-        let count: i64 = client
-            .query_one("SELECT count(*) FROM posts", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let count = rows_of(&client).await;
         answers.push(count.to_string());
         answers
     });
@@ -218,11 +220,7 @@ async fn batches_spanning_partitions_answer_as_a_plain_table() {
             let shown: Vec<String> = changed.outcomes().iter().map(shown).collect();
             answers.push(format!("{shown:?}"));
         }
-        let count: i64 = client
-            .query_one("SELECT count(*) FROM posts", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let count = rows_of(&client).await;
         answers.push(count.to_string());
         answers
     });
@@ -341,11 +339,7 @@ async fn racing_first_writes_converge_on_a_partitioned_table() {
             let unchanged = same.iter().filter(|o| **o == Outcome::Unchanged).count();
             assert_eq!((inserted, unchanged), (1, 15), "{label}: {same:?}");
             assert!(different.iter().all(|o| *o == Outcome::Inserted), "{label}");
-            let count: i64 = client
-                .query_one("SELECT count(*) FROM posts", &[])
-                .await
-                .unwrap()
-                .get(0);
+            let count = rows_of(&client).await;
             assert_eq!(count, 17, "{label}");
         }
     }
@@ -645,5 +639,46 @@ async fn adoption_tells_rows_of_different_partitions_apart() {
                 Outcome::Unchanged
             );
         }
+    }
+}
+
+/// Transactions racing one new document on a partitioned table, each write in the caller's
+/// transaction (in a savepoint): one `Inserted`, the rest `Unchanged`, every transaction
+/// committing, as on a plain table.
+#[tokio::test]
+async fn racing_transactions_converge_on_a_partitioned_table() {
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_schema(&uri, "px", "race").await;
+        let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let barrier = Arc::new(tokio::sync::Barrier::new(8));
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (uri, schema, store) = (uri.clone(), schema.clone(), store.clone());
+            let barrier = Arc::clone(&barrier);
+            tasks.push(tokio::spawn(async move {
+                let mut client = idem_tests::backends::postgres_client(&uri, &schema).await;
+                let tx = client.transaction().await.unwrap();
+                barrier.wait().await;
+                let outcome = store.upsert(&tx, &post()).await;
+                tx.commit().await.unwrap();
+                outcome
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(
+                task.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{label}: {e}")),
+            );
+        }
+        let inserted = outcomes.iter().filter(|o| **o == Outcome::Inserted).count();
+        let unchanged = outcomes
+            .iter()
+            .filter(|o| **o == Outcome::Unchanged)
+            .count();
+        assert_eq!((inserted, unchanged), (1, 7), "{label}: {outcomes:?}");
+        assert_eq!(rows_of(&client).await, 1, "{label}");
     }
 }
