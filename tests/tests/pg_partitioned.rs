@@ -414,6 +414,15 @@ async fn an_id_stored_under_another_key_is_refused_as_on_a_plain_table() {
             report.outcomes().iter().map(shown).collect::<Vec<_>>()
         ));
         answers.push(shown(&store.upsert(on!(), &other).await));
+        // Through a first ingest's plain insert: the chunk behind one inserted whole goes
+        // without a lookup, and the stored id must fail it there too.
+        let fresh = store.clone().with_shortcuts_from(1).with_batch_chunk(2);
+        let batch = [posts(8)[5..8].to_vec(), vec![first.clone()]].concat();
+        let report = fresh.upsert_many(on!(), &batch).await.unwrap();
+        answers.push(format!(
+            "{:?}",
+            report.outcomes().iter().map(shown).collect::<Vec<_>>()
+        ));
         let rows: Vec<String> = client
             .query("SELECT slug || ' ' || title FROM posts ORDER BY slug", &[])
             .await
@@ -680,5 +689,42 @@ async fn racing_transactions_converge_on_a_partitioned_table() {
             .count();
         assert_eq!((inserted, unchanged), (1, 7), "{label}: {outcomes:?}");
         assert_eq!(rows_of(&client).await, 1, "{label}");
+    }
+}
+
+/// One store writing a plain table in one schema and a partitioned one in another: once it has
+/// met the partitioned table, its writes take that table's form on the plain one too, with the
+/// same answers.
+#[tokio::test]
+async fn one_store_writes_a_plain_and_a_partitioned_table() {
+    for (label, uri) in postgres_servers() {
+        let (_, plain) = fresh_schema(&uri, "pmix", "plain").await;
+        let (_, partitioned) = fresh_schema(&uri, "pmix", "partitioned").await;
+        let store = Store::new();
+        store.ensure_table::<Post, _>(&plain).await.unwrap();
+        let by = PartitionBy::Hash { partitions: 2 };
+        let sql = Store::create_partitioned_table_sql::<Post>(by);
+        partitioned.batch_execute(&sql).await.unwrap();
+        for client in [&plain, &partitioned, &plain] {
+            let first = posts(3)[0].clone();
+            let outcome = store.upsert(client, &first).await.unwrap();
+            assert!(
+                matches!(outcome, Outcome::Inserted | Outcome::Unchanged),
+                "{label}"
+            );
+            let edited = Post {
+                title: format!("{outcome:?}"),
+                ..first.clone()
+            };
+            assert_eq!(
+                store.upsert(client, &edited).await.unwrap(),
+                Outcome::Updated
+            );
+            let report = store.upsert_many(client, &posts(3)).await.unwrap();
+            let outcomes: Vec<Outcome> = report.into_outcomes().into_iter().flatten().collect();
+            assert_eq!(outcomes[0], Outcome::Updated, "{label}");
+            assert_eq!(outcomes.len(), 3, "{label}");
+        }
+        assert_eq!((rows_of(&plain).await, rows_of(&partitioned).await), (3, 3));
     }
 }

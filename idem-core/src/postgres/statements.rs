@@ -116,7 +116,10 @@ impl Table {
     /// session's setting [`LANDED`] holds the first (where it is not NULL), and where it
     /// inserts every row it sets [`LANDED`] to the second for the session. A setting is
     /// transactional: a statement that fails leaves it as it was.
-    pub(super) fn fresh_statement(&self, marked: bool) -> String {
+    ///
+    /// On a `partitioned` table, where no unique index holds `_id` alone, a row whose id is
+    /// stored is left out, so that the insert fails as a stored id fails it on a plain table.
+    pub(super) fn fresh_statement(&self, marked: bool, partitioned: bool) -> String {
         let (names, values) = self.inserted_columns(Statement::Upsert);
         let ids = self.sent.iter().position(|&index| index == 0).unwrap_or(0) + 1;
         let checked_parameter = self.sent.len() + 1;
@@ -153,7 +156,8 @@ impl Table {
         };
         format!(
             "WITH {checked}, {incoming}, {written} AS (\
-             INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
+             INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i{stored} \
+             RETURNING 1) \
              SELECT (CASE {early}WHEN count(*) = (SELECT CASE WHEN c.ok THEN \
              cardinality(${ids}::text[]) ELSE 0 END FROM {checked_name} c) \
              THEN count(*)::text{leaves} ELSE 'rows the insert was given were dropped' END)::int8 \
@@ -163,6 +167,14 @@ impl Table {
             incoming_name = self.relation_name("incoming"),
             written = self.relation_name("written"),
             table = self.name(),
+            stored = match partitioned {
+                true => format!(
+                    " WHERE NOT EXISTS (SELECT 1 FROM {} o WHERE o.{} = i.c0)",
+                    self.name(),
+                    quote(ID_FIELD)
+                ),
+                false => String::new(),
+            },
         )
     }
 

@@ -64,11 +64,12 @@ pub(crate) struct Table {
     /// What the checks found ([`Table::found_on`]): servers that return `old`, one that does
     /// not, a partitioned table.
     servers: AtomicU8,
-    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
-    pub insert_fresh: String,
+    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]); by whether
+    /// the table is partitioned, as the writes' [`FORMS`].
+    insert_fresh: [String; 2],
     /// The same, among chunks in flight together: it leaves a mark in the session where it
     /// lands, and may wait for the mark of the chunk ahead ([`Table::fresh_statement`]).
-    pub insert_fresh_marked: String,
+    insert_fresh_marked: [String; 2],
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
@@ -169,6 +170,16 @@ impl Table {
         (FORMS[form].0, &self.writes[form][index])
     }
 
+    /// A first ingest's plain insert, `marked` or not ([`Table::fresh_statement`]), in the form
+    /// of a partitioned table once a check found one, as [`Table::write_sql`]'s.
+    pub fn fresh_sql(&self, marked: bool) -> &str {
+        let partitioned = self.servers.load(Ordering::Relaxed) & PARTITIONED != 0;
+        match marked {
+            false => &self.insert_fresh[usize::from(partitioned)],
+            true => &self.insert_fresh_marked[usize::from(partitioned)],
+        }
+    }
+
     /// A check found the table on a server that tells its inserted rows with `signal`. One
     /// store may write to servers of both signals (an upgrade, two databases): once it has met
     /// one without `old`, every write says `xmax`, which every version has, rather than follow
@@ -222,8 +233,8 @@ impl Table {
             layout: Layout::new(model, stored),
             writes: Default::default(),
             servers: AtomicU8::new(0),
-            insert_fresh: String::new(),
-            insert_fresh_marked: String::new(),
+            insert_fresh: Default::default(),
+            insert_fresh_marked: Default::default(),
             pinned_replacement: String::new(),
             unchanged_probe: None,
             checked: RwLock::default(),
@@ -232,8 +243,10 @@ impl Table {
             table.writes[form] = [Statement::Upsert, Statement::Delete, Statement::InsertNew]
                 .map(|statement| table.write_statement(statement, signal, partitioned));
         }
-        table.insert_fresh = table.fresh_statement(false);
-        table.insert_fresh_marked = table.fresh_statement(true);
+        table.insert_fresh =
+            [false, true].map(|partitioned| table.fresh_statement(false, partitioned));
+        table.insert_fresh_marked =
+            [false, true].map(|partitioned| table.fresh_statement(true, partitioned));
         table.pinned_replacement = table.pinned_statement();
         table.unchanged_probe = table.probe_statement();
         table
