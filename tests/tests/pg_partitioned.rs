@@ -189,7 +189,7 @@ async fn the_probe_answers_as_a_plain_table() {
         answers.push(shown(&stored));
         let found = store.find::<Post, _>(on!(), &edited.natural_key()).await;
         answers.push(shown(&found));
-        let count = rows_of(&client).await;
+        let count = rows_of(client).await;
         answers.push(count.to_string());
         answers
     });
@@ -220,7 +220,7 @@ async fn batches_spanning_partitions_answer_as_a_plain_table() {
             let shown: Vec<String> = changed.outcomes().iter().map(shown).collect();
             answers.push(format!("{shown:?}"));
         }
-        let count = rows_of(&client).await;
+        let count = rows_of(client).await;
         answers.push(count.to_string());
         answers
     });
