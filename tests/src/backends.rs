@@ -297,11 +297,24 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
             sqlx: Some(tokio::sync::Mutex::new(
                 sqlx_connection(&uri, &schema).await,
             )),
-            uri,
+            uri: uri.clone(),
             schema,
             client,
             store: idem_core::postgres::Store::new(),
         });
+        // Tables partitioned by their natural key (issue 44), on PostgreSQL 18 only.
+        if label == "pg18" {
+            let (schema, client) = fresh_schema(&uri, "p", test).await;
+            let by = idem_core::postgres::PartitionBy::Hash { partitions: 4 };
+            backends.push(Db::Postgres {
+                label: format!("{label}-partitioned"),
+                uri: uri.clone(),
+                schema,
+                client,
+                sqlx: None,
+                store: idem_core::postgres::Store::new().with_partitions(by),
+            });
+        }
     }
     backends.push(fresh_sqlite(test).await);
     backends.push(fresh_mysql(test).await);
@@ -321,6 +334,11 @@ impl Db {
     /// Whether this is a PostgreSQL store.
     pub fn is_postgres(&self) -> bool {
         matches!(self, Db::Postgres { .. })
+    }
+
+    /// Whether this is a PostgreSQL store whose tables are partitioned by their natural key.
+    pub fn is_partitioned(&self) -> bool {
+        matches!(self, Db::Postgres { label, .. } if label.ends_with("-partitioned"))
     }
 
     /// Whether this is the SQLite store.

@@ -7,7 +7,7 @@
 //! documented on [`Store::adopt`](Store#method.adopt).
 
 use super::dialect::UNIQUE_VIOLATION;
-use super::table::{quote, sql_type, Table};
+use super::table::{literal, quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
 use crate::document::DocumentRef;
@@ -110,14 +110,19 @@ pub(super) async fn rows<C: Wire>(
             located: true,
             after,
         } => (
-            format!("t.{id} IS NULL AND ($1::text IS NULL OR t.ctid > $1::tid) ORDER BY t.ctid"),
+            format!(
+                "t.{id} IS NULL AND ($1::text IS NULL OR (t.tableoid, t.ctid) > ({})) \
+                 ORDER BY t.tableoid, t.ctid",
+                located(table),
+            ),
             after,
         ),
         Rows::Id(at) => (format!("t.{id} = $1"), Some(at)),
     };
     let sql = format!(
-        "SELECT {}, t.{id}, t.ctid::text, t.xmin::text FROM {} t WHERE {clause} LIMIT $2",
+        "SELECT {}, t.{id}, {}, t.xmin::text FROM {} t WHERE {clause} LIMIT $2",
         table.row_json("t", |_| true),
+        location(table),
         table.name()
     );
     crate::trace::round_trip("SELECT");
@@ -138,6 +143,28 @@ pub(super) async fn rows<C: Wire>(
     Ok(read)
 }
 
+/// Where a row without an id is, as text: its `ctid`, then, in a partition of a partitioned
+/// table, ` in ` and the partition's name, since a `ctid` tells rows apart only within one
+/// partition.
+fn location(table: &Table) -> String {
+    format!(
+        "t.ctid::text || CASE WHEN t.tableoid = to_regclass({name})::oid THEN '' \
+         ELSE ' in ' || t.tableoid::regclass::text END",
+        name = literal(&table.name()),
+    )
+}
+
+/// The table and `ctid` of the location `$1` ([`location`]), for a row comparison with
+/// `(t.tableoid, t.ctid)`.
+fn located(table: &Table) -> String {
+    format!(
+        "(CASE WHEN strpos($1::text, ' in ') > 0 \
+         THEN to_regclass(substr($1::text, strpos($1::text, ' in ') + 4)) \
+         ELSE to_regclass({}) END)::oid, split_part($1::text, ' in ', 1)::tid",
+        literal(&table.name()),
+    )
+}
+
 /// The move of `row` ([`crate::sql::dialect::SqlDialect::adoption_move`]), only if it still
 /// has the row version it was read at, to `destination`'s id, with its hash, digests and version
 /// key: one statement that also tells why nothing moved.
@@ -151,7 +178,10 @@ pub(super) async fn move_row<C: Wire>(
     let (found, at) = match (&row.id, &row.location) {
         (Some(id), _) => (format!("t.{id_column} = $1"), id.as_str()),
         (None, location) => (
-            format!("t.ctid = $1::tid AND t.{id_column} IS NULL"),
+            format!(
+                "(t.tableoid, t.ctid) = ({}) AND t.{id_column} IS NULL",
+                located(table)
+            ),
             location.as_deref().unwrap_or_default(),
         ),
     };

@@ -48,7 +48,22 @@ impl SqlDialect for Postgres {
     }
 
     fn create_sql(table: &Table) -> String {
-        table.create_sql()
+        table.create_sql(None)
+    }
+
+    /// Partitioned where the store makes its tables so
+    /// ([`with_partitions`](super::Store#method.with_partitions)): in one statement, so that the
+    /// table is never left without its partitions.
+    fn ensure_sql(store: &crate::sql::store::Store<Self>, table: &Table) -> String {
+        let Some(partitions) = store.partitions else {
+            return table.create_sql(None);
+        };
+        let statements = table.create_sql(Some(partitions));
+        let tag = (0..)
+            .map(|n| format!("$idem{n}$"))
+            .find(|tag| !statements.contains(tag.as_str()))
+            .unwrap_or_default();
+        format!("DO {tag} BEGIN\n{statements}END {tag}")
     }
 
     const TABLE_EXISTS: &'static str = "SELECT 1 WHERE to_regclass(quote_ident($1)) IS NOT NULL";

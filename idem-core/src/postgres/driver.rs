@@ -103,10 +103,10 @@ impl<C: Wire> PgDriver<'_, C> {
         let mut parameters = wire::unnested(&columns, &checked);
         let marks = [landing.after, landing.leaves].map(|mark| mark.map(|mark| mark.to_string()));
         let statement = match landing == Landing::default() {
-            true => &self.table.insert_fresh,
+            true => self.table.fresh_sql(false),
             false => {
                 parameters.extend(marks.iter().map(|mark| Param::Text(mark.as_deref())));
-                &self.table.insert_fresh_marked
+                self.table.fresh_sql(true)
             }
         };
         crate::trace::round_trip("INSERT");
@@ -146,14 +146,20 @@ impl<C: Wire> Driver for PgDriver<'_, C> {
             // A statement saying `old` does not parse on a server before 18, which a store
             // writing to servers of both signals meets without a check (the table it checked
             // on another server, or one `ensure_table` checked there): the check learns this
-            // server's signal, and the write goes again in its words. Nothing was written.
+            // server's signal, and the write goes again in its words. Nothing was written. So
+            // does one saying `xmax` on a partitioned table before 18 (0A000: "cannot retrieve a
+            // system column in this context"), met before the check of the schema it is in.
             Err(error)
-                if signal == InsertedSignal::OldRow
-                    && matches!(error.kind(), ErrorKind::SchemaMismatch { .. }) =>
+                if (signal == InsertedSignal::OldRow
+                    && matches!(error.kind(), ErrorKind::SchemaMismatch { .. }))
+                    || (signal == InsertedSignal::Xmax
+                        && error.as_backend().and_then(|error| error.code()) == Some("0A000")) =>
             {
                 check_table(self.wire, self.table, document).await?;
                 match self.table.write_sql(kind.into()) {
-                    (InsertedSignal::Xmax, again) => self.write_rows(docs, again, document).await,
+                    (again_signal, again) if again_signal != signal => {
+                        self.write_rows(docs, again, document).await
+                    }
                     _ => Err(error),
                 }
             }

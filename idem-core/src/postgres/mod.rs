@@ -26,7 +26,10 @@
 //! constraint on the natural key. [`Store::create_table_sql`](Store#method.create_table_sql) prints the DDL for a migration;
 //! [`Store::ensure_table`](Store#method.ensure_table) runs it. Before its first write to a table the store checks that
 //! the table has every column with its type, a primary key on `_id` and a unique constraint on
-//! the natural key, neither `DEFERRABLE`, and no nondeterministic collation on a key column, and
+//! the natural key, neither `DEFERRABLE`, and no nondeterministic collation on a key column (on a
+//! table partitioned by columns of the natural key, a primary key on `_id` and the partition
+//! columns in place of the one on `_id`: see
+//! [`Store::with_partitions`](Store#method.with_partitions)), and
 //! fails with [`ErrorKind::SchemaMismatch`](crate::ErrorKind::SchemaMismatch) naming what is wrong otherwise. It checks the table each
 //! client's search path leads to: every statement makes sure, in the same round trip, that its
 //! table is one the store checked, so a client of another schema, or a table made again (or
@@ -108,6 +111,20 @@ pub use crate::change::Change;
 pub use crate::model::APPLIED_OPS_FIELD;
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 
+/// How [`Store::with_partitions`](Store#method.with_partitions) and
+/// [`Store::create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) partition a
+/// table by its natural key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PartitionBy {
+    /// `PARTITION BY HASH` of the natural-key columns, into `partitions` partitions (at least
+    /// one), each `FOR VALUES WITH (MODULUS partitions, REMAINDER r)`.
+    Hash {
+        /// How many partitions.
+        partitions: u32,
+    },
+}
+
 /// A PostgreSQL database that idem writes to, through the client each call is given. Cheap to
 /// clone; clones share the tables they checked, and each table's statements as the server it
 /// was checked on tells inserted rows. Use one store per server.
@@ -127,6 +144,49 @@ impl Store {
     pub fn with_pipelining(mut self, enabled: bool) -> Self {
         self.pipelining = enabled;
         self
+    }
+
+    /// Makes the tables [`ensure_table`](Store#method.ensure_table) creates partitioned by
+    /// their natural key, as
+    /// [`create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) prints them. A table that exists is checked as it is, partitioned or not: the store
+    /// writes both, with the same outcomes and refusals.
+    ///
+    /// A partitioned table cannot have a primary key on `_id` alone: its unique constraints hold
+    /// its partition columns. The table check takes instead a primary key (or unique index) on
+    /// `_id` and the partition columns, `_id` first, where the table is partitioned by columns
+    /// of the natural key (a migration may partition by some of them, or by list or range), and
+    /// refuses a table partitioned otherwise. A write whose id is stored under another natural
+    /// key is refused as on a plain table (its insert leaves the row out, and the engine judges
+    /// the row under the id); two writers racing to insert one id under two keys are not
+    /// stopped, which needs an 80-bit collision of the digest ids derive from, or another tool's
+    /// row. Before PostgreSQL 18, which cannot return `xmax` from a partitioned table, a write
+    /// tells inserted rows by the rows its snapshot held.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, Idempotent)]
+    /// # struct Post { #[idem(key)] slug: String, title: String }
+    /// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+    /// use idem_core::postgres::{PartitionBy, Store};
+    /// let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
+    /// store.ensure_table::<Post, _>(&client).await?;
+    /// store.upsert(&client, &post).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_partitions(mut self, by: PartitionBy) -> Self {
+        let PartitionBy::Hash { partitions } = by;
+        self.partitions = Some(partitions.max(1));
+        self
+    }
+
+    /// The statements that make `T`'s table partitioned by its natural key, for a migration: the
+    /// table `PARTITION BY HASH` of the natural-key columns, with the unique constraint on the
+    /// natural key and a primary key on `_id` and the natural key (a partitioned table's
+    /// unique constraints hold its partition columns, so none can be on `_id` alone), then
+    /// each partition, `{table}_p0` to `{table}_p{n-1}`.
+    pub fn create_partitioned_table_sql<T: crate::Idempotent>(by: PartitionBy) -> String {
+        let PartitionBy::Hash { partitions } = by;
+        table::Table::new(&T::MODEL, &T::stored_columns()).create_sql(Some(partitions.max(1)))
     }
 
     /// This store writing through `client`: what the derive's generated methods take

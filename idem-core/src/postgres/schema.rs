@@ -10,12 +10,13 @@ use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::Error;
-use crate::model::APPLIED_OPS_FIELD;
+use crate::model::{APPLIED_OPS_FIELD, ID_FIELD};
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
-/// the model, each of its type, a primary key on `_id` and a unique constraint (or unique index
-/// without a predicate) on exactly the natural key, both checked as each row is written (not
+/// the model, each of its type, a primary key on `_id` (on a table partitioned by natural-key
+/// columns, on `_id` and them) and a unique constraint (or unique index without a predicate) on
+/// exactly the natural key, both checked as each row is written (not
 /// `DEFERRABLE`) and comparing byte for byte (no nondeterministic collation on a key column);
 /// then lets `table`'s statements write it.
 pub(super) async fn check_table<C>(
@@ -30,7 +31,7 @@ where
     // A table the survey did not find has that problem.
     table_check::refuse(table.model.collection(), document, survey.problems)?;
     if let Some(checked) = survey.checked {
-        table.found_on(survey.signal);
+        table.found_on(survey.signal, survey.partitioned);
         table.accept(checked);
     }
     Ok(())
@@ -108,6 +109,8 @@ pub(super) struct TableSurvey {
     pub(super) checked: Option<table::Checked>,
     /// How the server tells the rows a write inserted.
     pub(super) signal: table::InsertedSignal,
+    /// Whether the table is partitioned (by columns of its natural key, where it passes).
+    pub(super) partitioned: bool,
 }
 
 /// Reads `table`'s columns and unique constraints from the catalog: what the check before the
@@ -127,6 +130,7 @@ where
         problems: vec![problem],
         checked: None,
         signal: table::InsertedSignal::Xmax,
+        partitioned: false,
     };
     if let Some(problem) = table.unstorable_name() {
         return Ok(absent(problem));
@@ -138,7 +142,12 @@ where
         .fetch_all(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.oid, \
              n.nspname::text, coll.collname::text, coll.collisdeterministic, \
-             current_setting('server_version_num')::int8 \
+             current_setting('server_version_num')::int8, \
+             (SELECT array_agg(coalesce(pa.attname::text, '') ORDER BY k.n) \
+             FROM pg_partitioned_table p \
+             CROSS JOIN LATERAL unnest(p.partattrs::int2[]) WITH ORDINALITY AS k(attnum, n) \
+             LEFT JOIN pg_attribute pa ON pa.attrelid = p.partrelid AND pa.attnum = k.attnum \
+             WHERE p.partrelid = c.oid) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
              LEFT JOIN pg_collation coll ON coll.oid = a.attcollation \
@@ -153,6 +162,8 @@ where
     let oid = first.oid(2).unwrap_or(0);
     let signal = table::InsertedSignal::for_server(first.int8(6).unwrap_or(0));
     let schema = first.str(3).unwrap_or_default().to_owned();
+    // Its partition columns, if it is partitioned (an expression's is empty).
+    let partitioned_by = first.texts(7).unwrap_or_default();
     let columns: Vec<FoundColumn> = (columns.iter())
         .map(|row| FoundColumn {
             name: row.str(0).unwrap_or_default().to_owned(),
@@ -161,7 +172,7 @@ where
         })
         .collect();
     crate::trace::round_trip("SELECT");
-    let indexes: Vec<FoundIndex> = client
+    let rows = client
         .fetch_all(
             "SELECT i.relname::text, x.indisprimary, x.indimmediate, \
              array_agg(a.attname::text ORDER BY a.attname) FILTER (WHERE a.attnum > 0), \
@@ -170,27 +181,47 @@ where
              array_agg(coll.collname::text ORDER BY a.attname) \
              FILTER (WHERE a.attnum > 0 AND NOT coll.collisdeterministic), \
              bool_and(x.indpred IS NULL AND x.indexprs IS NULL), \
-             coalesce(bool_and(k.collation_oid = a.attcollation), true) \
+             coalesce(bool_and(k.collation_oid = a.attcollation), true), \
+             (array_agg(a.attname::text ORDER BY k.n))[1], \
+             (SELECT array_agg(p.relname::text) FROM pg_partition_tree(x.indexrelid) t \
+             JOIN pg_class p ON p.oid = t.relid WHERE t.relid <> x.indexrelid) \
              FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid \
              CROSS JOIN LATERAL unnest(x.indkey::int2[], x.indcollation::oid[]) \
              WITH ORDINALITY AS k(attnum, collation_oid, n) \
              LEFT JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
              LEFT JOIN pg_collation coll ON coll.oid = k.collation_oid \
              WHERE x.indrelid = $1 AND x.indisunique AND x.indisvalid AND k.n <= x.indnkeyatts \
-             GROUP BY i.relname, x.indisprimary, x.indimmediate",
+             GROUP BY i.relname, x.indexrelid, x.indisprimary, x.indimmediate",
             &[Param::Oid(oid)],
         )
         .await
-        .map_err(|source| postgres_error(document, source))?
-        .iter()
+        .map_err(|source| postgres_error(document, source))?;
+    // The indexes of a partitioned table's partitions, by the index they are partitions of: a
+    // unique violation names the partition's.
+    let partitions_of: Vec<(String, Vec<String>)> = (rows.iter())
+        .map(|row| {
+            let name = row.str(0).unwrap_or_default().to_owned();
+            (name, row.texts(9).unwrap_or_default())
+        })
+        .collect();
+    let indexes: Vec<FoundIndex> = (rows.iter())
         .map(|row| FoundIndex {
             name: row.str(0).unwrap_or_default().to_owned(),
             primary: row.flag(1).unwrap_or(false),
             columns: row.texts(3).unwrap_or_default(),
             // An index with a predicate or an expression does not count; read, its name is
             // one the fixes do not give again. An invalid one (a failed `CREATE INDEX
-            // CONCURRENTLY`'s) enforces nothing, and is left out.
-            whole: row.flag(6).unwrap_or(false),
+            // CONCURRENTLY`'s) enforces nothing, and is left out. On a partitioned table, the
+            // index that stands for the primary key on `_id` serves reads by id only with
+            // `_id` first.
+            whole: row.flag(6).unwrap_or(false)
+                && (partitioned_by.is_empty()
+                    || row.str(8) == Some(ID_FIELD)
+                    || !row
+                        .texts(3)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c == ID_FIELD)),
             loose: (row.texts(4).unwrap_or_default().into_iter())
                 .zip(row.texts(5).unwrap_or_default())
                 .collect(),
@@ -200,14 +231,34 @@ where
             deferred: !row.flag(2).unwrap_or(false),
         })
         .collect();
-    let verdict = table_check::judge::<Postgres>(table, &columns, Some(&indexes), stored_types);
+    let verdict = table_check::judge::<Postgres>(
+        table,
+        &columns,
+        Some(&indexes),
+        stored_types,
+        &partitioned_by,
+    );
     let mut problems = verdict.problems;
+    if let Some(problem) = partitioned_otherwise(table, &partitioned_by) {
+        problems.insert(0, problem);
+    }
     for index in verdict.on_id.iter().chain(&verdict.on_natural_key) {
         if index.deferred {
             problems.push(deferrable(table, index));
         }
     }
-    let names = |indexes: &[&FoundIndex]| indexes.iter().map(|index| index.name.clone()).collect();
+    let names = |indexes: &[&FoundIndex]| {
+        let mut names = Vec::new();
+        for index in indexes {
+            names.push(index.name.clone());
+            for (of, partitions) in &partitions_of {
+                if *of == index.name {
+                    names.extend(partitions.iter().cloned());
+                }
+            }
+        }
+        names
+    };
     let checked = table::Checked {
         oid,
         schema,
@@ -218,7 +269,37 @@ where
         problems,
         checked: Some(checked),
         signal,
+        partitioned: !partitioned_by.is_empty(),
     })
+}
+
+/// The problem of a table partitioned by other than columns of its natural key: every unique
+/// constraint of a partitioned table holds its partition columns, so none can be on exactly the
+/// natural key, the writes' conflict target.
+fn partitioned_otherwise(table: &Table, partitioned_by: &[String]) -> Option<String> {
+    let key = table.natural_key_names();
+    if partitioned_by
+        .iter()
+        .all(|column| key.contains(&column.as_str()))
+    {
+        return None;
+    }
+    let shown: Vec<String> = (partitioned_by.iter())
+        .map(|column| match column.as_str() {
+            "" => "an expression".to_owned(),
+            column => table::quote(column),
+        })
+        .collect();
+    Some(format!(
+        "it is partitioned by ({}), not by columns of the natural key ({}): a partitioned \
+         table's unique constraints hold its partition columns, so none can be on exactly the \
+         natural key, which idem's conflict target needs; make it anew partitioned by columns \
+         of the natural key, as Store::with_partitions makes it",
+        shown.join(", "),
+        (key.iter().map(|column| table::quote(column)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ))
 }
 
 /// The problem of a key constraint checked only at the commit.

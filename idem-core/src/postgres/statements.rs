@@ -6,7 +6,7 @@
 //! type in the statement (`unnest($1::text[]), …`), so a single write and a batch of any size
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
-use super::table::{literal, quote, sql_type, Table, LANDED};
+use super::table::{literal, quote, sql_type, InsertedSignal, Table, LANDED};
 use crate::model::ID_FIELD;
 use crate::sql::dialect::Statement;
 use crate::sql::guard::conflict_action;
@@ -116,7 +116,10 @@ impl Table {
     /// session's setting [`LANDED`] holds the first (where it is not NULL), and where it
     /// inserts every row it sets [`LANDED`] to the second for the session. A setting is
     /// transactional: a statement that fails leaves it as it was.
-    pub(super) fn fresh_statement(&self, marked: bool) -> String {
+    ///
+    /// On a `partitioned` table, where no unique index holds `_id` alone, a row whose id is
+    /// stored is left out, so that the insert fails as a stored id fails it on a plain table.
+    pub(super) fn fresh_statement(&self, marked: bool, partitioned: bool) -> String {
         let (names, values) = self.inserted_columns(Statement::Upsert);
         let ids = self.sent.iter().position(|&index| index == 0).unwrap_or(0) + 1;
         let checked_parameter = self.sent.len() + 1;
@@ -153,7 +156,8 @@ impl Table {
         };
         format!(
             "WITH {checked}, {incoming}, {written} AS (\
-             INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i RETURNING 1) \
+             INSERT INTO {table} ({names}) SELECT {values} FROM {incoming_name} i{stored} \
+             RETURNING 1) \
              SELECT (CASE {early}WHEN count(*) = (SELECT CASE WHEN c.ok THEN \
              cardinality(${ids}::text[]) ELSE 0 END FROM {checked_name} c) \
              THEN count(*)::text{leaves} ELSE 'rows the insert was given were dropped' END)::int8 \
@@ -163,21 +167,75 @@ impl Table {
             incoming_name = self.relation_name("incoming"),
             written = self.relation_name("written"),
             table = self.name(),
+            stored = match partitioned {
+                true => format!(
+                    " WHERE NOT EXISTS (SELECT 1 FROM {} o WHERE o.{} = i.c0)",
+                    self.name(),
+                    quote(ID_FIELD)
+                ),
+                false => String::new(),
+            },
         )
     }
 
     /// The insert of the incoming rows, with the `ON CONFLICT` clause of `statement`, returning
-    /// the id of each row written and whether it was inserted.
-    pub(super) fn write_statement(&self, statement: Statement) -> String {
+    /// the id of each row written and whether it was inserted, as `signal` tells it. On a
+    /// `partitioned` table, where no unique index is on `_id` alone, the insert leaves out a
+    /// row whose id is stored under another natural key (which the primary key refuses on a
+    /// plain table): the stopped rows' branch returns the row under its id, which the engine
+    /// judges as it judges the row a primary-key violation met.
+    pub(super) fn write_statement(
+        &self,
+        statement: Statement,
+        signal: InsertedSignal,
+        partitioned: bool,
+    ) -> String {
         let (names, values) = self.inserted_columns(statement);
-        let conflict = conflict_action(self, statement, &WORDS, "");
+        let mut conflict = conflict_action(self, statement, &WORDS, "");
+        let before = self.relation_name("before");
+        let mut before_cte = String::new();
+        if signal == InsertedSignal::Before {
+            // The rows the snapshot holds under each incoming row's id and natural key: the
+            // only ones the update may write, so that a written row not among them was inserted.
+            before_cte = format!(
+                ", {before} AS (SELECT t.{id} AS id FROM {keys} i JOIN {table} t \
+                 ON t.{id} = i.c0 AND {same})",
+                id = quote(ID_FIELD),
+                keys = self.relation_name("incoming_keys"),
+                table = self.name(),
+                same = self.natural_key_join(),
+            );
+            if conflict.starts_with("DO UPDATE") {
+                conflict.push_str(&format!(
+                    " AND EXISTS (SELECT 1 FROM {before} b WHERE b.id = t.{})",
+                    quote(ID_FIELD)
+                ));
+            }
+        }
+        let mut skip = match statement {
+            Statement::Upsert => self.unchanged_filter(),
+            Statement::Delete | Statement::InsertNew => String::new(),
+        };
+        if partitioned {
+            // Unless the key is stored: then the write updates a row, or stops at it.
+            let same = |alias| WORDS.same_key(self, alias, |at| self.incoming_key(at));
+            skip.push_str(&format!(
+                " {} (NOT EXISTS (SELECT 1 FROM {table} o WHERE o.{id} = i.c0 AND NOT ({})) \
+                 OR EXISTS (SELECT 1 FROM {table} k WHERE {}))",
+                if skip.is_empty() { "WHERE" } else { "AND" },
+                same("o").join(" AND "),
+                same("k").join(" AND "),
+                table = self.name(),
+                id = quote(ID_FIELD),
+            ));
+        }
         // The last branch is the guard's answer: one row without an id when the table the
         // search path resolves is not one the store checked (nothing was written then).
         format!(
-            "WITH {checked}, {incoming}, {incoming_keys}, {written} AS (\
+            "WITH {checked}, {incoming}, {incoming_keys}{before_cte}, {written} AS (\
              INSERT INTO {table} AS t ({names}) SELECT {values} FROM {incoming_name} i{skip} \
              ON CONFLICT ({key}) {conflict} \
-             RETURNING t.{id} AS id, {{inserted}} AS inserted) \
+             RETURNING t.{id} AS id, {inserted} AS inserted) \
              SELECT w.id AS incoming_id, w.inserted, {nulls} FROM {written} w \
              UNION ALL \
              SELECT i.c0, NULL, {stored} FROM {incoming_keys_name} i JOIN LATERAL {met} ON true \
@@ -192,10 +250,7 @@ impl Table {
             incoming_keys_name = self.relation_name("incoming_keys"),
             written = self.relation_name("written"),
             table = self.name(),
-            skip = match statement {
-                Statement::Upsert => self.unchanged_filter(),
-                Statement::Delete | Statement::InsertNew => String::new(),
-            },
+            inserted = signal.expression(&before),
             key = self.natural_key_list(),
             id = quote(ID_FIELD),
             nulls = self.stored_state(None),
@@ -341,15 +396,18 @@ impl Table {
     /// The stored row an incoming row `i` meets, as a lateral subquery named `alias`: the row
     /// under its id, else the one holding its natural key (the engine's rule, which a write's
     /// stopped rows and the probe before it both follow). Two probes, each through its unique
-    /// index.
+    /// index. Of two rows under the id (a partitioned table, where no unique index holds `_id`
+    /// alone), the one holding the key.
     fn row_met(&self, alias: &str) -> String {
+        let same = WORDS.same_key(self, "found", |at| self.incoming_key(at));
         format!(
             "(SELECT * FROM (SELECT t.* FROM {table} t WHERE t.{id} = i.c0 UNION ALL \
              SELECT t.* FROM {table} t WHERE {by_key}) found \
-             ORDER BY found.{id} <> i.c0 LIMIT 1) {alias}",
+             ORDER BY found.{id} <> i.c0, NOT ({same}) LIMIT 1) {alias}",
             table = self.name(),
             id = quote(ID_FIELD),
             by_key = self.natural_key_join(),
+            same = same.join(" AND "),
         )
     }
 

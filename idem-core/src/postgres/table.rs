@@ -45,9 +45,11 @@ pub(crate) struct Checked {
     pub oid: u32,
     /// The table's schema, as a unique violation names it.
     pub schema: String,
-    /// The unique constraints (or indexes) on exactly `_id`, the primary key first.
+    /// The unique constraints (or indexes) on exactly `_id` (on a partitioned table, `_id` and
+    /// the partition columns), the primary key first, then their partitions' indexes.
     pub id_constraints: Vec<String>,
-    /// The unique constraints (or indexes) on exactly the natural key.
+    /// The unique constraints (or indexes) on exactly the natural key, then their partitions'
+    /// indexes.
     pub natural_key_constraints: Vec<String>,
 }
 
@@ -56,17 +58,18 @@ pub(crate) struct Checked {
 #[derive(Debug)]
 pub(crate) struct Table {
     layout: Layout,
-    /// The writes, each as the server tells its inserted rows ([`Table::write_sql`]), by
-    /// [`InsertedSignal`] then [`Statement`].
-    writes: [[String; 3]; 2],
-    /// The servers the checks found the table on ([`Table::found_on`]): none yet, only ones
-    /// that return `old`, or one that does not.
+    /// The writes, each as the server tells its inserted rows and the table keeps ids apart
+    /// ([`Table::write_sql`]), by [`FORMS`] then [`Statement`].
+    writes: [[String; 3]; 4],
+    /// What the checks found ([`Table::found_on`]): servers that return `old`, one that does
+    /// not, a partitioned table.
     servers: AtomicU8,
-    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]).
-    pub insert_fresh: String,
+    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]); by whether
+    /// the table is partitioned, as the writes' [`FORMS`].
+    insert_fresh: [String; 2],
     /// The same, among chunks in flight together: it leaves a mark in the session where it
     /// lands, and may wait for the mark of the chunk ahead ([`Table::fresh_statement`]).
-    pub insert_fresh_marked: String,
+    insert_fresh_marked: [String; 2],
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
@@ -95,7 +98,22 @@ pub(crate) enum InsertedSignal {
     /// PostgreSQL 18 and later: `RETURNING old` is the row before the statement, null if it
     /// inserted the row.
     OldRow = 1,
+    /// A partitioned table before PostgreSQL 18, where `xmax` cannot be returned: the rows the
+    /// statement's snapshot holds under each incoming row's id and natural key, read in the
+    /// statement (`before`); the update is guarded to them, so a row committed after the
+    /// snapshot stops the write, which goes again, rather than be updated and told inserted.
+    Before = 2,
 }
+
+/// The forms of a write ([`Table::write_sql`]): how it tells inserted rows, and whether the
+/// table is partitioned, where no unique index is on `_id` alone and the insert itself leaves
+/// out a row whose id is stored under another natural key.
+const FORMS: [(InsertedSignal, bool); 4] = [
+    (InsertedSignal::Xmax, false),
+    (InsertedSignal::OldRow, false),
+    (InsertedSignal::OldRow, true),
+    (InsertedSignal::Before, true),
+];
 
 impl InsertedSignal {
     /// The signal of a server of version `server_version_num`.
@@ -108,55 +126,72 @@ impl InsertedSignal {
     }
 
     /// Qualified, so that no column of the user's can stand in for the signal: an unqualified
-    /// `old` would read a column named `old`.
-    fn expression(self) -> String {
+    /// `old` would read a column named `old`. `before`: the relation of
+    /// [`InsertedSignal::Before`].
+    pub(super) fn expression(self, before: &str) -> String {
         match self {
             InsertedSignal::OldRow => format!("(old.{} IS NULL)", quote(ID_FIELD)),
             InsertedSignal::Xmax => "(t.xmax = 0)".to_owned(),
+            InsertedSignal::Before => format!(
+                "(NOT EXISTS (SELECT 1 FROM {before} b WHERE b.id = t.{}))",
+                quote(ID_FIELD)
+            ),
         }
     }
 }
 
-/// [`Table::found_on`]'s states: no check yet (writes say `xmax`, as PostgreSQL 15 does).
-const NONE_YET: u8 = 0;
-/// Every check found a server that returns `old`.
-const ONLY_RETURNING_OLD: u8 = 1;
+/// [`Table::found_on`]'s marks (none yet: writes say `xmax`, as PostgreSQL 15 does): a check
+/// found a server that returns `old`.
+const WITH_OLD: u8 = 1;
 /// A check found a server without `old`.
-const ONE_WITHOUT_OLD: u8 = 2;
+const WITHOUT_OLD: u8 = 2;
+/// A check found the table partitioned.
+const PARTITIONED: u8 = 4;
 
 impl Table {
     /// The write of `statement`, with the signal it tells inserted rows by: the one of the
     /// servers the table was checked on (as PostgreSQL 15 does, before any check).
+    /// Once a check found the table partitioned (in any schema), every write is in the form of
+    /// a partitioned table, which a plain one takes too.
     pub fn write_sql(&self, statement: Statement) -> (InsertedSignal, &str) {
-        let signal = match self.servers.load(Ordering::Relaxed) {
-            ONLY_RETURNING_OLD => InsertedSignal::OldRow,
-            _ => InsertedSignal::Xmax,
+        let found = self.servers.load(Ordering::Relaxed);
+        let old = found & WITH_OLD != 0 && found & WITHOUT_OLD == 0;
+        let form = match (found & PARTITIONED != 0, old) {
+            (false, false) => 0,
+            (false, true) => 1,
+            (true, true) => 2,
+            (true, false) => 3,
         };
         let index = match statement {
             Statement::Upsert => 0,
             Statement::Delete => 1,
             Statement::InsertNew => 2,
         };
-        (signal, &self.writes[signal as usize][index])
+        (FORMS[form].0, &self.writes[form][index])
+    }
+
+    /// A first ingest's plain insert, `marked` or not ([`Table::fresh_statement`]), in the form
+    /// of a partitioned table once a check found one, as [`Table::write_sql`]'s.
+    pub fn fresh_sql(&self, marked: bool) -> &str {
+        let partitioned = self.servers.load(Ordering::Relaxed) & PARTITIONED != 0;
+        match marked {
+            false => &self.insert_fresh[usize::from(partitioned)],
+            true => &self.insert_fresh_marked[usize::from(partitioned)],
+        }
     }
 
     /// A check found the table on a server that tells its inserted rows with `signal`. One
     /// store may write to servers of both signals (an upgrade, two databases): once it has met
     /// one without `old`, every write says `xmax`, which every version has, rather than follow
-    /// the latest check and send `old` to a server that lacks it.
-    pub fn found_on(&self, signal: InsertedSignal) {
-        match signal {
-            InsertedSignal::Xmax => self.servers.store(ONE_WITHOUT_OLD, Ordering::Relaxed),
-            InsertedSignal::OldRow => {
-                // Only from none yet: a server without `old` met before stays met.
-                let _ = self.servers.compare_exchange(
-                    NONE_YET,
-                    ONLY_RETURNING_OLD,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-        }
+    /// the latest check and send `old` to a server that lacks it. Likewise a `partitioned`
+    /// table met stays met.
+    pub fn found_on(&self, signal: InsertedSignal, partitioned: bool) {
+        let server = match signal {
+            InsertedSignal::OldRow => WITH_OLD,
+            InsertedSignal::Xmax | InsertedSignal::Before => WITHOUT_OLD,
+        };
+        let table = if partitioned { PARTITIONED } else { 0 };
+        self.servers.fetch_or(server | table, Ordering::Relaxed);
     }
 
     /// A name of the table or of a column that PostgreSQL cannot keep as it is, as a problem to
@@ -197,24 +232,21 @@ impl Table {
         let mut table = Table {
             layout: Layout::new(model, stored),
             writes: Default::default(),
-            servers: AtomicU8::new(NONE_YET),
-            insert_fresh: String::new(),
-            insert_fresh_marked: String::new(),
+            servers: AtomicU8::new(0),
+            insert_fresh: Default::default(),
+            insert_fresh_marked: Default::default(),
             pinned_replacement: String::new(),
             unchanged_probe: None,
             checked: RwLock::default(),
         };
-        for signal in [InsertedSignal::Xmax, InsertedSignal::OldRow] {
-            let inserted = signal.expression();
-            table.writes[signal as usize] =
-                [Statement::Upsert, Statement::Delete, Statement::InsertNew].map(|statement| {
-                    table
-                        .write_statement(statement)
-                        .replace("{inserted}", &inserted)
-                });
+        for (form, (signal, partitioned)) in FORMS.into_iter().enumerate() {
+            table.writes[form] = [Statement::Upsert, Statement::Delete, Statement::InsertNew]
+                .map(|statement| table.write_statement(statement, signal, partitioned));
         }
-        table.insert_fresh = table.fresh_statement(false);
-        table.insert_fresh_marked = table.fresh_statement(true);
+        table.insert_fresh =
+            [false, true].map(|partitioned| table.fresh_statement(false, partitioned));
+        table.insert_fresh_marked =
+            [false, true].map(|partitioned| table.fresh_statement(true, partitioned));
         table.pinned_replacement = table.pinned_statement();
         table.unchanged_probe = table.probe_statement();
         table
@@ -314,10 +346,14 @@ impl Table {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
-    pub fn create_sql(&self) -> String {
+    /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key; with
+    /// `partitions`, partitioned by hash of the natural key into that many partitions
+    /// (`{table}_p0`, …), with a primary key on `_id` and the natural key in place of the one
+    /// on `_id` alone, which a partitioned table cannot have: one statement per table.
+    pub fn create_sql(&self, partitions: Option<u32>) -> String {
         let declared = |column: &TableColumn| {
             let constraint = match (column.content, column.role()) {
+                (Content::Id, _) if partitions.is_some() => "",
                 (Content::Id, _) => " PRIMARY KEY",
                 (Content::VersionKey, _) => " COLLATE \"C\"",
                 (_, Some(Role::Key | Role::IdempotencyKey)) => " NOT NULL",
@@ -326,11 +362,32 @@ impl Table {
             };
             format!("{}{constraint}", sql_type(column))
         };
-        let own = [format!(
+        let mut own = vec![format!(
             "{} jsonb NOT NULL DEFAULT '[]'",
             quote(APPLIED_OPS_FIELD)
         )];
-        super::statements::WORDS.create_table(self, declared, &own, "")
+        let Some(partitions) = partitions else {
+            return super::statements::WORDS.create_table(self, declared, &own, "");
+        };
+        let key = self.natural_key_list();
+        own.push(format!("PRIMARY KEY ({}, {key})", quote(ID_FIELD)));
+        let after = format!(" PARTITION BY HASH ({key});\n");
+        let mut sql = super::statements::WORDS.create_table(self, declared, &own, &after);
+        for remainder in 0..partitions {
+            let suffix = format!("_p{remainder}");
+            // Within the length PostgreSQL keeps, told apart by the suffix.
+            let mut name = self.model.collection().to_owned();
+            while name.len() + suffix.len() > MAX_NAME_BYTES {
+                name.pop();
+            }
+            sql.push_str(&format!(
+                "CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {partitions}, \
+                 REMAINDER {remainder});\n",
+                quote(&format!("{name}{suffix}")),
+                self.name(),
+            ));
+        }
+        sql
     }
 
     /// Whether a lookup sends each row's version key: where the table has the column.

@@ -82,6 +82,11 @@ pub(crate) trait SqlDialect: Dialect {
     fn table(model: &'static Model, stored: &[Column]) -> Self::Table;
     /// The `CREATE TABLE IF NOT EXISTS` statement (and what else makes the table).
     fn create_sql(table: &Self::Table) -> String;
+    /// The statement `store`'s `ensure_table` makes `table` with: [`SqlDialect::create_sql`],
+    /// unless the store makes its tables otherwise.
+    fn ensure_sql(_store: &Store<Self>, table: &Self::Table) -> String {
+        Self::create_sql(table)
+    }
     /// A query of one parameter, the table's name, that returns a row if the table exists.
     const TABLE_EXISTS: &'static str;
     /// What `table` lacks for idem's writes, every problem at once, each with its fix; empty

@@ -45,6 +45,9 @@ pub struct Store<D: Dialect> {
     /// Whether a batch's next chunk may go while the last awaits its answer, on a wire that
     /// pipelines ([`Wire::pipelines_chunks`]).
     pub(crate) pipelining: bool,
+    /// How many hash partitions of its natural key `ensure_table` makes a table of, where the
+    /// dialect partitions (PostgreSQL's `with_partitions`); `None`: a plain table.
+    pub(crate) partitions: Option<u32>,
     dialect: PhantomData<fn() -> D>,
 }
 
@@ -61,6 +64,7 @@ impl<D: Dialect> Clone for Store<D> {
             shortcut_min_docs: self.shortcut_min_docs,
             op_window: self.op_window,
             pipelining: self.pipelining,
+            partitions: self.partitions,
             dialect: PhantomData,
         }
     }
@@ -91,6 +95,7 @@ impl<D: Dialect> Store<D> {
             shortcut_min_docs: crate::engine::batch::SHORTCUT_MIN_DOCS,
             op_window: DEFAULT_OP_WINDOW,
             pipelining: true,
+            partitions: None,
             dialect: PhantomData,
         }
     }
@@ -183,7 +188,7 @@ impl<D: SqlDialect> Store<D> {
                 self.forget_table(&T::MODEL);
                 return self.table::<T>(wire, &document).await.map(drop);
             }
-            let sql = D::create_sql(&table);
+            let sql = D::ensure_sql(self, &table);
             crate::trace::round_trip("CREATE TABLE");
             let created = wire.execute(&sql, &[]).await;
             self.forget_table(&T::MODEL);

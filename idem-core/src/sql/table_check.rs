@@ -2,7 +2,8 @@
 //! store reads the table from the catalog ([`FoundColumn`], [`FoundIndex`]: each dialect's
 //! reads) and refuses one that cannot keep idem's promises. Every column of the model must be
 //! there with a type idem's writes can use; `_id` must be the primary key or have a unique
-//! index on exactly it, and the natural key a unique constraint on exactly its columns; both
+//! index on exactly it (on a PostgreSQL table partitioned by natural-key columns, on it and
+//! them), and the natural key a unique constraint on exactly its columns; both
 //! keys must compare byte for byte; an index on a prefix, on an expression or with a predicate
 //! does not count. Every problem is named with its fix ([`TableCheck`]: the dialect's
 //! words), all of them at once: applying the fixes listed makes the table pass.
@@ -100,7 +101,8 @@ pub(crate) struct Verdict<'c> {
     /// another type, the collations of the key columns, then of the keys' indexes, then the
     /// keys' missing indexes.
     pub problems: Vec<String>,
-    /// The unique indexes on exactly `_id`, the primary key first.
+    /// The unique indexes on exactly `_id` (and the partition columns, [`judge`]), the primary
+    /// key first.
     pub on_id: Vec<&'c FoundIndex>,
     /// The unique indexes on exactly the natural key.
     pub on_natural_key: Vec<&'c FoundIndex>,
@@ -131,7 +133,7 @@ pub(crate) async fn problems<D: TableCheck>(
     };
     let mut problems = found.session;
     let indexes = found.indexes.as_deref();
-    problems.extend(judge::<D>(table, &found.columns, indexes, stored_types).problems);
+    problems.extend(judge::<D>(table, &found.columns, indexes, stored_types, &[]).problems);
     Ok(problems)
 }
 
@@ -203,12 +205,15 @@ pub(crate) fn index_on<D: TableCheck>(indexes: &[FoundIndex], columns: &str) -> 
 /// Judges a table that exists, of `columns` and `indexes` (`None`: not read, where the key
 /// columns' collations already ask for the table to be made anew). Without `stored_types` the
 /// types of the stored fields' columns are not checked (a model given at run time does not know
-/// them); those of idem's columns are.
+/// them); those of idem's columns are. `partitioned_by`: the partition columns of a table
+/// partitioned by columns of its natural key (PostgreSQL), where no unique index can be on `_id`
+/// alone: the index on `_id` and them stands for it.
 pub(crate) fn judge<'c, D: TableCheck>(
     table: &D::Table,
     columns: &[FoundColumn],
     indexes: Option<&'c [FoundIndex]>,
     stored_types: bool,
+    partitioned_by: &[String],
 ) -> Verdict<'c> {
     let name = D::quote(table.model.collection());
     let found = |column: &str| {
@@ -276,7 +281,10 @@ pub(crate) fn judge<'c, D: TableCheck>(
             .filter(|index| index.whole && column_set::<D>(index.columns()) == wanted)
             .collect()
     };
-    let mut on_id = on(&[ID_FIELD]);
+    let id_key: Vec<&str> = (std::iter::once(ID_FIELD))
+        .chain(partitioned_by.iter().map(String::as_str))
+        .collect();
+    let mut on_id = on(&id_key);
     on_id.sort_by_key(|index| !index.primary);
     let mut on_natural_key = on(&natural_key);
     for index in on_id.iter().chain(&on_natural_key) {
@@ -309,7 +317,17 @@ pub(crate) fn judge<'c, D: TableCheck>(
             false => format!("CREATE UNIQUE INDEX {index} ON {name} ({list})"),
         }
     };
-    if on_id.is_empty() && (found(ID_FIELD).is_some() || !D::ID_ADDED_UNIQUE) {
+    if on_id.is_empty() && !partitioned_by.is_empty() {
+        let list: Vec<String> = id_key.iter().map(|column| D::quote(column)).collect();
+        problems.push(format!(
+            "no primary key or unique index on ({}), {ID_FIELD:?} first: on a table \
+             partitioned by ({}) it stands for the primary key on {ID_FIELD:?}, which a \
+             partitioned table cannot have, and reads by id go through it: {}",
+            list.join(", "),
+            partitioned_by.join(", "),
+            add_unique("idem_id", &id_key)
+        ));
+    } else if on_id.is_empty() && (found(ID_FIELD).is_some() || !D::ID_ADDED_UNIQUE) {
         problems.push(format!(
             "no primary key or unique index on {ID_FIELD:?}: a row another tool stored under a \
              document's id, or a racing first write, would not be told apart from another \
