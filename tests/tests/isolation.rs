@@ -748,7 +748,7 @@ async fn a_deadlock_that_rolled_back_the_callers_transaction_is_the_callers_erro
             let mut tx = connection.begin().await.unwrap();
             run(&mut tx, "INSERT INTO side VALUES (1)").await;
             let batch = ["f0", "f1", "e0", "e1"].map(|id| entry(id, 2, "new"));
-            let report = store.upsert_many(&mut *tx, &batch).await;
+            let report = store.upsert_many(&mut tx, &batch).await;
             let committed = tx.commit().await;
             (report, committed)
         }
