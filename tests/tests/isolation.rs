@@ -700,100 +700,26 @@ async fn racing_transactions_tell_the_truth_on_sqlite() {
     }
 }
 
-/// A deadlock that InnoDB settles by rolling back the caller's whole transaction, met by the
-/// plain insert a first ingest tries before its guarded write: the call must answer the
-/// deadlock (retryable, the caller's transaction gone), never go on writing outside the
-/// transaction the caller believes it is in. The other transaction is made heavier (200 rows
-/// written first) so that InnoDB picks the caller's as the one to roll back. Before the fix
-/// the refused insert went the guarded way, which wrote e0 with no transaction around it and
-/// then answered "SAVEPOINT idem does not exist" (1305), not retryable.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_deadlock_that_rolled_back_the_callers_transaction_is_the_callers_error_on_mariadb() {
+/// A MariaDB connection in a transaction that wrote 200 rows of `ballast` (a table the test
+/// made): heavier than a caller's, so that InnoDB picks the caller's to roll back when the two
+/// deadlock.
+async fn heavy_transaction(uri: &str, database: &str) -> idem_core::sqlx::MySqlConnection {
     use idem_tests::mysql_rows::run;
-    let idem_tests::backends::Db::Mysql { uri, database, .. } =
-        idem_tests::backends::fresh_mysql("fresh_deadlock").await
-    else {
-        unreachable!("fresh_mysql makes a MariaDB store")
-    };
-    // Chunks of two, the shortcuts on chunks of any size: the first chunk, all inserted by the
-    // guarded write, makes the next likely fresh, so it goes by the plain insert.
-    let store = idem_core::mysql::Store::new()
-        .with_batch_chunk(2)
-        .with_shortcuts_from(2);
-    let mut setup = mysql_connection(&uri, &database).await;
-    store.ensure_table::<Entry>(&mut setup).await.unwrap();
-    run(&mut setup, "CREATE TABLE side (x INT)").await;
-    run(&mut setup, "CREATE TABLE ballast (x INT)").await;
-    let stored = entry("e1", 1, "stored before");
-    store.upsert(&mut setup, &stored).await.unwrap();
-
-    // The other transaction: heavy, then holding e1's row and the gap before it.
-    let mut other = mysql_connection(&uri, &database).await;
-    run(&mut other, "BEGIN").await;
+    let mut connection = mysql_connection(uri, database).await;
+    run(&mut connection, "BEGIN").await;
     let ballast: Vec<String> = (0..200).map(|n| format!("({n})")).collect();
-    run(
-        &mut other,
-        &format!("INSERT INTO ballast VALUES {}", ballast.join(",")),
-    )
-    .await;
-    let e1 = "DELETE FROM entries WHERE `userId` = 'u1' AND `entryId` = 'e1'";
-    run(&mut other, e1).await;
+    let insert = format!("INSERT INTO ballast VALUES {}", ballast.join(","));
+    run(&mut connection, &insert).await;
+    connection
+}
 
-    // The caller's transaction: a write of its own, then a batch whose first chunk (f0, f1)
-    // is written and whose second (e0, e1) waits for the other transaction's locks.
-    let caller = tokio::spawn({
-        let (uri, database, store) = (uri.clone(), database.clone(), store.clone());
-        async move {
-            let mut connection = mysql_connection(&uri, &database).await;
-            let mut tx = connection.begin().await.unwrap();
-            run(&mut tx, "INSERT INTO side VALUES (1)").await;
-            let batch = ["f0", "f1", "e0", "e1"].map(|id| entry(id, 2, "new"));
-            let report = store.upsert_many(&mut tx, &batch).await;
-            let committed = tx.commit().await;
-            (report, committed)
-        }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    // Now the other transaction waits for the caller's own row: a deadlock.
-    idem_core::sqlx::query("SELECT * FROM side FOR UPDATE")
-        .fetch_all(&mut other)
+/// The number of rows of `table`.
+async fn rows_in(connection: &mut idem_core::sqlx::MySqlConnection, table: &str) -> i64 {
+    let count = format!("SELECT COUNT(*) FROM {table}");
+    idem_core::sqlx::query_scalar(idem_core::sqlx::AssertSqlSafe(count))
+        .fetch_one(connection)
         .await
-        .expect("InnoDB rolls back the lighter transaction: the caller's");
-    run(&mut other, "ROLLBACK").await;
-    let (report, committed) = caller.await.unwrap();
-
-    let side: i64 = idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM side")
-        .fetch_one(&mut setup)
-        .await
-        .unwrap();
-    let entries: i64 = idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM entries")
-        .fetch_one(&mut setup)
-        .await
-        .unwrap();
-    let answered: Vec<String> = match &report {
-        Err(error) => vec![format!("{error} (retryable: {})", error.is_retryable())],
-        Ok(report) => (report.outcomes().iter())
-            .map(|outcome| match outcome {
-                Err(error) => format!("{error} (retryable: {})", error.is_retryable()),
-                Ok(outcome) => format!("{outcome:?}"),
-            })
-            .collect(),
-    };
-    // The caller's own write is gone with its transaction: so must be every row of the batch,
-    // and the call must have said so.
-    assert_eq!(side, 0, "the deadlock rolled back the caller's transaction");
-    assert!(
-        answered.iter().any(|answer| answer.contains("1213"))
-            && answered
-                .iter()
-                .all(|answer| answer.ends_with("(retryable: true)")),
-        "the batch answers the deadlock that ended the caller's transaction, retryable; \
-         it answered {answered:?} (commit: {committed:?}), {entries} entries stored"
-    );
-    assert_eq!(
-        entries, 1,
-        "only the entry stored before the transaction is there"
-    );
+        .unwrap()
 }
 
 /// A thread of comments, for `push`.
@@ -812,6 +738,9 @@ struct Thread {
 enum WriteCall {
     Upsert,
     UpsertMany,
+    /// A batch in chunks of two, whose second chunk goes by the plain insert of fresh rows
+    /// (the first, all inserted, makes it likely fresh).
+    FreshBatch,
     Delete,
     DeleteById,
     InsertNew,
@@ -821,9 +750,10 @@ enum WriteCall {
 }
 
 impl WriteCall {
-    const ALL: [WriteCall; 8] = [
+    const ALL: [WriteCall; 9] = [
         WriteCall::Upsert,
         WriteCall::UpsertMany,
+        WriteCall::FreshBatch,
         WriteCall::Delete,
         WriteCall::DeleteById,
         WriteCall::InsertNew,
@@ -837,12 +767,35 @@ impl WriteCall {
         match self {
             WriteCall::Upsert
             | WriteCall::UpsertMany
+            | WriteCall::FreshBatch
             | WriteCall::Delete
             | WriteCall::DeleteById
             | WriteCall::InsertNew => "entries",
             WriteCall::Record => "payments",
             WriteCall::ApplyOnce => "accounts",
             WriteCall::Push => "threads",
+        }
+    }
+
+    /// What the other transaction holds: every row and gap of the call's table; for the fresh
+    /// batch, e1's row and the gap before it only, so that its first chunk (f0, f1) is written
+    /// and its plain insert of the second (e0, e1) waits.
+    fn lock(self) -> String {
+        match self {
+            WriteCall::FreshBatch => {
+                "DELETE FROM entries WHERE `userId` = 'u1' AND `entryId` = 'e1'".to_owned()
+            }
+            _ => format!("SELECT * FROM {} FOR UPDATE", self.table()),
+        }
+    }
+
+    /// The store it goes through: the fresh batch's takes the shortcuts on chunks of two.
+    fn store(self) -> idem_core::mysql::Store {
+        match self {
+            WriteCall::FreshBatch => idem_core::mysql::Store::new()
+                .with_batch_chunk(2)
+                .with_shortcuts_from(2),
+            _ => idem_core::mysql::Store::new(),
         }
     }
 
@@ -863,8 +816,13 @@ impl WriteCall {
         let stored = entry("e1", 1, "stored before");
         match self {
             WriteCall::Upsert => one(store.upsert(connection, &entry("e1", 2, "new")).await),
-            WriteCall::UpsertMany => {
-                let batch = [entry("e0", 1, "new"), entry("e1", 2, "new")];
+            WriteCall::UpsertMany | WriteCall::FreshBatch => {
+                let batch = match self {
+                    WriteCall::FreshBatch => ["f0", "f1", "e0", "e1"]
+                        .map(|id| entry(id, 2, "new"))
+                        .to_vec(),
+                    _ => vec![entry("e0", 1, "new"), entry("e1", 2, "new")],
+                };
                 match store.upsert_many(connection, &batch).await {
                     Err(e) => vec![error(&e)],
                     Ok(report) => (report.outcomes().iter())
@@ -933,7 +891,10 @@ fn thread() -> Thread {
 /// (InnoDB rolls the whole transaction back, picking the lighter one: the other is made heavier
 /// by 200 rows written first): the call answers the deadlock, retryable, and nothing it meant
 /// to write is stored, as nothing of the caller's transaction is. The other transaction holds
-/// every row and gap of the call's table, then waits for the caller's own row.
+/// what the call needs ([`WriteCall::lock`]), then waits for the caller's own row. For a
+/// batch's plain insert of fresh rows, before the fix the refused insert went the guarded way,
+/// which wrote e0 with no transaction around it and then answered "SAVEPOINT idem does not
+/// exist" (1305), not retryable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mariadb() {
     use idem_tests::mysql_rows::{raw, run};
@@ -943,7 +904,7 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
         else {
             unreachable!("fresh_mysql makes a MariaDB store")
         };
-        let store = idem_core::mysql::Store::new();
+        let store = call.store();
         let mut setup = mysql_connection(&uri, &database).await;
         store.ensure_table::<Entry>(&mut setup).await.unwrap();
         (store.ensure_table::<Payment>(&mut setup).await).unwrap();
@@ -967,16 +928,8 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
             raw::<Thread>(&mut setup).await,
         );
 
-        let mut other = mysql_connection(&uri, &database).await;
-        run(&mut other, "BEGIN").await;
-        let ballast: Vec<String> = (0..200).map(|n| format!("({n})")).collect();
-        run(
-            &mut other,
-            &format!("INSERT INTO ballast VALUES {}", ballast.join(",")),
-        )
-        .await;
-        let table = call.table();
-        run(&mut other, &format!("SELECT * FROM {table} FOR UPDATE")).await;
+        let mut other = heavy_transaction(&uri, &database).await;
+        run(&mut other, &call.lock()).await;
 
         let caller = tokio::spawn({
             let (uri, database, store) = (uri.clone(), database.clone(), store.clone());
@@ -994,10 +947,7 @@ async fn every_write_a_deadlock_ended_answers_it_and_leaves_all_as_it_was_on_mar
         run(&mut other, "ROLLBACK").await;
         let (answered, committed) = caller.await.unwrap();
 
-        let side: i64 = idem_core::sqlx::query_scalar("SELECT COUNT(*) FROM side")
-            .fetch_one(&mut setup)
-            .await
-            .unwrap();
+        let side = rows_in(&mut setup, "side").await;
         let after = (
             raw::<Entry>(&mut setup).await,
             raw::<Payment>(&mut setup).await,
