@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
-use idem_tests::backends::{fresh_schema, postgres_servers};
+use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
 use serde::{Deserialize, Serialize};
 use tracing::field::{Field, Visit};
@@ -167,9 +167,7 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
     }
     let id = new[0].id().unwrap();
     for _ in 0..2 {
-        answers.push(shown(
-            &session.delete_by_id::<Entry, _>(id, &7).await,
-        ));
+        answers.push(shown(&session.delete_by_id::<Entry, _>(id, &7).await));
     }
     // `apply_once`, `record`, `push`, the reads.
     let ada = account("ada");
@@ -469,5 +467,70 @@ async fn the_migration_holds_the_marker_column() {
             Outcome::Inserted,
             "{label}"
         );
+    }
+}
+
+/// Through sqlx, the same statements: a store with the option tells inserts and updates apart
+/// there too, one write at a time, in batches (one document three times in one call) and inside
+/// a transaction, and stores the marker of the last write.
+#[tokio::test]
+async fn the_marker_store_answers_through_sqlx() {
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_schema(&uri, "mx", "marker_sqlx").await;
+        let mut connection = sqlx_connection(&uri, &schema).await;
+        let store = Store::new().with_write_marker(true);
+        store
+            .ensure_table::<Post, _>(&mut connection)
+            .await
+            .unwrap();
+        let first = post();
+        let changed = Post {
+            body: "changed".into(),
+            ..post()
+        };
+        let mut answers = Vec::new();
+        for doc in [&first, &first, &changed] {
+            answers.push(shown(&store.upsert(&mut connection, doc).await));
+        }
+        let copies: Vec<Post> = ["a", "b", "b", "c"]
+            .into_iter()
+            .map(|body| Post {
+                slug: "copies".into(),
+                body: body.into(),
+                ..post()
+            })
+            .collect();
+        let report = store.upsert_many(&mut connection, &copies).await.unwrap();
+        answers.extend(report.outcomes().iter().map(shown));
+        let mut tx = idem_core::sqlx::Connection::begin(&mut connection)
+            .await
+            .unwrap();
+        let later = Post {
+            slug: "in-tx".into(),
+            ..post()
+        };
+        answers.push(shown(&store.upsert(&mut tx, &later).await));
+        answers.push(shown(&store.upsert(&mut tx, &changed).await));
+        tx.commit().await.unwrap();
+        assert_eq!(
+            answers,
+            [
+                "Inserted",
+                "Unchanged",
+                "Updated",
+                "Inserted",
+                "Updated",
+                "Unchanged",
+                "Updated",
+                "Inserted",
+                "Unchanged"
+            ],
+            "{label}"
+        );
+        assert_eq!(
+            marker_of(&client, "hello-world").await.as_deref(),
+            Some("u:")
+        );
+        assert_eq!(marker_of(&client, "in-tx").await.as_deref(), Some("i:"));
     }
 }
