@@ -314,6 +314,16 @@ pub async fn fresh_backends(test: &str) -> Vec<Db> {
                 sqlx: None,
                 store: idem_core::postgres::Store::new().with_partitions(by),
             });
+            // Inserted rows told by the write marker, as on engines without `xmax` (issue 44).
+            let (schema, client) = fresh_schema(&uri, "m", test).await;
+            backends.push(Db::Postgres {
+                label: format!("{label}-marker"),
+                uri: uri.clone(),
+                schema,
+                client,
+                sqlx: None,
+                store: idem_core::postgres::Store::new().with_write_marker(true),
+            });
         }
     }
     backends.push(fresh_sqlite(test).await);
@@ -339,6 +349,12 @@ impl Db {
     /// Whether this is a PostgreSQL store whose tables are partitioned by their natural key.
     pub fn is_partitioned(&self) -> bool {
         matches!(self, Db::Postgres { label, .. } if label.ends_with("-partitioned"))
+    }
+
+    /// Whether this is a PostgreSQL store that tells inserted rows by the write marker column
+    /// (`with_write_marker`), which the table check then asks for.
+    pub fn has_write_marker(&self) -> bool {
+        matches!(self, Db::Postgres { label, .. } if label.ends_with("-marker"))
     }
 
     /// Whether this is the SQLite store.

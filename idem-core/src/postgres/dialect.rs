@@ -47,6 +47,18 @@ impl SqlDialect for Postgres {
         Table::new(model, stored)
     }
 
+    /// With the write marker column where the store tells inserted rows by it
+    /// ([`with_write_marker`](super::Store#method.with_write_marker)).
+    fn store_table(
+        store: &crate::sql::store::Store<Self>,
+        model: &'static Model,
+        stored: &[Column],
+    ) -> Table {
+        let mut table = Table::new(model, stored);
+        table.marker = store.write_marker;
+        table
+    }
+
     fn create_sql(table: &Table) -> String {
         table.create_sql(None)
     }

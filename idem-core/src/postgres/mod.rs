@@ -108,7 +108,7 @@ use schema::survey_table;
 pub use tokio_wire::driver_error;
 
 pub use crate::change::Change;
-pub use crate::model::APPLIED_OPS_FIELD;
+pub use crate::model::{APPLIED_OPS_FIELD, WRITE_MARKER_FIELD};
 pub use crate::sql::store::{DEFAULT_BATCH_CHUNK, DEFAULT_OP_WINDOW};
 
 /// How [`Store::with_partitions`](Store#method.with_partitions) and
@@ -187,6 +187,48 @@ impl Store {
     pub fn create_partitioned_table_sql<T: crate::Idempotent>(by: PartitionBy) -> String {
         let PartitionBy::Hash { partitions } = by;
         table::Table::new(&T::MODEL, &T::stored_columns()).create_sql(Some(partitions.max(1)))
+    }
+
+    /// Makes every statement tell the rows it inserted from the rows it updated by a write
+    /// marker column, [`WRITE_MARKER_FIELD`] (`"idemWrite"`, `text`, nullable), which the insert
+    /// sets to one value and the update to another, instead of asking the server (`xmax = 0`
+    /// before PostgreSQL 18, `RETURNING old` from 18): for CockroachDB, YugabyteDB and other
+    /// PostgreSQL-compatible engines that have neither. No statement of the store then names
+    /// `xmax` or `old`; the outcomes and refusals are those of the store without it. What it
+    /// costs: one more column, written by every insert and update.
+    ///
+    /// The tables [`ensure_table`](Store#method.ensure_table) creates have the column, as
+    /// [`create_write_marker_table_sql`](Store#method.create_write_marker_table_sql) prints
+    /// them; the table check asks for it (a table made without it is refused, naming its fix:
+    /// `ALTER TABLE … ADD COLUMN "idemWrite" text`), where a store without the option ignores
+    /// it. System columns are still read in two places: [`audit`](Store#method.audit) selects each
+    /// row's `ctid` (where it places a row), and [`adopt`](Store#method.adopt) reads `ctid`,
+    /// `xmin` and `tableoid` (YugabyteDB has neither `ctid` nor `xmin`). The store forgets the tables it checked: it checks them again, for the column.
+    ///
+    /// ```no_run
+    /// # use idem_core::Idempotent;
+    /// # #[derive(serde::Serialize, Idempotent)]
+    /// # struct Post { #[idem(key)] slug: String, title: String }
+    /// # async fn run(client: tokio_postgres::Client, post: Post) -> Result<(), idem_core::Error> {
+    /// let store = idem_core::postgres::Store::new().with_write_marker(true);
+    /// store.ensure_table::<Post, _>(&client).await?;
+    /// store.upsert(&client, &post).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_write_marker(self, enabled: bool) -> Self {
+        let mut store = self.unlearned();
+        store.write_marker = enabled;
+        store
+    }
+
+    /// The `CREATE TABLE` statement for `T` as a store
+    /// [`with_write_marker`](Store#method.with_write_marker) makes it, for a migration: the
+    /// statement of [`create_table_sql`](Store#method.create_table_sql) with the write marker
+    /// column.
+    pub fn create_write_marker_table_sql<T: crate::Idempotent>() -> String {
+        let mut table = table::Table::new(&T::MODEL, &T::stored_columns());
+        table.marker = true;
+        table.create_sql(None)
     }
 
     /// This store writing through `client`: what the derive's generated methods take

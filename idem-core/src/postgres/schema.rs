@@ -10,7 +10,7 @@ use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::Error;
-use crate::model::{APPLIED_OPS_FIELD, ID_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
@@ -328,10 +328,12 @@ impl TableCheck for Postgres {
     const LOOKED_IN: &'static str = " in the search path";
     const ID_ADDED_UNIQUE: bool = true;
 
+    /// The write marker's only where the store tells inserted rows by it.
     fn expected_columns(table: &Table) -> Vec<(&'static str, &'static str)> {
         (table.columns.iter())
             .map(|column| (column.name, table::sql_type(column)))
             .chain([(APPLIED_OPS_FIELD, "jsonb")])
+            .chain(table.marker.then_some((WRITE_MARKER_FIELD, "text")))
             .collect()
     }
 

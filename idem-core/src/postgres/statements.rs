@@ -6,8 +6,8 @@
 //! type in the statement (`unnest($1::text[]), …`), so a single write and a batch of any size
 //! share one statement text and never approach the 65,535 bind-parameter limit.
 
-use super::table::{literal, quote, sql_type, InsertedSignal, Table, LANDED};
-use crate::model::ID_FIELD;
+use super::table::{literal, quote, sql_type, InsertedSignal, Table, INSERTED, LANDED, UPDATED};
+use crate::model::{ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::guard::conflict_action;
 use crate::sql::layout::Content;
@@ -190,8 +190,15 @@ impl Table {
         signal: InsertedSignal,
         partitioned: bool,
     ) -> String {
-        let (names, values) = self.inserted_columns(statement);
-        let mut conflict = conflict_action(self, statement, &WORDS, "");
+        let (mut names, mut values) = self.inserted_columns(statement);
+        let mut also = String::new();
+        if signal == InsertedSignal::Marker {
+            let marker = quote(WRITE_MARKER_FIELD);
+            names.push_str(&format!(", {marker}"));
+            values.push_str(&format!(", {INSERTED}"));
+            also = format!(", {marker} = {UPDATED}");
+        }
+        let mut conflict = conflict_action(self, statement, &WORDS, &also);
         let before = self.relation_name("before");
         let mut before_cte = String::new();
         if signal == InsertedSignal::Before {

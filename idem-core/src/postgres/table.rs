@@ -8,7 +8,7 @@ use std::sync::{PoisonError, RwLock};
 use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
-use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD};
+use crate::model::{Model, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, Layout, TableColumn};
@@ -60,7 +60,11 @@ pub(crate) struct Table {
     layout: Layout,
     /// The writes, each as the server tells its inserted rows and the table keeps ids apart
     /// ([`Table::write_sql`]), by [`FORMS`] then [`Statement`].
-    writes: [[String; 3]; 4],
+    writes: [[String; 3]; 6],
+    /// Whether the table has the write marker column and every write tells its inserted rows
+    /// by it ([`InsertedSignal::Marker`]), whatever the server
+    /// ([`with_write_marker`](super::Store#method.with_write_marker)).
+    pub marker: bool,
     /// What the checks found ([`Table::found_on`]): servers that return `old`, one that does
     /// not, a partitioned table.
     servers: AtomicU8,
@@ -103,16 +107,30 @@ pub(crate) enum InsertedSignal {
     /// statement (`before`); the update is guarded to them, so a row committed after the
     /// snapshot stops the write, which goes again, rather than be updated and told inserted.
     Before = 2,
+    /// Under [`with_write_marker`](super::Store#method.with_write_marker), on any server: the
+    /// insert writes [`INSERTED`] in the write marker column, the update [`UPDATED`], and
+    /// `RETURNING` reads the row this statement wrote, so constants are enough: one statement
+    /// writes a row once at most (`ON CONFLICT DO UPDATE` refuses to affect a row twice, and
+    /// the engine's rounds never hold one natural key twice), and a row stored before holds
+    /// whatever marker, or none, until this statement's update sets [`UPDATED`].
+    Marker = 3,
 }
+
+/// The write marker an insert writes under [`InsertedSignal::Marker`].
+pub(crate) const INSERTED: &str = "'i:'";
+/// The write marker an update writes under [`InsertedSignal::Marker`].
+pub(crate) const UPDATED: &str = "'u:'";
 
 /// The forms of a write ([`Table::write_sql`]): how it tells inserted rows, and whether the
 /// table is partitioned, where no unique index is on `_id` alone and the insert itself leaves
 /// out a row whose id is stored under another natural key.
-const FORMS: [(InsertedSignal, bool); 4] = [
+const FORMS: [(InsertedSignal, bool); 6] = [
     (InsertedSignal::Xmax, false),
     (InsertedSignal::OldRow, false),
     (InsertedSignal::OldRow, true),
     (InsertedSignal::Before, true),
+    (InsertedSignal::Marker, false),
+    (InsertedSignal::Marker, true),
 ];
 
 impl InsertedSignal {
@@ -136,6 +154,9 @@ impl InsertedSignal {
                 "(NOT EXISTS (SELECT 1 FROM {before} b WHERE b.id = t.{}))",
                 quote(ID_FIELD)
             ),
+            InsertedSignal::Marker => {
+                format!("(t.{} = {INSERTED})", quote(WRITE_MARKER_FIELD))
+            }
         }
     }
 }
@@ -152,15 +173,17 @@ impl Table {
     /// The write of `statement`, with the signal it tells inserted rows by: the one of the
     /// servers the table was checked on (as PostgreSQL 15 does, before any check).
     /// Once a check found the table partitioned (in any schema), every write is in the form of
-    /// a partitioned table, which a plain one takes too.
+    /// a partitioned table, which a plain one takes too. Under the write [`marker`](Table::marker),
+    /// the marker's, whatever the server.
     pub fn write_sql(&self, statement: Statement) -> (InsertedSignal, &str) {
         let found = self.servers.load(Ordering::Relaxed);
         let old = found & WITH_OLD != 0 && found & WITHOUT_OLD == 0;
-        let form = match (found & PARTITIONED != 0, old) {
-            (false, false) => 0,
-            (false, true) => 1,
-            (true, true) => 2,
-            (true, false) => 3,
+        let form = match (found & PARTITIONED != 0, old, self.marker) {
+            (false, false, false) => 0,
+            (false, true, false) => 1,
+            (true, true, false) => 2,
+            (true, false, false) => 3,
+            (partitioned, _, true) => 4 + usize::from(partitioned),
         };
         let index = match statement {
             Statement::Upsert => 0,
@@ -188,7 +211,7 @@ impl Table {
     pub fn found_on(&self, signal: InsertedSignal, partitioned: bool) {
         let server = match signal {
             InsertedSignal::OldRow => WITH_OLD,
-            InsertedSignal::Xmax | InsertedSignal::Before => WITHOUT_OLD,
+            InsertedSignal::Xmax | InsertedSignal::Before | InsertedSignal::Marker => WITHOUT_OLD,
         };
         let table = if partitioned { PARTITIONED } else { 0 };
         self.servers.fetch_or(server | table, Ordering::Relaxed);
@@ -232,6 +255,7 @@ impl Table {
         let mut table = Table {
             layout: Layout::new(model, stored),
             writes: Default::default(),
+            marker: false,
             servers: AtomicU8::new(0),
             insert_fresh: Default::default(),
             insert_fresh_marked: Default::default(),
@@ -366,6 +390,9 @@ impl Table {
             "{} jsonb NOT NULL DEFAULT '[]'",
             quote(APPLIED_OPS_FIELD)
         )];
+        if self.marker {
+            own.push(format!("{} text", quote(WRITE_MARKER_FIELD)));
+        }
         let Some(partitions) = partitions else {
             return super::statements::WORDS.create_table(self, declared, &own, "");
         };

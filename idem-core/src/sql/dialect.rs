@@ -80,6 +80,11 @@ pub(crate) trait SqlDialect: Dialect {
 
     /// `model`'s table, with `stored`'s columns.
     fn table(model: &'static Model, stored: &[Column]) -> Self::Table;
+    /// `model`'s table as `store` writes it: [`SqlDialect::table`], unless the store's options
+    /// change its columns or statements (PostgreSQL's write marker).
+    fn store_table(_store: &Store<Self>, model: &'static Model, stored: &[Column]) -> Self::Table {
+        Self::table(model, stored)
+    }
     /// The `CREATE TABLE IF NOT EXISTS` statement (and what else makes the table).
     fn create_sql(table: &Self::Table) -> String;
     /// The statement `store`'s `ensure_table` makes `table` with: [`SqlDialect::create_sql`],

@@ -48,6 +48,9 @@ pub struct Store<D: Dialect> {
     /// How many hash partitions of its natural key `ensure_table` makes a table of, where the
     /// dialect partitions (PostgreSQL's `with_partitions`); `None`: a plain table.
     pub(crate) partitions: Option<u32>,
+    /// Whether the rows a write inserted are told by a write marker column, where the dialect
+    /// otherwise asks the server (PostgreSQL's `with_write_marker`).
+    pub(crate) write_marker: bool,
     dialect: PhantomData<fn() -> D>,
 }
 
@@ -65,6 +68,7 @@ impl<D: Dialect> Clone for Store<D> {
             op_window: self.op_window,
             pipelining: self.pipelining,
             partitions: self.partitions,
+            write_marker: self.write_marker,
             dialect: PhantomData,
         }
     }
@@ -96,6 +100,7 @@ impl<D: Dialect> Store<D> {
             op_window: DEFAULT_OP_WINDOW,
             pipelining: true,
             partitions: None,
+            write_marker: false,
             dialect: PhantomData,
         }
     }
@@ -170,7 +175,7 @@ impl<D: SqlDialect> Store<D> {
         Box::pin(async move {
             let document = DocumentRef::collection(&T::MODEL);
             let collection = T::MODEL.collection();
-            let table = D::table(&T::MODEL, &T::stored_columns());
+            let table = D::store_table(self, &T::MODEL, &T::stored_columns());
             // Refused before anything is created: a table the database would not keep as it is.
             if let Some(problem) = D::unstorable(&table) {
                 return Err(Error::schema_mismatch(&T::MODEL, problem));
@@ -559,7 +564,7 @@ impl<D: SqlDialect> Store<D> {
         if let Some(table) = known {
             return Ok(table);
         }
-        let table = Arc::new(D::table(model, &stored));
+        let table = Arc::new(D::store_table(self, model, &stored));
         D::check_table(wire, &table, document).await?;
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         tables

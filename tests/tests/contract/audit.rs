@@ -931,6 +931,11 @@ async fn a_surrogate_key_is_named_and_never_hashed() {
             Db::Mongo { .. } => continue,
         };
         db.run_raw(create, doc! {}).await;
+        // The column a store telling inserted rows by the write marker asks for.
+        if db.has_write_marker() {
+            db.run_raw("ALTER TABLE notes ADD COLUMN \"idemWrite\" text", doc! {})
+                .await;
+        }
         db.run_raw(
             &format!(
                 "INSERT INTO notes ({}, slug, title) VALUES \

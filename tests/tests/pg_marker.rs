@@ -1,0 +1,536 @@
+//! The PostgreSQL store that tells inserted rows by the write marker (issue 44, item 2:
+//! `Store::with_write_marker`), as CockroachDB, YugabyteDB and other engines without `xmax` need
+//! it, on every PostgreSQL server under test: no statement it sends names `xmax` or `old` (every
+//! primitive's statements are captured from the `idem::sql` trace events and read word by word);
+//! its answers are a plain store's; its table check asks for the marker column, naming the fix;
+//! and a table made with or without the option serves both stores.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use idem_core::postgres::{PartitionBy, Store};
+use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
+use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
+use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
+use serde::{Deserialize, Serialize};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// Every statement text the store sends through tokio-postgres, in order.
+#[derive(Clone, Default)]
+struct Statements(Arc<Mutex<Vec<String>>>);
+
+impl Statements {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The `sql` field of an event.
+struct Sql(Option<String>);
+
+impl Visit for Sql {
+    fn record_debug(&mut self, _field: &Field, _value: &dyn std::fmt::Debug) {}
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "sql" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Statements {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if event.metadata().target() != "idem::sql" {
+            return;
+        }
+        let mut sql = Sql(None);
+        event.record(&mut sql);
+        if let Some(sql) = sql.0 {
+            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push(sql);
+        }
+    }
+}
+
+/// The words of `sql` that name how a server tells inserted rows: `xmax`, or `old` (`RETURNING
+/// old`, `old."_id"`), read as SQL words: a quoted name is a name, not the
+/// word (a column named `"old"` is not `old`), and `holder` is not `old`.
+fn server_signals(sql: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find(|c: char| c.is_alphanumeric() || c == '_' || c == '"') {
+        rest = &rest[at..];
+        let end = if let Some(quoted) = rest.strip_prefix('"') {
+            quoted.find('"').map_or(rest.len(), |end| end + 2)
+        } else {
+            rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len())
+        };
+        let word = &rest[..end];
+        if matches!(word.to_lowercase().as_str(), "xmax" | "old") && !word.starts_with('"') {
+            words.push(word.to_owned());
+        }
+        rest = &rest[end..];
+    }
+    words
+}
+
+/// A playlist whose tracks are pushed once each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "playlists")]
+struct Playlist {
+    #[idem(key)]
+    name: String,
+    #[idem(push_by = "track")]
+    tracks: Vec<Track>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Track {
+    track: String,
+}
+
+/// What a call answered, as text that two stores' answers compare by.
+fn shown<T: std::fmt::Display>(answer: &Result<T, Error>) -> String {
+    match answer {
+        Ok(answer) => answer.to_string(),
+        Err(error) => format!("{:?}", error.kind()),
+    }
+}
+
+/// Every primitive, through `client` (and a transaction of it), each answer shown in order.
+async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> Vec<String> {
+    let mut answers = Vec::new();
+    store.ensure_table::<Post, _>(&*client).await.unwrap();
+    store.ensure_table::<Entry, _>(&*client).await.unwrap();
+    store.ensure_table::<Account, _>(&*client).await.unwrap();
+    store.ensure_table::<Payment, _>(&*client).await.unwrap();
+    store.ensure_table::<Playlist, _>(&*client).await.unwrap();
+    let first = post();
+    let changed = Post {
+        title: "Hello again".into(),
+        ..post()
+    };
+    let frozen = Post {
+        author_id: "bob".into(),
+        ..changed.clone()
+    };
+    let client_ref = &*client;
+    for doc in [&first, &first, &changed, &frozen] {
+        answers.push(shown(&store.upsert(client_ref, doc).await));
+    }
+    // A batch of fresh rows (the plain insert), then the same rows again and changed (the
+    // lookup, then the write), then one document three times in one call (rounds).
+    let fresh: Vec<Post> = (0..80)
+        .map(|n| Post {
+            slug: format!("p{n}"),
+            ..post()
+        })
+        .collect();
+    let mut again = fresh.clone();
+    for doc in again.iter_mut().step_by(7) {
+        doc.body = "edited".into();
+    }
+    let copies = vec![
+        Post {
+            slug: "copies".into(),
+            ..post()
+        },
+        Post {
+            slug: "copies".into(),
+            body: "second".into(),
+            ..post()
+        },
+        Post {
+            slug: "copies".into(),
+            body: "third".into(),
+            ..post()
+        },
+    ];
+    for batch in [&fresh, &again, &copies, &copies] {
+        let report = store.upsert_many(client_ref, batch).await.unwrap();
+        answers.extend(report.outcomes().iter().map(shown));
+    }
+    // `insert_new`, `delete`, `delete_by_id`.
+    let new = [entry("e1", 1, "one"), entry("e2", 1, "two")];
+    let session = store.on(client_ref);
+    let report = session.insert_new(&new).await.unwrap();
+    answers.push(report.to_string());
+    let report = session.insert_new(&new).await.unwrap();
+    answers.push(report.to_string());
+    let gone = Entry {
+        deleted_at: Some(5),
+        ..entry("e3", 1, "three")
+    };
+    for _ in 0..2 {
+        answers.push(shown(&store.delete(client_ref, &gone).await));
+    }
+    let id = new[0].id().unwrap();
+    for _ in 0..2 {
+        answers.push(shown(&session.delete_by_id::<Entry, _>(id, &7).await));
+    }
+    // `apply_once`, `record`, `push`, the reads.
+    let ada = account("ada");
+    answers.push(shown(&store.upsert(client_ref, &ada).await));
+    let op = OpId::new("credit-1");
+    for _ in 0..2 {
+        let changes = [Change::add("balance", 5)];
+        let applied = session
+            .apply_once::<Account>(ada.id().unwrap(), &op, &changes)
+            .await;
+        answers.push(shown(&applied));
+    }
+    let payment = Payment {
+        request_key: "req-1".into(),
+        amount_cents: 100,
+    };
+    for _ in 0..2 {
+        // Without the event's id, which is random.
+        let recorded = shown(&session.record(&payment).await);
+        answers.push(recorded.split(' ').next().unwrap_or_default().to_owned());
+    }
+    let playlist = Playlist {
+        name: "road".into(),
+        tracks: Vec::new(),
+    };
+    answers.push(shown(&store.upsert(client_ref, &playlist).await));
+    let track = Track {
+        track: "intro".into(),
+    };
+    for _ in 0..2 {
+        answers.push(shown(&playlist.push_tracks(&session, &track).await));
+    }
+    let read = session.get::<Post>(first.id().unwrap()).await.unwrap();
+    answers.push(format!("{:?}", read.map(|post| post.title)));
+    let found = session.find::<Post>(&first.natural_key()).await.unwrap();
+    answers.push(format!("{:?}", found.map(|post| post.title)));
+    answers.push(format!(
+        "{:?}",
+        store.audit::<Post, _>(client_ref).await.unwrap().is_clean()
+    ));
+    // Inside the caller's transaction: the write in a savepoint.
+    let tx = client.transaction().await.unwrap();
+    let later = Post {
+        slug: "in-tx".into(),
+        ..post()
+    };
+    answers.push(shown(&store.upsert(&tx, &later).await));
+    answers.push(shown(&store.upsert(&tx, &later).await));
+    tx.commit().await.unwrap();
+    answers
+}
+
+/// The stores each server is written by here: plain and partitioned, with and without the
+/// marker.
+fn stores() -> [(&'static str, Store); 4] {
+    let by = PartitionBy::Hash { partitions: 4 };
+    // Every batch of two rows or more takes the lookup and the plain insert.
+    let base = || Store::new().with_shortcuts_from(2);
+    [
+        ("plain", base()),
+        ("marker", base().with_write_marker(true)),
+        ("partitioned", base().with_partitions(by)),
+        (
+            "partitioned-marker",
+            base().with_partitions(by).with_write_marker(true),
+        ),
+    ]
+}
+
+/// Every statement a store `with_write_marker` sends, over a run of every primitive (plain and
+/// partitioned tables, inside a transaction and out), is free of `xmax` and `old`, and its
+/// answers are the store's without the option. The same run without the option does name them:
+/// the test reads the statements it means to.
+#[tokio::test]
+async fn no_statement_of_the_marker_store_names_xmax_or_old() {
+    let statements = Statements::default();
+    let subscriber = tracing_subscriber::registry().with(statements.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    for (label, uri) in postgres_servers() {
+        let mut plain_answers = None;
+        for (variant, store) in stores() {
+            let test = format!("marker_words_{}", variant.replace('-', "_"));
+            let (_schema, mut client) = fresh_schema(&uri, "mw", &test).await;
+            statements.take();
+            let answers = every_primitive(&store, &mut client).await;
+            let sent = statements.take();
+            assert!(
+                sent.len() > 40,
+                "{label} {variant}: {} statements",
+                sent.len()
+            );
+            let signals: Vec<(&String, Vec<String>)> = (sent.iter())
+                .map(|sql| (sql, server_signals(sql)))
+                .filter(|(_, words)| !words.is_empty())
+                .collect();
+            match variant.ends_with("marker") {
+                true => assert!(
+                    signals.is_empty(),
+                    "{label} {variant}: statements naming xmax or old: {signals:#?}"
+                ),
+                // The partitioned table before 18 tells inserted rows by its snapshot instead.
+                false if variant == "partitioned" && label == "pg15" => {}
+                false => assert!(!signals.is_empty(), "{label} {variant}: no xmax, no old"),
+            }
+            let plain = plain_answers.get_or_insert_with(|| answers.clone());
+            assert_eq!(&answers, plain, "{label} {variant}");
+        }
+        let plain = plain_answers.unwrap();
+        assert_eq!(plain[..3], ["Inserted", "Unchanged", "Updated"], "{label}");
+        assert!(
+            plain[3].starts_with("FrozenFieldChanged"),
+            "{label}: {}",
+            plain[3]
+        );
+    }
+}
+
+#[test]
+fn the_words_read_are_sql_words() {
+    assert_eq!(server_signals("RETURNING (t.xmax = 0)"), ["xmax"]);
+    assert_eq!(server_signals("RETURNING (old.\"_id\" IS NULL)"), ["old"]);
+    assert_eq!(
+        server_signals("SELECT t.\"old\", t.\"xmax\", holder FROM told"),
+        [""; 0]
+    );
+    assert_eq!(server_signals("RETURNING OLD.*, Xmax"), ["OLD", "Xmax"]);
+    assert!(server_signals("SELECT \"idemWrite\" = 'i:' FROM t").is_empty());
+}
+
+/// The number of rows of `table`.
+async fn count(client: &tokio_postgres::Client, table: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table}");
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+/// The stored write marker of the row holding `slug`.
+async fn marker_of(client: &tokio_postgres::Client, slug: &str) -> Option<String> {
+    let sql = "SELECT \"idemWrite\" FROM posts WHERE slug = $1";
+    client.query_one(sql, &[&slug]).await.unwrap().get(0)
+}
+
+/// A table made without the option is refused by a store with it, naming the column and its
+/// fix, with nothing written; fixed, it is written; and it stays the plain store's too (the
+/// column ignored, written or not by either in any order), answers told right whichever store
+/// wrote the row last. A table made with the option serves a plain store.
+#[tokio::test]
+async fn the_table_check_asks_for_the_marker_column() {
+    for (label, uri) in postgres_servers() {
+        let (_schema, client) = fresh_schema(&uri, "mc", "marker_check").await;
+        let plain = Store::new();
+        let marker = Store::new().with_write_marker(true);
+        plain.ensure_table::<Post, _>(&client).await.unwrap();
+        let first = post();
+        for store in [&marker, &marker.unlearned()] {
+            let refused = store.upsert(&client, &first).await.unwrap_err();
+            let ErrorKind::SchemaMismatch { problem, .. } = refused.kind() else {
+                panic!("{label}: {refused:?}");
+            };
+            assert!(
+                problem.contains(
+                    "column \"idemWrite\" is missing (expected text): \
+                     ALTER TABLE \"posts\" ADD COLUMN \"idemWrite\" text"
+                ),
+                "{label}: {problem}"
+            );
+            assert_eq!(count(&client, "posts").await, 0, "{label}");
+        }
+        let refused = marker.ensure_table::<Post, _>(&client).await.unwrap_err();
+        assert!(
+            matches!(refused.kind(), ErrorKind::SchemaMismatch { .. }),
+            "{label}"
+        );
+        // The plain store writes on, marker or not.
+        assert_eq!(
+            plain.upsert(&client, &first).await.unwrap(),
+            Outcome::Inserted
+        );
+        client
+            .batch_execute("ALTER TABLE \"posts\" ADD COLUMN \"idemWrite\" text")
+            .await
+            .unwrap();
+        let marker = marker.unlearned();
+        let changed = |body: &str| Post {
+            body: body.into(),
+            ..post()
+        };
+        // A row the plain store inserted (no marker), updated by the marker store.
+        assert_eq!(
+            marker.upsert(&client, &first).await.unwrap(),
+            Outcome::Unchanged
+        );
+        assert_eq!(
+            marker.upsert(&client, &changed("a")).await.unwrap(),
+            Outcome::Updated
+        );
+        assert_eq!(
+            marker_of(&client, "hello-world").await.as_deref(),
+            Some("u:")
+        );
+        // A row the marker store inserted, updated by the plain store (the marker left as
+        // the insert wrote it), then by the marker store: updated each time.
+        let other = Post {
+            slug: "other".into(),
+            ..post()
+        };
+        assert_eq!(
+            marker.upsert(&client, &other).await.unwrap(),
+            Outcome::Inserted
+        );
+        assert_eq!(marker_of(&client, "other").await.as_deref(), Some("i:"));
+        let edited = Post {
+            body: "edited".into(),
+            ..other.clone()
+        };
+        assert_eq!(
+            plain.upsert(&client, &edited).await.unwrap(),
+            Outcome::Updated
+        );
+        assert_eq!(marker_of(&client, "other").await.as_deref(), Some("i:"));
+        assert_eq!(
+            marker.upsert(&client, &other).await.unwrap(),
+            Outcome::Updated
+        );
+        assert_eq!(
+            plain.upsert(&client, &edited).await.unwrap(),
+            Outcome::Updated
+        );
+        let report = marker
+            .upsert_many(&client, &[other.clone(), edited.clone()])
+            .await;
+        let outcomes: Vec<String> = report.unwrap().outcomes().iter().map(shown).collect();
+        assert_eq!(outcomes, ["Updated", "Updated"], "{label}");
+        // Read back as the type: the column is none of its fields.
+        let read = marker.get::<Post, _>(&client, other.id().unwrap()).await;
+        assert_eq!(read.unwrap(), Some(edited), "{label}");
+        assert!(
+            marker.audit::<Post, _>(&client).await.unwrap().is_clean(),
+            "{label}"
+        );
+
+        // A table the marker store made: the plain store writes it as its own.
+        let (_schema, client) = fresh_schema(&uri, "mm", "marker_made").await;
+        marker.ensure_table::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            marker_of_column(&client).await.as_deref(),
+            Some("text"),
+            "{label}"
+        );
+        plain.ensure_table::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            plain.upsert(&client, &first).await.unwrap(),
+            Outcome::Inserted
+        );
+        assert_eq!(
+            marker.upsert(&client, &first).await.unwrap(),
+            Outcome::Unchanged
+        );
+        assert_eq!(
+            marker.upsert(&client, &changed("b")).await.unwrap(),
+            Outcome::Updated
+        );
+        assert_eq!(
+            plain.upsert(&client, &changed("c")).await.unwrap(),
+            Outcome::Updated
+        );
+        assert_eq!(count(&client, "posts").await, 1, "{label}");
+    }
+}
+
+/// The type of `posts."idemWrite"`, if the column exists.
+async fn marker_of_column(client: &tokio_postgres::Client) -> Option<String> {
+    let sql = "SELECT data_type::text FROM information_schema.columns \
+               WHERE table_schema = current_schema() AND table_name = 'posts' \
+               AND column_name = 'idemWrite'";
+    client
+        .query_opt(sql, &[])
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+/// The migration's statement holds the column, and the check of the table it makes passes;
+/// `create_table_sql` is unchanged by the option.
+#[tokio::test]
+async fn the_migration_holds_the_marker_column() {
+    let plain = Store::create_table_sql::<Post>();
+    let marked = Store::create_write_marker_table_sql::<Post>();
+    assert!(!plain.contains("idemWrite"), "{plain}");
+    assert!(marked.contains("\"idemWrite\" text"), "{marked}");
+    for (label, uri) in postgres_servers() {
+        let (_schema, client) = fresh_schema(&uri, "mg", "marker_migration").await;
+        client.batch_execute(&marked).await.unwrap();
+        let store = Store::new().with_write_marker(true);
+        store.ensure_table::<Post, _>(&client).await.unwrap();
+        assert_eq!(
+            store.upsert(&client, &post()).await.unwrap(),
+            Outcome::Inserted,
+            "{label}"
+        );
+    }
+}
+
+/// Through sqlx, the same statements: a store with the option tells inserts and updates apart
+/// there too, one write at a time, in batches (one document three times in one call) and inside
+/// a transaction, and stores the marker of the last write.
+#[tokio::test]
+async fn the_marker_store_answers_through_sqlx() {
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = fresh_schema(&uri, "mx", "marker_sqlx").await;
+        let mut connection = sqlx_connection(&uri, &schema).await;
+        let store = Store::new().with_write_marker(true);
+        store
+            .ensure_table::<Post, _>(&mut connection)
+            .await
+            .unwrap();
+        let first = post();
+        let changed = Post {
+            body: "changed".into(),
+            ..post()
+        };
+        let mut answers = Vec::new();
+        for doc in [&first, &first, &changed] {
+            answers.push(shown(&store.upsert(&mut connection, doc).await));
+        }
+        let copies: Vec<Post> = ["a", "b", "b", "c"]
+            .into_iter()
+            .map(|body| Post {
+                slug: "copies".into(),
+                body: body.into(),
+                ..post()
+            })
+            .collect();
+        let report = store.upsert_many(&mut connection, &copies).await.unwrap();
+        answers.extend(report.outcomes().iter().map(shown));
+        let mut tx = idem_core::sqlx::Connection::begin(&mut connection)
+            .await
+            .unwrap();
+        let later = Post {
+            slug: "in-tx".into(),
+            ..post()
+        };
+        answers.push(shown(&store.upsert(&mut tx, &later).await));
+        answers.push(shown(&store.upsert(&mut tx, &changed).await));
+        tx.commit().await.unwrap();
+        assert_eq!(
+            answers,
+            [
+                "Inserted",
+                "Unchanged",
+                "Updated",
+                "Inserted",
+                "Updated",
+                "Unchanged",
+                "Updated",
+                "Inserted",
+                "Unchanged"
+            ],
+            "{label}"
+        );
+        assert_eq!(
+            marker_of(&client, "hello-world").await.as_deref(),
+            Some("u:")
+        );
+        assert_eq!(marker_of(&client, "in-tx").await.as_deref(), Some("i:"));
+    }
+}
