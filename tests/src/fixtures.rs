@@ -133,3 +133,19 @@ pub fn ingested_post(slug: &str, title: &str) -> IngestedPost {
         fetched_at: 5,
     }
 }
+
+/// A playlist whose tracks are pushed once each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "playlists")]
+pub struct Playlist {
+    #[idem(key)]
+    pub name: String,
+    #[idem(push_by = "track")]
+    pub tracks: Vec<Track>,
+}
+
+/// A track of a [`Playlist`], told apart by its name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Track {
+    pub track: String,
+}

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
-use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Post};
-use serde::{Deserialize, Serialize};
+use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
@@ -73,21 +72,6 @@ fn server_signals(sql: &str) -> Vec<String> {
         rest = &rest[end..];
     }
     words
-}
-
-/// A playlist whose tracks are pushed once each.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "playlists")]
-struct Playlist {
-    #[idem(key)]
-    name: String,
-    #[idem(push_by = "track")]
-    tracks: Vec<Track>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Track {
-    track: String,
 }
 
 /// What a call answered, as text that two stores' answers compare by.

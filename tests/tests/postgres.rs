@@ -11,7 +11,7 @@ use idem_core::{Applied, Error, ErrorKind, Idempotent, OpId, Outcome, Pushed};
 use idem_tests::backends::{
     fresh_schema, postgres_servers, rows_shown, sqlx_connection, WITH_VERSION,
 };
-use idem_tests::fixtures::{account, numbered_post, post, Account, Post};
+use idem_tests::fixtures::{account, numbered_post, post, Account, Playlist, Post, Track};
 use idem_tests::pg_chaos::{connect, connection_config, upstream_address};
 use idem_tests::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig, ProxyStats};
 use serde::{Deserialize, Serialize};
@@ -679,21 +679,6 @@ async fn a_null_in_a_column_serde_can_default_reads_back_as_the_default() {
             "{label}"
         );
     }
-}
-
-/// A playlist whose tracks are pushed once each.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
-#[idem(collection = "playlists")]
-struct Playlist {
-    #[idem(key)]
-    name: String,
-    #[idem(push_by = "track")]
-    tracks: Vec<Track>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Track {
-    track: String,
 }
 
 /// A table whose migration lets the pushed list be NULL (a row another tool wrote without it):
