@@ -14,6 +14,11 @@
 //! Each re-ingest carries a new `fetchedAt` (volatile: it never makes a post "changed"), as a real
 //! re-fetch would.
 //!
+//! In each scenario idem also writes the same rows into the table partitioned by hash of its
+//! natural key (`Store::with_partitions(PartitionBy::Hash { partitions })`, `--partitions`,
+//! default 4 and 16 partitions), each in a schema of its own and made by the store, interleaved
+//! with the other variants in the same rounds.
+//!
 //! The targets, checked at the end: idem sends one write statement per chunk, and looks a chunk
 //! up first (ids, keys, content hashes and version keys only) while the last lookup found it mostly stored
 //! unchanged (a first ingest's first chunk, then every chunk of a re-ingest); writes each new row
@@ -21,7 +26,9 @@
 //! row and within 1.5x of `COPY` (timed); an unchanged re-ingest writes 0 rows, leaves 0 dead
 //! tuples and near-zero WAL (at most 1% of the naive upsert's), sends at most 10% of the bytes
 //! the naive upsert sends (the rows' own) and takes at most 0.25x its time (timed); a changed
-//! re-ingest writes exactly the changed rows. Exact targets (counts) fail the run when
+//! re-ingest writes exactly the changed rows. On a partitioned table idem sends exactly the
+//! statements and writes exactly the rows it does on the plain table, in at most 1.2x the plain
+//! table's time (the median of per-round ratios; timed). Exact targets (counts) fail the run when
 //! missed; timed ones are reported.
 //!
 //! Fairness. Every variant writes the same table (`Store::create_table_sql::<Post>()`) and the
@@ -53,7 +60,8 @@
 //!   client sends; each `Query` or `Execute` message is one statement (a `COPY` is one `Execute`).
 //!   The hand-written variants also count their own `execute`/`copy_in` calls, and a run fails if
 //!   the two ever differ.
-//! - rows written: `n_tup_ins + n_tup_upd` of `pg_stat_user_tables`, after
+//! - rows written: `n_tup_ins + n_tup_upd` of `pg_stat_user_tables` (summed over the partitions
+//!   of a partitioned table, whose own counters stay 0), after
 //!   `pg_stat_force_next_flush()` on the writing connection (PostgreSQL 15 and later flush a
 //!   backend's counters lazily; the forced flush happens before the server answers, so a read
 //!   after it sees every write). It must equal what the client was told (rows affected, rows
@@ -65,9 +73,9 @@
 //!   what sits in the WAL buffers when commits are asynchronous. It counts all the server's WAL in
 //!   the window: on a server with nothing else running, the variant's own.
 //!
-//! A check step first runs every variant on 10 rows and compares each count with what the
-//! statements must do (10 rows inserted, 10 updated, 10 dead tuples…), the dead tuples also with
-//! `pgstattuple`, and lists the WAL records of each window with `pg_walinspect`, where those
+//! A check step first runs every variant on 10 rows (idem on every table) and compares each
+//! count with what the statements must do (10 rows inserted, 10 updated, 10 dead tuples…), the
+//! dead tuples also with `pgstattuple`, and lists the WAL records of each window with `pg_walinspect`, where those
 //! extensions can be created.
 //!
 //! Run it (release build) against PostgreSQL 15 or later; `scripts/bench` runs it against a
@@ -76,12 +84,13 @@
 //! ```text
 //! eval "$(scripts/pg-server start 18)"
 //! cargo run --release -p idem-examples --example bench_postgres -- [--rounds 5] [--rows 10000]
-//!     [--chunk 1000] [--only check,1,2,3] [--tsv FILE]
+//!     [--chunk 1000] [--only check,1,2,3] [--partitions 4,16] [--tsv FILE]
 //! scripts/pg-server stop
 //! ```
 //!
 //! `POSTGRES_URI` names the server. The benchmark works in a schema of its own,
-//! `idem_bench_<pid>`, dropped when done. Exit status: 0 when every exact target is met; 1 when
+//! `idem_bench_<pid>`, and the partitioned tables in `idem_bench_<pid>_p<partitions>`, all
+//! dropped when done. Exit status: 0 when every exact target is met; 1 when
 //! one is missed; 2 on a usage or server problem.
 
 use std::collections::HashMap;
@@ -94,7 +103,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use idem_core::postgres::Store;
+use idem_core::postgres::{PartitionBy, Store};
 use idem_core::tokio_postgres::binary_copy::BinaryCopyInWriter;
 use idem_core::tokio_postgres::config::Host;
 use idem_core::tokio_postgres::types::{ToSql, Type};
@@ -135,6 +144,10 @@ struct Post {
 
 /// The table every variant writes.
 const TABLE: &str = "bench_posts";
+/// The heaps that hold the rows of table `$1`: the table itself, or the partitions of a
+/// partitioned one (whose own counters stay 0: its rows are its partitions').
+const HEAPS: &str = "SELECT c.oid FROM pg_class c WHERE c.relkind = 'r' AND (c.oid = \
+                     to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1))))";
 /// The body of every post, in bytes: rows of about 1.4 KB, below the 2 KB at which PostgreSQL
 /// would compress or move a value out of line.
 const BODY_BYTES: usize = 1000;
@@ -634,7 +647,7 @@ impl Report {
                 } else {
                     String::new()
                 },
-                variant: variant.name().to_owned(),
+                variant: variant.name(),
                 statements: first.wire.statements,
                 sent: fmt_bytes(sent),
                 written: first.written,
@@ -831,6 +844,8 @@ struct Args {
     link_mbit: Option<u32>,
     /// Runs idem's writes alone: no hand-written variant, no ratio, no target.
     only_idem: bool,
+    /// The partition counts of the partitioned tables idem also writes, beside the plain one.
+    partitions: Vec<u32>,
 }
 
 impl Args {
@@ -841,7 +856,7 @@ impl Args {
 
 const USAGE: &str = "\
 usage: bench_postgres [--rounds N] [--rows N] [--chunk N] [--only LIST] [--durable]
-                      [--link-mbit N] [--only-idem] [--tsv FILE]
+                      [--link-mbit N] [--only-idem] [--partitions LIST] [--tsv FILE]
 
 Benchmarks idem's upsert_many against hand-written writes on the PostgreSQL server named by
 POSTGRES_URI (15 or later).
@@ -857,6 +872,9 @@ POSTGRES_URI (15 or later).
                decide
   --only-idem  run idem's writes alone (no hand-written variant, no ratio, no target): what to
                run under a profiler
+  --partitions LIST  idem also writes the table partitioned by hash of its natural key
+               (Store::with_partitions), once for each partition count, comma-separated
+               (default: 4,16; none: not)
   --tsv FILE   also write the rows and targets, tab-separated, to FILE";
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal> {
@@ -869,6 +887,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
         durable: false,
         link_mbit: None,
         only_idem: false,
+        partitions: vec![4, 16],
     };
     let mut flags = Flags::new(args, USAGE);
     while let Some(flag) = flags.next_flag() {
@@ -881,6 +900,20 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, Fatal>
             "--only" => parsed.only = flags.list("--only", &["check", "1", "2", "3"])?,
             "--durable" => parsed.durable = true,
             "--only-idem" => parsed.only_idem = true,
+            "--partitions" => {
+                let list = flags.value("--partitions")?;
+                parsed.partitions = match list.as_str() {
+                    "none" => Vec::new(),
+                    _ => (list.split(','))
+                        .map(|n| n.trim().parse::<u32>().ok().filter(|&n| n > 0))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| {
+                            flags.error(&format!(
+                                "--partitions takes positive counts or none, not {list:?}"
+                            ))
+                        })?,
+                };
+            }
             "--link-mbit" => {
                 let mbit = flags.number("--link-mbit")?;
                 let mbit = u32::try_from(mbit).map_err(|_| {
@@ -981,11 +1014,17 @@ async fn run() -> Result<ExitCode, Fatal> {
     // The schema goes whatever happened, and the server's settings come back; a failure of
     // either is only reported.
     if let Ok(cleanup) = connect(&uri, Arc::default(), None).await {
-        if let Err(error) = cleanup
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await
-        {
-            eprintln!("bench_postgres: dropping schema {schema}: {error}");
+        let partitioned = args
+            .partitions
+            .iter()
+            .map(|&n| partitioned_schema(&schema, n));
+        for schema in partitioned.chain([schema.clone()]) {
+            if let Err(error) = cleanup
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await
+            {
+                eprintln!("bench_postgres: dropping schema {schema}: {error}");
+            }
         }
         if args.durable {
             if let Err(Fatal(error)) = durable(&cleanup, false).await {
@@ -1011,6 +1050,28 @@ async fn run() -> Result<ExitCode, Fatal> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The schema of the table partitioned into `partitions` (`bench_posts` again: the store names
+/// the table by the type).
+fn partitioned_schema(schema: &str, partitions: u32) -> String {
+    format!("{schema}_p{partitions}")
+}
+
+/// Turns autovacuum off for the table's heaps (it would reset n_dead_tup behind the benchmark's
+/// back); a partitioned table takes no storage parameters of its own.
+async fn autovacuum_off(client: &Client) -> Result<(), Fatal> {
+    let sql = format!("SELECT oid::regclass::text FROM ({HEAPS}) heaps");
+    for heap in client.query(&sql, &[&TABLE]).await? {
+        let heap: String = heap.get(0);
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE {heap} SET (autovacuum_enabled = false, \
+                 toast.autovacuum_enabled = false)"
+            ))
+            .await?;
+    }
+    Ok(())
+}
+
 /// One way of writing the rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
@@ -1024,17 +1085,32 @@ enum Variant {
     Copy,
     /// `store.upsert_many`.
     Idem,
+    /// `store.upsert_many` on the same table partitioned by hash of its natural key into this
+    /// many partitions (`Store::with_partitions`).
+    Partitioned(u32),
 }
 
 impl Variant {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Variant::RowByRow => "row by row: INSERT … ON CONFLICT DO UPDATE per row",
-            Variant::MultiRow => "multi-row INSERT … VALUES … ON CONFLICT DO UPDATE per chunk",
-            Variant::Naive => "naive: multi-row INSERT … ON CONFLICT DO UPDATE SET … per chunk",
-            Variant::Copy => "COPY … FROM STDIN (FORMAT binary)",
-            Variant::Idem => "idem store.upsert_many",
+            Variant::RowByRow => "row by row: INSERT … ON CONFLICT DO UPDATE per row".into(),
+            Variant::MultiRow => {
+                "multi-row INSERT … VALUES … ON CONFLICT DO UPDATE per chunk".into()
+            }
+            Variant::Naive => {
+                "naive: multi-row INSERT … ON CONFLICT DO UPDATE SET … per chunk".into()
+            }
+            Variant::Copy => "COPY … FROM STDIN (FORMAT binary)".into(),
+            Variant::Idem => "idem store.upsert_many".into(),
+            Variant::Partitioned(n) => {
+                format!("idem store.upsert_many, table partitioned by hash of the key into {n}")
+            }
         }
+    }
+
+    /// Whether idem writes the rows (on the plain table or a partitioned one).
+    fn is_idem(self) -> bool {
+        matches!(self, Variant::Idem | Variant::Partitioned(_))
     }
 }
 
@@ -1082,6 +1158,8 @@ struct Bench {
     /// The server's process for the connection.
     server_pid: i32,
     only_idem: bool,
+    /// The stores of the partitioned tables, by partition count, each in its own schema.
+    partitioned: Vec<(u32, Store)>,
 }
 
 impl Bench {
@@ -1093,12 +1171,40 @@ impl Bench {
     ) -> Result<Bench, Fatal> {
         let store = Store::new().with_batch_chunk(args.chunk);
         store.ensure_table::<Post, _>(&client).await?;
-        // Autovacuum would reset n_dead_tup behind the benchmark's back.
+        autovacuum_off(&client).await?;
+        // The partitioned tables, each made by a store of its own in a schema of its own, the
+        // only one on the search path with the table (the plain table's schema behind it would
+        // make the store find that table there, and check and write it instead).
+        let mut partitioned = Vec::new();
+        for &n in &args.partitions {
+            let own = partitioned_schema(&schema, n);
+            client
+                .batch_execute(&format!(
+                    "DROP SCHEMA IF EXISTS {own} CASCADE; CREATE SCHEMA {own}; \
+                     SET search_path TO {own}, public"
+                ))
+                .await?;
+            let store = (Store::new().with_batch_chunk(args.chunk))
+                .with_partitions(PartitionBy::Hash { partitions: n });
+            store.ensure_table::<Post, _>(&client).await?;
+            let made: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_partition_tree(to_regclass($1)) \
+                     WHERE isleaf AND level = 1",
+                    &[&TABLE],
+                )
+                .await?
+                .get(0);
+            if made != i64::from(n) {
+                return Err(fatal(format!(
+                    "{own}.{TABLE}: {made} partitions, not the {n} asked for"
+                )));
+            }
+            autovacuum_off(&client).await?;
+            partitioned.push((n, store));
+        }
         client
-            .batch_execute(&format!(
-                "ALTER TABLE {TABLE} SET (autovacuum_enabled = false, \
-                 toast.autovacuum_enabled = false)"
-            ))
+            .batch_execute(&format!("SET search_path TO {schema}, public"))
             .await?;
         let single = client.prepare(&upsert_sql(1)).await?;
         let mut multi = HashMap::new();
@@ -1126,6 +1232,7 @@ impl Bench {
             copy,
             server_pid,
             only_idem: args.only_idem,
+            partitioned,
         })
     }
 
@@ -1225,8 +1332,39 @@ impl Bench {
     // --------------------------------------------------------------------------------------------
     // Setup and measurement (never timed)
 
+    /// Puts the table `variant` writes first on the search path: a partitioned one's schema, or
+    /// the plain table's. Every later statement of the benchmark names that table.
+    async fn use_table_of(&self, variant: Variant) -> Result<(), Fatal> {
+        let sql = match variant {
+            Variant::Partitioned(n) => format!(
+                "SET search_path TO {}, public",
+                partitioned_schema(&self.schema, n)
+            ),
+            _ => format!("SET search_path TO {}, public", self.schema),
+        };
+        self.client.batch_execute(&sql).await?;
+        Ok(())
+    }
+
+    /// The store that writes `variant`'s table.
+    fn store_of(&self, variant: Variant) -> Result<&Store, Fatal> {
+        match variant {
+            Variant::Partitioned(n) => (self.partitioned.iter())
+                .find(|(partitions, _)| *partitions == n)
+                .map(|(_, store)| store)
+                .ok_or_else(|| fatal(format!("no table partitioned into {n}"))),
+            _ => Ok(&self.store),
+        }
+    }
+
+    /// The variants of idem on the partitioned tables.
+    fn partitioned_variants(&self) -> impl Iterator<Item = Variant> + '_ {
+        (self.partitioned.iter()).map(|&(n, _)| Variant::Partitioned(n))
+    }
+
     /// The rows idem stores for `posts`: written by idem into the empty table, read back.
     async fn rows_of(&self, posts: &[Post]) -> Result<Vec<Row>, Fatal> {
+        self.use_table_of(Variant::Idem).await?;
         self.reset(None).await?;
         let report = self.store.upsert_many(&self.client, posts).await?;
         expect_outcomes(
@@ -1308,8 +1446,11 @@ impl Bench {
         let row = self
             .client
             .query_one(
-                "SELECT n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables \
-                 WHERE relid = to_regclass($1)",
+                &format!(
+                    "SELECT coalesce(sum(n_tup_ins), 0)::int8, \
+                     coalesce(sum(n_tup_upd), 0)::int8, coalesce(sum(n_dead_tup), 0)::int8 \
+                     FROM pg_stat_user_tables WHERE relid IN ({HEAPS})"
+                ),
                 &[&TABLE],
             )
             .await?;
@@ -1430,8 +1571,9 @@ impl Bench {
                 written: self.copy_rows(&data.rows).await?,
                 calls: Some(1),
             }),
-            Variant::Idem => {
-                let report = self.store.upsert_many(&self.client, &data.posts).await?;
+            Variant::Idem | Variant::Partitioned(_) => {
+                let store = self.store_of(variant)?;
+                let report = store.upsert_many(&self.client, &data.posts).await?;
                 expect_outcomes(&report, expected, "upsert_many")?;
                 let written = report.count(Outcome::Inserted) + report.count(Outcome::Updated);
                 Ok(Done {
@@ -1466,16 +1608,27 @@ impl Bench {
         data: &Dataset,
         expected: &[(Outcome, usize)],
     ) -> Result<(), Fatal> {
-        let variants = match self.only_idem {
-            true => &[Variant::Idem],
-            false => variants,
+        // idem on each partitioned table, beside the plain one.
+        let variants: Vec<Variant> = match self.only_idem {
+            true => vec![Variant::Idem],
+            false => (variants.iter().copied())
+                .chain(self.partitioned_variants())
+                .collect(),
         };
+        let variants = variants.as_slice();
         // Planner statistics for the stored rows, once: ANALYZE in every round would churn the
-        // catalog (and its autovacuum would write WAL in the measured windows).
-        self.reset(seed).await?;
-        self.client
-            .batch_execute(&format!("ANALYZE {TABLE}"))
-            .await?;
+        // catalog (and its autovacuum would write WAL in the measured windows). Once for the
+        // plain table, once for each partitioned one.
+        let tables = variants
+            .iter()
+            .filter(|v| matches!(v, Variant::Partitioned(_)));
+        for &variant in [Variant::Idem].iter().chain(tables) {
+            self.use_table_of(variant).await?;
+            self.reset(seed).await?;
+            self.client
+                .batch_execute(&format!("ANALYZE {TABLE}"))
+                .await?;
+        }
         let mut samples = vec![Vec::new(); variants.len()];
         for round in 0..self.rounds {
             eprintln!(
@@ -1485,6 +1638,7 @@ impl Bench {
             );
             for index in order(variants.len(), round) {
                 let variant = variants[index];
+                self.use_table_of(variant).await?;
                 self.reset(seed).await?;
                 let what = format!("{title} / {}", variant.name());
                 let (sample, _, _) = self
@@ -1528,6 +1682,52 @@ impl Bench {
             median(&per_round)
         };
         let tag = format!("(P{label})");
+        // The partitioned tables: idem's counts there exactly as on the plain table, and its time
+        // against the plain table's, round by round.
+        for (index, &variant) in variants.iter().enumerate() {
+            let Variant::Partitioned(n) = variant else {
+                continue;
+            };
+            let theirs = &samples[index];
+            let (their_dead, their_wal) = (
+                median_u64(theirs.iter().map(|s| s.dead as u64)),
+                median_u64(theirs.iter().map(|s| s.wal)),
+            );
+            report.target(
+                true,
+                theirs[0].wire.statements == first.wire.statements
+                    && theirs[0].written == first.written,
+                format!(
+                    "{tag} table partitioned into {n}: idem's statements and rows written as on \
+                     the plain table"
+                ),
+                format!(
+                    "{}, {} rows written, {their_dead} dead tuples, {} WAL; plain: {}, {} rows \
+                     written, {dead} dead tuples, {} WAL",
+                    plural(theirs[0].wire.statements, "statement"),
+                    theirs[0].written,
+                    fmt_bytes(their_wal),
+                    plural(first.wire.statements, "statement"),
+                    first.written,
+                    fmt_bytes(wal),
+                ),
+            );
+            let per_round: Vec<f64> = (theirs.iter().zip(idem))
+                .map(|(a, b)| a.wall.as_secs_f64() / b.wall.as_secs_f64())
+                .collect();
+            let ratio = median(&per_round);
+            report.target(
+                false,
+                ratio <= 1.2,
+                format!(
+                    "{tag} table partitioned into {n}: idem within 1.2x of the plain table's time"
+                ),
+                format!(
+                    "partitioned/plain {ratio:.2}x (rounds {})",
+                    spread(&per_round)
+                ),
+            );
+        }
         // idem looks a chunk up first from 64 rows on; below, the rows cost less than the trip.
         let looked_up = match (self.chunk >= 64, label) {
             (false, _) => 0,
@@ -1694,17 +1894,31 @@ impl Bench {
     // --------------------------------------------------------------------------------------------
     // The check: every count on 10 rows, against what the statements must do
 
-    /// Creates extension `name` in the benchmark's schema (dropped with it) unless it exists.
-    async fn extension(&self, name: &str) -> bool {
+    /// Creates extension `name` in the benchmark's schema (dropped with it) unless it exists,
+    /// and returns the schema of its functions (named with them: a partitioned table's search
+    /// path leaves the benchmark's schema out).
+    async fn extension(&self, name: &str) -> Option<String> {
         let sql = format!(
             "CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA {}",
             self.schema
         );
-        match self.client.batch_execute(&sql).await {
-            Ok(()) => true,
+        let found = match self.client.batch_execute(&sql).await {
+            Ok(()) => self
+                .client
+                .query_one(
+                    "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension \
+                     WHERE extname = $1",
+                    &[&name],
+                )
+                .await
+                .map(|row| row.get(0)),
+            Err(error) => Err(error),
+        };
+        match found {
+            Ok(schema) => Some(schema),
             Err(error) => {
                 eprintln!("bench_postgres: check: no {name} ({error}); skipped");
-                false
+                None
             }
         }
     }
@@ -1730,7 +1944,7 @@ impl Bench {
             i64,
         );
         let stored = Some(data.originals.rows.as_slice());
-        let cases: Vec<Case> = vec![
+        let mut cases: Vec<Case> = vec![
             (
                 "P1",
                 Variant::RowByRow,
@@ -1812,6 +2026,18 @@ impl Bench {
                 changed,
             ),
         ];
+        // idem on each partitioned table, with the plain table's counts.
+        let partitioned: Vec<Case> = (cases.iter())
+            .filter(|case| case.1 == Variant::Idem)
+            .flat_map(|case| {
+                (self.partitioned_variants()).map(move |variant| {
+                    let mut case = case.clone();
+                    case.1 = variant;
+                    case
+                })
+            })
+            .collect();
+        cases.extend(partitioned);
         let mut lines = vec![format!(
             "check on {n} rows: each count against what the statements must do \
              (dead tuples also by pgstattuple, WAL records by pg_walinspect)"
@@ -1828,6 +2054,7 @@ impl Bench {
             want_dead,
         ) in &cases
         {
+            self.use_table_of(*variant).await?;
             self.reset(*seed).await?;
             let what = format!("check {scenario} / {}", variant.name());
             let (sample, start, end) = self
@@ -1843,11 +2070,14 @@ impl Bench {
             let mut ok = sample.wire.statements == *want_statements
                 && sample.written == *want_written
                 && sample.dead == *want_dead;
-            if pgstattuple {
+            if let Some(pgstattuple) = &pgstattuple {
                 let physical: i64 = self
                     .client
                     .query_one(
-                        "SELECT dead_tuple_count FROM pgstattuple($1::text::regclass)",
+                        &format!(
+                            "SELECT coalesce(sum(({pgstattuple}.pgstattuple(oid)).dead_tuple_count), \
+                             0)::int8 FROM ({HEAPS}) heaps"
+                        ),
                         &[&TABLE],
                     )
                     .await?
@@ -1856,14 +2086,14 @@ impl Bench {
                 ok &= physical == *want_dead;
             }
             line.push_str(&format!(", WAL {} B", sample.wal));
-            if walinspect {
+            if let Some(walinspect) = &walinspect {
                 // CHECKPOINT needs a superuser or pg_checkpoint: without it, no listing.
-                match self.wal_records(start, end).await {
+                match self.wal_records(walinspect, start, end).await {
                     Ok(records) => line.push_str(&records),
                     Err(Fatal(error)) => line.push_str(&format!(" (no WAL listing: {error})")),
                 }
             }
-            if *variant != Variant::Idem && *scenario == "P1" {
+            if !variant.is_idem() && *scenario == "P1" {
                 // The hand-written rows are idem's own: idem finds every one unchanged.
                 let again = self.store.upsert_many(&self.client, &dataset.posts).await?;
                 let same = again.count(Outcome::Unchanged) == n;
@@ -1902,7 +2132,7 @@ impl Bench {
 
     /// The WAL records between `start` and `end`, by kind: ` = N records: Heap/LOCK 10 (560 B),
     /// …`. The window must be flushed to be read: a `CHECKPOINT` flushes it.
-    async fn wal_records(&self, start: u64, end: u64) -> Result<String, Fatal> {
+    async fn wal_records(&self, walinspect: &str, start: u64, end: u64) -> Result<String, Fatal> {
         if end <= start {
             return Ok(String::new());
         }
@@ -1910,10 +2140,12 @@ impl Bench {
         let rows = self
             .client
             .query(
-                "SELECT resource_manager || '/' || record_type, count(*), \
-                 sum(end_lsn - start_lsn)::bigint \
-                 FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) \
-                 GROUP BY 1 ORDER BY 3 DESC, 1",
+                &format!(
+                    "SELECT resource_manager || '/' || record_type, count(*), \
+                     sum(end_lsn - start_lsn)::bigint \
+                     FROM {walinspect}.pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) \
+                     GROUP BY 1 ORDER BY 3 DESC, 1"
+                ),
                 &[&format_lsn(start), &format_lsn(end)],
             )
             .await?;
