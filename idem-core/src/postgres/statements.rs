@@ -167,9 +167,13 @@ impl Table {
             incoming_name = self.relation_name("incoming"),
             written = self.relation_name("written"),
             table = self.name(),
+            // A lateral probe with `LIMIT 1`, as in [`Table::unchanged_filter`]: `NOT EXISTS`
+            // became a hash anti-join over every partition, read whole for each chunk (a first
+            // ingest of 100,000 rows took 3.4 to 4 times the plain table's time).
             stored = match partitioned {
                 true => format!(
-                    " WHERE NOT EXISTS (SELECT 1 FROM {} o WHERE o.{} = i.c0)",
+                    " LEFT JOIN LATERAL (SELECT true AS stored FROM {} o WHERE o.{} = i.c0 \
+                     LIMIT 1) stored_id ON true WHERE stored_id.stored IS NULL",
                     self.name(),
                     quote(ID_FIELD)
                 ),
