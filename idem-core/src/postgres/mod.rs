@@ -148,8 +148,9 @@ impl Store {
 
     /// Makes the tables [`ensure_table`](Store#method.ensure_table) creates partitioned by
     /// their natural key, as
-    /// [`create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) prints them. A table that exists is checked as it is, partitioned or not: the store
-    /// writes both, with the same outcomes and refusals.
+    /// [`create_partitioned_table_sql`](Store#method.create_partitioned_table_sql) prints them.
+    /// A table that exists is checked as it is, partitioned or not: the store writes both, with
+    /// the same outcomes and refusals.
     ///
     /// A partitioned table cannot have a primary key on `_id` alone: its unique constraints hold
     /// its partition columns. The table check takes instead a primary key (or unique index) on
@@ -201,9 +202,10 @@ impl Store {
     /// [`create_write_marker_table_sql`](Store#method.create_write_marker_table_sql) prints
     /// them; the table check asks for it (a table made without it is refused, naming its fix:
     /// `ALTER TABLE … ADD COLUMN "idemWrite" text`), where a store without the option ignores
-    /// it. System columns are still read in two places: [`audit`](Store#method.audit) selects each
-    /// row's `ctid` (where it places a row), and [`adopt`](Store#method.adopt) reads `ctid`,
-    /// `xmin` and `tableoid` (YugabyteDB has neither `ctid` nor `xmin`). The store forgets the tables it checked: it checks them again, for the column.
+    /// it. System columns are still read in two places: [`audit`](Store#method.audit) selects
+    /// each row's `ctid` (where it places a row), and [`adopt`](Store#method.adopt) reads
+    /// `ctid`, `xmin` and `tableoid` (YugabyteDB has neither `ctid` nor `xmin`). The store
+    /// forgets the tables it checked: it checks them again, for the column.
     ///
     /// ```no_run
     /// # use idem_core::Idempotent;
