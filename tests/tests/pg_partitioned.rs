@@ -76,6 +76,19 @@ async fn made(
     (client, store, sqlx)
 }
 
+/// A fresh schema (its name, and a client whose search path it is) holding `Post`'s table as a
+/// store partitioning into four makes it, and that store.
+async fn partitioned(
+    uri: &str,
+    prefix: &str,
+    test: &str,
+) -> (String, tokio_postgres::Client, Store) {
+    let (schema, client) = fresh_schema(uri, prefix, test).await;
+    let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
+    store.ensure_table::<Post, _>(&client).await.unwrap();
+    (schema, client, store)
+}
+
 /// Whether `client`'s `posts` is partitioned, and into how many partitions.
 async fn partitions(client: &tokio_postgres::Client) -> Option<i64> {
     let row = client
@@ -305,9 +318,7 @@ async fn racing_first_writes_converge_on_a_partitioned_table() {
     for (label, uri) in postgres_servers() {
         for round in 0..3 {
             let test = format!("race{round}");
-            let (schema, client) = fresh_schema(&uri, "pr", &test).await;
-            let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
-            store.ensure_table::<Post, _>(&client).await.unwrap();
+            let (schema, client, store) = partitioned(&uri, "pr", &test).await;
             let barrier = Arc::new(tokio::sync::Barrier::new(32));
             let mut tasks = Vec::new();
             for writer in 0..32 {
@@ -351,9 +362,7 @@ async fn racing_first_writes_converge_on_a_partitioned_table() {
 #[tokio::test]
 async fn racing_updates_are_never_told_inserted() {
     for (label, uri) in postgres_servers() {
-        let (schema, client) = fresh_schema(&uri, "pu", "race").await;
-        let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
-        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let (schema, client, store) = partitioned(&uri, "pu", "race").await;
         for round in 0..5 {
             let barrier = Arc::new(tokio::sync::Barrier::new(8));
             let mut tasks = Vec::new();
@@ -530,9 +539,7 @@ async fn the_printed_statements_make_a_table_the_check_takes() {
 #[tokio::test]
 async fn two_rows_under_one_id_each_meet_their_own_document() {
     for (label, uri) in postgres_servers() {
-        let (_, client) = fresh_schema(&uri, "pt", "twins").await;
-        let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
-        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let (_, client, store) = partitioned(&uri, "pt", "twins").await;
         let first = post();
         assert_eq!(
             store.upsert(&client, &first).await.unwrap(),
@@ -657,9 +664,7 @@ async fn adoption_tells_rows_of_different_partitions_apart() {
 #[tokio::test]
 async fn racing_transactions_converge_on_a_partitioned_table() {
     for (label, uri) in postgres_servers() {
-        let (schema, client) = fresh_schema(&uri, "px", "race").await;
-        let store = Store::new().with_partitions(PartitionBy::Hash { partitions: 4 });
-        store.ensure_table::<Post, _>(&client).await.unwrap();
+        let (schema, client, store) = partitioned(&uri, "px", "race").await;
         let barrier = Arc::new(tokio::sync::Barrier::new(8));
         let mut tasks = Vec::new();
         for _ in 0..8 {
