@@ -362,7 +362,7 @@ async fn racing_first_writes_converge_on_a_partitioned_table() {
 #[tokio::test]
 async fn racing_updates_are_never_told_inserted() {
     for (label, uri) in postgres_servers() {
-        let (schema, client, store) = partitioned(&uri, "pu", "race").await;
+        let (schema, _client, store) = partitioned(&uri, "pu", "race").await;
         for round in 0..5 {
             let barrier = Arc::new(tokio::sync::Barrier::new(8));
             let mut tasks = Vec::new();
