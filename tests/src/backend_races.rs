@@ -134,7 +134,7 @@ impl Db {
     }
 
     /// The content hash the document `id` of `T` is stored with (`None` when it is stored
-    /// without one), as the backend holds it: MongoDB's field, PostgreSQL's column.
+    /// without one), as the backend holds it: MongoDB's field, a SQL column's bytes as hex.
     pub async fn stored_content_hash<T: Idempotent>(&self, id: Id) -> Option<String> {
         let model = &T::MODEL;
         let (collection, hash) = (model.collection(), model.hash_field());
@@ -151,7 +151,10 @@ impl Db {
                 .ok()
                 .map(str::to_owned),
             Db::Postgres { client, .. } => {
-                let sql = format!("SELECT \"{hash}\" FROM \"{collection}\" WHERE \"_id\" = $1");
+                // Its bytes, as the hex text idem reads them as.
+                let sql = format!(
+                    "SELECT encode(\"{hash}\", 'hex') FROM \"{collection}\" WHERE \"_id\" = $1"
+                );
                 client
                     .query_opt(&sql, &[&id])
                     .await

@@ -55,19 +55,22 @@ fn value(row: &sqlx::mysql::MySqlRow, index: usize) -> Value {
         _ => match row.try_get_unchecked::<String, _>(index) {
             Ok(text) => Value::from(text),
             // Bytes that are no UTF-8 (a binary column), shown as hex.
-            Err(_) => {
-                let bytes = row
-                    .try_get_unchecked::<Vec<u8>, _>(index)
-                    .unwrap_or_else(|error| panic!("mariadb: a column's bytes: {error}"));
-                Value::from(
-                    bytes
-                        .iter()
-                        .map(|byte| format!("{byte:02x}"))
-                        .collect::<String>(),
-                )
-            }
+            Err(_) => hex_of(row, index),
         },
     }
+}
+
+/// The bytes of column `index` of `row` as hex (the content hash's, as idem reads it).
+fn hex_of(row: &sqlx::mysql::MySqlRow, index: usize) -> Value {
+    let bytes = row
+        .try_get_unchecked::<Vec<u8>, _>(index)
+        .unwrap_or_else(|error| panic!("mariadb: a column's bytes: {error}"));
+    Value::from(
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>(),
+    )
 }
 
 /// Each row of `collection` in `_id` order, as its columns' names and stored values (by their
@@ -190,7 +193,7 @@ pub async fn stored_content_hash<T: Idempotent>(
 ) -> Option<String> {
     let model = &T::MODEL;
     let sql = format!(
-        "SELECT {} FROM {} WHERE {} = ?",
+        "SELECT LOWER(HEX({})) FROM {} WHERE {} = ?",
         quoted(model.hash_field()),
         quoted(model.collection()),
         quoted(idem_core::model::ID_FIELD)

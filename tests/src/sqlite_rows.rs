@@ -10,6 +10,11 @@ fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `bytes` as lowercase hex digits.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// Each row of `collection` in `_id` order, as its columns' names and stored values (SQLite's
 /// own types: integers, reals, text, NULL); empty if there is no such table.
 pub async fn rows(
@@ -37,6 +42,8 @@ pub async fn rows(
                         "INTEGER" => Value::from(row.get::<i64, _>(index)),
                         "REAL" => serde_json::Number::from_f64(row.get::<f64, _>(index))
                             .map_or(Value::Null, Value::Number),
+                        // The content hash's bytes, as the hex text idem reads them as.
+                        "BLOB" => Value::from(hex(&row.get::<Vec<u8>, _>(index))),
                         _ => Value::from(row.get::<String, _>(index)),
                     };
                     (name, value)
@@ -118,7 +125,7 @@ pub async fn stored_content_hash<T: Idempotent>(
 ) -> Option<String> {
     let model = &T::MODEL;
     let sql = format!(
-        "SELECT {} FROM {} WHERE \"_id\" = ?1",
+        "SELECT nullif(lower(hex({})), '') FROM {} WHERE \"_id\" = ?1",
         quoted(model.hash_field()),
         quoted(model.collection())
     );

@@ -213,23 +213,24 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
         assert_eq!(report.clean, 1, "{label}: {report}");
         assert!(!report.is_clean());
 
-        assert_eq!(report.table_problems.len(), 4, "{label}: {report}");
+        assert_eq!(report.table_problems.len(), 5, "{label}: {report}");
         assert_eq!(
-            report.table_problems[..3],
+            report.table_problems[..4],
             [
                 r#"column "fetchedAt" is integer, expected bigint: ALTER TABLE "posts" ALTER COLUMN "fetchedAt" TYPE bigint USING "fetchedAt"::bigint"#,
+                r#"column "sourceHash" is text, expected bytea: ALTER TABLE "posts" ALTER COLUMN "sourceHash" TYPE bytea USING decode("sourceHash", 'hex')"#,
                 r#"column "idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
                 r#"column "idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
             "{label}"
         );
         assert!(
-            report.table_problems[3].starts_with(
+            report.table_problems[4].starts_with(
                 "no unique constraint on exactly the natural key (lang, slug); idem's conflict \
                  target needs one: ALTER TABLE \"posts\" ADD CONSTRAINT"
             ),
             "{label}: {}",
-            report.table_problems[3]
+            report.table_problems[4]
         );
 
         assert_eq!(report.duplicates.keys, 2, "{label}: {report}");
@@ -330,7 +331,7 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
             );
         }
         let json = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["table_problems"].as_array().unwrap().len(), 4);
+        assert_eq!(json["table_problems"].as_array().unwrap().len(), 5);
 
         // Nothing was written, and idem still refuses the table before its first write.
         let refused = Store::new().upsert(&client, &clean).await.unwrap_err();
@@ -440,7 +441,7 @@ async fn a_table_without_idem_id_hash_or_a_key_column_is_reported_row_by_row() {
             [
                 r#""_id" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "_id" text UNIQUE"#,
                 r#""lang" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "lang" text"#,
-                r#""sourceHash" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "sourceHash" text"#,
+                r#""sourceHash" is missing (expected bytea): ALTER TABLE "posts" ADD COLUMN "sourceHash" bytea"#,
                 r#""idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
                 r#""idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],

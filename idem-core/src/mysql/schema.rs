@@ -4,7 +4,7 @@
 //! id and exactly the natural key, without prefixes. Every problem comes with its fix, all of
 //! them at once: applying the fixes listed makes the table pass.
 
-use super::table::{data_types, quote, Table, BYTEWISE};
+use super::table::{data_types, quote, Table, BYTEWISE, WORDS};
 use super::MySql;
 use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
@@ -79,8 +79,18 @@ impl TableCheck for MySql {
         }
     }
 
+    /// The content hash, text in a table an earlier release made, as the bytes its hex
+    /// digits write: made binary first, so that the bytes are not read as text.
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
-        Some(table.modify(column))
+        if column != table.model.hash_field() {
+            return Some(table.modify(column));
+        }
+        let (name, quoted) = (table.name(), quote(column));
+        Some(format!(
+            "ALTER TABLE {name} MODIFY {quoted} VARBINARY(71); UPDATE {name} SET {quoted} = {}; {}",
+            WORDS.hash_bytes(table.model, &quoted),
+            table.modify(column)
+        ))
     }
 
     fn loose_column(table: &Table, column: &str, collation: &str) -> String {

@@ -41,6 +41,8 @@ pub(crate) const WORDS: Words = Words {
             json_path(name)
         )
     },
+    from_hex: |x| format!("UNHEX({x})"),
+    to_hex: |x| format!("LOWER(HEX({x}))"),
 };
 
 /// How the MySQL family's guard names the rows, in its [`WORDS`]: there is no alias for the row
@@ -84,7 +86,8 @@ fn is_key(column: &TableColumn) -> bool {
 /// The name of a column's type, in messages.
 pub(crate) fn type_name(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
-        (Content::Id | Content::Hash | Content::VersionKey, _) | (_, ColumnShape::Text) => "text",
+        (Content::Hash, _) => "BINARY(32)",
+        (Content::Id | Content::VersionKey, _) | (_, ColumnShape::Text) => "text",
         (Content::Digests | Content::Extra, _) => "JSON",
         (_, ColumnShape::Integer) => "BIGINT",
         (_, ColumnShape::Boolean) => "BOOLEAN",
@@ -97,7 +100,8 @@ pub(crate) fn type_name(column: &TableColumn) -> &'static str {
 /// `JSON` is `LONGTEXT`, MySQL's its own type.
 pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
     match (column.content, column.shape) {
-        (Content::Id | Content::Hash | Content::VersionKey, _) => &["varchar", "char"],
+        (Content::Hash, _) => &["binary"],
+        (Content::Id | Content::VersionKey, _) => &["varchar", "char"],
         // A `CHAR` drops trailing spaces as it reads: "x " would be read back as "x".
         (_, ColumnShape::Text) if is_key(column) => &["varchar"],
         (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],
@@ -149,7 +153,8 @@ impl MarkerWords for super::MySql {
         };
         match (column.content, column.shape) {
             (Content::Id, _) => text(26),
-            (Content::Hash, _) => text(71).replace(" NOT NULL", ""),
+            // Its 32 bytes: fixed, as every hash has them, with no length to store.
+            (Content::Hash, _) => "BINARY(32)".to_owned(),
             (Content::VersionKey, _) => text(32).replace(" NOT NULL", ""),
             (_, ColumnShape::Text) if is_key(column) => text(key_chars(table)),
             (_, ColumnShape::Text) => format!("LONGTEXT CHARACTER SET utf8mb4 COLLATE {BYTEWISE}"),
@@ -288,7 +293,12 @@ impl MarkerWords for super::MySql {
         }
         let key = |at: usize| format!("v.key{at}");
         let mut same = vec![format!("u.{id} IS NOT NULL")];
-        same.extend(WORDS.stored_unchanged(table, key, |at| format!("v.content{at}")));
+        // The hash's text as its bytes.
+        let content = |at: usize| match contents[at] {
+            Content::Hash => WORDS.hash_bytes(table.model, &format!("v.content{at}")),
+            _ => format!("v.content{at}"),
+        };
+        same.extend(WORDS.stored_unchanged(table, key, content));
         let by_key = WORDS.holds_key(table, "f", key);
         let row = format!(
             "JSON_ARRAY({})",
@@ -369,7 +379,8 @@ impl Table {
     /// on the natural key.
     pub fn create_sql(&self) -> String {
         let own = [
-            format!("{} JSON NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            // NULL until `apply_once` first records an op: an empty list would cost each row.
+            format!("{} JSON", quote(APPLIED_OPS_FIELD)),
             format!(
                 "{} VARCHAR(27) CHARACTER SET utf8mb4 COLLATE {BYTEWISE}",
                 quote(WRITE_MARKER_FIELD)

@@ -7,6 +7,7 @@
 //! documented on [`Store::adopt`](Store#method.adopt).
 
 use super::dialect::UNIQUE_VIOLATION;
+use super::statements::WORDS;
 use super::table::{literal, quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Store};
@@ -15,6 +16,7 @@ use crate::error::Error;
 use crate::model::ID_FIELD;
 use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
 use crate::sql::judge::Destination;
+use crate::sql::layout::Content;
 
 crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
@@ -132,9 +134,11 @@ pub(super) async fn rows<C: Wire>(
         .map_err(|source| postgres_error(document, source))?;
     let mut read = Vec::with_capacity(found.len());
     for row in &found {
+        // `to_jsonb` of a row is never NULL.
+        let mut stored = row.object(0, document)?.unwrap_or_default();
+        table.hash_as_text(&mut stored);
         read.push(ReadRow {
-            // `to_jsonb` of a row is never NULL.
-            stored: row.object(0, document)?.unwrap_or_default(),
+            stored,
             id: row.str(1).map(str::to_owned),
             location: row.str(2).map(str::to_owned),
             version: row.str(3).map(str::to_owned),
@@ -190,12 +194,12 @@ pub(super) async fn move_row<C: Wire>(
     let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&destination.id_text)];
     for (index, value) in &destination.contents {
         values.push(value.as_deref());
-        set.push(format!(
-            "{} = ${}::{}",
-            quote(table.columns[*index].name),
-            values.len(),
-            sql_type(&table.columns[*index])
-        ));
+        let column = &table.columns[*index];
+        let value = match column.content {
+            Content::Hash => WORDS.hash_bytes(table.model, &format!("${}::text", values.len())),
+            _ => format!("${}::{}", values.len(), sql_type(column)),
+        };
+        set.push(format!("{} = {value}", quote(column.name)));
     }
     let sql = format!(
         "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \

@@ -126,6 +126,10 @@ impl SqlDialect for Postgres {
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
+    fn hash_bytes(table: &Table, text: &str) -> String {
+        super::statements::WORDS.hash_bytes(table.model, text)
+    }
+
     fn read_of(_table: &Table, alias: &str, name: &str) -> String {
         format!("{alias}.{}::text", quote(name))
     }
@@ -161,13 +165,15 @@ impl SqlDialect for Postgres {
     }
 
     fn row_read<R: Cells>(
-        _table: &Table,
+        table: &Table,
         _columns: &[usize],
         row: &R,
         document: &DocumentRef,
     ) -> Result<(serde_json::Map<String, serde_json::Value>, usize), Error> {
         // `to_jsonb` of a row is never NULL.
-        Ok((row.object(0, document)?.unwrap_or_default(), 1))
+        let mut stored = row.object(0, document)?.unwrap_or_default();
+        table.hash_as_text(&mut stored);
+        Ok((stored, 1))
     }
 
     fn error(document: &DocumentRef, source: DbFailure) -> Error {

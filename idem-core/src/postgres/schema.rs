@@ -342,10 +342,16 @@ impl TableCheck for Postgres {
         found == expected || (expected == "text" && found == "character varying")
     }
 
-    fn retype(table: &Table, column: &str, expected: &str) -> Option<String> {
-        let column = table::quote(column);
+    /// The content hash, text in a table an earlier release made, as the bytes its hex
+    /// digits write.
+    fn retype(table: &Table, name: &str, expected: &str) -> Option<String> {
+        let column = table::quote(name);
+        let using = match name == table.model.hash_field() {
+            true => super::statements::WORDS.hash_bytes(table.model, &column),
+            false => format!("{column}::{expected}"),
+        };
         Some(format!(
-            "ALTER TABLE {} ALTER COLUMN {column} TYPE {expected} USING {column}::{expected}",
+            "ALTER TABLE {} ALTER COLUMN {column} TYPE {expected} USING {using}",
             table.name()
         ))
     }

@@ -25,6 +25,8 @@ pub(super) const WORDS: Words = Words {
     bytewise: "\"C\"",
     distinct: |stored, incoming| format!("{stored} IS DISTINCT FROM {incoming}"),
     json_text: |column, name| format!("({column} ->> {})", literal(name)),
+    from_hex: |x| format!("decode({x}, 'hex')"),
+    to_hex: |x| format!("encode({x}, 'hex')"),
 };
 
 impl Table {
@@ -77,10 +79,14 @@ impl Table {
         )
     }
 
-    /// The incoming value of column `index`, cast to the column's type.
+    /// The incoming value of column `index`, cast to the column's type; the content hash's
+    /// text as its bytes.
     fn cast(&self, index: usize) -> String {
         let column = &self.columns[index];
         match sql_type(column) {
+            _ if column.content == Content::Hash => {
+                WORDS.hash_bytes(self.model, &format!("i.c{index}"))
+            }
             "text" => format!("i.c{index}"),
             sql_type => format!("i.c{index}::{sql_type}"),
         }
@@ -305,16 +311,10 @@ impl Table {
             .enumerate()
             .map(|(at, (name, sql_type))| (format!("${}::{sql_type}[]", at + 1), name.clone()))
             .collect();
-        // The stored text of a hash is the hash function's prefix, then its bytes in lowercase
-        // hex.
-        let prefix = self.model.hash_algorithm().prefix();
-        let hash_text = match prefix {
-            "" => "encode(i.hash, 'hex')".to_owned(),
-            prefix => format!("{} || encode(i.hash, 'hex')", literal(prefix)),
-        };
+        // The hash's bytes, as the column stores them.
         let contents = compared_contents(self);
         let same = self.stored_unchanged(|at| match contents[at] {
-            Content::Hash => hash_text.clone(),
+            Content::Hash => "i.hash".to_owned(),
             // Byte by byte, as the guard orders keys, whatever collation the column was given.
             _ => format!("i.version_key COLLATE {}", WORDS.bytewise),
         });
@@ -350,11 +350,13 @@ impl Table {
     /// incoming row is all it takes.
     fn unchanged_filter(&self) -> String {
         // Byte by byte, as the guard compares them, whatever the column's collation.
+        // The hash's bytes compare as they are.
         let compared: Vec<usize> = (compared_contents(self).into_iter())
             .filter_map(|content| self.column_with(content))
             .collect();
-        let same = self.stored_unchanged(|at| {
-            format!("{} COLLATE {}", self.cast(compared[at]), WORDS.bytewise)
+        let same = self.stored_unchanged(|at| match self.columns[compared[at]].content {
+            Content::Hash => self.cast(compared[at]),
+            _ => format!("{} COLLATE {}", self.cast(compared[at]), WORDS.bytewise),
         });
         format!(
             " LEFT JOIN LATERAL (SELECT true AS stored FROM {} u WHERE {same} LIMIT 1) unchanged \
@@ -457,13 +459,13 @@ impl Table {
             parameter += 1;
             format!("${parameter}::text")
         };
-        // The hash and the version key are text already.
+        // The version key is text already.
         let conditions = WORDS.pinned_conditions(self, "i.c0".into(), next, |name, placeholder| {
             let cast = match self
                 .column_named(name)
                 .map(|index| self.columns[index].content)
             {
-                Some(Content::Hash | Content::VersionKey) => "",
+                Some(Content::VersionKey) => "",
                 _ => "::text",
             };
             format!("t.{}{cast} {} {placeholder}", quote(name), WORDS.same)

@@ -21,7 +21,8 @@ pub(crate) const LANDED: &str = "idem.landed";
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
         (Content::Digests | Content::Extra, _) => "jsonb",
-        (Content::Id | Content::Hash | Content::VersionKey, _) => "text",
+        (Content::Hash, _) => "bytea",
+        (Content::Id | Content::VersionKey, _) => "text",
         (_, ColumnShape::Text) => "text",
         (_, ColumnShape::Integer) => "bigint",
         (_, ColumnShape::Float) => "double precision",
@@ -370,6 +371,18 @@ impl Table {
         }
     }
 
+    /// A row as [`Table::row_json`] selects it, its content hash as the text the engine
+    /// compares: `to_jsonb` writes a `bytea` as `\x` and its hex digits, where a table made by
+    /// an earlier release holds the text itself.
+    pub fn hash_as_text(&self, row: &mut serde_json::Map<String, serde_json::Value>) {
+        let hash = row.get_mut(self.model.hash_field());
+        if let Some(serde_json::Value::String(text)) = hash {
+            if let Some(hex) = text.strip_prefix("\\x") {
+                *text = format!("{}{hex}", self.model.hash_algorithm().prefix());
+            }
+        }
+    }
+
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key; with
     /// `partitions`, partitioned by hash of the natural key into that many partitions
     /// (`{table}_p0`, …), with a primary key on `_id` and the natural key in place of the one
@@ -386,10 +399,8 @@ impl Table {
             };
             format!("{}{constraint}", sql_type(column))
         };
-        let mut own = vec![format!(
-            "{} jsonb NOT NULL DEFAULT '[]'",
-            quote(APPLIED_OPS_FIELD)
-        )];
+        // NULL until `apply_once` first records an op: an empty list would cost each row.
+        let mut own = vec![format!("{} jsonb", quote(APPLIED_OPS_FIELD))];
         if self.marker {
             own.push(format!("{} text", quote(WRITE_MARKER_FIELD)));
         }

@@ -221,10 +221,11 @@ impl Layout {
             Some(field) => format!("{t}.{} IS NOT NULL", quote(field.stored_name())),
             None => words.never_deleted.to_owned(),
         };
+        let hash = format!("{t}.{}", quote(self.model.hash_field()));
         let mut state = vec![
             format!("{t}.{}", quote(ID_FIELD)),
             tombstoned,
-            of(Content::Hash),
+            words.hash_text(self.model, &hash),
             of(Content::Digests),
             of(Content::VersionKey),
         ];

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use crate::column::Column;
 use crate::model::{Field, Model, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
-use crate::sql::layout::{Layout, TableColumn};
+use crate::sql::layout::{Content, Layout, TableColumn};
 use crate::sql::marker_sql::Words;
 
 /// What a marker dialect's table writes its own way: its words, and the statements of the
@@ -127,8 +127,17 @@ impl<D: MarkerWords> Table<D> {
     }
 
     /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
+    /// The content hash as the text the engine compares; the text itself where a table made by
+    /// an earlier release holds it (as an audit before the table's migration reads it).
     pub fn read_of(&self, alias: &str, name: &str) -> String {
-        D::read_column(self, alias, name)
+        match self.column_named(name).map(|at| self.columns[at].content) {
+            Some(Content::Hash) => {
+                let column = format!("{alias}.{}", (D::WORDS.quote)(name));
+                let text = D::WORDS.hash_text(self.model, &column);
+                format!("CASE WHEN length({column}) = 32 THEN {text} ELSE {column} END")
+            }
+            _ => D::read_column(self, alias, name),
+        }
     }
 
     /// The `SET` and the conditions of the replacement of a row the guard cannot compare
@@ -144,8 +153,15 @@ impl<D: MarkerWords> Table<D> {
     ) -> (String, String) {
         let quote = D::WORDS.quote;
         let sent = self.sent.iter().map(|&index| &self.columns[index]);
+        // The content hash's text as its bytes.
         let mut assigned: Vec<String> = sent
-            .filter_map(|column| set(&quote(column.name), next(), column.is_replaced()))
+            .filter_map(|column| {
+                let value = match column.content {
+                    Content::Hash => D::WORDS.hash_bytes(self.model, &next()),
+                    _ => next(),
+                };
+                set(&quote(column.name), value, column.is_replaced())
+            })
             .collect();
         assigned.extend(set(&quote(WRITE_MARKER_FIELD), next(), true));
         let id = next();
@@ -210,6 +226,10 @@ macro_rules! marker_dialect_items {
 
         fn create_sql(table: &Self::Table) -> String {
             table.create_sql()
+        }
+
+        fn hash_bytes(table: &Self::Table, text: &str) -> String {
+            super::table::WORDS.hash_bytes(table.model, text)
         }
 
         async fn table_problems<W: $crate::sql::wire::Wire>(

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::model::{Model, FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
 use crate::sql::layout::{Content, Layout, TableColumn};
 
 /// What a dialect writes differently in the statements' shared parts.
@@ -32,9 +32,38 @@ pub(crate) struct Words {
     /// The text under key `name` of the JSON object in the column expression `column`, as it
     /// compares with another such text.
     pub json_text: fn(column: &str, name: &str) -> String,
+    /// The bytes the hex text of the expression `x` writes (`decode(x, 'hex')`, `unhex(x)`).
+    pub from_hex: fn(x: &str) -> String,
+    /// The bytes of the expression `x` as lowercase hex text (`encode(x, 'hex')`).
+    pub to_hex: fn(x: &str) -> String,
 }
 
 impl Words {
+    /// The content hash the text expression `text` holds (the hash function's prefix, then 64
+    /// hex digits, as [`crate::ContentHash`] writes it) as the column stores it: its 32 bytes.
+    /// The prefix is the table's model's, so the column need not keep it.
+    pub fn hash_bytes(&self, model: &Model, text: &str) -> String {
+        match model.hash_algorithm().prefix() {
+            "" => (self.from_hex)(text),
+            prefix => (self.from_hex)(&format!("substr({text}, {})", prefix.len() + 1)),
+        }
+    }
+
+    /// The stored content hash in the column expression `column` (its bytes) as the text the
+    /// engine compares: the model's hash function's prefix, then the bytes in lowercase hex;
+    /// NULL where the column is (SQLite's `hex` of NULL is empty, PostgreSQL's and SQLite's
+    /// `concat` leave a NULL out, MySQL's is NULL).
+    pub fn hash_text(&self, model: &Model, column: &str) -> String {
+        match model.hash_algorithm().prefix() {
+            "" => format!("nullif({}, '')", (self.to_hex)(column)),
+            prefix => format!(
+                "nullif(concat({literal}, {hex}), {literal})",
+                literal = (self.literal)(prefix),
+                hex = (self.to_hex)(column)
+            ),
+        }
+    }
+
     /// `CREATE TABLE IF NOT EXISTS …`: each column with the type and constraints `declared`
     /// gives it, then `own` (idem's own columns and constraints), the unique constraint on the
     /// natural key, and `after` the closing parenthesis.
@@ -104,7 +133,11 @@ impl Words {
         if let Some(field) = model.tombstone_field() {
             conditions.push(format!("t.{} IS NULL", (self.quote)(field.stored_name())));
         }
-        let mut names = vec![model.hash_field()];
+        // The hash on its bytes at rest.
+        let hash = format!("t.{}", (self.quote)(model.hash_field()));
+        let stored = self.hash_bytes(model, &placeholder());
+        conditions.push(format!("{hash} {} {stored}", self.same));
+        let mut names = Vec::new();
         if layout.column_with(Content::Digests).is_some() {
             names.push(FROZEN_DIGESTS_FIELD);
         }

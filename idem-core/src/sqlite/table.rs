@@ -27,6 +27,8 @@ pub(crate) const WORDS: Words = Words {
     bytewise: "BINARY",
     distinct: |stored, incoming| format!("{stored} IS NOT {incoming}"),
     json_text: |column, name| format!("json_extract({column}, {})", WORDS.json_path(name)),
+    from_hex: |x| format!("unhex({x})"),
+    to_hex: |x| format!("lower(hex({x}))"),
 };
 
 /// A column's declared type. A boolean's and a structured value's name their shape, so that a
@@ -34,7 +36,8 @@ pub(crate) const WORDS: Words = Words {
 /// rules `BOOLEAN` stores integers as `INTEGER` does, and `JSON_TEXT` text as `TEXT` does.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
-        (Content::Id | Content::Hash | Content::VersionKey, _) => "TEXT",
+        (Content::Hash, _) => "BLOB",
+        (Content::Id | Content::VersionKey, _) => "TEXT",
         (Content::Digests | Content::Extra, _) => "TEXT",
         (_, ColumnShape::Text) => "TEXT",
         (_, ColumnShape::Integer) => "INTEGER",
@@ -162,7 +165,12 @@ impl MarkerWords for super::Sqlite {
         let incoming = |position: usize| format!("v.column{}", position + 1);
         let key_at = |at: usize| incoming(1 + contents.len() + at);
         let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
-        same.extend(WORDS.stored_unchanged(table, key_at, |at| incoming(1 + at)));
+        // The hash's text as its bytes.
+        let content = |at: usize| match contents[at] {
+            Content::Hash => WORDS.hash_bytes(table.model, &incoming(1 + at)),
+            _ => incoming(1 + at),
+        };
+        same.extend(WORDS.stored_unchanged(table, key_at, content));
         let by_key = WORDS.holds_key(table, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
         selected.extend(table.stored_row_columns("s"));
@@ -226,7 +234,8 @@ impl Table {
     /// `CREATE TABLE IF NOT EXISTS …` with the unique constraint on the natural key.
     pub fn create_sql(&self) -> String {
         let own = [
-            format!("{} TEXT NOT NULL DEFAULT '[]'", quote(APPLIED_OPS_FIELD)),
+            // NULL until `apply_once` first records an op: an empty list would cost each row.
+            format!("{} TEXT", quote(APPLIED_OPS_FIELD)),
             format!("{} TEXT", quote(WRITE_MARKER_FIELD)),
         ];
         self.create_table(&own, "")

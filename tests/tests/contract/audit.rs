@@ -908,14 +908,14 @@ async fn a_surrogate_key_is_named_and_never_hashed() {
         let (create, key) = match &db {
             Db::Sqlite { .. } => (
                 "CREATE TABLE notes (id INTEGER PRIMARY KEY, \"_id\" TEXT UNIQUE, \
-                 slug TEXT NOT NULL UNIQUE, title TEXT NOT NULL, \"sourceHash\" TEXT, \
+                 slug TEXT NOT NULL UNIQUE, title TEXT NOT NULL, \"sourceHash\" BLOB, \
                  \"idemAppliedOps\" TEXT NOT NULL DEFAULT '[]', \"idemWrite\" TEXT)",
                 "id",
             ),
             Db::Postgres { .. } => (
                 "CREATE TABLE notes (seq bigint GENERATED ALWAYS AS IDENTITY, \
                  \"_id\" text PRIMARY KEY, slug text NOT NULL UNIQUE, title text NOT NULL, \
-                 \"sourceHash\" text, \"idemAppliedOps\" jsonb NOT NULL DEFAULT '[]')",
+                 \"sourceHash\" bytea, \"idemAppliedOps\" jsonb NOT NULL DEFAULT '[]')",
                 "seq",
             ),
             Db::Mysql { .. } => (
@@ -923,7 +923,7 @@ async fn a_surrogate_key_is_named_and_never_hashed() {
                  `_id` VARCHAR(26) COLLATE utf8mb4_nopad_bin NOT NULL UNIQUE, \
                  slug VARCHAR(255) COLLATE utf8mb4_nopad_bin NOT NULL UNIQUE, \
                  title LONGTEXT COLLATE utf8mb4_nopad_bin NOT NULL, \
-                 `sourceHash` VARCHAR(71) COLLATE utf8mb4_nopad_bin, \
+                 `sourceHash` BINARY(32), \
                  `idemAppliedOps` JSON NOT NULL DEFAULT '[]', \
                  `idemWrite` VARCHAR(27) COLLATE utf8mb4_nopad_bin)",
                 "seq",
