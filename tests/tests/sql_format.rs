@@ -37,33 +37,28 @@ fn note(n: usize) -> Note {
 
 /// The text of each column of each row `sql` selects, on a SQL store.
 async fn texts(db: &Db, sql: &str) -> Vec<Vec<Option<String>>> {
-    use idem_core::sqlx::Row;
+    use idem_core::sqlx::{self, Row};
+    let failed = |error: &dyn std::fmt::Display| -> ! { panic!("{db}: {sql}: {error}") };
+    // The same read on each sqlx connection.
+    macro_rules! through_sqlx {
+        ($connection:expr) => {
+            (sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())))
+                .fetch_all(&mut *$connection.lock().await)
+                .await
+                .unwrap_or_else(|error| failed(&error))
+                .iter()
+                .map(|row| (0..row.len()).map(|at| row.get(at)).collect())
+                .collect()
+        };
+    }
     match db {
         Db::Postgres { client, .. } => (client.query(sql, &[]).await)
-            .unwrap_or_else(|error| panic!("{db}: {sql}: {error}"))
+            .unwrap_or_else(|error| failed(&error))
             .iter()
             .map(|row| (0..row.len()).map(|at| row.get(at)).collect())
             .collect(),
-        Db::Sqlite { connection, .. } => {
-            let mut connection = connection.lock().await;
-            (idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(sql.to_owned())))
-                .fetch_all(&mut *connection)
-                .await
-                .unwrap_or_else(|error| panic!("{db}: {sql}: {error}"))
-                .iter()
-                .map(|row| (0..row.len()).map(|at| row.get(at)).collect())
-                .collect()
-        }
-        Db::Mysql { connection, .. } => {
-            let mut connection = connection.lock().await;
-            (idem_core::sqlx::query(idem_core::sqlx::AssertSqlSafe(sql.to_owned())))
-                .fetch_all(&mut *connection)
-                .await
-                .unwrap_or_else(|error| panic!("{db}: {sql}: {error}"))
-                .iter()
-                .map(|row| (0..row.len()).map(|at| row.get(at)).collect())
-                .collect()
-        }
+        Db::Sqlite { connection, .. } => through_sqlx!(connection),
+        Db::Mysql { connection, .. } => through_sqlx!(connection),
         Db::Mongo { .. } => unreachable!("a SQL store"),
     }
 }
@@ -265,15 +260,28 @@ async fn a_table_of_the_earlier_release_is_refused_with_the_statements_that_migr
         let refused = db.upsert(&notes[0]).await.unwrap_err().to_string();
         assert!(refused.contains("`notes`"), "{db}: {refused}");
         assert!(refused.contains("column \"sourceHash\""), "{db}: {refused}");
-        let fix = &refused[refused
-            .find("ALTER TABLE")
-            .unwrap_or_else(|| panic!("{refused}"))..];
         let named = match &db {
             Db::Postgres { .. } => "TYPE bytea USING decode(\"sourceHash\", 'hex')",
-            Db::Sqlite { .. } => "unhex(\"sourceHash\")",
+            Db::Sqlite { .. } => {
+                "make the table anew with the column's type, the hash copied as \
+                 unhex(\"sourceHash\")"
+            }
             _ => "UNHEX(`sourceHash`)",
         };
-        assert!(fix.contains(named), "{db}: {fix}");
+        assert!(refused.contains(named), "{db}: {refused}");
+        // SQLite's fix is named in words: made anew as its user writes it.
+        let fix = match &db {
+            Db::Sqlite { .. } => format!(
+                "ALTER TABLE notes RENAME TO notes_text_hash; {}; INSERT INTO notes SELECT \
+                 \"_id\", slug, text, unhex(\"sourceHash\"), NULLIF(\"idemAppliedOps\", '[]'), \
+                 \"idemWrite\" FROM notes_text_hash; DROP TABLE notes_text_hash",
+                idem_core::sqlite::Store::create_table_sql::<Note>()
+            ),
+            _ => refused[refused
+                .find("ALTER TABLE")
+                .unwrap_or_else(|| panic!("{refused}"))..]
+                .to_owned(),
+        };
         let batch = db.upsert_many(&notes).await.unwrap_err().to_string();
         assert!(batch.contains("sourceHash"), "{db}: {batch}");
         assert_eq!(

@@ -293,11 +293,7 @@ impl MarkerWords for super::MySql {
         }
         let key = |at: usize| format!("v.key{at}");
         let mut same = vec![format!("u.{id} IS NOT NULL")];
-        // The hash's text as its bytes.
-        let content = |at: usize| match contents[at] {
-            Content::Hash => WORDS.hash_bytes(table.model, &format!("v.content{at}")),
-            _ => format!("v.content{at}"),
-        };
+        let content = |at: usize| WORDS.compared_value(table, at, format!("v.content{at}"));
         same.extend(WORDS.stored_unchanged(table, key, content));
         let by_key = WORDS.holds_key(table, "f", key);
         let row = format!(

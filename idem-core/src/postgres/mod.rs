@@ -20,8 +20,9 @@
 //!
 //! One column per stored field, under the name serde writes: `text`, `bigint`, `double
 //! precision` and `boolean` for scalars, `jsonb` for nested structs, sequences and maps. Beside
-//! them: `_id` (the derived id, primary key), the content hash, `idemFrozen` (digests of the
-//! timestamp and frozen fields), `idemVersion` (the version's order key), `idemAppliedOps` and,
+//! them: `_id` (the derived id, primary key), the content hash (`bytea`, its 32 bytes),
+//! `idemFrozen` (digests of the timestamp and frozen fields), `idemVersion` (the version's order
+//! key), `idemAppliedOps` (NULL until `apply_once` records an op) and,
 //! for a type with `#[serde(flatten)]` fields, `idemExtra` (their entries), with a unique
 //! constraint on the natural key. [`Store::create_table_sql`](Store#method.create_table_sql) prints the DDL for a migration;
 //! [`Store::ensure_table`](Store#method.ensure_table) runs it. Before its first write to a table the store checks that

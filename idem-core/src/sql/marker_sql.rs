@@ -37,6 +37,15 @@ impl Words {
         format!("({}) VALUES {values}", names.join(", "))
     }
 
+    /// The incoming value `value` of the `at`th of [`crate::sql::words::compared_contents`] as its
+    /// column stores it: the content hash's text as its bytes.
+    pub fn compared_value(&self, layout: &Layout, at: usize, value: String) -> String {
+        match crate::sql::words::compared_contents(layout)[at] {
+            Content::Hash => self.hash_bytes(layout.model, &value),
+            _ => value,
+        }
+    }
+
     /// Whether the row `alias` holds the incoming natural key ([`Words::same_key`]); never for
     /// a type without one.
     pub fn holds_key(

@@ -117,8 +117,9 @@ impl Words {
     }
 
     /// The conditions under which the pinned replacement finds the row `t` as it was read:
-    /// under the id (`id`), not deleted, and each of its hash, digests, version key and version,
-    /// and each guarded field, as read (`pinned(name, placeholder)`). `placeholder` gives each
+    /// under the id (`id`), not deleted, its hash as read (compared on its bytes), and each of
+    /// its digests, version key and version, and each guarded field, as read (`pinned(name,
+    /// placeholder)`). `placeholder` gives each
     /// parameter's, in the order they are bound: SQLite's statement numbers them, as its `SET`
     /// skips the sent columns it does not replace.
     pub fn pinned_conditions(

@@ -8,7 +8,6 @@
 use super::collation::{declared_collations, is_bytewise};
 use super::table::{declared_as, quote, Table, WORDS};
 use super::Sqlite;
-use crate::model::APPLIED_OPS_FIELD;
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -83,13 +82,18 @@ impl TableCheck for Sqlite {
         declared_as(found, expected)
     }
 
+    /// The content hash as hex text (an earlier release's) is copied as its bytes.
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
-        if column == table.model.hash_field() {
-            return Some(hash_made_anew(table));
-        }
+        let how = match column == table.model.hash_field() {
+            true => format!(
+                "with the column's type, the hash copied as {}",
+                WORDS.hash_bytes(table.model, &quote(column))
+            ),
+            false => "with the column's type".to_owned(),
+        };
         Some(format!(
             "SQLite cannot change a column's type in place: {}",
-            made_anew(table, "with the column's type")
+            made_anew(table, &how)
         ))
     }
 
@@ -129,33 +133,6 @@ fn made_anew(table: &Table, how: &str) -> String {
         table.name()
     )
 }
-/// The fix of a content hash stored as text (by an earlier release): SQLite cannot change a
-/// column's declared type, so the table is made anew, as `ensure_table` makes it, and its rows
-/// copied into it, each hash as its bytes and an empty list of applied ops as none. A table
-/// with indexes or triggers of its own has them made again after.
-fn hash_made_anew(table: &Table) -> String {
-    let name = table.model.collection();
-    let old = quote(&format!("{name}_idem_text_hash"));
-    let columns: Vec<(&str, &str)> = table.expected_columns().collect();
-    let names: Vec<String> = columns.iter().map(|(column, _)| quote(column)).collect();
-    let values: Vec<String> = (columns.iter())
-        .map(|(column, _)| match *column {
-            hash if hash == table.model.hash_field() => WORDS.hash_bytes(table.model, &quote(hash)),
-            APPLIED_OPS_FIELD => format!("NULLIF({}, '[]')", quote(column)),
-            _ => quote(column),
-        })
-        .collect();
-    format!(
-        "SQLite cannot change a column's type in place: make the table anew, in a transaction: \
-         ALTER TABLE {table} RENAME TO {old}; {create}; INSERT INTO {table} ({names}) SELECT \
-         {values} FROM {old}; DROP TABLE {old}",
-        table = table.name(),
-        create = table.create_sql(),
-        names = names.join(", "),
-        values = values.join(", "),
-    )
-}
-
 /// The unique indexes of the table `name`, with their key columns and collations.
 async fn unique_indexes(wire: &impl Wire, name: &str) -> Result<Vec<FoundIndex>, DbFailure> {
     crate::trace::round_trip("SELECT");

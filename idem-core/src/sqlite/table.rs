@@ -165,11 +165,7 @@ impl MarkerWords for super::Sqlite {
         let incoming = |position: usize| format!("v.column{}", position + 1);
         let key_at = |at: usize| incoming(1 + contents.len() + at);
         let mut same = vec![format!("u.{} = {}", quote(ID_FIELD), incoming(0))];
-        // The hash's text as its bytes.
-        let content = |at: usize| match contents[at] {
-            Content::Hash => WORDS.hash_bytes(table.model, &incoming(1 + at)),
-            _ => incoming(1 + at),
-        };
+        let content = |at: usize| WORDS.compared_value(table, at, incoming(1 + at));
         same.extend(WORDS.stored_unchanged(table, key_at, content));
         let by_key = WORDS.holds_key(table, "f", key_at);
         let mut selected = vec!["k.i".to_owned()];
