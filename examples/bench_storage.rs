@@ -26,10 +26,12 @@
 //!   the values idem stored (read back from its table): `_id` as its 26-character text and as the
 //!   ULID's 16 bytes (and `uuid` on PostgreSQL), without an index and as the primary key (the
 //!   second unique index), and on MariaDB also as a UNIQUE index that leaves the rows clustered
-//!   on the natural key; the content hash as stored (hex text) and as its 32 bytes; `idemFrozen`
+//!   on the natural key; the content hash as stored (its 32 bytes) and as the 64 hex digits
+//!   earlier releases stored; `idemFrozen`
 //!   as stored, as the digests' bytes concatenated in field order, and as one digest over all
 //!   frozen fields together (32 bytes, and 16) in place of one a field (its value a stand-in of
-//!   the same size: the field digests XORed); `idemAppliedOps` with its `'[]'` default and NULL;
+//!   the same size: the field digests XORed); `idemAppliedOps` as stored (NULL) and with the
+//!   `'[]'` default earlier releases gave it;
 //!   on SQLite and MariaDB the write marker `idemWrite` as stored, NULL (as if cleared after the
 //!   write, which would cost an update of every row) and 8 bytes.
 //! - plain + all of idem's columns together in the smallest forms (`_id` binary and indexed,
@@ -533,7 +535,8 @@ struct Stored {
     id: String,
     hash: String,
     frozen: Option<String>,
-    applied_ops: String,
+    /// NULL until `apply_once` records an op: none in an ingest.
+    applied_ops: Option<String>,
     marker: Option<String>,
 }
 
@@ -583,8 +586,8 @@ impl Form {
             Form::IdText => "_id as stored (26-character ULID text)",
             Form::IdBinary => "_id as the ULID's 16 bytes",
             Form::IdUuid => "_id as uuid (the ULID's 16 bytes)",
-            Form::HashText => "content hash as stored (64 hex digits)",
-            Form::HashBytes => "content hash as its 32 bytes",
+            Form::HashText => "content hash as 64 hex digits (as earlier releases stored it)",
+            Form::HashBytes => "content hash as stored (its 32 bytes)",
             Form::FrozenStored => "idemFrozen as stored",
             Form::FrozenBytes => "idemFrozen as the digests' bytes, concatenated",
             Form::FrozenNull => "idemFrozen NULL",
@@ -596,8 +599,8 @@ impl Form {
                 "idemFrozen as one digest over all frozen fields, 16 bytes (a stand-in: the \
                  field digests XORed, the first 16)"
             }
-            Form::OpsDefault => "idemAppliedOps as stored ('[]')",
-            Form::OpsNull => "idemAppliedOps NULL",
+            Form::OpsDefault => "idemAppliedOps '[]' (as earlier releases stored it)",
+            Form::OpsNull => "idemAppliedOps as stored (NULL)",
             Form::MarkerStored => "idemWrite as stored",
             Form::MarkerNull => "idemWrite NULL",
             Form::MarkerBinary => "idemWrite as 8 bytes (its text's last 8, a stand-in)",
@@ -614,10 +617,10 @@ impl Form {
         matches!(
             self,
             Form::IdText
-                | Form::HashText
+                | Form::HashBytes
                 | Form::FrozenStored
                 | Form::FrozenNull
-                | Form::OpsDefault
+                | Form::OpsNull
                 | Form::MarkerStored
                 | Form::MarkerNull
         )
@@ -647,7 +650,12 @@ impl Form {
                 }
                 None => None,
             }),
-            Form::OpsDefault => Cell::Text(Some(stored.applied_ops.clone())),
+            Form::OpsDefault => Cell::Text(Some(
+                stored
+                    .applied_ops
+                    .clone()
+                    .unwrap_or_else(|| "[]".to_owned()),
+            )),
             Form::FrozenNull | Form::OpsNull | Form::MarkerNull => Cell::Text(None),
             Form::MarkerStored => Cell::Text(stored.marker.clone()),
             Form::MarkerBinary => Cell::Bytes(Some(match &stored.marker {
@@ -1096,12 +1104,18 @@ fn stored_sql(kind: Kind) -> String {
         Kind::Postgres => ("::text", "NULL::text".to_owned()),
         _ => ("", q("idemWrite")),
     };
+    // The hash's bytes as the hex text idem reads them as.
+    let hash = q(Package::MODEL.hash_field());
+    let hash = match kind {
+        Kind::Postgres => format!("encode({hash}, 'hex')"),
+        Kind::Sqlite => format!("lower(hex({hash}))"),
+        Kind::Mysql => format!("LOWER(HEX({hash}))"),
+    };
     format!(
-        "SELECT {}, {}, {}, {}, {}{json}, {}{json}, {marker} FROM {}",
+        "SELECT {}, {}, {}, {hash}, {}{json}, {}{json}, {marker} FROM {}",
         q("package"),
         q("architecture"),
         q("_id"),
-        q(Package::MODEL.hash_field()),
         q("idemFrozen"),
         q("idemAppliedOps"),
         q(Package::MODEL.collection())
@@ -1158,10 +1172,15 @@ impl Kind {
         let mut definition = match (extra.form, self) {
             (Form::IdUuid, Kind::Postgres) => format!("{quoted} uuid"),
             (Form::IdUuid, _) => return None,
-            (Form::OpsNull, _) => ddl
-                .stored_line(name)?
-                .replace(" NOT NULL", "")
-                .replace(" DEFAULT '[]'", ""),
+            // As earlier releases declared them.
+            (Form::HashText, Kind::Postgres) => format!("{quoted} text"),
+            (Form::HashText, Kind::Sqlite) => format!("{quoted} TEXT"),
+            (Form::HashText, Kind::Mysql) => {
+                format!("{quoted} VARCHAR(71) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin")
+            }
+            (Form::OpsDefault, Kind::Postgres) => format!("{quoted} jsonb NOT NULL DEFAULT '[]'"),
+            (Form::OpsDefault, Kind::Sqlite) => format!("{quoted} TEXT NOT NULL DEFAULT '[]'"),
+            (Form::OpsDefault, Kind::Mysql) => format!("{quoted} JSON NOT NULL DEFAULT '[]'"),
             (form, _) if form.is_stored() => ddl.stored_line(name)?,
             (Form::IdBinary, Kind::Mysql) => format!("{quoted} BINARY(16)"),
             (Form::HashBytes, Kind::Mysql) => format!("{quoted} BINARY(32)"),
@@ -2001,9 +2020,9 @@ async fn measure_store<S: StoreUnderTest>(
                 let mut columns = ddl.data_columns();
                 let forms = [
                     Form::IdText,
-                    Form::HashText,
+                    Form::HashBytes,
                     Form::FrozenStored,
-                    Form::OpsDefault,
+                    Form::OpsNull,
                     Form::MarkerStored,
                 ];
                 let forms: Vec<Form> = forms
