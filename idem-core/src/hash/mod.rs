@@ -29,6 +29,7 @@
 
 mod compound;
 mod encoder;
+mod frozen;
 mod sink;
 mod tags;
 #[cfg(all(
@@ -49,6 +50,7 @@ use encoder::Encoder;
 use sink::BLAKE3_BATCH;
 use sink::{HashSink, Hasher32, SHA256_BATCH};
 
+pub(crate) use frozen::frozen_digest;
 pub use crate::model::HashAlgorithm;
 pub use value::{ContentHash, ContentHashParseError};
 

@@ -56,6 +56,7 @@ impl SqlDialect for MySql {
         {
             Some(ColumnShape::Float) => format!("CAST({column} AS DOUBLE)"),
             Some(ColumnShape::Boolean) => table.read_of(alias, name),
+            _ if name == crate::model::FROZEN_DIGESTS_FIELD => table.read_of(alias, name),
             _ => format!("CAST({column} AS CHAR)"),
         }
     }

@@ -6,7 +6,7 @@
 
 use super::table::{data_types, quote, Table, BYTEWISE};
 use super::MySql;
-use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -79,8 +79,19 @@ impl TableCheck for MySql {
         }
     }
 
+    /// The digest of the guarded fields as another type (a table made before it was one
+    /// digest, as `JSON`) is made NULL first: its rows are compared by value until their next
+    /// write stores the digest.
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
-        Some(table.modify(column))
+        match column.eq_ignore_ascii_case(FROZEN_DIGESTS_FIELD) {
+            true => Some(format!(
+                "UPDATE {} SET {} = NULL; {}",
+                table.name(),
+                quote(FROZEN_DIGESTS_FIELD),
+                table.modify(FROZEN_DIGESTS_FIELD)
+            )),
+            false => Some(table.modify(column)),
+        }
     }
 
     fn loose_column(table: &Table, column: &str, collation: &str) -> String {

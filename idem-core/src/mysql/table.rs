@@ -34,13 +34,8 @@ pub(crate) const WORDS: Words = Words {
     false_literal: "0",
     bytewise: BYTEWISE,
     distinct: |stored, incoming| format!("NOT ({stored} <=> {incoming})"),
-    // JSON_VALUE's text compares in the connection's collation, which ignores case.
-    json_text: |column, name| {
-        format!(
-            "JSON_VALUE({column}, {}) COLLATE {BYTEWISE}",
-            json_path(name)
-        )
-    },
+    from_hex: |hex| format!("UNHEX({hex})"),
+    to_hex: |bytes| format!("LOWER(HEX({bytes}))"),
 };
 
 /// How the MySQL family's guard names the rows, in its [`WORDS`]: there is no alias for the row
@@ -85,7 +80,8 @@ fn is_key(column: &TableColumn) -> bool {
 pub(crate) fn type_name(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
         (Content::Id | Content::Hash | Content::VersionKey, _) | (_, ColumnShape::Text) => "text",
-        (Content::Digests | Content::Extra, _) => "JSON",
+        (Content::Digests, _) => "VARBINARY(16)",
+        (Content::Extra, _) => "JSON",
         (_, ColumnShape::Integer) => "BIGINT",
         (_, ColumnShape::Boolean) => "BOOLEAN",
         (_, ColumnShape::Float) => "DOUBLE",
@@ -98,6 +94,7 @@ pub(crate) fn type_name(column: &TableColumn) -> &'static str {
 pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
     match (column.content, column.shape) {
         (Content::Id | Content::Hash | Content::VersionKey, _) => &["varchar", "char"],
+        (Content::Digests, _) => &["varbinary"],
         // A `CHAR` drops trailing spaces as it reads: "x " would be read back as "x".
         (_, ColumnShape::Text) if is_key(column) => &["varchar"],
         (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],

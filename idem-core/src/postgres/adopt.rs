@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::model::ID_FIELD;
 use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
 use crate::sql::judge::Destination;
+use crate::sql::layout::Content;
 
 crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
@@ -190,12 +191,14 @@ pub(super) async fn move_row<C: Wire>(
     let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&destination.id_text)];
     for (index, value) in &destination.contents {
         values.push(value.as_deref());
-        set.push(format!(
-            "{} = ${}::{}",
-            quote(table.columns[*index].name),
-            values.len(),
-            sql_type(&table.columns[*index])
-        ));
+        let column = &table.columns[*index];
+        let value = match column.content {
+            Content::Digests => {
+                (super::statements::WORDS.from_hex)(&format!("${}::text", values.len()))
+            }
+            _ => format!("${}::{}", values.len(), sql_type(column)),
+        };
+        set.push(format!("{} = {value}", quote(column.name)));
     }
     let sql = format!(
         "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \

@@ -10,7 +10,7 @@ use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::Error;
-use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
@@ -342,11 +342,18 @@ impl TableCheck for Postgres {
         found == expected || (expected == "text" && found == "character varying")
     }
 
+    /// The digest of the guarded fields as another type (a table made before it was one
+    /// digest, as `jsonb`) is made NULL: its rows are compared by value until their next write
+    /// stores the digest.
     fn retype(table: &Table, column: &str, expected: &str) -> Option<String> {
-        let column = table::quote(column);
+        let using = match column == FROZEN_DIGESTS_FIELD {
+            true => "NULL".to_owned(),
+            false => format!("{}::{expected}", table::quote(column)),
+        };
         Some(format!(
-            "ALTER TABLE {} ALTER COLUMN {column} TYPE {expected} USING {column}::{expected}",
-            table.name()
+            "ALTER TABLE {} ALTER COLUMN {} TYPE {expected} USING {using}",
+            table.name(),
+            table::quote(column)
         ))
     }
 

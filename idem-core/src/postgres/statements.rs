@@ -24,7 +24,8 @@ pub(super) const WORDS: Words = Words {
     false_literal: "false",
     bytewise: "\"C\"",
     distinct: |stored, incoming| format!("{stored} IS DISTINCT FROM {incoming}"),
-    json_text: |column, name| format!("({column} ->> {})", literal(name)),
+    from_hex: |hex| format!("decode({hex}, 'hex')"),
+    to_hex: |bytes| format!("encode({bytes}, 'hex')"),
 };
 
 impl Table {
@@ -80,6 +81,9 @@ impl Table {
     /// The incoming value of column `index`, cast to the column's type.
     fn cast(&self, index: usize) -> String {
         let column = &self.columns[index];
+        if column.content == Content::Digests {
+            return (WORDS.from_hex)(&format!("i.c{index}"));
+        }
         match sql_type(column) {
             "text" => format!("i.c{index}"),
             sql_type => format!("i.c{index}::{sql_type}"),
@@ -459,14 +463,16 @@ impl Table {
         };
         // The hash and the version key are text already.
         let conditions = WORDS.pinned_conditions(self, "i.c0".into(), next, |name, placeholder| {
-            let cast = match self
+            let column = format!("t.{}", quote(name));
+            let column = match self
                 .column_named(name)
                 .map(|index| self.columns[index].content)
             {
-                Some(Content::Hash | Content::VersionKey) => "",
-                _ => "::text",
+                Some(Content::Hash | Content::VersionKey) => column,
+                Some(Content::Digests) => (WORDS.to_hex)(&column),
+                _ => format!("{column}::text"),
             };
-            format!("t.{}{cast} {} {placeholder}", quote(name), WORDS.same)
+            format!("{column} {} {placeholder}", WORDS.same)
         });
         // Unguarded: it follows, in the same call, the guarded statement that read the row.
         format!(

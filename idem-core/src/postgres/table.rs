@@ -20,7 +20,8 @@ pub(crate) const LANDED: &str = "idem.landed";
 /// A column's PostgreSQL type, as `information_schema.columns.data_type` spells it.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
-        (Content::Digests | Content::Extra, _) => "jsonb",
+        (Content::Digests, _) => "bytea",
+        (Content::Extra, _) => "jsonb",
         (Content::Id | Content::Hash | Content::VersionKey, _) => "text",
         (_, ColumnShape::Text) => "text",
         (_, ColumnShape::Integer) => "bigint",

@@ -27,7 +27,7 @@ use crate::sql::audit::shown_row_id;
 use crate::sql::judge::{
     stored_destination, typed_destination, AdoptOptions, Destination, Destined,
 };
-use crate::sql::layout::Layout;
+use crate::sql::layout::{Content, Layout};
 use crate::trace::{Call, CallKind};
 use crate::MAX_ATTEMPTS;
 
@@ -365,7 +365,12 @@ pub(crate) async fn locked_move<D: SqlDialect>(
         format!("{} = ?", D::quote(WRITE_MARKER_FIELD)),
     ];
     for (index, _) in &destination.contents {
-        set.push(format!("{} = ?", D::quote(table.columns[*index].name)));
+        let column = &table.columns[*index];
+        let value = match column.content {
+            Content::Digests => D::from_hex("?"),
+            _ => "?".to_owned(),
+        };
+        set.push(format!("{} = {value}", D::quote(column.name)));
     }
     let key = natural_key(row.location.as_deref());
     let condition: Vec<String> = match &row.id {

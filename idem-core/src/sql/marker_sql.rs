@@ -4,7 +4,7 @@
 
 use crate::model::{Field, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
-use crate::sql::layout::Layout;
+use crate::sql::layout::{Content, Layout};
 pub(crate) use crate::sql::words::Words;
 
 impl Words {
@@ -22,7 +22,16 @@ impl Words {
             .map(|&position| (self.quote)(layout.columns[layout.sent[position]].name))
             .collect();
         names.push((self.quote)(WRITE_MARKER_FIELD));
-        let values = parameter_rows(inserted.len() + 1, rows);
+        // The digest is sent as hex, and stored as its bytes.
+        let mut row: Vec<String> = (inserted.iter())
+            .map(|&position| match layout.columns[layout.sent[position]].content {
+                Content::Digests => (self.from_hex)("?"),
+                _ => "?".to_owned(),
+            })
+            .collect();
+        row.push("?".to_owned());
+        let row = format!("({})", row.join(", "));
+        let values = vec![row.as_str(); rows].join(", ");
         format!("({}) VALUES {values}", names.join(", "))
     }
 

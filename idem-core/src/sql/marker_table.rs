@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use crate::column::Column;
 use crate::model::{Field, Model, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
-use crate::sql::layout::{Layout, TableColumn};
+use crate::sql::layout::{Content, Layout, TableColumn};
 use crate::sql::marker_sql::Words;
 
 /// What a marker dialect's table writes its own way: its words, and the statements of the
@@ -126,9 +126,15 @@ impl<D: MarkerWords> Table<D> {
         format!("{verb} {}{} {values}", self.name(), D::INSERT_ALIAS)
     }
 
-    /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
+    /// A column as a read of the row selects it ([`MarkerWords::read_column`]); the digest of
+    /// the guarded fields as hex.
     pub fn read_of(&self, alias: &str, name: &str) -> String {
-        D::read_column(self, alias, name)
+        match self.column_with(Content::Digests) {
+            Some(at) if self.columns[at].name == name => {
+                (D::WORDS.to_hex)(&format!("{alias}.{}", (D::WORDS.quote)(name)))
+            }
+            _ => D::read_column(self, alias, name),
+        }
     }
 
     /// The `SET` and the conditions of the replacement of a row the guard cannot compare
@@ -145,7 +151,13 @@ impl<D: MarkerWords> Table<D> {
         let quote = D::WORDS.quote;
         let sent = self.sent.iter().map(|&index| &self.columns[index]);
         let mut assigned: Vec<String> = sent
-            .filter_map(|column| set(&quote(column.name), next(), column.is_replaced()))
+            .filter_map(|column| {
+                let placeholder = match column.content {
+                    Content::Digests => (D::WORDS.from_hex)(&next()),
+                    _ => next(),
+                };
+                set(&quote(column.name), placeholder, column.is_replaced())
+            })
             .collect();
         assigned.extend(set(&quote(WRITE_MARKER_FIELD), next(), true));
         let id = next();
@@ -199,6 +211,10 @@ macro_rules! marker_dialect_items {
 
         fn quote(name: &str) -> String {
             super::table::quote(name)
+        }
+
+        fn from_hex(hex: &str) -> String {
+            (<Self as $crate::sql::marker_table::MarkerWords>::WORDS.from_hex)(hex)
         }
 
         fn table(
