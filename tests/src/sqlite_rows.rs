@@ -37,6 +37,12 @@ pub async fn rows(
                         "INTEGER" => Value::from(row.get::<i64, _>(index)),
                         "REAL" => serde_json::Number::from_f64(row.get::<f64, _>(index))
                             .map_or(Value::Null, Value::Number),
+                        // `idemFrozen`'s digest, as hex.
+                        "BLOB" => Value::from(
+                            (row.get::<Vec<u8>, _>(index).iter())
+                                .map(|byte| format!("{byte:02x}"))
+                                .collect::<String>(),
+                        ),
                         _ => Value::from(row.get::<String, _>(index)),
                     };
                     (name, value)

@@ -47,7 +47,9 @@ pub(crate) fn field_not_as_digested<'s>(
 ) -> Option<(&'static Field, DigestMismatch)> {
     let guarded: Vec<_> = guarded.into_iter().collect();
     if let Some((first, StoredDigest::Whole(stored), _)) = guarded.first() {
-        let readings = guarded.iter().map(|(field, _, readings)| (*field, readings));
+        let readings = guarded
+            .iter()
+            .map(|(field, _, readings)| (*field, readings));
         return (!whole_as_digested(stored, readings)).then_some((first, DigestMismatch::Whole));
     }
     for (field, stored, readings) in guarded {

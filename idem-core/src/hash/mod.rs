@@ -50,8 +50,8 @@ use encoder::Encoder;
 use sink::BLAKE3_BATCH;
 use sink::{HashSink, Hasher32, SHA256_BATCH};
 
-pub(crate) use frozen::frozen_digest;
 pub use crate::model::HashAlgorithm;
+pub(crate) use frozen::frozen_digest;
 pub use value::{ContentHash, ContentHashParseError};
 
 /// The content hash of a document of `model`: its hashed fields only, with the model's

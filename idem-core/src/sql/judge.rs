@@ -205,7 +205,9 @@ pub(crate) fn stored_destination(
         .collect::<Option<Vec<_>>>()
         .filter(|_| !ambiguous)
         .map(|digests| {
-            let digests = digests.iter().map(|(field, digest)| (*field, digest.as_deref()));
+            let digests = digests
+                .iter()
+                .map(|(field, digest)| (*field, digest.as_deref()));
             crate::hash::frozen_digest(digests).as_str().to_owned()
         });
     let (id, hash) = judge(table, Reading::Stored { field_order }, stored).destination()?;

@@ -24,10 +24,12 @@ impl Words {
         names.push((self.quote)(WRITE_MARKER_FIELD));
         // The digest is sent as hex, and stored as its bytes.
         let mut row: Vec<String> = (inserted.iter())
-            .map(|&position| match layout.columns[layout.sent[position]].content {
-                Content::Digests => (self.from_hex)("?"),
-                _ => "?".to_owned(),
-            })
+            .map(
+                |&position| match layout.columns[layout.sent[position]].content {
+                    Content::Digests => (self.from_hex)("?"),
+                    _ => "?".to_owned(),
+                },
+            )
             .collect();
         row.push("?".to_owned());
         let row = format!("({})", row.join(", "));

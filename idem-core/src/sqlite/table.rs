@@ -27,7 +27,8 @@ pub(crate) const WORDS: Words = Words {
     bytewise: "BINARY",
     distinct: |stored, incoming| format!("{stored} IS NOT {incoming}"),
     from_hex: |hex| format!("unhex({hex})"),
-    to_hex: |bytes| format!("lower(hex({bytes}))"),
+    // `hex(NULL)` is `''`.
+    to_hex: |bytes| format!("nullif(lower(hex({bytes})), '')"),
 };
 
 /// A column's declared type. A boolean's and a structured value's name their shape, so that a

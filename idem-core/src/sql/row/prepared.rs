@@ -153,6 +153,8 @@ pub(super) fn write_digests_text(
     digests: &[(&'static Field, Option<ShortText>)],
     out: &mut String,
 ) {
-    let digests = digests.iter().map(|(field, digest)| (*field, digest.as_deref()));
+    let digests = digests
+        .iter()
+        .map(|(field, digest)| (*field, digest.as_deref()));
     out.push_str(&crate::hash::frozen_digest(digests));
 }
