@@ -2075,7 +2075,7 @@ async fn measure_store<S: StoreUnderTest>(
                             .cloned()
                             .ok_or_else(|| fatal(format!("{} not stored", package.package)))?;
                         stored.field_digests = field_digests(package).map_err(fatal)?;
-                        Ok(stored)
+                        Ok::<_, Fatal>(stored)
                     })
                     .collect::<Result<_, _>>()?,
             );

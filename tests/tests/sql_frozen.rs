@@ -153,12 +153,20 @@ async fn a_field_made_frozen_since_converges_and_is_guarded_from_then_on() {
         let mut again = edited.clone();
         again.note = "third".into();
         assert_eq!(db.upsert(&again).await.unwrap(), Outcome::Updated, "{db}");
+        let before = db.raw::<Book>().await;
         let mut paged = again.clone();
         paged.pages = 321;
         assert_eq!(refused_field(db.upsert(&paged).await), "pages", "{db}");
         let mut retitled = again.clone();
         retitled.title = "Another".into();
         assert_eq!(refused_field(db.upsert(&retitled).await), "title", "{db}");
+        let report = db.upsert_many(&[paged, retitled]).await.unwrap();
+        assert_eq!(report.refused(), 2, "{db}: {report}");
+        assert_eq!(
+            db.raw::<Book>().await,
+            before,
+            "{db}: the refusals wrote nothing"
+        );
         // The earlier type, whose digest is not the stored one, still compares values.
         let mut earlier = first.clone();
         earlier.note = "fourth".into();

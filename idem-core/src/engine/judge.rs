@@ -187,7 +187,9 @@ fn id_change<D: Driver>(
 /// Whether the guard refused `field` for a stored digest that is not the stored value's: both
 /// sides hold a digest, they differ, and yet the stored value reads back as the incoming one.
 /// Only a write outside idem, or a change of the field's type that encodes its values otherwise
-/// (an integer become a float, a struct's fields reordered), leaves a row so.
+/// (an integer become a float, a struct's fields reordered), leaves a row so. MongoDB's alone:
+/// where one digest covers every guarded field (the SQL stores), a digest that is not the
+/// incoming one's has the values compared, and they are the truth.
 fn digest_of_a_value_not_stored<D: Driver>(
     driver: &D,
     doc: &D::Light,

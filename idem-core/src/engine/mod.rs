@@ -386,7 +386,8 @@ pub(crate) trait Driver: Sync {
     fn is_tombstoned(&self, stored: &Self::Stored) -> bool;
     /// The stored content hash.
     fn stored_hash<'s>(&self, stored: &'s Self::Stored) -> Option<&'s str>;
-    /// The stored digest of a guarded field.
+    /// The stored digest of a guarded field; a SQL driver answers each with the one digest of
+    /// them all ([`StoredDigest::Whole`]), which the judgement compares once.
     fn stored_digest<'s>(&self, stored: &'s Self::Stored, field: &Field) -> StoredDigest<'s>;
     /// The stored version order key.
     fn stored_version<'s>(&self, stored: &'s Self::Stored) -> StoredVersion<'s>;
