@@ -650,7 +650,8 @@ impl Form {
                 Cell::Bytes(Some(digest))
             }
             Form::OpsDefault => Cell::Text(Some(stored.applied_ops.clone())),
-            Form::FrozenNull | Form::OpsNull | Form::MarkerNull => Cell::Text(None),
+            Form::FrozenNull => Cell::Bytes(None),
+            Form::OpsNull | Form::MarkerNull => Cell::Text(None),
             Form::MarkerStored => Cell::Text(stored.marker.clone()),
             Form::MarkerBinary => Cell::Bytes(Some(match &stored.marker {
                 Some(marker) => marker.bytes().rev().take(8).collect(),
@@ -1186,10 +1187,7 @@ impl Kind {
         }
         let placeholder = match (self, extra.form) {
             (Kind::Postgres, Form::IdUuid) => "{}::uuid",
-            (
-                Kind::Postgres,
-                Form::FrozenStored | Form::FrozenNull | Form::OpsDefault | Form::OpsNull,
-            ) => "{}::jsonb",
+            (Kind::Postgres, Form::OpsDefault | Form::OpsNull) => "{}::jsonb",
             _ => "{}",
         };
         Some(ColumnDef {
