@@ -213,7 +213,8 @@ struct Row {
     fetched_at: i64,
     author_id: String,
     hash: String,
-    frozen: serde_json::Value,
+    /// `idemFrozen`: one digest of the frozen fields.
+    frozen: Vec<u8>,
 }
 
 /// The columns idem writes for a `Post`, in the order of [`Row::params`]; `{hash}` is the
@@ -242,7 +243,7 @@ const TYPES: [Type; 10] = [
     Type::INT8,
     Type::TEXT,
     Type::TEXT,
-    Type::JSONB,
+    Type::BYTEA,
 ];
 
 impl Row {
@@ -1373,12 +1374,11 @@ impl Bench {
             "reading idem's rows",
         )?;
         let sql = format!(
-            "SELECT {}, \"idemFrozen\"::text FROM {TABLE}",
+            "SELECT {}, \"idemFrozen\" FROM {TABLE}",
             columns()[..9].join(", ")
         );
         let mut stored: HashMap<(String, String), Row> = HashMap::new();
         for row in self.client.query(&sql, &[]).await? {
-            let frozen: String = row.get(9);
             let values = Row {
                 id: row.get(0),
                 slug: row.get(1),
@@ -1389,7 +1389,7 @@ impl Bench {
                 fetched_at: row.get(6),
                 author_id: row.get(7),
                 hash: row.get(8),
-                frozen: serde_json::from_str(&frozen)?,
+                frozen: row.get(9),
             };
             stored.insert((values.slug.clone(), values.lang.clone()), values);
         }

@@ -27,11 +27,11 @@
 //!   ULID's 16 bytes (and `uuid` on PostgreSQL), without an index and as the primary key (the
 //!   second unique index), and on MariaDB also as a UNIQUE index that leaves the rows clustered
 //!   on the natural key; the content hash as stored (its 32 bytes) and as the 64 hex digits
-//!   earlier releases stored; `idemFrozen`
-//!   as stored, as the digests' bytes concatenated in field order, and as one digest over all
-//!   frozen fields together (32 bytes, and 16) in place of one a field (its value a stand-in of
-//!   the same size: the field digests XORed); `idemAppliedOps` as stored (NULL) and with the
-//!   `'[]'` default earlier releases gave it;
+//!   earlier releases stored; `idemFrozen` as stored (one 16-byte digest over all frozen
+//!   fields), as the fields' own digests' bytes concatenated in field order (each the value's
+//!   digest, as MongoDB stores one a field), and as one digest over all frozen fields together
+//!   of 32 bytes and 16 (a stand-in of the same size: the field digests XORed); `idemAppliedOps`
+//!   as stored (NULL) and with the `'[]'` default earlier releases gave it;
 //!   on SQLite and MariaDB the write marker `idemWrite` as stored, NULL (as if cleared after the
 //!   write, which would cost an update of every row) and 8 bytes.
 //! - plain + all of idem's columns together in the smallest forms (`_id` binary and indexed,
@@ -534,7 +534,11 @@ impl IdemDdl {
 struct Stored {
     id: String,
     hash: String,
+    /// `idemFrozen` as its hex.
     frozen: Option<String>,
+    /// The frozen fields' value digests, each as its bytes, concatenated in the model's field
+    /// order: what a digest a field would store, computed from the row's package.
+    field_digests: Vec<u8>,
     /// NULL until `apply_once` records an op: none in an ingest.
     applied_ops: Option<String>,
     marker: Option<String>,
@@ -634,29 +638,27 @@ impl Form {
             Form::IdUuid => Cell::Text(Some(hex(&ulid_bytes(&stored.id)?))),
             Form::HashText => Cell::Text(Some(stored.hash.clone())),
             Form::HashBytes => Cell::Bytes(Some(digest_bytes(&stored.hash)?)),
-            Form::FrozenStored => Cell::Text(stored.frozen.clone()),
-            Form::FrozenBytes => Cell::Bytes(match &stored.frozen {
-                Some(json) => Some(frozen_bytes(json)?),
+            Form::FrozenStored => Cell::Bytes(match &stored.frozen {
+                Some(hex) => Some(digest_bytes(hex)?),
                 None => None,
             }),
-            Form::FrozenOne32 | Form::FrozenOne16 => Cell::Bytes(match &stored.frozen {
-                Some(json) => {
-                    let mut digest = one_digest(json)?;
-                    digest.truncate(match self {
-                        Form::FrozenOne16 => 16,
-                        _ => 32,
-                    });
-                    Some(digest)
-                }
-                None => None,
-            }),
+            Form::FrozenBytes => Cell::Bytes(Some(stored.field_digests.clone())),
+            Form::FrozenOne32 | Form::FrozenOne16 => {
+                let mut digest = one_digest(&stored.field_digests);
+                digest.truncate(match self {
+                    Form::FrozenOne16 => 16,
+                    _ => 32,
+                });
+                Cell::Bytes(Some(digest))
+            }
             Form::OpsDefault => Cell::Text(Some(
                 stored
                     .applied_ops
                     .clone()
                     .unwrap_or_else(|| "[]".to_owned()),
             )),
-            Form::FrozenNull | Form::OpsNull | Form::MarkerNull => Cell::Text(None),
+            Form::FrozenNull => Cell::Bytes(None),
+            Form::OpsNull | Form::MarkerNull => Cell::Text(None),
             Form::MarkerStored => Cell::Text(stored.marker.clone()),
             Form::MarkerBinary => Cell::Bytes(Some(match &stored.marker {
                 Some(marker) => marker.bytes().rev().take(8).collect(),
@@ -691,22 +693,18 @@ fn digest_bytes(text: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-/// `idemFrozen`'s digests, each as its bytes, concatenated in the model's field order (the
-/// names are the model's, so a fixed order needs none).
-fn frozen_bytes(json: &str) -> Result<Vec<u8>, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| format!("idemFrozen {json:?}: {e}"))?;
-    let digests = value
-        .as_object()
-        .ok_or_else(|| format!("idemFrozen is not an object: {json}"))?;
+/// The value digests of `package`'s frozen fields, each as its bytes, concatenated in the
+/// model's field order: what a digest a field stores (MongoDB's `idemFrozen`) holds.
+fn field_digests(package: &Package) -> Result<Vec<u8>, String> {
+    let hashes = [
+        idem_core::hash::hash_value(&package.filename),
+        idem_core::hash::hash_value(&package.size),
+        idem_core::hash::hash_value(&package.md5sum),
+        idem_core::hash::hash_value(&package.sha256),
+    ];
     let mut bytes = Vec::new();
-    for field in Package::MODEL.digested_fields() {
-        if let Some(digest) = digests.get(field.stored_name()) {
-            let text = digest
-                .as_str()
-                .ok_or_else(|| format!("idemFrozen: a digest that is no text: {json}"))?;
-            bytes.extend(digest_bytes(text)?);
-        }
+    for hash in hashes {
+        bytes.extend(digest_bytes(&hash?.to_string())?);
     }
     Ok(bytes)
 }
@@ -714,12 +712,12 @@ fn frozen_bytes(json: &str) -> Result<Vec<u8>, String> {
 /// One 32-byte digest standing in for a digest over all of `idemFrozen`'s fields together: the
 /// field digests XORed (as random as a digest, and of its size, which is all a measurement of
 /// storage needs).
-fn one_digest(json: &str) -> Result<Vec<u8>, String> {
+fn one_digest(field_digests: &[u8]) -> Vec<u8> {
     let mut digest = vec![0; 32];
-    for (at, byte) in frozen_bytes(json)?.into_iter().enumerate() {
+    for (at, byte) in field_digests.iter().enumerate() {
         digest[at % 32] ^= byte;
     }
-    Ok(digest)
+    digest
 }
 
 /// The index on an extra column.
@@ -1089,6 +1087,7 @@ where
                 id: row.try_get(2)?,
                 hash: row.try_get(3)?,
                 frozen: row.try_get(4)?,
+                field_digests: Vec::new(),
                 applied_ops: row.try_get(5)?,
                 marker: row.try_get(6)?,
             },
@@ -1104,19 +1103,19 @@ fn stored_sql(kind: Kind) -> String {
         Kind::Postgres => ("::text", "NULL::text".to_owned()),
         _ => ("", q("idemWrite")),
     };
-    // The hash's bytes as the hex text idem reads them as.
-    let hash = q(Package::MODEL.hash_field());
-    let hash = match kind {
-        Kind::Postgres => format!("encode({hash}, 'hex')"),
-        Kind::Sqlite => format!("lower(hex({hash}))"),
-        Kind::Mysql => format!("LOWER(HEX({hash}))"),
+    // The hash's and `idemFrozen`'s bytes as the hex text idem reads them as.
+    let hex = |column: &str| match kind {
+        Kind::Postgres => format!("encode({column}, 'hex')"),
+        Kind::Sqlite => format!("nullif(lower(hex({column})), '')"),
+        Kind::Mysql => format!("LOWER(HEX({column}))"),
     };
+    let hash = hex(&q(Package::MODEL.hash_field()));
+    let frozen = hex(&q("idemFrozen"));
     format!(
-        "SELECT {}, {}, {}, {hash}, {}{json}, {}{json}, {marker} FROM {}",
+        "SELECT {}, {}, {}, {hash}, {frozen}, {}{json}, {marker} FROM {}",
         q("package"),
         q("architecture"),
         q("_id"),
-        q("idemFrozen"),
         q("idemAppliedOps"),
         q(Package::MODEL.collection())
     )
@@ -1202,10 +1201,7 @@ impl Kind {
         }
         let placeholder = match (self, extra.form) {
             (Kind::Postgres, Form::IdUuid) => "{}::uuid",
-            (
-                Kind::Postgres,
-                Form::FrozenStored | Form::FrozenNull | Form::OpsDefault | Form::OpsNull,
-            ) => "{}::jsonb",
+            (Kind::Postgres, Form::OpsDefault | Form::OpsNull) => "{}::jsonb",
             _ => "{}",
         };
         Some(ColumnDef {
@@ -2086,10 +2082,12 @@ async fn measure_store<S: StoreUnderTest>(
                 packages
                     .iter()
                     .map(|package| {
-                        by_key
+                        let mut stored = by_key
                             .get(&(package.package.clone(), package.architecture.clone()))
                             .cloned()
-                            .ok_or_else(|| fatal(format!("{} not stored", package.package)))
+                            .ok_or_else(|| fatal(format!("{} not stored", package.package)))?;
+                        stored.field_digests = field_digests(package).map_err(fatal)?;
+                        Ok::<_, Fatal>(stored)
                     })
                     .collect::<Result<_, _>>()?,
             );

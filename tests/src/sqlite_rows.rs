@@ -42,7 +42,7 @@ pub async fn rows(
                         "INTEGER" => Value::from(row.get::<i64, _>(index)),
                         "REAL" => serde_json::Number::from_f64(row.get::<f64, _>(index))
                             .map_or(Value::Null, Value::Number),
-                        // The content hash's bytes, as the hex text idem reads them as.
+                        // The content hash's and `idemFrozen`'s bytes, as the hex text idem reads them as.
                         "BLOB" => Value::from(hex(&row.get::<Vec<u8>, _>(index))),
                         _ => Value::from(row.get::<String, _>(index)),
                     };

@@ -219,7 +219,7 @@ async fn a_table_other_code_made_shows_every_kind_of_problem() {
             [
                 r#"column "fetchedAt" is integer, expected bigint: ALTER TABLE "posts" ALTER COLUMN "fetchedAt" TYPE bigint USING "fetchedAt"::bigint"#,
                 r#"column "sourceHash" is text, expected bytea: ALTER TABLE "posts" ALTER COLUMN "sourceHash" TYPE bytea USING decode("sourceHash", 'hex')"#,
-                r#"column "idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
+                r#"column "idemFrozen" is missing (expected bytea): ALTER TABLE "posts" ADD COLUMN "idemFrozen" bytea"#,
                 r#"column "idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
             "{label}"
@@ -442,7 +442,7 @@ async fn a_table_without_idem_id_hash_or_a_key_column_is_reported_row_by_row() {
                 r#""_id" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "_id" text UNIQUE"#,
                 r#""lang" is missing (expected text): ALTER TABLE "posts" ADD COLUMN "lang" text"#,
                 r#""sourceHash" is missing (expected bytea): ALTER TABLE "posts" ADD COLUMN "sourceHash" bytea"#,
-                r#""idemFrozen" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemFrozen" jsonb"#,
+                r#""idemFrozen" is missing (expected bytea): ALTER TABLE "posts" ADD COLUMN "idemFrozen" bytea"#,
                 r#""idemAppliedOps" is missing (expected jsonb): ALTER TABLE "posts" ADD COLUMN "idemAppliedOps" jsonb"#,
             ],
             "{label}"

@@ -1,7 +1,8 @@
-//! Whether the guard digests stored beside a document (`idemFrozen`) are its stored values'.
+//! Whether the guard digests stored beside a document (`idemFrozen`) are its stored values': one
+//! per field (MongoDB), or one of them all (the SQL stores).
 
 use crate::engine::StoredDigest;
-use crate::model::Field;
+use crate::model::{Field, FROZEN_DIGESTS_FIELD};
 use crate::short_text::ShortText;
 
 /// How a guarded field's stored digest is not its stored value's.
@@ -13,6 +14,9 @@ pub(crate) enum DigestMismatch {
     /// No digest beside a written value: the guard takes the field for one never written,
     /// which the next write may set.
     Missing,
+    /// The one digest of every guarded field a SQL store keeps is not the digest of their
+    /// stored values: it names no field, and the next write compares the values themselves.
+    Whole,
 }
 
 impl DigestMismatch {
@@ -23,6 +27,10 @@ impl DigestMismatch {
             DigestMismatch::Missing => format!(
                 "`{}`: no digest beside its value, which the next write may change",
                 field.stored_name()
+            ),
+            DigestMismatch::Whole => format!(
+                "`{FROZEN_DIGESTS_FIELD}`: not the digest of the guarded fields' stored values \
+                 (one digest of them all, naming none), which the next write compares one by one"
             ),
         }
     }
@@ -37,6 +45,13 @@ impl DigestMismatch {
 pub(crate) fn field_not_as_digested<'s>(
     guarded: impl IntoIterator<Item = (&'static Field, StoredDigest<'s>, Vec<DigestReading>)>,
 ) -> Option<(&'static Field, DigestMismatch)> {
+    let guarded: Vec<_> = guarded.into_iter().collect();
+    if let Some((first, StoredDigest::Whole(stored), _)) = guarded.first() {
+        let readings = guarded
+            .iter()
+            .map(|(field, _, readings)| (*field, readings));
+        return (!whole_as_digested(stored, readings)).then_some((first, DigestMismatch::Whole));
+    }
     for (field, stored, readings) in guarded {
         if stored == StoredDigest::NoDigests {
             return None;
@@ -57,6 +72,47 @@ pub(crate) fn field_not_as_digested<'s>(
         }
     }
     None
+}
+
+/// The most combinations of the readings of the guarded fields' stored values a check of one
+/// digest of them all tries: each reading but the first is a guess at how a value was written.
+const MOST_COMBINATIONS: usize = 64;
+
+/// Whether `stored`, the one digest of every guarded field, is that of their stored values
+/// ([`crate::hash::frozen_digest`]), for some combination of the readings of each; a digest made
+/// by `to_jsonb` (`\x` then hex) read as its hex. A field whose value cannot be digested leaves
+/// nothing to check.
+fn whole_as_digested<'r>(
+    stored: &str,
+    guarded: impl Iterator<Item = (&'static Field, &'r Vec<DigestReading>)>,
+) -> bool {
+    let stored = stored.strip_prefix("\\x").unwrap_or(stored);
+    let mut fields = Vec::new();
+    for (field, readings) in guarded {
+        let digests: Vec<Option<&str>> = (readings.iter())
+            .filter_map(|reading| reading.as_ref().ok())
+            .map(|digest| digest.as_deref())
+            .collect();
+        if digests.is_empty() {
+            return true;
+        }
+        fields.push((field, digests));
+    }
+    let mut chosen = vec![0; fields.len()];
+    for _ in 0..MOST_COMBINATIONS {
+        let digests = fields.iter().zip(&chosen);
+        let digest = crate::hash::frozen_digest(digests.map(|((field, d), &at)| (*field, d[at])));
+        if digest.as_str() == stored {
+            return true;
+        }
+        // The next combination, the first field's readings turning fastest.
+        let Some(at) = (0..fields.len()).find(|&at| chosen[at] + 1 < fields[at].1.len()) else {
+            return false;
+        };
+        chosen[at] += 1;
+        chosen[..at].fill(0);
+    }
+    false
 }
 
 /// One reading of a stored value's digest ([`crate::hash::guard_digest`]'s answer).

@@ -4,7 +4,9 @@
 //! A document idem wrote carries digests of its guarded fields, and those are compared. A
 //! document another tool wrote carries none; its values are compared here in the neutral form
 //! ([`same_value`]): numbers by value (mongosh stores `1700000000000` as a double; jsonb reads
-//! `1.0` back as `1`), maps whatever their order.
+//! `1.0` back as `1`), maps whatever their order. The SQL stores keep one digest of every
+//! guarded field together: where it is not the incoming document's, the values are compared
+//! so too, and the write that may go through is pinned to the digest as read.
 
 use serde_json::Value;
 
@@ -56,10 +58,10 @@ pub(crate) fn judge<D: Driver>(
             false => Judged::Replace { foreign: false },
         };
     }
-    let reduced = reduce(driver, doc, stored);
+    let (reduced, by_value) = reduce(driver, doc, stored);
     match reduced.judge(doc.hash.as_str(), doc.version_key.as_deref()) {
         Verdict::Replace => Judged::Replace {
-            foreign: reduced.has_foreign(),
+            foreign: by_value || reduced.has_foreign(),
         },
         Verdict::Settled(outcome) => Judged::Settled(outcome),
         Verdict::Refused(field) => {
@@ -69,33 +71,44 @@ pub(crate) fn judge<D: Driver>(
     }
 }
 
-/// A stored document reduced to what the verdict reads, compared as the server guard compares.
-fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> Stored<'s> {
+/// A stored document reduced to what the verdict reads, compared as the server guard compares;
+/// and whether its guarded fields were compared by value for a digest of them all that is not
+/// the incoming one's ([`StoredDigest::Whole`]), which the server guard stops at, so that only a
+/// second step pinned to what was read replaces it.
+fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> (Stored<'s>, bool) {
+    let mut incoming_whole = None;
+    let mut by_value = false;
     let guarded = doc
         .digests
         .iter()
         .map(|(field, incoming)| {
             let state = match driver.stored_digest(stored, field) {
+                StoredDigest::Whole(whole) => {
+                    let incoming_whole = incoming_whole.get_or_insert_with(|| {
+                        crate::hash::frozen_digest(
+                            (doc.digests.iter()).map(|(field, digest)| (*field, digest.as_deref())),
+                        )
+                    });
+                    match (whole == incoming_whole.as_str(), incoming) {
+                        (true, None) => Guarded::Unwritten,
+                        (true, Some(_)) => Guarded::Same,
+                        (false, _) => {
+                            by_value = true;
+                            compared_by_value(driver, doc, stored, field)
+                        }
+                    }
+                }
                 StoredDigest::Unwritten => Guarded::Unwritten,
                 StoredDigest::Digest(digest) if Some(digest) == incoming.as_deref() => {
                     Guarded::Same
                 }
                 StoredDigest::Digest(_) | StoredDigest::Other => Guarded::Changed,
-                // A field left out reads as null, as a SQL column holds it: never written
-                // only in an `Option` field, elsewhere a value like any other.
-                StoredDigest::NoDigests => {
-                    match driver.stored_value(stored, field).unwrap_or(Value::Null) {
-                        Value::Null if field.null_is_unwritten() => Guarded::Unwritten,
-                        value => Guarded::Foreign {
-                            same: same_value(&value, &driver.incoming_value(doc, field)),
-                        },
-                    }
-                }
+                StoredDigest::NoDigests => compared_by_value(driver, doc, stored, field),
             };
             (*field, state)
         })
         .collect();
-    Stored {
+    let reduced = Stored {
         tombstoned: driver.is_tombstoned(stored),
         guarded,
         version: doc
@@ -106,6 +119,24 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> S
                 read => read,
             }),
         hash: driver.stored_hash(stored),
+    };
+    (reduced, by_value)
+}
+
+/// A guarded field compared by value, as stored without digests. A field left out reads as
+/// null, as a SQL column holds it: never written only in an `Option` field, elsewhere a value
+/// like any other.
+fn compared_by_value<D: Driver>(
+    driver: &D,
+    doc: &D::Light,
+    stored: &D::Stored,
+    field: &'static Field,
+) -> Guarded {
+    match driver.stored_value(stored, field).unwrap_or(Value::Null) {
+        Value::Null if field.null_is_unwritten() => Guarded::Unwritten,
+        value => Guarded::Foreign {
+            same: same_value(&value, &driver.incoming_value(doc, field)),
+        },
     }
 }
 
@@ -156,7 +187,9 @@ fn id_change<D: Driver>(
 /// Whether the guard refused `field` for a stored digest that is not the stored value's: both
 /// sides hold a digest, they differ, and yet the stored value reads back as the incoming one.
 /// Only a write outside idem, or a change of the field's type that encodes its values otherwise
-/// (an integer become a float, a struct's fields reordered), leaves a row so.
+/// (an integer become a float, a struct's fields reordered), leaves a row so. MongoDB's alone:
+/// where one digest covers every guarded field (the SQL stores), a digest that is not the
+/// incoming one's has the values compared, and they are the truth.
 fn digest_of_a_value_not_stored<D: Driver>(
     driver: &D,
     doc: &D::Light,

@@ -122,8 +122,11 @@ impl Conflict {
     }
 }
 
-/// A stored guarded field's digest, as a driver reads it.
+/// A stored guarded field's digest, as a driver reads it: one per field (MongoDB), or one of
+/// every guarded field together (the SQL stores, [`StoredDigest::Whole`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Only MongoDB keeps a digest per field.
+#[cfg_attr(not(feature = "mongodb"), allow(dead_code))]
 pub(crate) enum StoredDigest<'s> {
     /// The document carries no digests at all: another tool wrote it.
     NoDigests,
@@ -133,8 +136,14 @@ pub(crate) enum StoredDigest<'s> {
     Digest(&'s str),
     /// Something that is not a digest.
     Other,
+    /// One digest of every guarded field together, as the SQL stores keep it
+    /// ([`crate::hash::frozen_digest`]): the same as the incoming document's, every field is as
+    /// its digest says; another, the fields are compared by value, as without digests.
+    #[cfg_attr(not(feature = "_sql_store"), allow(dead_code))]
+    Whole(&'s str),
 }
 
+#[cfg(feature = "mongodb")]
 impl<'s> StoredDigest<'s> {
     /// The digest stored for a field, from its entry in a document's digests object (`None`:
     /// no entry), the same on every store: missing or null, never written; text, the digest;
@@ -149,23 +158,13 @@ impl<'s> StoredDigest<'s> {
     }
 }
 
-/// A stored value as the rules every store shares read it, whatever the store's value type
-/// (BSON, JSON).
+/// A stored value as the digest rules read it (BSON).
+#[cfg(feature = "mongodb")]
 pub(crate) trait StoredScalar {
     /// Whether the value is null.
     fn is_null(&self) -> bool;
     /// The value's text, where it is text.
     fn text(&self) -> Option<&str>;
-}
-
-impl StoredScalar for Value {
-    fn is_null(&self) -> bool {
-        Value::is_null(self)
-    }
-
-    fn text(&self) -> Option<&str> {
-        self.as_str()
-    }
 }
 
 /// The digest a write stores for the guarded `field` holding a value (`hashed`, as the store
@@ -387,7 +386,8 @@ pub(crate) trait Driver: Sync {
     fn is_tombstoned(&self, stored: &Self::Stored) -> bool;
     /// The stored content hash.
     fn stored_hash<'s>(&self, stored: &'s Self::Stored) -> Option<&'s str>;
-    /// The stored digest of a guarded field.
+    /// The stored digest of a guarded field; a SQL driver answers each with the one digest of
+    /// them all ([`StoredDigest::Whole`]), which the judgement compares once.
     fn stored_digest<'s>(&self, stored: &'s Self::Stored, field: &Field) -> StoredDigest<'s>;
     /// The stored version order key.
     fn stored_version<'s>(&self, stored: &'s Self::Stored) -> StoredVersion<'s>;

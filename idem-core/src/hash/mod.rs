@@ -29,6 +29,7 @@
 
 mod compound;
 mod encoder;
+mod frozen;
 mod sink;
 mod tags;
 #[cfg(all(
@@ -50,6 +51,7 @@ use sink::BLAKE3_BATCH;
 use sink::{HashSink, Hasher32, SHA256_BATCH};
 
 pub use crate::model::HashAlgorithm;
+pub(crate) use frozen::frozen_digest;
 pub use value::{ContentHash, ContentHashParseError};
 
 /// The content hash of a document of `model`: its hashed fields only, with the model's

@@ -56,7 +56,9 @@ impl SqlDialect for MySql {
         {
             Some(ColumnShape::Float) => format!("CAST({column} AS DOUBLE)"),
             Some(ColumnShape::Boolean) => table.read_of(alias, name),
-            _ if name == table.model.hash_field() => table.read_of(alias, name),
+            _ if name == table.model.hash_field() || name == crate::model::FROZEN_DIGESTS_FIELD => {
+                table.read_of(alias, name)
+            }
             _ => format!("CAST({column} AS CHAR)"),
         }
     }

@@ -6,7 +6,7 @@
 
 use super::table::{data_types, quote, Table, BYTEWISE, WORDS};
 use super::MySql;
-use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -80,17 +80,27 @@ impl TableCheck for MySql {
     }
 
     /// The content hash, text in a table an earlier release made, as the bytes its hex
-    /// digits write: made binary first, so that the bytes are not read as text.
+    /// digits write: made binary first, so that the bytes are not read as text. The digest of
+    /// the guarded fields as another type (a table made before it was one digest, as `JSON`)
+    /// is made NULL first: its rows are compared by value until their next write stores the
+    /// digest.
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
-        if column != table.model.hash_field() {
-            return Some(table.modify(column));
-        }
         let (name, quoted) = (table.name(), quote(column));
-        Some(format!(
-            "ALTER TABLE {name} MODIFY {quoted} VARBINARY(71); UPDATE {name} SET {quoted} = {}; {}",
-            WORDS.hash_bytes(table.model, &quoted),
-            table.modify(column)
-        ))
+        if column == table.model.hash_field() {
+            return Some(format!(
+                "ALTER TABLE {name} MODIFY {quoted} VARBINARY(71); UPDATE {name} SET {quoted} = {}; {}",
+                WORDS.hash_bytes(table.model, &quoted),
+                table.modify(column)
+            ));
+        }
+        match column.eq_ignore_ascii_case(FROZEN_DIGESTS_FIELD) {
+            true => Some(format!(
+                "UPDATE {name} SET {} = NULL; {}",
+                quote(FROZEN_DIGESTS_FIELD),
+                table.modify(FROZEN_DIGESTS_FIELD)
+            )),
+            false => Some(table.modify(column)),
+        }
     }
 
     fn loose_column(table: &Table, column: &str, collation: &str) -> String {

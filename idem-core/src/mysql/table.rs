@@ -34,15 +34,8 @@ pub(crate) const WORDS: Words = Words {
     false_literal: "0",
     bytewise: BYTEWISE,
     distinct: |stored, incoming| format!("NOT ({stored} <=> {incoming})"),
-    // JSON_VALUE's text compares in the connection's collation, which ignores case.
-    json_text: |column, name| {
-        format!(
-            "JSON_VALUE({column}, {}) COLLATE {BYTEWISE}",
-            json_path(name)
-        )
-    },
-    from_hex: |x| format!("UNHEX({x})"),
-    to_hex: |x| format!("LOWER(HEX({x}))"),
+    from_hex: |hex| format!("UNHEX({hex})"),
+    to_hex: |bytes| format!("LOWER(HEX({bytes}))"),
 };
 
 /// How the MySQL family's guard names the rows, in its [`WORDS`]: there is no alias for the row
@@ -88,7 +81,8 @@ pub(crate) fn type_name(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
         (Content::Hash, _) => "BINARY(32)",
         (Content::Id | Content::VersionKey, _) | (_, ColumnShape::Text) => "text",
-        (Content::Digests | Content::Extra, _) => "JSON",
+        (Content::Digests, _) => "VARBINARY(16)",
+        (Content::Extra, _) => "JSON",
         (_, ColumnShape::Integer) => "BIGINT",
         (_, ColumnShape::Boolean) => "BOOLEAN",
         (_, ColumnShape::Float) => "DOUBLE",
@@ -102,6 +96,7 @@ pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
     match (column.content, column.shape) {
         (Content::Hash, _) => &["binary"],
         (Content::Id | Content::VersionKey, _) => &["varchar", "char"],
+        (Content::Digests, _) => &["varbinary"],
         // A `CHAR` drops trailing spaces as it reads: "x " would be read back as "x".
         (_, ColumnShape::Text) if is_key(column) => &["varchar"],
         (_, ColumnShape::Text) => &["longtext", "mediumtext", "text", "varchar"],

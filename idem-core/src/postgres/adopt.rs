@@ -197,6 +197,9 @@ pub(super) async fn move_row<C: Wire>(
         let column = &table.columns[*index];
         let value = match column.content {
             Content::Hash => WORDS.hash_bytes(table.model, &format!("${}::text", values.len())),
+            Content::Digests => {
+                (super::statements::WORDS.from_hex)(&format!("${}::text", values.len()))
+            }
             _ => format!("${}::{}", values.len(), sql_type(column)),
         };
         set.push(format!("{} = {value}", quote(column.name)));

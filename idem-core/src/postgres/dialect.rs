@@ -134,6 +134,10 @@ impl SqlDialect for Postgres {
         format!("{alias}.{}::text", quote(name))
     }
 
+    fn from_hex(hex: &str) -> String {
+        (super::statements::WORDS.from_hex)(hex)
+    }
+
     // Valid until the row is next written.
     const ROW_LOCATOR: Option<&'static str> = Some("ctid");
 

@@ -10,7 +10,7 @@ use super::Postgres;
 use crate::document::DocumentRef;
 use crate::engine;
 use crate::error::Error;
-use crate::model::{APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
+use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, FoundColumn, FoundIndex, TableCheck};
 
 /// Checks that the table `client`'s search path resolves for `table` exists with every column of
@@ -343,12 +343,17 @@ impl TableCheck for Postgres {
     }
 
     /// The content hash, text in a table an earlier release made, as the bytes its hex
-    /// digits write.
+    /// digits write. The digest of the guarded fields as another type (a table made before it
+    /// was one digest, as `jsonb`) is made NULL: its rows are compared by value until their
+    /// next write stores the digest.
     fn retype(table: &Table, name: &str, expected: &str) -> Option<String> {
         let column = table::quote(name);
-        let using = match name == table.model.hash_field() {
-            true => super::statements::WORDS.hash_bytes(table.model, &column),
-            false => format!("{column}::{expected}"),
+        let using = if name == table.model.hash_field() {
+            super::statements::WORDS.hash_bytes(table.model, &column)
+        } else if name == FROZEN_DIGESTS_FIELD {
+            "NULL".to_owned()
+        } else {
+            format!("{column}::{expected}")
         };
         Some(format!(
             "ALTER TABLE {} ALTER COLUMN {column} TYPE {expected} USING {using}",

@@ -24,9 +24,8 @@ pub(super) const WORDS: Words = Words {
     false_literal: "false",
     bytewise: "\"C\"",
     distinct: |stored, incoming| format!("{stored} IS DISTINCT FROM {incoming}"),
-    json_text: |column, name| format!("({column} ->> {})", literal(name)),
-    from_hex: |x| format!("decode({x}, 'hex')"),
-    to_hex: |x| format!("encode({x}, 'hex')"),
+    from_hex: |hex| format!("decode({hex}, 'hex')"),
+    to_hex: |bytes| format!("encode({bytes}, 'hex')"),
 };
 
 impl Table {
@@ -83,6 +82,9 @@ impl Table {
     /// text as its bytes.
     fn cast(&self, index: usize) -> String {
         let column = &self.columns[index];
+        if column.content == Content::Digests {
+            return (WORDS.from_hex)(&format!("i.c{index}"));
+        }
         match sql_type(column) {
             _ if column.content == Content::Hash => {
                 WORDS.hash_bytes(self.model, &format!("i.c{index}"))
@@ -461,14 +463,16 @@ impl Table {
         };
         // The version key is text already.
         let conditions = WORDS.pinned_conditions(self, "i.c0".into(), next, |name, placeholder| {
-            let cast = match self
+            let column = format!("t.{}", quote(name));
+            let column = match self
                 .column_named(name)
                 .map(|index| self.columns[index].content)
             {
-                Some(Content::VersionKey) => "",
-                _ => "::text",
+                Some(Content::VersionKey) => column,
+                Some(Content::Digests) => (WORDS.to_hex)(&column),
+                _ => format!("{column}::text"),
             };
-            format!("t.{}{cast} {} {placeholder}", quote(name), WORDS.same)
+            format!("{column} {} {placeholder}", WORDS.same)
         });
         // Unguarded: it follows, in the same call, the guarded statement that read the row.
         format!(

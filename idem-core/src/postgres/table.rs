@@ -20,8 +20,8 @@ pub(crate) const LANDED: &str = "idem.landed";
 /// A column's PostgreSQL type, as `information_schema.columns.data_type` spells it.
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
-        (Content::Digests | Content::Extra, _) => "jsonb",
-        (Content::Hash, _) => "bytea",
+        (Content::Extra, _) => "jsonb",
+        (Content::Hash | Content::Digests, _) => "bytea",
         (Content::Id | Content::VersionKey, _) => "text",
         (_, ColumnShape::Text) => "text",
         (_, ColumnShape::Integer) => "bigint",

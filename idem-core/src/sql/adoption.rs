@@ -368,6 +368,7 @@ pub(crate) async fn locked_move<D: SqlDialect>(
         let column = &table.columns[*index];
         let value = match column.content {
             Content::Hash => D::hash_bytes(table, "?"),
+            Content::Digests => D::from_hex("?"),
             _ => "?".to_owned(),
         };
         set.push(format!("{} = {value}", D::quote(column.name)));

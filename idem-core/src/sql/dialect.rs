@@ -132,6 +132,9 @@ pub(crate) trait SqlDialect: Dialect {
     /// The content hash the text expression `text` holds as the column stores it
     /// ([`super::words::Words::hash_bytes`]).
     fn hash_bytes(table: &Self::Table, text: &str) -> String;
+    /// The bytes a hex text expression spells, as the dialect's
+    /// [`Words::from_hex`](super::words::Words) writes it.
+    fn from_hex(hex: &str) -> String;
     /// How a row is found where it has no `_id` (PostgreSQL's `ctid`), a column every table
     /// has, read as [`SqlDialect::read_of`] reads a column; `None` where the database has none
     /// (SQLite's `rowid` is not in a table `WITHOUT ROWID`): such a row is then found by its

@@ -30,31 +30,32 @@ impl GuardWords for Words {
 }
 
 /// The condition under which an upsert replaces the stored row with the incoming one: not
-/// deleted; each guarded field never written or holding the incoming digest (a row without
-/// digests only where none of them is written); a strictly newer version key, or without
-/// versions another content hash.
+/// deleted; the stored digest of the guarded fields the incoming one (a row without one only
+/// where none of them is written; where another, the engine compares the values); a strictly
+/// newer version key, or without versions another content hash.
 pub(crate) fn upsert_guard(layout: &Layout, words: &impl GuardWords) -> String {
     let model = layout.model;
-    let (quote, json_text) = (words.words().quote, words.words().json_text);
+    let quote = words.words().quote;
     let stored = |name: &str| words.stored(&quote(name));
     let incoming = |name: &str| words.incoming(&quote(name));
     let mut conditions = Vec::new();
     if let Some(field) = model.tombstone_field() {
         conditions.push(format!("{} IS NULL", stored(field.stored_name())));
     }
-    let digests = stored(FROZEN_DIGESTS_FIELD);
-    for field in model.digested_fields() {
-        let stored_digest = json_text(&digests, field.stored_name());
-        let incoming_digest = json_text(&incoming(FROZEN_DIGESTS_FIELD), field.stored_name());
-        // Without digests, a NULL is "never written" only in an `Option` field; in any other
+    if layout.column_with(Content::Digests).is_some() {
+        // Without a digest, a NULL is "never written" only in an `Option` field; in any other
         // the guard cannot compare it, and the engine does.
-        let unwritten = match field.null_is_unwritten() {
-            true => format!("{} IS NULL", stored(field.stored_name())),
-            false => words.words().false_literal.to_owned(),
-        };
+        let unwritten: Vec<String> = (model.digested_fields())
+            .map(|field| match field.null_is_unwritten() {
+                true => format!("{} IS NULL", stored(field.stored_name())),
+                false => words.words().false_literal.to_owned(),
+            })
+            .collect();
+        let digest = stored(FROZEN_DIGESTS_FIELD);
         conditions.push(format!(
-            "(CASE WHEN {digests} IS NULL THEN {unwritten} ELSE {stored_digest} IS NULL \
-             OR {stored_digest} = {incoming_digest} END)",
+            "(CASE WHEN {digest} IS NULL THEN {} ELSE {digest} = {} END)",
+            unwritten.join(" AND "),
+            incoming(FROZEN_DIGESTS_FIELD),
         ));
     }
     match layout.column_with(Content::VersionKey) {

@@ -73,27 +73,6 @@ pub(crate) fn holds_nul(text: &str) -> bool {
     memchr::memchr(0, text.as_bytes()).is_some()
 }
 
-/// `text` as a JSON string, escaped as `serde_json` escapes it (and as PostgreSQL writes a
-/// `jsonb` string back), given to `write` piece by piece.
-pub(crate) fn write_string(text: &str, write: &mut impl FnMut(&str)) {
-    match text
-        .bytes()
-        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
-    {
-        false => {
-            write("\"");
-            write(text);
-            write("\"");
-        }
-        true => write(&Value::from(text).to_string()),
-    }
-}
-
-/// [`write_string`] onto the end of `out`.
-pub(crate) fn push_string(out: &mut String, text: &str) {
-    write_string(text, &mut |piece| out.push_str(piece));
-}
-
 /// `text` as a JSON string, unless it holds U+0000.
 fn string(text: &str) -> Result<Value, JsonError> {
     if holds_nul(text) {
@@ -581,29 +560,6 @@ impl<'de> serde::Deserializer<'de> for Cell {
         match self {
             Cell::Json(value) => value.deserialize_newtype_struct(name, visitor),
             float @ Cell::Float(_) => visitor.visit_newtype_struct(float),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_string_is_pushed_as_serde_json_writes_it() {
-        for text in [
-            "",
-            "plain",
-            "say \"hi\"",
-            "back\\slash",
-            "line\nfeed",
-            "\u{1}",
-            "é ✓",
-            "\u{7f}",
-        ] {
-            let mut pushed = String::new();
-            push_string(&mut pushed, text);
-            assert_eq!(pushed, Value::from(text).to_string(), "{text:?}");
         }
     }
 }

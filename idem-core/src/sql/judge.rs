@@ -169,8 +169,8 @@ impl StoredDocument for Row<'_> {
         self.stored.get(model.hash_field()).and_then(Value::as_str)
     }
 
-    fn stored_digest(&self, field: &Field) -> StoredDigest<'_> {
-        super::row::digest_in(self.stored.get(FROZEN_DIGESTS_FIELD), field)
+    fn stored_digest(&self, _: &Field) -> StoredDigest<'_> {
+        super::row::digest_in(self.stored.get(FROZEN_DIGESTS_FIELD))
     }
 
     fn value_digests(&self, field: &Field) -> Vec<DigestReading> {
@@ -200,17 +200,16 @@ pub(crate) fn stored_destination(
                 .and_then(with_exponent_floats)
                 .is_some()
     });
-    let digests = (!ambiguous).then(|| {
-        let digests: Map<String, Value> = table
-            .model
-            .digested_fields()
-            .filter_map(|field| {
-                let digest = value_digest(table, &stored, field).ok()??;
-                Some((field.stored_name().to_owned(), Value::from(digest.as_str())))
-            })
-            .collect();
-        Value::Object(digests).to_string()
-    });
+    let digests = (table.model.digested_fields())
+        .map(|field| Some((field, value_digest(table, &stored, field).ok()?)))
+        .collect::<Option<Vec<_>>>()
+        .filter(|_| !ambiguous)
+        .map(|digests| {
+            let digests = digests
+                .iter()
+                .map(|(field, digest)| (*field, digest.as_deref()));
+            crate::hash::frozen_digest(digests).as_str().to_owned()
+        });
     let (id, hash) = judge(table, Reading::Stored { field_order }, stored).destination()?;
     let contents = [(Content::Hash, Some(hash)), (Content::Digests, digests)]
         .into_iter()

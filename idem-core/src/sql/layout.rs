@@ -17,7 +17,8 @@ pub(crate) enum Content {
     Stored(Option<&'static Field>),
     /// The content hash.
     Hash,
-    /// The digests of the guarded fields (JSON object).
+    /// The one digest of the guarded fields ([`crate::hash::frozen_digest`]), as bytes; sent and
+    /// read back as hex.
     Digests,
     /// The version's order key.
     VersionKey,
@@ -215,6 +216,10 @@ impl Layout {
                 .map_or("NULL".to_owned(), |index| {
                     format!("{t}.{}", quote(self.columns[index].name))
                 });
+            let column = match content {
+                Content::Digests => (words.to_hex)(&column),
+                _ => column,
+            };
             format!("{column}{}", words.text_cast)
         };
         let tombstoned = match self.model.tombstone_field() {

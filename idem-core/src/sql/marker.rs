@@ -325,12 +325,13 @@ impl<D: MarkerDialect, W: Wire> Driver for MarkerDriver<'_, D, W> {
         params.push(Param::Text(Some(doc.id_text.as_str())));
         for pinned in &pinned {
             // A float read back as its shortest exact text, bound as the float where the
-            // database's own text of it would not compare equal.
+            // database's own text of it would not compare equal; NaN and the infinities, stored
+            // as their text (SQLite would bind NaN as NULL), as that text.
             let exact = (pinned.text.as_deref())
                 .filter(|_| pinned.float && D::PINS_FLOATS)
                 .map(str::parse::<f64>);
             params.push(match exact {
-                Some(Ok(float)) => Param::Float(float),
+                Some(Ok(float)) if float.is_finite() => Param::Float(float),
                 _ => Param::Text(pinned.text.as_deref()),
             });
         }

@@ -22,11 +22,12 @@ impl Words {
             .map(|&position| (self.quote)(layout.columns[layout.sent[position]].name))
             .collect();
         names.push((self.quote)(WRITE_MARKER_FIELD));
-        // The content hash's text as its bytes.
+        // The content hash's text and the digest's hex as their bytes.
         let mut row: Vec<String> = (inserted.iter())
             .map(
                 |&position| match layout.columns[layout.sent[position]].content {
                     Content::Hash => self.hash_bytes(layout.model, "?"),
+                    Content::Digests => (self.from_hex)("?"),
                     _ => "?".to_owned(),
                 },
             )

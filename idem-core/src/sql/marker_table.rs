@@ -128,14 +128,17 @@ impl<D: MarkerWords> Table<D> {
 
     /// A column as a read of the row selects it ([`MarkerWords::read_column`]).
     /// The content hash as the text the engine compares; the text itself where a table made by
-    /// an earlier release holds it (as an audit before the table's migration reads it).
+    /// an earlier release holds it (as an audit before the table's migration reads it). The
+    /// digest of the guarded fields as hex.
     pub fn read_of(&self, alias: &str, name: &str) -> String {
+        let column = || format!("{alias}.{}", (D::WORDS.quote)(name));
         match self.column_named(name).map(|at| self.columns[at].content) {
             Some(Content::Hash) => {
-                let column = format!("{alias}.{}", (D::WORDS.quote)(name));
+                let column = column();
                 let text = D::WORDS.hash_text(self.model, &column);
                 format!("CASE WHEN length({column}) = 32 THEN {text} ELSE {column} END")
             }
+            Some(Content::Digests) => (D::WORDS.to_hex)(&column()),
             _ => D::read_column(self, alias, name),
         }
     }
@@ -158,6 +161,7 @@ impl<D: MarkerWords> Table<D> {
             .filter_map(|column| {
                 let value = match column.content {
                     Content::Hash => D::WORDS.hash_bytes(self.model, &next()),
+                    Content::Digests => (D::WORDS.from_hex)(&next()),
                     _ => next(),
                 };
                 set(&quote(column.name), value, column.is_replaced())
@@ -215,6 +219,10 @@ macro_rules! marker_dialect_items {
 
         fn quote(name: &str) -> String {
             super::table::quote(name)
+        }
+
+        fn from_hex(hex: &str) -> String {
+            (<Self as $crate::sql::marker_table::MarkerWords>::WORDS.from_hex)(hex)
         }
 
         fn table(

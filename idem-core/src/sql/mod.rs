@@ -93,9 +93,9 @@ macro_rules! reads_rows_as_sql {
         fn stored_digest<'s>(
             &self,
             stored: &'s $crate::sql::row::StoredRow,
-            field: &$crate::model::Field,
+            _: &$crate::model::Field,
         ) -> $crate::engine::StoredDigest<'s> {
-            stored.digest(field)
+            stored.digest()
         }
 
         fn stored_version<'s>(

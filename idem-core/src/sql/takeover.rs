@@ -337,7 +337,7 @@ pub(crate) fn row_json<R: Cells>(
             (Content::Stored(_), None) if column.null_is_absent => continue,
             (_, None) => Value::Null,
             (Content::Stored(_), Some(text)) => value_from_text(column.shape, &text),
-            (Content::Digests | Content::Extra, Some(text)) => {
+            (Content::Extra, Some(text)) => {
                 serde_json::from_str(&text).unwrap_or(Value::String(text))
             }
             (_, Some(text)) => Value::String(text),

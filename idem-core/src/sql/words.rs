@@ -29,13 +29,10 @@ pub(crate) struct Words {
     pub bytewise: &'static str,
     /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
     pub distinct: fn(stored: &str, incoming: &str) -> String,
-    /// The text under key `name` of the JSON object in the column expression `column`, as it
-    /// compares with another such text.
-    pub json_text: fn(column: &str, name: &str) -> String,
-    /// The bytes the hex text of the expression `x` writes (`decode(x, 'hex')`, `unhex(x)`).
-    pub from_hex: fn(x: &str) -> String,
-    /// The bytes of the expression `x` as lowercase hex text (`encode(x, 'hex')`).
-    pub to_hex: fn(x: &str) -> String,
+    /// The bytes a column expression of lowercase hex text spells (`decode(x, 'hex')`).
+    pub from_hex: fn(&str) -> String,
+    /// A bytes column expression as lowercase hex text (`encode(x, 'hex')`).
+    pub to_hex: fn(&str) -> String,
 }
 
 impl Words {

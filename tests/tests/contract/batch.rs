@@ -851,8 +851,9 @@ async fn drafts_whose_version_keys_were_changed_behind_idems_back(db: &Db) -> Ve
 /// their content and content hash left as they were, in chunks of 64: each such row gets what a
 /// single upsert of it gives, and every other row is `Unchanged`. A post whose digests were
 /// changed is `Unchanged` too: its content hash says its guarded values are the incoming ones,
-/// so there is nothing to write; the next write that changes it is refused, saying that its
-/// stored digest is not its value's. An entry or a draft is judged by the version key it now
+/// so there is nothing to write; the next write that changes it is refused on MongoDB, saying
+/// that its stored digest is not its value's, and written on a SQL store, whose one digest of the
+/// guarded fields, not the incoming one's, has the values compared. An entry or a draft is judged by the version key it now
 /// holds: a lookup that settled a row from its content hash alone would call these `Unchanged`.
 #[tokio::test]
 async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agrees_with_single_upserts(
@@ -873,7 +874,8 @@ async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agre
         for (at, shown) in both.batch.iter().enumerate() {
             assert_eq!(shown, "Unchanged", "{db}: post {at}");
         }
-        // Edited, every post is written but the two whose digests are not their values'.
+        // Edited, every post is written but, on MongoDB, the two whose digests are not their
+        // values'.
         let edited: Vec<Post> = posts_whose_digests_were_changed_behind_idems_back(&chunked)
             .await
             .into_iter()
@@ -884,7 +886,10 @@ async fn a_reingest_of_rows_whose_own_fields_were_changed_behind_idems_back_agre
             .collect();
         let before = chunked.stored::<Post>().await;
         let report = chunked.upsert_many(&edited).await.unwrap();
-        let changed = [10, 70];
+        let changed = match db.is_sql() {
+            true => Vec::new(),
+            false => vec![10, 70],
+        };
         for (at, shown) in shown(report.outcomes()).iter().enumerate() {
             match changed.contains(&at) {
                 true => assert!(

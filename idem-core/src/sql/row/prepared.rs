@@ -15,7 +15,6 @@ use crate::id::Id;
 use crate::idempotent::Idempotent;
 use crate::model::Field;
 use crate::short_text::ShortText;
-use crate::sql::json;
 use crate::sql::layout::{Content, Layout};
 use crate::sql::scan;
 use crate::sql::texts::ColumnTexts;
@@ -148,24 +147,14 @@ impl PreparedRow {
     }
 }
 
-/// Writes the digests column's text to `out`: each written digest by the field's stored name,
-/// a JSON object as `serde_json` writes one, without building it.
+/// Writes the digests column's text to `out`: the one digest of every guarded field
+/// ([`crate::hash::frozen_digest`]) in hex, which the statements store as its bytes.
 pub(super) fn write_digests_text(
     digests: &[(&'static Field, Option<ShortText>)],
     out: &mut String,
 ) {
-    out.push('{');
-    let mut first = true;
-    for (field, digest) in digests {
-        let Some(digest) = digest else {
-            continue;
-        };
-        if !std::mem::take(&mut first) {
-            out.push(',');
-        }
-        json::push_string(out, field.stored_name());
-        out.push(':');
-        json::push_string(out, digest);
-    }
-    out.push('}');
+    let digests = digests
+        .iter()
+        .map(|(field, digest)| (*field, digest.as_deref()));
+    out.push_str(&crate::hash::frozen_digest(digests));
 }

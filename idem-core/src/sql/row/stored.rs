@@ -1,10 +1,10 @@
-//! What a statement returns of a stored row that stopped a write, and the stored digests of its
+//! What a statement returns of a stored row that stopped a write, and the stored digest of its
 //! guarded fields.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::engine::StoredDigest;
-use crate::model::{Field, Model};
+use crate::model::Model;
 use crate::verdict::StoredVersion;
 
 /// What a stored row that stopped a write holds, as the statement returns it.
@@ -13,10 +13,9 @@ pub(crate) struct StoredRow {
     pub id: String,
     pub tombstoned: bool,
     pub hash: Option<String>,
-    /// The digests column as stored, and parsed; `None` for a row without digests (another
-    /// tool wrote it).
+    /// The digest of the guarded fields as stored, in hex; `None` for a row without one
+    /// (another tool wrote it, or a table made before kept digests otherwise).
     pub digests_text: Option<String>,
-    pub digests: Option<Map<String, Value>>,
     pub version_key: Option<String>,
     /// The guarded fields' values as text, in [`Model::digested_fields`] order.
     pub guarded_values: Vec<Option<String>>,
@@ -39,9 +38,6 @@ impl StoredRow {
             id: text(0).unwrap_or_default(),
             tombstoned,
             hash: text(2),
-            digests: digests_text
-                .as_deref()
-                .and_then(|text| serde_json::from_str(text).ok()),
             digests_text,
             version_key: text(4),
             guarded_values: (5..5 + guarded).map(text).collect(),
@@ -50,12 +46,11 @@ impl StoredRow {
         }
     }
 
-    /// The stored digest of a guarded field.
-    pub fn digest(&self, field: &Field) -> StoredDigest<'_> {
-        match &self.digests {
-            None => StoredDigest::NoDigests,
-            Some(digests) => digest_of(digests, field),
-        }
+    /// The stored digest of the guarded fields, the same for each.
+    pub fn digest(&self) -> StoredDigest<'_> {
+        self.digests_text
+            .as_deref()
+            .map_or(StoredDigest::NoDigests, StoredDigest::Whole)
     }
 
     /// The stored version order key.
@@ -66,17 +61,12 @@ impl StoredRow {
     }
 }
 
-/// The digest of `field` in a digests column read as JSON, as the audit reads it: no digests
-/// where there is no such column, or it holds no object (as [`StoredRow::from_texts`] reads
-/// it for the engine, and the MongoDB store a field that is no document).
-pub(crate) fn digest_in<'s>(digests: Option<&'s Value>, field: &Field) -> StoredDigest<'s> {
+/// The stored digest of the guarded fields in a digests column read as JSON, as the audit
+/// reads it: no digest where there is no such column or it holds none (as
+/// [`StoredRow::from_texts`] reads it for the engine).
+pub(crate) fn digest_in(digests: Option<&Value>) -> StoredDigest<'_> {
     match digests {
-        Some(Value::Object(digests)) => digest_of(digests, field),
+        Some(Value::String(digest)) => StoredDigest::Whole(digest),
         _ => StoredDigest::NoDigests,
     }
-}
-
-/// The digest of `field` in a digests object.
-fn digest_of<'s>(digests: &'s Map<String, Value>, field: &Field) -> StoredDigest<'s> {
-    StoredDigest::of_entry(digests.get(field.stored_name()))
 }
