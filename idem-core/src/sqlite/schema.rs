@@ -8,6 +8,7 @@
 use super::collation::{declared_collations, is_bytewise};
 use super::table::{declared_as, quote, Table, WORDS};
 use super::Sqlite;
+use crate::model::FROZEN_DIGESTS_FIELD;
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
@@ -78,22 +79,22 @@ impl TableCheck for Sqlite {
         table.expected_columns().collect()
     }
 
-    fn uses(_table: &Table, _column: &str, expected: &str, found: &str) -> bool {
-        declared_as(found, expected)
+    /// `idemFrozen` declared `TEXT` (before it was one digest) keeps a blob as it is; an old
+    /// digests object is never 16 bytes, so its row is compared by value until its next write.
+    fn uses(_table: &Table, column: &str, expected: &str, found: &str) -> bool {
+        declared_as(found, expected) || (column == FROZEN_DIGESTS_FIELD && found == "TEXT")
     }
 
     /// The content hash as hex text (an earlier release's) is copied as its bytes.
     fn retype(table: &Table, column: &str, _expected: &str) -> Option<String> {
-        let how = match column == table.model.hash_field() {
-            true => format!(
-                "with the column's type, the hash copied as {}",
-                WORDS.hash_bytes(table.model, &quote(column))
-            ),
-            false => "with the column's type".to_owned(),
-        };
+        let mut how = "with the column's type".to_owned();
+        if column == table.model.hash_field() {
+            let bytes = WORDS.hash_bytes(table.model, &quote(column));
+            how += &format!(", the hash copied as {bytes}");
+        }
+        let anew = made_anew(table, &how);
         Some(format!(
-            "SQLite cannot change a column's type in place: {}",
-            made_anew(table, &how)
+            "SQLite cannot change a column's type in place: {anew}"
         ))
     }
 

@@ -37,8 +37,7 @@ pub(crate) const WORDS: Words = Words {
 pub(crate) fn sql_type(column: &TableColumn) -> &'static str {
     match (column.content, column.shape) {
         (Content::Hash | Content::Digests, _) => "BLOB",
-        (Content::Id | Content::VersionKey, _) => "TEXT",
-        (Content::Extra, _) => "TEXT",
+        (Content::Id | Content::VersionKey | Content::Extra, _) => "TEXT",
         (_, ColumnShape::Text) => "TEXT",
         (_, ColumnShape::Integer) => "INTEGER",
         (_, ColumnShape::Boolean) => "BOOLEAN",
@@ -56,10 +55,6 @@ pub(crate) fn declared_as(found: &str, expected: &str) -> bool {
             (expected, found),
             ("BOOLEAN", "INTEGER") | ("JSON_TEXT", "TEXT")
         )
-        // The digest of the guarded fields, declared `TEXT` before it was one digest: text
-        // affinity keeps a blob as it is, and a digests object stored before is never the
-        // 16 bytes of a digest, so that its row is compared by value until its next write.
-        || (expected == "BLOB" && found == "TEXT")
         // Text affinity, which `VARCHAR(n)` has too, and no limit: text as idem declares it.
         || (expected == "TEXT"
             && !found.contains("INT")
