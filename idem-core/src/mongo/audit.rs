@@ -16,11 +16,13 @@ use crate::audit::{
 };
 use crate::document::DocumentRef;
 use crate::engine::StoredDigest;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
+#[cfg(doc)]
+use crate::error::ErrorKind;
 use crate::hash::{is_hashed_stored_field, ContentHash};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::model::{Field, Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
@@ -45,20 +47,12 @@ pub(crate) enum Reading<'a> {
     },
 }
 
-/// [`ReadTyped`] for `T` ([`TypedReading::of`]). The fields idem writes itself are removed
-/// first, so a type with `#[serde(deny_unknown_fields)]` reads its own documents.
+/// [`ReadTyped`] for `T` ([`TypedReading::of`]), read as a typed read reads it.
 pub(crate) fn read_typed<T>(stored: &Document) -> Result<TypedReading, String>
 where
     T: Idempotent + Serialize + DeserializeOwned,
 {
-    let mut content = stored.clone();
-    for name in [ID_FIELD, T::MODEL.hash_field(), ADOPTION_FIELD]
-        .into_iter()
-        .chain(RESERVED_FIELDS.iter().copied())
-    {
-        content.remove(name);
-    }
-    let value: T = super::text_keys::from_document(content)?;
+    let value: T = super::text_keys::from_stored(&T::MODEL, stored.clone())?;
     Ok(TypedReading::of(&value))
 }
 
@@ -296,13 +290,7 @@ impl Store {
                 names[..shown].join(", ")
             )
         };
-        Err(Error::new(
-            whole,
-            ErrorKind::SchemaMismatch {
-                collection: model.collection().to_owned(),
-                problem,
-            },
-        ))
+        Err(Error::schema_mismatch(model, problem))
     }
 }
 

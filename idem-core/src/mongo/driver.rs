@@ -31,8 +31,8 @@ use super::{
 };
 use crate::document::DocumentRef;
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
-use crate::error::{Error, ErrorKind};
+use crate::engine::{self, Conflict, Driver, Reply, StoredDigest, WriteKind};
+use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, VERSION_KEY_FIELD};
 use crate::verdict::StoredVersion;
@@ -143,12 +143,8 @@ impl MongoDriver<'_> {
     ) -> Result<Vec<Reply<Document>>, Error> {
         let statements: Vec<(usize, Document)> = (writes.iter())
             .map(|write| {
-                doc! {
-                    "q": write.query(),
-                    "u": { "$setOnInsert": write.inserted_document() },
-                    "upsert": true,
-                    "multi": false,
-                }
+                let insert = doc! { "$setOnInsert": write.inserted_document() };
+                upsert_statement(write.query(), insert)
             })
             .enumerate()
             .collect();
@@ -202,19 +198,13 @@ impl MongoDriver<'_> {
 
     /// `delete`: sets the tombstone where it is not set, or inserts the document deleted.
     async fn delete_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
-        let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
-        else {
-            return Err(Error::new(
-                write.document(),
-                ErrorKind::TombstoneNotSet {
-                    field: self.model.tombstone_field().map_or("", Field::name),
-                },
-            ));
-        };
+        // As `delete` refused before preparing the write.
+        let tombstone = engine::tombstone_field(self.model, &write.document())?;
+        engine::check_marked(tombstone, write.tombstone.is_some(), || write.document())?;
         let mut filter = write.query();
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
         let update = doc! {
-            "$set": { tombstone.stored_name(): marker.clone() },
+            "$set": { tombstone.stored_name(): write.tombstone.clone() },
             "$setOnInsert": write.inserted_document(),
         };
         crate::trace::round_trip("update");
@@ -234,7 +224,10 @@ impl MongoDriver<'_> {
     /// A batch of upserts as `update` commands within the server's limits, each statement the
     /// single upsert's guarded replacement.
     async fn upsert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
-        let statements = writes.iter().map(|write| upsert_statement(write));
+        // The guard stays in the update, not the query: some servers answer a query holding
+        // `$expr` by scanning the collection.
+        let statements = (writes.iter())
+            .map(|write| upsert_statement(write.upsert_query(), write.conditional_replacement()));
         let statements: Vec<(usize, Document)> = statements.enumerate().collect();
         // Asked once per store, before the first batch's write.
         let limits = self.store.server_limits(self.model).await?;
@@ -255,11 +248,12 @@ impl MongoDriver<'_> {
         statements: Vec<(usize, Document)>,
         replies: &mut [Option<Reply<Document>>],
     ) -> Result<(), Error> {
-        let whole = DocumentRef::collection(self.model);
-        let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
-        let command =
-            doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
-        let reply = match self.store.run_write_command(&whole, command).await {
+        let command = ("update", "updates");
+        let (indexes, reply) = self
+            .store
+            .send_command(self.model, command, statements)
+            .await;
+        let reply = match reply {
             Err(error) if refused_update_pipelines(&error) => None,
             reply => Some(reply?),
         };

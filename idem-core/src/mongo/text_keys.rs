@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::map_key::text_keys::{Reader, TextKeys};
+use crate::model::Model;
 use crate::read::read_as;
 
 /// `value` as a BSON document, every map key in it written as text.
@@ -23,8 +24,17 @@ pub(crate) fn to_bson<T: Serialize + ?Sized>(value: &T) -> Result<Bson, bson::se
     bson::to_bson(&TextKeys(value))
 }
 
-/// `T` read from a stored document, every map key in it read from its text;
-/// [`read_as`]'s message where it does not read as `T`.
-pub(crate) fn from_document<T: DeserializeOwned>(document: Document) -> Result<T, String> {
-    read_as(Reader(bson::Deserializer::new(Bson::Document(document))))
+/// `T` read from a stored document of `model`, every map key in it read from its text;
+/// [`read_as`]'s message where it does not read as `T`. The fields idem writes itself
+/// ([`Model::is_reserved`]) are removed first, so a type with `#[serde(deny_unknown_fields)]`
+/// reads its own documents.
+pub(crate) fn from_stored<T: DeserializeOwned>(
+    model: &Model,
+    stored: Document,
+) -> Result<T, String> {
+    let own: Document = stored
+        .into_iter()
+        .filter(|(name, _)| !model.is_reserved(name))
+        .collect();
+    read_as(Reader(bson::Deserializer::new(Bson::Document(own))))
 }
