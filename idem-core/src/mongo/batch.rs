@@ -232,22 +232,21 @@ fn statement_size(statement: &Document) -> usize {
     bson_size(statement) + ARRAY_ELEMENT_OVERHEAD
 }
 
-fn statement_index(entry: &Document) -> Option<usize> {
-    entry.get("index").and_then(whole)
+/// The entries of a write command's reply under `field` (`writeErrors`, `upserted`), each with
+/// the index of the statement (or document) it is about.
+fn by_statement<'r>(
+    reply: &'r Document,
+    field: &str,
+) -> impl Iterator<Item = (usize, &'r Document)> {
+    let entries = reply.get_array(field).map(|entries| entries.iter());
+    (entries.into_iter().flatten())
+        .filter_map(Bson::as_document)
+        .filter_map(|entry| Some((entry.get("index").and_then(whole)?, entry)))
 }
 
 /// A write command's errors, by the index of the statement (or document) they are about.
 pub(super) fn write_errors(reply: &Document) -> HashMap<usize, &Document> {
-    reply
-        .get_array("writeErrors")
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(Bson::as_document)
-                .filter_map(|error| Some((statement_index(error)?, error)))
-                .collect()
-        })
-        .unwrap_or_default()
+    by_statement(reply, "writeErrors").collect()
 }
 
 /// The server's write errors in `replies` ([`Store::send_statements`]), by their statements'
@@ -269,17 +268,11 @@ pub(super) fn reply_count(reply: &Document, field: &str) -> usize {
     reply.get(field).and_then(whole).unwrap_or(0)
 }
 
-pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
-    reply
-        .get_array(field)
-        .map(|entries| {
-            entries
-                .iter()
-                .filter_map(Bson::as_document)
-                .filter_map(statement_index)
-                .collect()
-        })
-        .unwrap_or_default()
+/// The statements of an `update` command that inserted their document, by their index.
+pub(super) fn upserted(reply: &Document) -> Vec<usize> {
+    by_statement(reply, "upserted")
+        .map(|(index, _)| index)
+        .collect()
 }
 
 pub(super) fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {

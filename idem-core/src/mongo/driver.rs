@@ -18,8 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{
-    refused_by_server, refused_statements, reply_count, statement_indexes, upsert_statement,
-    write_commands, write_errors,
+    refused_by_server, reply_count, upsert_statement, upserted, write_commands, write_errors,
 };
 use super::compare::{bson_equal, show};
 use super::errors::Naming;
@@ -153,21 +152,34 @@ impl MongoDriver<'_> {
             .store
             .send_statements(self.model, ("update", "updates"), statements, limits)
             .await?;
-        let mut replies: Vec<Reply<Document>> = writes
-            .iter()
-            .map(|_| Reply::Written { inserted: false })
-            .collect();
+        // Every statement is in one of the commands sent.
+        let mut replies: Vec<Reply<Document>> = writes.iter().map(|_| Reply::Unseen).collect();
         for (indexes, reply) in &sent {
-            for statement in statement_indexes(reply, "upserted") {
-                if let Some(&index) = indexes.get(statement) {
-                    replies[index] = Reply::Written { inserted: true };
-                }
+            for (index, answered) in self.update_replies(writes, indexes, reply) {
+                replies[index] = answered;
             }
         }
-        for (index, error) in refused_statements(&sent) {
-            replies[index] = self.statement_refused(writes[index], &error);
-        }
         Ok(replies)
+    }
+
+    /// The reply of each statement of an `update` command (`indexes`: their writes' indexes in
+    /// `writes`) from the command's `reply`: refused, or written, inserted or not.
+    fn update_replies<'r>(
+        &'r self,
+        writes: &'r [&PreparedWrite],
+        indexes: &'r [usize],
+        reply: &'r Document,
+    ) -> impl Iterator<Item = (usize, Reply<Document>)> + 'r {
+        let (errors, upserted) = (write_errors(reply), upserted(reply));
+        (indexes.iter().enumerate()).map(move |(statement, &index)| {
+            let answered = match errors.get(&statement) {
+                Some(error) => self.statement_refused(writes[index], error),
+                None => Reply::Written {
+                    inserted: upserted.contains(&statement),
+                },
+            };
+            (index, answered)
+        })
     }
 
     /// `record`: inserts the event unless its idempotency key is stored, in one
@@ -273,18 +285,12 @@ impl MongoDriver<'_> {
             }
             return Ok(());
         };
-        let upserted = statement_indexes(reply, "upserted");
         let mut matched = Vec::new();
-        for (statement, &index) in indexes.iter().enumerate() {
-            let write = writes[index];
-            replies[index] = Some(match errors.get(&statement) {
-                Some(error) => self.statement_refused(write, error),
-                None if upserted.contains(&statement) => Reply::Written { inserted: true },
-                None => {
-                    matched.push(index);
-                    Reply::Written { inserted: false }
-                }
-            });
+        for (index, answered) in self.update_replies(writes, &indexes, reply) {
+            if matches!(answered, Reply::Written { inserted: false }) {
+                matched.push(index);
+            }
+            replies[index] = Some(answered);
         }
         // Each statement that matched replaced its document only if the guard let it, and a
         // replacement always changes the document (its write marker is new): when fewer were

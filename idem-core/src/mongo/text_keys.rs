@@ -24,17 +24,21 @@ pub(crate) fn to_bson<T: Serialize + ?Sized>(value: &T) -> Result<Bson, bson::se
     bson::to_bson(&TextKeys(value))
 }
 
-/// `T` read from a stored document of `model`, every map key in it read from its text;
-/// [`read_as`]'s message where it does not read as `T`. The fields idem writes itself
-/// ([`Model::is_reserved`]) are removed first, so a type with `#[serde(deny_unknown_fields)]`
-/// reads its own documents.
+/// `T` read from a stored document, every map key in it read from its text;
+/// [`read_as`]'s message where it does not read as `T`.
+pub(crate) fn from_document<T: DeserializeOwned>(document: Document) -> Result<T, String> {
+    read_as(Reader(bson::Deserializer::new(Bson::Document(document))))
+}
+
+/// `T` read from a stored document of `model` ([`from_document`]) without the fields idem
+/// writes itself ([`Model::is_reserved`]), so that a type with `#[serde(deny_unknown_fields)]`
+/// reads its own documents: a typed read's, and a typed audit's.
 pub(crate) fn from_stored<T: DeserializeOwned>(
     model: &Model,
     stored: Document,
 ) -> Result<T, String> {
-    let own: Document = stored
+    let own = stored
         .into_iter()
-        .filter(|(name, _)| !model.is_reserved(name))
-        .collect();
-    read_as(Reader(bson::Deserializer::new(Bson::Document(own))))
+        .filter(|(name, _)| !model.is_reserved(name));
+    from_document(own.collect())
 }
