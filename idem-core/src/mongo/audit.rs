@@ -148,18 +148,17 @@ pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> StoredKey<
     })
 }
 
-/// The cursor over every document of `model`'s collection, sorted by the natural key: documents
-/// sharing a key come one after the other.
+/// The cursor over every document of `model`'s collection, sorted by the natural key (documents
+/// sharing a key come one after the other), and the server's estimate of how many there are:
+/// from the collection's metadata, cheap, and only used to draw progress.
 pub(crate) async fn sorted_by_natural_key(
     collection: &Collection<Document>,
     model: &Model,
-) -> Result<mongodb::Cursor<Document>, Error> {
-    collection
-        .find(doc! {})
-        .sort(natural_key_pattern(model))
-        .allow_disk_use(true)
-        .await
-        .naming(&DocumentRef::collection(model))
+) -> Result<(mongodb::Cursor<Document>, Option<u64>), Error> {
+    let total = collection.estimated_document_count().await.ok();
+    let find = collection.find(doc! {}).sort(natural_key_pattern(model));
+    let cursor = find.allow_disk_use(true).await;
+    Ok((cursor.naming(&DocumentRef::collection(model))?, total))
 }
 
 impl Store {
@@ -309,9 +308,7 @@ async fn audit_collection(
     call.run(async move {
         let collection = store.database.collection::<Document>(model.collection());
         let collection_ref = DocumentRef::collection(model);
-        // An estimate from the collection's metadata: cheap, and only used to draw progress.
-        let total = collection.estimated_document_count().await.ok();
-        let mut cursor = sorted_by_natural_key(&collection, model).await?;
+        let (mut cursor, total) = sorted_by_natural_key(&collection, model).await?;
         let typed = matches!(reading, Reading::Typed(_));
         let mut report = AuditReport::new(model.collection(), typed);
         let mut pass = AuditPass::new(model, typed);
