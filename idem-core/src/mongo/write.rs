@@ -188,26 +188,21 @@ impl PreparedWrite {
         let incoming = self.incoming();
         let inserting = self.inserting();
         let mut owned = Document::new();
-        for field in self.model.fields() {
-            let stored = field_path(field.stored_name());
-            let kept = match field.role() {
-                Role::Pushed => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
-                // Written when the document is inserted, never again: a field `apply_once`
-                // removed stays removed.
-                Role::Effect => match self.effects.get(field.stored_name()) {
-                    Some(initial) => bson!({ "$cond": [
-                        inserting.clone(),
-                        { "$literal": initial.clone() },
-                        stored,
-                    ] }),
-                    None => stored,
-                },
-                Role::Tombstone => stored,
-                _ => continue,
+        for (name, pushed) in self.owned_fields() {
+            let stored = field_path(name);
+            let kept = match (pushed, self.effects.get(name)) {
+                (true, _) => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
+                // An effect field is written when the document is inserted, never again: a
+                // field `apply_once` removed stays removed.
+                (false, Some(initial)) => bson!({ "$cond": [
+                    inserting.clone(),
+                    { "$literal": initial.clone() },
+                    stored,
+                ] }),
+                (false, None) => stored,
             };
-            owned.insert(field.stored_name(), kept);
+            owned.insert(name, kept);
         }
-        owned.insert(APPLIED_OPS_FIELD, field_path(APPLIED_OPS_FIELD));
         owned.insert(
             WRITE_MARKER_FIELD,
             bson!({ "$cond": [inserting, self.marked(INSERTED), self.marked(UPDATED)] }),
