@@ -162,13 +162,14 @@ impl Adoption<'_> {
             Ok(_) => return Ok(Ok(())),
             Err(error) if is_duplicate_key(&error) => {
                 let holder = find_by_id(&self.collection, &collection_ref, &derived).await?;
-                let ours = holder.as_ref().and_then(|holder| {
-                    let from = holder.get_document(ADOPTION_FIELD).ok()?.get(FROM)?;
-                    Some(from == &plan.from)
-                });
+                // Ours if it names this original (a reservation naming none is not).
+                let adoption = holder
+                    .as_ref()
+                    .and_then(|holder| holder.get_document(ADOPTION_FIELD).ok());
+                let ours = adoption.and_then(|adoption| adoption.get(FROM)) == Some(&plan.from);
                 match (holder, ours) {
-                    (Some(_), Some(true)) => {}
-                    (Some(holder), _) => {
+                    (Some(_), true) => {}
+                    (Some(holder), false) => {
                         let holder = stored_id_text(&holder).unwrap_or_default();
                         return Ok(Err(format!(
                             "its derived id {holder} is held by another document"
@@ -229,19 +230,12 @@ impl Adoption<'_> {
         let collection_ref = self.collection_ref();
         // The reservation this run wrote needs no read: the update below is pinned to it by its
         // id and `idemAdopt.from`, and matches nothing if a racing run claimed it first.
-        let read;
-        let reserved = match reserved {
-            Some(reserved) => reserved,
-            None => match find_by_id(&self.collection, &collection_ref, derived).await? {
-                Some(found) => {
-                    read = found;
-                    &read
-                }
-                None => return Ok(Ok(())),
-            },
+        let read = match reserved {
+            Some(_) => None,
+            None => find_by_id(&self.collection, &collection_ref, derived).await?,
         };
-        let Some(key) = key_set_aside(reserved) else {
-            // Claimed by a racing run of adopt.
+        // No reservation under the derived id, or its key restored by a racing run of adopt.
+        let Some(key) = reserved.or(read.as_ref()).and_then(key_set_aside) else {
             return Ok(Ok(()));
         };
         self.limits.write()?;
