@@ -16,11 +16,13 @@ use crate::audit::{
 };
 use crate::document::DocumentRef;
 use crate::engine::StoredDigest;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
+#[cfg(doc)]
+use crate::error::ErrorKind;
 use crate::hash::{is_hashed_stored_field, ContentHash};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::{Field, Model, ID_FIELD, RESERVED_FIELDS};
+use crate::model::{Field, Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 
 /// The field a document half moved by [`Store::adopt`] carries: where it came from and the
@@ -45,20 +47,12 @@ pub(crate) enum Reading<'a> {
     },
 }
 
-/// [`ReadTyped`] for `T` ([`TypedReading::of`]). The fields idem writes itself are removed
-/// first, so a type with `#[serde(deny_unknown_fields)]` reads its own documents.
+/// [`ReadTyped`] for `T` ([`TypedReading::of`]), read as a typed read reads it.
 pub(crate) fn read_typed<T>(stored: &Document) -> Result<TypedReading, String>
 where
     T: Idempotent + Serialize + DeserializeOwned,
 {
-    let mut content = stored.clone();
-    for name in [ID_FIELD, T::MODEL.hash_field(), ADOPTION_FIELD]
-        .into_iter()
-        .chain(RESERVED_FIELDS.iter().copied())
-    {
-        content.remove(name);
-    }
-    let value: T = super::text_keys::from_document(content)?;
+    let value: T = super::text_keys::from_stored(&T::MODEL, stored.clone())?;
     Ok(TypedReading::of(&value))
 }
 
@@ -154,18 +148,17 @@ pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> StoredKey<
     })
 }
 
-/// The cursor over every document of `model`'s collection, sorted by the natural key: documents
-/// sharing a key come one after the other.
+/// The cursor over every document of `model`'s collection, sorted by the natural key (documents
+/// sharing a key come one after the other), and the server's estimate of how many there are:
+/// from the collection's metadata, cheap, and only used to draw progress.
 pub(crate) async fn sorted_by_natural_key(
     collection: &Collection<Document>,
     model: &Model,
-) -> Result<mongodb::Cursor<Document>, Error> {
-    collection
-        .find(doc! {})
-        .sort(natural_key_pattern(model))
-        .allow_disk_use(true)
-        .await
-        .naming(&DocumentRef::collection(model))
+) -> Result<(mongodb::Cursor<Document>, Option<u64>), Error> {
+    let total = collection.estimated_document_count().await.ok();
+    let find = collection.find(doc! {}).sort(natural_key_pattern(model));
+    let cursor = find.allow_disk_use(true).await;
+    Ok((cursor.naming(&DocumentRef::collection(model))?, total))
 }
 
 impl Store {
@@ -296,13 +289,7 @@ impl Store {
                 names[..shown].join(", ")
             )
         };
-        Err(Error::new(
-            whole,
-            ErrorKind::SchemaMismatch {
-                collection: model.collection().to_owned(),
-                problem,
-            },
-        ))
+        Err(Error::schema_mismatch(model, problem))
     }
 }
 
@@ -321,9 +308,7 @@ async fn audit_collection(
     call.run(async move {
         let collection = store.database.collection::<Document>(model.collection());
         let collection_ref = DocumentRef::collection(model);
-        // An estimate from the collection's metadata: cheap, and only used to draw progress.
-        let total = collection.estimated_document_count().await.ok();
-        let mut cursor = sorted_by_natural_key(&collection, model).await?;
+        let (mut cursor, total) = sorted_by_natural_key(&collection, model).await?;
         let typed = matches!(reading, Reading::Typed(_));
         let mut report = AuditReport::new(model.collection(), typed);
         let mut pass = AuditPass::new(model, typed);

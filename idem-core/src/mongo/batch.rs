@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::compare::whole;
 use super::errors::Naming;
-use super::write::{bson_size, PreparedWrite};
+use super::write::bson_size;
 use super::{locked, Store};
 use crate::batch::BatchReport;
 use crate::document::DocumentRef;
@@ -96,14 +96,26 @@ impl Store {
         statements: Vec<(usize, Document)>,
         limits: ServerLimits,
     ) -> Result<Vec<(Vec<usize>, Document)>, Error> {
-        let whole = DocumentRef::collection(model);
         let mut replies = Vec::new();
         for statements in write_commands(statements, limits) {
-            let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
-            let sent = doc! { command: model.collection(), array: statements, "ordered": false };
-            replies.push((indexes, self.run_write_command(&whole, sent).await?));
+            let (indexes, reply) = self.send_command(model, (command, array), statements).await;
+            replies.push((indexes, reply?));
         }
         Ok(replies)
+    }
+
+    /// One `command` command holding `statements` (each with its caller's index) in `array`,
+    /// unordered: their indexes, and the reply ([`Store::run_write_command`]).
+    pub(super) async fn send_command(
+        &self,
+        model: &Model,
+        (command, array): (&str, &str),
+        statements: Vec<(usize, Document)>,
+    ) -> (Vec<usize>, Result<Document, Error>) {
+        let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
+        let sent = doc! { command: model.collection(), array: statements, "ordered": false };
+        let whole = DocumentRef::collection(model);
+        (indexes, self.run_write_command(&whole, sent).await)
     }
 
     /// Sends a write command; a write concern the server did not confirm is
@@ -166,16 +178,10 @@ impl Store {
     }
 }
 
-/// The upsert of `write`, as one statement of an `update` command: the single upsert's query and
-/// conditional replacement. The guard stays in the update, not the query: some servers answer a
-/// query holding `$expr` by scanning the collection.
-pub(super) fn upsert_statement(write: &PreparedWrite) -> Document {
-    doc! {
-        "q": write.upsert_query(),
-        "u": write.conditional_replacement(),
-        "upsert": true,
-        "multi": false,
-    }
+/// One statement of an `update` command: `update` applied to the document `query` matches, or
+/// inserted from it.
+pub(super) fn upsert_statement(query: Document, update: impl Into<Bson>) -> Document {
+    doc! { "q": query, "u": update.into(), "upsert": true, "multi": false }
 }
 
 /// Splits the statements into commands the server accepts: within its batch limit and its
@@ -226,22 +232,21 @@ fn statement_size(statement: &Document) -> usize {
     bson_size(statement) + ARRAY_ELEMENT_OVERHEAD
 }
 
-fn statement_index(entry: &Document) -> Option<usize> {
-    entry.get("index").and_then(whole)
+/// The entries of a write command's reply under `field` (`writeErrors`, `upserted`), each with
+/// the index of the statement (or document) it is about.
+fn by_statement<'r>(
+    reply: &'r Document,
+    field: &str,
+) -> impl Iterator<Item = (usize, &'r Document)> {
+    let entries = reply.get_array(field).map(|entries| entries.iter());
+    (entries.into_iter().flatten())
+        .filter_map(Bson::as_document)
+        .filter_map(|entry| Some((entry.get("index").and_then(whole)?, entry)))
 }
 
 /// A write command's errors, by the index of the statement (or document) they are about.
 pub(super) fn write_errors(reply: &Document) -> HashMap<usize, &Document> {
-    reply
-        .get_array("writeErrors")
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(Bson::as_document)
-                .filter_map(|error| Some((statement_index(error)?, error)))
-                .collect()
-        })
-        .unwrap_or_default()
+    by_statement(reply, "writeErrors").collect()
 }
 
 /// The server's write errors in `replies` ([`Store::send_statements`]), by their statements'
@@ -263,17 +268,11 @@ pub(super) fn reply_count(reply: &Document, field: &str) -> usize {
     reply.get(field).and_then(whole).unwrap_or(0)
 }
 
-pub(super) fn statement_indexes(reply: &Document, field: &str) -> Vec<usize> {
-    reply
-        .get_array(field)
-        .map(|entries| {
-            entries
-                .iter()
-                .filter_map(Bson::as_document)
-                .filter_map(statement_index)
-                .collect()
-        })
-        .unwrap_or_default()
+/// The statements of an `update` command that inserted their document, by their index.
+pub(super) fn upserted(reply: &Document) -> Vec<usize> {
+    by_statement(reply, "upserted")
+        .map(|(index, _)| index)
+        .collect()
 }
 
 pub(super) fn refused_by_server(document: &DocumentRef, error: &Document, note: &str) -> Error {

@@ -18,8 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{
-    refused_by_server, refused_statements, reply_count, statement_indexes, upsert_statement,
-    write_commands, write_errors,
+    refused_by_server, reply_count, upsert_statement, upserted, write_commands, write_errors,
 };
 use super::compare::{bson_equal, show};
 use super::errors::Naming;
@@ -31,8 +30,8 @@ use super::{
 };
 use crate::document::DocumentRef;
 use crate::engine::batch::BatchDriver;
-use crate::engine::{Conflict, Driver, Reply, StoredDigest, WriteKind};
-use crate::error::{Error, ErrorKind};
+use crate::engine::{self, Conflict, Driver, Reply, StoredDigest, WriteKind};
+use crate::error::Error;
 use crate::idempotent::Idempotent;
 use crate::model::{Field, Model, ID_FIELD, VERSION_KEY_FIELD};
 use crate::verdict::StoredVersion;
@@ -143,12 +142,8 @@ impl MongoDriver<'_> {
     ) -> Result<Vec<Reply<Document>>, Error> {
         let statements: Vec<(usize, Document)> = (writes.iter())
             .map(|write| {
-                doc! {
-                    "q": write.query(),
-                    "u": { "$setOnInsert": write.inserted_document() },
-                    "upsert": true,
-                    "multi": false,
-                }
+                let insert = doc! { "$setOnInsert": write.inserted_document() };
+                upsert_statement(write.query(), insert)
             })
             .enumerate()
             .collect();
@@ -157,21 +152,34 @@ impl MongoDriver<'_> {
             .store
             .send_statements(self.model, ("update", "updates"), statements, limits)
             .await?;
-        let mut replies: Vec<Reply<Document>> = writes
-            .iter()
-            .map(|_| Reply::Written { inserted: false })
-            .collect();
+        // Every statement is in one of the commands sent.
+        let mut replies: Vec<Reply<Document>> = writes.iter().map(|_| Reply::Unseen).collect();
         for (indexes, reply) in &sent {
-            for statement in statement_indexes(reply, "upserted") {
-                if let Some(&index) = indexes.get(statement) {
-                    replies[index] = Reply::Written { inserted: true };
-                }
+            for (index, answered) in self.update_replies(writes, indexes, reply) {
+                replies[index] = answered;
             }
         }
-        for (index, error) in refused_statements(&sent) {
-            replies[index] = self.statement_refused(writes[index], &error);
-        }
         Ok(replies)
+    }
+
+    /// The reply of each statement of an `update` command (`indexes`: their writes' indexes in
+    /// `writes`) from the command's `reply`: refused, or written, inserted or not.
+    fn update_replies<'r>(
+        &'r self,
+        writes: &'r [&PreparedWrite],
+        indexes: &'r [usize],
+        reply: &'r Document,
+    ) -> impl Iterator<Item = (usize, Reply<Document>)> + 'r {
+        let (errors, upserted) = (write_errors(reply), upserted(reply));
+        (indexes.iter().enumerate()).map(move |(statement, &index)| {
+            let answered = match errors.get(&statement) {
+                Some(error) => self.statement_refused(writes[index], error),
+                None => Reply::Written {
+                    inserted: upserted.contains(&statement),
+                },
+            };
+            (index, answered)
+        })
     }
 
     /// `record`: inserts the event unless its idempotency key is stored, in one
@@ -202,19 +210,13 @@ impl MongoDriver<'_> {
 
     /// `delete`: sets the tombstone where it is not set, or inserts the document deleted.
     async fn delete_one(&self, write: &PreparedWrite) -> Result<Reply<Document>, Error> {
-        let (Some(tombstone), Some(marker)) = (self.model.tombstone_field(), &write.tombstone)
-        else {
-            return Err(Error::new(
-                write.document(),
-                ErrorKind::TombstoneNotSet {
-                    field: self.model.tombstone_field().map_or("", Field::name),
-                },
-            ));
-        };
+        // As `delete` refused before preparing the write.
+        let tombstone = engine::tombstone_field(self.model, &write.document())?;
+        engine::check_marked(tombstone, write.tombstone.is_some(), || write.document())?;
         let mut filter = write.query();
         filter.insert(tombstone.stored_name(), doc! { "$eq": Bson::Null });
         let update = doc! {
-            "$set": { tombstone.stored_name(): marker.clone() },
+            "$set": { tombstone.stored_name(): write.tombstone.clone() },
             "$setOnInsert": write.inserted_document(),
         };
         crate::trace::round_trip("update");
@@ -234,7 +236,10 @@ impl MongoDriver<'_> {
     /// A batch of upserts as `update` commands within the server's limits, each statement the
     /// single upsert's guarded replacement.
     async fn upsert_all(&self, writes: &[&PreparedWrite]) -> Result<Vec<Reply<Document>>, Error> {
-        let statements = writes.iter().map(|write| upsert_statement(write));
+        // The guard stays in the update, not the query: some servers answer a query holding
+        // `$expr` by scanning the collection.
+        let statements = (writes.iter())
+            .map(|write| upsert_statement(write.upsert_query(), write.conditional_replacement()));
         let statements: Vec<(usize, Document)> = statements.enumerate().collect();
         // Asked once per store, before the first batch's write.
         let limits = self.store.server_limits(self.model).await?;
@@ -255,11 +260,12 @@ impl MongoDriver<'_> {
         statements: Vec<(usize, Document)>,
         replies: &mut [Option<Reply<Document>>],
     ) -> Result<(), Error> {
-        let whole = DocumentRef::collection(self.model);
-        let (indexes, statements): (Vec<usize>, Vec<Document>) = statements.into_iter().unzip();
-        let command =
-            doc! { "update": self.model.collection(), "updates": statements, "ordered": false };
-        let reply = match self.store.run_write_command(&whole, command).await {
+        let command = ("update", "updates");
+        let (indexes, reply) = self
+            .store
+            .send_command(self.model, command, statements)
+            .await;
+        let reply = match reply {
             Err(error) if refused_update_pipelines(&error) => None,
             reply => Some(reply?),
         };
@@ -279,18 +285,12 @@ impl MongoDriver<'_> {
             }
             return Ok(());
         };
-        let upserted = statement_indexes(reply, "upserted");
         let mut matched = Vec::new();
-        for (statement, &index) in indexes.iter().enumerate() {
-            let write = writes[index];
-            replies[index] = Some(match errors.get(&statement) {
-                Some(error) => self.statement_refused(write, error),
-                None if upserted.contains(&statement) => Reply::Written { inserted: true },
-                None => {
-                    matched.push(index);
-                    Reply::Written { inserted: false }
-                }
-            });
+        for (index, answered) in self.update_replies(writes, &indexes, reply) {
+            if matches!(answered, Reply::Written { inserted: false }) {
+                matched.push(index);
+            }
+            replies[index] = Some(answered);
         }
         // Each statement that matched replaced its document only if the guard let it, and a
         // replacement always changes the document (its write marker is new): when fewer were

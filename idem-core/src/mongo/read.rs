@@ -4,7 +4,7 @@ use mongodb::bson::{self, Bson, Document};
 use serde::de::DeserializeOwned;
 
 use super::errors::Naming;
-use super::text_keys::from_document;
+use super::text_keys::from_stored;
 use super::Store;
 use crate::document::{DocumentRef, NaturalKey};
 use crate::error::{Error, ErrorKind};
@@ -72,11 +72,7 @@ impl Store {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let own: Document = stored
-            .into_iter()
-            .filter(|(name, _)| !model.is_reserved(name))
-            .collect();
-        from_document(own)
+        from_stored(model, stored)
             .map(Some)
             .map_err(|message| Error::new(document, ErrorKind::Deserialize { message }))
     }

@@ -194,10 +194,10 @@ fn serving_index(
             model,
             document,
             format!(
-                "index {NATURAL_KEY_INDEX} {}; the natural key needs a unique index on exactly \
-                 {}, neither partial nor sparse, under the simple collation: drop \
-                 {NATURAL_KEY_INDEX} and idem creates the right one",
-                problems.join("; and it "),
+                "{}; the natural key needs a unique index on exactly {}, neither partial nor \
+                 sparse, under the simple collation: drop {NATURAL_KEY_INDEX} and idem creates \
+                 the right one",
+                unfit(ours, &problems),
                 natural_key_pattern(model),
             ),
         ));
@@ -244,6 +244,12 @@ fn unfitness(model: &Model, index: &IndexModel) -> Vec<String> {
     problems
 }
 
+/// `index` and what keeps it from serving (`problems`, [`unfitness`]), as a refusal names them.
+fn unfit(index: &IndexModel, problems: &[String]) -> String {
+    let name = index_name(index).unwrap_or("(unnamed)");
+    format!("index {name} {}", problems.join("; and it "))
+}
+
 /// Whether an index on `keys` indexes exactly `model`'s natural-key fields, each ascending or
 /// descending, in any order: the same fields are unique together whatever the order, and a
 /// shell writes `1` as a double.
@@ -266,13 +272,7 @@ fn index_refused(
     let blocking: Vec<String> = indexes
         .iter()
         .filter(|index| on_exactly_the_natural_key(model, &index.keys))
-        .map(|index| {
-            format!(
-                "index {} {}",
-                index_name(index).unwrap_or("(unnamed)"),
-                unfitness(model, index).join("; and it ")
-            )
-        })
+        .map(|index| unfit(index, &unfitness(model, index)))
         .collect();
     let server = match error.kind.as_ref() {
         mongodb::error::ErrorKind::Command(command) => command.message.clone(),

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::map_key::text_keys::{Reader, TextKeys};
+use crate::model::Model;
 use crate::read::read_as;
 
 /// `value` as a BSON document, every map key in it written as text.
@@ -27,4 +28,17 @@ pub(crate) fn to_bson<T: Serialize + ?Sized>(value: &T) -> Result<Bson, bson::se
 /// [`read_as`]'s message where it does not read as `T`.
 pub(crate) fn from_document<T: DeserializeOwned>(document: Document) -> Result<T, String> {
     read_as(Reader(bson::Deserializer::new(Bson::Document(document))))
+}
+
+/// `T` read from a stored document of `model` ([`from_document`]) without the fields idem
+/// writes itself ([`Model::is_reserved`]), so that a type with `#[serde(deny_unknown_fields)]`
+/// reads its own documents: a typed read's, and a typed audit's.
+pub(crate) fn from_stored<T: DeserializeOwned>(
+    model: &Model,
+    stored: Document,
+) -> Result<T, String> {
+    let own = stored
+        .into_iter()
+        .filter(|(name, _)| !model.is_reserved(name));
+    from_document(own.collect())
 }

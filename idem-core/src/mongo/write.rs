@@ -103,16 +103,15 @@ impl PreparedWrite {
                 Ok((field, digest))
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        let stored_digests = frozen_digests(&digests);
         let prepared = preparing.finish(digests);
-        // In this order: the hash, the digests, then the version key.
-        body.insert(model.hash_field(), prepared.hash.as_str());
-        if let Some(stored_digests) = stored_digests {
-            body.insert(FROZEN_DIGESTS_FIELD, stored_digests);
-        }
-        if let Some(key) = &prepared.version_key {
-            body.insert(VERSION_KEY_FIELD, key.as_str());
-        }
+        let version_key = prepared.version_key.as_deref();
+        stamp(
+            &mut body,
+            model,
+            &prepared.hash,
+            &prepared.digests,
+            version_key,
+        );
         let write = PreparedWrite {
             prepared,
             body,
@@ -138,19 +137,10 @@ impl PreparedWrite {
         self.body.get(field.stored_name()).unwrap_or(&Bson::Null)
     }
 
-    /// `{k1: {$eq: v1}, …}` over the natural-key fields. `$eq` keeps a value that looks like an
-    /// operator document from being read as one.
+    /// `{k1: {$eq: v1}, …}` over the natural-key fields ([`equal_to`]).
     pub fn natural_key_filter(&self) -> Document {
-        self.model
-            .natural_key_fields()
-            .map(|field| {
-                let value = self.value(field).clone();
-                (
-                    field.stored_name().to_owned(),
-                    Bson::Document(doc! { "$eq": value }),
-                )
-            })
-            .collect()
+        let key = self.model.natural_key_fields();
+        equal_to(key.map(|field| (field.stored_name(), self.value(field))))
     }
 
     /// The document by `_id`, with the natural-key fields beside it so a collection sharded on
@@ -195,35 +185,36 @@ impl PreparedWrite {
     /// stored (a new document starts its pushed lists empty and its effect fields at their
     /// incoming values). A field serde did not write is gone afterwards.
     fn replacement(&self) -> Bson {
-        let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
-        incoming.extend(self.body.clone());
+        let incoming = self.incoming();
         let inserting = self.inserting();
         let mut owned = Document::new();
-        for field in self.model.fields() {
-            let stored = field_path(field.stored_name());
-            let kept = match field.role() {
-                Role::Pushed => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
-                // Written when the document is inserted, never again: a field `apply_once`
-                // removed stays removed.
-                Role::Effect => match self.effects.get(field.stored_name()) {
-                    Some(initial) => bson!({ "$cond": [
-                        inserting.clone(),
-                        { "$literal": initial.clone() },
-                        stored,
-                    ] }),
-                    None => stored,
-                },
-                Role::Tombstone => stored,
-                _ => continue,
+        for (name, pushed) in self.owned_fields() {
+            let stored = field_path(name);
+            let kept = match (pushed, self.effects.get(name)) {
+                (true, _) => bson!({ "$ifNull": [stored, { "$literal": [] }] }),
+                // An effect field is written when the document is inserted, never again: a
+                // field `apply_once` removed stays removed.
+                (false, Some(initial)) => bson!({ "$cond": [
+                    inserting.clone(),
+                    { "$literal": initial.clone() },
+                    stored,
+                ] }),
+                (false, None) => stored,
             };
-            owned.insert(field.stored_name(), kept);
+            owned.insert(name, kept);
         }
-        owned.insert(APPLIED_OPS_FIELD, field_path(APPLIED_OPS_FIELD));
         owned.insert(
             WRITE_MARKER_FIELD,
             bson!({ "$cond": [inserting, self.marked(INSERTED), self.marked(UPDATED)] }),
         );
         bson!({ "$mergeObjects": [{ "$literal": incoming }, owned] })
+    }
+
+    /// The incoming fields under `_id`: what every write stores first.
+    fn incoming(&self) -> Document {
+        let mut incoming = doc! { ID_FIELD: self.id_text.as_str() };
+        incoming.extend(self.body.clone());
+        incoming
     }
 
     /// The write marker this write stores when it inserts (`INSERTED`) or updates.
@@ -342,8 +333,7 @@ impl PreparedWrite {
     /// as read, and this write's marker.
     pub fn pinned_replacement(&self, stored: &Document) -> (Document, Document) {
         let mut query = self.pinned_query(stored);
-        let mut replacement = doc! { ID_FIELD: self.id_text.as_str() };
-        replacement.extend(self.body.clone());
+        let mut replacement = self.incoming();
         for (name, pushed) in self.owned_fields() {
             let value = stored.get(name).cloned();
             let appended_only = pushed || name == APPLIED_OPS_FIELD;
@@ -392,8 +382,7 @@ impl PreparedWrite {
     /// fields' initial values and the pushed lists, empty. What `insert_new`, `record` and
     /// `delete` insert, and what the size limit is checked on.
     pub fn inserted_document(&self) -> Document {
-        let mut document = doc! { ID_FIELD: self.id_text.as_str() };
-        document.extend(self.body.clone());
+        let mut document = self.incoming();
         document.extend(self.effects.clone());
         document.insert(WRITE_MARKER_FIELD, self.marked(INSERTED));
         for field in self.model.pushed_fields() {
@@ -455,6 +444,19 @@ fn bson_refusal<T: Serialize>(doc: &T, error: &bson::ser::Error) -> String {
     }
 }
 
+/// `{name: {$eq: value}, …}`: the documents holding each value. `$eq` keeps a value that looks
+/// like an operator document from being read as one.
+pub(crate) fn equal_to<'v>(fields: impl IntoIterator<Item = (&'v str, &'v Bson)>) -> Document {
+    (fields.into_iter())
+        .map(|(name, value)| {
+            (
+                name.to_owned(),
+                Bson::Document(doc! { "$eq": value.clone() }),
+            )
+        })
+        .collect()
+}
+
 /// `$name`: the stored field in an aggregation expression. Names with a `.` or a leading `$`
 /// are refused for role fields by the derive, so the path is the field.
 fn field_path(name: &str) -> Bson {
@@ -477,14 +479,28 @@ pub(crate) fn field_digest(
     guarded_value_digest(field, value, value.is_null())
 }
 
-/// The `idemFrozen` document a write stores: each guarded field's digest (`digests`, in
-/// [`Model::digested_fields`] order), where it has one; none for a model without guarded fields.
-pub(crate) fn frozen_digests(digests: &[(&Field, Option<ShortText>)]) -> Option<Document> {
-    let stored = digests.iter().filter_map(|(field, digest)| {
-        let digest = Bson::String(digest.as_deref()?.to_owned());
-        Some((field.stored_name().to_owned(), digest))
-    });
-    (!digests.is_empty()).then(|| stored.collect())
+/// Adds to `document` what idem stores beside a document's fields, in this order: the content
+/// `hash`; `idemFrozen`, each guarded field's digest (`digests`, in [`Model::digested_fields`]
+/// order) where it has one, for a model with guarded fields; and the version's order key. What a
+/// write stores, and an adoption's move.
+pub(crate) fn stamp(
+    document: &mut Document,
+    model: &Model,
+    hash: &str,
+    digests: &[(&Field, Option<ShortText>)],
+    version_key: Option<&str>,
+) {
+    document.insert(model.hash_field(), hash);
+    if !digests.is_empty() {
+        let stored = digests.iter().filter_map(|(field, digest)| {
+            let digest = Bson::String(digest.as_deref()?.to_owned());
+            Some((field.stored_name().to_owned(), digest))
+        });
+        document.insert(FROZEN_DIGESTS_FIELD, stored.collect::<Document>());
+    }
+    if let Some(key) = version_key {
+        document.insert(VERSION_KEY_FIELD, key);
+    }
 }
 
 /// The digest stored for `field` in a document's `idemFrozen` ([`StoredDigest::of_entry`]), as

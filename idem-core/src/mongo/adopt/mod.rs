@@ -290,10 +290,8 @@ impl Adoption<'_> {
     /// batched in `pending`.
     async fn scan_misplaced(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
-        // An estimate from the collection's metadata: cheap, and only used to draw progress.
-        let total = self.collection.estimated_document_count().await.ok();
         let mut scanned = 0;
-        let mut cursor = sorted_by_natural_key(&self.collection, self.model).await?;
+        let (mut cursor, total) = sorted_by_natural_key(&self.collection, self.model).await?;
         let mut group: Vec<Document> = Vec::new();
         while let Some(stored) = next_document(&mut cursor, &collection_ref).await? {
             scanned += 1;

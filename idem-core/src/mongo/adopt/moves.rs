@@ -9,10 +9,10 @@ use super::{Adoption, ARCHIVE_SUFFIX};
 use crate::audit::{Halt, MoveEnd};
 use crate::error::Error;
 use crate::id::Id;
-use crate::model::{FROZEN_DIGESTS_FIELD, ID_FIELD, VERSION_KEY_FIELD};
+use crate::model::ID_FIELD;
 use crate::mongo::audit::{judge, stored_natural_key, ADOPTION_FIELD};
 use crate::mongo::errors::Naming;
-use crate::mongo::write::{field_digest, frozen_digests, stored_id_text};
+use crate::mongo::write::{equal_to, field_digest, stamp, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
 };
@@ -90,16 +90,11 @@ impl Adoption<'_> {
                 adopted.insert(name.clone(), value.clone());
             }
         }
-        adopted.insert(self.model.hash_field(), hash);
         let digests: Vec<_> = (self.model.digested_fields())
             .map(|field| (field, field_digest(stored, field).ok().flatten()))
             .collect();
-        if let Some(digests) = frozen_digests(&digests) {
-            adopted.insert(FROZEN_DIGESTS_FIELD, digests);
-        }
-        if let Some(key) = judged.version_key {
-            adopted.insert(VERSION_KEY_FIELD, key);
-        }
+        let version_key = judged.version_key.as_deref();
+        stamp(&mut adopted, self.model, &hash, &digests, version_key);
         let key: Document = stored_natural_key(self.model, stored)
             .0
             .into_iter()
@@ -167,13 +162,14 @@ impl Adoption<'_> {
             Ok(_) => return Ok(Ok(())),
             Err(error) if is_duplicate_key(&error) => {
                 let holder = find_by_id(&self.collection, &collection_ref, &derived).await?;
-                let ours = holder.as_ref().and_then(|holder| {
-                    let from = holder.get_document(ADOPTION_FIELD).ok()?.get(FROM)?;
-                    Some(from == &plan.from)
-                });
+                // Ours if it names this original (a reservation naming none is not).
+                let adoption = holder
+                    .as_ref()
+                    .and_then(|holder| holder.get_document(ADOPTION_FIELD).ok());
+                let ours = adoption.and_then(|adoption| adoption.get(FROM)) == Some(&plan.from);
                 match (holder, ours) {
-                    (Some(_), Some(true)) => {}
-                    (Some(holder), _) => {
+                    (Some(_), true) => {}
+                    (Some(holder), false) => {
                         let holder = stored_id_text(&holder).unwrap_or_default();
                         return Ok(Err(format!(
                             "its derived id {holder} is held by another document"
@@ -234,19 +230,12 @@ impl Adoption<'_> {
         let collection_ref = self.collection_ref();
         // The reservation this run wrote needs no read: the update below is pinned to it by its
         // id and `idemAdopt.from`, and matches nothing if a racing run claimed it first.
-        let read;
-        let reserved = match reserved {
-            Some(reserved) => reserved,
-            None => match find_by_id(&self.collection, &collection_ref, derived).await? {
-                Some(found) => {
-                    read = found;
-                    &read
-                }
-                None => return Ok(Ok(())),
-            },
+        let read = match reserved {
+            Some(_) => None,
+            None => find_by_id(&self.collection, &collection_ref, derived).await?,
         };
-        let Some(key) = key_set_aside(reserved) else {
-            // Claimed by a racing run of adopt.
+        // No reservation under the derived id, or its key restored by a racing run of adopt.
+        let Some(key) = reserved.or(read.as_ref()).and_then(key_set_aside) else {
             return Ok(Ok(()));
         };
         self.limits.write()?;
@@ -257,10 +246,8 @@ impl Adoption<'_> {
         match claimed {
             Ok(_) => Ok(Ok(())),
             Err(error) if is_duplicate_key(&error) => {
-                let mut holder_filter = Document::new();
-                for (name, value) in key {
-                    holder_filter.insert(name.clone(), doc! { "$eq": value.clone() });
-                }
+                let holder_filter =
+                    equal_to(key.iter().map(|(name, value)| (name.as_str(), value)));
                 let holder = self
                     .collection
                     .find_one(holder_filter)
