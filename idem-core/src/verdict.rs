@@ -20,12 +20,11 @@ pub enum Guarded {
     Unwritten,
     /// The same canonical value.
     Same,
-    /// Another value: the write is refused.
-    Changed,
-    /// A value stored without idem's digests (by another tool, or before digests existed), which
-    /// a server guard cannot compare exactly; `same` is the exact comparison made here. The
-    /// server guard stops at such a document, and the backend writes it in a second step pinned
-    /// to what it read.
+    /// A value whose stored digest is not the incoming one's, or stored without idem's digests
+    /// (by another tool, or before digests existed), so that a server guard cannot compare it;
+    /// `same` is the comparison of the values made here, which are the truth: another value is
+    /// refused. The server guard stops at such a document, and the backend writes it in a second
+    /// step pinned to what it read.
     Foreign {
         /// Whether the stored value equals the incoming one.
         same: bool,
@@ -109,9 +108,10 @@ impl Stored<'_> {
         if same_content && same_version {
             return Verdict::Settled(Outcome::Unchanged);
         }
-        let changed = self.guarded.iter().find(|(_, state)| {
-            matches!(state, Guarded::Changed | Guarded::Foreign { same: false })
-        });
+        let changed = self
+            .guarded
+            .iter()
+            .find(|(_, state)| matches!(state, Guarded::Foreign { same: false }));
         if let Some((field, _)) = changed {
             return Verdict::Refused(field);
         }
@@ -181,11 +181,15 @@ mod tests {
 
     #[test]
     fn a_changed_guarded_field_refuses_any_other_content() {
-        let changed = stored(Guarded::Changed, None, "h");
+        let changed = stored(Guarded::Foreign { same: false }, None, "h");
         assert_eq!(changed.judge("other", None), Verdict::Refused(&AUTHOR));
         let foreign = stored(Guarded::Foreign { same: false }, None, "h");
         assert_eq!(foreign.judge("other", None), Verdict::Refused(&AUTHOR));
-        let versioned = stored(Guarded::Changed, Some(StoredVersion::Key("05")), "h");
+        let versioned = stored(
+            Guarded::Foreign { same: false },
+            Some(StoredVersion::Key("05")),
+            "h",
+        );
         assert_eq!(versioned.judge("h", Some("06")), Verdict::Refused(&AUTHOR));
         assert_eq!(
             versioned.judge("other", Some("05")),
@@ -196,20 +200,19 @@ mod tests {
     #[test]
     fn the_same_content_hash_and_version_settle_before_the_guarded_fields_are_read() {
         // A digest changed behind idem's back, the content as it was: nothing to write.
-        for guarded in [Guarded::Changed, Guarded::Foreign { same: false }] {
-            let unversioned = stored(guarded, None, "h");
-            assert_eq!(
-                unversioned.judge("h", None),
-                Verdict::Settled(Outcome::Unchanged)
-            );
-            assert!(!unversioned.server_may_replace("h", None));
-            let versioned = stored(guarded, Some(StoredVersion::Key("05")), "h");
-            assert_eq!(
-                versioned.judge("h", Some("05")),
-                Verdict::Settled(Outcome::Unchanged)
-            );
-            assert!(!versioned.server_may_replace("h", Some("05")));
-        }
+        let guarded = Guarded::Foreign { same: false };
+        let unversioned = stored(guarded, None, "h");
+        assert_eq!(
+            unversioned.judge("h", None),
+            Verdict::Settled(Outcome::Unchanged)
+        );
+        assert!(!unversioned.server_may_replace("h", None));
+        let versioned = stored(guarded, Some(StoredVersion::Key("05")), "h");
+        assert_eq!(
+            versioned.judge("h", Some("05")),
+            Verdict::Settled(Outcome::Unchanged)
+        );
+        assert!(!versioned.server_may_replace("h", Some("05")));
         // Another order key is judged as any version is, guarded fields first.
         let stale = stored(Guarded::Same, Some(StoredVersion::Key("05")), "h");
         assert_eq!(
@@ -229,7 +232,7 @@ mod tests {
         );
         assert_eq!(
             stored(
-                Guarded::Changed,
+                Guarded::Foreign { same: false },
                 Some(StoredVersion::Foreign(crate::VersionKey::new(5))),
                 "h"
             )
@@ -288,7 +291,7 @@ mod tests {
 
     #[test]
     fn a_deleted_document_stays_deleted() {
-        let mut deleted = stored(Guarded::Changed, None, "h");
+        let mut deleted = stored(Guarded::Foreign { same: false }, None, "h");
         deleted.tombstoned = true;
         assert_eq!(deleted.judge("x", None), Verdict::Settled(Outcome::Deleted));
     }

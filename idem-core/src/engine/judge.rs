@@ -44,7 +44,7 @@ pub(crate) fn judge<D: Driver>(
         return Judged::Refused(id_change(driver, doc, stored, stored_id));
     }
     if let Some(field) = driver.key_differs(doc, stored) {
-        return Judged::Refused(refusal(driver, doc, stored, field, false));
+        return Judged::Refused(refusal(driver, doc, stored, field));
     }
     if kind == WriteKind::InsertNew {
         // A member of a derived set is there or not; what it holds is the rule's, not this
@@ -64,10 +64,7 @@ pub(crate) fn judge<D: Driver>(
             foreign: by_value || reduced.has_foreign(),
         },
         Verdict::Settled(outcome) => Judged::Settled(outcome),
-        Verdict::Refused(field) => {
-            let unexplained = digest_of_a_value_not_stored(driver, doc, stored, field);
-            Judged::Refused(refusal(driver, doc, stored, field, unexplained))
-        }
+        Verdict::Refused(field) => Judged::Refused(refusal(driver, doc, stored, field)),
     }
 }
 
@@ -102,7 +99,12 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> (
                 StoredDigest::Digest(digest) if Some(digest) == incoming.as_deref() => {
                     Guarded::Same
                 }
-                StoredDigest::Digest(_) | StoredDigest::Other => Guarded::Changed,
+                // A digest that is not the incoming one's: the values are compared, and they
+                // are the truth, as where one digest covers every field.
+                StoredDigest::Digest(_) | StoredDigest::Other => {
+                    by_value = true;
+                    compared_by_value(driver, doc, stored, field)
+                }
                 StoredDigest::NoDigests => compared_by_value(driver, doc, stored, field),
             };
             (*field, state)
@@ -173,7 +175,7 @@ fn id_change<D: Driver>(
             .is_none_or(|value| !same_value(&value, &driver.incoming_value(doc, field)))
     });
     match moved {
-        Some(field) => refusal(driver, doc, stored, field, false),
+        Some(field) => refusal(driver, doc, stored, field),
         None => Error::new(
             doc.document(),
             ErrorKind::IdChanged {
@@ -184,48 +186,16 @@ fn id_change<D: Driver>(
     }
 }
 
-/// Whether the guard refused `field` for a stored digest that is not the stored value's: both
-/// sides hold a digest, they differ, and yet the stored value reads back as the incoming one.
-/// Only a write outside idem, or a change of the field's type that encodes its values otherwise
-/// (an integer become a float, a struct's fields reordered), leaves a row so. MongoDB's alone:
-/// where one digest covers every guarded field (the SQL stores), a digest that is not the
-/// incoming one's has the values compared, and they are the truth.
-fn digest_of_a_value_not_stored<D: Driver>(
-    driver: &D,
-    doc: &D::Light,
-    stored: &D::Stored,
-    field: &'static Field,
-) -> bool {
-    let incoming_digest = doc
-        .digests
-        .iter()
-        .any(|(guarded, digest)| guarded.stored_name() == field.stored_name() && digest.is_some());
-    incoming_digest
-        && matches!(driver.stored_digest(stored, field), StoredDigest::Digest(_))
-        && driver
-            .stored_value(stored, field)
-            .is_some_and(|value| same_value(&value, &driver.incoming_value(doc, field)))
-}
-
-/// The refusal of a write that would change `field`; `digest_not_stored_value`: the stored
-/// guard digest is not the stored value's ([`digest_of_a_value_not_stored`]), said with the
-/// stored value, since "stored x, incoming x" alone reads as a refusal without a reason.
+/// The refusal of a write that would change `field`.
 fn refusal<D: Driver>(
     driver: &D,
     doc: &D::Light,
     stored: &D::Stored,
     field: &'static Field,
-    digest_not_stored_value: bool,
 ) -> Error {
-    let mut shown = driver
+    let shown = driver
         .stored_shown(stored, field)
         .unwrap_or_else(|| "(missing)".to_owned());
-    if digest_not_stored_value {
-        shown.push_str(
-            " (its stored guard digest is not this value's: written outside idem, or by a \
-             version of the type that encodes the field otherwise?)",
-        );
-    }
     Error::new(
         doc.document(),
         ErrorKind::FrozenFieldChanged {
