@@ -29,6 +29,8 @@
 
 mod compound;
 mod encoder;
+// The stores' guard digest, which a build without a store does not make.
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 mod frozen;
 mod sink;
 mod tags;
@@ -51,6 +53,7 @@ use sink::BLAKE3_BATCH;
 use sink::{HashSink, Hasher32, SHA256_BATCH};
 
 pub use crate::model::HashAlgorithm;
+#[cfg(any(feature = "mongodb", feature = "_postgres", feature = "_sqlx_store"))]
 pub(crate) use frozen::frozen_digest;
 pub use value::{ContentHash, ContentHashParseError};
 
