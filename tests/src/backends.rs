@@ -434,6 +434,19 @@ impl Db {
         }
     }
 
+    /// [`another`](Db::another) whose store has learned nothing of its tables yet, as a new
+    /// store of the same configuration would be: its next write checks the table again.
+    pub async fn unlearned(&self) -> Db {
+        let mut db = self.another().await;
+        match &mut db {
+            Db::Mongo { store, .. } => *store = store.unlearned(),
+            Db::Postgres { store, .. } => *store = store.unlearned(),
+            Db::Sqlite { store, .. } => *store = store.unlearned(),
+            Db::Mysql { store, .. } => *store = store.unlearned(),
+        }
+        db
+    }
+
     /// The natural-key index (MongoDB) or the table (PostgreSQL, SQLite, MariaDB) of `T`.
     pub async fn ensure<T: Idempotent>(&self) {
         match self {

@@ -314,46 +314,6 @@ async fn old_form(db: &Db) {
     db.run_raw(&sql, mongodb::bson::doc! {}).await;
 }
 
-/// `db` through a store that has not checked the table yet.
-async fn unchecked(db: &Db) -> Db {
-    match db.another().await {
-        Db::Postgres {
-            label,
-            uri,
-            schema,
-            client,
-            sqlx,
-            ..
-        } => Db::Postgres {
-            label,
-            uri,
-            schema,
-            client,
-            sqlx,
-            store: idem_core::postgres::Store::new(),
-        },
-        Db::Sqlite {
-            path, connection, ..
-        } => Db::Sqlite {
-            path,
-            connection,
-            store: idem_core::sqlite::Store::new(),
-        },
-        Db::Mysql {
-            uri,
-            database,
-            connection,
-            ..
-        } => Db::Mysql {
-            uri,
-            database,
-            connection,
-            store: idem_core::mysql::Store::new(),
-        },
-        other => other,
-    }
-}
-
 #[tokio::test]
 async fn a_table_made_before_names_its_fix_and_converges_after_it() {
     for db in sql_backends("frozen_old_table").await {
@@ -365,7 +325,7 @@ async fn a_table_made_before_names_its_fix_and_converges_after_it() {
         let docs = [book("20"), book("21")];
         db.upsert_many(&docs).await.unwrap();
         old_form(&db).await;
-        let db = unchecked(&db).await;
+        let db = db.unlearned().await;
         if !db.is_sqlite() {
             let error = db.upsert(&docs[0]).await.unwrap_err();
             let ErrorKind::SchemaMismatch { problem, .. } = error.kind() else {
@@ -377,7 +337,7 @@ async fn a_table_made_before_names_its_fix_and_converges_after_it() {
             assert!(fix.contains("NULL"), "{db}: {fix}");
             db.run_raw(fix, mongodb::bson::doc! {}).await;
         }
-        let db = unchecked(&db).await;
+        let db = db.unlearned().await;
         for doc in &docs {
             assert_eq!(db.upsert(doc).await.unwrap(), Outcome::Unchanged, "{db}");
         }
