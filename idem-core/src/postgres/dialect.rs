@@ -126,16 +126,12 @@ impl SqlDialect for Postgres {
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
-    fn hash_bytes(table: &Table, text: &str) -> String {
-        super::statements::WORDS.hash_bytes(table.model, text)
+    fn words() -> &'static crate::sql::words::Words {
+        &super::statements::WORDS
     }
 
     fn read_of(_table: &Table, alias: &str, name: &str) -> String {
         format!("{alias}.{}::text", quote(name))
-    }
-
-    fn from_hex(hex: &str) -> String {
-        (super::statements::WORDS.from_hex)(hex)
     }
 
     // Valid until the row is next written.

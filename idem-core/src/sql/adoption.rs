@@ -367,8 +367,8 @@ pub(crate) async fn locked_move<D: SqlDialect>(
     for (index, _) in &destination.contents {
         let column = &table.columns[*index];
         let value = match column.content {
-            Content::Hash => D::hash_bytes(table, "?"),
-            Content::Digests => D::from_hex("?"),
+            Content::Hash => D::words().hash_bytes(table.model, "?"),
+            Content::Digests => (D::words().from_hex)("?"),
             _ => "?".to_owned(),
         };
         set.push(format!("{} = {value}", D::quote(column.name)));

@@ -129,12 +129,9 @@ pub(crate) trait SqlDialect: Dialect {
     const LOCKING_READ: &'static str;
     /// A column as a read of the row selects it, for [`super::wire::Cells::text`].
     fn read_of(table: &Self::Table, alias: &str, name: &str) -> String;
-    /// The content hash the text expression `text` holds as the column stores it
-    /// ([`super::words::Words::hash_bytes`]).
-    fn hash_bytes(table: &Self::Table, text: &str) -> String;
-    /// The bytes a hex text expression spells, as the dialect's
-    /// [`Words::from_hex`](super::words::Words) writes it.
-    fn from_hex(hex: &str) -> String;
+    /// How the dialect writes its statements' words (the hash's and the digest's bytes among
+    /// them: [`super::words::Words::hash_bytes`], `from_hex`).
+    fn words() -> &'static super::words::Words;
     /// How a row is found where it has no `_id` (PostgreSQL's `ctid`), a column every table
     /// has, read as [`SqlDialect::read_of`] reads a column; `None` where the database has none
     /// (SQLite's `rowid` is not in a table `WITHOUT ROWID`): such a row is then found by its

@@ -221,10 +221,6 @@ macro_rules! marker_dialect_items {
             super::table::quote(name)
         }
 
-        fn from_hex(hex: &str) -> String {
-            (<Self as $crate::sql::marker_table::MarkerWords>::WORDS.from_hex)(hex)
-        }
-
         fn table(
             model: &'static $crate::model::Model,
             stored: &[$crate::column::Column],
@@ -236,8 +232,8 @@ macro_rules! marker_dialect_items {
             table.create_sql()
         }
 
-        fn hash_bytes(table: &Self::Table, text: &str) -> String {
-            super::table::WORDS.hash_bytes(table.model, text)
+        fn words() -> &'static $crate::sql::words::Words {
+            &super::table::WORDS
         }
 
         async fn table_problems<W: $crate::sql::wire::Wire>(
