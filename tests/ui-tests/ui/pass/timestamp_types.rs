@@ -1,6 +1,6 @@
 // Every supported timestamp type, each as the `#[idem(timestamp)]` of one document, giving the
 // id the same time part. (`bson::DateTime`, which needs the `mongodb` feature these cases build
-// without, is in tests/tests/ids.rs.)
+// without, is in tests/tests/stores/ids.rs.)
 
 use std::time::{Duration, SystemTime};
 

@@ -111,7 +111,7 @@ fn the_guide_shows_this_function() {
     let source = include_str!("every_store.rs");
     let (_, rest) = source.split_once("// guide: begin\n").unwrap();
     let (function, _) = rest.split_once("// guide: end\n").unwrap();
-    let guide = include_str!("../../docs/GUIDE.md");
+    let guide = include_str!("../../../docs/GUIDE.md");
     assert!(
         guide.contains(function),
         "docs/GUIDE.md (\"Code for every store\") must show save_push as it is here:\n{function}"

@@ -6,7 +6,7 @@
 //! half hashes real Rust values (a derived struct, `serde_json::Value`s, enums, integers of
 //! several widths) and pins their hashes to the spec's golden values.
 //!
-//! Run: `cargo test -p idem-tests --test spec_vectors`
+//! Run: `cargo test -p idem-tests --test stores spec_vectors::`
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

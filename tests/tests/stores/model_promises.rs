@@ -19,7 +19,7 @@
 //! by default; a longer run:
 //!
 //! ```sh
-//! IDEM_MODEL_CASES=1000 cargo test -p idem-tests --test model_promises --all-features
+//! IDEM_MODEL_CASES=1000 cargo test -p idem-tests --test stores --all-features model_promises::
 //! ```
 
 use std::cmp::Ordering;

@@ -1,0 +1,34 @@
+//! The integration suites, one module each, in one test binary: a binary of its own would link
+//! idem and every driver again (seconds of `scripts/test` each). The contract suite, the
+//! allocation counts (a global allocator) and the traced round trips (a subscriber) keep theirs.
+//! Run one suite with a filter: `cargo test -p idem-tests --test stores sql_frozen::`.
+
+mod content_hash;
+mod derive_shapes;
+mod every_store;
+mod ids;
+mod isolation;
+mod light_rows;
+mod model_promises;
+mod mongo_adopt;
+mod mongo_chaos;
+mod mongo_effects;
+mod mongo_indexes;
+mod mongo_operators;
+mod mongo_replays;
+mod mongo_shard_keys;
+mod mongo_types;
+mod mongo_upsert;
+mod mysql_chaos;
+mod op_ids;
+mod pg_chaos;
+mod pg_partitioned;
+mod pg_schema;
+mod postgres;
+mod postgres_sqlx;
+mod properties;
+mod send_futures;
+mod spec_vectors;
+mod sql_format;
+mod sql_frozen;
+mod sqlite;
