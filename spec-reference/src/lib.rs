@@ -1,6 +1,6 @@
 //! The encodings of `docs/SPEC.md`, written out again from the spec alone, to check idem-core
-//! against: the property tests (`tests/tests/properties.rs`) and the fuzz targets (`fuzz/`) both
-//! compare what idem-core computes with what this crate computes.
+//! against: the property tests (`tests/tests/stores/properties.rs`) and the fuzz targets
+//! (`fuzz/`) both compare what idem-core computes with what this crate computes.
 //!
 //! It does not depend on idem-core, so a mistake in idem-core's encoders cannot reach it. Each
 //! function names the section of the spec it follows; the unit tests pin it to the spec's worked

@@ -12,8 +12,8 @@
 //! key that is not text, a name idem writes itself, a field the table has no column for. It may
 //! give up on more than the JSON encoding refuses (that costs the row its shortcut, never its
 //! outcome); it must never vouch for less, or a row stored unchanged would settle where a
-//! single upsert refuses it, nor encode a column otherwise. `tests/tests/light_rows.rs` holds it
-//! to both on every shape the row encoding knows and on generated documents.
+//! single upsert refuses it, nor encode a column otherwise. `tests/tests/stores/light_rows.rs`
+//! holds it to both on every shape the row encoding knows and on generated documents.
 
 use std::fmt;
 
