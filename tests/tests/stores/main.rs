@@ -1,7 +1,7 @@
 //! The integration suites, one module each, in one test binary: a binary of its own would link
-//! idem and every driver again (seconds of `scripts/test` each). The contract suite, the
-//! allocation counts (a global allocator) and the traced round trips (a subscriber) keep theirs.
-//! Run one suite with a filter: `cargo test -p idem-tests --test stores sql_frozen::`.
+//! idem and every driver again (seconds of `scripts/test` each). The contract suite and the
+//! allocation counts (a global allocator that counts every thread's) keep theirs. Run one suite
+//! with a filter: `cargo test -p idem-tests --test stores sql_frozen::`.
 
 mod content_hash;
 mod derive_shapes;
@@ -22,9 +22,12 @@ mod mongo_upsert;
 mod mysql_chaos;
 mod op_ids;
 mod pg_chaos;
+mod pg_marker;
 mod pg_partitioned;
 mod pg_schema;
 mod postgres;
+mod postgres_adopt;
+mod postgres_audit;
 mod postgres_sqlx;
 mod properties;
 mod send_futures;
@@ -32,3 +35,5 @@ mod spec_vectors;
 mod sql_format;
 mod sql_frozen;
 mod sqlite;
+mod table_check_shapes;
+mod tracing;
