@@ -103,7 +103,7 @@ impl<D: SqlDialect> Store<D> {
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         super::store::run::<D, _>(call, async move {
-            let table = adoptable_table::<D>(wire, model, field_order, &options).await?;
+            let table = adoptable_table(self, wire, model, field_order, &options).await?;
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };
@@ -218,7 +218,7 @@ async fn adopt_row<D: SqlDialect>(
     mut row: ReadRow,
     report: &mut AdoptReport,
 ) -> Result<(), Error> {
-    let place = (row.location.as_deref()).map_or("a row".to_owned(), place::<D>);
+    let place = (row.location.as_deref()).map_or("a row".to_owned(), |at| place::<D>(table, at));
     let shown = shown_row_id(row.stored.get(ID_FIELD), &place);
     let mut attempts = 0;
     let why = loop {

@@ -132,11 +132,14 @@ pub(crate) trait SqlDialect: Dialect {
     /// How the dialect writes its statements' words (the hash's and the digest's bytes among
     /// them: [`super::words::Words::hash_bytes`], `from_hex`).
     fn words() -> &'static super::words::Words;
-    /// How a row is found where it has no `_id` (PostgreSQL's `ctid`), a column every table
-    /// has, read as [`SqlDialect::read_of`] reads a column; `None` where the database has none
-    /// (SQLite's `rowid` is not in a table `WITHOUT ROWID`): such a row is then found by its
-    /// natural key ([`super::takeover::location_of`]).
-    const ROW_LOCATOR: Option<&'static str>;
+    /// How a row of `table` is found where it has no `_id` (PostgreSQL's `ctid`), a column
+    /// every table has, read as [`SqlDialect::read_of`] reads a column; `None` where the
+    /// database has none (SQLite's `rowid` is not in a table `WITHOUT ROWID`, InnoDB shows
+    /// none) or the store names no system column (PostgreSQL's write marker): such a row is
+    /// then found by its natural key ([`super::takeover::location_of`]).
+    fn row_locator(_table: &Self::Table) -> Option<&'static str> {
+        None
+    }
 
     /// Whether the driver sends its commands to a worker thread that holds the span current
     /// when each was sent (sqlx's SQLite), so that a call runs outside its span
