@@ -1,11 +1,13 @@
 //! The PostgreSQL store that tells inserted rows by the write marker (issue 44, item 2:
 //! `Store::with_write_marker`), as CockroachDB, YugabyteDB and other engines without `xmax` need
-//! it, on every PostgreSQL server under test: no statement it sends names `xmax` or `old` (every
-//! primitive's statements are captured from the `idem::sql` trace events and read word by word);
-//! its answers are a plain store's; its table check asks for the marker column, naming the fix;
+//! it, on every PostgreSQL server under test: no statement it sends names `xmax` or `old`, nor,
+//! auditing and adopting, the system columns `ctid`, `xmin` and `tableoid` (every primitive's
+//! statements are captured from the `idem::sql` trace events and read word by word); its answers
+//! and reports are a plain store's; its table check asks for the marker column, naming the fix;
 //! and a table made with or without the option serves both stores.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::ThreadId;
 
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
@@ -16,13 +18,32 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-/// Every statement text the store sends through tokio-postgres, in order.
+/// Every statement text the store sends through tokio-postgres, in order, with the thread that
+/// sent it: one subscriber for the whole process, of which each test reads its own thread's
+/// statements (a subscriber set per thread missed statements while tests ran side by side).
 #[derive(Clone, Default)]
-struct Statements(Arc<Mutex<Vec<String>>>);
+struct Statements(Arc<Mutex<Vec<(ThreadId, String)>>>);
 
 impl Statements {
+    /// The process's subscriber, set on first use.
+    fn capture() -> Statements {
+        static CAPTURE: OnceLock<Statements> = OnceLock::new();
+        let statements = CAPTURE.get_or_init(|| {
+            let statements = Statements::default();
+            let subscriber = tracing_subscriber::registry().with(statements.clone());
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            statements
+        });
+        statements.clone()
+    }
+
+    /// The statements this thread sent since the last call.
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut sent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mine, others) = (std::mem::take(&mut *sent).into_iter())
+            .partition(|(thread, _)| *thread == std::thread::current().id());
+        *sent = others;
+        mine.into_iter().map(|(_, sql)| sql).collect()
     }
 }
 
@@ -47,7 +68,8 @@ impl<S: Subscriber> Layer<S> for Statements {
         let mut sql = Sql(None);
         event.record(&mut sql);
         if let Some(sql) = sql.0 {
-            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push(sql);
+            let thread = std::thread::current().id();
+            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push((thread, sql));
         }
     }
 }
@@ -238,9 +260,7 @@ fn stores() -> [(&'static str, Store); 4] {
 /// the test reads the statements it means to.
 #[tokio::test]
 async fn no_statement_of_the_marker_store_names_xmax_or_old() {
-    let statements = Statements::default();
-    let subscriber = tracing_subscriber::registry().with(statements.clone());
-    let _default = tracing::subscriber::set_default(subscriber);
+    let statements = Statements::capture();
     for (label, uri) in postgres_servers() {
         let mut plain_answers = None;
         for (variant, store) in stores() {
@@ -638,9 +658,7 @@ async fn taken_over_table(uri: &str, test: &str) -> (String, tokio_postgres::Cli
 /// key, where the plain store reads its `ctid`. Rows stay as the plain store leaves them.
 #[tokio::test]
 async fn audit_and_adopt_name_no_system_column_and_report_as_the_plain_store() {
-    let statements = Statements::default();
-    let subscriber = tracing_subscriber::registry().with(statements.clone());
-    let _default = tracing::subscriber::set_default(subscriber);
+    let statements = Statements::capture();
     let model = &IngestedPost::MODEL;
     for (label, uri) in postgres_servers() {
         let mut runs = Vec::new();
@@ -658,7 +676,10 @@ async fn audit_and_adopt_name_no_system_column_and_report_as_the_plain_store() {
                 "plain" => "(no _id, at ctid (",
                 _ => "(no _id, at natural key [\"first\",\"en\"])",
             };
-            assert!(audit.to_string().contains(place), "{label} {variant}: {audit}");
+            assert!(
+                audit.to_string().contains(place),
+                "{label} {variant}: {audit}"
+            );
             run.push(format!("{audit:?}"));
             let audit = store
                 .audit_model(&client, model, &[], |_| {})
@@ -696,6 +717,11 @@ async fn audit_and_adopt_name_no_system_column_and_report_as_the_plain_store() {
             );
             run.push(format!("{:?}", posts(&client).await));
             let sent = statements.take();
+            assert!(
+                sent.len() > 30,
+                "{label} {variant}: {} statements",
+                sent.len()
+            );
             let named: Vec<(&String, Vec<String>)> = (sent.iter())
                 .map(|sql| (sql, server_signals(sql)))
                 .filter(|(_, words)| !words.is_empty())
@@ -834,7 +860,8 @@ async fn a_row_edited_while_the_marker_store_moves_it_is_moved_as_edited() {
 
 /// Inside the caller's transaction the marker store's moves are the transaction's: rolled back,
 /// nothing moved; committed, every row that can move is under its derived id, and the
-/// transaction stays usable after the row whose derived id another row holds. A table
+/// transaction stays usable after the row whose derived id another row holds. Through sqlx,
+/// the same adoption. A table
 /// partitioned by the natural key, written by a store with both options, is adopted as a plain
 /// partitioned store adopts it.
 #[tokio::test]
@@ -858,6 +885,15 @@ async fn the_marker_stores_adoption_in_a_transaction_and_on_a_partitioned_table(
         // legacy-3 and `held-no-id`, whose derived ids unreadable rows hold, and the unreadable
         // row without an `_id`.
         assert_eq!(audit.legacy_ids.count, 3, "{label}: {audit}");
+
+        // Through sqlx, the same statements.
+        let (schema, _client) = taken_over_table(&uri, "sqlx_adopt").await;
+        let mut connection = sqlx_connection(&uri, &schema).await;
+        let audit = store.audit::<IngestedPost, _>(&mut connection).await;
+        assert_eq!(audit.unwrap().legacy_ids.count, 7, "{label}");
+        let report = store.adopt::<IngestedPost, _>(&mut connection).await;
+        let report = report.unwrap();
+        assert_eq!((report.moved.count, report.failed.count), (5, 5), "{label}");
 
         let by = PartitionBy::Hash { partitions: 4 };
         let mut reports = Vec::new();

@@ -3,7 +3,9 @@
 //!
 //! PostgreSQL can change a row's primary key in place, so a move is one `UPDATE` of the row's
 //! `_id`, content hash, digests and version key, guarded by the row version it was read at: it
-//! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
+//! happens whole or not at all, and only to the row as read. Under the write marker no system
+//! column is named: a row without an `_id` is found by its natural key and the version is the
+//! whole row. The move, and why it is safe, is
 //! documented on [`Store::adopt`](Store#method.adopt).
 
 use super::dialect::UNIQUE_VIOLATION;
@@ -42,6 +44,13 @@ crate::sql::sqlx_api::store_methods! {
     /// are. If `L` changed since it was read, it is read again and the move tried again; a row
     /// without an `_id` is found by its physical location, which a write changes, so it is
     /// reported instead, for the next run.
+    ///
+    /// On a store [`with_write_marker`](Store#method.with_write_marker) (for engines without
+    /// PostgreSQL's system columns) no statement names one: the rows without an `_id` are read
+    /// and found by their natural key (unique, by the table check), in its order, and the row
+    /// version a move is guarded by is the whole row as `to_jsonb(t.*)` writes it, which any
+    /// change to the row changes; the rest is as above. A row without an `_id` whose natural
+    /// key has a NULL part is then reported, where the plain store finds it by its `ctid`.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
     /// and is refused ([`ErrorKind::IdChanged`], or [`ErrorKind::FrozenFieldChanged`] if its timestamp

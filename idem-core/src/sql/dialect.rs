@@ -234,8 +234,9 @@ pub(crate) trait SqlDialect: Dialect {
     }
 
     /// Whether an adoption reads each page with its locks and moves its rows in a transaction
-    /// of its own ([`super::adoption`]); where not (PostgreSQL), each move is guarded by the
-    /// row version it read, and the adoption needs no transaction.
+    /// of its own ([`super::adoption`]); where not (PostgreSQL, whose store opens no
+    /// transaction of its own on a client tasks share), each move is guarded by the row version
+    /// it read, and the adoption needs no transaction.
     const ADOPTS_IN_TRANSACTION: bool = true;
 
     /// The rows of `table` an adoption reads: a page of a pass, or a row again.
