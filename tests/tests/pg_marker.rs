@@ -45,6 +45,21 @@ impl Statements {
         *sent = others;
         mine.into_iter().map(|(_, sql)| sql).collect()
     }
+
+    /// The statements this thread sent since the last call that name a word of
+    /// [`server_signals`], with those words; more than `least` were sent, or the capture
+    /// missed them.
+    fn take_signals(&self, least: usize, what: &str) -> Vec<(String, Vec<String>)> {
+        let sent = self.take();
+        assert!(sent.len() > least, "{what}: {} statements", sent.len());
+        (sent.into_iter())
+            .map(|sql| {
+                let words = server_signals(&sql);
+                (sql, words)
+            })
+            .filter(|(_, words)| !words.is_empty())
+            .collect()
+    }
 }
 
 /// The `sql` field of an event.
@@ -268,16 +283,7 @@ async fn no_statement_of_the_marker_store_names_xmax_or_old() {
             let (_schema, mut client) = fresh_schema(&uri, "mw", &test).await;
             statements.take();
             let answers = every_primitive(&store, &mut client).await;
-            let sent = statements.take();
-            assert!(
-                sent.len() > 40,
-                "{label} {variant}: {} statements",
-                sent.len()
-            );
-            let signals: Vec<(&String, Vec<String>)> = (sent.iter())
-                .map(|sql| (sql, server_signals(sql)))
-                .filter(|(_, words)| !words.is_empty())
-                .collect();
+            let signals = statements.take_signals(40, &format!("{label} {variant}"));
             match variant.ends_with("marker") {
                 true => assert!(
                     signals.is_empty(),
@@ -616,6 +622,18 @@ fn placeless(text: &str) -> String {
     out
 }
 
+/// Makes `table`'s `_id` nullable, as a migration that added it to a table with an id of its
+/// own may leave it: no primary key, a unique constraint on `unique` (`_id`, and the partition
+/// columns on a partitioned table).
+async fn nullable_id(client: &tokio_postgres::Client, table: &str, unique: &str) {
+    let sql = format!(
+        r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+           ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL;
+           ALTER TABLE {table} ADD CONSTRAINT {table}_id_unique UNIQUE ({unique})"#
+    );
+    client.batch_execute(&sql).await.unwrap();
+}
+
 /// A table another tool filled, as a migration left it (`_id` nullable and unique, the write
 /// marker column added): rows under legacy ids, an orphan, a row that does not read as a post
 /// holding the id another row derives, and rows without an `_id`, one of them unreadable and
@@ -627,14 +645,7 @@ async fn taken_over_table(uri: &str, test: &str) -> (String, tokio_postgres::Cli
         .ensure_table::<IngestedPost, _>(&client)
         .await
         .unwrap();
-    client
-        .batch_execute(
-            r#"ALTER TABLE posts DROP CONSTRAINT posts_pkey;
-               ALTER TABLE posts ALTER COLUMN "_id" DROP NOT NULL;
-               ALTER TABLE posts ADD CONSTRAINT posts_id_unique UNIQUE ("_id")"#,
-        )
-        .await
-        .unwrap();
+    nullable_id(&client, "posts", r#""_id""#).await;
     let rows: [(Option<String>, &str, Option<&str>); 11] = [
         (Some("legacy-1".into()), "legacy", Some("Legacy")),
         (Some("legacy-2".into()), "other", Some("Other")),
@@ -720,16 +731,7 @@ async fn audit_and_adopt_name_no_system_column_and_report_as_the_plain_store() {
                 "{label} {variant}: {audit}"
             );
             run.push(format!("{:?}", posts(&client).await));
-            let sent = statements.take();
-            assert!(
-                sent.len() > 30,
-                "{label} {variant}: {} statements",
-                sent.len()
-            );
-            let named: Vec<(&String, Vec<String>)> = (sent.iter())
-                .map(|sql| (sql, server_signals(sql)))
-                .filter(|(_, words)| !words.is_empty())
-                .collect();
+            let named = statements.take_signals(30, &format!("{label} {variant}"));
             match variant {
                 "marker" => assert!(named.is_empty(), "{label}: {named:#?}"),
                 _ => assert!(!named.is_empty(), "{label}: the plain store reads ctid"),
@@ -912,14 +914,7 @@ async fn the_marker_stores_adoption_in_a_transaction_and_on_a_partitioned_table(
                 .unwrap();
             // As a migration may key it: a unique index on `_id` and the partition columns,
             // `_id` nullable, so that rows without one are in every partition.
-            client
-                .batch_execute(
-                    r#"ALTER TABLE posts DROP CONSTRAINT posts_pkey;
-                       ALTER TABLE posts ALTER COLUMN "_id" DROP NOT NULL;
-                       ALTER TABLE posts ADD CONSTRAINT posts_id_key UNIQUE ("_id", slug, lang)"#,
-                )
-                .await
-                .unwrap();
+            nullable_id(&client, "posts", r#""_id", slug, lang"#).await;
             for n in 0..12 {
                 let id = (n % 3 != 0).then(|| format!("legacy-{n:02}"));
                 let slug = format!("p{n:02}");
@@ -962,17 +957,11 @@ async fn rows_without_an_id_over_pages_move_by_a_natural_key_of_several_types() 
             let (_schema, client) = fresh_schema(&uri, "mk", &format!("pages_{variant}")).await;
             let marker = Store::new().with_write_marker(true);
             marker.ensure_table::<Reading, _>(&client).await.unwrap();
-            client
-                .batch_execute(
-                    r#"ALTER TABLE readings DROP CONSTRAINT readings_pkey;
-                       ALTER TABLE readings ALTER COLUMN "_id" DROP NOT NULL;
-                       ALTER TABLE readings ADD CONSTRAINT readings_id_unique UNIQUE ("_id");
-                       INSERT INTO readings (station, indoor, name, value)
-                       SELECT g / 4 - 100, g % 2 = 0, 'n' || (g % 3), g * 0.5
-                       FROM generate_series(1, 1200) g"#,
-                )
-                .await
-                .unwrap();
+            nullable_id(&client, "readings", r#""_id""#).await;
+            let sql = "INSERT INTO readings (station, indoor, name, value) \
+                       SELECT g / 4 - 100, g % 2 = 0, 'n' || (g % 3), g * 0.5 \
+                       FROM generate_series(1, 1200) g";
+            client.execute(sql, &[]).await.unwrap();
             let adopted = store.adopt::<Reading, _>(&client).await.unwrap();
             assert!(adopted.is_complete(), "{label} {variant}: {adopted}");
             assert_eq!(adopted.moved.count, 1200, "{label} {variant}: {adopted}");
