@@ -5,8 +5,8 @@
 //! `_id`, content hash, digests and version key, guarded by the row version it was read at: it
 //! happens whole or not at all, and only to the row as read. Under the write marker no system
 //! column is named: a row without an `_id` is found by its natural key and the version is the
-//! whole row. The move, and why it is safe, is
-//! documented on [`Store::adopt`](Store#method.adopt).
+//! whole row. The move, and why it is safe, is documented on
+//! [`Store::adopt`](Store#method.adopt).
 
 use super::dialect::UNIQUE_VIOLATION;
 use super::statements::WORDS;
