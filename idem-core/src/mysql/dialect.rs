@@ -38,9 +38,6 @@ impl SqlDialect for MySql {
          FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? \
          ORDER BY c.ORDINAL_POSITION";
 
-    // InnoDB shows no row locator: a row without `_id` is found by its natural key.
-    const ROW_LOCATOR: Option<&'static str> = None;
-
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
     /// In a type whose cells [`crate::sql::wire::Cells::text`] reads, whichever a table idem did

@@ -3,20 +3,23 @@
 //!
 //! PostgreSQL can change a row's primary key in place, so a move is one `UPDATE` of the row's
 //! `_id`, content hash, digests and version key, guarded by the row version it was read at: it
-//! happens whole or not at all, and only to the row as read. The move, and why it is safe, is
-//! documented on [`Store::adopt`](Store#method.adopt).
+//! happens whole or not at all, and only to the row as read. Under the write marker no system
+//! column is named: a row without an `_id` is found by its natural key and the version is the
+//! whole row. The move, and why it is safe, is documented on
+//! [`Store::adopt`](Store#method.adopt).
 
 use super::dialect::UNIQUE_VIOLATION;
 use super::statements::WORDS;
 use super::table::{literal, quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
-use super::{postgres_error, Store};
+use super::{postgres_error, Postgres, Store};
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::model::ID_FIELD;
 use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
 use crate::sql::judge::Destination;
 use crate::sql::layout::Content;
+use crate::sql::takeover::location_of;
 
 crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
@@ -41,6 +44,13 @@ crate::sql::sqlx_api::store_methods! {
     /// are. If `L` changed since it was read, it is read again and the move tried again; a row
     /// without an `_id` is found by its physical location, which a write changes, so it is
     /// reported instead, for the next run.
+    ///
+    /// On a store [`with_write_marker`](Store#method.with_write_marker) (for engines without
+    /// PostgreSQL's system columns) no statement names one: the rows without an `_id` are read
+    /// and found by their natural key (unique, by the table check), in its order, and the row
+    /// version a move is guarded by is the whole row as `to_jsonb(t.*)` writes it, which any
+    /// change to the row changes; the rest is as above. A row without an `_id` whose natural
+    /// key has a NULL part is then reported, where the plain store finds it by its `ctid`.
     ///
     /// A writer upserting `L`'s natural key meets `L`, under an id other than the one it derives,
     /// and is refused ([`ErrorKind::IdChanged`], or [`ErrorKind::FrozenFieldChanged`] if its timestamp
@@ -111,20 +121,20 @@ pub(super) async fn rows<C: Wire>(
         Rows::Page {
             located: true,
             after,
-        } => (
-            format!(
-                "t.{id} IS NULL AND ($1::text IS NULL OR (t.tableoid, t.ctid) > ({})) \
-                 ORDER BY t.tableoid, t.ctid",
-                located(table),
-            ),
-            after,
-        ),
+        } => {
+            let (order, at) = located(table);
+            let clause = format!(
+                "t.{id} IS NULL AND ($1::text IS NULL OR ({order}) > ({at})) ORDER BY {order}"
+            );
+            (clause, after)
+        }
         Rows::Id(at) => (format!("t.{id} = $1"), Some(at)),
     };
     let sql = format!(
-        "SELECT {}, t.{id}, {}, t.xmin::text FROM {} t WHERE {clause} LIMIT $2",
+        "SELECT {}, t.{id}, {}, {} FROM {} t WHERE {clause} LIMIT $2",
         table.row_json("t", |_| true),
         location(table),
+        row_version(table),
         table.name()
     );
     crate::trace::round_trip("SELECT");
@@ -137,10 +147,11 @@ pub(super) async fn rows<C: Wire>(
         // `to_jsonb` of a row is never NULL.
         let mut stored = row.object(0, document)?.unwrap_or_default();
         table.hash_as_text(&mut stored);
+        let location = row.str(2).map(str::to_owned);
         read.push(ReadRow {
-            stored,
             id: row.str(1).map(str::to_owned),
-            location: row.str(2).map(str::to_owned),
+            location: location_of::<Postgres>(table, &stored, location),
+            stored,
             version: row.str(3).map(str::to_owned),
         });
     }
@@ -149,8 +160,12 @@ pub(super) async fn rows<C: Wire>(
 
 /// Where a row without an id is, as text: its `ctid`, then, in a partition of a partitioned
 /// table, ` in ` and the partition's name, since a `ctid` tells rows apart only within one
-/// partition.
+/// partition. Under the write marker, which names no system column, nothing: the row is found
+/// by its natural key ([`location_of`]).
 fn location(table: &Table) -> String {
+    if table.marker {
+        return "NULL".to_owned();
+    }
     format!(
         "t.ctid::text || CASE WHEN t.tableoid = to_regclass({name})::oid THEN '' \
          ELSE ' in ' || t.tableoid::regclass::text END",
@@ -158,15 +173,38 @@ fn location(table: &Table) -> String {
     )
 }
 
-/// The table and `ctid` of the location `$1` ([`location`]), for a row comparison with
-/// `(t.tableoid, t.ctid)`.
-fn located(table: &Table) -> String {
-    format!(
-        "(CASE WHEN strpos($1::text, ' in ') > 0 \
-         THEN to_regclass(substr($1::text, strpos($1::text, ' in ') + 4)) \
-         ELSE to_regclass({}) END)::oid, split_part($1::text, ' in ', 1)::tid",
-        literal(&table.name()),
-    )
+/// The order of the rows without an id, `(t.tableoid, t.ctid)`, and the place in it of the
+/// location `$1` ([`location`]), for a row comparison. Under the write marker: the natural key,
+/// and its values in the location ([`location_of`]: a JSON array of their texts).
+fn located(table: &Table) -> (String, String) {
+    if !table.marker {
+        let at = format!(
+            "(CASE WHEN strpos($1::text, ' in ') > 0 \
+             THEN to_regclass(substr($1::text, strpos($1::text, ' in ') + 4)) \
+             ELSE to_regclass({}) END)::oid, split_part($1::text, ' in ', 1)::tid",
+            literal(&table.name()),
+        );
+        return ("t.tableoid, t.ctid".to_owned(), at);
+    }
+    let (mut order, mut at) = (Vec::new(), Vec::new());
+    for (n, name) in table.natural_key_names().into_iter().enumerate() {
+        let column = table.column_named(name).map(|index| &table.columns[index]);
+        order.push(format!("t.{}", quote(name)));
+        at.push(format!(
+            "($1::jsonb->>{n})::{}",
+            column.map_or("text", sql_type)
+        ));
+    }
+    (order.join(", "), at.join(", "))
+}
+
+/// The row version a move is guarded by, read as text: `xmin`; under the write marker, which
+/// names no system column, the whole row (`to_jsonb`), which any change to it changes.
+fn row_version(table: &Table) -> &'static str {
+    match table.marker {
+        true => "to_jsonb(t.*)::text",
+        false => "t.xmin::text",
+    }
 }
 
 /// The move of `row` ([`crate::sql::dialect::SqlDialect::adoption_move`]), only if it still
@@ -181,13 +219,11 @@ pub(super) async fn move_row<C: Wire>(
     let id_column = quote(ID_FIELD);
     let (found, at) = match (&row.id, &row.location) {
         (Some(id), _) => (format!("t.{id_column} = $1"), id.as_str()),
-        (None, location) => (
-            format!(
-                "(t.tableoid, t.ctid) = ({}) AND t.{id_column} IS NULL",
-                located(table)
-            ),
-            location.as_deref().unwrap_or_default(),
-        ),
+        (None, location) => {
+            let (order, at) = located(table);
+            let found = format!("({order}) = ({at}) AND t.{id_column} IS NULL");
+            (found, location.as_deref().unwrap_or_default())
+        }
     };
     let version = row.version.as_deref().unwrap_or_default();
     let mut set = vec![format!("{id_column} = $3")];
@@ -207,10 +243,11 @@ pub(super) async fn move_row<C: Wire>(
     let sql = format!(
         "WITH taken AS (SELECT 1 FROM {table} WHERE {id_column} = $3), \
          moved AS (UPDATE {table} t SET {set} \
-         WHERE {found} AND t.xmin::text = $2 AND NOT EXISTS (SELECT 1 FROM taken) \
+         WHERE {found} AND {version} = $2 AND NOT EXISTS (SELECT 1 FROM taken) \
          RETURNING 1) \
          SELECT (SELECT count(*) FROM moved), EXISTS (SELECT 1 FROM taken)",
         table = table.name(),
+        version = row_version(table),
         set = set.join(", "),
     );
     let parameters: Vec<Param> = values.iter().map(|value| Param::Text(*value)).collect();

@@ -46,7 +46,9 @@ crate::sql::sqlx_api::store_methods! {
     /// - Natural keys are compared as stored values, byte for byte: under a nondeterministic
     ///   collation the constraint may hold two keys equal that the audit tells apart.
     /// - A row without an `_id` (a table with an id column of its own) is shown by its
-    ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written.
+    ///   physical location, `(no _id, at ctid (0,1))`, valid until the row is next written; on
+    ///   a store [`with_write_marker`](Store#method.with_write_marker), which names no system
+    ///   column, by its natural key, `(no _id, at natural key ["a","en"])`.
     /// - [`moves_in_progress`] stays empty:
     ///   [`adopt`](Store#method.adopt) moves a row in one statement, never half.
     ///

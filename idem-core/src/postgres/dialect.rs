@@ -134,8 +134,11 @@ impl SqlDialect for Postgres {
         format!("{alias}.{}::text", quote(name))
     }
 
-    // Valid until the row is next written.
-    const ROW_LOCATOR: Option<&'static str> = Some("ctid");
+    /// `ctid`, valid until the row is next written; none under the write marker, whose store
+    /// names no system column (CockroachDB and YugabyteDB have no `ctid`).
+    fn row_locator(table: &Table) -> Option<&'static str> {
+        (!table.marker).then_some("ctid")
+    }
 
     /// A serialization failure or a deadlock: under `REPEATABLE READ` or `SERIALIZABLE` as the
     /// session's default, a write that met a row committed after its snapshot.

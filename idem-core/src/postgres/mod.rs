@@ -203,10 +203,12 @@ impl Store {
     /// [`create_write_marker_table_sql`](Store#method.create_write_marker_table_sql) prints
     /// them; the table check asks for it (a table made without it is refused, naming its fix:
     /// `ALTER TABLE … ADD COLUMN "idemWrite" text`), where a store without the option ignores
-    /// it. System columns are still read in two places: [`audit`](Store#method.audit) selects
-    /// each row's `ctid` (where it places a row), and [`adopt`](Store#method.adopt) reads
-    /// `ctid`, `xmin` and `tableoid` (YugabyteDB has neither `ctid` nor `xmin`). The store
-    /// forgets the tables it checked: it checks them again, for the column.
+    /// it; [`audit`](Store#method.audit) lists it among what the table lacks. Nor do
+    /// [`audit`](Store#method.audit) and [`adopt`](Store#method.adopt) (and their `_model` and
+    /// `_with_progress` forms) name a system column (`ctid`, `xmin`, `tableoid`: YugabyteDB
+    /// has neither `ctid` nor `xmin`): a row without an `_id` is placed and found by its
+    /// natural key, and each move is guarded by the whole row as read instead of its `xmin`.
+    /// The store forgets the tables it checked: it checks them again, for the column.
     ///
     /// ```no_run
     /// # use idem_core::Idempotent;

@@ -1,6 +1,7 @@
 //! The adoption of a table's rows, for any SQL dialect: the move of each row not under its
 //! derived id to it, page by page, the rows with an `_id` in its order, then those without one
-//! by the row's locator, or by the natural key where the database has none. The run (its
+//! by the row's locator, or by the natural key where the table has none (SQLite, the MySQL
+//! family, PostgreSQL under the write marker). The run (its
 //! passes, cursor, limit, progress and report) is written once here; each dialect says how it
 //! reads a page and moves a row
 //! ([`SqlDialect::adoption_rows`], [`SqlDialect::adoption_move`]), and whether a page is read
@@ -55,7 +56,8 @@ pub(crate) struct ReadRow {
     pub id: Option<String>,
     /// Where it is ([`location_of`]): the dialect's locator, else its natural key.
     pub location: Option<String>,
-    /// The row version it was read at, where a move is guarded by it (PostgreSQL's `xmin`).
+    /// The row version it was read at, where a move is guarded by it (PostgreSQL's `xmin`, or
+    /// the whole row under the write marker).
     #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
     pub version: Option<String>,
 }
@@ -103,7 +105,7 @@ impl<D: SqlDialect> Store<D> {
     ) -> Result<AdoptReport, Error> {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         super::store::run::<D, _>(call, async move {
-            let table = adoptable_table::<D>(wire, model, field_order, &options).await?;
+            let table = adoptable_table(self, wire, model, field_order, &options).await?;
             let destination = |layout: &Layout, stored: Map<String, Value>| {
                 stored_destination(layout, field_order, stored)
             };
@@ -218,7 +220,7 @@ async fn adopt_row<D: SqlDialect>(
     mut row: ReadRow,
     report: &mut AdoptReport,
 ) -> Result<(), Error> {
-    let place = (row.location.as_deref()).map_or("a row".to_owned(), place::<D>);
+    let place = (row.location.as_deref()).map_or("a row".to_owned(), |at| place::<D>(table, at));
     let shown = shown_row_id(row.stored.get(ID_FIELD), &place);
     let mut attempts = 0;
     let why = loop {

@@ -132,11 +132,14 @@ pub(crate) trait SqlDialect: Dialect {
     /// How the dialect writes its statements' words (the hash's and the digest's bytes among
     /// them: [`super::words::Words::hash_bytes`], `from_hex`).
     fn words() -> &'static super::words::Words;
-    /// How a row is found where it has no `_id` (PostgreSQL's `ctid`), a column every table
-    /// has, read as [`SqlDialect::read_of`] reads a column; `None` where the database has none
-    /// (SQLite's `rowid` is not in a table `WITHOUT ROWID`): such a row is then found by its
-    /// natural key ([`super::takeover::location_of`]).
-    const ROW_LOCATOR: Option<&'static str>;
+    /// How a row of `table` is found where it has no `_id` (PostgreSQL's `ctid`), a column
+    /// every table has, read as [`SqlDialect::read_of`] reads a column; `None` where the
+    /// database has none (SQLite's `rowid` is not in a table `WITHOUT ROWID`, InnoDB shows
+    /// none) or the store names no system column (PostgreSQL's write marker): such a row is
+    /// then found by its natural key ([`super::takeover::location_of`]).
+    fn row_locator(_table: &Self::Table) -> Option<&'static str> {
+        None
+    }
 
     /// Whether the driver sends its commands to a worker thread that holds the span current
     /// when each was sent (sqlx's SQLite), so that a call runs outside its span
@@ -231,8 +234,9 @@ pub(crate) trait SqlDialect: Dialect {
     }
 
     /// Whether an adoption reads each page with its locks and moves its rows in a transaction
-    /// of its own ([`super::adoption`]); where not (PostgreSQL), each move is guarded by the
-    /// row version it read, and the adoption needs no transaction.
+    /// of its own ([`super::adoption`]); where not (PostgreSQL, whose store opens no
+    /// transaction of its own on a client tasks share), each move is guarded by the row version
+    /// it read, and the adoption needs no transaction.
     const ADOPTS_IN_TRANSACTION: bool = true;
 
     /// The rows of `table` an adoption reads: a page of a pass, or a row again.

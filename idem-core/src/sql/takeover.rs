@@ -37,7 +37,7 @@ impl<D: SqlDialect> Store<D> {
         T: Idempotent + Serialize + DeserializeOwned,
     {
         let call = Call::new(CallKind::Audit, T::MODEL.collection(), || None::<Id>);
-        let table = D::table(&T::MODEL, &T::stored_columns());
+        let table = D::store_table(self, &T::MODEL, &T::stored_columns());
         super::store::run::<D, _>(
             call,
             scan::<D>(wire, &table, Reading::typed::<T>(), progress),
@@ -55,7 +55,7 @@ impl<D: SqlDialect> Store<D> {
     ) -> Result<AuditReport, Error> {
         let call = Call::new(CallKind::Audit, model.collection(), || None::<Id>);
         super::store::run::<D, _>(call, async move {
-            let (table, unknown) = stored_table::<D>(wire, model, field_order).await?;
+            let (table, unknown) = stored_table(self, wire, model, field_order).await?;
             let reading = Reading::Stored { field_order };
             let mut report = scan::<D>(wire, &table, reading, progress).await?;
             let found = std::mem::replace(&mut report.unknown_fields, unknown);
@@ -71,7 +71,7 @@ impl<D: SqlDialect> Store<D> {
 /// Where a row is, for the adoption's pages and the audit's report: the dialect's locator of a
 /// row (PostgreSQL's `ctid`) as selected after the row's columns, else nothing.
 pub(crate) fn located<D: SqlDialect>(table: &D::Table) -> String {
-    D::ROW_LOCATOR.map_or("NULL".to_owned(), |locator| D::read_of(table, "t", locator))
+    D::row_locator(table).map_or("NULL".to_owned(), |locator| D::read_of(table, "t", locator))
 }
 
 /// Where the row `stored` is, found without its `_id`: the dialect's locator (`cell`, selected
@@ -79,11 +79,11 @@ pub(crate) fn located<D: SqlDialect>(table: &D::Table) -> String {
 /// natural key's unique constraint keeps to one row; `None` for a key with a NULL part, which
 /// no unique constraint keeps to one row.
 pub(crate) fn location_of<D: SqlDialect>(
-    table: &Layout,
+    table: &D::Table,
     stored: &Map<String, Value>,
     cell: Option<String>,
 ) -> Option<String> {
-    if D::ROW_LOCATOR.is_some() {
+    if D::row_locator(table).is_some() {
         return cell;
     }
     let key: Option<Vec<String>> = (table.model.natural_key_fields())
@@ -98,8 +98,11 @@ pub(crate) fn location_of<D: SqlDialect>(
 
 /// A row's place as a report names it, at `location` ([`location_of`]): `ctid (0,1)`, valid
 /// until the row is next written, or `natural key ["a","en"]`.
-pub(crate) fn place<D: SqlDialect>(location: &str) -> String {
-    format!("{} {location}", D::ROW_LOCATOR.unwrap_or("natural key"))
+pub(crate) fn place<D: SqlDialect>(table: &D::Table, location: &str) -> String {
+    format!(
+        "{} {location}",
+        D::row_locator(table).unwrap_or("natural key")
+    )
 }
 
 /// The table of a model given at run time as an adoption moves its rows: refused (nothing
@@ -107,6 +110,7 @@ pub(crate) fn place<D: SqlDialect>(location: &str) -> String {
 /// not written with (unless `options` say otherwise); read without the columns that are not
 /// the model's fields, so that the hashes stored are the type's.
 pub(crate) async fn adoptable_table<D: SqlDialect>(
+    store: &Store<D>,
     wire: &impl Wire,
     model: &Model,
     field_order: &[&str],
@@ -114,7 +118,7 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
 ) -> Result<D::Table, Error> {
     crate::audit::check_derived_ids(model)?;
     let collection = DocumentRef::collection(model);
-    let (table, unknown) = stored_table::<D>(wire, model, field_order).await?;
+    let (table, unknown) = stored_table(store, wire, model, field_order).await?;
     let problems = D::table_problems(wire, &table, &collection, false).await?;
     if let Some(problem) = problems.into_iter().next() {
         let problem = format!("{problem}; nothing was moved");
@@ -123,7 +127,8 @@ pub(crate) async fn adoptable_table<D: SqlDialect>(
     let sample = model_sample::<D>(wire, &table, field_order).await?;
     let (ignore, allow) = (options.ignore_model_check, options.allow_unknown_fields);
     let unknown = sample.checked(model, unknown, ignore, allow)?;
-    Ok(D::table(table.model, &columns_without(&table, &unknown)))
+    let columns = columns_without(&table, &unknown);
+    Ok(D::store_table(store, table.model, &columns))
 }
 
 /// Every column of `table`, as the dialect selects a row ([`SqlDialect::row_select`]): the
@@ -211,7 +216,7 @@ async fn scan<D: SqlDialect>(
         .filter(|name| has(name))
         .map(|name| format!("t.{}", D::quote(name)))
         .collect();
-    match D::ROW_LOCATOR {
+    match D::row_locator(table) {
         Some(locator) => order.push(format!("t.{locator}")),
         None if has(ID_FIELD) => order.push(format!("t.{}", D::quote(ID_FIELD))),
         None => {}
@@ -231,7 +236,7 @@ async fn scan<D: SqlDialect>(
         let (stored, next) = D::row_read(table, &columns, row, &document)?;
         let location = location_of::<D>(table, &stored, row.text(next).map_err(error)?);
         let location = match location {
-            Some(location) => place::<D>(&location),
+            Some(location) => place::<D>(table, &location),
             None => format!("row {}", report.scanned + 1),
         };
         scan.row(&mut report, stored, &location);
@@ -268,12 +273,13 @@ async fn catalog<D: SqlDialect>(
     Ok(columns)
 }
 
-/// The table of a model given at run time, laid out from its schema.
+/// The table of a model given at run time, laid out from its schema, as `store` writes it.
 ///
 /// Its columns that are not fields of the model are left out of the layout, and returned: the
 /// table's own key (a primary key other than `_id`, which the database fills itself), and,
 /// where the model lists its fields (`field_order`), each column it does not list.
 pub(crate) async fn stored_table<D: SqlDialect>(
+    store: &Store<D>,
     wire: &impl Wire,
     model: &Model,
     field_order: &[&str],
@@ -319,7 +325,8 @@ pub(crate) async fn stored_table<D: SqlDialect>(
         .filter(|(name, _)| !unknown.iter().any(|field| field.name == *name))
         .collect();
     let columns = crate::sql::judge::columns_of_model(model, &catalog).map_err(refuse)?;
-    Ok((D::table(crate::intern::model(model), &columns), unknown))
+    let model = crate::intern::model(model);
+    Ok((D::store_table(store, model, &columns), unknown))
 }
 
 /// A selected row as the JSON the SQL stores judge rows in: each column by its shape, a NULL

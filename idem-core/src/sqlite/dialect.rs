@@ -26,9 +26,6 @@ impl SqlDialect for Sqlite {
     const COLUMNS: &'static str =
         "SELECT name, upper(type), pk FROM pragma_table_info(?1) ORDER BY cid";
 
-    // `rowid`, but for a table `WITHOUT ROWID`: a row without `_id` is found by its natural key.
-    const ROW_LOCATOR: Option<&'static str> = None;
-
     // sqlx's SQLite connection sends each command to a worker thread of its own.
     const WORKER_THREAD: bool = true;
 

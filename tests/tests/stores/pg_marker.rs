@@ -1,27 +1,64 @@
 //! The PostgreSQL store that tells inserted rows by the write marker (issue 44, item 2:
 //! `Store::with_write_marker`), as CockroachDB, YugabyteDB and other engines without `xmax` need
-//! it, on every PostgreSQL server under test: no statement it sends names `xmax` or `old` (every
-//! primitive's statements are captured from the `idem::sql` trace events and read word by word);
-//! its answers are a plain store's; its table check asks for the marker column, naming the fix;
+//! it, on every PostgreSQL server under test: no statement it sends names `xmax` or `old`, nor,
+//! auditing and adopting, the system columns `ctid`, `xmin` and `tableoid` (every primitive's
+//! statements are captured from the `idem::sql` trace events and read word by word); its answers
+//! and reports are a plain store's; its table check asks for the marker column, naming the fix;
 //! and a table made with or without the option serves both stores.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::ThreadId;
 
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
-use idem_tests::backends::{fresh_schema, postgres_servers, sqlx_connection};
+use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers, sqlx_connection};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
+use idem_tests::fixtures::{ingested_post, IngestedPost};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-/// Every statement text the store sends through tokio-postgres, in order.
+/// Every statement text the store sends through tokio-postgres, in order, with the thread that
+/// sent it: one subscriber for the whole process, of which each test reads its own thread's
+/// statements (a subscriber set per thread missed statements while tests ran side by side).
 #[derive(Clone, Default)]
-struct Statements(Arc<Mutex<Vec<String>>>);
+struct Statements(Arc<Mutex<Vec<(ThreadId, String)>>>);
 
 impl Statements {
+    /// The process's subscriber, set on first use.
+    fn capture() -> Statements {
+        static CAPTURE: OnceLock<Statements> = OnceLock::new();
+        let statements = CAPTURE.get_or_init(|| {
+            let statements = Statements::default();
+            let subscriber = tracing_subscriber::registry().with(statements.clone());
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            statements
+        });
+        statements.clone()
+    }
+
+    /// The statements this thread sent since the last call.
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut sent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mine, others) = (std::mem::take(&mut *sent).into_iter())
+            .partition(|(thread, _)| *thread == std::thread::current().id());
+        *sent = others;
+        mine.into_iter().map(|(_, sql)| sql).collect()
+    }
+
+    /// The statements this thread sent since the last call that name a word of
+    /// [`server_signals`], with those words; more than `least` were sent, or the capture
+    /// missed them.
+    fn take_signals(&self, least: usize, what: &str) -> Vec<(String, Vec<String>)> {
+        let sent = self.take();
+        assert!(sent.len() > least, "{what}: {} statements", sent.len());
+        (sent.into_iter())
+            .map(|sql| {
+                let words = server_signals(&sql);
+                (sql, words)
+            })
+            .filter(|(_, words)| !words.is_empty())
+            .collect()
     }
 }
 
@@ -46,14 +83,17 @@ impl<S: Subscriber> Layer<S> for Statements {
         let mut sql = Sql(None);
         event.record(&mut sql);
         if let Some(sql) = sql.0 {
-            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push(sql);
+            let thread = std::thread::current().id();
+            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push((thread, sql));
         }
     }
 }
 
-/// The words of `sql` that name how a server tells inserted rows: `xmax`, or `old` (`RETURNING
-/// old`, `old."_id"`), read as SQL words: a quoted name is a name, not the
-/// word (a column named `"old"` is not `old`), and `holder` is not `old`.
+/// The words of `sql` that name what engines without `xmax` lack: how a server tells inserted
+/// rows, `xmax` or `old` (`RETURNING old`, `old."_id"`), and the system columns an audit or an
+/// adoption could place or guard a row by (`ctid`, `xmin`, `tableoid`), read as SQL words: a
+/// quoted name is a name, not the word (a column named `"old"` is not `old`), and `holder` is
+/// not `old`.
 fn server_signals(sql: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut rest = sql;
@@ -66,7 +106,12 @@ fn server_signals(sql: &str) -> Vec<String> {
                 .unwrap_or(rest.len())
         };
         let word = &rest[..end];
-        if matches!(word.to_lowercase().as_str(), "xmax" | "old") && !word.starts_with('"') {
+        let lower = word.to_lowercase();
+        let system = matches!(
+            lower.as_str(),
+            "xmax" | "old" | "ctid" | "xmin" | "tableoid"
+        );
+        if system && !word.starts_with('"') {
             words.push(word.to_owned());
         }
         rest = &rest[end..];
@@ -192,6 +237,8 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
         "{:?}",
         store.audit::<Post, _>(client_ref).await.unwrap().is_clean()
     ));
+    let adopted = store.adopt::<Post, _>(client_ref).await.unwrap();
+    answers.push(adopted.to_string());
     // Inside the caller's transaction: the write in a savepoint.
     let tx = client.transaction().await.unwrap();
     let later = Post {
@@ -222,14 +269,13 @@ fn stores() -> [(&'static str, Store); 4] {
 }
 
 /// Every statement a store `with_write_marker` sends, over a run of every primitive (plain and
-/// partitioned tables, inside a transaction and out), is free of `xmax` and `old`, and its
+/// partitioned tables, inside a transaction and out; the audit and the adoption among them), is
+/// free of `xmax`, `old` and the system columns, and its
 /// answers are the store's without the option. The same run without the option does name them:
 /// the test reads the statements it means to.
 #[tokio::test]
 async fn no_statement_of_the_marker_store_names_xmax_or_old() {
-    let statements = Statements::default();
-    let subscriber = tracing_subscriber::registry().with(statements.clone());
-    let _default = tracing::subscriber::set_default(subscriber);
+    let statements = Statements::capture();
     for (label, uri) in postgres_servers() {
         let mut plain_answers = None;
         for (variant, store) in stores() {
@@ -237,16 +283,7 @@ async fn no_statement_of_the_marker_store_names_xmax_or_old() {
             let (_schema, mut client) = fresh_schema(&uri, "mw", &test).await;
             statements.take();
             let answers = every_primitive(&store, &mut client).await;
-            let sent = statements.take();
-            assert!(
-                sent.len() > 40,
-                "{label} {variant}: {} statements",
-                sent.len()
-            );
-            let signals: Vec<(&String, Vec<String>)> = (sent.iter())
-                .map(|sql| (sql, server_signals(sql)))
-                .filter(|(_, words)| !words.is_empty())
-                .collect();
+            let signals = statements.take_signals(40, &format!("{label} {variant}"));
             match variant.ends_with("marker") {
                 true => assert!(
                     signals.is_empty(),
@@ -279,6 +316,10 @@ fn the_words_read_are_sql_words() {
     );
     assert_eq!(server_signals("RETURNING OLD.*, Xmax"), ["OLD", "Xmax"]);
     assert!(server_signals("SELECT \"idemWrite\" = 'i:' FROM t").is_empty());
+    assert_eq!(
+        server_signals("ORDER BY t.tableoid, t.ctid WHERE t.xmin::text = $2"),
+        ["tableoid", "ctid", "xmin"]
+    );
 }
 
 /// The number of rows of `table`.
@@ -516,5 +557,430 @@ async fn the_marker_store_answers_through_sqlx() {
             Some("u:")
         );
         assert_eq!(marker_of(&client, "in-tx").await.as_deref(), Some("i:"));
+    }
+}
+
+/// Inserts a post as another tool would: under `id` (`None`: NULL), without idem's hash or
+/// digests; a `None` title is a NULL the type cannot read.
+async fn insert_as_another_tool(
+    client: &tokio_postgres::Client,
+    id: Option<&str>,
+    slug: &str,
+    title: Option<&str>,
+) {
+    let stored = ingested_post(slug, "");
+    let sql = r#"INSERT INTO posts ("_id", slug, lang, "publishedAt", title, "fetchedAt")
+                 VALUES ($1, $2, $3, $4, $5, $6)"#;
+    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+        &id,
+        &stored.slug,
+        &stored.lang,
+        &stored.published_at,
+        &title,
+        &stored.fetched_at,
+    ];
+    client.execute(sql, &values).await.unwrap();
+}
+
+fn derived(slug: &str) -> String {
+    ingested_post(slug, "").id().unwrap().to_string()
+}
+
+/// Every post's id, slug and title, in slug order.
+async fn posts(client: &tokio_postgres::Client) -> Vec<(Option<String>, String, Option<String>)> {
+    let sql = r#"SELECT "_id", slug, title FROM posts ORDER BY slug"#;
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+/// `text` with each row's place, which a plain store reports as its `ctid` (and partition) and a
+/// marker store as its natural key, written `<place>`.
+fn placeless(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest
+        .find("at ctid (")
+        .or_else(|| rest.find("at natural key ["))
+    {
+        let close = if rest[at..].starts_with("at ctid") {
+            ')'
+        } else {
+            ']'
+        };
+        let mut end = at + rest[at..].find(close).unwrap() + 1;
+        // In a partition of a partitioned table, the partition's name.
+        if rest[end..].starts_with(" in ") {
+            end += rest[end..].find(')').unwrap();
+        }
+        out.push_str(&rest[..at]);
+        out.push_str("at <place>");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Makes `table`'s `_id` nullable, as a migration that added it to a table with an id of its
+/// own may leave it: no primary key, a unique constraint on `unique` (`_id`, and the partition
+/// columns on a partitioned table).
+async fn nullable_id(client: &tokio_postgres::Client, table: &str, unique: &str) {
+    let sql = format!(
+        r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+           ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL;
+           ALTER TABLE {table} ADD CONSTRAINT {table}_id_unique UNIQUE ({unique})"#
+    );
+    client.batch_execute(&sql).await.unwrap();
+}
+
+/// A table another tool filled, as a migration left it (`_id` nullable and unique, the write
+/// marker column added): rows under legacy ids, an orphan, a row that does not read as a post
+/// holding the id another row derives, and rows without an `_id`, one of them unreadable and
+/// one whose derived id an unreadable row holds.
+async fn taken_over_table(uri: &str, test: &str) -> (String, tokio_postgres::Client) {
+    let (schema, client) = fresh_schema(uri, "mk", test).await;
+    let marker = Store::new().with_write_marker(true);
+    marker
+        .ensure_table::<IngestedPost, _>(&client)
+        .await
+        .unwrap();
+    nullable_id(&client, "posts", r#""_id""#).await;
+    let rows: [(Option<String>, &str, Option<&str>); 11] = [
+        (Some("legacy-1".into()), "legacy", Some("Legacy")),
+        (Some("legacy-2".into()), "other", Some("Other")),
+        (Some(derived("old-slug")), "renamed", Some("Renamed")),
+        (Some(derived("blocked")), "unreadable", None),
+        (Some("legacy-3".into()), "blocked", Some("Blocked")),
+        (Some(derived("held-no-id")), "unreadable-holder", None),
+        // In natural-key order, which is also where they are (`ctid`): the order in which the
+        // plain store reads them, and the marker store by their natural key.
+        (None, "first", Some("First")),
+        (None, "held-no-id", Some("Held")),
+        (None, "second", Some("Second")),
+        (None, "unreadable-no-id", None),
+        (Some(derived("already")), "already", Some("Already")),
+    ];
+    for (id, slug, title) in &rows {
+        insert_as_another_tool(&client, id.as_deref(), slug, *title).await;
+    }
+    (schema, client)
+}
+
+/// The audit and the adoption of a table another tool filled, by a store `with_write_marker`,
+/// name no system column (every statement captured and read word by word), and their reports
+/// are a plain store's on the same rows, but for where a row without an `_id` is: its natural
+/// key, where the plain store reads its `ctid`. Rows stay as the plain store leaves them.
+#[tokio::test]
+async fn audit_and_adopt_name_no_system_column_and_report_as_the_plain_store() {
+    let statements = Statements::capture();
+    let model = &IngestedPost::MODEL;
+    for (label, uri) in postgres_servers() {
+        let mut runs = Vec::new();
+        for (variant, store) in [
+            ("plain", Store::new()),
+            ("marker", Store::new().with_write_marker(true)),
+        ] {
+            let (_schema, client) = taken_over_table(&uri, &format!("takeover_{variant}")).await;
+            statements.take();
+            let mut run = Vec::new();
+            let audit = store.audit::<IngestedPost, _>(&client).await.unwrap();
+            // legacy-1, legacy-2, legacy-3 and the four rows without an `_id`.
+            assert_eq!(audit.legacy_ids.count, 7, "{label} {variant}: {audit}");
+            let place = match variant {
+                "plain" => "(no _id, at ctid (",
+                _ => "(no _id, at natural key [\"first\",\"en\"])",
+            };
+            assert!(
+                audit.to_string().contains(place),
+                "{label} {variant}: {audit}"
+            );
+            run.push(format!("{audit:?}"));
+            let audit = store
+                .audit_model(&client, model, &[], |_| {})
+                .await
+                .unwrap();
+            run.push(format!("{audit:?}"));
+            let adopted = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+            // legacy-1, legacy-2, renamed, first, second.
+            assert_eq!(adopted.moved.count, 5, "{label} {variant}: {adopted}");
+            assert_eq!(adopted.failed.count, 5, "{label} {variant}: {adopted}");
+            run.push(format!("{adopted:?}"));
+            run.push(format!("{:?}", posts(&client).await));
+            let audit = store.audit::<IngestedPost, _>(&client).await.unwrap();
+            run.push(format!("{audit:?}"));
+            let again = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+            assert_eq!(again.moved.count, 0, "{label} {variant}: {again}");
+            run.push(format!("{again:?}"));
+            // Readable now: the unreadable rows move, then the rows whose ids they held.
+            let readable = "UPDATE posts SET title = 'Readable' WHERE title IS NULL";
+            client.execute(readable, &[]).await.unwrap();
+            let options = Default::default();
+            let last = store
+                .adopt_model(&client, model, &[], options)
+                .await
+                .unwrap();
+            run.push(format!("{last:?}"));
+            let last = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+            assert!(last.is_complete(), "{label} {variant}: {last}");
+            run.push(format!("{last:?}"));
+            let audit = store.audit::<IngestedPost, _>(&client).await.unwrap();
+            assert_eq!(
+                audit.legacy_ids.count + audit.orphans.count,
+                0,
+                "{label} {variant}: {audit}"
+            );
+            run.push(format!("{:?}", posts(&client).await));
+            let named = statements.take_signals(30, &format!("{label} {variant}"));
+            match variant {
+                "marker" => assert!(named.is_empty(), "{label}: {named:#?}"),
+                _ => assert!(!named.is_empty(), "{label}: the plain store reads ctid"),
+            }
+            runs.push(run);
+        }
+        for (plain, marker) in runs[0].iter().zip(&runs[1]) {
+            assert_eq!(placeless(plain), placeless(marker), "{label}");
+        }
+    }
+}
+
+/// A store `with_write_marker` adopting a table while writers upsert every key, half of its rows
+/// under legacy ids and half without an `_id`: each writer is refused while its row is not
+/// moved, as before adoption, and judged as usual once it is; each key ends held by one row,
+/// under its derived id, with a title a writer stored last (or the legacy one). Run twice, the
+/// adoption moves nothing the second time.
+#[tokio::test]
+async fn writers_racing_the_marker_stores_adoption_never_fork_or_lose_a_document() {
+    const KEYS: usize = 40;
+    const WRITERS: usize = 3;
+    let store = Store::new().with_write_marker(true);
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = taken_over_table(&uri, "race").await;
+        client.execute("DELETE FROM posts", &[]).await.unwrap();
+        for n in 0..KEYS {
+            let id = (n % 2 == 0).then(|| format!("legacy-{n:02}"));
+            let slug = format!("p{n:02}");
+            insert_as_another_tool(&client, id.as_deref(), &slug, Some("Legacy")).await;
+        }
+        let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS + 1));
+        let mut writers = Vec::new();
+        for writer in 0..WRITERS {
+            let client = postgres_client(&uri, &schema).await;
+            let (store, barrier) = (store.clone(), barrier.clone());
+            writers.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let mut stored: Vec<Option<String>> = vec![None; KEYS];
+                for round in 0..3 {
+                    for (n, last) in stored.iter_mut().enumerate() {
+                        let title = format!("w{writer} r{round}");
+                        let doc = ingested_post(&format!("p{n:02}"), &title);
+                        match store.upsert(&client, &doc).await {
+                            Ok(Outcome::Updated) => *last = Some(title),
+                            Ok(other) => panic!("writer {writer}: {other:?}"),
+                            Err(error) if matches!(error.kind(), ErrorKind::IdChanged { .. }) => {}
+                            Err(error) => panic!("writer {writer}: {error:?}"),
+                        }
+                    }
+                }
+                stored
+            }));
+        }
+        barrier.wait().await;
+        let report = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+        assert!(report.is_complete(), "{label}: {report}");
+        assert_eq!(report.moved.count, KEYS as u64, "{label}: {report}");
+        let mut written = Vec::new();
+        for writer in writers {
+            written.push(writer.await.unwrap());
+        }
+        let after = posts(&client).await;
+        assert_eq!(after.len(), KEYS, "{label}: one row per key");
+        for (n, (id, slug, title)) in after.iter().enumerate() {
+            assert_eq!(
+                id.as_deref(),
+                Some(derived(slug).as_str()),
+                "{label}: {slug}"
+            );
+            let last: Vec<&String> = written.iter().filter_map(|w| w[n].as_ref()).collect();
+            let title = title.clone().unwrap_or_default();
+            assert!(
+                (last.is_empty() && title == "Legacy") || last.contains(&&title),
+                "{label}: {slug} holds {title:?}, writers stored last {last:?}"
+            );
+        }
+        let again = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+        assert_eq!(
+            again.moved.count + again.failed.count,
+            0,
+            "{label}: {again}"
+        );
+    }
+}
+
+/// Another tool edits a row between the marker store's read and its move: the move, waiting on
+/// the edit's row lock, then finds the row other than it read (its whole row is its version),
+/// moves nothing, reads it again and moves it with the hash of the edited content.
+#[tokio::test]
+async fn a_row_edited_while_the_marker_store_moves_it_is_moved_as_edited() {
+    let store = Store::new().with_write_marker(true);
+    for (label, uri) in postgres_servers() {
+        let (schema, client) = taken_over_table(&uri, "edited").await;
+        client.execute("DELETE FROM posts", &[]).await.unwrap();
+        insert_as_another_tool(&client, Some("legacy-1"), "legacy", Some("Legacy")).await;
+        let mut editor = postgres_client(&uri, &schema).await;
+        let edit = editor.transaction().await.unwrap();
+        let sql = r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#;
+        edit.execute(sql, &[]).await.unwrap();
+        let adopter = postgres_client(&uri, &schema).await;
+        let adopting = {
+            let store = store.clone();
+            tokio::spawn(async move { store.adopt::<IngestedPost, _>(&adopter).await })
+        };
+        let started = std::time::Instant::now();
+        let waiting = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE wait_event_type = 'Lock' AND datname = current_database()";
+        while client
+            .query_one(waiting, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            assert!(
+                started.elapsed().as_secs() < 20,
+                "{label}: the move never waited"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        edit.commit().await.unwrap();
+        let report = adopting.await.unwrap().unwrap();
+        assert_eq!(report.moved.count, 1, "{label}: {report}");
+        let edited = ingested_post("legacy", "Edited");
+        assert_eq!(
+            store.upsert(&client, &edited).await.unwrap(),
+            Outcome::Unchanged,
+            "{label}: the stored hash is the edited content's"
+        );
+    }
+}
+
+/// Inside the caller's transaction the marker store's moves are the transaction's: rolled back,
+/// nothing moved; committed, every row that can move is under its derived id, and the
+/// transaction stays usable after the row whose derived id another row holds. Through sqlx,
+/// the same adoption. A table partitioned by the natural key, written by a store with both
+/// options, with rows without an `_id` in its partitions, is adopted as a plain partitioned
+/// store adopts it.
+#[tokio::test]
+async fn the_marker_stores_adoption_in_a_transaction_and_on_a_partitioned_table() {
+    let store = Store::new().with_write_marker(true);
+    for (label, uri) in postgres_servers() {
+        let (_schema, mut client) = taken_over_table(&uri, "in_tx").await;
+        let before = posts(&client).await;
+        let tx = client.transaction().await.unwrap();
+        let report = store.adopt::<IngestedPost, _>(&tx).await.unwrap();
+        assert_eq!(report.moved.count, 5, "{label}: {report}");
+        tx.rollback().await.unwrap();
+        assert_eq!(posts(&client).await, before, "{label}: rolled back");
+        let tx = client.transaction().await.unwrap();
+        let report = store.adopt::<IngestedPost, _>(&tx).await.unwrap();
+        assert_eq!(report.moved.count, 5, "{label}: {report}");
+        let doc = ingested_post("legacy", "Legacy");
+        assert_eq!(store.upsert(&tx, &doc).await.unwrap(), Outcome::Unchanged);
+        tx.commit().await.unwrap();
+        let audit = store.audit::<IngestedPost, _>(&client).await.unwrap();
+        // legacy-3 and `held-no-id`, whose derived ids unreadable rows hold, and the unreadable
+        // row without an `_id`.
+        assert_eq!(audit.legacy_ids.count, 3, "{label}: {audit}");
+
+        // Through sqlx, the same statements.
+        let (schema, _client) = taken_over_table(&uri, "sqlx_adopt").await;
+        let mut connection = sqlx_connection(&uri, &schema).await;
+        let audit = store.audit::<IngestedPost, _>(&mut connection).await;
+        assert_eq!(audit.unwrap().legacy_ids.count, 7, "{label}");
+        let report = store.adopt::<IngestedPost, _>(&mut connection).await;
+        let report = report.unwrap();
+        assert_eq!((report.moved.count, report.failed.count), (5, 5), "{label}");
+
+        let by = PartitionBy::Hash { partitions: 4 };
+        let mut reports = Vec::new();
+        for store in [
+            Store::new().with_partitions(by),
+            Store::new().with_partitions(by).with_write_marker(true),
+        ] {
+            let (_schema, client) = fresh_schema(&uri, "mk", "partitioned_adopt").await;
+            store
+                .ensure_table::<IngestedPost, _>(&client)
+                .await
+                .unwrap();
+            // As a migration may key it: a unique index on `_id` and the partition columns,
+            // `_id` nullable, so that rows without one are in every partition.
+            nullable_id(&client, "posts", r#""_id", slug, lang"#).await;
+            for n in 0..12 {
+                let id = (n % 3 != 0).then(|| format!("legacy-{n:02}"));
+                let slug = format!("p{n:02}");
+                insert_as_another_tool(&client, id.as_deref(), &slug, Some("T")).await;
+            }
+            let adopted = store.adopt::<IngestedPost, _>(&client).await.unwrap();
+            assert_eq!(adopted.moved.count, 12, "{label}: {adopted}");
+            let audit = store.audit::<IngestedPost, _>(&client).await.unwrap();
+            assert!(audit.is_clean(), "{label}: {audit}");
+            reports.push((placeless(&format!("{adopted:?}")), posts(&client).await));
+        }
+        assert_eq!(reports[0], reports[1], "{label}");
+    }
+}
+
+/// A reading keyed by a number, a flag and a name: a natural key of three column types.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "readings")]
+struct Reading {
+    #[idem(key)]
+    station: i64,
+    #[idem(key)]
+    indoor: bool,
+    #[idem(key)]
+    name: String,
+    value: f64,
+}
+
+/// Rows without an `_id` over several pages of the adoption, found by a natural key of a
+/// `bigint`, a `boolean` and a `text` column: the marker store moves each once, as the plain
+/// store does, and a second run has nothing left to move.
+#[tokio::test]
+async fn rows_without_an_id_over_pages_move_by_a_natural_key_of_several_types() {
+    for (label, uri) in postgres_servers() {
+        let mut reports = Vec::new();
+        for (variant, store) in [
+            ("plain", Store::new()),
+            ("marker", Store::new().with_write_marker(true)),
+        ] {
+            let (_schema, client) = fresh_schema(&uri, "mk", &format!("pages_{variant}")).await;
+            let marker = Store::new().with_write_marker(true);
+            marker.ensure_table::<Reading, _>(&client).await.unwrap();
+            nullable_id(&client, "readings", r#""_id""#).await;
+            let sql = "INSERT INTO readings (station, indoor, name, value) \
+                       SELECT g / 4 - 100, g % 2 = 0, 'n' || (g % 3), g * 0.5 \
+                       FROM generate_series(1, 1200) g";
+            client.execute(sql, &[]).await.unwrap();
+            let adopted = store.adopt::<Reading, _>(&client).await.unwrap();
+            assert!(adopted.is_complete(), "{label} {variant}: {adopted}");
+            assert_eq!(adopted.moved.count, 1200, "{label} {variant}: {adopted}");
+            let again = store.adopt::<Reading, _>(&client).await.unwrap();
+            assert_eq!(
+                again.moved.count + again.failed.count,
+                0,
+                "{label} {variant}"
+            );
+            let audit = store.audit::<Reading, _>(&client).await.unwrap();
+            assert!(audit.is_clean(), "{label} {variant}: {audit}");
+            // The rows, not the report, whose samples come in the order of each pass.
+            let sql = r#"SELECT "_id", station, indoor, name FROM readings ORDER BY "_id""#;
+            let rows = client.query(sql, &[]).await.unwrap();
+            let rows: Vec<(String, i64, bool, String)> = (rows.iter())
+                .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+                .collect();
+            reports.push(rows);
+        }
+        assert_eq!(reports[0], reports[1], "{label}");
     }
 }
