@@ -577,6 +577,16 @@ fn natural_key_constraint(create: &str) -> String {
     name
 }
 
+/// MariaDB: the `ALTER TABLE` clause that drops the unique index `create` makes on `_id` (`id`)
+/// or on the natural key: the primary key on the natural key and a unique constraint on `_id`,
+/// or, where a key column cannot be in a primary key, the other way round.
+fn mariadb_drop(create: &str, id: bool) -> String {
+    match create.contains("PRIMARY KEY (`_id`)") == id {
+        true => "DROP PRIMARY KEY".to_owned(),
+        false => format!("DROP INDEX `{}`", natural_key_constraint(create)),
+    }
+}
+
 /// `create` without its unique constraint on the natural key (and a comma before it).
 fn without_natural_key(create: &str) -> String {
     let at = create
@@ -776,7 +786,10 @@ async fn replace_natural_key<T: Idempotent>(db: &mut Sql, then: &str) {
             db.run(&format!("ALTER TABLE {t} DROP CONSTRAINT {key}"))
                 .await
         }
-        Kind::Mariadb => db.run(&format!("ALTER TABLE {t} DROP INDEX {key}")).await,
+        Kind::Mariadb => {
+            let drop = mariadb_drop(&create, false);
+            db.run(&format!("ALTER TABLE {t} {drop}")).await
+        }
         Kind::Sqlite => {
             db.remake(table, &plain(&without_natural_key(&create)))
                 .await
@@ -942,7 +955,8 @@ async fn an_id_unique_but_not_the_primary_key_is_accepted() {
                     .await
             }
             Kind::Mariadb => {
-                db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY, ADD UNIQUE INDEX pages_id_unique ({id})"))
+                let drop = mariadb_drop(&db.create_sql::<Page>(), true);
+                db.run(&format!("ALTER TABLE {t} {drop}, ADD UNIQUE INDEX pages_id_unique ({id})"))
                     .await
             }
             Kind::Sqlite => {
@@ -1187,7 +1201,10 @@ async fn an_id_without_a_unique_index_is_refused_until_fixed() {
         let t = db.q("pages");
         match db.kind() {
             Kind::Postgres => db.run("ALTER TABLE pages DROP CONSTRAINT pages_pkey").await,
-            Kind::Mariadb => db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY")).await,
+            Kind::Mariadb => {
+                let drop = mariadb_drop(&db.create_sql::<Page>(), true);
+                db.run(&format!("ALTER TABLE {t} {drop}")).await
+            }
             Kind::Sqlite => {
                 let create = db.create_sql::<Page>();
                 let definition = definition_of(&db, &create, "_id").replace(" PRIMARY KEY", "");
@@ -1776,8 +1793,11 @@ async fn with_primary_key(db: &mut Sql, primary: &str) {
             .await
         }
         Kind::Mariadb => {
+            let create = db.create_sql::<Page>();
+            let (id, key) = (mariadb_drop(&create, true), mariadb_drop(&create, false));
             db.run(&format!(
-                "ALTER TABLE {t} DROP PRIMARY KEY, ADD PRIMARY KEY ({primary})"
+                "ALTER TABLE {t} {id}, {key}, ADD PRIMARY KEY ({primary}), \
+                 ADD CONSTRAINT pages_idem_natural_key UNIQUE (slug)"
             ))
             .await
         }
@@ -1843,8 +1863,9 @@ async fn several_problems_are_named_at_once_and_fixed_together() {
                     .await
             }
             Kind::Mariadb => {
-                db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY, DROP INDEX pages_idem_natural_key"))
-                    .await
+                let create = db.create_sql::<Page>();
+                let (id, key) = (mariadb_drop(&create, true), mariadb_drop(&create, false));
+                db.run(&format!("ALTER TABLE {t} {id}, {key}")).await
             }
             Kind::Sqlite => {
                 let create = without_natural_key(&db.create_sql::<Page>());
@@ -1939,7 +1960,8 @@ async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_row
         Kind::Mariadb => {
             let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
             db.run(&format!(
-                "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
+                "ALTER TABLE {t} {}, MODIFY {id} {definition}",
+                mariadb_drop(&create, true)
             ))
             .await
         }
