@@ -1944,7 +1944,8 @@ async fn a_sqlite_table_without_rowid_is_accepted() {
 
 /// Makes `_id` of `T`'s table nullable and not the primary key, with a unique index on it if
 /// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key
-/// if `without_rowid`).
+/// if `without_rowid`; MariaDB: the natural key its primary key, as `ensure_table` makes it, if
+/// `without_rowid`, else a unique constraint, as another tool's table has it).
 async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_rowid: bool) {
     let create = db.create_sql::<T>();
     let table = T::MODEL.collection();
@@ -1959,8 +1960,19 @@ async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_row
         }
         Kind::Mariadb => {
             let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
+            let keys: Vec<String> = (T::MODEL.natural_key_fields())
+                .map(|field| db.q(field.stored_name()))
+                .collect();
+            let constraint = db.q(&format!("{table}_idem_natural_key"));
+            let unique = match without_rowid || create.contains("PRIMARY KEY (`_id`)") {
+                true => String::new(),
+                false => format!(
+                    ", DROP PRIMARY KEY, ADD CONSTRAINT {constraint} UNIQUE ({})",
+                    keys.join(", ")
+                ),
+            };
             db.run(&format!(
-                "ALTER TABLE {t} {}, MODIFY {id} {definition}",
+                "ALTER TABLE {t} {}{unique}, MODIFY {id} {definition}",
                 mariadb_drop(&create, true)
             ))
             .await
@@ -1993,7 +2005,7 @@ async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_row
 }
 
 /// `_id` without a primary key, nullable, with a unique index, and rows stored without one
-/// (SQLite: also in a table `WITHOUT ROWID` whose primary key is the natural key): accepted;
+/// (SQLite and MariaDB: also in a table whose primary key is the natural key): accepted;
 /// the audit names the rows where they are, `adopt` gives them their ids, and each is then
 /// written as any other.
 #[tokio::test]
@@ -2001,7 +2013,7 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
     for without_rowid in [false, true] {
         let kinds: &[Kind] = match without_rowid {
             false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
-            true => &[Kind::Sqlite],
+            true => &[Kind::Sqlite, Kind::Mariadb],
         };
         for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
             seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
@@ -2033,7 +2045,7 @@ async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page()
     for without_rowid in [false, true] {
         let kinds: &[Kind] = match without_rowid {
             false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
-            true => &[Kind::Sqlite],
+            true => &[Kind::Sqlite, Kind::Mariadb],
         };
         for mut db in backends_of(&format!("pages_of_pairs_{without_rowid}"), kinds).await {
             db.ensure_table::<Pair>().await.unwrap();
@@ -2048,12 +2060,12 @@ async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page()
             let lang = db.q("lang");
             let nullable = match db.kind() {
                 Kind::Postgres => Some(format!("ALTER COLUMN {lang} DROP NOT NULL")),
-                Kind::Mariadb => {
+                Kind::Mariadb if !without_rowid => {
                     let create = db.create_sql::<Pair>();
                     let definition = definition_of(&db, &create, "lang").replace(" NOT NULL", "");
                     Some(format!("MODIFY {lang} {definition}"))
                 }
-                Kind::Sqlite => None,
+                Kind::Sqlite | Kind::Mariadb => None,
             };
             if let Some(nullable) = &nullable {
                 db.run(&format!(
