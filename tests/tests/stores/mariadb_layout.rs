@@ -124,7 +124,10 @@ async fn both_layouts_keep_every_outcome_and_refusal() {
             ..edited.clone()
         };
         let single = db.upsert(&moved_author).await;
-        let many = db.upsert_many(&[moved_author.clone()]).await.unwrap();
+        let many = db
+            .upsert_many(std::slice::from_ref(&moved_author))
+            .await
+            .unwrap();
         for outcome in [&single, &many.outcomes()[0]] {
             assert!(
                 matches!(
@@ -152,7 +155,7 @@ async fn both_layouts_keep_every_outcome_and_refusal() {
         .await;
         let before = db.raw::<Post>().await;
         let single = db.upsert(&others[0]).await;
-        let many = db.upsert_many(&[others[0].clone()]).await.unwrap();
+        let many = db.upsert_many(&others[..1]).await.unwrap();
         for outcome in [&single, &many.outcomes()[0]] {
             match kind(outcome) {
                 Err(ErrorKind::IdChanged { stored_id, .. }) => assert_eq!(stored_id, foreign),
@@ -181,7 +184,7 @@ async fn both_layouts_keep_every_outcome_and_refusal() {
         .await;
         let before = db.raw::<Post>().await;
         let single = db.upsert(&others[1]).await;
-        let many = db.upsert_many(&[others[1].clone()]).await.unwrap();
+        let many = db.upsert_many(&others[1..2]).await.unwrap();
         for outcome in [&single, &many.outcomes()[0]] {
             assert!(
                 matches!(
@@ -271,7 +274,7 @@ async fn racing_first_writes_of_one_key_converge_on_one_row() {
                     match batch {
                         true => other.upsert_many(&[doc]).await.unwrap().outcomes()[0]
                             .as_ref()
-                            .map(Clone::clone)
+                            .copied()
                             .map_err(ToString::to_string),
                         false => other.upsert(&doc).await.map_err(|e| e.to_string()),
                     }
@@ -346,7 +349,7 @@ where
         assert_eq!(ok(outcome), Some(&Outcome::Unchanged), "{docs:?}");
     }
     assert_eq!(ok(&db.upsert(edited).await), Some(&Outcome::Updated));
-    let report = db.upsert_many(&[edited.clone()]).await.unwrap();
+    let report = db.upsert_many(std::slice::from_ref(edited)).await.unwrap();
     assert_eq!(ok(&report.outcomes()[0]), Some(&Outcome::Unchanged));
     assert!(
         db.audit::<T>().await.is_clean(),
