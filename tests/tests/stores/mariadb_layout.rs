@@ -207,6 +207,23 @@ async fn both_layouts_keep_every_outcome_and_refusal() {
 
         assert!(db.audit::<Post>().await.is_clean(), "{layout:?}");
         assert_eq!(db.stored::<Post>().await.len(), 6, "{layout:?}");
+        if layout == Layout::Earlier {
+            // The guide's statement that gives an earlier table the clustered form.
+            db.run_raw(
+                "ALTER TABLE `posts` DROP PRIMARY KEY, DROP INDEX `posts_idem_natural_key`, \
+                 ADD PRIMARY KEY (`slug`, `lang`), ADD CONSTRAINT `posts_idem_id` UNIQUE (`_id`)",
+                mongodb::bson::doc! {},
+            )
+            .await;
+            let db = db.unlearned().await;
+            assert_eq!(primary_key::<Post>(&db).await, ["slug", "lang"]);
+            let report = db.upsert_many(&batch).await.unwrap();
+            assert!(report
+                .outcomes()
+                .iter()
+                .all(|o| ok(o) == Some(&Outcome::Unchanged)));
+            assert!(db.audit::<Post>().await.is_clean());
+        }
     }
 }
 
@@ -251,6 +268,53 @@ async fn a_third_unique_index_is_named_on_both_layouts() {
                 "{layout:?}: nothing written"
             );
         }
+    }
+}
+
+/// A chunk sent as a plain insert (the chunk before it was inserted whole) meeting a row under
+/// one document's id that holds another key (the id's unique constraint, not the primary key, on
+/// the clustered layout): that document is judged from the row under its id (its key may not
+/// change), not refused as meeting another index, and every other one is inserted.
+#[tokio::test]
+async fn a_plain_insert_meeting_the_id_constraint_is_judged_as_the_ids() {
+    for layout in [Layout::Clustered, Layout::Earlier] {
+        let db = with_table::<Post>("plain_insert", layout).await;
+        let held = Post {
+            slug: "held".into(),
+            ..post()
+        };
+        db.upsert(&held).await.unwrap();
+        db.run_raw(
+            "UPDATE posts SET slug = 'held-moved' WHERE slug = 'held'",
+            mongodb::bson::doc! {},
+        )
+        .await;
+        let mut docs: Vec<Post> = (0..127)
+            .map(|n| Post {
+                slug: format!("n-{n:03}"),
+                ..post()
+            })
+            .collect();
+        docs.insert(100, held);
+        let report = db
+            .with_batch_chunk(64)
+            .await
+            .upsert_many(&docs)
+            .await
+            .unwrap();
+        for (at, outcome) in report.outcomes().iter().enumerate() {
+            match at {
+                100 => assert!(
+                    matches!(
+                        kind(outcome),
+                        Err(ErrorKind::FrozenFieldChanged { field: "slug", .. })
+                    ),
+                    "{layout:?}: {outcome:?}"
+                ),
+                _ => assert_eq!(ok(outcome), Some(&Outcome::Inserted), "{layout:?} {at}"),
+            }
+        }
+        assert_eq!(db.stored::<Post>().await.len(), 128, "{layout:?}");
     }
 }
 
