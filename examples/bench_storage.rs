@@ -438,7 +438,7 @@ struct IdemDdl {
     quote: char,
     /// `CREATE TABLE IF NOT EXISTS "debian_packages" (`
     head: String,
-    /// The natural key's unique constraint.
+    /// The natural key's columns, quoted and comma-separated.
     key: String,
     /// `)` and the table options.
     tail: String,
@@ -462,8 +462,16 @@ impl IdemDdl {
         let mut columns = HashMap::new();
         for line in body {
             let line = line.trim().trim_end_matches(',');
-            if line.starts_with("CONSTRAINT") && line.contains("UNIQUE") {
-                key = Some(line.to_owned());
+            // The natural key's unique constraint, or the primary key on it (MariaDB, whose rows
+            // are clustered on the primary key), not the one on `_id`.
+            let columns_of = |line: &str| {
+                let columns = line.split_once('(')?.1.strip_suffix(')')?;
+                (columns != format!("{quote}_id{quote}")).then(|| columns.to_owned())
+            };
+            if line.starts_with("CONSTRAINT") && line.contains("UNIQUE")
+                || line.starts_with("PRIMARY KEY (")
+            {
+                key = key.or(columns_of(line));
             } else if let Some(rest) = line.strip_prefix(quote) {
                 let name = rest.split(quote).next().ok_or_else(shape)?;
                 columns.insert(name.to_owned(), line.to_owned());
@@ -513,10 +521,8 @@ impl IdemDdl {
             &self.quoted(Package::MODEL.collection()),
             &self.quoted(table),
         );
-        let constraint = self.quoted(&format!("{}_idem_natural_key", Package::MODEL.collection()));
-        let key = self
-            .key
-            .replace(&constraint, &self.quoted(&format!("{table}_natural_key")));
+        let constraint = self.quoted(&format!("{table}_natural_key"));
+        let key = format!("CONSTRAINT {constraint} UNIQUE ({})", self.key);
         let mut body: Vec<String> = columns
             .iter()
             .map(|column| format!("    {}", column.definition))

@@ -64,8 +64,9 @@ pub(super) fn mysql_error(document: &DocumentRef, source: DbFailure) -> Error {
     sqlx_marker::call_error(document, source, missing)
 }
 
-/// Which unique index a duplicate key of a single write met: the primary key or the natural
-/// key's (`Conflict::Key`), or another, by its name.
+/// Which unique index a duplicate key of a single write met: the primary key (on the id, or on
+/// the natural key where the rows are clustered on it), the natural key's or the id's
+/// (`Conflict::Key`), or another, by its name.
 pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> {
     // "Duplicate entry 'hello-en' for key 'posts_idem_natural_key'"; MySQL 8 writes the key
     // as `posts.posts_idem_natural_key`.
@@ -73,7 +74,8 @@ pub(super) fn unique_conflict(error: &Error, table: &Table) -> Option<Conflict> 
     let key = (message.rsplit_once(" for key '")).and_then(|(_, key)| key.strip_suffix('\''));
     let key = key.map(|key| key.rsplit_once('.').map_or(key, |(_, key)| key));
     let met = key.map(|key| {
-        let is_key = key == "PRIMARY" || key == table.natural_key_constraint;
+        let is_key = [table.natural_key_constraint.as_str(), "PRIMARY"].contains(&key)
+            || key == table.id_constraint();
         (key.to_owned(), is_key)
     });
     Some(sqlx_marker::conflict(message, met))

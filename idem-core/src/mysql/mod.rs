@@ -28,7 +28,9 @@
 //! a `JSON` value JSON cannot hold them, as on PostgreSQL. Text natural-key columns
 //! are `VARCHAR(255)` (less beside more than three of them), so that the natural key's unique
 //! index stays a B-tree within InnoDB's 3,072 bytes; a longer key is refused for its document.
-//! Beside them `idemWrite`, the write marker.
+//! Beside them `idemWrite`, the write marker. The primary key is the natural key, which InnoDB
+//! keeps the rows in the order of, and `_id` a unique constraint (`{collection}_idem_id`); a
+//! table an earlier release made, the primary key on `_id`, is taken as it is.
 //!
 //! # How a write tells an insert from an update
 //!

@@ -366,9 +366,17 @@ impl MarkerWords for super::MySql {
 }
 
 impl Table {
-    /// `CREATE TABLE IF NOT EXISTS …` with the primary key on the id and the unique constraint
-    /// on the natural key.
+    /// `CREATE TABLE IF NOT EXISTS …`, its rows clustered on the natural key where they can be
+    /// ([`Table::clustered`]): the primary key on it and a unique constraint on the id
+    /// ([`Table::id_constraint`]). InnoDB keeps a table's rows in the order of its primary key,
+    /// so that a random id there would scatter each write over the whole table. Otherwise the
+    /// primary key on the id and the unique constraint on the natural key, as earlier releases
+    /// made every table.
     pub fn create_sql(&self) -> String {
+        let primary = match self.clustered() {
+            true => self.natural_key_list(),
+            false => quote(ID_FIELD),
+        };
         let own = [
             // NULL until `apply_once` first records an op: an empty list would cost each row.
             format!("{} JSON", quote(APPLIED_OPS_FIELD)),
@@ -376,9 +384,23 @@ impl Table {
                 "{} VARCHAR(27) CHARACTER SET utf8mb4 COLLATE {BYTEWISE}",
                 quote(WRITE_MARKER_FIELD)
             ),
-            format!("PRIMARY KEY ({})", quote(ID_FIELD)),
+            format!("PRIMARY KEY ({primary})"),
         ];
         let after = format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={BYTEWISE}");
-        self.create_table(&own, &after)
+        self.create_table(&own, self.clustered(), &after)
+    }
+
+    /// Whether `ensure_table` clusters the rows on the natural key: whether each of its columns
+    /// may be in a primary key, `NOT NULL` and whole, as a derived type's keys (text, integers,
+    /// booleans) all are; not a model given at run time whose key column is a float (declared
+    /// nullable) or `JSON` (whose unique index is a hash of it).
+    pub(crate) fn clustered(&self) -> bool {
+        let keys = self.columns.iter().filter(|column| is_key(column));
+        keys.map(|column| column.shape).all(|shape| {
+            matches!(
+                shape,
+                ColumnShape::Text | ColumnShape::Integer | ColumnShape::Boolean
+            )
+        })
     }
 }

@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::column::Column;
-use crate::model::{Field, Model, WRITE_MARKER_FIELD};
+use crate::model::{Field, Model, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::dialect::Statement;
 use crate::sql::layout::{Content, Layout, TableColumn};
 use crate::sql::marker_sql::Words;
@@ -107,16 +107,32 @@ impl<D: MarkerWords> Table<D> {
     }
 
     /// The natural-key columns, quoted and comma-separated: the conflict target.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub fn natural_key_list(&self) -> String {
         D::WORDS.key_list(self, "")
     }
 
     /// `CREATE TABLE IF NOT EXISTS …` ([`Words::create_table`]), each column as the dialect
-    /// declares it.
-    pub fn create_table(&self, own: &[String], after: &str) -> String {
+    /// declares it; `clustered`: with the unique constraint on the id ([`Table::id_constraint`])
+    /// last, in place of the natural key's, which `own` makes the primary key.
+    pub fn create_table(&self, own: &[String], clustered: bool, after: &str) -> String {
         let declared = |column: &TableColumn| D::declared(self, column);
-        D::WORDS.create_table(self, declared, own, after)
+        let id = (D::WORDS.quote)(ID_FIELD);
+        match clustered {
+            true => (D::WORDS).create_table_unique(
+                self,
+                declared,
+                own,
+                (&self.id_constraint(), &id),
+                after,
+            ),
+            false => D::WORDS.create_table(self, declared, own, after),
+        }
+    }
+
+    /// The name of the unique constraint on the id of a table whose primary key is on the
+    /// natural key.
+    pub fn id_constraint(&self) -> String {
+        format!("{}_idem_id", self.model.collection())
     }
 
     /// The insert (`verb`) of `rows` rows for `statement`, each its inserted columns

@@ -71,6 +71,20 @@ impl Words {
         own: &[String],
         after: &str,
     ) -> String {
+        let (name, keys) = (&layout.natural_key_constraint, self.key_list(layout, ""));
+        self.create_table_unique(layout, declared, own, (name, &keys), after)
+    }
+
+    /// [`Words::create_table`] with `unique` (a constraint's name and its quoted columns) last,
+    /// in place of the natural key's.
+    pub fn create_table_unique(
+        &self,
+        layout: &Layout,
+        declared: impl Fn(&TableColumn) -> String,
+        own: &[String],
+        (name, columns): (&str, &str),
+        after: &str,
+    ) -> String {
         let quote = self.quote;
         let mut sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (\n",
@@ -84,9 +98,8 @@ impl Words {
         }
         let _ = write!(
             sql,
-            "    CONSTRAINT {} UNIQUE ({})\n){after}",
-            quote(&layout.natural_key_constraint),
-            self.key_list(layout, ""),
+            "    CONSTRAINT {} UNIQUE ({columns})\n){after}",
+            quote(name)
         );
         sql
     }

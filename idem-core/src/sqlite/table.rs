@@ -233,7 +233,7 @@ impl Table {
             format!("{} TEXT", quote(APPLIED_OPS_FIELD)),
             format!("{} TEXT", quote(WRITE_MARKER_FIELD)),
         ];
-        self.create_table(&own, "")
+        self.create_table(&own, false, "")
     }
 
     /// Every column the table must have, with its declared type.

@@ -9,6 +9,7 @@ mod every_store;
 mod ids;
 mod isolation;
 mod light_rows;
+mod mariadb_layout;
 mod model_promises;
 mod mongo_adopt;
 mod mongo_chaos;

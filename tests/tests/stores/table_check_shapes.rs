@@ -577,6 +577,16 @@ fn natural_key_constraint(create: &str) -> String {
     name
 }
 
+/// MariaDB: the `ALTER TABLE` clause that drops the unique index `create` makes on `_id` (`id`)
+/// or on the natural key: the primary key on the natural key and a unique constraint on `_id`,
+/// or, where a key column cannot be in a primary key, the other way round.
+fn mariadb_drop(create: &str, id: bool) -> String {
+    match create.contains("PRIMARY KEY (`_id`)") == id {
+        true => "DROP PRIMARY KEY".to_owned(),
+        false => format!("DROP INDEX `{}`", natural_key_constraint(create)),
+    }
+}
+
 /// `create` without its unique constraint on the natural key (and a comma before it).
 fn without_natural_key(create: &str) -> String {
     let at = create
@@ -776,7 +786,10 @@ async fn replace_natural_key<T: Idempotent>(db: &mut Sql, then: &str) {
             db.run(&format!("ALTER TABLE {t} DROP CONSTRAINT {key}"))
                 .await
         }
-        Kind::Mariadb => db.run(&format!("ALTER TABLE {t} DROP INDEX {key}")).await,
+        Kind::Mariadb => {
+            let drop = mariadb_drop(&create, false);
+            db.run(&format!("ALTER TABLE {t} {drop}")).await
+        }
         Kind::Sqlite => {
             db.remake(table, &plain(&without_natural_key(&create)))
                 .await
@@ -942,7 +955,8 @@ async fn an_id_unique_but_not_the_primary_key_is_accepted() {
                     .await
             }
             Kind::Mariadb => {
-                db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY, ADD UNIQUE INDEX pages_id_unique ({id})"))
+                let drop = mariadb_drop(&db.create_sql::<Page>(), true);
+                db.run(&format!("ALTER TABLE {t} {drop}, ADD UNIQUE INDEX pages_id_unique ({id})"))
                     .await
             }
             Kind::Sqlite => {
@@ -1187,7 +1201,10 @@ async fn an_id_without_a_unique_index_is_refused_until_fixed() {
         let t = db.q("pages");
         match db.kind() {
             Kind::Postgres => db.run("ALTER TABLE pages DROP CONSTRAINT pages_pkey").await,
-            Kind::Mariadb => db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY")).await,
+            Kind::Mariadb => {
+                let drop = mariadb_drop(&db.create_sql::<Page>(), true);
+                db.run(&format!("ALTER TABLE {t} {drop}")).await
+            }
             Kind::Sqlite => {
                 let create = db.create_sql::<Page>();
                 let definition = definition_of(&db, &create, "_id").replace(" PRIMARY KEY", "");
@@ -1776,8 +1793,11 @@ async fn with_primary_key(db: &mut Sql, primary: &str) {
             .await
         }
         Kind::Mariadb => {
+            let create = db.create_sql::<Page>();
+            let (id, key) = (mariadb_drop(&create, true), mariadb_drop(&create, false));
             db.run(&format!(
-                "ALTER TABLE {t} DROP PRIMARY KEY, ADD PRIMARY KEY ({primary})"
+                "ALTER TABLE {t} {id}, {key}, ADD PRIMARY KEY ({primary}), \
+                 ADD CONSTRAINT pages_idem_natural_key UNIQUE (slug)"
             ))
             .await
         }
@@ -1843,8 +1863,9 @@ async fn several_problems_are_named_at_once_and_fixed_together() {
                     .await
             }
             Kind::Mariadb => {
-                db.run(&format!("ALTER TABLE {t} DROP PRIMARY KEY, DROP INDEX pages_idem_natural_key"))
-                    .await
+                let create = db.create_sql::<Page>();
+                let (id, key) = (mariadb_drop(&create, true), mariadb_drop(&create, false));
+                db.run(&format!("ALTER TABLE {t} {id}, {key}")).await
             }
             Kind::Sqlite => {
                 let create = without_natural_key(&db.create_sql::<Page>());
@@ -1923,7 +1944,8 @@ async fn a_sqlite_table_without_rowid_is_accepted() {
 
 /// Makes `_id` of `T`'s table nullable and not the primary key, with a unique index on it if
 /// `unique` (SQLite: the table made anew, `WITHOUT ROWID` with the natural key its primary key
-/// if `without_rowid`).
+/// if `without_rowid`; MariaDB: the natural key its primary key, as `ensure_table` makes it, if
+/// `without_rowid`, else a unique constraint, as another tool's table has it).
 async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_rowid: bool) {
     let create = db.create_sql::<T>();
     let table = T::MODEL.collection();
@@ -1938,8 +1960,20 @@ async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_row
         }
         Kind::Mariadb => {
             let definition = definition_of(db, &create, "_id").replace(" NOT NULL", "");
+            let keys: Vec<String> = (T::MODEL.natural_key_fields())
+                .map(|field| db.q(field.stored_name()))
+                .collect();
+            let constraint = db.q(&format!("{table}_idem_natural_key"));
+            let unique = match without_rowid || create.contains("PRIMARY KEY (`_id`)") {
+                true => String::new(),
+                false => format!(
+                    ", DROP PRIMARY KEY, ADD CONSTRAINT {constraint} UNIQUE ({})",
+                    keys.join(", ")
+                ),
+            };
             db.run(&format!(
-                "ALTER TABLE {t} DROP PRIMARY KEY, MODIFY {id} {definition}"
+                "ALTER TABLE {t} {}{unique}, MODIFY {id} {definition}",
+                mariadb_drop(&create, true)
             ))
             .await
         }
@@ -1971,7 +2005,7 @@ async fn with_nullable_id<T: Idempotent>(db: &mut Sql, unique: bool, without_row
 }
 
 /// `_id` without a primary key, nullable, with a unique index, and rows stored without one
-/// (SQLite: also in a table `WITHOUT ROWID` whose primary key is the natural key): accepted;
+/// (SQLite and MariaDB: also in a table whose primary key is the natural key): accepted;
 /// the audit names the rows where they are, `adopt` gives them their ids, and each is then
 /// written as any other.
 #[tokio::test]
@@ -1979,7 +2013,7 @@ async fn rows_without_an_id_in_a_nullable_unique_id_column_are_adopted() {
     for without_rowid in [false, true] {
         let kinds: &[Kind] = match without_rowid {
             false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
-            true => &[Kind::Sqlite],
+            true => &[Kind::Sqlite, Kind::Mariadb],
         };
         for mut db in backends_of(&format!("nullable_id_{without_rowid}"), kinds).await {
             seeded(&mut db, &[page("a", 1), page("b", 1)]).await;
@@ -2011,7 +2045,7 @@ async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page()
     for without_rowid in [false, true] {
         let kinds: &[Kind] = match without_rowid {
             false => &[Kind::Postgres, Kind::Sqlite, Kind::Mariadb],
-            true => &[Kind::Sqlite],
+            true => &[Kind::Sqlite, Kind::Mariadb],
         };
         for mut db in backends_of(&format!("pages_of_pairs_{without_rowid}"), kinds).await {
             db.ensure_table::<Pair>().await.unwrap();
@@ -2026,12 +2060,12 @@ async fn rows_without_an_id_under_a_two_column_key_are_adopted_page_after_page()
             let lang = db.q("lang");
             let nullable = match db.kind() {
                 Kind::Postgres => Some(format!("ALTER COLUMN {lang} DROP NOT NULL")),
-                Kind::Mariadb => {
+                Kind::Mariadb if !without_rowid => {
                     let create = db.create_sql::<Pair>();
                     let definition = definition_of(&db, &create, "lang").replace(" NOT NULL", "");
                     Some(format!("MODIFY {lang} {definition}"))
                 }
-                Kind::Sqlite => None,
+                Kind::Sqlite | Kind::Mariadb => None,
             };
             if let Some(nullable) = &nullable {
                 db.run(&format!(
