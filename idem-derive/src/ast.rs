@@ -153,7 +153,7 @@ impl<'a> Input<'a> {
 impl<'a> Field<'a> {
     /// `T` in a field of type `Vec<T>` (or `Option<T>`), read from the type as written.
     pub fn item_type(&self) -> Option<&'a Type> {
-        let Type::Path(path) = self.ty else {
+        let Type::Path(path) = self.written_type() else {
             return None;
         };
         let last = path.path.segments.last()?;
@@ -168,7 +168,17 @@ impl<'a> Field<'a> {
 
     /// Whether the field's type is written `Name<…>`, the last segment of its path.
     pub fn type_is(&self, name: &str) -> bool {
-        matches!(self.ty, Type::Path(path) if path.path.segments.last().is_some_and(|last| last.ident == name))
+        matches!(self.written_type(), Type::Path(path) if path.path.segments.last().is_some_and(|last| last.ident == name))
+    }
+
+    /// The field's type as written, out of the invisible group a type passed on by a
+    /// `macro_rules!` as `$ty:ty` arrives in.
+    fn written_type(&self) -> &'a Type {
+        let mut ty = self.ty;
+        while let Type::Group(group) = ty {
+            ty = &group.elem;
+        }
+        ty
     }
 
     /// Whether the field has `role`.

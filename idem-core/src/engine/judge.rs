@@ -95,7 +95,17 @@ fn reduce<'s, D: Driver>(driver: &D, doc: &D::Light, stored: &'s D::Stored) -> (
                         }
                     }
                 }
-                StoredDigest::Unwritten => Guarded::Unwritten,
+                // No digest of this field beside others' (MongoDB): never written only where its
+                // value is not either, and only in an `Option`; a field made frozen since holds
+                // a value, and a null another type left is a value for this one. Compared as
+                // where one digest covers every field.
+                StoredDigest::Unwritten => match compared_by_value(driver, doc, stored, field) {
+                    Guarded::Unwritten => Guarded::Unwritten,
+                    compared => {
+                        by_value = true;
+                        compared
+                    }
+                },
                 StoredDigest::Digest(digest) if Some(digest) == incoming.as_deref() => {
                     Guarded::Same
                 }

@@ -249,12 +249,22 @@ impl PreparedWrite {
                 .map(|(field, digest)| {
                     let stored =
                         field_path(&format!("{FROZEN_DIGESTS_FIELD}.{}", field.stored_name()));
+                    // No digest beside others' is "never written" only in an `Option` whose
+                    // value is not written either; elsewhere (a field made frozen since, a null
+                    // another type left) this side compares the values.
+                    let unwritten = match field.null_is_unwritten() {
+                        true => bson!({ "$and": [
+                            is_unwritten(stored.clone()),
+                            is_unwritten(field_path(field.stored_name())),
+                        ] }),
+                        false => Bson::Boolean(false),
+                    };
                     match digest {
                         Some(digest) => bson!({ "$or": [
-                            is_unwritten(stored.clone()),
+                            unwritten,
                             { "$eq": [stored, digest.as_str()] },
                         ] }),
-                        None => is_unwritten(stored),
+                        None => unwritten,
                     }
                 })
                 .collect::<Vec<_>>();

@@ -6,6 +6,7 @@
 mod content_hash;
 mod derive_shapes;
 mod every_store;
+mod frozen_shapes;
 mod ids;
 mod isolation;
 mod light_rows;
