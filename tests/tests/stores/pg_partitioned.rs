@@ -108,6 +108,12 @@ async fn rows_of(client: &tokio_postgres::Client) -> i64 {
     row.unwrap().get(0)
 }
 
+/// The first column of each row `sql` returns, as text.
+async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
 /// What a result shows in a comparison: the outcome, or the error's kind.
 fn shown<T: Debug>(result: &Result<T, Error>) -> String {
     match result {
@@ -432,13 +438,11 @@ async fn an_id_stored_under_another_key_is_refused_as_on_a_plain_table() {
             "{:?}",
             report.outcomes().iter().map(shown).collect::<Vec<_>>()
         ));
-        let rows: Vec<String> = client
-            .query("SELECT slug || ' ' || title FROM posts ORDER BY slug", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let rows = texts(
+            client,
+            "SELECT slug || ' ' || title FROM posts ORDER BY slug",
+        )
+        .await;
         answers.push(format!("{rows:?}"));
         answers
     });
@@ -487,16 +491,8 @@ async fn changed_rows_beside_rows_keyed_otherwise_answer_as_a_plain_table() {
                 post.title.push('!');
             }
         }
-        let rows: Vec<String> = client
-            .query(
-                "SELECT \"_id\" || ' ' || slug || ' ' || title FROM posts ORDER BY slug",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let sql = "SELECT \"_id\" || ' ' || slug || ' ' || title FROM posts ORDER BY slug";
+        let rows = texts(client, sql).await;
         answers.push(format!("{rows:?}"));
         answers
     });
