@@ -212,7 +212,8 @@ struct Row {
     body: String,
     fetched_at: i64,
     author_id: String,
-    hash: String,
+    /// The content hash: its 32 bytes, as idem stores it.
+    hash: Vec<u8>,
     /// `idemFrozen`: one digest of the frozen fields.
     frozen: Vec<u8>,
 }
@@ -242,7 +243,7 @@ const TYPES: [Type; 10] = [
     Type::TEXT,
     Type::INT8,
     Type::TEXT,
-    Type::TEXT,
+    Type::BYTEA,
     Type::BYTEA,
 ];
 
@@ -871,8 +872,8 @@ POSTGRES_URI (15 or later).
   --link-mbit N  pace the measured client's connection to N Mbit/s each way, as a link of that
                bandwidth would (the loopback's latency stays): where the bytes on the wire
                decide
-  --only-idem  run idem's writes alone (no hand-written variant, no ratio, no target): what to
-               run under a profiler
+  --only-idem  run idem's writes alone, on the plain table and the partitioned ones (no
+               hand-written variant, no ratio, no target): what to run under a profiler
   --partitions LIST  idem also writes the table partitioned by hash of its natural key
                (Store::with_partitions), once for each partition count, comma-separated
                (default: 4,16; none: not)
@@ -1610,7 +1611,9 @@ impl Bench {
     ) -> Result<(), Fatal> {
         // idem on each partitioned table, beside the plain one.
         let variants: Vec<Variant> = match self.only_idem {
-            true => vec![Variant::Idem],
+            true => std::iter::once(Variant::Idem)
+                .chain(self.partitioned_variants())
+                .collect(),
             false => (variants.iter().copied())
                 .chain(self.partitioned_variants())
                 .collect(),

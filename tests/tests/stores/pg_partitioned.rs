@@ -108,6 +108,12 @@ async fn rows_of(client: &tokio_postgres::Client) -> i64 {
     row.unwrap().get(0)
 }
 
+/// The first column of each row `sql` returns, as text.
+async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
 /// What a result shows in a comparison: the outcome, or the error's kind.
 fn shown<T: Debug>(result: &Result<T, Error>) -> String {
     match result {
@@ -432,13 +438,61 @@ async fn an_id_stored_under_another_key_is_refused_as_on_a_plain_table() {
             "{:?}",
             report.outcomes().iter().map(shown).collect::<Vec<_>>()
         ));
-        let rows: Vec<String> = client
-            .query("SELECT slug || ' ' || title FROM posts ORDER BY slug", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let rows = texts(
+            client,
+            "SELECT slug || ' ' || title FROM posts ORDER BY slug",
+        )
+        .await;
+        answers.push(format!("{rows:?}"));
+        answers
+    });
+}
+
+/// The lookup and the write read the row holding each key first, and by id only where that
+/// row is not under the id: batches of changed rows over every partition, in chunks all
+/// changed, none changed and mixed, where plain SQL moved one row's id to another key and gave
+/// another key's row another id; through the lookup and through the write without it.
+#[tokio::test]
+async fn changed_rows_beside_rows_keyed_otherwise_answer_as_a_plain_table() {
+    as_on_a_plain_table!("held", |store, client| {
+        let mut answers = Vec::new();
+        let mut batch = posts(40);
+        let first = store.upsert_many(on!(), &batch).await.unwrap();
+        answers.push(format!("{:?}", first.outcomes()));
+        let moved = batch[25].id().unwrap().to_string();
+        let renamed = batch[27].id().unwrap().to_string();
+        let edits = client
+            .batch_execute(&format!(
+                "UPDATE posts SET slug = 'moved' WHERE \"_id\" = '{moved}'; \
+                 UPDATE posts SET \"_id\" = 'renamed' WHERE \"_id\" = '{renamed}'"
+            ))
+            .await;
+        answers.push(format!("{edits:?}"));
+        // Chunks of 10: the first and last all changed, the second unchanged, the third mixed
+        // (holding both rows plain SQL edited).
+        for (at, post) in batch.iter_mut().enumerate() {
+            if !(10..30).contains(&at) || (at >= 20 && at % 2 == 1) {
+                post.title = format!("Changed {at}");
+            }
+        }
+        for lookup in [true, false] {
+            let chunked = store.clone().with_batch_chunk(10);
+            // Chunks of 10 take the lookup only below the shortcuts' default of 64.
+            let chunked = match lookup {
+                true => chunked.with_shortcuts_from(1),
+                false => chunked,
+            };
+            for _ in 0..2 {
+                let report = chunked.upsert_many(on!(), &batch).await.unwrap();
+                let shown: Vec<String> = report.outcomes().iter().map(shown).collect();
+                answers.push(format!("{shown:?}"));
+            }
+            for post in &mut batch[..10] {
+                post.title.push('!');
+            }
+        }
+        let sql = "SELECT \"_id\" || ' ' || slug || ' ' || title FROM posts ORDER BY slug";
+        let rows = texts(client, sql).await;
         answers.push(format!("{rows:?}"));
         answers
     });
