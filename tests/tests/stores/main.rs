@@ -1,6 +1,6 @@
 //! The integration suites, one module each, in one test binary: a binary of its own would link
 //! idem and every driver again (seconds of `scripts/test` each). The contract suite and the
-//! allocation counts (a global allocator that counts every thread's) keep theirs. Run one suite
+//! allocation counts (which install a global allocator of their own) keep theirs. Run one suite
 //! with a filter: `cargo test -p idem-tests --test stores sql_frozen::`.
 
 mod content_hash;

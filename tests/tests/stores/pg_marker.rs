@@ -762,29 +762,8 @@ async fn writers_racing_the_marker_stores_adoption_never_fork_or_lose_a_document
             let slug = format!("p{n:02}");
             insert_as_another_tool(&client, id.as_deref(), &slug, Some("Legacy")).await;
         }
-        let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS + 1));
-        let mut writers = Vec::new();
-        for writer in 0..WRITERS {
-            let client = postgres_client(&uri, &schema).await;
-            let (store, barrier) = (store.clone(), barrier.clone());
-            writers.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let mut stored: Vec<Option<String>> = vec![None; KEYS];
-                for round in 0..3 {
-                    for (n, last) in stored.iter_mut().enumerate() {
-                        let title = format!("w{writer} r{round}");
-                        let doc = ingested_post(&format!("p{n:02}"), &title);
-                        match store.upsert(&client, &doc).await {
-                            Ok(Outcome::Updated) => *last = Some(title),
-                            Ok(other) => panic!("writer {writer}: {other:?}"),
-                            Err(error) if matches!(error.kind(), ErrorKind::IdChanged { .. }) => {}
-                            Err(error) => panic!("writer {writer}: {error:?}"),
-                        }
-                    }
-                }
-                stored
-            }));
-        }
+        let (barrier, writers) =
+            crate::postgres_adopt::racing_writers(&uri, &schema, &store, KEYS, WRITERS).await;
         barrier.wait().await;
         let report = store.adopt::<IngestedPost, _>(&client).await.unwrap();
         assert!(report.is_complete(), "{label}: {report}");

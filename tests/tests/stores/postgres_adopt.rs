@@ -193,6 +193,46 @@ async fn legacy_rows_and_orphans_move_to_their_derived_ids_and_the_rest_is_repor
     }
 }
 
+/// `writers` tasks, each on a client of its own on `schema`, upserting posts `p00`, `p01`… (`keys`
+/// of them) with `store` three times over, once the caller also waits on the barrier returned:
+/// each answers, for each key, the title it stored last, or `None` where every write was refused
+/// with `IdChanged` (the row not moved yet). Any other answer fails the test.
+pub(crate) async fn racing_writers(
+    uri: &str,
+    schema: &str,
+    store: &Store,
+    keys: usize,
+    writers: usize,
+) -> (
+    Arc<tokio::sync::Barrier>,
+    Vec<tokio::task::JoinHandle<Vec<Option<String>>>>,
+) {
+    let barrier = Arc::new(tokio::sync::Barrier::new(writers + 1));
+    let mut spawned = Vec::new();
+    for writer in 0..writers {
+        let client = postgres_client(uri, schema).await;
+        let (store, barrier) = (store.clone(), barrier.clone());
+        spawned.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut stored: Vec<Option<String>> = vec![None; keys];
+            for round in 0..3 {
+                for (n, last) in stored.iter_mut().enumerate() {
+                    let title = format!("w{writer} r{round}");
+                    let doc = post(&format!("p{n:02}"), &title);
+                    match store.upsert(&client, &doc).await {
+                        Ok(Outcome::Updated) => *last = Some(title),
+                        Ok(other) => panic!("writer {writer}: {other:?}"),
+                        Err(error) if matches!(error.kind(), ErrorKind::IdChanged { .. }) => {}
+                        Err(error) => panic!("writer {writer}: {error:?}"),
+                    }
+                }
+            }
+            stored
+        }));
+    }
+    (barrier, spawned)
+}
+
 /// Writers upsert new titles of every key while the adoption runs: each is refused while its
 /// row is not moved, as before adoption, and judged as usual once it is. At the end each key is
 /// held by one row, under its derived id, holding the last title a writer stored.
@@ -213,31 +253,7 @@ async fn writers_racing_the_adoption_never_fork_or_lose_a_document() {
             .await;
         }
         let store = Store::new();
-        let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS + 1));
-        let mut writers = Vec::new();
-        for writer in 0..WRITERS {
-            let client = postgres_client(&uri, &schema).await;
-            let store = store.clone();
-            let barrier = barrier.clone();
-            writers.push(tokio::spawn(async move {
-                barrier.wait().await;
-                // The last title this writer stored for each key, if any.
-                let mut stored: Vec<Option<String>> = vec![None; KEYS];
-                for round in 0..3 {
-                    for (n, last) in stored.iter_mut().enumerate() {
-                        let title = format!("w{writer} r{round}");
-                        let doc = post(&format!("p{n:02}"), &title);
-                        match store.upsert(&client, &doc).await {
-                            Ok(Outcome::Updated) => *last = Some(title),
-                            Ok(other) => panic!("writer {writer}: {other:?}"),
-                            Err(error) if matches!(error.kind(), ErrorKind::IdChanged { .. }) => {}
-                            Err(error) => panic!("writer {writer}: {error:?}"),
-                        }
-                    }
-                }
-                stored
-            }));
-        }
+        let (barrier, writers) = racing_writers(&uri, &schema, &store, KEYS, WRITERS).await;
         barrier.wait().await;
         let report = store.adopt::<Post, _>(&client).await.unwrap();
         assert!(report.is_complete(), "{label}: {report}");
