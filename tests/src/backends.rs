@@ -55,6 +55,31 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
+/// Waits until a session of `observer`'s database waits for a lock another session holds (a
+/// write queued behind a test's open transaction); fails the test after 20 seconds.
+pub async fn until_a_session_waits_for_a_lock(observer: &tokio_postgres::Client) {
+    let started = std::time::Instant::now();
+    loop {
+        let waiting: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("reading pg_stat_activity")
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no session waited for a lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// How [`rows_shown`] shows a row with its version (`xmin`), which any write changes.
 pub const WITH_VERSION: &str = "t.xmin::text || ' ' || t::text";
 

@@ -11,7 +11,10 @@ use std::thread::ThreadId;
 
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
-use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers, sqlx_connection};
+use idem_tests::backends::{
+    fresh_schema, postgres_client, postgres_servers, sqlx_connection,
+    until_a_session_waits_for_a_lock,
+};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
 use idem_tests::fixtures::{ingested_post, IngestedPost};
 use tracing::field::{Field, Visit};
@@ -815,22 +818,7 @@ async fn a_row_edited_while_the_marker_store_moves_it_is_moved_as_edited() {
             let store = store.clone();
             tokio::spawn(async move { store.adopt::<IngestedPost, _>(&adopter).await })
         };
-        let started = std::time::Instant::now();
-        let waiting = "SELECT count(*) FROM pg_stat_activity \
-                       WHERE wait_event_type = 'Lock' AND datname = current_database()";
-        while client
-            .query_one(waiting, &[])
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-            == 0
-        {
-            assert!(
-                started.elapsed().as_secs() < 20,
-                "{label}: the move never waited"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        until_a_session_waits_for_a_lock(&client).await;
         edit.commit().await.unwrap();
         let report = adopting.await.unwrap().unwrap();
         assert_eq!(report.moved.count, 1, "{label}: {report}");

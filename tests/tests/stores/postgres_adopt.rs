@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use idem_core::postgres::Store;
 use idem_core::{ErrorKind, Outcome};
-use idem_tests::backends::{fresh_schema, postgres_client, postgres_servers};
+use idem_tests::backends::{
+    fresh_schema, postgres_client, postgres_servers, until_a_session_waits_for_a_lock,
+};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
 
 /// A fresh schema on the server at `uri`, named after `test`, with idem's table for posts, and
@@ -382,26 +384,7 @@ async fn a_row_edited_while_it_is_moved_is_read_again_and_moved_as_edited() {
             tokio::spawn(async move { store.adopt::<Post, _>(&adopter).await })
         };
         // The move waits on the edit's row lock: only then is the edit committed.
-        let started = std::time::Instant::now();
-        loop {
-            let waiting: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(20),
-                "{label}: the move never waited on the edit"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        until_a_session_waits_for_a_lock(&client).await;
         edit.commit().await.unwrap();
 
         let report = adopting.await.unwrap().unwrap();
