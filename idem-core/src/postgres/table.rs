@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{PoisonError, RwLock};
 
+use super::statements::StoredIds;
 use super::wire::Cells;
 
 use crate::column::{Column, ColumnShape};
@@ -69,12 +70,12 @@ pub(crate) struct Table {
     /// What the checks found ([`Table::found_on`]): servers that return `old`, one that does
     /// not, a partitioned table.
     servers: AtomicU8,
-    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]); by whether
-    /// the table is partitioned, as the writes' [`FORMS`].
-    insert_fresh: [String; 2],
+    /// A first ingest's chunk, inserted as fresh rows ([`Table::fresh_statement`]); by how it
+    /// meets stored ids ([`STORED_IDS`]).
+    insert_fresh: [String; 3],
     /// The same, among chunks in flight together: it leaves a mark in the session where it
     /// lands, and may wait for the mark of the chunk ahead ([`Table::fresh_statement`]).
-    insert_fresh_marked: [String; 2],
+    insert_fresh_marked: [String; 3],
     /// The second step over a row another tool wrote (no digests), pinned to what was read.
     pub pinned_replacement: String,
     /// The light read before a batch's upsert ([`Table::probe_statement`]), and the positions
@@ -121,6 +122,14 @@ pub(crate) enum InsertedSignal {
 pub(crate) const INSERTED: &str = "'i:'";
 /// The write marker an update writes under [`InsertedSignal::Marker`].
 pub(crate) const UPDATED: &str = "'u:'";
+
+/// The forms of a first ingest's plain insert, by [`StoredIds`] in its order (an index into
+/// them is the variant's discriminant).
+const STORED_IDS: [StoredIds; 3] = [
+    StoredIds::Refused,
+    StoredIds::ProbedEach,
+    StoredIds::ReadAtOnce,
+];
 
 /// The forms of a write ([`Table::write_sql`]): how it tells inserted rows, and whether the
 /// table is partitioned, where no unique index is on `_id` alone and the insert itself leaves
@@ -195,12 +204,18 @@ impl Table {
     }
 
     /// A first ingest's plain insert, `marked` or not ([`Table::fresh_statement`]), in the form
-    /// of a partitioned table once a check found one, as [`Table::write_sql`]'s.
+    /// of a partitioned table once a check found one, as [`Table::write_sql`]'s; reading the
+    /// stored ids at once where every check found a server that returns `old` (18 and later).
     pub fn fresh_sql(&self, marked: bool) -> &str {
-        let partitioned = self.servers.load(Ordering::Relaxed) & PARTITIONED != 0;
+        let found = self.servers.load(Ordering::Relaxed);
+        let stored_ids = match (found & PARTITIONED != 0, found & !PARTITIONED == WITH_OLD) {
+            (false, _) => StoredIds::Refused,
+            (true, false) => StoredIds::ProbedEach,
+            (true, true) => StoredIds::ReadAtOnce,
+        };
         match marked {
-            false => &self.insert_fresh[usize::from(partitioned)],
-            true => &self.insert_fresh_marked[usize::from(partitioned)],
+            false => &self.insert_fresh[stored_ids as usize],
+            true => &self.insert_fresh_marked[stored_ids as usize],
         }
     }
 
@@ -268,10 +283,9 @@ impl Table {
             table.writes[form] = [Statement::Upsert, Statement::Delete, Statement::InsertNew]
                 .map(|statement| table.write_statement(statement, signal, partitioned));
         }
-        table.insert_fresh =
-            [false, true].map(|partitioned| table.fresh_statement(false, partitioned));
+        table.insert_fresh = STORED_IDS.map(|stored_ids| table.fresh_statement(false, stored_ids));
         table.insert_fresh_marked =
-            [false, true].map(|partitioned| table.fresh_statement(true, partitioned));
+            STORED_IDS.map(|stored_ids| table.fresh_statement(true, stored_ids));
         table.pinned_replacement = table.pinned_statement();
         table.unchanged_probe = table.probe_statement();
         table

@@ -1327,6 +1327,8 @@ named_like_a_relation! {
     IncomingKeys => "incoming_keys",
     Written => "written",
     Checked => "checked",
+    HeldIds => "held_ids",
+    Before => "before",
 }
 
 /// Every path of a batch and of a single upsert, on a collection named like a relation: new
@@ -1393,6 +1395,8 @@ async fn collections_named_like_a_statements_own_relations_take_every_path() {
         every_path_on_a_collection_named_like_a_relation::<IncomingKeys>(&db).await;
         every_path_on_a_collection_named_like_a_relation::<Written>(&db).await;
         every_path_on_a_collection_named_like_a_relation::<Checked>(&db).await;
+        every_path_on_a_collection_named_like_a_relation::<HeldIds>(&db).await;
+        every_path_on_a_collection_named_like_a_relation::<Before>(&db).await;
     }
 }
 
