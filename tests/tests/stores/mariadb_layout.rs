@@ -3,7 +3,9 @@
 //! earlier releases made the primary key on `_id` and the unique constraint on the natural key,
 //! and such a table keeps working as it is. Each case runs on both layouts where it can, and on
 //! key shapes the layout has to hold: three text columns at InnoDB's 3,072 bytes, an integer, a
-//! boolean and a timestamp beside text, a version key and a tombstone.
+//! boolean and a timestamp beside text, a version key and a tombstone. Two more layouts carry
+//! unique indexes idem did not name: `_id`'s named `_id` (as `ADD COLUMN … UNIQUE` names it)
+//! and the natural key's named by a migration.
 
 use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::backends::{fresh_mysql, Db};
@@ -17,7 +19,20 @@ enum Layout {
     Clustered,
     /// As earlier releases made it: the primary key on `_id`.
     Earlier,
+    /// Clustered, with the unique index on `_id` named as `ALTER TABLE … ADD COLUMN _id … UNIQUE`
+    /// names it (`_id`), as the table check's fix for a table without `_id` makes it.
+    IdIndexNamedByServer,
+    /// Earlier, with the natural key's unique index named by a migration.
+    KeyIndexNamedByMigration,
 }
+
+/// Every layout a case runs on.
+const LAYOUTS: [Layout; 4] = [
+    Layout::Clustered,
+    Layout::Earlier,
+    Layout::IdIndexNamedByServer,
+    Layout::KeyIndexNamedByMigration,
+];
 
 /// The statement an earlier release's `create_table_sql` printed for `T`: today's with the keys
 /// the other way round (the primary key on `_id`, the unique constraint on the natural key,
@@ -45,22 +60,63 @@ fn earlier_sql<T: Idempotent>() -> String {
 /// A fresh MariaDB database with `T`'s table in `layout`, checked by `ensure_table`.
 async fn with_table<T: Idempotent>(test: &str, layout: Layout) -> Db {
     let db = fresh_mysql(&format!("{test}_{layout:?}")).await;
-    if layout == Layout::Earlier {
-        db.run_raw(&earlier_sql::<T>(), mongodb::bson::doc! {})
-            .await;
+    let collection = T::MODEL.collection();
+    let made = match layout {
+        Layout::Clustered => None,
+        Layout::Earlier => Some(earlier_sql::<T>()),
+        Layout::IdIndexNamedByServer => {
+            Some(idem_core::mysql::Store::create_table_sql::<T>().replace(
+                &format!("CONSTRAINT `{collection}_idem_id` UNIQUE (`_id`)"),
+                "UNIQUE KEY `_id` (`_id`)",
+            ))
+        }
+        Layout::KeyIndexNamedByMigration => Some(earlier_sql::<T>().replace(
+            &format!("CONSTRAINT `{collection}_idem_natural_key` UNIQUE"),
+            "UNIQUE KEY `natural_key_by_migration`",
+        )),
+    };
+    if let Some(made) = made {
+        assert_ne!(made, idem_core::mysql::Store::create_table_sql::<T>());
+        db.run_raw(&made, mongodb::bson::doc! {}).await;
     }
     db.ensure::<T>().await;
     assert_eq!(
         primary_key::<T>(&db).await,
         match layout {
-            Layout::Clustered => (T::MODEL.natural_key_fields())
+            Layout::Clustered | Layout::IdIndexNamedByServer => (T::MODEL.natural_key_fields())
                 .map(|field| field.stored_name().to_owned())
                 .collect(),
-            Layout::Earlier => vec!["_id".to_owned()],
+            Layout::Earlier | Layout::KeyIndexNamedByMigration => vec!["_id".to_owned()],
         },
         "{db}: ensure_table leaves a table as it finds it"
     );
+    let named = match layout {
+        Layout::IdIndexNamedByServer => Some("_id"),
+        Layout::KeyIndexNamedByMigration => Some("natural_key_by_migration"),
+        Layout::Clustered | Layout::Earlier => None,
+    };
+    if let Some(named) = named {
+        assert!(
+            index_names::<T>(&db).await.iter().any(|name| name == named),
+            "{db}: {named}"
+        );
+    }
     db
+}
+
+/// The names of the indexes of `T`'s table.
+async fn index_names<T: Idempotent>(db: &Db) -> Vec<String> {
+    let Db::Mysql { connection, .. } = db else {
+        unreachable!()
+    };
+    idem_core::sqlx::query_scalar(
+        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+    )
+    .bind(T::MODEL.collection())
+    .fetch_all(&mut *connection.lock().await)
+    .await
+    .unwrap()
 }
 
 /// The columns of the primary key of `T`'s table, in order.
@@ -94,7 +150,7 @@ fn ok<T: std::fmt::Debug>(result: &Result<T, Error>) -> Option<&T> {
 /// each on the single and the batch path, nothing written by a refusal; and a clean audit.
 #[tokio::test]
 async fn both_layouts_keep_every_outcome_and_refusal() {
-    for layout in [Layout::Clustered, Layout::Earlier] {
+    for layout in LAYOUTS {
         let db = with_table::<Post>("layouts", layout).await;
         let first = post();
         assert_eq!(ok(&db.upsert(&first).await), Some(&Outcome::Inserted));
@@ -231,7 +287,7 @@ async fn both_layouts_keep_every_outcome_and_refusal() {
 /// index, on the single and the batch path, as an insert and as an update, and writes nothing.
 #[tokio::test]
 async fn a_third_unique_index_is_named_on_both_layouts() {
-    for layout in [Layout::Clustered, Layout::Earlier] {
+    for layout in LAYOUTS {
         let db = with_table::<Post>("third_index", layout).await;
         db.create_unique_index::<Post>("posts_title", "title").await;
         let titled = |slug: &str, title: &str| Post {
@@ -277,7 +333,7 @@ async fn a_third_unique_index_is_named_on_both_layouts() {
 /// change), not refused as meeting another index, and every other one is inserted.
 #[tokio::test]
 async fn a_plain_insert_meeting_the_id_constraint_is_judged_as_the_ids() {
-    for layout in [Layout::Clustered, Layout::Earlier] {
+    for layout in LAYOUTS {
         let db = with_table::<Post>("plain_insert", layout).await;
         let held = Post {
             slug: "held".into(),
@@ -322,7 +378,7 @@ async fn a_plain_insert_meeting_the_id_constraint_is_judged_as_the_ids() {
 /// `Inserted`, each other `Unchanged` or `Updated`, never an error.
 #[tokio::test]
 async fn racing_first_writes_of_one_key_converge_on_one_row() {
-    for layout in [Layout::Clustered, Layout::Earlier] {
+    for layout in LAYOUTS {
         let db = with_table::<Post>("racing", layout).await;
         for round in 0..5 {
             let mut writers = Vec::new();
@@ -425,7 +481,7 @@ where
 /// Shapes of key the layout has to hold, on both layouts.
 #[tokio::test]
 async fn key_shapes_hold_on_both_layouts() {
-    for layout in [Layout::Clustered, Layout::Earlier] {
+    for layout in LAYOUTS {
         let long = "😀".repeat(255);
         let wide = |n: usize| Wide {
             a: format!("{}{n}", &long[..long.len() - 4]),
