@@ -39,14 +39,16 @@ pub(super) enum StoredIds {
     /// index for all ids ([`StoredIds::ReadAtOnce`]) costs as much there, the btree descending
     /// once per id, and a planner that takes a partition for small scans it whole, comparing
     /// each row with each id (`auto_explain` on 15, a first ingest of 10,000 rows on 16
-    /// partitions: up to 58 ms a chunk, 3.7 times the plain table's time against 2.3).
+    /// partitions: up to 58 ms a chunk, 3.7 times the plain table's time against 2.9 for the
+    /// probes in the same run).
     ProbedEach,
     /// A partitioned table on PostgreSQL 18, whose btree reads the sorted ids in one pass
     /// where they share its pages, and whose planner reads the indexes from the first chunk:
     /// each partition's index read once for all ids (`auto_explain`, a first ingest of 10,000
     /// rows on 16 partitions: 0.9 ms a chunk for the read; psql's timing, 1,000 new rows into
     /// 100,000: 20.5 ms against 30 ms for the probes, 18 ms for a plain table's insert).
-    /// PostgreSQL 17 reads arrays so too, but was not measured here.
+    /// PostgreSQL 17's btree reads such arrays so too (its release notes), but no 17 server
+    /// was measured here, so 17 keeps the probes.
     ReadAtOnce,
 }
 

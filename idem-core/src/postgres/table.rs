@@ -179,6 +179,12 @@ const WITHOUT_OLD: u8 = 2;
 /// A check found the table partitioned.
 const PARTITIONED: u8 = 4;
 
+/// Whether the checks `found` ([`Table::found_on`]'s marks) met servers that return `old`
+/// (PostgreSQL 18 and later) and none that does not.
+fn returns_old(found: u8) -> bool {
+    found & WITH_OLD != 0 && found & WITHOUT_OLD == 0
+}
+
 impl Table {
     /// The write of `statement`, with the signal it tells inserted rows by: the one of the
     /// servers the table was checked on (as PostgreSQL 15 does, before any check).
@@ -187,8 +193,7 @@ impl Table {
     /// the marker's, whatever the server.
     pub fn write_sql(&self, statement: Statement) -> (InsertedSignal, &str) {
         let found = self.servers.load(Ordering::Relaxed);
-        let old = found & WITH_OLD != 0 && found & WITHOUT_OLD == 0;
-        let form = match (found & PARTITIONED != 0, old, self.marker) {
+        let form = match (found & PARTITIONED != 0, returns_old(found), self.marker) {
             (false, false, false) => 0,
             (false, true, false) => 1,
             (true, true, false) => 2,
@@ -208,7 +213,7 @@ impl Table {
     /// stored ids at once where every check found a server that returns `old` (18 and later).
     pub fn fresh_sql(&self, marked: bool) -> &str {
         let found = self.servers.load(Ordering::Relaxed);
-        let stored_ids = match (found & PARTITIONED != 0, found & !PARTITIONED == WITH_OLD) {
+        let stored_ids = match (found & PARTITIONED != 0, returns_old(found)) {
             (false, _) => StoredIds::Refused,
             (true, false) => StoredIds::ProbedEach,
             (true, true) => StoredIds::ReadAtOnce,
