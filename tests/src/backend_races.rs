@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::backends::Db;
 use crate::mysql_proxy::MysqlWire;
 use crate::pg_proxy::{Faults, PostgresWire, Proxy, ProxyConfig};
-use crate::{clear_fail_point, lose_next_acknowledgements, pg_chaos};
+use crate::{clear_fail_point, fail_point_lock, lose_next_acknowledgements, pg_chaos};
 
 impl Db {
     /// Upserts `doc` once with its acknowledgement lost: the server applies the write, and the
@@ -31,6 +31,7 @@ impl Db {
                     true => "findAndModify",
                     false => "insert",
                 };
+                let _fail_point = fail_point_lock().lock().await;
                 lose_next_acknowledgements(store.database(), &[write], 1).await;
                 let outcome = store.upsert(doc).await;
                 clear_fail_point(store.database().client()).await;

@@ -234,8 +234,14 @@ pub async fn refuse_next(database: &Database, command: &str, code: i32) {
 }
 
 /// `failCommand` for the next `times` of `commands` sent by the client of `database`, with
-/// `effect` (what the fail point does to them).
+/// `effect` (what the fail point does to them). The caller holds [`fail_point_lock`]: the
+/// suites share one process, and a test that armed the fail point without it had another's
+/// configuration replace its own (two tests failed so under four test threads).
 async fn arm_fail_point(database: &Database, commands: &[&str], times: i32, effect: Document) {
+    assert!(
+        fail_point_lock().try_lock().is_err(),
+        "hold fail_point_lock() while the fail point is armed and used"
+    );
     let mut data = doc! { "failCommands": commands, "appName": database.name() };
     data.extend(effect);
     database
@@ -252,8 +258,12 @@ async fn arm_fail_point(database: &Database, commands: &[&str], times: i32, effe
         );
 }
 
-/// Disarms the `failCommand` fail point.
+/// Disarms the `failCommand` fail point; the caller holds [`fail_point_lock`], as for arming it.
 pub async fn clear_fail_point(client: &Client) {
+    assert!(
+        fail_point_lock().try_lock().is_err(),
+        "hold fail_point_lock() while the fail point is armed and used"
+    );
     client
         .database("admin")
         .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_tests::chaos::{self, client_options, upstream_address, Config, Mode, Report};
 use idem_tests::proxy::{Faults, MongoWire, Proxy, ProxyConfig};
-use idem_tests::server_uri;
+use idem_tests::{fail_point_lock, server_uri};
 use mongodb::bson::{doc, Document};
 use mongodb::Client;
 
@@ -36,6 +36,9 @@ async fn through_the_proxy_nothing_is_duplicated_lost_or_double_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_fail_point_nothing_is_duplicated_lost_or_double_counted() {
+    // The server keeps one configuration of the fail point: another test of this binary arming
+    // it meanwhile would replace the run's, and the run would undo the other's.
+    let _fail_point = fail_point_lock().lock().await;
     let mut config = config("failpoint", Mode::FailPoint, 12, 1000);
     // Each dropped request costs the same ~0.5 s as through the proxy; lost acks cost nothing.
     config.faults.drop_request = 0.02;

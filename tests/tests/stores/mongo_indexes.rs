@@ -10,7 +10,9 @@ use idem_core::mongo::{Store, NATURAL_KEY_INDEX};
 use idem_core::{Deletion, Error, ErrorKind, Idempotent, Insertion, Outcome, Pushed};
 use idem_tests::backends::fresh_backends;
 use idem_tests::fixtures::{entry, post, Entry, Post};
-use idem_tests::{delay_next, fresh_database, monitored_client, raw_documents, stored_documents};
+use idem_tests::{
+    delay_next, fail_point_lock, fresh_database, monitored_client, raw_documents, stored_documents,
+};
 use mongodb::bson::{doc, Document};
 use mongodb::options::{Collation, IndexOptions};
 use mongodb::IndexModel;
@@ -104,6 +106,7 @@ async fn a_natural_key_index_another_tool_creates_meanwhile_is_used() {
     let store = Store::new(database);
     // The collection exists, so the listing finds it empty, then the build waits.
     store.database().create_collection("posts").await.unwrap();
+    let _fail_point = fail_point_lock().lock().await;
     delay_next(store.database(), "createIndexes", 1_000).await;
     let (other_tool, _) = monitored_client().await;
     let posts = other_tool

@@ -8,7 +8,7 @@
 use idem_core::mongo::Store;
 use idem_core::{Error, ErrorKind, Idempotent, Outcome};
 use idem_tests::fixtures::{entry, Entry};
-use idem_tests::{delay_next, fresh_database, stored_documents, CommandLog};
+use idem_tests::{delay_next, fail_point_lock, fresh_database, stored_documents, CommandLog};
 use mongodb::bson::doc;
 use serde::Serialize;
 
@@ -243,6 +243,7 @@ async fn a_batch_write_that_a_newer_write_overtakes_after_its_read_is_stale() {
     store.upsert(&entry("e1", 1, "first")).await.unwrap();
     // The batch reads e1 at revision 1 and sends revision 2, which the server holds back while
     // revision 3 is written: the guard then leaves the document, and the batch must say so.
+    let _fail_point = fail_point_lock().lock().await;
     delay_next(store.database(), "update", 1_000).await;
     let batch_store = store.clone();
     let batch = tokio::spawn(async move {
