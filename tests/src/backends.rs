@@ -55,16 +55,24 @@ pub async fn postgres_client(uri: &str, schema: &str) -> tokio_postgres::Client 
     client
 }
 
-/// Waits until a session of `observer`'s database waits for a lock another session holds (a
-/// write queued behind a test's open transaction); fails the test after 20 seconds.
-pub async fn until_a_session_waits_for_a_lock(observer: &tokio_postgres::Client) {
+/// The server process of `client`'s session: what [`until_a_session_waits_for_a_lock`] watches.
+pub async fn backend_pid(client: &tokio_postgres::Client) -> i32 {
+    (client.query_one("SELECT pg_backend_pid()", &[]).await)
+        .expect("reading pg_backend_pid()")
+        .get(0)
+}
+
+/// Waits until the session of server process `waiter` ([`backend_pid`]) waits for a lock
+/// another session holds (a write queued behind a test's open transaction); fails the test
+/// after 20 seconds. By its process, not by its database: the suites share one binary and one
+/// database, and another test's session waiting meanwhile would end the wait too early.
+pub async fn until_a_session_waits_for_a_lock(observer: &tokio_postgres::Client, waiter: i32) {
     let started = std::time::Instant::now();
     loop {
         let waiting: i64 = observer
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                &[],
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = $1",
+                &[&waiter],
             )
             .await
             .expect("reading pg_stat_activity")
@@ -74,7 +82,7 @@ pub async fn until_a_session_waits_for_a_lock(observer: &tokio_postgres::Client)
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
-            "no session waited for a lock"
+            "the session of process {waiter} waited for no lock"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }

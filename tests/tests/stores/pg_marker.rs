@@ -12,7 +12,7 @@ use std::thread::ThreadId;
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::backends::{
-    fresh_schema, postgres_client, postgres_servers, sqlx_connection,
+    backend_pid, fresh_schema, postgres_client, postgres_servers, sqlx_connection,
     until_a_session_waits_for_a_lock,
 };
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
@@ -814,11 +814,12 @@ async fn a_row_edited_while_the_marker_store_moves_it_is_moved_as_edited() {
         let sql = r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#;
         edit.execute(sql, &[]).await.unwrap();
         let adopter = postgres_client(&uri, &schema).await;
+        let adopter_pid = backend_pid(&adopter).await;
         let adopting = {
             let store = store.clone();
             tokio::spawn(async move { store.adopt::<IngestedPost, _>(&adopter).await })
         };
-        until_a_session_waits_for_a_lock(&client).await;
+        until_a_session_waits_for_a_lock(&client, adopter_pid).await;
         edit.commit().await.unwrap();
         let report = adopting.await.unwrap().unwrap();
         assert_eq!(report.moved.count, 1, "{label}: {report}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use idem_core::postgres::Store;
 use idem_core::{ErrorKind, Outcome};
 use idem_tests::backends::{
-    fresh_schema, postgres_client, postgres_servers, until_a_session_waits_for_a_lock,
+    backend_pid, fresh_schema, postgres_client, postgres_servers, until_a_session_waits_for_a_lock,
 };
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
 
@@ -379,12 +379,13 @@ async fn a_row_edited_while_it_is_moved_is_read_again_and_moved_as_edited() {
 
         let store = Store::new();
         let adopter = postgres_client(&uri, &schema).await;
+        let adopter_pid = backend_pid(&adopter).await;
         let adopting = {
             let store = store.clone();
             tokio::spawn(async move { store.adopt::<Post, _>(&adopter).await })
         };
         // The move waits on the edit's row lock: only then is the edit committed.
-        until_a_session_waits_for_a_lock(&client).await;
+        until_a_session_waits_for_a_lock(&client, adopter_pid).await;
         edit.commit().await.unwrap();
 
         let report = adopting.await.unwrap().unwrap();
