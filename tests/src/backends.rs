@@ -88,6 +88,38 @@ pub async fn until_a_session_waits_for_a_lock(observer: &tokio_postgres::Client,
     }
 }
 
+/// `store.adopt::<T>` on a session of its own while another session holds `edit` (a statement
+/// on the rows of `schema`) in an open transaction, committed only once the adoption waits on
+/// its row lock (which `observer`, outside both, sees): the adoption then meets a row version
+/// newer than the one it read. Returns the adoption's report.
+pub async fn adopt_during_an_edit<T>(
+    store: &idem_core::postgres::Store,
+    observer: &tokio_postgres::Client,
+    uri: &str,
+    schema: &str,
+    edit: &str,
+) -> idem_core::AdoptReport
+where
+    T: Idempotent + Serialize + serde::de::DeserializeOwned + 'static,
+{
+    let mut editor = postgres_client(uri, schema).await;
+    let editing = editor
+        .transaction()
+        .await
+        .expect("opening the edit's transaction");
+    editing.execute(edit, &[]).await.expect("the edit");
+    let adopter = postgres_client(uri, schema).await;
+    let adopter_pid = backend_pid(&adopter).await;
+    let adopting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.adopt::<T, _>(&adopter).await })
+    };
+    until_a_session_waits_for_a_lock(observer, adopter_pid).await;
+    editing.commit().await.expect("committing the edit");
+    let report = adopting.await.expect("the adoption's task");
+    report.unwrap_or_else(|error| panic!("the adoption during an edit: {error}"))
+}
+
 /// How [`rows_shown`] shows a row with its version (`xmin`), which any write changes.
 pub const WITH_VERSION: &str = "t.xmin::text || ' ' || t::text";
 

@@ -11,10 +11,7 @@ use std::thread::ThreadId;
 
 use idem_core::postgres::{PartitionBy, Store};
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
-use idem_tests::backends::{
-    backend_pid, fresh_schema, postgres_client, postgres_servers, sqlx_connection,
-    until_a_session_waits_for_a_lock,
-};
+use idem_tests::backends::{adopt_during_an_edit, fresh_schema, postgres_servers, sqlx_connection};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
 use idem_tests::fixtures::{ingested_post, IngestedPost};
 use tracing::field::{Field, Visit};
@@ -809,19 +806,9 @@ async fn a_row_edited_while_the_marker_store_moves_it_is_moved_as_edited() {
         let (schema, client) = taken_over_table(&uri, "edited").await;
         client.execute("DELETE FROM posts", &[]).await.unwrap();
         insert_as_another_tool(&client, Some("legacy-1"), "legacy", Some("Legacy")).await;
-        let mut editor = postgres_client(&uri, &schema).await;
-        let edit = editor.transaction().await.unwrap();
-        let sql = r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#;
-        edit.execute(sql, &[]).await.unwrap();
-        let adopter = postgres_client(&uri, &schema).await;
-        let adopter_pid = backend_pid(&adopter).await;
-        let adopting = {
-            let store = store.clone();
-            tokio::spawn(async move { store.adopt::<IngestedPost, _>(&adopter).await })
-        };
-        until_a_session_waits_for_a_lock(&client, adopter_pid).await;
-        edit.commit().await.unwrap();
-        let report = adopting.await.unwrap().unwrap();
+        let edit = r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#;
+        let report =
+            adopt_during_an_edit::<IngestedPost>(&store, &client, &uri, &schema, edit).await;
         assert_eq!(report.moved.count, 1, "{label}: {report}");
         let edited = ingested_post("legacy", "Edited");
         assert_eq!(

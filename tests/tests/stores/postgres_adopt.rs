@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use idem_core::postgres::Store;
 use idem_core::{ErrorKind, Outcome};
-use idem_tests::backends::{
-    backend_pid, fresh_schema, postgres_client, postgres_servers, until_a_session_waits_for_a_lock,
-};
+use idem_tests::backends::{adopt_during_an_edit, fresh_schema, postgres_client, postgres_servers};
 use idem_tests::fixtures::{ingested_post as post, IngestedPost as Post};
 
 /// A fresh schema on the server at `uri`, named after `test`, with idem's table for posts, and
@@ -368,27 +366,10 @@ async fn a_row_edited_while_it_is_moved_is_read_again_and_moved_as_edited() {
             Some("Legacy"),
         )
         .await;
-        let mut editor = postgres_client(&uri, &schema).await;
-        let edit = editor.transaction().await.unwrap();
-        edit.execute(
-            r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#,
-            &[],
-        )
-        .await
-        .unwrap();
-
         let store = Store::new();
-        let adopter = postgres_client(&uri, &schema).await;
-        let adopter_pid = backend_pid(&adopter).await;
-        let adopting = {
-            let store = store.clone();
-            tokio::spawn(async move { store.adopt::<Post, _>(&adopter).await })
-        };
         // The move waits on the edit's row lock: only then is the edit committed.
-        until_a_session_waits_for_a_lock(&client, adopter_pid).await;
-        edit.commit().await.unwrap();
-
-        let report = adopting.await.unwrap().unwrap();
+        let edit = r#"UPDATE posts SET title = 'Edited' WHERE "_id" = 'legacy-1'"#;
+        let report = adopt_during_an_edit::<Post>(&store, &client, &uri, &schema, edit).await;
         assert_eq!(report.moved.count, 1, "{label}: {report}");
         let edited = post("legacy", "Edited");
         assert_eq!(
