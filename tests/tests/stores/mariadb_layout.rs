@@ -106,32 +106,31 @@ async fn with_table<T: Idempotent>(test: &str, layout: Layout) -> Db {
 
 /// The names of the indexes of `T`'s table.
 async fn index_names<T: Idempotent>(db: &Db) -> Vec<String> {
-    let Db::Mysql { connection, .. } = db else {
-        unreachable!()
-    };
-    idem_core::sqlx::query_scalar(
-        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-    )
-    .bind(T::MODEL.collection())
-    .fetch_all(&mut *connection.lock().await)
-    .await
-    .unwrap()
+    index_statistics::<T>(db, "DISTINCT INDEX_NAME", "").await
 }
 
 /// The columns of the primary key of `T`'s table, in order.
 async fn primary_key<T: Idempotent>(db: &Db) -> Vec<String> {
+    let primary = " AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX";
+    index_statistics::<T>(db, "COLUMN_NAME", primary).await
+}
+
+/// `selected` of the rows of `information_schema.STATISTICS` (a row per index column) of
+/// `T`'s table, narrowed and ordered by `and_then`.
+async fn index_statistics<T: Idempotent>(db: &Db, selected: &str, and_then: &str) -> Vec<String> {
     let Db::Mysql { connection, .. } = db else {
-        unreachable!()
+        unreachable!("{db}: a MariaDB case")
     };
-    idem_core::sqlx::query_scalar(
-        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() \
-         AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-    )
-    .bind(T::MODEL.collection())
-    .fetch_all(&mut *connection.lock().await)
-    .await
-    .unwrap()
+    let sql = format!(
+        "SELECT {selected} FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?{and_then}"
+    );
+    // Both parts are this file's constants.
+    idem_core::sqlx::query_scalar(idem_core::sqlx::AssertSqlSafe(sql))
+        .bind(T::MODEL.collection())
+        .fetch_all(&mut *connection.lock().await)
+        .await
+        .unwrap()
 }
 
 fn kind<T>(result: &Result<T, Error>) -> Result<&T, &ErrorKind> {
