@@ -19,7 +19,7 @@ use crate::model::ID_FIELD;
 use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
 use crate::sql::judge::Destination;
 use crate::sql::layout::Content;
-use crate::sql::takeover::location_of;
+use crate::sql::takeover::{key_is_whole, location_of};
 
 crate::sql::sqlx_api::store_methods! {
     [C: Connection] C, Connection::wire;
@@ -123,8 +123,14 @@ pub(super) async fn rows<C: Wire>(
             after,
         } => {
             let (order, at) = located(table);
+            // Under the write marker, only the rows whose key is whole have a place.
+            let whole = match table.marker {
+                true => format!(" AND {}", key_is_whole::<Postgres>(table, true)),
+                false => String::new(),
+            };
             let clause = format!(
-                "t.{id} IS NULL AND ($1::text IS NULL OR ({order}) > ({at})) ORDER BY {order}"
+                "t.{id} IS NULL{whole} AND ($1::text IS NULL OR ({order}) > ({at})) \
+                 ORDER BY {order}"
             );
             (clause, after)
         }

@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 
 use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
-use super::takeover::{adoptable_table, located, location_of, place};
+use super::takeover::select_every_column;
+use super::takeover::{adoptable_table, key_is_whole, located, location_of, place};
 use super::wire::{Cells, Param, Wire};
 use crate::audit::{AdoptReport, AuditProgress, RunLimits};
 use crate::column::ColumnShape;
@@ -171,7 +172,50 @@ async fn move_rows<D: SqlDialect>(
             }
         }
     }
+    if D::row_locator(table).is_none() {
+        report_unplaced::<D>(wire, table, destination, &mut run).await?;
+    }
     Ok(run.report)
+}
+
+/// Reports each row without an `_id` whose natural key has a NULL part, where the table has no
+/// locator ([`key_is_whole`]): no move could find it again. Read in one pass after the moves,
+/// as the audit reads a table, each with the reason its content gives, else that one.
+async fn report_unplaced<D: SqlDialect>(
+    wire: &impl Wire,
+    table: &D::Table,
+    destination: &Destined<'_>,
+    run: &mut Run<'_>,
+) -> Result<(), Error> {
+    let collection = DocumentRef::collection(table.model);
+    let (list, columns) = select_every_column::<D>(table);
+    let sql = format!(
+        "SELECT {list} FROM {} t WHERE t.{} IS NULL AND {}",
+        D::quote(table.model.collection()),
+        D::quote(ID_FIELD),
+        key_is_whole::<D>(table, false)
+    );
+    crate::trace::round_trip("SELECT");
+    let error = |source| D::error(&collection, source);
+    wire.scan(&sql, &[], error, |row| {
+        if run.limits.documents_left(&run.report, 0) == Some(0) {
+            run.report.stopped = true;
+            return Ok(());
+        }
+        let (stored, _) = D::row_read(table, &columns, row, &collection)?;
+        let why = match destination(table, stored) {
+            Err(why) => why,
+            Ok(_) => "its natural key has a NULL part, by which no row is found again: \
+                      give it an _id"
+                .to_owned(),
+        };
+        let shown = shown_row_id(None, "a row");
+        run.report.failed.record(shown, Some(why));
+        run.scanned += 1;
+        (run.progress)(&AuditProgress::new(run.scanned, run.total));
+        Ok(())
+    })
+    .await
 }
 
 /// Where a run goes after a page.
@@ -194,8 +238,9 @@ async fn page<D: SqlDialect>(
 ) -> Result<Next, Error> {
     let collection = DocumentRef::collection(table.model);
     let page = D::adoption_rows(wire, table, rows, &collection).await?;
-    // The cursor: the last row that has a place in the pass's order (a row without `_id` whose
-    // natural key has a NULL part has none: it comes first, and cannot move).
+    // The cursor: the last row that has a place in the pass's order (every row of a page has
+    // one: a row without `_id` whose natural key has a NULL part is none of a page's, but
+    // reported after the passes where no locator places it).
     let located = matches!(rows, Rows::Page { located: true, .. });
     let last = page.iter().rev().find_map(|row| match located {
         true => row.location.clone(),
@@ -283,7 +328,7 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
 ) -> Result<Vec<ReadRow>, Error> {
     let error = |source| D::error(document, source);
     let id = D::quote(ID_FIELD);
-    let (list, columns) = super::takeover::select_every_column::<D>(table);
+    let (list, columns) = select_every_column::<D>(table);
     let (condition, after) = match rows {
         Rows::Page {
             located: false,
@@ -300,8 +345,10 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
                 .map(|name| format!("t.{}", D::quote(name)))
                 .collect();
             let (key, marks) = (key.join(", "), vec!["?"; key.len()].join(", "));
-            let condition =
-                format!("t.{id} IS NULL AND (? IS NULL OR ({key}) > ({marks})) ORDER BY {key}");
+            let condition = format!(
+                "t.{id} IS NULL AND {} AND (? IS NULL OR ({key}) > ({marks})) ORDER BY {key}",
+                key_is_whole::<D>(table, true)
+            );
             (condition, after)
         }
         Rows::Id(at) => (format!("(? IS NULL OR t.{id} = ?)"), Some(at)),

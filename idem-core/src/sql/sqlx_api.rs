@@ -379,7 +379,9 @@ macro_rules! sqlx_store_methods {
             /// the content hash, digests and version key idem stores; rows that do not read as
             /// `T`, or whose derived id another row holds, are reported and left alone. The table
             /// must be one idem can write (its natural key unique: so no duplicates to choose
-            /// between).
+            /// between). A row without an `_id` is found by its natural key; one whose key has
+            /// a NULL part (which no unique constraint keeps to one row) is reported, not
+            /// moved, once each run, after the moves.
             ///
             /// Each page of rows is read and moved in one transaction of its own (a savepoint
             /// inside the caller's), and a move is one `UPDATE` of the row's id and idem's

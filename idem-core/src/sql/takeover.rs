@@ -96,6 +96,24 @@ pub(crate) fn location_of<D: SqlDialect>(
     key.map(|key| Value::from(key).to_string())
 }
 
+/// Whether the row `t`'s natural key is whole: no part of it NULL. The rows without an `_id`
+/// that an adoption without a locator finds by their key (`whole`), or the ones it cannot
+/// (`!whole`): no unique constraint keeps a key with a NULL part to one row, and a row
+/// comparison with one is never true, so a page after another would never reach them.
+pub(crate) fn key_is_whole<D: SqlDialect>(table: &D::Table, whole: bool) -> String {
+    let parts: Vec<String> = (table.natural_key_names().into_iter())
+        .map(|name| format!("t.{} IS NOT NULL", D::quote(name)))
+        .collect();
+    let parts = match parts.is_empty() {
+        true => "1 = 1".to_owned(),
+        false => parts.join(" AND "),
+    };
+    match whole {
+        true => format!("({parts})"),
+        false => format!("NOT ({parts})"),
+    }
+}
+
 /// A row's place as a report names it, at `location` ([`location_of`]): `ctid (0,1)`, valid
 /// until the row is next written, or `natural key ["a","en"]`.
 pub(crate) fn place<D: SqlDialect>(table: &D::Table, location: &str) -> String {

@@ -1097,3 +1097,98 @@ async fn a_field_added_later_is_named_and_never_hashed() {
         );
     }
 }
+
+/// A reading of a table another tool made, whose natural key's columns may hold NULL.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "null_key_readings")]
+struct NullKeyReading {
+    #[idem(key)]
+    station: i64,
+    #[idem(key)]
+    name: String,
+    value: f64,
+}
+
+/// Rows without an `_id` whose natural key has a NULL part (no unique constraint keeps such a
+/// key to one row, so no move can be found again by it) are more than a page of the adoption,
+/// and sort before the rows with a whole key on SQLite and MariaDB, after them on PostgreSQL
+/// (where the stores placing a row by its natural key, not its `ctid`, read it so under the
+/// write marker): each is reported once, as not moved, and every row with a whole key moves.
+#[tokio::test]
+async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_rest_move() {
+    const NULL_STATION: i64 = 600;
+    const NULL_NAME: i64 = 30;
+    const WHOLE: i64 = 700;
+    const ROWS: i64 = NULL_STATION + NULL_NAME + WHOLE;
+    for db in fresh_backends("null_key_pages").await {
+        let table = NullKeyReading::MODEL.collection();
+        // The rows: `station` NULL for the first ones, `name` NULL for the next.
+        let station = format!("CASE WHEN g <= {NULL_STATION} THEN NULL ELSE g END");
+        let insert = |series: &str| {
+            let named = match db.is_mysql() {
+                true => "CONCAT('n', g)",
+                false => "'n' || g",
+            };
+            format!(
+                "INSERT INTO {table} (station, name, value) \
+                 SELECT {station}, CASE WHEN g > {NULL_STATION} AND g <= {} THEN NULL \
+                 ELSE {named} END, g * 0.5 FROM {series}",
+                NULL_STATION + NULL_NAME
+            )
+        };
+        let counted = format!("(SELECT 1 AS g UNION ALL SELECT g + 1 FROM s WHERE g < {ROWS})");
+        let sql = match &db {
+            Db::Mongo { .. } => continue,
+            Db::Postgres { .. } => {
+                db.ensure::<NullKeyReading>().await;
+                let unique = match db.is_partitioned() {
+                    true => r#""_id", station, name"#,
+                    false => r#""_id""#,
+                };
+                format!(
+                    r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+                       ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL,
+                           ALTER COLUMN station DROP NOT NULL, ALTER COLUMN name DROP NOT NULL;
+                       ALTER TABLE {table} ADD CONSTRAINT {table}_id UNIQUE ({unique});
+                       {}"#,
+                    insert(&format!("generate_series(1, {ROWS}) g"))
+                )
+            }
+            Db::Sqlite { .. } => format!(
+                "{};\nWITH RECURSIVE s(g) AS {counted} {}",
+                idem_core::sqlite::Store::create_table_sql::<NullKeyReading>()
+                    .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
+                    .replace(" NOT NULL", "")
+                    .trim_end()
+                    .trim_end_matches(';'),
+                insert("s")
+            ),
+            Db::Mysql { .. } => format!(
+                "{};\n{}",
+                idem_core::mysql::Store::create_table_sql::<NullKeyReading>()
+                    .replace("PRIMARY KEY (", "UNIQUE KEY (")
+                    .replace(" NOT NULL", "")
+                    .trim_end()
+                    .trim_end_matches(';'),
+                insert(&format!("(SELECT seq AS g FROM seq_1_to_{ROWS}) AS s"))
+            ),
+        };
+        db.run_raw(&sql, doc! {}).await;
+        let adopted = db.adopt_model::<NullKeyReading>().await;
+        let summary = adopted.to_string();
+        assert_eq!(adopted.moved.count, WHOLE as u64, "{db}: {summary}");
+        assert_eq!(
+            adopted.failed.count,
+            (NULL_STATION + NULL_NAME) as u64,
+            "{db}: each row whose key has a NULL part, once: {summary}"
+        );
+        assert!(!adopted.stopped, "{db}: {summary}");
+        let again = db.adopt_model::<NullKeyReading>().await;
+        assert_eq!(again.moved.count, 0, "{db}: {again}");
+        assert_eq!(
+            again.failed.count,
+            (NULL_STATION + NULL_NAME) as u64,
+            "{db}: {again}"
+        );
+    }
+}
