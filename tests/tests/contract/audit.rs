@@ -1105,6 +1105,8 @@ struct NullKeyReading {
     #[idem(key)]
     station: i64,
     #[idem(key)]
+    indoor: bool,
+    #[idem(key)]
     name: String,
     value: f64,
 }
@@ -1122,17 +1124,19 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
     const ROWS: i64 = NULL_STATION + NULL_NAME + WHOLE;
     for db in fresh_backends("null_key_pages").await {
         let table = NullKeyReading::MODEL.collection();
-        // The rows: `station` NULL for the first ones, `name` NULL for the next.
-        let station = format!("CASE WHEN g <= {NULL_STATION} THEN NULL ELSE g END");
+        // The rows: `station` NULL for the first ones, `name` NULL for the next; the others
+        // share stations four by four, told apart by the flag and the name, so that the pages'
+        // order goes through each column of the key.
         let insert = |series: &str| {
-            let named = match db.is_mysql() {
-                true => "CONCAT('n', g)",
-                false => "'n' || g",
+            let (quarter, named) = match db.is_mysql() {
+                true => ("g DIV 4", "CONCAT('n', g % 3)"),
+                false => ("g / 4", "'n' || (g % 3)"),
             };
             format!(
-                "INSERT INTO {table} (station, name, value) \
-                 SELECT {station}, CASE WHEN g > {NULL_STATION} AND g <= {} THEN NULL \
-                 ELSE {named} END, g * 0.5 FROM {series}",
+                "INSERT INTO {table} (station, indoor, name, value) \
+                 SELECT CASE WHEN g <= {NULL_STATION} THEN NULL ELSE {quarter} END, g % 2 = 0, \
+                 CASE WHEN g > {NULL_STATION} AND g <= {} THEN NULL ELSE {named} END, g * 0.5 \
+                 FROM {series}",
                 NULL_STATION + NULL_NAME
             )
         };
@@ -1142,13 +1146,14 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
             Db::Postgres { .. } => {
                 db.ensure::<NullKeyReading>().await;
                 let unique = match db.is_partitioned() {
-                    true => r#""_id", station, name"#,
+                    true => r#""_id", station, indoor, name"#,
                     false => r#""_id""#,
                 };
                 format!(
                     r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
                        ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL,
-                           ALTER COLUMN station DROP NOT NULL, ALTER COLUMN name DROP NOT NULL;
+                           ALTER COLUMN station DROP NOT NULL, ALTER COLUMN indoor DROP NOT NULL,
+                           ALTER COLUMN name DROP NOT NULL;
                        ALTER TABLE {table} ADD CONSTRAINT {table}_id UNIQUE ({unique});
                        {}"#,
                     insert(&format!("generate_series(1, {ROWS}) g"))
@@ -1183,6 +1188,20 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
             "{db}: each row whose key has a NULL part, once: {summary}"
         );
         assert!(!adopted.stopped, "{db}: {summary}");
+        // Each row with a whole key under the id its key derives, the others without one.
+        let stored = db.stored::<NullKeyReading>().await;
+        assert_eq!(stored.len(), ROWS as usize, "{db}");
+        let mut ids = Vec::new();
+        for mut row in stored {
+            let Some(id) = row.remove("_id") else {
+                continue;
+            };
+            let reading: NullKeyReading = serde_json::from_value(row.clone().into())
+                .unwrap_or_else(|error| panic!("{db}: {row:?}: {error}"));
+            assert_eq!(id, reading.id().unwrap().to_string(), "{db}: {row:?}");
+            ids.push(id);
+        }
+        assert_eq!(ids.len(), WHOLE as usize, "{db}");
         let again = db.adopt_model::<NullKeyReading>().await;
         assert_eq!(again.moved.count, 0, "{db}: {again}");
         assert_eq!(
