@@ -210,6 +210,17 @@ pub(crate) fn round_trip(command: &str) {
     enabled::round_trip(command);
 }
 
+/// A SQL statement's text as it leaves for the server, at `TRACE` under the target `idem::sql`:
+/// which words a SQL store sends (a test of the write-marker store reads them), from every SQL
+/// wire alike.
+#[inline]
+#[allow(unused_variables)]
+#[cfg(feature = "_sql_store")]
+pub(crate) fn statement_sent(sql: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::trace!(target: "idem::sql", sql, "statement");
+}
+
 /// The call under way goes again because concurrent writers changed the document (`why`).
 #[inline]
 #[allow(unused_variables)]

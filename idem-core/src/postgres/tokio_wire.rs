@@ -51,21 +51,12 @@ fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
         .collect()
 }
 
-/// Each statement's text as it leaves, at `TRACE` under the target `idem::sql` (feature
-/// `tracing`): which words the store sends, as a test of them reads it.
-fn sent(sql: &str) {
-    #[cfg(feature = "tracing")]
-    tracing::trace!(target: "idem::sql", sql, "statement");
-    #[cfg(not(feature = "tracing"))]
-    let _ = sql;
-}
-
 async fn query<C: TokioClient>(
     client: &C,
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<Vec<Row>, DbFailure> {
-    sent(sql);
+    crate::trace::statement_sent(sql);
     client
         .query_typed(sql, &typed(params))
         .await
@@ -78,7 +69,7 @@ async fn write<C: TokioClient>(
     params: &[Param<'_>],
 ) -> Result<Vec<Row>, DbFailure> {
     let params = typed(params);
-    sent(sql);
+    crate::trace::statement_sent(sql);
     let statement = client.query_typed(sql, &params);
     if !C::IN_TRANSACTION {
         return statement.await.map_err(failure);
@@ -113,7 +104,7 @@ async fn scan<C: TokioClient>(
     error: impl Fn(DbFailure) -> Error,
     mut each: impl FnMut(&Row) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    sent(sql);
+    crate::trace::statement_sent(sql);
     let rows = client
         .query_typed_raw(sql, typed(params))
         .await
@@ -149,7 +140,7 @@ async fn execute<C: TokioClient>(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, DbFailure> {
-    sent(sql);
+    crate::trace::statement_sent(sql);
     let rows = client
         .query_typed_raw(sql, typed(params))
         .await

@@ -11,8 +11,10 @@ use tokio::sync::Mutex;
 use super::wire::{Cells, DbFailure, Param, Wire, WireFuture};
 use crate::error::Error;
 
-/// A statement idem built: identifiers quoted, every value a bound parameter.
+/// A statement idem built (identifiers quoted, every value a bound parameter), as it leaves
+/// ([`crate::trace::statement_sent`]).
 pub(crate) fn statement(sql: &str) -> sqlx::AssertSqlSafe<&str> {
+    crate::trace::statement_sent(sql);
     sqlx::AssertSqlSafe(sql)
 }
 

@@ -9,7 +9,8 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::ThreadId;
 
-use idem_core::postgres::{PartitionBy, Store};
+use idem_core::postgres::{Connection, PartitionBy, Session, Store};
+use idem_core::sqlx::PgConnection;
 use idem_core::{Change, Error, ErrorKind, Idempotent, OpId, Outcome};
 use idem_tests::backends::{adopt_during_an_edit, fresh_schema, postgres_servers, sqlx_connection};
 use idem_tests::fixtures::{account, entry, post, Account, Entry, Payment, Playlist, Post, Track};
@@ -127,14 +128,15 @@ fn shown<T: std::fmt::Display>(answer: &Result<T, Error>) -> String {
     }
 }
 
-/// Every primitive, through `client` (and a transaction of it), each answer shown in order.
-async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> Vec<String> {
+/// Every primitive but the audit, the adoption and a caller's transaction, through `session`
+/// (of either driver), each answer shown in order.
+async fn every_write<C: Connection>(session: &Session<'_, C>) -> Vec<String> {
     let mut answers = Vec::new();
-    store.ensure_table::<Post, _>(&*client).await.unwrap();
-    store.ensure_table::<Entry, _>(&*client).await.unwrap();
-    store.ensure_table::<Account, _>(&*client).await.unwrap();
-    store.ensure_table::<Payment, _>(&*client).await.unwrap();
-    store.ensure_table::<Playlist, _>(&*client).await.unwrap();
+    session.ensure_schema::<Post>().await.unwrap();
+    session.ensure_schema::<Entry>().await.unwrap();
+    session.ensure_schema::<Account>().await.unwrap();
+    session.ensure_schema::<Payment>().await.unwrap();
+    session.ensure_schema::<Playlist>().await.unwrap();
     let first = post();
     let changed = Post {
         title: "Hello again".into(),
@@ -144,9 +146,8 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
         author_id: "bob".into(),
         ..changed.clone()
     };
-    let client_ref = &*client;
     for doc in [&first, &first, &changed, &frozen] {
-        answers.push(shown(&store.upsert(client_ref, doc).await));
+        answers.push(shown(&session.upsert(doc).await));
     }
     // A batch of fresh rows (the plain insert), then the same rows again and changed (the
     // lookup, then the write), then one document three times in one call (rounds).
@@ -177,12 +178,11 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
         },
     ];
     for batch in [&fresh, &again, &copies, &copies] {
-        let report = store.upsert_many(client_ref, batch).await.unwrap();
+        let report = session.upsert_many(batch).await.unwrap();
         answers.extend(report.outcomes().iter().map(shown));
     }
     // `insert_new`, `delete`, `delete_by_id`.
     let new = [entry("e1", 1, "one"), entry("e2", 1, "two")];
-    let session = store.on(client_ref);
     let report = session.insert_new(&new).await.unwrap();
     answers.push(report.to_string());
     let report = session.insert_new(&new).await.unwrap();
@@ -192,7 +192,7 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
         ..entry("e3", 1, "three")
     };
     for _ in 0..2 {
-        answers.push(shown(&store.delete(client_ref, &gone).await));
+        answers.push(shown(&session.delete(&gone).await));
     }
     let id = new[0].id().unwrap();
     for _ in 0..2 {
@@ -200,7 +200,7 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
     }
     // `apply_once`, `record`, `push`, the reads.
     let ada = account("ada");
-    answers.push(shown(&store.upsert(client_ref, &ada).await));
+    answers.push(shown(&session.upsert(&ada).await));
     let op = OpId::new("credit-1");
     for _ in 0..2 {
         let changes = [Change::add("balance", 5)];
@@ -222,31 +222,59 @@ async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> 
         name: "road".into(),
         tracks: Vec::new(),
     };
-    answers.push(shown(&store.upsert(client_ref, &playlist).await));
+    answers.push(shown(&session.upsert(&playlist).await));
     let track = Track {
         track: "intro".into(),
     };
     for _ in 0..2 {
-        answers.push(shown(&playlist.push_tracks(&session, &track).await));
+        answers.push(shown(&playlist.push_tracks(session, &track).await));
     }
     let read = session.get::<Post>(first.id().unwrap()).await.unwrap();
     answers.push(format!("{:?}", read.map(|post| post.title)));
     let found = session.find::<Post>(&first.natural_key()).await.unwrap();
     answers.push(format!("{:?}", found.map(|post| post.title)));
-    answers.push(format!(
-        "{:?}",
-        store.audit::<Post, _>(client_ref).await.unwrap().is_clean()
-    ));
-    let adopted = store.adopt::<Post, _>(client_ref).await.unwrap();
-    answers.push(adopted.to_string());
-    // Inside the caller's transaction: the write in a savepoint.
-    let tx = client.transaction().await.unwrap();
-    let later = Post {
+    answers
+}
+
+/// A post written inside the caller's transaction, where each write is in a savepoint.
+fn post_in_a_transaction() -> Post {
+    Post {
         slug: "in-tx".into(),
         ..post()
-    };
-    answers.push(shown(&store.upsert(&tx, &later).await));
-    answers.push(shown(&store.upsert(&tx, &later).await));
+    }
+}
+
+/// Every primitive through a tokio-postgres `client` ([`every_write`]), then the audit, the
+/// adoption and two writes inside a transaction of it.
+async fn every_primitive(store: &Store, client: &mut tokio_postgres::Client) -> Vec<String> {
+    let mut answers = every_write(&store.on(&*client)).await;
+    let audit = store.audit::<Post, _>(&*client).await.unwrap();
+    answers.push(format!("{:?}", audit.is_clean()));
+    let adopted = store.adopt::<Post, _>(&*client).await.unwrap();
+    answers.push(adopted.to_string());
+    let tx = client.transaction().await.unwrap();
+    for _ in 0..2 {
+        answers.push(shown(&store.upsert(&tx, &post_in_a_transaction()).await));
+    }
+    tx.commit().await.unwrap();
+    answers
+}
+
+/// [`every_primitive`] through a sqlx `connection`.
+async fn every_primitive_through_sqlx(store: &Store, connection: &mut PgConnection) -> Vec<String> {
+    let mut answers = every_write(&store.on(&mut *connection)).await;
+    let audit = store.audit::<Post, _>(&mut *connection).await.unwrap();
+    answers.push(format!("{:?}", audit.is_clean()));
+    let adopted = store.adopt::<Post, _>(&mut *connection).await.unwrap();
+    answers.push(adopted.to_string());
+    let mut tx = idem_core::sqlx::Connection::begin(&mut *connection)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        answers.push(shown(
+            &store.upsert(&mut *tx, &post_in_a_transaction()).await,
+        ));
+    }
     tx.commit().await.unwrap();
     answers
 }
@@ -269,28 +297,41 @@ fn stores() -> [(&'static str, Store); 4] {
 }
 
 /// Every statement a store `with_write_marker` sends, over a run of every primitive (plain and
-/// partitioned tables, inside a transaction and out; the audit and the adoption among them), is
-/// free of `xmax`, `old` and the system columns, and its
-/// answers are the store's without the option. The same run without the option does name them:
-/// the test reads the statements it means to.
+/// partitioned tables, inside a transaction and out; the audit and the adoption among them),
+/// through tokio-postgres and through sqlx, is free of `xmax`, `old` and the system columns,
+/// and its answers are the store's without the option. The same run without the option does
+/// name them: the test reads the statements it means to.
 #[tokio::test]
 async fn no_statement_of_the_marker_store_names_xmax_or_old() {
     let statements = Statements::capture();
     for (label, uri) in postgres_servers() {
         let mut plain_answers = None;
-        for (variant, store) in stores() {
-            let test = format!("marker_words_{}", variant.replace('-', "_"));
-            let (_schema, mut client) = fresh_schema(&uri, "mw", &test).await;
+        for ((variant, store), driver) in (stores().into_iter())
+            .flat_map(|store| [(store.clone(), "tokio-postgres"), (store, "sqlx")])
+        {
+            let test = format!(
+                "marker_words_{}_{}",
+                variant.replace('-', "_"),
+                &driver[..4]
+            );
+            let (schema, mut client) = fresh_schema(&uri, "mw", &test).await;
             statements.take();
-            let answers = every_primitive(&store, &mut client).await;
+            let answers = match driver {
+                "sqlx" => {
+                    let mut connection = sqlx_connection(&uri, &schema).await;
+                    every_primitive_through_sqlx(&store, &mut connection).await
+                }
+                _ => every_primitive(&store, &mut client).await,
+            };
+            let variant = format!("{variant} through {driver}");
             let signals = statements.take_signals(40, &format!("{label} {variant}"));
-            match variant.ends_with("marker") {
+            match variant.contains("marker") {
                 true => assert!(
                     signals.is_empty(),
                     "{label} {variant}: statements naming xmax or old: {signals:#?}"
                 ),
                 // The partitioned table before 18 tells inserted rows by its snapshot instead.
-                false if variant == "partitioned" && label == "pg15" => {}
+                false if variant.starts_with("partitioned ") && label == "pg15" => {}
                 false => assert!(!signals.is_empty(), "{label} {variant}: no xmax, no old"),
             }
             let plain = plain_answers.get_or_insert_with(|| answers.clone());
