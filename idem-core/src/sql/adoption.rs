@@ -69,9 +69,8 @@ pub(crate) enum Move {
     Moved,
     /// Another row holds the derived id.
     Taken,
-    /// The row changed or went away since it was read (only where a move is guarded by the
-    /// row version it read).
-    #[cfg_attr(not(feature = "_postgres"), allow(dead_code))]
+    /// The row changed or went away since it was read (where a move is guarded by the row
+    /// version it read), or was not updated.
     Changed,
 }
 
@@ -401,7 +400,8 @@ fn key_params<'k>(table: &Layout, key: Option<&'k [String]>) -> Vec<Param<'k>> {
 
 /// The move of a row [`locked_rows`] read and locked: one `UPDATE` of its id, its write marker
 /// and idem's columns, by its id, else by its natural key. The derived id held by another row
-/// fails on the id's unique index, which undoes the statement alone.
+/// fails on the id's unique index, which undoes the statement alone; a move that updated no
+/// row is not one.
 #[cfg_attr(not(feature = "_marker_store"), allow(dead_code))]
 pub(crate) async fn locked_move<D: SqlDialect>(
     wire: &impl Wire,
@@ -430,7 +430,8 @@ pub(crate) async fn locked_move<D: SqlDialect>(
             .collect(),
     };
     let update = format!(
-        "UPDATE {} SET {} WHERE {}",
+        "{} {} SET {} WHERE {}",
+        D::MOVE_UPDATE,
         D::quote(table.model.collection()),
         set.join(", "),
         condition.join(" AND "),
@@ -452,7 +453,10 @@ pub(crate) async fn locked_move<D: SqlDialect>(
     }
     crate::trace::round_trip("UPDATE");
     match wire.execute(&update, &params).await {
-        Ok(_) => Ok(Move::Moved),
+        Ok(1..) => Ok(Move::Moved),
+        // Read and locked, yet not updated (a trigger, a key read back otherwise than stored):
+        // not moved, and read again.
+        Ok(0) => Ok(Move::Changed),
         Err(source) => {
             let failure = D::error(&destination.document, source);
             match D::unique_conflict(&failure, table) {

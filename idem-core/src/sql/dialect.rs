@@ -239,6 +239,12 @@ pub(crate) trait SqlDialect: Dialect {
     /// it read, and the adoption needs no transaction.
     const ADOPTS_IN_TRANSACTION: bool = true;
 
+    /// The verb of an adoption's move ([`super::adoption::locked_move`]), which must fail on a
+    /// unique index the move meets, whatever conflict clause the table gives it (SQLite's `ON
+    /// CONFLICT REPLACE` would delete the row holding the derived id, `IGNORE` leave the row
+    /// unmoved).
+    const MOVE_UPDATE: &'static str = "UPDATE";
+
     /// The rows of `table` an adoption reads: a page of a pass, or a row again.
     fn adoption_rows<W: Wire>(
         wire: &W,

@@ -31,6 +31,8 @@ impl SqlDialect for Sqlite {
 
     const LOCKING_READ: &'static str = "";
 
+    const MOVE_UPDATE: &'static str = "UPDATE OR ABORT";
+
     fn read_of(table: &Table, alias: &str, name: &str) -> String {
         table.read_of(alias, name)
     }

@@ -1760,6 +1760,54 @@ async fn sqlite_rows_in_the_way_stay_whatever_the_keys_conflict_clause() {
     }
 }
 
+/// SQLite: `_id`'s or the key's constraint with a conflict clause (`ON CONFLICT REPLACE` or
+/// `IGNORE`), which an `UPDATE` obeys: the adoption of a row whose derived id another row holds
+/// leaves both rows as they are and reports it (a REPLACE would delete the other row, an
+/// IGNORE would leave the row unmoved, and either was reported moved).
+#[tokio::test]
+async fn sqlite_an_adoption_meeting_a_conflict_clause_loses_no_row() {
+    for mut db in backends_of("adopt_conflict_clause", &[Kind::Sqlite]).await {
+        let id = page("c", 1).id().unwrap();
+        for clause in ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE"] {
+            for on_id in [true, false] {
+                db.run("DROP TABLE IF EXISTS pages").await;
+                let create = db.create_sql::<Page>();
+                let create = match on_id {
+                    true => redefined(
+                        &db,
+                        &create,
+                        "_id",
+                        &format!("TEXT PRIMARY KEY{clause} NOT NULL"),
+                    ),
+                    false => plain(&create)
+                        .replace("UNIQUE (\"slug\")", &format!("UNIQUE (\"slug\"){clause}")),
+                };
+                db.run(&create).await;
+                // `c` under a legacy id, and under the id `c` derives a row that cannot move
+                // (its title is NULL, which no `Page` holds).
+                db.run(
+                    "INSERT INTO pages (_id, slug, title, views) VALUES ('legacy', 'c', 't', 1)",
+                )
+                .await;
+                db.run(&format!(
+                    "INSERT INTO pages (_id, slug, title, views) VALUES ('{id}', 'other', NULL, 2)"
+                ))
+                .await;
+                db.forget();
+                let before = db.rows::<Page>().await;
+                let shape = format!(
+                    "{db}: {clause:?} on the {}",
+                    if on_id { "id" } else { "key" }
+                );
+                let report = db.adopt_report::<Page>().await;
+                assert_eq!(report.moved.count, 0, "{shape}: {report:?}");
+                assert_eq!(report.failed.count, 2, "{shape}: {report:?}");
+                assert_eq!(db.rows::<Page>().await, before, "{shape}");
+            }
+        }
+    }
+}
+
 /// The primary key on another set of columns than exactly `_id`: the natural key, or `_id`
 /// with the natural key; `_id` then has a unique index (accepted) or none (refused, and the fix
 /// must work beside the primary key there is).
