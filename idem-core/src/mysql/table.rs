@@ -108,11 +108,13 @@ pub(crate) fn data_types(column: &TableColumn) -> &'static [&'static str] {
 }
 
 /// The shape of a column of `DATA_TYPE` `declared` (upper case): what a model given at run
-/// time reads it as (MariaDB's `JSON`, a `LONGTEXT`, named `JSON` by the catalog read).
+/// time reads it as (MariaDB's `JSON`, a `LONGTEXT`, named `JSON` by the catalog read; a
+/// `BOOLEAN`, a `TINYINT(1)`, named `BOOLEAN` by it, as sqlx reads its cells: any other
+/// `TINYINT` holds integers).
 pub(crate) fn shape_of(declared: &str) -> ColumnShape {
     match declared {
-        "TINYINT" => ColumnShape::Boolean,
-        "BIGINT" | "INT" | "MEDIUMINT" | "SMALLINT" => ColumnShape::Integer,
+        "BOOLEAN" => ColumnShape::Boolean,
+        "BIGINT" | "INT" | "MEDIUMINT" | "SMALLINT" | "TINYINT" => ColumnShape::Integer,
         "DOUBLE" | "FLOAT" | "DECIMAL" => ColumnShape::Float,
         "JSON" => ColumnShape::Structured,
         _ => ColumnShape::Text,

@@ -238,3 +238,66 @@ async fn the_audit_of_a_model_given_at_run_time_reads_decimals_dates_and_unsigne
         assert_eq!(report.missing_hash.count, 1, "{db}: {report}");
     }
 }
+
+/// A level of another tool's table, keyed by a `TINYINT` tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "levels")]
+struct Level {
+    #[idem(key)]
+    tier: i64,
+    #[idem(key)]
+    name: String,
+    active: bool,
+    rank: i64,
+}
+
+/// The audit of a model given at run time reads a `TINYINT` as the integer it holds and only a
+/// `BOOLEAN` (`TINYINT(1)`) as a flag: rows stored with the ids and content hashes idem derives
+/// from a tier of 2 and a rank of 200 are clean, not read as `true`.
+#[tokio::test]
+async fn the_audit_of_a_model_given_at_run_time_reads_a_tinyint_as_an_integer() {
+    for db in fresh_backends("mysql_tinyint").await {
+        let Db::Mysql {
+            store, connection, ..
+        } = &db
+        else {
+            continue;
+        };
+        let mut connection = connection.lock().await;
+        idem_core::sqlx::raw_sql(
+            "CREATE TABLE levels (`_id` VARCHAR(40) PRIMARY KEY, tier TINYINT NOT NULL, \
+             name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, \
+             active BOOLEAN, `rank` TINYINT UNSIGNED, sourceHash VARCHAR(71), \
+             UNIQUE (tier, name))",
+        )
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+        let levels = [(2, "a", true, 200), (3, "b", false, 7), (1, "c", true, 1)].map(
+            |(tier, name, active, rank)| Level {
+                tier,
+                name: name.into(),
+                active,
+                rank,
+            },
+        );
+        for level in &levels {
+            idem_core::sqlx::query("INSERT INTO levels VALUES (?, ?, ?, ?, ?, ?)")
+                .bind(level.id().unwrap().to_string())
+                .bind(level.tier)
+                .bind(&level.name)
+                .bind(level.active)
+                .bind(level.rank)
+                .bind(level.content_hash().unwrap().to_string())
+                .execute(&mut *connection)
+                .await
+                .unwrap();
+        }
+        let report = store
+            .audit_model(&mut connection, &Level::MODEL, &[], |_| {})
+            .await
+            .unwrap_or_else(|error| panic!("{db}: {error}"));
+        assert_eq!(report.scanned, 3, "{db}: {report}");
+        assert_eq!(report.clean, 3, "{db}: {report}");
+    }
+}
