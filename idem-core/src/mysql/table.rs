@@ -33,6 +33,8 @@ pub(crate) const WORDS: Words = Words {
     text_cast: "",
     false_literal: "0",
     bytewise: BYTEWISE,
+    // Not `COLLATE`, which a column of another character set refuses.
+    byte_order: |column| format!("CAST({column} AS BINARY)"),
     distinct: |stored, incoming| format!("NOT ({stored} <=> {incoming})"),
     from_hex: |hex| format!("UNHEX({hex})"),
     to_hex: |bytes| format!("LOWER(HEX({bytes}))"),

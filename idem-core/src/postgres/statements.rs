@@ -23,6 +23,9 @@ pub(super) const WORDS: Words = Words {
     text_cast: "::text",
     false_literal: "false",
     bytewise: "\"C\"",
+    // As text: a `citext` compares loosely whatever its collation, and a type without one
+    // refuses `COLLATE`.
+    byte_order: |column| format!("{column}::text COLLATE \"C\""),
     distinct: |stored, incoming| format!("{stored} IS DISTINCT FROM {incoming}"),
     from_hex: |hex| format!("decode({hex}, 'hex')"),
     to_hex: |bytes| format!("encode({bytes}, 'hex')"),

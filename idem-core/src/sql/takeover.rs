@@ -226,13 +226,14 @@ async fn scan<D: SqlDialect>(
         .map_err(error)?
         .flatten();
     let (list, columns) = D::row_select(table, &present);
-    // The natural key, then, among the rows whose key has a NULL part, the locator or `_id`:
-    // the columns the table has.
+    // The natural key, in the order of its bytes (under a collation that compares loosely,
+    // rows of one key could be apart, and a duplicate missed), then, among the rows whose key
+    // has a NULL part, the locator or `_id`: the columns the table has.
     let has = |name: &str| present.iter().any(|present| present == name);
     let mut order: Vec<String> = (model.natural_key_fields())
         .map(|field| field.stored_name())
         .filter(|name| has(name))
-        .map(|name| format!("t.{}", D::quote(name)))
+        .map(|name| (D::words().byte_order)(&format!("t.{}", D::quote(name))))
         .collect();
     match D::row_locator(table) {
         Some(locator) => order.push(format!("t.{locator}")),

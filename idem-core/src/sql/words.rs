@@ -27,6 +27,10 @@ pub(crate) struct Words {
     pub false_literal: &'static str,
     /// The collation that compares text byte by byte, as version order keys compare.
     pub bytewise: &'static str,
+    /// A column expression of any type in an order where values equal byte for byte come
+    /// together, whatever the column's collation (under one that compares loosely, "Foo" and
+    /// "foo" tie, and a second "Foo" could sort after "foo").
+    pub byte_order: fn(&str) -> String,
     /// Whether `stored` and `incoming` differ, a NULL differing from any value but NULL.
     pub distinct: fn(stored: &str, incoming: &str) -> String,
     /// The bytes a column expression of lowercase hex text spells (`decode(x, 'hex')`).

@@ -25,6 +25,7 @@ pub(crate) const WORDS: Words = Words {
     text_cast: "",
     false_literal: "0",
     bytewise: "BINARY",
+    byte_order: |column| format!("{column} COLLATE BINARY"),
     distinct: |stored, incoming| format!("{stored} IS NOT {incoming}"),
     from_hex: |hex| format!("unhex({hex})"),
     // `hex(NULL)` is `''`.

@@ -1211,3 +1211,55 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
         );
     }
 }
+
+/// A note of a table another tool made, whose key column compares text loosely.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "loose_notes")]
+struct LooseNote {
+    #[idem(key)]
+    slug: String,
+    title: String,
+}
+
+/// The audit of a table whose key column compares text loosely (SQLite's `NOCASE`, a MariaDB
+/// `_ci` collation, PostgreSQL's `citext`), so that "Foo" and "foo" sort as one: two rows
+/// holding "Foo" are a duplicate, found even when a row holding "foo" sorts between them, and
+/// "foo" is not one of it (idem compares keys byte for byte).
+#[tokio::test]
+async fn duplicates_are_found_under_a_key_column_that_compares_loosely() {
+    for db in fresh_backends("loose_duplicates").await {
+        let table = LooseNote::MODEL.collection();
+        let loose = match &db {
+            Db::Mongo { .. } => continue,
+            Db::Sqlite { .. } => "TEXT COLLATE NOCASE",
+            Db::Mysql { .. } => "VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci",
+            Db::Postgres { .. } => {
+                db.run_raw(
+                    "CREATE EXTENSION IF NOT EXISTS citext SCHEMA public",
+                    doc! {},
+                )
+                .await;
+                "public.citext"
+            }
+        };
+        let id = db.quote("_id");
+        db.run_raw(
+            &format!(
+                "CREATE TABLE {table} ({id} VARCHAR(40), slug {loose}, title TEXT); \
+                 INSERT INTO {table} ({id}, slug, title) VALUES \
+                 ('a-1', 'Foo', 'one'), ('a-2', 'foo', 'two'), ('a-3', 'Foo', 'three')"
+            ),
+            doc! {},
+        )
+        .await;
+        let audited = db.audit::<LooseNote>().await;
+        assert_eq!(audited.scanned, 3, "{db}: {audited}");
+        assert_eq!(
+            (audited.duplicates.keys, audited.duplicates.documents),
+            (1, 2),
+            "{db}: {audited}"
+        );
+        let sample = &audited.duplicates.samples[0];
+        assert_eq!(sample.sample_ids, ["a-1", "a-3"], "{db}: {audited}");
+    }
+}
