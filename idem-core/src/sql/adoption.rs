@@ -236,15 +236,23 @@ async fn page<D: SqlDialect>(
     run: &mut Run<'_>,
 ) -> Result<Next, Error> {
     let collection = DocumentRef::collection(table.model);
-    let page = D::adoption_rows(wire, table, rows, &collection).await?;
+    let mut page = D::adoption_rows(wire, table, rows, &collection).await?;
     // The cursor: the last row that has a place in the pass's order (every row of a page has
     // one: a row without `_id` whose natural key has a NULL part is none of a page's, but
     // reported after the passes where no locator places it).
-    let located = matches!(rows, Rows::Page { located: true, .. });
-    let last = page.iter().rev().find_map(|row| match located {
+    let (located, after) = match rows {
+        Rows::Page { located, after } => (located, after),
+        Rows::Id(_) => (false, None),
+    };
+    let place = |row: &ReadRow| match located {
         true => row.location.clone(),
         false => row.id.clone(),
-    });
+    };
+    // The row at the cursor, read again: its key, bound as read, sorts before it as stored
+    // (SQLite's `'t'` in a boolean column, read as true, bound as 1). Not moved or counted
+    // twice; a page of nothing else ends the pass, which would otherwise never end.
+    page.retain(|row| after.is_none() || place(row).as_deref() != after);
+    let last = page.iter().rev().find_map(place);
     for row in page {
         if run.limits.documents_left(&run.report, 0) == Some(0) {
             return Ok(Next::Stop);

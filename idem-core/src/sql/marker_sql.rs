@@ -78,7 +78,8 @@ pub(crate) fn parameter_rows(width: usize, rows: usize) -> String {
     vec![row.as_str(); rows].join(", ")
 }
 
-/// The boolean column expression `column` as `true` or `false`, as a column of any type reads.
+/// The boolean column expression `column` (a MySQL-family `BOOLEAN`, which holds integers) as
+/// `true` or `false`, as a column of any type reads.
 pub(crate) fn boolean_text(column: &str) -> String {
     format!("(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)")
 }

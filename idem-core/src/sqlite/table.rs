@@ -13,8 +13,23 @@ use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD}
 use crate::sql::guard::conflict_action;
 pub(crate) use crate::sql::guard::{literal, quote};
 use crate::sql::layout::{Content, TableColumn};
-use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_sql::{parameter_rows, Words};
 use crate::sql::marker_table::MarkerWords;
+
+/// A boolean column expression as `true` or `false`: a number as SQLite tests it (true unless
+/// zero), and the texts other tools write for booleans (`t` and `f`, as Rails did, `true` and
+/// `false`, in any case) as they mean; any other value as its text, which reads as no boolean
+/// (a row holding it does not read as its type, where it read as `false`).
+fn boolean_text(column: &str) -> String {
+    format!(
+        "(CASE WHEN {column} IS NULL THEN NULL \
+         WHEN typeof({column}) IN ('integer', 'real') \
+         THEN (CASE WHEN {column} THEN 'true' ELSE 'false' END) \
+         WHEN lower({column}) IN ('t', 'true') THEN 'true' \
+         WHEN lower({column}) IN ('f', 'false') THEN 'false' \
+         ELSE CAST({column} AS TEXT) END)"
+    )
+}
 
 /// How SQLite writes the words of the statements' shared parts and of the guard.
 pub(crate) const WORDS: Words = Words {
@@ -107,7 +122,7 @@ impl MarkerWords for super::Sqlite {
         format!("{}{constraint}", sql_type(column))
     }
 
-    /// A boolean as `true` or `false`, an integer as its text; a float as it is stored, whose
+    /// A boolean as `true` or `false` ([`boolean_text`]), an integer as its text; a float as it is stored, whose
     /// text SQLite would write with 15 significant digits, not the 17 that give the very float
     /// back; any other (text, JSON) as it is stored.
     fn read_column(table: &Table, alias: &str, name: &str) -> String {

@@ -761,3 +761,86 @@ async fn a_key_conflict_that_never_resolves_is_a_refusal_not_contention() {
     );
     assert_eq!(sqlite_rows::raw::<Post>(&mut connection).await, before);
 }
+
+/// A row of another tool's table with a boolean, in the key or not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "flags")]
+struct Flagged {
+    #[idem(key)]
+    name: String,
+    #[idem(key)]
+    on: bool,
+    seen: bool,
+}
+
+/// Booleans as other tools store them in SQLite: numbers (true unless zero) and the texts `t`
+/// and `f` (Rails before 5.2), `true` and `false`, read as they mean; any other text (`yes`) is
+/// no boolean, and its row is reported as unreadable, where every text read as `false`.
+#[tokio::test]
+async fn booleans_other_tools_store_are_read_as_they_mean_or_reported() {
+    let path = fresh_path("booleans");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    store
+        .ensure_table::<Flagged>(&mut connection)
+        .await
+        .unwrap();
+    let rows: [(&str, bool, &str, bool, &str); 6] = [
+        ("a", true, "'t'", true, "'t'"),
+        ("b", false, "'f'", false, "'F'"),
+        ("c", true, "'TRUE'", false, "'false'"),
+        ("d", true, "2", true, "1"),
+        ("e", false, "0", false, "0.0"),
+        ("f", true, "'yes'", true, "1"),
+    ];
+    // Written by idem, then stored again as the other tool writes a boolean.
+    for (name, on, stored_on, seen, stored_seen) in rows {
+        let flagged = Flagged {
+            name: name.into(),
+            on,
+            seen,
+        };
+        store.upsert(&mut connection, &flagged).await.unwrap();
+        let sql = format!(
+            "UPDATE flags SET \"on\" = {stored_on}, seen = {stored_seen} WHERE name = '{name}'"
+        );
+        sqlite_rows::run(&mut connection, &sql).await;
+    }
+    let report = store.audit::<Flagged>(&mut connection).await.unwrap();
+    assert_eq!(report.scanned, 6, "{report}");
+    assert_eq!(report.clean, 5, "{report}");
+    let unreadable = report.undeserializable.as_ref().map(|found| found.count);
+    assert_eq!(unreadable, Some(1), "{report}");
+    assert!(
+        format!("{report}").contains("invalid type: string \"yes\""),
+        "{report}"
+    );
+}
+
+/// Rows without an `_id` keyed by a boolean stored as text (`t`, `f`), which the adoption reads
+/// as true or false and cannot find again by the key it read (SQLite sorts text after numbers,
+/// so the page after such a row begins before it): each is reported once, the others move, and
+/// the pass ends, where it read the last page again forever.
+#[tokio::test]
+async fn rows_keyed_by_a_boolean_stored_as_text_are_reported_and_the_adoption_ends() {
+    let path = fresh_path("boolean_keys");
+    let store = Store::new();
+    let mut connection = connect(&path, Duration::from_secs(5)).await;
+    let create = Store::create_table_sql::<Flagged>().replace(" PRIMARY KEY NOT NULL", " UNIQUE");
+    sqlite_rows::run(&mut connection, &create).await;
+    sqlite_rows::run(
+        &mut connection,
+        "INSERT INTO flags (name, \"on\", seen) VALUES ('a', 't', 1), ('a', 0, 1), ('b', 1, 0), \
+         ('b', 'f', 0)",
+    )
+    .await;
+    let adopted = tokio::time::timeout(
+        Duration::from_secs(30),
+        store.adopt::<Flagged>(&mut connection),
+    )
+    .await
+    .expect("the adoption ends")
+    .unwrap();
+    assert_eq!(adopted.moved.count, 2, "{adopted}");
+    assert_eq!(adopted.failed.count, 2, "{adopted}");
+}

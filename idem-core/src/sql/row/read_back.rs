@@ -32,7 +32,12 @@ pub(crate) fn value_from_text(shape: ColumnShape, text: &str) -> Value {
             .ok()
             .and_then(serde_json::Number::from_f64)
             .map(Value::Number),
-        ColumnShape::Boolean => Some(Value::Bool(text == "true")),
+        // Any other text is no boolean: it stays text, which a `bool` does not read.
+        ColumnShape::Boolean => match text {
+            "true" => Some(Value::Bool(true)),
+            "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
         _ => serde_json::from_str(text).ok(),
     };
     parsed.unwrap_or_else(|| Value::from(text))
