@@ -629,6 +629,29 @@ impl Db {
         .unwrap()
     }
 
+    /// Adopts `T`'s collection or table as the type reads it.
+    pub async fn adopt<T>(&self) -> idem_core::AdoptReport
+    where
+        T: Idempotent + Serialize + serde::de::DeserializeOwned,
+    {
+        match self {
+            Db::Mongo { store, .. } => store.adopt::<T>(Default::default()).await,
+            Db::Postgres {
+                store,
+                client,
+                sqlx,
+                ..
+            } => through_postgres!(sqlx, client, |c| store.adopt::<T, _>(c).await),
+            Db::Sqlite {
+                store, connection, ..
+            } => store.adopt::<T>(&mut *connection.lock().await).await,
+            Db::Mysql {
+                store, connection, ..
+            } => store.adopt::<T>(&mut *connection.lock().await).await,
+        }
+        .unwrap_or_else(|error| panic!("{self}: adopting: {error}"))
+    }
+
     /// Adopts `T`'s collection or table with its model given at run time, as `idem adopt --yes`
     /// does.
     pub async fn adopt_model<T: Idempotent>(&self) -> idem_core::AdoptReport {

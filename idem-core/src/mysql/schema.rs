@@ -6,6 +6,7 @@
 
 use super::table::{data_types, quote, Table, BYTEWISE, WORDS};
 use super::MySql;
+use crate::column::ColumnShape;
 use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARKER_FIELD};
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
@@ -38,10 +39,16 @@ pub(super) async fn found(wire: &impl Wire, table: &Table) -> Result<Option<Foun
     }
     let mut columns = Vec::with_capacity(rows.len());
     for row in &rows {
+        let name = row.text(0)?.unwrap_or_default();
+        // A column of JSON (a newtype key's) in `utf8mb4_bin`, MariaDB's `JSON`: the text idem
+        // writes there never ends in a space, and JSON's spaces are no part of its value.
+        let json = table.shape_named(&name) == Some(ColumnShape::Structured);
+        let loose = (row.text(2)?)
+            .filter(|collation| !is_bytewise(collation) && !(json && collation == "utf8mb4_bin"));
         columns.push(FoundColumn {
-            name: row.text(0)?.unwrap_or_default(),
+            name,
             declared: row.text(1)?.unwrap_or_default(),
-            loose: row.text(2)?.filter(|collation| !is_bytewise(collation)),
+            loose,
         });
     }
     let session = session_mode_problems(wire).await?;

@@ -13,6 +13,7 @@ use super::statements::WORDS;
 use super::table::{literal, quote, sql_type, Table};
 use super::wire::{self, Cells, Connection, Param, Wire};
 use super::{postgres_error, Postgres, Store};
+use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::model::ID_FIELD;
@@ -195,11 +196,22 @@ fn located(table: &Table) -> (String, String) {
     let (mut order, mut at) = (Vec::new(), Vec::new());
     for (n, name) in table.natural_key_names().into_iter().enumerate() {
         let column = table.column_named(name).map(|index| &table.columns[index]);
-        order.push(format!("t.{}", quote(name)));
-        at.push(format!(
-            "($1::jsonb->>{n})::{}",
-            column.map_or("text", sql_type)
-        ));
+        match column.map(|column| column.shape) {
+            // A column of JSON, or one of a type the layout does not know (a `date` or a `uuid`
+            // of a table read with a model given at run time), compared as `to_jsonb` writes
+            // it: as the location holds it, the JSON text of the value read.
+            Some(ColumnShape::Structured | ColumnShape::Flattened) => {
+                order.push(format!("to_jsonb(t.{})", quote(name)));
+                at.push(format!("($1::jsonb->>{n})::jsonb"));
+            }
+            _ => {
+                order.push(format!("t.{}", quote(name)));
+                at.push(format!(
+                    "($1::jsonb->>{n})::{}",
+                    column.map_or("text", sql_type)
+                ));
+            }
+        }
     }
     (order.join(", "), at.join(", "))
 }

@@ -516,6 +516,14 @@ impl<D: SqlDialect> Store<D> {
                         return Ok(None);
                     };
                     let text = match value {
+                        // A column of JSON (a newtype key's) holds the text's JSON, as a write
+                        // sends it.
+                        KeyValue::Text(text)
+                            if table.columns[index].shape
+                                == crate::column::ColumnShape::Structured =>
+                        {
+                            serde_json::Value::from(text.as_str()).to_string()
+                        }
                         KeyValue::Text(text) => text.clone(),
                         KeyValue::Integer(number) => number.to_string(),
                         KeyValue::Bool(flag) => flag.to_string(),

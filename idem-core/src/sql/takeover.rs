@@ -87,10 +87,16 @@ pub(crate) fn location_of<D: SqlDialect>(
         return cell;
     }
     let key: Option<Vec<String>> = (table.model.natural_key_fields())
-        .map(|field| match stored.get(field.stored_name()) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(text)) => Some(text.clone()),
-            Some(other) => Some(other.to_string()),
+        .map(|field| {
+            let shape = table.column_of(field).map(|at| table.columns[at].shape);
+            match stored.get(field.stored_name()) {
+                // A column of JSON holds its text, quotes and all (a newtype's `"a"`), and may
+                // hold a JSON null, which is a value: a NULL part is none of a page's rows.
+                Some(value) if shape == Some(ColumnShape::Structured) => Some(value.to_string()),
+                None | Some(Value::Null) => None,
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(other) => Some(other.to_string()),
+            }
         })
         .collect();
     key.map(|key| Value::from(key).to_string())
