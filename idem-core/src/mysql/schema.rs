@@ -43,8 +43,9 @@ pub(super) async fn found(wire: &impl Wire, table: &Table) -> Result<Option<Foun
         // A column of JSON (a newtype key's) in `utf8mb4_bin`, MariaDB's `JSON`: the text idem
         // writes there never ends in a space, and JSON's spaces are no part of its value.
         let json = table.shape_named(&name) == Some(ColumnShape::Structured);
-        let loose = (row.text(2)?)
-            .filter(|collation| !is_bytewise(collation) && !(json && collation == "utf8mb4_bin"));
+        let compares_bytes =
+            |collation: &str| is_bytewise(collation) || (json && collation == "utf8mb4_bin");
+        let loose = (row.text(2)?).filter(|collation| !compares_bytes(collation));
         columns.push(FoundColumn {
             name,
             declared: row.text(1)?.unwrap_or_default(),

@@ -11,7 +11,7 @@ use crate::model::{Field, Role, APPLIED_OPS_FIELD, ID_FIELD, WRITE_MARKER_FIELD}
 use crate::sql::dialect::Statement;
 use crate::sql::guard::{upsert_guard, GuardWords};
 use crate::sql::layout::{Content, Layout, TableColumn};
-use crate::sql::marker_sql::{boolean_text, parameter_rows, Words};
+use crate::sql::marker_sql::{parameter_rows, Words};
 use crate::sql::marker_table::MarkerWords;
 
 /// The collation that compares text byte for byte (NO PAD: `utf8mb4_bin` ignores trailing
@@ -23,6 +23,12 @@ const KEY_BYTES: usize = 3_072;
 
 /// The longest text key column, in characters, where the key leaves room.
 const KEY_CHARS: usize = 255;
+
+/// The boolean column expression `column` (a MySQL-family `BOOLEAN`, which holds integers) as
+/// `true` or `false`, as a column of any type reads.
+fn boolean_text(column: &str) -> String {
+    format!("(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)")
+}
 
 /// How the MySQL family writes the words of the statements' shared parts and of the guard.
 pub(crate) const WORDS: Words = Words {

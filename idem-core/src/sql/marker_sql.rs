@@ -77,9 +77,3 @@ pub(crate) fn parameter_rows(width: usize, rows: usize) -> String {
     let row = format!("({})", vec!["?"; width].join(", "));
     vec![row.as_str(); rows].join(", ")
 }
-
-/// The boolean column expression `column` (a MySQL-family `BOOLEAN`, which holds integers) as
-/// `true` or `false`, as a column of any type reads.
-pub(crate) fn boolean_text(column: &str) -> String {
-    format!("(CASE WHEN {column} IS NULL THEN NULL WHEN {column} THEN 'true' ELSE 'false' END)")
-}
