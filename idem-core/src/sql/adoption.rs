@@ -301,8 +301,15 @@ async fn adopt_row<D: SqlDialect>(
             }
             Move::Changed => {
                 let Some(id) = &row.id else {
-                    // Written since it was read, so no longer where it was.
-                    break "changed by another writer; run adopt again".to_owned();
+                    // Written since it was read, so no longer where it was; or, read and
+                    // locked in idem's transaction, not found again by the key it read (a key
+                    // value stored otherwise than it reads, as SQLite's `'t'` for true).
+                    break match D::ADOPTS_IN_TRANSACTION {
+                        true => "not found again by the natural key it reads as (a key value \
+                                 stored otherwise than it reads): give it an _id"
+                            .to_owned(),
+                        false => "changed by another writer; run adopt again".to_owned(),
+                    };
                 };
                 let again = D::adoption_rows(wire, table, Rows::Id(id), &destination.document);
                 match again.await?.into_iter().next() {

@@ -843,4 +843,11 @@ async fn rows_keyed_by_a_boolean_stored_as_text_are_reported_and_the_adoption_en
     .unwrap();
     assert_eq!(adopted.moved.count, 2, "{adopted}");
     assert_eq!(adopted.failed.count, 2, "{adopted}");
+    assert!(
+        (adopted.failed.samples.iter()).all(|sample| sample
+            .detail
+            .as_deref()
+            .is_some_and(|why| why.contains("give it an _id"))),
+        "{adopted}"
+    );
 }
