@@ -711,3 +711,49 @@ async fn legacy_documents_edited_while_they_move_in_batches_keep_the_last_edit()
         assert_eq!(found.get_str("title"), Ok(expected), "{}", original.slug);
     }
 }
+
+/// A duplicate set aside by the rule and edited by another tool between its copy to the archive
+/// and its deletion (a run stopped there, at its write limit): the next run archives it as it
+/// is then, so the archive holds the edit, where it kept the first copy and deleted the edit.
+#[tokio::test]
+async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edited() {
+    let (database, _log) = fresh_database("adopt_archive_edit").await;
+    let store = Store::new(database.clone());
+    let ids = insert_legacy(
+        &database,
+        &[&post("twice", "first"), &post("twice", "second")],
+    )
+    .await;
+    fn keep_second_title(documents: &[Document]) -> usize {
+        documents
+            .iter()
+            .position(|document| document.get_str("title") == Ok("second"))
+            .unwrap_or(usize::MAX)
+    }
+    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    // One write: the copy of the duplicate, not its deletion.
+    let stopped = store
+        .adopt::<Post>(rule().with_max_writes(1))
+        .await
+        .unwrap();
+    assert!(stopped.stopped, "{stopped}");
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    posts(&database)
+        .update_one(
+            doc! { "_id": ids[0] },
+            doc! { "$set": { "title": "edited" } },
+        )
+        .await
+        .unwrap();
+    let resolved = store.adopt::<Post>(rule()).await.unwrap();
+    assert!(resolved.is_complete(), "{resolved}");
+    assert_eq!(resolved.archived.count, 1, "{resolved}");
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    assert_eq!(archive[0].get_str("title").unwrap(), "edited");
+    assert_eq!(
+        contents(&database).await,
+        [("twice".into(), "second".into())]
+    );
+}

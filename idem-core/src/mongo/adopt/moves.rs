@@ -276,17 +276,21 @@ impl Adoption<'_> {
 
     /// Moves a duplicate set aside by the rule to the archive collection: copied first, then
     /// deleted if unchanged, so a crash in between leaves a copy and the next run deletes it.
+    /// The copy replaces one under the same id: an interrupted run's, of the document before
+    /// another tool edited it (kept, it would have been the only copy once the edit is deleted).
     pub(super) async fn archive(&mut self, duplicate: &Document) -> Result<(), Halt> {
         let id = stored_id_text(duplicate).unwrap_or_default();
         let archive_name = format!("{}{ARCHIVE_SUFFIX}", self.model.collection());
         let archive: Collection<Document> = self.store.database.collection(&archive_name);
         self.begin_document()?;
         self.limits.write()?;
-        match archive.insert_one(duplicate.clone()).await {
-            Ok(_) => {}
-            // Copied by an interrupted run: the copy under this id is this document.
-            Err(error) if is_duplicate_key(&error) => {}
-            Err(source) => return Err(mongo_error(&self.collection_ref(), source).into()),
+        let under_its_id =
+            doc! { ID_FIELD: duplicate.get(ID_FIELD).cloned().unwrap_or(Bson::Null) };
+        let copied = archive
+            .replace_one(under_its_id, duplicate.clone())
+            .upsert(true);
+        if let Err(source) = copied.await {
+            return Err(mongo_error(&self.collection_ref(), source).into());
         }
         self.limits.write()?;
         if self.delete_unchanged(duplicate).await? {
