@@ -9,6 +9,8 @@
 //! SQLite, the MySQL family) or each move guarded by the row version it read (PostgreSQL,
 //! which needs no transaction).
 
+use std::collections::HashSet;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -17,7 +19,7 @@ use super::dialect::SqlDialect;
 use super::store::{in_transaction_with, Store};
 use super::takeover::select_every_column;
 use super::takeover::{adoptable_table, key_is_whole, located, location_of, place};
-use super::wire::{Cells, Param, Wire};
+use super::wire::{Cells, DbFailure, Param, Wire};
 use crate::audit::{AdoptReport, AuditProgress, RunLimits};
 use crate::column::ColumnShape;
 use crate::document::DocumentRef;
@@ -122,6 +124,9 @@ struct Run<'p> {
     scanned: u64,
     total: Option<u64>,
     progress: &'p mut (dyn FnMut(&AuditProgress) + Send),
+    /// The places (digests of them) of the rows the pass under way could not move: a moved row
+    /// leaves the pass, so a row read again is one of these ([`page`]).
+    not_moved: HashSet<u64>,
 }
 
 /// The moves of every row of `table` not under its derived id, page by page. A moved row has
@@ -148,8 +153,10 @@ async fn move_rows<D: SqlDialect>(
         scanned: 0,
         total,
         progress,
+        not_moved: HashSet::new(),
     };
     for located in [false, true] {
+        run.not_moved.clear();
         let mut after: Option<String> = None;
         loop {
             let rows = Rows::Page {
@@ -240,24 +247,31 @@ async fn page<D: SqlDialect>(
     // The cursor: the last row that has a place in the pass's order (every row of a page has
     // one: a row without `_id` whose natural key has a NULL part is none of a page's, but
     // reported after the passes where no locator places it).
-    let (located, after) = match rows {
-        Rows::Page { located, after } => (located, after),
-        Rows::Id(_) => (false, None),
-    };
+    let located = matches!(rows, Rows::Page { located: true, .. });
     let place = |row: &ReadRow| match located {
         true => row.location.clone(),
         false => row.id.clone(),
     };
-    // The row at the cursor, read again: its key, bound as read, sorts before it as stored
-    // (SQLite's `'t'` in a boolean column, read as true, bound as 1). Not moved or counted
-    // twice; a page of nothing else ends the pass, which would otherwise never end.
-    page.retain(|row| after.is_none() || place(row).as_deref() != after);
+    // Rows read again, which could not move before: a key that, bound as read, sorts before
+    // the row as stored (SQLite's `'t'` in a boolean column, read as true, bound as 1) makes
+    // the page after it begin before it. Not moved or counted twice; a page of nothing else
+    // ends the pass, which would otherwise read the same rows forever.
+    let digest = |place: &str| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(place, &mut hasher);
+        std::hash::Hasher::finish(&hasher)
+    };
+    page.retain(|row| place(row).is_none_or(|at| !run.not_moved.contains(&digest(&at))));
     let last = page.iter().rev().find_map(place);
     for row in page {
         if run.limits.documents_left(&run.report, 0) == Some(0) {
             return Ok(Next::Stop);
         }
+        let (at, failed) = (place(&row), run.report.failed.count);
         adopt_row::<D>(wire, table, destination, row, &mut run.report).await?;
+        if run.report.failed.count > failed {
+            run.not_moved.extend(at.as_deref().map(digest));
+        }
         run.scanned += 1;
         (run.progress)(&AuditProgress::new(run.scanned, run.total));
     }
@@ -384,17 +398,43 @@ pub(crate) async fn locked_rows<D: SqlDialect>(
     let mut read = Vec::with_capacity(found.len());
     for row in &found {
         let (stored, next) = D::row_read(table, &columns, row, document)?;
+        let location = match D::row_locator(table) {
+            Some(_) => location_of::<D>(table, &stored, row.text(next).map_err(error)?),
+            None => key_as_stored(table, &columns, row).map_err(error)?,
+        };
         read.push(ReadRow {
             id: stored
                 .get(ID_FIELD)
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            location: location_of::<D>(table, &stored, row.text(next).map_err(error)?),
+            location,
             stored,
             version: None,
         });
     }
     Ok(read)
+}
+
+/// Where a row is without a locator: its natural key's cells as the read selected them (a
+/// column of JSON as its text, quotes and all; a `DATE` SQLite reads as JSON as its text), a
+/// JSON array of them, which bound back finds the row; `None` for a key with a NULL part.
+/// Not the values read from them, which may be written otherwise (a text that is no JSON,
+/// read as a string, would come back quoted).
+fn key_as_stored<R: Cells>(
+    table: &Layout,
+    columns: &[usize],
+    row: &R,
+) -> Result<Option<String>, DbFailure> {
+    let mut key = Vec::new();
+    for field in table.model.natural_key_fields() {
+        let cell = (table.column_of(field))
+            .and_then(|index| columns.iter().position(|&column| column == index));
+        match cell.map(|at| row.text(at)).transpose()?.flatten() {
+            Some(text) => key.push(text),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(Value::from(key).to_string()))
 }
 
 /// The texts of the natural key at `location` ([`location_of`]).

@@ -851,3 +851,52 @@ async fn rows_keyed_by_a_boolean_stored_as_text_are_reported_and_the_adoption_en
         "{adopted}"
     );
 }
+
+/// A day of another tool's table, keyed by a column it declared `DATE` (or not at all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "days")]
+struct Day {
+    #[idem(key)]
+    day: String,
+    note: String,
+}
+
+/// Rows without an `_id` keyed by a column declared `DATE` or without a type, which a model
+/// given at run time reads as JSON where it can and as text where not: each moves, found again
+/// by its key as stored (not by the quoted JSON of the text read), and the adoption ends.
+#[tokio::test]
+async fn rows_keyed_by_a_column_of_another_declared_type_move_by_a_model_given_at_run_time() {
+    for declared in ["DATE", ""] {
+        let path = fresh_path(&format!("days_{}", declared.to_lowercase()));
+        let store = Store::new();
+        let mut connection = connect(&path, Duration::from_secs(5)).await;
+        let create = Store::create_table_sql::<Day>()
+            .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
+            .replacen("\"day\" TEXT", &format!("\"day\" {declared}"), 1);
+        sqlite_rows::run(&mut connection, &create).await;
+        sqlite_rows::run(
+            &mut connection,
+            "INSERT INTO days (day, note) VALUES ('2024-01-01', 'a'), ('2024-01-02', 'b'), \
+             ('2024-01-03', 'c')",
+        )
+        .await;
+        let adopted = tokio::time::timeout(
+            Duration::from_secs(30),
+            store.adopt_model(&mut connection, &Day::MODEL, &[], Default::default()),
+        )
+        .await
+        .expect("the adoption ends")
+        .unwrap();
+        assert_eq!(adopted.moved.count, 3, "{declared:?}: {adopted}");
+        let day = Day {
+            day: "2024-01-02".into(),
+            note: "b".into(),
+        };
+        let under_its_id: String = sqlx::query_scalar("SELECT note FROM days WHERE _id = ?")
+            .bind(day.id().unwrap().to_string())
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(under_its_id, "b", "{declared:?}");
+    }
+}
