@@ -162,8 +162,18 @@ macro_rules! scalars {
     };
 }
 
-scalars!(Text: String, str, char, Box<str>, std::borrow::Cow<'_, str>);
-scalars!(Integer: i8, i16, i32, i64, u8, u16, u32);
+// Every text and integer a key may be ([`crate::StoredKey`]) among them: a key column of
+// another shape would hold JSON, which a table made for the `String` the type once had refuses.
+scalars!(
+    Text: String,
+    str,
+    char,
+    Box<str>,
+    std::borrow::Cow<'_, str>,
+    std::sync::Arc<str>,
+    std::rc::Rc<str>
+);
+scalars!(Integer: i8, i16, i32, i64, isize, u8, u16, u32);
 scalars!(Float: f32, f64);
 scalars!(Boolean: bool);
 
@@ -194,6 +204,15 @@ mod tests {
         assert_eq!((&&Probe::<String>::NEW).shape(), ColumnShape::Text);
         assert_eq!((&&Probe::<Option<i64>>::NEW).shape(), ColumnShape::Integer);
         assert_eq!((&&Probe::<u32>::NEW).shape(), ColumnShape::Integer);
+        assert_eq!((&&Probe::<isize>::NEW).shape(), ColumnShape::Integer);
+        assert_eq!(
+            (&&Probe::<std::sync::Arc<str>>::NEW).shape(),
+            ColumnShape::Text
+        );
+        assert_eq!(
+            (&&Probe::<std::rc::Rc<str>>::NEW).shape(),
+            ColumnShape::Text
+        );
         assert_eq!((&&Probe::<u64>::NEW).shape(), ColumnShape::Structured);
         assert_eq!((&&Probe::<f64>::NEW).shape(), ColumnShape::Float);
         assert_eq!((&&Probe::<bool>::NEW).shape(), ColumnShape::Boolean);

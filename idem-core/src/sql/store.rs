@@ -516,6 +516,8 @@ impl<D: SqlDialect> Store<D> {
                         return Ok(None);
                     };
                     let text = match value {
+                        // The SQL stores refuse to write U+0000, so no stored key holds it.
+                        KeyValue::Text(text) if text.contains('\0') => return Ok(None),
                         // A column of JSON (a newtype key's) holds the text's JSON, as a write
                         // sends it.
                         KeyValue::Text(text)

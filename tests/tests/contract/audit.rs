@@ -1374,5 +1374,12 @@ async fn a_type_keyed_by_a_newtype_is_written_on_every_store() {
         assert_eq!(outcomes, [Inserted, Unchanged, Updated], "{db}");
         let found = db.find::<CodedNote>(note.natural_key()).await.unwrap();
         assert_eq!(found.map(|note| note.title), Some("second".into()), "{db}");
+        // A key no store keeps (U+0000 is refused on the SQL stores): found nowhere.
+        let nowhere = CodedNote {
+            code: Code("a\0b".into()),
+            ..note.clone()
+        };
+        let found = db.find::<CodedNote>(nowhere.natural_key()).await;
+        assert!(matches!(found, Ok(None)), "{db}: {found:?}");
     }
 }
