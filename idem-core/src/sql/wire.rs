@@ -52,7 +52,13 @@ impl<'a> Param<'a> {
                 Ok(number) if number.is_finite() => Param::Float(number),
                 _ => Param::Text(Some(text)),
             },
-            ColumnShape::Boolean => Param::Bool(text == "true"),
+            ColumnShape::Boolean => match text {
+                "true" => Param::Bool(true),
+                "false" => Param::Bool(false),
+                // No boolean (another tool's `'yes'` in a boolean column): as it is, so that it
+                // finds its own row, never one holding false.
+                _ => Param::Text(Some(text)),
+            },
             _ => Param::Text(Some(text)),
         }
     }
@@ -310,5 +316,22 @@ impl<W: Wire + ?Sized> Wire for &W {
         each: impl FnMut(&Self::Row) -> Result<(), Error> + Send + 'a,
     ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
         (**self).scan(sql, params, error, each)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_that_is_no_boolean_is_bound_as_text_not_as_false() {
+        let bound = |text| match Param::typed(ColumnShape::Boolean, Some(text)) {
+            Param::Bool(flag) => Some(flag.to_string()),
+            Param::Text(text) => text.map(|text| format!("text {text}")),
+            _ => None,
+        };
+        assert_eq!(bound("true").as_deref(), Some("true"));
+        assert_eq!(bound("false").as_deref(), Some("false"));
+        assert_eq!(bound("yes").as_deref(), Some("text yes"));
     }
 }
