@@ -757,3 +757,30 @@ async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edi
         [("twice".into(), "second".into())]
     );
 }
+
+/// A rule that keeps a document which cannot move (it does not read as the type): the others
+/// stay where they are, reported with it, where they were archived first and the key was left
+/// with only the document that cannot move.
+#[tokio::test]
+async fn a_kept_document_that_cannot_move_leaves_its_duplicates_in_place() {
+    let (database, _log) = fresh_database("adopt_kept_unreadable").await;
+    let store = Store::new(database.clone());
+    let readable = post("twice", "readable");
+    insert_legacy(&database, &[&readable]).await;
+    let mut unreadable = legacy(ObjectId::new(), &readable);
+    unreadable.insert("title", 5);
+    unreadable.insert("fetchedAt", readable.fetched_at + 1);
+    posts(&database).insert_one(unreadable).await.unwrap();
+    let report = store
+        .adopt::<Post>(
+            AdoptOptions::default().with_duplicates(DuplicateRule::KeepGreatest("fetchedAt")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.archived.count, 0, "{report}");
+    assert_eq!(report.failed.count, 1, "{report}");
+    assert_eq!(report.duplicates.keys, 1, "{report}");
+    assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 2);
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert!(archive.is_empty(), "{archive:?}");
+}

@@ -326,18 +326,30 @@ impl Adoption<'_> {
             leave_duplicates(&mut self.report, key, group.len(), ids);
             return Ok(());
         };
-        let kept = group.swap_remove(keep);
+        // The one kept must move (or be in place) before the others are set aside: a key left
+        // with only a document that cannot move would have lost its readable ones to the archive.
+        let plan = match self.prepare(&group[keep]) {
+            Ok(plan) => plan,
+            Err(why) => {
+                let id = stored_id_text(&group[keep]).unwrap_or_default();
+                self.report.failed.record(
+                    id,
+                    Some(format!(
+                        "kept by the rule, but {why}: its duplicates are left as they are"
+                    )),
+                );
+                let key = stored_natural_key(self.model, &group[0]).shown();
+                let ids = group.iter().filter_map(stored_id_text);
+                leave_duplicates(&mut self.report, key, group.len(), ids);
+                return Ok(());
+            }
+        };
+        group.swap_remove(keep);
         for duplicate in group {
             self.archive(&duplicate).await?;
         }
-        let plan = match self.prepare(&kept) {
-            Ok(Some(plan)) => plan,
-            Ok(None) => return Ok(()),
-            Err(why) => {
-                let id = stored_id_text(&kept).unwrap_or_default();
-                self.report.failed.record(id, Some(why));
-                return Ok(());
-            }
+        let Some(plan) = plan else {
+            return Ok(());
         };
         self.begin_document()?;
         if self.limits.counts_writes() {
