@@ -784,3 +784,42 @@ async fn a_kept_document_that_cannot_move_leaves_its_duplicates_in_place() {
     let archive = stored_documents(&database, "posts_idem_duplicates").await;
     assert!(archive.is_empty(), "{archive:?}");
 }
+
+/// A move interrupted after its reserve, whose original another tool then changed so that it
+/// derives another id: the next run gives the stale reservation up and moves the original as it
+/// is, where the reservation's placeholder key stopped every later move of it.
+#[tokio::test]
+async fn an_interrupted_move_whose_original_changed_its_id_is_started_again() {
+    let (database, _log) = fresh_database("adopt_resume_changed").await;
+    let store = Store::new(database.clone());
+    let first = post("moving", "first");
+    let ids = insert_legacy(&database, &[&first]).await;
+    let stopped = store
+        .adopt::<Post>(AdoptOptions::default().with_max_writes(1))
+        .await
+        .unwrap();
+    assert!(stopped.stopped, "{stopped}");
+    let reserved = posts(&database)
+        .count_documents(doc! { "idemAdopt": { "$exists": true } })
+        .await
+        .unwrap();
+    assert_eq!(reserved, 1);
+    posts(&database)
+        .update_one(
+            doc! { "_id": ids[0] },
+            doc! { "$set": { "publishedAt": T0 + 1 } },
+        )
+        .await
+        .unwrap();
+    let resumed = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert!(resumed.is_complete(), "{resumed}");
+    assert_eq!(resumed.moved.count, 1, "{resumed}");
+    let stored = stored_documents(&database, "posts").await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let changed = Post {
+        published_at: T0 + 1,
+        ..first
+    };
+    moved_whole(&stored, &changed);
+    assert!(store.audit::<Post>().await.unwrap().is_clean());
+}

@@ -251,19 +251,20 @@ impl Adoption<'_> {
             };
             let derived = stored_id_text(&reserved).unwrap_or_default();
             let moved = match self.original(&from).await? {
-                // Not released yet: the move goes on from the document as it is now.
+                // Not released yet: the move goes on from the document as it is now, where it
+                // still goes under this reservation's id; else the reservation, a copy of what
+                // the original was, is given up (its placeholder key would stop a new one), and
+                // the scan meets the original as any other document.
                 Some(original) => match self.prepare(&original) {
-                    Ok(None) => Ok(()),
-                    Ok(Some(plan)) => {
+                    Ok(Some(plan)) if plan.derived.to_string() == derived => {
                         self.begin_document()?;
                         // A reservation still as the original reads needs no new reserve, so
                         // runs stopped after one step each still make progress.
                         let reserved_already = plan.reserved == reserved;
                         self.move_document(plan, reserved_already).await?
                     }
-                    Err(why) => {
-                        let id = stored_id_text(&original).unwrap_or_default();
-                        self.report.failed.record(id, Some(why));
+                    _ => {
+                        self.give_up(&derived, &from).await?;
                         continue;
                     }
                 },

@@ -269,8 +269,13 @@ impl Adoption<'_> {
 
     /// Gives up a reservation whose original changed beyond a refresh.
     async fn cancel(&mut self, plan: &Plan) -> Result<(), Error> {
-        let reservation = reservation(&plan.derived.to_string(), &plan.from);
-        let cancel = self.collection.delete_one(reservation);
+        self.give_up(&plan.derived.to_string(), &plan.from).await
+    }
+
+    /// Deletes the reservation under `derived` copied from `from` (whose original is still
+    /// there, so nothing is lost).
+    pub(super) async fn give_up(&mut self, derived: &str, from: &Bson) -> Result<(), Error> {
+        let cancel = self.collection.delete_one(reservation(derived, from));
         cancel.await.naming(&self.collection_ref()).map(drop)
     }
 
