@@ -347,6 +347,12 @@ pub struct AdoptReport {
     /// Whether the adoption stopped at its limit (documents or writes) before the end: running
     /// it again goes on.
     pub stopped: bool,
+    /// Why the unique natural-key index, which duplicates blocked before the moves, could not be
+    /// built after them (MongoDB): documents that still share a key, which the run did not find
+    /// together (keys equal to the index but not to a filter, such as `1` and
+    /// `NumberDecimal("1")`) or another tool wrote meanwhile. idem's writes are refused until it
+    /// is built.
+    pub index_blocked: Option<String>,
 }
 
 impl AdoptReport {
@@ -361,7 +367,10 @@ impl AdoptReport {
     /// Whether every document is under its derived id now: nothing failed, no duplicate was
     /// left, and the adoption was not stopped early.
     pub fn is_complete(&self) -> bool {
-        self.failed.is_empty() && self.duplicates.keys == 0 && !self.stopped
+        self.failed.is_empty()
+            && self.duplicates.keys == 0
+            && !self.stopped
+            && self.index_blocked.is_none()
     }
 }
 
@@ -397,6 +406,14 @@ impl fmt::Display for AdoptReport {
         }
         if self.stopped {
             writeln!(f, "  stopped at the limit: run it again to go on")?;
+        }
+        if let Some(why) = &self.index_blocked {
+            writeln!(
+                f,
+                "  the natural-key index could not be built after the moves: {why}\n    to do: \
+                 `idem audit` lists the documents sharing a key; keep one of each, then run \
+                 `adopt` again"
+            )?;
         }
         if self.moved.is_empty() && self.finished.is_empty() && self.is_complete() {
             writeln!(

@@ -823,3 +823,49 @@ async fn an_interrupted_move_whose_original_changed_its_id_is_started_again() {
     moved_whole(&stored, &changed);
     assert!(store.audit::<Post>().await.unwrap().is_clean());
 }
+
+/// A counter keyed by a number.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, Idempotent)]
+#[idem(collection = "counters")]
+struct Counter {
+    #[idem(key)]
+    n: i64,
+    label: String,
+}
+
+/// Two documents whose keys the unique index holds equal but a filter does not (`1` and
+/// `NumberDecimal("1")`), so the run does not find them together: the index cannot be built
+/// after the moves, and the report says so, with the moves made, where the run failed and its
+/// report was lost.
+#[tokio::test]
+async fn an_index_the_moves_leave_blocked_is_in_the_report() {
+    let (database, _log) = fresh_database("adopt_index_blocked").await;
+    let store = Store::new(database.clone());
+    let counters: Collection<Document> = database.collection("counters");
+    // 1 as a Decimal128: the coefficient 1, the exponent 0 (biased 6176).
+    let mut one = [0u8; 16];
+    one[0] = 1;
+    one[14] = 0x40;
+    one[15] = 0x30;
+    let decimal_one = Bson::Decimal128(bson::Decimal128::from_bytes(one));
+    counters
+        .insert_many([
+            doc! { "_id": ObjectId::new(), "n": 1, "label": "int" },
+            doc! { "_id": ObjectId::new(), "n": decimal_one, "label": "decimal" },
+        ])
+        .await
+        .unwrap();
+    let report = store
+        .adopt::<Counter>(AdoptOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("the report is not lost: {error}"));
+    assert!(report.index_blocked.is_some(), "{report}");
+    assert!(!report.is_complete(), "{report}");
+    assert_eq!(report.moved.count, 1, "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("could not be built after the moves"),
+        "{report}"
+    );
+}

@@ -230,9 +230,17 @@ impl Adoption<'_> {
         };
         self.move_misplaced().await?;
         if index_after_moves(indexed, &self.report) {
-            self.store
+            let built = (self.store)
                 .create_natural_key_index(self.model, &self.collection_ref())
-                .await?;
+                .await;
+            match built {
+                Ok(()) => {}
+                // Told in the report, which the moves made are in.
+                Err(error) if matches!(error.kind(), ErrorKind::DuplicateNaturalKeys { .. }) => {
+                    self.report.index_blocked = Some(error.to_string());
+                }
+                Err(other) => return Err(other.into()),
+            }
         }
         Ok(())
     }
@@ -333,6 +341,10 @@ impl Adoption<'_> {
             Ok(plan) => plan,
             Err(why) => {
                 let id = stored_id_text(&group[keep]).unwrap_or_default();
+                if group.len() == 1 {
+                    self.report.failed.record(id, Some(why));
+                    return Ok(());
+                }
                 self.report.failed.record(
                     id,
                     Some(format!(
