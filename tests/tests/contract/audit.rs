@@ -1098,6 +1098,21 @@ async fn a_field_added_later_is_named_and_never_hashed() {
     }
 }
 
+/// The statements that make `table`'s `_id` nullable on PostgreSQL, as a migration that added
+/// it leaves it: no primary key, a unique constraint on `_id` (and, on a partitioned table, the
+/// partition columns, `key`).
+fn postgres_id_made_nullable(db: &Db, table: &str, key: &str) -> String {
+    let unique = match db.is_partitioned() {
+        true => format!(r#""_id", {key}"#),
+        false => r#""_id""#.to_owned(),
+    };
+    format!(
+        r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+           ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL;
+           ALTER TABLE {table} ADD CONSTRAINT {table}_id UNIQUE ({unique});"#
+    )
+}
+
 /// A reading of a table another tool made, whose natural key's columns may hold NULL.
 #[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "null_key_readings")]
@@ -1145,17 +1160,10 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
             Db::Mongo { .. } => continue,
             Db::Postgres { .. } => {
                 db.ensure::<NullKeyReading>().await;
-                let unique = match db.is_partitioned() {
-                    true => r#""_id", station, indoor, name"#,
-                    false => r#""_id""#,
-                };
                 format!(
-                    r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
-                       ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL,
-                           ALTER COLUMN station DROP NOT NULL, ALTER COLUMN indoor DROP NOT NULL,
-                           ALTER COLUMN name DROP NOT NULL;
-                       ALTER TABLE {table} ADD CONSTRAINT {table}_id UNIQUE ({unique});
-                       {}"#,
+                    "{} ALTER TABLE {table} ALTER COLUMN station DROP NOT NULL, \
+                     ALTER COLUMN indoor DROP NOT NULL, ALTER COLUMN name DROP NOT NULL; {}",
+                    postgres_id_made_nullable(&db, table, "station, indoor, name"),
                     insert(&format!("generate_series(1, {ROWS}) g"))
                 )
             }
@@ -1304,16 +1312,7 @@ async fn rows_without_an_id_keyed_by_a_newtype_move() {
             Db::Mongo { .. } => continue,
             Db::Postgres { .. } => {
                 db.ensure::<CodedNote>().await;
-                let unique = match db.is_partitioned() {
-                    true => r#""_id", code"#,
-                    false => r#""_id""#,
-                };
-                format!(
-                    r#"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
-                       ALTER TABLE {table} ALTER COLUMN "_id" DROP NOT NULL;
-                       ALTER TABLE {table} ADD CONSTRAINT {table}_id UNIQUE ({unique});
-                       {insert}"#
-                )
+                format!("{} {insert}", postgres_id_made_nullable(&db, table, "code"))
             }
             Db::Sqlite { .. } => format!(
                 "{}; {insert}",

@@ -49,6 +49,14 @@ fn moved_whole<'s>(stored: &'s [Document], original: &Post) -> &'s Document {
     found
 }
 
+/// A duplicate rule keeping the document titled "second".
+fn keep_second_title(documents: &[Document]) -> usize {
+    documents
+        .iter()
+        .position(|document| document.get_str("title") == Ok("second"))
+        .unwrap_or(usize::MAX)
+}
+
 fn sample_ids(finding: &idem_core::audit::Finding) -> Vec<String> {
     finding
         .samples
@@ -525,12 +533,6 @@ async fn duplicates_are_reported_or_resolved_by_the_rule_never_silently() {
     assert_eq!(report.moved.count, 1);
     assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 3);
 
-    fn keep_second_title(documents: &[Document]) -> usize {
-        documents
-            .iter()
-            .position(|document| document.get_str("title") == Ok("second"))
-            .unwrap_or(usize::MAX)
-    }
     let resolved = store
         .adopt::<Post>(
             AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title)),
@@ -724,12 +726,6 @@ async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edi
         &[&post("twice", "first"), &post("twice", "second")],
     )
     .await;
-    fn keep_second_title(documents: &[Document]) -> usize {
-        documents
-            .iter()
-            .position(|document| document.get_str("title") == Ok("second"))
-            .unwrap_or(usize::MAX)
-    }
     let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
     // One write: the copy of the duplicate, not its deletion.
     let stopped = store

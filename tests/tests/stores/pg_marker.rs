@@ -6,6 +6,7 @@
 //! and reports are a plain store's; its table check asks for the marker column, naming the fix;
 //! and a table made with or without the option serves both stores.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::ThreadId;
 
@@ -19,14 +20,23 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-/// Every statement text the store sends through tokio-postgres, in order, with the thread that
-/// sent it: one subscriber for the whole process, of which each test reads its own thread's
-/// statements (a subscriber set per thread missed statements while tests ran side by side).
+/// Every statement text the store sends, in order, with the thread that sent it, for the
+/// threads that asked for it: one subscriber for the whole process, of which each test reads its
+/// own thread's statements (a subscriber set per thread missed statements while tests ran side by
+/// side). Only those threads' statements are kept: every other test of the binary sends its own,
+/// which would pile up for the whole run.
 #[derive(Clone, Default)]
-struct Statements(Arc<Mutex<Vec<(ThreadId, String)>>>);
+struct Statements(Arc<Mutex<Captured>>);
+
+/// The threads capturing, and what they sent.
+#[derive(Default)]
+struct Captured {
+    threads: HashSet<ThreadId>,
+    sent: Vec<(ThreadId, String)>,
+}
 
 impl Statements {
-    /// The process's subscriber, set on first use.
+    /// The process's subscriber, set on first use, capturing this thread's statements from now.
     fn capture() -> Statements {
         static CAPTURE: OnceLock<Statements> = OnceLock::new();
         let statements = CAPTURE.get_or_init(|| {
@@ -35,15 +45,18 @@ impl Statements {
             tracing::subscriber::set_global_default(subscriber).unwrap();
             statements
         });
+        (statements.0.lock().unwrap_or_else(PoisonError::into_inner))
+            .threads
+            .insert(std::thread::current().id());
         statements.clone()
     }
 
     /// The statements this thread sent since the last call.
     fn take(&self) -> Vec<String> {
-        let mut sent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let (mine, others) = (std::mem::take(&mut *sent).into_iter())
+        let mut captured = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mine, others) = (std::mem::take(&mut captured.sent).into_iter())
             .partition(|(thread, _)| *thread == std::thread::current().id());
-        *sent = others;
+        captured.sent = others;
         mine.into_iter().map(|(_, sql)| sql).collect()
     }
 
@@ -81,11 +94,15 @@ impl<S: Subscriber> Layer<S> for Statements {
         if event.metadata().target() != "idem::sql" {
             return;
         }
+        let thread = std::thread::current().id();
+        let mut captured = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !captured.threads.contains(&thread) {
+            return;
+        }
         let mut sql = Sql(None);
         event.record(&mut sql);
         if let Some(sql) = sql.0 {
-            let thread = std::thread::current().id();
-            (self.0.lock().unwrap_or_else(PoisonError::into_inner)).push((thread, sql));
+            captured.sent.push((thread, sql));
         }
     }
 }

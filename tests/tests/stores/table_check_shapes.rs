@@ -1712,6 +1712,21 @@ async fn a_mariadb_char_key_column_keeps_keys_apart_or_is_refused() {
     }
 }
 
+/// SQLite: `Page`'s table with a conflict `clause` on `_id`'s primary key (`on_id`), or on the
+/// natural key's constraint.
+fn with_conflict_clause(db: &Sql, clause: &str, on_id: bool) -> String {
+    let create = db.create_sql::<Page>();
+    match on_id {
+        true => redefined(
+            db,
+            &create,
+            "_id",
+            &format!("TEXT PRIMARY KEY{clause} NOT NULL"),
+        ),
+        false => plain(&create).replace("UNIQUE (\"slug\")", &format!("UNIQUE (\"slug\"){clause}")),
+    }
+}
+
 /// SQLite: a key's constraint with a conflict clause (`ON CONFLICT REPLACE` or `IGNORE`), which
 /// an insert that meets it but not the upsert's target obeys: a row another tool stored under
 /// the document's id, or the document's natural key under another id, stays as it is, and the
@@ -1730,18 +1745,7 @@ async fn sqlite_rows_in_the_way_stay_whatever_the_keys_conflict_clause() {
             for on_id in [true, false] {
                 for row in &in_the_way {
                     db.run("DROP TABLE IF EXISTS pages").await;
-                    let create = db.create_sql::<Page>();
-                    let create = match on_id {
-                        true => redefined(
-                            &db,
-                            &create,
-                            "_id",
-                            &format!("TEXT PRIMARY KEY{clause} NOT NULL"),
-                        ),
-                        false => plain(&create)
-                            .replace("UNIQUE (\"slug\")", &format!("UNIQUE (\"slug\"){clause}")),
-                    };
-                    db.run(&create).await;
+                    db.run(&with_conflict_clause(&db, clause, on_id)).await;
                     db.run(row).await;
                     db.forget();
                     let before = db.rows::<Page>().await;
@@ -1771,18 +1775,7 @@ async fn sqlite_an_adoption_meeting_a_conflict_clause_loses_no_row() {
         for clause in ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE"] {
             for on_id in [true, false] {
                 db.run("DROP TABLE IF EXISTS pages").await;
-                let create = db.create_sql::<Page>();
-                let create = match on_id {
-                    true => redefined(
-                        &db,
-                        &create,
-                        "_id",
-                        &format!("TEXT PRIMARY KEY{clause} NOT NULL"),
-                    ),
-                    false => plain(&create)
-                        .replace("UNIQUE (\"slug\")", &format!("UNIQUE (\"slug\"){clause}")),
-                };
-                db.run(&create).await;
+                db.run(&with_conflict_clause(&db, clause, on_id)).await;
                 // `c` under a legacy id, and under the id `c` derives a row that cannot move
                 // (its title is NULL, which no `Page` holds).
                 db.run(
