@@ -36,9 +36,9 @@ pub(super) async fn read_one<W: Wire, T: DeserializeOwned>(
     let mut values = Vec::with_capacity(equal.len());
     let mut conditions = Vec::with_capacity(equal.len());
     for (index, value) in equal {
+        // A key holding U+0000, which no SQL store keeps, is found nowhere before this
+        // (`Store::find_on`); an id is a ULID's text.
         let text = match param_text(*value) {
-            // PostgreSQL text cannot hold U+0000, so no stored key does.
-            Some(Some(text)) if text.contains('\0') => return Ok(None),
             Some(text) => text,
             // No key is bound as an array.
             None => return Ok(None),

@@ -140,7 +140,7 @@ impl Adoption<'_> {
                     // Changed into a document with another key or id: the reservation is
                     // given up and the document is seen again by the next run.
                     Ok(_) | Err(_) => {
-                        self.cancel(&plan).await?;
+                        self.give_up(&plan.derived.to_string(), &plan.from).await?;
                         return Ok(Err(
                             "changed by another writer during the move; run adopt again".into(),
                         ));
@@ -267,13 +267,9 @@ impl Adoption<'_> {
         }
     }
 
-    /// Gives up a reservation whose original changed beyond a refresh.
-    async fn cancel(&mut self, plan: &Plan) -> Result<(), Error> {
-        self.give_up(&plan.derived.to_string(), &plan.from).await
-    }
-
     /// Deletes the reservation under `derived` copied from `from` (whose original is still
-    /// there, so nothing is lost).
+    /// there, so nothing is lost): one whose original changed beyond a refresh, or that an
+    /// interrupted run left of what the original was.
     pub(super) async fn give_up(&mut self, derived: &str, from: &Bson) -> Result<(), Error> {
         let cancel = self.collection.delete_one(reservation(derived, from));
         cancel.await.naming(&self.collection_ref()).map(drop)
