@@ -3,12 +3,9 @@
 //! not, and `index_xinfo` only for a column some index holds), while that text is what SQLite
 //! itself parses again each time it opens the database, so it is the definition.
 
-/// The collation SQLite compares text with byte for byte.
-const BYTEWISE: &str = "BINARY";
-
 /// Whether the collation `name` compares byte for byte.
 pub(super) fn is_bytewise(name: &str) -> bool {
-    name.eq_ignore_ascii_case(BYTEWISE)
+    name.eq_ignore_ascii_case(super::table::WORDS.bytewise)
 }
 
 /// One token of a statement, as far as telling its column definitions apart goes.
@@ -150,11 +147,7 @@ fn column_collation(definition: &[&Token]) -> Option<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn declared(sql: &str) -> Vec<(String, String)> {
-        declared_collations(sql)
-    }
+    use super::{declared_collations as declared, is_bytewise};
 
     fn pair(column: &str, collation: &str) -> (String, String) {
         (column.to_owned(), collation.to_owned())

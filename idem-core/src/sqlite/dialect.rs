@@ -1,6 +1,5 @@
-//! SQLite's words for the SQL store ([`crate::sql::store`]): its statements ([`super::table`]),
-//! its table check ([`super::schema`]), its errors ([`super::errors`]), its effects
-//! ([`super::effects`]), and how its cells read as text.
+//! SQLite as a dialect of the SQL store ([`crate::sql::store`]), and how its cells read as text;
+//! its statements, table check, errors and effects are its sibling modules'.
 
 use sqlx::sqlite::SqliteRow;
 

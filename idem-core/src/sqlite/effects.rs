@@ -117,15 +117,12 @@ fn push(call: &Effect<'_, Table>, push: &Push<'_>) -> Guarded {
 }
 
 /// Whether the key stored under `path` in `stored.value` (its JSON text `stored_key`) is the
-/// pushed item's key (`key`, its JSON text, bound in `binds` with what it needs), as
-/// PostgreSQL's `jsonb` and MongoDB compare keys: numbers by value whatever their form (`1`,
-/// `1.0` and `1e0` are one number, `-0.0` is `0`), a number never equal to a string or a
-/// boolean, objects by their entries whatever their order, arrays item by item. A scalar key is
-/// a stored key of one of its JSON types (a number's whether written as an integer or a real)
-/// with the same SQL value (`IS`, which compares an integer with a real by value; a boolean as
-/// 1 or 0), bound as a column of its shape holds it; an integer beyond `i64`, which SQLite
-/// would read as the nearest double (two such keys one), by its JSON text instead. A list or
-/// an object is one whose tree (`json_tree`) holds the same nodes, each compared so.
+/// pushed item's key (`key`, its JSON text, bound in `binds`), as `jsonb` and MongoDB compare
+/// keys: numbers by value whatever their form (`1`, `1.0`, `1e0`; `-0.0` is `0`), never equal
+/// to a string or a boolean; objects by entries in any order, arrays item by item. A scalar is
+/// a stored key of its JSON types (a number's integer or real) with the same SQL value (`IS`;
+/// a boolean as 1 or 0); an integer beyond `i64`, which SQLite reads as the nearest double, by
+/// its JSON text. A list or an object: its tree (`json_tree`) holds the same nodes, so compared.
 fn same_key(stored_key: &str, path: &str, key: &str, binds: &mut Binds) -> String {
     let typed = |types: &str, same: String| {
         format!("json_type(stored.value, {path}) IN ({types}) AND {same}")

@@ -29,8 +29,7 @@
 //! SQLite has `RETURNING` but no system column saying whether a row was inserted or updated.
 //! Every write statement sets `idemWrite` to a value made for it, one when it inserts and
 //! another when it updates, and returns it: a row returned with the insert's value was
-//! inserted by this statement. (It is the way for servers without `xmax`, such as CockroachDB
-//! and YugabyteDB; the PostgreSQL store does not use it.)
+//! inserted by this statement (as on MariaDB, and on PostgreSQL `with_write_marker`).
 //!
 //! # Concurrency
 //!

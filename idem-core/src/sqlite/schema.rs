@@ -1,9 +1,7 @@
-//! The check of a SQLite table before idem's first write to it: every column with its declared
-//! type, the primary key (or a unique index) on `_id` and a unique constraint on exactly the
-//! natural key, each comparing its keys byte for byte, read from `pragma_table_info`,
-//! `pragma_index_list`, `pragma_index_xinfo` and the table's `CREATE TABLE` text (the collation
-//! each column declares, [`super::collation`]). Every problem comes with its fix, all of them at
-//! once: applying the fixes listed makes the table pass.
+//! The catalog reads of a SQLite table's check ([`crate::sql::table_check`]): columns and their
+//! declared types, unique indexes and their collations, from `pragma_table_info`,
+//! `pragma_index_list`, `pragma_index_xinfo` and the `CREATE TABLE` text ([`super::collation`]);
+//! and the fixes SQLite's own limits call for.
 
 use super::collation::{declared_collations, is_bytewise};
 use super::table::{declared_as, quote, Table, WORDS};

@@ -122,9 +122,8 @@ impl MarkerWords for super::Sqlite {
         format!("{}{constraint}", sql_type(column))
     }
 
-    /// A boolean as `true` or `false` ([`boolean_text`]), an integer as its text; a float as it is stored, whose
-    /// text SQLite would write with 15 significant digits, not the 17 that give the very float
-    /// back; any other (text, JSON) as it is stored.
+    /// A boolean as `true` or `false` ([`boolean_text`]), an integer as its text; any other as
+    /// stored (SQLite's text of a float has 15 significant digits, not the 17 that give it back).
     fn read_column(table: &Table, alias: &str, name: &str) -> String {
         let column = format!("{alias}.{}", quote(name));
         match table.shape_named(name) {
