@@ -150,13 +150,16 @@ pub(crate) fn stored_natural_key(model: &Model, stored: &Document) -> StoredKey<
 
 /// The cursor over every document of `model`'s collection, sorted by the natural key (documents
 /// sharing a key come one after the other), and the server's estimate of how many there are:
-/// from the collection's metadata, cheap, and only used to draw progress.
+/// from the collection's metadata, cheap, and only used to draw progress. Sorted under the
+/// simple collation, whatever the collection's default: under a case-insensitive one "Alpha",
+/// "alpha", "Alpha" may come in that order, and the two "Alpha" would not be seen together.
 pub(crate) async fn sorted_by_natural_key(
     collection: &Collection<Document>,
     model: &Model,
 ) -> Result<(mongodb::Cursor<Document>, Option<u64>), Error> {
     let total = collection.estimated_document_count().await.ok();
-    let find = collection.find(doc! {}).sort(natural_key_pattern(model));
+    let find = (collection.find(doc! {}).sort(natural_key_pattern(model)))
+        .collation(super::schema::simple_collation());
     let cursor = find.allow_disk_use(true).await;
     Ok((cursor.naming(&DocumentRef::collection(model))?, total))
 }

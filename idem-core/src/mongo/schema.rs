@@ -146,7 +146,8 @@ impl Store {
         ];
         let first = async {
             let collection = self.raw_collection(model);
-            let aggregate = collection.aggregate(pipeline).allow_disk_use(true);
+            let aggregate =
+                (collection.aggregate(pipeline).allow_disk_use(true)).collation(simple_collation());
             let mut cursor = aggregate.await.ok()?;
             cursor.advance().await.ok()?.then_some(())?;
             let first = cursor.deserialize_current().ok()?;
@@ -350,10 +351,11 @@ pub(super) fn natural_key_pattern(model: &Model) -> Document {
         .collect()
 }
 
-/// The simple collation, which idem's natural-key index is built under. A read by natural key
-/// names it, so that the server can use that index whatever the collection's default (a
-/// server that matches an index's collation to the query's, as SecantusDB does, otherwise
-/// scans the collection).
+/// The simple collation, which idem's natural-key index is built under. A read by natural key,
+/// or sorted or grouped by it, names it: keys compare byte for byte whatever the collection's
+/// default (which MongoDB applies to a command naming none), and the server can use that index
+/// (one that matches an index's collation to the query's, as SecantusDB does, otherwise scans
+/// the collection). A read by `_id` names none: the `_id` index is under the default.
 pub(super) fn simple_collation() -> Collation {
     Collation::builder().locale("simple").build()
 }

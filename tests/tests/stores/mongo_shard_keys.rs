@@ -585,3 +585,74 @@ async fn without_the_index_every_primitive_agrees_with_the_indexed_store() {
         assert_eq!(other, &seen[0]);
     }
 }
+
+/// A collection made by other tools may compare text under a default collation of its own
+/// (`{locale: "en", strength: 2}`: "Alpha" equals "alpha"), which MongoDB applies to every
+/// command that names none: the audit's and the adoption's reads sorted by the natural key
+/// would then bring "Alpha", "alpha", "Alpha" in that order, and the two "Alpha" would not be
+/// seen as one key's. Each of those reads names the simple collation. The test server keeps a
+/// collection's default collation but does not apply it: what is checked is what the commands
+/// say, and that the duplicates are found under it.
+#[tokio::test]
+async fn reads_sorted_by_the_key_name_the_simple_collation() {
+    use mongodb::options::{Collation, CollationStrength};
+    let (store, sent) = fresh_store("sk_collation").await;
+    let loose = Collation::builder()
+        .locale("en")
+        .strength(CollationStrength::Secondary)
+        .build();
+    let database = store.database();
+    database
+        .create_collection("sharded")
+        .collation(loose)
+        .await
+        .unwrap();
+    let raw = database.collection::<Document>("sharded");
+    let legacy = |id: &str, site: &str| {
+        doc! { "_id": id, "siteId": site, "postNo": 1i64, "title": id, "notes": [], "views": 0i64 }
+    };
+    let documents = [
+        legacy("legacy-1", "Alpha"),
+        legacy("legacy-2", "alpha"),
+        legacy("legacy-3", "Alpha"),
+    ];
+    raw.insert_many(documents).await.unwrap();
+    sent.take();
+    let audit = store.audit::<Sharded>().await.unwrap();
+    let adopted = store
+        .adopt::<Sharded>(idem_core::mongo::AdoptOptions::default())
+        .await
+        .unwrap();
+    let sorted: Vec<Document> = sent
+        .take()
+        .into_iter()
+        .filter(|(name, command)| name == "find" && command.contains_key("sort"))
+        .map(|(_, command)| command)
+        .collect();
+    assert_eq!(
+        sorted.len(),
+        2,
+        "the audit's read and the adoption's: {sorted:?}"
+    );
+    for command in &sorted {
+        assert_eq!(
+            command.get_document("sort").unwrap(),
+            &doc! { "siteId": 1, "postNo": 1 },
+            "{command}"
+        );
+        assert_eq!(
+            command
+                .get_document("collation")
+                .ok()
+                .and_then(|c| c.get_str("locale").ok()),
+            Some("simple"),
+            "{command}"
+        );
+    }
+    assert_eq!(
+        (audit.duplicates.keys, audit.duplicates.documents),
+        (1, 2),
+        "{audit:?}"
+    );
+    assert_eq!(adopted.duplicates.keys, 1, "{adopted:?}");
+}

@@ -251,6 +251,7 @@ impl Adoption<'_> {
                 let holder = self
                     .collection
                     .find_one(holder_filter)
+                    .collation(crate::mongo::schema::simple_collation())
                     .await
                     .naming(&collection_ref)?;
                 let holder = holder
