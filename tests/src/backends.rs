@@ -655,39 +655,45 @@ impl Db {
     /// Adopts `T`'s collection or table with its model given at run time, as `idem adopt --yes`
     /// does.
     pub async fn adopt_model<T: Idempotent>(&self) -> idem_core::AdoptReport {
+        self.adopt_model_at_most::<T>(None).await
+    }
+
+    /// [`Db::adopt_model`], stopping after `max_documents` documents moved (`--max-documents`).
+    pub async fn adopt_model_at_most<T: Idempotent>(
+        &self,
+        max_documents: Option<u64>,
+    ) -> idem_core::AdoptReport {
         let model = &T::MODEL;
+        let mut options = idem_core::sqlite::AdoptOptions::default();
+        options.max_documents = max_documents;
         match self {
-            Db::Mongo { store, .. } => store.adopt_model(model, &[], Default::default()).await,
+            Db::Mongo { store, .. } => {
+                let mut options = idem_core::mongo::AdoptOptions::default();
+                options.max_documents = max_documents;
+                store.adopt_model(model, &[], options).await
+            }
             Db::Postgres {
                 store,
                 client,
                 sqlx,
                 ..
             } => through_postgres!(sqlx, client, |c| store
-                .adopt_model(c, model, &[], Default::default())
+                .adopt_model(c, model, &[], options)
                 .await),
             Db::Sqlite {
                 store, connection, ..
             } => {
+                let mut connection = connection.lock().await;
                 store
-                    .adopt_model(
-                        &mut *connection.lock().await,
-                        model,
-                        &[],
-                        Default::default(),
-                    )
+                    .adopt_model(&mut *connection, model, &[], options)
                     .await
             }
             Db::Mysql {
                 store, connection, ..
             } => {
+                let mut connection = connection.lock().await;
                 store
-                    .adopt_model(
-                        &mut *connection.lock().await,
-                        model,
-                        &[],
-                        Default::default(),
-                    )
+                    .adopt_model(&mut *connection, model, &[], options)
                     .await
             }
         }

@@ -204,10 +204,6 @@ async fn report_unplaced<D: SqlDialect>(
     crate::trace::round_trip("SELECT");
     let error = |source| D::error(&collection, source);
     wire.scan(&sql, &[], error, |row| {
-        if run.limits.documents_left(&run.report, 0) == Some(0) {
-            run.report.stopped = true;
-            return Ok(());
-        }
         let (stored, _) = D::row_read(table, &columns, row, &collection)?;
         let why = match destination(table, stored) {
             Err(why) => why,
@@ -264,11 +260,18 @@ async fn page<D: SqlDialect>(
     page.retain(|row| place(row).is_none_or(|at| !run.not_moved.contains(&digest(&at))));
     let last = page.iter().rev().find_map(place);
     for row in page {
-        if run.limits.documents_left(&run.report, 0) == Some(0) {
+        let limit_reached = run.limits.documents_left(&run.report, 0) == Some(0);
+        let (at, failed) = (place(&row), run.report.failed.count);
+        let row_end = adopt_row::<D>(
+            wire,
+            table,
+            destination,
+            (row, limit_reached),
+            &mut run.report,
+        );
+        if let RowEnd::LimitReached = row_end.await? {
             return Ok(Next::Stop);
         }
-        let (at, failed) = (place(&row), run.report.failed.count);
-        adopt_row::<D>(wire, table, destination, row, &mut run.report).await?;
         if run.report.failed.count > failed {
             run.not_moved.extend(at.as_deref().map(digest));
         }
@@ -278,14 +281,24 @@ async fn page<D: SqlDialect>(
     Ok(last.map_or(Next::PassDone, Next::After))
 }
 
-/// Moves one row, reading it again while it changes under the move.
+/// What became of a row an adoption read.
+enum RowEnd {
+    /// Moved, in place already, deleted meanwhile, or reported as not moved.
+    Settled,
+    /// Left as it was: it would move, and the run's limit is reached.
+    LimitReached,
+}
+
+/// Moves one row, reading it again while it changes under the move. Once the run's limit is
+/// reached (`limit_reached`), a row that would move is left for the next run; one that cannot
+/// move is still reported, which writes nothing, so that a run stops only where a move is left.
 async fn adopt_row<D: SqlDialect>(
     wire: &impl Wire,
     table: &D::Table,
     destination: &Destined<'_>,
-    mut row: ReadRow,
+    (mut row, limit_reached): (ReadRow, bool),
     report: &mut AdoptReport,
-) -> Result<(), Error> {
+) -> Result<RowEnd, Error> {
     let place = (row.location.as_deref()).map_or("a row".to_owned(), |at| place::<D>(table, at));
     let shown = shown_row_id(row.stored.get(ID_FIELD), &place);
     let mut attempts = 0;
@@ -296,16 +309,21 @@ async fn adopt_row<D: SqlDialect>(
         }
         let destination = match destination(table, std::mem::take(&mut row.stored)) {
             Err(why) => break why,
-            Ok(moved) if row.id.as_deref() == Some(moved.id_text.as_str()) => return Ok(()),
+            Ok(moved) if row.id.as_deref() == Some(moved.id_text.as_str()) => {
+                return Ok(RowEnd::Settled)
+            }
             Ok(moved) => moved,
         };
         if row.id.is_none() && row.location.is_none() {
             break "the row has neither an _id nor a locator".to_owned();
         }
+        if limit_reached {
+            return Ok(RowEnd::LimitReached);
+        }
         match D::adoption_move(wire, table, &row, &destination).await? {
             Move::Moved => {
                 report.moved.record_misplaced(shown, destination.id_text);
-                return Ok(());
+                return Ok(RowEnd::Settled);
             }
             Move::Taken => {
                 break format!(
@@ -332,13 +350,13 @@ async fn adopt_row<D: SqlDialect>(
                         row = again;
                     }
                     // Deleted since it was read: nothing to move.
-                    None => return Ok(()),
+                    None => return Ok(RowEnd::Settled),
                 }
             }
         }
     };
     report.failed.record(shown, Some(why));
-    Ok(())
+    Ok(RowEnd::Settled)
 }
 
 /// The rows of an adoption where a page is read with its locks inside a transaction of idem's

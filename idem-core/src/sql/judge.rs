@@ -404,8 +404,9 @@ pub(crate) fn columns_of_model(
 #[derive(Clone, Copy, Debug, Default)]
 #[non_exhaustive]
 pub struct AdoptOptions {
-    /// Stop before the row after this many moved, leaving the table in a state the next run
-    /// finishes: to bound the work of one call.
+    /// Stop before the next row that would move once this many moved, leaving the table in a
+    /// state the next run finishes: to bound the work of one call. Rows met that cannot move
+    /// are still reported, so a run that is not `stopped` left nothing to move.
     pub max_documents: Option<u64>,
     /// Move rows even when the stored ones were written with another model than the one given
     /// (see [`crate::model_check`]): for a deliberate change of keys, timestamp or scheme. Off

@@ -1220,6 +1220,60 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
     }
 }
 
+/// A run whose limit is reached by its last move still reports each row whose key has a NULL
+/// part (reading them writes nothing), and is not stopped: nothing is left for a next run to
+/// move. A limit reached before the last move stops the run, which the next one finishes.
+#[tokio::test]
+async fn a_limit_reached_by_the_last_move_still_reports_the_rows_no_move_can_find() {
+    for db in fresh_backends("null_key_limit").await {
+        let table = NullKeyReading::MODEL.collection();
+        let rows = "(1, TRUE, 'a', 0.5), (2, TRUE, 'b', 1.5), (3, FALSE, 'c', 2.5), \
+                    (NULL, TRUE, 'd', 3.5), (4, NULL, 'e', 4.5)";
+        let insert = format!("INSERT INTO {table} (station, indoor, name, value) VALUES {rows}");
+        let sql = match &db {
+            Db::Mongo { .. } => continue,
+            Db::Postgres { .. } => {
+                db.ensure::<NullKeyReading>().await;
+                format!(
+                    "{} ALTER TABLE {table} ALTER COLUMN station DROP NOT NULL, \
+                     ALTER COLUMN indoor DROP NOT NULL; {insert}",
+                    postgres_id_made_nullable(&db, table, "station, indoor, name"),
+                )
+            }
+            Db::Sqlite { .. } => format!(
+                "{};\n{insert}",
+                idem_core::sqlite::Store::create_table_sql::<NullKeyReading>()
+                    .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
+                    .replace(" NOT NULL", "")
+                    .trim_end()
+                    .trim_end_matches(';'),
+            ),
+            Db::Mysql { .. } => format!(
+                "{};\n{insert}",
+                idem_core::mysql::Store::create_table_sql::<NullKeyReading>()
+                    .replace("PRIMARY KEY (", "UNIQUE KEY (")
+                    .replace(" NOT NULL", "")
+                    .trim_end()
+                    .trim_end_matches(';'),
+            ),
+        };
+        db.run_raw(&sql, doc! {}).await;
+        let first = db.adopt_model_at_most::<NullKeyReading>(Some(2)).await;
+        assert_eq!(
+            (first.moved.count, first.stopped),
+            (2, true),
+            "{db}: {first}"
+        );
+        let last = db.adopt_model_at_most::<NullKeyReading>(Some(1)).await;
+        assert_eq!(last.moved.count, 1, "{db}: {last}");
+        assert_eq!(
+            last.failed.count, 2,
+            "{db}: the two rows no move finds: {last}"
+        );
+        assert!(!last.stopped, "{db}: nothing is left to move: {last}");
+    }
+}
+
 /// A note of a table another tool made, whose key column compares text loosely.
 #[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "loose_notes")]
