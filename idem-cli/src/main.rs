@@ -19,10 +19,10 @@
 //! bar on stderr when it is a terminal. `adopt` first audits the collection and prints that plan;
 //! it moves documents only with `--yes`, and not when a model with one flag changed (a
 //! `--timestamp` forgotten, another `--scheme`, keys too many, too few, swapped or another field)
-//! fits the stored documents far better than the flags do: it names that flag instead. Exit status: 0 when the collection
-//! needs nothing (or adoption completed), 1 when the audit found problems (or adoption left some,
-//! or `--yes` was not given), 2 on an error (a wrong model, a missing collection, a server that
-//! cannot be reached).
+//! fits the stored documents far better than the flags do: it names that flag instead. Exit
+//! status: 0 when the collection needs nothing (or adoption completed), 1 when the audit found
+//! problems (or adoption left some, or `--yes` was not given and there is something to move), 2
+//! on an error (a wrong model, a missing collection, a server that cannot be reached).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -34,7 +34,7 @@ use idem_core::mongo::DuplicateRule;
 use idem_core::{AdoptReport, AuditProgress, AuditReport, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Audit and adopt MongoDB collections and PostgreSQL tables for idem.
+/// Audit and adopt MongoDB collections and PostgreSQL, SQLite and MariaDB tables for idem.
 #[derive(Parser)]
 #[command(name = "idem", version, about)]
 struct Cli {
@@ -1017,6 +1017,10 @@ async fn adopt(
     let to_move = plan.legacy_ids.count + plan.orphans.count;
     if !yes {
         let printed = print(&plan, json);
+        if to_move == 0 {
+            eprintln!("idem: no document to move; nothing was written.");
+            return Ok((printed, plan.is_clean()));
+        }
         eprintln!(
             "idem: nothing was moved; this was the plan: {} to move to {} derived id{}. Run \
              again with --yes to move {}.",

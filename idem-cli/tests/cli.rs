@@ -267,6 +267,27 @@ async fn audit_and_adopt_a_collection_with_every_kind_of_problem() {
     client.shutdown().await;
 }
 
+/// `adopt` without `--yes` on a collection idem wrote (nothing to move, nothing wrong) is no
+/// plan waiting for `--yes`: it says there is nothing to move, and exits 0.
+#[tokio::test]
+async fn adopt_without_yes_on_a_clean_collection_says_so_and_succeeds() {
+    let name = format!("idem_cli_clean_{}", std::process::id());
+    let client = mongodb::Client::with_uri_str(server_uri()).await.unwrap();
+    let database = client.database(&name);
+    database.drop().await.unwrap();
+    let store = idem_core::mongo::Store::new(database.clone());
+    for post in [post("one", T0, "One"), post("two", T0 + 1, "Two")] {
+        post.upsert(&store).await.unwrap();
+    }
+    let plan = idem(&["adopt"], &name);
+    let stderr = String::from_utf8_lossy(&plan.stderr);
+    assert_eq!(plan.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("no document to move"), "{stderr}");
+    assert!(!stderr.contains("--yes"), "{stderr}");
+    database.drop().await.unwrap();
+    client.shutdown().await;
+}
+
 #[test]
 fn a_server_that_cannot_be_reached_is_an_error_not_a_report() {
     let output = Command::new(env!("CARGO_BIN_EXE_idem"))

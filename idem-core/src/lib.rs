@@ -55,7 +55,7 @@
 //! # #[idem(collection = "posts")]
 //! # struct Post { #[idem(key)] slug: String }
 //! # async fn run(post: Post) -> Result<(), Box<dyn std::error::Error>> {
-//! let client = mongodb::Client::with_uri_str("mongodb://localhost:27017/?retryWrites=false").await?;
+//! let client = idem_core::mongodb::Client::with_uri_str("mongodb://localhost:27017/?retryWrites=false").await?;
 //! let store = idem_core::mongo::Store::new(client.database("blog"));
 //! Post::ensure_schema(&store).await?;
 //! let outcome = post.upsert(&store).await?; // Inserted, then Unchanged on every retry
@@ -85,13 +85,17 @@
 //! | `derive` | yes | `#[derive(Idempotent)]`, re-exported from `idem-derive` |
 //! | `mongodb` | yes | the MongoDB store ([`mongo`]), `bson::DateTime` timestamps, the re-exported driver (`idem_core::mongodb`) |
 //! | `postgres` | no | the PostgreSQL store (`postgres`, over tokio-postgres, re-exported as `idem_core::tokio_postgres`) |
+//! | `sqlx-postgres` | no | the same PostgreSQL store over sqlx's `PgConnection` (with `postgres`, over either driver) |
+//! | `sqlite` | no | the SQLite store (`sqlite`, embedded: sqlx with the bundled SQLite, re-exported as `idem_core::sqlx`) |
+//! | `mysql` | no | the MySQL-family store (`mysql`, MariaDB 10.11+, through sqlx's MySQL driver) |
 //! | `tracing` | no | a `tracing` span per call (collection, id, outcome, round trips, retries) and events for contention, refusals and index creation; nothing when off |
 //! | `chrono` | no | `chrono::DateTime<Tz>` as an id timestamp |
 //! | `time` | no | `time::OffsetDateTime` as an id timestamp |
 //! | `blake3` | no | BLAKE3 as the content hash (`hash_algorithm = "blake3"`) |
 //!
-//! A PostgreSQL-only build needs neither the MongoDB driver nor BSON:
-//! `idem-core = { version = "0.1", default-features = false, features = ["derive", "postgres"] }`.
+//! A build for SQL stores only needs neither the MongoDB driver nor BSON: `default-features =
+//! false, features = ["derive", "postgres"]` (or `"sqlite"`, `"mysql"`) on the `idem-core`
+//! dependency (from its repository: it is not on crates.io yet).
 //! Use the drivers idem re-exports, so that your versions and idem's cannot differ.
 //!
 //! # Attributes
@@ -134,20 +138,23 @@
 //!   keys in declaration order then the timestamp, without building a `Post`. A key argument is
 //!   any [`IdKey`] value or reference (`Post::derive_id("hello", "en", &ts)` gives the same id
 //!   as the `String` fields would); the timestamp is a reference to the field's type;
-//! - `post.id()`, `post.content_hash()`, `post.upsert(&store)` and
-//!   `Post::ensure_schema(&store)` as inherent methods, so no trait import is needed;
-//! - for each `push_by` list `comments`, `post.push_comments(&store, &item)`.
+//! - `post.id()`, `post.content_hash()`, `post.upsert(&idem)` and
+//!   `Post::ensure_schema(&idem)` as inherent methods, so no trait import is needed, where
+//!   `idem` is any [`Backend`]: a MongoDB store, or a SQL store's session
+//!   (`store.on(&mut connection)`);
+//! - for each `push_by` list `comments`, `post.push_comments(&idem, &item)`.
 //!
 //! An event type (with `idempotency_key`) gets no `derive_id` or inherent `id()`: its id is
 //! assigned by its first write.
 //!
 //! # The immutability rule
 //!
-//! A field that feeds the id (a key, the timestamp) can never change: a new value derives a new
-//! id, and writing it would leave the old document behind under the old id. idem refuses such a
-//! write, and any write that changes a `frozen` field, with [`ErrorKind::FrozenFieldChanged`]; nothing
-//! is written and the stored document is intact. To really move a document, delete the old one
-//! and write the new one as two deliberate steps.
+//! The timestamp feeds the id but does not name the document (its keys do): a new timestamp
+//! derives a new id, and writing it would leave the old document behind under the old id. idem
+//! refuses such a write, and any write that changes a `frozen` field, with
+//! [`ErrorKind::FrozenFieldChanged`]; nothing is written and the stored document is intact. (New
+//! keys name another document, which is written beside the first.) To really move a document,
+//! delete the old one and write the new one as two deliberate steps.
 
 #![warn(missing_docs)]
 

@@ -20,10 +20,10 @@
 //! # The table
 //!
 //! The columns of the other SQL stores' tables, InnoDB, with MariaDB's types: `BIGINT`,
-//! `BOOLEAN` (`tinyint(1)`), `JSON` for nested values, idem's lists and digests (MariaDB's
-//! `LONGTEXT` checked by `json_valid`), and text in the `utf8mb4_nopad_bin` collation, which
-//! compares bytes: `utf8mb4_bin` ignores trailing spaces, so that `"a"` and `"a "` would be one
-//! key. Floats are `DOUBLE`, which holds neither NaN nor the infinities: a document holding one
+//! `BOOLEAN` (`tinyint(1)`), `JSON` for nested values and idem's lists (MariaDB's `LONGTEXT`
+//! checked by `json_valid`), `BINARY(32)` for the content hash, `VARBINARY(16)` for the frozen
+//! digests, and text in the `utf8mb4_nopad_bin` collation, which compares bytes: `utf8mb4_bin`
+//! ignores trailing spaces, so that `"a"` and `"a "` would be one key. Floats are `DOUBLE`, which holds neither NaN nor the infinities: a document holding one
 //! in a float field is refused (1366, naming the column), where the other stores keep it; inside
 //! a `JSON` value JSON cannot hold them, as on PostgreSQL. Text natural-key columns
 //! are `VARCHAR(255)` (less beside more than three of them), so that the natural key's unique

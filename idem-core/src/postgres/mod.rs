@@ -59,8 +59,8 @@
 //!
 //! # Transactions
 //!
-//! Every method takes a [`Connection`]: tokio-postgres's `&Client` (a pooled client dereferences
-//! to one) or `&Transaction`, or sqlx's `&mut PgConnection`, `&mut PoolConnection<Postgres>` or
+//! Every method takes a [`Connection`]: tokio-postgres's `&Client` (a deadpool-postgres `Object`
+//! as `&**object`, the client it dereferences to) or `&Transaction`, or sqlx's `&mut PgConnection`, `&mut PoolConnection<Postgres>` or
 //! `&mut Transaction<Postgres>`, so idem's writes commit or roll back with the caller's. Inside a
 //! transaction each write statement runs in a savepoint (in the statement's own round trip on
 //! tokio-postgres, which pipelines; as two more round trips on sqlx, which does not), so a
