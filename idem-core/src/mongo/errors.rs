@@ -167,6 +167,14 @@ fn server_error(error: &mongodb::error::Error) -> Option<(i32, &str)> {
     }
 }
 
+/// The server's message where the collection's validator refused a document
+/// (`DocumentValidationFailure`).
+pub(super) fn validator_refusal(error: &mongodb::error::Error) -> Option<&str> {
+    server_error(error)
+        .filter(|(code, _)| *code == 121)
+        .map(|(_, message)| message)
+}
+
 pub(super) fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
     server_code(error) == Some(DUPLICATE_KEY)
 }

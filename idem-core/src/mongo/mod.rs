@@ -83,8 +83,8 @@ use schema::natural_key_pattern;
 pub use errors::driver_error;
 pub(crate) use errors::is_transient_code;
 use errors::{
-    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, next_document, Naming,
-    DUPLICATE_KEY,
+    duplicate_key_message, index_in_message, is_duplicate_key, mongo_error, next_document,
+    validator_refusal, Naming, DUPLICATE_KEY,
 };
 use write::{is_tombstoned, PreparedWrite};
 

@@ -865,3 +865,62 @@ async fn an_index_the_moves_leave_blocked_is_in_the_report() {
         "{report}"
     );
 }
+
+/// A collection whose validator refuses a document's copy (a validator added after the document
+/// was written, which an insert must pass; or a rule on the natural key's type, which the key
+/// set aside during the move breaks): that document is reported with the validator's reason and
+/// stays where it is, and the others move; the run does not end in an error.
+#[tokio::test]
+async fn a_copy_the_validator_refuses_is_reported_and_the_others_move() {
+    let (database, _log) = fresh_database("adopt_validator").await;
+    let store = Store::new(database.clone());
+    let ids = insert_legacy(
+        &database,
+        &[
+            &post("a", "legacy A"),
+            &post("b", "B"),
+            &post("c", "legacy C"),
+        ],
+    )
+    .await;
+    let validate = |schema: Document| {
+        let database = database.clone();
+        async move {
+            database
+                .run_command(doc! {
+                    "collMod": "posts",
+                    "validator": { "$jsonSchema": schema },
+                    "validationLevel": "moderate",
+                    "validationAction": "error",
+                })
+                .await
+                .unwrap();
+        }
+    };
+    validate(doc! { "properties": { "title": { "bsonType": "string", "minLength": 3 } } }).await;
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(report.moved.count, 2, "{report}");
+    assert_eq!(sample_ids(&report.failed), [ids[1].to_hex()], "{report}");
+    let reason = report.failed.samples[0].detail.clone().unwrap();
+    assert!(reason.contains("validator"), "{reason}");
+    let stored = stored_documents(&database, "posts").await;
+    moved_whole(&stored, &post("a", "legacy A"));
+    moved_whole(&stored, &post("c", "legacy C"));
+    let left: Vec<&Document> = stored
+        .iter()
+        .filter(|stored| stored.get_str("slug") == Ok("b"))
+        .collect();
+    assert_eq!(left.len(), 1, "{stored:?}");
+    assert_eq!(left[0].get_object_id("_id").unwrap(), ids[1], "{stored:?}");
+
+    // A rule on the key's type refuses every copy: each is reported, none moves.
+    validate(doc! { "properties": { "slug": { "bsonType": "string" } } }).await;
+    insert_legacy(&database, &[&post("d", "legacy D")]).await;
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(
+        (report.moved.count, report.failed.count),
+        (0, 2),
+        "{report}"
+    );
+    assert_eq!(stored_documents(&database, "posts").await.len(), 4);
+}

@@ -7,6 +7,7 @@ use mongodb::Collection;
 
 use super::{Adoption, ARCHIVE_SUFFIX};
 use crate::audit::{Halt, MoveEnd};
+use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::id::Id;
 use crate::model::ID_FIELD;
@@ -15,6 +16,7 @@ use crate::mongo::errors::Naming;
 use crate::mongo::write::{equal_to, field_digest, stamp, stored_id_text};
 use crate::mongo::{
     duplicate_key_message, find_by_id, index_in_message, is_duplicate_key, mongo_error,
+    validator_refusal,
 };
 use crate::MAX_ATTEMPTS;
 
@@ -73,6 +75,25 @@ pub(super) fn key_set_aside(reserved: &Document) -> Option<&Document> {
         .get_document(ADOPTION_FIELD)
         .and_then(|adoption| adoption.get_document(KEY))
         .ok()
+}
+
+/// A failed reserve as the move's end where the collection's validator refused the copy (a
+/// document of the collection may break a validator added after it, and a copy is checked as
+/// any insert; the natural key set aside may break a rule on the key's type): the document is
+/// reported and stays where it is. Any other failure is the run's.
+fn refused_by_validator(
+    collection: &DocumentRef,
+    derived: &str,
+    source: mongodb::error::Error,
+) -> Result<Result<(), String>, Error> {
+    match validator_refusal(&source) {
+        Some(message) => Ok(Err(format!(
+            "the collection's validator refuses its copy under its derived id {derived}, with \
+             its natural key set aside while it moves ({message}); it stays where it is: relax \
+             the validator (validationLevel \"off\") while adopt runs"
+        ))),
+        None => Err(mongo_error(collection, source)),
+    }
 }
 
 impl Adoption<'_> {
@@ -185,13 +206,15 @@ impl Adoption<'_> {
                     }
                 }
             }
-            Err(source) => return Err(mongo_error(&collection_ref, source)),
+            Err(source) => return refused_by_validator(&collection_ref, &derived, source),
         }
-        self.collection
-            .replace_one(reservation(&derived, &plan.from), plan.reserved.clone())
-            .await
-            .naming(&collection_ref)?;
-        Ok(Ok(()))
+        let refresh = self
+            .collection
+            .replace_one(reservation(&derived, &plan.from), plan.reserved.clone());
+        match refresh.await {
+            Ok(_) => Ok(Ok(())),
+            Err(source) => refused_by_validator(&collection_ref, &derived, source),
+        }
     }
 
     /// The original stored under `from`, as it is now. (`&mut self`, as every step here: an
@@ -264,7 +287,14 @@ impl Adoption<'_> {
                      and run adopt again"
                 )))
             }
-            Err(source) => Err(mongo_error(&collection_ref, source).into()),
+            Err(source) => match validator_refusal(&source) {
+                Some(message) => Ok(Err(format!(
+                    "the collection's validator refuses its natural key {key} restored \
+                     ({message}); its content waits under {derived} with the key set aside: \
+                     relax the validator and run adopt again"
+                ))),
+                None => Err(mongo_error(&collection_ref, source).into()),
+            },
         }
     }
 
