@@ -332,7 +332,7 @@ async fn adopt_moves_legacy_documents_and_writes_converge_on_them() {
 /// and the runs that follow finish the job.
 #[tokio::test]
 async fn adopt_resumes_after_an_interruption_at_any_step() {
-    for first_run_steps in 0..=9 {
+    for first_run_steps in 0..=12 {
         let (database, _log) = fresh_database(&format!("adopt_resume_{first_run_steps}")).await;
         let store = Store::new(database.clone());
         let originals = [post("a", "A"), post("b", "B"), post("c", "C")];
@@ -478,8 +478,9 @@ async fn a_writer_in_the_gap_of_a_move_is_reported_with_both_ids() {
     let (database, _log) = fresh_database("adopt_gap").await;
     let store = Store::new(database.clone());
     insert_legacy(&database, &[&post("a", "legacy A")]).await;
+    // The reserve, the mark and the release.
     let stopped = store
-        .adopt::<Post>(AdoptOptions::default().with_max_writes(2))
+        .adopt::<Post>(AdoptOptions::default().with_max_writes(3))
         .await
         .unwrap();
     assert!(stopped.stopped);
@@ -591,9 +592,9 @@ async fn max_documents_counts_documents_moved() {
     assert!(store.audit::<Post>().await.unwrap().is_clean());
 }
 
-/// Moves go in batches: 300 legacy documents take one insert, one delete and one update command
-/// per 100 documents, not three commands per document, and all of them land under their derived
-/// ids with nothing left reserved.
+/// Moves go in batches: 300 legacy documents take one insert, one delete and two updates (the
+/// mark, the claim) per 100 documents, not four commands per document, and all of them land under
+/// their derived ids with nothing left reserved.
 #[tokio::test]
 async fn adopt_moves_documents_in_batches_of_commands() {
     let (database, log) = fresh_database("adopt_batches").await;
@@ -612,7 +613,7 @@ async fn adopt_moves_documents_in_batches_of_commands() {
     let count = |name: &str| names.iter().filter(|sent| *sent == name).count();
     assert_eq!(
         (count("insert"), count("delete"), count("update")),
-        (3, 3, 3),
+        (3, 3, 6),
         "one command per step and batch of 100: {names:?}"
     );
     eprintln!(
@@ -923,4 +924,44 @@ async fn a_copy_the_validator_refuses_is_reported_and_the_others_move() {
         "{report}"
     );
     assert_eq!(stored_documents(&database, "posts").await.len(), 4);
+}
+
+/// A run stopped after its reserve, then the original deleted by another tool (a user's
+/// deletion, a retention job): the next run gives the reserved copy up instead of claiming it, so
+/// the deleted document does not come back under its derived id. A run stopped after the release
+/// (which it marks first) is finished by the next one.
+#[tokio::test]
+async fn an_original_deleted_while_its_move_was_interrupted_does_not_come_back() {
+    let (database, _log) = fresh_database("adopt_deleted_original").await;
+    let store = Store::new(database.clone());
+    let ids = insert_legacy(&database, &[&post("gone", "Deleted by its owner")]).await;
+    let reserved = store
+        .adopt::<Post>(AdoptOptions::default().with_max_writes(1))
+        .await
+        .unwrap();
+    assert!(reserved.stopped, "{reserved}");
+    assert_eq!(stored_documents(&database, "posts").await.len(), 2);
+    posts(&database)
+        .delete_one(doc! { "_id": ids[0] })
+        .await
+        .unwrap();
+    let report = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(report.moved.count, 0, "{report}");
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(
+        stored_documents(&database, "posts").await,
+        Vec::<Document>::new()
+    );
+
+    // Stopped after the release: the copy is all that is left of the document, and is claimed.
+    let kept = post("kept", "Kept");
+    insert_legacy(&database, &[&kept]).await;
+    let released = store
+        .adopt::<Post>(AdoptOptions::default().with_max_writes(3))
+        .await
+        .unwrap();
+    assert!(released.stopped, "{released}");
+    let finished = store.adopt::<Post>(AdoptOptions::default()).await.unwrap();
+    assert_eq!(finished.finished.count, 1, "{finished}");
+    moved_whole(&stored_documents(&database, "posts").await, &kept);
 }

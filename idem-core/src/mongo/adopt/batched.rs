@@ -1,12 +1,12 @@
 //! The moves of many documents at once: each step of [`moves`](super::moves) as one command
-//! for all of them, in the same order, so a move costs three round trips per batch, not per
+//! for all of them, in the same order, so a move costs four round trips per batch, not per
 //! document.
 
 use std::collections::{HashMap, HashSet};
 
 use mongodb::bson::{doc, Bson};
 
-use super::moves::{claim_update, key_set_aside, reservation, unchanged};
+use super::moves::{claim_update, key_set_aside, releasing_mark, reservation, unchanged};
 use super::Adoption;
 use crate::audit::Halt;
 use crate::error::Error;
@@ -20,8 +20,9 @@ use crate::mongo::write::id_text;
 pub(super) const MOVES_PER_BATCH: usize = 100;
 
 impl Adoption<'_> {
-    /// Moves the pending documents together: one insert of every reservation, one delete of every
-    /// original still as read, one update claiming every reservation whose original is gone. Each
+    /// Moves the pending documents together: one insert of every reservation, one update marking
+    /// each releasing, one delete of every original still as read, one update claiming every
+    /// reservation whose original is gone. Each
     /// step is the one a single move makes, for many documents at once, and in the same order, so
     /// what a crash leaves is what it leaves of single moves. A document any step of which does
     /// not go as planned (its derived id held, its original changed, its key taken meanwhile)
@@ -38,10 +39,16 @@ impl Adoption<'_> {
         let statements = plans.iter().map(|plan| plan.reserved.clone());
         let sent = send(("insert", "documents"), statements.enumerate().collect()).await?;
         let not_reserved: HashSet<usize> = refused_statements(&sent).into_keys().collect();
-        // 2. Release.
         let reserved: Vec<usize> = (0..plans.len())
             .filter(|index| !not_reserved.contains(index))
             .collect();
+        // 2. Mark each reservation releasing, then release.
+        let statements = reserved.iter().map(|&index| {
+            let plan = &plans[index];
+            let filter = reservation(&plan.derived.to_string(), &plan.from);
+            (index, doc! { "q": filter, "u": releasing_mark() })
+        });
+        send(("update", "updates"), statements.collect()).await?;
         let statements = reserved.iter().map(|&index| {
             let delete = doc! { "q": unchanged(&plans[index].original), "limit": 1 };
             (index, delete)
@@ -92,10 +99,11 @@ impl Adoption<'_> {
             let (from, to) = (id_text(&plan.from), plan.derived.to_string());
             let claimed = if not_reserved.contains(&index) {
                 // Its derived id or another unique value is held: the single move says which.
-                self.move_document(plan, false).await
+                self.move_document(plan, (false, false)).await
             } else if still_there.contains(&index) {
-                // Reserved, and its original changed: the single move refreshes and goes on.
-                self.move_document(plan, true).await
+                // Reserved and marked, and its original changed: the single move refreshes (the
+                // mark kept) and goes on.
+                self.move_document(plan, (true, true)).await
             } else if not_claimed.contains(&index) {
                 let derived = plan.derived.to_string();
                 self.claim(&derived, &plan.from, Some(&plan.reserved)).await

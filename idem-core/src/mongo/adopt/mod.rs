@@ -33,7 +33,7 @@ use crate::idempotent::Idempotent;
 use crate::model::Model;
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
-use moves::{reserved_from, Plan};
+use moves::{is_releasing, reserved_from, without_mark, Plan};
 pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 /// One adoption run: what it reads, its limits, its report, and the moves it has planned.
@@ -66,16 +66,17 @@ impl Store {
     /// the unique natural-key index exists (it does, or no idem writer can write: they create it
     /// before their first write, and fail while duplicates block it). So a move copies the document
     /// under its derived id first, with its natural key set aside, and only then lets go of the
-    /// original. Each document `L` (legacy id `old`, natural key `K`, derived id `D`) moves in three
+    /// original. Each document `L` (legacy id `old`, natural key `K`, derived id `D`) moves in four
     /// writes:
     ///
     /// 1. **reserve**: insert `R` under `D`: `L`'s fields, the content hash and frozen digests idem
     ///    would store, each natural-key field replaced by a placeholder unique to `old`, and
     ///    `idemAdopt: {from: old, key: K}`. `L` still holds `K`, so the index sees no duplicate.
-    /// 2. **release**: delete `L`, only if it is still exactly as read (its whole document is the
-    ///    filter). If another tool changed it meanwhile, `R` is refreshed from the new `L` and the
-    ///    release tried again.
-    /// 3. **claim**: in one update of `R` (found by `D` and `idemAdopt.from`), restore `K` and remove
+    /// 2. **mark**: set `idemAdopt.releasing` on `R`, which no later write removes while `R` stands.
+    /// 3. **release**: delete `L`, only if it is still exactly as read (its whole document is the
+    ///    filter). If another tool changed it meanwhile, `R` is refreshed from the new `L` (its
+    ///    mark kept) and the release tried again.
+    /// 4. **claim**: in one update of `R` (found by `D` and `idemAdopt.from`), restore `K` and remove
     ///    `idemAdopt`.
     ///
     /// Documents move 100 at a time: each step is one command for all of them, sent after the
@@ -101,7 +102,9 @@ impl Store {
     ///
     /// Every step is safe to repeat, and a later run starts by finishing what an interrupted one left:
     /// a reserved `R` whose `L` still exists goes through the release and the claim (refreshed from
-    /// `L` first), one whose `L` is gone is claimed. A crash before the reserve leaves `L` alone; a
+    /// `L` first); one whose `L` is gone is claimed if it is marked (a run released `L`), and
+    /// given up if not (another tool deleted `L` before any run released it: the copy would bring
+    /// a deleted document back). A crash before the reserve leaves `L` alone; a
     /// crash after the claim left a finished move. So re-running `adopt` after a crash at any point
     /// finishes the job, and no document is ever absent from both `old` and `D`: `R` is written
     /// before `L` is deleted.
@@ -268,17 +271,26 @@ impl Adoption<'_> {
                         self.begin_document()?;
                         // A reservation still as the original reads needs no new reserve, so
                         // runs stopped after one step each still make progress.
-                        let reserved_already = plan.reserved == reserved;
-                        self.move_document(plan, reserved_already).await?
+                        let reserved_already = plan.reserved == without_mark(&reserved);
+                        // A refresh keeps the mark.
+                        let marked_already = is_releasing(&reserved);
+                        (self.move_document(plan, (reserved_already, marked_already))).await?
                     }
                     _ => {
                         self.give_up(&derived, &from).await?;
                         continue;
                     }
                 },
-                None => {
+                // Released by a run (which marked it first): the move is finished. Not marked:
+                // another tool deleted the original before any run released it, and the copy
+                // would bring it back; it is given up.
+                None if is_releasing(&reserved) => {
                     self.begin_document()?;
                     self.claim(&derived, &from, None).await?
+                }
+                None => {
+                    self.give_up_unreleased(&derived, &from).await?;
+                    continue;
                 }
             };
             self.report
@@ -378,7 +390,7 @@ impl Adoption<'_> {
     /// Moves one document, step by step, and reports it.
     async fn move_one(&mut self, plan: Plan) -> Result<(), Halt> {
         let (from, to) = (id_text(&plan.from), plan.derived.to_string());
-        let ended = self.move_document(plan, false).await?;
+        let ended = self.move_document(plan, (false, false)).await?;
         self.report.record_move(from, to, false, ended);
         Ok(())
     }

@@ -20,9 +20,11 @@ use crate::mongo::{
 };
 use crate::MAX_ATTEMPTS;
 
-/// The fields of `idemAdopt`: the original `_id`, and the natural key set aside.
+/// The fields of `idemAdopt`: the original `_id`, the natural key set aside, and the mark a
+/// run sets just before it deletes the original (never removed while the reservation stands).
 const FROM: &str = "from";
 const KEY: &str = "key";
+const RELEASING: &str = "releasing";
 
 /// One document's move.
 pub(super) struct Plan {
@@ -55,6 +57,27 @@ pub(super) fn unchanged(document: &Document) -> Document {
 /// The filter of a reservation: under the derived id, from this original.
 pub(super) fn reservation(derived: &str, from: &Bson) -> Document {
     doc! { ID_FIELD: derived, format!("{ADOPTION_FIELD}.{FROM}"): from.clone() }
+}
+
+/// The mark of a reservation whose original is about to be deleted: a reservation whose
+/// original is gone was released by a run if it holds the mark, else the original was deleted
+/// by another tool before any run released it (and the copy is given up, not brought back).
+pub(super) fn releasing_mark() -> Document {
+    doc! { "$set": { format!("{ADOPTION_FIELD}.{RELEASING}"): true } }
+}
+
+/// Whether a reservation holds [`releasing_mark`].
+pub(super) fn is_releasing(reserved: &Document) -> bool {
+    (reserved.get_document(ADOPTION_FIELD)).is_ok_and(|adoption| adoption.contains_key(RELEASING))
+}
+
+/// A reservation as its plan makes it: without [`releasing_mark`].
+pub(super) fn without_mark(reserved: &Document) -> Document {
+    let mut planned = reserved.clone();
+    if let Ok(adoption) = planned.get_document_mut(ADOPTION_FIELD) {
+        adoption.remove(RELEASING);
+    }
+    planned
 }
 
 /// The claim of a reservation: its natural key restored, `idemAdopt` removed.
@@ -135,12 +158,12 @@ impl Adoption<'_> {
         }))
     }
 
-    /// Reserves (unless `reserved_already`), releases and claims one document; the caller has
-    /// counted it against the document limit.
+    /// Reserves (unless `reserved_already`), marks (unless `marked_already`), releases and claims
+    /// one document; the caller has counted it against the document limit.
     pub(super) async fn move_document(
         &mut self,
         mut plan: Plan,
-        mut reserved_already: bool,
+        (mut reserved_already, mut marked_already): (bool, bool),
     ) -> Result<MoveEnd, Halt> {
         let derived = plan.derived.to_string();
         for _ in 0..MAX_ATTEMPTS {
@@ -150,7 +173,11 @@ impl Adoption<'_> {
                     return Ok(Err(why));
                 }
             }
-            reserved_already = false;
+            if !marked_already {
+                self.limits.write()?;
+                self.mark_releasing(&derived, &plan.from).await?;
+            }
+            (reserved_already, marked_already) = (false, false);
             self.limits.write()?;
             match self.release(&plan).await? {
                 Released::Done => {
@@ -179,7 +206,7 @@ impl Adoption<'_> {
     async fn reserve(&mut self, plan: &Plan) -> Result<Result<(), String>, Error> {
         let collection_ref = self.collection_ref();
         let derived = plan.derived.to_string();
-        match self.collection.insert_one(plan.reserved.clone()).await {
+        let marked = match self.collection.insert_one(plan.reserved.clone()).await {
             Ok(_) => return Ok(Ok(())),
             Err(error) if is_duplicate_key(&error) => {
                 let holder = find_by_id(&self.collection, &collection_ref, &derived).await?;
@@ -189,7 +216,7 @@ impl Adoption<'_> {
                     .and_then(|holder| holder.get_document(ADOPTION_FIELD).ok());
                 let ours = adoption.and_then(|adoption| adoption.get(FROM)) == Some(&plan.from);
                 match (holder, ours) {
-                    (Some(_), true) => {}
+                    (Some(holder), true) => is_releasing(&holder),
                     (Some(holder), false) => {
                         let holder = stored_id_text(&holder).unwrap_or_default();
                         return Ok(Err(format!(
@@ -207,14 +234,37 @@ impl Adoption<'_> {
                 }
             }
             Err(source) => return refused_by_validator(&collection_ref, &derived, source),
+        };
+        // The refresh keeps the mark as read, and replaces only a reservation still so marked:
+        // a mark is never lost while its reservation stands.
+        let (mut filter, mut refreshed) =
+            (reservation(&derived, &plan.from), plan.reserved.clone());
+        let mark = format!("{ADOPTION_FIELD}.{RELEASING}");
+        match marked {
+            true => {
+                filter.insert(mark, true);
+                if let Ok(adoption) = refreshed.get_document_mut(ADOPTION_FIELD) {
+                    adoption.insert(RELEASING, true);
+                }
+            }
+            false => drop(filter.insert(mark, doc! { "$exists": false })),
         }
-        let refresh = self
-            .collection
-            .replace_one(reservation(&derived, &plan.from), plan.reserved.clone());
-        match refresh.await {
-            Ok(_) => Ok(Ok(())),
+        match self.collection.replace_one(filter, refreshed).await {
+            Ok(replaced) if replaced.matched_count == 1 => Ok(Ok(())),
+            Ok(_) => Ok(Err(
+                "its reservation changed under another run of adopt; run adopt again".to_owned(),
+            )),
             Err(source) => refused_by_validator(&collection_ref, &derived, source),
         }
+    }
+
+    /// Marks the reservation under `derived` copied from `from` as releasing its original
+    /// ([`releasing_mark`]), before the original is deleted.
+    async fn mark_releasing(&mut self, derived: &str, from: &Bson) -> Result<(), Error> {
+        let mark = self
+            .collection
+            .update_one(reservation(derived, from), releasing_mark());
+        mark.await.naming(&self.collection_ref()).map(drop)
     }
 
     /// The original stored under `from`, as it is now. (`&mut self`, as every step here: an
@@ -303,6 +353,22 @@ impl Adoption<'_> {
     /// interrupted run left of what the original was.
     pub(super) async fn give_up(&mut self, derived: &str, from: &Bson) -> Result<(), Error> {
         let cancel = self.collection.delete_one(reservation(derived, from));
+        cancel.await.naming(&self.collection_ref()).map(drop)
+    }
+
+    /// [`Adoption::give_up`] of a reservation no run marked releasing: one whose original
+    /// another tool deleted. A run that marks it meanwhile keeps it.
+    pub(super) async fn give_up_unreleased(
+        &mut self,
+        derived: &str,
+        from: &Bson,
+    ) -> Result<(), Error> {
+        let mut unreleased = reservation(derived, from);
+        unreleased.insert(
+            format!("{ADOPTION_FIELD}.{RELEASING}"),
+            doc! { "$exists": false },
+        );
+        let cancel = self.collection.delete_one(unreleased);
         cancel.await.naming(&self.collection_ref()).map(drop)
     }
 
