@@ -67,13 +67,14 @@ impl Adoption<'_> {
                 .collection
                 .find(doc! { ID_FIELD: { "$in": ids } })
                 .projection(doc! { ID_FIELD: 1 });
-            let position: HashMap<String, usize> = reserved
+            // By the id's value and type: `1` and `"1"` are two documents whose ids print alike.
+            let position: HashMap<(String, u8), usize> = reserved
                 .iter()
-                .map(|&index| (id_text(&plans[index].from), index))
+                .map(|&index| (id_key(&plans[index].from), index))
                 .collect();
             for found in collect(find, &self.collection_ref()).await? {
-                let id = found.get(ID_FIELD).map(id_text).unwrap_or_default();
-                still_there.extend(position.get(&id));
+                let id = found.get(ID_FIELD).unwrap_or(&Bson::Null);
+                still_there.extend(position.get(&id_key(id)));
             }
         }
         // 3. Claim.
@@ -119,4 +120,9 @@ impl Adoption<'_> {
         }
         Ok(())
     }
+}
+
+/// An `_id` as a key of a map: its text and its type.
+fn id_key(id: &Bson) -> (String, u8) {
+    (id_text(id), id.element_type() as u8)
 }
