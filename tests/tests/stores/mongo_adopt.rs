@@ -965,3 +965,53 @@ async fn an_original_deleted_while_its_move_was_interrupted_does_not_come_back()
     assert_eq!(finished.finished.count, 1, "{finished}");
     moved_whole(&stored_documents(&database, "posts").await, &kept);
 }
+
+/// Collections whose documents cannot move by copy and delete are refused before any write,
+/// naming why: a capped collection (a copy inserted may push out an original not moved yet) and
+/// a view (no writes). (A time-series collection is refused the same way; the test server does
+/// not report one as such.)
+#[tokio::test]
+async fn a_capped_collection_or_a_view_is_refused_before_any_write() {
+    let (database, _log) = fresh_database("adopt_capped").await;
+    let store = Store::new(database.clone());
+    database
+        .create_collection("posts")
+        .capped(true)
+        .size(1_000_000)
+        .await
+        .unwrap();
+    insert_legacy(&database, &[&post("a", "legacy A")]).await;
+    let before = stored_documents(&database, "posts").await;
+    let refused = store
+        .adopt::<Post>(AdoptOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused.kind(), ErrorKind::SchemaMismatch { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("capped"), "{refused}");
+    assert_eq!(stored_documents(&database, "posts").await, before);
+
+    let (database, _log) = fresh_database("adopt_view").await;
+    let store = Store::new(database.clone());
+    insert_legacy(&database, &[&post("a", "legacy A")]).await;
+    database
+        .create_collection("legacy_posts")
+        .view_on("posts".to_owned())
+        .pipeline(vec![doc! { "$match": {} }])
+        .await
+        .unwrap();
+    let model = idem_core::Model::new(
+        "legacy_posts",
+        Post::MODEL.id_scheme(),
+        Post::MODEL.hash_field(),
+        Post::MODEL.fields(),
+    );
+    let refused = store
+        .adopt_model(&model, FIELD_ORDER, AdoptOptions::default())
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("view"), "{refused}");
+    assert!(refused.to_string().contains("`posts`"), "{refused}");
+}

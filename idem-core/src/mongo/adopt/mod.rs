@@ -13,6 +13,8 @@ mod moves;
 mod options;
 
 use mongodb::bson::{doc, Document};
+use mongodb::options::CreateCollectionOptions;
+use mongodb::results::CollectionType;
 use mongodb::Collection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -184,6 +186,7 @@ impl Store {
         let call = Call::new(CallKind::Adopt, model.collection(), || None::<Id>);
         call.run(async move {
             crate::audit::check_derived_ids(model)?;
+            self.require_movable(model).await?;
             let mut adoption = Adoption {
                 store: self,
                 model,
@@ -203,6 +206,56 @@ impl Store {
             Ok(adoption.report)
         })
         .await
+    }
+}
+
+impl Store {
+    /// [`ErrorKind::SchemaMismatch`] where `model`'s collection is one whose documents cannot
+    /// move by copy and delete: a view (no writes), a time-series collection (no `_id` of one's
+    /// own choosing, no unique index), a capped collection (each copy inserted may push out the
+    /// oldest document, one not moved yet). Checked before any write.
+    async fn require_movable(&self, model: &Model) -> Result<(), Error> {
+        crate::trace::round_trip("listCollections");
+        let whole = DocumentRef::collection(model);
+        let mut listed = (self.database.list_collections())
+            .filter(doc! { "name": model.collection() })
+            .authorized_collections(true)
+            .await
+            .naming(&whole)?;
+        if !listed.advance().await.naming(&whole)? {
+            return Ok(());
+        }
+        let found = listed.deserialize_current().naming(&whole)?;
+        let why = match (&found.collection_type, &found.options) {
+            (CollectionType::View, options) => {
+                let source = options.view_on.as_deref().unwrap_or("its source");
+                format!("it is a view, which takes no writes: adopt the collection it reads, `{source}`")
+            }
+            (CollectionType::Timeseries, _)
+            | (
+                _,
+                CreateCollectionOptions {
+                    timeseries: Some(_),
+                    ..
+                },
+            ) => "it is a time-series collection, whose documents cannot be given an _id of their \
+                 own nor a unique index: idem cannot keep them"
+                .to_owned(),
+            (
+                _,
+                CreateCollectionOptions {
+                    capped: Some(true), ..
+                },
+            ) => "it is a capped collection: each copy adopt inserts may push out its oldest \
+                 document, one not moved yet; copy the documents into a collection that is not \
+                 capped (an aggregation with $out) and adopt that"
+                .to_owned(),
+            _ => return Ok(()),
+        };
+        Err(Error::schema_mismatch(
+            model,
+            format!("adopt moves nothing: {why}"),
+        ))
     }
 }
 
