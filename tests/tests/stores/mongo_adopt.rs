@@ -1015,3 +1015,48 @@ async fn a_capped_collection_or_a_view_is_refused_before_any_write() {
     assert!(refused.to_string().contains("view"), "{refused}");
     assert!(refused.to_string().contains("`posts`"), "{refused}");
 }
+
+/// A legacy id used again after its first document was archived (integer ids of a second
+/// import): the archive keeps the first document, and the second stays where it is, reported;
+/// the copy of an archiving in flight is still replaced (see the test of an edit between the
+/// copy and the deletion).
+#[tokio::test]
+async fn an_id_archived_before_is_not_archived_over() {
+    let (database, _log) = fresh_database("adopt_archive_reused_id").await;
+    let store = Store::new(database.clone());
+    let raw = |id: i32, slug: &str, title: &str| {
+        let mut stored = doc! { "_id": id };
+        stored.extend(bson::to_document(&post(slug, title)).unwrap());
+        stored
+    };
+    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    posts(&database)
+        .insert_many([raw(7, "a", "first"), raw(8, "a", "second")])
+        .await
+        .unwrap();
+    let first = store.adopt::<Post>(rule()).await.unwrap();
+    assert_eq!(first.archived.count, 1, "{first}");
+    posts(&database)
+        .drop_index(NATURAL_KEY_INDEX)
+        .await
+        .unwrap();
+    posts(&database)
+        .insert_many([raw(7, "b", "third"), raw(9, "b", "second")])
+        .await
+        .unwrap();
+    let second = store.adopt::<Post>(rule()).await.unwrap();
+    assert_eq!(second.archived.count, 0, "{second}");
+    assert_eq!(sample_ids(&second.failed), ["7"], "{second}");
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(
+        archive,
+        [raw(7, "a", "first")],
+        "the first stays archived, unmarked"
+    );
+    let still = posts(&database)
+        .find_one(doc! { "_id": 7 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(still.get_str("title"), Ok("third"));
+}

@@ -12,7 +12,7 @@ mod batched;
 mod moves;
 mod options;
 
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::CreateCollectionOptions;
 use mongodb::results::CollectionType;
 use mongodb::Collection;
@@ -32,10 +32,10 @@ use crate::document::DocumentRef;
 use crate::error::{Error, ErrorKind};
 use crate::id::Id;
 use crate::idempotent::Idempotent;
-use crate::model::Model;
+use crate::model::{Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
-use moves::{is_releasing, reserved_from, without_mark, Plan};
+use moves::{in_flight, is_releasing, reserved_from, without_mark, Plan, ARCHIVING_FIELD};
 pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 /// One adoption run: what it reads, its limits, its report, and the moves it has planned.
@@ -116,8 +116,10 @@ impl Store {
     /// Documents sharing a natural key are never moved silently. By default they stay where they are
     /// and the report lists each key with its ids. A [`DuplicateRule::Keep`] rule picks the one to
     /// keep; each other one is copied whole to the archive collection (`<collection>_idem_duplicates`,
-    /// under its own id) and then deleted if unchanged since read, so a crash between the two leaves
-    /// a copy, never a loss. The kept one is then moved as any other.
+    /// under its own id, marked `idemArchiving` until its original is deleted) and then deleted if
+    /// unchanged since read, so a crash between the two leaves a copy, never a loss. A document
+    /// archived before under the same id is never replaced: the duplicate stays, reported. The
+    /// kept one is then moved as any other.
     pub async fn adopt<T>(&self, options: AdoptOptions) -> Result<AdoptReport, Error>
     where
         T: Idempotent + Serialize + DeserializeOwned,
@@ -301,8 +303,32 @@ impl Adoption<'_> {
         Ok(())
     }
 
+    /// Finishes the archiving an interrupted run left: a marked copy whose original is gone
+    /// is archived (its mark removed); one whose original is still there is replaced when the
+    /// scan archives it again.
+    async fn finish_archiving(&mut self) -> Result<(), Halt> {
+        let collection_ref = self.collection_ref();
+        let archive_name = self.archive_name();
+        let archive: Collection<Document> = self.store.database.collection(&archive_name);
+        let mut cursor = (archive.find(doc! { ARCHIVING_FIELD: true }))
+            .projection(doc! { ID_FIELD: 1 })
+            .await
+            .naming(&collection_ref)?;
+        while let Some(copy) = next_document(&mut cursor, &collection_ref).await? {
+            let id = copy.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
+            if self.original(&id).await?.is_some() {
+                continue;
+            }
+            self.limits.write()?;
+            self.archived(&archive, in_flight(id.clone())).await?;
+            (self.report.archived).record(id_text(&id), Some(format!("to {archive_name}")));
+        }
+        Ok(())
+    }
+
     /// Finishes the moves an interrupted run left reserved.
     async fn finish_interrupted(&mut self) -> Result<(), Halt> {
+        self.finish_archiving().await?;
         let collection_ref = self.collection_ref();
         let mut cursor = self
             .collection

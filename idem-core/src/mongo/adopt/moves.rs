@@ -20,6 +20,15 @@ use crate::mongo::{
 };
 use crate::MAX_ATTEMPTS;
 
+/// The mark of a copy in the archive collection whose original is not deleted yet.
+pub(super) const ARCHIVING_FIELD: &str = "idemArchiving";
+
+/// The filter of the archived copy of the document under `id` while it is in flight (marked
+/// [`ARCHIVING_FIELD`]).
+pub(super) fn in_flight(id: Bson) -> Document {
+    doc! { ID_FIELD: id, ARCHIVING_FIELD: true }
+}
+
 /// The fields of `idemAdopt`: the original `_id`, the natural key set aside, and the mark a
 /// run sets just before it deletes the original (never removed while the reservation stands).
 const FROM: &str = "from";
@@ -372,35 +381,68 @@ impl Adoption<'_> {
         cancel.await.naming(&self.collection_ref()).map(drop)
     }
 
-    /// Moves a duplicate set aside by the rule to the archive collection: copied first, then
-    /// deleted if unchanged, so a crash in between leaves a copy and the next run deletes it.
-    /// The copy replaces one under the same id: an interrupted run's, of the document before
-    /// another tool edited it (kept, it would have been the only copy once the edit is deleted).
+    /// Moves a duplicate set aside by the rule to the archive collection: copied first (marked
+    /// [`ARCHIVING_FIELD`]), then deleted if unchanged, then the copy's mark removed; a crash in
+    /// between leaves a marked copy, never a loss. A marked copy is one in flight, which the next
+    /// copy of the same document replaces (the document may have been edited meanwhile); an
+    /// unmarked one is a document archived before, which is never replaced: a document with its
+    /// `_id` (a reused legacy id) stays where it is, reported.
     pub(super) async fn archive(&mut self, duplicate: &Document) -> Result<(), Halt> {
         let id = stored_id_text(duplicate).unwrap_or_default();
-        let archive_name = format!("{}{ARCHIVE_SUFFIX}", self.model.collection());
+        let archive_name = self.archive_name();
         let archive: Collection<Document> = self.store.database.collection(&archive_name);
         self.begin_document()?;
         self.limits.write()?;
-        let under_its_id =
-            doc! { ID_FIELD: duplicate.get(ID_FIELD).cloned().unwrap_or(Bson::Null) };
-        let copied = archive
-            .replace_one(under_its_id, duplicate.clone())
-            .upsert(true);
-        if let Err(source) = copied.await {
-            return Err(mongo_error(&self.collection_ref(), source).into());
+        let in_flight = in_flight(duplicate.get(ID_FIELD).cloned().unwrap_or(Bson::Null));
+        let mut copy = duplicate.clone();
+        copy.insert(ARCHIVING_FIELD, true);
+        match archive
+            .replace_one(in_flight.clone(), copy)
+            .upsert(true)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if is_duplicate_key(&error) => {
+                self.report.failed.record(
+                    id,
+                    Some(format!(
+                        "{archive_name} holds another document under its id, archived before: \
+                         it stays where it is (move that one away, and run adopt again)"
+                    )),
+                );
+                return Ok(());
+            }
+            Err(source) => return Err(mongo_error(&self.collection_ref(), source).into()),
         }
         self.limits.write()?;
-        if self.delete_unchanged(duplicate).await? {
-            self.report
-                .archived
-                .record(id, Some(format!("to {archive_name}")));
-        } else {
+        if !self.delete_unchanged(duplicate).await? {
             self.report.failed.record(
                 id,
                 Some("changed while being set aside; its copy is archived, run adopt again".into()),
             );
+            return Ok(());
         }
+        self.limits.write()?;
+        self.archived(&archive, in_flight).await?;
+        self.report
+            .archived
+            .record(id, Some(format!("to {archive_name}")));
         Ok(())
+    }
+
+    /// The archive collection of the adopted one.
+    pub(super) fn archive_name(&self) -> String {
+        format!("{}{ARCHIVE_SUFFIX}", self.model.collection())
+    }
+
+    /// Removes the mark of the archived copy `in_flight` finds: its original is deleted.
+    pub(super) async fn archived(
+        &mut self,
+        archive: &Collection<Document>,
+        in_flight: Document,
+    ) -> Result<(), Error> {
+        let unmark = doc! { "$unset": { ARCHIVING_FIELD: "" } };
+        let done = archive.update_one(in_flight, unmark);
+        done.await.naming(&self.collection_ref()).map(drop)
     }
 }
