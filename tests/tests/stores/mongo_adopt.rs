@@ -1060,3 +1060,42 @@ async fn an_id_archived_before_is_not_archived_over() {
         .unwrap();
     assert_eq!(still.get_str("title"), Ok("third"));
 }
+
+/// A run stopped between a duplicate's deletion and the removal of its archived copy's mark:
+/// the next run finishes it (the copy unmarked, counted archived), so that a later document
+/// under the same id cannot replace it.
+#[tokio::test]
+async fn an_archiving_stopped_after_the_deletion_is_finished_by_the_next_run() {
+    let (database, _log) = fresh_database("adopt_archive_finish").await;
+    let store = Store::new(database.clone());
+    insert_legacy(
+        &database,
+        &[&post("twice", "first"), &post("twice", "second")],
+    )
+    .await;
+    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    // The copy and the deletion: not the mark's removal.
+    let stopped = store
+        .adopt::<Post>(rule().with_max_writes(2))
+        .await
+        .unwrap();
+    assert!(stopped.stopped, "{stopped}");
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    assert_eq!(
+        archive[0].get_bool("idemArchiving"),
+        Ok(true),
+        "{archive:?}"
+    );
+    let finished = store.adopt::<Post>(rule()).await.unwrap();
+    assert_eq!(finished.archived.count, 1, "{finished}");
+    assert!(finished.is_complete(), "{finished}");
+    let archive = stored_documents(&database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    assert!(!archive[0].contains_key("idemArchiving"), "{archive:?}");
+    assert_eq!(archive[0].get_str("title"), Ok("first"));
+    assert_eq!(
+        contents(&database).await,
+        [("twice".into(), "second".into())]
+    );
+}
