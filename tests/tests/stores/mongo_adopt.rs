@@ -830,25 +830,59 @@ struct Counter {
     label: String,
 }
 
-/// Two documents whose keys the unique index holds equal but a filter does not (`1` and
-/// `NumberDecimal("1")`), so the run does not find them together: the index cannot be built
-/// after the moves, and the report says so, with the moves made, where the run failed and its
-/// report was lost.
+/// 1 as an int32 and as a Decimal128 (the coefficient 1, the exponent 0, biased 6176).
+fn decimal_one() -> Bson {
+    let mut one = [0u8; 16];
+    one[0] = 1;
+    one[14] = 0x40;
+    one[15] = 0x30;
+    Bson::Decimal128(bson::Decimal128::from_bytes(one))
+}
+
+/// Keys the unique index holds equal though their types differ (`1` and `NumberDecimal("1")`)
+/// are one key's duplicates to the audit and the adoption, as to the index: found before any
+/// move, not met as an index that cannot be built.
+#[tokio::test]
+async fn keys_equal_by_value_across_number_types_are_duplicates() {
+    let (database, _log) = fresh_database("adopt_number_types").await;
+    let store = Store::new(database.clone());
+    let counters: Collection<Document> = database.collection("counters");
+    counters
+        .insert_many([
+            doc! { "_id": ObjectId::new(), "n": 1, "label": "int" },
+            doc! { "_id": ObjectId::new(), "n": 1.0, "label": "double" },
+            doc! { "_id": ObjectId::new(), "n": decimal_one(), "label": "decimal" },
+        ])
+        .await
+        .unwrap();
+    let audit = store.audit::<Counter>().await.unwrap();
+    assert_eq!(
+        (audit.duplicates.keys, audit.duplicates.documents),
+        (1, 3),
+        "{audit}"
+    );
+    let report = store
+        .adopt::<Counter>(AdoptOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(report.duplicates.keys, 1, "{report}");
+    assert_eq!(report.moved.count, 0, "{report}");
+    assert!(report.index_blocked.is_none(), "{report}");
+}
+
+/// Two documents whose keys the unique index holds equal but idem's grouping does not (an
+/// array key, each of whose items the index holds: `[1, 2]` and `1`), so the run does not find
+/// them together: the index cannot be built after the moves, and the report says so, with the
+/// moves made, where the run failed and its report was lost.
 #[tokio::test]
 async fn an_index_the_moves_leave_blocked_is_in_the_report() {
     let (database, _log) = fresh_database("adopt_index_blocked").await;
     let store = Store::new(database.clone());
     let counters: Collection<Document> = database.collection("counters");
-    // 1 as a Decimal128: the coefficient 1, the exponent 0 (biased 6176).
-    let mut one = [0u8; 16];
-    one[0] = 1;
-    one[14] = 0x40;
-    one[15] = 0x30;
-    let decimal_one = Bson::Decimal128(bson::Decimal128::from_bytes(one));
     counters
         .insert_many([
             doc! { "_id": ObjectId::new(), "n": 1, "label": "int" },
-            doc! { "_id": ObjectId::new(), "n": decimal_one, "label": "decimal" },
+            doc! { "_id": ObjectId::new(), "n": [1, 2], "label": "array" },
         ])
         .await
         .unwrap();
