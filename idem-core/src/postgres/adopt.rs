@@ -112,11 +112,19 @@ pub(super) async fn rows<C: Wire>(
 ) -> Result<Vec<ReadRow>, Error> {
     let id = quote(ID_FIELD);
     let (clause, after) = match rows {
+        // Every row of the page's last id: on a table partitioned by its natural key, rows
+        // with other keys may share an `_id`, and the next page begins after it.
         Rows::Page {
             located: false,
             after,
         } => (
-            format!("t.{id} IS NOT NULL AND ($1::text IS NULL OR t.{id} > $1) ORDER BY t.{id}"),
+            format!(
+                "t.{id} IS NOT NULL AND ($1::text IS NULL OR t.{id} > $1) AND t.{id} <= \
+                 (SELECT max(p.{id}) FROM (SELECT u.{id} FROM {table} u WHERE u.{id} IS NOT NULL \
+                 AND ($1::text IS NULL OR u.{id} > $1) ORDER BY u.{id} LIMIT $2) p) \
+                 ORDER BY t.{id}",
+                table = table.name(),
+            ),
             after,
         ),
         Rows::Page {
@@ -137,8 +145,12 @@ pub(super) async fn rows<C: Wire>(
         }
         Rows::Id(at) => (format!("t.{id} = $1"), Some(at)),
     };
+    let limit = match rows {
+        Rows::Page { located: false, .. } => "",
+        _ => " LIMIT $2",
+    };
     let sql = format!(
-        "SELECT {}, t.{id}, {}, {} FROM {} t WHERE {clause} LIMIT $2",
+        "SELECT {}, t.{id}, {}, {} FROM {} t WHERE {clause}{limit}",
         table.row_json("t", |_| true),
         location(table),
         row_version(table),
@@ -235,9 +247,18 @@ pub(super) async fn move_row<C: Wire>(
     destination: &Destination,
 ) -> Result<Move, Error> {
     let id_column = quote(ID_FIELD);
-    let (found, at) = match (&row.id, &row.location) {
-        (Some(id), _) => (format!("t.{id_column} = $1"), id.as_str()),
-        (None, location) => {
+    let (found, at) = match (&row.id, &row.location, table.marker) {
+        // The plain store finds a row by its place (its `ctid` in its partition), which its
+        // `xmin` pins to the version read: by `_id` and `xmin` alone, rows sharing an `_id` on a
+        // table partitioned by its natural key, written by one statement, would move together.
+        (_, Some(location), false) => {
+            let (order, at) = located(table);
+            let found = format!("({order}) = ({at}) AND t.{id_column} IS NOT DISTINCT FROM $4");
+            (found, location.as_str())
+        }
+        // The marker store's version is the whole row, its key included.
+        (Some(id), _, _) => (format!("t.{id_column} = $1"), id.as_str()),
+        (None, location, _) => {
             let (order, at) = located(table);
             let found = format!("({order}) = ({at}) AND t.{id_column} IS NULL");
             (found, location.as_deref().unwrap_or_default())
@@ -245,7 +266,9 @@ pub(super) async fn move_row<C: Wire>(
     };
     let version = row.version.as_deref().unwrap_or_default();
     let mut set = vec![format!("{id_column} = $3")];
-    let mut values: Vec<Option<&str>> = vec![Some(at), Some(version), Some(&destination.id_text)];
+    let id = row.id.as_deref();
+    let mut values: Vec<Option<&str>> =
+        vec![Some(at), Some(version), Some(&destination.id_text), id];
     for (index, value) in &destination.contents {
         values.push(value.as_deref());
         let column = &table.columns[*index];

@@ -1,7 +1,7 @@
 //! The audit on every backend: what it finds in rows idem wrote and then others changed, read as
 //! the type and with the model given at run time (as `idem audit` reads it).
 
-use idem_core::{AuditReport, Idempotent};
+use idem_core::{AuditReport, Idempotent, Outcome};
 use idem_tests::backends::{fresh_backends, Db};
 use idem_tests::fixtures::Post;
 use mongodb::bson::doc;
@@ -1271,6 +1271,65 @@ async fn a_limit_reached_by_the_last_move_still_reports_the_rows_no_move_can_fin
             "{db}: the two rows no move finds: {last}"
         );
         assert!(!last.stopped, "{db}: nothing is left to move: {last}");
+    }
+}
+
+/// A translated note: one legacy id may hold several languages on a table partitioned by its
+/// natural key, whose unique constraint on `_id` holds the key's columns too.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "translated_notes")]
+struct TranslatedNote {
+    #[idem(key)]
+    slug: String,
+    #[idem(key)]
+    lang: String,
+    title: String,
+}
+
+/// On a table partitioned by its natural key, rows another tool wrote under one legacy id with
+/// different keys (an article's translations, written by one statement, so with one `xmin`):
+/// each moves to the id its own key derives, with its own hash, once, even where a page of the
+/// adoption ends between them; the next run moves nothing.
+#[tokio::test]
+async fn rows_sharing_a_legacy_id_on_a_partitioned_table_each_move_to_their_own() {
+    for db in fresh_backends("twin_ids").await {
+        if !db.is_partitioned() {
+            continue;
+        }
+        db.ensure::<TranslatedNote>().await;
+        let table = TranslatedNote::MODEL.collection();
+        // 499 rows before the twins in `_id` order, so that the first page (500 rows) ends
+        // between them.
+        let mut rows: Vec<String> = (0..499)
+            .map(|n| format!("('a{n:03}', 's{n:03}', 'en', 'note {n}')"))
+            .collect();
+        rows.push("('legacy-7', 'twin', 'en', 'in English')".to_owned());
+        rows.push("('legacy-7', 'twin', 'fr', 'en français')".to_owned());
+        db.run_raw(
+            &format!(
+                "INSERT INTO {table} (\"_id\", slug, lang, title) VALUES {}",
+                rows.join(", ")
+            ),
+            doc! {},
+        )
+        .await;
+        let report = db.adopt::<TranslatedNote>().await;
+        assert_eq!(report.moved.count, 501, "{db}: {report}");
+        assert!(report.failed.is_empty(), "{db}: {report}");
+        for (lang, title) in [("en", "in English"), ("fr", "en français")] {
+            let note = TranslatedNote {
+                slug: "twin".into(),
+                lang: lang.into(),
+                title: title.into(),
+            };
+            assert_eq!(
+                db.upsert(&note).await.unwrap(),
+                Outcome::Unchanged,
+                "{db}: {lang}"
+            );
+        }
+        let again = db.adopt::<TranslatedNote>().await;
+        assert_eq!(again.moved.count, 0, "{db}: {again}");
     }
 }
 
