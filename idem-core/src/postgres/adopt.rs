@@ -152,7 +152,7 @@ pub(super) async fn rows<C: Wire>(
     let sql = format!(
         "SELECT {}, t.{id}, {}, {} FROM {} t WHERE {clause}{limit}",
         table.row_json("t", |_| true),
-        location(table),
+        location(table, "t"),
         row_version(table),
         table.name()
     );
@@ -181,13 +181,13 @@ pub(super) async fn rows<C: Wire>(
 /// table, ` in ` and the partition's name, since a `ctid` tells rows apart only within one
 /// partition. Under the write marker, which names no system column, nothing: the row is found
 /// by its natural key ([`location_of`]).
-fn location(table: &Table) -> String {
+pub(super) fn location(table: &Table, alias: &str) -> String {
     if table.marker {
         return "NULL".to_owned();
     }
     format!(
-        "t.ctid::text || CASE WHEN t.tableoid = to_regclass({name})::oid THEN '' \
-         ELSE ' in ' || t.tableoid::regclass::text END",
+        "{alias}.ctid::text || CASE WHEN {alias}.tableoid = to_regclass({name})::oid THEN '' \
+         ELSE ' in ' || {alias}.tableoid::regclass::text END",
         name = literal(&table.name()),
     )
 }

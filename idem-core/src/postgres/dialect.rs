@@ -130,8 +130,13 @@ impl SqlDialect for Postgres {
         &super::statements::WORDS
     }
 
-    fn read_of(_table: &Table, alias: &str, name: &str) -> String {
-        format!("{alias}.{}::text", quote(name))
+    /// The locator ([`Self::row_locator`]) as the adoption reads it: a `ctid`, and in a
+    /// partition the partition's name, since a `ctid` tells rows apart only within one.
+    fn read_of(table: &Table, alias: &str, name: &str) -> String {
+        match name {
+            "ctid" => super::adopt::location(table, alias),
+            _ => format!("{alias}.{}::text", quote(name)),
+        }
     }
 
     /// `ctid`, valid until the row is next written; none under the write marker, whose store

@@ -692,6 +692,17 @@ async fn adoption_tells_rows_of_different_partitions_apart() {
             "{label}: rows of one ctid in several partitions"
         );
         let store = Store::new();
+        // The audit shows each row without an id by a place that is its own.
+        let audit = store.audit::<Post, _>(&client).await.unwrap();
+        let places: std::collections::HashSet<&str> = (audit.legacy_ids.samples.iter())
+            .map(|sample| sample.id.as_str())
+            .collect();
+        assert_eq!(
+            places.len(),
+            audit.legacy_ids.samples.len(),
+            "{label}: {audit}"
+        );
+        assert_eq!(audit.legacy_ids.count, 12, "{label}: {audit}");
         let report = store.adopt::<Post, _>(&client).await.unwrap();
         assert_eq!(
             (report.moved.count, report.failed.count),
