@@ -34,6 +34,29 @@ use idem_core::mongo::DuplicateRule;
 use idem_core::{AdoptReport, AuditProgress, AuditReport, IdScheme, Model, Role};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+/// Why `adopt --yes` would refuse to move anything after the audit `plan` (as the store checks
+/// before its first move), so that the plan does not invite a run that cannot go: a table idem
+/// cannot write yet, or stored fields the model does not have.
+fn refusal_of_yes(plan: &AuditReport, allow_unknown_fields: bool) -> Option<String> {
+    if let Some(problem) = plan.table_problems.first() {
+        return Some(format!("the table's problems come first ({problem})"));
+    }
+    if plan.unknown_fields.is_empty() || allow_unknown_fields {
+        return None;
+    }
+    let shown: Vec<String> = plan
+        .unknown_fields
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    Some(format!(
+        "stored fields that are not fields of the model given ({}): name them among the \
+         model's fields (`--fields`, `--volatile`, …), or leave them out of the hashes with \
+         --allow-unknown-fields",
+        shown.join("; ")
+    ))
+}
+
 /// Audit and adopt MongoDB collections and PostgreSQL, SQLite and MariaDB tables for idem.
 #[derive(Parser)]
 #[command(name = "idem", version, about)]
@@ -82,8 +105,8 @@ enum Command {
         /// Resolve natural-key duplicates: keep the document with the greatest (`greatest:FIELD`)
         /// or least (`least:FIELD`) value of a stored field, and move the others to the
         /// `<collection>_idem_duplicates` collection. Without it, duplicates are left and listed.
-        /// MongoDB only: a PostgreSQL table adopt moves has a unique constraint on the natural
-        /// key, so it holds no duplicates.
+        /// MongoDB only: a SQL table adopt moves has a unique constraint on the natural key, so
+        /// it holds no duplicates.
         #[arg(long, value_name = "greatest:FIELD|least:FIELD", value_parser = parse_keep)]
         keep_duplicate: Option<DuplicateRule>,
     },
@@ -465,6 +488,28 @@ impl Target {
         if let Some(database) = &self.database {
             config.dbname(database);
         }
+        // What libpq (and sqlx) take from the environment where the string says nothing: the
+        // password (`PGPASSWORD`), the host (`PGHOST`, else the local socket directory) and the
+        // user (`PGUSER`, else the system user).
+        let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        if config.get_password().is_none() {
+            if let Some(password) = variable("PGPASSWORD") {
+                config.password(password);
+            }
+        }
+        if config.get_hosts().is_empty() {
+            let socket = ["/var/run/postgresql", "/tmp"]
+                .into_iter()
+                .find(|directory| std::path::Path::new(directory).is_dir());
+            if let Some(host) = variable("PGHOST").or(socket.map(str::to_owned)) {
+                config.host(&host);
+            }
+        }
+        if config.get_user().is_none() {
+            if let Some(user) = variable("PGUSER").or_else(|| variable("USER")) {
+                config.user(&user);
+            }
+        }
         // Without one the system's TCP timeout applies, minutes for an unreachable host.
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(10));
@@ -474,10 +519,17 @@ impl Target {
                 .connect(tokio_postgres::NoTls)
                 .await
                 .map_err(|error| {
-                    format!(
-                        "cannot connect to PostgreSQL at {shown}: {}",
-                        with_causes(&error)
-                    )
+                    let caused = with_causes(&error);
+                    // Hosted servers that require TLS (`sslmode=require`) are out of reach.
+                    let tls = match caused.contains("TLS") {
+                        true => {
+                            " (idem connects without TLS: reach the server where it allows \
+                                 connections without it, `sslmode=disable` or `prefer`, or \
+                                 through a local tunnel)"
+                        }
+                        false => "",
+                    };
+                    format!("cannot connect to PostgreSQL at {shown}: {caused}{tls}")
                 })?;
         let connection = tokio::spawn(connection);
         Ok(Server::Postgres { client, connection })
@@ -1001,7 +1053,7 @@ async fn adopt(
 ) -> Result<(Result<(), String>, bool), String> {
     if flags.keep_duplicate.is_some() && !server.resolves_duplicates() {
         return Err(
-            "--keep-duplicate is for MongoDB: a PostgreSQL table adopt moves has a unique \
+            "--keep-duplicate is for MongoDB: a SQL table adopt moves has a unique \
                     constraint on the natural key, so no duplicates to choose between (the audit \
                     lists those that block the constraint: remove them by hand)"
                 .to_owned(),
@@ -1017,6 +1069,10 @@ async fn adopt(
     let to_move = plan.legacy_ids.count + plan.orphans.count;
     if !yes {
         let printed = print(&plan, json);
+        if let Some(why) = refusal_of_yes(&plan, flags.allow_unknown_fields) {
+            eprintln!("idem: nothing was moved; with --yes, adopt would refuse to move: {why}.");
+            return Ok((printed, false));
+        }
         if to_move == 0 {
             eprintln!("idem: no document to move; nothing was written.");
             return Ok((printed, plan.is_clean()));

@@ -135,3 +135,21 @@ async fn audit_and_adopt_a_table_another_tool_added_rows_to() {
         );
     }
 }
+
+/// A URI that names no database, and no `--database`: the error says so, and how to name one,
+/// rather than that "the database" has no such table.
+#[test]
+fn a_uri_without_a_database_is_told_to_name_one() {
+    let uri = server();
+    let (base, _) = uri.rsplit_once('/').expect("a URI with a path");
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["audit", "--table", "posts", "--key", "slug", "--uri"])
+        .arg(format!("{base}/"))
+        .env_remove("MONGODB_URI")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("names no database"), "{stderr}");
+    assert!(stderr.contains("--database"), "{stderr}");
+}

@@ -352,6 +352,32 @@ async fn a_missing_table_or_column_is_an_error_naming_it() {
             message.contains(&format!("database `{name}` has no table `posts`")),
             "{label}: {message}"
         );
+        // A schema-qualified name, and a name in another case than the table's: the error
+        // says what the name is taken for.
+        client
+            .batch_execute("CREATE SCHEMA app; CREATE TABLE app.notes (slug text)")
+            .await
+            .unwrap();
+        let dotted = idem(
+            &uri,
+            &name,
+            &["audit", "--table", "app.notes", "--key", "slug"],
+        );
+        assert!(
+            stderr(&dotted).contains("search_path"),
+            "{label}: {}",
+            stderr(&dotted)
+        );
+        client
+            .batch_execute("CREATE TABLE notes (slug text)")
+            .await
+            .unwrap();
+        let cased = idem(&uri, &name, &["audit", "--table", "Notes", "--key", "slug"]);
+        assert!(
+            stderr(&cased).contains("there is `notes`"),
+            "{label}: {}",
+            stderr(&cased)
+        );
         // A server that cannot be reached: one line, without the URI's password.
         let unreachable = Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["audit", "--table", "posts", "--key", "slug", "--uri"])
@@ -455,5 +481,33 @@ async fn max_documents_bounds_a_run_and_the_next_goes_on() {
         assert_eq!(report(&rest)["moved"]["count"], 2, "{label}");
         let typed = Store::new().audit::<Post, _>(&client).await.unwrap();
         assert_eq!(typed.clean, 5, "{label}: {typed}");
+    }
+}
+
+/// A server reached with `sslmode=require` (as hosted services ask): the error says that idem
+/// connects without TLS, rather than only the driver's "no TLS implementation configured".
+#[tokio::test]
+async fn a_uri_that_requires_tls_is_refused_saying_idem_has_none() {
+    for (label, uri) in servers() {
+        let separator = if uri.contains('?') { '&' } else { '?' };
+        let required = format!("{uri}{separator}sslmode=require");
+        let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args([
+                "audit", "--uri", &required, "--table", "posts", "--key", "slug",
+            ])
+            .env_remove("MONGODB_URI")
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{label}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("without TLS"),
+            "{label}: {}",
+            stderr(&output)
+        );
     }
 }

@@ -361,3 +361,28 @@ async fn the_table_flag_overrides_the_model_files_collection() {
     let missing = idem_with(&path, &["audit"], &["--model", &model]);
     assert_eq!(missing.status.code(), Some(2));
 }
+
+/// `adopt` without `--yes` on a table idem cannot write yet (another tool's, with its own id
+/// column and no `_id`): the plan says what `--yes` would refuse, not to run it again.
+#[tokio::test]
+async fn adopt_without_yes_says_what_yes_would_refuse() {
+    let path = fresh_path("plan_refused");
+    let mut connection = connect(&path).await;
+    idem_core::sqlx::raw_sql(
+        "CREATE TABLE posts (id INTEGER PRIMARY KEY, slug TEXT, lang TEXT, \"publishedAt\" \
+         INTEGER, title TEXT); INSERT INTO posts (slug, lang, \"publishedAt\", title) VALUES \
+         ('a', 'en', 1700000000000, 'A')",
+    )
+    .execute(&mut connection)
+    .await
+    .unwrap();
+    let plan = idem(&path, &["adopt"]);
+    let stderr = String::from_utf8_lossy(&plan.stderr);
+    assert_eq!(plan.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("with --yes, adopt would refuse"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("_id"), "{stderr}");
+    assert!(!stderr.contains("Run again with --yes"), "{stderr}");
+}

@@ -41,6 +41,13 @@ impl SqlDialect for MySql {
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
+    /// Which database was searched, or that the connection names none.
+    const MISSING_TABLE: Option<&'static str> = Some(
+        "SELECT CASE WHEN DATABASE() IS NULL THEN 'the connection names no database: name \
+         it in the URI''s path (the idem command: or with --database)' ELSE \
+         CONCAT('database `', DATABASE(), '` has no table `', ?, '`') END",
+    );
+
     /// In a type whose cells [`crate::sql::wire::Cells::text`] reads, whichever a table idem did
     /// not create declares (the audit and adoption of a model given at run time read such
     /// tables): a float as a `DOUBLE`, a `DECIMAL` too (its text would not give the very float

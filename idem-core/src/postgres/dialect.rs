@@ -161,9 +161,17 @@ impl SqlDialect for Postgres {
         )
     }
 
+    /// Where the database looked, and what the name may have meant: a schema-qualified name
+    /// is one table name here, and a name in another case another table.
     const MISSING_TABLE: Option<&'static str> = Some(
         "SELECT format('database `%s` has no table `%s` in the search path (%s)', \
-         current_database(), $1::text, current_setting('search_path'))",
+         current_database(), $1::text, current_setting('search_path')) \
+         || CASE WHEN strpos($1::text, '.') > 0 THEN '; a name with a dot is one table''s \
+         name: put its schema in the search path instead (`options=-csearch_path%3D<schema>` \
+         in the URI)' ELSE '' END \
+         || CASE WHEN $1::text <> lower($1::text) \
+         AND to_regclass(quote_ident(lower($1::text))) IS NOT NULL \
+         THEN format('; table names are exact: there is `%s`', lower($1::text)) ELSE '' END",
     );
 
     /// The row as `to_jsonb` makes it, every type as PostgreSQL writes it in JSON.
