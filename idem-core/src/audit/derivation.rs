@@ -48,11 +48,15 @@ pub(crate) fn derive_from_stored(
     let keys: Vec<&dyn IdKey> = parts.iter().map(|part| part as &dyn IdKey).collect();
     let millis = match (model.timestamp_field(), timestamp) {
         (Some(field), Some(value)) => Some(value.as_i64().ok_or_else(|| {
-            unusable(
-                field,
-                value,
-                "a timestamp is integer milliseconds or a date",
-            )
+            let expected = match value {
+                // A SQL table's date and time columns are read as text.
+                Value::String(_) => {
+                    "a timestamp is integer milliseconds or a date, and a date written as text \
+                     (as a SQL date or time column is read) is not read as one yet"
+                }
+                _ => "a timestamp is integer milliseconds or a date",
+            };
+            unusable(field, value, expected)
         })?),
         (Some(field), None) => return Err(unusable(field, &Value::Null, "")),
         (None, _) => None,

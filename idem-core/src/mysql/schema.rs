@@ -204,7 +204,8 @@ async fn session_mode_problems(wire: &impl Wire) -> Result<Vec<String>, DbFailur
         problems.push(format!(
             "the session's sql_mode ({mode}) is not strict: a value a column cannot hold would \
              be cut with a warning instead of refused; SET SESSION sql_mode = \
-             CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES'), or set it in the server's configuration"
+             CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES') on the connection idem writes through, \
+             or set it in the server's configuration (the idem command's connection takes it)"
         ));
     }
     if modes.contains(&"SIMULTANEOUS_ASSIGNMENT") {
