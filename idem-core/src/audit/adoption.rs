@@ -154,6 +154,22 @@ impl RunLimits {
         self.writes += 1;
         Ok(())
     }
+
+    /// Counts `writes` writes that go together: a run stops before the first or after the
+    /// last ([`Halt::Limit`], counting none, where fewer are left), unless its limit is below
+    /// `writes`, where it counts the first alone (`Ok(false)`: the caller counts the others
+    /// with [`RunLimits::write`]), so that such a run still gets past them.
+    #[cfg(feature = "mongodb")]
+    pub fn writes_together(&mut self, writes: u64) -> Result<bool, Halt> {
+        match self.max_writes {
+            Some(limit) if limit < writes => self.write().map(|()| false),
+            Some(limit) if self.writes + writes > limit => Err(Halt::Limit),
+            _ => {
+                self.writes += writes;
+                Ok(true)
+            }
+        }
+    }
 }
 
 /// How one move of a document ended: done, or, for the reason given, not (nothing was lost).

@@ -48,7 +48,12 @@ impl Adoption<'_> {
             let filter = reservation(&plan.derived.to_string(), &plan.from);
             (index, doc! { "q": filter, "u": releasing_mark() })
         });
-        send(("update", "updates"), statements.collect()).await?;
+        let sent = send(("update", "updates"), statements.collect()).await?;
+        // A reservation the server would not mark keeps its original: it goes on alone.
+        let not_marked: HashSet<usize> = refused_statements(&sent).into_keys().collect();
+        let reserved: Vec<usize> = (reserved.into_iter())
+            .filter(|index| !not_marked.contains(index))
+            .collect();
         let statements = reserved.iter().map(|&index| {
             let delete = doc! { "q": unchanged(&plans[index].original), "limit": 1 };
             (index, delete)
@@ -98,7 +103,9 @@ impl Adoption<'_> {
         // The documents below were counted against the document limit when they were planned.
         for (index, plan) in plans.into_iter().enumerate() {
             let (from, to) = (id_text(&plan.from), plan.derived.to_string());
-            let claimed = if not_reserved.contains(&index) {
+            let claimed = if not_marked.contains(&index) {
+                self.move_document(plan, (true, false)).await
+            } else if not_reserved.contains(&index) {
                 // Its derived id or another unique value is held: the single move says which.
                 self.move_document(plan, (false, false)).await
             } else if still_there.contains(&index) {

@@ -35,7 +35,9 @@ use crate::idempotent::Idempotent;
 use crate::model::{Model, ID_FIELD};
 use crate::trace::{Call, CallKind};
 use batched::MOVES_PER_BATCH;
-use moves::{in_flight, is_releasing, reserved_from, without_mark, Plan, ARCHIVING_FIELD};
+use moves::{
+    in_flight, is_releasing, reserved_from, same_bytes, without_mark, Plan, ARCHIVING_FIELD,
+};
 pub use options::{AdoptOptions, DuplicateRule, ARCHIVE_SUFFIX};
 
 /// One adoption run: what it reads, its limits, its report, and the moves it has planned.
@@ -304,26 +306,44 @@ impl Adoption<'_> {
     }
 
     /// Finishes the archiving an interrupted run left: a marked copy whose original is gone
-    /// is archived (its mark removed); one whose original is still there is replaced when the
-    /// scan archives it again.
+    /// is archived (its mark removed), unless the original's content was moved to its derived
+    /// id meanwhile (a later run kept it, the rule or its group having changed), where the copy
+    /// is deleted; one whose original is still there is replaced when the scan archives it
+    /// again.
     async fn finish_archiving(&mut self) -> Result<(), Halt> {
         let collection_ref = self.collection_ref();
         let archive_name = self.archive_name();
         let archive: Collection<Document> = self.store.database.collection(&archive_name);
-        let mut cursor = (archive.find(doc! { ARCHIVING_FIELD: true }))
-            .projection(doc! { ID_FIELD: 1 })
-            .await
-            .naming(&collection_ref)?;
-        while let Some(copy) = next_document(&mut cursor, &collection_ref).await? {
+        let find = archive.find(doc! { ARCHIVING_FIELD: true });
+        let mut cursor = find.await.naming(&collection_ref)?;
+        while let Some(mut copy) = next_document(&mut cursor, &collection_ref).await? {
             let id = copy.get(ID_FIELD).cloned().unwrap_or(Bson::Null);
             if self.original(&id).await?.is_some() {
                 continue;
             }
+            copy.remove(ARCHIVING_FIELD);
             self.limits.write()?;
+            if self.moved_meanwhile(&copy).await? {
+                let moved = archive.delete_one(in_flight(id));
+                moved.await.naming(&collection_ref)?;
+                continue;
+            }
             self.archived(&archive, in_flight(id.clone())).await?;
             (self.report.archived).record(id_text(&id), Some(format!("to {archive_name}")));
         }
         Ok(())
+    }
+
+    /// Whether the content of `original` (gone from the collection) is stored under its
+    /// derived id, with the hash it derives.
+    async fn moved_meanwhile(&mut self, original: &Document) -> Result<bool, Error> {
+        let Ok(Some(plan)) = self.prepare(original) else {
+            return Ok(false);
+        };
+        let derived = plan.derived.to_string();
+        let hash_field = self.model.hash_field();
+        let held = super::find_by_id(&self.collection, &self.collection_ref(), &derived).await?;
+        Ok(held.is_some_and(|held| held.get(hash_field) == plan.reserved.get(hash_field)))
     }
 
     /// Finishes the moves an interrupted run left reserved.
@@ -350,7 +370,7 @@ impl Adoption<'_> {
                         self.begin_document()?;
                         // A reservation still as the original reads needs no new reserve, so
                         // runs stopped after one step each still make progress.
-                        let reserved_already = plan.reserved == without_mark(&reserved);
+                        let reserved_already = same_bytes(&plan.reserved, &without_mark(&reserved));
                         // A refresh keeps the mark.
                         let marked_already = is_releasing(&reserved);
                         (self.move_document(plan, (reserved_already, marked_already))).await?

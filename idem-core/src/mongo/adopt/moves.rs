@@ -20,6 +20,15 @@ use crate::mongo::{
 };
 use crate::MAX_ATTEMPTS;
 
+/// Why a move stops where its reservation is not as this run left it.
+const RESERVATION_CHANGED: &str =
+    "its reservation changed under another run of adopt; run adopt again";
+
+/// Whether two documents hold the same bytes: a NaN is itself, where `==` on values says not.
+pub(super) fn same_bytes(a: &Document, b: &Document) -> bool {
+    matches!((mongodb::bson::to_vec(a), mongodb::bson::to_vec(b)), (Ok(x), Ok(y)) if x == y)
+}
+
 /// The mark of a copy in the archive collection whose original is not deleted yet.
 pub(super) const ARCHIVING_FIELD: &str = "idemArchiving";
 
@@ -109,6 +118,11 @@ pub(super) fn key_set_aside(reserved: &Document) -> Option<&Document> {
         .ok()
 }
 
+/// Whether `error` is a duplicate key in the `_id` index (not in an index of the archive's own).
+fn is_id_clash(error: &mongodb::error::Error) -> bool {
+    is_duplicate_key(error) && index_in_message(duplicate_key_message(error)) == "_id_"
+}
+
 /// A failed reserve as the move's end where the collection's validator refused the copy (a
 /// document of the collection may break a validator added after it, and a copy is checked as
 /// any insert; the natural key set aside may break a rule on the key's type): the document is
@@ -182,12 +196,22 @@ impl Adoption<'_> {
                     return Ok(Err(why));
                 }
             }
-            if !marked_already {
-                self.limits.write()?;
-                self.mark_releasing(&derived, &plan.from).await?;
+            // The mark and the deletion go together: a run stopped between them would leave
+            // the reservation marked with its original in place, and a deletion of the original
+            // by another tool would then be taken for a release.
+            match marked_already {
+                true => self.limits.write()?,
+                false => {
+                    let both_counted = self.limits.writes_together(2)?;
+                    if !self.mark_releasing(&derived, &plan.from).await? {
+                        return Ok(Err(RESERVATION_CHANGED.to_owned()));
+                    }
+                    if !both_counted {
+                        self.limits.write()?;
+                    }
+                }
             }
             (reserved_already, marked_already) = (false, false);
-            self.limits.write()?;
             match self.release(&plan).await? {
                 Released::Done => {
                     return self.claim(&derived, &plan.from, Some(&plan.reserved)).await
@@ -260,20 +284,19 @@ impl Adoption<'_> {
         }
         match self.collection.replace_one(filter, refreshed).await {
             Ok(replaced) if replaced.matched_count == 1 => Ok(Ok(())),
-            Ok(_) => Ok(Err(
-                "its reservation changed under another run of adopt; run adopt again".to_owned(),
-            )),
+            Ok(_) => Ok(Err(RESERVATION_CHANGED.to_owned())),
             Err(source) => refused_by_validator(&collection_ref, &derived, source),
         }
     }
 
     /// Marks the reservation under `derived` copied from `from` as releasing its original
-    /// ([`releasing_mark`]), before the original is deleted.
-    async fn mark_releasing(&mut self, derived: &str, from: &Bson) -> Result<(), Error> {
+    /// ([`releasing_mark`]), before the original is deleted: whether it is still there to mark
+    /// (a racing run may have claimed or given it up, and the original must then stay).
+    async fn mark_releasing(&mut self, derived: &str, from: &Bson) -> Result<bool, Error> {
         let mark = self
             .collection
             .update_one(reservation(derived, from), releasing_mark());
-        mark.await.naming(&self.collection_ref()).map(drop)
+        Ok(mark.await.naming(&self.collection_ref())?.matched_count == 1)
     }
 
     /// The original stored under `from`, as it is now. (`&mut self`, as every step here: an
@@ -392,27 +415,32 @@ impl Adoption<'_> {
         let archive_name = self.archive_name();
         let archive: Collection<Document> = self.store.database.collection(&archive_name);
         self.begin_document()?;
-        self.limits.write()?;
         let in_flight = in_flight(duplicate.get(ID_FIELD).cloned().unwrap_or(Bson::Null));
         let mut copy = duplicate.clone();
         copy.insert(ARCHIVING_FIELD, true);
-        match archive
-            .replace_one(in_flight.clone(), copy)
-            .upsert(true)
-            .await
-        {
-            Ok(_) => {}
-            Err(error) if is_duplicate_key(&error) => {
-                self.report.failed.record(
-                    id,
-                    Some(format!(
+        // A run limited in writes does not copy again what an earlier one copied, so that a
+        // run of one write still makes progress.
+        let copied = match self.limits.counts_writes() {
+            true => (archive.find_one(in_flight.clone()).await)
+                .naming(&self.collection_ref())?
+                .is_some_and(|held| same_bytes(&held, &copy)),
+            false => false,
+        };
+        if !copied {
+            self.limits.write()?;
+            let copy = archive.replace_one(in_flight.clone(), copy).upsert(true);
+            match copy.await {
+                Ok(_) => {}
+                Err(error) if is_id_clash(&error) => {
+                    let why = format!(
                         "{archive_name} holds another document under its id, archived before: \
                          it stays where it is (move that one away, and run adopt again)"
-                    )),
-                );
-                return Ok(());
+                    );
+                    self.report.failed.record(id, Some(why));
+                    return Ok(());
+                }
+                Err(source) => return Err(mongo_error(&self.collection_ref(), source).into()),
             }
-            Err(source) => return Err(mongo_error(&self.collection_ref(), source).into()),
         }
         self.limits.write()?;
         if !self.delete_unchanged(duplicate).await? {
