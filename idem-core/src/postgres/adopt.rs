@@ -111,6 +111,13 @@ pub(super) async fn rows<C: Wire>(
     document: &DocumentRef,
 ) -> Result<Vec<ReadRow>, Error> {
     let id = quote(ID_FIELD);
+    // The first page's statement and the next ones' are two: one whose bound on the cursor
+    // (`$1`) may be absent would leave a generic plan (sqlx's named statements are planned so
+    // after a few runs) without the index's lower bound, each page reading from the start.
+    let past = |column: &str, place: &str| match &rows {
+        Rows::Page { after: None, .. } => String::new(),
+        _ => format!(" AND {column} > {place}"),
+    };
     let (clause, after) = match rows {
         // Every row of the page's last id: on a table partitioned by its natural key, rows
         // with other keys may share an `_id`, and the next page begins after it.
@@ -119,11 +126,12 @@ pub(super) async fn rows<C: Wire>(
             after,
         } => (
             format!(
-                "t.{id} IS NOT NULL AND ($1::text IS NULL OR t.{id} > $1) AND t.{id} <= \
-                 (SELECT max(p.{id}) FROM (SELECT u.{id} FROM {table} u WHERE u.{id} IS NOT NULL \
-                 AND ($1::text IS NULL OR u.{id} > $1) ORDER BY u.{id} LIMIT $2) p) \
-                 ORDER BY t.{id}",
+                "t.{id} IS NOT NULL{after_t} AND t.{id} <= (SELECT max(p.{id}) FROM \
+                 (SELECT u.{id} FROM {table} u WHERE u.{id} IS NOT NULL{after_u} \
+                 ORDER BY u.{id} LIMIT $2) p) ORDER BY t.{id}",
                 table = table.name(),
+                after_t = past(&format!("t.{id}"), "$1::text"),
+                after_u = past(&format!("u.{id}"), "$1::text"),
             ),
             after,
         ),
@@ -137,10 +145,8 @@ pub(super) async fn rows<C: Wire>(
                 true => format!(" AND {}", key_is_whole::<Postgres>(table, true)),
                 false => String::new(),
             };
-            let clause = format!(
-                "t.{id} IS NULL{whole} AND ($1::text IS NULL OR ({order}) > ({at})) \
-                 ORDER BY {order}"
-            );
+            let after_at = past(&format!("({order})"), &format!("({at})"));
+            let clause = format!("t.{id} IS NULL{whole}{after_at} ORDER BY {order}");
             (clause, after)
         }
         Rows::Id(at) => (format!("t.{id} = $1"), Some(at)),
