@@ -685,7 +685,7 @@ impl Db {
             } => {
                 let mut connection = connection.lock().await;
                 store
-                    .adopt_model(&mut *connection, model, &[], options)
+                    .adopt_model(&mut connection, model, &[], options)
                     .await
             }
             Db::Mysql {
@@ -693,7 +693,7 @@ impl Db {
             } => {
                 let mut connection = connection.lock().await;
                 store
-                    .adopt_model(&mut *connection, model, &[], options)
+                    .adopt_model(&mut connection, model, &[], options)
                     .await
             }
         }
