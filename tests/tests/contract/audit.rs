@@ -1126,6 +1126,44 @@ struct NullKeyReading {
     value: f64,
 }
 
+/// The statements that make `NullKeyReading`'s table on `db` with nullable key columns and an
+/// `_id` that may be NULL, then run `insert` (PostgreSQL's, SQLite's or MariaDB's own); `None`
+/// on MongoDB.
+async fn nullable_key_table(db: &Db, insert: impl Fn(&Db) -> String) -> Option<String> {
+    let table = NullKeyReading::MODEL.collection();
+    let without_constraint = |sql: String| sql.trim_end().trim_end_matches(';').to_owned();
+    Some(match db {
+        Db::Mongo { .. } => return None,
+        Db::Postgres { .. } => {
+            db.ensure::<NullKeyReading>().await;
+            format!(
+                "{} ALTER TABLE {table} ALTER COLUMN station DROP NOT NULL, \
+                 ALTER COLUMN indoor DROP NOT NULL, ALTER COLUMN name DROP NOT NULL; {}",
+                postgres_id_made_nullable(db, table, "station, indoor, name"),
+                insert(db)
+            )
+        }
+        Db::Sqlite { .. } => format!(
+            "{};\n{}",
+            without_constraint(
+                idem_core::sqlite::Store::create_table_sql::<NullKeyReading>()
+                    .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
+                    .replace(" NOT NULL", "")
+            ),
+            insert(db)
+        ),
+        Db::Mysql { .. } => format!(
+            "{};\n{}",
+            without_constraint(
+                idem_core::mysql::Store::create_table_sql::<NullKeyReading>()
+                    .replace("PRIMARY KEY (", "UNIQUE KEY (")
+                    .replace(" NOT NULL", "")
+            ),
+            insert(db)
+        ),
+    })
+}
+
 /// Rows without an `_id` whose natural key has a NULL part (no unique constraint keeps such a
 /// key to one row, so no move can be found again by it) are more than a page of the adoption,
 /// and sort before the rows with a whole key on SQLite and MariaDB, after them on PostgreSQL
@@ -1156,35 +1194,14 @@ async fn rows_without_an_id_whose_key_has_a_null_part_are_reported_once_and_the_
             )
         };
         let counted = format!("(SELECT 1 AS g UNION ALL SELECT g + 1 FROM s WHERE g < {ROWS})");
-        let sql = match &db {
-            Db::Mongo { .. } => continue,
-            Db::Postgres { .. } => {
-                db.ensure::<NullKeyReading>().await;
-                format!(
-                    "{} ALTER TABLE {table} ALTER COLUMN station DROP NOT NULL, \
-                     ALTER COLUMN indoor DROP NOT NULL, ALTER COLUMN name DROP NOT NULL; {}",
-                    postgres_id_made_nullable(&db, table, "station, indoor, name"),
-                    insert(&format!("generate_series(1, {ROWS}) g"))
-                )
-            }
-            Db::Sqlite { .. } => format!(
-                "{};\nWITH RECURSIVE s(g) AS {counted} {}",
-                idem_core::sqlite::Store::create_table_sql::<NullKeyReading>()
-                    .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
-                    .replace(" NOT NULL", "")
-                    .trim_end()
-                    .trim_end_matches(';'),
-                insert("s")
-            ),
-            Db::Mysql { .. } => format!(
-                "{};\n{}",
-                idem_core::mysql::Store::create_table_sql::<NullKeyReading>()
-                    .replace("PRIMARY KEY (", "UNIQUE KEY (")
-                    .replace(" NOT NULL", "")
-                    .trim_end()
-                    .trim_end_matches(';'),
-                insert(&format!("(SELECT seq AS g FROM seq_1_to_{ROWS}) AS s"))
-            ),
+        let sql = nullable_key_table(&db, |db| match db {
+            Db::Sqlite { .. } => format!("WITH RECURSIVE s(g) AS {counted} {}", insert("s")),
+            Db::Mysql { .. } => insert(&format!("(SELECT seq AS g FROM seq_1_to_{ROWS}) AS s")),
+            _ => insert(&format!("generate_series(1, {ROWS}) g")),
+        })
+        .await;
+        let Some(sql) = sql else {
+            continue;
         };
         db.run_raw(&sql, doc! {}).await;
         let adopted = db.adopt_model::<NullKeyReading>().await;
@@ -1230,32 +1247,8 @@ async fn a_limit_reached_by_the_last_move_still_reports_the_rows_no_move_can_fin
         let rows = "(1, TRUE, 'a', 0.5), (2, TRUE, 'b', 1.5), (3, FALSE, 'c', 2.5), \
                     (NULL, TRUE, 'd', 3.5), (4, NULL, 'e', 4.5)";
         let insert = format!("INSERT INTO {table} (station, indoor, name, value) VALUES {rows}");
-        let sql = match &db {
-            Db::Mongo { .. } => continue,
-            Db::Postgres { .. } => {
-                db.ensure::<NullKeyReading>().await;
-                format!(
-                    "{} ALTER TABLE {table} ALTER COLUMN station DROP NOT NULL, \
-                     ALTER COLUMN indoor DROP NOT NULL; {insert}",
-                    postgres_id_made_nullable(&db, table, "station, indoor, name"),
-                )
-            }
-            Db::Sqlite { .. } => format!(
-                "{};\n{insert}",
-                idem_core::sqlite::Store::create_table_sql::<NullKeyReading>()
-                    .replace(" PRIMARY KEY NOT NULL", " UNIQUE")
-                    .replace(" NOT NULL", "")
-                    .trim_end()
-                    .trim_end_matches(';'),
-            ),
-            Db::Mysql { .. } => format!(
-                "{};\n{insert}",
-                idem_core::mysql::Store::create_table_sql::<NullKeyReading>()
-                    .replace("PRIMARY KEY (", "UNIQUE KEY (")
-                    .replace(" NOT NULL", "")
-                    .trim_end()
-                    .trim_end_matches(';'),
-            ),
+        let Some(sql) = nullable_key_table(&db, |_| insert.clone()).await else {
+            continue;
         };
         db.run_raw(&sql, doc! {}).await;
         let first = db.adopt_model_at_most::<NullKeyReading>(Some(2)).await;

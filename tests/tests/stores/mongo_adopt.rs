@@ -57,6 +57,20 @@ fn keep_second_title(documents: &[Document]) -> usize {
         .unwrap_or(usize::MAX)
 }
 
+/// Two legacy documents of one key, titled "first" and "second": their ids.
+async fn insert_twice(database: &Database) -> Vec<ObjectId> {
+    insert_legacy(
+        database,
+        &[&post("twice", "first"), &post("twice", "second")],
+    )
+    .await
+}
+
+/// The rule that keeps the document titled "second" and archives the others.
+fn keep_second() -> AdoptOptions {
+    AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title))
+}
+
 fn sample_ids(finding: &idem_core::audit::Finding) -> Vec<String> {
     finding
         .samples
@@ -534,12 +548,7 @@ async fn duplicates_are_reported_or_resolved_by_the_rule_never_silently() {
     assert_eq!(report.moved.count, 1);
     assert_eq!(posts(&database).count_documents(doc! {}).await.unwrap(), 3);
 
-    let resolved = store
-        .adopt::<Post>(
-            AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title)),
-        )
-        .await
-        .unwrap();
+    let resolved = store.adopt::<Post>(keep_second()).await.unwrap();
     assert!(resolved.is_complete(), "{resolved}");
     assert_eq!(resolved.archived.count, 1);
     assert_eq!(resolved.archived.samples[0].id, ids[0].to_hex());
@@ -722,15 +731,10 @@ async fn legacy_documents_edited_while_they_move_in_batches_keep_the_last_edit()
 async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edited() {
     let (database, _log) = fresh_database("adopt_archive_edit").await;
     let store = Store::new(database.clone());
-    let ids = insert_legacy(
-        &database,
-        &[&post("twice", "first"), &post("twice", "second")],
-    )
-    .await;
-    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    let ids = insert_twice(&database).await;
     // One write: the copy of the duplicate, not its deletion.
     let stopped = store
-        .adopt::<Post>(rule().with_max_writes(1))
+        .adopt::<Post>(keep_second().with_max_writes(1))
         .await
         .unwrap();
     assert!(stopped.stopped, "{stopped}");
@@ -743,7 +747,7 @@ async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edi
         )
         .await
         .unwrap();
-    let resolved = store.adopt::<Post>(rule()).await.unwrap();
+    let resolved = store.adopt::<Post>(keep_second()).await.unwrap();
     assert!(resolved.is_complete(), "{resolved}");
     assert_eq!(resolved.archived.count, 1, "{resolved}");
     let archive = stored_documents(&database, "posts_idem_duplicates").await;
@@ -1063,12 +1067,11 @@ async fn an_id_archived_before_is_not_archived_over() {
         stored.extend(bson::to_document(&post(slug, title)).unwrap());
         stored
     };
-    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
     posts(&database)
         .insert_many([raw(7, "a", "first"), raw(8, "a", "second")])
         .await
         .unwrap();
-    let first = store.adopt::<Post>(rule()).await.unwrap();
+    let first = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(first.archived.count, 1, "{first}");
     posts(&database)
         .drop_index(NATURAL_KEY_INDEX)
@@ -1078,7 +1081,7 @@ async fn an_id_archived_before_is_not_archived_over() {
         .insert_many([raw(7, "b", "third"), raw(9, "b", "second")])
         .await
         .unwrap();
-    let second = store.adopt::<Post>(rule()).await.unwrap();
+    let second = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(second.archived.count, 0, "{second}");
     assert_eq!(sample_ids(&second.failed), ["7"], "{second}");
     let archive = stored_documents(&database, "posts_idem_duplicates").await;
@@ -1102,15 +1105,10 @@ async fn an_id_archived_before_is_not_archived_over() {
 async fn an_archiving_stopped_after_the_deletion_is_finished_by_the_next_run() {
     let (database, _log) = fresh_database("adopt_archive_finish").await;
     let store = Store::new(database.clone());
-    insert_legacy(
-        &database,
-        &[&post("twice", "first"), &post("twice", "second")],
-    )
-    .await;
-    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    insert_twice(&database).await;
     // The copy and the deletion: not the mark's removal.
     let stopped = store
-        .adopt::<Post>(rule().with_max_writes(2))
+        .adopt::<Post>(keep_second().with_max_writes(2))
         .await
         .unwrap();
     assert!(stopped.stopped, "{stopped}");
@@ -1121,7 +1119,7 @@ async fn an_archiving_stopped_after_the_deletion_is_finished_by_the_next_run() {
         Ok(true),
         "{archive:?}"
     );
-    let finished = store.adopt::<Post>(rule()).await.unwrap();
+    let finished = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(finished.archived.count, 1, "{finished}");
     assert!(finished.is_complete(), "{finished}");
     let archive = stored_documents(&database, "posts_idem_duplicates").await;
@@ -1179,16 +1177,8 @@ async fn a_run_stops_before_the_mark_where_it_could_not_also_delete() {
 async fn runs_of_one_write_each_finish_moves_and_archives() {
     let (database, _log) = fresh_database("adopt_one_write_runs").await;
     let store = Store::new(database.clone());
-    insert_legacy(
-        &database,
-        &[&post("twice", "first"), &post("twice", "second")],
-    )
-    .await;
-    let options = || {
-        AdoptOptions::default()
-            .with_duplicates(DuplicateRule::Keep(keep_second_title))
-            .with_max_writes(1)
-    };
+    insert_twice(&database).await;
+    let options = || keep_second().with_max_writes(1);
     let mut runs = 0;
     loop {
         runs += 1;
@@ -1217,14 +1207,9 @@ async fn runs_of_one_write_each_finish_moves_and_archives() {
 async fn a_copy_whose_original_was_moved_meanwhile_is_not_called_archived() {
     let (database, _log) = fresh_database("adopt_archive_moved").await;
     let store = Store::new(database.clone());
-    let ids = insert_legacy(
-        &database,
-        &[&post("twice", "first"), &post("twice", "second")],
-    )
-    .await;
-    let rule = || AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title));
+    let ids = insert_twice(&database).await;
     let stopped = store
-        .adopt::<Post>(rule().with_max_writes(1))
+        .adopt::<Post>(keep_second().with_max_writes(1))
         .await
         .unwrap();
     assert!(stopped.stopped, "{stopped}");
@@ -1238,9 +1223,9 @@ async fn a_copy_whose_original_was_moved_meanwhile_is_not_called_archived() {
         .delete_one(doc! { "_id": ids[1] })
         .await
         .unwrap();
-    let moved = store.adopt::<Post>(rule()).await.unwrap();
+    let moved = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(moved.moved.count, 1, "{moved}");
-    let again = store.adopt::<Post>(rule()).await.unwrap();
+    let again = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(again.archived.count, 0, "{again}");
     assert_eq!(
         stored_documents(&database, "posts_idem_duplicates").await,
