@@ -36,10 +36,12 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
     // isolation); TiDB's write conflicts and the errors it says to retry.
     let retry = matches!(number, Some(1205 | 1213 | 1020 | 9007 | 8002 | 8022 | 8028));
     // The row's values, not the call: too long, out of range, not of the column's type, NULL
-    // in a NOT NULL column, a CHECK (MariaDB's JSON validity among them), a duplicate key.
+    // in a NOT NULL column, a CHECK (MariaDB's JSON validity among them), a duplicate key, a
+    // foreign key (a row another refers to, a reference to no row), a trigger's SIGNAL.
     let refuses = matches!(
         number,
         Some(1062 | 1406 | 1264 | 1366 | 1265 | 1048 | 4025 | 3819 | 3140 | 1690)
+            | Some(1451 | 1452 | 1644)
     );
     let code = number.map(|number| number.to_string());
     sqlx_marker::reported("MySQL", source, code, retry, refuses)

@@ -17,7 +17,7 @@ use crate::column::ColumnShape;
 use crate::document::DocumentRef;
 use crate::error::Error;
 use crate::model::ID_FIELD;
-use crate::sql::adoption::{Move, ReadRow, Rows, PAGE_ROWS};
+use crate::sql::adoption::{refused_or_failed, Move, ReadRow, Rows, PAGE_ROWS};
 use crate::sql::judge::Destination;
 use crate::sql::layout::Content;
 use crate::sql::takeover::{key_is_whole, location_of};
@@ -307,7 +307,7 @@ pub(super) async fn move_row<C: Wire>(
         Ok(reply) => reply,
         // Another tool inserted a row under the derived id since the check.
         Err(source) if source.code() == Some(UNIQUE_VIOLATION) => return Ok(Move::Taken),
-        Err(source) => return Err(postgres_error(&destination.document, source)),
+        Err(source) => return refused_or_failed(postgres_error(&destination.document, source)),
     };
     Ok(
         match (reply.int8(0).unwrap_or(0), reply.flag(1).unwrap_or(false)) {

@@ -8,12 +8,14 @@ use crate::error::{Error, ErrorKind};
 
 /// Whether SQLSTATE `code` is the server refusing a row for what it holds: a data exception
 /// (class 22: a value out of range, a bad encoding), an integrity constraint (23: another
-/// unique constraint, a check) or a program limit (54: a key too long for its index). The same
-/// row fails the same way however often it is sent.
+/// unique constraint, a check, a foreign key), a program limit (54: a key too long for its
+/// index) or a trigger raising (P0001). The same row fails the same way however often it is
+/// sent.
 pub(super) fn refuses_row(code: &str) -> bool {
-    ["22", "23", "54"]
-        .iter()
-        .any(|class| code.starts_with(class))
+    code == "P0001"
+        || ["22", "23", "54"]
+            .iter()
+            .any(|class| code.starts_with(class))
 }
 
 /// What the server said of a failed statement, as either driver reads it.

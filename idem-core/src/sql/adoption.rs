@@ -74,6 +74,9 @@ pub(crate) enum Move {
     /// The row changed or went away since it was read (where a move is guarded by the row
     /// version it read), or was not updated.
     Changed,
+    /// The database refused the move for what the row or the table holds (a foreign key that
+    /// restricts changes of the id, a check, a trigger raising): why. Nothing was written.
+    Refused(String),
 }
 
 // The methods are the crate's own: each store's module gives them their public signatures.
@@ -331,6 +334,7 @@ async fn adopt_row<D: SqlDialect>(
                     destination.id_text
                 )
             }
+            Move::Refused(why) => break format!("the database refused its move: {why}"),
             Move::Changed => {
                 let Some(id) = &row.id else {
                     // Written since it was read, so no longer where it was; or, read and
@@ -534,8 +538,17 @@ pub(crate) async fn locked_move<D: SqlDialect>(
             let failure = D::error(&destination.document, source);
             match D::unique_conflict(&failure, table) {
                 Some(_) => Ok(Move::Taken),
-                None => Err(failure),
+                None => refused_or_failed(failure),
             }
         }
+    }
+}
+
+/// A move's failure as the row's end where the database refused it for what the row or the
+/// table holds (the statement alone undone: the run goes on to the next row), else the run's.
+pub(crate) fn refused_or_failed(failure: Error) -> Result<Move, Error> {
+    match failure.is_refusal() {
+        true => Ok(Move::Refused(failure.to_string())),
+        false => Err(failure),
     }
 }

@@ -1326,6 +1326,57 @@ async fn rows_sharing_a_legacy_id_on_a_partitioned_table_each_move_to_their_own(
     }
 }
 
+/// A row of a table other tables refer to by its `_id`.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "fk_parents")]
+struct FkParent {
+    #[idem(key)]
+    slug: String,
+    title: String,
+}
+
+/// A row whose move the database refuses (another table's foreign key restricts changes of its
+/// `_id`) is reported with the database's reason, and the other rows move: the run does not end
+/// in an error, nor does every later run stop at that row.
+#[tokio::test]
+async fn a_move_the_database_refuses_is_reported_and_the_others_move() {
+    for db in fresh_backends("fk_refused").await {
+        if matches!(db, Db::Mongo { .. }) || db.is_partitioned() {
+            continue;
+        }
+        db.ensure::<FkParent>().await;
+        let child = match &db {
+            Db::Mysql { .. } => {
+                "CREATE TABLE fk_children (parent VARCHAR(26) CHARACTER SET utf8mb4 COLLATE \
+                 utf8mb4_nopad_bin, FOREIGN KEY (parent) REFERENCES fk_parents (`_id`))"
+            }
+            _ => "CREATE TABLE fk_children (parent TEXT REFERENCES fk_parents (\"_id\"))",
+        };
+        db.run_raw(
+            &format!(
+                "{child}; INSERT INTO fk_parents (\"_id\", slug, title) VALUES \
+                 ('legacy-1', 'one', 'One'), ('legacy-2', 'two', 'Two'); \
+                 INSERT INTO fk_children (parent) VALUES ('legacy-1')"
+            )
+            .replace('"', if db.is_mysql() { "`" } else { "\"" }),
+            doc! {},
+        )
+        .await;
+        for run in 0..2 {
+            let report = db.adopt::<FkParent>().await;
+            assert_eq!(report.moved.count, 1 - run, "{db}: {report}");
+            assert_eq!(report.failed.count, 1, "{db}: {report}");
+            let why = report.failed.samples[0].detail.clone().unwrap_or_default();
+            assert!(why.contains("refused"), "{db}: {why}");
+        }
+        let two = FkParent {
+            slug: "two".into(),
+            title: "Two".into(),
+        };
+        assert_eq!(db.upsert(&two).await.unwrap(), Outcome::Unchanged, "{db}");
+    }
+}
+
 /// A note of a table another tool made, whose key column compares text loosely.
 #[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
 #[idem(collection = "loose_notes")]
