@@ -41,11 +41,9 @@ impl SqlDialect for MySql {
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
 
-    /// Which database was searched, or that the connection names none.
     const MISSING_TABLE: Option<&'static str> = Some(
-        "SELECT CASE WHEN DATABASE() IS NULL THEN 'the connection names no database: name \
-         it in the URI''s path (the idem command: or with --database)' ELSE \
-         CONCAT('database `', DATABASE(), '` has no table `', ?, '`') END",
+        "SELECT IFNULL(CONCAT('database `', DATABASE(), '` has no table `', ?, '`'), 'the \
+         connection names no database: name it in the URI (the idem command: or --database)')",
     );
 
     /// In a type whose cells [`crate::sql::wire::Cells::text`] reads, whichever a table idem did

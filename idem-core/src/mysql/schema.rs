@@ -1,8 +1,7 @@
-//! The check of a MySQL-family table before idem's first write to it, read from
-//! `information_schema`: every column with a type idem's writes can use, the id and the natural
-//! key compared byte for byte (a `NO PAD` binary collation), and unique indexes on exactly the
-//! id and exactly the natural key, without prefixes. Every problem comes with its fix, all of
-//! them at once: applying the fixes listed makes the table pass.
+//! The catalog reads of a MySQL-family table's check ([`crate::sql::table_check`]) from
+//! `information_schema`: every column with a type (and length) idem's writes can use, the id and
+//! the natural key compared byte for byte (a `NO PAD` binary collation), unique indexes on
+//! exactly the id and exactly the natural key, without prefixes; each problem with its fix.
 
 use super::table::{data_types, quote, Table, BYTEWISE, WORDS};
 use super::MySql;
@@ -11,9 +10,11 @@ use crate::model::{APPLIED_OPS_FIELD, FROZEN_DIGESTS_FIELD, ID_FIELD, WRITE_MARK
 use crate::sql::table_check::{self, Found, FoundColumn, FoundIndex, TableCheck};
 use crate::sql::wire::{Cells, DbFailure, Param, Wire};
 
-/// The table's columns: name, data type, collation.
-const COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
-                       WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION";
+/// The table's columns: name, data type, collation, the most characters a text holds.
+const COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, \
+                       CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED) \
+                       FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+                       AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION";
 
 /// The table's unique indexes: name, key columns (a JSON array: a name may hold a comma),
 /// whether one is a prefix.
@@ -46,9 +47,20 @@ pub(super) async fn found(wire: &impl Wire, table: &Table) -> Result<Option<Foun
         let compares_bytes =
             |collation: &str| is_bytewise(collation) || (json && collation == "utf8mb4_bin");
         let loose = (row.text(2)?).filter(|collation| !compares_bytes(collation));
+        // A text too short for the id or the marker idem writes (a legacy ObjectId's
+        // `VARCHAR(24)`) is declared with its length, a type the check names with its fix.
+        let mut declared = row.text(1)?.unwrap_or_default();
+        let needed = match name.as_str() {
+            ID_FIELD => 26,
+            WRITE_MARKER_FIELD => 27,
+            _ => 0,
+        };
+        if let Some(length) = row.integer(3)?.filter(|&length| length < needed) {
+            declared = format!("{declared}({length})");
+        }
         columns.push(FoundColumn {
             name,
-            declared: row.text(1)?.unwrap_or_default(),
+            declared,
             loose,
         });
     }

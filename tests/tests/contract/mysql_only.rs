@@ -301,3 +301,42 @@ async fn the_audit_of_a_model_given_at_run_time_reads_a_tinyint_as_an_integer() 
         assert_eq!(report.clean, 3, "{db}: {report}");
     }
 }
+
+/// An `_id` column too short for the ids idem writes (a legacy ObjectId's `VARCHAR(24)`, the
+/// very table `adopt` is for) is refused before any write, naming the column with its fix,
+/// where every write and every move failed on it one by one.
+#[tokio::test]
+async fn an_id_column_too_short_for_a_ulid_is_refused_with_its_fix() {
+    for db in fresh_backends("mysql_short_id").await {
+        let Db::Mysql {
+            store, connection, ..
+        } = &db
+        else {
+            continue;
+        };
+        db.ensure::<Post>().await;
+        db.run_raw(
+            "ALTER TABLE posts MODIFY `_id` VARCHAR(24) CHARACTER SET utf8mb4 \
+             COLLATE utf8mb4_nopad_bin NOT NULL",
+            mongodb::bson::doc! {},
+        )
+        .await;
+        let mut connection = connection.lock().await;
+        let refused = store
+            .unlearned()
+            .upsert(&mut connection, &post())
+            .await
+            .unwrap_err();
+        match refused.kind() {
+            ErrorKind::SchemaMismatch { problem, .. } => {
+                assert!(
+                    problem.contains("`_id`") || problem.contains("\"_id\""),
+                    "{db}: {problem}"
+                );
+                assert!(problem.contains("varchar(24)"), "{db}: {problem}");
+                assert!(problem.contains("MODIFY"), "{db}: {problem}");
+            }
+            other => panic!("{db}: {other:?}"),
+        }
+    }
+}
