@@ -37,9 +37,11 @@ impl SqlDialect for MySql {
          '`)')) THEN 'JSON' WHEN c.COLUMN_TYPE LIKE 'tinyint(1)%' THEN 'BOOLEAN' \
          ELSE UPPER(c.DATA_TYPE) END, CAST(c.COLUMN_KEY = 'PRI' AS SIGNED) \
          FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? \
-         ORDER BY c.ORDINAL_POSITION";
+         AND c.EXTRA NOT LIKE '%GENERATED%' ORDER BY c.ORDINAL_POSITION";
 
     const LOCKING_READ: &'static str = " FOR UPDATE";
+
+    const MOVE_KEEPS_COLUMNS: bool = true;
 
     const MISSING_TABLE: Option<&'static str> = Some(
         "SELECT IFNULL(CONCAT('database `', DATABASE(), '` has no table `', ?, '`'), 'the \

@@ -1,6 +1,5 @@
 //! The MySQL family's errors as idem reports them: the error number, whether a retry may help
-//! (a lock wait timeout, a deadlock, a write conflict), which refuse one document's values, and
-//! which unique index a refused write met.
+//! (a lock wait, a deadlock, a write conflict), which refuse a row, which unique index it met.
 
 use sqlx::mysql::MySqlDatabaseError;
 
@@ -35,9 +34,8 @@ pub fn driver_error(source: sqlx::Error) -> BackendError {
     // Lock wait timeout, deadlock, record changed since the snapshot (MariaDB's snapshot
     // isolation); TiDB's write conflicts and the errors it says to retry.
     let retry = matches!(number, Some(1205 | 1213 | 1020 | 9007 | 8002 | 8022 | 8028));
-    // The row's values, not the call: too long, out of range, not of the column's type, NULL
-    // in a NOT NULL column, a CHECK (MariaDB's JSON validity among them), a duplicate key, a
-    // foreign key (a row another refers to, a reference to no row), a trigger's SIGNAL.
+    // The row's values, not the call: too long, out of range, of another type, NULL, a CHECK
+    // (JSON's validity too), a duplicate key, a foreign key, a trigger's SIGNAL.
     let refuses = matches!(
         number,
         Some(1062 | 1406 | 1264 | 1366 | 1265 | 1048 | 4025 | 3819 | 3140 | 1690)

@@ -499,6 +499,20 @@ pub(crate) async fn locked_move<D: SqlDialect>(
         };
         set.push(format!("{} = {value}", D::quote(column.name)));
     }
+    // Every other column of the model assigned itself ([`SqlDialect::MOVE_KEEPS_COLUMNS`]): it
+    // keeps the value the hash just written covers.
+    let moved: Vec<usize> = destination
+        .contents
+        .iter()
+        .map(|(index, _)| *index)
+        .collect();
+    for (index, column) in table.columns.iter().enumerate() {
+        let own = [ID_FIELD, WRITE_MARKER_FIELD].contains(&column.name);
+        if D::MOVE_KEEPS_COLUMNS && !moved.contains(&index) && !own {
+            let name = D::quote(column.name);
+            set.push(format!("{name} = {name}"));
+        }
+    }
     let key = natural_key(row.location.as_deref());
     let condition: Vec<String> = match &row.id {
         Some(_) => vec![format!("{} = ?", D::quote(ID_FIELD))],

@@ -245,6 +245,11 @@ pub(crate) trait SqlDialect: Dialect {
     /// unmoved).
     const MOVE_UPDATE: &'static str = "UPDATE";
 
+    /// Whether an adoption's move assigns each column of the model itself, so that one the
+    /// database updates on any change of its row (MariaDB's `ON UPDATE CURRENT_TIMESTAMP`)
+    /// keeps its value.
+    const MOVE_KEEPS_COLUMNS: bool = false;
+
     /// The rows of `table` an adoption reads: a page of a pass, or a row again.
     fn adoption_rows<W: Wire>(
         wire: &W,

@@ -340,3 +340,41 @@ async fn an_id_column_too_short_for_a_ulid_is_refused_with_its_fix() {
         }
     }
 }
+
+/// A row of another tool's table whose `touched` column the database stamps on every update.
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[idem(collection = "stamps")]
+struct Stamp {
+    #[idem(key)]
+    code: String,
+    touched: String,
+}
+
+/// A column MariaDB updates on any change of its row (`ON UPDATE CURRENT_TIMESTAMP`) keeps its
+/// value through the adoption's move: the move assigns it itself, so the row's time is not lost
+/// and the hash the move wrote (over the value as read) is still the row's.
+#[tokio::test]
+async fn a_column_stamped_on_update_keeps_its_value_through_a_move() {
+    for db in fresh_backends("mysql_on_update").await {
+        if !db.is_mysql() {
+            continue;
+        }
+        db.ensure::<Stamp>().await;
+        db.run_raw(
+            "ALTER TABLE stamps MODIFY touched TIMESTAMP NOT NULL \
+             DEFAULT '2000-01-01 00:00:00' ON UPDATE CURRENT_TIMESTAMP; \
+             INSERT INTO stamps (`_id`, code, touched) VALUES \
+             ('legacy-1', 'a', '2001-02-03 04:05:06')",
+            mongodb::bson::doc! {},
+        )
+        .await;
+        let adopted = db.adopt_model::<Stamp>().await;
+        assert_eq!(adopted.moved.count, 1, "{db}: {adopted}");
+        let stored = db.raw::<Stamp>().await;
+        // The raw read shows a TIMESTAMP as MariaDB's binary protocol sends it: the year 2001
+        // (07d1), then month, day, hour, minute, second.
+        assert!(stored[0].contains("07d1070203040506"), "{db}: {stored:?}");
+        let audit = db.audit_model::<Stamp>().await;
+        assert!(audit.is_clean(), "{db}: {audit}");
+    }
+}
