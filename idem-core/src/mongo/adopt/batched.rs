@@ -22,9 +22,9 @@ pub(super) const MOVES_PER_BATCH: usize = 100;
 impl Adoption<'_> {
     /// Moves the pending documents together: one insert of every reservation, one update marking
     /// each releasing, one delete of every original still as read, one update claiming every
-    /// reservation whose original is gone. Each
-    /// step is the one a single move makes, for many documents at once, and in the same order, so
-    /// what a crash leaves is what it leaves of single moves. A document any step of which does
+    /// reservation whose original is gone. Each step is the one a single move makes, for many
+    /// documents at once, and in the same order, so what a crash leaves is what it leaves of
+    /// single moves. A document any step of which does
     /// not go as planned (its derived id held, its original changed, its key taken meanwhile)
     /// goes on alone from where it is, as a single move would.
     pub(super) async fn send_pending(&mut self) -> Result<(), Error> {
