@@ -88,29 +88,6 @@ async fn migrate<T: Idempotent>(db: &Db) -> Vec<String> {
     statements
 }
 
-/// `T`'s adoption of what `T`'s store holds (`adopt::<T>` of each store).
-async fn adopt<T>(db: &Db) -> idem_core::AdoptReport
-where
-    T: Idempotent + Serialize + serde::de::DeserializeOwned,
-{
-    match db {
-        Db::Mongo { store, .. } => store.adopt::<T>(Default::default()).await,
-        Db::Postgres {
-            store,
-            client,
-            sqlx,
-            ..
-        } => idem_tests::through_postgres!(sqlx, client, |c| store.adopt::<T, _>(c).await),
-        Db::Sqlite {
-            store, connection, ..
-        } => store.adopt::<T>(&mut *connection.lock().await).await,
-        Db::Mysql {
-            store, connection, ..
-        } => store.adopt::<T>(&mut *connection.lock().await).await,
-    }
-    .unwrap_or_else(|error| panic!("{db}: adopting: {error}"))
-}
-
 /// The outcome of upserting `doc`, or its error's kind.
 async fn upserted<T: Idempotent + Serialize + Sync>(
     db: &Db,
@@ -817,7 +794,7 @@ where
         1,
         "{db}: {audit:?}"
     );
-    let adopted = adopt::<T>(db).await;
+    let adopted = db.adopt::<T>().await;
     assert_eq!(adopted.moved.count, 1, "{db}: {adopted:?}");
     assert_eq!(written(db, doc).await, Outcome::Unchanged, "{db}");
     assert_eq!(db.get::<T>(new).await.unwrap().as_ref(), Some(doc), "{db}");

@@ -66,6 +66,19 @@ async fn insert_twice(database: &Database) -> Vec<ObjectId> {
     .await
 }
 
+/// The one document the archive holds, titled `title`, where the document titled "second" is
+/// the only one left under the key `twice`.
+async fn assert_one_archived_and_second_kept(database: &Database, title: &str) -> Document {
+    let mut archive = stored_documents(database, "posts_idem_duplicates").await;
+    assert_eq!(archive.len(), 1, "{archive:?}");
+    assert_eq!(archive[0].get_str("title"), Ok(title), "{archive:?}");
+    assert_eq!(
+        contents(database).await,
+        [("twice".into(), "second".into())]
+    );
+    archive.remove(0)
+}
+
 /// The rule that keeps the document titled "second" and archives the others.
 fn keep_second() -> AdoptOptions {
     AdoptOptions::default().with_duplicates(DuplicateRule::Keep(keep_second_title))
@@ -750,13 +763,7 @@ async fn a_duplicate_edited_between_its_copy_and_its_deletion_is_archived_as_edi
     let resolved = store.adopt::<Post>(keep_second()).await.unwrap();
     assert!(resolved.is_complete(), "{resolved}");
     assert_eq!(resolved.archived.count, 1, "{resolved}");
-    let archive = stored_documents(&database, "posts_idem_duplicates").await;
-    assert_eq!(archive.len(), 1, "{archive:?}");
-    assert_eq!(archive[0].get_str("title").unwrap(), "edited");
-    assert_eq!(
-        contents(&database).await,
-        [("twice".into(), "second".into())]
-    );
+    assert_one_archived_and_second_kept(&database, "edited").await;
 }
 
 /// A rule that keeps a document which cannot move (it does not read as the type): the others
@@ -1122,14 +1129,8 @@ async fn an_archiving_stopped_after_the_deletion_is_finished_by_the_next_run() {
     let finished = store.adopt::<Post>(keep_second()).await.unwrap();
     assert_eq!(finished.archived.count, 1, "{finished}");
     assert!(finished.is_complete(), "{finished}");
-    let archive = stored_documents(&database, "posts_idem_duplicates").await;
-    assert_eq!(archive.len(), 1, "{archive:?}");
-    assert!(!archive[0].contains_key("idemArchiving"), "{archive:?}");
-    assert_eq!(archive[0].get_str("title"), Ok("first"));
-    assert_eq!(
-        contents(&database).await,
-        [("twice".into(), "second".into())]
-    );
+    let archive = assert_one_archived_and_second_kept(&database, "first").await;
+    assert!(!archive.contains_key("idemArchiving"), "{archive:?}");
 }
 
 /// A run whose write limit falls between a reservation's mark and its original's deletion stops
